@@ -1,0 +1,52 @@
+# layersched: see `make help`. Bodies stay one line; logic lives in scripts/ and the CLI.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DRIVER ?= local
+export DRIVER
+
+.PHONY: help venv lint unit integration infra e2e test bench testbed testbed-down simulate proto clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI: .venv/bin/layersched)
+
+$(VENV)/.installed: pyproject.toml
+	@scripts/venv.sh $(VENV)
+
+lint: venv ## ruff, mypy --strict on plugin/, import-linter, ansible-lint (production)
+	@scripts/lint.sh
+
+unit: venv ## Unit tests (nothing outside the process)
+	@scripts/pytest.sh unit tests/unit
+
+integration: venv ## Integration tests against real docker-registry / containerd processes
+	@scripts/pytest.sh integration tests/integration
+
+infra: venv ## kind/Pulumi/Ansible checks that run without a cluster (mocks, syntax-check)
+	@scripts/pytest.sh infra tests/infra
+
+e2e: venv ## The seed scenario end to end on the $(DRIVER) testbed
+	@scripts/pytest.sh e2e tests/e2e
+
+test: lint unit integration infra e2e ## Everything CI runs: lint, unit, integration, infra, e2e
+
+bench: venv ## Benchmarks; results in bench/results/
+	@scripts/bench.sh
+
+testbed: venv ## Bring up the $(DRIVER) testbed, push scenario images, run the scenario, print the table
+	@scripts/testbed.sh up
+
+testbed-down: venv ## Tear the $(DRIVER) testbed down (safe to run twice)
+	@scripts/testbed.sh down
+
+simulate: venv ## Trace-driven scale simulation; writes reports/simulation.json and plots
+	@scripts/simulate.sh
+
+proto: venv ## Regenerate the CRI gRPC code from plugin/layersched/cri/api.proto
+	@scripts/proto.sh
+
+clean: ## Remove the venv and caches (not the testbed: use testbed-down)
+	@rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

@@ -1,0 +1,1 @@
+"""The ``layersched`` command line: one module per subcommand, wired in ``main``."""

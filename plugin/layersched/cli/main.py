@@ -1,0 +1,63 @@
+"""Entry point: ``layersched <command> …``.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``;
+the parser calls the chosen module's handler, which returns an exit code.
+:class:`LayerschedError` becomes a one-line message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from layersched import __version__
+from layersched.core.errors import InputError, LayerschedError
+
+#: Subcommand modules under ``layersched.cli``, in help order.
+COMMANDS: tuple[str, ...] = ("score",)
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser, every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="layersched", description="Container-layer-aware scheduling for Kubernetes."
+    )
+    parser.add_argument("--version", action="version", version=f"layersched {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"layersched.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code."""
+    args = build_parser().parse_args(argv)
+    level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        code: int = args.handler(args)
+    except InputError as err:
+        print(f"layersched: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except LayerschedError as err:
+        print(f"layersched: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("layersched: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""``layersched score``: offline what-if and explanation of a scheduling decision."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from layersched.cli._io import read_document
+from layersched.cli._sources import add_layer_source_options, open_layer_source
+from layersched.core.errors import LayerResolutionError
+from layersched.core.inventory import ClusterInventory, nodes_from_json
+from layersched.core.layers import LayerSource
+from layersched.core.pod import pod_from_json
+from layersched.core.strategies import STRATEGY_NAMES, NodeScores, get_strategy
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``score`` subcommand."""
+    p = sub.add_parser(
+        "score",
+        help="score every node for a pod, and show why",
+        description="Score NODES for POD with a strategy; explain present vs total bytes.",
+    )
+    p.add_argument("--nodes", required=True, metavar="NODES.json", help="v1 NodeList")
+    p.add_argument("--pod", required=True, metavar="POD.json|yaml", help="v1 Pod")
+    p.add_argument("--strategy", choices=STRATEGY_NAMES, default=LAYER_LOCALITY)
+    p.add_argument(
+        "--spread",
+        action="store_true",
+        help="layer-locality: scale present layers by nodes-holding / nodes (anti node heating)",
+    )
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_layer_source_options(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Score and print."""
+    nodes = nodes_from_json(read_document(args.nodes), args.nodes)
+    pod = pod_from_json(read_document(args.pod), args.pod)
+    options = {"spread": True} if args.spread and args.strategy == LAYER_LOCALITY else {}
+    strategy = get_strategy(args.strategy, **options)
+    source: LayerSource | None = open_layer_source(args) if strategy.needs_layers else None
+    inventory = ClusterInventory.build(nodes, source)
+    candidates = inventory.indices_of([n.name for n in nodes])[0]
+    try:
+        result = strategy.score(pod, inventory, candidates, source)
+    except LayerResolutionError as err:
+        raise LayerResolutionError(f"{args.pod}: pod {pod.name!r}: {err}") from None
+    if args.format == "json":
+        print(json.dumps(result.as_dict(inventory)))
+    else:
+        _print_table(result, inventory, args.strategy, pod.name)
+    return 0
+
+
+def _mib(size_bytes: int) -> str:
+    return f"{size_bytes / (1024 * 1024):.1f} MiB"
+
+
+def _print_table(result: NodeScores, inventory: ClusterInventory, strategy: str, pod: str) -> None:
+    present_label = "matched (scaled)" if strategy != LAYER_LOCALITY else "present"
+    total_label = "upper threshold" if strategy != LAYER_LOCALITY else "total"
+    table = Table(title=f"{strategy} scores for pod {pod}")
+    table.add_column("node")
+    table.add_column(f"{present_label} bytes", justify="right")
+    table.add_column(f"{total_label} bytes", justify="right")
+    table.add_column("score (0-100)", justify="right")
+    for idx, present, score in zip(result.nodes, result.present_bytes, result.scores, strict=True):
+        table.add_row(
+            inventory.nodes[int(idx)].name,
+            f"{int(present):,} ({_mib(int(present))})",
+            f"{result.total_bytes:,} ({_mib(result.total_bytes)})",
+            str(int(score)),
+        )
+    console = Console()
+    console.print(table)
+    if inventory.unresolved_images:
+        console.print(
+            f"[yellow]{inventory.unresolved_images} node image(s) ignored: layers unknown "
+            "(run with -v to see which)[/yellow]"
+        )

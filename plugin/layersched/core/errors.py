@@ -1,0 +1,39 @@
+"""The one error hierarchy of layersched.
+
+Every message says what was being done and how to fix it. Entry points catch
+:class:`LayerschedError` and print its message as one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class LayerschedError(Exception):
+    """Root of every error layersched raises on purpose."""
+
+
+class InputError(LayerschedError):
+    """A user-supplied file or field is missing or malformed."""
+
+
+class ImageReferenceError(InputError):
+    """An image reference cannot be parsed."""
+
+
+class ManifestError(LayerschedError):
+    """A manifest or index is malformed, too large, or has no matching platform."""
+
+
+class RegistryError(LayerschedError):
+    """A registry could not be reached or refused a request."""
+
+
+class LayerResolutionError(LayerschedError):
+    """An image's layers could not be resolved from any layer source."""
+
+
+class CRIError(LayerschedError):
+    """A CRI runtime call failed."""
+
+
+class TestbedError(LayerschedError):
+    """The testbed could not be brought up, used or torn down."""

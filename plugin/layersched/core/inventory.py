@@ -1,0 +1,346 @@
+"""Node layer inventory: which layers (and which image names) each node holds.
+
+A node's layers come from three places, in this order of preference:
+
+(a) ``status.images[*].names`` resolved through a :class:`LayerSource`
+    (works on any unpatched cluster);
+(b) Ryax-style ``status.images[*].layers`` maps ``{digest: size}`` published by a
+    patched kubelet;
+(c) Ryax-style CRI annotations ``imageLayer.<digest>: "<size>"``, carried on the
+    Node's ``metadata.annotations`` by a node agent.
+
+(b) and (c) are used as-is when present; (a) fills the rest. Images whose
+layers cannot be resolved are skipped with a warning and counted; they are not
+errors (a node may hold images from registries we cannot reach).
+
+The inventory also keeps upstream ImageLocality's "image states": for every
+name reported in ``status.images[*].names`` the size first reported for it and
+the number of nodes reporting it.
+
+Holder sets are kept as Python sets (cheap to mutate for the simulator) and
+turned into numpy index arrays lazily for vectorised scoring.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from layersched.core.errors import InputError, LayerResolutionError
+from layersched.core.layers import Layer, LayerSource, check_digest, check_size
+
+log = logging.getLogger(__name__)
+
+#: Prefix of the per-layer annotations the Ryax-patched CRI-O sets (CONTEXT §4).
+LAYER_ANNOTATION_PREFIX = "imageLayer."
+
+IndexArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeImage:
+    """One entry of ``Node.status.images``."""
+
+    names: tuple[str, ...]
+    size_bytes: int
+    #: Ryax-patched kubelet ``layers`` map, when published (source b).
+    layers: tuple[Layer, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What the scheduler knows of a node."""
+
+    name: str
+    images: tuple[NodeImage, ...] = ()
+    #: Layers from ``imageLayer.<digest>`` annotations (source c).
+    annotation_layers: tuple[Layer, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+
+
+def _layers_map(value: Any, where: str) -> tuple[Layer, ...]:
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: expected a map of layer digest -> size in bytes")
+    return tuple(
+        Layer(check_digest(d, f"{where} key"), check_size(s, f"{where}[{d!r}]"))
+        for d, s in value.items()
+    )
+
+
+def annotation_layers(annotations: Mapping[str, str], where: str) -> tuple[Layer, ...]:
+    """Layers carried as ``imageLayer.<digest>: "<decimal size>"`` annotations."""
+    layers = []
+    for key, value in annotations.items():
+        if not key.startswith(LAYER_ANNOTATION_PREFIX):
+            continue
+        digest = check_digest(key[len(LAYER_ANNOTATION_PREFIX) :], f"{where}[{key!r}]")
+        try:
+            size = int(value)
+        except (TypeError, ValueError):
+            raise InputError(
+                f"{where}[{key!r}]: value {value!r} must be the layer size in decimal bytes"
+            ) from None
+        layers.append(Layer(digest, check_size(size, f"{where}[{key!r}]")))
+    return tuple(layers)
+
+
+def node_from_json(document: Any, origin: str) -> NodeInfo:
+    """Parse one v1 Node object (``kubectl get node -o json``)."""
+    if not isinstance(document, dict):
+        raise InputError(f"{origin}: expected a v1 Node object")
+    meta = document.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        raise InputError(f"{origin}: metadata.name is missing: every Node needs a name")
+    name: str = meta["name"]
+    where = f"{origin}: node {name!r}"
+    status = document.get("status") or {}
+    if not isinstance(status, dict):
+        raise InputError(f"{where}: status must be an object")
+    raw_images = status.get("images") or []
+    if not isinstance(raw_images, list):
+        raise InputError(f"{where}: status.images must be a list")
+    images = []
+    for i, raw in enumerate(raw_images):
+        iw = f"{where}: status.images[{i}]"
+        if not isinstance(raw, dict):
+            raise InputError(f"{iw}: expected an object with names and sizeBytes")
+        names = raw.get("names") or []
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise InputError(f"{iw}.names must be a list of strings")
+        size = check_size(raw.get("sizeBytes", 0), f"{iw}.sizeBytes")
+        layers = _layers_map(raw["layers"], f"{iw}.layers") if raw.get("layers") else None
+        images.append(NodeImage(tuple(names), size, layers))
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    allocatable = status.get("allocatable") or {}
+    for key, value in (("annotations", annotations), ("labels", labels)):
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: metadata.{key} must be a map of strings")
+    if not isinstance(allocatable, dict):
+        raise InputError(f"{where}: status.allocatable must be a map of quantities")
+    return NodeInfo(
+        name=name,
+        images=tuple(images),
+        annotation_layers=annotation_layers(annotations, f"{where}: metadata.annotations"),
+        labels={str(k): str(v) for k, v in labels.items()},
+        annotations={str(k): str(v) for k, v in annotations.items()},
+        allocatable={str(k): str(v) for k, v in allocatable.items()},
+    )
+
+
+def nodes_from_json(document: Any, origin: str) -> list[NodeInfo]:
+    """Parse a v1 NodeList (``kubectl get nodes -o json``); a bare list is accepted too."""
+    if isinstance(document, dict):
+        if document.get("kind") not in (None, "NodeList", "List"):
+            raise InputError(f"{origin}: kind is {document.get('kind')!r}, expected 'NodeList'")
+        items = document.get("items")
+    else:
+        items = document
+    if not isinstance(items, list):
+        raise InputError(f"{origin}: expected a v1 NodeList with an 'items' list")
+    nodes = [node_from_json(item, f"{origin}: items[{i}]") for i, item in enumerate(items)]
+    seen: set[str] = set()
+    for node in nodes:
+        if node.name in seen:
+            raise InputError(f"{origin}: node {node.name!r} appears twice: names must be unique")
+        seen.add(node.name)
+    return nodes
+
+
+class ClusterInventory:
+    """Layers and image names per node, with inverted indexes for fast scoring.
+
+    Node indices are dense ``0..len(nodes)-1`` in insertion order. Layer and
+    image-name holder sets map to node indices.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: list[NodeInfo] = []
+        self._node_index: dict[str, int] = {}
+        # layers
+        self._layer_id: dict[str, int] = {}
+        self._layer_size: list[int] = []
+        self._layer_digest: list[str] = []
+        self._layer_holders: list[set[int]] = []
+        self._layer_holders_arr: dict[int, IndexArray] = {}
+        self._node_layers: list[set[int]] = []
+        # upstream image states, keyed by name exactly as reported
+        self._name_holders: dict[str, set[int]] = {}
+        self._name_size: dict[str, int] = {}
+        self._name_holders_arr: dict[str, IndexArray] = {}
+        # resolution bookkeeping
+        self._resolved: dict[str, tuple[Layer, ...] | None] = {}
+        self.unresolved_images = 0
+        self.warnings: list[str] = []
+
+    # ----------------------------------------------------------------- building
+    @classmethod
+    def build(
+        cls, nodes: Iterable[NodeInfo], source: LayerSource | None = None
+    ) -> ClusterInventory:
+        """An inventory of ``nodes``; ``source`` resolves images lacking layer data."""
+        inventory = cls()
+        for node in nodes:
+            inventory.add_node(node, source)
+        return inventory
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def node_count(self) -> int:
+        """Number of nodes in the snapshot (upstream's ``totalNumNodes``)."""
+        return len(self.nodes)
+
+    def index_of(self, node_name: str) -> int | None:
+        """The dense index of ``node_name``, or None if unknown."""
+        return self._node_index.get(node_name)
+
+    def indices_of(self, node_names: Sequence[str]) -> tuple[IndexArray, list[str]]:
+        """Indices of the known names, in order, and the names that are unknown."""
+        get = self._node_index.get
+        found = [get(n, -1) for n in node_names]
+        arr = np.fromiter(found, dtype=np.int64, count=len(found))
+        missing = [n for n, i in zip(node_names, found, strict=True) if i < 0]
+        return arr[arr >= 0] if missing else arr, missing
+
+    def add_node(self, node: NodeInfo, source: LayerSource | None = None) -> int:
+        """Add ``node`` (its names, and its layers from (b)/(c) or ``source``)."""
+        if node.name in self._node_index:
+            raise InputError(f"node {node.name!r} is already in the inventory")
+        idx = len(self.nodes)
+        self.nodes.append(node)
+        self._node_index[node.name] = idx
+        self._node_layers.append(set())
+        for image in node.images:
+            for name in image.names:
+                self.add_image_name(idx, name, image.size_bytes)
+            layers = image.layers if image.layers is not None else self._resolve(image, source)
+            if layers is not None:
+                self.add_layers(idx, layers)
+        if node.annotation_layers:
+            self.add_layers(idx, node.annotation_layers)
+        return idx
+
+    def _resolve(self, image: NodeImage, source: LayerSource | None) -> tuple[Layer, ...] | None:
+        if not image.names:
+            return None
+        key = image.names[0]
+        if key in self._resolved:
+            return self._resolved[key]
+        layers: tuple[Layer, ...] | None = None
+        errors = []
+        if source is not None:
+            for name in image.names:
+                try:
+                    layers = source.resolve(name)
+                    break
+                except LayerResolutionError as err:
+                    errors.append(str(err))
+        if layers is None:
+            self.unresolved_images += 1
+            reason = errors[-1] if errors else "no layer source configured"
+            message = f"ignoring node image {key!r}: its layers are unknown ({reason})"
+            self.warnings.append(message)
+            log.warning(message)
+        self._resolved[key] = layers
+        return layers
+
+    # --------------------------------------------------------------- mutation
+    def _layer(self, layer: Layer) -> int:
+        lid = self._layer_id.get(layer.digest)
+        if lid is None:
+            lid = len(self._layer_size)
+            self._layer_id[layer.digest] = lid
+            self._layer_size.append(layer.size_bytes)
+            self._layer_digest.append(layer.digest)
+            self._layer_holders.append(set())
+        return lid
+
+    def add_layers(self, node: int, layers: Iterable[Layer]) -> None:
+        """Record that node index ``node`` holds ``layers``."""
+        held = self._node_layers[node]
+        for layer in layers:
+            lid = self._layer(layer)
+            if lid not in held:
+                held.add(lid)
+                self._layer_holders[lid].add(node)
+                self._layer_holders_arr.pop(lid, None)
+
+    def remove_layers(self, node: int, digests: Iterable[str]) -> None:
+        """Forget that node index ``node`` holds the layers ``digests`` (eviction)."""
+        held = self._node_layers[node]
+        for digest in digests:
+            lid = self._layer_id.get(digest)
+            if lid is not None and lid in held:
+                held.discard(lid)
+                self._layer_holders[lid].discard(node)
+                self._layer_holders_arr.pop(lid, None)
+
+    def add_image_name(self, node: int, name: str, size_bytes: int) -> None:
+        """Record an image state name on a node (upstream keeps the first size seen)."""
+        holders = self._name_holders.get(name)
+        if holders is None:
+            holders = self._name_holders[name] = set()
+            self._name_size[name] = size_bytes
+        if node not in holders:
+            holders.add(node)
+            self._name_holders_arr.pop(name, None)
+
+    def remove_image_name(self, node: int, name: str) -> None:
+        """Forget an image name on a node; the state disappears with its last holder."""
+        holders = self._name_holders.get(name)
+        if holders is not None and node in holders:
+            holders.discard(node)
+            self._name_holders_arr.pop(name, None)
+            if not holders:
+                del self._name_holders[name]
+                del self._name_size[name]
+
+    # ---------------------------------------------------------------- queries
+    def layer_size(self, digest: str) -> int | None:
+        """Known compressed size of a layer, if any node holds or held it."""
+        lid = self._layer_id.get(digest)
+        return None if lid is None else self._layer_size[lid]
+
+    def layer_holders(self, digest: str) -> IndexArray:
+        """Sorted node indices holding layer ``digest`` (empty if none)."""
+        lid = self._layer_id.get(digest)
+        if lid is None:
+            return np.empty(0, dtype=np.int64)
+        arr = self._layer_holders_arr.get(lid)
+        if arr is None:
+            arr = np.fromiter(sorted(self._layer_holders[lid]), dtype=np.int64)
+            self._layer_holders_arr[lid] = arr
+        return arr
+
+    def node_holds_layer(self, node: int, digest: str) -> bool:
+        """Whether node index ``node`` holds layer ``digest``."""
+        lid = self._layer_id.get(digest)
+        return lid is not None and lid in self._node_layers[node]
+
+    def node_layer_digests(self, node: int) -> Iterator[str]:
+        """Digests of the layers node index ``node`` holds (unordered)."""
+        return (self._layer_digest[lid] for lid in self._node_layers[node])
+
+    def image_state(self, name: str) -> tuple[int, int] | None:
+        """Upstream's ImageStateSummary for ``name``: (size in bytes, number of nodes)."""
+        holders = self._name_holders.get(name)
+        if not holders:
+            return None
+        return self._name_size[name], len(holders)
+
+    def image_holders(self, name: str) -> IndexArray:
+        """Sorted node indices reporting image name ``name``."""
+        arr = self._name_holders_arr.get(name)
+        if arr is None:
+            arr = np.fromiter(sorted(self._name_holders.get(name, ())), dtype=np.int64)
+            self._name_holders_arr[name] = arr
+        return arr

@@ -1,0 +1,111 @@
+"""Layers and layer sources.
+
+A :class:`Layer` is a compressed blob digest and its size, as a registry
+manifest lists it. A :class:`LayerSource` answers "which layers make up this
+image reference?"; the core only defines the protocol and the offline,
+in-memory source (``--layers LAYERS.json``). The registry-backed source lives
+in the ``layersched.registry`` adapter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from layersched.core.errors import InputError, LayerResolutionError
+from layersched.core.reference import normalized_image_name
+
+_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One image layer: compressed blob digest and compressed size in bytes."""
+
+    digest: str
+    size_bytes: int
+
+
+@runtime_checkable
+class LayerSource(Protocol):
+    """Resolves an image reference to its ordered layers."""
+
+    def resolve(self, image: str) -> tuple[Layer, ...]:
+        """Return the image's layers, or raise :class:`LayerResolutionError`."""
+        ...
+
+
+def check_digest(digest: object, where: str) -> str:
+    """Validate a layer digest, naming ``where`` it came from on failure."""
+    if not isinstance(digest, str) or not _DIGEST.match(digest):
+        raise InputError(
+            f"{where}: {digest!r} is not a digest; expected 'sha256:' followed by 64 hex digits"
+        )
+    return digest
+
+
+def check_size(size: object, where: str) -> int:
+    """Validate a layer size in bytes (a non-negative integer)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise InputError(f"{where}: size {size!r} must be a non-negative integer (bytes)")
+    return size
+
+
+class StaticLayerSource:
+    """An offline layer source: image reference -> layers, from a JSON document.
+
+    Keys are matched after upstream's ``:latest`` normalisation, so ``app`` and
+    ``app:latest`` are the same key. No network access ever happens.
+    """
+
+    def __init__(self, layers_by_image: Mapping[str, tuple[Layer, ...]]) -> None:
+        self._layers = {normalized_image_name(k): v for k, v in layers_by_image.items()}
+
+    @classmethod
+    def from_json(cls, document: Any, origin: str) -> StaticLayerSource:
+        """Build from a parsed LAYERS.json; ``origin`` (a file name) prefixes errors."""
+        if not isinstance(document, dict):
+            raise InputError(
+                f"{origin}: expected a JSON object mapping image reference -> "
+                '[{"digest": "sha256:…", "size": <bytes>}, …]'
+            )
+        parsed: dict[str, tuple[Layer, ...]] = {}
+        for image, entries in document.items():
+            where = f"{origin}: [{image!r}]"
+            if not isinstance(entries, list):
+                raise InputError(f"{where}: expected a list of layers")
+            layers = []
+            for i, entry in enumerate(entries):
+                if not isinstance(entry, dict):
+                    raise InputError(f'{where}[{i}]: expected {{"digest": …, "size": …}}')
+                layers.append(
+                    Layer(
+                        check_digest(entry.get("digest"), f"{where}[{i}].digest"),
+                        check_size(entry.get("size"), f"{where}[{i}].size"),
+                    )
+                )
+            parsed[image] = tuple(layers)
+        return cls(parsed)
+
+    def resolve(self, image: str) -> tuple[Layer, ...]:
+        try:
+            return self._layers[normalized_image_name(image)]
+        except KeyError:
+            raise LayerResolutionError(
+                f"image {image!r} is not in the offline layer file: add its layers there"
+            ) from None
+
+    def images(self) -> list[str]:
+        """The normalised image names this source knows."""
+        return list(self._layers)
+
+
+class NoLayerSource:
+    """A layer source that knows nothing (used when only ``status.images`` carry layers)."""
+
+    def resolve(self, image: str) -> tuple[Layer, ...]:
+        raise LayerResolutionError(
+            f"no layer source is configured to resolve {image!r}: pass --layers or a registry"
+        )

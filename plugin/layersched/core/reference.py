@@ -1,0 +1,110 @@
+"""Image references: parsing, and the two normalisations layersched needs.
+
+* :func:`normalized_image_name` is kube-scheduler's own rule (ImageLocality):
+  append ``:latest`` when the last path component has no tag, nothing else.
+  It is the key that ``status.images[*].names`` are matched by.
+* :meth:`ImageReference.canonical` is the registry form
+  (``docker.io/library/debian:latest``) used to talk to a registry.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from layersched.core.errors import ImageReferenceError
+
+DEFAULT_DOMAIN = "docker.io"
+LEGACY_DEFAULT_DOMAIN = "index.docker.io"
+OFFICIAL_REPO_PREFIX = "library/"
+DEFAULT_TAG = "latest"
+
+_PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
+_DOMAIN = re.compile(r"^(?:[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$")
+
+
+def normalized_image_name(name: str) -> str:
+    """Upstream ImageLocality's rule: add ``:latest`` if the name carries no tag.
+
+    A tag is present when the last ``:`` comes after the last ``/`` (so a
+    registry port such as ``host:5000/app`` is not mistaken for a tag).
+    """
+    if name.rfind(":") <= name.rfind("/"):
+        return name + ":" + DEFAULT_TAG
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class ImageReference:
+    """A parsed ``[domain/]path[:tag][@digest]`` reference."""
+
+    domain: str
+    path: str
+    tag: str | None
+    digest: str | None
+
+    @classmethod
+    def parse(cls, text: str) -> ImageReference:
+        """Parse a reference the way container runtimes do (docker/distribution rules)."""
+        original = text
+        if not text or text != text.strip():
+            raise ImageReferenceError(
+                f"image reference {original!r} is empty or has surrounding spaces: "
+                "write it like 'debian:12' or 'registry:5000/app@sha256:…'"
+            )
+        digest: str | None = None
+        if "@" in text:
+            text, digest = text.split("@", 1)
+            if not _DIGEST.match(digest):
+                raise ImageReferenceError(
+                    f"image reference {original!r} has a malformed digest {digest!r}: "
+                    "expected 'algorithm:hex', e.g. 'sha256:' followed by 64 hex digits"
+                )
+        tag: str | None = None
+        slash = text.rfind("/")
+        colon = text.rfind(":")
+        if colon > slash:
+            text, tag = text[:colon], text[colon + 1 :]
+            if not _TAG.match(tag):
+                raise ImageReferenceError(
+                    f"image reference {original!r} has an invalid tag {tag!r}: tags are "
+                    "up to 128 letters, digits, '_', '.' or '-'"
+                )
+        first, sep, rest = text.partition("/")
+        if sep and ("." in first or ":" in first or first == "localhost" or first != first.lower()):
+            domain, path = first, rest
+            if not _DOMAIN.match(domain):
+                raise ImageReferenceError(
+                    f"image reference {original!r} has an invalid registry host {domain!r}"
+                )
+        else:
+            domain, path = DEFAULT_DOMAIN, text
+        if domain == LEGACY_DEFAULT_DOMAIN:
+            domain = DEFAULT_DOMAIN
+        if domain == DEFAULT_DOMAIN and "/" not in path:
+            path = OFFICIAL_REPO_PREFIX + path
+        components = path.split("/")
+        if not path or not all(_PATH_COMPONENT.match(c) for c in components):
+            raise ImageReferenceError(
+                f"image reference {original!r} has an invalid repository {path!r}: "
+                "repository names are lowercase letters, digits and separators ('.', '_', '-')"
+            )
+        return cls(domain=domain, path=path, tag=tag, digest=digest)
+
+    @property
+    def reference(self) -> str:
+        """What to ask the registry for: the digest if pinned, else the tag (default ``latest``)."""
+        return self.digest or self.tag or DEFAULT_TAG
+
+    def canonical(self) -> str:
+        """The fully qualified form, e.g. ``docker.io/library/debian:latest``."""
+        name = f"{self.domain}/{self.path}"
+        if self.digest:
+            return f"{name}:{self.tag}@{self.digest}" if self.tag else f"{name}@{self.digest}"
+        return f"{name}:{self.tag or DEFAULT_TAG}"
+
+    def with_digest(self, digest: str) -> ImageReference:
+        """The same repository pinned to ``digest``."""
+        return ImageReference(self.domain, self.path, self.tag, digest)

@@ -1,0 +1,65 @@
+"""``layer-locality``: score a node by the bytes of the pod's layers it already holds.
+
+``score = floor(100 * present_bytes / total_bytes)`` over the pod's *distinct*
+layers (init containers and containers together, de-duplicated by digest).
+A pod whose layers weigh nothing scores 0 everywhere.
+
+With ``spread=True`` each present layer counts ``size * holders / nodes``, as
+upstream ImageLocality scales images, so a layer found on one node in a
+thousand does not drag every pod to that node ("node heating"). Off by
+default: on small clusters it blurs exactly the signal we want.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from layersched.core.inventory import ClusterInventory, IndexArray
+from layersched.core.layers import LayerSource
+from layersched.core.pod import PodImages
+from layersched.core.strategies.base import MAX_NODE_SCORE, NodeScores, pod_layers, zeros
+
+NAME = "layer-locality"
+
+
+@dataclass(frozen=True, slots=True)
+class LayerLocality:
+    """Layer-locality scoring."""
+
+    name: ClassVar[str] = NAME
+    needs_layers: ClassVar[bool] = True
+
+    #: Scale each present layer by (nodes holding it / all nodes) against node heating.
+    spread: bool = False
+
+    def score(
+        self,
+        pod: PodImages,
+        inventory: ClusterInventory,
+        candidates: IndexArray,
+        source: LayerSource | None,
+    ) -> NodeScores:
+        layers = pod_layers(pod, source)
+        total_bytes = sum(layer.size_bytes for layer in layers)
+        if total_bytes == 0:
+            return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
+        node_count = inventory.node_count
+        if self.spread:
+            weighted = np.zeros(node_count, dtype=np.float64)
+            for layer in layers:
+                holders = inventory.layer_holders(layer.digest)
+                if len(holders):
+                    weighted[holders] += layer.size_bytes * len(holders) / node_count
+            chosen = weighted[candidates]
+            scores = np.floor(MAX_NODE_SCORE * chosen / total_bytes).astype(np.int64)
+            present = np.floor(chosen).astype(np.int64)
+        else:
+            acc = np.zeros(node_count, dtype=np.int64)
+            for layer in layers:
+                acc[inventory.layer_holders(layer.digest)] += layer.size_bytes
+            present = acc[candidates]
+            scores = (MAX_NODE_SCORE * present) // total_bytes
+        return NodeScores(candidates, scores, present, total_bytes)

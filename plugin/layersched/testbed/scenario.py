@@ -1,0 +1,116 @@
+"""The seed's two-image, three-node scenario, independent of the testbed driver.
+
+Each trial starts from empty caches and runs, for one strategy:
+
+1. submit ``P1`` (Img1)          -> some node N1
+2. submit ``P2`` (Img2)          -> N1 is full, so another node N2
+3. delete ``P2``                 -> N2 keeps L1, L2, L4 cached
+4. submit ``P1-again`` (Img1)    -> layer-aware: N2; image-locality: N2/N3 tie
+
+A :class:`Driver` plays kube-scheduler and kubelet for its testbed; this
+module only sequences the steps and shapes the report
+(``reports/scenario.json``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+#: Pod names, in the order the scenario submits them.
+P1 = "P1"
+P2 = "P2"
+P1_AGAIN = "P1-again"
+
+
+@dataclass(frozen=True, slots=True)
+class Pull:
+    """One image pull as measured on the node: bytes really transferred, wall time."""
+
+    pod: str
+    node: str
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a pod landed, the extender scores behind the decision, and its pull."""
+
+    node: str
+    scores: Mapping[str, int]
+    pull: Pull
+
+
+@dataclass(slots=True)
+class Trial:
+    """One run of the four steps from empty caches."""
+
+    placements: dict[str, str] = field(default_factory=dict)
+    scores_t3: dict[str, int] = field(default_factory=dict)
+    pulls: list[Pull] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioImages:
+    """The two scenario images and their layers' digests/sizes by label (L1..L4)."""
+
+    img1: str
+    img2: str
+    layers: Mapping[str, tuple[str, int]]
+
+
+class Driver(Protocol):
+    """What a testbed driver does for the scenario."""
+
+    name: str
+
+    def reset(self) -> None:
+        """Delete all pods and empty every node's image cache."""
+        ...
+
+    def schedule(self, pod: str, image: str, strategy: str) -> Placement:
+        """Schedule ``pod`` (requests a whole node) with ``strategy``, bind it, pull its image."""
+        ...
+
+    def delete(self, pod: str) -> None:
+        """Delete ``pod``; its image stays in the node's cache."""
+        ...
+
+
+def run_trial(driver: Driver, images: ScenarioImages, strategy: str) -> Trial:
+    """The four steps, once, from empty caches."""
+    driver.reset()
+    trial = Trial()
+    for pod, image in ((P1, images.img1), (P2, images.img2)):
+        placed = driver.schedule(pod, image, strategy)
+        trial.placements[pod] = placed.node
+        trial.pulls.append(placed.pull)
+    driver.delete(P2)
+    again = driver.schedule(P1_AGAIN, images.img1, strategy)
+    trial.placements[P1_AGAIN] = again.node
+    trial.scores_t3 = dict(again.scores)
+    trial.pulls.append(again.pull)
+    return trial
+
+
+def report(
+    driver: str,
+    link_rate_bits_per_s: int,
+    images: ScenarioImages,
+    trials: Mapping[str, Sequence[Trial]],
+) -> dict[str, Any]:
+    """The ``reports/scenario.json`` document."""
+    return {
+        "driver": driver,
+        "link_rate_bits_per_s": link_rate_bits_per_s,
+        "images": {"Img1": images.img1, "Img2": images.img2},
+        "layers": {
+            label: {"digest": digest, "size": size}
+            for label, (digest, size) in sorted(images.layers.items())
+        },
+        "strategies": {
+            strategy: {"trials": [asdict(t) for t in runs]} for strategy, runs in trials.items()
+        },
+    }

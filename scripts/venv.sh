@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Create the project venv and install layersched editable with every extra.
+set -o errexit -o nounset -o pipefail
+venv=${1:-.venv}
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "layersched needs Python >= 3.11; set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+echo "installing layersched (editable) and its dev/infra/sim extras into $venv ..."
+"$venv/bin/python" -m pip install --quiet --editable '.[dev,infra,sim]'
+touch "$venv/.installed"
+echo "ready: $venv/bin/layersched"

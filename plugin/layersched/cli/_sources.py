@@ -6,7 +6,6 @@ import argparse
 
 from layersched.cli._io import read_document
 from layersched.core.layers import LayerSource, StaticLayerSource
-from layersched.core.manifest import Platform
 
 
 def add_layer_source_options(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +33,7 @@ def open_layer_source(args: argparse.Namespace) -> LayerSource:
     """The offline source for ``--layers``, else a registry-backed one."""
     if args.layers:
         return StaticLayerSource.from_json(read_document(args.layers), args.layers)
+    from layersched.core.manifest import Platform
     from layersched.registry import RegistryClient, RegistryLayerSource
 
     client = RegistryClient(

@@ -1,0 +1,70 @@
+"""Image references: upstream's ``:latest`` rule and the canonical registry form."""
+
+from __future__ import annotations
+
+import pytest
+
+from layersched.core.errors import ImageReferenceError
+from layersched.core.reference import ImageReference, normalized_image_name
+
+D = "sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # no ':' at all -> tag added
+        ("debian", "debian:latest"),
+        # the last ':' is after the last '/' -> already tagged
+        ("debian:12", "debian:12"),
+        # the ':' belongs to the registry port, before the last '/' -> tag added
+        ("localhost:5000/app", "localhost:5000/app:latest"),
+        ("localhost:5000/app:v1", "localhost:5000/app:v1"),
+        # digest refs contain ':' after the last '/' -> left alone (upstream quirk)
+        (f"app@{D}", f"app@{D}"),
+        # no docker.io/library prefixing: upstream doesn't do it
+        ("gcr.io/40", "gcr.io/40:latest"),
+    ],
+    ids=["bare", "tagged", "port-untagged", "port-tagged", "digest", "no-prefixing"],
+)
+def test_normalized_image_name(name: str, expected: str) -> None:
+    assert normalized_image_name(name) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical", "reference"),
+    [
+        ("debian", "docker.io/library/debian:latest", "latest"),
+        ("python:3", "docker.io/library/python:3", "3"),
+        ("bitnami/redis:7", "docker.io/bitnami/redis:7", "7"),
+        ("index.docker.io/library/debian", "docker.io/library/debian:latest", "latest"),
+        ("127.0.0.1:5000/scenario/img1:v1", "127.0.0.1:5000/scenario/img1:v1", "v1"),
+        ("localhost/app", "localhost/app:latest", "latest"),
+        (f"quay.io/a/b:1@{D}", f"quay.io/a/b:1@{D}", D),
+        (f"debian@{D}", f"docker.io/library/debian@{D}", D),
+    ],
+    ids=[
+        "official",
+        "tag",
+        "user-repo",
+        "legacy-host",
+        "port",
+        "localhost",
+        "tag+digest",
+        "digest",
+    ],
+)
+def test_canonical(text: str, canonical: str, reference: str) -> None:
+    ref = ImageReference.parse(text)
+    assert ref.canonical() == canonical
+    assert ref.reference == reference
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", " debian", "Debian/App", "debian:", "app@sha256:zz", "repo//x", "a:b:c/d"],
+    ids=["empty", "space", "uppercase-path", "empty-tag", "bad-digest", "empty-component", "junk"],
+)
+def test_invalid_references_name_the_input(text: str) -> None:
+    with pytest.raises(ImageReferenceError, match="image reference"):
+        ImageReference.parse(text)

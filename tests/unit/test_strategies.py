@@ -1,0 +1,201 @@
+"""Worked tables for the two core strategies."""
+
+from __future__ import annotations
+
+import pytest
+
+from layersched.core.errors import InputError, LayerResolutionError
+from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
+from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.pod import PodImages
+from layersched.core.strategies import STRATEGY_NAMES, get_strategy
+
+MB = 1024 * 1024
+
+
+def _digest(label: str) -> str:
+    return "sha256:" + label.encode().hex().ljust(64, "0")
+
+
+def node(name: str, *images: tuple[str, int]) -> NodeInfo:
+    return NodeInfo(name, tuple(NodeImage((n,), size) for n, size in images))
+
+
+def scores(strategy: str, pod: PodImages, nodes: list[NodeInfo], source=None, **opts) -> dict:
+    inventory = ClusterInventory.build(nodes, source)
+    candidates = inventory.indices_of([n.name for n in nodes])[0]
+    result = get_strategy(strategy, **opts).score(pod, inventory, candidates, source)
+    return result.as_dict(inventory)
+
+
+# ------------------------------------------------------------------ image-locality
+@pytest.mark.parametrize(
+    ("pod", "nodes", "expected"),
+    [
+        (
+            # upstream's own example, 2 nodes:
+            # node1: 40M * 1/2 = 20M < 23M threshold -> 0
+            # node2: 250M * 1/2 = 125M -> 100 * (125M - 23M) / (2000M - 23M) = 5
+            PodImages.of("gcr.io/40", "gcr.io/250"),
+            [
+                node("node1", ("gcr.io/40:latest", 40 * MB)),
+                node("node2", ("gcr.io/250:latest", 250 * MB)),
+            ],
+            {"node1": 0, "node2": 5},
+        ),
+        (
+            # image on both nodes: 250M * 2/2 = 250M -> 100 * (250M - 23M) / (1000M - 23M) = 23
+            PodImages.of("gcr.io/250"),
+            [
+                node("a", ("gcr.io/250:latest", 250 * MB)),
+                node("b", ("gcr.io/250:latest", 250 * MB)),
+            ],
+            {"a": 23, "b": 23},
+        ),
+        (
+            # same image under another name counts for nothing: 'debian' -> 'debian:latest'
+            # is not 'docker.io/library/debian:latest' (upstream adds no registry prefix)
+            PodImages.of("debian"),
+            [node("a", ("docker.io/library/debian:latest", 500 * MB)), node("b")],
+            {"a": 0, "b": 0},
+        ),
+        (
+            # repeats are not de-duplicated: 2 * (250M * 1/2) = 250M, max = 2 * 1000M
+            # -> 100 * (250M - 23M) / (2000M - 23M) = 11
+            PodImages.of("gcr.io/250", "gcr.io/250"),
+            [node("a"), node("b", ("gcr.io/250:latest", 250 * MB))],
+            {"a": 0, "b": 11},
+        ),
+        (
+            # init containers count: init gcr.io/250 (125M) + container gcr.io/40 (absent);
+            # 2 containers -> 100 * (125M - 23M) / (2000M - 23M) = 5
+            PodImages("p", ("gcr.io/250",), ("gcr.io/40",)),
+            [node("a"), node("b", ("gcr.io/250:latest", 250 * MB))],
+            {"a": 0, "b": 5},
+        ),
+        (
+            # clamp at the top: 3000M * 1/1 > 1000M -> 100
+            PodImages.of("big:1"),
+            [node("a", ("big:1", 3000 * MB))],
+            {"a": 100},
+        ),
+        (
+            # size comes from the first node reporting the name (100M, not 900M);
+            # 100M * 2/2 = 100M -> 100 * (100M - 23M) / (1000M - 23M) = 7 on both
+            PodImages.of("x:1"),
+            [node("a", ("x:1", 100 * MB)), node("b", ("x:1", 900 * MB))],
+            {"a": 7, "b": 7},
+        ),
+    ],
+    ids=[
+        "upstream-example",
+        "spread-full",
+        "name-mismatch",
+        "repeats",
+        "init",
+        "clamp",
+        "first-size",
+    ],
+)
+def test_image_locality(pod: PodImages, nodes: list[NodeInfo], expected: dict) -> None:
+    assert scores("image-locality", pod, nodes) == expected
+
+
+# ------------------------------------------------------------------ layer-locality
+L1, L2, L3, L4 = (
+    Layer(_digest(x), s * MB) for x, s in (("L1", 30), ("L2", 10), ("L3", 4), ("L4", 4))
+)
+SCENARIO = StaticLayerSource({"img1:v1": (L1, L2, L3), "img2:v1": (L1, L2, L4), "empty:v1": ()})
+N1 = node("n1", ("img1:v1", 44 * MB))
+N2 = node("n2", ("img2:v1", 44 * MB))
+N3 = node("n3")
+
+
+@pytest.mark.parametrize(
+    ("pod", "opts", "expected"),
+    [
+        (
+            # the seed's t3: n1 holds all 44M -> 100; n2 holds L1+L2 = 40M of 44M
+            # -> floor(100 * 40 / 44) = 90; n3 holds nothing -> 0
+            PodImages.of("img1:v1"),
+            {},
+            {"n1": 100, "n2": 90, "n3": 0},
+        ),
+        (
+            # distinct layers across init + containers: L1 L2 L3 L4 = 48M
+            # n1 has 44M -> floor(4400/48) = 91; n2 has 44M -> 91
+            PodImages("p", ("img2:v1",), ("img1:v1", "img1:v1")),
+            {},
+            {"n1": 91, "n2": 91, "n3": 0},
+        ),
+        (
+            # an image with no layers weighs nothing -> 0 everywhere
+            PodImages.of("empty:v1"),
+            {},
+            {"n1": 0, "n2": 0, "n3": 0},
+        ),
+        (
+            # spread: L1 and L2 are on 2 of 3 nodes -> count 2/3 each; L3 on 1 of 3.
+            # n1: (30 + 10) * 2/3 + 4 * 1/3 = 28M -> floor(100 * 28 / 44) = 63
+            # n2: (30 + 10) * 2/3 = 26.67M -> floor(100 * 26.67 / 44) = 60
+            PodImages.of("img1:v1"),
+            {"spread": True},
+            {"n1": 63, "n2": 60, "n3": 0},
+        ),
+    ],
+    ids=["seed-t3", "dedup-init", "zero-total", "spread"],
+)
+def test_layer_locality(pod: PodImages, opts: dict, expected: dict) -> None:
+    assert scores("layer-locality", pod, [N1, N2, N3], SCENARIO, **opts) == expected
+
+
+def test_layer_locality_uses_ryax_layers_and_annotations_without_a_source() -> None:
+    # (b) kubelet-published layers map on n1, (c) imageLayer.* annotations on n2:
+    # neither needs the layer source, which only knows the pod's image.
+    n1 = NodeInfo("n1", (NodeImage(("other:1",), 0, (L1, L2)),))
+    n2 = NodeInfo("n2", annotation_layers=(L1,))
+    pod_source = StaticLayerSource({"img1:v1": (L1, L2, L3)})
+    # n1: 40/44 -> 90; n2: 30/44 -> 68
+    assert scores("layer-locality", PodImages.of("img1:v1"), [n1, n2], pod_source) == {
+        "n1": 90,
+        "n2": 68,
+    }
+
+
+def test_unresolvable_node_images_are_skipped_and_counted() -> None:
+    inventory = ClusterInventory.build([node("a", ("mystery:1", 1)), N2], SCENARIO)
+    assert inventory.unresolved_images == 1
+    assert "mystery:1" in inventory.warnings[0]
+    assert inventory.node_holds_layer(inventory.index_of("n2") or 0, L4.digest)
+
+
+def test_unresolvable_pod_image_names_the_image() -> None:
+    with pytest.raises(LayerResolutionError, match="nope:1"):
+        scores("layer-locality", PodImages.of("nope:1"), [N1], SCENARIO)
+
+
+def test_unknown_strategy_lists_the_choices() -> None:
+    with pytest.raises(InputError, match="choose one of"):
+        get_strategy("best-fit")
+    assert {"image-locality", "layer-locality"} <= set(STRATEGY_NAMES)
+
+
+def test_candidates_subset_and_unknown_names() -> None:
+    inventory = ClusterInventory.build([N1, N2, N3], SCENARIO)
+    idx, missing = inventory.indices_of(["n3", "ghost", "n2"])
+    assert missing == ["ghost"]
+    result = get_strategy("layer-locality").score(PodImages.of("img1:v1"), inventory, idx, SCENARIO)
+    assert result.as_dict(inventory) == {"n3": 0, "n2": 90}
+
+
+def test_mutation_invalidates_cached_holders() -> None:
+    inventory = ClusterInventory.build([N2, N3], SCENARIO)
+    n3 = inventory.index_of("n3")
+    assert n3 is not None
+    assert list(inventory.layer_holders(L1.digest)) == [0]
+    inventory.add_layers(n3, [L1])
+    assert list(inventory.layer_holders(L1.digest)) == [0, 1]
+    inventory.remove_layers(0, [L1.digest])
+    assert list(inventory.layer_holders(L1.digest)) == [1]
+    inventory.remove_image_name(0, "img2:v1")
+    assert inventory.image_state("img2:v1") is None

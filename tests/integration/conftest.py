@@ -1,0 +1,10 @@
+"""Integration-test fixtures: real local processes started and stopped by the tests.
+
+pytest refuses ``pytest_plugins`` outside the top-level conftest, so the
+fixtures are imported by name here (run pytest as ``python -m pytest`` from the
+repository root so that ``tests`` is importable).
+"""
+
+from tests.fixtures.registry import auth_registry, registry
+
+__all__ = ["auth_registry", "registry"]

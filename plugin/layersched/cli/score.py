@@ -16,6 +16,7 @@ from layersched.core.layers import LayerSource
 from layersched.core.pod import pod_from_json
 from layersched.core.strategies import STRATEGY_NAMES, NodeScores, get_strategy
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.core.strategies.pull_time import NAME as PULL_TIME
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,8 +64,9 @@ def _mib(size_bytes: int) -> str:
 
 
 def _print_table(result: NodeScores, inventory: ClusterInventory, strategy: str, pod: str) -> None:
-    present_label = "matched (scaled)" if strategy != LAYER_LOCALITY else "present"
-    total_label = "upper threshold" if strategy != LAYER_LOCALITY else "total"
+    by_layer = strategy in (LAYER_LOCALITY, PULL_TIME)
+    present_label = "present" if by_layer else "matched (scaled)"
+    total_label = "total" if by_layer else "upper threshold"
     table = Table(title=f"{strategy} scores for pod {pod}")
     table.add_column("node")
     table.add_column(f"{present_label} bytes", justify="right")

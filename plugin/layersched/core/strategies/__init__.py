@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from layersched.core.errors import InputError
-from layersched.core.strategies import image_locality, layer_locality
+from layersched.core.strategies import image_locality, layer_locality, pull_time
 from layersched.core.strategies.base import NodeScores, Strategy, pod_layers
 
 __all__ = ["STRATEGY_NAMES", "NodeScores", "Strategy", "get_strategy", "pod_layers"]
@@ -17,6 +17,7 @@ __all__ = ["STRATEGY_NAMES", "NodeScores", "Strategy", "get_strategy", "pod_laye
 _FACTORIES: dict[str, Callable[..., Strategy]] = {
     image_locality.NAME: image_locality.ImageLocality,
     layer_locality.NAME: layer_locality.LayerLocality,
+    pull_time.NAME: pull_time.PullTime,
 }
 
 STRATEGY_NAMES: tuple[str, ...] = tuple(_FACTORIES)

@@ -1,0 +1,34 @@
+"""The registry adapter: resolve image references to layers over the OCI distribution API.
+
+:class:`RegistryClient` speaks ``/v2/`` (manifests, indexes, blob and
+manifest push) with anonymous, basic and Bearer-token auth, bounded retries
+and a manifest size cap. :class:`RegistryLayerSource` puts caches in front of
+it and implements :class:`layersched.core.layers.LayerSource`. See
+``docs/registry.md`` for why this is not built on oras-py.
+"""
+
+from layersched.registry._client import (
+    DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    FetchedManifest,
+    RegistryClient,
+    ResolvedImage,
+)
+from layersched.registry._source import (
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_TAG_TTL_S,
+    RegistryLayerSource,
+)
+
+__all__ = [
+    "DEFAULT_CACHE_SIZE",
+    "DEFAULT_MAX_MANIFEST_BYTES",
+    "DEFAULT_RETRIES",
+    "DEFAULT_TAG_TTL_S",
+    "DEFAULT_TIMEOUT_S",
+    "FetchedManifest",
+    "RegistryClient",
+    "RegistryLayerSource",
+    "ResolvedImage",
+]

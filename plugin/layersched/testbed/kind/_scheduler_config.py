@@ -1,0 +1,142 @@
+"""``KubeSchedulerConfiguration`` for the testbed's second and third schedulers.
+
+The default scheduler stays untouched: it is the ImageLocality baseline. The
+second scheduler (``layer-locality``) is the same kube-scheduler image with one
+profile and the layersched extender; the third (``layer-locality-intree``) is
+the patched kube-scheduler with the Ryax in-tree score plugin instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from layersched.core.errors import InputError
+
+KUBE_SCHEDULER_CONFIG_V1 = "kubescheduler.config.k8s.io/v1"
+#: Kubernetes 1.22 (the Ryax fork's base) only serves the beta API.
+KUBE_SCHEDULER_CONFIG_V1BETA2 = "kubescheduler.config.k8s.io/v1beta2"
+KUBE_SCHEDULER_CONFIG_V1BETA3 = "kubescheduler.config.k8s.io/v1beta3"
+KUBE_SCHEDULER_API_VERSIONS = (
+    KUBE_SCHEDULER_CONFIG_V1,
+    KUBE_SCHEDULER_CONFIG_V1BETA3,
+    KUBE_SCHEDULER_CONFIG_V1BETA2,
+)
+
+#: Scheduler names the testbed uses; pods pick one with ``spec.schedulerName``.
+DEFAULT_SCHEDULER = "default-scheduler"
+LAYER_LOCALITY_SCHEDULER = "layer-locality"
+INTREE_SCHEDULER = "layer-locality-intree"
+
+#: The Ryax fork registers its plugin under this name (``names.ImageLayersLocality``).
+RYAX_PLUGIN_NAME = "ImageLayersLocality"
+#: Upstream's plugin, disabled in the in-tree profile so only layers count.
+IMAGE_LOCALITY_PLUGIN = "ImageLocality"
+
+#: The extender answers from memory in milliseconds; anything slower means it is
+#: stuck, and with ``ignorable`` the scheduler then carries on without it rather
+#: than blocking every pod for upstream's 30 s default.
+DEFAULT_EXTENDER_TIMEOUT_S = 1.0
+#: Upstream's bounds on an extender weight (positive, and int64 arithmetic after
+#: multiplying by MaxNodeScore/MaxExtenderPriority = 10 must not overflow).
+MIN_EXTENDER_WEIGHT = 1
+MAX_EXTENDER_WEIGHT = 1_000_000
+_MS_PER_S = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderSpec:
+    """How kube-scheduler calls the layersched extender."""
+
+    #: Base URL, e.g. ``http://layersched-extender.layersched.svc.cluster.local:8888``.
+    url_prefix: str
+    #: Multiplies the extender's 0..10 score (after upstream's ×10 rescale).
+    weight: int = 1
+    #: Per-call timeout; short, as the extender is ignorable.
+    http_timeout_s: float = DEFAULT_EXTENDER_TIMEOUT_S
+    #: Path appended to ``url_prefix`` for scoring.
+    prioritize_verb: str = "prioritize"
+
+
+def go_duration(seconds: float) -> str:
+    """``seconds`` as a Go ``time.Duration`` string (``"1s"``, ``"250ms"``)."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InputError(f"duration {seconds!r} s must be a positive number of seconds")
+    if float(seconds).is_integer():
+        return f"{int(seconds)}s"
+    millis = round(seconds * _MS_PER_S)
+    if millis == 0:
+        raise InputError(f"duration {seconds!r} s is below 1 ms: use at least 0.001")
+    return f"{millis}ms"
+
+
+def _check_api_version(api_version: str) -> str:
+    if api_version not in KUBE_SCHEDULER_API_VERSIONS:
+        raise InputError(
+            f"KubeSchedulerConfiguration apiVersion {api_version!r} is not supported: "
+            f"choose one of {', '.join(KUBE_SCHEDULER_API_VERSIONS)}"
+        )
+    return api_version
+
+
+def _base(api_version: str, scheduler_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": _check_api_version(api_version),
+        "kind": "KubeSchedulerConfiguration",
+        # One replica, and no lease: no RBAC on leases needed, no fight with the default scheduler.
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": scheduler_name}],
+    }
+
+
+def extender_scheduler_config(
+    extender: ExtenderSpec,
+    scheduler_name: str = LAYER_LOCALITY_SCHEDULER,
+    api_version: str = KUBE_SCHEDULER_CONFIG_V1,
+) -> dict[str, Any]:
+    """The second scheduler: default plugins plus the layersched extender as a scorer."""
+    if not MIN_EXTENDER_WEIGHT <= extender.weight <= MAX_EXTENDER_WEIGHT:
+        raise InputError(
+            f"extender weight {extender.weight} is out of range: "
+            f"choose {MIN_EXTENDER_WEIGHT}..{MAX_EXTENDER_WEIGHT}"
+        )
+    if not extender.url_prefix.startswith(("http://", "https://")):
+        raise InputError(
+            f"extender urlPrefix {extender.url_prefix!r} must start with http:// or https://"
+        )
+    config = _base(api_version, scheduler_name)
+    config["extenders"] = [
+        {
+            "urlPrefix": extender.url_prefix,
+            "prioritizeVerb": extender.prioritize_verb,
+            "weight": extender.weight,
+            "enableHTTPS": extender.url_prefix.startswith("https://"),
+            "httpTimeout": go_duration(extender.http_timeout_s),
+            # Full Node objects (with status.images) in every request: the extender
+            # then needs no API access and no cache of its own.
+            "nodeCacheCapable": False,
+            # An unreachable extender must not stop scheduling, only its scores.
+            "ignorable": True,
+        }
+    ]
+    return config
+
+
+def intree_scheduler_config(
+    scheduler_name: str = INTREE_SCHEDULER,
+    plugin_name: str = RYAX_PLUGIN_NAME,
+    weight: int = 1,
+    api_version: str = KUBE_SCHEDULER_CONFIG_V1BETA2,
+) -> dict[str, Any]:
+    """The third scheduler: the patched kube-scheduler's in-tree layer plugin, ImageLocality off."""
+    if weight < 1:
+        raise InputError(f"plugin weight {weight} must be at least 1")
+    config = _base(api_version, scheduler_name)
+    config["profiles"][0]["plugins"] = {
+        "score": {
+            "enabled": [{"name": plugin_name, "weight": weight}],
+            "disabled": [{"name": IMAGE_LOCALITY_PLUGIN}],
+        }
+    }
+    return config

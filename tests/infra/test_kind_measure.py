@@ -1,0 +1,208 @@
+"""The kind driver's measurements and pod shaping, on recorded text and objects.
+
+Event messages and access-log lines below are in the exact formats the kubelet
+and the distribution registry print; the driver never sees anything else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from layersched.core.errors import TestbedError as BedError  # not a test class
+from layersched.testbed.kind import go_duration_seconds, parse_pull_event, pulled_bytes
+from layersched.testbed.kind.driver import (
+    image_locality_scores,
+    pod_name,
+    scenario_pod,
+    whole_node_requests,
+)
+
+pytestmark = pytest.mark.infra
+
+MIB = 1024 * 1024
+IMG1 = "kind-registry:5000/scenario/img1:v1"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1.5s", 1.5),
+        ("850ms", 0.85),
+        # 1 min + 2.5 s
+        ("1m2.5s", 62.5),
+        ("1h0m0s", 3600.0),
+        ("120us", 0.00012),
+    ],
+    ids=["seconds", "millis", "minutes", "hours", "micros"],
+)
+def test_go_duration_seconds(text: str, seconds: float) -> None:
+    assert go_duration_seconds(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "1.5", "fast", "1.5 s"], ids=["empty", "no-unit", "word", "space"]
+)
+def test_go_duration_seconds_rejects(text: str) -> None:
+    with pytest.raises(BedError, match="Go duration"):
+        go_duration_seconds(text)
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        # Kubernetes 1.22 (seed 001's kubelet): the raw Go duration ends the message.
+        (f'Successfully pulled image "{IMG1}" in 12.345678901s', (IMG1, 12.345678901, True)),
+        # 1.28+: a rounded duration, then the time including the wait for the pull slot.
+        (
+            f'Successfully pulled image "{IMG1}" in 3.2s (3.2s including waiting)',
+            (IMG1, 3.2, True),
+        ),
+        # 1.30+: also the image size.
+        (
+            f'Successfully pulled image "{IMG1}" in 850ms (1.1s including waiting). '
+            "Image size: 25165824 bytes.",
+            (IMG1, 0.85, True),
+        ),
+        # Already cached (IfNotPresent): nothing crossed the link.
+        (f'Container image "{IMG1}" already present on machine', (IMG1, 0.0, False)),
+    ],
+    ids=["k8s-1.22", "k8s-1.28", "k8s-1.30", "already-present"],
+)
+def test_parse_pull_event(message: str, expected: tuple[str, float, bool]) -> None:
+    event = parse_pull_event(message)
+    assert event is not None
+    assert (event.image, event.pulled) == (expected[0], expected[2])
+    assert event.seconds == pytest.approx(expected[1])
+
+
+def test_parse_pull_event_ignores_other_events() -> None:
+    assert parse_pull_event(f'Pulling image "{IMG1}"') is None
+
+
+def _line(client: str, method: str, path: str, status: int, size: str) -> str:
+    return (
+        f'{client} - - [22/Nov/2025:03:00:00 +0000] "{method} {path} HTTP/1.1" {status} {size} '
+        '"" "cri-o/1.30.0 go/go1.22.0"'
+    )
+
+
+NODE = "172.18.0.3"
+OTHER = "172.18.0.4"
+LOG = [
+    _line(NODE, "GET", "/v2/", 200, "2"),  # API probe: not image bytes
+    _line(NODE, "HEAD", "/v2/scenario/img1/manifests/v1", 200, "0"),
+    _line(NODE, "GET", "/v2/scenario/img1/manifests/v1", 200, "1024"),
+    _line(NODE, "GET", "/v2/scenario/img1/blobs/sha256:c0", 200, "2048"),  # config
+    _line(NODE, "GET", "/v2/scenario/img1/blobs/sha256:l3", 200, str(4 * MIB)),  # L3
+    _line(NODE, "GET", "/v2/scenario/img1/blobs/sha256:l1", 404, "19"),  # error body
+    _line(OTHER, "GET", "/v2/scenario/img1/blobs/sha256:l1", 200, str(30 * MIB)),
+    'time="2025-11-22T03:00:00Z" level=info msg="response completed" http.request.method=GET',
+]
+
+
+@pytest.mark.parametrize(
+    ("client", "expected"),
+    [
+        # manifest 1024 + config 2048 + L3 4 MiB; the /v2/ probe, HEAD and 404 count for nothing.
+        (NODE, 1024 + 2048 + 4 * MIB),
+        # Another node's pull of L1 is not this node's traffic.
+        (OTHER, 30 * MIB),
+        # A node that pulled nothing.
+        ("172.18.0.9", 0),
+    ],
+    ids=["node-pulled-l3", "other-node", "silent-node"],
+)
+def test_pulled_bytes(client: str, expected: int) -> None:
+    assert pulled_bytes(LOG, client) == expected
+
+
+def _node(
+    name: str, cpu: str, memory: str, images: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {}},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory}, "images": images or []},
+    }
+
+
+def _pod(name: str, node: str, cpu: str, memory: str, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pods", "expected"),
+    [
+        # Empty workers: the whole allocatable, 4 CPUs = 4000m and 8 GiB.
+        ([], {"cpu": "4000m", "memory": str(8 * 1024**3)}),
+        # kindnet on w1 (100m, 50Mi) and the extender on w2 (50m, 64Mi): the least free
+        # of each resource, 3900m and 8 GiB - 64 MiB, so the pod fits either node alone.
+        (
+            [_pod("kindnet", "w1", "100m", "50Mi"), _pod("extender", "w2", "50m", "64Mi")],
+            {"cpu": "3900m", "memory": str(8 * 1024**3 - 64 * MIB)},
+        ),
+        # A finished pod holds nothing.
+        (
+            [_pod("job", "w1", "2", "4Gi", phase="Succeeded")],
+            {"cpu": "4000m", "memory": str(8 * 1024**3)},
+        ),
+    ],
+    ids=["empty", "daemonsets", "finished-pod"],
+)
+def test_whole_node_requests(pods: list[dict[str, Any]], expected: dict[str, str]) -> None:
+    nodes = [_node("w1", "4", "8Gi"), _node("w2", "4", "8388608Ki")]
+    assert whole_node_requests(nodes, pods) == expected
+
+
+def test_whole_node_requests_full_node() -> None:
+    with pytest.raises(BedError, match="no free"):
+        whole_node_requests([_node("w1", "1", "1Gi")], [_pod("hog", "w1", "1", "1Gi")])
+
+
+def test_scenario_pod_shape() -> None:
+    pod = scenario_pod(
+        pod_name("P1-again"), IMG1, "layer-locality", {"cpu": "1", "memory": "1Gi"}, "ns"
+    )
+    assert pod["metadata"]["name"] == "p1-again"
+    assert pod["spec"]["schedulerName"] == "layer-locality"
+    [container] = pod["spec"]["containers"]
+    # Requests equal limits; every pull really goes to the registry.
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert container["imagePullPolicy"] == "Always"
+
+
+def test_image_locality_scores_tie_at_t3() -> None:
+    """The seed's step 4 under upstream ImageLocality: N2 holds Img2 (not Img1), N3 holds
+    nothing; neither holds Img1 *by name*, so both score 0: the tie the scenario asserts.
+    N1 holds Img1 (45 MiB) but is full, so it is no candidate."""
+    img2 = "kind-registry:5000/scenario/img2:v1"
+    nodes = [
+        _node("cp", "4", "8Gi"),
+        _node("n1", "4", "8Gi", [{"names": [IMG1], "sizeBytes": 45 * MIB}]),
+        _node("n2", "4", "8Gi", [{"names": [img2], "sizeBytes": 45 * MIB}]),
+        _node("n3", "4", "8Gi"),
+    ]
+    pod = scenario_pod("p1-again", IMG1, "default-scheduler", {"cpu": "1"}, "ns")
+    assert image_locality_scores(pod, nodes, nodes[2:]) == {"n2": 0, "n3": 0}
+
+
+def test_image_locality_scores_for_holder() -> None:
+    """Img1 (1000 MiB) on n1 and n2 of 4 nodes: the spread factor gives 1000 * 2/4 = 500 MiB;
+    100 * (500 - 23) / (1000 - 23) = 48 (framework), 4 on the extender's 0..10 scale."""
+    held = [{"names": [IMG1], "sizeBytes": 1000 * MIB}]
+    nodes = [
+        _node("cp", "4", "8Gi"),
+        _node("n1", "4", "8Gi", held),
+        _node("n2", "4", "8Gi", held),
+        _node("n3", "4", "8Gi"),
+    ]
+    pod = scenario_pod("p1", IMG1, "default-scheduler", {"cpu": "1"}, "ns")
+    assert image_locality_scores(pod, nodes, nodes[1:]) == {"n1": 4, "n2": 4, "n3": 0}

@@ -91,6 +91,25 @@ def annotation_layers(annotations: Mapping[str, str], where: str) -> tuple[Layer
     return tuple(layers)
 
 
+def resolve_node_image(
+    image: NodeImage, source: LayerSource | None
+) -> tuple[tuple[Layer, ...] | None, str | None]:
+    """Source (a): the layers of the first of ``image.names`` that ``source`` resolves.
+
+    Returns ``(layers, None)``, or ``(None, warning)`` saying why the image is ignored.
+    """
+    errors = []
+    if source is not None:
+        for name in image.names:
+            try:
+                return source.resolve(name), None
+            except LayerResolutionError as err:
+                errors.append(str(err))
+    reason = errors[-1] if errors else "no layer source configured"
+    key = image.names[0] if image.names else ""
+    return None, f"ignoring node image {key!r}: its layers are unknown ({reason})"
+
+
 def node_from_json(document: Any, origin: str) -> NodeInfo:
     """Parse one v1 Node object (``kubectl get node -o json``)."""
     if not isinstance(document, dict):
@@ -235,19 +254,9 @@ class ClusterInventory:
         key = image.names[0]
         if key in self._resolved:
             return self._resolved[key]
-        layers: tuple[Layer, ...] | None = None
-        errors = []
-        if source is not None:
-            for name in image.names:
-                try:
-                    layers = source.resolve(name)
-                    break
-                except LayerResolutionError as err:
-                    errors.append(str(err))
-        if layers is None:
+        layers, message = resolve_node_image(image, source)
+        if message is not None:
             self.unresolved_images += 1
-            reason = errors[-1] if errors else "no layer source configured"
-            message = f"ignoring node image {key!r}: its layers are unknown ({reason})"
             self.warnings.append(message)
             log.warning(message)
         self._resolved[key] = layers

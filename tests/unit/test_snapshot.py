@@ -1,0 +1,185 @@
+"""NodeSnapshot answers exactly what ClusterInventory answers, built faster and smaller."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from layersched.core.errors import InputError
+from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
+from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.pod import PodImages
+from layersched.core.snapshot import NodeSnapshot, SnapshotBuilder
+from layersched.core.strategies import get_strategy
+
+MB = 1024 * 1024
+
+
+def _digest(label: str) -> str:
+    return "sha256:" + label.encode().hex().ljust(64, "0")
+
+
+L1, L2, L3, L4 = (Layer(_digest(f"l{i}"), i * 10 * MB) for i in range(1, 5))
+SOURCE = StaticLayerSource({"img1:1": (L1, L2, L3), "img2:1": (L1, L2, L4)})
+
+
+def _random_cluster(seed: int) -> tuple[list[NodeInfo], StaticLayerSource, list[PodImages]]:
+    """Nodes mixing the three layer sources, shared entries, unknown images and odd names."""
+    rng = random.Random(seed)
+    base = [Layer(_digest(f"base{i}"), rng.randint(1, 80) * MB) for i in range(6)]
+    catalogue: dict[str, tuple[Layer, ...]] = {}
+    for i in range(40):
+        private = tuple(
+            Layer(_digest(f"s{seed}i{i}p{j}"), rng.randint(0, 50) * MB) for j in range(3)
+        )
+        catalogue[f"reg:5000/app{i}:v1"] = (*rng.sample(base, rng.randint(0, 3)), *private)
+    names = list(catalogue)
+    nodes = []
+    for n in range(rng.randint(1, 30)):
+        images = []
+        for name in rng.sample(names, rng.randint(0, 12)):
+            size = sum(layer.size_bytes for layer in catalogue[name])
+            kind = rng.random()
+            if kind < 0.1:  # (b): a patched kubelet's layers map, no resolution needed
+                images.append(NodeImage((name,), size, catalogue[name][:2]))
+            elif kind < 0.2:  # a digest name first that the source does not know
+                images.append(NodeImage((f"{name}@sha256:{'f' * 64}", name), size))
+            elif kind < 0.25:  # an image nobody can resolve
+                images.append(NodeImage((f"unknown/{name}",), size))
+            elif kind < 0.3:  # same name, another size: upstream keeps the first size seen
+                images.append(NodeImage((name,), size + 1))
+            else:
+                images.append(NodeImage((name,), size))
+        annotation = tuple(rng.sample(base, 1)) if rng.random() < 0.2 else ()
+        nodes.append(NodeInfo(f"n{n}", tuple(images), annotation_layers=annotation))
+    pods = [
+        PodImages(
+            name=f"p{k}",
+            init_containers=tuple(rng.sample(names, rng.randint(0, 1))),
+            containers=tuple(rng.choice(names) for _ in range(rng.randint(1, 3))),
+        )
+        for k in range(5)
+    ]
+    return nodes, StaticLayerSource(catalogue), pods
+
+
+@pytest.mark.parametrize("seed", range(12), ids=lambda s: f"seed{s}")
+@pytest.mark.parametrize("indexed", [False, True], ids=["lazy", "indexed"])
+def test_same_answers_as_cluster_inventory(seed: int, indexed: bool) -> None:
+    # Every query the strategies make, and every strategy's scores, match exactly.
+    nodes, source, pods = _random_cluster(seed)
+    reference = ClusterInventory.build(nodes, source)
+    snapshot = NodeSnapshot.build(nodes, source)
+    assert isinstance(snapshot, NodeSnapshot)
+    if indexed:
+        snapshot.index_layers()
+    assert snapshot.node_count == reference.node_count
+    assert snapshot.unresolved_images == reference.unresolved_images
+    assert snapshot.warnings == reference.warnings
+    for digest in reference._layer_id:
+        assert snapshot.layer_holders(digest).tolist() == reference.layer_holders(digest).tolist()
+        assert snapshot.layer_size(digest) == reference.layer_size(digest)
+    for name in {n for node in nodes for image in node.images for n in image.names}:
+        assert snapshot.image_state(name) == reference.image_state(name), name
+        assert snapshot.image_holders(name).tolist() == reference.image_holders(name).tolist()
+    for i in range(len(nodes)):
+        assert set(snapshot.node_layer_digests(i)) == set(reference.node_layer_digests(i))
+    names = [n.name for n in nodes] + ["absent"]
+    assert snapshot.indices_of(names)[0].tolist() == reference.indices_of(names)[0].tolist()
+    for strategy, options in [
+        ("image-locality", {}),
+        ("layer-locality", {}),
+        ("layer-locality", {"spread": True}),
+    ]:
+        scorer = get_strategy(strategy, **options)
+        candidates = reference.indices_of([n.name for n in nodes])[0]
+        for pod in pods:
+            want = scorer.score(pod, reference, candidates, source)
+            got = scorer.score(pod, snapshot, candidates, source)
+            assert got.scores.tolist() == want.scores.tolist(), (strategy, options, pod)
+            assert got.present_bytes.tolist() == want.present_bytes.tolist()
+            assert got.total_bytes == want.total_bytes
+
+
+@pytest.mark.parametrize(
+    ("nodes", "expected_slots", "expected_holders"),
+    [
+        (
+            # the same entry on three nodes is interned once: 1 slot, L1 on all three nodes
+            [NodeInfo(f"n{i}", (NodeImage(("img1:1",), 60 * MB),)) for i in range(3)],
+            1,
+            {L1.digest: [0, 1, 2], L3.digest: [0, 1, 2], L4.digest: []},
+        ),
+        (
+            # two images sharing L1+L2: L1 held by both nodes, L3 by n0 only, L4 by n1 only
+            [
+                NodeInfo("n0", (NodeImage(("img1:1",), 60 * MB),)),
+                NodeInfo("n1", (NodeImage(("img2:1",), 70 * MB),)),
+            ],
+            2,
+            {L1.digest: [0, 1], L3.digest: [0], L4.digest: [1]},
+        ),
+        (
+            # annotations (c) are one more nameless entry: n1 holds L4 through them only
+            [
+                NodeInfo("n0", (NodeImage(("img1:1",), 60 * MB),)),
+                NodeInfo("n1", (), annotation_layers=(L4,)),
+            ],
+            2,
+            {L1.digest: [0], L4.digest: [1]},
+        ),
+        (
+            # a published layers map (b) wins over the source: n0 claims only L3
+            [NodeInfo("n0", (NodeImage(("img1:1",), 60 * MB, (L3,)),))],
+            1,
+            {L1.digest: [], L3.digest: [0]},
+        ),
+    ],
+    ids=["shared-entry", "shared-base", "annotations", "layers-map"],
+)
+def test_interning_and_holders(
+    nodes: list[NodeInfo], expected_slots: int, expected_holders: dict[str, list[int]]
+) -> None:
+    snapshot = NodeSnapshot.build(nodes, SOURCE)
+    assert isinstance(snapshot, NodeSnapshot)
+    assert snapshot.slot_count == expected_slots
+    for digest, holders in expected_holders.items():
+        assert snapshot.layer_holders(digest).tolist() == holders
+
+
+def test_unresolvable_images_are_counted_not_fatal() -> None:
+    # 'nope:1' is in no layer source: counted once, listed, and the node still scores 0
+    snapshot = NodeSnapshot.build(
+        [
+            NodeInfo("n0", (NodeImage(("nope:1",), MB),)),
+            NodeInfo("n1", (NodeImage(("nope:1",), MB),)),
+        ],
+        SOURCE,
+    )
+    assert snapshot.unresolved_images == 1
+    assert "nope:1" in snapshot.warnings[0]
+    assert snapshot.image_state("nope:1") == (MB, 2)
+
+
+def test_duplicate_node_names_are_rejected() -> None:
+    builder = SnapshotBuilder(SOURCE)
+    builder.add_node("n0")
+    with pytest.raises(InputError, match="appears twice"):
+        builder.add_node("n0")
+
+
+def test_read_only() -> None:
+    snapshot = NodeSnapshot.build([NodeInfo("n0")], SOURCE)
+    with pytest.raises(TypeError, match="read-only"):
+        snapshot.add_layers(0, [L1])
+
+
+def test_empty_snapshot() -> None:
+    # no nodes: every query answers "nobody"
+    snapshot = NodeSnapshot.build([], SOURCE)
+    snapshot.index_layers()
+    assert snapshot.node_count == 0
+    assert snapshot.layer_holders(L1.digest).tolist() == []
+    assert np.array_equal(snapshot.image_holders("img1:1"), np.empty(0, dtype=np.int64))

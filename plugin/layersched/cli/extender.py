@@ -1,0 +1,96 @@
+"""``layersched extender``: serve kube-scheduler's extender protocol."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from layersched.cli._sources import add_layer_source_options, open_layer_source
+from layersched.core.errors import InputError
+from layersched.core.layers import LayerSource, NoLayerSource
+from layersched.core.strategies import STRATEGY_NAMES, get_strategy
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.extender import (
+    DEFAULT_RESOLVE_TIMEOUT_S,
+    StaticInventoryProvider,
+    make_extender,
+    serve,
+)
+
+#: Highest TCP port number.
+MAX_PORT = 65_535
+#: Parallel layer resolutions against registries.
+DEFAULT_RESOLVE_WORKERS = 4
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``extender`` subcommand."""
+    p = sub.add_parser(
+        "extender",
+        help="serve kube-scheduler's extender protocol (prioritize, filter, healthz, metrics)",
+        description=(
+            "Score nodes for kube-scheduler by the pod's layer bytes they already hold. "
+            "See docs/extender.md for the KubeSchedulerConfiguration."
+        ),
+    )
+    p.add_argument("--port", type=int, required=True, help="TCP port to listen on")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    p.add_argument("--strategy", choices=STRATEGY_NAMES, default=LAYER_LOCALITY)
+    p.add_argument(
+        "--spread",
+        action="store_true",
+        help="layer-locality: scale present layers by nodes-holding / nodes (anti node heating)",
+    )
+    p.add_argument(
+        "--nodes",
+        metavar="NODES.json",
+        help="v1 NodeList to answer NodeNames requests (nodeCacheCapable: true) from",
+    )
+    p.add_argument(
+        "--resolve-timeout-s",
+        type=float,
+        default=DEFAULT_RESOLVE_TIMEOUT_S,
+        help="answer neutral scores if a pod's layers are not resolved within this "
+        "(resolution goes on in the background; default: %(default)s)",
+    )
+    p.add_argument(
+        "--resolve-workers",
+        type=int,
+        default=DEFAULT_RESOLVE_WORKERS,
+        help="parallel registry resolutions (default: %(default)s)",
+    )
+    add_layer_source_options(p)
+    p.set_defaults(handler=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not 0 < args.port <= MAX_PORT:
+        raise InputError(f"--port {args.port}: choose a TCP port between 1 and {MAX_PORT}")
+    if not args.resolve_timeout_s > 0:
+        raise InputError(f"--resolve-timeout-s {args.resolve_timeout_s}: must be > 0 seconds")
+    if args.resolve_workers < 1:
+        raise InputError(f"--resolve-workers {args.resolve_workers}: must be at least 1")
+
+
+def _listening(url: str) -> None:
+    print(f"layersched extender: listening on {url}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT."""
+    _check(args)
+    options = {"spread": True} if args.spread and args.strategy == LAYER_LOCALITY else {}
+    strategy = get_strategy(args.strategy, **options)
+    source: LayerSource = open_layer_source(args) if strategy.needs_layers else NoLayerSource()
+    extender = make_extender(
+        strategy,
+        source,
+        StaticInventoryProvider(args.nodes, source),
+        resolve_timeout_s=args.resolve_timeout_s,
+        resolve_workers=args.resolve_workers,
+    )
+    asyncio.run(serve(extender, args.host, args.port, _listening))
+    return 0

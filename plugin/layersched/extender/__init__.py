@@ -1,0 +1,35 @@
+"""The kube-scheduler extender: an HTTP server scoring nodes by the pod's layers they hold.
+
+kube-scheduler calls it with ``ExtenderArgs`` (full ``Nodes`` or, when
+``nodeCacheCapable``, ``NodeNames`` resolved against the inventory an
+:class:`InventoryProvider` supplies) and adds its 0–10 scores to its own.
+Verbs: ``POST /prioritize``, ``POST /filter`` (passes every node),
+``GET /healthz`` (200 once the inventory is loaded), ``GET /metrics``.
+See ``docs/extender.md``.
+"""
+
+from layersched.extender._inventory import InventoryProvider, StaticInventoryProvider
+from layersched.extender._prioritize import SCORE_DIVISOR, Extender
+from layersched.extender._resolver import DeadlineResolver
+from layersched.extender._server import (
+    DEFAULT_RESOLVE_TIMEOUT_S,
+    ExtenderError,
+    create_app,
+    make_extender,
+    serve,
+)
+from layersched.extender._wire import MAX_EXTENDER_PRIORITY
+
+__all__ = [
+    "DEFAULT_RESOLVE_TIMEOUT_S",
+    "MAX_EXTENDER_PRIORITY",
+    "SCORE_DIVISOR",
+    "DeadlineResolver",
+    "Extender",
+    "ExtenderError",
+    "InventoryProvider",
+    "StaticInventoryProvider",
+    "create_app",
+    "make_extender",
+    "serve",
+]

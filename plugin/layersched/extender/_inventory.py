@@ -1,0 +1,144 @@
+"""Where node inventories come from: request bodies, and the inventory the extender holds.
+
+In ``NodeNames`` mode (``nodeCacheCapable: true``) kube-scheduler sends names
+only, so the extender must already know what every node holds. An
+:class:`InventoryProvider` is that seam: today the ``--nodes`` snapshot
+(:class:`StaticInventoryProvider`); later a node agent or an API watch can
+implement the same two members and be passed to :func:`create_app`.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from layersched.core.errors import InputError
+from layersched.core.inventory import ClusterInventory, NodeImage, annotation_layers
+from layersched.core.layers import Layer, LayerSource, check_digest, check_size
+from layersched.core.snapshot import NodeSnapshot, SnapshotBuilder
+from layersched.extender._wire import ContainerImage, Node, RawNodeList
+
+log = logging.getLogger(__name__)
+
+
+class InventoryProvider(Protocol):
+    """Supplies the inventory ``NodeNames`` are resolved against."""
+
+    def current(self) -> ClusterInventory | None:
+        """The inventory now, or None while it is still loading (healthz answers 503)."""
+        ...
+
+    def load(self) -> None:
+        """Load (blocking; run in a thread); raise a LayerschedError if it cannot."""
+        ...
+
+
+def _with_layers(image: ContainerImage, where: str) -> NodeImage:
+    """A status image with a Ryax ``layers`` map, checked, as a hashable NodeImage."""
+    layers = tuple(
+        Layer(check_digest(d, f"{where}.layers key"), check_size(s, f"{where}.layers[{d!r}]"))
+        for d, s in (image.layers or {}).items()
+    )
+    return NodeImage(image.names or (), image.sizeBytes, layers or None)
+
+
+def add_wire_node(builder: SnapshotBuilder, node: Node, where: str) -> None:
+    """Add one decoded wire Node to ``builder`` (sources a, b and c as the core reads them)."""
+    meta = node.metadata
+    if not meta.name:
+        raise InputError(f"{where}: metadata.name is missing: every Node needs a name")
+    wire: list[ContainerImage] = node.status.images or []
+    images: list[ContainerImage] | list[ContainerImage | NodeImage] = wire
+    if any(image.layers is not None for image in wire):
+        images = [
+            _with_layers(image, f"{where}.status.images[{i}]")
+            if image.layers is not None
+            else image
+            for i, image in enumerate(wire)
+        ]
+    annotations = meta.annotations or {}
+    builder.add_node(
+        meta.name,
+        images,
+        describe=_describe_image,
+        annotation_layers=(
+            annotation_layers(annotations, f"{where}.metadata.annotations") if annotations else ()
+        ),
+        labels=meta.labels,
+        annotations=annotations,
+    )
+
+
+def _describe_image(image: ContainerImage | NodeImage) -> NodeImage:
+    if isinstance(image, NodeImage):
+        return image
+    return NodeImage(image.names or (), image.sizeBytes, None)
+
+
+def snapshot_of(nodes: list[Node], source: LayerSource | None, where: str) -> NodeSnapshot:
+    """A snapshot of a request's ``Nodes.items``."""
+    builder = SnapshotBuilder(source)
+    for i, node in enumerate(nodes):
+        add_wire_node(builder, node, f"{where}[{i}]")
+    return builder.build()
+
+
+class StaticInventoryProvider:
+    """The inventory of a ``--nodes NODES.json`` file (a v1 NodeList), loaded once.
+
+    The file is decoded node by node, so a 50 MB NodeList never exists as
+    Python objects all at once; the result is an indexed :class:`NodeSnapshot`.
+    """
+
+    def __init__(self, path: str | None, source: LayerSource | None) -> None:
+        self.path = path
+        self._source = source
+        self._inventory: ClusterInventory | None = None
+
+    def current(self) -> ClusterInventory | None:
+        return self._inventory
+
+    def load(self) -> None:
+        if self.path is None:
+            self._inventory = SnapshotBuilder(self._source).build()
+            return
+        path = self.path
+        try:
+            data = Path(path).read_bytes()
+        except OSError as err:
+            raise InputError(f"{path}: cannot read it ({err.strerror}): check the path") from None
+        try:
+            raw = msgspec.json.decode(data, type=RawNodeList)
+        except msgspec.DecodeError as err:
+            raise InputError(
+                f"{path}: not a v1 NodeList ({err}): write it with 'kubectl get nodes -o json'"
+            ) from None
+        decoder = msgspec.json.Decoder(Node)
+        builder = SnapshotBuilder(self._source)
+        for i, item in enumerate(raw.items or []):
+            where = f"{path}: items[{i}]"
+            try:
+                node = decoder.decode(item)
+            except msgspec.DecodeError as err:
+                raise InputError(f"{where}: not a v1 Node ({err})") from None
+            add_wire_node(builder, node, where)
+        del raw, data
+        snapshot = builder.build()
+        snapshot.index_layers()
+        for warning in snapshot.warnings:
+            log.warning("%s: %s", path, warning)
+        # the snapshot lives as long as the process: keep the collector off it
+        gc.collect()
+        gc.freeze()
+        log.info(
+            "%s: %d nodes, %d distinct images, %d unresolved",
+            path,
+            snapshot.node_count,
+            snapshot.slot_count,
+            snapshot.unresolved_images,
+        )
+        self._inventory = snapshot

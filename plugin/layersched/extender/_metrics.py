@@ -1,0 +1,115 @@
+"""Prometheus metrics of one extender (its own registry, so tests can run several)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from layersched.core.inventory import ClusterInventory
+from layersched.core.layers import LayerSource
+from layersched.extender._resolver import DeadlineResolver
+
+#: Latency buckets: the NodeNames target is 5 ms, the full-Nodes one 60 ms, and
+#: kube-scheduler gives up at httpTimeout (seconds).
+LATENCY_BUCKETS_S = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
+
+#: Layer-source counters exported when the source has them (the registry source does).
+SOURCE_COUNTERS = (
+    ("cache_hits", "layersched_layer_cache_hits", "Layer-source cache hits."),
+    ("cache_misses", "layersched_layer_cache_misses", "Layer-source cache misses."),
+    ("registry_errors", "layersched_registry_errors", "Failed registry conversations."),
+)
+
+
+class _SourceCollector(Collector):
+    """Reads the layer source's and resolver's counters at scrape time."""
+
+    def __init__(
+        self,
+        source: LayerSource,
+        resolver: DeadlineResolver,
+        inventory: Callable[[], ClusterInventory | None],
+    ) -> None:
+        self._source = source
+        self._resolver = resolver
+        self._inventory = inventory
+
+    def collect(self) -> Iterator[Metric]:
+        for attribute, name, documentation in SOURCE_COUNTERS:
+            value = getattr(self._source, attribute, None)
+            if isinstance(value, int | float):
+                family = CounterMetricFamily(name, documentation)
+                family.add_metric([], float(value))
+                yield family
+        timeouts = CounterMetricFamily(
+            "layersched_extender_resolve_timeouts",
+            "Pods whose layers were not resolved within --resolve-timeout-s.",
+        )
+        timeouts.add_metric([], float(self._resolver.timeouts))
+        yield timeouts
+        rejected = CounterMetricFamily(
+            "layersched_extender_resolve_rejected",
+            "Image resolutions not queued because the worker pool was saturated.",
+        )
+        rejected.add_metric([], float(self._resolver.rejected))
+        yield rejected
+        inventory = self._inventory()
+        if inventory is not None:
+            nodes = GaugeMetricFamily(
+                "layersched_extender_inventory_nodes", "Nodes in the held inventory."
+            )
+            nodes.add_metric([], float(inventory.node_count))
+            yield nodes
+            unresolved = GaugeMetricFamily(
+                "layersched_extender_inventory_unresolved_node_images",
+                "Images of the held inventory whose layers are unknown (ignored).",
+            )
+            unresolved.add_metric([], float(inventory.unresolved_images))
+            yield unresolved
+
+
+class ExtenderMetrics:
+    """The extender's metrics, in a registry of their own."""
+
+    def __init__(
+        self,
+        source: LayerSource,
+        resolver: DeadlineResolver,
+        inventory: Callable[[], ClusterInventory | None],
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self.latency_s = Histogram(
+            "layersched_extender_request_duration_seconds",
+            "Time to answer an extender request, by verb.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "layersched_extender_requests",
+            "Extender requests, by verb and HTTP status code.",
+            ["verb", "code"],
+            registry=self.registry,
+        )
+        self.neutral = Counter(
+            "layersched_extender_neutral_answers",
+            "Prioritize answers of all zeros, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.unresolved_node_images = Counter(
+            "layersched_extender_unresolved_node_images",
+            "Node images of full-Nodes requests whose layers were unknown (ignored).",
+            registry=self.registry,
+        )
+        self.unknown_nodes = Counter(
+            "layersched_extender_unknown_nodes",
+            "NodeNames absent from the held inventory (scored 0).",
+            registry=self.registry,
+        )
+        self.registry.register(_SourceCollector(source, resolver, inventory))

@@ -1,0 +1,198 @@
+"""The prioritize and filter verbs, independent of the HTTP server around them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import msgspec
+import numpy as np
+
+from layersched.core.errors import InputError, LayerResolutionError
+from layersched.core.inventory import ClusterInventory, IndexArray
+from layersched.core.layers import Layer
+from layersched.core.pod import PodImages
+from layersched.core.strategies import NodeScores, Strategy
+from layersched.core.strategies.base import MAX_NODE_SCORE
+from layersched.extender._inventory import InventoryProvider, snapshot_of
+from layersched.extender._metrics import ExtenderMetrics
+from layersched.extender._resolver import DeadlineResolver
+from layersched.extender._wire import (
+    MAX_EXTENDER_PRIORITY,
+    ExtenderArgs,
+    ExtenderFilterResult,
+    FilterArgs,
+    HostPriority,
+    NodeNamesList,
+    Pod,
+)
+
+log = logging.getLogger("layersched.extender")
+
+#: Framework scores (0..100) become extender scores (0..10) by integer division.
+SCORE_DIVISOR = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
+#: Unknown node names are logged once each; past this many we stop remembering.
+MAX_LOGGED_UNKNOWN_NODES = 10_000
+#: Distinct unresolvable node images logged, likewise.
+MAX_LOGGED_UNRESOLVED_IMAGES = 10_000
+
+
+class _Resolved:
+    """A LayerSource over a pod's already-resolved images."""
+
+    def __init__(self, layers: Mapping[str, tuple[Layer, ...]]) -> None:
+        self._layers = layers
+
+    def resolve(self, image: str) -> tuple[Layer, ...]:
+        try:
+            return self._layers[image]
+        except KeyError:
+            raise LayerResolutionError(f"{image!r} was not resolved for this pod") from None
+
+
+def pod_images(pod: Pod | None) -> PodImages:
+    """The core's view of a wire Pod; InputError if it has no usable containers."""
+    if pod is None:
+        raise InputError(
+            "Pod is missing: a prioritize request is ExtenderArgs {Pod, Nodes|NodeNames}"
+        )
+    name = f"{pod.metadata.namespace}/{pod.metadata.name}".lstrip("/")
+    containers = pod.spec.containers or []
+    if not containers:
+        raise InputError(f"pod {name!r}: spec.containers is empty")
+    images = []
+    for key, listed in (
+        ("initContainers", pod.spec.initContainers or []),
+        ("containers", containers),
+    ):
+        for i, container in enumerate(listed):
+            if not container.image:
+                raise InputError(f"pod {name!r}: spec.{key}[{i}].image is missing")
+        images.append(tuple(c.image for c in listed))
+    return PodImages(name=name, init_containers=images[0], containers=images[1])
+
+
+class Extender:
+    """Answers prioritize/filter for one strategy; shared by every request."""
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        resolver: DeadlineResolver,
+        provider: InventoryProvider,
+        metrics: ExtenderMetrics,
+    ) -> None:
+        self.strategy = strategy
+        self.resolver = resolver
+        self.provider = provider
+        self.metrics = metrics
+        self._logged_unknown: set[str] = set()
+        self._logged_unresolved: set[str] = set()
+
+    # ------------------------------------------------------------- prioritize
+    async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
+        """Scores 0..10 for every requested node, in request order."""
+        pod = pod_images(args.Pod)
+        if args.Nodes is not None:
+            names = [node.metadata.name for node in args.Nodes.items or []]
+            inventory: ClusterInventory | None = None  # built once the pod resolves
+        elif args.NodeNames is not None:
+            names = args.NodeNames
+            inventory = self.provider.current()
+            if inventory is None:
+                return self._neutral(names, "not_ready", pod)
+        else:
+            raise InputError("neither Nodes nor NodeNames is set: send one of them")
+        layers: Mapping[str, tuple[Layer, ...]] = {}
+        if self.strategy.needs_layers:
+            resolved = await self.resolver.resolve_pod(pod.images)
+            if resolved is None:
+                return self._neutral(names, "pod_unresolved", pod)
+            layers = resolved
+        if inventory is None:
+            assert args.Nodes is not None
+            inventory = self._request_inventory(args)
+            candidates: IndexArray = np.arange(len(names), dtype=np.int64)
+            missing: list[str] = []
+        else:
+            candidates, missing = inventory.indices_of(names)
+        result = self.strategy.score(pod, inventory, candidates, _Resolved(layers))
+        if missing:
+            self._note_unknown(missing)
+        if log.isEnabledFor(logging.DEBUG):
+            self._log_decision(pod, inventory, result)
+        return _answer(names, inventory, result, bool(missing))
+
+    def _request_inventory(self, args: ExtenderArgs) -> ClusterInventory:
+        assert args.Nodes is not None
+        source = self.resolver.cached_source() if self.strategy.needs_layers else None
+        snapshot = snapshot_of(args.Nodes.items or [], source, "Nodes.items")
+        if snapshot.unresolved_images:
+            self.metrics.unresolved_node_images.inc(snapshot.unresolved_images)
+            for warning in snapshot.warnings:
+                if (
+                    len(self._logged_unresolved) < MAX_LOGGED_UNRESOLVED_IMAGES
+                    and warning not in self._logged_unresolved
+                ):
+                    self._logged_unresolved.add(warning)
+                    log.warning("%s", warning)
+        return snapshot
+
+    def _neutral(self, names: Sequence[str], reason: str, pod: PodImages) -> list[HostPriority]:
+        self.metrics.neutral.labels(reason).inc()
+        log.info("pod %s: neutral scores for %d nodes (%s)", pod.name, len(names), reason)
+        return [HostPriority(name, 0) for name in names]
+
+    def _note_unknown(self, missing: list[str]) -> None:
+        self.metrics.unknown_nodes.inc(len(missing))
+        for name in missing:
+            if name not in self._logged_unknown and (
+                len(self._logged_unknown) < MAX_LOGGED_UNKNOWN_NODES
+            ):
+                self._logged_unknown.add(name)
+                log.warning("node %r is not in the held inventory: scoring it 0", name)
+
+    def _log_decision(
+        self, pod: PodImages, inventory: ClusterInventory, result: NodeScores
+    ) -> None:
+        lines = [
+            f"  {inventory.nodes[int(i)].name}: present {int(p)} / total {result.total_bytes} "
+            f"bytes -> {int(s)}/100 -> {int(s) // SCORE_DIVISOR}/10"
+            for i, p, s in zip(result.nodes, result.present_bytes, result.scores, strict=True)
+        ]
+        log.debug("pod %s (%s):\n%s", pod.name, self.strategy.name, "\n".join(lines))
+
+    # ----------------------------------------------------------------- filter
+    def filter(self, args: FilterArgs) -> ExtenderFilterResult:
+        """Every node passes: layer locality is a preference, never a requirement."""
+        if bytes(args.Pod) == b"null":
+            raise InputError(
+                "Pod is missing: a filter request is ExtenderArgs {Pod, Nodes|NodeNames}"
+            )
+        if bytes(args.Nodes) == b"null":
+            if args.NodeNames is None:
+                raise InputError("neither Nodes nor NodeNames is set: send one of them")
+        else:
+            msgspec.json.decode(args.Nodes, type=NodeNamesList)  # a wrong shape is a 400
+        return ExtenderFilterResult(
+            Nodes=args.Nodes,
+            NodeNames=args.NodeNames,
+            FailedNodes={},
+            FailedAndUnresolvableNodes={},
+            Error="",
+        )
+
+
+def _answer(
+    names: Sequence[str], inventory: ClusterInventory, result: NodeScores, has_missing: bool
+) -> list[HostPriority]:
+    scores = (result.scores // SCORE_DIVISOR).tolist()
+    if not has_missing:
+        return [HostPriority(n, s) for n, s in zip(names, scores, strict=True)]
+    by_index = dict(zip(result.nodes.tolist(), scores, strict=True))
+    index_of = inventory.index_of
+    answer = []
+    for name in names:
+        idx = index_of(name)
+        answer.append(HostPriority(name, 0 if idx is None else by_index[idx]))
+    return answer

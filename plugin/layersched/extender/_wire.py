@@ -1,0 +1,135 @@
+"""kube-scheduler extender wire types (``k8s.io/kube-scheduler/extender/v1``).
+
+The Go types carry no JSON tags, so their keys travel capitalised (``Pod``,
+``Nodes``, ``NodeNames``, ``Host``, ``Score``…); the Kubernetes objects inside
+them (v1 Pod, v1 NodeList) use their usual camelCase JSON names. Only the
+fields layersched reads are declared: msgspec skips the rest without building
+them, which is most of the cost of a 5 MB NodeList. ``gc=False`` keeps the
+thousands of decoded objects out of the cyclic garbage collector.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+#: Highest score an extender may return (upstream ``MaxExtenderPriority``).
+MAX_EXTENDER_PRIORITY = 10
+
+_NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class ObjectMeta(msgspec.Struct, gc=False):
+    """``metadata``: what identifies a node or pod."""
+
+    name: str = ""
+    namespace: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class ContainerImage(msgspec.Struct, frozen=True, gc=False):
+    """One ``Node.status.images`` entry; hashable (to be interned) unless it has ``layers``."""
+
+    names: tuple[str, ...] | None = None
+    sizeBytes: _NonNegative = 0
+    #: Ryax-patched kubelet: ``{layer digest: compressed size}``.
+    layers: dict[str, int] | None = None
+
+
+class NodeStatus(msgspec.Struct, gc=False):
+    """``Node.status``: only the images matter here."""
+
+    images: list[ContainerImage] | None = None
+
+
+class Node(msgspec.Struct, gc=False):
+    """A v1 Node, reduced to its name, labels, annotations and images."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    status: NodeStatus = msgspec.field(default_factory=NodeStatus)
+
+
+class NodeList(msgspec.Struct, gc=False):
+    """A v1 NodeList (``ExtenderArgs.Nodes``; also the ``--nodes`` file)."""
+
+    items: list[Node] | None = None
+
+
+class RawNodeList(msgspec.Struct, gc=False):
+    """A v1 NodeList whose items stay undecoded, to decode a big file node by node."""
+
+    items: list[msgspec.Raw] | None = None
+
+
+class Container(msgspec.Struct, gc=False):
+    """A container: only its image matters."""
+
+    name: str = ""
+    image: str = ""
+
+
+class PodSpec(msgspec.Struct, gc=False):
+    """``Pod.spec``: the containers, init containers first in upstream's order."""
+
+    initContainers: list[Container] | None = None
+    containers: list[Container] | None = None
+
+
+class Pod(msgspec.Struct, gc=False):
+    """A v1 Pod, reduced to its name and container images."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+
+
+class ExtenderArgs(msgspec.Struct, gc=False):
+    """The body of a prioritize request."""
+
+    Pod: Pod | None = None
+    #: Full nodes (``nodeCacheCapable: false``).
+    Nodes: NodeList | None = None
+    #: Node names only (``nodeCacheCapable: true``).
+    NodeNames: list[str] | None = None
+
+
+class _NodeNameOnly(msgspec.Struct, gc=False):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+
+
+class NodeNamesList(msgspec.Struct, gc=False):
+    """A NodeList decoded for its shape and names only (filter validates with it)."""
+
+    items: list[_NodeNameOnly] | None = None
+
+
+class FilterArgs(msgspec.Struct, gc=False):
+    """The body of a filter request: ``Nodes`` is kept as raw JSON to echo it unchanged."""
+
+    Pod: msgspec.Raw = msgspec.Raw(b"null")
+    Nodes: msgspec.Raw = msgspec.Raw(b"null")
+    NodeNames: list[str] | None = None
+
+
+class HostPriority(msgspec.Struct, gc=False):
+    """One prioritize answer: a node and its score 0..MAX_EXTENDER_PRIORITY."""
+
+    Host: str
+    Score: int
+
+
+class ExtenderFilterResult(msgspec.Struct, gc=False):
+    """The filter answer; layersched filters nothing out."""
+
+    Nodes: msgspec.Raw
+    NodeNames: list[str] | None
+    FailedNodes: dict[str, str]
+    FailedAndUnresolvableNodes: dict[str, str]
+    Error: str
+
+
+class ErrorBody(msgspec.Struct):
+    """A 4xx/5xx body: ``{"Error": "…"}`` as the extender result types spell it."""
+
+    Error: str

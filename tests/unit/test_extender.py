@@ -1,0 +1,471 @@
+"""The extender's HTTP handling, in process (aiohttp's test server on loopback).
+
+The cluster is the seed scenario (CONTEXT §1): Img1 = L1+L2+L3, Img2 = L1+L2+L4,
+N1 holds Img1, N2 holds Img2 (so L1+L2), N3 holds nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import tenacity
+from aiohttp.test_utils import TestClient, TestServer
+
+from layersched.core.errors import LayerResolutionError
+from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.strategies import get_strategy
+from layersched.extender import Extender, StaticInventoryProvider, create_app, make_extender
+from layersched.extender._prioritize import pod_images
+from layersched.extender._wire import Container, Pod, PodSpec
+
+MB = 1024 * 1024
+#: How long a background resolution may take to warm the cache in these tests.
+WARM_TIMEOUT_S = 5.0
+#: A deadline small enough that the tests stay fast, large enough for a loaded box.
+SHORT_DEADLINE_S = 0.05
+
+
+def _digest(label: str) -> str:
+    return "sha256:" + label.encode().hex().ljust(64, "0")
+
+
+L1, L2, L3, L4 = (
+    Layer(_digest("l1"), 30 * MB),
+    Layer(_digest("l2"), 20 * MB),
+    Layer(_digest("l3"), 40 * MB),
+    Layer(_digest("l4"), 10 * MB),
+)
+SOURCE = StaticLayerSource({"img1:1": (L1, L2, L3), "img2:1": (L1, L2, L4)})
+
+
+def _node(name: str, *images: str, **extra: Any) -> dict[str, Any]:
+    sizes = {"img1:1": 90 * MB, "img2:1": 60 * MB}
+    status = {"images": [{"names": [i], "sizeBytes": sizes.get(i, MB)} for i in images]}
+    node: dict[str, Any] = {"metadata": {"name": name}, "status": status}
+    node["metadata"].update(extra.get("metadata", {}))
+    for image, layers in zip(node["status"]["images"], extra.get("layers", []), strict=False):
+        image["layers"] = layers
+    return node
+
+
+NODES = [_node("N1", "img1:1"), _node("N2", "img2:1"), _node("N3")]
+
+
+def _pod(*images: str, init: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p1", "namespace": "default"},
+        "spec": {
+            "initContainers": [{"name": f"i{k}", "image": i} for k, i in enumerate(init)],
+            "containers": [{"name": f"c{k}", "image": i} for k, i in enumerate(images)],
+        },
+    }
+
+
+def _nodes_file(tmp_path: Any, nodes: list[dict[str, Any]]) -> str:
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps({"kind": "NodeList", "items": nodes}))
+    return str(path)
+
+
+def _extender(
+    tmp_path: Any, strategy: str = "layer-locality", source: Any = SOURCE, **kw: Any
+) -> Extender:
+    # the held inventory is loaded from the offline source: only pods meet ``source``
+    provider = StaticInventoryProvider(_nodes_file(tmp_path, NODES), SOURCE)
+    provider.load()
+    return make_extender(get_strategy(strategy), source, provider, **kw)
+
+
+Call = Callable[[str, str, Any], Awaitable[tuple[int, Any]]]
+
+
+def _serve(extender: Extender, scenario: Callable[[Call], Awaitable[None]]) -> None:
+    """Run ``scenario(call)`` against an in-process server for ``extender``."""
+
+    async def main() -> None:
+        async with TestClient(TestServer(create_app(extender))) as client:
+
+            async def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
+                data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
+                response = await client.request(method, path, data=data)
+                text = await response.text()
+                is_json = response.content_type == "application/json"
+                return response.status, json.loads(text) if is_json else text
+
+            await scenario(call)
+
+    asyncio.run(main())
+
+
+def _request(
+    tmp_path: Any, extender: Extender, method: str, path: str, body: Any
+) -> tuple[int, Any]:
+    results: list[tuple[int, Any]] = []
+
+    async def scenario(call: Call) -> None:
+        results.append(await call(method, path, body))
+
+    _serve(extender, scenario)
+    return results[0]
+
+
+# ------------------------------------------------------------------ prioritize
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            # NodeNames: pod Img1 weighs 90M. N1 holds it all: 100 -> 10.
+            # N2 holds L1+L2 = 50M: floor(100 * 50 / 90) = 55 -> 55 // 10 = 5. N3: 0.
+            {"Pod": _pod("img1:1"), "NodeNames": ["N1", "N2", "N3"]},
+            {"N1": 10, "N2": 5, "N3": 0},
+        ),
+        (
+            # the same cluster sent as full Nodes gives the same answer
+            {"Pod": _pod("img1:1"), "Nodes": {"items": NODES}},
+            {"N1": 10, "N2": 5, "N3": 0},
+        ),
+        (
+            # request order is kept; an unknown name scores 0 (and is logged once)
+            {"Pod": _pod("img2:1"), "NodeNames": ["ghost", "N3", "N2", "N1"]},
+            # Img2 = 60M: N2 100 -> 10; N1 holds L1+L2 = 50M: floor(100*50/60) = 83 -> 8
+            {"ghost": 0, "N3": 0, "N2": 10, "N1": 8},
+        ),
+        (
+            # init containers count, de-duplicated: Img1 ∪ Img2 = L1..L4 = 100M.
+            # N1: 90M -> 90 -> 9; N2: 60M -> 60 -> 6
+            {"Pod": _pod("img2:1", init=("img1:1",)), "NodeNames": ["N1", "N2", "N3"]},
+            {"N1": 9, "N2": 6, "N3": 0},
+        ),
+        (
+            # full Nodes with (b) a layers map and (c) annotations, no source needed for them:
+            # A publishes L3 only for an unknown image: 40/90 = 44 -> 4;
+            # B annotates L1+L2: 50/90 = 55 -> 5
+            {
+                "Pod": _pod("img1:1"),
+                "Nodes": {
+                    "items": [
+                        _node("A", "private:1", layers=[{L3.digest: L3.size_bytes}]),
+                        _node(
+                            "B",
+                            metadata={
+                                "annotations": {
+                                    f"imageLayer.{L1.digest}": str(L1.size_bytes),
+                                    f"imageLayer.{L2.digest}": str(L2.size_bytes),
+                                }
+                            },
+                        ),
+                    ]
+                },
+            },
+            {"A": 4, "B": 5},
+        ),
+        (
+            # no nodes at all: an empty answer
+            {"Pod": _pod("img1:1"), "NodeNames": []},
+            {},
+        ),
+    ],
+    ids=["node-names", "full-nodes", "order-and-unknown", "init-containers", "layers-b-c", "empty"],
+)
+def test_prioritize(tmp_path: Any, body: dict[str, Any], expected: dict[str, int]) -> None:
+    status, answer = _request(tmp_path, _extender(tmp_path), "POST", "/prioritize", body)
+    assert status == 200
+    assert [entry["Host"] for entry in answer] == list(expected)
+    assert {entry["Host"]: entry["Score"] for entry in answer} == expected
+
+
+def test_image_locality_strategy(tmp_path: Any) -> None:
+    # image-locality needs no layers: N1 holds img1:1 (90M) and is the only one of 3 nodes:
+    # 90M * 1/3 = 30M -> 100 * (30M - 23M) / (1000M - 23M) = 0 (tiny images barely count)
+    extender = _extender(tmp_path, "image-locality")
+    status, answer = _request(
+        tmp_path, extender, "POST", "/prioritize", {"Pod": _pod("img1:1"), "NodeNames": ["N1"]}
+    )
+    assert (status, answer) == (200, [{"Host": "N1", "Score": 0}])
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        # not JSON at all
+        (b"{not json", "malformed ExtenderArgs"),
+        # the top level must be an object
+        ([1, 2], "malformed ExtenderArgs"),
+        # Pod missing
+        ({"NodeNames": ["N1"]}, "Pod is missing"),
+        # Pod of the wrong type
+        ({"Pod": 3, "NodeNames": ["N1"]}, "$.Pod"),
+        # Nodes.items not a list
+        ({"Pod": _pod("img1:1"), "Nodes": {"items": 5}}, "$.Nodes.items"),
+        # NodeNames not a list of strings
+        ({"Pod": _pod("img1:1"), "NodeNames": [1]}, "$.NodeNames"),
+        # neither Nodes nor NodeNames
+        ({"Pod": _pod("img1:1")}, "neither Nodes nor NodeNames"),
+        # a container without an image
+        ({"Pod": {"spec": {"containers": [{"name": "c"}]}}, "NodeNames": []}, "image is missing"),
+        # a pod without containers
+        ({"Pod": {"spec": {}}, "NodeNames": []}, "spec.containers is empty"),
+        # the same node twice in Nodes
+        ({"Pod": _pod("img1:1"), "Nodes": {"items": [NODES[0], NODES[0]]}}, "appears twice"),
+        # a node without a name
+        ({"Pod": _pod("img1:1"), "Nodes": {"items": [{"status": {}}]}}, "metadata.name"),
+        # a negative image size
+        (
+            {"Pod": _pod("img1:1"), "Nodes": {"items": [_node("A", "img1:1")]}}
+            | {
+                "Nodes": {
+                    "items": [
+                        {"metadata": {"name": "A"}, "status": {"images": [{"sizeBytes": -1}]}}
+                    ]
+                }
+            },
+            "sizeBytes",
+        ),
+        # a layers map whose key is no digest
+        (
+            {"Pod": _pod("img1:1"), "Nodes": {"items": [_node("A", "x:1", layers=[{"nope": 1}])]}},
+            "is not a digest",
+        ),
+    ],
+    ids=[
+        "not-json",
+        "not-object",
+        "pod-missing",
+        "pod-wrong-type",
+        "items-not-list",
+        "names-not-strings",
+        "no-nodes",
+        "no-image",
+        "no-containers",
+        "duplicate-node",
+        "nameless-node",
+        "negative-size",
+        "bad-layer-digest",
+    ],
+)
+def test_bad_requests_get_4xx_and_the_server_keeps_serving(
+    tmp_path: Any, body: Any, fragment: str
+) -> None:
+    extender = _extender(tmp_path)
+
+    async def scenario(call: Call) -> None:
+        status, answer = await call("POST", "/prioritize", body)
+        assert status == 400
+        assert fragment in answer["Error"]
+        status, answer = await call(
+            "POST", "/prioritize", {"Pod": _pod("img1:1"), "NodeNames": ["N1"]}
+        )
+        assert (status, answer) == (200, [{"Host": "N1", "Score": 10}])
+
+    _serve(extender, scenario)
+    assert 'code="400"' in _metrics_text(extender)
+
+
+def _metrics_text(extender: Extender) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(extender.metrics.registry).decode()
+
+
+def test_unknown_pod_image_is_neutral(tmp_path: Any) -> None:
+    # 'ghcr.io/unknown:1' is in no layer source: every node 0, and the neutral answer is counted
+    extender = _extender(tmp_path)
+    status, answer = _request(
+        tmp_path,
+        extender,
+        "POST",
+        "/prioritize",
+        {"Pod": _pod("ghcr.io/unknown:1"), "NodeNames": ["N1", "N2"]},
+    )
+    assert status == 200
+    assert answer == [{"Host": "N1", "Score": 0}, {"Host": "N2", "Score": 0}]
+    assert (
+        'layersched_extender_neutral_answers_total{reason="pod_unresolved"} 1.0'
+        in _metrics_text(extender)
+    )
+
+
+class _SlowSource:
+    """A registry stand-in that answers only once ``release`` is set; counts like one."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.registry_errors = 0
+
+    def resolve(self, image: str) -> tuple[Layer, ...]:
+        self.cache_misses += 1
+        if not self.release.wait(WARM_TIMEOUT_S):
+            self.registry_errors += 1
+            raise LayerResolutionError(f"{image!r}: registry timed out")
+        return SOURCE.resolve(image)
+
+
+def test_slow_registry_answers_neutral_fast_then_warms(tmp_path: Any) -> None:
+    # The first pod cannot wait for the registry: zeros within the deadline. The resolution
+    # goes on; once it lands, the next pod with that image is scored for real (N1: 10).
+    source = _SlowSource()
+    extender = _extender(tmp_path, source=source, resolve_timeout_s=SHORT_DEADLINE_S)
+    body = {"Pod": _pod("img1:1"), "NodeNames": ["N1", "N2"]}
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(WARM_TIMEOUT_S), wait=tenacity.wait_fixed(0.02), reraise=True
+    )
+    async def assert_warm(call: Call) -> None:
+        _, answer = await call("POST", "/prioritize", body)
+        assert answer == [{"Host": "N1", "Score": 10}, {"Host": "N2", "Score": 5}]
+
+    async def scenario(call: Call) -> None:
+        started = time.monotonic()
+        status, answer = await call("POST", "/prioritize", body)
+        assert time.monotonic() - started < WARM_TIMEOUT_S / 2
+        assert (status, answer) == (200, [{"Host": "N1", "Score": 0}, {"Host": "N2", "Score": 0}])
+        source.release.set()
+        await assert_warm(call)
+
+    try:
+        _serve(extender, scenario)
+    finally:
+        source.release.set()
+        extender.resolver.close()
+    text = _metrics_text(extender)
+    assert "layersched_extender_resolve_timeouts_total 1.0" in text
+    assert "layersched_layer_cache_misses_total" in text
+    assert "layersched_registry_errors_total 0.0" in text
+
+
+# ---------------------------------------------------------------------- filter
+@pytest.mark.parametrize(
+    ("body", "expected_nodes", "expected_names"),
+    [
+        # NodeNames are echoed, Nodes stays null
+        ({"Pod": _pod("img1:1"), "NodeNames": ["N1", "N2"]}, None, ["N1", "N2"]),
+        # full Nodes are echoed unchanged, fields layersched does not read included
+        (
+            {
+                "Pod": _pod("img1:1"),
+                "Nodes": {"kind": "NodeList", "items": [NODES[0] | {"spec": {"x": 1}}]},
+            },
+            {"kind": "NodeList", "items": [NODES[0] | {"spec": {"x": 1}}]},
+            None,
+        ),
+    ],
+    ids=["names", "nodes"],
+)
+def test_filter_passes_everything(
+    tmp_path: Any, body: dict[str, Any], expected_nodes: Any, expected_names: Any
+) -> None:
+    status, answer = _request(tmp_path, _extender(tmp_path), "POST", "/filter", body)
+    assert status == 200
+    assert answer == {
+        "Nodes": expected_nodes,
+        "NodeNames": expected_names,
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"NodeNames": ["N1"]}, "Pod is missing"),  # no Pod
+        ({"Pod": _pod("img1:1")}, "neither Nodes nor NodeNames"),  # nothing to filter
+        ({"Pod": _pod("img1:1"), "Nodes": {"items": 5}}, "$.items"),  # items not a list
+    ],
+    ids=["pod-missing", "no-nodes", "items-not-list"],
+)
+def test_filter_bad_requests(tmp_path: Any, body: dict[str, Any], fragment: str) -> None:
+    status, answer = _request(tmp_path, _extender(tmp_path), "POST", "/filter", body)
+    assert status == 400
+    assert fragment in answer["Error"]
+
+
+# ------------------------------------------------------------ health, metrics, logs
+def test_healthz_is_503_until_the_inventory_is_loaded(tmp_path: Any) -> None:
+    provider = StaticInventoryProvider(_nodes_file(tmp_path, NODES), SOURCE)
+    extender = make_extender(get_strategy("layer-locality"), SOURCE, provider)
+
+    async def scenario(call: Call) -> None:
+        assert (await call("GET", "/healthz"))[0] == 503
+        # a NodeNames request before then is answered neutrally, not refused
+        status, answer = await call(
+            "POST", "/prioritize", {"Pod": _pod("img1:1"), "NodeNames": ["N1"]}
+        )
+        assert (status, answer) == (200, [{"Host": "N1", "Score": 0}])
+        provider.load()
+        assert (await call("GET", "/healthz"))[0] == 200
+
+    _serve(extender, scenario)
+    assert 'reason="not_ready"' in _metrics_text(extender)
+
+
+def test_metrics(tmp_path: Any) -> None:
+    extender = _extender(tmp_path)
+
+    async def scenario(call: Call) -> None:
+        await call("POST", "/prioritize", {"Pod": _pod("img1:1"), "NodeNames": ["N1", "ghost"]})
+        status, text = await call("GET", "/metrics")
+        assert status == 200
+        for name in (
+            'layersched_extender_request_duration_seconds_bucket{le="0.005",verb="prioritize"}',
+            'layersched_extender_requests_total{code="200",verb="prioritize"} 1.0',
+            "layersched_extender_unknown_nodes_total 1.0",
+            "layersched_extender_inventory_nodes 3.0",
+            "layersched_extender_inventory_unresolved_node_images 0.0",
+        ):
+            assert name in text
+
+    _serve(extender, scenario)
+
+
+def test_debug_log_explains_each_node(tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # N2 holds L1+L2 = 50M of 90M: 55/100, i.e. 5/10
+    caplog.set_level(logging.DEBUG, logger="layersched.extender")
+    _request(
+        tmp_path,
+        _extender(tmp_path),
+        "POST",
+        "/prioritize",
+        {"Pod": _pod("img1:1"), "NodeNames": ["N2"]},
+    )
+    assert f"N2: present {50 * MB} / total {90 * MB} bytes -> 55/100 -> 5/10" in caplog.text
+
+
+def test_no_debug_formatting_when_debug_is_off(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the hot path must not build per-node strings nobody will read
+    caplog.set_level(logging.INFO, logger="layersched.extender")
+
+    def forbidden(*_: object) -> None:
+        raise AssertionError("per-node debug lines formatted with debug off")
+
+    monkeypatch.setattr(Extender, "_log_decision", forbidden)
+    status, _ = _request(
+        tmp_path,
+        _extender(tmp_path),
+        "POST",
+        "/prioritize",
+        {"Pod": _pod("img1:1"), "NodeNames": ["N1"]},
+    )
+    assert status == 200
+
+
+def test_pod_images_keeps_upstream_order() -> None:
+    # init containers first, then containers, repeats kept
+    pod = Pod(
+        spec=PodSpec(
+            initContainers=[Container(image="init:1")],
+            containers=[Container(image="a:1"), Container(image="a:1")],
+        )
+    )
+    assert pod_images(pod).images == ("init:1", "a:1", "a:1")

@@ -1,0 +1,206 @@
+"""The real ``layersched extender`` process: start, score over HTTP, survive garbage, stop.
+
+Files are the seed scenario (CONTEXT §1): Img1 = L1+L2+L3, Img2 = L1+L2+L4;
+N1 holds Img1, N2 holds Img2, N3 holds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import tenacity
+
+pytestmark = pytest.mark.integration
+
+MB = 1024 * 1024
+#: Startup imports numpy, aiohttp and prometheus-client: allow a loaded 2-core box.
+READY_TIMEOUT_S = 30.0
+#: SIGTERM must end the process promptly.
+STOP_TIMEOUT_S = 10.0
+HTTP_TIMEOUT_S = 5.0
+
+
+def _digest(label: str) -> str:
+    return "sha256:" + label.encode().hex().ljust(64, "0")
+
+
+L1, L2, L3, L4 = (_digest(x) for x in ("l1", "l2", "l3", "l4"))
+LAYERS = {
+    "registry.test/img1:1": [
+        {"digest": L1, "size": 30 * MB},
+        {"digest": L2, "size": 20 * MB},
+        {"digest": L3, "size": 40 * MB},
+    ],
+    "registry.test/img2:1": [
+        {"digest": L1, "size": 30 * MB},
+        {"digest": L2, "size": 20 * MB},
+        {"digest": L4, "size": 10 * MB},
+    ],
+}
+
+
+def _node(name: str, *images: str) -> dict[str, object]:
+    return {
+        "metadata": {"name": name},
+        "status": {"images": [{"names": [i], "sizeBytes": 90 * MB} for i in images]},
+    }
+
+
+NODES = {
+    "kind": "NodeList",
+    "items": [
+        _node("N1", "registry.test/img1:1"),
+        _node("N2", "registry.test/img2:1"),
+        _node("N3"),
+    ],
+}
+POD = {
+    "metadata": {"name": "p1"},
+    "spec": {"containers": [{"name": "c", "image": "registry.test/img1:1"}]},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _argv(port: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "layersched.cli.main", "extender", "--port", str(port), *extra]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    layers, nodes = tmp_path / "layers.json", tmp_path / "nodes.json"
+    layers.write_text(json.dumps(LAYERS))
+    nodes.write_text(json.dumps(NODES))
+    return {"layers": layers, "nodes": nodes}
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(READY_TIMEOUT_S), wait=tenacity.wait_fixed(0.1), reraise=True
+)
+def assert_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    assert proc.poll() is None, f"extender exited early with {proc.returncode}"
+    try:
+        response = httpx.get(f"{url}/healthz", timeout=HTTP_TIMEOUT_S)
+    except httpx.TransportError as err:
+        raise AssertionError(f"not listening yet: {err}") from err
+    assert response.status_code == 200, response.text
+
+
+@pytest.fixture
+def extender(
+    files: dict[str, Path], tmp_path: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = _free_port()
+    argv = _argv(port, "--layers", str(files["layers"]), "--nodes", str(files["nodes"]))
+    log_path = tmp_path / "extender.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert_ready(url, proc)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        print(log_path.read_text())  # shown by pytest when a test fails
+
+
+def test_extender_process(extender: tuple[str, subprocess.Popen[bytes]]) -> None:
+    url, proc = extender
+    with httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_S) as client:
+        # NodeNames: N1 100 -> 10; N2 50M/90M = 55 -> 5; N3 0; unknown 0
+        answer = client.post(
+            "/prioritize", json={"Pod": POD, "NodeNames": ["N1", "N2", "N3", "N9"]}
+        )
+        assert answer.status_code == 200
+        assert answer.json() == [
+            {"Host": "N1", "Score": 10},
+            {"Host": "N2", "Score": 5},
+            {"Host": "N3", "Score": 0},
+            {"Host": "N9", "Score": 0},
+        ]
+        # full Nodes: the same cluster, the same answer
+        answer = client.post("/prioritize", json={"Pod": POD, "Nodes": NODES})
+        assert [e["Score"] for e in answer.json()] == [10, 5, 0]
+        # filter passes every node
+        answer = client.post("/filter", json={"Pod": POD, "NodeNames": ["N1", "N2"]})
+        assert answer.json()["NodeNames"] == ["N1", "N2"]
+        assert answer.json()["FailedNodes"] == {}
+        # garbage: 4xx with a JSON error, and the server keeps serving
+        for garbage in (
+            b"\x00\xff garbage",
+            b'{"Pod": 1}',
+            b"[]",
+            b'{"Pod": {}, "Nodes": {"items": 3}}',
+        ):
+            answer = client.post("/prioritize", content=garbage)
+            assert answer.status_code == 400
+            assert answer.json()["Error"]
+        assert client.get("/healthz").status_code == 200
+        metrics = client.get("/metrics").text
+        assert 'layersched_extender_requests_total{code="200",verb="prioritize"} 2.0' in metrics
+        assert 'layersched_extender_requests_total{code="400",verb="prioritize"} 4.0' in metrics
+        assert "layersched_extender_request_duration_seconds_bucket" in metrics
+        assert "layersched_extender_unknown_nodes_total 1.0" in metrics
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=STOP_TIMEOUT_S) == 0
+
+
+def test_sigint_stops_cleanly(extender: tuple[str, subprocess.Popen[bytes]]) -> None:
+    _, proc = extender
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=STOP_TIMEOUT_S) == 0
+
+
+def _one_line_failure(argv: list[str]) -> str:
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=READY_TIMEOUT_S, check=False
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert "Traceback" not in done.stderr
+    return lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (None, "cannot read it"),  # the file does not exist
+        ("{not json", "not a v1 NodeList"),  # not JSON
+        ('{"items": [{"metadata": {"name": 3}}]}', "items[0]"),  # a wrongly shaped node
+    ],
+    ids=["missing", "not-json", "bad-node"],
+)
+def test_bad_nodes_file_is_a_one_line_error(
+    files: dict[str, Path], tmp_path: Path, content: str | None, fragment: str
+) -> None:
+    nodes = tmp_path / "bad-nodes.json"
+    if content is not None:
+        nodes.write_text(content)
+    line = _one_line_failure(
+        _argv(_free_port(), "--layers", str(files["layers"]), "--nodes", str(nodes))
+    )
+    assert fragment in line and "bad-nodes.json" in line
+
+
+def test_port_in_use_is_a_one_line_error(files: dict[str, Path]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        line = _one_line_failure(_argv(port, "--layers", str(files["layers"])))
+    assert f"cannot listen on 127.0.0.1:{port}" in line

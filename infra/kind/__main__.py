@@ -1,0 +1,140 @@
+"""The kind + CRI-O testbed: read config, build the components, export what the rest needs.
+
+Order: node image and registry trust -> cluster -> registry container (on the
+network kind created) and its link rate -> namespace -> extender (+ agent) ->
+second scheduler (+ the patched in-tree one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pulumi
+from kindbed import (
+    CrioNodeImage,
+    KindCluster,
+    LayerschedAgent,
+    LayerschedExtender,
+    RegistryLinkRate,
+    RegistryTrust,
+    SecondScheduler,
+    Settings,
+    TestbedNamespace,
+    TestbedRegistry,
+)
+
+from layersched.testbed.kind import (
+    DEFAULT_SCHEDULER,
+    NAMESPACE,
+    ClusterSpec,
+    ExtenderSpec,
+    extender_scheduler_config,
+    extender_url,
+    intree_scheduler_config,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+settings = Settings.from_config(pulumi.Config(), pulumi.get_stack(), REPO_ROOT)
+dropin = settings.state_dir / "registries.conf.d" / "50-layersched-registry.conf"
+
+node_image = CrioNodeImage(
+    "node-image",
+    docker_bin=settings.docker_bin,
+    context_dir=REPO_ROOT / "images" / "kind-crio",
+    kind_node_image=settings.kind_node_image,
+    crio_version=settings.crio_version,
+    prebuilt=settings.prebuilt_node_image if settings.use_prebuilt_node_image else None,
+)
+trust = RegistryTrust(
+    "registry-trust",
+    path=dropin,
+    registry_hosts=[settings.registry_address, *settings.extra_registry_hosts],
+)
+cluster = KindCluster(
+    "cluster",
+    spec=ClusterSpec(
+        name=settings.cluster_name,
+        node_image=node_image.tag,
+        registries_dropin_host_path=str(dropin),
+        workers=settings.workers,
+    ),
+    kind_bin=settings.kind_bin,
+    kubeconfig_path=settings.state_dir / "kubeconfig",
+    logs_dir=settings.state_dir / "logs",
+    opts=pulumi.ResourceOptions(depends_on=[node_image, trust]),
+)
+registry = TestbedRegistry(
+    "registry",
+    docker_bin=settings.docker_bin,
+    container_name=settings.registry_name,
+    image=settings.registry_image,
+    host_port=settings.registry_host_port,
+    opts=pulumi.ResourceOptions(depends_on=[cluster]),  # joins the network kind creates
+)
+if settings.link_rate_bits_per_s > 0:
+    RegistryLinkRate(
+        "registry-link",
+        docker_bin=settings.docker_bin,
+        container=registry.container,
+        rate_bits_per_s=settings.link_rate_bits_per_s,
+        tc_image=settings.tc_image,
+    )
+
+in_cluster = pulumi.ResourceOptions(providers=[cluster.provider])
+namespace = TestbedNamespace("namespace", namespace=NAMESPACE, opts=in_cluster)
+after_namespace = pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[namespace])
+extender = LayerschedExtender(
+    "extender",
+    namespace=NAMESPACE,
+    image=settings.layersched_image,
+    args=settings.extender_args,
+    opts=after_namespace,
+)
+if settings.agent:
+    LayerschedAgent(
+        "agent",
+        namespace=NAMESPACE,
+        image=settings.layersched_image,
+        args=settings.agent_args,
+        opts=after_namespace,
+    )
+layer_scheduler = SecondScheduler(
+    "layer-locality",
+    namespace=NAMESPACE,
+    image=settings.kube_scheduler_image,
+    config=extender_scheduler_config(
+        ExtenderSpec(
+            url_prefix=extender_url(NAMESPACE),
+            weight=settings.extender_weight,
+            http_timeout_s=settings.extender_timeout_s,
+        ),
+        api_version=settings.scheduler_api_version,
+    ),
+    opts=after_namespace,
+)
+scheduler_names = [DEFAULT_SCHEDULER, layer_scheduler.scheduler_name]
+if settings.patched_scheduler:
+    intree = SecondScheduler(
+        "layer-locality-intree",
+        namespace=NAMESPACE,
+        image=settings.intree_scheduler_image,
+        config=intree_scheduler_config(
+            weight=settings.intree_plugin_weight,
+            api_version=settings.patched_scheduler_api_version,
+        ),
+        opts=after_namespace,
+    )
+    scheduler_names.append(intree.scheduler_name)
+
+pulumi.export("kubeconfig_path", cluster.kubeconfig_path)
+pulumi.export("cluster_name", cluster.name)
+pulumi.export("node_names", list(cluster.node_names))
+pulumi.export("node_image", node_image.image)
+pulumi.export("registry_address", registry.address)
+pulumi.export("registry_host_address", registry.host_address)
+pulumi.export("registry_container", registry.container)
+pulumi.export("link_rate_bits_per_s", settings.link_rate_bits_per_s)
+pulumi.export("layersched_image", settings.layersched_image)
+pulumi.export("extender_url", extender.url)
+pulumi.export("scheduler_names", scheduler_names)

@@ -1,0 +1,88 @@
+"""A second (or third) kube-scheduler as an in-cluster Deployment.
+
+It runs beside the untouched default scheduler and only takes pods whose
+``spec.schedulerName`` names its profile. It is an ordinary pod on the pod
+network, so it reaches the extender's Service by cluster DNS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from layersched.testbed.kind import (
+    AUTH_READER_NAMESPACE,
+    AUTH_READER_ROLE,
+    SCHEDULER_CLUSTER_ROLES,
+    SCHEDULER_CONFIG_FILE,
+    labels,
+    scheduler_deployment_spec,
+    to_yaml,
+)
+
+TYPE = "layersched:kind:SecondScheduler"
+
+
+class SecondScheduler(pulumi.ComponentResource):
+    """ServiceAccount, upstream scheduler roles, config ConfigMap and Deployment."""
+
+    scheduler_name: str
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        namespace: pulumi.Input[str],
+        image: str,
+        config: dict[str, Any],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(TYPE, name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.scheduler_name = str(config["profiles"][0]["schedulerName"])
+
+        def meta(**extra: Any) -> dict[str, Any]:
+            return {"name": name, "namespace": namespace, "labels": labels(name), **extra}
+
+        account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta(), opts=child)
+        subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+        for role in SCHEDULER_CLUSTER_ROLES:
+            k8s.rbac.v1.ClusterRoleBinding(
+                f"{name}-{role.rsplit(':', 1)[-1]}",
+                metadata={"name": f"{name}-{role.replace(':', '-')}", "labels": labels(name)},
+                role_ref={
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                subjects=subject,
+                opts=child,
+            )
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-authn-reader",
+            metadata={"name": f"{name}-authn-reader", "namespace": AUTH_READER_NAMESPACE},
+            role_ref={
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": AUTH_READER_ROLE,
+            },
+            subjects=subject,
+            opts=child,
+        )
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=meta(),
+            data={SCHEDULER_CONFIG_FILE: to_yaml(config)},
+            opts=child,
+        )
+        deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=meta(),
+            spec=scheduler_deployment_spec(name, image, name, name),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[account, config_map]),
+        )
+        self.register_outputs(
+            {"scheduler_name": self.scheduler_name, "deployment": deployment.metadata["name"]}
+        )

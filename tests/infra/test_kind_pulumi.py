@@ -1,0 +1,283 @@
+"""The Pulumi program of the kind testbed, run against Pulumi's mocks.
+
+No CLI, no engine, no Docker: ``pulumi.runtime.set_mocks`` answers every
+resource registration, and the tests read back the resource graph the real
+``pulumi up`` would create: types, parents (URNs), inputs, registered outputs.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+
+from layersched.testbed.kind import CRIO_SOCKET, REGISTRIES_DROPIN_NODE_PATH
+
+pytestmark = pytest.mark.infra
+
+PROGRAM_DIR = Path(__file__).resolve().parents[2] / "infra" / "kind"
+PROJECT = "layersched-kind"
+STACK = "test"
+
+
+class _Answer(pulumi.runtime.Mocks):
+    """Every resource gets its inputs back as state; commands print nothing."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        state = dict(args.inputs)
+        if args.typ == "command:local:Command":
+            state.setdefault("stdout", "")
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
+        return {}, []
+
+
+class _Monitor(pulumi_mocks.MockMonitor):
+    """The mock monitor, also keeping what each component registered as outputs."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.component_outputs: dict[str, dict[str, Any]] = {}
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:
+        self.component_outputs[request.urn] = pulumi.runtime.rpc.deserialize_properties(
+            request.outputs
+        )
+        return super().RegisterResourceOutputs(request)
+
+
+@dataclass
+class Graph:
+    """What the program registered, by URN."""
+
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    component_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def of_type(self, typ: str) -> dict[str, dict[str, Any]]:
+        """Resources whose own type (last URN type segment) is ``typ``, by name."""
+        found = {}
+        for urn, state in self.resources.items():
+            qualified, name = urn.split("::")[2], urn.split("::")[3]
+            if qualified.split("$")[-1] == typ:
+                found[name] = state
+        return found
+
+    def urn(self, name: str) -> str:
+        [urn] = [u for u in self.resources if u.split("::")[3] == name]
+        return urn
+
+
+def run_program(config: dict[str, str], tmp_path: Path) -> Graph:
+    """``infra/kind/__main__.py`` under mocks with this stack config."""
+    monitor = _Monitor(_Answer())
+    pulumi.runtime.set_mocks(
+        _Answer(), project=PROJECT, stack=STACK, preview=False, monitor=monitor
+    )
+    pulumi.runtime.set_all_config(
+        {f"{PROJECT}:{k}": v for k, v in ({"stateDir": str(tmp_path)} | config).items()}
+    )
+
+    @pulumi.runtime.test
+    def program() -> None:
+        runpy.run_path(str(PROGRAM_DIR / "__main__.py"), run_name="__main__")
+
+    program()
+    return Graph(
+        resources={urn: dict(reg.state) for urn, reg in monitor.resources.items()},
+        component_outputs=monitor.component_outputs,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _program_on_path() -> Iterator[None]:
+    sys.path.insert(0, str(PROGRAM_DIR))
+    yield
+    sys.path.remove(str(PROGRAM_DIR))
+    for module in [m for m in sys.modules if m == "kindbed" or m.startswith("kindbed.")]:
+        del sys.modules[module]
+
+
+@pytest.fixture
+def graph(tmp_path: Path) -> Graph:
+    return run_program({}, tmp_path)
+
+
+def _command(graph: Graph, name: str) -> dict[str, Any]:
+    return graph.of_type("command:local:Command")[name]
+
+
+def test_every_child_is_parented_to_its_component(graph: Graph) -> None:
+    components = {
+        urn.split("::")[2].split("$")[-1]
+        for urn in graph.resources
+        if urn.split("::")[2].split("$")[-1].startswith("layersched:kind:")
+    }
+    # Default stack: no agent, no patched scheduler; every other component is there.
+    assert components == {
+        "layersched:kind:CrioNodeImage",
+        "layersched:kind:RegistryTrust",
+        "layersched:kind:Cluster",
+        "layersched:kind:TestbedRegistry",
+        "layersched:kind:RegistryLinkRate",
+        "layersched:kind:Namespace",
+        "layersched:kind:Extender",
+        "layersched:kind:SecondScheduler",
+    }
+    for urn in graph.resources:
+        qualified = urn.split("::")[2]
+        if not qualified.split("$")[-1].startswith("layersched:kind:"):
+            # A plain resource's URN type chain starts with its parent component's type.
+            assert qualified.split("$")[0].startswith("layersched:kind:"), urn
+    # Each component registered non-empty outputs.
+    registered = {
+        urn.split("::")[2].split("$")[-1]: outputs
+        for urn, outputs in graph.component_outputs.items()
+        if urn.split("::")[2].split("$")[-1].startswith("layersched:kind:")
+    }
+    assert set(registered) == components
+    assert all(registered.values())
+
+
+def test_workers_use_crio_socket_and_mount_trust(graph: Graph, tmp_path: Path) -> None:
+    kind = _command(graph, "cluster-kind")
+    assert "--config /dev/stdin" in kind["create"]
+    config = yaml.safe_load(kind["stdin"])
+    roles = [n["role"] for n in config["nodes"]]
+    assert roles == ["control-plane", "worker", "worker", "worker"]
+    dropin = str(tmp_path / "registries.conf.d" / "50-layersched-registry.conf")
+    for node in config["nodes"]:
+        patches = [yaml.safe_load(p) for p in node["kubeadmConfigPatches"]]
+        joins = [p for p in patches if p["kind"] == "JoinConfiguration"]
+        assert joins and all(p["nodeRegistration"]["criSocket"] == CRIO_SOCKET for p in joins)
+        assert node["extraMounts"][0]["hostPath"] == dropin
+        assert node["extraMounts"][0]["containerPath"] == REGISTRIES_DROPIN_NODE_PATH
+        # The node image is the CRI-O one this stack builds.
+        assert node["image"].startswith("layersched/kind-crio:")
+    # Destroy exports logs before deleting the cluster.
+    delete = kind["delete"]
+    assert delete.index("export logs") < delete.index("delete cluster")
+
+
+def test_registry_attached_trusted_and_rate_limited(graph: Graph) -> None:
+    run = _command(graph, "registry-container")
+    assert "--network kind" in run["create"]
+    assert "--publish 127.0.0.1:5001:5000" in run["create"]
+    trust = _command(graph, "registry-trust-dropin")
+    registries = tomllib.loads(trust["stdin"])["registry"]
+    assert registries == [{"location": "kind-registry:5000", "insecure": True}]
+    tbf = _command(graph, "registry-link-tbf")
+    assert "--network container:kind-registry" in tbf["create"]
+    assert "tbf rate 20000000bit" in tbf["create"]
+
+
+def test_link_rate_zero_leaves_link_unshaped(tmp_path: Path) -> None:
+    graph = run_program({"linkRateBitsPerS": "0"}, tmp_path)
+    assert "registry-link-tbf" not in graph.of_type("command:local:Command")
+
+
+@pytest.mark.parametrize(
+    ("config", "weight", "timeout"),
+    [
+        # Defaults: weight 1 and a 1 s timeout.
+        ({}, 1, "1s"),
+        # Configured: the stack's values go into the scheduler's ConfigMap verbatim.
+        ({"extenderWeight": "7", "extenderTimeoutS": "0.3"}, 7, "300ms"),
+    ],
+    ids=["defaults", "configured"],
+)
+def test_second_scheduler_carries_extender(
+    config: dict[str, str], weight: int, timeout: str, tmp_path: Path
+) -> None:
+    graph = run_program(config, tmp_path)
+    [data] = [
+        s["data"] for n, s in graph.of_type("kubernetes:core/v1:ConfigMap").items()
+        if n == "layer-locality-config"
+    ]  # fmt: skip
+    scheduler_config = yaml.safe_load(data["scheduler-config.yaml"])
+    assert scheduler_config["profiles"] == [{"schedulerName": "layer-locality"}]
+    [extender] = scheduler_config["extenders"]
+    assert extender["weight"] == weight
+    assert extender["httpTimeout"] == timeout
+    assert extender["ignorable"] is True and extender["nodeCacheCapable"] is False
+    assert extender["urlPrefix"] == "http://layersched-extender.layersched.svc.cluster.local:8888"
+
+
+def test_deployments_mount_what_they_need(graph: Graph) -> None:
+    deployments = graph.of_type("kubernetes:apps/v1:Deployment")
+    scheduler = deployments["layer-locality-deployment"]["spec"]["template"]["spec"]
+    [container] = scheduler["containers"]
+    config_flag = next(a for a in container["command"] if a.startswith("--config="))
+    [mount] = container["volumeMounts"]
+    # The --config file lives in the mounted ConfigMap.
+    assert config_flag.removeprefix("--config=").startswith(mount["mountPath"] + "/")
+    assert scheduler["volumes"] == [
+        {"name": mount["name"], "configMap": {"name": "layer-locality"}}
+    ]
+    assert container["image"] == "registry.k8s.io/kube-scheduler:v1.30.0"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    extender = deployments["extender-deployment"]
+    # Created now, image pushed later by deploy.yml: Pulumi must not wait for readiness.
+    assert extender["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    pod = extender["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert pod["automountServiceAccountToken"] is False
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp"]
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/healthz", "port": "http", "scheme": "HTTP"
+    }  # fmt: skip
+    assert container["image"] == "kind-registry:5000/layersched:dev"
+
+
+def test_rbac_is_minimal(tmp_path: Path) -> None:
+    graph = run_program({"agent": "true"}, tmp_path)
+    bindings = graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+    scheduler_roles = sorted(
+        b["roleRef"]["name"] for n, b in bindings.items() if n.startswith("layer-locality-")
+    )
+    # Upstream's own scheduler roles, nothing broader (no cluster-admin, no custom wildcard).
+    assert scheduler_roles == ["system:kube-scheduler", "system:volume-scheduler"]
+    [reader] = graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding").values()
+    assert reader["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+    assert reader["metadata"]["namespace"] == "kube-system"
+    # The only custom role: the agent may get and patch Nodes, nothing else.
+    [role] = graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole").values()
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    # The extender has a ServiceAccount but no binding at all.
+    assert not [b for b in bindings.values() if b["roleRef"]["name"].startswith("layersched-ext")]
+    daemonset = graph.of_type("kubernetes:apps/v1:DaemonSet")["agent-daemonset"]
+    [volume] = daemonset["spec"]["template"]["spec"]["volumes"]
+    assert volume["hostPath"] == {"path": "/var/run/crio/crio.sock", "type": "Socket"}
+
+
+def test_patched_scheduler_is_a_third_profile(tmp_path: Path) -> None:
+    graph = run_program({"patchedScheduler": "true"}, tmp_path)
+    configs = graph.of_type("kubernetes:core/v1:ConfigMap")
+    intree = yaml.safe_load(
+        configs["layer-locality-intree-config"]["data"]["scheduler-config.yaml"]
+    )
+    assert intree["profiles"][0]["schedulerName"] == "layer-locality-intree"
+    assert intree["profiles"][0]["plugins"]["score"]["enabled"][0]["name"] == "ImageLayersLocality"
+    deployment = graph.of_type("kubernetes:apps/v1:Deployment")["layer-locality-intree-deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "kind-registry:5000/patched/kube-scheduler:latest"
+
+
+def test_prebuilt_node_image_is_pulled_not_built(tmp_path: Path) -> None:
+    graph = run_program({"usePrebuiltNodeImage": "true"}, tmp_path)
+    commands = graph.of_type("command:local:Command")
+    assert "node-image-build" not in commands
+    assert (
+        commands["node-image-pull"]["create"] == "docker pull quay.io/aojea/kindnode:crio1639620432"
+    )
+    config = yaml.safe_load(commands["cluster-kind"]["stdin"])
+    assert {n["image"] for n in config["nodes"]} == {"quay.io/aojea/kindnode:crio1639620432"}

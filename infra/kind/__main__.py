@@ -88,7 +88,7 @@ extender = LayerschedExtender(
     "extender",
     namespace=NAMESPACE,
     image=settings.layersched_image,
-    args=settings.extender_args,
+    args=settings.extender_argv,
     opts=after_namespace,
 )
 if settings.agent:

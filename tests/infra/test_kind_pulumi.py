@@ -236,6 +236,11 @@ def test_deployments_mount_what_they_need(graph: Graph) -> None:
         "path": "/healthz", "port": "http", "scheme": "HTTP"
     }  # fmt: skip
     assert container["image"] == "kind-registry:5000/layersched:dev"
+    # Reachable from the scheduler pod, and resolving layers from the testbed registry.
+    args = container["args"]
+    assert args[0] == "extender"
+    assert args[args.index("--host") + 1] == "0.0.0.0"
+    assert args[args.index("--insecure-registry") + 1] == "kind-registry:5000"
 
 
 def test_rbac_is_minimal(tmp_path: Path) -> None:
@@ -249,11 +254,15 @@ def test_rbac_is_minimal(tmp_path: Path) -> None:
     [reader] = graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding").values()
     assert reader["roleRef"]["name"] == "extension-apiserver-authentication-reader"
     assert reader["metadata"]["namespace"] == "kube-system"
-    # The only custom role: the agent may get and patch Nodes, nothing else.
-    [role] = graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole").values()
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
-    # The extender has a ServiceAccount but no binding at all.
-    assert not [b for b in bindings.values() if b["roleRef"]["name"].startswith("layersched-ext")]
+    # No custom role at all: the extender and the agent never call the API.
+    assert not graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+    assert not graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    assert sorted(bindings) == [
+        "layer-locality-kube-scheduler", "layer-locality-volume-scheduler"
+    ]  # fmt: skip
+    accounts = graph.of_type("kubernetes:core/v1:ServiceAccount")
+    assert accounts["extender-sa"]["automountServiceAccountToken"] is False
+    assert accounts["agent-sa"]["automountServiceAccountToken"] is False
     daemonset = graph.of_type("kubernetes:apps/v1:DaemonSet")["agent-daemonset"]
     [volume] = daemonset["spec"]["template"]["spec"]["volumes"]
     assert volume["hostPath"] == {"path": "/var/run/crio/crio.sock", "type": "Socket"}

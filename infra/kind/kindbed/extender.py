@@ -17,7 +17,6 @@ from layersched.testbed.kind import (
     AGENT_NAME,
     EXTENDER_NAME,
     agent_daemonset_spec,
-    agent_rules,
     extender_deployment_spec,
     extender_service_spec,
     extender_url,
@@ -82,7 +81,7 @@ class LayerschedExtender(pulumi.ComponentResource):
 
 
 class LayerschedAgent(pulumi.ComponentResource):
-    """The node agent on every node, reading CRI-O's socket; may get and patch Nodes only."""
+    """The node agent on every node, reading CRI-O's socket; no API access (no RBAC)."""
 
     def __init__(
         self,
@@ -96,20 +95,8 @@ class LayerschedAgent(pulumi.ComponentResource):
         super().__init__(AGENT_TYPE, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         meta = {"name": AGENT_NAME, "namespace": namespace, "labels": labels(AGENT_NAME)}
-        k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta, opts=child)
-        k8s.rbac.v1.ClusterRole(
-            f"{name}-role", metadata={"name": AGENT_NAME}, rules=agent_rules(), opts=child
-        )
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-binding",
-            metadata={"name": AGENT_NAME},
-            role_ref={
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": AGENT_NAME,
-            },
-            subjects=[{"kind": "ServiceAccount", "name": AGENT_NAME, "namespace": namespace}],
-            opts=child,
+        k8s.core.v1.ServiceAccount(
+            f"{name}-sa", metadata=meta, automount_service_account_token=False, opts=child
         )
         daemonset = k8s.apps.v1.DaemonSet(
             f"{name}-daemonset",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pulumi
 
 from layersched.testbed.kind import (
+    CRIO_SOCKET_PATH,
     EXTENDER_PORT,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
@@ -63,10 +64,13 @@ class Settings:
     tc_image: str = DEFAULT_TC_IMAGE
     extender_weight: int = 1
     extender_timeout_s: float = 1.0
-    extender_args: tuple[str, ...] = ("extender", "--port", str(EXTENDER_PORT))
-    #: Deploy the node agent DaemonSet (for the CRI-annotation layer source).
+    #: Empty: :attr:`extender_argv`'s default (layer-locality, trusting the testbed registry).
+    extender_args: tuple[str, ...] = ()
+    #: Deploy the node agent DaemonSet (reports each node's CRI-O image list in its log).
     agent: bool = False
-    agent_args: tuple[str, ...] = ("agent",)
+    agent_args: tuple[str, ...] = (
+        "agent", "--cri", f"unix://{CRIO_SOCKET_PATH}", "--node-name", "$(NODE_NAME)",
+    )  # fmt: skip
     #: Also run the patched kube-scheduler (after sideload.yml pushed it) as a third scheduler.
     patched_scheduler: bool = False
     #: Empty: the image sideload.yml pushes to the testbed registry.
@@ -95,6 +99,18 @@ class Settings:
     def kube_scheduler_image(self) -> str:
         """The stock kube-scheduler of the cluster's Kubernetes version."""
         return f"registry.k8s.io/kube-scheduler:{self.kubernetes_version}"
+
+    @property
+    def extender_argv(self) -> tuple[str, ...]:
+        """``layersched extender`` arguments: listen on the pod IP, resolve layers from
+        the testbed registry over plain HTTP (full Nodes arrive with every request)."""
+        return self.extender_args or (
+            "extender",
+            "--host", "0.0.0.0",
+            "--port", str(EXTENDER_PORT),
+            "--strategy", "layer-locality",
+            "--insecure-registry", self.registry_address,
+        )  # fmt: skip
 
     @property
     def intree_scheduler_image(self) -> str:

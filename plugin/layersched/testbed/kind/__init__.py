@@ -23,7 +23,6 @@ from layersched.testbed.kind._rbac import (
     AUTH_READER_NAMESPACE,
     AUTH_READER_ROLE,
     SCHEDULER_CLUSTER_ROLES,
-    agent_rules,
 )
 from layersched.testbed.kind._registries import check_registry_host, registries_dropin
 from layersched.testbed.kind._scheduler_config import (
@@ -41,6 +40,7 @@ from layersched.testbed.kind._scheduler_config import (
 from layersched.testbed.kind._shaping import tbf_command
 from layersched.testbed.kind._workloads import (
     AGENT_NAME,
+    CRIO_SOCKET_PATH,
     EXTENDER_NAME,
     EXTENDER_PORT,
     HEALTHZ_PATH,
@@ -59,6 +59,7 @@ __all__ = [
     "AUTH_READER_NAMESPACE",
     "AUTH_READER_ROLE",
     "CRIO_SOCKET",
+    "CRIO_SOCKET_PATH",
     "DEFAULT_SCHEDULER",
     "EXTENDER_NAME",
     "EXTENDER_PORT",
@@ -77,7 +78,6 @@ __all__ = [
     "ExtenderSpec",
     "PullEvent",
     "agent_daemonset_spec",
-    "agent_rules",
     "check_cluster_name",
     "check_registry_host",
     "extender_deployment_spec",

@@ -163,7 +163,9 @@ def scheduler_deployment_spec(
 
 def agent_daemonset_spec(image: str, args: Sequence[str]) -> dict[str, Any]:
     """The node agent: reads the node's CRI-O socket (root-owned, hence UID 0, but
-    no capabilities and a read-only root) and reports the node's image layers."""
+    no capabilities and a read-only root) and reports the Node a kubelet would
+    publish. It needs no API access, so no token is mounted. ``$(NODE_NAME)`` in
+    ``args`` expands to the node's name."""
     container = {
         "name": "agent",
         "image": image,
@@ -186,6 +188,7 @@ def agent_daemonset_spec(image: str, args: Sequence[str]) -> dict[str, Any]:
             "metadata": {"labels": labels(AGENT_NAME)},
             "spec": {
                 "serviceAccountName": AGENT_NAME,
+                "automountServiceAccountToken": False,
                 "containers": [container],
                 "volumes": [
                     {"name": "crio-sock", "hostPath": {"path": CRIO_SOCKET_PATH, "type": "Socket"}}

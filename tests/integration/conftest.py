@@ -5,6 +5,7 @@ fixtures are imported by name here (run pytest as ``python -m pytest`` from the
 repository root so that ``tests`` is importable).
 """
 
+from tests.fixtures.containerd import containerd
 from tests.fixtures.registry import auth_registry, registry, token_registry
 
-__all__ = ["auth_registry", "registry", "token_registry"]
+__all__ = ["auth_registry", "containerd", "registry", "token_registry"]

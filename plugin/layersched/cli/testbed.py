@@ -1,0 +1,246 @@
+"""``layersched testbed``: bring the local testbed up/down, check it, push the scenario images."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from layersched.core.errors import InputError
+from layersched.testbed.local import (
+    DEFAULT_NET_BASE,
+    DEFAULT_NODE_COUNT,
+    DEFAULT_PREFIX,
+    DEFAULT_RATE_BITS_PER_S,
+    STATE_DIR_ENV,
+    TestbedInventory,
+    TestbedSettings,
+    default_state_dir,
+    down,
+    load_inventory,
+    probe,
+    up,
+)
+from layersched.testbed.quantity import parse_quantity
+from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, build_and_push_scenario, load_spec
+
+#: The CLI takes link rates in Mbit/s (decimal, as tc and link vendors count).
+BITS_PER_MBIT = 1_000_000
+EXIT_OK = 0
+EXIT_UNHEALTHY = 1
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``testbed`` subcommand and its actions."""
+    p = sub.add_parser(
+        "testbed",
+        help="the local testbed: real registry + containerd nodes in network namespaces",
+        description=(
+            "Provision (Ansible), inspect and tear down the Docker-free local testbed, and "
+            "push the seed scenario's images to its registry. Needs root on Linux."
+        ),
+    )
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    state_help = f"state dir (default ${STATE_DIR_ENV} or .testbed/ at the repository root)"
+
+    p_up = actions.add_parser("up", help="bring the testbed up (idempotent)")
+    p_up.add_argument("--state-dir", type=Path, help=state_help)
+    p_up.add_argument("--nodes", type=int, default=DEFAULT_NODE_COUNT, help="number of nodes")
+    p_up.add_argument(
+        "--rate-mbit",
+        type=float,
+        default=DEFAULT_RATE_BITS_PER_S / BITS_PER_MBIT,
+        help="registry-to-node link rate of every node, Mbit/s",
+    )
+    p_up.add_argument(
+        "--node-rate",
+        action="append",
+        default=[],
+        metavar="NODE=MBIT",
+        help="per-node link rate, Mbit/s (repeatable), e.g. n3=5",
+    )
+    p_up.add_argument("--prefix", default=DEFAULT_PREFIX, help="name prefix of the netns and links")
+    p_up.add_argument(
+        "--net-base", default=DEFAULT_NET_BASE, help="first three octets of the testbed /24"
+    )
+    p_up.set_defaults(handler=run_up)
+
+    p_down = actions.add_parser("down", help="remove everything the testbed made (safe twice)")
+    p_down.add_argument("--state-dir", type=Path, help=state_help)
+    p_down.add_argument("--prefix", help="name prefix (default: the inventory's, else lstb)")
+    p_down.set_defaults(handler=run_down)
+
+    p_status = actions.add_parser("status", help="is every daemon alive and answering?")
+    p_status.add_argument("--state-dir", type=Path, help=state_help)
+    p_status.add_argument("--format", choices=("table", "json"), default="table")
+    p_status.set_defaults(handler=run_status)
+
+    p_images = actions.add_parser("images", help="build and push the scenario images")
+    p_images.add_argument("--state-dir", type=Path, help=state_help)
+    p_images.add_argument(
+        "--registry", metavar="HOST:PORT", help="push here instead of the testbed's registry"
+    )
+    p_images.add_argument("--spec", type=Path, default=DEFAULT_SPEC_PATH, help="scenario spec")
+    p_images.add_argument(
+        "--size",
+        action="append",
+        default=[],
+        metavar="LAYER=QUANTITY",
+        help="override a layer's content size (repeatable), e.g. L1=8Mi",
+    )
+    p_images.add_argument("--format", choices=("table", "json"), default="table")
+    p_images.set_defaults(handler=run_images)
+
+
+def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise InputError(f"{option} {item!r}: expected NAME=VALUE")
+        pairs[key] = value
+    return pairs
+
+
+def _mbit_to_bits(text: str, where: str) -> int:
+    try:
+        mbit = float(text)
+    except ValueError:
+        raise InputError(f"{where}: {text!r} is not a number of Mbit/s") from None
+    if mbit <= 0:
+        raise InputError(f"{where}: link rate must be positive, got {text}")
+    return round(mbit * BITS_PER_MBIT)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """Provision the testbed and print what is there."""
+    settings = TestbedSettings(
+        state_dir=args.state_dir or default_state_dir(),
+        node_count=args.nodes,
+        rate_bits_per_s=_mbit_to_bits(str(args.rate_mbit), "--rate-mbit"),
+        node_rate_bits_per_s={
+            node: _mbit_to_bits(mbit, f"--node-rate {node}")
+            for node, mbit in _pairs(args.node_rate, "--node-rate").items()
+        },
+        prefix=args.prefix,
+        net_base=args.net_base,
+    )
+    console = Console()
+    result = up(settings, console=Console(stderr=True))
+    _print_inventory(console, load_inventory(settings.state_dir))
+    console.print(
+        f"testbed up: {result.changed} change(s); ansible log {result.log_path}; "
+        "tear down with `make testbed-down`"
+    )
+    return EXIT_OK
+
+
+def run_down(args: argparse.Namespace) -> int:
+    """Tear the testbed down."""
+    result = down(args.state_dir, args.prefix, console=Console(stderr=True))
+    Console().print(f"testbed down: {result.changed} change(s); ansible log {result.log_path}")
+    return EXIT_OK
+
+
+def _print_inventory(console: Console, inventory: TestbedInventory) -> None:
+    registry = inventory.registry
+    console.print(f"registry {registry.url} (access log {registry.access_log})")
+    table = Table(title=f"local testbed nodes ({inventory.state_dir})")
+    for column in ("node", "address", "netns", "link Mbit/s", "allocatable"):
+        table.add_column(column)
+    table.add_column("CRI endpoint", overflow="fold")
+    for node in inventory.nodes:
+        table.add_row(
+            node.name,
+            node.address,
+            node.netns,
+            f"{node.link_rate_bits_per_s / BITS_PER_MBIT:g}",
+            ", ".join(f"{k}={v}" for k, v in sorted(node.allocatable.items())),
+            node.cri_endpoint,
+        )
+    console.print(table)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Probe every daemon; exit 1 when any is down."""
+    inventory = load_inventory(args.state_dir)
+    status = probe(inventory)
+    if args.format == "json":
+        doc = {
+            "healthy": status.healthy,
+            "registry": {
+                "pid": status.registry.pid,
+                "answers": status.registry.answers,
+                "detail": status.registry.detail,
+            },
+            "nodes": {
+                n.daemon.name: {
+                    "pid": n.daemon.pid,
+                    "answers": n.daemon.answers,
+                    "detail": n.daemon.detail,
+                    "tbf_rate_bits_per_s": n.tbf_rate_bits_per_s,
+                    "tx_bytes": n.tx_bytes,
+                }
+                for n in status.nodes
+            },
+        }
+        print(json.dumps(doc))
+        return EXIT_OK if status.healthy else EXIT_UNHEALTHY
+    table = Table(title=f"local testbed status ({inventory.state_dir})")
+    for column in ("component", "pid", "answers", "tbf Mbit/s", "sent to node", "detail"):
+        table.add_column(column)
+    reg = status.registry
+    table.add_row("registry", str(reg.pid or "-"), _yes(reg.answers), "", "", reg.detail)
+    for node in status.nodes:
+        rate = node.tbf_rate_bits_per_s
+        table.add_row(
+            node.daemon.name,
+            str(node.daemon.pid or "-"),
+            _yes(node.daemon.answers),
+            "missing" if rate is None else f"{rate / BITS_PER_MBIT:g}",
+            "-" if node.tx_bytes is None else f"{node.tx_bytes:,} B",
+            node.daemon.detail,
+        )
+    console = Console()
+    console.print(table)
+    console.print("healthy" if status.healthy else "[red]unhealthy[/red]")
+    return EXIT_OK if status.healthy else EXIT_UNHEALTHY
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "[red]no[/red]"
+
+
+def run_images(args: argparse.Namespace) -> int:
+    """Build Img1/Img2 and push them; print their references and layers."""
+    registry = args.registry or load_inventory(args.state_dir).registry.host
+    sizes = {
+        label: int(parse_quantity(text, f"--size {label}"))
+        for label, text in _pairs(args.size, "--size").items()
+    }
+    images = build_and_push_scenario(
+        registry, sizes, spec=load_spec(args.spec), console=Console(stderr=True)
+    )
+    if args.format == "json":
+        doc = {
+            "images": {"Img1": images.img1, "Img2": images.img2},
+            "layers": {
+                label: {"digest": digest, "size": size}
+                for label, (digest, size) in sorted(images.layers.items())
+            },
+        }
+        print(json.dumps(doc))
+        return EXIT_OK
+    console = Console()
+    console.print(f"Img1 = {images.img1}\nImg2 = {images.img2}")
+    table = Table(title="scenario layers")
+    for column in ("layer", "digest", "blob size"):
+        table.add_column(column)
+    for label, (digest, size) in sorted(images.layers.items()):
+        table.add_row(label, digest, f"{size:,} B ({size / (1 << 20):.1f} MiB)")
+    console.print(table)
+    return EXIT_OK

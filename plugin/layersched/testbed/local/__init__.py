@@ -1,0 +1,72 @@
+"""The Docker-free local testbed: a real registry and containerd nodes on this host.
+
+Ansible (``playbooks/testbed-local.yml``) provisions it: docker-registry on a host
+bridge, and one containerd per node inside its own network namespace, behind a veth
+whose host end carries a ``tbf`` rate limit (the registry-to-node direction). This
+package runs the playbooks with progress (:func:`up`, :func:`down`), reads the
+inventory file they write (:func:`load_inventory`), probes health (:func:`probe`)
+and reads the link counters pulls are measured with (:func:`link_tx_bytes`).
+See ``docs/testbed-local.md``.
+"""
+
+from layersched.testbed.local._ansible import (
+    DEFAULT_NET_BASE,
+    DEFAULT_NODE_COUNT,
+    DEFAULT_PREFIX,
+    DEFAULT_RATE_BITS_PER_S,
+    PlaybookResult,
+    TestbedSettings,
+    down,
+    require_root,
+    up,
+)
+from layersched.testbed.local._inventory import (
+    DEFAULT_STATE_DIR,
+    STATE_DIR_ENV,
+    NetworkInfo,
+    NodeInfo,
+    RegistryInfo,
+    TestbedInventory,
+    default_state_dir,
+    inventory_path,
+    load_inventory,
+    parse_inventory,
+)
+from layersched.testbed.local._status import (
+    ComponentStatus,
+    NodeStatus,
+    TestbedStatus,
+    link_tx_bytes,
+    pid_alive,
+    probe,
+    tbf_rate_bits_per_s,
+)
+
+__all__ = [
+    "DEFAULT_NET_BASE",
+    "DEFAULT_NODE_COUNT",
+    "DEFAULT_PREFIX",
+    "DEFAULT_RATE_BITS_PER_S",
+    "DEFAULT_STATE_DIR",
+    "STATE_DIR_ENV",
+    "ComponentStatus",
+    "NetworkInfo",
+    "NodeInfo",
+    "NodeStatus",
+    "PlaybookResult",
+    "RegistryInfo",
+    "TestbedInventory",
+    "TestbedSettings",
+    "TestbedStatus",
+    "default_state_dir",
+    "down",
+    "inventory_path",
+    "link_tx_bytes",
+    "load_inventory",
+    "parse_inventory",
+    "pid_alive",
+    "probe",
+    "require_root",
+    "tbf_rate_bits_per_s",
+    "up",
+]

@@ -1,0 +1,310 @@
+"""Bring the local testbed up and down by running its Ansible playbooks, with progress.
+
+``ansible-playbook`` runs as a child process; its output goes line by line to a log
+file while a rich spinner shows the task that is running. A failure becomes a
+:class:`TestbedError` naming the failing task, its message and the log, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from layersched.core.errors import TestbedError
+from layersched.testbed.local._inventory import (
+    REPO_ROOT,
+    TestbedInventory,
+    default_state_dir,
+    load_inventory,
+)
+
+#: Where the testbed's playbooks live.
+PLAYBOOKS_DIR = REPO_ROOT / "playbooks"
+UP_PLAYBOOK = PLAYBOOKS_DIR / "testbed-local.yml"
+DOWN_PLAYBOOK = PLAYBOOKS_DIR / "testbed-local-down.yml"
+LOCAL_INVENTORY = PLAYBOOKS_DIR / "inventory" / "local.yml"
+
+#: Defaults, the same as playbooks/vars/testbed-local.yml (which the playbooks use when
+#: run by hand); the CLI always passes them explicitly.
+DEFAULT_NODE_COUNT = 3
+DEFAULT_RATE_BITS_PER_S = 20_000_000
+DEFAULT_PREFIX = "lstb"
+DEFAULT_NET_BASE = "10.250.50"
+#: Linux link names have at most 15 characters; PREFIX-nNNN must fit.
+MAX_PREFIX_CHARS = 5
+#: The node addresses are BASE.(10+K) in one /24.
+MAX_NODES = 200
+#: Characters of an Ansible failure message quoted in the error (the log has it all).
+MAX_FAILURE_CHARS = 600
+
+_TASK_LINE = re.compile(r"^TASK \[(?P<name>.+?)\] \**$")
+_FAILED_LINE = re.compile(r"^(?:fatal|failed): \[[^\]]+\]:? (?:.*?=> )?(?P<detail>.*)$")
+_RECAP_LINE = re.compile(
+    r"^\S+\s+: ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+.*failed=(?P<failed>\d+)"
+)
+_NET_BASE = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
+_PREFIX = re.compile(r"^[a-z][a-z0-9]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class TestbedSettings:
+    """How to bring the local testbed up (what ``layersched testbed up`` takes)."""
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    state_dir: Path = field(default_factory=default_state_dir)
+    node_count: int = DEFAULT_NODE_COUNT
+    #: Registry-to-node link rate, the same for every node unless overridden below.
+    rate_bits_per_s: int = DEFAULT_RATE_BITS_PER_S
+    #: Per-node link rates (heterogeneous edge links), e.g. ``{"n3": 5_000_000}``.
+    node_rate_bits_per_s: Mapping[str, int] = field(default_factory=dict)
+    #: Every netns and host link is named PREFIX-*: two testbeds need two prefixes.
+    prefix: str = DEFAULT_PREFIX
+    #: First three octets of the testbed's /24; two testbeds need two bases.
+    net_base: str = DEFAULT_NET_BASE
+
+    def check(self) -> None:
+        """Raise :class:`TestbedError` on settings the playbook would reject."""
+        if not 1 <= self.node_count <= MAX_NODES:
+            raise TestbedError(f"--nodes must be 1..{MAX_NODES}, got {self.node_count}")
+        if self.rate_bits_per_s <= 0 or any(r <= 0 for r in self.node_rate_bits_per_s.values()):
+            raise TestbedError("link rates must be positive")
+        names = {f"n{i}" for i in range(1, self.node_count + 1)}
+        unknown = sorted(set(self.node_rate_bits_per_s) - names)
+        if unknown:
+            raise TestbedError(
+                f"--node-rate names unknown node(s) {', '.join(unknown)}; "
+                f"nodes are n1..n{self.node_count}"
+            )
+        if len(self.prefix) > MAX_PREFIX_CHARS or not _PREFIX.match(self.prefix):
+            raise TestbedError(
+                f"prefix {self.prefix!r}: use 1-{MAX_PREFIX_CHARS} lowercase letters/digits"
+            )
+        octets = _NET_BASE.match(self.net_base)
+        if octets is None or any(int(o) > 255 for o in octets.groups()):
+            raise TestbedError(f"net base {self.net_base!r}: expected three octets, e.g. 10.250.50")
+
+    def extra_vars(self) -> dict[str, Any]:
+        """The playbook variables (see playbooks/vars/testbed-local.yml)."""
+        return {
+            "testbed_state_dir": str(self.state_dir.resolve()),
+            "testbed_node_count": self.node_count,
+            "testbed_rate_bits_per_s": self.rate_bits_per_s,
+            "testbed_node_rate_bits_per_s": dict(self.node_rate_bits_per_s),
+            "testbed_prefix": self.prefix,
+            "testbed_net_base": self.net_base,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PlaybookResult:
+    """The play recap of one successful ``ansible-playbook`` run."""
+
+    ok: int
+    changed: int
+    log_path: Path
+
+
+@dataclass(slots=True)
+class _Watch:
+    """What the output has said so far."""
+
+    task: str = ""
+    failed_task: str = ""
+    failure: str = ""
+    recap: dict[str, int] = field(default_factory=dict)
+
+    def feed(self, line: str) -> None:
+        if match := _TASK_LINE.match(line):
+            self.task = match["name"]
+        elif (match := _FAILED_LINE.match(line)) and not self.failure:
+            self.failed_task, self.failure = self.task, _failure_text(match["detail"])
+        elif match := _RECAP_LINE.match(line):
+            self.recap = {k: int(v) for k, v in match.groupdict().items()}
+
+
+def _failure_text(detail: str) -> str:
+    """The useful part of ``fatal: [host]: FAILED! => {json}``: stderr or msg."""
+    try:
+        doc = json.loads(detail)
+    except json.JSONDecodeError:
+        return detail.strip()[:MAX_FAILURE_CHARS]
+    if not isinstance(doc, dict):
+        return detail.strip()[:MAX_FAILURE_CHARS]
+    parts = [str(doc.get(k, "")).strip() for k in ("msg", "stderr")]
+    text = ": ".join(p for p in parts if p) or detail.strip()
+    return text[:MAX_FAILURE_CHARS]
+
+
+def require_root() -> None:
+    """The testbed creates network namespaces, links and qdiscs: that takes root."""
+    if sys.platform != "linux":
+        raise TestbedError("the local testbed needs Linux (network namespaces, tc)")
+    if os.geteuid() != 0:
+        raise TestbedError(
+            "the local testbed creates network namespaces and needs root: "
+            "run it as root (e.g. `sudo make testbed`)"
+        )
+
+
+def _ansible_playbook() -> str:
+    beside_python = Path(sys.executable).with_name("ansible-playbook")
+    if beside_python.exists():
+        return str(beside_python)
+    found = shutil.which("ansible-playbook")
+    if found is None:
+        raise TestbedError(
+            "ansible-playbook not found: install the infra extras "
+            "(`.venv/bin/pip install -e '.[infra]'`, or `make venv`)"
+        )
+    return found
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_STDOUT_CALLBACK="default",
+        ANSIBLE_RETRY_FILES_ENABLED="0",
+        ANSIBLE_LOCALHOST_WARNING="0",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def run_playbook(
+    playbook: Path,
+    extra_vars: Mapping[str, Any],
+    log_path: Path,
+    *,
+    title: str,
+    console: Console | None = None,
+) -> PlaybookResult:
+    """Run ``playbook`` on this host, logging to ``log_path``; show the running task.
+
+    Raises :class:`TestbedError` naming the failing task and the log on failure.
+    """
+    argv = [
+        _ansible_playbook(),
+        "-i",
+        str(LOCAL_INVENTORY),
+        "-e",
+        json.dumps(dict(extra_vars)),
+        str(playbook),
+    ]
+    console = console or Console(stderr=True)
+    watch = _Watch()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with (
+        log_path.open("w", encoding="utf-8") as log,
+        Progress(*columns, console=console, transient=True) as progress,
+    ):
+        shown = progress.add_task(title, total=None)
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=REPO_ROOT,
+                env=_environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        except OSError as err:
+            raise TestbedError(f"{title}: cannot run ansible-playbook ({err})") from err
+        returncode = _follow(proc, log, watch, progress, shown, title)
+    if returncode != 0 or watch.failure:
+        where = f" at task {watch.failed_task!r}" if watch.failed_task else ""
+        why = f": {watch.failure}" if watch.failure else f" (ansible-playbook exit {returncode})"
+        raise TestbedError(f"{title} failed{where}{why}; full log: {log_path}")
+    if not watch.recap:
+        raise TestbedError(f"{title}: ansible-playbook printed no play recap; see {log_path}")
+    return PlaybookResult(ok=watch.recap["ok"], changed=watch.recap["changed"], log_path=log_path)
+
+
+def _follow(
+    proc: subprocess.Popen[str],
+    log: IO[str],
+    watch: _Watch,
+    progress: Progress,
+    shown: Any,
+    title: str,
+) -> int:
+    """Copy the child's output to the log, updating the spinner; return its exit code."""
+    assert proc.stdout is not None  # stdout=PIPE above
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            watch.feed(line.rstrip("\n"))
+            if watch.task:
+                progress.update(shown, description=f"{title}: {watch.task}")
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait()
+        raise
+    return proc.wait()
+
+
+def up(settings: TestbedSettings, console: Console | None = None) -> PlaybookResult:
+    """Bring the testbed up (or make sure it is); idempotent.
+
+    The ansible log is kept in the state dir (``ansible-up.log``).
+    """
+    require_root()
+    settings.check()
+    state_dir = settings.state_dir.resolve()
+    return run_playbook(
+        UP_PLAYBOOK,
+        settings.extra_vars(),
+        state_dir / "ansible-up.log",
+        title="testbed up",
+        console=console,
+    )
+
+
+def down(
+    state_dir: Path | None = None,
+    prefix: str | None = None,
+    console: Console | None = None,
+) -> PlaybookResult:
+    """Tear the testbed down: processes, mounts, netns, links, state dir. Safe to repeat.
+
+    ``prefix`` defaults to the one in the inventory file, else the default prefix. The
+    log goes to the temp dir, since the state dir is removed.
+    """
+    require_root()
+    state_dir = (state_dir or default_state_dir()).resolve()
+    if prefix is None:
+        prefix = _inventory_prefix(state_dir) or DEFAULT_PREFIX
+    log_path = Path(tempfile.gettempdir()) / f"layersched-testbed-down-{prefix}.log"
+    return run_playbook(
+        DOWN_PLAYBOOK,
+        {"testbed_state_dir": str(state_dir), "testbed_prefix": prefix},
+        log_path,
+        title="testbed down",
+        console=console,
+    )
+
+
+def _inventory_prefix(state_dir: Path) -> str | None:
+    try:
+        inventory: TestbedInventory = load_inventory(state_dir)
+    except TestbedError:
+        return None
+    return inventory.prefix

@@ -1,0 +1,137 @@
+"""The local testbed's inventory file (``STATE_DIR/inventory.json``), typed.
+
+The playbook ``playbooks/testbed-local.yml`` writes it; everything that drives the
+testbed (harness, CLI, tests) reads it here instead of guessing paths.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+from layersched.core.errors import TestbedError
+
+#: Environment variable that moves the state dir (the playbooks read it too).
+STATE_DIR_ENV = "LAYERSCHED_TESTBED_DIR"
+#: The repository root: the playbooks and the default state dir live there.
+REPO_ROOT = Path(__file__).resolve().parents[4]
+#: Default state dir: ``.testbed/`` at the repository root (git-ignored).
+DEFAULT_STATE_DIR = REPO_ROOT / ".testbed"
+#: File name of the inventory inside the state dir.
+INVENTORY_FILE = "inventory.json"
+#: The inventory layout this code reads; the playbook writes the same number.
+INVENTORY_VERSION = 1
+
+
+class NetworkInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The host bridge all node links hang off, and the testbed's own subnet."""
+
+    bridge: str
+    gateway: str
+    cidr: str
+
+
+class RegistryInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The docker-registry daemon on the bridge's address."""
+
+    address: str
+    port: int
+    url: str
+    config: str
+    storage_dir: str
+    pidfile: str
+    log: str
+    #: One line per request, Apache combined format, with the bytes sent.
+    access_log: str
+
+    @property
+    def host(self) -> str:
+        """``address:port``, as image references name the registry."""
+        return f"{self.address}:{self.port}"
+
+
+class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One containerd node in its own network namespace."""
+
+    name: str
+    netns: str
+    #: Host end of the node's veth; its egress (registry to node) carries the tbf limit.
+    host_veth: str
+    address: str
+    link_rate_bits_per_s: int
+    allocatable: dict[str, str]
+    cri_socket: str
+    cri_endpoint: str
+    dir: str
+    config: str
+    root_dir: str
+    state_dir: str
+    pidfile: str
+    log: str
+
+
+class TestbedInventory(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``inventory.json`` describes: network, registry and nodes."""
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    version: int
+    driver: str
+    state_dir: str
+    prefix: str
+    network: NetworkInfo
+    registry: RegistryInfo
+    nodes: tuple[NodeInfo, ...]
+
+    def node(self, name: str) -> NodeInfo:
+        """The node called ``name``."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        known = ", ".join(n.name for n in self.nodes)
+        raise TestbedError(f"testbed has no node {name!r} (nodes: {known})")
+
+
+def default_state_dir() -> Path:
+    """``$LAYERSCHED_TESTBED_DIR`` if set, else ``.testbed/`` at the repository root."""
+    configured = os.environ.get(STATE_DIR_ENV)
+    return Path(configured).resolve() if configured else DEFAULT_STATE_DIR
+
+
+def inventory_path(state_dir: Path) -> Path:
+    """Where the inventory of the testbed in ``state_dir`` lives."""
+    return state_dir / INVENTORY_FILE
+
+
+def parse_inventory(raw: bytes, where: str) -> TestbedInventory:
+    """Decode and check an inventory document; ``where`` names it in errors."""
+    try:
+        inventory = msgspec.json.decode(raw, type=TestbedInventory)
+    except msgspec.DecodeError as err:
+        raise TestbedError(
+            f"{where}: malformed testbed inventory ({err}); "
+            "re-run `layersched testbed up` to rewrite it"
+        ) from err
+    if inventory.version != INVENTORY_VERSION:
+        raise TestbedError(
+            f"{where}: inventory version {inventory.version}, expected {INVENTORY_VERSION}: "
+            "re-run `layersched testbed up` to rewrite it"
+        )
+    return inventory
+
+
+def load_inventory(state_dir: Path | None = None) -> TestbedInventory:
+    """The inventory of the testbed in ``state_dir`` (default: :func:`default_state_dir`)."""
+    path = inventory_path(state_dir or default_state_dir())
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TestbedError(
+            f"{path}: no testbed inventory: bring the testbed up first "
+            "(`make testbed` or `layersched testbed up`)"
+        ) from None
+    except OSError as err:
+        raise TestbedError(f"{path}: unreadable testbed inventory ({err})") from err
+    return parse_inventory(raw, str(path))

@@ -1,0 +1,144 @@
+"""Health of a running local testbed, and the link counters pulls are measured with."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from layersched.core.errors import CRIError, TestbedError
+from layersched.cri import CRIClient
+from layersched.testbed.local._inventory import NodeInfo, TestbedInventory
+
+#: A healthy local daemon answers in milliseconds; don't hang a status call on a dead one.
+PROBE_TIMEOUT_S = 3.0
+#: /proc/PID/stat states of a process that has exited but was not reaped.
+_DEAD_STATES = ("Z", "X")
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentStatus:
+    """One daemon: is its process alive, does it answer, and what it said."""
+
+    name: str
+    pid: int | None
+    answers: bool
+    detail: str
+
+    @property
+    def healthy(self) -> bool:
+        return self.pid is not None and self.answers
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """A node's daemon plus its link: shaped rate and bytes sent to it so far."""
+
+    daemon: ComponentStatus
+    address: str
+    tbf_rate_bits_per_s: int | None
+    link_rate_bits_per_s: int
+    tx_bytes: int | None
+
+    @property
+    def healthy(self) -> bool:
+        return self.daemon.healthy and self.tbf_rate_bits_per_s is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TestbedStatus:
+    """The registry and every node."""
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    registry: ComponentStatus
+    nodes: tuple[NodeStatus, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return self.registry.healthy and all(n.healthy for n in self.nodes)
+
+
+def pid_alive(pidfile: Path) -> int | None:
+    """The pid in ``pidfile`` if that process is running (not a zombie), else None."""
+    try:
+        pid = int(pidfile.read_text(encoding="utf-8").strip())
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return None if state in _DEAD_STATES else pid
+
+
+def link_tx_bytes(host_veth: str) -> int:
+    """Bytes the host has sent down ``host_veth`` (registry to node), from sysfs.
+
+    Read before and after a pull: the difference is what crossed the node's link,
+    headers and retransmissions included.
+    """
+    path = Path("/sys/class/net") / host_veth / "statistics" / "tx_bytes"
+    try:
+        return int(path.read_text(encoding="ascii"))
+    except (OSError, ValueError) as err:
+        raise TestbedError(
+            f"reading {path}: {err}; is the testbed up (`layersched testbed status`)?"
+        ) from err
+
+
+def tbf_rate_bits_per_s(dev: str) -> int | None:
+    """The rate of the root tbf qdisc on ``dev``, or None when there is none."""
+    done = subprocess.run(
+        ["tc", "-j", "qdisc", "show", "dev", dev], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0 or not done.stdout.strip():
+        return None
+    for qdisc in json.loads(done.stdout):
+        if qdisc.get("kind") == "tbf" and qdisc.get("root"):
+            # tc reports rates in bytes per second.
+            return int(qdisc["options"]["rate"]) * 8
+    return None
+
+
+def _registry_status(inventory: TestbedInventory) -> ComponentStatus:
+    registry = inventory.registry
+    pid = pid_alive(Path(registry.pidfile))
+    try:
+        response = httpx.get(f"{registry.url}/v2/", timeout=PROBE_TIMEOUT_S)
+    except httpx.HTTPError as err:
+        return ComponentStatus("registry", pid, False, f"{registry.url}/v2/: {err}")
+    ok = response.status_code == httpx.codes.OK
+    return ComponentStatus("registry", pid, ok, f"{registry.url}/v2/ -> {response.status_code}")
+
+
+def _node_status(node: NodeInfo) -> NodeStatus:
+    pid = pid_alive(Path(node.pidfile))
+    try:
+        with CRIClient(node.cri_endpoint, timeout_s=PROBE_TIMEOUT_S) as cri:
+            version = cri.version()
+        daemon = ComponentStatus(
+            node.name, pid, True, f"{version.runtime_name} {version.runtime_version}"
+        )
+    except CRIError as err:
+        daemon = ComponentStatus(node.name, pid, False, str(err))
+    try:
+        tx_bytes: int | None = link_tx_bytes(node.host_veth)
+    except TestbedError:
+        tx_bytes = None
+    return NodeStatus(
+        daemon=daemon,
+        address=node.address,
+        tbf_rate_bits_per_s=tbf_rate_bits_per_s(node.host_veth),
+        link_rate_bits_per_s=node.link_rate_bits_per_s,
+        tx_bytes=tx_bytes,
+    )
+
+
+def probe(inventory: TestbedInventory) -> TestbedStatus:
+    """Ask every daemon of the testbed whether it is there and answering."""
+    return TestbedStatus(
+        registry=_registry_status(inventory),
+        nodes=tuple(_node_status(n) for n in inventory.nodes),
+    )

@@ -11,7 +11,7 @@ from layersched.core.errors import InputError
 from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.pod import PodImages
-from layersched.core.snapshot import NodeSnapshot, SnapshotBuilder
+from layersched.core.snapshot import NodeSnapshot, SlotCache, SnapshotBuilder
 from layersched.core.strategies import get_strategy
 
 MB = 1024 * 1024
@@ -65,14 +65,28 @@ def _random_cluster(seed: int) -> tuple[list[NodeInfo], StaticLayerSource, list[
     return nodes, StaticLayerSource(catalogue), pods
 
 
+def _snapshot(
+    nodes: list[NodeInfo], source: StaticLayerSource, cache: SlotCache | None
+) -> NodeSnapshot:
+    builder = SnapshotBuilder(source, cache)
+    for node in nodes:
+        builder.add_node_info(node)
+    return builder.build()
+
+
 @pytest.mark.parametrize("seed", range(12), ids=lambda s: f"seed{s}")
 @pytest.mark.parametrize("indexed", [False, True], ids=["lazy", "indexed"])
-def test_same_answers_as_cluster_inventory(seed: int, indexed: bool) -> None:
-    # Every query the strategies make, and every strategy's scores, match exactly.
+@pytest.mark.parametrize("cached", [False, True], ids=["fresh", "slot-cache"])
+def test_same_answers_as_cluster_inventory(seed: int, indexed: bool, cached: bool) -> None:
+    # Every query the strategies make, and every strategy's scores, match exactly,
+    # also when a SlotCache warmed by other snapshots (other clusters, the same one) is used.
     nodes, source, pods = _random_cluster(seed)
     reference = ClusterInventory.build(nodes, source)
-    snapshot = NodeSnapshot.build(nodes, source)
-    assert isinstance(snapshot, NodeSnapshot)
+    cache = SlotCache(max_entries=10_000) if cached else None
+    if cache is not None:
+        _snapshot(_random_cluster(seed + 100)[0], source, cache)
+        _snapshot(nodes[: len(nodes) // 2], source, cache)
+    snapshot = _snapshot(nodes, source, cache)
     if indexed:
         snapshot.index_layers()
     assert snapshot.node_count == reference.node_count
@@ -80,7 +94,8 @@ def test_same_answers_as_cluster_inventory(seed: int, indexed: bool) -> None:
     assert snapshot.warnings == reference.warnings
     for digest in reference._layer_id:
         assert snapshot.layer_holders(digest).tolist() == reference.layer_holders(digest).tolist()
-        assert snapshot.layer_size(digest) == reference.layer_size(digest)
+        if not cached:  # with a cache, a layer's size is the first the cache saw
+            assert snapshot.layer_size(digest) == reference.layer_size(digest)
     for name in {n for node in nodes for image in node.images for n in image.names}:
         assert snapshot.image_state(name) == reference.image_state(name), name
         assert snapshot.image_holders(name).tolist() == reference.image_holders(name).tolist()
@@ -161,6 +176,32 @@ def test_unresolvable_images_are_counted_not_fatal() -> None:
     assert snapshot.unresolved_images == 1
     assert "nope:1" in snapshot.warnings[0]
     assert snapshot.image_state("nope:1") == (MB, 2)
+
+
+def test_slot_cache_remembers_resolved_entries_only() -> None:
+    # img1:1 resolves and is kept; nope:1 does not and is retried by the next snapshot
+    cache = SlotCache(max_entries=10)
+    nodes = [NodeInfo("n0", (NodeImage(("img1:1",), MB), NodeImage(("nope:1",), MB)))]
+    first = _snapshot(nodes, SOURCE, cache)
+    assert (len(cache), first.unresolved_images) == (1, 1)
+    later = StaticLayerSource({"img1:1": (L1, L2, L3), "nope:1": (L4,)})
+    second = _snapshot(nodes, later, cache)
+    assert (len(cache), second.unresolved_images) == (2, 0)
+    assert second.layer_holders(L4.digest).tolist() == [0]
+    # a layer the cache learnt after `first` was built is not in `first`
+    assert first.layer_holders(L4.digest).tolist() == []
+
+
+def test_slot_cache_resets_when_full() -> None:
+    # 2 resolved entries kept (the unresolved 'nope:1' is not); then the limit drops to 1:
+    # the next builder finds the cache over its limit and starts from an empty one
+    cache = SlotCache(max_entries=2)
+    entries = tuple(NodeImage((name,), MB) for name in ("img1:1", "img2:1", "nope:1"))
+    _snapshot([NodeInfo("n0", entries)], SOURCE, cache)
+    assert len(cache) == 2
+    cache.max_entries = 1
+    SnapshotBuilder(SOURCE, cache)
+    assert len(cache) == 0
 
 
 def test_duplicate_node_names_are_rejected() -> None:

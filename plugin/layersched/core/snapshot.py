@@ -50,6 +50,39 @@ def _same_image(key: Any) -> NodeImage:
     return image
 
 
+class SlotCache:
+    """Image entries already described and resolved, shared by successive snapshots.
+
+    A server building a snapshot per request sees the same few thousand
+    ``status.images`` entries every time; with this cache only new ones are
+    described and resolved. Layer ids become shared too, so a snapshot's
+    :meth:`NodeSnapshot.layer_size` is the size first seen by the cache.
+    Unresolved entries are not kept. One cache serves builders of one layer
+    source (its answers are what is cached). Call :meth:`reset` to forget everything
+    (e.g. when tags may have moved); entries beyond ``max_entries`` reset it too.
+    """
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self.entries: dict[Hashable, tuple[tuple[str, ...], int, list[int]]] = {}
+        self.layer_id: dict[str, int] = {}
+        self.layer_size: list[int] = []
+
+    def reset(self) -> None:
+        """Forget every entry (snapshots already built keep their own references)."""
+        self.entries = {}
+        self.layer_id = {}
+        self.layer_size = []
+
+    def trim(self) -> None:
+        """Reset if the cache has outgrown ``max_entries``."""
+        if len(self.entries) > self.max_entries:
+            self.reset()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
 class SnapshotBuilder:
     """Collects nodes, then :meth:`build` returns the :class:`NodeSnapshot`.
 
@@ -59,7 +92,7 @@ class SnapshotBuilder:
     25,000 entries of a request, only the few thousand distinct ones.
     """
 
-    def __init__(self, source: LayerSource | None = None) -> None:
+    def __init__(self, source: LayerSource | None = None, cache: SlotCache | None = None) -> None:
         self._source = source
         self._nodes: list[NodeInfo] = []
         self._node_index: dict[str, int] = {}
@@ -69,8 +102,11 @@ class SnapshotBuilder:
         self._slot_names: list[tuple[str, ...]] = []
         self._slot_size: list[int] = []
         self._slot_lids: list[list[int]] = []
-        self._layer_id: dict[str, int] = {}
-        self._layer_size: list[int] = []
+        if cache is not None:
+            cache.trim()
+        self._cache = cache
+        self._layer_id: dict[str, int] = {} if cache is None else cache.layer_id
+        self._layer_size: list[int] = [] if cache is None else cache.layer_size
         self._resolved: dict[str, tuple[Layer, ...] | None] = {}
         self._unresolved = 0
         self._warnings: list[str] = []
@@ -96,12 +132,12 @@ class SnapshotBuilder:
         append = self._pair_slot.append
         for key in images:
             slot = get(key)
-            append(self._new_slot(key, describe(key)) if slot is None else slot)
+            append(self._new_slot(key, describe) if slot is None else slot)
         if annotation_layers:
             key = (_ANNOTATIONS_KEY, annotation_layers)
             slot = get(key)
             if slot is None:
-                slot = self._new_slot(key, NodeImage((), 0, annotation_layers))
+                slot = self._new_slot(key, lambda _: NodeImage((), 0, annotation_layers))
             append(slot)
         self._pairs_per_node.append(len(self._pair_slot) - count)
         return idx
@@ -116,20 +152,28 @@ class SnapshotBuilder:
             annotations=node.annotations,
         )
 
-    def _new_slot(self, key: Hashable, image: NodeImage) -> int:
-        layers = image.layers if image.layers is not None else self._resolve(image)
-        lids: dict[int, None] = {}
-        for layer in layers or ():
-            lid = self._layer_id.get(layer.digest)
-            if lid is None:
-                lid = self._layer_id[layer.digest] = len(self._layer_size)
-                self._layer_size.append(layer.size_bytes)
-            lids[lid] = None
+    def _new_slot(self, key: Hashable, describe: Callable[[Any], NodeImage]) -> int:
+        entry = self._cache.entries.get(key) if self._cache is not None else None
+        if entry is None:
+            image = describe(key)
+            layers = image.layers if image.layers is not None else self._resolve(image)
+            lids: dict[int, None] = {}
+            for layer in layers or ():
+                lid = self._layer_id.get(layer.digest)
+                if lid is None:
+                    lid = self._layer_id[layer.digest] = len(self._layer_size)
+                    self._layer_size.append(layer.size_bytes)
+                lids[lid] = None
+            entry = (image.names, image.size_bytes, list(lids))
+            # an unresolved image is not remembered: its registry may answer next time
+            resolved = layers is not None or not image.names or self._source is None
+            if self._cache is not None and resolved:
+                self._cache.entries[key] = entry
         slot = len(self._slot_names)
         self._slot_of[key] = slot
-        self._slot_names.append(image.names)
-        self._slot_size.append(image.size_bytes)
-        self._slot_lids.append(list(lids))
+        self._slot_names.append(entry[0])
+        self._slot_size.append(entry[1])
+        self._slot_lids.append(entry[2])
         return slot
 
     def _resolve(self, image: NodeImage) -> tuple[Layer, ...] | None:
@@ -232,12 +276,14 @@ class NodeSnapshot(ClusterInventory):
         self._slot_offsets = slot_offsets
         self._layer_id = layer_id
         self._layer_size = layer_size
+        # a shared layer table (SlotCache) may grow later: ids past this are not in the snapshot
+        self._layer_count = len(layer_size)
         self.unresolved_images = unresolved_images
         self.warnings = warnings
         slot_of_lid = np.repeat(np.arange(len(slot_size), dtype=np.int32), np.diff(slot_offsets))
         self._slot_lids = slot_lids
         # layer id -> slots containing it
-        self._lid_offsets, self._lid_slots = _csr(slot_lids, slot_of_lid, len(layer_size))
+        self._lid_offsets, self._lid_slots = _csr(slot_lids, slot_of_lid, self._layer_count)
         self._holders: dict[int, IndexArray] = {}
         self._indexed: tuple[IndexArray, IndexArray] | None = None
         self._name_slots: dict[str, list[int]] | None = None
@@ -283,13 +329,13 @@ class NodeSnapshot(ClusterInventory):
         keys = np.unique(lids.astype(np.int64) * node_count + np.repeat(self._pair_node, lens))
         del lids, starts
         layer_of_key = keys // node_count
-        offsets = np.searchsorted(layer_of_key, np.arange(len(self._layer_size) + 1))
+        offsets = np.searchsorted(layer_of_key, np.arange(self._layer_count + 1))
         self._indexed = (offsets.astype(np.int64), keys % node_count)
         self._holders.clear()
 
     def layer_holders(self, digest: str) -> IndexArray:
         lid = self._layer_id.get(digest)
-        if lid is None:
+        if lid is None or lid >= self._layer_count:
             return _EMPTY
         if self._indexed is not None:
             offsets, holders = self._indexed
@@ -302,7 +348,7 @@ class NodeSnapshot(ClusterInventory):
 
     def layer_size(self, digest: str) -> int | None:
         lid = self._layer_id.get(digest)
-        return None if lid is None else self._layer_size[lid]
+        return None if lid is None or lid >= self._layer_count else self._layer_size[lid]
 
     def node_holds_layer(self, node: int, digest: str) -> bool:
         holders = self.layer_holders(digest)

@@ -9,7 +9,6 @@ implement the same two members and be passed to :func:`create_app`.
 
 from __future__ import annotations
 
-import gc
 import logging
 from pathlib import Path
 from typing import Protocol
@@ -19,7 +18,7 @@ import msgspec
 from layersched.core.errors import InputError
 from layersched.core.inventory import ClusterInventory, NodeImage, annotation_layers
 from layersched.core.layers import Layer, LayerSource, check_digest, check_size
-from layersched.core.snapshot import NodeSnapshot, SnapshotBuilder
+from layersched.core.snapshot import NodeSnapshot, SlotCache, SnapshotBuilder
 from layersched.extender._wire import ContainerImage, Node, RawNodeList
 
 log = logging.getLogger(__name__)
@@ -79,9 +78,11 @@ def _describe_image(image: ContainerImage | NodeImage) -> NodeImage:
     return NodeImage(image.names or (), image.sizeBytes, None)
 
 
-def snapshot_of(nodes: list[Node], source: LayerSource | None, where: str) -> NodeSnapshot:
-    """A snapshot of a request's ``Nodes.items``."""
-    builder = SnapshotBuilder(source)
+def snapshot_of(
+    nodes: list[Node], source: LayerSource | None, where: str, cache: SlotCache | None = None
+) -> NodeSnapshot:
+    """A snapshot of a request's ``Nodes.items`` (``cache``: entries seen by earlier requests)."""
+    builder = SnapshotBuilder(source, cache)
     for i, node in enumerate(nodes):
         add_wire_node(builder, node, f"{where}[{i}]")
     return builder.build()
@@ -131,9 +132,6 @@ class StaticInventoryProvider:
         snapshot.index_layers()
         for warning in snapshot.warnings:
             log.warning("%s: %s", path, warning)
-        # the snapshot lives as long as the process: keep the collector off it
-        gc.collect()
-        gc.freeze()
         log.info(
             "%s: %d nodes, %d distinct images, %d unresolved",
             path,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 
 import msgspec
@@ -12,11 +13,12 @@ from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.inventory import ClusterInventory, IndexArray
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
+from layersched.core.snapshot import SlotCache
 from layersched.core.strategies import NodeScores, Strategy
 from layersched.core.strategies.base import MAX_NODE_SCORE
 from layersched.extender._inventory import InventoryProvider, snapshot_of
 from layersched.extender._metrics import ExtenderMetrics
-from layersched.extender._resolver import DeadlineResolver
+from layersched.extender._resolver import MAX_CACHED_IMAGES, POSITIVE_TTL_S, DeadlineResolver
 from layersched.extender._wire import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
@@ -88,6 +90,9 @@ class Extender:
         self.metrics = metrics
         self._logged_unknown: set[str] = set()
         self._logged_unresolved: set[str] = set()
+        #: Image entries of earlier full-Nodes requests: only new ones are resolved.
+        self._slots = SlotCache(MAX_CACHED_IMAGES)
+        self._slots_since_s = time.monotonic()
 
     # ------------------------------------------------------------- prioritize
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
@@ -125,9 +130,14 @@ class Extender:
 
     def _request_inventory(self, args: ExtenderArgs) -> ClusterInventory:
         assert args.Nodes is not None
-        source = self.resolver.cached_source() if self.strategy.needs_layers else None
-        snapshot = snapshot_of(args.Nodes.items or [], source, "Nodes.items")
-        if snapshot.unresolved_images:
+        needs_layers = self.strategy.needs_layers
+        source = self.resolver.cached_source() if needs_layers else None
+        now_s = time.monotonic()
+        if not self.resolver.local and now_s - self._slots_since_s > POSITIVE_TTL_S:
+            self._slots.reset()  # tags may have moved: re-resolve node images
+            self._slots_since_s = now_s
+        snapshot = snapshot_of(args.Nodes.items or [], source, "Nodes.items", self._slots)
+        if needs_layers and snapshot.unresolved_images:
             self.metrics.unresolved_node_images.inc(snapshot.unresolved_images)
             for warning in snapshot.warnings:
                 if (

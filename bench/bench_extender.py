@@ -1,0 +1,320 @@
+"""Benchmark the real ``layersched extender`` process over real HTTP.
+
+Cases (issue 2, "Performance"), on a realistic synthetic inventory
+(:mod:`bench.corpus`: ≈2,000 images of 3–11 layers on shared bases, Zipf):
+
+* ``node_names``: ``/prioritize`` with ``NodeNames`` of 5,000 nodes × 50 images
+  resolved against the held inventory (``--nodes``); target p99 ≤ 5 ms;
+* ``memory``: the extender's VmHWM/VmRSS holding that inventory; target ≤ 300 MB;
+* ``full_nodes``: ``/prioritize`` with full ``Nodes`` of 500 nodes × 50 images;
+  target p99 ≤ 60 ms;
+* ``naive_python``: the same NodeNames decisions computed by a per-node loop over
+  node layer sets (in this process, no HTTP), to show what the index buys.
+
+Latency is client-observed: a keep-alive HTTP/1.1 connection, the clock around
+send-request-to-last-byte, after a warm-up. Results go to
+``bench/results/extender.json``.
+
+Run: ``make bench`` (or ``python bench/bench_extender.py --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import tenacity
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import Workload, workload
+
+RESULTS = Path(__file__).resolve().parent / "results" / "extender.json"
+LOOPBACK = "127.0.0.1"
+#: Targets from the issue.
+TARGET_NODE_NAMES_P99_MS = 5.0
+TARGET_RSS_MB = 300.0
+TARGET_FULL_NODES_P99_MS = 60.0
+#: Inventory shapes from the issue.
+HELD_NODES, FULL_NODES, IMAGES_PER_NODE, IMAGES = 5000, 500, 50, 2000
+#: Distinct pods cycled through (so layer caches see a realistic mix).
+PODS = 200
+#: Loading 5,000 nodes takes a few seconds; allow for a loaded 2-core box.
+READY_TIMEOUT_S = 120.0
+HTTP_TIMEOUT_S = 30.0
+KB_PER_MB = 1024
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _memory_mb(pid: int) -> dict[str, float]:
+    """VmHWM (peak) and VmRSS (now) of ``pid`` in MB, from /proc."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            values[key] = round(int(rest.split()[0]) / KB_PER_MB, 1)
+    return values
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(READY_TIMEOUT_S), wait=tenacity.wait_fixed(0.2), reraise=True
+)
+def _assert_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
+    assert proc.poll() is None, f"extender exited with {proc.returncode}"
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=HTTP_TIMEOUT_S)
+    try:
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+    except OSError as err:
+        raise AssertionError(str(err)) from err
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _extender(argv: Sequence[str], log_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "layersched.cli.main", "extender", "--port", str(port), *argv]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _assert_ready(port, proc)
+        yield port, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=HTTP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _stats(latencies_s: list[float]) -> dict[str, float | int]:
+    ms = np.asarray(latencies_s) * 1000.0
+    return {
+        "requests": len(ms),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p90_ms": round(float(np.percentile(ms, 90)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "max_ms": round(float(ms.max()), 3),
+        "mean_ms": round(float(ms.mean()), 3),
+    }
+
+
+def _run_requests(
+    port: int, bodies: Sequence[bytes], warmup: int, count: int, progress: Progress, label: str
+) -> tuple[list[float], list[bytes]]:
+    """POST ``count`` bodies (cycled) after ``warmup`` unmeasured ones; client-side latencies."""
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=HTTP_TIMEOUT_S)
+    headers = {"Content-Type": "application/json"}
+    task = progress.add_task(label, total=warmup + count)
+    latencies: list[float] = []
+    answers: list[bytes] = []
+    try:
+        for i in range(warmup + count):
+            body = bodies[i % len(bodies)]
+            started = time.perf_counter()
+            conn.request("POST", "/prioritize", body, headers)
+            response = conn.getresponse()
+            payload = response.read()
+            elapsed = time.perf_counter() - started
+            if response.status != 200:
+                raise SystemExit(f"{label}: HTTP {response.status}: {payload[:300]!r}")
+            if i >= warmup:
+                latencies.append(elapsed)
+                if len(answers) < len(bodies):
+                    answers.append(payload)
+            progress.advance(task)
+    finally:
+        conn.close()
+    return latencies, answers
+
+
+def _naive(
+    load: Workload, nodes_doc: dict[str, Any], pods: list[dict[str, Any]], count: int
+) -> tuple[list[float], list[list[int]]]:
+    """Per-node loop over node layer sets, pure Python: what the index replaces."""
+    layers = load.layers_document()
+    node_sets: list[set[str]] = []
+    for item in nodes_doc["items"]:
+        held: set[str] = set()
+        for image in item["status"]["images"]:
+            for name in image["names"]:
+                if name in layers:
+                    held.update(layer["digest"] for layer in layers[name])
+                    break
+        node_sets.append(held)
+    latencies, answers = [], []
+    for i in range(count):
+        pod = pods[i % len(pods)]
+        started = time.perf_counter()
+        wanted: dict[str, int] = {}
+        for container in pod["spec"]["containers"]:
+            for layer in layers[container["image"]]:
+                wanted.setdefault(layer["digest"], layer["size"])
+        total = sum(wanted.values())
+        scores = []
+        for held in node_sets:
+            present = sum(size for digest, size in wanted.items() if digest in held)
+            scores.append((100 * present // total) // 10 if total else 0)
+        latencies.append(time.perf_counter() - started)
+        answers.append(scores)
+    return latencies, answers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000, help="measured NodeNames requests")
+    parser.add_argument(
+        "--full-requests", type=int, default=200, help="measured full-Nodes requests"
+    )
+    parser.add_argument("--naive-requests", type=int, default=30, help="naive-loop decisions")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    console = Console(stderr=True)
+
+    load = workload(IMAGES)
+    pods = load.pods(PODS)
+    pod_json = [msgspec.json.encode(p) for p in pods]
+    held_doc = load.node_list(HELD_NODES, IMAGES_PER_NODE, seed=1)
+    names_json = msgspec.json.encode([item["metadata"]["name"] for item in held_doc["items"]])
+    full_json = msgspec.json.encode(load.node_list(FULL_NODES, IMAGES_PER_NODE, seed=3))
+    results: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "workload": {
+            "images": len(load.corpus.images),
+            "distinct_layers": len(load.corpus.distinct_layers()),
+            "held_nodes": HELD_NODES,
+            "full_nodes": FULL_NODES,
+            "images_per_node": IMAGES_PER_NODE,
+            "pods": PODS,
+            "full_request_bytes": len(full_json) + max(len(p) for p in pod_json),
+        },
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="layersched-bench-") as tmp,
+        Progress(console=console) as progress,
+    ):
+        layers_path, nodes_path = Path(tmp) / "layers.json", Path(tmp) / "nodes.json"
+        layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
+        nodes_path.write_bytes(msgspec.json.encode(held_doc))
+        argv_common = ["--layers", str(layers_path)]
+        started = time.perf_counter()
+        with _extender([*argv_common, "--nodes", str(nodes_path)], Path(tmp) / "held.log") as (
+            port,
+            proc,
+        ):
+            ready_s = time.perf_counter() - started
+            bodies = [b'{"Pod":' + p + b',"NodeNames":' + names_json + b"}" for p in pod_json]
+            latencies, answers = _run_requests(
+                port, bodies, len(bodies), args.requests, progress, "NodeNames × 5,000"
+            )
+            memory = _memory_mb(proc.pid)
+        node_names = _stats(latencies)
+        node_names |= {
+            "target_p99_ms": TARGET_NODE_NAMES_P99_MS,
+            "pass": node_names["p99_ms"] <= TARGET_NODE_NAMES_P99_MS,
+            "ready_after_s": round(ready_s, 2),
+        }
+        peak = max(memory.values())
+        results["node_names_5000"] = node_names
+        results["memory_5000"] = {
+            "vm_hwm_mb": memory.get("VmHWM"),
+            "vm_rss_mb": memory.get("VmRSS"),
+            "target_mb": TARGET_RSS_MB,
+            "pass": peak <= TARGET_RSS_MB,
+        }
+
+        naive_latencies, naive_answers = _naive(load, held_doc, pods, args.naive_requests)
+        agree = all(
+            [e["Score"] for e in msgspec.json.decode(answers[i % len(answers)])] == naive_answers[i]
+            for i in range(min(len(naive_answers), len(answers)))
+            if i < len(answers)
+        )
+        naive = _stats(naive_latencies) | {"agrees_with_extender": agree}
+        naive["extender_speedup_p50"] = round(naive["p50_ms"] / node_names["p50_ms"], 1)
+        naive["note"] = (
+            "in-process scoring only (no HTTP, no JSON): the extender's times include both"
+        )
+        results["naive_python_node_names_5000"] = naive
+
+        with _extender(argv_common, Path(tmp) / "full.log") as (port, proc):
+            bodies = [b'{"Pod":' + p + b',"Nodes":' + full_json + b"}" for p in pod_json[:20]]
+            warmup = len(bodies)
+            latencies, _ = _run_requests(
+                port, bodies, warmup, args.full_requests, progress, "full Nodes × 500"
+            )
+            full_memory = _memory_mb(proc.pid)
+        full = _stats(latencies)
+        full |= {
+            "target_p99_ms": TARGET_FULL_NODES_P99_MS,
+            "pass": full["p99_ms"] <= TARGET_FULL_NODES_P99_MS,
+            "vm_hwm_mb": full_memory.get("VmHWM"),
+        }
+        results["full_nodes_500"] = full
+
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    _print(console, results)
+    console.print(f"results: {args.output}")
+    return 0
+
+
+def _print(console: Console, results: dict[str, Any]) -> None:
+    table = Table(title="layersched extender benchmark (client-observed)")
+    for column in ("case", "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "target", "pass"):
+        table.add_column(column, justify="left" if column == "case" else "right")
+    for key, label in (
+        ("node_names_5000", "NodeNames 5k"),
+        ("full_nodes_500", "Nodes 500"),
+        ("naive_python_node_names_5000", "naive 5k"),
+    ):
+        r = results[key]
+        target = f"p99 ≤ {r['target_p99_ms']:g}" if "target_p99_ms" in r else "-"
+        passed = ("yes" if r["pass"] else "NO") if "pass" in r else "-"
+        table.add_row(
+            label,
+            str(r["requests"]),
+            f"{r['p50_ms']:.2f}",
+            f"{r['p90_ms']:.2f}",
+            f"{r['p99_ms']:.2f}",
+            f"{r['max_ms']:.2f}",
+            target,
+            passed,
+        )
+    m = results["memory_5000"]
+    table.add_row(
+        "memory 5k", "-", "-", "-", "-", f"HWM {m['vm_hwm_mb']}",
+        f"≤ {m['target_mb']:g} MB", "yes" if m["pass"] else "NO",
+    )  # fmt: skip
+    console.print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

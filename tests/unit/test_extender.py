@@ -469,3 +469,23 @@ def test_pod_images_keeps_upstream_order() -> None:
         )
     )
     assert pod_images(pod).images == ("init:1", "a:1", "a:1")
+
+
+def test_repeated_and_changed_node_lists(tmp_path: Any) -> None:
+    # the remembered NodeNames lookup must follow the list as it changes between pods
+    extender = _extender(tmp_path)
+    pod = _pod("img1:1")
+
+    async def scenario(call: Call) -> None:
+        for names, expected in (
+            (["N1", "N2"], [10, 5]),
+            (["N1", "N2"], [10, 5]),
+            (["N2", "N1"], [5, 10]),
+            (["N2", "ghost", "N1"], [5, 0, 10]),
+            (["N1", "N2"], [10, 5]),
+        ):
+            _, answer = await call("POST", "/prioritize", {"Pod": pod, "NodeNames": names})
+            assert [e["Host"] for e in answer] == names
+            assert [e["Score"] for e in answer] == expected
+
+    _serve(extender, scenario)

@@ -93,6 +93,7 @@ class Extender:
         #: Image entries of earlier full-Nodes requests: only new ones are resolved.
         self._slots = SlotCache(MAX_CACHED_IMAGES)
         self._slots_since_s = time.monotonic()
+        self._indices_memo: tuple[ClusterInventory, list[str], IndexArray, list[str]] | None = None
 
     # ------------------------------------------------------------- prioritize
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
@@ -120,13 +121,25 @@ class Extender:
             candidates: IndexArray = np.arange(len(names), dtype=np.int64)
             missing: list[str] = []
         else:
-            candidates, missing = inventory.indices_of(names)
+            candidates, missing = self._indices(inventory, names)
         result = self.strategy.score(pod, inventory, candidates, _Resolved(layers))
         if missing:
             self._note_unknown(missing)
         if log.isEnabledFor(logging.DEBUG):
             self._log_decision(pod, inventory, result)
         return _answer(names, inventory, result, bool(missing))
+
+    def _indices(
+        self, inventory: ClusterInventory, names: list[str]
+    ) -> tuple[IndexArray, list[str]]:
+        """``inventory.indices_of(names)``, remembered: kube-scheduler sends the same
+        feasible-node list pod after pod, and comparing it costs a third of looking it up."""
+        memo = self._indices_memo
+        if memo is not None and memo[0] is inventory and memo[1] == names:
+            return memo[2], memo[3]
+        candidates, missing = inventory.indices_of(names)
+        self._indices_memo = (inventory, names, candidates, missing)
+        return candidates, missing
 
     def _request_inventory(self, args: ExtenderArgs) -> ClusterInventory:
         assert args.Nodes is not None

@@ -1,0 +1,229 @@
+"""The local testbed for real: Ansible brings up docker-registry and containerd nodes in
+network namespaces behind tbf-limited veths, and tears everything down again.
+
+The test's testbed has its own state dir, name prefix and /24, so it coexists with a
+testbed brought up by ``make testbed``. Its tests run in file order: bring-up checks,
+then the idempotent second ``up``, then teardown (twice). The module fixture tears down
+whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import tenacity
+
+from layersched.cri import CRIClient
+from layersched.testbed.local import (
+    TestbedInventory,
+    TestbedSettings,
+    down,
+    link_tx_bytes,
+    load_inventory,
+    tbf_rate_bits_per_s,
+    up,
+)
+from layersched.testbed.scenario_images import build_and_push_scenario
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+KIB = 1024
+#: Our own prefix and /24, distinct from the default testbed (lstb, 10.250.50.0/24).
+PREFIX = "lsit"
+NET_BASE = "10.250.51"
+#: Two nodes are enough to show a per-node rate: n1 at the default, n2 on a slow link.
+NODE_COUNT = 2
+FAST_BITS_PER_S = 20_000_000
+SLOW_BITS_PER_S = 4_000_000
+#: Small scenario layers: Img1 is 768 KiB of blobs, about 1.6 s through the slow link.
+SIZES_BYTES = {"L1": 512 * KIB, "L2": 128 * KIB, "L3": 128 * KIB, "L4": 96 * KIB}
+#: Protocol overhead on the link (TCP/IP headers, HTTP, manifests and config) on top of
+#: the blob bytes: headers are ~3% at 1500-byte frames, the JSON documents a few KiB.
+LINK_OVERHEAD_RATIO = 1.06
+LINK_OVERHEAD_BYTES = 64 * KIB
+#: A shaped transfer takes at least 90% of bits/rate (tbf's bucket lets a burst through
+#: early) and at most 1.3x plus a second of CRI/unpack work.
+MIN_TIME_RATIO = 0.9
+MAX_TIME_RATIO = 1.3
+MAX_EXTRA_S = 1.0
+#: How long the access log may take to show the blobs a finished pull fetched.
+ACCESS_LOG_TIMEOUT_S = 5.0
+PROBE_TIMEOUT_S = 5.0
+#: Programs the testbed runs; none may survive teardown.
+TESTBED_PROGRAMS = ("containerd", "docker-registry", "containerd-shim-runc-v2")
+
+
+def _skip_reason() -> str | None:
+    if sys.platform != "linux":
+        return "the local testbed needs Linux"
+    if os.geteuid() != 0:
+        return "the local testbed needs root (network namespaces, tc)"
+    for program in ("ip", "tc", "containerd", "docker-registry"):
+        if shutil.which(program) is None and not Path("/usr/sbin", program).exists():
+            return f"{program} not found on PATH"
+    if not Path(sys.executable).with_name("ansible-playbook").exists():
+        return "ansible-playbook not in the venv (install the infra extras)"
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        return f"ip netns unavailable: {probe.stderr.decode().strip()}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> TestbedSettings:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    return TestbedSettings(
+        state_dir=tmp_path_factory.mktemp("testbed") / "state",
+        node_count=NODE_COUNT,
+        rate_bits_per_s=FAST_BITS_PER_S,
+        node_rate_bits_per_s={"n2": SLOW_BITS_PER_S},
+        prefix=PREFIX,
+        net_base=NET_BASE,
+    )
+
+
+@pytest.fixture(scope="module")
+def testbed(settings: TestbedSettings) -> Iterator[TestbedInventory]:
+    try:
+        up(settings)
+        yield load_inventory(settings.state_dir)
+    finally:
+        down(settings.state_dir, PREFIX)
+
+
+def test_inventory_describes_every_node(testbed: TestbedInventory) -> None:
+    # n1 at the default rate, n2 at its override; addresses BASE.(10+K); one socket each.
+    assert [n.name for n in testbed.nodes] == ["n1", "n2"]
+    assert [n.address for n in testbed.nodes] == [f"{NET_BASE}.11", f"{NET_BASE}.12"]
+    assert [n.link_rate_bits_per_s for n in testbed.nodes] == [FAST_BITS_PER_S, SLOW_BITS_PER_S]
+    assert [n.netns for n in testbed.nodes] == [f"{PREFIX}-n1", f"{PREFIX}-n2"]
+    assert testbed.registry.host == f"{NET_BASE}.1:5000"
+    for node in testbed.nodes:
+        assert Path(node.cri_socket).is_socket()
+        assert node.allocatable == {"cpu": "2", "memory": "4Gi"}
+
+
+def test_registry_answers_v2(testbed: TestbedInventory) -> None:
+    response = httpx.get(f"{testbed.registry.url}/v2/", timeout=PROBE_TIMEOUT_S)
+    assert response.status_code == httpx.codes.OK
+
+
+def test_each_node_answers_cri_version(testbed: TestbedInventory) -> None:
+    for node in testbed.nodes:
+        with CRIClient(node.cri_endpoint, timeout_s=PROBE_TIMEOUT_S) as cri:
+            assert cri.version().runtime_name == "containerd"
+
+
+def test_each_link_has_its_tbf_rate(testbed: TestbedInventory) -> None:
+    # tc reports bytes/s; 20 Mbit/s = 2,500,000 B/s, 4 Mbit/s = 500,000 B/s.
+    rates = {n.name: tbf_rate_bits_per_s(n.host_veth) for n in testbed.nodes}
+    assert rates == {"n1": FAST_BITS_PER_S, "n2": SLOW_BITS_PER_S}
+
+
+def _timed_pull(cri: CRIClient, host_veth: str, image: str) -> tuple[int, float]:
+    before = link_tx_bytes(host_veth)
+    start = time.monotonic()
+    cri.pull_image(image)
+    return link_tx_bytes(host_veth) - before, time.monotonic() - start
+
+
+@tenacity.retry(stop=tenacity.stop_after_delay(ACCESS_LOG_TIMEOUT_S), reraise=True)
+def _assert_logged_blobs(access_log: Path, address: str, digests: set[str]) -> None:
+    lines = [line for line in access_log.read_text().splitlines() if line.startswith(address)]
+    fetched = {d for d in digests if any(f"/blobs/{d}" in line for line in lines)}
+    assert fetched == digests
+
+
+def test_pulls_cross_the_shaped_link(testbed: TestbedInventory) -> None:
+    # The scenario images, small: push twice (same digests: deterministic), then pull on
+    # n2 (4 Mbit/s) through CRI, so containerd inside the netns downloads.
+    images = build_and_push_scenario(testbed.registry.host, SIZES_BYTES)
+    again = build_and_push_scenario(testbed.registry.host, SIZES_BYTES)
+    assert again.layers == images.layers
+    node = testbed.node("n2")
+    size = {label: size for label, (_, size) in images.layers.items()}
+    with CRIClient(node.cri_endpoint) as cri:
+        # Empty cache: Img1's three blobs (L1+L2+L3 = 768 KiB + gzip framing) cross the
+        # link; 768 KiB * 8 / 4 Mbit/s = 1.57 s.
+        sent, seconds = _timed_pull(cri, node.host_veth, images.img1)
+        blob_bytes = size["L1"] + size["L2"] + size["L3"]
+        _assert_shaped(sent, seconds, blob_bytes)
+        # L1 and L2 cached: only L4 (96 KiB, 0.2 s) plus manifest and config.
+        sent, seconds = _timed_pull(cri, node.host_veth, images.img2)
+        _assert_shaped(sent, seconds, size["L4"])
+    digests = {digest for digest, _ in images.layers.values()}
+    _assert_logged_blobs(Path(testbed.registry.access_log), node.address, digests)
+
+
+def _assert_shaped(sent_bytes: int, seconds: float, blob_bytes: int) -> None:
+    assert blob_bytes <= sent_bytes <= blob_bytes * LINK_OVERHEAD_RATIO + LINK_OVERHEAD_BYTES
+    link_s = sent_bytes * 8 / SLOW_BITS_PER_S
+    assert MIN_TIME_RATIO * link_s <= seconds <= MAX_TIME_RATIO * link_s + MAX_EXTRA_S
+
+
+def test_second_up_changes_nothing(testbed: TestbedInventory, settings: TestbedSettings) -> None:
+    assert up(settings).changed == 0
+
+
+def _our_processes(state_dir: Path) -> list[str]:
+    """Live (not zombie) testbed programs whose command line names our state dir."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        line = b" ".join(argv).decode(errors="replace")
+        program = Path(argv[0].decode(errors="replace")).name
+        if program in TESTBED_PROGRAMS and state != "Z" and str(state_dir) in line:
+            found.append(line)
+    return found
+
+
+def _leftovers(state_dir: Path) -> dict[str, list[str]]:
+    links = json.loads(subprocess.run(["ip", "-j", "link"], capture_output=True).stdout)
+    netns_dir = Path("/run/netns")
+    return {
+        "netns": sorted(
+            p.name
+            for p in (netns_dir.iterdir() if netns_dir.is_dir() else [])
+            if p.name.startswith(f"{PREFIX}-")
+        ),
+        "links": sorted(link["ifname"] for link in links if link["ifname"].startswith(PREFIX)),
+        "processes": _our_processes(state_dir),
+        "mounts": [
+            line
+            for line in Path("/proc/self/mounts").read_text().splitlines()
+            if str(state_dir) in line
+        ],
+        "state": [str(state_dir)] if state_dir.exists() else [],
+    }
+
+
+def test_down_removes_everything_and_is_repeatable(
+    testbed: TestbedInventory, settings: TestbedSettings
+) -> None:
+    state_dir = settings.state_dir.resolve()
+    assert _leftovers(state_dir)["processes"], "the testbed should be running before down"
+    down(state_dir, PREFIX)
+    assert _leftovers(state_dir) == {
+        "netns": [],
+        "links": [],
+        "processes": [],
+        "mounts": [],
+        "state": [],
+    }
+    # A second down finds nothing to do, and says so.
+    assert down(state_dir, PREFIX).changed == 0

@@ -1,0 +1,358 @@
+"""The local testbed's pure pieces: settings, ansible output parsing, the inventory file,
+the scenario spec, the CLI's option parsing, and the playbook tools' argument parsing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from layersched.cli.main import main as cli_main
+from layersched.cli.testbed import _mbit_to_bits, _pairs
+from layersched.core import errors
+from layersched.core.errors import InputError
+from layersched.testbed.local import TestbedSettings, parse_inventory
+from layersched.testbed.local._ansible import _Watch
+from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, load_spec, parse_spec
+
+TOOLS = Path(__file__).resolve().parents[2] / "playbooks" / "tools"
+MIB = 1 << 20
+
+
+def _tool(name: str) -> ModuleType:
+    """Import a stdlib-only playbook tool by path (they are not part of the package)."""
+    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------- settings
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        # The defaults: 3 nodes at 20 Mbit/s, prefix lstb, 10.250.50.0/24.
+        ({}, None),
+        # n3 on a 5 Mbit/s edge link: a heterogeneous testbed is fine.
+        ({"node_rate_bits_per_s": {"n3": 5_000_000}}, None),
+        # n4 does not exist with 3 nodes: a typo must not be silently ignored.
+        ({"node_rate_bits_per_s": {"n4": 5_000_000}}, "unknown node"),
+        # Zero nodes is no testbed at all.
+        ({"node_count": 0}, "--nodes"),
+        # tbf cannot shape to 0 bit/s.
+        ({"rate_bits_per_s": 0}, "positive"),
+        # 6 characters: over the 5 that keep every PREFIX-NODE within 15-character link names.
+        ({"prefix": "layers"}, "prefix"),
+        # Upper case would make names the teardown regexp might miss.
+        ({"prefix": "LS"}, "prefix"),
+        # 256 is not an octet.
+        ({"net_base": "10.256.1"}, "net base"),
+        # A full address is not a base: the playbook appends .1, .11, ...
+        ({"net_base": "10.250.50.0"}, "net base"),
+    ],
+    ids=[
+        "defaults",
+        "per-node-rate",
+        "unknown-node-rate",
+        "no-nodes",
+        "zero-rate",
+        "long-prefix",
+        "uppercase-prefix",
+        "bad-octet",
+        "four-octets",
+    ],
+)
+def test_settings_check(changes: dict[str, Any], error: str | None, tmp_path: Path) -> None:
+    settings = TestbedSettings(state_dir=tmp_path, **changes)
+    if error is None:
+        settings.check()
+    else:
+        with pytest.raises(errors.TestbedError, match=error):
+            settings.check()
+
+
+def test_settings_extra_vars_name_the_playbook_variables(tmp_path: Path) -> None:
+    # Every key must be a variable of playbooks/vars/testbed-local.yml, and the state dir
+    # absolute: the playbook refuses a relative one.
+    settings = TestbedSettings(state_dir=tmp_path / "tb", node_rate_bits_per_s={"n2": 1_000_000})
+    extra = settings.extra_vars()
+    assert extra == {
+        "testbed_state_dir": str((tmp_path / "tb").resolve()),
+        "testbed_node_count": 3,
+        "testbed_rate_bits_per_s": 20_000_000,
+        "testbed_node_rate_bits_per_s": {"n2": 1_000_000},
+        "testbed_prefix": "lstb",
+        "testbed_net_base": "10.250.50",
+    }
+    shared = (TOOLS.parent / "vars" / "testbed-local.yml").read_text()
+    for key in extra:
+        assert f"\n{key}:" in shared
+
+
+# ------------------------------------------------------------------ ansible output
+FAILED_RUN = [
+    "PLAY [Bring up the local testbed] ***",
+    "TASK [local_testbed_registry : Start the registry] *******",
+    'fatal: [localhost]: FAILED! => {"changed": false, "msg": "non-zero return code", '
+    '"stderr": "registry exited with 1 while starting"}',
+    "PLAY RECAP *********",
+    "localhost                  : ok=7    changed=2    unreachable=0    failed=1    "
+    "skipped=1    rescued=0    ignored=0",
+]
+GOOD_RUN = [
+    "TASK [Write the inventory file] ****",
+    "ok: [localhost]",
+    "PLAY RECAP *********",
+    "localhost                  : ok=13   changed=0    unreachable=0    failed=0    "
+    "skipped=2    rescued=0    ignored=0",
+]
+LOOP_FAILURE = [
+    "TASK [local_testbed_node : Start containerd inside each node's network namespace] ***",
+    "changed: [localhost] => (item=n1)",
+    "failed: [localhost] (item=n2) => not json at all",
+]
+
+
+@pytest.mark.parametrize(
+    ("lines", "task", "failure", "recap"),
+    [
+        # The fatal line's JSON gives msg and stderr; the task is the last TASK header.
+        (
+            FAILED_RUN,
+            "local_testbed_registry : Start the registry",
+            "non-zero return code: registry exited with 1 while starting",
+            {"ok": 7, "changed": 2, "failed": 1},
+        ),
+        # No failure; the recap's changed=0 is what "idempotent" is checked against.
+        (GOOD_RUN, "", "", {"ok": 13, "changed": 0, "failed": 0}),
+        # A loop item failing without JSON: the raw text is kept.
+        (
+            LOOP_FAILURE,
+            "local_testbed_node : Start containerd inside each node's network namespace",
+            "not json at all",
+            {},
+        ),
+    ],
+    ids=["fatal-with-json", "clean-recap", "loop-item-failure"],
+)
+def test_watch_reads_ansible_output(
+    lines: list[str], task: str, failure: str, recap: dict[str, int]
+) -> None:
+    watch = _Watch()
+    for line in lines:
+        watch.feed(line)
+    assert (watch.failed_task, watch.failure, watch.recap) == (task, failure, recap)
+
+
+# ------------------------------------------------------------------ inventory file
+def _inventory_doc() -> dict[str, Any]:
+    node = {
+        "name": "n1",
+        "netns": "lstb-n1",
+        "host_veth": "lstb-n1",
+        "address": "10.250.50.11",
+        "link_rate_bits_per_s": 20_000_000,
+        "allocatable": {"cpu": "2", "memory": "4Gi"},
+        "cri_socket": "/s/nodes/n1/containerd.sock",
+        "cri_endpoint": "unix:///s/nodes/n1/containerd.sock",
+        "dir": "/s/nodes/n1",
+        "config": "/s/nodes/n1/config.toml",
+        "root_dir": "/s/nodes/n1/root",
+        "state_dir": "/s/nodes/n1/state",
+        "pidfile": "/s/nodes/n1/containerd.pid",
+        "log": "/s/nodes/n1/containerd.log",
+    }
+    return {
+        "version": 1,
+        "driver": "local",
+        "state_dir": "/s",
+        "prefix": "lstb",
+        "network": {"bridge": "lstb-br", "gateway": "10.250.50.1", "cidr": "10.250.50.0/24"},
+        "registry": {
+            "address": "10.250.50.1",
+            "port": 5000,
+            "url": "http://10.250.50.1:5000",
+            "config": "/s/registry/config.yml",
+            "storage_dir": "/s/registry/storage",
+            "pidfile": "/s/registry/registry.pid",
+            "log": "/s/registry/registry.log",
+            "access_log": "/s/registry/access.log",
+        },
+        "nodes": [node],
+    }
+
+
+def test_inventory_round_trip() -> None:
+    # What the playbook writes decodes into typed structs; registry.host is what image
+    # references name.
+    inventory = parse_inventory(json.dumps(_inventory_doc()).encode(), "inventory.json")
+    assert inventory.registry.host == "10.250.50.1:5000"
+    assert inventory.node("n1").link_rate_bits_per_s == 20_000_000
+    with pytest.raises(errors.TestbedError, match="no node 'n9'"):
+        inventory.node("n9")
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        # A node without its CRI socket is unusable: say so, and how to fix it.
+        (lambda d: d["nodes"][0].pop("cri_socket"), "malformed testbed inventory"),
+        # A rate written as text by a hand edit.
+        (lambda d: d["nodes"][0].update(link_rate_bits_per_s="fast"), "malformed"),
+        # An inventory from a future layout.
+        (lambda d: d.update(version=2), "inventory version 2"),
+    ],
+    ids=["missing-field", "wrong-type", "other-version"],
+)
+def test_inventory_rejects(change: Any, error: str) -> None:
+    doc = _inventory_doc()
+    change(doc)
+    with pytest.raises(errors.TestbedError, match=error):
+        parse_inventory(json.dumps(doc).encode(), "inventory.json")
+
+
+# ------------------------------------------------------------------ scenario spec
+def test_default_spec_is_the_seed_scenario() -> None:
+    # Img1 = L1,L2,L3 and Img2 = L1,L2,L4; L1+L2 = 24+16 MiB, L3 = L4 = 4 MiB.
+    spec = load_spec(DEFAULT_SPEC_PATH)
+    assert spec.images["Img1"].layers == ("L1", "L2", "L3")
+    assert spec.images["Img2"].layers == ("L1", "L2", "L4")
+    sizes = {label: layer.size_bytes for label, layer in spec.layers.items()}
+    assert sizes == {"L1": 24 * MIB, "L2": 16 * MIB, "L3": 4 * MIB, "L4": 4 * MIB}
+    assert len({layer.seed for layer in spec.layers.values()}) == len(spec.layers)
+
+
+def test_spec_with_sizes_replaces_only_named_layers() -> None:
+    # L1 shrinks to 1 MiB; seeds and the other sizes stay.
+    spec = load_spec(DEFAULT_SPEC_PATH)
+    small = spec.with_sizes({"L1": MIB})
+    assert small.layers["L1"].size_bytes == MIB
+    assert small.layers["L1"].seed == spec.layers["L1"].seed
+    assert small.layers["L2"] == spec.layers["L2"]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error"),
+    [
+        # There is no L5 in the scenario.
+        ({"L5": MIB}, "unknown layer"),
+        # A zero-byte layer would make the scenario meaningless.
+        ({"L3": 0}, "positive"),
+    ],
+    ids=["unknown-layer", "zero-size"],
+)
+def test_spec_with_sizes_rejects(sizes: dict[str, int], error: str) -> None:
+    with pytest.raises(InputError, match=error):
+        load_spec(DEFAULT_SPEC_PATH).with_sizes(sizes)
+
+
+LAYERS = {"L1": {"seed": 1, "size_bytes": 10}, "L2": {"seed": 2, "size_bytes": 10}}
+
+
+@pytest.mark.parametrize(
+    ("doc", "error"),
+    [
+        # Only Img1: the scenario needs both images.
+        (
+            {"layers": LAYERS, "images": {"Img1": {"repository": "a", "tag": "v", "layers": []}}},
+            "exactly images Img1 and Img2",
+        ),
+        # Img2 names L9, which is not defined.
+        (
+            {
+                "layers": LAYERS,
+                "images": {
+                    "Img1": {"repository": "a", "tag": "v", "layers": ["L1"]},
+                    "Img2": {"repository": "b", "tag": "v", "layers": ["L9"]},
+                },
+            },
+            "undefined layer",
+        ),
+        # No "layers" section at all.
+        ({"images": {}}, "malformed scenario spec"),
+        # A size written as "4Mi" in the file: the spec takes bytes.
+        ({"layers": {"L1": {"seed": 1, "size_bytes": "4Mi"}}, "images": {}}, "integer"),
+    ],
+    ids=["one-image", "undefined-layer", "no-layers", "size-as-text"],
+)
+def test_parse_spec_rejects(doc: dict[str, Any], error: str) -> None:
+    with pytest.raises(InputError, match=error):
+        parse_spec(doc, "scenario.yml")
+
+
+# ----------------------------------------------------------------------------- CLI
+@pytest.mark.parametrize(
+    ("text", "bits"),
+    [
+        ("20", 20_000_000),  # the default link: 20 Mbit/s
+        ("2.5", 2_500_000),  # fractional rates are fine
+        ("0.1", 100_000),  # 100 kbit/s, a very slow edge link
+    ],
+    ids=["twenty", "fractional", "slow"],
+)
+def test_mbit_to_bits(text: str, bits: int) -> None:
+    assert _mbit_to_bits(text, "--rate-mbit") == bits
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "fast"], ids=["zero", "negative", "text"])
+def test_mbit_to_bits_rejects(text: str) -> None:
+    with pytest.raises(InputError, match="--rate-mbit"):
+        _mbit_to_bits(text, "--rate-mbit")
+
+
+@pytest.mark.parametrize(
+    ("items", "pairs"),
+    [
+        (["n3=5"], {"n3": "5"}),  # one override
+        (["n1=1", "n2=2"], {"n1": "1", "n2": "2"}),  # repeated option
+        (["L1=8Mi"], {"L1": "8Mi"}),  # layer sizes use the same syntax
+    ],
+    ids=["one", "two", "quantity"],
+)
+def test_pairs(items: list[str], pairs: dict[str, str]) -> None:
+    assert _pairs(items, "--node-rate") == pairs
+
+
+@pytest.mark.parametrize("item", ["n3", "=5", "n3="], ids=["no-equals", "no-name", "no-value"])
+def test_pairs_rejects(item: str) -> None:
+    with pytest.raises(InputError, match="NAME=VALUE"):
+        _pairs([item], "--node-rate")
+
+
+def test_status_without_testbed_is_one_line(tmp_path: Path, capsys: Any) -> None:
+    # No inventory in the state dir: exit 1 and a one-line hint, never a traceback.
+    assert cli_main(["testbed", "status", "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "no testbed inventory" in err and "testbed up" in err
+
+
+# ---------------------------------------------------------------- playbook tools
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        # netns=address@rate: node n1 of the default testbed.
+        ("lstb-n1=10.250.50.11@20000000", ("lstb-n1", "10.250.50.11", 20_000_000)),
+        # A 5 Mbit/s edge node.
+        ("lsit-n2=10.250.51.12@5000000", ("lsit-n2", "10.250.51.12", 5_000_000)),
+    ],
+    ids=["default-node", "slow-node"],
+)
+def test_net_tool_node_spec(text: str, parsed: tuple[str, str, int]) -> None:
+    assert _tool("local_testbed_net")._node(text) == parsed
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["lstb-n1=10.250.50.11", "lstb-n1@20000000", "lstb n1=1.2.3.4@1"],
+    ids=["no-rate", "no-address", "space-in-name"],
+)
+def test_net_tool_node_spec_rejects(text: str) -> None:
+    tool = _tool("local_testbed_net")
+    with pytest.raises(Exception, match="NETNS=ADDRESS@RATE_BITS_PER_S"):
+        tool._node(text)

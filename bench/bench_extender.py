@@ -206,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            # other jobs on the box widen the tails: record how busy it was
+            "load_average_1m_at_start": round(os.getloadavg()[0], 2),
         },
         "workload": {
             "images": len(load.corpus.images),
@@ -279,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         results["full_nodes_500"] = full
 
+    results["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     _print(console, results)

@@ -14,7 +14,7 @@ module only sequences the steps and shapes the report
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -114,3 +114,22 @@ def report(
             strategy: {"trials": [asdict(t) for t in runs]} for strategy, runs in trials.items()
         },
     }
+
+
+def run_scenario(
+    driver: Driver,
+    images: ScenarioImages,
+    strategies: Sequence[str],
+    trials: int,
+    on_trial: Callable[[str, int, Trial], None] | None = None,
+) -> dict[str, list[Trial]]:
+    """``trials`` runs per strategy; ``on_trial(strategy, i, trial)`` reports progress."""
+    results: dict[str, list[Trial]] = {}
+    for strategy in strategies:
+        results[strategy] = []
+        for i in range(trials):
+            trial = run_trial(driver, images, strategy)
+            results[strategy].append(trial)
+            if on_trial is not None:
+                on_trial(strategy, i, trial)
+    return results

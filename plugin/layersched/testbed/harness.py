@@ -1,0 +1,312 @@
+"""The local driver's harness: it plays kube-scheduler and the kubelet over the real
+protocols.
+
+* **Filter**: a pod fits a node when its cpu/memory requests fit the node's
+  free allocatable (pods in the scenario request a whole node).
+* **Score**: one HTTP ``POST /prioritize`` to the real ``layersched extender``
+  for the strategy under test, in full-``Nodes`` mode, each Node's
+  ``status.images`` built by the node agent from the node's CRI image list.
+  Equal scores are broken by a seeded random choice, as kube-scheduler picks
+  among equal scores.
+* **Bind and start**: a CRI ``PullImage`` on the chosen node. The pull's wall
+  time is measured around the call; the bytes are those the registry really
+  sent to the node's address, read from the registry's access log (not the
+  manifest).
+* **Delete**: frees the node's resources; the image stays in its cache.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import tenacity
+
+from layersched.agent import build_node
+from layersched.core.errors import InputError, TestbedError
+from layersched.cri import CRIClient
+from layersched.testbed.quantity import parse_quantity
+from layersched.testbed.scenario import Placement, Pull
+
+log = logging.getLogger(__name__)
+
+#: Resources the filter step compares (requests against free allocatable).
+FILTERED_RESOURCES = ("cpu", "memory")
+#: kube-scheduler's default extender ``httpTimeout``; the harness waits no longer.
+EXTENDER_TIMEOUT_S = 30.0
+#: The registry writes an access-log line just after a response completes; a pull
+#: returns after unpacking, so lines settle within moments. Bound the wait anyway.
+LOG_SETTLE_TIMEOUT_S = 5.0
+LOG_SETTLE_POLL_S = 0.2
+# Combined Log Format: IP - user [time] "METHOD PATH PROTO" STATUS BYTES "referer" "agent"
+_ACCESS_LINE = re.compile(
+    r'^(?P<ip>\S+) \S+ \S+ \[[^\]]*\] "[^"]*" (?P<status>\d{3}) (?P<bytes>\d+|-)'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalNode:
+    """One containerd node of the local testbed."""
+
+    name: str
+    cri_endpoint: str
+    address: str
+    link_rate_bits_per_s: int
+    allocatable: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTestbed:
+    """The local testbed as its inventory file describes it."""
+
+    registry: str
+    registry_access_log: Path
+    nodes: tuple[LocalNode, ...]
+
+    @classmethod
+    def load(cls, path: Path) -> LocalTestbed:
+        """Read ``.testbed/inventory.json`` written by the testbed playbook."""
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise TestbedError(
+                f"{path}: no testbed inventory: bring the testbed up first (make testbed)"
+            ) from None
+        except (OSError, json.JSONDecodeError) as err:
+            raise TestbedError(f"{path}: unreadable testbed inventory ({err})") from None
+        try:
+            reg = doc["registry"]
+            nodes = tuple(
+                LocalNode(
+                    name=str(n["name"]),
+                    cri_endpoint=str(n["cri_endpoint"]),
+                    address=str(n["address"]),
+                    link_rate_bits_per_s=int(n["link_rate_bits_per_s"]),
+                    allocatable={str(k): str(v) for k, v in n["allocatable"].items()},
+                )
+                for n in doc["nodes"]
+            )
+            return cls(
+                registry=f"{reg['address']}:{reg['port']}",
+                registry_access_log=Path(reg["access_log"]),
+                nodes=nodes,
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise TestbedError(
+                f"{path}: testbed inventory lacks {err}: re-run `make testbed` to rewrite it"
+            ) from None
+
+
+class RegistryAccessLog:
+    """Bytes the registry sent to an address, from its access log, since a mark."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def mark(self) -> int:
+        """The current end of the log (an offset to count from)."""
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _bytes_since(self, offset: int, address: str) -> tuple[int, int]:
+        total = lines = 0
+        with self.path.open("rb") as f:
+            f.seek(offset)
+            for raw in f:
+                match = _ACCESS_LINE.match(raw.decode("utf-8", "replace"))
+                if match and match["ip"] == address:
+                    lines += 1
+                    total += 0 if match["bytes"] == "-" else int(match["bytes"])
+        return total, lines
+
+    def bytes_since(self, offset: int, address: str) -> int:
+        """Bytes served to ``address`` after ``offset``, once the log stops growing."""
+        seen: list[int] = [self.mark()]
+
+        @tenacity.retry(
+            stop=tenacity.stop_after_delay(LOG_SETTLE_TIMEOUT_S),
+            wait=tenacity.wait_fixed(LOG_SETTLE_POLL_S),
+            retry=tenacity.retry_if_result(lambda settled: not settled),
+        )
+        def settled() -> bool:
+            size = self.mark()
+            done = size == seen[-1]
+            seen.append(size)
+            return done
+
+        try:
+            settled()
+        except tenacity.RetryError:
+            log.warning("registry access log %s kept growing; counting what is there", self.path)
+        return self._bytes_since(offset, address)[0]
+
+
+@dataclass(slots=True)
+class _NodeState:
+    node: LocalNode
+    cri: CRIClient
+    free: dict[str, Decimal] = field(default_factory=dict)
+    pods: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+
+
+def pod_document(name: str, image: str, requests: Mapping[str, str]) -> dict[str, Any]:
+    """A v1 Pod requesting ``requests`` with one container running ``image``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": image, "resources": {"requests": dict(requests)}}
+            ]
+        },
+    }
+
+
+class LocalDriver:
+    """Scenario driver for the local testbed (see the module docstring)."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        testbed: LocalTestbed,
+        extenders: Mapping[str, str],
+        seed: int = 0,
+        max_images: int = 50,
+    ) -> None:
+        self.testbed = testbed
+        self.extenders = dict(extenders)
+        self.rng = random.Random(seed)
+        self.max_images = max_images
+        self.access_log = RegistryAccessLog(testbed.registry_access_log)
+        self.http = httpx.Client(timeout=EXTENDER_TIMEOUT_S)
+        self.state = {n.name: _NodeState(n, CRIClient(n.cri_endpoint)) for n in testbed.nodes}
+        self._reset_resources()
+
+    def close(self) -> None:
+        """Close the HTTP and gRPC channels."""
+        self.http.close()
+        for st in self.state.values():
+            st.cri.close()
+
+    # ---------------------------------------------------------------- driver
+    def reset(self) -> None:
+        """Forget every pod and remove every image from every node (empty caches)."""
+        for st in self.state.values():
+            for image in st.cri.list_images():
+                st.cri.remove_image(image.id)
+            if st.cri.list_images():
+                raise TestbedError(f"node {st.node.name}: images remain after removing them all")
+        self._reset_resources()
+
+    def schedule(self, pod: str, image: str, strategy: str) -> Placement:
+        """Filter, score through the extender, bind (pull) and measure."""
+        node_requests = self._whole_node_requests()
+        fitting = [st for st in self.state.values() if self._fits(st, node_requests)]
+        if not fitting:
+            raise TestbedError(f"pod {pod}: no node has room (every node is taken)")
+        pod_doc = pod_document(pod, image, node_requests)
+        scores = self._prioritize(strategy, pod_doc, fitting)
+        best = max(scores.values())
+        chosen = self.rng.choice(sorted(n for n, s in scores.items() if s == best))
+        st = self.state[chosen]
+        request = {
+            r: parse_quantity(q, f"pod {pod} requests.{r}") for r, q in node_requests.items()
+        }
+        for resource, amount in request.items():
+            st.free[resource] -= amount
+        st.pods[pod] = request
+        pull = self._pull(st, pod, image)
+        log.info(
+            "%s: %s -> %s (scores %s), pulled %d B in %.2f s",
+            strategy,
+            pod,
+            chosen,
+            scores,
+            pull.bytes,
+            pull.seconds,
+        )
+        return Placement(node=chosen, scores=scores, pull=pull)
+
+    def delete(self, pod: str) -> None:
+        """Free the pod's resources; its image stays cached on the node."""
+        for st in self.state.values():
+            request = st.pods.pop(pod, None)
+            if request is not None:
+                for resource, amount in request.items():
+                    st.free[resource] += amount
+                return
+        raise TestbedError(f"pod {pod} is not running anywhere")
+
+    # --------------------------------------------------------------- helpers
+    def _reset_resources(self) -> None:
+        for st in self.state.values():
+            st.pods.clear()
+            st.free = {
+                r: parse_quantity(
+                    st.node.allocatable.get(r, "0"), f"node {st.node.name} allocatable.{r}"
+                )
+                for r in FILTERED_RESOURCES
+            }
+
+    def _whole_node_requests(self) -> dict[str, str]:
+        """The scenario's pods each request all of a node's allocatable (identical nodes)."""
+        first = self.testbed.nodes[0].allocatable
+        return {r: first[r] for r in FILTERED_RESOURCES if r in first}
+
+    @staticmethod
+    def _fits(st: _NodeState, requests: Mapping[str, str]) -> bool:
+        return all(
+            parse_quantity(q, f"requests.{r}") <= st.free.get(r, Decimal(0))
+            for r, q in requests.items()
+        )
+
+    def node_documents(self, states: Sequence[_NodeState]) -> list[dict[str, Any]]:
+        """v1 Nodes as the kubelet would publish them, from each node's CRI image list."""
+        return [
+            build_node(
+                st.node.name,
+                st.cri.list_images(),
+                allocatable=dict(st.node.allocatable),
+                max_images=self.max_images,
+            )
+            for st in states
+        ]
+
+    def _prioritize(
+        self, strategy: str, pod_doc: dict[str, Any], states: Sequence[_NodeState]
+    ) -> dict[str, int]:
+        try:
+            url = self.extenders[strategy]
+        except KeyError:
+            raise InputError(f"no extender runs strategy {strategy!r}") from None
+        args = {"Pod": pod_doc, "Nodes": {"items": self.node_documents(states)}, "NodeNames": None}
+        try:
+            response = self.http.post(f"{url}/prioritize", json=args)
+        except httpx.HTTPError as err:
+            raise TestbedError(f"extender {url} ({strategy}) did not answer: {err}") from err
+        if response.status_code != httpx.codes.OK:
+            raise TestbedError(
+                f"extender {url} ({strategy}) answered {response.status_code}: {response.text}"
+            )
+        return {entry["Host"]: int(entry["Score"]) for entry in response.json()}
+
+    def _pull(self, st: _NodeState, pod: str, image: str) -> Pull:
+        mark = self.access_log.mark()
+        started = time.monotonic()
+        st.cri.pull_image(image)
+        seconds = time.monotonic() - started
+        transferred = self.access_log.bytes_since(mark, st.node.address)
+        return Pull(pod=pod, node=st.node.name, bytes=transferred, seconds=round(seconds, 3))

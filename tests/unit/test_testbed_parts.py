@@ -1,0 +1,117 @@
+"""Pure parts of the testbed: quantities, registry access-log accounting, scenario
+sequencing and the report (the real runs are in tests/e2e)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from layersched.core.errors import InputError, TestbedError
+from layersched.testbed.harness import LocalTestbed, RegistryAccessLog
+from layersched.testbed.report import link_optimum_s, plot, print_table
+from layersched.testbed.scenario import Placement, Pull, ScenarioImages, report, run_trial
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("2", Decimal(2)),
+        ("500m", Decimal("0.5")),  # milli-cpu
+        ("4Gi", Decimal(4 * 2**30)),  # binary suffix
+        ("1G", Decimal(10**9)),  # decimal suffix
+        ("1.5Mi", Decimal(3 * 2**19)),  # fractional binary
+    ],
+    ids=["cores", "millicores", "Gi", "G", "fraction"],
+)
+def test_parse_quantity(text: str, value: Decimal) -> None:
+    from layersched.testbed.quantity import parse_quantity
+
+    assert parse_quantity(text, "x") == value
+
+
+def test_bad_quantity_names_the_field() -> None:
+    from layersched.testbed.quantity import parse_quantity
+
+    with pytest.raises(InputError, match=r"node n1 allocatable.memory: '4 GB'"):
+        parse_quantity("4 GB", "node n1 allocatable.memory")
+
+
+def test_access_log_counts_only_the_node_after_the_mark(tmp_path: Path) -> None:
+    path = tmp_path / "access.log"
+    path.write_text('10.0.0.2 - - [t] "GET /v2/ HTTP/1.1" 200 999 "" "x"\n')
+    log = RegistryAccessLog(path)
+    mark = log.mark()
+    with path.open("a") as f:
+        f.write('10.0.0.2 - - [t] "GET /v2/a/manifests/v1 HTTP/1.1" 200 500 "" "containerd"\n')
+        f.write('10.0.0.3 - - [t] "GET /v2/a/blobs/sha256:x HTTP/1.1" 200 7000 "" "c"\n')
+        f.write('10.0.0.2 - - [t] "HEAD /v2/a/manifests/v1 HTTP/1.1" 200 - "" "c"\n')
+        f.write('10.0.0.2 - - [t] "GET /v2/a/blobs/sha256:y HTTP/1.1" 200 4096 "" "c"\n')
+    # 500 + 4096 for 10.0.0.2 after the mark; the 999 before it and 10.0.0.3's 7000 excluded
+    assert log.bytes_since(mark, "10.0.0.2") == 4596
+
+
+def test_inventory_file_errors_say_how_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(TestbedError, match="bring the testbed up first"):
+        LocalTestbed.load(tmp_path / "missing.json")
+    bad = tmp_path / "inventory.json"
+    bad.write_text(json.dumps({"registry": {}, "nodes": []}))
+    with pytest.raises(TestbedError, match="re-run `make testbed`"):
+        LocalTestbed.load(bad)
+
+
+class _ScriptedDriver:
+    """Records the calls run_trial makes; places pods on the first free node."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.busy: dict[str, str] = {}
+
+    def reset(self) -> None:
+        self.calls.append("reset")
+        self.busy.clear()
+
+    def schedule(self, pod: str, image: str, strategy: str) -> Placement:
+        self.calls.append(f"schedule {pod} {image}")
+        free = [n for n in ("n1", "n2", "n3") if n not in self.busy.values()]
+        self.busy[pod] = free[0]
+        scores = dict.fromkeys(free, 0)
+        return Placement(free[0], scores, Pull(pod, free[0], 1, 0.5))
+
+    def delete(self, pod: str) -> None:
+        self.calls.append(f"delete {pod}")
+        del self.busy[pod]
+
+
+def test_trial_runs_the_four_steps_in_order() -> None:
+    driver = _ScriptedDriver()
+    images = ScenarioImages("img1", "img2", {"L3": ("sha256:" + "3" * 64, 4)})
+    trial = run_trial(driver, images, "layer-locality")
+    assert driver.calls == [
+        "reset",
+        "schedule P1 img1",
+        "schedule P2 img2",
+        "delete P2",
+        "schedule P1-again img1",
+    ]
+    # P2 freed n2, so the first free node for P1-again is n2 again
+    assert trial.placements == {"P1": "n1", "P2": "n2", "P1-again": "n2"}
+    assert trial.scores_t3 == {"n2": 0, "n3": 0}
+    assert [p.pod for p in trial.pulls] == ["P1", "P2", "P1-again"]
+
+
+def test_report_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    driver = _ScriptedDriver()
+    layers = {"L3": ("sha256:" + "3" * 64, 2_500_000)}
+    images = ScenarioImages("img1", "img2", layers)
+    doc = report("local", 20_000_000, images, {"layer-locality": [run_trial(driver, images, "x")]})
+    # 2.5 MB * 8 bits / 20 Mbit/s = 1 s
+    assert link_optimum_s(doc) == pytest.approx(1.0)
+    print_table(doc)
+    assert "1/1" in capsys.readouterr().out  # P1-again landed on P2's node
+    plot(doc, tmp_path / "scenario.png")
+    assert (tmp_path / "scenario.png").stat().st_size > 0

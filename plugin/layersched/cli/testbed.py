@@ -71,7 +71,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p_down = actions.add_parser("down", help="remove everything the testbed made (safe twice)")
     p_down.add_argument("--state-dir", type=Path, help=state_help)
-    p_down.add_argument("--prefix", help="name prefix (default: the inventory's, else lstb)")
+    p_down.add_argument(
+        "--prefix",
+        help="netns/link name prefix, used only when the state dir has no record of it "
+        "(default: lstb for the default state dir, else leave the network alone)",
+    )
     p_down.set_defaults(handler=run_down)
 
     p_status = actions.add_parser("status", help="is every daemon alive and answering?")

@@ -25,10 +25,9 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from layersched.core.errors import TestbedError
 from layersched.testbed.local._inventory import (
+    DEFAULT_STATE_DIR,
     REPO_ROOT,
-    TestbedInventory,
     default_state_dir,
-    load_inventory,
 )
 
 #: Where the testbed's playbooks live.
@@ -36,6 +35,8 @@ PLAYBOOKS_DIR = REPO_ROOT / "playbooks"
 UP_PLAYBOOK = PLAYBOOKS_DIR / "testbed-local.yml"
 DOWN_PLAYBOOK = PLAYBOOKS_DIR / "testbed-local-down.yml"
 LOCAL_INVENTORY = PLAYBOOKS_DIR / "inventory" / "local.yml"
+#: What every bring-up records first in the state dir (prefix, net base), for teardown.
+SETTINGS_FILE = "settings.json"
 
 #: Defaults, the same as playbooks/vars/testbed-local.yml (which the playbooks use when
 #: run by hand); the CLI always passes them explicitly.
@@ -285,14 +286,20 @@ def down(
 ) -> PlaybookResult:
     """Tear the testbed down: processes, mounts, netns, links, state dir. Safe to repeat.
 
-    ``prefix`` defaults to the one in the inventory file, else the default prefix. The
-    log goes to the temp dir, since the state dir is removed.
+    The network objects to delete are named by the prefix the bring-up recorded in the
+    state dir. Without a record, ``prefix`` names them; if that is not given either, only
+    the default state dir implies the default prefix, so tearing down an unknown state
+    dir never deletes another testbed's network. The log goes to the temp dir, since the
+    state dir is removed.
     """
     require_root()
     state_dir = (state_dir or default_state_dir()).resolve()
-    if prefix is None:
-        prefix = _inventory_prefix(state_dir) or DEFAULT_PREFIX
-    log_path = Path(tempfile.gettempdir()) / f"layersched-testbed-down-{prefix}.log"
+    recorded = recorded_prefix(state_dir)
+    if recorded is not None:
+        prefix = recorded
+    elif prefix is None:
+        prefix = DEFAULT_PREFIX if state_dir == DEFAULT_STATE_DIR.resolve() else ""
+    log_path = Path(tempfile.gettempdir()) / f"layersched-testbed-down-{prefix or 'nonet'}.log"
     return run_playbook(
         DOWN_PLAYBOOK,
         {"testbed_state_dir": str(state_dir), "testbed_prefix": prefix},
@@ -302,9 +309,11 @@ def down(
     )
 
 
-def _inventory_prefix(state_dir: Path) -> str | None:
+def recorded_prefix(state_dir: Path) -> str | None:
+    """The name prefix the bring-up recorded in ``state_dir`` (None: no record)."""
     try:
-        inventory: TestbedInventory = load_inventory(state_dir)
-    except TestbedError:
+        doc = json.loads((state_dir / SETTINGS_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
         return None
-    return inventory.prefix
+    prefix = doc.get("prefix") if isinstance(doc, dict) else None
+    return prefix if isinstance(prefix, str) else None

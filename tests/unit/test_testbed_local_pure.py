@@ -16,7 +16,7 @@ from layersched.cli.testbed import _mbit_to_bits, _pairs
 from layersched.core import errors
 from layersched.core.errors import InputError
 from layersched.testbed.local import TestbedSettings, parse_inventory
-from layersched.testbed.local._ansible import _Watch
+from layersched.testbed.local._ansible import SETTINGS_FILE, _Watch, recorded_prefix
 from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, load_spec, parse_spec
 
 TOOLS = Path(__file__).resolve().parents[2] / "playbooks" / "tools"
@@ -92,6 +92,26 @@ def test_settings_extra_vars_name_the_playbook_variables(tmp_path: Path) -> None
     shared = (TOOLS.parent / "vars" / "testbed-local.yml").read_text()
     for key in extra:
         assert f"\n{key}:" in shared
+
+
+@pytest.mark.parametrize(
+    ("content", "prefix"),
+    [
+        # What the bring-up writes first: teardown deletes lsit-* and nothing else.
+        ('{"prefix": "lsit", "net_base": "10.250.51"}', "lsit"),
+        # No record (never brought up, or interrupted before the first task).
+        (None, None),
+        # A truncated write: no record rather than a crash.
+        ('{"prefix": ', None),
+        # A hand-edited file with a number: ignored.
+        ('{"prefix": 7}', None),
+    ],
+    ids=["recorded", "absent", "truncated", "not-a-string"],
+)
+def test_recorded_prefix(content: str | None, prefix: str | None, tmp_path: Path) -> None:
+    if content is not None:
+        (tmp_path / SETTINGS_FILE).write_text(content)
+    assert recorded_prefix(tmp_path) == prefix
 
 
 # ------------------------------------------------------------------ ansible output

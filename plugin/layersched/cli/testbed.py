@@ -242,8 +242,9 @@ def run_images(args: argparse.Namespace) -> int:
     console = Console()
     console.print(f"Img1 = {images.img1}\nImg2 = {images.img2}")
     table = Table(title="scenario layers")
-    for column in ("layer", "digest", "blob size"):
-        table.add_column(column)
+    table.add_column("layer")
+    table.add_column("digest", overflow="fold")
+    table.add_column("blob size")
     for label, (digest, size) in sorted(images.layers.items()):
         table.add_row(label, digest, f"{size:,} B ({size / (1 << 20):.1f} MiB)")
     console.print(table)

@@ -217,6 +217,12 @@ def test_down_removes_everything_and_is_repeatable(
 ) -> None:
     state_dir = settings.state_dir.resolve()
     assert _leftovers(state_dir)["processes"], "the testbed should be running before down"
+    # Stand-ins for snapshotter mounts a crashed containerd leaves, one inside the other.
+    outer = Path(testbed.node("n1").root_dir) / "leftover"
+    for mountpoint in (outer, outer / "inner"):
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mountpoint)], check=True)
+    assert len(_leftovers(state_dir)["mounts"]) == 2
     down(state_dir, PREFIX)
     assert _leftovers(state_dir) == {
         "netns": [],

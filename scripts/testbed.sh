@@ -4,7 +4,7 @@
 #   scripts/testbed.sh up   [layersched testbed up options, e.g. --node-rate n3=5]
 #   scripts/testbed.sh down
 # DRIVER=local (default): real registry + containerd nodes in network namespaces on this
-# host (needs root on Linux). DRIVER=kind: hands over to scripts/testbed-kind.sh.
+# host (needs root on Linux). DRIVER=kind: hands over to scripts/kind.sh.
 set -o errexit -o nounset -o pipefail
 action=${1:?usage: scripts/testbed.sh up|down [options]}
 shift
@@ -14,11 +14,10 @@ layersched=${VENV:-.venv}/bin/layersched
 case "$driver" in
   local) ;;
   kind)
-    if [ -x scripts/testbed-kind.sh ]; then
-      exec scripts/testbed-kind.sh "$action" "$@"
+    if [ -x scripts/kind.sh ]; then
+      exec scripts/kind.sh "$action" "$@"
     fi
-    echo "DRIVER=kind: not available (no scripts/testbed-kind.sh; kind needs Docker," \
-      "kind and the pulumi CLI, see infra/kind). Use DRIVER=local." >&2
+    echo "DRIVER=kind: scripts/kind.sh not found (see docs/kind.md). Use DRIVER=local." >&2
     exit 1
     ;;
   *)

@@ -3,14 +3,13 @@ sequencing and the report (the real runs are in tests/e2e)."""
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from layersched.core.errors import InputError, TestbedError
-from layersched.testbed.harness import LocalTestbed, RegistryAccessLog
+from layersched.core.errors import InputError
+from layersched.testbed.harness import RegistryAccessLog
 from layersched.testbed.report import link_optimum_s, plot, print_table
 from layersched.testbed.scenario import Placement, Pull, ScenarioImages, report, run_trial
 
@@ -51,15 +50,6 @@ def test_access_log_counts_only_the_node_after_the_mark(tmp_path: Path) -> None:
         f.write('10.0.0.2 - - [t] "GET /v2/a/blobs/sha256:y HTTP/1.1" 200 4096 "" "c"\n')
     # 500 + 4096 for 10.0.0.2 after the mark; the 999 before it and 10.0.0.3's 7000 excluded
     assert log.bytes_since(mark, "10.0.0.2") == 4596
-
-
-def test_inventory_file_errors_say_how_to_fix(tmp_path: Path) -> None:
-    with pytest.raises(TestbedError, match="bring the testbed up first"):
-        LocalTestbed.load(tmp_path / "missing.json")
-    bad = tmp_path / "inventory.json"
-    bad.write_text(json.dumps({"registry": {}, "nodes": []}))
-    with pytest.raises(TestbedError, match="re-run `make testbed`"):
-        LocalTestbed.load(bad)
 
 
 class _ScriptedDriver:

@@ -17,7 +17,6 @@ protocols.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import re
@@ -34,6 +33,7 @@ import tenacity
 from layersched.agent import build_node
 from layersched.core.errors import InputError, TestbedError
 from layersched.cri import CRIClient
+from layersched.testbed.local import NodeInfo, TestbedInventory
 from layersched.testbed.quantity import parse_quantity
 from layersched.testbed.scenario import Placement, Pull
 
@@ -51,59 +51,6 @@ LOG_SETTLE_POLL_S = 0.2
 _ACCESS_LINE = re.compile(
     r'^(?P<ip>\S+) \S+ \S+ \[[^\]]*\] "[^"]*" (?P<status>\d{3}) (?P<bytes>\d+|-)'
 )
-
-
-@dataclass(frozen=True, slots=True)
-class LocalNode:
-    """One containerd node of the local testbed."""
-
-    name: str
-    cri_endpoint: str
-    address: str
-    link_rate_bits_per_s: int
-    allocatable: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class LocalTestbed:
-    """The local testbed as its inventory file describes it."""
-
-    registry: str
-    registry_access_log: Path
-    nodes: tuple[LocalNode, ...]
-
-    @classmethod
-    def load(cls, path: Path) -> LocalTestbed:
-        """Read ``.testbed/inventory.json`` written by the testbed playbook."""
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise TestbedError(
-                f"{path}: no testbed inventory: bring the testbed up first (make testbed)"
-            ) from None
-        except (OSError, json.JSONDecodeError) as err:
-            raise TestbedError(f"{path}: unreadable testbed inventory ({err})") from None
-        try:
-            reg = doc["registry"]
-            nodes = tuple(
-                LocalNode(
-                    name=str(n["name"]),
-                    cri_endpoint=str(n["cri_endpoint"]),
-                    address=str(n["address"]),
-                    link_rate_bits_per_s=int(n["link_rate_bits_per_s"]),
-                    allocatable={str(k): str(v) for k, v in n["allocatable"].items()},
-                )
-                for n in doc["nodes"]
-            )
-            return cls(
-                registry=f"{reg['address']}:{reg['port']}",
-                registry_access_log=Path(reg["access_log"]),
-                nodes=nodes,
-            )
-        except (KeyError, TypeError, ValueError) as err:
-            raise TestbedError(
-                f"{path}: testbed inventory lacks {err}: re-run `make testbed` to rewrite it"
-            ) from None
 
 
 class RegistryAccessLog:
@@ -154,7 +101,7 @@ class RegistryAccessLog:
 
 @dataclass(slots=True)
 class _NodeState:
-    node: LocalNode
+    node: NodeInfo
     cri: CRIClient
     free: dict[str, Decimal] = field(default_factory=dict)
     pods: dict[str, dict[str, Decimal]] = field(default_factory=dict)
@@ -181,7 +128,7 @@ class LocalDriver:
 
     def __init__(
         self,
-        testbed: LocalTestbed,
+        testbed: TestbedInventory,
         extenders: Mapping[str, str],
         seed: int = 0,
         max_images: int = 50,
@@ -190,7 +137,7 @@ class LocalDriver:
         self.extenders = dict(extenders)
         self.rng = random.Random(seed)
         self.max_images = max_images
-        self.access_log = RegistryAccessLog(testbed.registry_access_log)
+        self.access_log = RegistryAccessLog(Path(testbed.registry.access_log))
         self.http = httpx.Client(timeout=EXTENDER_TIMEOUT_S)
         self.state = {n.name: _NodeState(n, CRIClient(n.cri_endpoint)) for n in testbed.nodes}
         self._reset_resources()

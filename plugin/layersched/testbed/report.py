@@ -31,7 +31,8 @@ def print_table(report: Mapping[str, Any], console: Console | None = None) -> No
     table = Table(title=f"seed scenario on the {report['driver']} testbed")
     for column in ("strategy", "P1-again on P2's node", "t3 scores", "P1-again pull s (mean)",
                    "P1-again MiB (mean)", "trials"):  # fmt: skip
-        table.add_column(column, justify="left" if column in ("strategy", "t3 scores") else "right")
+        left = column in ("strategy", "t3 scores")
+        table.add_column(column, justify="left" if left else "right", no_wrap=left)
     for strategy, data in report["strategies"].items():
         trials = data["trials"]
         pulls = _again_pulls(trials)

@@ -11,23 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-from _kind_schemas import (
-    KIND_CLUSTER,
-    KIND_MOUNT,
-    KIND_NODE,
-    KIND_ROLES,
-    KUBEADM_CLUSTER_CONFIGURATION,
-    KUBEADM_KINDS,
-    KUBEADM_NODE_REGISTRATION,
-    LEADER_ELECTION,
-    PLUGIN_EXTENSION_POINTS,
-    REGISTRIES_REGISTRY,
-    REGISTRIES_TOP,
-    SCHEDULER_CONFIG,
-    SCHEDULER_EXTENDER,
-    SCHEDULER_PROFILE,
-    unknown,
-)
 
 from layersched.core.errors import InputError
 from layersched.testbed.kind import (
@@ -50,6 +33,23 @@ from layersched.testbed.kind import (
     to_yaml,
 )
 from layersched.testbed.kind._shaping import MIN_BURST_BYTES, tbf_burst_bytes
+from tests.infra._kind_schemas import (
+    KIND_CLUSTER,
+    KIND_MOUNT,
+    KIND_NODE,
+    KIND_ROLES,
+    KUBEADM_CLUSTER_CONFIGURATION,
+    KUBEADM_KINDS,
+    KUBEADM_NODE_REGISTRATION,
+    LEADER_ELECTION,
+    PLUGIN_EXTENSION_POINTS,
+    REGISTRIES_REGISTRY,
+    REGISTRIES_TOP,
+    SCHEDULER_CONFIG,
+    SCHEDULER_EXTENDER,
+    SCHEDULER_PROFILE,
+    unknown,
+)
 
 pytestmark = pytest.mark.infra
 

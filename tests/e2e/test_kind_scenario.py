@@ -128,6 +128,7 @@ def _in_cluster(images: ScenarioImages, host: str, cluster: str) -> ScenarioImag
 
 def test_kind_scenario(testbed: tuple[dict[str, Path], dict[str, Any]]) -> None:
     from layersched.testbed.kind.driver import KindDriver, KindTestbed
+    from layersched.testbed.report import plot, print_table
     from layersched.testbed.scenario_images import build_and_push_scenario
 
     tools, outputs = testbed
@@ -145,7 +146,10 @@ def test_kind_scenario(testbed: tuple[dict[str, Path], dict[str, Any]]) -> None:
     results = run_scenario(driver, images, STRATEGIES, trials)
     rate_bits_per_s = int(outputs["link_rate_bits_per_s"])
     REPORT.parent.mkdir(parents=True, exist_ok=True)
-    REPORT.write_text(json.dumps(report("kind", rate_bits_per_s, images, results), indent=2))
+    document = report("kind", rate_bits_per_s, images, results)
+    REPORT.write_text(json.dumps(document, indent=2))
+    print_table(document)
+    plot(document, REPORT.with_suffix(".png"))
 
     l3_bytes = images.layers["L3"][1]
     image1_bytes = sum(images.layers[label][1] for label in ("L1", "L2", "L3"))

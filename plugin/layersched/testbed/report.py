@@ -29,21 +29,19 @@ def link_optimum_s(report: Mapping[str, Any]) -> float:
 def print_table(report: Mapping[str, Any], console: Console | None = None) -> None:
     """One row per strategy: placements, t3 scores, P1-again pull time and bytes."""
     table = Table(title=f"seed scenario on the {report['driver']} testbed")
-    for column in ("strategy", "P1-again on P2's node", "t3 scores", "P1-again pull s (mean)",
-                   "P1-again MiB (mean)", "trials"):  # fmt: skip
-        left = column in ("strategy", "t3 scores")
+    for column in ("strategy", "P1-again on P2's node", "t3 scores (trial 1)",
+                   "P1-again s (mean)", "P1-again MiB (mean)", "trials"):  # fmt: skip
+        left = column in ("strategy", "t3 scores (trial 1)")
         table.add_column(column, justify="left" if left else "right", no_wrap=left)
     for strategy, data in report["strategies"].items():
         trials = data["trials"]
         pulls = _again_pulls(trials)
         same = sum(t["placements"][P1_AGAIN] == t["placements"][P2] for t in trials)
-        scores = "; ".join(
-            ", ".join(f"{n}={s}" for n, s in sorted(t["scores_t3"].items())) for t in trials[:3]
-        )
+        scores = ", ".join(f"{n}={s}" for n, s in sorted(trials[0]["scores_t3"].items()))
         table.add_row(
             strategy,
             f"{same}/{len(trials)}",
-            scores + (" …" if len(trials) > 3 else ""),
+            scores,
             f"{statistics.fmean(p['seconds'] for p in pulls):.2f}" if pulls else "-",
             f"{statistics.fmean(p['bytes'] for p in pulls) / MIB:.2f}" if pulls else "-",
             str(len(trials)),
@@ -84,7 +82,7 @@ def plot(report: Mapping[str, Any], path: Path) -> None:
         ax.axhline(optimum, color="red", linestyle="--", label="link-limited optimum (L3 only)")
         ax.set_xticks(range(len(strategies)), strategies)
         ax.set_ylabel(label)
-        ax.legend(loc="upper left", fontsize="small")
+        ax.legend(loc="lower right", fontsize="small", framealpha=0.9)
     fig.suptitle(
         f"seed scenario, {report['driver']} testbed, "
         f"{report['link_rate_bits_per_s'] / 1e6:g} Mbit/s links"

@@ -82,7 +82,7 @@ def plot(report: Mapping[str, Any], path: Path) -> None:
         ax.axhline(optimum, color="red", linestyle="--", label="link-limited optimum (L3 only)")
         ax.set_xticks(range(len(strategies)), strategies)
         ax.set_ylabel(label)
-        ax.legend(loc="lower right", fontsize="small", framealpha=0.9)
+        ax.legend(loc="best", fontsize="small", framealpha=0.9)
     fig.suptitle(
         f"seed scenario, {report['driver']} testbed, "
         f"{report['link_rate_bits_per_s'] / 1e6:g} Mbit/s links"

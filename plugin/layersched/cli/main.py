@@ -17,7 +17,7 @@ from layersched import __version__
 from layersched.core.errors import InputError, LayerschedError
 
 #: Subcommand modules under ``layersched.cli``, in help order.
-COMMANDS: tuple[str, ...] = ("score", "extender", "agent", "testbed", "scenario")
+COMMANDS: tuple[str, ...] = ("score", "extender", "agent", "testbed", "scenario", "simulate")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

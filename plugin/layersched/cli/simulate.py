@@ -1,0 +1,118 @@
+"""``layersched simulate``: the scale simulator, its report, plots and Markdown snippet."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from layersched.sim.report import markdown, read_report, write_report
+from layersched.sim.runner import run_scale, run_setting
+from layersched.sim.settings import DEFAULT_SETTINGS, SCALE, SETTINGS
+
+DEFAULT_REPORT = "reports/simulation.json"
+DEFAULT_SEED = 1
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``simulate`` subcommand."""
+    p = sub.add_parser(
+        "simulate",
+        help="trace-driven scale simulation of the scoring strategies",
+        description=(
+            "Simulate settings with the production strategies; write a JSON report and plots."
+        ),
+    )
+    p.add_argument(
+        "--setting",
+        action="append",
+        choices=(*SETTINGS, SCALE.name),
+        help=f"setting to run (repeatable; default: {', '.join((*DEFAULT_SETTINGS, SCALE.name))})",
+    )
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed (default: %(default)s)")
+    p.add_argument(
+        "--window-s",
+        type=float,
+        metavar="S",
+        help="override every setting's arrival window (seconds), e.g. for a quick look",
+    )
+    p.add_argument("--out", default=DEFAULT_REPORT, metavar="JSON", help="report path")
+    p.add_argument(
+        "--plots-dir", metavar="DIR", help="where PNG plots go (default: the report's directory)"
+    )
+    p.add_argument("--no-plots", action="store_true", help="do not write plots")
+    p.add_argument(
+        "--markdown", action="store_true", help="print the results snippet as Markdown at the end"
+    )
+    p.add_argument(
+        "--from-report",
+        action="store_true",
+        help="do not simulate: render plots/Markdown from the existing report at --out",
+    )
+    p.set_defaults(handler=run)
+
+
+def _simulate(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    names = args.setting or [*DEFAULT_SETTINGS, SCALE.name]
+    report: dict[str, Any] = {"seed": args.seed, "settings": {}}
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        tasks: dict[tuple[str, str], TaskID] = {}
+        for name in dict.fromkeys(names):
+            if name == SCALE.name:
+                task = progress.add_task(f"{name}: scoring cost", total=None, detail="")
+                report["scale"] = run_scale(SCALE, args.seed)
+                progress.update(task, total=1, completed=1, detail="done")
+                continue
+            setting = SETTINGS[name]
+            if args.window_s is not None:
+                setting = replace(
+                    setting, workload=replace(setting.workload, window_s=args.window_s)
+                )
+            window_s = setting.workload.window_s
+            for label in setting.strategies:
+                tasks[(name, label)] = progress.add_task(
+                    f"{name}: {label}", total=window_s, detail=""
+                )
+
+            def tick(
+                setting_name: str, label: str, simulated_s: float, window_s: float = window_s
+            ) -> None:
+                progress.update(
+                    tasks[(setting_name, label)],
+                    completed=min(simulated_s, window_s),
+                    detail=f"{simulated_s:,.0f} s simulated",
+                )
+
+            report["settings"][name] = run_setting(setting, args.seed, tick)
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    """Simulate (or reload), then write the report, plots and Markdown."""
+    console = Console(stderr=True)
+    out = Path(args.out)
+    if args.from_report:
+        report = read_report(out)
+    else:
+        report = _simulate(args, console)
+        write_report(report, out)
+        console.print(f"report: {out}")
+    if not args.no_plots and (report["settings"] or report.get("scale")):
+        from layersched.sim.plots import write_plots  # matplotlib is slow to import
+
+        for path in write_plots(report, Path(args.plots_dir) if args.plots_dir else out.parent):
+            console.print(f"plot: {path}")
+    if args.markdown:
+        print(markdown(report))
+    return 0

@@ -1,0 +1,450 @@
+"""The event-driven cluster model, scheduled by the production strategies.
+
+**Scheduling.** Pods wait in one FIFO queue. Whenever a pod is at its head and
+some node has a free container slot, the candidates are the nodes with a free
+slot; the strategy scores them through the *core* ``Strategy.score`` against the
+*core* :class:`ClusterInventory`; the highest score wins and ties are broken by
+a seeded random choice. ``random`` scores every candidate 0, so it is pure
+tie-breaking.
+
+**Nodes.** Each node has ``containers_per_node`` slots (a pod holds one from
+binding to exit, pulling included), an image store of ``store_capacity_bytes``
+and a link of ``bandwidth_bits_per_s``.
+
+**Pulling.** A pod bound to a node needs the layers of its image the node holds
+neither on disk nor in flight; they are pulled as one job. Concurrent jobs on one
+node share its link equally (processor sharing): two equal pulls that start
+together both finish after twice the time of one. A pod also waits for layers
+another pod's job is already fetching (containerd pulls a blob once).
+``startup = queue wait + pull wait + start_overhead_s``.
+
+**What the scheduler sees.** A layer enters the inventory when its pull
+completes; an image *name* (what ``image-locality`` uses) when every layer of the
+image is on disk. Both leave it on eviction. The kubelet's ~30 s status lag is
+not modelled: every strategy sees the same, fresher state.
+
+**Eviction.** Like the kubelet's image GC: when a new pull would overflow the
+store, images no container uses are removed - least recently used first (``lru``)
+or least frequently used first (``lfu``, ties: least recent) - until usage is at
+most ``gc_target_fraction`` of the capacity minus the incoming pull. A layer is
+freed with the last image on the node that references it. If every image is in
+use the store is overcommitted and the run counts it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from layersched.core.errors import InputError
+from layersched.core.inventory import ClusterInventory, IndexArray, NodeInfo
+from layersched.core.layers import Layer, LayerSource
+from layersched.core.pod import PodImages
+from layersched.core.strategies import NodeScores, Strategy
+from layersched.core.strategies.base import zeros
+from layersched.core.strategies.pull_time import BANDWIDTH_KEY
+from layersched.sim.corpus import Corpus
+from layersched.sim.workload import Workload
+
+FloatArray = npt.NDArray[np.float64]
+
+GIB = 1024**3
+BITS_PER_BYTE = 8
+#: Pull completion is detected in floating-point virtual time; a job whose
+#: remaining bytes are below this is done (far below any layer size).
+_DONE_EPSILON_BYTES = 1e-3
+#: How often (in arrivals) the progress callback is told the simulated time.
+_PROGRESS_EVERY = 2000
+
+Eviction = Literal["lru", "lfu"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterParams:
+    """The simulated cluster. Defaults: the depsched/HotEdge '20 setting."""
+
+    #: Number of nodes.
+    nodes: int = 200
+    #: Container slots per node.
+    containers_per_node: int = 16
+    #: Image store capacity per node (compressed bytes).
+    store_capacity_bytes: int = 32 * GIB
+    #: Image eviction order when the store is full.
+    eviction: Eviction = "lfu"
+    #: Eviction frees down to this fraction of the capacity (depsched: 0.9).
+    gc_target_fraction: float = 0.9
+    #: Link bandwidth range; nodes get log-uniform draws in it (equal ends: homogeneous).
+    bandwidth_bits_per_s: tuple[float, float] = (320e6, 320e6)
+    #: Fixed cost of creating and starting a container once its layers are present.
+    start_overhead_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RandomPlacement:
+    """``random``: every candidate scores 0, so placement is the seeded tie-break."""
+
+    name: ClassVar[str] = "random"
+    needs_layers: ClassVar[bool] = False
+
+    def score(
+        self,
+        pod: PodImages,
+        inventory: ClusterInventory,
+        candidates: IndexArray,
+        source: LayerSource | None,
+    ) -> NodeScores:
+        return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What one strategy achieved on one workload."""
+
+    strategy: str
+    #: Startup time of every measured pod (arrived after the warm-up), seconds.
+    startup_s: FloatArray
+    #: Bytes pulled over the whole run.
+    bytes_pulled: int
+    #: Mean over scheduling decisions of max(node load) / mean(node load).
+    load_imbalance: float
+    #: Wall-clock time of each ``Strategy.score`` call, seconds.
+    decision_time_s: FloatArray
+    #: Pods that found no free slot on arrival and queued.
+    queued_pods: int
+    #: Images evicted, and pulls that overcommitted a store with every image in use.
+    evicted_images: int
+    overcommitted_pulls: int
+    #: Simulated time at which the last pod exited.
+    end_s: float
+
+
+# --------------------------------------------------------------------- state
+@dataclass(slots=True)
+class _Image:
+    in_use: int = 0
+    uses: int = 0
+    last_used_s: float = 0.0
+    present: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class _Job:
+    size_bytes: int
+    layers: list[int]
+    finish_v: float = 0.0
+    waiters: list[_Pod] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class _Pod:
+    request: int
+    image: int
+    node: int = -1
+    pending: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class _Node:
+    index: int
+    bytes_per_s: float
+    present: set[int] = field(default_factory=set)
+    inflight: dict[int, _Job] = field(default_factory=dict)
+    refs: dict[int, int] = field(default_factory=dict)
+    images: dict[int, _Image] = field(default_factory=dict)
+    used_bytes: int = 0
+    # processor sharing in virtual time: every active job receives service at
+    # bytes_per_s / len(active); a job ends when vtime reaches its finish_v
+    vtime: float = 0.0
+    vtime_at_s: float = 0.0
+    active: list[tuple[float, int, _Job]] = field(default_factory=list)
+    version: int = 0
+
+
+def node_bandwidths(params: ClusterParams, seed: int) -> FloatArray:
+    """Seeded per-node bandwidths, log-uniform over ``params.bandwidth_bits_per_s``."""
+    lo, hi = params.bandwidth_bits_per_s
+    if not 0 < lo <= hi:
+        raise InputError(f"bandwidth range {lo}..{hi} bit/s must satisfy 0 < low <= high")
+    rng = np.random.default_rng(seed)
+    draws: FloatArray = np.exp(rng.uniform(np.log(lo), np.log(hi), size=params.nodes))
+    return draws
+
+
+class _Simulation:
+    def __init__(
+        self,
+        corpus: Corpus,
+        workload: Workload,
+        cluster: ClusterParams,
+        strategy: Strategy,
+        seed: int,
+        warmup_s: float,
+    ) -> None:
+        self.corpus = corpus
+        self.workload = workload
+        self.cluster = cluster
+        self.strategy = strategy
+        self.rng = np.random.default_rng(seed)
+        self.warmup_s = warmup_s
+        self.source = corpus.layer_source()
+        # corpus as dense ids
+        layer_ids: dict[str, int] = {}
+        self.layers: list[Layer] = []
+        self.image_layers: list[tuple[int, ...]] = []
+        for image in corpus.images:
+            ids = []
+            for layer in image.layers:
+                lid = layer_ids.get(layer.digest)
+                if lid is None:
+                    lid = layer_ids[layer.digest] = len(self.layers)
+                    self.layers.append(layer)
+                ids.append(lid)
+            self.image_layers.append(tuple(dict.fromkeys(ids)))
+        self.image_size = [image.size_bytes for image in corpus.images]
+        self.image_name = [image.name for image in corpus.images]
+        self.pods = [PodImages.of(name, name=f"pod-{i}") for i, name in enumerate(self.image_name)]
+        # nodes
+        bandwidths = node_bandwidths(cluster, seed)
+        self.inventory = ClusterInventory()
+        self.nodes: list[_Node] = []
+        for i, bits in enumerate(bandwidths):
+            info = NodeInfo(f"node-{i:05d}", labels={BANDWIDTH_KEY: f"{bits:.0f}"})
+            self.inventory.add_node(info)
+            self.nodes.append(_Node(i, float(bits) / BITS_PER_BYTE))
+        self.free = np.full(cluster.nodes, cluster.containers_per_node, dtype=np.int64)
+        self.total_free = cluster.nodes * cluster.containers_per_node
+        # bookkeeping
+        # (time, tie-break sequence, node whose pull may end | pod that exits, node version)
+        self.events: list[tuple[float, int, _Node | _Pod, int]] = []
+        self.seq = itertools.count()
+        self.queue: deque[_Pod] = deque()
+        self.startup_s: list[float] = []
+        self.decision_s: list[float] = []
+        self.imbalance: list[float] = []
+        self.bytes_pulled = 0
+        self.queued = 0
+        self.evicted = 0
+        self.overcommitted = 0
+        self.now = 0.0
+
+    # ------------------------------------------------------------- the loop
+    def run(self, on_progress: Callable[[float], None] | None) -> None:
+        arrivals = self.workload.arrival_s
+        images = self.workload.image
+        n = len(arrivals)
+        i = 0
+        while i < n or self.events:
+            next_arrival = float(arrivals[i]) if i < n else np.inf
+            if self.events and self.events[0][0] <= next_arrival:
+                self.now, _, target, version = heapq.heappop(self.events)
+                if isinstance(target, _Pod):
+                    self._finish(target)
+                elif version == target.version:  # else superseded by a later reschedule
+                    self._pull_progress(target)
+                continue
+            self.now = next_arrival
+            if self.total_free == 0 or self.queue:
+                self.queued += 1
+            self.queue.append(_Pod(i, int(images[i])))
+            i += 1
+            self._drain()
+            if on_progress is not None and i % _PROGRESS_EVERY == 0:
+                on_progress(self.now)
+
+    def _push(self, at_s: float, target: _Node | _Pod, version: int = 0) -> None:
+        heapq.heappush(self.events, (at_s, next(self.seq), target, version))
+
+    # ------------------------------------------------------------ scheduling
+    def _drain(self) -> None:
+        while self.queue and self.total_free > 0:
+            self._schedule(self.queue.popleft())
+
+    def _schedule(self, pod: _Pod) -> None:
+        candidates = np.flatnonzero(self.free > 0)
+        started = time.perf_counter()
+        result = self.strategy.score(self.pods[pod.image], self.inventory, candidates, self.source)
+        self.decision_s.append(time.perf_counter() - started)
+        scores = result.scores
+        best = np.flatnonzero(scores == scores.max())
+        pick = best[0] if len(best) == 1 else best[self.rng.integers(len(best))]
+        if self.workload.arrival_s[pod.request] >= self.warmup_s:
+            per_node = self.cluster.containers_per_node
+            busy = per_node * len(self.free) - self.total_free
+            if busy:
+                most = per_node - int(self.free.min())
+                self.imbalance.append(most * len(self.free) / busy)
+        self._place(pod, self.nodes[int(candidates[pick])])
+
+    def _place(self, pod: _Pod, node: _Node) -> None:
+        pod.node = node.index
+        self.free[node.index] -= 1
+        self.total_free -= 1
+        entry = node.images.get(pod.image)
+        layer_ids = self.image_layers[pod.image]
+        if entry is None:
+            entry = node.images[pod.image] = _Image()
+            for lid in layer_ids:
+                node.refs[lid] = node.refs.get(lid, 0) + 1
+        entry.in_use += 1
+        entry.uses += 1
+        entry.last_used_s = self.now
+        waits: set[_Job] = set()
+        missing: list[int] = []
+        if not entry.present:
+            for lid in layer_ids:
+                job = node.inflight.get(lid)
+                if job is not None:
+                    waits.add(job)
+                elif lid not in node.present:
+                    missing.append(lid)
+        if missing:
+            need = sum(self.layers[lid].size_bytes for lid in missing)
+            self._make_room(node, need)
+            node.used_bytes += need
+            self.bytes_pulled += need
+            job = _Job(need, missing)
+            for lid in missing:
+                node.inflight[lid] = job
+            self._start_job(node, job)
+            waits.add(job)
+        pod.pending = len(waits)
+        for job in waits:
+            job.waiters.append(pod)
+        if not waits:
+            self._started(pod, node)
+
+    def _started(self, pod: _Pod, node: _Node) -> None:
+        entry = node.images[pod.image]
+        if not entry.present:
+            entry.present = True
+            self.inventory.add_image_name(
+                node.index, self.image_name[pod.image], self.image_size[pod.image]
+            )
+        ready_s = self.now + self.cluster.start_overhead_s
+        arrival_s = float(self.workload.arrival_s[pod.request])
+        if arrival_s >= self.warmup_s:
+            self.startup_s.append(ready_s - arrival_s)
+        self._push(ready_s + float(self.workload.pod_duration_s[pod.request]), pod)
+
+    def _finish(self, pod: _Pod) -> None:
+        node = self.nodes[pod.node]
+        node.images[pod.image].in_use -= 1
+        self.free[pod.node] += 1
+        self.total_free += 1
+        self._drain()
+
+    # --------------------------------------------------------------- pulling
+    def _advance(self, node: _Node) -> None:
+        if node.active:
+            node.vtime += (self.now - node.vtime_at_s) * node.bytes_per_s / len(node.active)
+        node.vtime_at_s = self.now
+
+    def _reschedule(self, node: _Node) -> None:
+        node.version += 1
+        if node.active:
+            remaining = node.active[0][0] - node.vtime
+            at_s = self.now + max(remaining, 0.0) * len(node.active) / node.bytes_per_s
+            self._push(at_s, node, node.version)
+
+    def _start_job(self, node: _Node, job: _Job) -> None:
+        self._advance(node)
+        job.finish_v = node.vtime + job.size_bytes
+        heapq.heappush(node.active, (job.finish_v, next(self.seq), job))
+        self._reschedule(node)
+
+    def _pull_progress(self, node: _Node) -> None:
+        self._advance(node)
+        done = []
+        while node.active and node.active[0][0] - node.vtime <= _DONE_EPSILON_BYTES:
+            done.append(heapq.heappop(node.active)[2])
+        self._reschedule(node)
+        for job in done:
+            for lid in job.layers:
+                del node.inflight[lid]
+                node.present.add(lid)
+            self.inventory.add_layers(node.index, [self.layers[lid] for lid in job.layers])
+            for pod in job.waiters:
+                pod.pending -= 1
+                if pod.pending == 0:
+                    self._started(pod, node)
+
+    # -------------------------------------------------------------- eviction
+    def _make_room(self, node: _Node, need: int) -> None:
+        capacity = self.cluster.store_capacity_bytes
+        if node.used_bytes + need <= capacity:
+            return
+        target = self.cluster.gc_target_fraction * capacity - need
+        idle = [(img, e) for img, e in node.images.items() if e.in_use == 0]
+        if self.cluster.eviction == "lru":
+            idle.sort(key=lambda item: item[1].last_used_s)
+        else:
+            idle.sort(key=lambda item: (item[1].uses, item[1].last_used_s))
+        for img, _ in idle:
+            if node.used_bytes <= target:
+                break
+            self._evict(node, img)
+        if node.used_bytes + need > capacity:
+            self.overcommitted += 1
+
+    def _evict(self, node: _Node, img: int) -> None:
+        del node.images[img]
+        self.evicted += 1
+        self.inventory.remove_image_name(node.index, self.image_name[img])
+        freed = []
+        for lid in self.image_layers[img]:
+            left = node.refs[lid] - 1
+            if left:
+                node.refs[lid] = left
+                continue
+            del node.refs[lid]
+            node.present.discard(lid)
+            node.used_bytes -= self.layers[lid].size_bytes
+            freed.append(self.layers[lid].digest)
+        if freed:
+            self.inventory.remove_layers(node.index, freed)
+
+    def result(self) -> RunResult:
+        return RunResult(
+            strategy=self.strategy.name,
+            startup_s=np.asarray(self.startup_s, dtype=np.float64),
+            bytes_pulled=self.bytes_pulled,
+            load_imbalance=float(np.mean(self.imbalance)) if self.imbalance else 1.0,
+            decision_time_s=np.asarray(self.decision_s, dtype=np.float64),
+            queued_pods=self.queued,
+            evicted_images=self.evicted,
+            overcommitted_pulls=self.overcommitted,
+            end_s=self.now,
+        )
+
+
+def simulate(
+    corpus: Corpus,
+    workload: Workload,
+    cluster: ClusterParams,
+    strategy: Strategy,
+    *,
+    seed: int = 0,
+    warmup_s: float = 0.0,
+    on_progress: Callable[[float], None] | None = None,
+) -> RunResult:
+    """Run ``workload`` on a fresh, empty ``cluster`` scheduled by ``strategy``.
+
+    Pods arriving before ``warmup_s`` run but are not measured (their caches
+    warm the cluster). ``on_progress`` is called with the simulated time now
+    and then. The same seed gives the same result.
+    """
+    if cluster.nodes < 1 or cluster.containers_per_node < 1:
+        raise InputError("a simulated cluster needs at least one node with one container slot")
+    if cluster.eviction not in ("lru", "lfu"):
+        raise InputError(f"eviction {cluster.eviction!r} is unknown: choose 'lru' or 'lfu'")
+    sim = _Simulation(corpus, workload, cluster, strategy, seed, warmup_s)
+    sim.run(on_progress)
+    return sim.result()

@@ -62,7 +62,7 @@ class ListImagesRequest(_message.Message):
     def __init__(self, filter: _Optional[_Union[ImageFilter, _Mapping]] = ...) -> None: ...
 
 class Image(_message.Message):
-    __slots__ = ("id", "repo_tags", "repo_digests", "size", "uid", "username", "spec", "pinned", "image_source")
+    __slots__ = ("id", "repo_tags", "repo_digests", "size", "uid", "username", "spec", "pinned")
     ID_FIELD_NUMBER: _ClassVar[int]
     REPO_TAGS_FIELD_NUMBER: _ClassVar[int]
     REPO_DIGESTS_FIELD_NUMBER: _ClassVar[int]
@@ -71,7 +71,6 @@ class Image(_message.Message):
     USERNAME_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     PINNED_FIELD_NUMBER: _ClassVar[int]
-    IMAGE_SOURCE_FIELD_NUMBER: _ClassVar[int]
     id: str
     repo_tags: _containers.RepeatedScalarFieldContainer[str]
     repo_digests: _containers.RepeatedScalarFieldContainer[str]
@@ -80,8 +79,7 @@ class Image(_message.Message):
     username: str
     spec: ImageSpec
     pinned: bool
-    image_source: str
-    def __init__(self, id: _Optional[str] = ..., repo_tags: _Optional[_Iterable[str]] = ..., repo_digests: _Optional[_Iterable[str]] = ..., size: _Optional[int] = ..., uid: _Optional[_Union[Int64Value, _Mapping]] = ..., username: _Optional[str] = ..., spec: _Optional[_Union[ImageSpec, _Mapping]] = ..., pinned: _Optional[bool] = ..., image_source: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., repo_tags: _Optional[_Iterable[str]] = ..., repo_digests: _Optional[_Iterable[str]] = ..., size: _Optional[int] = ..., uid: _Optional[_Union[Int64Value, _Mapping]] = ..., username: _Optional[str] = ..., spec: _Optional[_Union[ImageSpec, _Mapping]] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class ListImagesResponse(_message.Message):
     __slots__ = ("images",)

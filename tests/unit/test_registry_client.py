@@ -26,6 +26,7 @@ from layersched.core.manifest import (
     Platform,
     sha256_digest,
 )
+from layersched.core.reference import ImageReference
 from layersched.registry import RegistryClient, RegistryLayerSource
 from layersched.registry._auth import load_auth_files, parse_challenge
 from layersched.testbed.ociimage import build_image, build_index, layer_bytes
@@ -269,6 +270,120 @@ def test_connection_errors_are_retried_then_explained() -> None:
     assert "cannot connect (ConnectError: connection refused) after 2 attempts" in str(info.value)
     # HTTPS failed: the hint mentions plain-HTTP registries.
     assert "--insecure-registry" in str(info.value)
+
+
+# -- redirects ---------------------------------------------------------------------------
+
+FRONT = "front.example:5000"
+
+
+class Redirector:
+    """FRONT answers every request with ``status`` to the same path on ``target``;
+    other hosts are served by ``backend``. Records every request by host."""
+
+    def __init__(self, backend: Handler, status: int = 308, target: str = f"http://{HOST}") -> None:
+        self.backend = backend
+        self.status = status
+        self.target = target
+        self.seen: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        if request.url.netloc.decode() != FRONT:
+            return self.backend(request)
+        if request.headers.get("Authorization") != _basic("front", "secret"):
+            return httpx.Response(401, headers={"WWW-Authenticate": 'Basic realm="front"'})
+        location = f"{self.target}{request.url.path}"
+        return httpx.Response(self.status, headers={"Location": location}, text="moved")
+
+    def authorization_by_host(self) -> dict[str, set[str | None]]:
+        found: dict[str, set[str | None]] = {}
+        for request in self.seen:
+            host = request.url.netloc.decode()
+            found.setdefault(host, set()).add(request.headers.get("Authorization"))
+        return found
+
+
+@pytest.mark.parametrize(
+    ("status", "backend"),
+    [
+        # registry.k8s.io style: 308 to another host that serves anonymously
+        (308, "anonymous"),
+        # 307 works the same
+        (307, "anonymous"),
+        # the target asks for a Bearer token: it is fetched for the target, not for FRONT
+        (308, "bearer"),
+    ],
+    ids=["308", "307", "308-to-bearer"],
+)
+def test_redirect_to_another_host_is_followed_without_leaking_credentials(
+    status: int, backend: str
+) -> None:
+    registry = FakeRegistry() if backend == "anonymous" else BearerRegistry()
+    router = Redirector(registry, status)
+    credentials = {FRONT: ("front", "secret")}
+    with client_for(router, credentials=credentials, insecure_hosts=(HOST, FRONT)) as client:
+        # an index: FRONT redirects the tag GET and the platform manifest GET
+        assert client.resolve(f"{FRONT}/multi:1").manifest_digest == IMG.digest
+        assert client.manifest_digest(ImageReference.parse(f"{FRONT}/app:1")) == IMG.digest
+    seen = router.authorization_by_host()
+    # FRONT got its Basic credentials; HOST never saw them (only nothing, or its own token)
+    assert _basic("front", "secret") in seen[FRONT]
+    assert _basic("front", "secret") not in seen[HOST]
+    assert all(a is None or a.startswith("Bearer tok") for a in seen[HOST])
+    if backend == "bearer":
+        assert isinstance(registry, BearerRegistry)
+        assert registry.token_requests, "the target's Bearer challenge was not answered"
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        # FRONT redirects to itself: a loop, named with its hops
+        (f"http://{FRONT}", "redirect loop (http://front.example:5000/v2/app/manifests/1 -> "),
+        # HTTPS must not be downgraded (quay.io is HTTPS here; it redirects to plain HTTP)
+        ("http://plain.example", "redirect from HTTPS to plain HTTP refused"),
+    ],
+    ids=["loop", "https-to-http"],
+)
+def test_bad_redirects_are_clear_errors(target: str, message: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(308, headers={"Location": f"{target}{request.url.path}"})
+
+    insecure = (FRONT,) if target.endswith(FRONT) else ()
+    image = f"{FRONT}/app:1" if insecure else "quay.io/app:1"
+    with client_for(handler, insecure_hosts=insecure) as client, pytest.raises(RegistryError) as e:
+        client.resolve(image)
+    assert message in str(e.value)
+    assert "misconfigured" in str(e.value)
+
+
+def test_redirect_chains_are_bounded() -> None:
+    # every hop goes to a new URL: after MAX_REDIRECTS (5) hops the client gives up
+    hops: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        hops.append(str(request.url))
+        return httpx.Response(307, headers={"Location": f"/v2/app/manifests/hop{len(hops)}"})
+
+    with client_for(handler, insecure_hosts=(FRONT,)) as client, pytest.raises(RegistryError) as e:
+        client.resolve(f"{FRONT}/app:1")
+    assert "more than 5 redirects" in str(e.value)
+    assert len(hops) == 6  # the request and 5 followed redirects, nothing retried
+
+
+def test_size_cap_applies_after_a_redirect() -> None:
+    # the redirect target streams 1 MiB: abandoned past the 1 KiB cap as without a redirect
+    def backend(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=_stream(1 << 20, 256))
+
+    router = Redirector(backend)
+    credentials = {FRONT: ("front", "secret")}
+    client = client_for(
+        router, credentials=credentials, insecure_hosts=(HOST, FRONT), max_manifest_bytes=1024
+    )
+    with client, pytest.raises(ManifestError, match="larger than the 1024-byte cap"):
+        client.resolve(f"{FRONT}/app:1")
 
 
 # -- auth --------------------------------------------------------------------------------

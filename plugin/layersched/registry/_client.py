@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +53,10 @@ DEFAULT_RETRY_BACKOFF_S = 0.2
 MAX_RETRY_BACKOFF_S = 5.0
 # A Retry-After longer than this is capped: the extender must never stall for minutes.
 DEFAULT_MAX_RETRY_AFTER_S = 10.0
+# registry.k8s.io answers with one redirect to a regional mirror and S3-backed
+# registries with one to storage; a chain longer than this is a loop or a misconfiguration.
+MAX_REDIRECTS = 5
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Error bodies are only read this far (they go into a message, not into memory).
 _ERROR_BODY_BYTES = 2048
 _TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -82,6 +87,15 @@ class _ManifestTooLarge(Exception):
     def __init__(self, size_bytes: int | None) -> None:
         super().__init__("manifest too large")
         self.size_bytes = size_bytes
+
+
+class _RedirectError(Exception):
+    """A redirect chain that loops, runs too long or downgrades HTTPS to HTTP."""
+
+    def __init__(self, problem: str, chain: Sequence[httpx.URL]) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.chain = tuple(chain)
 
 
 def _error_detail(body: bytes) -> str:
@@ -180,6 +194,9 @@ class RegistryClient:
             transport=transport,
             event_hooks=dict(event_hooks or {}),
             headers={"User-Agent": f"layersched/{__version__}"},
+            # redirects are followed hop by hop in _following, where the auth flow
+            # sees each hop's host and the chain is bounded and checked
+            follow_redirects=False,
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -246,6 +263,12 @@ class RegistryClient:
             return retrying(attempt)
         except _StatusError as err:
             self._raise_status(where, ref, err)
+        except _RedirectError as err:
+            hops = " -> ".join(str(url) for url in err.chain)
+            raise RegistryError(
+                f"{where}: {err.problem} ({hops}) – the registry or a proxy in front of it "
+                "is misconfigured"
+            ) from err
         except _ManifestTooLarge as err:
             size = f" ({err.size_bytes} bytes)" if err.size_bytes is not None else ""
             raise ManifestError(
@@ -303,6 +326,33 @@ class RegistryClient:
                     break
             raise _StatusError(response, body[:_ERROR_BODY_BYTES])
 
+    @contextlib.contextmanager
+    def _following(
+        self, method: str, url: str, headers: Mapping[str, str] | None = None
+    ) -> Iterator[httpx.Response]:
+        """Send a GET or HEAD, following at most MAX_REDIRECTS redirects; yield the last answer.
+
+        Each hop is a request of its own, so the auth flow sees the hop's host:
+        another host never gets this host's credentials or tokens, and a Bearer
+        challenge from the redirect target is answered with a token for it.
+        The response is streamed; the caller decides how much of it to read.
+        """
+        chain = [httpx.URL(url)]
+        while True:
+            with self._http.stream(method, chain[-1], headers=headers) as response:
+                location = response.headers.get("Location")
+                if response.status_code not in _REDIRECT_STATUSES or not location:
+                    yield response
+                    return
+            target = response.url.join(location)
+            if target in chain:
+                raise _RedirectError("redirect loop", [*chain, target])
+            if len(chain) > MAX_REDIRECTS:
+                raise _RedirectError(f"more than {MAX_REDIRECTS} redirects", [*chain, target])
+            if chain[-1].scheme == "https" and target.scheme != "https":
+                raise _RedirectError("redirect from HTTPS to plain HTTP refused", [*chain, target])
+            chain.append(target)
+
     # -- manifests -----------------------------------------------------------------------
 
     def fetch_manifest(
@@ -322,7 +372,7 @@ class RegistryClient:
         )
 
         def attempt() -> tuple[bytes, str]:
-            with self._http.stream("GET", url, headers={"Accept": MANIFEST_ACCEPT}) as response:
+            with self._following("GET", url, {"Accept": MANIFEST_ACCEPT}) as response:
                 self._check(response)
                 declared = response.headers.get("Content-Length")
                 if declared and declared.isdigit() and int(declared) > self.max_manifest_bytes:
@@ -353,10 +403,10 @@ class RegistryClient:
         url = self._url(ref, "manifests", ref.reference)
 
         def attempt() -> str | None:
-            response = self._http.head(url, headers={"Accept": MANIFEST_ACCEPT})
-            self._check(response)
-            digest = response.headers.get("Docker-Content-Digest")
-            return digest if digest and digest.startswith("sha256:") else None
+            with self._following("HEAD", url, {"Accept": MANIFEST_ACCEPT}) as response:
+                self._check(response)
+                digest = response.headers.get("Docker-Content-Digest")
+                return digest if digest and digest.startswith("sha256:") else None
 
         return self._call(f"resolving manifest for {image or ref.canonical()!r}", ref, attempt)
 
@@ -386,11 +436,11 @@ class RegistryClient:
         url = self._url(ref, "blobs", digest)
 
         def attempt() -> bool:
-            response = self._http.head(url)
-            if response.status_code == _NOT_FOUND:
-                return False
-            self._check(response)
-            return True
+            with self._following("HEAD", url) as response:
+                if response.status_code == _NOT_FOUND:
+                    return False
+                self._check(response)
+                return True
 
         return self._call(f"checking blob {digest} in {ref.path!r}", ref, attempt)
 

@@ -21,18 +21,18 @@ import logging
 import random
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import tenacity
 
 from layersched.agent import build_node
 from layersched.core.errors import InputError, TestbedError
-from layersched.cri import CRIClient
+from layersched.cri import CRIClient, CRIImage
 from layersched.testbed.local import NodeInfo, TestbedInventory
 from layersched.testbed.quantity import parse_quantity
 from layersched.testbed.scenario import Placement, Pull
@@ -44,7 +44,8 @@ FILTERED_RESOURCES = ("cpu", "memory")
 #: kube-scheduler's default extender ``httpTimeout``; the harness waits no longer.
 EXTENDER_TIMEOUT_S = 30.0
 #: The registry writes an access-log line just after a response completes; a pull
-#: returns after unpacking, so lines settle within moments. Bound the wait anyway.
+#: returns after unpacking, so lines settle within moments. The log counts as settled
+#: once it has not grown for one poll interval; bound the wait anyway.
 LOG_SETTLE_TIMEOUT_S = 5.0
 LOG_SETTLE_POLL_S = 0.2
 # Combined Log Format: IP - user [time] "METHOD PATH PROTO" STATUS BYTES "referer" "agent"
@@ -56,8 +57,15 @@ _ACCESS_LINE = re.compile(
 class RegistryAccessLog:
     """Bytes the registry sent to an address, from its access log, since a mark."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self,
+        path: Path,
+        settle_poll_s: float = LOG_SETTLE_POLL_S,
+        settle_timeout_s: float = LOG_SETTLE_TIMEOUT_S,
+    ) -> None:
         self.path = path
+        self.settle_poll_s = settle_poll_s
+        self.settle_timeout_s = settle_timeout_s
 
     def mark(self) -> int:
         """The current end of the log (an offset to count from)."""
@@ -68,7 +76,11 @@ class RegistryAccessLog:
 
     def _bytes_since(self, offset: int, address: str) -> tuple[int, int]:
         total = lines = 0
-        with self.path.open("rb") as f:
+        try:
+            f = self.path.open("rb")
+        except FileNotFoundError:
+            return 0, 0
+        with f:
             f.seek(offset)
             for raw in f:
                 match = _ACCESS_LINE.match(raw.decode("utf-8", "replace"))
@@ -77,32 +89,84 @@ class RegistryAccessLog:
                     total += 0 if match["bytes"] == "-" else int(match["bytes"])
         return total, lines
 
-    def bytes_since(self, offset: int, address: str) -> int:
-        """Bytes served to ``address`` after ``offset``, once the log stops growing."""
-        seen: list[int] = [self.mark()]
+    def wait_settled(self) -> bool:
+        """Wait until the log has not grown for one poll interval; False on timeout.
+
+        The first look only records the size: a verdict needs two looks a poll apart.
+        """
+        sizes: list[int] = []
 
         @tenacity.retry(
-            stop=tenacity.stop_after_delay(LOG_SETTLE_TIMEOUT_S),
-            wait=tenacity.wait_fixed(LOG_SETTLE_POLL_S),
-            retry=tenacity.retry_if_result(lambda settled: not settled),
+            stop=tenacity.stop_after_delay(self.settle_timeout_s),
+            wait=tenacity.wait_fixed(self.settle_poll_s),
+            retry=tenacity.retry_if_exception_type(AssertionError),
+            reraise=True,
         )
-        def settled() -> bool:
-            size = self.mark()
-            done = size == seen[-1]
-            seen.append(size)
-            return done
+        def unchanged_for_a_poll() -> None:
+            sizes.append(self.mark())
+            assert len(sizes) > 1, "first look: size recorded"
+            assert sizes[-1] == sizes[-2], f"{self.path} grew to {sizes[-1]} B"
 
         try:
-            settled()
-        except tenacity.RetryError:
-            log.warning("registry access log %s kept growing; counting what is there", self.path)
+            unchanged_for_a_poll()
+        except AssertionError:
+            return False
+        return True
+
+    def bytes_since(self, offset: int, address: str) -> int:
+        """Bytes served to ``address`` after ``offset``, once the log stops growing."""
+        if not self.wait_settled():
+            log.warning(
+                "registry access log %s kept growing for %.1f s; counting what is there",
+                self.path,
+                self.settle_timeout_s,
+            )
         return self._bytes_since(offset, address)[0]
+
+
+class ImageRuntime(Protocol):
+    """The CRI image calls the harness makes on a node (:class:`CRIClient` fits)."""
+
+    def list_images(self) -> list[CRIImage]: ...
+    def pull_image(self, ref: str, annotations: Mapping[str, str] | None = None) -> str: ...
+    def remove_image(self, ref: str) -> None: ...
+    def close(self) -> None: ...
+
+
+def fits(free: Mapping[str, Decimal], requests: Mapping[str, Decimal]) -> bool:
+    """The filter step: every request fits the node's free allocatable (missing = 0)."""
+    return all(amount <= free.get(resource, Decimal(0)) for resource, amount in requests.items())
+
+
+def choose_node(scores: Mapping[str, int], rng: random.Random) -> str:
+    """The highest-scored node; among equal best scores a seeded random pick.
+
+    kube-scheduler's ``selectHost`` also picks at random among the nodes sharing the
+    top score; sorting the names first makes the pick depend on the seed only.
+    """
+    if not scores:
+        raise TestbedError("no node was scored: the extender answered an empty list")
+    best = max(scores.values())
+    return rng.choice(sorted(node for node, score in scores.items() if score == best))
+
+
+def extender_args(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``ExtenderArgs`` as kube-scheduler sends it with ``nodeCacheCapable: false``.
+
+    Full v1 Nodes (a NodeList) and no ``NodeNames``; the keys are capitalised since
+    the upstream Go types have no JSON tags.
+    """
+    return {
+        "Pod": dict(pod),
+        "Nodes": {"apiVersion": "v1", "kind": "NodeList", "items": [dict(n) for n in nodes]},
+        "NodeNames": None,
+    }
 
 
 @dataclass(slots=True)
 class _NodeState:
     node: NodeInfo
-    cri: CRIClient
+    cri: ImageRuntime
     free: dict[str, Decimal] = field(default_factory=dict)
     pods: dict[str, dict[str, Decimal]] = field(default_factory=dict)
 
@@ -132,14 +196,19 @@ class LocalDriver:
         extenders: Mapping[str, str],
         seed: int = 0,
         max_images: int = 50,
+        *,
+        runtime: Callable[[str], ImageRuntime] = CRIClient,
+        http: httpx.Client | None = None,
+        access_log: RegistryAccessLog | None = None,
     ) -> None:
+        """``runtime`` opens a node's CRI endpoint; ``http`` calls the extenders."""
         self.testbed = testbed
         self.extenders = dict(extenders)
         self.rng = random.Random(seed)
         self.max_images = max_images
-        self.access_log = RegistryAccessLog(Path(testbed.registry.access_log))
-        self.http = httpx.Client(timeout=EXTENDER_TIMEOUT_S)
-        self.state = {n.name: _NodeState(n, CRIClient(n.cri_endpoint)) for n in testbed.nodes}
+        self.access_log = access_log or RegistryAccessLog(Path(testbed.registry.access_log))
+        self.http = http or httpx.Client(timeout=EXTENDER_TIMEOUT_S)
+        self.state = {n.name: _NodeState(n, runtime(n.cri_endpoint)) for n in testbed.nodes}
         self._reset_resources()
 
     def close(self) -> None:
@@ -161,17 +230,21 @@ class LocalDriver:
     def schedule(self, pod: str, image: str, strategy: str) -> Placement:
         """Filter, score through the extender, bind (pull) and measure."""
         node_requests = self._whole_node_requests()
-        fitting = [st for st in self.state.values() if self._fits(st, node_requests)]
+        request = {
+            r: parse_quantity(q, f"pod {pod} requests.{r}") for r, q in node_requests.items()
+        }
+        fitting = [st for st in self.state.values() if fits(st.free, request)]
         if not fitting:
             raise TestbedError(f"pod {pod}: no node has room (every node is taken)")
         pod_doc = pod_document(pod, image, node_requests)
         scores = self._prioritize(strategy, pod_doc, fitting)
-        best = max(scores.values())
-        chosen = self.rng.choice(sorted(n for n, s in scores.items() if s == best))
+        unknown = sorted(set(scores) - {st.node.name for st in fitting})
+        if unknown:
+            raise TestbedError(
+                f"extender for {strategy} scored node(s) {', '.join(unknown)} it was not sent"
+            )
+        chosen = choose_node(scores, self.rng)
         st = self.state[chosen]
-        request = {
-            r: parse_quantity(q, f"pod {pod} requests.{r}") for r, q in node_requests.items()
-        }
         for resource, amount in request.items():
             st.free[resource] -= amount
         st.pods[pod] = request
@@ -213,13 +286,6 @@ class LocalDriver:
         first = self.testbed.nodes[0].allocatable
         return {r: first[r] for r in FILTERED_RESOURCES if r in first}
 
-    @staticmethod
-    def _fits(st: _NodeState, requests: Mapping[str, str]) -> bool:
-        return all(
-            parse_quantity(q, f"requests.{r}") <= st.free.get(r, Decimal(0))
-            for r, q in requests.items()
-        )
-
     def node_documents(self, states: Sequence[_NodeState]) -> list[dict[str, Any]]:
         """v1 Nodes as the kubelet would publish them, from each node's CRI image list."""
         return [
@@ -239,7 +305,7 @@ class LocalDriver:
             url = self.extenders[strategy]
         except KeyError:
             raise InputError(f"no extender runs strategy {strategy!r}") from None
-        args = {"Pod": pod_doc, "Nodes": {"items": self.node_documents(states)}, "NodeNames": None}
+        args = extender_args(pod_doc, self.node_documents(states))
         try:
             response = self.http.post(f"{url}/prioritize", json=args)
         except httpx.HTTPError as err:
@@ -248,7 +314,13 @@ class LocalDriver:
             raise TestbedError(
                 f"extender {url} ({strategy}) answered {response.status_code}: {response.text}"
             )
-        return {entry["Host"]: int(entry["Score"]) for entry in response.json()}
+        try:
+            return {str(entry["Host"]): int(entry["Score"]) for entry in response.json()}
+        except (ValueError, TypeError, KeyError) as err:
+            raise TestbedError(
+                f"extender {url} ({strategy}) answered something other than "
+                f"[{{Host, Score}}, ...]: {response.text[:200]!r}"
+            ) from err
 
     def _pull(self, st: _NodeState, pod: str, image: str) -> Pull:
         mark = self.access_log.mark()

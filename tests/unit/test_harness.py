@@ -31,6 +31,7 @@ from layersched.testbed.harness import (
     fits,
 )
 from layersched.testbed.local import TestbedInventory, parse_inventory
+from tests.unit._testbed_docs import inventory_doc
 
 GI = 2**30
 IMG1 = "10.250.50.1:5000/scenario/img1:v1"
@@ -99,44 +100,7 @@ def test_choose_node_without_scores_is_an_error() -> None:
 
 # ------------------------------------------------------------ request and driver
 def _inventory(node_count: int = 3) -> TestbedInventory:
-    nodes = [
-        {
-            "name": f"n{i}",
-            "netns": f"lstb-n{i}",
-            "host_veth": f"lstb-n{i}",
-            "address": f"10.250.50.{10 + i}",
-            "link_rate_bits_per_s": 20_000_000,
-            "allocatable": {"cpu": "2", "memory": "4Gi"},
-            "cri_socket": f"/s/nodes/n{i}/containerd.sock",
-            "cri_endpoint": f"unix:///s/nodes/n{i}/containerd.sock",
-            "dir": f"/s/nodes/n{i}",
-            "config": f"/s/nodes/n{i}/config.toml",
-            "root_dir": f"/s/nodes/n{i}/root",
-            "state_dir": f"/s/nodes/n{i}/state",
-            "pidfile": f"/s/nodes/n{i}/containerd.pid",
-            "log": f"/s/nodes/n{i}/containerd.log",
-        }
-        for i in range(1, node_count + 1)
-    ]
-    doc = {
-        "version": 1,
-        "driver": "local",
-        "state_dir": "/s",
-        "prefix": "lstb",
-        "network": {"bridge": "lstb-br", "gateway": "10.250.50.1", "cidr": "10.250.50.0/24"},
-        "registry": {
-            "address": "10.250.50.1",
-            "port": 5000,
-            "url": "http://10.250.50.1:5000",
-            "config": "/s/registry/config.yml",
-            "storage_dir": "/s/registry/storage",
-            "pidfile": "/s/registry/registry.pid",
-            "log": "/s/registry/registry.log",
-            "access_log": "/s/registry/access.log",
-        },
-        "nodes": nodes,
-    }
-    return parse_inventory(json.dumps(doc).encode(), "inventory.json")
+    return parse_inventory(json.dumps(inventory_doc(node_count)).encode(), "inventory.json")
 
 
 class _FakeRuntime:

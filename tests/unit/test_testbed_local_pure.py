@@ -18,6 +18,7 @@ from layersched.core.errors import InputError
 from layersched.testbed.local import TestbedSettings, parse_inventory
 from layersched.testbed.local._ansible import SETTINGS_FILE, _Watch, recorded_prefix
 from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, load_spec, parse_spec
+from tests.unit._testbed_docs import inventory_doc
 
 TOOLS = Path(__file__).resolve().parents[2] / "playbooks" / "tools"
 MIB = 1 << 20
@@ -170,47 +171,10 @@ def test_watch_reads_ansible_output(
 
 
 # ------------------------------------------------------------------ inventory file
-def _inventory_doc() -> dict[str, Any]:
-    node = {
-        "name": "n1",
-        "netns": "lstb-n1",
-        "host_veth": "lstb-n1",
-        "address": "10.250.50.11",
-        "link_rate_bits_per_s": 20_000_000,
-        "allocatable": {"cpu": "2", "memory": "4Gi"},
-        "cri_socket": "/s/nodes/n1/containerd.sock",
-        "cri_endpoint": "unix:///s/nodes/n1/containerd.sock",
-        "dir": "/s/nodes/n1",
-        "config": "/s/nodes/n1/config.toml",
-        "root_dir": "/s/nodes/n1/root",
-        "state_dir": "/s/nodes/n1/state",
-        "pidfile": "/s/nodes/n1/containerd.pid",
-        "log": "/s/nodes/n1/containerd.log",
-    }
-    return {
-        "version": 1,
-        "driver": "local",
-        "state_dir": "/s",
-        "prefix": "lstb",
-        "network": {"bridge": "lstb-br", "gateway": "10.250.50.1", "cidr": "10.250.50.0/24"},
-        "registry": {
-            "address": "10.250.50.1",
-            "port": 5000,
-            "url": "http://10.250.50.1:5000",
-            "config": "/s/registry/config.yml",
-            "storage_dir": "/s/registry/storage",
-            "pidfile": "/s/registry/registry.pid",
-            "log": "/s/registry/registry.log",
-            "access_log": "/s/registry/access.log",
-        },
-        "nodes": [node],
-    }
-
-
 def test_inventory_round_trip() -> None:
     # What the playbook writes decodes into typed structs; registry.host is what image
     # references name.
-    inventory = parse_inventory(json.dumps(_inventory_doc()).encode(), "inventory.json")
+    inventory = parse_inventory(json.dumps(inventory_doc()).encode(), "inventory.json")
     assert inventory.registry.host == "10.250.50.1:5000"
     assert inventory.node("n1").link_rate_bits_per_s == 20_000_000
     with pytest.raises(errors.TestbedError, match="no node 'n9'"):
@@ -230,7 +194,7 @@ def test_inventory_round_trip() -> None:
     ids=["missing-field", "wrong-type", "other-version"],
 )
 def test_inventory_rejects(change: Any, error: str) -> None:
-    doc = _inventory_doc()
+    doc = inventory_doc()
     change(doc)
     with pytest.raises(errors.TestbedError, match=error):
         parse_inventory(json.dumps(doc).encode(), "inventory.json")

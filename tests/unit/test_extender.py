@@ -7,6 +7,7 @@ N1 holds Img1, N2 holds Img2 (so L1+L2), N3 holds nothing.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import threading
@@ -489,3 +490,155 @@ def test_repeated_and_changed_node_lists(tmp_path: Any) -> None:
             assert [e["Score"] for e in answer] == expected
 
     _serve(extender, scenario)
+
+
+# ------------------------------------------------- background resolution and its logs
+class _BlockingSource:
+    """A registry stand-in: images in ``stuck`` wait for ``release``; ``failing`` ones
+    then fail, the others resolve to L1. Records the names it was asked for."""
+
+    def __init__(self, stuck: set[str] | None = None, failing: set[str] | None = None) -> None:
+        self.release = threading.Event()
+        self.stuck = stuck or set()
+        self.failing = failing or set()
+        self.asked: list[str] = []
+        self._lock = threading.Lock()
+
+    def resolve(self, image: str) -> tuple[Layer, ...]:
+        with self._lock:
+            self.asked.append(image)
+        if image in self.stuck:
+            self.release.wait(WARM_TIMEOUT_S)
+        if image in self.failing:
+            raise LayerResolutionError(f"{image!r}: manifest unknown")
+        return SOURCE.resolve(image) if image.startswith("img") else (L1,)
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(WARM_TIMEOUT_S), wait=tenacity.wait_fixed(0.01), reraise=True
+)
+async def _assert_cached(extender: Extender, image: str) -> None:
+    assert extender.resolver._lookup(image) is not None
+
+
+def test_late_failure_logs_one_warning_and_no_traceback(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The pod misses the deadline (neutral); the resolution fails later in the background.
+    # Its failure is one WARNING naming image and reason, never asyncio's "Future exception
+    # was never retrieved" ERROR with a traceback.
+    caplog.set_level(logging.INFO)
+    source = _BlockingSource(stuck={"bad:1"}, failing={"bad:1"})
+    extender = _extender(tmp_path, source=source, resolve_timeout_s=SHORT_DEADLINE_S)
+    body = {"Pod": _pod("bad:1"), "NodeNames": ["N1"]}
+
+    async def scenario(call: Call) -> None:
+        assert await call("POST", "/prioritize", body) == (200, [{"Host": "N1", "Score": 0}])
+        source.release.set()
+        await _assert_cached(extender, "bad:1")
+        # within the negative-cache period: answered at once, not resolved or warned again
+        assert await call("POST", "/prioritize", body) == (200, [{"Host": "N1", "Score": 0}])
+        gc.collect()  # an unretrieved wrapper would log its ERROR when collected
+        await asyncio.sleep(0)
+
+    try:
+        _serve(extender, scenario)
+    finally:
+        source.release.set()
+        extender.resolver.close()
+    gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "'bad:1'" in warnings[0] and "manifest unknown" in warnings[0]
+    assert source.asked == ["bad:1"]
+
+
+def test_offline_source_warns_once_per_unknown_pod_image(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 'ghost:1' is not in LAYERS.json: the operator sees one WARNING, not one per pod
+    caplog.set_level(logging.INFO)
+    extender = _extender(tmp_path)
+    body = {"Pod": _pod("ghost:1"), "NodeNames": ["N1"]}
+
+    async def scenario(call: Call) -> None:
+        for _ in range(3):
+            assert await call("POST", "/prioritize", body) == (200, [{"Host": "N1", "Score": 0}])
+
+    _serve(extender, scenario)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "'ghost:1'" in warnings[0] and "not in the offline layer file" in warnings[0]
+
+
+def _image_nodes(count: int) -> list[dict[str, Any]]:
+    """``count`` nodes, node k holding image 'node-k:1'."""
+    return [
+        {
+            "metadata": {"name": f"w{k}"},
+            "status": {"images": [{"names": [f"node-{k}:1"], "sizeBytes": MB}]},
+        }
+        for k in range(count)
+    ]
+
+
+def test_pod_images_are_resolved_before_node_image_warming(tmp_path: Any) -> None:
+    # A cold full-Nodes request queues 300 node images whose registry hangs. Pod images
+    # must not wait behind them: img2:1 is new and 'node-150:1' is itself queued for
+    # warming; both are resolved within the deadline and scored for real.
+    # N2 holds all of img2:1 (L1+L2+L4): 100 -> 10. node-150:1 is L1 alone, which N1
+    # holds (img1:1 = L1+L2+L3): 100 -> 10. A neutral answer would be 0 for both.
+    nodes = _image_nodes(300)
+    stuck = {f"node-{k}:1" for k in range(300)} - {"node-150:1"}
+    source = _BlockingSource(stuck=stuck)
+    extender = _extender(tmp_path, source=source, resolve_timeout_s=WARM_TIMEOUT_S / 2)
+
+    async def scenario(call: Call) -> None:
+        status, _ = await call(
+            "POST", "/prioritize", {"Pod": _pod("img1:1"), "Nodes": {"items": nodes}}
+        )
+        assert status == 200
+        assert len(extender.resolver._warming) > 200  # the warm-up is queued and stuck
+        started = time.monotonic()
+        for pod, host, score in (("img2:1", "N2", 10), ("node-150:1", "N1", 10)):
+            status, answer = await call(
+                "POST", "/prioritize", {"Pod": _pod(pod), "NodeNames": ["N1", "N2"]}
+            )
+            assert status == 200
+            assert dict((e["Host"], e["Score"]) for e in answer)[host] == score
+        assert extender.resolver.timeouts == 0
+        assert time.monotonic() - started < WARM_TIMEOUT_S / 2
+
+    try:
+        _serve(extender, scenario)
+    finally:
+        source.release.set()
+        extender.resolver.close()
+    assert "img2:1" in source.asked and "node-150:1" in source.asked
+
+
+def test_a_node_image_is_warmed_once_by_its_digest_name(tmp_path: Any) -> None:
+    # kubelet lists a repo digest and a tag for one image: only the digest is resolved
+    # (one registry conversation per node image, not one per name)
+    digest_name = "reg.lan/app@" + _digest("app")
+    node = {
+        "metadata": {"name": "A"},
+        "status": {"images": [{"names": ["reg.lan/app:1", digest_name], "sizeBytes": MB}]},
+    }
+    source = _BlockingSource()
+    extender = _extender(tmp_path, source=source, resolve_timeout_s=WARM_TIMEOUT_S / 2)
+    body = {"Pod": _pod("img1:1"), "Nodes": {"items": [node]}}
+
+    async def scenario(call: Call) -> None:
+        # first request: A's image is not cached yet (0); once warmed, A holds L1 = 30M
+        # of img1:1's 90M: floor(100 * 30 / 90) = 33 -> 3
+        assert await call("POST", "/prioritize", body) == (200, [{"Host": "A", "Score": 0}])
+        await _assert_cached(extender, digest_name)
+        assert await call("POST", "/prioritize", body) == (200, [{"Host": "A", "Score": 3}])
+
+    try:
+        _serve(extender, scenario)
+    finally:
+        extender.resolver.close()
+    assert source.asked == ["img1:1", digest_name]

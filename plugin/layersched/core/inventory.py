@@ -32,7 +32,13 @@ import numpy as np
 import numpy.typing as npt
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.layers import Layer, LayerSource, check_digest, check_size
+from layersched.core.layers import (
+    Layer,
+    LayerSource,
+    NodeImageSource,
+    check_digest,
+    check_size,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,16 +102,26 @@ def resolve_node_image(
 ) -> tuple[tuple[Layer, ...] | None, str | None]:
     """Source (a): the layers of the first of ``image.names`` that ``source`` resolves.
 
-    Returns ``(layers, None)``, or ``(None, warning)`` saying why the image is ignored.
+    Returns ``(layers, None)``, or ``(None, warning)`` saying why the image is
+    ignored. Without a source (a strategy that needs no layers, such as
+    image-locality) nothing is resolved and nothing is reported: ``(None, None)``.
+    A :class:`NodeImageSource` is given every name at once.
     """
+    if source is None:
+        return None, None
     errors = []
-    if source is not None:
+    if isinstance(source, NodeImageSource):
+        try:
+            return source.resolve_names(image.names), None
+        except LayerResolutionError as err:
+            errors.append(str(err))
+    else:
         for name in image.names:
             try:
                 return source.resolve(name), None
             except LayerResolutionError as err:
                 errors.append(str(err))
-    reason = errors[-1] if errors else "no layer source configured"
+    reason = errors[-1] if errors else "it has no name to resolve"
     key = image.names[0] if image.names else ""
     return None, f"ignoring node image {key!r}: its layers are unknown ({reason})"
 
@@ -204,7 +220,11 @@ class ClusterInventory:
     def build(
         cls, nodes: Iterable[NodeInfo], source: LayerSource | None = None
     ) -> ClusterInventory:
-        """An inventory of ``nodes``; ``source`` resolves images lacking layer data."""
+        """An inventory of ``nodes``; ``source`` resolves images lacking layer data.
+
+        Without a source such images only contribute their names (all that
+        image-locality reads) and are neither counted nor warned about.
+        """
         inventory = cls()
         for node in nodes:
             inventory.add_node(node, source)

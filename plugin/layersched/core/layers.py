@@ -10,7 +10,7 @@ in the ``layersched.registry`` adapter.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,6 +34,21 @@ class LayerSource(Protocol):
 
     def resolve(self, image: str) -> tuple[Layer, ...]:
         """Return the image's layers, or raise :class:`LayerResolutionError`."""
+        ...
+
+
+@runtime_checkable
+class NodeImageSource(Protocol):
+    """A layer source that resolves a node image from all its names at once.
+
+    kubelet reports an image under several names (repo digests, then tags). A
+    source implementing this decides itself which name to look up or fetch,
+    instead of being asked for each name in turn (the extender's cache-only view
+    uses it to queue one registry resolution per node image, not one per name).
+    """
+
+    def resolve_names(self, names: Sequence[str]) -> tuple[Layer, ...]:
+        """The layers of the image reported as ``names``, or raise LayerResolutionError."""
         ...
 
 

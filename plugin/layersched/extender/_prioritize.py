@@ -152,6 +152,10 @@ class Extender:
         snapshot = snapshot_of(args.Nodes.items or [], source, "Nodes.items", self._slots)
         if needs_layers and snapshot.unresolved_images:
             self.metrics.unresolved_node_images.inc(snapshot.unresolved_images)
+            if not self.resolver.local:
+                # being resolved, or failed: the resolver logs the failure and its reason
+                log.debug("%d node images ignored for now", snapshot.unresolved_images)
+                return snapshot
             for warning in snapshot.warnings:
                 if (
                     len(self._logged_unresolved) < MAX_LOGGED_UNRESOLVED_IMAGES

@@ -6,6 +6,10 @@ an answer within ``timeout_s`` regardless: if the layer source has not answered
 by then the caller scores neutrally, while the resolution runs on in a bounded
 worker pool and its result warms the cache for the next pod with that image.
 
+Pod images come first. Node images of full-``Nodes`` requests (thousands on a
+cold start) are warmed on a pool and queue of their own, so they never hold up
+a pod image; a pod image already queued for warming is moved to the pod pool.
+
 Offline sources (``--layers``, or none) answer from memory, so they are called
 inline: no thread hop, no cache in front of them.
 """
@@ -32,11 +36,56 @@ POSITIVE_TTL_S = 300.0
 NEGATIVE_TTL_S = 10.0
 #: Images whose layers are remembered; a cluster runs far fewer distinct images.
 MAX_CACHED_IMAGES = 65_536
-#: Resolutions in flight or queued at most; beyond this a pod is answered
-#: neutrally without queueing more work (no unbounded queue).
+#: Pod-image resolutions in flight or queued at most; beyond this a pod is
+#: answered neutrally without queueing more work (no unbounded queue).
 MAX_PENDING = 256
-#: Parallel registry conversations.
+#: Node-image resolutions in flight or queued at most; the rest are queued by a
+#: later request (a cold 500-node request names ~2,000 distinct images).
+MAX_WARMING = 1024
+#: Parallel registry conversations for pod images.
 DEFAULT_WORKERS = 4
+#: A failing pod image is logged at WARNING once per negative-cache period (it is
+#: retried no more often); a failing node image once per positive period, since
+#: thousands of them may fail together when a registry is down.
+POD_WARNING_PERIOD_S = NEGATIVE_TTL_S
+NODE_WARNING_PERIOD_S = POSITIVE_TTL_S
+#: Images whose last warning time is remembered; past this the memory starts over.
+MAX_WARNED_IMAGES = 10_000
+
+Future = concurrent.futures.Future[tuple[Layer, ...]]
+
+
+def _retrieve(future: asyncio.Future[tuple[Layer, ...]]) -> None:
+    """Mark a wrapper's outcome as seen: a late failure must not be logged as
+    "Future exception was never retrieved" (the failure is logged once, by us)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def preferred_name(names: Sequence[str]) -> str:
+    """The name to resolve a node image by: a digest reference (immutable, and one
+    manifest GET by digest) if kubelet reported one, else the first name."""
+    return next((n for n in names if "@" in n), names[0])
+
+
+class _WarningLog:
+    """Decides whether a failure is logged at WARNING (first in its period) or INFO."""
+
+    def __init__(self, period_s: float) -> None:
+        self._period_s = period_s
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def level(self, image: str) -> int:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(image)
+            if last is not None and now - last < self._period_s:
+                return logging.INFO
+            if len(self._last) >= MAX_WARNED_IMAGES:
+                self._last.clear()
+            self._last[image] = now
+            return logging.WARNING
 
 
 class _Entry:
@@ -48,7 +97,11 @@ class _Entry:
 
 
 class DeadlineResolver:
-    """Resolves images through ``source`` within a deadline; caches remote answers."""
+    """Resolves images through ``source`` within a deadline; caches remote answers.
+
+    ``workers`` threads resolve pod images; ``warm_workers`` more (default half as
+    many, at least one) warm node images, so the two never queue behind each other.
+    """
 
     def __init__(
         self,
@@ -57,20 +110,29 @@ class DeadlineResolver:
         timeout_s: float,
         workers: int = DEFAULT_WORKERS,
         max_pending: int = MAX_PENDING,
+        warm_workers: int | None = None,
+        max_warming: int = MAX_WARMING,
     ) -> None:
         self.source = source
         self.timeout_s = timeout_s
         #: Offline sources are answered inline.
         self.local = isinstance(source, StaticLayerSource | NoLayerSource)
         self._max_pending = max_pending
+        self._max_warming = max_warming
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
-        self._pending: dict[str, concurrent.futures.Future[tuple[Layer, ...]]] = {}
-        self._lock = threading.Lock()
+        self._pending: dict[str, Future] = {}
+        self._warming: dict[str, Future] = {}
+        # re-entrant: cancelling a queued warm-up runs its done callback, which locks
+        self._lock = threading.RLock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._warm_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._workers = workers
+        self._warm_workers = warm_workers if warm_workers is not None else max(1, workers // 2)
+        self._pod_warnings = _WarningLog(POD_WARNING_PERIOD_S)
+        self._node_warnings = _WarningLog(NODE_WARNING_PERIOD_S)
         #: Pods answered neutrally because resolution missed the deadline.
         self.timeouts = 0
-        #: Images not queued because MAX_PENDING resolutions were already under way.
+        #: Pod images not queued because MAX_PENDING resolutions were already under way.
         self.rejected = 0
 
     # ---------------------------------------------------------------- cache
@@ -90,50 +152,98 @@ class DeadlineResolver:
             while len(self._cache) > MAX_CACHED_IMAGES:
                 self._cache.popitem(last=False)
 
-    def _resolve_now(self, image: str) -> tuple[Layer, ...]:
+    def _resolve_now(self, image: str, for_pod: bool) -> tuple[Layer, ...]:
         try:
             layers = self.source.resolve(image)
         except LayerschedError as err:
             self._store(image, None)
-            log.info("resolving layers of %r failed: %s", image, err)
+            if for_pod:
+                level = self._pod_warnings.level(image)
+                log.log(
+                    level,
+                    "pod image %r: layers cannot be resolved, pods using it score 0 "
+                    "(retried after %.0f s): %s",
+                    image,
+                    NEGATIVE_TTL_S,
+                    err,
+                )
+            else:
+                level = self._node_warnings.level(image)
+                log.log(level, "node image %r: layers cannot be resolved, ignored: %s", image, err)
             raise
         self._store(image, layers)
         return layers
 
-    def _finished(self, image: str) -> None:
+    def _finished(self, queue: dict[str, Future], image: str, future: Future) -> None:
         with self._lock:
-            self._pending.pop(image, None)
+            if queue.get(image) is future:
+                del queue[image]
 
-    def _submit(self, image: str) -> concurrent.futures.Future[tuple[Layer, ...]] | None:
-        """The in-flight resolution of ``image``, started if needed; None when saturated."""
-        with self._lock:
-            future = self._pending.get(image)
-            if future is not None:
-                return future
-            if len(self._pending) >= self._max_pending:
-                self.rejected += 1
-                return None
+    def _start(self, image: str, *, for_pod: bool) -> Future:
+        """Queue ``image`` on its pool (lock held by the caller)."""
+        if for_pod:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     self._workers, thread_name_prefix="layersched-resolve"
                 )
-            future = self._pool.submit(self._resolve_now, image)
-            self._pending[image] = future
-        future.add_done_callback(lambda _: self._finished(image))
+            pool, queue = self._pool, self._pending
+        else:
+            if self._warm_pool is None:
+                self._warm_pool = concurrent.futures.ThreadPoolExecutor(
+                    self._warm_workers, thread_name_prefix="layersched-warm"
+                )
+            pool, queue = self._warm_pool, self._warming
+        future = pool.submit(self._resolve_now, image, for_pod)
+        queue[image] = future
         return future
+
+    def _submit(self, image: str) -> Future | None:
+        """The in-flight resolution of pod image ``image``, started if needed; None when
+        saturated. A node-image warm-up of it still queued is moved to the pod pool."""
+        with self._lock:
+            future = self._pending.get(image)
+            if future is not None:
+                return future
+            warming = self._warming.get(image)
+            if warming is not None and not warming.cancel():
+                return warming  # already running: as quick as starting it again
+            if warming is not None:
+                self._warming.pop(image, None)
+            if len(self._pending) >= self._max_pending:
+                self.rejected += 1
+                return None
+            future = self._start(image, for_pod=True)
+        future.add_done_callback(lambda f: self._finished(self._pending, image, f))
+        return future
+
+    def warm(self, image: str) -> None:
+        """Resolve node image ``image`` in the background, behind every pod image."""
+        with self._lock:
+            if image in self._pending or image in self._warming:
+                return
+            if len(self._warming) >= self._max_warming:
+                return  # a later request queues it again
+            future = self._start(image, for_pod=False)
+        future.add_done_callback(lambda f: self._finished(self._warming, image, f))
 
     # ------------------------------------------------------------ interface
     async def resolve_pod(self, images: Sequence[str]) -> dict[str, tuple[Layer, ...]] | None:
         """Layers of each of ``images``, or None if any is unknown or late (score neutrally)."""
         distinct = list(dict.fromkeys(images))
         if self.local:
-            try:
-                return {image: self.source.resolve(image) for image in distinct}
-            except LayerResolutionError as err:
-                log.info("pod image layers unknown: %s", err)
-                return None
+            found_now: dict[str, tuple[Layer, ...]] = {}
+            for image in distinct:
+                try:
+                    found_now[image] = self.source.resolve(image)
+                except LayerResolutionError as err:
+                    level = self._pod_warnings.level(image)
+                    log.log(
+                        level, "pod image %r: layers unknown, pods using it score 0: %s", image, err
+                    )
+                    return None
+            return found_now
         found: dict[str, tuple[Layer, ...]] = {}
-        waiting: list[concurrent.futures.Future[tuple[Layer, ...]]] = []
+        waiting: list[Future] = []
         names: list[str] = []
         for image in distinct:
             entry = self._lookup(image)
@@ -149,6 +259,8 @@ class DeadlineResolver:
             names.append(image)
         if waiting:
             wrapped = [asyncio.wrap_future(f) for f in waiting]
+            for task in wrapped:
+                task.add_done_callback(_retrieve)
             done, _ = await asyncio.wait(wrapped, timeout=self.timeout_s)
             if len(done) < len(wrapped):
                 self.timeouts += 1
@@ -174,21 +286,35 @@ class DeadlineResolver:
 
     def close(self) -> None:
         """Stop the workers (running resolutions are abandoned)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        for pool in (self._pool, self._warm_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._warm_pool = None
 
 
 class _CachedOnly:
-    """A LayerSource view of the resolver's cache for node images."""
+    """A LayerSource view of the resolver's cache for node images (a NodeImageSource)."""
 
     def __init__(self, resolver: DeadlineResolver) -> None:
         self._resolver = resolver
 
     def resolve(self, image: str) -> tuple[Layer, ...]:
-        entry = self._resolver._lookup(image)
-        if entry is not None and entry.layers is not None:
-            return entry.layers
-        if entry is None:
-            self._resolver._submit(image)
-        raise LayerResolutionError(f"layers of {image!r} are not cached yet (being resolved)")
+        return self.resolve_names((image,))
+
+    def resolve_names(self, names: Sequence[str]) -> tuple[Layer, ...]:
+        """Cached layers under any of ``names``; else warm one name (a digest if any) and fail."""
+        lookup = self._resolver._lookup
+        failed = False
+        for name in names:
+            entry = lookup(name)
+            if entry is not None:
+                if entry.layers is not None:
+                    return entry.layers
+                failed = True
+        preferred = preferred_name(names)
+        if failed:
+            raise LayerResolutionError(
+                f"resolving {preferred!r} failed recently; retried after {NEGATIVE_TTL_S:.0f} s"
+            )
+        self._resolver.warm(preferred)
+        raise LayerResolutionError(f"layers of {preferred!r} are not cached yet (being resolved)")

@@ -6,15 +6,26 @@
 * Bytes: the registry's access log (combined log format), summing the bodies
   it sent to one node's address. This is what crossed the link, not what the
   manifest says.
+
+Two selections keep a measurement on the right object:
+
+* :func:`pull_event_for` picks the event of one pod *instance* (its uid): the
+  scenario reuses pod names across trials (``p1`` in every trial), and events
+  outlive the pods they describe, so a name alone finds trial 1's pull again.
+* :func:`node_reports_image` says whether a Node's ``status.images`` lists an
+  image yet. The kubelet refreshes that list about every 30 s, so a pull that
+  has finished is not yet visible to a scheduler that scores from Node status.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from layersched.core.errors import TestbedError
+from layersched.core.errors import ImageReferenceError, TestbedError
+from layersched.core.reference import DEFAULT_TAG, ImageReference
 
 #: Go's time.Duration.String() units, in seconds.
 _GO_UNITS_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -58,6 +69,69 @@ def parse_pull_event(message: str) -> PullEvent | None:
     if match := _ALREADY_PRESENT.match(message):
         return PullEvent(match["image"], 0.0, pulled=False)
     return None
+
+
+#: The event reason under which the kubelet reports a finished (or skipped) pull.
+PULLED_REASON = "Pulled"
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    """When the event was first seen, as RFC 3339 text (sorts in time order).
+
+    Core/v1 events from the kubelet carry ``firstTimestamp``; events.k8s.io-style
+    ones carry ``eventTime`` only; ``metadata.creationTimestamp`` is always set.
+    """
+    metadata = event.get("metadata") or {}
+    return str(
+        event.get("firstTimestamp") or event.get("eventTime") or metadata.get("creationTimestamp")
+    )
+
+
+def pull_event_for(events: Iterable[Mapping[str, Any]], pod_uid: str) -> PullEvent | None:
+    """The first ``Pulled`` report about the pod whose ``metadata.uid`` is ``pod_uid``.
+
+    ``events`` are Event objects as JSON (``involvedObject``, ``reason``, ``message``).
+    Events of an earlier pod with the same name have another uid and are ignored.
+    """
+    mine = [
+        event
+        for event in events
+        if (event.get("involvedObject") or {}).get("uid") == pod_uid
+        and event.get("reason") == PULLED_REASON
+    ]
+    for event in sorted(mine, key=_event_time):
+        parsed = parse_pull_event(str(event.get("message") or ""))
+        if parsed is not None:
+            return parsed
+    return None
+
+
+def _parsed(name: str) -> ImageReference | None:
+    try:
+        return ImageReference.parse(name)
+    except ImageReferenceError:
+        return None  # the kubelet may list names no reference parser accepts, e.g. "<none>"
+
+
+def node_reports_image(node: Mapping[str, Any], image: str) -> bool:
+    """Whether ``node``'s ``status.images`` lists ``image`` (a pod's image reference).
+
+    Names compare as references, so ``debian:12`` matches CRI-O's
+    ``docker.io/library/debian:12``. A reference pinned by digest matches the
+    node's ``repo@digest`` name; otherwise the tag (default ``latest``) must match.
+    """
+    wanted = ImageReference.parse(image)
+    for listed in (node.get("status") or {}).get("images") or []:
+        for name in listed.get("names") or []:
+            have = _parsed(str(name))
+            if have is None or (have.domain, have.path) != (wanted.domain, wanted.path):
+                continue
+            if wanted.digest is not None:
+                if have.digest == wanted.digest:
+                    return True
+            elif have.digest is None and have.tag == (wanted.tag or DEFAULT_TAG):
+                return True
+    return False
 
 
 def pulled_bytes(access_log: Iterable[str], client: str) -> int:

@@ -10,8 +10,14 @@ API and reads back what happened:
   for ``image-locality``, the core's exact port of upstream ImageLocality on
   the same Node snapshot the default scheduler saw (both as 0..10, the
   extender scale).
-* **Pull time**: the kubelet's ``Pulled`` event (``Successfully pulled image … in …``).
+* **Pull time**: the kubelet's ``Pulled`` event (``Successfully pulled image … in …``)
+  about this very pod (its uid: names repeat across trials, events outlive pods).
 * **Bytes**: the registry container's access log, bytes sent to the node's IP.
+
+After each pull the driver waits until the node lists the image in
+``status.images``: kube-scheduler and the extender score from Node status,
+which the kubelet refreshes only about every 30 s, so without the wait the next
+pod (P1 again) could be scored against a node whose cache looks empty.
 
 Each pod requests (almost) a whole worker, so there is one scenario pod per
 node, as in the seed. Scenario images carry no runnable program, so a pod
@@ -39,7 +45,14 @@ from layersched.core.pod import pod_from_json
 from layersched.core.strategies import get_strategy
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
-from layersched.testbed.kind._measure import PullEvent, parse_pull_event, pulled_bytes
+from layersched.testbed.kind._cluster_config import CRIO_SOCKET
+from layersched.testbed.kind._measure import (
+    PULLED_REASON,
+    PullEvent,
+    node_reports_image,
+    pull_event_for,
+    pulled_bytes,
+)
 from layersched.testbed.kind._scheduler_config import DEFAULT_SCHEDULER, LAYER_LOCALITY_SCHEDULER
 from layersched.testbed.kind._workloads import EXTENDER_NAME, EXTENDER_PORT, NAMESPACE
 from layersched.testbed.quantity import parse_quantity
@@ -65,6 +78,9 @@ DELETE_TIMEOUT_S = 120.0
 #: The kubelet refreshes its image list about every 30 s and posts node status
 #: every 10 s; two refreshes and a status update is when a removed image is gone.
 IMAGE_GONE_TIMEOUT_S = 90.0
+#: The same refresh the other way: a pulled image appears in status.images within
+#: one image-list refresh (~30 s) plus a status post (~10 s); 90 s allows two.
+IMAGE_LISTED_TIMEOUT_S = 90.0
 POLL_S = 1.0
 #: The registry logs a request when its response completes, just before the
 #: kubelet reports the pull; give the log a moment to catch up.
@@ -258,19 +274,18 @@ class KindDriver:
         for node in workers:
             for image in self.testbed.scenario_images:
                 # crictl rmi fails for an absent image; which images exist is not worth a call.
-                argv = [str(self.testbed.docker), "exec", node, "crictl", "rmi", image]
+                # The endpoint is explicit: a prebuilt node image may lack /etc/crictl.yaml.
+                argv = [
+                    str(self.testbed.docker), "exec", node,
+                    "crictl", "--runtime-endpoint", CRIO_SOCKET, "rmi", image,
+                ]  # fmt: skip
                 subprocess.run(argv, capture_output=True, timeout=DOCKER_TIMEOUT_S, check=False)
         _wait(self._check_images_gone, IMAGE_GONE_TIMEOUT_S)
 
     def _check_images_gone(self) -> None:
-        wanted = set(self.testbed.scenario_images)
         for node in self._workers(self._nodes()):
-            names = {
-                name
-                for image in node["status"].get("images") or []
-                for name in image.get("names") or []
-            }
-            if left := wanted & names:
+            left = [i for i in self.testbed.scenario_images if node_reports_image(node, i)]
+            if left:
                 raise _NotYet(
                     f"node {node['metadata']['name']} still reports {sorted(left)} in "
                     "status.images: is its kubelet running?"
@@ -298,14 +313,17 @@ class KindDriver:
         scores = self._scores(strategy, document, nodes, candidates)
         started = datetime.now(UTC)
         body: Any = document  # the client serialises plain dicts as they are
-        self._core.create_namespaced_pod(self.testbed.namespace, body)
+        created: Any = self._core.create_namespaced_pod(self.testbed.namespace, body)
+        uid = str(created.metadata.uid)
         node = _wait(lambda: self._bound_node(name), BIND_TIMEOUT_S)
-        event = _wait(lambda: self._pull_event(name), PULL_TIMEOUT_S)
+        event = _wait(lambda: self._pull_event(name, uid), PULL_TIMEOUT_S)
         address = self._node_address(node)
         size_bytes = 0
         if event.pulled:
             size_bytes = _wait(lambda: self._pulled_bytes(started, address), LOG_SETTLE_TIMEOUT_S)
         log.info("%s -> %s: %d bytes in %.2fs", pod, node, size_bytes, event.seconds)
+        # The next pod is scored from Node status: wait until it shows this pull.
+        _wait(lambda: self._check_image_listed(node, image), IMAGE_LISTED_TIMEOUT_S)
         return Placement(
             node=node,
             scores=scores,
@@ -352,19 +370,29 @@ class KindDriver:
             )
         return str(spec["nodeName"])
 
-    def _pull_event(self, name: str) -> PullEvent:
+    def _pull_event(self, name: str, uid: str) -> PullEvent:
         events = self._core.list_namespaced_event(
-            self.testbed.namespace, field_selector=f"involvedObject.name={name},reason=Pulled"
+            self.testbed.namespace,
+            field_selector=f"involvedObject.name={name},reason={PULLED_REASON}",
         ).items
         documents: list[dict[str, Any]] = self._json(events)
-        for event in sorted(documents, key=lambda e: str(e["metadata"].get("creationTimestamp"))):
-            parsed = parse_pull_event(event.get("message") or "")
-            if parsed is not None:
-                return parsed
-        raise _NotYet(
-            f"pod {name} has no Pulled event yet: see kubectl -n {self.testbed.namespace} "
-            f"describe pod {name}"
-        )
+        # The name selects this trial's pod and every earlier one called the same:
+        # only the uid tells them apart.
+        parsed = pull_event_for(documents, uid)
+        if parsed is None:
+            raise _NotYet(
+                f"pod {name} (uid {uid}) has no Pulled event yet: see "
+                f"kubectl -n {self.testbed.namespace} describe pod {name}"
+            )
+        return parsed
+
+    def _check_image_listed(self, node: str, image: str) -> None:
+        document: dict[str, Any] = self._json(self._core.read_node(node))
+        if not node_reports_image(document, image):
+            raise _NotYet(
+                f"node {node} does not list {image} in status.images yet: is its kubelet "
+                "running? (it refreshes the image list about every 30 s)"
+            )
 
     def _node_address(self, node: str) -> str:
         document: dict[str, Any] = self._json(self._core.read_node(node))

@@ -18,10 +18,12 @@ from layersched.testbed.kind import (
     KIND_API_VERSION,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
+    KUBE_SCHEDULER_CONFIG_V1BETA3,
     REGISTRIES_DROPIN_NODE_PATH,
     RYAX_PLUGIN_NAME,
     ClusterSpec,
     ExtenderSpec,
+    check_kind_version,
     extender_scheduler_config,
     extender_url,
     go_duration,
@@ -29,6 +31,7 @@ from layersched.testbed.kind import (
     kind_cluster_config,
     node_names,
     registries_dropin,
+    scheduler_api_version_for,
     tbf_command,
     to_yaml,
 )
@@ -228,6 +231,69 @@ def test_intree_scheduler_config_swaps_image_locality_for_ryax_plugin() -> None:
         "disabled": [{"name": "ImageLocality"}],
     }
     assert "extenders" not in config
+
+
+@pytest.mark.parametrize(
+    ("kubernetes_version", "api_version"),
+    [
+        # Seed 001's 1.22.6: v1beta2 is the newest API 1.22 serves (v1beta3 came in 1.23).
+        ("v1.22.6", KUBE_SCHEDULER_CONFIG_V1BETA2),
+        # 1.23 and 1.24 serve v1beta3; v1 only went GA in 1.25.
+        ("v1.23.17", KUBE_SCHEDULER_CONFIG_V1BETA3),
+        ("1.24", KUBE_SCHEDULER_CONFIG_V1BETA3),
+        # From 1.25 on: v1 (and 1.28+/1.29+ no longer decode v1beta2/v1beta3 at all).
+        ("v1.25.0", KUBE_SCHEDULER_CONFIG_V1),
+        ("v1.30.0", KUBE_SCHEDULER_CONFIG_V1),
+        # A pre-release of a later minor is still that minor.
+        ("v1.31.0-rc.1", KUBE_SCHEDULER_CONFIG_V1),
+    ],
+    ids=["1.22-v1beta2", "1.23-v1beta3", "1.24-no-patch", "1.25-v1", "1.30-v1", "1.31-rc"],
+)
+def test_scheduler_api_version_for(kubernetes_version: str, api_version: str) -> None:
+    assert scheduler_api_version_for(kubernetes_version) == api_version
+    # The config it picks is one this module can render.
+    config = extender_scheduler_config(ExtenderSpec(extender_url()), api_version=api_version)
+    assert config["apiVersion"] == api_version
+
+
+@pytest.mark.parametrize(
+    ("kubernetes_version", "message"),
+    [
+        # 1.21 reads only v1beta1, which nothing here renders.
+        ("v1.21.14", "use Kubernetes 1.22 or newer"),
+        # Not a version at all (a tag name, say).
+        ("latest", "not a Kubernetes version"),
+    ],
+    ids=["too-old", "not-a-version"],
+)
+def test_scheduler_api_version_for_rejects(kubernetes_version: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        scheduler_api_version_for(kubernetes_version)
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [
+        # As `kind version` prints it.
+        ("v0.23.0", "v0.23.0"),
+        # Without the v (as the release notes' titles spell it), and seed 001's release.
+        ("0.11.1", "v0.11.1"),
+    ],
+    ids=["with-v", "without-v"],
+)
+def test_check_kind_version(text: str, version: str) -> None:
+    assert check_kind_version(text) == version
+
+
+@pytest.mark.parametrize(
+    "text",
+    # A channel name, a release without its patch number, a pre-release.
+    ["latest", "v0.23", "0.23.0-alpha"],
+    ids=["word", "no-patch", "pre-release"],
+)
+def test_check_kind_version_rejects(text: str) -> None:
+    with pytest.raises(InputError, match=r"kindVersion .* like v0\.23\.0"):
+        check_kind_version(text)
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,8 @@ REGISTRIES_DROPIN_NODE_PATH = "/etc/containers/registries.conf.d/50-layersched-r
 _CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 #: kind's own bound on a sensible local cluster; more workers rarely fit a laptop.
 MAX_WORKERS = 16
+#: A kind release as ``kind version`` prints it (``kind v0.23.0 go1.21.10 linux/amd64``).
+_KIND_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,17 @@ def check_cluster_name(name: str) -> str:
             f"kind cluster name {name!r} is invalid: use 1-32 lowercase letters, digits or '-'"
         )
     return name
+
+
+def check_kind_version(version: str) -> str:
+    """``version`` (``0.23.0`` or ``v0.23.0``) as ``kind version`` prints it: ``v0.23.0``."""
+    match = _KIND_VERSION.match(version.strip())
+    if match is None:
+        raise InputError(
+            f"kindVersion {version!r} is not a kind release: write it like v0.23.0 "
+            "(see `kind version`)"
+        )
+    return f"v{match[1]}"
 
 
 def _patch(document: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ the patched kube-scheduler with the Ryax in-tree score plugin instead.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,15 @@ KUBE_SCHEDULER_API_VERSIONS = (
     KUBE_SCHEDULER_CONFIG_V1BETA3,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
 )
+#: Which config API a kube-scheduler minor reads (KEP-785): v1beta2 came in 1.22,
+#: v1beta3 in 1.23, v1 (GA) in 1.25; v1beta2 was removed in 1.28 and v1beta3 in
+#: 1.29. Each entry is the newest API served from that minor on.
+_API_VERSION_SINCE_MINOR = (
+    (25, KUBE_SCHEDULER_CONFIG_V1),
+    (23, KUBE_SCHEDULER_CONFIG_V1BETA3),
+    (22, KUBE_SCHEDULER_CONFIG_V1BETA2),
+)
+_KUBERNETES_VERSION = re.compile(r"^v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?(?:[-+].*)?$")
 
 #: Scheduler names the testbed uses; pods pick one with ``spec.schedulerName``.
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -69,6 +79,32 @@ def go_duration(seconds: float) -> str:
     if millis == 0:
         raise InputError(f"duration {seconds!r} s is below 1 ms: use at least 0.001")
     return f"{millis}ms"
+
+
+def kubernetes_minor(version: str, what: str = "kubernetesVersion") -> tuple[int, int]:
+    """``(major, minor)`` of a Kubernetes version such as ``v1.22.6`` or ``1.30``."""
+    match = _KUBERNETES_VERSION.match(version)
+    if match is None:
+        raise InputError(
+            f"{what} {version!r} is not a Kubernetes version: write it like v1.30.0 or v1.22.6"
+        )
+    return int(match["major"]), int(match["minor"])
+
+
+def scheduler_api_version_for(kubernetes_version: str) -> str:
+    """The ``KubeSchedulerConfiguration`` apiVersion kube-scheduler ``kubernetes_version`` reads."""
+    major, minor = kubernetes_minor(kubernetes_version)
+    if major == 1:
+        for since_minor, api_version in _API_VERSION_SINCE_MINOR:
+            if minor >= since_minor:
+                return api_version
+    elif major > 1:
+        return KUBE_SCHEDULER_CONFIG_V1
+    oldest = _API_VERSION_SINCE_MINOR[-1][0]
+    raise InputError(
+        f"kubernetesVersion {kubernetes_version!r}: kube-scheduler before 1.{oldest} reads none "
+        f"of {', '.join(KUBE_SCHEDULER_API_VERSIONS)}: use Kubernetes 1.{oldest} or newer"
+    )
 
 
 def _check_api_version(api_version: str) -> str:

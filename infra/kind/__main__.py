@@ -23,6 +23,7 @@ from kindbed import (
     TestbedRegistry,
 )
 
+from layersched.core.errors import InputError
 from layersched.testbed.kind import (
     DEFAULT_SCHEDULER,
     NAMESPACE,
@@ -35,7 +36,11 @@ from layersched.testbed.kind import (
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-settings = Settings.from_config(pulumi.Config(), pulumi.get_stack(), REPO_ROOT)
+try:
+    settings = Settings.from_config(pulumi.Config(), pulumi.get_stack(), REPO_ROOT)
+except InputError as err:
+    # The message names the key and the fix; a Python traceback would only bury it.
+    raise pulumi.RunError(f"stack config: {err}") from err
 dropin = settings.state_dir / "registries.conf.d" / "50-layersched-registry.conf"
 
 node_image = CrioNodeImage(
@@ -60,6 +65,7 @@ cluster = KindCluster(
         workers=settings.workers,
     ),
     kind_bin=settings.kind_bin,
+    kind_version=settings.kind_version,
     kubeconfig_path=settings.state_dir / "kubeconfig",
     logs_dir=settings.state_dir / "logs",
     opts=pulumi.ResourceOptions(depends_on=[node_image, trust]),
@@ -77,6 +83,7 @@ if settings.link_rate_bits_per_s > 0:
         "registry-link",
         docker_bin=settings.docker_bin,
         container=registry.container,
+        container_id=registry.container_id,
         rate_bits_per_s=settings.link_rate_bits_per_s,
         tc_image=settings.tc_image,
     )
@@ -123,6 +130,8 @@ if settings.patched_scheduler:
             weight=settings.intree_plugin_weight,
             api_version=settings.patched_scheduler_api_version,
         ),
+        # Its image only exists once sideload.yml pushed it, after `pulumi up`.
+        skip_await=True,
         opts=after_namespace,
     )
     scheduler_names.append(intree.scheduler_name)

@@ -8,6 +8,7 @@ resource registration, and the tests read back the resource graph the real
 from __future__ import annotations
 
 import runpy
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -29,13 +30,19 @@ PROJECT = "layersched-kind"
 STACK = "test"
 
 
+#: What ``docker run --detach`` prints for the registry container: its id.
+REGISTRY_CONTAINER_ID = "3f9c2a7d1e4b"
+
+
 class _Answer(pulumi.runtime.Mocks):
-    """Every resource gets its inputs back as state; commands print nothing."""
+    """Every resource gets its inputs back as state; commands print nothing, except
+    the registry's ``docker run``, which prints a container id as Docker does."""
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         state = dict(args.inputs)
         if args.typ == "command:local:Command":
-            state.setdefault("stdout", "")
+            printed = f"{REGISTRY_CONTAINER_ID}\n" if args.name == "registry-container" else ""
+            state.setdefault("stdout", printed)
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
@@ -48,6 +55,13 @@ class _Monitor(pulumi_mocks.MockMonitor):
     def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
         super().__init__(mocks)
         self.component_outputs: dict[str, dict[str, Any]] = {}
+        #: Resource options as the engine receives them, by URN.
+        self.delete_before_replace: dict[str, bool] = {}
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        self.delete_before_replace[response.urn] = bool(request.deleteBeforeReplace)
+        return response
 
     def RegisterResourceOutputs(self, request: Any) -> Any:
         self.component_outputs[request.urn] = pulumi.runtime.rpc.deserialize_properties(
@@ -62,6 +76,7 @@ class Graph:
 
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     component_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    delete_before_replace: dict[str, bool] = field(default_factory=dict)
 
     def of_type(self, typ: str) -> dict[str, dict[str, Any]]:
         """Resources whose own type (last URN type segment) is ``typ``, by name."""
@@ -95,6 +110,7 @@ def run_program(config: dict[str, str], tmp_path: Path) -> Graph:
     return Graph(
         resources={urn: dict(reg.state) for urn, reg in monitor.resources.items()},
         component_outputs=monitor.component_outputs,
+        delete_before_replace=monitor.delete_before_replace,
     )
 
 
@@ -276,9 +292,14 @@ def test_patched_scheduler_is_a_third_profile(tmp_path: Path) -> None:
     )
     assert intree["profiles"][0]["schedulerName"] == "layer-locality-intree"
     assert intree["profiles"][0]["plugins"]["score"]["enabled"][0]["name"] == "ImageLayersLocality"
-    deployment = graph.of_type("kubernetes:apps/v1:Deployment")["layer-locality-intree-deployment"]
+    deployments = graph.of_type("kubernetes:apps/v1:Deployment")
+    deployment = deployments["layer-locality-intree-deployment"]
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "kind-registry:5000/patched/kube-scheduler:latest"
+    # That image is pushed by sideload.yml after `pulumi up`: waiting for it would time out.
+    assert deployment["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    # The stock second scheduler's image exists up front: Pulumi waits for it to be ready.
+    assert "annotations" not in deployments["layer-locality-deployment"]["metadata"]
 
 
 def test_prebuilt_node_image_is_pulled_not_built(tmp_path: Path) -> None:
@@ -290,3 +311,152 @@ def test_prebuilt_node_image_is_pulled_not_built(tmp_path: Path) -> None:
     )
     config = yaml.safe_load(commands["cluster-kind"]["stdin"])
     assert {n["image"] for n in config["nodes"]} == {"quay.io/aojea/kindnode:crio1639620432"}
+
+
+@pytest.mark.parametrize(
+    ("command", "delete_first"),
+    [
+        # kind cluster names are unique: a changed config must delete the old cluster first.
+        ("cluster-kind", True),
+        # The container name and 127.0.0.1:5001 are fixed: two registries cannot coexist.
+        ("registry-container", True),
+        # The drop-in path is fixed: deleting the old file after writing the new one
+        # would delete the new one.
+        ("registry-trust-dropin", True),
+        # The node image's tag changes with its triggers: old and new may coexist.
+        ("node-image-build", False),
+    ],
+    ids=["cluster", "registry-container", "trust-dropin", "node-image"],
+)
+def test_fixed_name_commands_replace_delete_first(
+    graph: Graph, command: str, delete_first: bool
+) -> None:
+    assert graph.delete_before_replace[graph.urn(command)] is delete_first
+
+
+def test_link_rate_is_reapplied_to_a_new_registry_container(graph: Graph) -> None:
+    """The tbf lives in the registry's network namespace: a recreated container (new id)
+    must trigger the tbf step again, so the id is one of its triggers."""
+    tbf = _command(graph, "registry-link-tbf")
+    assert REGISTRY_CONTAINER_ID in tbf["triggers"]
+    [registry] = [
+        outputs for urn, outputs in graph.component_outputs.items()
+        if urn.endswith("::registry")
+    ]  # fmt: skip
+    assert registry["container_id"] == REGISTRY_CONTAINER_ID
+
+
+V1BETA2 = "kubescheduler.config.k8s.io/v1beta2"
+
+
+@pytest.mark.parametrize(
+    ("config", "api_version", "image"),
+    [
+        # Default Kubernetes 1.30: the GA config API.
+        ({}, "kubescheduler.config.k8s.io/v1", "registry.k8s.io/kube-scheduler:v1.30.0"),
+        # Seed 001's 1.22.6: kube-scheduler 1.22 has no v1 (GA in 1.25) and would crash-loop.
+        (
+            {"kubernetesVersion": "v1.22.6"},
+            "kubescheduler.config.k8s.io/v1beta2",
+            "registry.k8s.io/kube-scheduler:v1.22.6",
+        ),
+        # 1.24 reads v1beta3 (new in 1.23).
+        (
+            {"kubernetesVersion": "v1.24.17"},
+            "kubescheduler.config.k8s.io/v1beta3",
+            "registry.k8s.io/kube-scheduler:v1.24.17",
+        ),
+        # Set explicitly, the stack's value wins over the derived one.
+        (
+            {"kubernetesVersion": "v1.24.17", "schedulerApiVersion": V1BETA2},
+            V1BETA2,
+            "registry.k8s.io/kube-scheduler:v1.24.17",
+        ),
+    ],
+    ids=["1.30-v1", "1.22-v1beta2", "1.24-v1beta3", "explicit"],
+)  # fmt: skip
+def test_second_scheduler_api_follows_kubernetes_version(
+    config: dict[str, str], api_version: str, image: str, tmp_path: Path
+) -> None:
+    graph = run_program(config, tmp_path)
+    data = graph.of_type("kubernetes:core/v1:ConfigMap")["layer-locality-config"]["data"]
+    assert yaml.safe_load(data["scheduler-config.yaml"])["apiVersion"] == api_version
+    deployment = graph.of_type("kubernetes:apps/v1:Deployment")["layer-locality-deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == image
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        # A channel name is no release `kind version` could print.
+        ({"kindVersion": "latest"}, "kindVersion 'latest' is not a kind release"),
+        # kube-scheduler 1.21 reads none of the config APIs this stack renders.
+        ({"kubernetesVersion": "v1.21.14"}, "use Kubernetes 1.22 or newer"),
+        # A name kind would refuse.
+        ({"clusterName": "Layer_Sched"}, "cluster name 'Layer_Sched' is invalid"),
+    ],
+    ids=["kind-version", "kubernetes-too-old", "cluster-name"],
+)
+def test_bad_config_is_one_clear_error(
+    config: dict[str, str], message: str, tmp_path: Path
+) -> None:
+    # RunError: Pulumi prints the message alone, without a Python traceback.
+    with pytest.raises(pulumi.RunError, match=f"^stack config: .*{message}"):
+        run_program(config, tmp_path)
+
+
+FAKE_KIND = """\
+#!/bin/sh
+echo "$*" >> "$(dirname "$0")/calls.log"
+[ "$1" = version ] && echo "{printed}"
+exit 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("printed", "kind_version", "created"),
+    [
+        # The pinned release (kind prints release, Go version, platform): create runs.
+        ("kind v0.23.0 go1.21.10 linux/amd64", None, True),
+        # Seed 001's kind 0.11.1 against the default pin: refused before anything is made.
+        ("kind v0.11.1 go1.16.4 linux/amd64", None, False),
+        # ... unless the stack pins that release (written without the v).
+        ("kind v0.11.1 go1.16.4 linux/amd64", "0.11.1", True),
+        # v0.23.0 must not accept v0.23.01 or v0.23.0-alpha: the release ends at a space.
+        ("kind v0.23.0-alpha+1a2b go1.22.2 linux/amd64", None, False),
+    ],
+    ids=["pinned", "older-kind", "stack-pins-older", "pre-release"],
+)
+def test_cluster_creation_checks_kind_version(
+    printed: str, kind_version: str | None, created: bool, tmp_path: Path
+) -> None:
+    """The real ``create`` command, run by ``/bin/sh`` with a stand-in ``kind``."""
+    kind = tmp_path / "bin" / "kind"
+    kind.parent.mkdir()
+    kind.write_text(FAKE_KIND.format(printed=printed))
+    kind.chmod(0o755)
+    config = {"kindBin": str(kind)} | ({"kindVersion": kind_version} if kind_version else {})
+    create = _command(run_program(config, tmp_path), "cluster-kind")["create"]
+    done = subprocess.run(
+        ["/bin/sh", "-c", create], capture_output=True, text=True, timeout=30, check=False
+    )
+    calls = (tmp_path / "bin" / "calls.log").read_text().splitlines()
+    if created:
+        assert done.returncode == 0, done.stderr
+        assert calls[0] == "version" and calls[1].startswith("create cluster --name layersched")
+    else:
+        assert done.returncode == 1
+        assert calls == ["version"]  # nothing created
+        [line] = done.stderr.splitlines()
+        assert "needs kind v0.23.0 (config kindVersion)" in line
+        assert "kind.sigs.k8s.io" in line and line.endswith(printed)
+
+
+def test_cluster_creation_without_kind_says_how_to_fix(tmp_path: Path) -> None:
+    create = _command(run_program({"kindBin": str(tmp_path / "nope")}, tmp_path), "cluster-kind")
+    done = subprocess.run(
+        ["/bin/sh", "-c", create["create"]], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 1
+    assert "needs kind v0.23.0" in done.stderr and "not found" in done.stderr

@@ -1,5 +1,10 @@
 """The kind cluster (1 control plane + N workers, CRI-O everywhere), and a Kubernetes
-provider for it. ``pulumi destroy`` exports the cluster's logs, then deletes it."""
+provider for it. ``pulumi destroy`` exports the cluster's logs, then deletes it.
+
+Creation first checks ``kind version`` against the stack's ``kindVersion``: a
+node image is only supported with the kind release it shipped with. A changed
+config replaces the cluster delete-first, as kind cluster names are unique.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_command import local
 
-from kindbed._shell import sh
+from kindbed._shell import require_kind_version, sh
 from layersched.testbed.kind import ClusterSpec, kind_cluster_config, node_names, to_yaml
 
 TYPE = "layersched:kind:Cluster"
@@ -32,6 +37,7 @@ class KindCluster(pulumi.ComponentResource):
         *,
         spec: ClusterSpec,
         kind_bin: str,
+        kind_version: str,
         kubeconfig_path: Path,
         logs_dir: Path,
         opts: pulumi.ResourceOptions | None = None,
@@ -43,7 +49,9 @@ class KindCluster(pulumi.ComponentResource):
         kubeconfig = str(kubeconfig_path)
         create = local.Command(
             f"{name}-kind",
-            create=sh(
+            create=require_kind_version(kind_bin, kind_version)
+            + " && "
+            + sh(
                 ["mkdir", "-p", str(kubeconfig_path.parent)],
                 [
                     kind_bin,
@@ -67,7 +75,8 @@ class KindCluster(pulumi.ComponentResource):
             ),
             stdin=self.config_yaml,
             triggers=[self.config_yaml],
-            opts=pulumi.ResourceOptions(parent=self),
+            # The new cluster has the old one's name: delete it first, not after.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
         self.kubeconfig_path = create.stdout.apply(lambda _: kubeconfig)
         self.provider = k8s.Provider(
@@ -80,5 +89,6 @@ class KindCluster(pulumi.ComponentResource):
                 "kubeconfig_path": self.kubeconfig_path,
                 "node_names": list(self.node_names),
                 "config": self.config_yaml,
+                "kind_version": kind_version,
             }
         )

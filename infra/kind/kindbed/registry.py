@@ -44,7 +44,8 @@ class RegistryTrust(pulumi.ComponentResource):
             delete=sh(["rm", "-f", str(path)]),
             stdin=self.content,
             triggers=[self.content, str(path)],
-            opts=pulumi.ResourceOptions(parent=self),
+            # Replacing writes the same path: remove the old file first, not after.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
         self.path = write.stdout.apply(lambda _: str(path))
         self.register_outputs({"path": self.path, "content": self.content})
@@ -56,6 +57,7 @@ class TestbedRegistry(pulumi.ComponentResource):
     __test__ = False  # not a pytest class despite its name
 
     container: pulumi.Output[str]
+    container_id: pulumi.Output[str]
     address: str
     host_address: str
 
@@ -89,14 +91,19 @@ class TestbedRegistry(pulumi.ComponentResource):
             ),
             delete=sh([docker_bin, "rm", "--force", "--volumes", container_name]),
             triggers=[image, host_port, container_name],
-            opts=pulumi.ResourceOptions(parent=self),
+            # The container name and host port are fixed: the old container must go first.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
         self.container = run.stdout.apply(lambda _: container_name)
+        #: ``docker run --detach`` prints the new container's id: it changes whenever
+        #: the container is recreated (and its network namespace with it).
+        self.container_id = run.stdout.apply(lambda out: out.strip())
         self.address = f"{container_name}:{REGISTRY_CONTAINER_PORT}"
         self.host_address = f"localhost:{host_port}"
         self.register_outputs(
             {
                 "container": self.container,
+                "container_id": self.container_id,
                 "address": self.address,
                 "host_address": self.host_address,
                 "network": KIND_NETWORK,
@@ -109,6 +116,12 @@ class RegistryLinkRate(pulumi.ComponentResource):
 
     Shaping the registry's egress slows every node's pull alike, as one
     constrained edge uplink would; pushes from the host are not slowed.
+
+    A qdisc lives in the container's network namespace, which dies with the
+    container: ``container_id`` is a trigger, so a registry that ``pulumi up``
+    recreates gets its tbf again in the same run. A container Docker restarts by
+    itself (daemon restart, host reboot) keeps its id but not its namespace;
+    docs/kind.md says how to re-apply the tbf then.
     """
 
     rate_bits_per_s: int
@@ -119,6 +132,7 @@ class RegistryLinkRate(pulumi.ComponentResource):
         *,
         docker_bin: str,
         container: pulumi.Input[str],
+        container_id: pulumi.Input[str],
         rate_bits_per_s: int,
         tc_image: str,
         opts: pulumi.ResourceOptions | None = None,
@@ -147,7 +161,7 @@ class RegistryLinkRate(pulumi.ComponentResource):
         local.Command(
             f"{name}-tbf",
             create=pulumi.Output.from_input(container).apply(command),
-            triggers=[rate_bits_per_s, container],
+            triggers=[rate_bits_per_s, container, container_id],
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"rate_bits_per_s": rate_bits_per_s, "tc": tc})

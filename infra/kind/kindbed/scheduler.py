@@ -3,6 +3,10 @@
 It runs beside the untouched default scheduler and only takes pods whose
 ``spec.schedulerName`` names its profile. It is an ordinary pod on the pod
 network, so it reaches the extender's Service by cluster DNS.
+
+The patched (in-tree) scheduler's image is pushed by ``sideload.yml``, which
+runs after ``pulumi up``: its Deployment is created with ``skip_await``, or
+``pulumi up`` would wait for pods that cannot start yet and time out.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from kindbed.extender import SKIP_AWAIT
 from layersched.testbed.kind import (
     AUTH_READER_NAMESPACE,
     AUTH_READER_ROLE,
@@ -37,6 +42,7 @@ class SecondScheduler(pulumi.ComponentResource):
         namespace: pulumi.Input[str],
         image: str,
         config: dict[str, Any],
+        skip_await: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(TYPE, name, None, opts)
@@ -77,9 +83,11 @@ class SecondScheduler(pulumi.ComponentResource):
             data={SCHEDULER_CONFIG_FILE: to_yaml(config)},
             opts=child,
         )
+        # skip_await: create the Deployment without waiting for ready pods (the
+        # image arrives later); deploy.yml and the scenario wait for it instead.
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=meta(),
+            metadata=meta(annotations=SKIP_AWAIT) if skip_await else meta(),
             spec=scheduler_deployment_spec(name, image, name, name),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[account, config_map]),
         )

@@ -16,11 +16,16 @@ from layersched.testbed.kind import (
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
     check_cluster_name,
+    check_kind_version,
     check_registry_host,
+    scheduler_api_version_for,
 )
 
 #: kind 0.23's node image for Kubernetes 1.30; CRI-O's crio-in-kind recipe builds on it.
 DEFAULT_KIND_NODE_IMAGE = "kindest/node:v1.30.0"
+#: The kind release that node image was published with (kind supports a node image
+#: only with the release it shipped with); the cluster step checks `kind version`.
+DEFAULT_KIND_VERSION = "v0.23.0"
 #: CRI-O minor matching the Kubernetes minor (CRI-O follows Kubernetes' versioning).
 DEFAULT_CRIO_VERSION = "v1.30"
 DEFAULT_KUBERNETES_VERSION = "v1.30.0"
@@ -50,6 +55,8 @@ class Settings:
     cluster_name: str = "layersched"
     workers: int = 3
     kind_bin: str = "kind"
+    #: The kind release ``kind version`` must report before the cluster is created.
+    kind_version: str = DEFAULT_KIND_VERSION
     docker_bin: str = "docker"
     use_prebuilt_node_image: bool = False
     prebuilt_node_image: str = PREBUILT_NODE_IMAGE
@@ -77,6 +84,8 @@ class Settings:
     patched_scheduler_image: str = ""
     patched_scheduler_api_version: str = KUBE_SCHEDULER_CONFIG_V1BETA2
     intree_plugin_weight: int = 1
+    #: The second scheduler's config API; from_config derives it from kubernetesVersion
+    #: unless set (v1beta2 for 1.22, v1beta3 for 1.23-1.24, v1 from 1.25).
     scheduler_api_version: str = KUBE_SCHEDULER_CONFIG_V1
     extra_registry_hosts: tuple[str, ...] = field(default_factory=tuple)
 
@@ -143,6 +152,7 @@ class Settings:
             return default if value is None else tuple(str(v) for v in value)
 
         timeout = config.get_float("extenderTimeoutS")
+        kubernetes_version = text("kubernetesVersion", defaults.kubernetes_version)
         return cls(
             stack=stack,
             state_dir=state_dir,
@@ -150,12 +160,13 @@ class Settings:
             cluster_name=check_cluster_name(text("clusterName", defaults.cluster_name)),
             workers=number("workers", defaults.workers),
             kind_bin=text("kindBin", defaults.kind_bin),
+            kind_version=check_kind_version(text("kindVersion", defaults.kind_version)),
             docker_bin=text("dockerBin", defaults.docker_bin),
             use_prebuilt_node_image=flag("usePrebuiltNodeImage", defaults.use_prebuilt_node_image),
             prebuilt_node_image=text("prebuiltNodeImage", defaults.prebuilt_node_image),
             kind_node_image=text("kindNodeImage", defaults.kind_node_image),
             crio_version=text("crioVersion", defaults.crio_version),
-            kubernetes_version=text("kubernetesVersion", defaults.kubernetes_version),
+            kubernetes_version=kubernetes_version,
             registry_name=text("registryName", defaults.registry_name),
             registry_image=text("registryImage", defaults.registry_image),
             registry_host_port=number("registryHostPort", defaults.registry_host_port),
@@ -172,6 +183,9 @@ class Settings:
                 "patchedSchedulerApiVersion", defaults.patched_scheduler_api_version
             ),
             intree_plugin_weight=number("intreePluginWeight", defaults.intree_plugin_weight),
-            scheduler_api_version=text("schedulerApiVersion", defaults.scheduler_api_version),
+            # Unset: the newest API kube-scheduler:<kubernetesVersion> reads.
+            scheduler_api_version=text(
+                "schedulerApiVersion", scheduler_api_version_for(kubernetes_version)
+            ),
             extra_registry_hosts=strings("extraRegistryHosts", ()),
         )

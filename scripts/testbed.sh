@@ -3,6 +3,9 @@
 # scenario on it) or tear it down.
 #   scripts/testbed.sh up   [layersched testbed up options, e.g. --node-rate n3=5]
 #   scripts/testbed.sh down
+# `layersched scenario` builds and pushes the scenario images itself (once), then writes
+# reports/scenario.json and reports/scenario.png. LAYERSCHED_SCENARIO_ARGS passes it
+# options, e.g. LAYERSCHED_SCENARIO_ARGS="--trials 3 --size L3=8Mi".
 # DRIVER=local (default): real registry + containerd nodes in network namespaces on this
 # host (needs root on Linux). DRIVER=kind: hands over to scripts/kind.sh.
 set -o errexit -o nounset -o pipefail
@@ -29,13 +32,8 @@ esac
 case "$action" in
   up)
     "$layersched" testbed up "$@"
-    "$layersched" testbed images
-    if "$layersched" scenario --help >/dev/null 2>&1; then
-      "$layersched" scenario
-    else
-      echo "testbed is up with the scenario images pushed; the scenario runner" \
-        "(layersched scenario) is not delivered yet" >&2
-    fi
+    read -r -a scenario_args <<<"${LAYERSCHED_SCENARIO_ARGS:-}"
+    "$layersched" scenario "${scenario_args[@]}"
     echo "explore: ${layersched} testbed status; tear down: make testbed-down" >&2
     ;;
   down)

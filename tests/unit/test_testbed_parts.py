@@ -11,7 +11,14 @@ import pytest
 from layersched.core.errors import InputError
 from layersched.testbed.harness import RegistryAccessLog
 from layersched.testbed.report import link_optimum_s, plot, print_table
-from layersched.testbed.scenario import Placement, Pull, ScenarioImages, report, run_trial
+from layersched.testbed.scenario import (
+    Placement,
+    Pull,
+    ScenarioImages,
+    report,
+    run_scenario,
+    run_trial,
+)
 
 
 @pytest.mark.parametrize(
@@ -105,3 +112,32 @@ def test_report_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "1/1" in capsys.readouterr().out  # P1-again landed on P2's node
     plot(doc, tmp_path / "scenario.png")
     assert (tmp_path / "scenario.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("node_rates", "expected"),
+    [
+        # Identical nodes: the headline rate is the one rate, every node recorded too.
+        ({"n2": 20_000_000, "n1": 20_000_000}, {"n1": 20_000_000, "n2": 20_000_000}),
+        # A driver that does not know per-node rates (kind): no such key at all.
+        (None, None),
+    ],
+    ids=["local-per-node", "kind-without"],
+)
+def test_report_records_node_rates(
+    node_rates: dict[str, int] | None, expected: dict[str, int] | None
+) -> None:
+    images = ScenarioImages("img1", "img2", {"L3": ("sha256:" + "3" * 64, 4)})
+    doc = report("local", 20_000_000, images, {}, node_rates)
+    assert doc["link_rate_bits_per_s"] == 20_000_000
+    assert doc.get("node_rates_bits_per_s") == expected
+    if expected is not None:
+        assert list(doc["node_rates_bits_per_s"]) == ["n1", "n2"]  # sorted by node name
+
+
+@pytest.mark.parametrize("trials", [0, -1], ids=["zero", "negative"])
+def test_run_scenario_needs_a_trial(trials: int) -> None:
+    # Zero trials would make every per-trial assertion pass vacuously.
+    images = ScenarioImages("img1", "img2", {})
+    with pytest.raises(InputError, match="at least 1 trial"):
+        run_scenario(_ScriptedDriver(), images, ["layer-locality"], trials)

@@ -1,6 +1,10 @@
 """``layersched scenario``: run the seed's two-image, three-node scenario on the local
-testbed for each strategy, write ``reports/scenario.json`` and ``reports/scenario.png``,
-and print the comparison table."""
+testbed for each strategy, write ``reports/scenario.json`` and ``reports/scenario.png``
+(or ``--report``), and print the comparison table.
+
+It builds and pushes the scenario images itself, with the same ``--spec``/``--size``
+options as ``layersched testbed images`` (blobs the registry holds are not pushed again).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from layersched.cli.testbed import add_image_options, layer_sizes
+from layersched.core.errors import InputError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.testbed.extenders import extender_process
@@ -19,7 +25,7 @@ from layersched.testbed.harness import LocalDriver
 from layersched.testbed.local import default_state_dir, load_inventory, require_root
 from layersched.testbed.report import plot, print_table
 from layersched.testbed.scenario import Trial, report, run_scenario
-from layersched.testbed.scenario_images import build_and_push_scenario
+from layersched.testbed.scenario_images import build_and_push_scenario, load_spec
 
 DEFAULT_TRIALS = 5
 DEFAULT_STRATEGIES = (LAYER_LOCALITY, IMAGE_LOCALITY)
@@ -33,7 +39,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run the seed scenario on the local testbed and report placements and pulls",
         description="P1, P2, delete P2, P1-again; K trials per strategy from empty caches.",
     )
-    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="trials per strategy")
+    p.add_argument(
+        "--trials", type=_positive_int, default=DEFAULT_TRIALS, help="trials per strategy (>= 1)"
+    )
     p.add_argument(
         "--strategy",
         action="append",
@@ -42,9 +50,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"strategy to run (repeatable; default: {', '.join(DEFAULT_STRATEGIES)})",
     )
     p.add_argument("--state-dir", type=Path, default=None, help="testbed state dir")
-    p.add_argument("--report", type=Path, default=DEFAULT_REPORT, help="JSON report path")
+    p.add_argument(
+        "--report",
+        type=Path,
+        default=DEFAULT_REPORT,
+        help=f"JSON report path (default {DEFAULT_REPORT}); the plot is written beside it as .png",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the tie-breaking choice")
+    add_image_options(p)
     p.set_defaults(handler=run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: at least 1 trial per strategy")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,12 +77,19 @@ def run(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir or default_state_dir()
     inventory = load_inventory(state_dir)
     strategies: list[str] = args.strategies or list(DEFAULT_STRATEGIES)
+    if not inventory.nodes:
+        raise InputError(f"{state_dir}: the testbed inventory lists no nodes")
+    sizes = layer_sizes(args.size)
     console = Console(stderr=True)
-    images = build_and_push_scenario(inventory.registry.host, console=console)
+    images = build_and_push_scenario(
+        inventory.registry.host, sizes, spec=load_spec(args.spec), console=console
+    )
     registry_args = ["--insecure-registry", inventory.registry.host]
     with contextlib.ExitStack() as stack:
         urls = {
-            s: stack.enter_context(extender_process(s, state_dir / "logs", registry_args))
+            s: stack.enter_context(
+                extender_process(s, state_dir / "logs", registry_args, pid_dir=state_dir)
+            )
             for s in strategies
         }
         driver = LocalDriver(inventory, urls, seed=args.seed)
@@ -81,8 +112,10 @@ def run(args: argparse.Namespace) -> int:
                 )
 
             trials = run_scenario(driver, images, strategies, args.trials, on_trial)
-    rates = {n.link_rate_bits_per_s for n in inventory.nodes}
-    doc = report("local", min(rates), images, trials)
+    # The headline rate is the slowest link (identical nodes: the one rate); every
+    # node's own rate is recorded too, for heterogeneous testbeds (--node-rate).
+    node_rates = {n.name: n.link_rate_bits_per_s for n in inventory.nodes}
+    doc = report("local", min(node_rates.values()), images, trials, node_rates)
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     png = args.report.with_suffix(".png")

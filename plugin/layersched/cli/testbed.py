@@ -88,16 +88,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_images.add_argument(
         "--registry", metavar="HOST:PORT", help="push here instead of the testbed's registry"
     )
-    p_images.add_argument("--spec", type=Path, default=DEFAULT_SPEC_PATH, help="scenario spec")
-    p_images.add_argument(
+    add_image_options(p_images)
+    p_images.add_argument("--format", choices=("table", "json"), default="table")
+    p_images.set_defaults(handler=run_images)
+
+
+def add_image_options(p: argparse.ArgumentParser) -> None:
+    """``--spec`` and ``--size``: which scenario images to build (testbed images, scenario)."""
+    p.add_argument("--spec", type=Path, default=DEFAULT_SPEC_PATH, help="scenario spec")
+    p.add_argument(
         "--size",
         action="append",
         default=[],
         metavar="LAYER=QUANTITY",
         help="override a layer's content size (repeatable), e.g. L1=8Mi",
     )
-    p_images.add_argument("--format", choices=("table", "json"), default="table")
-    p_images.set_defaults(handler=run_images)
 
 
 def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
@@ -108,6 +113,14 @@ def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
             raise InputError(f"{option} {item!r}: expected NAME=VALUE")
         pairs[key] = value
     return pairs
+
+
+def layer_sizes(items: Sequence[str]) -> dict[str, int]:
+    """``--size LAYER=QUANTITY`` options as content sizes in bytes, by layer label."""
+    return {
+        label: int(parse_quantity(text, f"--size {label}"))
+        for label, text in _pairs(items, "--size").items()
+    }
 
 
 def _mbit_to_bits(text: str, where: str) -> int:
@@ -222,10 +235,7 @@ def _yes(flag: bool) -> str:
 def run_images(args: argparse.Namespace) -> int:
     """Build Img1/Img2 and push them; print their references and layers."""
     registry = args.registry or load_inventory(args.state_dir).registry.host
-    sizes = {
-        label: int(parse_quantity(text, f"--size {label}"))
-        for label, text in _pairs(args.size, "--size").items()
-    }
+    sizes = layer_sizes(args.size)
     images = build_and_push_scenario(
         registry, sizes, spec=load_spec(args.spec), console=Console(stderr=True)
     )

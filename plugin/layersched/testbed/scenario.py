@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from layersched.core.errors import InputError
+
 #: Pod names, in the order the scenario submits them.
 P1 = "P1"
 P2 = "P2"
@@ -100,9 +102,15 @@ def report(
     link_rate_bits_per_s: int,
     images: ScenarioImages,
     trials: Mapping[str, Sequence[Trial]],
+    node_rates_bits_per_s: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The ``reports/scenario.json`` document."""
-    return {
+    """The ``reports/scenario.json`` document.
+
+    ``link_rate_bits_per_s`` is the slowest node link (the scenario's nodes are meant
+    to be identical); ``node_rates_bits_per_s``, when the driver knows them, records
+    every node's own link rate (``"node_rates_bits_per_s"``, by node name).
+    """
+    doc: dict[str, Any] = {
         "driver": driver,
         "link_rate_bits_per_s": link_rate_bits_per_s,
         "images": {"Img1": images.img1, "Img2": images.img2},
@@ -114,6 +122,9 @@ def report(
             strategy: {"trials": [asdict(t) for t in runs]} for strategy, runs in trials.items()
         },
     }
+    if node_rates_bits_per_s is not None:
+        doc["node_rates_bits_per_s"] = dict(sorted(node_rates_bits_per_s.items()))
+    return doc
 
 
 def run_scenario(
@@ -124,6 +135,8 @@ def run_scenario(
     on_trial: Callable[[str, int, Trial], None] | None = None,
 ) -> dict[str, list[Trial]]:
     """``trials`` runs per strategy; ``on_trial(strategy, i, trial)`` reports progress."""
+    if trials < 1:
+        raise InputError(f"trials: expected at least 1 trial per strategy, got {trials}")
     results: dict[str, list[Trial]] = {}
     for strategy in strategies:
         results[strategy] = []

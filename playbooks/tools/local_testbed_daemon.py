@@ -7,7 +7,10 @@ There is no systemd here, and the daemons must outlive the playbook run.
 stdin closed, stderr appended to ``--log`` (stdout too, unless ``--stdout-log``), and
 records its pid in ``--pidfile``. It then waits until ``--ready-socket`` exists or
 ``--ready-tcp`` accepts a connection. Nothing is done when the pidfile names a live
-process whose command line contains ``--match``.
+process whose command line contains ``--match``. When the pidfile is lost or stale but
+such a process still runs (the same executable, or one of ``--executable``, with
+``--match`` in its command line: the same scan ``stop`` does), it is adopted: its pid
+is written to the pidfile and no second daemon is started on the same root.
 
 ``stop`` sends SIGTERM to the pidfile's process and to every process whose executable
 is one of ``--executable`` and whose command line contains ``--match`` (the fallback for
@@ -130,6 +133,15 @@ def start(args: argparse.Namespace) -> dict[str, object]:
         return {"changed": False, "pids": [pid]}
     if not args.argv or args.pidfile is None or args.log is None:
         raise DaemonError("start needs --pidfile, --log and the command after --")
+    running = sorted(scan(args.match, [Path(args.argv[0]).name, *args.executable]))
+    if len(running) > 1:
+        raise DaemonError(
+            f"{args.name}: several processes {running} already run with {args.match!r}; "
+            "tear the testbed down (layersched testbed down) and bring it up again"
+        )
+    if running:
+        args.pidfile.write_text(f"{running[0]}\n")
+        return {"changed": True, "pids": running, "adopted": True}
     argv = (["ip", "netns", "exec", args.netns] if args.netns else []) + args.argv
     if args.ready_socket is not None:
         args.ready_socket.unlink(missing_ok=True)  # a stale socket would look ready

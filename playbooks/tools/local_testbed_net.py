@@ -41,6 +41,9 @@ MIN_BURST_BYTES = 16 * 1024
 TBF_LATENCY_MS = 100
 #: tc reports rates rounded to its internal units; accept this relative difference.
 RATE_TOLERANCE = 0.01
+#: tc keeps the bucket as a time in scheduler ticks and converts back, so a burst reads
+#: back a little off (16384 B at 5 Mbit/s reads 16383): accept this relative difference.
+BURST_TOLERANCE = 0.01
 #: Linux link names are at most 15 characters (IFNAMSIZ - 1).
 MAX_IFNAME_CHARS = 15
 
@@ -127,16 +130,10 @@ class Net:
         self.rate_limit(host_veth, rate_bits_per_s)
 
     def rate_limit(self, dev: str, rate_bits_per_s: int) -> None:
-        burst_bytes = max(MIN_BURST_BYTES, int(rate_bits_per_s / 8 * BURST_WINDOW_S))
+        burst_bytes = tbf_burst_bytes(rate_bits_per_s)
         for qdisc in self.query(["tc", "-j", "qdisc", "show", "dev", dev]) or []:
-            if qdisc.get("kind") == "tbf" and qdisc.get("root"):
-                options = qdisc.get("options", {})
-                have_bits_per_s = int(options.get("rate", 0)) * 8
-                if (
-                    abs(have_bits_per_s - rate_bits_per_s) <= RATE_TOLERANCE * rate_bits_per_s
-                    and int(options.get("burst", 0)) == burst_bytes
-                ):
-                    return
+            if tbf_matches(qdisc, rate_bits_per_s, burst_bytes):
+                return
         self.run(
             [
                 "tc",
@@ -166,6 +163,30 @@ class Net:
             # A veth goes away with its peer's namespace: look again before deleting.
             if owned.match(name) and self.link(name) is not None:
                 self.run(["ip", "link", "delete", name])
+
+
+def tbf_burst_bytes(rate_bits_per_s: int) -> int:
+    """The bucket size the testbed gives a link of ``rate_bits_per_s``."""
+    return max(MIN_BURST_BYTES, int(rate_bits_per_s / 8 * BURST_WINDOW_S))
+
+
+def tbf_matches(qdisc: dict[str, Any], rate_bits_per_s: int, burst_bytes: int) -> bool:
+    """True when ``qdisc`` (one entry of ``tc -j qdisc show``) is the root tbf we want.
+
+    Rate and burst are compared within tc's rounding (tc reports rates in bytes/s).
+    """
+    if qdisc.get("kind") != "tbf" or not qdisc.get("root"):
+        return False
+    options = qdisc.get("options", {})
+    try:
+        have_bits_per_s = int(options.get("rate", 0)) * 8
+        have_burst_bytes = int(options.get("burst", 0))
+    except (TypeError, ValueError):
+        return False
+    return (
+        abs(have_bits_per_s - rate_bits_per_s) <= RATE_TOLERANCE * rate_bits_per_s
+        and abs(have_burst_bytes - burst_bytes) <= BURST_TOLERANCE * burst_bytes
+    )
 
 
 def _ip(netns: str | None) -> list[str]:

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from layersched.cli.main import main as cli_main
-from layersched.cli.testbed import _mbit_to_bits, _pairs
+from layersched.cli.testbed import _mbit_to_bits, _pairs, layer_sizes
 from layersched.core import errors
 from layersched.core.errors import InputError
-from layersched.testbed.local import TestbedSettings, parse_inventory
+from layersched.testbed.local import TestbedSettings, parse_inventory, tbf_rate_bits_per_s
 from layersched.testbed.local._ansible import SETTINGS_FILE, _Watch, recorded_prefix
 from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, load_spec, parse_spec
 from tests.unit._testbed_docs import inventory_doc
@@ -340,3 +340,105 @@ def test_net_tool_node_spec_rejects(text: str) -> None:
     tool = _tool("local_testbed_net")
     with pytest.raises(Exception, match="NETNS=ADDRESS@RATE_BITS_PER_S"):
         tool._node(text)
+
+
+@pytest.mark.parametrize(
+    ("options", "rate_bits_per_s", "matches"),
+    [
+        # Exactly what was asked: 20 Mbit/s = 2,500,000 B/s, 10 ms bucket = 25,000 B.
+        ({"rate": 2_500_000, "burst": 25_000}, 20_000_000, True),
+        # iproute2 reads 16384 B back as 16383 at 5 Mbit/s (ticks): the same qdisc.
+        ({"rate": 625_000, "burst": 16_383}, 5_000_000, True),
+        # 7777777 bit/s reads back as 972222 B/s = 7777776 bit/s: within 1%.
+        ({"rate": 972_222, "burst": 16_383}, 7_777_777, True),
+        # A rate changed from 5 to 20 Mbit/s must be re-applied.
+        ({"rate": 625_000, "burst": 25_000}, 20_000_000, False),
+        # The right rate with a bucket 2% too small (24,500 B of 25,000) is re-applied.
+        ({"rate": 2_500_000, "burst": 24_500}, 20_000_000, False),
+    ],
+    ids=["exact", "burst-rounded", "rate-rounded", "rate-changed", "burst-off-by-2pct"],
+)
+def test_net_tool_tbf_matches_within_tc_rounding(
+    options: dict[str, int], rate_bits_per_s: int, matches: bool
+) -> None:
+    tool = _tool("local_testbed_net")
+    qdisc = {"kind": "tbf", "root": True, "options": options}
+    assert (
+        tool.tbf_matches(qdisc, rate_bits_per_s, tool.tbf_burst_bytes(rate_bits_per_s)) is matches
+    )
+
+
+@pytest.mark.parametrize(
+    "qdisc",
+    [
+        {"kind": "htb", "root": True, "options": {"rate": 2_500_000, "burst": 25_000}},
+        {"kind": "tbf", "root": False, "options": {"rate": 2_500_000, "burst": 25_000}},
+        {"kind": "tbf", "root": True, "options": {"rate": "fast"}},
+    ],
+    ids=["not-tbf", "not-root", "unreadable"],
+)
+def test_net_tool_tbf_matches_only_our_root_tbf(qdisc: dict[str, Any]) -> None:
+    assert not _tool("local_testbed_net").tbf_matches(qdisc, 20_000_000, 25_000)
+
+
+def test_link_rate_without_tc_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No tc on PATH: a TestbedError saying to install iproute2, not a FileNotFoundError.
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(errors.TestbedError, match=r"tc -j qdisc show dev lstb-n1.*iproute2"):
+        tbf_rate_bits_per_s("lstb-n1")
+
+
+def test_status_without_tc_is_one_line(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A testbed inventory whose daemons are gone (registry on a closed local port, no CRI
+    # socket) and no tc: exit 1 with one line naming iproute2.
+    doc = inventory_doc()
+    doc["registry"]["url"] = "http://127.0.0.1:9"
+    doc["nodes"][0]["cri_endpoint"] = f"unix://{tmp_path}/none.sock"
+    (tmp_path / "inventory.json").write_text(json.dumps(doc))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert cli_main(["testbed", "status", "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "iproute2" in err, err
+
+
+# ---------------------------------------------------------------- scenario options
+@pytest.mark.parametrize(
+    ("items", "sizes"),
+    [
+        # Binary suffixes: 8 MiB = 8,388,608 B.
+        (["L1=8Mi"], {"L1": 8 * MIB}),
+        # Decimal suffix and plain bytes, two layers at once.
+        (["L3=2M", "L4=4096"], {"L3": 2_000_000, "L4": 4096}),
+        # No option: no override.
+        ([], {}),
+    ],
+    ids=["mebibytes", "decimal-and-bytes", "none"],
+)
+def test_layer_sizes(items: list[str], sizes: dict[str, int]) -> None:
+    assert layer_sizes(items) == sizes
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        # The same NAME=VALUE syntax as `testbed images --size`.
+        (["--size", "L1"], "NAME=VALUE"),
+        (["--size", "L1=big"], "--size L1: 'big'"),
+        # Zero trials would pass every assertion vacuously.
+        (["--trials", "0"], None),
+    ],
+    ids=["no-equals", "not-a-quantity", "zero-trials"],
+)
+def test_scenario_rejects_bad_options(
+    argv: list[str], error: str | None, tmp_path: Path, capsys: Any
+) -> None:
+    if error is None:
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main(["scenario", *argv])
+        assert exit_info.value.code == 2
+        assert "at least 1 trial" in capsys.readouterr().err
+        return
+    with pytest.raises(InputError, match=error):
+        layer_sizes(argv[1:])

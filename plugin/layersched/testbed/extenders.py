@@ -1,4 +1,9 @@
-"""Real ``layersched extender`` processes for the harness, one per strategy."""
+"""Real ``layersched extender`` processes for the harness, one per strategy.
+
+Each process's pid is recorded in ``extender-<pid>.pid`` in the testbed's state dir
+while it runs, so that ``layersched testbed down`` stops it even when the
+``layersched scenario`` that started it was killed (SIGKILL leaves no chance to clean up).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 30.0
 READY_POLL_S = 0.1
 STOP_TIMEOUT_S = 10.0
+#: What every extender's command line contains; teardown checks a pidfile's process
+#: against it before signalling (a pid may have been reused).
+EXTENDER_COMMAND = ("-m", "layersched.cli.main", "extender")
 
 
 def _free_port() -> int:
@@ -29,17 +37,31 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def extender_process(strategy: str, log_dir: Path, extra_args: Sequence[str] = ()) -> Iterator[str]:
-    """Run ``layersched extender`` for ``strategy``; yield its base URL until exit."""
+def extender_process(
+    strategy: str,
+    log_dir: Path,
+    extra_args: Sequence[str] = (),
+    pid_dir: Path | None = None,
+) -> Iterator[str]:
+    """Run ``layersched extender`` for ``strategy``; yield its base URL until exit.
+
+    With ``pid_dir``, the process's pid is kept in ``pid_dir/extender-<pid>.pid``
+    while it runs (see the module docstring).
+    """
     port = _free_port()
     url = f"http://{LOOPBACK}:{port}"
-    argv = [sys.executable, "-m", "layersched.cli.main", "extender", "--host", LOOPBACK]
+    argv = [sys.executable, *EXTENDER_COMMAND, "--host", LOOPBACK]
     argv += ["--port", str(port), "--strategy", strategy, *extra_args]
     log_path = log_dir / f"extender-{strategy}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if pid_dir is not None:
+        pid_dir.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT)
+        pidfile = None if pid_dir is None else pid_dir / f"extender-{proc.pid}.pid"
         try:
+            if pidfile is not None:
+                pidfile.write_text(f"{proc.pid}\n", encoding="ascii")
             _wait_ready(url, proc, log_path)
             yield url
         finally:
@@ -49,6 +71,8 @@ def extender_process(strategy: str, log_dir: Path, extra_args: Sequence[str] = (
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            if pidfile is not None:
+                pidfile.unlink(missing_ok=True)
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:

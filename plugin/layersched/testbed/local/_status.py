@@ -15,6 +15,7 @@ from layersched.testbed.local._inventory import NodeInfo, TestbedInventory
 
 #: A healthy local daemon answers in milliseconds; don't hang a status call on a dead one.
 PROBE_TIMEOUT_S = 3.0
+BITS_PER_BYTE = 8
 #: /proc/PID/stat states of a process that has exited but was not reaped.
 _DEAD_STATES = ("Z", "X")
 
@@ -89,16 +90,30 @@ def link_tx_bytes(host_veth: str) -> int:
 
 
 def tbf_rate_bits_per_s(dev: str) -> int | None:
-    """The rate of the root tbf qdisc on ``dev``, or None when there is none."""
-    done = subprocess.run(
-        ["tc", "-j", "qdisc", "show", "dev", dev], capture_output=True, text=True, check=False
-    )
+    """The rate of the root tbf qdisc on ``dev``, or None when there is none.
+
+    Raises :class:`TestbedError` when ``tc`` cannot be run or answers nonsense.
+    """
+    argv = ["tc", "-j", "qdisc", "show", "dev", dev]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError as err:
+        raise TestbedError(
+            f"running `{' '.join(argv)}` to read the link rate: {err.strerror or err}; "
+            "install iproute2 (apt-get install iproute2)"
+        ) from err
     if done.returncode != 0 or not done.stdout.strip():
         return None
-    for qdisc in json.loads(done.stdout):
-        if qdisc.get("kind") == "tbf" and qdisc.get("root"):
-            # tc reports rates in bytes per second.
-            return int(qdisc["options"]["rate"]) * 8
+    try:
+        for qdisc in json.loads(done.stdout):
+            if qdisc.get("kind") == "tbf" and qdisc.get("root"):
+                # tc reports rates in bytes per second.
+                return int(qdisc["options"]["rate"]) * BITS_PER_BYTE
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise TestbedError(
+            f"`{' '.join(argv)}` printed unexpected JSON ({err}); "
+            "is iproute2 recent enough for -j (json) output?"
+        ) from err
     return None
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
-from layersched.cli.main import main
+from layersched.cli._sources import open_layer_source
+from layersched.cli.main import build_parser, main
+from layersched.registry import RegistryLayerSource
 
 MB = 1024 * 1024
 L = {k: "sha256:" + k.encode().hex().ljust(64, "0") for k in ("L1", "L2", "L3", "L4")}
@@ -131,3 +134,197 @@ def test_errors_are_one_line(
     assert message in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # defaults: estimate = missing bytes * 8 / 1e8 + 1 s. n1 misses nothing: 1 s.
+        # n2 misses L3 = 4 MiB: 33554432 / 1e8 + 1 = 1.336 s -> floor(100 * 1 / 1.336) = 74.
+        # n3 misses 44 MiB: 3.691 + 1 = 4.691 s -> floor(21.3) = 21.
+        ((), {"n1": 100, "n2": 74, "n3": 21}),
+        # 4 MiB/s (33554432 bit/s) and 0.5 s: n2 1 + 0.5 = 1.5 s -> floor(100 * 0.5 / 1.5) = 33;
+        # n3 11 + 0.5 = 11.5 s -> floor(4.35) = 4
+        (
+            ("--default-bandwidth-bits-per-s", "33554432", "--pull-overhead-s", "0.5"),
+            {"n1": 100, "n2": 33, "n3": 4},
+        ),
+    ],
+    ids=["defaults", "flags"],
+)
+def test_pull_time_options(
+    files: dict[str, str], capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: dict
+) -> None:
+    code, out, err = run(
+        capsys, "score", "--nodes", files["nodes"], "--pod", files["pod"], "--strategy",
+        "pull-time", "--layers", files["layers"], "--format", "json", *argv,
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert json.loads(out) == expected
+
+
+def test_image_locality_resolves_no_layers_and_warns_about_none(
+    files: dict[str, str], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # image-locality reads status.images names and sizes only: no layer source, no
+    # "layers unknown" warnings and no footer, even though no --layers is given
+    caplog.set_level(logging.INFO)
+    code, out, _ = run(
+        capsys, "score", "--nodes", files["nodes"], "--pod", files["pod"],
+        "--strategy", "image-locality",
+    )  # fmt: skip
+    assert code == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert "ignored" not in out
+
+
+def test_unresolvable_node_images_are_named_then_counted(
+    files: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the layers file lacks img2 (n2's image): one warning names it, the footer counts it
+    layers = json.loads(Path(files["layers"]).read_text())
+    del layers["reg:5000/img2:v1"]
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps(layers))
+    code, out, _ = run(
+        capsys, "score", "--nodes", files["nodes"], "--pod", files["pod"], "--layers", str(partial)
+    )
+    assert code == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "'reg:5000/img2:v1'" in warnings[0]
+    assert "1 node image(s) ignored: their layers are unknown (each is named in a warning" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # image-locality always applies upstream's spread: the flag would change nothing
+        (("--strategy", "image-locality", "--spread"), "--spread applies to layer-locality only"),
+        (("--strategy", "pull-time", "--spread"), "--spread applies to layer-locality only"),
+        # pull-time options with another strategy would be silently ignored
+        (
+            ("--default-bandwidth-bits-per-s", "1e9"),
+            "--default-bandwidth-bits-per-s applies to --strategy pull-time only",
+        ),
+        (
+            ("--strategy", "image-locality", "--pull-overhead-s", "2"),
+            "--pull-overhead-s applies to --strategy pull-time only",
+        ),
+        (
+            ("--strategy", "pull-time", "--default-bandwidth-bits-per-s", "0"),
+            "--default-bandwidth-bits-per-s 0.0: must be a finite number > 0",
+        ),
+        (
+            ("--strategy", "pull-time", "--pull-overhead-s", "-1"),
+            "--pull-overhead-s -1.0: must be a finite number >= 0",
+        ),
+    ],
+    ids=["spread-image-locality", "spread-pull-time", "bandwidth-layer-locality",
+         "overhead-image-locality", "zero-bandwidth", "negative-overhead"],
+)  # fmt: skip
+def test_options_of_another_strategy_are_refused(
+    files: dict[str, str], capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    code, out, err = run(
+        capsys, "score", "--nodes", files["nodes"], "--pod", files["pod"],
+        "--layers", files["layers"], *argv,
+    )  # fmt: skip
+    assert (code, out) == (2, "")
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        # two Pods in one YAML file: valid YAML, but which pod?
+        (
+            "pods.yaml",
+            "kind: Pod\nspec: {containers: [{name: a, image: x:1}]}\n---\n"
+            "kind: Pod\nspec: {containers: [{name: b, image: y:1}]}\n",
+            "pods.yaml: contains 2 YAML documents; give exactly one Pod",
+        ),
+        # a trailing '---' is not a second document
+        ("pod.yaml", "kind: Pod\nspec: {containers: [{name: a, image: x:1}]}\n---\n", None),
+        # broken YAML still says where
+        ("bad.yaml", "kind: Pod\nspec: [\n", "bad.yaml: invalid YAML at line 3"),
+    ],
+    ids=["two-documents", "trailing-separator", "invalid"],
+)
+def test_pod_yaml_documents(
+    files: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    text: str,
+    message: str | None,
+) -> None:
+    pod = tmp_path / name
+    pod.write_text(text)
+    code, _, err = run(
+        capsys, "score", "--nodes", files["nodes"], "--pod", str(pod), "--layers", files["layers"]
+    )
+    if message is None:
+        # x:1 is not in the layers file: past parsing, the pod's image is what fails
+        assert "'x:1' is not in the offline layer file" in err
+    else:
+        assert code == 2
+        assert message in err
+        assert "Traceback" not in err
+
+
+def test_nodes_file_holding_pods_is_refused(
+    files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'kubectl get pods -o json' prints a List of Pods: it must not be scored as nodes
+    pods = tmp_path / "pods.json"
+    pods.write_text(
+        json.dumps({"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}}]})
+    )
+    code, out, err = run(
+        capsys, "score", "--nodes", str(pods), "--pod", files["pod"], "--layers", files["layers"]
+    )
+    assert (code, out) == (2, "")
+    assert f"{pods}: items[0]: kind is 'Pod', expected 'Node'" in err
+
+
+@pytest.mark.parametrize(
+    ("command", "argv", "timeout_s", "retries"),
+    [
+        # the extender must not hold a worker on a dead registry: small defaults
+        ("extender", (), 2.0, 1),
+        # layersched score is offline and interactive: it may wait (the client's defaults)
+        ("score", (), 10.0, 3),
+        # both are configurable
+        ("score", ("--registry-timeout-s", "0.5", "--registry-retries", "0"), 0.5, 0),
+    ],
+    ids=["extender-defaults", "score-defaults", "flags"],
+)
+def test_registry_client_options(
+    command: str, argv: tuple[str, ...], timeout_s: float, retries: int
+) -> None:
+    required = {"extender": ("--port", "1"), "score": ("--nodes", "n", "--pod", "p")}[command]
+    args = build_parser().parse_args([command, *required, *argv])
+    source = open_layer_source(args)
+    assert isinstance(source, RegistryLayerSource)
+    with source.client as client:
+        assert (client.timeout_s, client.retries) == (timeout_s, retries)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--registry-timeout-s", "0"), "--registry-timeout-s 0.0: must be > 0 seconds"),
+        (("--registry-retries", "-1"), "--registry-retries -1: must be 0 or more"),
+    ],
+    ids=["zero-timeout", "negative-retries"],
+)
+def test_bad_registry_options(
+    files: dict[str, str], capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    code, _, err = run(capsys, "score", "--nodes", files["nodes"], "--pod", files["pod"], *argv)
+    assert code == 2
+    assert message in err

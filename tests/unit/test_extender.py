@@ -19,7 +19,7 @@ import pytest
 import tenacity
 from aiohttp.test_utils import TestClient, TestServer
 
-from layersched.core.errors import LayerResolutionError
+from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.strategies import get_strategy
 from layersched.extender import Extender, StaticInventoryProvider, create_app, make_extender
@@ -87,11 +87,13 @@ def _extender(
 Call = Callable[[str, str, Any], Awaitable[tuple[int, Any]]]
 
 
-def _serve(extender: Extender, scenario: Callable[[Call], Awaitable[None]]) -> None:
+def _serve(
+    extender: Extender, scenario: Callable[[Call], Awaitable[None]], **app_options: Any
+) -> None:
     """Run ``scenario(call)`` against an in-process server for ``extender``."""
 
     async def main() -> None:
-        async with TestClient(TestServer(create_app(extender))) as client:
+        async with TestClient(TestServer(create_app(extender, **app_options))) as client:
 
             async def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
                 data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
@@ -642,3 +644,112 @@ def test_a_node_image_is_warmed_once_by_its_digest_name(tmp_path: Any) -> None:
     finally:
         extender.resolver.close()
     assert source.asked == ["img1:1", digest_name]
+
+
+# ------------------------------------------------------------------ more strategies
+BANDWIDTH = "layersched.io/bandwidth-bits-per-s"
+PULL_NODES = [
+    # fast: label 1e10 bit/s, holds img2:1 (L1+L2), misses L3 = 40 MiB
+    _node("fast", "img2:1", metadata={"labels": {BANDWIDTH: "1e10"}}),
+    # slow: no bandwidth, so the default 1e8 bit/s; misses L3 = 40 MiB too
+    _node("slow", "img2:1"),
+    # empty: annotation 1e10 bit/s, misses all 90 MiB
+    _node("empty", metadata={"annotations": {BANDWIDTH: "10000000000"}}),
+]
+
+
+@pytest.mark.parametrize("mode", ["NodeNames", "Nodes"], ids=["node-names", "full-nodes"])
+def test_pull_time_uses_node_bandwidth(tmp_path: Any, mode: str) -> None:
+    # estimate = missing bytes * 8 / bandwidth + 1 s overhead; score = 100 * fastest / estimate
+    # fast:  40 MiB * 8 / 1e10 + 1 = 1.0336 s -> 100 -> 10
+    # slow:  40 MiB * 8 / 1e8  + 1 = 4.3554 s -> floor(100 * 1.0336 / 4.3554) = 23 -> 2
+    # empty: 90 MiB * 8 / 1e10 + 1 = 1.0755 s -> floor(100 * 1.0336 / 1.0755) = 96 -> 9
+    provider = StaticInventoryProvider(_nodes_file(tmp_path, PULL_NODES), SOURCE)
+    provider.load()
+    extender = make_extender(get_strategy("pull-time"), SOURCE, provider)
+    names = ["fast", "slow", "empty"]
+    body: dict[str, Any] = {"Pod": _pod("img1:1")}
+    body |= {"NodeNames": names} if mode == "NodeNames" else {"Nodes": {"items": PULL_NODES}}
+    status, answer = _request(tmp_path, extender, "POST", "/prioritize", body)
+    assert status == 200
+    assert answer == [
+        {"Host": "fast", "Score": 10},
+        {"Host": "slow", "Score": 2},
+        {"Host": "empty", "Score": 9},
+    ]
+
+
+def test_image_locality_inventory_resolves_nothing(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # image-locality reads names and sizes only: the held inventory is loaded without a
+    # layer source (as 'layersched extender --strategy image-locality' does), and no node
+    # image is reported as unresolved.
+    # N1 holds img1:1 (90M), 1 of 3 nodes: 90M / 3 = 30M -> 100 * (30M - 23M) / 977M = 0
+    caplog.set_level(logging.INFO)
+    provider = StaticInventoryProvider(_nodes_file(tmp_path, NODES), None)
+    provider.load()
+    extender = make_extender(get_strategy("image-locality"), SOURCE, provider)
+    body = {"Pod": _pod("img1:1"), "NodeNames": ["N1"]}
+    assert _request(tmp_path, extender, "POST", "/prioritize", body) == (
+        200,
+        [{"Host": "N1", "Score": 0}],
+    )
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert "layersched_extender_inventory_unresolved_node_images 0.0" in _metrics_text(extender)
+
+
+# ------------------------------------------------------------------ inputs and limits
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        # 'extender --nodes pod.json': a Pod is no node list
+        (
+            {"kind": "Pod", "spec": {"containers": []}},
+            "kind is 'Pod', expected 'NodeList'",
+        ),
+        # 'kubectl get pods -o json' prints a List of Pods: its first item is named
+        (
+            {"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}}]},
+            "items[0]: kind is 'Pod', expected 'Node'",
+        ),
+        # no items at all
+        ({"apiVersion": "v1"}, "no 'items' list"),
+    ],
+    ids=["a-pod", "list-of-pods", "no-items"],
+)
+def test_nodes_file_must_be_a_node_list(tmp_path: Any, document: Any, message: str) -> None:
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps(document))
+    provider = StaticInventoryProvider(str(path), SOURCE)
+    with pytest.raises(InputError) as info:
+        provider.load()
+    assert str(info.value).startswith(f"{path}: ")
+    assert message in str(info.value)
+    assert provider.current() is None
+
+
+def test_request_nodes_of_another_kind_are_a_400(tmp_path: Any) -> None:
+    body = {"Pod": _pod("img1:1"), "Nodes": {"items": [NODES[0], {"kind": "Pod"} | NODES[1]]}}
+    status, answer = _request(tmp_path, _extender(tmp_path), "POST", "/prioritize", body)
+    assert status == 400
+    assert "Nodes.items[1]: kind is 'Pod', expected 'Node'" in answer["Error"]
+
+
+def test_oversized_body_is_a_json_413_and_counted(tmp_path: Any) -> None:
+    # a 1 KiB limit here (256 MiB in production): the answer is JSON like every other error
+    extender = _extender(tmp_path)
+    big = {"Pod": _pod("img1:1"), "NodeNames": [f"node-{k}" for k in range(200)]}
+
+    async def scenario(call: Call) -> None:
+        status, answer = await call("POST", "/prioritize", big)
+        assert status == 413
+        assert answer["Error"].startswith("prioritize: request body too large (")
+        assert "1024" in answer["Error"]
+        small = {"Pod": _pod("img1:1"), "NodeNames": ["N1"]}
+        assert await call("POST", "/prioritize", small) == (200, [{"Host": "N1", "Score": 10}])
+
+    _serve(extender, scenario, max_request_bytes=1024)
+    text = _metrics_text(extender)
+    assert 'layersched_extender_requests_total{code="413",verb="prioritize"} 1.0' in text
+    assert 'layersched_extender_request_duration_seconds_count{verb="prioritize"} 2.0' in text

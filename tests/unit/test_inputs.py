@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from layersched.core.errors import InputError
+from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.inventory import node_from_json, nodes_from_json
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.pod import pod_from_json
@@ -56,6 +56,18 @@ def test_node_with_all_three_layer_sources() -> None:
             "must be the layer size in decimal bytes",
         ),
         ({"items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}]}, "appears twice"),
+        # kubectl's List of Pods is not a node list: the first non-Node item is named
+        (
+            {"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {}}]},
+            r"items\[0\]: kind is 'Pod', expected 'Node'",
+        ),
+        # one Pod among Nodes: its index is named
+        (
+            {"items": [{"kind": "Node", "metadata": {"name": "a"}}, {"kind": "Pod"}]},
+            r"items\[1\]: kind is 'Pod', expected 'Node'",
+        ),
+        # a single Pod object instead of a list
+        ({"kind": "Pod", "spec": {}}, "kind is 'Pod', expected 'NodeList'"),
     ],
     ids=[
         "not-a-list",
@@ -65,6 +77,9 @@ def test_node_with_all_three_layer_sources() -> None:
         "negative-size",
         "bad-annotation",
         "dup",
+        "list-of-pods",
+        "pod-among-nodes",
+        "a-pod",
     ],
 )
 def test_bad_nodelists_name_file_and_field(doc: Any, message: str) -> None:
@@ -106,6 +121,48 @@ def test_bad_pods(doc: Any, message: str) -> None:
 def test_layers_json_matches_after_latest_rule() -> None:
     source = StaticLayerSource.from_json({"app": [{"digest": D1, "size": 3}]}, "layers.json")
     assert source.resolve("app:latest") == (Layer(D1, 3),)
+
+
+@pytest.mark.parametrize(
+    ("key", "image", "found"),
+    [
+        # kubelet reports the registry form of the pod's 'nginx:1.25'
+        ("nginx:1.25", "docker.io/library/nginx:1.25", True),
+        # and the other way round: keyed as kubelet reports, asked as the pod spec says
+        ("docker.io/library/nginx:1.25", "nginx:1.25", True),
+        # the :latest rule and the canonical form together
+        ("nginx", "docker.io/library/nginx:latest", True),
+        # index.docker.io is docker.io
+        ("index.docker.io/library/nginx:1.25", "nginx:1.25", True),
+        # another registry is another image
+        ("quay.io/nginx:1.25", "nginx:1.25", False),
+        # another tag is another image
+        ("nginx:1.25", "docker.io/library/nginx:1.26", False),
+    ],
+    ids=["pod-key", "kubelet-key", "latest", "legacy-domain", "other-registry", "other-tag"],
+)
+def test_layers_json_falls_back_to_the_canonical_form(key: str, image: str, found: bool) -> None:
+    source = StaticLayerSource.from_json({key: [{"digest": D1, "size": 3}]}, "layers.json")
+    if found:
+        assert source.resolve(image) == (Layer(D1, 3),)
+    else:
+        with pytest.raises(LayerResolutionError, match="not in the offline layer file"):
+            source.resolve(image)
+
+
+def test_layers_json_conflicting_forms_are_refused() -> None:
+    # both forms listed with the same layers: fine; with different layers: which one is meant?
+    same = {
+        "nginx:1": [{"digest": D1, "size": 3}],
+        "docker.io/library/nginx:1": [{"digest": D1, "size": 3}],
+    }
+    assert StaticLayerSource.from_json(same, "layers.json").resolve("nginx:1") == (Layer(D1, 3),)
+    different = same | {"docker.io/library/nginx:1": [{"digest": D2, "size": 4}]}
+    with pytest.raises(
+        InputError,
+        match=r"^layers.json: keys 'nginx:1' and 'docker.io/library/nginx:1' name the same image",
+    ):
+        StaticLayerSource.from_json(different, "layers.json")
 
 
 @pytest.mark.parametrize(

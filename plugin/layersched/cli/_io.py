@@ -11,8 +11,12 @@ import yaml
 from layersched.core.errors import InputError
 
 
-def read_document(path: str) -> Any:
-    """Parse a JSON or YAML file (YAML when the name ends in .yaml/.yml)."""
+def read_document(path: str, expected: str = "document") -> Any:
+    """Parse a JSON or YAML file (YAML when the name ends in .yaml/.yml).
+
+    ``expected`` names what the file should hold (``"Pod"``) for the message
+    when a YAML file holds several documents.
+    """
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -22,11 +26,17 @@ def read_document(path: str) -> Any:
         raise InputError(f"{path}: not UTF-8 text: expected JSON or YAML") from None
     if p.suffix.lower() in (".yaml", ".yml"):
         try:
-            return yaml.safe_load(text)
+            # an empty document (a trailing '---') is no document
+            documents = [d for d in yaml.safe_load_all(text) if d is not None]
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             at = f" at line {mark.line + 1}" if mark is not None else ""
             raise InputError(f"{path}: invalid YAML{at}: fix the syntax") from None
+        if len(documents) > 1:
+            raise InputError(
+                f"{path}: contains {len(documents)} YAML documents; give exactly one {expected}"
+            )
+        return documents[0] if documents else None
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:

@@ -1,15 +1,80 @@
-"""Command-line options shared by commands that need a layer source."""
+"""Command-line options shared by ``score`` and ``extender``: the strategy and the layer source."""
 
 from __future__ import annotations
 
 import argparse
+import math
 
 from layersched.cli._io import read_document
+from layersched.core.errors import InputError
 from layersched.core.layers import LayerSource, StaticLayerSource
+from layersched.core.strategies import STRATEGY_NAMES, Strategy, get_strategy
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.core.strategies.pull_time import (
+    BANDWIDTH_KEY,
+    DEFAULT_BANDWIDTH_BITS_PER_S,
+    DEFAULT_OVERHEAD_S,
+)
+from layersched.core.strategies.pull_time import NAME as PULL_TIME
 
 
-def add_layer_source_options(parser: argparse.ArgumentParser) -> None:
-    """``--layers``, ``--platform`` and ``--insecure-registry``."""
+def add_strategy_options(parser: argparse.ArgumentParser) -> None:
+    """``--strategy`` and the options of individual strategies."""
+    parser.add_argument("--strategy", choices=STRATEGY_NAMES, default=LAYER_LOCALITY)
+    parser.add_argument(
+        "--spread",
+        action="store_true",
+        help=f"{LAYER_LOCALITY} only: scale present layers by nodes-holding / nodes "
+        "(anti node heating)",
+    )
+    parser.add_argument(
+        "--default-bandwidth-bits-per-s",
+        type=float,
+        metavar="BITS_PER_S",
+        help=f"{PULL_TIME} only: bandwidth of a node without a {BANDWIDTH_KEY} label or "
+        f"annotation (default: {DEFAULT_BANDWIDTH_BITS_PER_S})",
+    )
+    parser.add_argument(
+        "--pull-overhead-s",
+        type=float,
+        metavar="SECONDS",
+        help=f"{PULL_TIME} only: fixed start cost added to every pull estimate "
+        f"(default: {DEFAULT_OVERHEAD_S})",
+    )
+
+
+def strategy_from_args(args: argparse.Namespace) -> Strategy:
+    """The strategy ``args`` ask for; an option of another strategy is an InputError."""
+    options: dict[str, object] = {}
+    if args.spread:
+        if args.strategy != LAYER_LOCALITY:
+            raise InputError(
+                f"--spread applies to {LAYER_LOCALITY} only (image-locality always uses "
+                f"upstream's spread factor; {PULL_TIME} has none): drop --spread"
+            )
+        options["spread"] = True
+    pull_flags = (
+        ("--default-bandwidth-bits-per-s", "default_bandwidth_bits_per_s"),
+        ("--pull-overhead-s", "overhead_s"),
+    )
+    for flag, option in pull_flags:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is None:
+            continue
+        if args.strategy != PULL_TIME:
+            raise InputError(f"{flag} applies to --strategy {PULL_TIME} only: drop it")
+        positive = option == "default_bandwidth_bits_per_s"
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            bound = "> 0" if positive else ">= 0"
+            raise InputError(f"{flag} {value}: must be a finite number {bound}")
+        options[option] = value
+    return get_strategy(args.strategy, **options)
+
+
+def add_layer_source_options(
+    parser: argparse.ArgumentParser, *, registry_timeout_s: float, registry_retries: int
+) -> None:
+    """``--layers``, ``--platform``, ``--insecure-registry`` and the registry client's limits."""
     parser.add_argument(
         "--layers",
         metavar="LAYERS.json",
@@ -27,16 +92,37 @@ def add_layer_source_options(parser: argparse.ArgumentParser) -> None:
         metavar="HOST[:PORT]",
         help="registry to reach over plain HTTP (repeatable)",
     )
+    parser.add_argument(
+        "--registry-timeout-s",
+        type=float,
+        default=registry_timeout_s,
+        metavar="SECONDS",
+        help="timeout of each registry request, without --layers (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--registry-retries",
+        type=int,
+        default=registry_retries,
+        metavar="N",
+        help="retries after a 429/5xx or connection error, without --layers (default: %(default)s)",
+    )
 
 
 def open_layer_source(args: argparse.Namespace) -> LayerSource:
     """The offline source for ``--layers``, else a registry-backed one."""
+    if not args.registry_timeout_s > 0:
+        raise InputError(f"--registry-timeout-s {args.registry_timeout_s}: must be > 0 seconds")
+    if args.registry_retries < 0:
+        raise InputError(f"--registry-retries {args.registry_retries}: must be 0 or more")
     if args.layers:
         return StaticLayerSource.from_json(read_document(args.layers), args.layers)
     from layersched.core.manifest import Platform
     from layersched.registry import RegistryClient, RegistryLayerSource
 
     client = RegistryClient(
-        platform=Platform.parse(args.platform), insecure_hosts=tuple(args.insecure_registry)
+        platform=Platform.parse(args.platform),
+        insecure_hosts=tuple(args.insecure_registry),
+        timeout_s=args.registry_timeout_s,
+        retries=args.registry_retries,
     )
     return RegistryLayerSource(client)

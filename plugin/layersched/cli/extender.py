@@ -6,11 +6,14 @@ import argparse
 import asyncio
 import sys
 
-from layersched.cli._sources import add_layer_source_options, open_layer_source
+from layersched.cli._sources import (
+    add_layer_source_options,
+    add_strategy_options,
+    open_layer_source,
+    strategy_from_args,
+)
 from layersched.core.errors import InputError
 from layersched.core.layers import LayerSource, NoLayerSource
-from layersched.core.strategies import STRATEGY_NAMES, get_strategy
-from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.extender import (
     DEFAULT_RESOLVE_TIMEOUT_S,
     StaticInventoryProvider,
@@ -22,6 +25,11 @@ from layersched.extender import (
 MAX_PORT = 65_535
 #: Parallel layer resolutions against registries.
 DEFAULT_RESOLVE_WORKERS = 4
+#: A registry request of the extender: a manifest takes well under a second, and a
+#: pod's deadline is --resolve-timeout-s anyway; a hung request only ties up a worker.
+EXTENDER_REGISTRY_TIMEOUT_S = 2.0
+#: One retry rides out a blip; more would keep a worker on a dead registry.
+EXTENDER_REGISTRY_RETRIES = 1
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,12 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
     )
-    p.add_argument("--strategy", choices=STRATEGY_NAMES, default=LAYER_LOCALITY)
-    p.add_argument(
-        "--spread",
-        action="store_true",
-        help="layer-locality: scale present layers by nodes-holding / nodes (anti node heating)",
-    )
+    add_strategy_options(p)
     p.add_argument(
         "--nodes",
         metavar="NODES.json",
@@ -60,9 +63,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--resolve-workers",
         type=int,
         default=DEFAULT_RESOLVE_WORKERS,
-        help="parallel registry resolutions (default: %(default)s)",
+        help="parallel registry resolutions of pod images; node images are warmed on "
+        "half as many more threads (default: %(default)s)",
     )
-    add_layer_source_options(p)
+    add_layer_source_options(
+        p,
+        registry_timeout_s=EXTENDER_REGISTRY_TIMEOUT_S,
+        registry_retries=EXTENDER_REGISTRY_RETRIES,
+    )
     p.set_defaults(handler=run)
 
 
@@ -82,13 +90,13 @@ def _listening(url: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT."""
     _check(args)
-    options = {"spread": True} if args.spread and args.strategy == LAYER_LOCALITY else {}
-    strategy = get_strategy(args.strategy, **options)
+    strategy = strategy_from_args(args)
     source: LayerSource = open_layer_source(args) if strategy.needs_layers else NoLayerSource()
     extender = make_extender(
         strategy,
         source,
-        StaticInventoryProvider(args.nodes, source),
+        # a strategy without layers (image-locality) reads names only: resolve nothing
+        StaticInventoryProvider(args.nodes, source if strategy.needs_layers else None),
         resolve_timeout_s=args.resolve_timeout_s,
         resolve_workers=args.resolve_workers,
     )

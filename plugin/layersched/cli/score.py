@@ -9,14 +9,20 @@ from rich.console import Console
 from rich.table import Table
 
 from layersched.cli._io import read_document
-from layersched.cli._sources import add_layer_source_options, open_layer_source
+from layersched.cli._sources import (
+    add_layer_source_options,
+    add_strategy_options,
+    open_layer_source,
+    strategy_from_args,
+)
 from layersched.core.errors import LayerResolutionError
 from layersched.core.inventory import ClusterInventory, nodes_from_json
 from layersched.core.layers import LayerSource
 from layersched.core.pod import pod_from_json
-from layersched.core.strategies import STRATEGY_NAMES, NodeScores, get_strategy
+from layersched.core.strategies import NodeScores
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.core.strategies.pull_time import NAME as PULL_TIME
+from layersched.registry import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,23 +34,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--nodes", required=True, metavar="NODES.json", help="v1 NodeList")
     p.add_argument("--pod", required=True, metavar="POD.json|yaml", help="v1 Pod")
-    p.add_argument("--strategy", choices=STRATEGY_NAMES, default=LAYER_LOCALITY)
-    p.add_argument(
-        "--spread",
-        action="store_true",
-        help="layer-locality: scale present layers by nodes-holding / nodes (anti node heating)",
-    )
+    add_strategy_options(p)
     p.add_argument("--format", choices=("table", "json"), default="table")
-    add_layer_source_options(p)
+    # offline use: a slow registry may be waited for (the extender's defaults are small)
+    add_layer_source_options(
+        p, registry_timeout_s=DEFAULT_TIMEOUT_S, registry_retries=DEFAULT_RETRIES
+    )
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Score and print."""
-    nodes = nodes_from_json(read_document(args.nodes), args.nodes)
-    pod = pod_from_json(read_document(args.pod), args.pod)
-    options = {"spread": True} if args.spread and args.strategy == LAYER_LOCALITY else {}
-    strategy = get_strategy(args.strategy, **options)
+    strategy = strategy_from_args(args)
+    nodes = nodes_from_json(read_document(args.nodes, "NodeList"), args.nodes)
+    pod = pod_from_json(read_document(args.pod, "Pod"), args.pod)
     source: LayerSource | None = open_layer_source(args) if strategy.needs_layers else None
     inventory = ClusterInventory.build(nodes, source)
     candidates = inventory.indices_of([n.name for n in nodes])[0]
@@ -83,6 +86,6 @@ def _print_table(result: NodeScores, inventory: ClusterInventory, strategy: str,
     console.print(table)
     if inventory.unresolved_images:
         console.print(
-            f"[yellow]{inventory.unresolved_images} node image(s) ignored: layers unknown "
-            "(run with -v to see which)[/yellow]"
+            f"[yellow]{inventory.unresolved_images} node image(s) ignored: their layers are "
+            "unknown (each is named in a warning above)[/yellow]"
         )

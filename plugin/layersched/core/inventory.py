@@ -170,16 +170,41 @@ def node_from_json(document: Any, origin: str) -> NodeInfo:
     )
 
 
+#: What ``kubectl get nodes -o json`` prints (``List``) or the API returns (``NodeList``).
+NODE_LIST_KINDS = (None, "NodeList", "List")
+NODE_KIND = "Node"
+
+
+def check_node_list_kind(kind: object, origin: str) -> None:
+    """A node file's top-level ``kind`` must be absent, ``NodeList`` or ``List``."""
+    if kind not in NODE_LIST_KINDS:
+        raise InputError(
+            f"{origin}: kind is {kind!r}, expected 'NodeList': "
+            "write it with 'kubectl get nodes -o json'"
+        )
+
+
+def check_node_kind(kind: object, where: str) -> None:
+    """A node list item's ``kind``, when present, must be ``Node``."""
+    if kind is not None and kind != NODE_KIND:
+        raise InputError(
+            f"{where}: kind is {kind!r}, expected 'Node': a node list holds Nodes only "
+            "(write it with 'kubectl get nodes -o json')"
+        )
+
+
 def nodes_from_json(document: Any, origin: str) -> list[NodeInfo]:
     """Parse a v1 NodeList (``kubectl get nodes -o json``); a bare list is accepted too."""
     if isinstance(document, dict):
-        if document.get("kind") not in (None, "NodeList", "List"):
-            raise InputError(f"{origin}: kind is {document.get('kind')!r}, expected 'NodeList'")
+        check_node_list_kind(document.get("kind"), origin)
         items = document.get("items")
     else:
         items = document
     if not isinstance(items, list):
         raise InputError(f"{origin}: expected a v1 NodeList with an 'items' list")
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            check_node_kind(item.get("kind"), f"{origin}: items[{i}]")
     nodes = [node_from_json(item, f"{origin}: items[{i}]") for i, item in enumerate(items)]
     seen: set[str] = set()
     for node in nodes:

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.reference import normalized_image_name
+from layersched.core.errors import ImageReferenceError, InputError, LayerResolutionError
+from layersched.core.reference import ImageReference, normalized_image_name
 
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
 
@@ -68,15 +68,37 @@ def check_size(size: object, where: str) -> int:
     return size
 
 
+def _canonical(image: str) -> str | None:
+    """The registry form of ``image`` (``docker.io/library/nginx:1.25``), None if unparsable."""
+    try:
+        return ImageReference.parse(image).canonical()
+    except ImageReferenceError:
+        return None
+
+
 class StaticLayerSource:
     """An offline layer source: image reference -> layers, from a JSON document.
 
     Keys are matched after upstream's ``:latest`` normalisation, so ``app`` and
-    ``app:latest`` are the same key. No network access ever happens.
+    ``app:latest`` are the same key. When that exact key is absent, the
+    canonical registry forms of both sides are compared: kubelet reports
+    ``docker.io/library/nginx:1.25`` for a pod's ``nginx:1.25``, and either may
+    be the key. No network access ever happens.
     """
 
     def __init__(self, layers_by_image: Mapping[str, tuple[Layer, ...]]) -> None:
         self._layers = {normalized_image_name(k): v for k, v in layers_by_image.items()}
+        self._by_canonical: dict[str, tuple[str, tuple[Layer, ...]]] = {}
+        for key, layers in self._layers.items():
+            canonical = _canonical(key)
+            if canonical is None:
+                continue
+            seen = self._by_canonical.setdefault(canonical, (key, layers))
+            if seen[1] != layers:
+                raise InputError(
+                    f"keys {seen[0]!r} and {key!r} name the same image ({canonical}) but "
+                    "list different layers: keep one of them"
+                )
 
     @classmethod
     def from_json(cls, document: Any, origin: str) -> StaticLayerSource:
@@ -102,15 +124,22 @@ class StaticLayerSource:
                     )
                 )
             parsed[image] = tuple(layers)
-        return cls(parsed)
+        try:
+            return cls(parsed)
+        except InputError as err:
+            raise InputError(f"{origin}: {err}") from None
 
     def resolve(self, image: str) -> tuple[Layer, ...]:
-        try:
-            return self._layers[normalized_image_name(image)]
-        except KeyError:
-            raise LayerResolutionError(
-                f"image {image!r} is not in the offline layer file: add its layers there"
-            ) from None
+        layers = self._layers.get(normalized_image_name(image))
+        if layers is not None:
+            return layers
+        canonical = _canonical(image)
+        found = self._by_canonical.get(canonical) if canonical is not None else None
+        if found is not None:
+            return found[1]
+        raise LayerResolutionError(
+            f"image {image!r} is not in the offline layer file: add its layers there"
+        )
 
     def images(self) -> list[str]:
         """The normalised image names this source knows."""

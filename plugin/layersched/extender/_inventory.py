@@ -16,7 +16,13 @@ from typing import Protocol
 import msgspec
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, NodeImage, annotation_layers
+from layersched.core.inventory import (
+    ClusterInventory,
+    NodeImage,
+    annotation_layers,
+    check_node_kind,
+    check_node_list_kind,
+)
 from layersched.core.layers import Layer, LayerSource, check_digest, check_size
 from layersched.core.snapshot import NodeSnapshot, SlotCache, SnapshotBuilder
 from layersched.extender._wire import ContainerImage, Node, RawNodeList
@@ -47,6 +53,7 @@ def _with_layers(image: ContainerImage, where: str) -> NodeImage:
 
 def add_wire_node(builder: SnapshotBuilder, node: Node, where: str) -> None:
     """Add one decoded wire Node to ``builder`` (sources a, b and c as the core reads them)."""
+    check_node_kind(node.kind, where)
     meta = node.metadata
     if not meta.name:
         raise InputError(f"{where}: metadata.name is missing: every Node needs a name")
@@ -118,9 +125,14 @@ class StaticInventoryProvider:
             raise InputError(
                 f"{path}: not a v1 NodeList ({err}): write it with 'kubectl get nodes -o json'"
             ) from None
+        check_node_list_kind(raw.kind, path)
+        if raw.items is None:
+            raise InputError(
+                f"{path}: no 'items' list: a v1 NodeList is written by 'kubectl get nodes -o json'"
+            )
         decoder = msgspec.json.Decoder(Node)
         builder = SnapshotBuilder(self._source)
-        for i, item in enumerate(raw.items or []):
+        for i, item in enumerate(raw.items):
             where = f"{path}: items[{i}]"
             try:
                 node = decoder.decode(item)

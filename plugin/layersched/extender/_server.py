@@ -39,6 +39,7 @@ DEFAULT_RESOLVE_TIMEOUT_S = 0.2
 GC_THRESHOLDS = (50_000, 20, 100)
 HTTP_OK = 200
 HTTP_BAD_REQUEST = 400
+HTTP_TOO_LARGE = 413
 HTTP_SERVER_ERROR = 500
 HTTP_UNAVAILABLE = 503
 
@@ -71,6 +72,13 @@ def _verb(
         started = time.perf_counter()
         try:
             response = _json(await answer(extender, await request.read()))
+        except web.HTTPRequestEntityTooLarge as err:
+            response = _error(
+                name,
+                f"request body too large ({(err.text or '').rstrip('.')}): send NodeNames "
+                "(nodeCacheCapable: true) instead of full Nodes",
+                HTTP_TOO_LARGE,
+            )
         except msgspec.DecodeError as err:
             response = _error(name, f"malformed ExtenderArgs: {err}", HTTP_BAD_REQUEST)
         except InputError as err:
@@ -124,9 +132,11 @@ def make_extender(
     return Extender(strategy, resolver, provider, metrics)
 
 
-def create_app(extender: Extender) -> web.Application:
-    """The aiohttp application serving ``extender``."""
-    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+def create_app(
+    extender: Extender, *, max_request_bytes: int = MAX_REQUEST_BYTES
+) -> web.Application:
+    """The aiohttp application serving ``extender`` (bodies above ``max_request_bytes`` get 413)."""
+    app = web.Application(client_max_size=max_request_bytes)
     app[EXTENDER_KEY] = extender
     app.router.add_post("/prioritize", _verb("prioritize", _prioritize))
     app.router.add_post("/filter", _verb("filter", _filter))

@@ -45,8 +45,10 @@ class NodeStatus(msgspec.Struct, gc=False):
 
 
 class Node(msgspec.Struct, gc=False):
-    """A v1 Node, reduced to its name, labels, annotations and images."""
+    """A v1 Node, reduced to its kind, name, labels, annotations and images."""
 
+    #: Usually absent inside a list; when present it must be ``Node``.
+    kind: str | None = None
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     status: NodeStatus = msgspec.field(default_factory=NodeStatus)
 
@@ -60,6 +62,7 @@ class NodeList(msgspec.Struct, gc=False):
 class RawNodeList(msgspec.Struct, gc=False):
     """A v1 NodeList whose items stay undecoded, to decode a big file node by node."""
 
+    kind: str | None = None
     items: list[msgspec.Raw] | None = None
 
 

@@ -347,6 +347,9 @@ def test_link_rate_is_reapplied_to_a_new_registry_container(graph: Graph) -> Non
 
 
 V1BETA2 = "kubescheduler.config.k8s.io/v1beta2"
+#: Pinned by tag and digest, as docs/kind.md recommends (the digest here is made up).
+NODE_1_24 = "kindest/node:v1.24.17@sha256:" + "e4" * 32
+ON_1_24 = {"kubernetesVersion": "v1.24.17", "kindNodeImage": NODE_1_24}
 
 
 @pytest.mark.parametrize(
@@ -354,21 +357,22 @@ V1BETA2 = "kubescheduler.config.k8s.io/v1beta2"
     [
         # Default Kubernetes 1.30: the GA config API.
         ({}, "kubescheduler.config.k8s.io/v1", "registry.k8s.io/kube-scheduler:v1.30.0"),
-        # Seed 001's 1.22.6: kube-scheduler 1.22 has no v1 (GA in 1.25) and would crash-loop.
+        # Seed 001's prebuilt 1.22.6 node: kube-scheduler 1.22 has no v1 (GA in 1.25) and
+        # would crash-loop on it.
         (
-            {"kubernetesVersion": "v1.22.6"},
+            {"kubernetesVersion": "v1.22.6", "usePrebuiltNodeImage": "true"},
             "kubescheduler.config.k8s.io/v1beta2",
             "registry.k8s.io/kube-scheduler:v1.22.6",
         ),
-        # 1.24 reads v1beta3 (new in 1.23).
+        # A built 1.24 node image: kube-scheduler 1.24 reads v1beta3 (new in 1.23).
         (
-            {"kubernetesVersion": "v1.24.17"},
+            ON_1_24,
             "kubescheduler.config.k8s.io/v1beta3",
             "registry.k8s.io/kube-scheduler:v1.24.17",
         ),
         # Set explicitly, the stack's value wins over the derived one.
         (
-            {"kubernetesVersion": "v1.24.17", "schedulerApiVersion": V1BETA2},
+            {**ON_1_24, "schedulerApiVersion": V1BETA2},
             V1BETA2,
             "registry.k8s.io/kube-scheduler:v1.24.17",
         ),
@@ -392,11 +396,21 @@ def test_second_scheduler_api_follows_kubernetes_version(
         # A channel name is no release `kind version` could print.
         ({"kindVersion": "latest"}, "kindVersion 'latest' is not a kind release"),
         # kube-scheduler 1.21 reads none of the config APIs this stack renders.
-        ({"kubernetesVersion": "v1.21.14"}, "use Kubernetes 1.22 or newer"),
+        (
+            {"kubernetesVersion": "v1.21.14", "usePrebuiltNodeImage": "true"},
+            "use Kubernetes 1.22 or newer",
+        ),
+        # The built node image is 1.30 but the stack says 1.22: the second scheduler's
+        # image and config would not match the cluster.
+        (
+            {"kubernetesVersion": "v1.22.6"},
+            "kindNodeImage 'kindest/node:v1.30.0' is Kubernetes v1.30.0 but kubernetesVersion "
+            "is 'v1.22.6': set both to the same minor",
+        ),
         # A name kind would refuse.
         ({"clusterName": "Layer_Sched"}, "cluster name 'Layer_Sched' is invalid"),
     ],
-    ids=["kind-version", "kubernetes-too-old", "cluster-name"],
+    ids=["kind-version", "kubernetes-too-old", "node-image-mismatch", "cluster-name"],
 )
 def test_bad_config_is_one_clear_error(
     config: dict[str, str], message: str, tmp_path: Path
@@ -460,3 +474,11 @@ def test_cluster_creation_without_kind_says_how_to_fix(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "needs kind v0.23.0" in done.stderr and "not found" in done.stderr
+
+
+def test_built_node_image_pinned_by_digest_keeps_its_version_tag(tmp_path: Path) -> None:
+    graph = run_program(ON_1_24, tmp_path)
+    build = _command(graph, "node-image-build")["create"]
+    assert f"KIND_NODE_IMAGE={NODE_1_24}" in build
+    # The local tag names the Kubernetes version, not the digest's hex.
+    assert "--tag layersched/kind-crio:v1.24.17-crio-v1.30" in build

@@ -8,6 +8,7 @@ import pulumi
 from pulumi_command import local
 
 from kindbed._shell import sh
+from layersched.core.reference import DEFAULT_TAG, ImageReference
 
 TYPE = "layersched:kind:CrioNodeImage"
 
@@ -47,7 +48,9 @@ class CrioNodeImage(pulumi.ComponentResource):
             )
             tag = prebuilt
         else:
-            tag = f"layersched/kind-crio:{kind_node_image.rsplit(':', 1)[-1]}-crio-{crio_version}"
+            # kindest/node:v1.30.0[@sha256:…] -> layersched/kind-crio:v1.30.0-crio-v1.30
+            base_tag = ImageReference.parse(kind_node_image).tag or DEFAULT_TAG
+            tag = f"layersched/kind-crio:{base_tag}-crio-{crio_version}"
             step = local.Command(
                 f"{name}-build",
                 create=sh(

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pulumi
 
+from layersched.core.errors import ImageReferenceError, InputError
+from layersched.core.reference import ImageReference
 from layersched.testbed.kind import (
     CRIO_SOCKET_PATH,
     EXTENDER_PORT,
@@ -18,6 +20,7 @@ from layersched.testbed.kind import (
     check_cluster_name,
     check_kind_version,
     check_registry_host,
+    kubernetes_minor,
     scheduler_api_version_for,
 )
 
@@ -41,6 +44,27 @@ DEFAULT_LINK_RATE_BITS_PER_S = 20_000_000
 DEFAULT_REGISTRY_HOST_PORT = 5001
 #: The registry's port inside the ``kind`` network, as nodes and pods reach it.
 REGISTRY_PORT = 5000
+
+
+def check_node_image_version(kind_node_image: str, kubernetes_version: str) -> str:
+    """``kind_node_image`` if its tag (``kindest/node:v1.30.0``) has ``kubernetes_version``'s
+    minor: the stack names kube-scheduler images and config APIs by kubernetesVersion, so
+    it must describe the nodes. A tag that is no version (a custom image) is trusted."""
+    try:
+        tag = ImageReference.parse(kind_node_image).tag
+    except ImageReferenceError as err:
+        raise InputError(f"kindNodeImage: {err}") from err
+    try:
+        image_minor = kubernetes_minor(tag or "", "kindNodeImage tag")
+    except InputError:
+        return kind_node_image
+    if image_minor != kubernetes_minor(kubernetes_version):
+        raise InputError(
+            f"kindNodeImage {kind_node_image!r} is Kubernetes {tag} but kubernetesVersion is "
+            f"{kubernetes_version!r}: set both to the same minor "
+            f"(pulumi config set kubernetesVersion {tag})"
+        )
+    return kind_node_image
 
 
 @dataclass(frozen=True)
@@ -153,6 +177,10 @@ class Settings:
 
         timeout = config.get_float("extenderTimeoutS")
         kubernetes_version = text("kubernetesVersion", defaults.kubernetes_version)
+        prebuilt = flag("usePrebuiltNodeImage", defaults.use_prebuilt_node_image)
+        kind_node_image = text("kindNodeImage", defaults.kind_node_image)
+        if not prebuilt:  # a prebuilt image's version is what kubernetesVersion says
+            check_node_image_version(kind_node_image, kubernetes_version)
         return cls(
             stack=stack,
             state_dir=state_dir,
@@ -162,9 +190,9 @@ class Settings:
             kind_bin=text("kindBin", defaults.kind_bin),
             kind_version=check_kind_version(text("kindVersion", defaults.kind_version)),
             docker_bin=text("dockerBin", defaults.docker_bin),
-            use_prebuilt_node_image=flag("usePrebuiltNodeImage", defaults.use_prebuilt_node_image),
+            use_prebuilt_node_image=prebuilt,
             prebuilt_node_image=text("prebuiltNodeImage", defaults.prebuilt_node_image),
-            kind_node_image=text("kindNodeImage", defaults.kind_node_image),
+            kind_node_image=kind_node_image,
             crio_version=text("crioVersion", defaults.crio_version),
             kubernetes_version=kubernetes_version,
             registry_name=text("registryName", defaults.registry_name),

@@ -9,7 +9,14 @@ Needs Docker, kind, kubectl and the pulumi CLI (a Docker+internet machine).
 Without them it skips, saying which are missing. The testbed comes from the
 Pulumi stack ``$LAYERSCHED_KIND_STACK`` (default ``dev``); if that stack is not
 up, the test provisions it with ``scripts/kind.sh provision`` and tears it down
-afterwards (logs exported first) unless ``LAYERSCHED_KEEP_TESTBED=1``.
+afterwards (logs exported first) unless ``LAYERSCHED_KEEP_TESTBED=1``. The test
+never creates a cluster by itself: when the stack has outputs but its kind cluster
+is gone, it fails saying how to recover.
+
+The assertions are the local driver's (``tests/e2e/_checks.py``), with
+``LAYERSCHED_E2E_TRIALS`` trials per strategy (default 5; ``LAYERSCHED_TRIALS``,
+which scripts/kind.sh sets, is accepted too). The report and plot go to a temp dir
+or ``$LAYERSCHED_E2E_REPORT_DIR`` (see conftest.py).
 """
 
 from __future__ import annotations
@@ -19,29 +26,26 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from layersched.testbed.scenario import P1, P1_AGAIN, P2, ScenarioImages, report, run_scenario
+from layersched.testbed.scenario import ScenarioImages, report, run_scenario
+from tests.e2e._checks import (
+    STRATEGIES,
+    check_image_locality_tie,
+    check_layer_locality,
+    check_pull_bytes,
+    check_report,
+    trials_from_env,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kind]
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM_DIR = REPO / "infra" / "kind"
-REPORT = REPO / "reports" / "scenario.json"
-STRATEGIES = ("layer-locality", "image-locality")
-#: Trials per strategy; each starts from empty caches (a few minutes each at 20 Mbit/s).
-DEFAULT_TRIALS = 3
-#: Manifest and config ride along with L3 (same slack as the local driver's assertion).
-METADATA_SLACK_BYTES = 64 * 1024
-BYTES_TOLERANCE = 0.05
-#: Pull time bound: 15% over the link-limited optimum, plus a second of fixed costs.
-PULL_TIME_FACTOR = 1.15
-PULL_TIME_SLACK_S = 1.0
-BITS_PER_BYTE = 8
 #: pulumi up of the whole testbed (node image build, cluster, deploy) on a laptop.
 PROVISION_TIMEOUT_S = 45 * 60
 #: Short CLI calls (docker info, pulumi stack output).
@@ -95,16 +99,7 @@ def testbed() -> Iterator[tuple[dict[str, Path], dict[str, Any]]]:
         )
         created = True
         outputs = _stack_outputs(tools["pulumi"], stack)
-    from pytest_kind import KindCluster
-
-    # Absolute binaries: pytest-kind never downloads; create() re-uses the running cluster.
-    cluster = KindCluster(
-        outputs["cluster_name"],
-        kubeconfig=Path(outputs["kubeconfig_path"]),
-        kind_path=tools["kind"],
-        kubectl_path=tools["kubectl"],
-    )
-    cluster.create()
+    _require_cluster(tools, stack, outputs)
     yield tools, outputs
     logs = REPO / "reports" / "kind-logs"
     # Evidence first, always; deletion only of what this test created.
@@ -117,6 +112,42 @@ def testbed() -> Iterator[tuple[dict[str, Path], dict[str, Any]]]:
         subprocess.run([str(REPO / "scripts" / "kind.sh"), "down"], cwd=REPO, check=False)
 
 
+def _require_cluster(tools: dict[str, Path], stack: str, outputs: dict[str, Any]) -> None:
+    """Fail (never create a cluster) when the stack's kind cluster is gone or mute."""
+    from pytest_kind import KindCluster
+
+    name = outputs["cluster_name"]
+    listed = subprocess.run(
+        [str(tools["kind"]), "get", "clusters"],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+    if name not in listed.stdout.split():
+        pytest.fail(
+            f"Pulumi stack {stack!r} describes kind cluster {name!r}, but `kind get clusters` "
+            "does not list it: the stack is stale. Run `scripts/kind.sh down` and then "
+            "`make testbed DRIVER=kind` (this test never creates a cluster itself).",
+            pytrace=False,
+        )
+    # Absolute binaries: pytest-kind never downloads; only kubectl is used, never create().
+    cluster = KindCluster(
+        name,
+        kubeconfig=Path(outputs["kubeconfig_path"]),
+        kind_path=tools["kind"],
+        kubectl_path=tools["kubectl"],
+    )
+    try:
+        cluster.kubectl("get", "nodes", "-o", "name", timeout=CLI_TIMEOUT_S)
+    except (subprocess.SubprocessError, OSError) as err:
+        pytest.fail(
+            f"kind cluster {name!r} does not answer kubectl ({err}); see "
+            f"{outputs['kubeconfig_path']} and docs/kind.md",
+            pytrace=False,
+        )
+
+
 def _in_cluster(images: ScenarioImages, host: str, cluster: str) -> ScenarioImages:
     """The pushed references (host port) as the nodes pull them (registry on the kind network)."""
     return dataclasses.replace(
@@ -126,12 +157,19 @@ def _in_cluster(images: ScenarioImages, host: str, cluster: str) -> ScenarioImag
     )
 
 
-def test_kind_scenario(testbed: tuple[dict[str, Path], dict[str, Any]]) -> None:
+@pytest.fixture(scope="module")
+def kind_run(
+    testbed: tuple[dict[str, Path], dict[str, Any]],
+    scenario_report_dir: Path,
+    record_scenario_report: Callable[[Path, Mapping[str, Any]], None],
+) -> tuple[dict[str, Any], int]:
+    """(report, trials per strategy) of the scenario run through the Kubernetes API."""
     from layersched.testbed.kind.driver import KindDriver, KindTestbed
-    from layersched.testbed.report import plot, print_table
+    from layersched.testbed.report import plot
     from layersched.testbed.scenario_images import build_and_push_scenario
 
     tools, outputs = testbed
+    trials = trials_from_env()
     pushed = build_and_push_scenario(outputs["registry_host_address"])
     images = _in_cluster(pushed, outputs["registry_host_address"], outputs["registry_address"])
     driver = KindDriver(
@@ -142,34 +180,29 @@ def test_kind_scenario(testbed: tuple[dict[str, Path], dict[str, Any]]) -> None:
             scenario_images=(images.img1, images.img2),
         )
     )
-    trials = int(os.environ.get("LAYERSCHED_TRIALS", DEFAULT_TRIALS))
     results = run_scenario(driver, images, STRATEGIES, trials)
-    rate_bits_per_s = int(outputs["link_rate_bits_per_s"])
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    document = report("kind", rate_bits_per_s, images, results)
-    REPORT.write_text(json.dumps(document, indent=2))
-    print_table(document)
-    plot(document, REPORT.with_suffix(".png"))
+    document = report("kind", int(outputs["link_rate_bits_per_s"]), images, results)
+    report_path = scenario_report_dir / "scenario.json"
+    report_path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    plot(document, report_path.with_suffix(".png"))
+    record_scenario_report(report_path, document)
+    return document, trials
 
-    l3_bytes = images.layers["L3"][1]
-    image1_bytes = sum(images.layers[label][1] for label in ("L1", "L2", "L3"))
-    for trial in results["layer-locality"]:
-        # The layer-aware scheduler sends P1-again to P2's node every time...
-        assert trial.placements[P1_AGAIN] == trial.placements[P2], trial
-        again = trial.pulls[-1]
-        # ...where only L3 (plus manifest and config) crosses the link...
-        assert again.bytes <= (l3_bytes + METADATA_SLACK_BYTES) * (1 + BYTES_TOLERANCE), again
-        # ...at about the link-limited time.
-        optimum_s = l3_bytes * BITS_PER_BYTE / rate_bits_per_s
-        assert again.seconds <= PULL_TIME_FACTOR * optimum_s + PULL_TIME_SLACK_S, again
-    for trial in results["image-locality"]:
-        # Upstream ImageLocality cannot tell P2's node from the empty one: a tie, whatever it picks.
-        used = {trial.placements[P1], trial.placements[P2]}
-        empty = [node for node in trial.scores_t3 if node not in used]
-        assert len(empty) == 1, trial.scores_t3
-        assert trial.scores_t3[trial.placements[P2]] == trial.scores_t3[empty[0]], trial
-    for runs in results.values():
-        for trial in runs:
-            # From empty caches, P1 pulls the whole of Img1.
-            first = trial.pulls[0]
-            assert first.bytes >= image1_bytes, first
+
+def test_report_has_every_trial(kind_run: tuple[dict[str, Any], int]) -> None:
+    document, trials = kind_run
+    check_report(document, "kind", trials, nodes=None)
+
+
+def test_layer_locality_reuses_p2s_node_every_trial(kind_run: tuple[dict[str, Any], int]) -> None:
+    check_layer_locality(kind_run[0])
+
+
+def test_image_locality_ties_p2s_node_and_the_empty_one(
+    kind_run: tuple[dict[str, Any], int],
+) -> None:
+    check_image_locality_tie(kind_run[0])
+
+
+def test_pulls_transfer_exactly_the_missing_layers(kind_run: tuple[dict[str, Any], int]) -> None:
+    check_pull_bytes(kind_run[0])

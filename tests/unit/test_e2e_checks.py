@@ -1,0 +1,166 @@
+"""The e2e scenario assertions (tests/e2e/_checks.py) accept a good report and reject
+each way a run could go wrong; so the e2e cannot pass vacuously."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.e2e._checks import (
+    DEFAULT_TRIALS,
+    check_image_locality_tie,
+    check_layer_locality,
+    check_pull_bytes,
+    check_report,
+    trials_from_env,
+)
+
+MIB = 1 << 20
+#: L1+L2 = 40 MiB shared, L3/L4 = 4 MiB; manifest + config come to 1,807 B per pull.
+SIZES = {"L1": 24 * MIB, "L2": 16 * MIB, "L3": 4 * MIB, "L4": 4 * MIB}
+METADATA = 1807
+IMG1 = SIZES["L1"] + SIZES["L2"] + SIZES["L3"]
+IMG2 = SIZES["L1"] + SIZES["L2"] + SIZES["L4"]
+RATE = 20_000_000
+#: 4 MiB at 20 Mbit/s = 1.68 s of link time; measured pulls take about 1.8 s.
+L3_PULL_S = 1.8
+FULL_PULL_S = 19.5
+
+
+def _trial(p1: str, p2: str, again: str, scores: dict[str, int]) -> dict[str, Any]:
+    again_bytes = SIZES["L3"] + METADATA if again == p2 else IMG1 + METADATA
+    again_s = L3_PULL_S if again == p2 else FULL_PULL_S
+    return {
+        "placements": {"P1": p1, "P2": p2, "P1-again": again},
+        "scores_t3": scores,
+        "pulls": [
+            {"pod": "P1", "node": p1, "bytes": IMG1 + METADATA, "seconds": FULL_PULL_S},
+            {"pod": "P2", "node": p2, "bytes": IMG2 + METADATA, "seconds": FULL_PULL_S},
+            {"pod": "P1-again", "node": again, "bytes": again_bytes, "seconds": again_s},
+        ],
+    }
+
+
+def _report() -> dict[str, Any]:
+    layer = [
+        _trial("n2", "n3", "n3", {"n1": 0, "n3": 9}),
+        _trial("n1", "n2", "n2", {"n2": 9, "n3": 0}),
+    ]
+    image = [
+        _trial("n3", "n2", "n1", {"n1": 0, "n2": 0}),
+        _trial("n2", "n1", "n1", {"n1": 0, "n3": 0}),
+    ]
+    return {
+        "driver": "local",
+        "link_rate_bits_per_s": RATE,
+        "node_rates_bits_per_s": {"n1": RATE, "n2": RATE, "n3": RATE},
+        "layers": {k: {"digest": f"sha256:{k}", "size": v} for k, v in SIZES.items()},
+        "strategies": {"layer-locality": {"trials": layer}, "image-locality": {"trials": image}},
+    }
+
+
+def _all_checks(report: dict[str, Any]) -> None:
+    check_report(report, "local", 2, {"n1", "n2", "n3"})
+    check_layer_locality(report)
+    check_image_locality_tie(report)
+    check_pull_bytes(report)
+
+
+def test_a_good_report_passes() -> None:
+    _all_checks(_report())
+
+
+def _layer_trial(report: dict[str, Any]) -> dict[str, Any]:
+    trial: dict[str, Any] = report["strategies"]["layer-locality"]["trials"][0]
+    return trial
+
+
+def _image_trial(report: dict[str, Any]) -> dict[str, Any]:
+    trial: dict[str, Any] = report["strategies"]["image-locality"]["trials"][0]
+    return trial
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        # Layer-locality won a 0-0 tie by the seeded pick: right node, wrong reason.
+        lambda r: _layer_trial(r)["scores_t3"].update(n1=0, n3=0),
+        # Layer-locality sent P1-again to the empty node n1.
+        lambda r: _layer_trial(r)["placements"].update({"P1-again": "n1"}),
+        # P1-again on P2's node re-downloaded L1 too: 4 MiB + 24 MiB > 4.2 MiB + 64 KiB.
+        lambda r: _layer_trial(r)["pulls"][2].update(bytes=SIZES["L3"] + SIZES["L1"]),
+        # 4 MiB took 3 s: over 1.15 x 1.68 s + 1 s = 2.93 s.
+        lambda r: _layer_trial(r)["pulls"][2].update(seconds=3.0),
+        # Image-locality scored P2's node above the empty one: no tie.
+        lambda r: _image_trial(r)["scores_t3"].update(n2=3),
+        # P1 from an empty cache got L2 twice: 16 MiB over the whole image + 64 KiB.
+        lambda r: _image_trial(r)["pulls"][0].update(bytes=IMG1 + SIZES["L2"]),
+        # P2 from an empty cache got less than Img2: a layer was not measured.
+        lambda r: _image_trial(r)["pulls"][1].update(bytes=IMG2 - 1),
+        # One trial missing: 1 of the 2 expected.
+        lambda r: r["strategies"]["image-locality"]["trials"].pop(),
+        # P1's node (full) was scored at t3.
+        lambda r: _image_trial(r)["scores_t3"].update(n3=0),
+        # P1 and P2 on one node although each takes a whole node.
+        lambda r: _image_trial(r)["placements"].update(P2="n3"),
+        # Another driver's report.
+        lambda r: r.update(driver="kind"),
+        # The report names nodes the testbed does not have.
+        lambda r: r["node_rates_bits_per_s"].update(n4=RATE),
+    ],
+    ids=[
+        "seeded-tie-win",
+        "layer-locality-misplaced",
+        "l1-twice",
+        "too-slow",
+        "no-tie",
+        "double-download",
+        "short-pull",
+        "missing-trial",
+        "full-node-scored",
+        "shared-node",
+        "wrong-driver",
+        "unknown-node",
+    ],
+)
+def test_a_spoiled_report_fails(spoil: Callable[[dict[str, Any]], Any]) -> None:
+    report = copy.deepcopy(_report())
+    spoil(report)
+    with pytest.raises(AssertionError):
+        _all_checks(report)
+
+
+@pytest.mark.parametrize(
+    ("environ", "trials"),
+    [
+        # Nothing set: the issue's default of 5.
+        ({}, DEFAULT_TRIALS),
+        # The e2e's own variable.
+        ({"LAYERSCHED_E2E_TRIALS": "3"}, 3),
+        # The name scripts/kind.sh sets, accepted alone...
+        ({"LAYERSCHED_TRIALS": "2"}, 2),
+        # ...and the e2e's own wins when both are set.
+        ({"LAYERSCHED_E2E_TRIALS": "4", "LAYERSCHED_TRIALS": "2"}, 4),
+    ],
+    ids=["default", "e2e-name", "legacy-name", "e2e-name-wins"],
+)
+def test_trials_from_env(environ: dict[str, str], trials: int) -> None:
+    assert trials_from_env(environ) == trials
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        # Zero trials would pass every per-trial assertion vacuously.
+        ({"LAYERSCHED_E2E_TRIALS": "0"}, "LAYERSCHED_E2E_TRIALS=0: at least 1"),
+        ({"LAYERSCHED_TRIALS": "-2"}, "LAYERSCHED_TRIALS=-2: at least 1"),
+        ({"LAYERSCHED_E2E_TRIALS": "five"}, "expected a whole number"),
+    ],
+    ids=["zero", "negative-legacy", "not-a-number"],
+)
+def test_trials_from_env_rejects(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(pytest.fail.Exception, match=message):
+        trials_from_env(environ)

@@ -10,6 +10,7 @@ import asyncio
 import gc
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -219,23 +220,6 @@ def test_image_locality_strategy(tmp_path: Any) -> None:
         ({"Pod": _pod("img1:1"), "Nodes": {"items": [NODES[0], NODES[0]]}}, "appears twice"),
         # a node without a name
         ({"Pod": _pod("img1:1"), "Nodes": {"items": [{"status": {}}]}}, "metadata.name"),
-        # a negative image size
-        (
-            {"Pod": _pod("img1:1"), "Nodes": {"items": [_node("A", "img1:1")]}}
-            | {
-                "Nodes": {
-                    "items": [
-                        {"metadata": {"name": "A"}, "status": {"images": [{"sizeBytes": -1}]}}
-                    ]
-                }
-            },
-            "sizeBytes",
-        ),
-        # a layers map whose key is no digest
-        (
-            {"Pod": _pod("img1:1"), "Nodes": {"items": [_node("A", "x:1", layers=[{"nope": 1}])]}},
-            "is not a digest",
-        ),
     ],
     ids=[
         "not-json",
@@ -249,8 +233,6 @@ def test_image_locality_strategy(tmp_path: Any) -> None:
         "no-containers",
         "duplicate-node",
         "nameless-node",
-        "negative-size",
-        "bad-layer-digest",
     ],
 )
 def test_bad_requests_get_4xx_and_the_server_keeps_serving(
@@ -753,3 +735,77 @@ def test_oversized_body_is_a_json_413_and_counted(tmp_path: Any) -> None:
     text = _metrics_text(extender)
     assert 'layersched_extender_requests_total{code="413",verb="prioritize"} 1.0' in text
     assert 'layersched_extender_request_duration_seconds_count{verb="prioritize"} 2.0' in text
+
+
+def test_malformed_node_data_is_ignored_counted_and_warned(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One node's bad data must not cost every node its score (the request stays a 200):
+    # A: a negative sizeBytes, and a layers map with a bad key, next to a good layers map.
+    # B: one good imageLayer annotation (L1), one with a non-numeric size.
+    # img1:1 = 90M. A keeps only its good map (L1+L2 = 50M): floor(100 * 50 / 90) = 55 -> 5.
+    # B keeps L1 = 30M: floor(100 * 30 / 90) = 33 -> 3. Three problems, counted and warned.
+    caplog.set_level(logging.WARNING, logger="layersched.extender")
+    node_a = {
+        "metadata": {"name": "A"},
+        "status": {
+            "images": [
+                {"names": ["neg:1"], "sizeBytes": -1},
+                {"names": ["badmap:1"], "sizeBytes": MB, "layers": {"nope": 1}},
+                {
+                    "names": ["good:1"],
+                    "sizeBytes": MB,
+                    "layers": {L1.digest: L1.size_bytes, L2.digest: L2.size_bytes},
+                },
+            ]
+        },
+    }
+    node_b = _node(
+        "B",
+        metadata={
+            "annotations": {
+                f"imageLayer.{L1.digest}": str(L1.size_bytes),
+                f"imageLayer.{L3.digest}": "big",
+            }
+        },
+    )
+    body = {"Pod": _pod("img1:1"), "Nodes": {"items": [node_a, node_b]}}
+    extender = _extender(tmp_path)
+    assert _request(tmp_path, extender, "POST", "/prioritize", body) == (
+        200,
+        [{"Host": "A", "Score": 5}, {"Host": "B", "Score": 3}],
+    )
+    assert "layersched_extender_invalid_node_data_total 3.0" in _metrics_text(extender)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3
+    assert (
+        "ignoring node image 'neg:1': Nodes.items[0].status.images[0].sizeBytes: size -1"
+        in warnings[0]
+    )
+    assert (
+        "ignoring node image 'badmap:1': Nodes.items[0].status.images[1].layers key: 'nope'"
+        in warnings[1]
+    )
+    assert f"ignoring annotation 'imageLayer.{L3.digest}'" in warnings[2]
+    assert "must be the layer size in decimal bytes" in warnings[2]
+
+
+@pytest.mark.parametrize(
+    ("image", "message"),
+    [
+        ({"names": ["x:1"], "sizeBytes": -1}, "items[0].status.images[0].sizeBytes: size -1"),
+        (
+            {"names": ["x:1"], "sizeBytes": 1, "layers": {"nope": 1}},
+            "items[0].status.images[0].layers key",
+        ),
+    ],
+    ids=["negative-size", "bad-layer-digest"],
+)
+def test_malformed_nodes_file_is_refused(
+    tmp_path: Any, image: dict[str, Any], message: str
+) -> None:
+    # the --nodes file is the operator's own: its mistakes are errors to fix, not ignored
+    nodes = [{"metadata": {"name": "A"}, "status": {"images": [image]}}]
+    provider = StaticInventoryProvider(_nodes_file(tmp_path, nodes), SOURCE)
+    with pytest.raises(InputError, match=re.escape(message)):
+        provider.load()

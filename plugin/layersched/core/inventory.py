@@ -80,20 +80,35 @@ def _layers_map(value: Any, where: str) -> tuple[Layer, ...]:
     )
 
 
-def annotation_layers(annotations: Mapping[str, str], where: str) -> tuple[Layer, ...]:
-    """Layers carried as ``imageLayer.<digest>: "<decimal size>"`` annotations."""
+def _annotation_layer(key: str, value: str, where: str) -> Layer:
+    digest = check_digest(key[len(LAYER_ANNOTATION_PREFIX) :], f"{where}[{key!r}]")
+    try:
+        size = int(value)
+    except (TypeError, ValueError):
+        raise InputError(
+            f"{where}[{key!r}]: value {value!r} must be the layer size in decimal bytes"
+        ) from None
+    return Layer(digest, check_size(size, f"{where}[{key!r}]"))
+
+
+def annotation_layers(
+    annotations: Mapping[str, str], where: str, problems: list[str] | None = None
+) -> tuple[Layer, ...]:
+    """Layers carried as ``imageLayer.<digest>: "<decimal size>"`` annotations.
+
+    A malformed one is an InputError, unless ``problems`` is given: then it is
+    skipped and described there.
+    """
     layers = []
     for key, value in annotations.items():
         if not key.startswith(LAYER_ANNOTATION_PREFIX):
             continue
-        digest = check_digest(key[len(LAYER_ANNOTATION_PREFIX) :], f"{where}[{key!r}]")
         try:
-            size = int(value)
-        except (TypeError, ValueError):
-            raise InputError(
-                f"{where}[{key!r}]: value {value!r} must be the layer size in decimal bytes"
-            ) from None
-        layers.append(Layer(digest, check_size(size, f"{where}[{key!r}]")))
+            layers.append(_annotation_layer(key, value, where))
+        except InputError as err:
+            if problems is None:
+                raise
+            problems.append(f"ignoring annotation {key!r}: {err}")
     return tuple(layers)
 
 

@@ -42,37 +42,59 @@ class InventoryProvider(Protocol):
         ...
 
 
-def _with_layers(image: ContainerImage, where: str) -> NodeImage:
-    """A status image with a Ryax ``layers`` map, checked, as a hashable NodeImage."""
+def _checked(image: ContainerImage, where: str) -> ContainerImage | NodeImage:
+    """A status image with its size checked and its Ryax ``layers`` map (if any) read.
+
+    An image with a ``layers`` map becomes a hashable NodeImage; InputError if
+    the size is negative or the map is malformed.
+    """
+    check_size(image.sizeBytes, f"{where}.sizeBytes")
+    if image.layers is None:
+        return image
     layers = tuple(
         Layer(check_digest(d, f"{where}.layers key"), check_size(s, f"{where}.layers[{d!r}]"))
-        for d, s in (image.layers or {}).items()
+        for d, s in image.layers.items()
     )
     return NodeImage(image.names or (), image.sizeBytes, layers or None)
 
 
-def add_wire_node(builder: SnapshotBuilder, node: Node, where: str) -> None:
-    """Add one decoded wire Node to ``builder`` (sources a, b and c as the core reads them)."""
+def add_wire_node(
+    builder: SnapshotBuilder, node: Node, where: str, problems: list[str] | None = None
+) -> None:
+    """Add one decoded wire Node to ``builder`` (sources a, b and c as the core reads them).
+
+    A malformed image entry (negative ``sizeBytes``, a bad ``layers`` map) or
+    ``imageLayer.*`` annotation is an InputError, unless ``problems`` is given:
+    then it is ignored and described there (one bad node image must not cost a
+    whole request its scores). A node without a name or of another kind is an
+    InputError either way.
+    """
     check_node_kind(node.kind, where)
     meta = node.metadata
     if not meta.name:
         raise InputError(f"{where}: metadata.name is missing: every Node needs a name")
     wire: list[ContainerImage] = node.status.images or []
     images: list[ContainerImage] | list[ContainerImage | NodeImage] = wire
-    if any(image.layers is not None for image in wire):
-        images = [
-            _with_layers(image, f"{where}.status.images[{i}]")
-            if image.layers is not None
-            else image
-            for i, image in enumerate(wire)
-        ]
+    if any(image.layers is not None or image.sizeBytes < 0 for image in wire):
+        checked: list[ContainerImage | NodeImage] = []
+        images = checked
+        for i, image in enumerate(wire):
+            try:
+                checked.append(_checked(image, f"{where}.status.images[{i}]"))
+            except InputError as err:
+                if problems is None:
+                    raise
+                name = (image.names or ("",))[0]
+                problems.append(f"ignoring node image {name!r}: {err}")
     annotations = meta.annotations or {}
     builder.add_node(
         meta.name,
         images,
         describe=_describe_image,
         annotation_layers=(
-            annotation_layers(annotations, f"{where}.metadata.annotations") if annotations else ()
+            annotation_layers(annotations, f"{where}.metadata.annotations", problems)
+            if annotations
+            else ()
         ),
         labels=meta.labels,
         annotations=annotations,
@@ -86,12 +108,17 @@ def _describe_image(image: ContainerImage | NodeImage) -> NodeImage:
 
 
 def snapshot_of(
-    nodes: list[Node], source: LayerSource | None, where: str, cache: SlotCache | None = None
+    nodes: list[Node],
+    source: LayerSource | None,
+    where: str,
+    cache: SlotCache | None = None,
+    problems: list[str] | None = None,
 ) -> NodeSnapshot:
-    """A snapshot of a request's ``Nodes.items`` (``cache``: entries seen by earlier requests)."""
+    """A snapshot of a request's ``Nodes.items`` (``cache``: entries seen by earlier requests;
+    ``problems``: collects malformed images and annotations, ignored, instead of raising)."""
     builder = SnapshotBuilder(source, cache)
     for i, node in enumerate(nodes):
-        add_wire_node(builder, node, f"{where}[{i}]")
+        add_wire_node(builder, node, f"{where}[{i}]", problems)
     return builder.build()
 
 

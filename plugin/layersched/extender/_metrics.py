@@ -107,6 +107,11 @@ class ExtenderMetrics:
             "Node images of full-Nodes requests whose layers were unknown (ignored).",
             registry=self.registry,
         )
+        self.invalid_node_data = Counter(
+            "layersched_extender_invalid_node_data",
+            "Malformed node images or imageLayer annotations in full-Nodes requests (ignored).",
+            registry=self.registry,
+        )
         self.unknown_nodes = Counter(
             "layersched_extender_unknown_nodes",
             "NodeNames absent from the held inventory (scored 0).",

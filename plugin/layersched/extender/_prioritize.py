@@ -149,21 +149,29 @@ class Extender:
         if not self.resolver.local and now_s - self._slots_since_s > POSITIVE_TTL_S:
             self._slots.reset()  # tags may have moved: re-resolve node images
             self._slots_since_s = now_s
-        snapshot = snapshot_of(args.Nodes.items or [], source, "Nodes.items", self._slots)
+        problems: list[str] = []
+        snapshot = snapshot_of(args.Nodes.items or [], source, "Nodes.items", self._slots, problems)
+        if problems:
+            self.metrics.invalid_node_data.inc(len(problems))
+            self._warn_once(problems)
         if needs_layers and snapshot.unresolved_images:
             self.metrics.unresolved_node_images.inc(snapshot.unresolved_images)
             if not self.resolver.local:
                 # being resolved, or failed: the resolver logs the failure and its reason
                 log.debug("%d node images ignored for now", snapshot.unresolved_images)
                 return snapshot
-            for warning in snapshot.warnings:
-                if (
-                    len(self._logged_unresolved) < MAX_LOGGED_UNRESOLVED_IMAGES
-                    and warning not in self._logged_unresolved
-                ):
-                    self._logged_unresolved.add(warning)
-                    log.warning("%s", warning)
+            self._warn_once(snapshot.warnings)
         return snapshot
+
+    def _warn_once(self, warnings: Sequence[str]) -> None:
+        """Log each distinct warning once (up to MAX_LOGGED_UNRESOLVED_IMAGES of them)."""
+        for warning in warnings:
+            if (
+                len(self._logged_unresolved) < MAX_LOGGED_UNRESOLVED_IMAGES
+                and warning not in self._logged_unresolved
+            ):
+                self._logged_unresolved.add(warning)
+                log.warning("%s", warning)
 
     def _neutral(self, names: Sequence[str], reason: str, pod: PodImages) -> list[HostPriority]:
         self.metrics.neutral.labels(reason).inc()

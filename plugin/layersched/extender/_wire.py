@@ -10,14 +10,10 @@ thousands of decoded objects out of the cyclic garbage collector.
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import msgspec
 
 #: Highest score an extender may return (upstream ``MaxExtenderPriority``).
 MAX_EXTENDER_PRIORITY = 10
-
-_NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class ObjectMeta(msgspec.Struct, gc=False):
@@ -33,7 +29,8 @@ class ContainerImage(msgspec.Struct, frozen=True, gc=False):
     """One ``Node.status.images`` entry; hashable (to be interned) unless it has ``layers``."""
 
     names: tuple[str, ...] | None = None
-    sizeBytes: _NonNegative = 0
+    #: Checked where it is used: a negative size ignores the image, not the request.
+    sizeBytes: int = 0
     #: Ryax-patched kubelet: ``{layer digest: compressed size}``.
     layers: dict[str, int] | None = None
 

@@ -182,8 +182,15 @@ def _one_line_failure(argv: list[str]) -> str:
         (None, "cannot read it"),  # the file does not exist
         ("{not json", "not a v1 NodeList"),  # not JSON
         ('{"items": [{"metadata": {"name": 3}}]}', "items[0]"),  # a wrongly shaped node
+        # 'extender --nodes pod.json': a Pod is no NodeList
+        (json.dumps(POD | {"kind": "Pod"}), "kind is 'Pod', expected 'NodeList'"),
+        # 'kubectl get pods -o json': a List of Pods, its first item named
+        (
+            json.dumps({"kind": "List", "items": [POD | {"kind": "Pod"}]}),
+            "items[0]: kind is 'Pod', expected 'Node'",
+        ),
     ],
-    ids=["missing", "not-json", "bad-node"],
+    ids=["missing", "not-json", "bad-node", "a-pod", "list-of-pods"],
 )
 def test_bad_nodes_file_is_a_one_line_error(
     files: dict[str, Path], tmp_path: Path, content: str | None, fragment: str
@@ -204,3 +211,42 @@ def test_port_in_use_is_a_one_line_error(files: dict[str, Path]) -> None:
         port = busy.getsockname()[1]
         line = _one_line_failure(_argv(port, "--layers", str(files["layers"])))
     assert f"cannot listen on 127.0.0.1:{port}" in line
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (("--strategy", "image-locality", "--spread"), "--spread applies to layer-locality only"),
+        (("--pull-overhead-s", "2"), "--pull-overhead-s applies to --strategy pull-time only"),
+        (("--registry-retries", "-1"), "--registry-retries -1: must be 0 or more"),
+    ],
+    ids=["spread-image-locality", "pull-option-layer-locality", "negative-retries"],
+)
+def test_bad_flags_are_a_one_line_error(extra: tuple[str, ...], fragment: str) -> None:
+    assert fragment in _one_line_failure(_argv(_free_port(), *extra))
+
+
+def test_image_locality_needs_no_layers(files: dict[str, Path], tmp_path: Path) -> None:
+    # no --layers and no registry: image-locality reads names and sizes only, so the held
+    # inventory loads without a single "layers unknown" warning.
+    # N1 holds img1 (90M), 1 of 3 nodes: 90M / 3 = 30M -> 100 * (30M - 23M) / 977M = 0
+    port = _free_port()
+    argv = _argv(port, "--strategy", "image-locality", "--nodes", str(files["nodes"]))
+    log_path = tmp_path / "extender.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert_ready(url, proc)
+        answer = httpx.post(
+            f"{url}/prioritize", json={"Pod": POD, "NodeNames": ["N1"]}, timeout=HTTP_TIMEOUT_S
+        )
+        assert answer.json() == [{"Host": "N1", "Score": 0}]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=STOP_TIMEOUT_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log_text = log_path.read_text()
+    assert "WARNING" not in log_text, log_text

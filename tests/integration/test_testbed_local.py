@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -58,6 +59,10 @@ MAX_EXTRA_S = 1.0
 #: How long the access log may take to show the blobs a finished pull fetched.
 ACCESS_LOG_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 5.0
+#: An extender starts in well under a second, and exits at once on SIGTERM.
+EXTENDER_START_TIMEOUT_S = 10.0
+EXTENDER_STOP_TIMEOUT_S = 10.0
+POLL_S = 0.05
 #: Programs the testbed runs; none may survive teardown.
 TESTBED_PROGRAMS = ("containerd", "docker-registry", "containerd-shim-runc-v2")
 
@@ -173,7 +178,36 @@ def _assert_shaped(sent_bytes: int, seconds: float, blob_bytes: int) -> None:
 
 
 def test_second_up_changes_nothing(testbed: TestbedInventory, settings: TestbedSettings) -> None:
+    # n2's 4 Mbit/s link has a 16384 B bucket that tc reads back as 16383 B: still no change.
     assert up(settings).changed == 0
+
+
+def _containerd_pids(config: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        ours = Path(argv[0].decode()).name == "containerd" and config.encode() in argv
+        if ours and state != "Z":
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_up_with_a_lost_pidfile_adopts_the_running_node(
+    testbed: TestbedInventory, settings: TestbedSettings
+) -> None:
+    node = testbed.node("n1")
+    running = _containerd_pids(node.config)
+    assert len(running) == 1, running
+    Path(node.pidfile).unlink()
+    # The daemon is still there: up records its pid again instead of starting a second
+    # containerd on the same root (which would fight over its socket and metadata).
+    assert up(settings).changed == 1
+    assert _containerd_pids(node.config) == running
+    assert int(Path(node.pidfile).read_text()) == running[0]
 
 
 def _our_processes(state_dir: Path) -> list[str]:
@@ -223,7 +257,17 @@ def test_down_removes_everything_and_is_repeatable(
         mountpoint.mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mountpoint)], check=True)
     assert len(_leftovers(state_dir)["mounts"]) == 2
+    # An extender a killed `layersched scenario` left behind, recorded in its pidfile.
+    extender = subprocess.Popen(
+        [sys.executable, "-m", "layersched.cli.main", "extender", "--port", str(_free_port())],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    (state_dir / f"extender-{extender.pid}.pid").write_text(f"{extender.pid}\n")
+    _assert_running(extender)
     down(state_dir, PREFIX)
+    # SIGTERM from the teardown: it exits (the wait would time out otherwise).
+    assert extender.wait(timeout=EXTENDER_STOP_TIMEOUT_S) is not None
     assert _leftovers(state_dir) == {
         "netns": [],
         "links": [],
@@ -233,3 +277,34 @@ def test_down_removes_everything_and_is_repeatable(
     }
     # A second down finds nothing to do, and says so.
     assert down(state_dir, PREFIX).changed == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(EXTENDER_START_TIMEOUT_S),
+    wait=tenacity.wait_fixed(POLL_S),
+    reraise=True,
+)
+def _assert_running(proc: subprocess.Popen[bytes]) -> None:
+    """The process has started far enough to show its command line (and not exited)."""
+    assert proc.poll() is None, f"exited with {proc.returncode}"
+    assert b"extender" in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+
+
+def test_down_tolerates_a_corrupt_settings_record(tmp_path: Path) -> None:
+    # An interrupted bring-up left half a settings.json: down still removes the state dir
+    # (the prefix given, which names nothing here, stands in for the unreadable record).
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    (state_dir / "settings.json").write_text('{"prefix": ')
+    down(state_dir, "lsiz")
+    assert not state_dir.exists()

@@ -54,7 +54,7 @@ class _SourceCollector(Collector):
         yield timeouts
         rejected = CounterMetricFamily(
             "layersched_extender_resolve_rejected",
-            "Image resolutions not queued because the worker pool was saturated.",
+            "Pod-image resolutions not queued because the worker pool was saturated.",
         )
         rejected.add_metric([], float(self._resolver.rejected))
         yield rejected

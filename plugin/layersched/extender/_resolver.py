@@ -205,13 +205,15 @@ class DeadlineResolver:
             if future is not None:
                 return future
             warming = self._warming.get(image)
-            if warming is not None and not warming.cancel():
-                return warming  # already running: as quick as starting it again
-            if warming is not None:
-                self._warming.pop(image, None)
+            if warming is not None and (warming.running() or warming.done()):
+                return warming  # under way: as quick as starting it again
             if len(self._pending) >= self._max_pending:
                 self.rejected += 1
                 return None
+            if warming is not None:
+                if not warming.cancel():
+                    return warming  # a worker picked it up meanwhile
+                self._warming.pop(image, None)
             future = self._start(image, for_pod=True)
         future.add_done_callback(lambda f: self._finished(self._pending, image, f))
         return future
@@ -303,6 +305,8 @@ class _CachedOnly:
 
     def resolve_names(self, names: Sequence[str]) -> tuple[Layer, ...]:
         """Cached layers under any of ``names``; else warm one name (a digest if any) and fail."""
+        if not names:
+            raise LayerResolutionError("a node image without names cannot be resolved")
         lookup = self._resolver._lookup
         failed = False
         for name in names:

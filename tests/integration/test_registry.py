@@ -7,8 +7,10 @@ really reached it.
 
 from __future__ import annotations
 
+import http.server
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -180,6 +182,91 @@ def test_htpasswd(
             with pytest.raises(RegistryError) as info:
                 c.resolve(f"{auth_registry.host}/app:1")
             assert message.format(host=auth_registry.host) in str(info.value)
+
+
+# -- redirects (registry.k8s.io answers every manifest request with a 307/308) ---------
+
+
+class _Redirector(http.server.ThreadingHTTPServer):
+    """A real HTTP server answering every GET/HEAD with 307 to the same path on ``target``."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(("127.0.0.1", 0), _RedirectHandler)
+        self.target = target
+        #: (method, path, Authorization header) of every request received
+        self.seen: list[tuple[str, str, str | None]] = []
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.server_address[1]}"
+
+
+class _RedirectHandler(http.server.BaseHTTPRequestHandler):
+    server: _Redirector
+
+    def _redirect(self) -> None:
+        self.server.seen.append((self.command, self.path, self.headers.get("Authorization")))
+        self.send_response(307)
+        self.send_header("Location", f"{self.server.target}{self.path}")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = _redirect
+    do_HEAD = _redirect
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # the test reads ``seen``
+
+
+@pytest.fixture
+def redirector(auth_registry: RegistryProcess) -> Iterator[_Redirector]:
+    """A front host redirecting to the htpasswd registry, which holds app:1 and multi:1."""
+    with pusher(auth_registry) as c:
+        push_image(c, f"{auth_registry.host}/app:1", AMD)
+        push_image(c, f"{auth_registry.host}/multi:1", INDEX)
+    server = _Redirector(auth_registry.url)
+    thread = threading.Thread(target=server.serve_forever, name="redirector", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_redirect_to_another_host_authenticates_per_host(
+    auth_registry: RegistryProcess, redirector: _Redirector
+) -> None:
+    # The front host redirects; the real registry behind it demands htpasswd. Only the
+    # registry's host has credentials: they are sent to it (after its own 401) and never
+    # to the front host, as a cross-host redirect must not leak them.
+    assert auth_registry.username and auth_registry.password
+    creds = {auth_registry.host: (auth_registry.username, auth_registry.password)}
+    with client(auth_registry, credentials=creds) as c:
+        assert c.resolve(f"{redirector.host}/app:1").layers == AMD.layers
+        assert c.resolve(f"{redirector.host}/multi:1").layers == AMD.layers
+    assert [(method, path) for method, path, _ in redirector.seen] == [
+        ("GET", "/v2/app/manifests/1"),
+        ("GET", "/v2/multi/manifests/1"),
+        ("GET", f"/v2/multi/manifests/{AMD.digest}"),
+    ]
+    assert {auth for _, _, auth in redirector.seen} == {None}
+    assert_fetched_from(
+        auth_registry,
+        ["/v2/app/manifests/1", "/v2/multi/manifests/1", f"/v2/multi/manifests/{AMD.digest}"],
+    )
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(ACCESS_LOG_TIMEOUT_S),
+    wait=tenacity.wait_fixed(ACCESS_LOG_POLL_S),
+    reraise=True,
+)
+def assert_fetched_from(registry: RegistryProcess, paths: list[str]) -> None:
+    """The registry's access log shows these manifest GETs answered 200, in order."""
+    got = [e.path for e in manifest_requests(registry) if (e.method, e.status) == ("GET", 200)]
+    assert got == paths
 
 
 # -- Bearer tokens (a real token service, verified by distribution) ---------------------

@@ -5,6 +5,9 @@
 #   scripts/kind.sh down       kind export logs, then pulumi destroy (safe to run twice)
 # Settings: LAYERSCHED_KIND_STACK (Pulumi stack, default dev), PULUMI_CONFIG_PASSPHRASE
 # (local backend; empty by default), LAYERSCHED_TRIALS (scenario trials per strategy).
+# Side-loading (LAYERSCHED_KIND_SIDELOAD=1) needs the stack's kubernetesVersion to have the
+# patched tree's minor, LAYERSCHED_PATCHED_KUBERNETES_MINOR (default 1.22, the Ryax fork's);
+# LAYERSCHED_KIND_SIDELOAD_ANY_VERSION=1 skips that check.
 # Needs Docker, kind, kubectl and the pulumi CLI; see docs/kind.md.
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +16,8 @@ venv=${VENV:-.venv}
 stack=${LAYERSCHED_KIND_STACK:-dev}
 export PULUMI_CONFIG_PASSPHRASE=${PULUMI_CONFIG_PASSPHRASE-}
 program=infra/kind
+sideload=${LAYERSCHED_KIND_SIDELOAD:-0}
+patched_minor=${LAYERSCHED_PATCHED_KUBERNETES_MINOR:-1.22}
 
 missing=()
 for tool in docker kind kubectl pulumi; do
@@ -31,13 +36,34 @@ ensure_stack() {
   fi
 }
 
+# A patched kubelet of one minor in a node image of another does not come up (and the
+# patched API server's types must match the kubelet's): refuse before creating anything.
+check_sideload_version() {
+  local version minor
+  version=$(pulumi --cwd "$program" config get kubernetesVersion --stack "$stack" 2>/dev/null || true)
+  minor=$(printf '%s\n' "$version" | sed -n 's/^v\{0,1\}\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p')
+  if [ "$minor" = "$patched_minor" ] || [ "${LAYERSCHED_KIND_SIDELOAD_ANY_VERSION:-0}" = "1" ]; then
+    return 0
+  fi
+  echo "LAYERSCHED_KIND_SIDELOAD=1: stack $stack is set for Kubernetes" \
+    "${version:-1.30 (kubernetesVersion not set)} but the patched components are $patched_minor." \
+    "Use a $patched_minor node image and say so, e.g. for seed 001's:" \
+    "pulumi --cwd $program config set usePrebuiltNodeImage true &&" \
+    "pulumi --cwd $program config set kubernetesVersion v1.22.6 (docs/kind.md, Patched components);" \
+    "or set LAYERSCHED_KIND_SIDELOAD_ANY_VERSION=1 to side-load anyway" >&2
+  exit 1
+}
+
 provision() {
   ensure_stack
+  if [ "$sideload" = "1" ]; then
+    check_sideload_version
+  fi
   echo "== pulumi up (stack $stack)" >&2
   pulumi --cwd "$program" up --stack "$stack" --yes
   kubeconfig=$(output kubeconfig_path)
   playbook=("$venv/bin/ansible-playbook")
-  if [ "${LAYERSCHED_KIND_SIDELOAD:-0}" = "1" ]; then
+  if [ "$sideload" = "1" ]; then
     echo "== sideload the patched CRI-O, kubelet and control plane" >&2
     "${playbook[@]}" playbooks/sideload.yml \
       -e "sideload_cluster_name=$(output cluster_name)" \

@@ -7,7 +7,7 @@ import pytest
 
 from layersched.core.errors import InputError
 from layersched.core.layers import check_digest
-from layersched.sim.corpus import Corpus, CorpusParams, generate_corpus, zipf_weights
+from layersched.sim.corpus import MIB, Corpus, CorpusParams, generate_corpus, zipf_weights
 
 #: Small enough to generate in milliseconds, large enough for stable statistics.
 N_IMAGES = 500
@@ -96,3 +96,61 @@ def test_zipf_weights(n: int, exponent: float, expected: list[float]) -> None:
 def test_invalid_parameters_say_what_to_fix(n_images: int, params: CorpusParams) -> None:
     with pytest.raises(InputError):
         generate_corpus(n_images, seed=0, params=params)
+
+
+#: One OS layer under one runtime layer under private layers, parents chosen uniformly
+#: from 1,000 each: layer 0 of an image is an OS layer, layer 1 a runtime layer, the rest
+#: private, and ~600 / ~860 / ~10,000 distinct layers of each kind are sampled.
+_KIND_PARAMS = CorpusParams(
+    parent_zipf_exponent=0.0,
+    os_bases=1000,
+    os_base_layers=(1, 1),
+    runtimes=1000,
+    runtime_layers=(1, 1),
+    runtime_fraction=1.0,
+)
+
+
+@pytest.mark.parametrize(
+    ("positions", "median_mib", "sigma", "median_rel", "sigma_abs"),
+    [
+        # OS layers: log-normal median 30 MiB, sigma 0.9. ~600 samples: the sd of the
+        # log of a sample median is 1.25 * 0.9 / sqrt(600) = 0.046, so +-20 % is 4 sd;
+        # the sd of the log sd is 0.9 / sqrt(1200) = 0.026, +-0.1 is 4 sd.
+        (slice(0, 1), 30, 0.9, 0.20, 0.10),
+        # runtime layers: median 25 MiB, sigma 1.0; ~860 samples: 0.043 -> +-18 %.
+        (slice(1, 2), 25, 1.0, 0.18, 0.10),
+        # private layers: median 6 MiB, sigma 1.6; ~10,000 samples: 0.020 -> +-8 %,
+        # sd of the log sd 0.011 -> +-0.05.
+        (slice(2, None), 6, 1.6, 0.08, 0.05),
+    ],
+    ids=["os", "runtime", "private"],
+)
+def test_layer_sizes_are_lognormal_with_the_documented_medians(
+    positions: slice, median_mib: float, sigma: float, median_rel: float, sigma_abs: float
+) -> None:
+    corpus = generate_corpus(2000, seed=5, params=_KIND_PARAMS)
+    sizes = np.array(
+        list(
+            {
+                layer.digest: layer.size_bytes
+                for image in corpus.images
+                for layer in image.layers[positions]
+            }.values()
+        ),
+        dtype=np.float64,
+    )
+    assert np.median(sizes) / MIB == pytest.approx(median_mib, rel=median_rel)
+    assert np.log(sizes).std() == pytest.approx(sigma, abs=sigma_abs)
+
+
+def test_default_image_sizes_match_the_documented_shape() -> None:
+    # docs/simulator.md: with 2,000 images (seed 1) the median image is 153 MiB, the
+    # mean 193 MiB, p95 440 MiB: a few hundred MiB, heavy-tailed (mean > median).
+    sizes = np.array([image.size_bytes for image in generate_corpus(2000, seed=1).images]) / MIB
+    assert np.median(sizes) == pytest.approx(153, abs=1)
+    assert sizes.mean() == pytest.approx(193, abs=1)
+    assert np.percentile(sizes, 95) == pytest.approx(440, abs=1)
+    # a different seed gives the same shape within a band: median 100..250 MiB
+    other = np.array([image.size_bytes for image in generate_corpus(2000, seed=2).images]) / MIB
+    assert 100 < np.median(other) < 250 and other.mean() > np.median(other)

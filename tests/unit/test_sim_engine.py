@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from layersched.core.errors import InputError
 from layersched.core.layers import Layer
 from layersched.sim.corpus import Corpus, CorpusImage, CorpusParams, generate_corpus, zipf_weights
-from layersched.sim.engine import ClusterParams, RandomPlacement, RunResult, simulate
+from layersched.sim.engine import (
+    ClusterParams,
+    RandomPlacement,
+    RunResult,
+    node_bandwidths,
+    simulate,
+)
 from layersched.sim.runner import run_setting
 from layersched.sim.settings import SMOKE, build_strategy
 from layersched.sim.workload import Workload, WorkloadParams, generate_workload
@@ -120,6 +129,8 @@ def test_pull_model(
 ) -> None:
     result = _run(_corpus(*images), arrivals)
     assert result.startup_s.tolist() == pytest.approx(expected_startup_s)
+    # the pull wait is the same startup without the fixed overhead
+    assert result.wait_s.tolist() == pytest.approx([t - OVERHEAD_S for t in expected_startup_s])
     assert result.bytes_pulled == expected_bytes
 
 
@@ -196,6 +207,82 @@ def test_smoke_random_pulls_the_most_and_layer_aware_beats_image_level(
     assert pulled["random"] > max(others.values())
     mean: dict[str, float] = smoke["mean_startup_s"]  # type: ignore[assignment]
     assert mean["layer-locality"] < mean["image-locality"] < mean["random"]
+
+
+def test_smoke_pull_time_beats_layer_locality_on_heterogeneous_links(
+    smoke: dict[str, object],
+) -> None:
+    # SMOKE's links span 100 Mbit/s..10 Gbit/s: sending misses to fast links beats
+    # sending them to slow nodes that hold a shared base (seed 1: 1.14 s vs 1.60 s).
+    mean: dict[str, float] = smoke["mean_startup_s"]  # type: ignore[assignment]
+    assert mean["pull-time"] < mean["layer-locality"]
+    pull: dict[str, float] = smoke["mean_pull_s"]  # type: ignore[assignment]
+    assert pull["pull-time"] < pull["layer-locality"]
+
+
+def test_smoke_pull_wait_is_startup_minus_the_overhead(smoke: dict[str, object]) -> None:
+    # No fixed overhead in the pull-wait metric: mean_pull_s = mean_startup_s - 1 s
+    # (both rounded to 4 digits), and the speedups of both are computed from them.
+    mean: dict[str, float] = smoke["mean_startup_s"]  # type: ignore[assignment]
+    pull: dict[str, float] = smoke["mean_pull_s"]  # type: ignore[assignment]
+    overhead_s = SMOKE.cluster.start_overhead_s
+    for label in mean:
+        assert pull[label] == pytest.approx(mean[label] - overhead_s, abs=2e-4)
+    speedup: dict[str, float] = smoke["pull_speedup_vs_image-locality"]  # type: ignore[assignment]
+    expected = pull["image-locality"] / pull["layer-locality"]
+    assert speedup["layer-locality"] == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["layer-locality", "pull-time"],
+    ids=["layer-locality", "pull-time"],
+)
+def test_locality_results_are_deterministic(label: str) -> None:
+    # Everything but wall-clock measurements (wall_s, decision_time_us) repeats exactly
+    # for a seeded run, also for the strategies that read the inventory.
+    setting = replace(SMOKE, strategies=(label,))
+    a = run_setting(setting, seed=4)
+    b = run_setting(setting, seed=4)
+    timing = {"wall_s", "decision_time_us"}
+    assert {k: v for k, v in a.items() if k not in timing} == {
+        k: v for k, v in b.items() if k not in timing
+    }
+
+
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [
+        # two orders of magnitude: log10 uniform over [8, 10]
+        (1e8, 1e10),
+        # three: log10 uniform over [6, 9]
+        (1e6, 1e9),
+    ],
+    ids=["two-decades", "three-decades"],
+)
+def test_node_bandwidths_are_log_uniform(low: float, high: float) -> None:
+    # 20,000 nodes: the quartiles of log10(bandwidth) sit at a quarter, half and three
+    # quarters of the log range (sd of an empirical quartile: 0.006 decades for a
+    # 2-decade range, 0.009 for 3), so each decade holds the same share of nodes, and
+    # the mean of log10 is the middle of the range (sd 0.004 / 0.006 decades): the
+    # geometric mean is sqrt(low * high).
+    draws = node_bandwidths(ClusterParams(nodes=20_000, bandwidth_bits_per_s=(low, high)), seed=9)
+    assert draws.min() >= low and draws.max() <= high
+    logs = np.log10(draws)
+    lo, hi = np.log10(low), np.log10(high)
+    quartiles = np.quantile(logs, [0.25, 0.5, 0.75])
+    assert quartiles == pytest.approx([lo + (hi - lo) * q for q in (0.25, 0.5, 0.75)], abs=0.03)
+    assert logs.mean() == pytest.approx((lo + hi) / 2, abs=0.03)
+
+
+def test_node_bandwidths_homogeneous_seeded_and_checked() -> None:
+    # equal ends: every node gets exactly that link; same seed, same draws; bad range: error
+    same = node_bandwidths(ClusterParams(nodes=5, bandwidth_bits_per_s=(1e9, 1e9)), seed=1)
+    assert same.tolist() == pytest.approx([1e9] * 5)
+    params = ClusterParams(nodes=50, bandwidth_bits_per_s=(1e8, 1e10))
+    assert np.array_equal(node_bandwidths(params, seed=2), node_bandwidths(params, seed=2))
+    with pytest.raises(InputError, match="0 < low <= high"):
+        node_bandwidths(ClusterParams(bandwidth_bits_per_s=(1e9, 1e8)), seed=0)
 
 
 def test_same_seed_same_result() -> None:

@@ -1,4 +1,9 @@
-"""NodeSnapshot answers exactly what ClusterInventory answers, built faster and smaller."""
+"""NodeSnapshot answers exactly what ClusterInventory answers, built faster and smaller.
+
+The simulator scores the mutable ClusterInventory, the extender a NodeSnapshot: this
+equivalence, for every strategy including pull-time's bandwidth labels and
+annotations, is what lets a simulated result stand for the extender's.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.pod import PodImages
 from layersched.core.snapshot import NodeSnapshot, SlotCache, SnapshotBuilder
 from layersched.core.strategies import get_strategy
+from layersched.core.strategies.pull_time import BANDWIDTH_KEY
 
 MB = 1024 * 1024
 
@@ -25,9 +31,28 @@ L1, L2, L3, L4 = (Layer(_digest(f"l{i}"), i * 10 * MB) for i in range(1, 5))
 SOURCE = StaticLayerSource({"img1:1": (L1, L2, L3), "img2:1": (L1, L2, L4)})
 
 
+def _bandwidth_metadata(rng: random.Random) -> tuple[dict[str, str], dict[str, str]]:
+    """Node labels and annotations exercising every way pull-time reads a bandwidth."""
+    bits = f"{10 ** rng.uniform(7, 10):.0f}"
+    kind = rng.random()
+    if kind < 0.3:  # label only
+        return {BANDWIDTH_KEY: bits}, {}
+    if kind < 0.5:  # annotation only (an agent that measures)
+        return {}, {BANDWIDTH_KEY: bits}
+    if kind < 0.6:  # both: the label wins
+        return {BANDWIDTH_KEY: bits}, {BANDWIDTH_KEY: "1e6"}
+    if kind < 0.7:  # an unreadable label: the annotation is used
+        return {BANDWIDTH_KEY: "fast"}, {BANDWIDTH_KEY: bits}
+    if kind < 0.75:  # scientific notation
+        return {BANDWIDTH_KEY: f"{float(bits):e}"}, {}
+    return {}, {}  # nothing: the strategy's default
+
+
 def _random_cluster(seed: int) -> tuple[list[NodeInfo], StaticLayerSource, list[PodImages]]:
     """Nodes mixing the three layer sources, shared entries, unknown images and odd names."""
     rng = random.Random(seed)
+    # a second generator, so that the clusters of the other cases stay what they were
+    bandwidth_rng = random.Random(seed + 1000)
     base = [Layer(_digest(f"base{i}"), rng.randint(1, 80) * MB) for i in range(6)]
     catalogue: dict[str, tuple[Layer, ...]] = {}
     for i in range(40):
@@ -53,7 +78,16 @@ def _random_cluster(seed: int) -> tuple[list[NodeInfo], StaticLayerSource, list[
             else:
                 images.append(NodeImage((name,), size))
         annotation = tuple(rng.sample(base, 1)) if rng.random() < 0.2 else ()
-        nodes.append(NodeInfo(f"n{n}", tuple(images), annotation_layers=annotation))
+        labels, annotations = _bandwidth_metadata(bandwidth_rng)
+        nodes.append(
+            NodeInfo(
+                f"n{n}",
+                tuple(images),
+                annotation_layers=annotation,
+                labels=labels,
+                annotations=annotations,
+            )
+        )
     pods = [
         PodImages(
             name=f"p{k}",
@@ -103,10 +137,17 @@ def test_same_answers_as_cluster_inventory(seed: int, indexed: bool, cached: boo
         assert set(snapshot.node_layer_digests(i)) == set(reference.node_layer_digests(i))
     names = [n.name for n in nodes] + ["absent"]
     assert snapshot.indices_of(names)[0].tolist() == reference.indices_of(names)[0].tolist()
+    for i in range(len(nodes)):  # what pull-time reads from each node is kept as-is
+        assert snapshot.nodes[i].labels == reference.nodes[i].labels
+        assert snapshot.nodes[i].annotations == reference.nodes[i].annotations
     for strategy, options in [
         ("image-locality", {}),
         ("layer-locality", {}),
         ("layer-locality", {"spread": True}),
+        # bandwidths from labels, annotations and the default (100 Mbit/s, 1 s overhead)
+        ("pull-time", {}),
+        # another default for unlabelled nodes, and no overhead (zero estimates score 100)
+        ("pull-time", {"default_bandwidth_bits_per_s": 1e9, "overhead_s": 0.0}),
     ]:
         scorer = get_strategy(strategy, **options)
         candidates = reference.indices_of([n.name for n in nodes])[0]

@@ -1,9 +1,12 @@
 """The trace-driven scale simulator: a synthetic image corpus, Poisson/Zipf demand,
 nodes with LRU/LFU image stores and shared links, scored by the production strategies.
 
-It calls the same :mod:`layersched.core.strategies` and
-:class:`~layersched.core.inventory.ClusterInventory` as the extender, so a
-result here is a result for the product. Public entry points:
+It places pods with the extender's own :mod:`layersched.core.strategies`
+(same classes, same options, bandwidth read from the same node label). They
+score a mutable :class:`~layersched.core.inventory.ClusterInventory` here and
+a read-only :class:`~layersched.core.snapshot.NodeSnapshot` in the extender;
+the two answer every query identically (``tests/unit/test_snapshot.py``), and
+the ``scale`` setting times decisions on a ``NodeSnapshot``. Public entry points:
 :func:`~layersched.sim.corpus.generate_corpus` (also used by the benchmarks),
 :func:`~layersched.sim.workload.generate_workload`,
 :func:`~layersched.sim.engine.simulate` and the named settings in

@@ -10,6 +10,10 @@ pulls, and a started container costs 1 s on top of its pull.
 ``edge-hetero`` is the same with node links log-uniform over 100 Mbit/s..10
 Gbit/s (two orders of magnitude, same geometric mean of 1 Gbit/s).
 
+``hotedge20-500m`` and ``hotedge20-320m`` are sensitivity runs: hotedge20 with
+500 and 320 Mbit/s links (320: depsched's per-pull rate), image-locality and
+layer-locality only.
+
 ``scale`` measures the cost of one scoring decision over 5,000 warm nodes.
 
 ``smoke`` is a tiny setting for the unit tests and ``--quick``.
@@ -114,6 +118,22 @@ EDGE_HETERO = replace(
     cluster=replace(HOTEDGE20.cluster, bandwidth_bits_per_s=(100e6, 10e9)),
 )
 
+
+def _with_links(mbit_per_s: int, why: str) -> Setting:
+    """A sensitivity run: hotedge20 with slower homogeneous links, two strategies."""
+    bits_per_s = mbit_per_s * 1e6
+    return replace(
+        HOTEDGE20,
+        name=f"hotedge20-{mbit_per_s}m",
+        description=f"sensitivity: hotedge20 with {mbit_per_s} Mbit/s links ({why})",
+        cluster=replace(HOTEDGE20.cluster, bandwidth_bits_per_s=(bits_per_s, bits_per_s)),
+        strategies=(IMAGE_LOCALITY, LAYER_LOCALITY),
+    )
+
+
+HOTEDGE20_500M = _with_links(500, "half of hotedge20's")
+HOTEDGE20_320M = _with_links(320, "depsched's per-pull rate")
+
 SMOKE = Setting(
     name="smoke",
     description="a seconds-long setting for tests: 20 nodes, 8 containers, 4 GiB, 4 req/s",
@@ -130,6 +150,8 @@ SMOKE = Setting(
 
 SCALE = ScaleSetting()
 
-#: Time-simulated settings by name; ``make simulate`` runs hotedge20 and edge-hetero.
-SETTINGS: dict[str, Setting] = {s.name: s for s in (HOTEDGE20, EDGE_HETERO, SMOKE)}
-DEFAULT_SETTINGS: tuple[str, ...] = (HOTEDGE20.name, EDGE_HETERO.name)
+#: Time-simulated settings by name; ``make simulate`` runs all but smoke.
+SETTINGS: dict[str, Setting] = {
+    s.name: s for s in (HOTEDGE20, EDGE_HETERO, HOTEDGE20_500M, HOTEDGE20_320M, SMOKE)
+}
+DEFAULT_SETTINGS: tuple[str, ...] = tuple(name for name in SETTINGS if name != SMOKE.name)

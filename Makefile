@@ -42,7 +42,7 @@ testbed: venv ## Bring up the $(DRIVER) testbed, push scenario images, run the s
 testbed-down: venv ## Tear the $(DRIVER) testbed down (safe to run twice)
 	@scripts/testbed.sh down
 
-simulate: venv ## Trace-driven scale simulation; writes reports/simulation.json and plots
+simulate: venv ## Scale simulation (under 5 min): reports/simulation.json, plots, README/doc results
 	@scripts/simulate.sh
 
 proto: venv ## Regenerate the CRI gRPC code from plugin/layersched/cri/api.proto

@@ -10,11 +10,19 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from layersched.sim.report import markdown, read_report, write_report
+from layersched.sim.report import (
+    BEGIN_MARKER,
+    DEFAULT_REPORT,
+    END_MARKER,
+    markdown,
+    read_block,
+    read_report,
+    write_block,
+    write_report,
+)
 from layersched.sim.runner import run_scale, run_setting
 from layersched.sim.settings import DEFAULT_SETTINGS, SCALE, SETTINGS
 
-DEFAULT_REPORT = "reports/simulation.json"
 DEFAULT_SEED = 1
 
 
@@ -47,6 +55,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-plots", action="store_true", help="do not write plots")
     p.add_argument(
         "--markdown", action="store_true", help="print the results snippet as Markdown at the end"
+    )
+    p.add_argument(
+        "--markdown-into",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help=(
+            f"replace the text between '{BEGIN_MARKER}' and '{END_MARKER}' in FILE with the "
+            "results snippet (repeatable; checked before simulating)"
+        ),
     )
     p.add_argument(
         "--from-report",
@@ -102,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
     """Simulate (or reload), then write the report, plots and Markdown."""
     console = Console(stderr=True)
     out = Path(args.out)
+    targets = [Path(f) for f in args.markdown_into]
+    for target in targets:  # fail on a missing marker now, not after minutes of simulation
+        read_block(target)
     if args.from_report:
         report = read_report(out)
     else:
@@ -113,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
 
         for path in write_plots(report, Path(args.plots_dir) if args.plots_dir else out.parent):
             console.print(f"plot: {path}")
+    snippet = markdown(report, source=args.out)
+    for target in targets:
+        write_block(target, snippet)
+        console.print(f"results: {target}")
     if args.markdown:
-        print(markdown(report))
+        print(snippet)
     return 0

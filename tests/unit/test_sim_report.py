@@ -4,6 +4,7 @@ marked blocks of README.md / docs/simulator.md that must equal it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from layersched.sim.report import (
     markdown,
     read_block,
     read_report,
+    summary_markdown,
     write_block,
     write_report,
 )
@@ -113,6 +115,20 @@ def test_markdown_shows_both_metrics_and_the_source() -> None:
     assert "random" not in text and "pull-time" not in text
 
 
+def test_summary_is_one_table_of_startup_and_pull_wait() -> None:
+    # One row per setting, one column per strategy; each cell "startup (pull wait)":
+    # image-locality 2.00 (1.000), layer-locality 1.25 (0.250); the headline carries
+    # the 1.60x / 4.00x ratios worked out in _setting().
+    report = {"seed": 3, "settings": {"tiny": _setting()}}
+    text = summary_markdown(report, source="out/x.json")
+    assert "`out/x.json` (seed 3)" in text
+    assert "| setting | image-locality | layer-locality |" in text
+    assert "| tiny | 2.00 (1.000) | 1.25 (0.250) |" in text
+    assert "1.60x on mean startup" in text
+    assert "4.00x on mean pull wait" in text
+    assert "pulled (GB)" not in text  # the full tables stay in docs/simulator.md
+
+
 def test_markdown_flags_an_unstable_baseline() -> None:
     # image-locality queued pods: the ratio depends on run length and the text says so
     text = markdown(_report(queued_pods={"image-locality": 5000, "layer-locality": 0}))
@@ -176,9 +192,15 @@ def test_missing_or_broken_markers_are_an_error(tmp_path: Path, document: str) -
     assert path.read_text(encoding="utf-8") == document  # untouched
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/simulator.md"])
-def test_committed_results_blocks_match_the_committed_report(document: str) -> None:
+@pytest.mark.parametrize(
+    ("document", "render"),
+    [("README.md", summary_markdown), ("docs/simulator.md", markdown)],
+    ids=["readme-summary", "simulator-doc-full"],
+)
+def test_committed_results_blocks_match_the_committed_report(
+    document: str, render: Callable[[dict[str, Any], str], str]
+) -> None:
     # The docs cannot drift from the report: regenerate both with 'make simulate'
-    # (or 'layersched simulate --from-report --markdown-into FILE').
-    expected = markdown(read_report(ROOT / DEFAULT_REPORT), source=DEFAULT_REPORT)
+    # (or 'scripts/simulate.sh --from-report').
+    expected = render(read_report(ROOT / DEFAULT_REPORT), DEFAULT_REPORT)
     assert read_block(ROOT / document) == expected

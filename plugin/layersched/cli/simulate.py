@@ -17,6 +17,7 @@ from layersched.sim.report import (
     markdown,
     read_block,
     read_report,
+    summary_markdown,
     write_block,
     write_report,
 )
@@ -64,6 +65,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=(
             f"replace the text between '{BEGIN_MARKER}' and '{END_MARKER}' in FILE with the "
             "results snippet (repeatable; checked before simulating)"
+        ),
+    )
+    p.add_argument(
+        "--summary-into",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help=(
+            "like --markdown-into, with the short summary (one table and the headlines) "
+            "instead of the full tables (repeatable)"
         ),
     )
     p.add_argument(
@@ -121,7 +132,9 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     out = Path(args.out)
     targets = [Path(f) for f in args.markdown_into]
-    for target in targets:  # fail on a missing marker now, not after minutes of simulation
+    summaries = [Path(f) for f in args.summary_into]
+    # Fail on a missing marker now, not after minutes of simulation.
+    for target in (*targets, *summaries):
         read_block(target)
     if args.from_report:
         report = read_report(out)
@@ -138,6 +151,11 @@ def run(args: argparse.Namespace) -> int:
     for target in targets:
         write_block(target, snippet)
         console.print(f"results: {target}")
+    if summaries:
+        summary = summary_markdown(report, source=args.out)
+        for target in summaries:
+            write_block(target, summary)
+            console.print(f"results summary: {target}")
     if args.markdown:
         print(snippet)
     return 0

@@ -482,3 +482,22 @@ def test_built_node_image_pinned_by_digest_keeps_its_version_tag(tmp_path: Path)
     assert f"KIND_NODE_IMAGE={NODE_1_24}" in build
     # The local tag names the Kubernetes version, not the digest's hex.
     assert "--tag layersched/kind-crio:v1.24.17-crio-v1.30" in build
+
+
+@pytest.mark.parametrize(
+    ("command", "update", "never"),
+    [
+        # An update of the cluster step (kindBin or kindVersion changed) re-checks the
+        # kind release; a second `kind create cluster` would fail on the existing cluster.
+        ("cluster-kind", "version", "create cluster"),
+        # An update of the registry step prints the running container's id (the tbf's
+        # trigger) rather than `docker run`-ning a second container of the same name.
+        ("registry-container", "inspect --format '{{.Id}}' kind-registry", "docker run"),
+    ],
+    ids=["cluster", "registry"],
+)
+def test_updates_do_not_create_twice(graph: Graph, command: str, update: str, never: str) -> None:
+    step = _command(graph, command)
+    assert update in step["update"]
+    assert never not in step["update"]
+    assert never in step["create"]

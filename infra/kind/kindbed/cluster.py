@@ -73,8 +73,13 @@ class KindCluster(pulumi.ComponentResource):
                 [kind_bin, "delete", "cluster", "--name", spec.name, "--kubeconfig", kubeconfig],
                 tolerate_failure=True,
             ),
+            # pulumi_command re-runs `create` on an update unless `update` is set, and a
+            # second `kind create cluster` fails on the existing one. What needs a new
+            # cluster is a trigger (replace); anything else (kindBin, kindVersion) only
+            # re-checks the kind release.
+            update=require_kind_version(kind_bin, kind_version),
             stdin=self.config_yaml,
-            triggers=[self.config_yaml],
+            triggers=[self.config_yaml, kubeconfig],
             # The new cluster has the old one's name: delete it first, not after.
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )

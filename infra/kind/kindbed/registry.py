@@ -89,6 +89,9 @@ class TestbedRegistry(pulumi.ComponentResource):
                     image,
                 ]
             ),
+            # An update (e.g. another dockerBin) must not `docker run` a second container
+            # of the same name: it prints the running one's id instead, as create did.
+            update=sh([docker_bin, "inspect", "--format", "{{.Id}}", container_name]),
             delete=sh([docker_bin, "rm", "--force", "--volumes", container_name]),
             triggers=[image, host_port, container_name],
             # The container name and host port are fixed: the old container must go first.

@@ -4,7 +4,8 @@
 #   scripts/kind.sh provision  the same without the scenario
 #   scripts/kind.sh down       kind export logs, then pulumi destroy (safe to run twice)
 # Settings: LAYERSCHED_KIND_STACK (Pulumi stack, default dev), PULUMI_CONFIG_PASSPHRASE
-# (local backend; empty by default), LAYERSCHED_TRIALS (scenario trials per strategy).
+# (local backend; empty by default), LAYERSCHED_E2E_TRIALS (scenario trials per strategy,
+# default 5). The report goes to reports/scenario.json (LAYERSCHED_E2E_REPORT_DIR overrides).
 # Side-loading (LAYERSCHED_KIND_SIDELOAD=1) needs the stack's kubernetesVersion to have the
 # patched tree's minor, LAYERSCHED_PATCHED_KUBERNETES_MINOR (default 1.22, the Ryax fork's);
 # LAYERSCHED_KIND_SIDELOAD_ANY_VERSION=1 skips that check.
@@ -85,6 +86,7 @@ case "$action" in
     provision
     echo "== scenario (reports/scenario.json)" >&2
     LAYERSCHED_KIND_STACK=$stack LAYERSCHED_KEEP_TESTBED=1 \
+      LAYERSCHED_E2E_REPORT_DIR=${LAYERSCHED_E2E_REPORT_DIR:-reports} \
       "$venv/bin/python" -m pytest -m kind -p no:cacheprovider tests/e2e/test_kind_scenario.py
     echo "explore: KUBECONFIG=$(output kubeconfig_path) kubectl get pods -A;" \
       "tear down: make testbed-down DRIVER=kind" >&2

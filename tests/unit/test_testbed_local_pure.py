@@ -16,7 +16,12 @@ from layersched.cli.testbed import _mbit_to_bits, _pairs, layer_sizes
 from layersched.core import errors
 from layersched.core.errors import InputError
 from layersched.testbed.local import TestbedSettings, parse_inventory, tbf_rate_bits_per_s
-from layersched.testbed.local._ansible import SETTINGS_FILE, _Watch, recorded_prefix
+from layersched.testbed.local._ansible import (
+    SETTINGS_FILE,
+    _check_recorded_settings,
+    _Watch,
+    recorded_prefix,
+)
 from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, load_spec, parse_spec
 from tests.unit._testbed_docs import inventory_doc
 
@@ -113,6 +118,29 @@ def test_recorded_prefix(content: str | None, prefix: str | None, tmp_path: Path
     if content is not None:
         (tmp_path / SETTINGS_FILE).write_text(content)
     assert recorded_prefix(tmp_path) == prefix
+
+
+@pytest.mark.parametrize(
+    ("content", "refused"),
+    [
+        # A good record: up goes on (the playbook then checks prefix and net base).
+        ('{"prefix": "lsit", "net_base": "10.250.51"}', False),
+        # Never brought up: nothing to protect.
+        (None, False),
+        # Damaged: up stops with a one-line error pointing at teardown.
+        ('{"prefix": ', True),
+        ('{"prefix": 7}', True),
+    ],
+    ids=["recorded", "absent", "truncated", "not-a-string"],
+)
+def test_up_refuses_a_damaged_record(content: str | None, refused: bool, tmp_path: Path) -> None:
+    if content is not None:
+        (tmp_path / SETTINGS_FILE).write_text(content)
+    if refused:
+        with pytest.raises(errors.TestbedError, match=r"settings.json: .*damaged.*testbed down"):
+            _check_recorded_settings(tmp_path)
+    else:
+        _check_recorded_settings(tmp_path)
 
 
 # ------------------------------------------------------------------ ansible output

@@ -270,6 +270,7 @@ def up(settings: TestbedSettings, console: Console | None = None) -> PlaybookRes
     require_root()
     settings.check()
     state_dir = settings.state_dir.resolve()
+    _check_recorded_settings(state_dir)
     return run_playbook(
         UP_PLAYBOOK,
         settings.extra_vars(),
@@ -307,6 +308,20 @@ def down(
         title="testbed down",
         console=console,
     )
+
+
+def _check_recorded_settings(state_dir: Path) -> None:
+    """Refuse to bring up over a settings record the playbook could not read.
+
+    The record names the network objects teardown deletes; a damaged one is not
+    guessed at (it might belong to another testbed): ``down`` copes with it.
+    """
+    path = state_dir / SETTINGS_FILE
+    if path.exists() and recorded_prefix(state_dir) is None:
+        raise TestbedError(
+            f"{path}: unreadable or damaged testbed record: tear the testbed down first "
+            "(layersched testbed down, or make testbed-down), then bring it up again"
+        )
 
 
 def recorded_prefix(state_dir: Path) -> str | None:

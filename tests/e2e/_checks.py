@@ -20,8 +20,6 @@ STRATEGIES = ("layer-locality", "image-locality")
 LAYER_LOCALITY, IMAGE_LOCALITY = STRATEGIES
 #: Trials per strategy, each from empty caches.
 TRIALS_ENV = "LAYERSCHED_E2E_TRIALS"
-#: The name scripts/kind.sh passes; accepted when TRIALS_ENV is not set.
-LEGACY_TRIALS_ENV = "LAYERSCHED_TRIALS"
 DEFAULT_TRIALS = 5
 IMG1_LAYERS = ("L1", "L2", "L3")
 IMG2_LAYERS = ("L1", "L2", "L4")
@@ -36,12 +34,12 @@ TIME_OVERHEAD_S = 1.0
 
 
 def trials_from_env(environ: Mapping[str, str] = os.environ) -> int:
-    """Trials per strategy from ``LAYERSCHED_E2E_TRIALS`` (or the legacy name), default 5.
+    """Trials per strategy from ``LAYERSCHED_E2E_TRIALS``, default 5.
 
     Fewer than one trial would let every per-trial assertion pass vacuously: that fails
     the test with a one-line message instead.
     """
-    name = TRIALS_ENV if TRIALS_ENV in environ else LEGACY_TRIALS_ENV
+    name = TRIALS_ENV
     raw = environ.get(name)
     if raw is None:
         return DEFAULT_TRIALS

@@ -14,9 +14,9 @@ never creates a cluster by itself: when the stack has outputs but its kind clust
 is gone, it fails saying how to recover.
 
 The assertions are the local driver's (``tests/e2e/_checks.py``), with
-``LAYERSCHED_E2E_TRIALS`` trials per strategy (default 5; ``LAYERSCHED_TRIALS``,
-which scripts/kind.sh sets, is accepted too). The report and plot go to a temp dir
-or ``$LAYERSCHED_E2E_REPORT_DIR`` (see conftest.py).
+``LAYERSCHED_E2E_TRIALS`` trials per strategy (default 5). The report and plot go
+to a temp dir or ``$LAYERSCHED_E2E_REPORT_DIR`` (see conftest.py; scripts/kind.sh up
+points it at reports/).
 """
 
 from __future__ import annotations
@@ -99,17 +99,27 @@ def testbed() -> Iterator[tuple[dict[str, Path], dict[str, Any]]]:
         )
         created = True
         outputs = _stack_outputs(tools["pulumi"], stack)
-    _require_cluster(tools, stack, outputs)
-    yield tools, outputs
-    logs = REPO / "reports" / "kind-logs"
-    # Evidence first, always; deletion only of what this test created.
-    subprocess.run(
-        [str(tools["kind"]), "export", "logs", str(logs), "--name", outputs["cluster_name"]],
-        check=False,
-        timeout=CLI_TIMEOUT_S,
-    )
-    if created and os.environ.get("LAYERSCHED_KEEP_TESTBED") != "1":
-        subprocess.run([str(REPO / "scripts" / "kind.sh"), "down"], cwd=REPO, check=False)
+    try:
+        _require_cluster(tools, stack, outputs)
+        yield tools, outputs
+    finally:
+        # Evidence first, always (also when the cluster check failed); deletion only of
+        # what this test created.
+        if outputs.get("cluster_name"):
+            subprocess.run(
+                [
+                    str(tools["kind"]),
+                    "export",
+                    "logs",
+                    str(REPO / "reports" / "kind-logs"),
+                    "--name",
+                    outputs["cluster_name"],
+                ],
+                check=False,
+                timeout=CLI_TIMEOUT_S,
+            )
+        if created and os.environ.get("LAYERSCHED_KEEP_TESTBED") != "1":
+            subprocess.run([str(REPO / "scripts" / "kind.sh"), "down"], cwd=REPO, check=False)
 
 
 def _require_cluster(tools: dict[str, Path], stack: str, outputs: dict[str, Any]) -> None:

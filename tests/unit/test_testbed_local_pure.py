@@ -10,11 +10,13 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from layersched.cli.main import main as cli_main
 from layersched.cli.testbed import _mbit_to_bits, _pairs, layer_sizes
 from layersched.core import errors
 from layersched.core.errors import InputError
+from layersched.testbed.extenders import EXTENDER_COMMAND
 from layersched.testbed.local import TestbedSettings, parse_inventory, tbf_rate_bits_per_s
 from layersched.testbed.local._ansible import (
     SETTINGS_FILE,
@@ -25,7 +27,8 @@ from layersched.testbed.local._ansible import (
 from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, load_spec, parse_spec
 from tests.unit._testbed_docs import inventory_doc
 
-TOOLS = Path(__file__).resolve().parents[2] / "playbooks" / "tools"
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / "playbooks" / "tools"
 MIB = 1 << 20
 
 
@@ -470,3 +473,15 @@ def test_scenario_rejects_bad_options(
         return
     with pytest.raises(InputError, match=error):
         layer_sizes(argv[1:])
+
+
+def test_teardown_matches_the_extender_command_the_scenario_runs() -> None:
+    # The teardown role stops leftover extenders by pidfile, and checks the process's
+    # command line first ("--match") so a recycled pid is never killed: the text it
+    # matches must be what testbed/extenders.py starts ("-m layersched.cli.main extender").
+    tasks = yaml.safe_load(
+        (ROOT / "playbooks/roles/local_testbed_teardown/tasks/main.yml").read_text()
+    )
+    stop = next(t for t in tasks if t["name"] == "Stop the scenario's extenders")
+    match = next(a for a in stop["ansible.builtin.command"]["argv"] if a.startswith("--match="))
+    assert match == "--match=" + " ".join(EXTENDER_COMMAND[1:])

@@ -138,8 +138,37 @@ def test_layers_json_matches_after_latest_rule() -> None:
         ("quay.io/nginx:1.25", "nginx:1.25", False),
         # another tag is another image
         ("nginx:1.25", "docker.io/library/nginx:1.26", False),
+        # a digest names the content, the tag beside it does not: kubelet reports the
+        # pod's 'nginx:1.25@sha256:2…' as 'docker.io/library/nginx@sha256:2…'
+        (f"nginx:1.25@{D2}", f"docker.io/library/nginx@{D2}", True),
+        # and the other way round: keyed as kubelet reports, asked as the pod spec says
+        (f"docker.io/library/nginx@{D2}", f"nginx:1.25@{D2}", True),
+        # the same digest under another tag is still that content
+        (f"nginx:1.25@{D2}", f"nginx:1.26@{D2}", True),
+        # another digest is another image, whatever the tag says
+        (f"nginx:1.25@{D2}", f"nginx:1.25@{D1}", False),
+        # a digest reference never matches a tag-only key: the tag may have moved
+        ("nginx:1.25", f"docker.io/library/nginx@{D2}", False),
+        # and a tag-only reference never matches a digest key
+        (f"nginx:1.25@{D2}", "docker.io/library/nginx:1.25", False),
+        # the digest keeps its repository: another repository is another image
+        (f"nginx:1.25@{D2}", f"docker.io/library/httpd@{D2}", False),
     ],
-    ids=["pod-key", "kubelet-key", "latest", "legacy-domain", "other-registry", "other-tag"],
+    ids=[
+        "pod-key",
+        "kubelet-key",
+        "latest",
+        "legacy-domain",
+        "other-registry",
+        "other-tag",
+        "tag-digest-key-kubelet-digest",
+        "kubelet-digest-key-tag-digest-pod",
+        "digest-other-tag",
+        "other-digest",
+        "digest-vs-tag-key",
+        "tag-vs-digest-key",
+        "digest-other-repo",
+    ],
 )
 def test_layers_json_falls_back_to_the_canonical_form(key: str, image: str, found: bool) -> None:
     source = StaticLayerSource.from_json({key: [{"digest": D1, "size": 3}]}, "layers.json")
@@ -163,6 +192,13 @@ def test_layers_json_conflicting_forms_are_refused() -> None:
         match=r"^layers.json: keys 'nginx:1' and 'docker.io/library/nginx:1' name the same image",
     ):
         StaticLayerSource.from_json(different, "layers.json")
+
+
+def test_layers_json_one_digest_under_two_tags_with_different_layers_is_refused() -> None:
+    # one digest is one content: two tags pinning it cannot list different layers
+    keys = {f"nginx:1.25@{D2}": [{"digest": D1, "size": 3}], f"nginx:1.26@{D2}": []}
+    with pytest.raises(InputError, match=f"name the same image \\(docker.io/library/nginx@{D2}\\)"):
+        StaticLayerSource.from_json(keys, "layers.json")
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from layersched.core.errors import ImageReferenceError
-from layersched.core.reference import ImageReference, normalized_image_name
+from layersched.core.reference import ImageReference, normalized_image_name, parse_or_none
 
 D = "sha256:" + "a" * 64
 
@@ -68,3 +68,38 @@ def test_canonical(text: str, canonical: str, reference: str) -> None:
 def test_invalid_references_name_the_input(text: str) -> None:
     with pytest.raises(ImageReferenceError, match="image reference"):
         ImageReference.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "identity"),
+    [
+        # no digest: the canonical form, tag and all
+        ("nginx:1.25", "docker.io/library/nginx:1.25"),
+        # no tag, no digest: 'latest', as canonical() says
+        ("nginx", "docker.io/library/nginx:latest"),
+        # a digest pins the content: the tag beside it is dropped (kubelet's repo digest form)
+        (f"nginx:1.25@{D}", f"docker.io/library/nginx@{D}"),
+        # a digest alone: unchanged
+        (f"docker.io/library/nginx@{D}", f"docker.io/library/nginx@{D}"),
+        # another registry keeps its host and port
+        (f"reg.lan:5000/app:v1@{D}", f"reg.lan:5000/app@{D}"),
+    ],
+    ids=["tag", "untagged", "tag+digest", "digest", "port"],
+)
+def test_identity(text: str, identity: str) -> None:
+    assert ImageReference.parse(text).identity() == identity
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a reference parses as ImageReference.parse does
+        ("debian:12", ImageReference("docker.io", "library/debian", "12", None)),
+        # what kubelet lists for a dangling image is no reference: None, not an error
+        ("<none>@<none>", None),
+        ("", None),
+    ],
+    ids=["reference", "kubelet-none", "empty"],
+)
+def test_parse_or_none(text: str, expected: ImageReference | None) -> None:
+    assert parse_or_none(text) == expected

@@ -9,13 +9,14 @@ in the ``layersched.registry`` adapter.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from layersched.core.errors import ImageReferenceError, InputError, LayerResolutionError
-from layersched.core.reference import ImageReference, normalized_image_name
+from layersched.core.errors import InputError, LayerResolutionError
+from layersched.core.reference import normalized_image_name, parse_or_none
 
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
 
@@ -68,12 +69,19 @@ def check_size(size: object, where: str) -> int:
     return size
 
 
+#: Names whose canonical form is remembered: every distinct node image name of a
+#: cluster (thousands) fits, and a name missing from LAYERS.json is asked for on
+#: every full-``Nodes`` request.
+CANONICAL_CACHE_SIZE = 65_536
+
+
+@functools.lru_cache(maxsize=CANONICAL_CACHE_SIZE)
 def _canonical(image: str) -> str | None:
-    """The registry form of ``image`` (``docker.io/library/nginx:1.25``), None if unparsable."""
-    try:
-        return ImageReference.parse(image).canonical()
-    except ImageReferenceError:
-        return None
+    """What ``image`` names, in registry form (``docker.io/library/nginx:1.25``, or
+    ``docker.io/library/nginx@sha256:…`` when a digest pins it, tag or not);
+    None if unparsable."""
+    ref = parse_or_none(image)
+    return None if ref is None else ref.identity()
 
 
 class StaticLayerSource:
@@ -83,7 +91,9 @@ class StaticLayerSource:
     ``app:latest`` are the same key. When that exact key is absent, the
     canonical registry forms of both sides are compared: kubelet reports
     ``docker.io/library/nginx:1.25`` for a pod's ``nginx:1.25``, and either may
-    be the key. No network access ever happens.
+    be the key. A digest names the content without its tag, so a key
+    ``nginx:1.25@sha256:X`` matches kubelet's ``docker.io/library/nginx@sha256:X``.
+    No network access ever happens.
     """
 
     def __init__(self, layers_by_image: Mapping[str, tuple[Layer, ...]]) -> None:

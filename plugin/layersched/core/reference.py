@@ -5,6 +5,8 @@
   It is the key that ``status.images[*].names`` are matched by.
 * :meth:`ImageReference.canonical` is the registry form
   (``docker.io/library/debian:latest``) used to talk to a registry.
+* :meth:`ImageReference.identity` is the form that names the content: the
+  canonical form, without the tag when a digest pins it.
 """
 
 from __future__ import annotations
@@ -105,6 +107,28 @@ class ImageReference:
             return f"{name}:{self.tag}@{self.digest}" if self.tag else f"{name}@{self.digest}"
         return f"{name}:{self.tag or DEFAULT_TAG}"
 
+    def identity(self) -> str:
+        """The canonical form naming the content: a digest drops the tag.
+
+        kubelet reports ``docker.io/library/nginx@sha256:…`` for a pod's
+        ``nginx:1.25@sha256:…``; both pin the same content, so both are that.
+        """
+        if self.digest:
+            return f"{self.domain}/{self.path}@{self.digest}"
+        return self.canonical()
+
     def with_digest(self, digest: str) -> ImageReference:
         """The same repository pinned to ``digest``."""
         return ImageReference(self.domain, self.path, self.tag, digest)
+
+
+def parse_or_none(text: str) -> ImageReference | None:
+    """``ImageReference.parse(text)``, or None when ``text`` is no reference.
+
+    For names that come from a runtime rather than a user: kubelet may list
+    names no reference parser accepts (``<none>@<none>``), which match nothing.
+    """
+    try:
+        return ImageReference.parse(text)
+    except ImageReferenceError:
+        return None

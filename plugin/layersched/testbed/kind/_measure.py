@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from layersched.core.errors import ImageReferenceError, TestbedError
-from layersched.core.reference import DEFAULT_TAG, ImageReference
+from layersched.core.errors import TestbedError
+from layersched.core.reference import DEFAULT_TAG, ImageReference, parse_or_none
 
 #: Go's time.Duration.String() units, in seconds.
 _GO_UNITS_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -106,13 +106,6 @@ def pull_event_for(events: Iterable[Mapping[str, Any]], pod_uid: str) -> PullEve
     return None
 
 
-def _parsed(name: str) -> ImageReference | None:
-    try:
-        return ImageReference.parse(name)
-    except ImageReferenceError:
-        return None  # the kubelet may list names no reference parser accepts, e.g. "<none>"
-
-
 def node_reports_image(node: Mapping[str, Any], image: str) -> bool:
     """Whether ``node``'s ``status.images`` lists ``image`` (a pod's image reference).
 
@@ -123,7 +116,7 @@ def node_reports_image(node: Mapping[str, Any], image: str) -> bool:
     wanted = ImageReference.parse(image)
     for listed in (node.get("status") or {}).get("images") or []:
         for name in listed.get("names") or []:
-            have = _parsed(str(name))
+            have = parse_or_none(str(name))
             if have is None or (have.domain, have.path) != (wanted.domain, wanted.path):
                 continue
             if wanted.digest is not None:

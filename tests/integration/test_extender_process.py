@@ -226,12 +226,20 @@ def test_bad_flags_are_a_one_line_error(extra: tuple[str, ...], fragment: str) -
     assert fragment in _one_line_failure(_argv(_free_port(), *extra))
 
 
-def test_image_locality_needs_no_layers(files: dict[str, Path], tmp_path: Path) -> None:
+def test_image_locality_needs_no_layers(tmp_path: Path) -> None:
     # no --layers and no registry: image-locality reads names and sizes only, so the held
-    # inventory loads without a single "layers unknown" warning.
-    # N1 holds img1 (90M), 1 of 3 nodes: 90M / 3 = 30M -> 100 * (30M - 23M) / 977M = 0
+    # inventory loads without a single "layers unknown" warning, and the pod is scored
+    # without resolving its image (registry.test does not exist: resolving it would
+    # answer neutrally, all 0).
+    # img1 is 600M on N1 and N2 of 3 nodes: 600M * 2 / 3 = 400M
+    # -> 100 * (400M - 23M) / (1000M - 23M) = 38 -> 38 // 10 = 3; N3 holds nothing: 0
+    nodes = tmp_path / "big-nodes.json"
+    items = [_node("N1", "registry.test/img1:1"), _node("N2", "registry.test/img1:1"), _node("N3")]
+    for item in items[:2]:
+        item["status"] = {"images": [{"names": ["registry.test/img1:1"], "sizeBytes": 600 * MB}]}
+    nodes.write_text(json.dumps({"kind": "NodeList", "items": items}))
     port = _free_port()
-    argv = _argv(port, "--strategy", "image-locality", "--nodes", str(files["nodes"]))
+    argv = _argv(port, "--strategy", "image-locality", "--nodes", str(nodes))
     log_path = tmp_path / "extender.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -239,9 +247,15 @@ def test_image_locality_needs_no_layers(files: dict[str, Path], tmp_path: Path) 
     try:
         assert_ready(url, proc)
         answer = httpx.post(
-            f"{url}/prioritize", json={"Pod": POD, "NodeNames": ["N1"]}, timeout=HTTP_TIMEOUT_S
+            f"{url}/prioritize",
+            json={"Pod": POD, "NodeNames": ["N1", "N2", "N3"]},
+            timeout=HTTP_TIMEOUT_S,
         )
-        assert answer.json() == [{"Host": "N1", "Score": 0}]
+        assert answer.json() == [
+            {"Host": "N1", "Score": 3},
+            {"Host": "N2", "Score": 3},
+            {"Host": "N3", "Score": 0},
+        ]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=STOP_TIMEOUT_S) == 0
     finally:

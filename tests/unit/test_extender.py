@@ -23,7 +23,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.strategies import get_strategy
-from layersched.extender import Extender, StaticInventoryProvider, create_app, make_extender
+from layersched.extender import (
+    DeadlineResolver,
+    Extender,
+    StaticInventoryProvider,
+    _prioritize,
+    create_app,
+    make_extender,
+)
 from layersched.extender._prioritize import pod_images
 from layersched.extender._wire import Container, Pod, PodSpec
 
@@ -538,6 +545,146 @@ def test_late_failure_logs_one_warning_and_no_traceback(
     assert source.asked == ["bad:1"]
 
 
+class _BuggySource:
+    """A layer source with a bug: a KeyError, not a LayerschedError. Records what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def resolve(self, image: str) -> tuple[Layer, ...]:
+        self.asked.append(image)
+        parsed: dict[str, tuple[Layer, ...]] = {}  # a parser that forgot to fill its table
+        return parsed[image]
+
+
+def test_a_layer_source_bug_is_negative_cached_and_logged_once_with_its_traceback(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The source raises KeyError for 'buggy:1'. The pod scores neutrally; the failure is
+    # cached like any other (the second pod does not ask the source again) and logged once
+    # at ERROR with the KeyError's traceback, for the operator to report.
+    caplog.set_level(logging.INFO)
+    source = _BuggySource()
+    extender = _extender(tmp_path, source=source, resolve_timeout_s=WARM_TIMEOUT_S)
+    body = {"Pod": _pod("buggy:1"), "NodeNames": ["N1"]}
+
+    async def scenario(call: Call) -> None:
+        for _ in range(2):
+            assert await call("POST", "/prioritize", body) == (200, [{"Host": "N1", "Score": 0}])
+
+    try:
+        _serve(extender, scenario)
+    finally:
+        extender.resolver.close()
+    assert source.asked == ["buggy:1"]
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "'buggy:1'" in errors[0].getMessage()
+    assert "failed unexpectedly" in errors[0].getMessage()
+    assert errors[0].exc_info is not None and isinstance(errors[0].exc_info[1], KeyError)
+    assert (
+        'layersched_extender_neutral_answers_total{reason="pod_unresolved"} 2.0'
+        in _metrics_text(extender)
+    )
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        # the pod finds the warm-up running and waits for it: it fails within the deadline
+        "joins-running-warm-up",
+        # the warm-up failed before the pod came: the pod is answered from the negative cache
+        "after-failed-warm-up",
+    ],
+)
+def test_a_pod_image_failed_by_a_node_warm_up_gets_the_pod_warning(
+    caplog: pytest.LogCaptureFixture, when: str
+) -> None:
+    # A pod names its image exactly as a node warm-up resolves it (a repo digest). The
+    # warm-up's failure is logged as a node image's; the pod's documented WARNING ("pods
+    # using it score 0") must be logged too, once: a second pod within 10 s adds nothing.
+    caplog.set_level(logging.WARNING)
+    name = "reg.lan/app@" + _digest("app")
+    source = _BlockingSource(stuck={name}, failing={name})
+    resolver = DeadlineResolver(source, timeout_s=WARM_TIMEOUT_S)
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(WARM_TIMEOUT_S),
+        wait=tenacity.wait_fixed(0.01),
+        reraise=True,
+    )
+    async def assert_asked() -> None:
+        assert source.asked == [name]
+
+    async def scenario() -> None:
+        resolver.warm(name)
+        await assert_asked()  # the warm-up is running, blocked in the source
+        if when == "after-failed-warm-up":
+            source.release.set()
+            await _assert_cached_in(resolver, name)
+        pod = asyncio.create_task(resolver.resolve_pod([name]))
+        await asyncio.sleep(0)  # the pod has joined the warm-up or read the cache
+        source.release.set()
+        assert await pod is None
+        assert await resolver.resolve_pod([name]) is None
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        source.release.set()
+        resolver.close()
+    assert source.asked == [name]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    pod_warnings = [w for w in warnings if w.startswith(f"pod image {name!r}")]
+    assert len(pod_warnings) == 1, warnings
+    assert "pods using it score 0" in pod_warnings[0]
+    assert "manifest unknown" in pod_warnings[0]
+    assert [w for w in warnings if w.startswith(f"node image {name!r}")] != []
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(WARM_TIMEOUT_S), wait=tenacity.wait_fixed(0.01), reraise=True
+)
+async def _assert_cached_in(resolver: DeadlineResolver, image: str) -> None:
+    assert resolver._lookup(image) is not None
+
+
+class _CountingStatic(StaticLayerSource):
+    """The offline source, counting what it is asked (still answered inline, as offline)."""
+
+    def __init__(self, layers: dict[str, tuple[Layer, ...]]) -> None:
+        super().__init__(layers)
+        self.asked: list[str] = []
+
+    def resolve(self, image: str) -> tuple[Layer, ...]:
+        self.asked.append(image)
+        return super().resolve(image)
+
+
+def test_offline_source_unknown_node_image_is_looked_up_once_and_counted_per_request(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 'ghost:1' on N3 is not in LAYERS.json, which cannot change: asked once, not per
+    # request, yet every request counts it as unresolved and the operator is warned once.
+    # Pod img1:1 (90M): N1 holds it all -> 10; N3 holds nothing known -> 0.
+    caplog.set_level(logging.WARNING, logger="layersched.extender")
+    source = _CountingStatic({"img1:1": (L1, L2, L3)})
+    extender = _extender(tmp_path, source=source)
+    nodes = [_node("N1", "img1:1"), _node("N3", "ghost:1")]
+    body = {"Pod": _pod("img1:1"), "Nodes": {"items": nodes}}
+
+    async def scenario(call: Call) -> None:
+        for _ in range(3):
+            answer = [{"Host": "N1", "Score": 10}, {"Host": "N3", "Score": 0}]
+            assert await call("POST", "/prioritize", body) == (200, answer)
+
+    _serve(extender, scenario)
+    assert source.asked.count("ghost:1") == 1
+    assert "layersched_extender_unresolved_node_images_total 3.0" in _metrics_text(extender)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "'ghost:1'" in warnings[0]
+
+
 def test_offline_source_warns_once_per_unknown_pod_image(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -661,21 +808,48 @@ def test_pull_time_uses_node_bandwidth(tmp_path: Any, mode: str) -> None:
     ]
 
 
+def _sized_node(name: str, image: str, size_bytes: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "status": {"images": [{"names": [image], "sizeBytes": size_bytes}]},
+    }
+
+
+#: Node images no layer source knows, big enough for image-locality to score.
+BIG_NODES = [
+    _sized_node("N1", "big:1", 600 * MB),
+    _sized_node("N2", "big:1", 600 * MB),
+    _sized_node("N3", "other:1", 600 * MB),
+]
+
+
+@pytest.mark.parametrize(
+    ("node_names", "expected"),
+    [
+        # big:1 is 600M on N1 and N2 of 3 nodes: 600M * 2 / 3 = 400M
+        # -> 100 * (400M - 23M) / (1000M - 23M) = 38 -> 38 // 10 = 3 for both
+        (["N1", "N2"], [3, 3]),
+        # N3 holds other:1 only, not the pod's image: 0
+        (["N3", "N1"], [0, 3]),
+    ],
+    ids=["holders", "non-holder"],
+)
 def test_image_locality_inventory_resolves_nothing(
-    tmp_path: Any, caplog: pytest.LogCaptureFixture
+    tmp_path: Any, caplog: pytest.LogCaptureFixture, node_names: list[str], expected: list[int]
 ) -> None:
     # image-locality reads names and sizes only: the held inventory is loaded without a
-    # layer source (as 'layersched extender --strategy image-locality' does), and no node
-    # image is reported as unresolved.
-    # N1 holds img1:1 (90M), 1 of 3 nodes: 90M / 3 = 30M -> 100 * (30M - 23M) / 977M = 0
+    # layer source (as 'layersched extender --strategy image-locality' does), no node image
+    # is reported as unresolved although none of them is in SOURCE (with SOURCE, big:1 and
+    # other:1 would be warned about and counted), and the pod's image, not in SOURCE either,
+    # is scored (resolving it would answer neutrally: all 0).
     caplog.set_level(logging.INFO)
-    provider = StaticInventoryProvider(_nodes_file(tmp_path, NODES), None)
+    provider = StaticInventoryProvider(_nodes_file(tmp_path, BIG_NODES), None)
     provider.load()
     extender = make_extender(get_strategy("image-locality"), SOURCE, provider)
-    body = {"Pod": _pod("img1:1"), "NodeNames": ["N1"]}
+    body = {"Pod": _pod("big:1"), "NodeNames": node_names}
     assert _request(tmp_path, extender, "POST", "/prioritize", body) == (
         200,
-        [{"Host": "N1", "Score": 0}],
+        [{"Host": n, "Score": e} for n, e in zip(node_names, expected, strict=True)],
     )
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert "layersched_extender_inventory_unresolved_node_images 0.0" in _metrics_text(extender)
@@ -743,8 +917,11 @@ def test_malformed_node_data_is_ignored_counted_and_warned(
     # One node's bad data must not cost every node its score (the request stays a 200):
     # A: a negative sizeBytes, and a layers map with a bad key, next to a good layers map.
     # B: one good imageLayer annotation (L1), one with a non-numeric size.
+    # C: the same negative-size entry as A (found where the distinct image is described,
+    #    not by a layers-map check), next to img2:1 (L1+L2+L4, resolved through SOURCE).
     # img1:1 = 90M. A keeps only its good map (L1+L2 = 50M): floor(100 * 50 / 90) = 55 -> 5.
-    # B keeps L1 = 30M: floor(100 * 30 / 90) = 33 -> 3. Three problems, counted and warned.
+    # B keeps L1 = 30M: floor(100 * 30 / 90) = 33 -> 3. C holds L1+L2 = 50M: 55 -> 5.
+    # Four problems, counted and warned naming the node (not its place in the request).
     caplog.set_level(logging.WARNING, logger="layersched.extender")
     node_a = {
         "metadata": {"name": "A"},
@@ -769,25 +946,70 @@ def test_malformed_node_data_is_ignored_counted_and_warned(
             }
         },
     )
-    body = {"Pod": _pod("img1:1"), "Nodes": {"items": [node_a, node_b]}}
+
+    def node_c(name: str) -> dict[str, Any]:
+        images = [{"names": ["neg:1"], "sizeBytes": -1}, {"names": ["img2:1"], "sizeBytes": MB}]
+        return {"metadata": {"name": name}, "status": {"images": images}}
+
     extender = _extender(tmp_path)
+    body = {"Pod": _pod("img1:1"), "Nodes": {"items": [node_a, node_b, node_c("C")]}}
     assert _request(tmp_path, extender, "POST", "/prioritize", body) == (
         200,
-        [{"Host": "A", "Score": 5}, {"Host": "B", "Score": 3}],
+        [{"Host": "A", "Score": 5}, {"Host": "B", "Score": 3}, {"Host": "C", "Score": 5}],
     )
-    assert "layersched_extender_invalid_node_data_total 3.0" in _metrics_text(extender)
+    assert "layersched_extender_invalid_node_data_total 4.0" in _metrics_text(extender)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 3
-    assert (
-        "ignoring node image 'neg:1': Nodes.items[0].status.images[0].sizeBytes: size -1"
-        in warnings[0]
+    negative = "sizeBytes: size -1 must be a non-negative integer (bytes)"
+    assert warnings == [
+        f"node 'A': ignoring image 'neg:1': {negative}",
+        "node 'A': ignoring image 'badmap:1': layers key: 'nope' is not a digest; "
+        "expected 'sha256:' followed by 64 hex digits",
+        f"node 'B': ignoring annotation 'imageLayer.{L3.digest}': "
+        f"metadata.annotations['imageLayer.{L3.digest}']: value 'big' must be the layer "
+        "size in decimal bytes",
+        f"node 'C': ignoring image 'neg:1': {negative}",
+    ]
+    # the next cycle sends the nodes in another order, with D (C's twin) as well: the same
+    # problems are counted again (4 + 5 = 9) but only D's is new to the log
+    caplog.clear()
+    body = {"Pod": _pod("img1:1"), "Nodes": {"items": [node_c("C"), node_c("D"), node_b, node_a]}}
+    assert _request(tmp_path, extender, "POST", "/prioritize", body) == (
+        200,
+        [
+            {"Host": "C", "Score": 5},
+            {"Host": "D", "Score": 5},
+            {"Host": "B", "Score": 3},
+            {"Host": "A", "Score": 5},
+        ],
     )
-    assert (
-        "ignoring node image 'badmap:1': Nodes.items[0].status.images[1].layers key: 'nope'"
-        in warnings[1]
-    )
-    assert f"ignoring annotation 'imageLayer.{L3.digest}'" in warnings[2]
-    assert "must be the layer size in decimal bytes" in warnings[2]
+    assert "layersched_extender_invalid_node_data_total 9.0" in _metrics_text(extender)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"node 'D': ignoring image 'neg:1': {negative}"]
+
+
+def test_a_full_warning_memory_forgets_the_oldest_not_the_newest(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With room for 2 remembered warnings, nodes X0, X1, X2 (one bad image each) are all
+    # warned: a full memory drops its least recently seen entry (X0), it does not stop
+    # warning. X2 again is still remembered (silent); X0 again was forgotten (warned again).
+    monkeypatch.setattr(_prioritize, "MAX_LOGGED_INVALID_NODE_DATA", 2)
+    caplog.set_level(logging.WARNING, logger="layersched.extender")
+    extender = _extender(tmp_path)
+
+    def bad_node(name: str) -> dict[str, Any]:
+        images = [{"names": ["neg:1"], "sizeBytes": -1}]
+        return {"metadata": {"name": name}, "status": {"images": images}}
+
+    async def scenario(call: Call) -> None:
+        for name in ("X0", "X1", "X2", "X2", "X0"):
+            body = {"Pod": _pod("img1:1"), "Nodes": {"items": [bad_node(name)]}}
+            assert await call("POST", "/prioritize", body) == (200, [{"Host": name, "Score": 0}])
+
+    _serve(extender, scenario)
+    warned = [r.getMessage().split(":")[0] for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == ["node 'X0'", "node 'X1'", "node 'X2'", "node 'X0'"]
+    assert "layersched_extender_invalid_node_data_total 5.0" in _metrics_text(extender)
 
 
 @pytest.mark.parametrize(

@@ -110,13 +110,17 @@ def _snapshot(
 
 @pytest.mark.parametrize("seed", range(12), ids=lambda s: f"seed{s}")
 @pytest.mark.parametrize("indexed", [False, True], ids=["lazy", "indexed"])
-@pytest.mark.parametrize("cached", [False, True], ids=["fresh", "slot-cache"])
-def test_same_answers_as_cluster_inventory(seed: int, indexed: bool, cached: bool) -> None:
+@pytest.mark.parametrize(
+    "cached", ["", "resolved", "offline"], ids=["fresh", "slot-cache", "slot-cache-offline"]
+)
+def test_same_answers_as_cluster_inventory(seed: int, indexed: bool, cached: str) -> None:
     # Every query the strategies make, and every strategy's scores, match exactly,
-    # also when a SlotCache warmed by other snapshots (other clusters, the same one) is used.
+    # also when a SlotCache warmed by other snapshots (other clusters, the same one) is used,
+    # including one that keeps unresolved entries (an offline source's): their warnings and
+    # count are still those of a fresh build.
     nodes, source, pods = _random_cluster(seed)
     reference = ClusterInventory.build(nodes, source)
-    cache = SlotCache(max_entries=10_000) if cached else None
+    cache = SlotCache(max_entries=10_000, keep_unresolved=cached == "offline") if cached else None
     if cache is not None:
         _snapshot(_random_cluster(seed + 100)[0], source, cache)
         _snapshot(nodes[: len(nodes) // 2], source, cache)
@@ -231,6 +235,105 @@ def test_slot_cache_remembers_resolved_entries_only() -> None:
     assert second.layer_holders(L4.digest).tolist() == [0]
     # a layer the cache learnt after `first` was built is not in `first`
     assert first.layer_holders(L4.digest).tolist() == []
+
+
+def test_offline_slot_cache_keeps_unresolved_entries_and_still_reports_them() -> None:
+    # keep_unresolved (an offline source's answer cannot change): 'nope:1' is asked once,
+    # yet every snapshot counts it and lists its warning, as a fresh build would
+    calls: list[str] = []
+
+    class Counting:
+        def resolve(self, image: str) -> tuple[Layer, ...]:
+            calls.append(image)
+            return SOURCE.resolve(image)
+
+    cache = SlotCache(max_entries=10, keep_unresolved=True)
+    nodes = [
+        NodeInfo("n0", (NodeImage(("img1:1",), MB), NodeImage(("nope:1",), MB))),
+        NodeInfo("n1", (NodeImage(("nope:1",), MB),)),
+    ]
+    source = Counting()
+    snapshots = [_snapshot(nodes, source, cache) for _ in range(3)]  # type: ignore[arg-type]
+    assert calls == ["img1:1", "nope:1"]
+    assert len(cache) == 2
+    for snapshot in snapshots:
+        assert snapshot.unresolved_images == 1
+        assert len(snapshot.warnings) == 1 and "'nope:1'" in snapshot.warnings[0]
+        assert snapshot.layer_holders(L1.digest).tolist() == [0]
+
+
+class _NamesSource:
+    """A NodeImageSource: resolves from all names at once; counts lookups of the method."""
+
+    def __init__(self) -> None:
+        self.lookups = 0
+        self.asked: list[tuple[str, ...]] = []
+
+    def resolve(self, image: str) -> tuple[Layer, ...]:
+        raise AssertionError("a NodeImageSource is asked through resolve_names only")
+
+    def _resolve_names(self, names: tuple[str, ...]) -> tuple[Layer, ...]:
+        self.asked.append(tuple(names))
+        return (L4,)
+
+    @property
+    def resolve_names(self) -> object:
+        self.lookups += 1
+        return self._resolve_names
+
+
+def test_a_node_image_source_is_looked_up_once_per_builder() -> None:
+    # three distinct images, each given with all its names in one call; whether the
+    # source has resolve_names is found out once (per image it costs microseconds)
+    source = _NamesSource()
+    builder = SnapshotBuilder(source)
+    builder.add_node(
+        "n0", (NodeImage(("a@sha256:" + "a" * 64, "a:1"), MB), NodeImage(("b:1",), MB))
+    )
+    builder.add_node("n1", (NodeImage(("c:1",), MB),))
+    snapshot = builder.build()
+    assert source.lookups == 1
+    assert source.asked == [("a@sha256:" + "a" * 64, "a:1"), ("b:1",), ("c:1",)]
+    assert snapshot.layer_holders(L4.digest).tolist() == [0, 1]
+
+
+def _strict_describe(key: object) -> NodeImage:
+    image: NodeImage = key  # type: ignore[assignment]
+    if image.size_bytes < 0:
+        raise InputError(f"image {image.names[0]!r}: negative size")
+    return image
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["fresh", "slot-cache"])
+def test_skip_invalid_holds_refused_images_by_nobody_and_names_their_nodes(cached: bool) -> None:
+    # 'bad:1' (size -1) is refused by describe. Interned once, it is on n0 and (twice) on n2:
+    # each node names it once; it adds no name and no layer; n1 is clean. It is never
+    # cached, so a second snapshot names its nodes again.
+    bad = NodeImage(("bad:1",), -1, (L4,))
+    nodes = [
+        ("n0", (NodeImage(("img1:1",), MB), bad)),
+        ("n1", (NodeImage(("img2:1",), MB),)),
+        ("n2", (bad, bad)),
+    ]
+    cache = SlotCache(max_entries=10) if cached else None
+    for _ in range(2):
+        builder = SnapshotBuilder(SOURCE, cache, skip_invalid=True)
+        found = []
+        for name, images in nodes:
+            idx = builder.add_node(name, images, describe=_strict_describe)
+            found.append(builder.invalid_images(idx))
+        snapshot = builder.build()
+        assert found == [["image 'bad:1': negative size"], [], ["image 'bad:1': negative size"]]
+        assert snapshot.image_state("bad:1") is None
+        assert snapshot.layer_holders(L4.digest).tolist() == [1]
+    if cache is not None:
+        assert len(cache) == 2  # img1:1 and img2:1
+
+
+def test_without_skip_invalid_a_refused_image_is_an_error() -> None:
+    builder = SnapshotBuilder(SOURCE)
+    with pytest.raises(InputError, match="negative size"):
+        builder.add_node("n0", (NodeImage(("bad:1",), -1),), describe=_strict_describe)
 
 
 def test_slot_cache_resets_when_full() -> None:

@@ -19,6 +19,9 @@ memoised by the first name; ``imageLayer.<digest>`` annotations (c) count as one
 more nameless image of the node. Unresolvable images are counted and listed in
 ``warnings`` but, unlike ``ClusterInventory``, not logged one by one: a server
 building a snapshot per request decides itself what is worth a log line.
+A builder made with ``skip_invalid`` also survives an image its ``describe``
+refuses: the image counts as held by nobody and :meth:`SnapshotBuilder.invalid_images`
+says which node listed it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from layersched.core.inventory import (
     IndexArray,
     NodeImage,
     NodeInfo,
+    names_resolver,
     resolve_node_image,
 )
 from layersched.core.layers import Layer, LayerSource
@@ -57,14 +61,19 @@ class SlotCache:
     ``status.images`` entries every time; with this cache only new ones are
     described and resolved. Layer ids become shared too, so a snapshot's
     :meth:`NodeSnapshot.layer_size` is the size first seen by the cache.
-    Unresolved entries are not kept. One cache serves builders of one layer
-    source (its answers are what is cached). Call :meth:`reset` to forget everything
-    (e.g. when tags may have moved); entries beyond ``max_entries`` reset it too.
+    Unresolved entries are kept only with ``keep_unresolved`` (an offline source,
+    whose answer cannot change; a registry may answer next time), together with
+    their warning, which every snapshot using them still counts and lists.
+    One cache serves builders of one layer source (its answers are what is
+    cached). Call :meth:`reset` to forget everything (e.g. when tags may have
+    moved); entries beyond ``max_entries`` reset it too.
     """
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, *, keep_unresolved: bool = False) -> None:
         self.max_entries = max_entries
-        self.entries: dict[Hashable, tuple[tuple[str, ...], int, list[int]]] = {}
+        self.keep_unresolved = keep_unresolved
+        #: key -> (names, size in bytes, layer ids, the warning if unresolved)
+        self.entries: dict[Hashable, tuple[tuple[str, ...], int, list[int], str | None]] = {}
         self.layer_id: dict[str, int] = {}
         self.layer_size: list[int] = []
 
@@ -89,15 +98,28 @@ class SnapshotBuilder:
     ``add_node`` takes each node's images as hashable *keys* plus a ``describe``
     function turning a key seen for the first time into a :class:`NodeImage`:
     a caller decoding wire objects can intern them without converting the
-    25,000 entries of a request, only the few thousand distinct ones.
+    25,000 entries of a request, only the few thousand distinct ones. With
+    ``skip_invalid``, a key ``describe`` refuses (InputError) is held by nobody
+    instead of failing the build, and :meth:`invalid_images` names it per node.
     """
 
-    def __init__(self, source: LayerSource | None = None, cache: SlotCache | None = None) -> None:
+    def __init__(
+        self,
+        source: LayerSource | None = None,
+        cache: SlotCache | None = None,
+        *,
+        skip_invalid: bool = False,
+    ) -> None:
         self._source = source
+        self._names_resolver = names_resolver(source) if source is not None else None
+        self._skip_invalid = skip_invalid
+        #: slot -> why ``describe`` refused its key
+        self._invalid: dict[int, str] = {}
         self._nodes: list[NodeInfo] = []
         self._node_index: dict[str, int] = {}
         self._pair_slot: list[int] = []
         self._pairs_per_node: list[int] = []
+        self._pairs_start: list[int] = []
         self._slot_of: dict[Hashable, int] = {}
         self._slot_names: list[tuple[str, ...]] = []
         self._slot_size: list[int] = []
@@ -108,6 +130,7 @@ class SnapshotBuilder:
         self._layer_id: dict[str, int] = {} if cache is None else cache.layer_id
         self._layer_size: list[int] = [] if cache is None else cache.layer_size
         self._resolved: dict[str, tuple[Layer, ...] | None] = {}
+        self._resolved_warning: dict[str, str] = {}
         self._unresolved = 0
         self._warnings: list[str] = []
 
@@ -139,6 +162,7 @@ class SnapshotBuilder:
             if slot is None:
                 slot = self._new_slot(key, lambda _: NodeImage((), 0, annotation_layers))
             append(slot)
+        self._pairs_start.append(count)
         self._pairs_per_node.append(len(self._pair_slot) - count)
         return idx
 
@@ -152,10 +176,27 @@ class SnapshotBuilder:
             annotations=node.annotations,
         )
 
+    def invalid_images(self, node: int) -> list[str]:
+        """Why each image of node index ``node`` that ``describe`` refused was skipped."""
+        if not self._invalid:
+            return []
+        start = self._pairs_start[node]
+        slots = self._pair_slot[start : start + self._pairs_per_node[node]]
+        return [self._invalid[slot] for slot in dict.fromkeys(slots) if slot in self._invalid]
+
     def _new_slot(self, key: Hashable, describe: Callable[[Any], NodeImage]) -> int:
         entry = self._cache.entries.get(key) if self._cache is not None else None
+        if entry is not None and entry[3] is not None:
+            self._note_unresolved(entry[0][0], None, entry[3])
         if entry is None:
-            image = describe(key)
+            try:
+                image = describe(key)
+            except InputError as err:
+                if not self._skip_invalid:
+                    raise
+                # never cached: the next snapshot names the nodes listing it again
+                self._invalid[len(self._slot_names)] = str(err)
+                image = NodeImage((), 0)
             layers = image.layers if image.layers is not None else self._resolve(image)
             lids: dict[int, None] = {}
             for layer in layers or ():
@@ -164,10 +205,16 @@ class SnapshotBuilder:
                     lid = self._layer_id[layer.digest] = len(self._layer_size)
                     self._layer_size.append(layer.size_bytes)
                 lids[lid] = None
-            entry = (image.names, image.size_bytes, list(lids))
-            # an unresolved image is not remembered: its registry may answer next time
-            resolved = layers is not None or not image.names or self._source is None
-            if self._cache is not None and resolved:
+            unresolved = layers is None and bool(image.names) and self._source is not None
+            warning = self._resolved_warning.get(image.names[0]) if unresolved else None
+            entry = (image.names, image.size_bytes, list(lids), warning)
+            # an unresolved image is remembered only from an offline source: a registry
+            # may answer next time
+            if (
+                self._cache is not None
+                and (not unresolved or self._cache.keep_unresolved)
+                and len(self._slot_names) not in self._invalid
+            ):
                 self._cache.entries[key] = entry
         slot = len(self._slot_names)
         self._slot_of[key] = slot
@@ -182,12 +229,21 @@ class SnapshotBuilder:
         key = image.names[0]
         if key in self._resolved:
             return self._resolved[key]
-        layers, message = resolve_node_image(image, self._source)
+        layers, message = resolve_node_image(image, self._source, self._names_resolver)
+        self._note_unresolved(key, layers, message)
+        return layers
+
+    def _note_unresolved(
+        self, key: str, layers: tuple[Layer, ...] | None, message: str | None
+    ) -> None:
+        """Memoise the answer for first name ``key``; count and list it if unresolved."""
+        if key in self._resolved:
+            return
+        self._resolved[key] = layers
         if message is not None:
             self._unresolved += 1
             self._warnings.append(message)
-        self._resolved[key] = layers
-        return layers
+            self._resolved_warning[key] = message
 
     def build(self) -> NodeSnapshot:
         """The snapshot of every node added so far."""

@@ -46,16 +46,21 @@ def _checked(image: ContainerImage, where: str) -> ContainerImage | NodeImage:
     """A status image with its size checked and its Ryax ``layers`` map (if any) read.
 
     An image with a ``layers`` map becomes a hashable NodeImage; InputError if
-    the size is negative or the map is malformed.
+    the size is negative or the map is malformed. ``where`` prefixes the field
+    named in an error (``items[3].status.images[7].``, or nothing).
     """
-    check_size(image.sizeBytes, f"{where}.sizeBytes")
+    check_size(image.sizeBytes, f"{where}sizeBytes")
     if image.layers is None:
         return image
     layers = tuple(
-        Layer(check_digest(d, f"{where}.layers key"), check_size(s, f"{where}.layers[{d!r}]"))
+        Layer(check_digest(d, f"{where}layers key"), check_size(s, f"{where}layers[{d!r}]"))
         for d, s in image.layers.items()
     )
     return NodeImage(image.names or (), image.sizeBytes, layers or None)
+
+
+def _first_name(image: ContainerImage | NodeImage) -> str:
+    return (image.names or ("",))[0]
 
 
 def add_wire_node(
@@ -64,46 +69,68 @@ def add_wire_node(
     """Add one decoded wire Node to ``builder`` (sources a, b and c as the core reads them).
 
     A malformed image entry (negative ``sizeBytes``, a bad ``layers`` map) or
-    ``imageLayer.*`` annotation is an InputError, unless ``problems`` is given:
-    then it is ignored and described there (one bad node image must not cost a
-    whole request its scores). A node without a name or of another kind is an
-    InputError either way.
+    ``imageLayer.*`` annotation is an InputError naming ``where`` it is, unless
+    ``problems`` is given: then it is ignored and described there, by node name
+    (one bad node image must not cost a whole request its scores; the node's
+    position in a request changes from cycle to cycle, its name does not). Then
+    ``builder`` must skip invalid images: a negative size is found where the
+    distinct image is described, once per request, not by a scan of every image.
+    A node without a name or of another kind is an InputError either way.
     """
     check_node_kind(node.kind, where)
     meta = node.metadata
     if not meta.name:
         raise InputError(f"{where}: metadata.name is missing: every Node needs a name")
+    lenient = problems is not None
     wire: list[ContainerImage] = node.status.images or []
     images: list[ContainerImage] | list[ContainerImage | NodeImage] = wire
-    if any(image.layers is not None or image.sizeBytes < 0 for image in wire):
+    mine: list[str] = []
+    # a ``layers`` map (a dict) is not hashable: such images are converted first
+    if lenient:  # a request: negative sizes are left to _describe_image, once per image
+        convert = any(image.layers is not None for image in wire)
+    else:  # the --nodes file: every mistake is an error naming its place
+        convert = any(image.layers is not None or image.sizeBytes < 0 for image in wire)
+    if convert:
         checked: list[ContainerImage | NodeImage] = []
         images = checked
         for i, image in enumerate(wire):
             try:
-                checked.append(_checked(image, f"{where}.status.images[{i}]"))
+                prefix = "" if lenient else f"{where}.status.images[{i}]."
+                checked.append(_checked(image, prefix))
             except InputError as err:
-                if problems is None:
+                if not lenient:
                     raise
-                name = (image.names or ("",))[0]
-                problems.append(f"ignoring node image {name!r}: {err}")
+                mine.append(f"ignoring image {_first_name(image)!r}: {err}")
     annotations = meta.annotations or {}
-    builder.add_node(
+    idx = builder.add_node(
         meta.name,
         images,
         describe=_describe_image,
         annotation_layers=(
-            annotation_layers(annotations, f"{where}.metadata.annotations", problems)
+            annotation_layers(
+                annotations,
+                "metadata.annotations" if lenient else f"{where}.metadata.annotations",
+                mine if lenient else None,
+            )
             if annotations
             else ()
         ),
         labels=meta.labels,
         annotations=annotations,
     )
+    if problems is not None:
+        mine.extend(builder.invalid_images(idx))
+        problems.extend(f"node {meta.name!r}: {problem}" for problem in mine)
 
 
 def _describe_image(image: ContainerImage | NodeImage) -> NodeImage:
+    """A distinct status image, described once; InputError if its size is negative."""
     if isinstance(image, NodeImage):
         return image
+    try:
+        check_size(image.sizeBytes, "sizeBytes")
+    except InputError as err:
+        raise InputError(f"ignoring image {_first_name(image)!r}: {err}") from err
     return NodeImage(image.names or (), image.sizeBytes, None)
 
 
@@ -116,7 +143,7 @@ def snapshot_of(
 ) -> NodeSnapshot:
     """A snapshot of a request's ``Nodes.items`` (``cache``: entries seen by earlier requests;
     ``problems``: collects malformed images and annotations, ignored, instead of raising)."""
-    builder = SnapshotBuilder(source, cache)
+    builder = SnapshotBuilder(source, cache, skip_invalid=problems is not None)
     for i, node in enumerate(nodes):
         add_wire_node(builder, node, f"{where}[{i}]", problems)
     return builder.build()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import msgspec
@@ -33,10 +34,35 @@ log = logging.getLogger("layersched.extender")
 
 #: Framework scores (0..100) become extender scores (0..10) by integer division.
 SCORE_DIVISOR = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
-#: Unknown node names are logged once each; past this many we stop remembering.
+#: Unknown node names are logged once each; the least recently seen past this many
+#: are forgotten (and logged again if they come back).
 MAX_LOGGED_UNKNOWN_NODES = 10_000
 #: Distinct unresolvable node images logged, likewise.
 MAX_LOGGED_UNRESOLVED_IMAGES = 10_000
+#: Distinct (node, image) problems in request node data logged, likewise.
+MAX_LOGGED_INVALID_NODE_DATA = 10_000
+
+
+class _LogOnce:
+    """Which messages were logged already: the ``max_entries`` most recently seen.
+
+    Least recently seen first to go, so a full memory never silences a new
+    message; a forgotten one that comes back is logged again.
+    """
+
+    def __init__(self, max_entries: int) -> None:
+        self._max_entries = max_entries
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def first(self, message: str) -> bool:
+        """Whether ``message`` is new (it is remembered from now on)."""
+        if message in self._seen:
+            self._seen.move_to_end(message)
+            return False
+        self._seen[message] = None
+        if len(self._seen) > self._max_entries:
+            self._seen.popitem(last=False)
+        return True
 
 
 class _Resolved:
@@ -88,10 +114,12 @@ class Extender:
         self.resolver = resolver
         self.provider = provider
         self.metrics = metrics
-        self._logged_unknown: set[str] = set()
-        self._logged_unresolved: set[str] = set()
-        #: Image entries of earlier full-Nodes requests: only new ones are resolved.
-        self._slots = SlotCache(MAX_CACHED_IMAGES)
+        self._logged_unknown = _LogOnce(MAX_LOGGED_UNKNOWN_NODES)
+        self._logged_unresolved = _LogOnce(MAX_LOGGED_UNRESOLVED_IMAGES)
+        self._logged_invalid = _LogOnce(MAX_LOGGED_INVALID_NODE_DATA)
+        #: Image entries of earlier full-Nodes requests: only new ones are resolved
+        #: (an offline source's misses too: its answer cannot change).
+        self._slots = SlotCache(MAX_CACHED_IMAGES, keep_unresolved=resolver.local)
         self._slots_since_s = time.monotonic()
         self._indices_memo: tuple[ClusterInventory, list[str], IndexArray, list[str]] | None = None
 
@@ -153,24 +181,20 @@ class Extender:
         snapshot = snapshot_of(args.Nodes.items or [], source, "Nodes.items", self._slots, problems)
         if problems:
             self.metrics.invalid_node_data.inc(len(problems))
-            self._warn_once(problems)
+            self._warn_once(problems, self._logged_invalid)
         if needs_layers and snapshot.unresolved_images:
             self.metrics.unresolved_node_images.inc(snapshot.unresolved_images)
             if not self.resolver.local:
                 # being resolved, or failed: the resolver logs the failure and its reason
                 log.debug("%d node images ignored for now", snapshot.unresolved_images)
                 return snapshot
-            self._warn_once(snapshot.warnings)
+            self._warn_once(snapshot.warnings, self._logged_unresolved)
         return snapshot
 
-    def _warn_once(self, warnings: Sequence[str]) -> None:
-        """Log each distinct warning once (up to MAX_LOGGED_UNRESOLVED_IMAGES of them)."""
+    def _warn_once(self, warnings: Sequence[str], logged: _LogOnce) -> None:
+        """Log each warning not in ``logged`` (the recently logged ones)."""
         for warning in warnings:
-            if (
-                len(self._logged_unresolved) < MAX_LOGGED_UNRESOLVED_IMAGES
-                and warning not in self._logged_unresolved
-            ):
-                self._logged_unresolved.add(warning)
+            if logged.first(warning):
                 log.warning("%s", warning)
 
     def _neutral(self, names: Sequence[str], reason: str, pod: PodImages) -> list[HostPriority]:
@@ -181,10 +205,7 @@ class Extender:
     def _note_unknown(self, missing: list[str]) -> None:
         self.metrics.unknown_nodes.inc(len(missing))
         for name in missing:
-            if name not in self._logged_unknown and (
-                len(self._logged_unknown) < MAX_LOGGED_UNKNOWN_NODES
-            ):
-                self._logged_unknown.add(name)
+            if self._logged_unknown.first(name):
                 log.warning("node %r is not in the held inventory: scoring it 0", name)
 
     def _log_decision(

@@ -8,7 +8,9 @@ worker pool and its result warms the cache for the next pod with that image.
 
 Pod images come first. Node images of full-``Nodes`` requests (thousands on a
 cold start) are warmed on a pool and queue of their own, so they never hold up
-a pod image; a pod image already queued for warming is moved to the pod pool.
+a pod image. A warm-up is found by the name it resolves (a repo digest when
+kubelet reports one): a pod naming its image that way and finding it still
+queued moves it to the pod pool, or joins it if it is running.
 
 Offline sources (``--layers``, or none) answer from memory, so they are called
 inline: no thread hop, no cache in front of them.
@@ -89,11 +91,15 @@ class _WarningLog:
 
 
 class _Entry:
-    __slots__ = ("expires_at", "layers")
+    __slots__ = ("error", "expires_at", "layers")
 
-    def __init__(self, layers: tuple[Layer, ...] | None, expires_at: float) -> None:
+    def __init__(
+        self, layers: tuple[Layer, ...] | None, expires_at: float, error: BaseException | None
+    ) -> None:
         self.layers = layers
         self.expires_at = expires_at
+        #: Why resolution failed (``layers`` is None).
+        self.error = error
 
 
 class DeadlineResolver:
@@ -144,10 +150,12 @@ class DeadlineResolver:
                 return None
             return entry
 
-    def _store(self, image: str, layers: tuple[Layer, ...] | None) -> None:
+    def _store(
+        self, image: str, layers: tuple[Layer, ...] | None, error: BaseException | None = None
+    ) -> None:
         ttl_s = POSITIVE_TTL_S if layers is not None else NEGATIVE_TTL_S
         with self._lock:
-            self._cache[image] = _Entry(layers, time.monotonic() + ttl_s)
+            self._cache[image] = _Entry(layers, time.monotonic() + ttl_s, error)
             self._cache.move_to_end(image)
             while len(self._cache) > MAX_CACHED_IMAGES:
                 self._cache.popitem(last=False)
@@ -156,23 +164,60 @@ class DeadlineResolver:
         try:
             layers = self.source.resolve(image)
         except LayerschedError as err:
-            self._store(image, None)
+            self._store(image, None, err)
             if for_pod:
-                level = self._pod_warnings.level(image)
-                log.log(
-                    level,
-                    "pod image %r: layers cannot be resolved, pods using it score 0 "
-                    "(retried after %.0f s): %s",
-                    image,
-                    NEGATIVE_TTL_S,
-                    err,
-                )
+                self._pod_failed(image, err)
             else:
                 level = self._node_warnings.level(image)
                 log.log(level, "node image %r: layers cannot be resolved, ignored: %s", image, err)
             raise
+        except Exception as err:
+            # a bug in the layer source (a KeyError in a parser, say): negative-cached like
+            # any failure, so pods do not queue it again and again, and its traceback is
+            # in the operator's log once per period
+            self._store(image, None, err)
+            warnings = self._pod_warnings if for_pod else self._node_warnings
+            if warnings.level(image) == logging.WARNING:
+                log.exception(
+                    "%s image %r: the layer source failed unexpectedly (a bug: please report "
+                    "it with this traceback); the image counts as unresolved, retried after %.0f s",
+                    "pod" if for_pod else "node",
+                    image,
+                    NEGATIVE_TTL_S,
+                )
+            else:
+                log.info("image %r: the layer source failed unexpectedly again: %r", image, err)
+            raise LayerResolutionError(
+                f"resolving layers of {image!r}: the layer source failed unexpectedly ({err!r})"
+            ) from err
         self._store(image, layers)
         return layers
+
+    def _pod_failed(
+        self, image: str, err: BaseException | None, *, warning_only: bool = False
+    ) -> None:
+        """Log a pod image's failure: WARNING once per POD_WARNING_PERIOD_S, else INFO
+        (or nothing, with ``warning_only``: a pod answered from the negative cache)."""
+        level = self._pod_warnings.level(image)
+        if warning_only and level != logging.WARNING:
+            return
+        log.log(
+            level,
+            "pod image %r: layers cannot be resolved, pods using it score 0 "
+            "(retried after %.0f s): %s",
+            image,
+            NEGATIVE_TTL_S,
+            err,
+        )
+
+    def _joined_warm_up(self, image: str, future: Future) -> None:
+        """Done callback of a node-image warm-up a pod waits for: the warm-up logs its
+        failure as a node image's (once per 5 min); the pod's own warning is logged here."""
+        if future.cancelled():
+            return
+        err = future.exception()
+        if err is not None:
+            self._pod_failed(image, err)
 
     def _finished(self, queue: dict[str, Future], image: str, future: Future) -> None:
         with self._lock:
@@ -199,24 +244,30 @@ class DeadlineResolver:
 
     def _submit(self, image: str) -> Future | None:
         """The in-flight resolution of pod image ``image``, started if needed; None when
-        saturated. A node-image warm-up of it still queued is moved to the pod pool."""
+        saturated. A node-image warm-up of it (under this very name) still queued is
+        moved to the pod pool; one already running is joined."""
         with self._lock:
             future = self._pending.get(image)
             if future is not None:
                 return future
             warming = self._warming.get(image)
             if warming is not None and (warming.running() or warming.done()):
-                return warming  # under way: as quick as starting it again
+                return self._join(image, warming)  # under way: as quick as starting it again
             if len(self._pending) >= self._max_pending:
                 self.rejected += 1
                 return None
             if warming is not None:
                 if not warming.cancel():
-                    return warming  # a worker picked it up meanwhile
+                    return self._join(image, warming)  # a worker picked it up meanwhile
                 self._warming.pop(image, None)
             future = self._start(image, for_pod=True)
         future.add_done_callback(lambda f: self._finished(self._pending, image, f))
         return future
+
+    def _join(self, image: str, warming: Future) -> Future:
+        """Wait for a node-image warm-up as a pod: its failure gets the pod's warning too."""
+        warming.add_done_callback(lambda f: self._joined_warm_up(image, f))
+        return warming
 
     def warm(self, image: str) -> None:
         """Resolve node image ``image`` in the background, behind every pod image."""
@@ -251,7 +302,10 @@ class DeadlineResolver:
             entry = self._lookup(image)
             if entry is not None:
                 if entry.layers is None:
-                    return None  # failed recently: answer at once, retried after NEGATIVE_TTL_S
+                    # failed recently: answer at once, retried after NEGATIVE_TTL_S; warned
+                    # here if a node-image warm-up failed it (no pod warning yet)
+                    self._pod_failed(image, entry.error, warning_only=True)
+                    return None
                 found[image] = entry.layers
                 continue
             future = self._submit(image)

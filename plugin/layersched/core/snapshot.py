@@ -176,6 +176,11 @@ class SnapshotBuilder:
             annotations=node.annotations,
         )
 
+    @property
+    def has_invalid(self) -> bool:
+        """Whether ``describe`` refused any key so far (see :meth:`invalid_images`)."""
+        return bool(self._invalid)
+
     def invalid_images(self, node: int) -> list[str]:
         """Why each image of node index ``node`` that ``describe`` refused was skipped."""
         if not self._invalid:

@@ -77,7 +77,8 @@ def add_wire_node(
     distinct image is described, once per request, not by a scan of every image.
     A node without a name or of another kind is an InputError either way.
     """
-    check_node_kind(node.kind, where)
+    if node.kind is not None:  # usually absent inside a list: skip the call on the hot path
+        check_node_kind(node.kind, where)
     meta = node.metadata
     if not meta.name:
         raise InputError(f"{where}: metadata.name is missing: every Node needs a name")
@@ -119,8 +120,10 @@ def add_wire_node(
         annotations=annotations,
     )
     if problems is not None:
-        mine.extend(builder.invalid_images(idx))
-        problems.extend(f"node {meta.name!r}: {problem}" for problem in mine)
+        if builder.has_invalid:
+            mine.extend(builder.invalid_images(idx))
+        if mine:
+            problems.extend(f"node {meta.name!r}: {problem}" for problem in mine)
 
 
 def _describe_image(image: ContainerImage | NodeImage) -> NodeImage:

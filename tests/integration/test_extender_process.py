@@ -6,6 +6,7 @@ N1 holds Img1, N2 holds Img2, N3 holds nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -103,11 +104,17 @@ def assert_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
 def extender(
     files: dict[str, Path], tmp_path: Path
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    extra = ("--layers", str(files["layers"]), "--nodes", str(files["nodes"]))
+    with _running(tmp_path / "extender.log", *extra) as (url, proc):
+        yield url, proc
+
+
+@contextlib.contextmanager
+def _running(log_path: Path, *extra: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A ready extender process on a free port (killed on the way out, log printed)."""
     port = _free_port()
-    argv = _argv(port, "--layers", str(files["layers"]), "--nodes", str(files["nodes"]))
-    log_path = tmp_path / "extender.log"
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(_argv(port, *extra), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         assert_ready(url, proc)
@@ -238,14 +245,9 @@ def test_image_locality_needs_no_layers(tmp_path: Path) -> None:
     for item in items[:2]:
         item["status"] = {"images": [{"names": ["registry.test/img1:1"], "sizeBytes": 600 * MB}]}
     nodes.write_text(json.dumps({"kind": "NodeList", "items": items}))
-    port = _free_port()
-    argv = _argv(port, "--strategy", "image-locality", "--nodes", str(nodes))
     log_path = tmp_path / "extender.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert_ready(url, proc)
+    extra = ("--strategy", "image-locality", "--nodes", str(nodes))
+    with _running(log_path, *extra) as (url, proc):
         answer = httpx.post(
             f"{url}/prioritize",
             json={"Pod": POD, "NodeNames": ["N1", "N2", "N3"]},
@@ -258,9 +260,5 @@ def test_image_locality_needs_no_layers(tmp_path: Path) -> None:
         ]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=STOP_TIMEOUT_S) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     log_text = log_path.read_text()
     assert "WARNING" not in log_text, log_text

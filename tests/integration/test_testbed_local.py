@@ -182,18 +182,24 @@ def test_second_up_changes_nothing(testbed: TestbedInventory, settings: TestbedS
     assert up(settings).changed == 0
 
 
-def _containerd_pids(config: str) -> list[int]:
-    pids = []
+def _live_processes() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process that is not a zombie."""
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        ours = Path(argv[0].decode()).name == "containerd" and config.encode() in argv
-        if ours and state != "Z":
-            pids.append(int(proc.name))
-    return pids
+        if proc.name.isdigit() and state != "Z":
+            yield int(proc.name), argv
+
+
+def _containerd_pids(config: str) -> list[int]:
+    return [
+        pid
+        for pid, argv in _live_processes()
+        if Path(argv[0].decode()).name == "containerd" and config.encode() in argv
+    ]
 
 
 def test_up_with_a_lost_pidfile_adopts_the_running_node(
@@ -213,15 +219,10 @@ def test_up_with_a_lost_pidfile_adopts_the_running_node(
 def _our_processes(state_dir: Path) -> list[str]:
     """Live (not zombie) testbed programs whose command line names our state dir."""
     found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
+    for _pid, argv in _live_processes():
         line = b" ".join(argv).decode(errors="replace")
         program = Path(argv[0].decode(errors="replace")).name
-        if program in TESTBED_PROGRAMS and state != "Z" and str(state_dir) in line:
+        if program in TESTBED_PROGRAMS and str(state_dir) in line:
             found.append(line)
     return found
 

@@ -3,7 +3,8 @@
 
 There is no systemd here, and the daemons must outlive the playbook run.
 
-``start`` runs ARGV in a new session (inside network namespace ``--netns`` when given),
+``start`` runs ARGV in a new session (in network namespace ``--netns`` when given: only
+the network namespace changes, so mounts such as the cgroup hierarchies stay visible),
 stdin closed, stderr appended to ``--log`` (stdout too, unless ``--stdout-log``), and
 records its pid in ``--pidfile``. It then waits until ``--ready-socket`` exists or
 ``--ready-tcp`` accepts a connection. Nothing is done when the pidfile names a live
@@ -46,6 +47,8 @@ POLL_INTERVAL_S = 0.05
 CONNECT_TIMEOUT_S = 0.5
 #: Log lines quoted when a daemon dies while starting.
 LOG_TAIL_LINES = 20
+#: Where `ip netns add` pins named network namespaces.
+NETNS_DIR = "/run/netns"
 #: /proc/PID/stat states of a process that is gone but not yet reaped.
 DEAD_STATES = ("Z", "X")
 
@@ -142,7 +145,10 @@ def start(args: argparse.Namespace) -> dict[str, object]:
     if running:
         args.pidfile.write_text(f"{running[0]}\n")
         return {"changed": True, "pids": running, "adopted": True}
-    argv = (["ip", "netns", "exec", args.netns] if args.netns else []) + args.argv
+    # nsenter switches the network namespace only. `ip netns exec` would also remount
+    # /sys, hiding the cgroup hierarchies that the kubelet and runc need.
+    netns = ["nsenter", f"--net={NETNS_DIR}/{args.netns}", "--"] if args.netns else []
+    argv = netns + args.argv
     if args.ready_socket is not None:
         args.ready_socket.unlink(missing_ok=True)  # a stale socket would look ready
     with (

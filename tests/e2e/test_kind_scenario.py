@@ -174,7 +174,7 @@ def kind_run(
     record_scenario_report: Callable[[Path, Mapping[str, Any]], None],
 ) -> tuple[dict[str, Any], int]:
     """(report, trials per strategy) of the scenario run through the Kubernetes API."""
-    from layersched.testbed.kind.driver import KindDriver, KindTestbed
+    from layersched.testbed.kind.driver import KindTestbed, kind_driver
     from layersched.testbed.report import plot
     from layersched.testbed.scenario_images import build_and_push_scenario
 
@@ -182,7 +182,7 @@ def kind_run(
     trials = trials_from_env()
     pushed = build_and_push_scenario(outputs["registry_host_address"])
     images = _in_cluster(pushed, outputs["registry_host_address"], outputs["registry_address"])
-    driver = KindDriver(
+    driver = kind_driver(
         KindTestbed(
             kubeconfig=Path(outputs["kubeconfig_path"]),
             registry_container=outputs["registry_container"],

@@ -1,15 +1,16 @@
 """``layersched scenario``: run the seed's two-image, three-node scenario on the local
-testbed for each strategy, write ``reports/scenario.json`` and ``reports/scenario.png``
-(or ``--report``), and print the comparison table.
+testbed's real cluster for each strategy, write ``reports/scenario.json`` and
+``reports/scenario.png`` (or ``--report``), and print the comparison table.
 
 It builds and pushes the scenario images itself, with the same ``--spec``/``--size``
-options as ``layersched testbed images`` (blobs the registry holds are not pushed again).
+options as ``layersched testbed images`` (blobs the registry holds are not pushed again),
+then submits the pods through the Kubernetes API: the real kube-schedulers place them
+and the real kubelets pull and run them.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 from pathlib import Path
 
@@ -20,9 +21,9 @@ from layersched.cli.testbed import add_image_options, layer_sizes
 from layersched.core.errors import InputError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
-from layersched.testbed.extenders import extender_process
-from layersched.testbed.harness import LocalDriver
+from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.local import default_state_dir, load_inventory, require_root
+from layersched.testbed.local._cluster import SCORE_SOURCES, LocalBackend, extender_requests
 from layersched.testbed.report import plot, print_table
 from layersched.testbed.scenario import Trial, report, run_scenario
 from layersched.testbed.scenario_images import build_and_push_scenario, load_spec
@@ -56,7 +57,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_REPORT,
         help=f"JSON report path (default {DEFAULT_REPORT}); the plot is written beside it as .png",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the tie-breaking choice")
     add_image_options(p)
     p.set_defaults(handler=run)
 
@@ -84,38 +84,41 @@ def run(args: argparse.Namespace) -> int:
     images = build_and_push_scenario(
         inventory.registry.host, sizes, spec=load_spec(args.spec), console=console
     )
-    registry_args = ["--insecure-registry", inventory.registry.host]
-    with contextlib.ExitStack() as stack:
-        urls = {
-            s: stack.enter_context(
-                extender_process(s, state_dir / "logs", registry_args, pid_dir=state_dir)
+    backend = LocalBackend(inventory)
+    driver = ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2))
+    extender_before = extender_requests(inventory.cluster.extender.url)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("scenario trials", total=args.trials * len(strategies))
+
+        def on_trial(strategy: str, i: int, trial: Trial) -> None:
+            progress.update(
+                task,
+                advance=1,
+                description=f"{strategy} trial {i + 1}: P1-again on {trial.placements['P1-again']}",
             )
-            for s in strategies
-        }
-        driver = LocalDriver(inventory, urls, seed=args.seed)
-        stack.callback(driver.close)
-        columns = (
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        with Progress(*columns, console=console) as progress:
-            task = progress.add_task("scenario trials", total=args.trials * len(strategies))
 
-            def on_trial(strategy: str, i: int, trial: Trial) -> None:
-                progress.update(
-                    task,
-                    advance=1,
-                    description=f"{strategy} trial {i + 1}: P1-again on "
-                    f"{trial.placements['P1-again']}",
-                )
-
-            trials = run_scenario(driver, images, strategies, args.trials, on_trial)
+        trials = run_scenario(driver, images, strategies, args.trials, on_trial)
+    extender_after = extender_requests(inventory.cluster.extender.url)
     # The headline rate is the slowest link (identical nodes: the one rate); every
     # node's own rate is recorded too, for heterogeneous testbeds (--node-rate).
     node_rates = {n.name: n.link_rate_bits_per_s for n in inventory.nodes}
-    doc = report("local", min(node_rates.values()), images, trials, node_rates)
+    doc = report(
+        backend.name,
+        min(node_rates.values()),
+        images,
+        trials,
+        node_rates,
+        components=driver.components(),
+        score_sources={s: SCORE_SOURCES[s] for s in strategies},
+    )
+    # Proof that the real kube-scheduler called the extender: its own request counter.
+    doc["extender_prioritize_requests"] = extender_after - extender_before
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     png = args.report.with_suffix(".png")

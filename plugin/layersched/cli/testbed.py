@@ -204,23 +204,39 @@ def run_status(args: argparse.Namespace) -> int:
                 }
                 for n in status.nodes
             },
+            "cluster": {
+                c.status.name: {
+                    "pid": c.status.pid,
+                    "answers": c.status.answers,
+                    "version": c.version,
+                    "detail": c.status.detail,
+                }
+                for c in (*status.control_plane, *status.kubelets)
+            },
         }
         print(json.dumps(doc))
         return EXIT_OK if status.healthy else EXIT_UNHEALTHY
     table = Table(title=f"local testbed status ({inventory.state_dir})")
-    for column in ("component", "pid", "answers", "tbf Mbit/s", "sent to node", "detail"):
+    columns = ("component", "version", "pid", "answers", "tbf Mbit/s", "sent to node", "detail")
+    for column in columns:
         table.add_column(column)
     reg = status.registry
-    table.add_row("registry", str(reg.pid or "-"), _yes(reg.answers), "", "", reg.detail)
+    table.add_row("registry", "", str(reg.pid or "-"), _yes(reg.answers), "", "", reg.detail)
     for node in status.nodes:
         rate = node.tbf_rate_bits_per_s
         table.add_row(
-            node.daemon.name,
+            f"containerd {node.daemon.name}",
+            "",
             str(node.daemon.pid or "-"),
             _yes(node.daemon.answers),
             "missing" if rate is None else f"{rate / BITS_PER_MBIT:g}",
             "-" if node.tx_bytes is None else f"{node.tx_bytes:,} B",
             node.daemon.detail,
+        )
+    for component in (*status.control_plane, *status.kubelets):
+        c = component.status
+        table.add_row(
+            c.name, component.version, str(c.pid or "-"), _yes(c.answers), "", "", c.detail
         )
     console = Console()
     console.print(table)

@@ -43,6 +43,10 @@ class Placement:
     node: str
     scores: Mapping[str, int]
     pull: Pull
+    #: The scheduler that bound the pod (its Scheduled event), when a real one did.
+    scheduler: str | None = None
+    #: Seconds from the pull's end to the node listing the image in ``status.images``.
+    status_lag_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -52,6 +56,10 @@ class Trial:
     placements: dict[str, str] = field(default_factory=dict)
     scores_t3: dict[str, int] = field(default_factory=dict)
     pulls: list[Pull] = field(default_factory=list)
+    #: pod -> the scheduler that bound it (real clusters only).
+    scheduler: dict[str, str] = field(default_factory=dict)
+    #: pod -> seconds until its node listed the image in ``status.images`` (real clusters).
+    status_lag_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,19 +89,25 @@ class Driver(Protocol):
         ...
 
 
+def _record(trial: Trial, pod: str, placed: Placement) -> None:
+    trial.placements[pod] = placed.node
+    trial.pulls.append(placed.pull)
+    if placed.scheduler is not None:
+        trial.scheduler[pod] = placed.scheduler
+    if placed.status_lag_s is not None:
+        trial.status_lag_s[pod] = placed.status_lag_s
+
+
 def run_trial(driver: Driver, images: ScenarioImages, strategy: str) -> Trial:
     """The four steps, once, from empty caches."""
     driver.reset()
     trial = Trial()
     for pod, image in ((P1, images.img1), (P2, images.img2)):
-        placed = driver.schedule(pod, image, strategy)
-        trial.placements[pod] = placed.node
-        trial.pulls.append(placed.pull)
+        _record(trial, pod, driver.schedule(pod, image, strategy))
     driver.delete(P2)
     again = driver.schedule(P1_AGAIN, images.img1, strategy)
-    trial.placements[P1_AGAIN] = again.node
+    _record(trial, P1_AGAIN, again)
     trial.scores_t3 = dict(again.scores)
-    trial.pulls.append(again.pull)
     return trial
 
 
@@ -103,12 +117,19 @@ def report(
     images: ScenarioImages,
     trials: Mapping[str, Sequence[Trial]],
     node_rates_bits_per_s: Mapping[str, int] | None = None,
+    *,
+    components: Mapping[str, str] | None = None,
+    score_sources: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The ``reports/scenario.json`` document.
 
     ``link_rate_bits_per_s`` is the slowest node link (the scenario's nodes are meant
     to be identical); ``node_rates_bits_per_s``, when the driver knows them, records
     every node's own link rate (``"node_rates_bits_per_s"``, by node name).
+    ``components`` are the versions of what ran the scenario (``"components"``);
+    ``score_sources`` says per strategy where ``scores_t3`` came from and on what scale
+    (``"scores_t3_source"``). When the trials measured it, the ``status.images`` lag is
+    summarised as ``"status_images_lag_s"`` (count, mean, max over every pull).
     """
     doc: dict[str, Any] = {
         "driver": driver,
@@ -124,6 +145,18 @@ def report(
     }
     if node_rates_bits_per_s is not None:
         doc["node_rates_bits_per_s"] = dict(sorted(node_rates_bits_per_s.items()))
+    if components is not None:
+        doc["components"] = dict(components)
+    for strategy, source in (score_sources or {}).items():
+        if strategy in doc["strategies"]:
+            doc["strategies"][strategy]["scores_t3_source"] = source
+    lags = [lag for runs in trials.values() for t in runs for lag in t.status_lag_s.values()]
+    if lags:
+        doc["status_images_lag_s"] = {
+            "count": len(lags),
+            "mean": round(sum(lags) / len(lags), 2),
+            "max": max(lags),
+        }
     return doc
 
 

@@ -3,6 +3,14 @@ in-cluster objects (used by the Pulumi program in ``infra/kind/`` and the
 tests), and the kind scenario driver (:mod:`layersched.testbed.kind.driver`,
 which needs the ``kubernetes`` client from the ``infra`` extra)."""
 
+from layersched.testbed.cluster._measure import (
+    PullEvent,
+    go_duration_seconds,
+    node_reports_image,
+    parse_pull_event,
+    pull_event_for,
+    pulled_bytes,
+)
 from layersched.testbed.kind._cluster_config import (
     CRIO_SOCKET,
     KIND_API_VERSION,
@@ -13,14 +21,6 @@ from layersched.testbed.kind._cluster_config import (
     kind_cluster_config,
     node_names,
     to_yaml,
-)
-from layersched.testbed.kind._measure import (
-    PullEvent,
-    go_duration_seconds,
-    node_reports_image,
-    parse_pull_event,
-    pull_event_for,
-    pulled_bytes,
 )
 from layersched.testbed.kind._rbac import (
     AUTH_READER_NAMESPACE,

@@ -22,7 +22,7 @@ DEFAULT_STATE_DIR = REPO_ROOT / ".testbed"
 #: File name of the inventory inside the state dir.
 INVENTORY_FILE = "inventory.json"
 #: The inventory layout this code reads; the playbook writes the same number.
-INVENTORY_VERSION = 1
+INVENTORY_VERSION = 2
 
 
 class NetworkInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,6 +70,60 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
     state_dir: str
     pidfile: str
     log: str
+    #: The node's kubelet (in the node's namespace, on this node's containerd).
+    kubelet_pidfile: str
+    kubelet_log: str
+    kubelet_root_dir: str
+
+
+class DaemonInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A control-plane daemon: where its pid and its log are, and its health endpoint."""
+
+    name: str
+    pidfile: str
+    log: str
+    #: HTTPS, served with a certificate from the testbed CA; answers the admin client cert.
+    health_url: str
+
+
+class SchedulerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A kube-scheduler profile pods select with ``spec.schedulerName``, and its log."""
+
+    name: str
+    log: str
+
+
+class ExtenderInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The layersched extender the layer-locality scheduler calls."""
+
+    url: str
+    strategy: str
+    pidfile: str
+    log: str
+
+
+class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The real Kubernetes cluster on the testbed."""
+
+    kubernetes_version: str
+    #: Admin kubeconfig (client certificate from the testbed's CA).
+    kubeconfig: str
+    api_server: str
+    ca_file: str
+    #: The admin client certificate (system:masters), for health probes.
+    admin_cert: str
+    admin_key: str
+    #: The built binaries (kubectl among them: the machine's may be out of skew).
+    bin_dir: str
+    control_plane: tuple[DaemonInfo, ...]
+    #: strategy -> the scheduler that implements it.
+    schedulers: dict[str, SchedulerInfo]
+    extender: ExtenderInfo
+
+    @property
+    def kubectl(self) -> str:
+        """The kubectl built with the cluster (same version as the API server)."""
+        return f"{self.bin_dir}/kubectl"
 
 
 class TestbedInventory(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +138,7 @@ class TestbedInventory(msgspec.Struct, frozen=True, kw_only=True):
     network: NetworkInfo
     registry: RegistryInfo
     nodes: tuple[NodeInfo, ...]
+    cluster: ClusterInfo
 
     def node(self, name: str) -> NodeInfo:
         """The node called ``name``."""

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from layersched import __version__
 from layersched.core.errors import CRIError, TestbedError
 from layersched.cri import CRIClient
-from layersched.testbed.local._inventory import NodeInfo, TestbedInventory
+from layersched.testbed.local._inventory import ClusterInfo, NodeInfo, TestbedInventory
 
 #: A healthy local daemon answers in milliseconds; don't hang a status call on a dead one.
 PROBE_TIMEOUT_S = 3.0
@@ -32,6 +34,18 @@ class ComponentStatus:
     @property
     def healthy(self) -> bool:
         return self.pid is not None and self.answers
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedStatus:
+    """A cluster component: its status and the version it reports."""
+
+    status: ComponentStatus
+    version: str
+
+    @property
+    def healthy(self) -> bool:
+        return self.status.healthy
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +71,18 @@ class TestbedStatus:
 
     registry: ComponentStatus
     nodes: tuple[NodeStatus, ...]
+    #: etcd, kube-apiserver, kube-controller-manager, the schedulers, the extender.
+    control_plane: tuple[VersionedStatus, ...] = ()
+    #: One kubelet per node: its process, and whether its Node is Ready.
+    kubelets: tuple[VersionedStatus, ...] = ()
 
     @property
     def healthy(self) -> bool:
-        return self.registry.healthy and all(n.healthy for n in self.nodes)
+        return (
+            self.registry.healthy
+            and all(n.healthy for n in self.nodes)
+            and all(c.healthy for c in (*self.control_plane, *self.kubelets))
+        )
 
 
 def pid_alive(pidfile: Path) -> int | None:
@@ -156,4 +178,103 @@ def probe(inventory: TestbedInventory) -> TestbedStatus:
     return TestbedStatus(
         registry=_registry_status(inventory),
         nodes=tuple(_node_status(n) for n in inventory.nodes),
+        control_plane=tuple(_control_plane_status(inventory.cluster)),
+        kubelets=tuple(_kubelet_status(inventory)),
     )
+
+
+def _binary_version(path: str) -> str:
+    """``Kubernetes v1.20.2`` -> ``v1.20.2``, from the binary itself."""
+    try:
+        done = subprocess.run(
+            [path, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    words = (done.stdout or done.stderr).split()
+    return words[-1] if words else "?"
+
+
+def _https(cluster: ClusterInfo, url: str) -> httpx.Response:
+    """GET ``url`` verified against the testbed CA, as the testbed's admin."""
+    context = ssl.create_default_context(cafile=cluster.ca_file)
+    context.load_cert_chain(cluster.admin_cert, cluster.admin_key)
+    return httpx.get(url, verify=context, timeout=PROBE_TIMEOUT_S)
+
+
+def _control_plane_status(cluster: ClusterInfo) -> list[VersionedStatus]:
+    found = []
+    binaries = {
+        "kube-apiserver": "kube-apiserver",
+        "kube-controller-manager": "kube-controller-manager",
+        "scheduler-image-locality": "kube-scheduler",
+        "scheduler-layer-locality": "kube-scheduler",
+    }
+    for daemon in cluster.control_plane:
+        pid = pid_alive(Path(daemon.pidfile))
+        try:
+            response = _https(cluster, daemon.health_url)
+            ok = response.status_code == httpx.codes.OK
+            detail = f"{daemon.health_url} -> {response.status_code}"
+        except (httpx.HTTPError, OSError) as err:
+            ok, detail = False, f"{daemon.health_url}: {err}"
+        if daemon.name == "etcd":
+            try:
+                version = str(
+                    _https(cluster, daemon.health_url.replace("/health", "/version")).json()[
+                        "etcdserver"
+                    ]
+                )
+            except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError):
+                version = "?"
+        else:
+            version = _binary_version(f"{cluster.bin_dir}/{binaries[daemon.name]}")
+        found.append(VersionedStatus(ComponentStatus(daemon.name, pid, ok, detail), version))
+    extender = cluster.extender
+    pid = pid_alive(Path(extender.pidfile))
+    try:
+        response = httpx.get(f"{extender.url}/healthz", timeout=PROBE_TIMEOUT_S)
+        ok, detail = response.status_code == httpx.codes.OK, f"{extender.url}/healthz"
+        detail += f" -> {response.status_code}"
+    except httpx.HTTPError as err:
+        ok, detail = False, f"{extender.url}/healthz: {err}"
+    name = f"layersched extender ({extender.strategy})"
+    found.append(VersionedStatus(ComponentStatus(name, pid, ok, detail), __version__))
+    return found
+
+
+def _kubelet_status(inventory: TestbedInventory) -> list[VersionedStatus]:
+    cluster = inventory.cluster
+    nodes: dict[str, dict[str, object]] = {}
+    error = ""
+    try:
+        response = _https(cluster, f"{cluster.api_server}/api/v1/nodes")
+        response.raise_for_status()
+        for item in response.json().get("items") or []:
+            nodes[str(item["metadata"]["name"])] = item
+    except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError) as err:
+        error = f"listing nodes: {err}"
+    found = []
+    for node in inventory.nodes:
+        pid = pid_alive(Path(node.kubelet_pidfile))
+        document = nodes.get(node.name)
+        status: dict[str, object] = {}
+        if isinstance(document, dict):
+            status = document.get("status") or {}  # type: ignore[assignment]
+        ready = [
+            c
+            for c in status.get("conditions") or []  # type: ignore[attr-defined]
+            if c.get("type") == "Ready"
+        ]
+        ok = bool(ready) and ready[0].get("status") == "True"
+        detail = error or (f"Ready={ready[0].get('status')}" if ready else "not registered")
+        info = status.get("nodeInfo") or {}
+        version = str(info.get("kubeletVersion", "?")) if isinstance(info, dict) else "?"
+        found.append(
+            VersionedStatus(ComponentStatus(f"kubelet {node.name}", pid, ok, detail), version)
+        )
+    return found

@@ -1,4 +1,4 @@
-"""What the kind driver measures, parsed from text the cluster already produces.
+"""What the cluster driver measures, parsed from text the cluster already produces.
 
 * Pull time: the kubelet's ``Pulled`` event, ``Successfully pulled image "X" in 1.5s``
   (newer kubelets append ``(1.5s including waiting)`` and the image size; older
@@ -6,6 +6,15 @@
 * Bytes: the registry's access log (combined log format), summing the bodies
   it sent to one node's address. This is what crossed the link, not what the
   manifest says.
+
+* Scores: kube-scheduler's own ``-v=10`` line for a plugin,
+  ``Plugin ImageLocality scores on NS/NAME => [{n2 0} {n3 0}]`` (1.20's format: a Go
+  ``%v`` of ``[]NodeScore``), and the layersched extender's decision log (``-vv``):
+  ``pod NS/NAME (STRATEGY):`` then one ``  NODE: present P / total T bytes -> S/100 -> s/10``
+  line per node, ``s`` being what it answered; or ``pod NS/NAME: neutral scores for N
+  nodes (reason)`` when it answered 0 everywhere.
+* Who bound a pod: the ``Scheduled`` event's reporting controller, which kube-scheduler
+  sets to the profile's ``schedulerName``.
 
 Two selections keep a measurement on the right object:
 
@@ -125,6 +134,73 @@ def node_reports_image(node: Mapping[str, Any], image: str) -> bool:
             elif have.digest is None and have.tag == (wanted.tag or DEFAULT_TAG):
                 return True
     return False
+
+
+#: The event reason kube-scheduler reports a binding under.
+SCHEDULED_REASON = "Scheduled"
+_PLUGIN_SCORES = re.compile(
+    r"Plugin (?P<plugin>\S+) scores on (?P<pod>\S+/\S+) => \[(?P<scores>[^\]]*)\]"
+)
+_NODE_SCORE = re.compile(r"\{(?P<node>\S+) (?P<score>-?\d+)\}")
+_DECISION_HEAD = re.compile(r"pod (?P<pod>\S+/\S+) \((?P<strategy>[^)]+)\):$")
+_DECISION_LINE = re.compile(
+    r"^\s+(?P<node>\S+): present \d+ / total \d+ bytes -> \d+/100 -> (?P<score>\d+)/10$"
+)
+_NEUTRAL = re.compile(r"pod (?P<pod>\S+/\S+): neutral scores for \d+ nodes \((?P<why>[^)]+)\)")
+
+
+def plugin_scores(log_lines: Iterable[str], plugin: str, pod: str) -> dict[str, int] | None:
+    """The last scores kube-scheduler logged for ``plugin`` on ``pod`` (``NS/NAME``).
+
+    Returns None when no such line is in ``log_lines`` (kube-scheduler logs them at
+    ``-v=10`` only, and only for nodes that passed filtering).
+    """
+    found: dict[str, int] | None = None
+    for line in log_lines:
+        match = _PLUGIN_SCORES.search(line)
+        if match is None or match["plugin"] != plugin or match["pod"] != pod:
+            continue
+        found = {m["node"]: int(m["score"]) for m in _NODE_SCORE.finditer(match["scores"])}
+    return found
+
+
+def extender_decision(log_lines: Iterable[str], pod: str) -> dict[str, int] | None:
+    """The last answer the layersched extender logged for ``pod`` (``NS/NAME``), 0..10.
+
+    A neutral answer (the extender could not score in time) gives an empty dict: the
+    nodes it was asked about all got 0, and which they were is not logged.
+    """
+    found: dict[str, int] | None = None
+    current: dict[str, int] | None = None
+    for line in log_lines:
+        if current is not None:
+            if match := _DECISION_LINE.match(line):
+                current[match["node"]] = int(match["score"])
+                continue
+            found, current = current, None
+        if (match := _DECISION_HEAD.search(line)) and match["pod"] == pod:
+            current = {}
+        elif (match := _NEUTRAL.search(line)) and match["pod"] == pod:
+            found = {}
+    return current if current is not None else found
+
+
+def scheduled_by(events: Iterable[Mapping[str, Any]], pod_uid: str) -> str | None:
+    """The scheduler (profile name) that bound the pod ``pod_uid``, from its Scheduled event.
+
+    kube-scheduler records through events.k8s.io with the profile's ``schedulerName`` as
+    reporting controller; read through core/v1 that is ``reportingComponent``
+    (``source.component`` for recorders of the older API).
+    """
+    for event in sorted(events, key=_event_time):
+        if (event.get("involvedObject") or {}).get("uid") != pod_uid:
+            continue
+        if event.get("reason") != SCHEDULED_REASON:
+            continue
+        reporter = event.get("reportingComponent") or (event.get("source") or {}).get("component")
+        if reporter:
+            return str(reporter)
+    return None
 
 
 def pulled_bytes(access_log: Iterable[str], client: str) -> int:

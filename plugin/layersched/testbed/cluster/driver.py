@@ -1,0 +1,469 @@
+"""The scenario driver for any real Kubernetes cluster: local, kind or cloud.
+
+Nothing is played here: kube-scheduler schedules, the kubelet and the runtime pull.
+The driver submits pods through the Kubernetes API and reads back what happened:
+
+* **Placement**: ``spec.nodeName`` once the pod is bound, and **who bound it**: the
+  ``Scheduled`` event's reporting controller (the scheduler profile's name).
+* **Pull time**: the kubelet's ``Pulled`` event (``Successfully pulled image … in …``)
+  about this very pod (its uid: names repeat across trials, events outlive pods).
+* **Bytes**: the registry's access log, bytes sent to the node's address.
+* **Scores** and the other things only a testbed can see (a registry log, a scheduler
+  log, how to empty a node's image cache) come from a :class:`Backend`.
+* **Status lag**: after each pull the driver waits until the node lists the image in
+  ``status.images`` and records how long that took. kube-scheduler and the extender
+  score from Node status, which the kubelet refreshes about every 30 s, so without the
+  wait the next pod (P1 again) could be scored against a node whose cache looks empty.
+
+Each pod requests a whole node (the least free allocatable over the workers), so there
+is one scenario pod per node, as in the seed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import tenacity
+
+from layersched.core.errors import TestbedError
+from layersched.core.inventory import ClusterInventory, nodes_from_json
+from layersched.core.pod import pod_from_json
+from layersched.core.strategies import get_strategy
+from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
+from layersched.testbed.cluster._measure import (
+    PULLED_REASON,
+    SCHEDULED_REASON,
+    PullEvent,
+    node_reports_image,
+    pull_event_for,
+    scheduled_by,
+)
+from layersched.testbed.quantity import parse_quantity
+from layersched.testbed.scenario import Placement, Pull
+
+log = logging.getLogger(__name__)
+
+SCENARIO_NAMESPACE = "layersched-scenario"
+#: Label on every scenario pod, so reset() finds them all.
+SCENARIO_LABEL = {"app.kubernetes.io/part-of": "layersched-scenario"}
+#: Resources a scenario pod claims a whole node of.
+WHOLE_NODE_RESOURCES = ("cpu", "memory")
+#: Upstream framework scores (0..100) over the extender's MaxExtenderPriority (10).
+FRAMEWORK_PER_EXTENDER_SCORE = 10
+#: A pull of tens of MiB over a 20 Mbit/s link takes tens of seconds; five minutes
+#: bounds even a slow laptop without hiding a stuck pull forever.
+PULL_TIMEOUT_S = 300.0
+#: Binding happens within a scheduling cycle; a minute means the scheduler is not running.
+BIND_TIMEOUT_S = 60.0
+#: Pod deletion with grace 0 still waits for the runtime to stop the sandbox.
+DELETE_TIMEOUT_S = 120.0
+#: The kubelet refreshes its image list every 30 s (1.20: a fixed period) and posts
+#: node status on change; 90 s allows two refreshes and a slow status post.
+IMAGE_GONE_TIMEOUT_S = 90.0
+IMAGE_LISTED_TIMEOUT_S = 90.0
+POLL_S = 1.0
+#: Status lag is measured at this resolution.
+STATUS_POLL_S = 0.25
+#: The registry logs a request when its response completes, just before the
+#: kubelet reports the pull; give the log a moment to catch up.
+LOG_SETTLE_TIMEOUT_S = 10.0
+#: The scheduler's score lines and Scheduled event trail the binding slightly.
+SCORES_TIMEOUT_S = 15.0
+_API_TIMEOUT_S = 30.0
+
+_T = TypeVar("_T")
+
+
+class NotYet(TestbedError):
+    """A wait condition is not met yet; after the timeout its message is the error."""
+
+
+def wait_for(check: Callable[[], _T], timeout_s: float, poll_s: float = POLL_S) -> _T:
+    """Call ``check`` until it stops raising :class:`NotYet` (tenacity, re-raising the last)."""
+    waiter = tenacity.retry(
+        stop=tenacity.stop_after_delay(timeout_s),
+        wait=tenacity.wait_fixed(poll_s),
+        retry=tenacity.retry_if_exception_type(NotYet),
+        reraise=True,
+    )
+    return waiter(check)()
+
+
+def pod_name(scenario_pod: str) -> str:
+    """The scenario's pod label (``P1-again``) as a Kubernetes name (``p1-again``)."""
+    return scenario_pod.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class PodRun:
+    """What the driver knows of one submitted pod when it asks its backend for more."""
+
+    #: ``NAMESPACE/NAME``, as kube-scheduler and the extender log it.
+    key: str
+    uid: str
+    strategy: str
+    #: The pod as submitted, and the nodes and candidates it was submitted against.
+    document: Mapping[str, Any]
+    nodes: Sequence[Mapping[str, Any]]
+    candidates: Sequence[Mapping[str, Any]]
+    #: The backend's own marker, taken just before the pod was created.
+    mark: Any
+
+
+class Backend(Protocol):
+    """What differs between clusters: how to see the registry, scores and image caches."""
+
+    @property
+    def name(self) -> str:
+        """``"local"``, ``"kind"``, ``"cloud"``: the report's ``driver``."""
+        ...
+
+    @property
+    def schedulers(self) -> Mapping[str, str]:
+        """strategy -> the ``schedulerName`` a pod sets to be scheduled by it."""
+        ...
+
+    def mark(self) -> Any:
+        """A marker taken before a pod is created: what "since" means for the logs."""
+        ...
+
+    def registry_bytes(self, mark: Any, address: str) -> int:
+        """Bytes of manifests and blobs the registry sent to ``address`` since ``mark``.
+
+        Raise :class:`NotYet` while the registry has logged nothing for it.
+        """
+        ...
+
+    def scores(self, run: PodRun) -> dict[str, int]:
+        """The scores behind ``run``'s placement (raise :class:`NotYet` until they are known)."""
+        ...
+
+    def remove_images(self, node: str, images: Sequence[str]) -> None:
+        """Remove ``images`` from ``node``'s runtime (absent ones are fine)."""
+        ...
+
+    def components(self) -> dict[str, str]:
+        """Versions of the testbed's own components the API does not report (e.g. etcd)."""
+        ...
+
+
+def whole_node_requests(
+    nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]
+) -> dict[str, str]:
+    """Requests that fill the emptiest-but-smallest worker: for each resource, the
+    least free allocatable over ``nodes`` after the requests of ``pods`` already
+    bound there (DaemonSets, the testbed's own pods). On identical nodes a second
+    such pod never fits beside the first."""
+    free: dict[str, Decimal] = {}
+    for node in nodes:
+        name = node["metadata"]["name"]
+        allocatable = node["status"].get("allocatable") or {}
+        for resource in WHOLE_NODE_RESOURCES:
+            used = Decimal(0)
+            for pod in pods:
+                if pod.get("spec", {}).get("nodeName") != name:
+                    continue
+                if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                for container in pod["spec"].get("containers") or []:
+                    requests = (container.get("resources") or {}).get("requests") or {}
+                    if resource in requests:
+                        used += parse_quantity(
+                            str(requests[resource]), f"pod {pod['metadata']['name']} {resource}"
+                        )
+            have = parse_quantity(
+                str(allocatable.get(resource, "0")), f"node {name} allocatable.{resource}"
+            )
+            free[resource] = min(free.get(resource, have - used), have - used)
+    if not free or any(value <= 0 for value in free.values()):
+        raise TestbedError(
+            f"no free {', '.join(WHOLE_NODE_RESOURCES)} on the workers ({free}): "
+            "give the nodes more CPU/memory or run fewer pods beside the scenario"
+        )
+    return {"cpu": f"{int(free['cpu'] * 1000)}m", "memory": str(int(free["memory"]))}
+
+
+def scenario_pod(
+    name: str, image: str, scheduler_name: str, requests: Mapping[str, str], namespace: str
+) -> dict[str, Any]:
+    """A scenario pod: one container, whole-node requests, the strategy's scheduler."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(SCENARIO_LABEL)},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    # Always pull: the node's cache state is the experiment, never a shortcut.
+                    "imagePullPolicy": "Always",
+                    "resources": {"requests": dict(requests), "limits": dict(requests)},
+                }
+            ],
+        },
+    }
+
+
+def image_locality_scores(
+    pod: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]],
+    candidates: Sequence[Mapping[str, Any]],
+) -> dict[str, int]:
+    """Upstream ImageLocality (the core's port) on the scheduler's Node snapshot, 0..100.
+
+    For clusters whose scheduler does not log its plugin scores (kind's default
+    scheduler runs at ``-v=2``). ``nodes`` is every node (upstream's spread factor
+    counts them all); ``candidates`` are the ones the pod fits.
+    """
+    inventory = ClusterInventory.build(nodes_from_json(list(nodes), "node snapshot"))
+    indices, missing = inventory.indices_of([c["metadata"]["name"] for c in candidates])
+    if missing:
+        raise TestbedError(f"candidate nodes {missing} are not in the node snapshot")
+    scores = get_strategy(IMAGE_LOCALITY).score(
+        pod_from_json(dict(pod), "scenario pod"), inventory, np.asarray(indices), None
+    )
+    return dict(scores.as_dict(inventory))
+
+
+class ClusterDriver:
+    """:class:`layersched.testbed.scenario.Driver` over the Kubernetes API of a real cluster.
+
+    ``scenario_images`` are the references reset() removes from every worker;
+    ``is_worker`` says which nodes take scenario pods (not kind's control-plane node).
+    """
+
+    def __init__(
+        self,
+        kubeconfig: str,
+        backend: Backend,
+        scenario_images: Sequence[str],
+        *,
+        namespace: str = SCENARIO_NAMESPACE,
+        is_worker: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
+        from kubernetes import client, config
+
+        self.backend = backend
+        self.name = backend.name
+        self.scenario_images = tuple(scenario_images)
+        self.namespace = namespace
+        self.is_worker = is_worker or (lambda node: True)
+        self._api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig)
+        )
+        self._core = client.CoreV1Api(self._api_client)
+        self._version_api = client.VersionApi(self._api_client)
+        self._ensure_namespace()
+
+    # ------------------------------------------------------------------ plumbing
+    def _json(self, obj: Any) -> Any:
+        return self._api_client.sanitize_for_serialization(obj)
+
+    def _ensure_namespace(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        body: Any = {"metadata": {"name": self.namespace}}
+        try:
+            self._core.create_namespace(body, _request_timeout=_API_TIMEOUT_S)
+        except ApiException as err:
+            if err.status != 409:  # 409: it exists already, which is fine
+                raise TestbedError(f"creating namespace {self.namespace}: {err.reason}") from err
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        nodes: list[dict[str, Any]] = self._json(self._core.list_node().items)
+        return nodes
+
+    def _workers(self, nodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [n for n in nodes if self.is_worker(n)]
+
+    def _scenario_pods(self) -> list[dict[str, Any]]:
+        selector = ",".join(f"{k}={v}" for k, v in SCENARIO_LABEL.items())
+        pods: list[dict[str, Any]] = self._json(
+            self._core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        )
+        return pods
+
+    def components(self) -> dict[str, str]:
+        """Versions of what runs the scenario: the API server, kubelets, runtimes, and the
+        backend's own (etcd, for example)."""
+        versions: dict[str, str] = {}
+        version: Any = self._version_api.get_code()
+        versions["kubernetes"] = str(version.git_version)
+        for node in self._workers(self._nodes()):
+            info = (node.get("status") or {}).get("nodeInfo") or {}
+            runtime = str(info.get("containerRuntimeVersion") or "")
+            if "://" in runtime:
+                kind, _, number = runtime.partition("://")
+                versions.setdefault(kind, number)
+            if info.get("kubeletVersion"):
+                versions.setdefault("kubelet", str(info["kubeletVersion"]))
+        versions.update(self.backend.components())
+        return dict(sorted(versions.items()))
+
+    # ------------------------------------------------------------------ Driver
+    def reset(self) -> None:
+        """Delete every scenario pod, then remove the scenario images from every worker
+        and wait until no node lists them in ``status.images``."""
+        for pod in self._scenario_pods():
+            self.delete_by_name(pod["metadata"]["name"])
+        for node in self._workers(self._nodes()):
+            self.backend.remove_images(node["metadata"]["name"], self.scenario_images)
+        wait_for(self._check_images_gone, IMAGE_GONE_TIMEOUT_S)
+
+    def _check_images_gone(self) -> None:
+        for node in self._workers(self._nodes()):
+            left = [i for i in self.scenario_images if node_reports_image(node, i)]
+            if left:
+                raise NotYet(
+                    f"node {node['metadata']['name']} still reports {sorted(left)} in "
+                    "status.images: is its kubelet running?"
+                )
+
+    def schedule(self, pod: str, image: str, strategy: str) -> Placement:
+        """Submit ``pod`` for ``strategy``'s scheduler, wait for its pull, measure it."""
+        try:
+            scheduler = self.backend.schedulers[strategy]
+        except KeyError:
+            raise TestbedError(
+                f"strategy {strategy!r} has no scheduler in this testbed: "
+                f"choose one of {', '.join(self.backend.schedulers)}"
+            ) from None
+        name = pod_name(pod)
+        nodes = self._nodes()
+        workers = self._workers(nodes)
+        all_pods: list[dict[str, Any]] = self._json(self._core.list_pod_for_all_namespaces().items)
+        scenario = [p for p in all_pods if p["metadata"].get("namespace") == self.namespace]
+        others = [p for p in all_pods if p["metadata"].get("namespace") != self.namespace]
+        requests = whole_node_requests(workers, others)
+        busy = {p["spec"].get("nodeName") for p in scenario}
+        candidates = [n for n in workers if n["metadata"]["name"] not in busy]
+        document = scenario_pod(name, image, scheduler, requests, self.namespace)
+        mark = self.backend.mark()
+        body: Any = document  # the client serialises plain dicts as they are
+        created: Any = self._core.create_namespaced_pod(self.namespace, body)
+        uid = str(created.metadata.uid)
+        run = PodRun(
+            key=f"{self.namespace}/{name}",
+            uid=uid,
+            strategy=strategy,
+            document=document,
+            nodes=nodes,
+            candidates=candidates,
+            mark=mark,
+        )
+        node = wait_for(lambda: self._bound_node(name), BIND_TIMEOUT_S)
+        event = wait_for(lambda: self._pull_event(name, uid), PULL_TIMEOUT_S, STATUS_POLL_S)
+        seen_pulled_s = time.monotonic()
+        address = self._node_address(node)
+        size_bytes = 0
+        if event.pulled:
+            size_bytes = wait_for(
+                lambda: self.backend.registry_bytes(mark, address), LOG_SETTLE_TIMEOUT_S
+            )
+        # The next pod is scored from Node status: wait until it shows this pull.
+        wait_for(
+            lambda: self._check_image_listed(node, image), IMAGE_LISTED_TIMEOUT_S, STATUS_POLL_S
+        )
+        lag_s = time.monotonic() - seen_pulled_s
+        bound_by = wait_for(lambda: self._scheduled_by(name, uid), SCORES_TIMEOUT_S)
+        scores = wait_for(lambda: self.backend.scores(run), SCORES_TIMEOUT_S)
+        log.info(
+            "%s -> %s by %s: %d bytes in %.2fs, listed %.1fs later",
+            pod, node, bound_by, size_bytes, event.seconds, lag_s,
+        )  # fmt: skip
+        return Placement(
+            node=node,
+            scores=scores,
+            pull=Pull(pod=pod, node=node, bytes=size_bytes, seconds=event.seconds),
+            scheduler=bound_by,
+            status_lag_s=round(lag_s, 2),
+        )
+
+    def delete(self, pod: str) -> None:
+        """Delete ``pod``; the runtime keeps its image (and layers) in the node's store."""
+        self.delete_by_name(pod_name(pod))
+
+    def delete_by_name(self, name: str) -> None:
+        """Delete the pod called ``name`` with no grace period and wait until it is gone."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        except ApiException as err:
+            if err.status == 404:  # already gone
+                return
+            raise TestbedError(f"deleting pod {name}: {err.reason}") from err
+        wait_for(lambda: self._check_gone(name), DELETE_TIMEOUT_S)
+
+    # ------------------------------------------------------------------ checks
+    def _check_gone(self, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._core.read_namespaced_pod(name, self.namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        raise NotYet(f"pod {name} is still terminating: check its node's kubelet and runtime")
+
+    def _bound_node(self, name: str) -> str:
+        pod: dict[str, Any] = self._json(self._core.read_namespaced_pod(name, self.namespace))
+        spec = pod.get("spec") or {}
+        if not spec.get("nodeName"):
+            raise NotYet(
+                f"pod {name} is not bound to a node (scheduler {spec.get('schedulerName')}): "
+                f"is that scheduler running? kubectl -n {self.namespace} describe pod {name}"
+            )
+        return str(spec["nodeName"])
+
+    def _events(self, name: str, reason: str) -> list[dict[str, Any]]:
+        events = self._core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={name},reason={reason}"
+        ).items
+        documents: list[dict[str, Any]] = self._json(events)
+        return documents
+
+    def _pull_event(self, name: str, uid: str) -> PullEvent:
+        # The name selects this trial's pod and every earlier one called the same:
+        # only the uid tells them apart.
+        parsed = pull_event_for(self._events(name, PULLED_REASON), uid)
+        if parsed is None:
+            raise NotYet(
+                f"pod {name} (uid {uid}) has no Pulled event yet: see "
+                f"kubectl -n {self.namespace} describe pod {name}"
+            )
+        return parsed
+
+    def _scheduled_by(self, name: str, uid: str) -> str:
+        found = scheduled_by(self._events(name, SCHEDULED_REASON), uid)
+        if found is None:
+            raise NotYet(f"pod {name} (uid {uid}) has no Scheduled event naming its scheduler")
+        return found
+
+    def _check_image_listed(self, node: str, image: str) -> None:
+        document: dict[str, Any] = self._json(self._core.read_node(node))
+        if not node_reports_image(document, image):
+            raise NotYet(
+                f"node {node} does not list {image} in status.images yet: is its kubelet "
+                "running? (it refreshes the image list about every 30 s)"
+            )
+
+    def _node_address(self, node: str) -> str:
+        document: dict[str, Any] = self._json(self._core.read_node(node))
+        for address in (document.get("status") or {}).get("addresses") or []:
+            if address.get("type") == "InternalIP":
+                return str(address["address"])
+        raise TestbedError(f"node {node} reports no InternalIP: cannot attribute registry traffic")

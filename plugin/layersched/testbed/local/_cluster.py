@@ -1,0 +1,223 @@
+"""The local testbed's side of the cluster scenario driver.
+
+The cluster is real (kube-scheduler, kubelets, containerd); what only this testbed can
+see comes from its files and sockets:
+
+* bytes per pull: the registry's access log (``registry/access.log``), from a mark;
+* ``image-locality`` scores: the real ImageLocality plugin's, from the ``-v=10`` log of
+  the image-locality kube-scheduler;
+* ``layer-locality`` scores: the layersched extender's own answer, from its decision log;
+* emptying a node's cache: CRI ``RemoveImage`` on the node's containerd.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import tenacity
+
+from layersched.core.errors import CRIError, TestbedError
+from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.cri import CRIClient
+from layersched.testbed.cluster._measure import extender_decision, plugin_scores
+from layersched.testbed.cluster.driver import NotYet, PodRun
+from layersched.testbed.local._inventory import TestbedInventory
+
+log = logging.getLogger(__name__)
+
+DRIVER_NAME = "local"
+#: The upstream plugin whose logged scores are the image-locality baseline.
+IMAGE_LOCALITY_PLUGIN = "ImageLocality"
+#: Where each strategy's scores come from, and their scale (the report says so).
+SCORE_SOURCES = {
+    LAYER_LOCALITY: "layersched extender answer to kube-scheduler (0-10, weight 1: x10)",
+    IMAGE_LOCALITY: "kube-scheduler ImageLocality plugin, from its -v=10 log (0-100)",
+}
+#: A registry log line is written when its response completes; wait for quiet.
+LOG_SETTLE_POLL_S = 0.2
+LOG_SETTLE_TIMEOUT_S = 5.0
+#: A CRI call on a local containerd answers in milliseconds.
+CRI_TIMEOUT_S = 30.0
+_ETCD_VERSION = re.compile(r"etcd Version: (\S+)")
+_PRIORITIZE_OK = re.compile(
+    r'^layersched_extender_requests_total\{(?=[^}]*verb="prioritize")(?=[^}]*code="200")[^}]*\} '
+    r"(?P<value>\S+)$",
+    re.MULTILINE,
+)
+#: The extender answers /metrics in milliseconds.
+METRICS_TIMEOUT_S = 5.0
+# Combined Log Format: IP - user [time] "METHOD PATH PROTO" STATUS BYTES "referer" "agent"
+_ACCESS_LINE = re.compile(
+    r'^(?P<ip>\S+) \S+ \S+ \[[^\]]*\] "[^"]*" (?P<status>\d{3}) (?P<bytes>\d+|-)'
+)
+
+
+class RegistryAccessLog:
+    """Bytes the registry sent to an address, from its access log, since a mark."""
+
+    def __init__(
+        self,
+        path: Path,
+        settle_poll_s: float = LOG_SETTLE_POLL_S,
+        settle_timeout_s: float = LOG_SETTLE_TIMEOUT_S,
+    ) -> None:
+        self.path = path
+        self.settle_poll_s = settle_poll_s
+        self.settle_timeout_s = settle_timeout_s
+
+    def mark(self) -> int:
+        """The current end of the log (an offset to count from)."""
+        return file_end(self.path)
+
+    def _bytes_since(self, offset: int, address: str) -> tuple[int, int]:
+        total = lines = 0
+        for line in lines_since(self.path, offset):
+            match = _ACCESS_LINE.match(line)
+            if match and match["ip"] == address:
+                lines += 1
+                total += 0 if match["bytes"] == "-" else int(match["bytes"])
+        return total, lines
+
+    def wait_settled(self) -> bool:
+        """Wait until the log has not grown for one poll interval; False on timeout.
+
+        The first look only records the size: a verdict needs two looks a poll apart.
+        """
+        sizes: list[int] = []
+
+        @tenacity.retry(
+            stop=tenacity.stop_after_delay(self.settle_timeout_s),
+            wait=tenacity.wait_fixed(self.settle_poll_s),
+            retry=tenacity.retry_if_exception_type(AssertionError),
+            reraise=True,
+        )
+        def unchanged_for_a_poll() -> None:
+            sizes.append(self.mark())
+            assert len(sizes) > 1, "first look: size recorded"
+            assert sizes[-1] == sizes[-2], f"{self.path} grew to {sizes[-1]} B"
+
+        try:
+            unchanged_for_a_poll()
+        except AssertionError:
+            return False
+        return True
+
+    def bytes_since(self, offset: int, address: str) -> int:
+        """Bytes served to ``address`` after ``offset``, once the log stops growing."""
+        if not self.wait_settled():
+            log.warning(
+                "registry access log %s kept growing for %.1f s; counting what is there",
+                self.path,
+                self.settle_timeout_s,
+            )
+        return self._bytes_since(offset, address)[0]
+
+
+def file_end(path: Path) -> int:
+    """The size of ``path`` (0 if it does not exist yet): an offset to read on from."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def lines_since(path: Path, offset: int) -> list[str]:
+    """The lines of ``path`` after byte ``offset`` (none if it does not exist)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", "replace").splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def extender_requests(url: str) -> int:
+    """How many ``/prioritize`` requests the extender at ``url`` has answered with 200."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=METRICS_TIMEOUT_S).text
+    except httpx.HTTPError as err:
+        raise TestbedError(
+            f"reading {url}/metrics: {err}: is the testbed's extender running? "
+            "(layersched testbed status)"
+        ) from err
+    return sum(int(float(m["value"])) for m in _PRIORITIZE_OK.finditer(text))
+
+
+@dataclass(frozen=True, slots=True)
+class LogMarks:
+    """Where each log ended just before a pod was created."""
+
+    registry: int
+    logs: Mapping[str, int]
+
+
+class LocalBackend:
+    """:class:`layersched.testbed.cluster.driver.Backend` of the local testbed."""
+
+    name = DRIVER_NAME
+
+    def __init__(self, inventory: TestbedInventory) -> None:
+        self.inventory = inventory
+        cluster = inventory.cluster
+        self.schedulers = {strategy: s.name for strategy, s in cluster.schedulers.items()}
+        self._registry = RegistryAccessLog(Path(inventory.registry.access_log))
+        # Score logs by strategy: the extender answers for layer-locality, the
+        # image-locality scheduler logs its plugin's scores itself.
+        self._score_logs = {
+            LAYER_LOCALITY: Path(cluster.extender.log),
+            IMAGE_LOCALITY: Path(cluster.schedulers[IMAGE_LOCALITY].log),
+        }
+
+    def mark(self) -> LogMarks:
+        return LogMarks(
+            registry=self._registry.mark(),
+            logs={strategy: file_end(path) for strategy, path in self._score_logs.items()},
+        )
+
+    def registry_bytes(self, mark: LogMarks, address: str) -> int:
+        size_bytes = self._registry.bytes_since(mark.registry, address)
+        if size_bytes == 0:
+            raise NotYet(f"registry {self._registry.path} logged no pull from {address}")
+        return size_bytes
+
+    def scores(self, run: PodRun) -> dict[str, int]:
+        mark: LogMarks = run.mark
+        path = self._score_logs.get(run.strategy)
+        if path is None:
+            raise TestbedError(
+                f"strategy {run.strategy!r}: the local testbed runs {', '.join(self._score_logs)}"
+            )
+        lines = lines_since(path, mark.logs[run.strategy])
+        if run.strategy == IMAGE_LOCALITY:
+            found = plugin_scores(lines, IMAGE_LOCALITY_PLUGIN, run.key)
+        else:
+            found = extender_decision(lines, run.key)
+        if found is None:
+            raise NotYet(f"{path} has no scores for pod {run.key} yet")
+        return found
+
+    def remove_images(self, node: str, images: Sequence[str]) -> None:
+        info = self.inventory.node(node)
+        try:
+            with CRIClient(info.cri_endpoint, timeout_s=CRI_TIMEOUT_S) as cri:
+                for image in images:
+                    cri.remove_image(image)
+        except CRIError as err:
+            raise TestbedError(f"emptying node {node}'s image cache: {err}") from err
+
+    def components(self) -> dict[str, str]:
+        try:
+            done = subprocess.run(
+                ["etcd", "--version"], capture_output=True, text=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise TestbedError(f"asking etcd for its version: {err}") from err
+        match = _ETCD_VERSION.search(done.stdout)
+        return {"etcd": match[1]} if match else {}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from layersched.core.errors import InputError
 from layersched.core.manifest import (
     OCI_INDEX,
     ImageIndex,
@@ -20,12 +21,17 @@ from layersched.core.manifest import (
     sha256_digest,
 )
 from layersched.testbed.ociimage import (
+    CONTAINERD_IMAGE_NAME_ANNOTATION,
     REF_NAME_ANNOTATION,
+    LayerFile,
+    archive_name,
     build_image,
     build_index,
     layer_bytes,
     make_layer,
+    oci_archive,
     random_layer,
+    write_oci_archive,
     write_oci_layout,
 )
 
@@ -156,3 +162,107 @@ def test_write_oci_layout(tmp_path: Path) -> None:
     assert len(blob_names) == 7
     manifest_path = tmp_path / "blobs" / "sha256" / img1.digest.removeprefix("sha256:")
     assert manifest_path.read_bytes() == img1.manifest_bytes
+
+
+def test_extra_files_come_first_with_their_modes() -> None:
+    # A base layer with an executable: two members, the program (0755) first, then the
+    # content file still named after its content; adding it changes the layer digest.
+    content = b"hello"
+    layer = make_layer(content, [LayerFile("bin-x", b"\x7fELF", 0o755)])
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer.blob))) as tar:
+        members = [(m.name, m.mode, m.uid, m.gid, m.mtime) for m in tar.getmembers()]
+    assert members == [
+        ("bin-x", 0o755, 0, 0, 0),
+        ("layer-" + sha256_digest(content)[7:23], 0o644, 0, 0, 0),
+    ]
+    assert layer.digest != make_layer(content).digest
+    assert layer == make_layer(content, [LayerFile("bin-x", b"\x7fELF", 0o755)])
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "working_dir", "expected"),
+    [
+        # Neither given: the config is as before (Labels only), so old digests hold.
+        (None, None, {"Labels": {}}),
+        # Both given: Entrypoint as a list, WorkingDir as a string.
+        (("/idle",), "/", {"Labels": {}, "Entrypoint": ["/idle"], "WorkingDir": "/"}),
+    ],
+    ids=["plain", "runnable"],
+)
+def test_build_image_run_config(
+    entrypoint: tuple[str, ...] | None, working_dir: str | None, expected: dict[str, object]
+) -> None:
+    img = build_image([layer_bytes(1, 10)], entrypoint=entrypoint, working_dir=working_dir)
+    assert json.loads(img.config_bytes)["config"] == expected
+
+
+def _archive_members(data: bytes) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+def _archive_file(data: bytes, name: str) -> bytes:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        extracted = tar.extractfile(name)
+        assert extracted is not None
+        return extracted.read()
+
+
+def test_oci_archive_is_a_named_reproducible_layout() -> None:
+    # oci-layout, index.json and the 4 blobs (2 layers, config, manifest) in sorted
+    # order with fixed metadata; the index entry names the image for containerd.
+    img = build_image([layer_bytes(1, 10), layer_bytes(2, 10)])
+    data = oci_archive(img, "layersched.local/pause:3.2")
+    assert data == oci_archive(img, "layersched.local/pause:3.2")
+    members = _archive_members(data)
+    blob_names = [n for n in members if n.startswith("blobs/sha256/")]
+    assert list(members)[:4] == ["oci-layout", "index.json", "blobs", "blobs/sha256"]
+    assert members["blobs"].isdir() and members["blobs/sha256"].isdir()
+    assert blob_names == sorted(blob_names)
+    assert {n.removeprefix("blobs/sha256/") for n in blob_names} == {
+        d.removeprefix("sha256:") for d in (*img.blobs, img.digest)
+    }
+    assert all((m.uid, m.gid, m.mtime) == (0, 0, 0) for m in members.values())
+    (entry,) = json.loads(_archive_file(data, "index.json"))["manifests"]
+    assert entry["digest"] == img.digest
+    assert entry["annotations"] == {
+        CONTAINERD_IMAGE_NAME_ANNOTATION: "layersched.local/pause:3.2",
+        REF_NAME_ANNOTATION: "3.2",
+    }
+    manifest = _archive_file(data, "blobs/sha256/" + img.digest.removeprefix("sha256:"))
+    assert manifest == img.manifest_bytes
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [
+        # The CRI would look for docker.io/library/pause:3.2: say so.
+        ("pause:3.2", "docker.io/library/pause:3.2"),
+        # No tag: the CRI would look for :latest.
+        ("layersched.local/pause", "layersched.local/pause:latest"),
+        # A digest cannot be an imported image's name.
+        ("layersched.local/pause:3.2@sha256:" + "0" * 64, "layersched.local/pause:3.2"),
+    ],
+    ids=["short-name", "no-tag", "digest"],
+)
+def test_archive_name_must_be_full(name: str, suggestion: str) -> None:
+    with pytest.raises(InputError, match=f"e.g. '{suggestion}'"):
+        archive_name(name)
+
+
+def test_write_oci_archive_reports_changes(tmp_path: Path) -> None:
+    # First write: changed. Same archive again: unchanged, file untouched. Other name: changed.
+    img = build_image([layer_bytes(1, 10)])
+    path = tmp_path / "img.tar"
+    assert write_oci_archive(path, img, "layersched.local/a:1") is True
+    first = path.stat().st_mtime_ns
+    assert write_oci_archive(path, img, "layersched.local/a:1") is False
+    assert path.stat().st_mtime_ns == first
+    assert write_oci_archive(path, img, "layersched.local/b:1") is True
+    assert path.read_bytes() == oci_archive(img, "layersched.local/b:1")
+    assert not (tmp_path / "img.tar.partial").exists()
+
+
+def test_write_oci_archive_names_an_unwritable_path(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is its directory there and writable"):
+        write_oci_archive(tmp_path / "missing" / "img.tar", build_image([b"x"]), "h.local/a:1")

@@ -1,4 +1,8 @@
-"""``layersched testbed``: bring the local testbed up/down, check it, push the scenario images."""
+"""``layersched testbed``: bring the local testbed up/down, check it, build its images.
+
+``images`` pushes the scenario images to the registry; ``pause-image`` writes
+the sandbox image as an OCI archive for ``ctr images import`` on each node.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from layersched.core.errors import InputError
+from layersched.core.manifest import DEFAULT_PLATFORM, Platform
 from layersched.testbed.local import (
     DEFAULT_NET_BASE,
     DEFAULT_NODE_COUNT,
@@ -25,6 +30,7 @@ from layersched.testbed.local import (
     probe,
     up,
 )
+from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE, write_pause_archive
 from layersched.testbed.quantity import parse_quantity
 from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, build_and_push_scenario, load_spec
 
@@ -92,6 +98,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_images.add_argument("--format", choices=("table", "json"), default="table")
     p_images.set_defaults(handler=run_images)
 
+    p_pause = actions.add_parser(
+        "pause-image",
+        help="write the pod sandbox (pause) image as an OCI archive for `ctr images import`",
+        description=(
+            "Wrap a static pause binary in a reproducible one-layer image (/pause, its "
+            "entrypoint) and write it as an OCI archive; `ctr -n k8s.io images import TAR` "
+            "then lists it as exactly NAME. Prints 'unchanged' when TAR already held it."
+        ),
+    )
+    p_pause.add_argument(
+        "--binary", type=Path, required=True, help="static pause binary (gcc -static pause.c)"
+    )
+    p_pause.add_argument(
+        "--name", default=DEFAULT_PAUSE_IMAGE, help="full image name (default: %(default)s)"
+    )
+    p_pause.add_argument("--output", type=Path, required=True, metavar="TAR", help="archive path")
+    p_pause.add_argument(
+        "--platform",
+        type=_platform,
+        default=DEFAULT_PLATFORM,
+        help="os/architecture of the binary (default: linux/amd64)",
+    )
+    p_pause.set_defaults(handler=run_pause_image)
+
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
     """``--spec`` and ``--size``: which scenario images to build (testbed images, scenario)."""
@@ -121,6 +151,13 @@ def layer_sizes(items: Sequence[str]) -> dict[str, int]:
         label: int(parse_quantity(text, f"--size {label}"))
         for label, text in _pairs(items, "--size").items()
     }
+
+
+def _platform(text: str) -> Platform:
+    try:
+        return Platform.parse(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
 
 
 def _mbit_to_bits(text: str, where: str) -> int:
@@ -274,4 +311,12 @@ def run_images(args: argparse.Namespace) -> int:
     for label, (digest, size) in sorted(images.layers.items()):
         table.add_row(label, digest, f"{size:,} B ({size / (1 << 20):.1f} MiB)")
     console.print(table)
+    return EXIT_OK
+
+
+def run_pause_image(args: argparse.Namespace) -> int:
+    """Write the pause image archive; one line says what happened (Ansible reads it)."""
+    result = write_pause_archive(args.binary, args.name, args.output, args.platform)
+    state = "written" if result.changed else "unchanged"
+    print(f"{result.name} {result.image.digest} {result.path} {state}")
     return EXIT_OK

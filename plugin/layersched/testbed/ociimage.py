@@ -6,8 +6,15 @@ written with sorted keys. The same inputs therefore give the same digests on
 every machine, so scenarios can say "Img1 and Img2 share L1 and L2" and
 registries and runtimes really deduplicate those blobs.
 
-A layer is one regular file whose name is derived from its content, so the
-same content makes the same layer whichever image or position it is used in.
+A content layer is one regular file whose name is derived from its content,
+so the same content makes the same layer whichever image or position it is
+used in. A layer may carry further files given by path and mode (the scenario
+images' base layer adds their entrypoint program, the pause image is one
+executable); those are written first, in the order given.
+
+An image can be written as an OCI image layout directory
+(:func:`write_oci_layout`, for skopeo) or as an OCI archive, a tar of that
+layout named for ``ctr images import`` (:func:`write_oci_archive`).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from layersched.core.errors import InputError
 from layersched.core.layers import Layer
 from layersched.core.manifest import (
     DEFAULT_PLATFORM,
@@ -41,7 +49,7 @@ from layersched.core.manifest import (
     Platform,
     sha256_digest,
 )
-from layersched.core.reference import ImageReference
+from layersched.core.reference import DEFAULT_TAG, ImageReference
 from layersched.registry import RegistryClient
 
 # Reproducible-build conventions: the epoch as every timestamp, root as every owner.
@@ -49,6 +57,7 @@ FIXED_MTIME = 0
 FIXED_UID = 0
 FIXED_GID = 0
 FILE_MODE = 0o644
+EXECUTABLE_MODE = 0o755
 # Random content does not compress: the fastest level gives the same size, sooner.
 GZIP_LEVEL = 1
 # Pushes smaller than this finish in a blink; a progress bar would only flicker.
@@ -56,6 +65,9 @@ PROGRESS_MIN_BYTES = 8 * 1024 * 1024
 OCI_LAYOUT_VERSION = "1.0.0"
 # The annotation OCI layouts use to name a manifest (what `skopeo oci:DIR:TAG` reads).
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
+# The annotation containerd's importer takes an image's full name from, ahead of
+# REF_NAME_ANNOTATION (which ctr would prefix with "import-<date>" when it is a bare tag).
+CONTAINERD_IMAGE_NAME_ANNOTATION = "io.containerd.image.name"
 _FILE_NAME_DIGEST_CHARS = 16
 
 
@@ -90,31 +102,54 @@ class LayerBlob:
         return Descriptor(OCI_LAYER_GZIP, self.digest, self.size_bytes)
 
 
-def layer_tar(content: bytes, file_name: str) -> bytes:
-    """An uncompressed tar holding one file, with fixed owner, mode and mtime."""
+@dataclass(frozen=True, slots=True)
+class LayerFile:
+    """One regular file in a layer: its path (relative, no leading ``/``), content and mode."""
+
+    path: str
+    content: bytes
+    mode: int = FILE_MODE
+
+
+def content_file(content: bytes) -> LayerFile:
+    """``content`` as a file named after its digest (``layer-<16 hex digits>``), mode 0644."""
+    name = "layer-" + sha256_digest(content)[len("sha256:") :][:_FILE_NAME_DIGEST_CHARS]
+    return LayerFile(name, content)
+
+
+def layer_tar(files: Sequence[LayerFile]) -> bytes:
+    """An uncompressed tar holding ``files`` in order, with fixed owner and mtime."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        info = tarfile.TarInfo(file_name)
-        info.size = len(content)
-        info.mtime = FIXED_MTIME
-        info.mode = FILE_MODE
-        info.uid, info.gid = FIXED_UID, FIXED_GID
-        info.uname = info.gname = ""
-        tar.addfile(info, io.BytesIO(content))
+        for file in files:
+            info = tarfile.TarInfo(file.path)
+            info.size = len(file.content)
+            info.mtime = FIXED_MTIME
+            info.mode = file.mode
+            info.uid, info.gid = FIXED_UID, FIXED_GID
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(file.content))
     return out.getvalue()
 
 
-def make_layer(content: bytes) -> LayerBlob:
-    """A layer holding ``content`` as one file named after its digest."""
-    file_name = "layer-" + sha256_digest(content)[len("sha256:") :][:_FILE_NAME_DIGEST_CHARS]
-    tar = layer_tar(content, file_name)
+def files_layer(files: Sequence[LayerFile]) -> LayerBlob:
+    """A layer holding ``files``: the gzipped :func:`layer_tar` with its digests."""
+    tar = layer_tar(files)
     blob = gzip.compress(tar, compresslevel=GZIP_LEVEL, mtime=FIXED_MTIME)
     return LayerBlob(blob, sha256_digest(blob), sha256_digest(tar))
 
 
-def random_layer(seed: int, size_bytes: int) -> LayerBlob:
-    """A layer of ``size_bytes`` seeded random content (the blob is a few hundred bytes more)."""
-    return make_layer(layer_bytes(seed, size_bytes))
+def make_layer(content: bytes, extra_files: Sequence[LayerFile] = ()) -> LayerBlob:
+    """A layer holding ``extra_files`` and then ``content`` as one file named after its digest."""
+    return files_layer([*extra_files, content_file(content)])
+
+
+def random_layer(seed: int, size_bytes: int, extra_files: Sequence[LayerFile] = ()) -> LayerBlob:
+    """A layer of ``size_bytes`` seeded random content (the blob is a few hundred bytes more).
+
+    ``extra_files`` come first in the layer (see :func:`make_layer`).
+    """
+    return make_layer(layer_bytes(seed, size_bytes), extra_files)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,18 +195,27 @@ def build_image(
     *,
     platform: Platform = DEFAULT_PLATFORM,
     labels: Mapping[str, str] | None = None,
+    entrypoint: Sequence[str] | None = None,
+    working_dir: str | None = None,
 ) -> BuiltImage:
     """Build an image from layers, base first; ``bytes`` items are file content.
 
     ``labels`` go into the config, which is how two images with the same
-    layers are told apart.
+    layers are told apart. ``entrypoint`` and ``working_dir`` become the
+    config's ``Entrypoint`` and ``WorkingDir`` (left out when None, so images
+    built without them keep their digests).
     """
     built = [item if isinstance(item, LayerBlob) else make_layer(item) for item in layers]
+    run_config: dict[str, Any] = {"Labels": dict(labels or {})}
+    if entrypoint is not None:
+        run_config["Entrypoint"] = list(entrypoint)
+    if working_dir is not None:
+        run_config["WorkingDir"] = working_dir
     config: dict[str, Any] = {
         "architecture": platform.architecture,
         "os": platform.os,
         "rootfs": {"type": "layers", "diff_ids": [b.diff_id for b in built]},
-        "config": {"Labels": dict(labels or {})},
+        "config": run_config,
     }
     if platform.variant:
         config["variant"] = platform.variant
@@ -207,6 +251,22 @@ def build_index(images: Sequence[BuiltImage]) -> BuiltIndex:
     return BuiltIndex(_canonical_json(index), tuple(images), blobs=blobs)
 
 
+def _layout_blobs(image: BuiltImage | BuiltIndex) -> tuple[bytes, dict[str, bytes]]:
+    """The top-level manifest or index, and every blob a layout of ``image`` holds."""
+    top = image.index_bytes if isinstance(image, BuiltIndex) else image.manifest_bytes
+    blobs = dict(image.blobs)
+    blobs[image.digest] = top
+    return top, blobs
+
+
+def _index_entry(
+    image: BuiltImage | BuiltIndex, top: bytes, annotations: Mapping[str, str]
+) -> dict[str, Any]:
+    entry = Descriptor(image.media_type, image.digest, len(top)).to_json()
+    entry["annotations"] = dict(annotations)
+    return entry
+
+
 def write_oci_layout(directory: Path, image: BuiltImage | BuiltIndex, tag: str) -> Path:
     """Write an OCI image layout (``oci-layout``, ``index.json``, ``blobs/``) for ``tag``.
 
@@ -216,9 +276,7 @@ def write_oci_layout(directory: Path, image: BuiltImage | BuiltIndex, tag: str) 
     blob_dir = directory / "blobs" / "sha256"
     blob_dir.mkdir(parents=True, exist_ok=True)
     (directory / "oci-layout").write_text(json.dumps({"imageLayoutVersion": OCI_LAYOUT_VERSION}))
-    top = image.index_bytes if isinstance(image, BuiltIndex) else image.manifest_bytes
-    blobs = dict(image.blobs)
-    blobs[image.digest] = top
+    top, blobs = _layout_blobs(image)
     for digest, data in blobs.items():
         path = blob_dir / digest.removeprefix("sha256:")
         if not path.exists():
@@ -227,12 +285,96 @@ def write_oci_layout(directory: Path, image: BuiltImage | BuiltIndex, tag: str) 
     existing: list[dict[str, Any]] = []
     if index_path.exists():
         existing = json.loads(index_path.read_text()).get("manifests", [])
-    entry = Descriptor(image.media_type, image.digest, len(top)).to_json()
-    entry["annotations"] = {REF_NAME_ANNOTATION: tag}
+    entry = _index_entry(image, top, {REF_NAME_ANNOTATION: tag})
     kept = [m for m in existing if m.get("annotations", {}).get(REF_NAME_ANNOTATION) != tag]
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [*kept, entry]}
     index_path.write_bytes(_canonical_json(index))
     return directory
+
+
+def archive_name(name: str) -> ImageReference:
+    """Check that ``name`` is a full ``host/repository:tag`` name, as the CRI looks images up.
+
+    The CRI plugin normalises a pod's or kubelet's image name (``pause:3.2``
+    becomes ``docker.io/library/pause:3.2``) before it looks in the image
+    store, so an imported image is only found under its normalised name.
+    """
+    ref = ImageReference.parse(name)
+    if ref.digest is not None or ref.canonical() != name:
+        full = f"{ref.domain}/{ref.path}:{ref.tag or DEFAULT_TAG}"
+        raise InputError(
+            f"image name {name!r} for an OCI archive: give the full name with registry host "
+            f"and tag and no digest, e.g. {full!r}, since containerd's CRI plugin looks "
+            "images up by that normalised name"
+        )
+    return ref
+
+
+def _tar_member(tar: tarfile.TarFile, path: str, content: bytes | None) -> None:
+    """Add a regular file (``content``) or, for None, a directory, with fixed metadata."""
+    info = tarfile.TarInfo(path)
+    info.mtime = FIXED_MTIME
+    info.uid, info.gid = FIXED_UID, FIXED_GID
+    info.uname = info.gname = ""
+    if content is None:
+        info.type, info.mode = tarfile.DIRTYPE, EXECUTABLE_MODE
+        tar.addfile(info)
+        return
+    info.size, info.mode = len(content), FILE_MODE
+    tar.addfile(info, io.BytesIO(content))
+
+
+def oci_archive(image: BuiltImage | BuiltIndex, name: str) -> bytes:
+    """An OCI archive (a tar of an image layout) that ``ctr images import`` names ``name``.
+
+    ``name`` must be a full name (see :func:`archive_name`). Its index entry
+    carries ``io.containerd.image.name`` (the full name, which containerd's
+    importer uses as is) and ``org.opencontainers.image.ref.name`` (the tag,
+    as the OCI layout spec and ``docker save`` write it). The tar is
+    byte-for-byte reproducible: fixed metadata, members in sorted order.
+    """
+    ref = archive_name(name)
+    top, blobs = _layout_blobs(image)
+    annotations = {CONTAINERD_IMAGE_NAME_ANNOTATION: name, REF_NAME_ANNOTATION: ref.reference}
+    index = {
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX,
+        "manifests": [_index_entry(image, top, annotations)],
+    }
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        _tar_member(tar, "oci-layout", _canonical_json({"imageLayoutVersion": OCI_LAYOUT_VERSION}))
+        _tar_member(tar, "index.json", _canonical_json(index))
+        _tar_member(tar, "blobs/", None)
+        _tar_member(tar, "blobs/sha256/", None)
+        for digest in sorted(blobs):
+            _tar_member(tar, f"blobs/sha256/{digest.removeprefix('sha256:')}", blobs[digest])
+    return out.getvalue()
+
+
+def write_oci_archive(path: Path, image: BuiltImage | BuiltIndex, name: str) -> bool:
+    """Write :func:`oci_archive` to ``path``; False when ``path`` already holds exactly it.
+
+    The file is replaced atomically (written beside it, then renamed), so a
+    reader never sees half an archive.
+    """
+    data = oci_archive(image, name)
+    try:
+        if path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        raise InputError(f"reading {path} to compare the OCI archive: {err}") from err
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.write_bytes(data)
+        partial.replace(path)
+    except OSError as err:
+        raise InputError(
+            f"writing the OCI archive {path}: {err}; is its directory there and writable?"
+        ) from err
+    return True
 
 
 def push_image(

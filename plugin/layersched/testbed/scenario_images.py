@@ -1,9 +1,16 @@
 """The seed's scenario images, built deterministically and pushed to a testbed registry.
 
 ``images/scenario/scenario.yml`` names four layers (seed, size) and two images:
-Img1 = L1, L2, L3 and Img2 = L1, L2, L4. Layers are seeded incompressible bytes
-(:func:`layersched.testbed.ociimage.random_layer`), so every build of the same
-spec yields the same digests and a registry stores L1 and L2 once.
+Img1 = L1, L2, L3 and Img2 = L1, L2, L4. Each layer is one file of seeded
+incompressible bytes (:func:`layersched.testbed.ociimage.random_layer`), so
+every build of the same spec yields the same digests and a registry stores L1
+and L2 once.
+
+The images are runnable: the base layer both images share (L1) also holds
+``/layersched-idle`` (:func:`layersched.testbed.idle_program.idle_program`, a
+232-byte static amd64 program that waits for SIGTERM or SIGINT and exits 0),
+and both configs name it as ``Entrypoint`` with ``WorkingDir`` ``/``. So the
+images still share exactly L1 and L2, and L3 and L4 stay one file each.
 """
 
 from __future__ import annotations
@@ -19,7 +26,16 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from layersched.core.errors import InputError
 from layersched.registry import RegistryClient
-from layersched.testbed.ociimage import LayerBlob, build_image, push_image, random_layer
+from layersched.testbed.idle_program import idle_program
+from layersched.testbed.ociimage import (
+    EXECUTABLE_MODE,
+    BuiltImage,
+    LayerBlob,
+    LayerFile,
+    build_image,
+    push_image,
+    random_layer,
+)
 from layersched.testbed.scenario import ScenarioImages
 
 #: The spec in the repository (``images/scenario/scenario.yml``).
@@ -29,6 +45,11 @@ IMG1 = "Img1"
 IMG2 = "Img2"
 #: A layer of zero bytes would still be a (tiny) blob, but the scenario would be meaningless.
 MIN_LAYER_BYTES = 1
+#: The images' entrypoint, a file of their shared base layer.
+ENTRYPOINT_PATH = "/layersched-idle"
+WORKING_DIR = "/"
+#: The label that tells the two images' configs apart.
+TITLE_LABEL = "org.opencontainers.image.title"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +142,55 @@ def load_spec(path: Path = DEFAULT_SPEC_PATH) -> ScenarioSpec:
     return parse_spec(doc, str(path))
 
 
+@dataclass(frozen=True, slots=True)
+class ScenarioBuild:
+    """The built layers by label (L1..L4) and images by label (Img1, Img2)."""
+
+    layers: Mapping[str, LayerBlob]
+    images: Mapping[str, BuiltImage]
+
+
+def base_layer(spec: ScenarioSpec) -> str:
+    """The label of the base layer every image starts with, which carries the entrypoint."""
+    bases = {image.layers[0] for image in spec.images.values() if image.layers}
+    if len(bases) != 1 or any(not image.layers for image in spec.images.values()):
+        raise InputError(
+            f"scenario spec: the images' first layers are {sorted(bases)}, but the entrypoint "
+            "program lives in one base layer every image starts with; list the shared layer "
+            "(L1) first in each image"
+        )
+    return bases.pop()
+
+
+def build_scenario(spec: ScenarioSpec, *, console: Console | None = None) -> ScenarioBuild:
+    """Build every layer and both images of ``spec`` (no registry involved).
+
+    Shows rich progress on ``console`` (default: stderr) unless it is not a terminal.
+    """
+    base = base_layer(spec)
+    entrypoint = LayerFile(ENTRYPOINT_PATH.lstrip("/"), idle_program(), EXECUTABLE_MODE)
+    console = console or Console(stderr=True)
+    blobs: dict[str, LayerBlob] = {}
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("building layers", total=len(spec.layers))
+        for label, layer in sorted(spec.layers.items()):
+            progress.update(task, description=f"building {label} ({layer.size_bytes:,} B)")
+            extra = [entrypoint] if label == base else []
+            blobs[label] = random_layer(layer.seed, layer.size_bytes, extra)
+            progress.advance(task)
+    images = {
+        label: build_image(
+            [blobs[layer] for layer in image.layers],
+            labels={TITLE_LABEL: label},
+            entrypoint=[ENTRYPOINT_PATH],
+            working_dir=WORKING_DIR,
+        )
+        for label, image in sorted(spec.images.items())
+    }
+    return ScenarioBuild(layers=blobs, images=images)
+
+
 def build_and_push_scenario(
     registry_addr: str,
     sizes: Mapping[str, int] | None = None,
@@ -135,27 +205,15 @@ def build_and_push_scenario(
     Shows rich progress on ``console`` (default: stderr) unless it is not a terminal.
     """
     spec = (spec or load_spec()).with_sizes(sizes or {})
-    console = console or Console(stderr=True)
-    blobs: dict[str, LayerBlob] = {}
+    built = build_scenario(spec, console=console)
     refs: dict[str, str] = {}
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("building layers", total=len(spec.layers))
-        for label, layer in sorted(spec.layers.items()):
-            progress.update(task, description=f"building {label} ({layer.size_bytes:,} B)")
-            blobs[label] = random_layer(layer.seed, layer.size_bytes)
-            progress.advance(task)
     with RegistryClient(insecure_hosts=(registry_addr,)) as client:
         for label, image in sorted(spec.images.items()):
-            built = build_image(
-                [blobs[layer] for layer in image.layers],
-                labels={"org.opencontainers.image.title": label},
-            )
             ref = f"{registry_addr}/{image.repository}:{image.tag}"
-            push_image(client, ref, built)
+            push_image(client, ref, built.images[label])
             refs[label] = ref
     return ScenarioImages(
         img1=refs[IMG1],
         img2=refs[IMG2],
-        layers={label: (blob.digest, blob.size_bytes) for label, blob in blobs.items()},
+        layers={label: (blob.digest, blob.size_bytes) for label, blob in built.layers.items()},
     )

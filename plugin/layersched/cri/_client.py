@@ -172,6 +172,33 @@ class CRIClient:
             runtime_api_version=response.runtime_api_version,
         )
 
+    def list_pod_sandboxes(self, labels: Mapping[str, str] | None = None) -> list[str]:
+        """``RuntimeService.ListPodSandbox``: ids of the sandboxes carrying every label."""
+        response = self._call(
+            f"/{_RUNTIME_SERVICE}/ListPodSandbox",
+            api_pb2.ListPodSandboxRequest(
+                filter=api_pb2.PodSandboxFilter(label_selector=dict(labels or {}))
+            ),
+            api_pb2.ListPodSandboxResponse.FromString,
+            "listing pod sandboxes",
+        )
+        return [sandbox.id for sandbox in response.items]
+
+    def remove_pod_sandbox(self, sandbox_id: str) -> None:
+        """``StopPodSandbox`` then ``RemovePodSandbox``: the sandbox and its containers go."""
+        self._call(
+            f"/{_RUNTIME_SERVICE}/StopPodSandbox",
+            api_pb2.StopPodSandboxRequest(pod_sandbox_id=sandbox_id),
+            api_pb2.StopPodSandboxResponse.FromString,
+            f"stopping pod sandbox {sandbox_id}",
+        )
+        self._call(
+            f"/{_RUNTIME_SERVICE}/RemovePodSandbox",
+            api_pb2.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id),
+            api_pb2.RemovePodSandboxResponse.FromString,
+            f"removing pod sandbox {sandbox_id}",
+        )
+
     def list_images(self) -> list[CRIImage]:
         """``ImageService.ListImages`` without a filter: every image the runtime holds."""
         response = self._call(

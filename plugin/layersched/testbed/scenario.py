@@ -45,8 +45,6 @@ class Placement:
     pull: Pull
     #: The scheduler that bound the pod (its Scheduled event), when a real one did.
     scheduler: str | None = None
-    #: Seconds from the pull's end to the node listing the image in ``status.images``.
-    status_lag_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -58,7 +56,8 @@ class Trial:
     pulls: list[Pull] = field(default_factory=list)
     #: pod -> the scheduler that bound it (real clusters only).
     scheduler: dict[str, str] = field(default_factory=dict)
-    #: pod -> seconds until its node listed the image in ``status.images`` (real clusters).
+    #: pod -> seconds from its pull's end until its node listed the image in
+    #: ``status.images`` (real clusters; measured for P2, whose node P1-again is scored on).
     status_lag_s: dict[str, float] = field(default_factory=dict)
 
 
@@ -88,14 +87,17 @@ class Driver(Protocol):
         """Delete ``pod``; its image stays in the node's cache."""
         ...
 
+    def settle(self, pod: str) -> float | None:
+        """Wait until the node that ran ``pod`` lists its image where schedulers look
+        (``status.images``); the seconds that took after the pull ended, if measured."""
+        ...
+
 
 def _record(trial: Trial, pod: str, placed: Placement) -> None:
     trial.placements[pod] = placed.node
     trial.pulls.append(placed.pull)
     if placed.scheduler is not None:
         trial.scheduler[pod] = placed.scheduler
-    if placed.status_lag_s is not None:
-        trial.status_lag_s[pod] = placed.status_lag_s
 
 
 def run_trial(driver: Driver, images: ScenarioImages, strategy: str) -> Trial:
@@ -105,6 +107,10 @@ def run_trial(driver: Driver, images: ScenarioImages, strategy: str) -> Trial:
     for pod, image in ((P1, images.img1), (P2, images.img2)):
         _record(trial, pod, driver.schedule(pod, image, strategy))
     driver.delete(P2)
+    # P1-again must be scored against a node that shows what P2 left behind.
+    lag_s = driver.settle(P2)
+    if lag_s is not None:
+        trial.status_lag_s[P2] = lag_s
     again = driver.schedule(P1_AGAIN, images.img1, strategy)
     _record(trial, P1_AGAIN, again)
     trial.scores_t3 = dict(again.scores)

@@ -1,10 +1,18 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class PodSandboxState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SANDBOX_READY: _ClassVar[PodSandboxState]
+    SANDBOX_NOTREADY: _ClassVar[PodSandboxState]
+SANDBOX_READY: PodSandboxState
+SANDBOX_NOTREADY: PodSandboxState
 
 class VersionRequest(_message.Message):
     __slots__ = ("version",)
@@ -185,3 +193,102 @@ class ImageFsInfoResponse(_message.Message):
     image_filesystems: _containers.RepeatedCompositeFieldContainer[FilesystemUsage]
     container_filesystems: _containers.RepeatedCompositeFieldContainer[FilesystemUsage]
     def __init__(self, image_filesystems: _Optional[_Iterable[_Union[FilesystemUsage, _Mapping]]] = ..., container_filesystems: _Optional[_Iterable[_Union[FilesystemUsage, _Mapping]]] = ...) -> None: ...
+
+class PodSandboxStateValue(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: PodSandboxState
+    def __init__(self, state: _Optional[_Union[PodSandboxState, str]] = ...) -> None: ...
+
+class PodSandboxFilter(_message.Message):
+    __slots__ = ("id", "state", "label_selector")
+    class LabelSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    state: PodSandboxStateValue
+    label_selector: _containers.ScalarMap[str, str]
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[PodSandboxStateValue, _Mapping]] = ..., label_selector: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ListPodSandboxRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: PodSandboxFilter
+    def __init__(self, filter: _Optional[_Union[PodSandboxFilter, _Mapping]] = ...) -> None: ...
+
+class PodSandboxMetadata(_message.Message):
+    __slots__ = ("name", "uid", "namespace", "attempt")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    uid: str
+    namespace: str
+    attempt: int
+    def __init__(self, name: _Optional[str] = ..., uid: _Optional[str] = ..., namespace: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class PodSandbox(_message.Message):
+    __slots__ = ("id", "metadata", "state", "created_at", "labels", "annotations", "runtime_handler")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class AnnotationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_HANDLER_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    metadata: PodSandboxMetadata
+    state: PodSandboxState
+    created_at: int
+    labels: _containers.ScalarMap[str, str]
+    annotations: _containers.ScalarMap[str, str]
+    runtime_handler: str
+    def __init__(self, id: _Optional[str] = ..., metadata: _Optional[_Union[PodSandboxMetadata, _Mapping]] = ..., state: _Optional[_Union[PodSandboxState, str]] = ..., created_at: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., runtime_handler: _Optional[str] = ...) -> None: ...
+
+class ListPodSandboxResponse(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[PodSandbox]
+    def __init__(self, items: _Optional[_Iterable[_Union[PodSandbox, _Mapping]]] = ...) -> None: ...
+
+class StopPodSandboxRequest(_message.Message):
+    __slots__ = ("pod_sandbox_id",)
+    POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    pod_sandbox_id: str
+    def __init__(self, pod_sandbox_id: _Optional[str] = ...) -> None: ...
+
+class StopPodSandboxResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RemovePodSandboxRequest(_message.Message):
+    __slots__ = ("pod_sandbox_id",)
+    POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    pod_sandbox_id: str
+    def __init__(self, pod_sandbox_id: _Optional[str] = ...) -> None: ...
+
+class RemovePodSandboxResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

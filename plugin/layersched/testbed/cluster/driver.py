@@ -10,10 +10,10 @@ The driver submits pods through the Kubernetes API and reads back what happened:
 * **Bytes**: the registry's access log, bytes sent to the node's address.
 * **Scores** and the other things only a testbed can see (a registry log, a scheduler
   log, how to empty a node's image cache) come from a :class:`Backend`.
-* **Status lag**: after each pull the driver waits until the node lists the image in
-  ``status.images`` and records how long that took. kube-scheduler and the extender
-  score from Node status, which the kubelet refreshes about every 30 s, so without the
-  wait the next pod (P1 again) could be scored against a node whose cache looks empty.
+* **Status lag**: :meth:`ClusterDriver.settle` waits until a pod's node lists its image
+  in ``status.images`` and says how long that took after the pull. kube-scheduler and
+  the extender score from Node status, which the kubelet refreshes about every 30 s, so
+  without the wait P1-again could be scored against a node whose cache looks empty.
 
 Each pod requests a whole node (the least free allocatable over the workers), so there
 is one scenario pod per node, as in the seed.
@@ -61,7 +61,9 @@ FRAMEWORK_PER_EXTENDER_SCORE = 10
 PULL_TIMEOUT_S = 300.0
 #: Binding happens within a scheduling cycle; a minute means the scheduler is not running.
 BIND_TIMEOUT_S = 60.0
-#: Pod deletion with grace 0 still waits for the runtime to stop the sandbox.
+#: Seconds a deleted scenario pod gets to stop (its program exits on SIGTERM at once).
+DELETE_GRACE_S = 1
+#: Pod deletion waits for the kubelet and the runtime to stop the sandbox.
 DELETE_TIMEOUT_S = 120.0
 #: The kubelet refreshes its image list every 30 s (1.20: a fixed period) and posts
 #: node status on change; 90 s allows two refreshes and a slow status post.
@@ -144,8 +146,14 @@ class Backend(Protocol):
         """The scores behind ``run``'s placement (raise :class:`NotYet` until they are known)."""
         ...
 
-    def remove_images(self, node: str, images: Sequence[str]) -> None:
-        """Remove ``images`` from ``node``'s runtime (absent ones are fine)."""
+    def remove_images(self, node: str, images: Sequence[str], namespace: str) -> None:
+        """Remove ``images`` from ``node``'s runtime (absent ones are fine).
+
+        The pods of ``namespace`` are already deleted through the API, but their dead
+        containers (which the kubelet garbage-collects only every minute) still pin the
+        images' layer snapshots: remove those pods' sandboxes first, so that the layers
+        really go and the next pull downloads them again.
+        """
         ...
 
     def components(self) -> dict[str, str]:
@@ -265,6 +273,8 @@ class ClusterDriver:
         )
         self._core = client.CoreV1Api(self._api_client)
         self._version_api = client.VersionApi(self._api_client)
+        #: pod -> (node, image, when its Pulled event was seen), for settle().
+        self._pulled: dict[str, tuple[str, str, float]] = {}
         self._ensure_namespace()
 
     # ------------------------------------------------------------------ plumbing
@@ -319,7 +329,9 @@ class ClusterDriver:
         for pod in self._scenario_pods():
             self.delete_by_name(pod["metadata"]["name"])
         for node in self._workers(self._nodes()):
-            self.backend.remove_images(node["metadata"]["name"], self.scenario_images)
+            self.backend.remove_images(
+                node["metadata"]["name"], self.scenario_images, self.namespace
+            )
         wait_for(self._check_images_gone, IMAGE_GONE_TIMEOUT_S)
 
     def _check_images_gone(self) -> None:
@@ -365,42 +377,54 @@ class ClusterDriver:
         )
         node = wait_for(lambda: self._bound_node(name), BIND_TIMEOUT_S)
         event = wait_for(lambda: self._pull_event(name, uid), PULL_TIMEOUT_S, STATUS_POLL_S)
-        seen_pulled_s = time.monotonic()
+        self._pulled[pod] = (node, image, time.monotonic())
         address = self._node_address(node)
         size_bytes = 0
         if event.pulled:
             size_bytes = wait_for(
                 lambda: self.backend.registry_bytes(mark, address), LOG_SETTLE_TIMEOUT_S
             )
-        # The next pod is scored from Node status: wait until it shows this pull.
-        wait_for(
-            lambda: self._check_image_listed(node, image), IMAGE_LISTED_TIMEOUT_S, STATUS_POLL_S
-        )
-        lag_s = time.monotonic() - seen_pulled_s
         bound_by = wait_for(lambda: self._scheduled_by(name, uid), SCORES_TIMEOUT_S)
         scores = wait_for(lambda: self.backend.scores(run), SCORES_TIMEOUT_S)
         log.info(
-            "%s -> %s by %s: %d bytes in %.2fs, listed %.1fs later",
-            pod, node, bound_by, size_bytes, event.seconds, lag_s,
-        )  # fmt: skip
+            "%s -> %s by %s: %d bytes in %.2fs", pod, node, bound_by, size_bytes, event.seconds
+        )
         return Placement(
             node=node,
             scores=scores,
             pull=Pull(pod=pod, node=node, bytes=size_bytes, seconds=event.seconds),
             scheduler=bound_by,
-            status_lag_s=round(lag_s, 2),
         )
+
+    def settle(self, pod: str) -> float:
+        """Wait until ``pod``'s node lists its image in ``status.images``; the seconds from
+        the pull's ``Pulled`` event (seen within 0.25 s) until then."""
+        try:
+            node, image, pulled_s = self._pulled[pod]
+        except KeyError:
+            raise TestbedError(f"pod {pod} was not scheduled by this driver") from None
+        wait_for(
+            lambda: self._check_image_listed(node, image), IMAGE_LISTED_TIMEOUT_S, STATUS_POLL_S
+        )
+        return round(time.monotonic() - pulled_s, 2)
 
     def delete(self, pod: str) -> None:
         """Delete ``pod``; the runtime keeps its image (and layers) in the node's store."""
         self.delete_by_name(pod_name(pod))
 
     def delete_by_name(self, name: str) -> None:
-        """Delete the pod called ``name`` with no grace period and wait until it is gone."""
+        """Delete the pod called ``name`` and wait until it is gone.
+
+        A short grace period, not 0: with 0 the API forgets the pod at once while its
+        kubelet is still stopping it; with a grace period the pod is gone only once the
+        kubelet reports its containers stopped (the scenario image exits on SIGTERM).
+        """
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+            self._core.delete_namespaced_pod(
+                name, self.namespace, grace_period_seconds=DELETE_GRACE_S
+            )
         except ApiException as err:
             if err.status == 404:  # already gone
                 return

@@ -140,7 +140,21 @@ class KindBackend:
             )
         return size_bytes
 
-    def remove_images(self, node: str, images: Sequence[str]) -> None:
+    def remove_images(self, node: str, images: Sequence[str], namespace: str) -> None:
+        # The deleted pods' sandboxes first: their containers pin the layers.
+        sandboxes = [
+            str(self.testbed.docker), "exec", node, "crictl", "--runtime-endpoint", CRIO_SOCKET,
+            "pods", "--namespace", namespace, "--quiet",
+        ]  # fmt: skip
+        listed = subprocess.run(
+            sandboxes, capture_output=True, text=True, timeout=DOCKER_TIMEOUT_S, check=False
+        )
+        for sandbox in listed.stdout.split():
+            argv = [
+                str(self.testbed.docker), "exec", node,
+                "crictl", "--runtime-endpoint", CRIO_SOCKET, "rmp", "--force", sandbox,
+            ]  # fmt: skip
+            subprocess.run(argv, capture_output=True, timeout=DOCKER_TIMEOUT_S, check=False)
         for image in images:
             # crictl rmi fails for an absent image; which images exist is not worth a call.
             # The endpoint is explicit: a prebuilt node image may lack /etc/crictl.yaml.

@@ -27,7 +27,7 @@ from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.cri import CRIClient
 from layersched.testbed.cluster._measure import extender_decision, plugin_scores
-from layersched.testbed.cluster.driver import NotYet, PodRun
+from layersched.testbed.cluster.driver import NotYet, PodRun, wait_for
 from layersched.testbed.local._inventory import TestbedInventory
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,10 @@ SCORE_SOURCES = {
 #: A registry log line is written when its response completes; wait for quiet.
 LOG_SETTLE_POLL_S = 0.2
 LOG_SETTLE_TIMEOUT_S = 5.0
+#: The label the kubelet puts on every pod sandbox: the pod's namespace.
+POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
+#: Removing a node's scenario sandboxes and images, retried while the kubelet races us.
+REMOVE_TIMEOUT_S = 30.0
 #: A CRI call on a local containerd answers in milliseconds.
 CRI_TIMEOUT_S = 30.0
 _ETCD_VERSION = re.compile(r"etcd Version: (\S+)")
@@ -203,14 +207,21 @@ class LocalBackend:
             raise NotYet(f"{path} has no scores for pod {run.key} yet")
         return found
 
-    def remove_images(self, node: str, images: Sequence[str]) -> None:
+    def remove_images(self, node: str, images: Sequence[str], namespace: str) -> None:
         info = self.inventory.node(node)
-        try:
-            with CRIClient(info.cri_endpoint, timeout_s=CRI_TIMEOUT_S) as cri:
-                for image in images:
-                    cri.remove_image(image)
-        except CRIError as err:
-            raise TestbedError(f"emptying node {node}'s image cache: {err}") from err
+        with CRIClient(info.cri_endpoint, timeout_s=CRI_TIMEOUT_S) as cri:
+
+            def empty() -> None:
+                # The kubelet may be stopping the same sandbox right now: try again.
+                try:
+                    for sandbox in cri.list_pod_sandboxes({POD_NAMESPACE_LABEL: namespace}):
+                        cri.remove_pod_sandbox(sandbox)
+                    for image in images:
+                        cri.remove_image(image)
+                except CRIError as err:
+                    raise NotYet(f"emptying node {node}'s image cache: {err}") from err
+
+            wait_for(empty, REMOVE_TIMEOUT_S)
 
     def components(self) -> dict[str, str]:
         try:

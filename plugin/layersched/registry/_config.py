@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -160,6 +162,31 @@ def helper_server(registry: str) -> str:
     return DOCKER_HUB_SERVER if registry == _DOCKER_HUB else registry
 
 
+def _run_bounded(
+    argv: list[str], stdin: bytes, timeout_s: float
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``argv`` in its own process group; on timeout, kill the whole group.
+
+    ``subprocess.run`` kills only the direct child, and then waits for the
+    pipes that a grandchild (a helper that forks) still holds open.
+    """
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def run_helper(name: str, server: str, timeout_s: float = HELPER_TIMEOUT_S) -> Credentials | None:
     """``docker-credential-NAME get`` for ``server``: its credentials, or None if it has none."""
     binary = shutil.which(HELPER_PREFIX + name)
@@ -170,13 +197,7 @@ def run_helper(name: str, server: str, timeout_s: float = HELPER_TIMEOUT_S) -> C
             "or remove it from credHelpers/credsStore"
         )
     try:
-        done = subprocess.run(
-            [binary, "get"],
-            input=server.encode(),
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
-        )
+        done = _run_bounded([binary, "get"], server.encode(), timeout_s)
     except subprocess.TimeoutExpired as err:
         raise CredentialHelperError(
             f"{doing}: no answer within {timeout_s} s – is it waiting for a keychain or a "

@@ -152,6 +152,7 @@ def test_redirects_to_internal_addresses(origin: str, target: str, refusal: str 
             with pytest.raises(RegistryError) as info:
                 client.resolve(f"{origin}/app:1")
             assert refusal in str(info.value)
+            assert "treat it as hostile" in str(info.value)
             assert served == [origin]  # the target got no request
 
 

@@ -119,10 +119,12 @@ class _DeadlineExceededError(Exception):
 class _RedirectError(Exception):
     """A redirect chain that loops, runs too long or downgrades HTTPS to HTTP."""
 
-    def __init__(self, problem: str, chain: Sequence[httpx.URL]) -> None:
+    def __init__(self, problem: str, chain: Sequence[httpx.URL], *, internal: bool = False) -> None:
         super().__init__(problem)
         self.problem = problem
         self.chain = tuple(chain)
+        #: the target is on an internal (loopback, link-local) address
+        self.internal = internal
 
 
 def _error_detail(body: bytes) -> str:
@@ -452,10 +454,12 @@ class RegistryClient:
             self._raise_status(where, ref, err)
         except _RedirectError as err:
             hops = " -> ".join(str(url) for url in err.chain)
-            raise RegistryError(
-                f"{where}: {err.problem} ({hops}) – the registry or a proxy in front of it "
-                "is misconfigured"
-            ) from err
+            hint = (
+                "the registry tried to send the client to an internal address: treat it as hostile"
+                if err.internal
+                else "the registry or a proxy in front of it is misconfigured"
+            )
+            raise RegistryError(f"{where}: {err.problem} ({hops}) – {hint}") from err
         except BodyTooLargeError as err:
             if "/manifests/" in err.url.path:
                 raise ManifestError(
@@ -553,7 +557,9 @@ class RegistryClient:
                 raise _RedirectError("redirect from HTTPS to plain HTTP refused", [*chain, target])
             refusal = _internal_target_refusal(chain[0].netloc.decode(), target.host)
             if refusal is not None:
-                raise _RedirectError(f"redirect refused: {refusal}", [*chain, target])
+                raise _RedirectError(
+                    f"redirect refused: {refusal}", [*chain, target], internal=True
+                )
             chain.append(target)
 
     # -- manifests -----------------------------------------------------------------------

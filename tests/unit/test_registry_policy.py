@@ -279,3 +279,21 @@ def test_default_transport_enforces_the_deadline() -> None:
     # an httpx/httpcore upgrade that moves them must fail here, not silently.
     with RegistryClient(auth_files=()) as client:
         assert client.enforces_deadline
+
+
+def test_environment_proxies_keep_the_deadline_and_caps(monkeypatch: pytest.MonkeyPatch) -> None:
+    # HTTPS_PROXY and NO_PROXY are read as httpx reads them; the proxy transport is ours.
+    from layersched.registry._client import _proxy_mounts
+    from layersched.registry._transport import CappedTransport, DeadlineHTTPTransport
+
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "https_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.lan:3128")
+    monkeypatch.setenv("NO_PROXY", "reg.lan")
+    mounts = _proxy_mounts(1024)
+    assert set(mounts) == {"https://", "all://*reg.lan"}
+    proxied = mounts["https://"]
+    assert isinstance(proxied, CappedTransport)
+    assert isinstance(proxied.inner, DeadlineHTTPTransport)
+    assert proxied.inner.enforces_deadline
+    assert mounts["all://*reg.lan"] is None  # NO_PROXY: the direct transport

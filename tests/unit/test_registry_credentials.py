@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from layersched.core.errors import InputError
+from layersched.registry import RegistryClient
 from layersched.registry._config import IDENTITY_TOKEN_USER, load_registry_config
 from tests.unit.test_registry_client import HOST, IMG, FakeRegistry, client_for
 
@@ -130,3 +131,15 @@ def test_identity_token_is_a_refresh_grant(tmp_path: Path) -> None:
     }
     # the identity token is never sent as Basic credentials
     assert "Authorization" not in token_request.headers
+
+
+def test_missing_helper_is_an_error_at_startup(tmp_path: Path) -> None:
+    # Found at construction, not on the first pod that needs it (a copied Docker Desktop
+    # config names credsStore "desktop", which no extender image has).
+    doc = {"credsStore": "layersched-absent", "credHelpers": {"gcr.io": "layersched-gone"}}
+    with pytest.raises(InputError) as info:
+        RegistryClient(auth_files=_config(tmp_path, doc))
+    assert (
+        "credential helpers that are not on PATH (docker-credential-layersched-absent, "
+        "docker-credential-layersched-gone) in credHelpers/credsStore – install them"
+    ) in str(info.value)

@@ -156,8 +156,8 @@ class RegistryAuth(httpx.Auth):
         return self.source.get(host)
 
     def has_credentials(self, host: str) -> bool:
-        """Whether the host has credentials, or a helper that may have some (runs nothing)."""
-        return self.source.known(host) is not None or self.source.has_helper(host)
+        """Whether credentials for the host are known: static, or a helper's fresh answer."""
+        return self.source.known(host) is not None
 
     def _cached_token(self, host: str, scope: str | None) -> str | None:
         with self._lock:

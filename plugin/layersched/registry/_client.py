@@ -21,7 +21,12 @@ import tenacity
 from httpx._utils import get_environment_proxies  # what httpx.Client(trust_env=True) reads
 
 from layersched import __version__
-from layersched.core.errors import ManifestError, RegistryError, RegistryNotAllowedError
+from layersched.core.errors import (
+    InputError,
+    ManifestError,
+    RegistryError,
+    RegistryNotAllowedError,
+)
 from layersched.core.layers import Layer
 from layersched.core.manifest import (
     DEFAULT_PLATFORM,
@@ -42,6 +47,7 @@ from layersched.registry._auth import (
     TokenError,
 )
 from layersched.registry._config import (
+    HELPER_PREFIX,
     CredentialHelperError,
     CredentialSource,
     default_auth_files,
@@ -322,6 +328,14 @@ class RegistryClient:
             },
             config.store,
         )
+        missing = source.missing_helpers()
+        if missing:
+            names = ", ".join(f"{HELPER_PREFIX}{name}" for name in missing)
+            raise InputError(
+                f"the registry config names credential helpers that are not on PATH ({names}) "
+                "in credHelpers/credsStore – install them, or remove them from the config "
+                "(--registry-config, $REGISTRY_AUTH_FILE or ~/.docker/config.json)"
+            )
         self.auth = RegistryAuth(
             source, check_realm=self._check_realm, max_token_bytes=max_token_bytes
         )

@@ -259,8 +259,10 @@ class CredentialSource:
             cached = self._cache.get(host)
         return cached[0] if cached and self._clock() < cached[1] else None
 
-    def has_helper(self, host: str) -> bool:
-        return host in self.helpers or self.store is not None
+    def missing_helpers(self) -> list[str]:
+        """The configured helpers whose ``docker-credential-NAME`` is not on PATH."""
+        names = {name for name, _ in self.helpers.values()} | {self.store or ""}
+        return sorted(n for n in names if n and shutil.which(HELPER_PREFIX + n) is None)
 
     def get(self, host: str) -> Credentials | None:
         """Credentials for ``host``, running its helper if it has one and no fresh answer."""

@@ -297,3 +297,23 @@ def test_environment_proxies_keep_the_deadline_and_caps(monkeypatch: pytest.Monk
     assert isinstance(proxied.inner, DeadlineHTTPTransport)
     assert proxied.inner.enforces_deadline
     assert mounts["all://*reg.lan"] is None  # NO_PROXY: the direct transport
+
+
+def test_blob_uploads_are_not_bound_by_the_deadline() -> None:
+    # Reads run under the per-attempt deadline; a blob upload takes as long as the blob is
+    # big, so it only has the per-operation timeouts (the testbed pushes large layers).
+    from layersched.registry._transport import _DEADLINE
+
+    under_deadline: dict[str, bool] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        under_deadline[request.method] = _DEADLINE.get() is not None
+        if request.method == "HEAD":
+            return httpx.Response(404)
+        if request.method == "POST":
+            return httpx.Response(202, headers={"Location": "/v2/app/blobs/uploads/1?x=1"})
+        return httpx.Response(201)
+
+    with client_for(handler) as client:
+        assert client.push_blob(ImageReference.parse(f"{HOST}/app:1"), b"blob")
+    assert under_deadline == {"HEAD": True, "POST": False, "PUT": False}

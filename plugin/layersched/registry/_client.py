@@ -433,11 +433,15 @@ class RegistryClient:
         jitter = random.uniform(0, self.retry_backoff_s)
         return float(min(backoff + jitter, MAX_RETRY_BACKOFF_S))
 
-    def _call(self, doing: str, ref: ImageReference, attempt: Callable[[], T]) -> T:
+    def _call(
+        self, doing: str, ref: ImageReference, attempt: Callable[[], T], *, bounded: bool = True
+    ) -> T:
         """Run ``attempt`` with bounded retries; any failure becomes one RegistryError.
 
         ``doing`` reads like "resolving manifest for 'app:1'"; the message
         continues with the registry host, what went wrong and how to fix it.
+        Each attempt must finish within ``deadline_s`` unless ``bounded`` is
+        False (blob uploads, whose length is the blob's).
         """
         where = f"{doing} at {self.api_host(ref.domain)}"
         if not self.allows(ref.domain):
@@ -454,6 +458,8 @@ class RegistryClient:
         )
 
         def timed() -> T:
+            if not bounded:
+                return attempt()
             with deadline(self.deadline_s) as ends_at:
                 try:
                     return attempt()
@@ -686,7 +692,8 @@ class RegistryClient:
             )
             self._check(done)
 
-        self._call(f"pushing blob {digest} to {ref.path!r}", ref, attempt)
+        # an upload takes as long as the blob is big: per-operation timeouts only
+        self._call(f"pushing blob {digest} to {ref.path!r}", ref, attempt, bounded=False)
         return True
 
     def push_manifest(

@@ -292,26 +292,52 @@ def test_nodes_file_holding_pods_is_refused(
 
 
 @pytest.mark.parametrize(
-    ("command", "argv", "timeout_s", "retries"),
+    ("command", "argv", "timeout_s", "retries", "deadline_s"),
     [
         # the extender must not hold a worker on a dead registry: small defaults
-        ("extender", (), 2.0, 1),
+        ("extender", (), 2.0, 1, 5.0),
         # layersched score is offline and interactive: it may wait (the client's defaults)
-        ("score", (), 10.0, 3),
-        # both are configurable
-        ("score", ("--registry-timeout-s", "0.5", "--registry-retries", "0"), 0.5, 0),
+        ("score", (), 10.0, 3, 30.0),
+        # all are configurable
+        ("score", ("--registry-timeout-s", "0.5", "--registry-retries", "0",
+                   "--registry-deadline-s", "1.5"), 0.5, 0, 1.5),
     ],
     ids=["extender-defaults", "score-defaults", "flags"],
-)
+)  # fmt: skip
 def test_registry_client_options(
-    command: str, argv: tuple[str, ...], timeout_s: float, retries: int
+    command: str, argv: tuple[str, ...], timeout_s: float, retries: int, deadline_s: float
 ) -> None:
     required = {"extender": ("--port", "1"), "score": ("--nodes", "n", "--pod", "p")}[command]
     args = build_parser().parse_args([command, *required, *argv])
     source = open_layer_source(args)
     assert isinstance(source, RegistryLayerSource)
     with source.client as client:
-        assert (client.timeout_s, client.retries) == (timeout_s, retries)
+        assert (client.timeout_s, client.retries, client.deadline_s) == (
+            timeout_s,
+            retries,
+            deadline_s,
+        )
+        # by default every registry may be contacted
+        assert client.allowed_registries is None
+
+
+def test_registry_trust_options(tmp_path: Path) -> None:
+    # --registry-config replaces the default files; --registry-token-host adds to the
+    # built-in token hosts; --allow-registry turns the allowlist on.
+    config = tmp_path / "config.json"
+    config.write_text('{"auths": {"reg.lan:5000": {"username": "u", "password": "p"}}}')
+    args = build_parser().parse_args(
+        ["extender", "--port", "1", "--registry-config", str(config),
+         "--registry-token-host", "reg.lan:5000=auth.lan", "--allow-registry", "reg.lan:5000",
+         "--allow-registry", "docker.io"]
+    )  # fmt: skip
+    source = open_layer_source(args)
+    assert isinstance(source, RegistryLayerSource)
+    with source.client as client:
+        assert client.auth.credentials_for("reg.lan:5000") == ("u", "p")
+        assert client.token_hosts["reg.lan:5000"] == {"auth.lan"}
+        assert client.token_hosts["registry-1.docker.io"] == {"auth.docker.io"}
+        assert client.allowed_registries == ("reg.lan:5000", "docker.io")
 
 
 @pytest.mark.parametrize(
@@ -319,9 +345,16 @@ def test_registry_client_options(
     [
         (("--registry-timeout-s", "0"), "--registry-timeout-s 0.0: must be > 0 seconds"),
         (("--registry-retries", "-1"), "--registry-retries -1: must be 0 or more"),
+        (("--registry-deadline-s", "-1"), "--registry-deadline-s -1.0: must be > 0 seconds"),
+        (("--registry-token-host", "auth.lan"),
+         "--registry-token-host 'auth.lan': expected REGISTRY=HOST"),
+        (("--registry-token-host", "reg=https://auth.lan/token"), "expected REGISTRY=HOST"),
+        (("--registry-config", "/nonexistent/config.json"),
+         "--registry-config /nonexistent/config.json: no such file – mount the dockerconfigjson"),
     ],
-    ids=["zero-timeout", "negative-retries"],
-)
+    ids=["zero-timeout", "negative-retries", "negative-deadline", "token-host-no-registry",
+         "token-host-url", "missing-config"],
+)  # fmt: skip
 def test_bad_registry_options(
     files: dict[str, str], capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
 ) -> None:

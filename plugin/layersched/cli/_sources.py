@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 from layersched.cli._io import read_document
 from layersched.core.errors import InputError
@@ -72,9 +73,14 @@ def strategy_from_args(args: argparse.Namespace) -> Strategy:
 
 
 def add_layer_source_options(
-    parser: argparse.ArgumentParser, *, registry_timeout_s: float, registry_retries: int
+    parser: argparse.ArgumentParser,
+    *,
+    registry_timeout_s: float,
+    registry_retries: int,
+    registry_deadline_s: float,
 ) -> None:
-    """``--layers``, ``--platform``, ``--insecure-registry`` and the registry client's limits."""
+    """``--layers``, ``--platform``, ``--insecure-registry``, the registry client's limits,
+    credentials and trust settings (docs/registry.md)."""
     parser.add_argument(
         "--layers",
         metavar="LAYERS.json",
@@ -106,6 +112,40 @@ def add_layer_source_options(
         metavar="N",
         help="retries after a 429/5xx or connection error, without --layers (default: %(default)s)",
     )
+    parser.add_argument(
+        "--registry-deadline-s",
+        type=float,
+        default=registry_deadline_s,
+        metavar="SECONDS",
+        help="whole-request deadline of each registry attempt (token, redirects, body), "
+        "against servers that trickle bytes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--registry-config",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="docker config.json / mounted dockerconfigjson Secret with auths, credHelpers, "
+        "credsStore (repeatable, first wins; default: $REGISTRY_AUTH_FILE, then "
+        "~/.docker/config.json)",
+    )
+    parser.add_argument(
+        "--registry-token-host",
+        action="append",
+        default=[],
+        metavar="REGISTRY=HOST",
+        help="HOST may serve REGISTRY's token realm (repeatable); without it a realm must be "
+        "on the registry's own host (docker.io -> auth.docker.io is built in)",
+    )
+    parser.add_argument(
+        "--allow-registry",
+        action="append",
+        default=None,
+        metavar="HOST[:PORT]",
+        help="contact only these registries (repeatable); images from others get neutral "
+        "scores, with one log line per registry (default: any registry)",
+    )
 
 
 def open_layer_source(args: argparse.Namespace) -> LayerSource:
@@ -114,6 +154,15 @@ def open_layer_source(args: argparse.Namespace) -> LayerSource:
         raise InputError(f"--registry-timeout-s {args.registry_timeout_s}: must be > 0 seconds")
     if args.registry_retries < 0:
         raise InputError(f"--registry-retries {args.registry_retries}: must be 0 or more")
+    if not args.registry_deadline_s > 0:
+        raise InputError(f"--registry-deadline-s {args.registry_deadline_s}: must be > 0 seconds")
+    token_hosts = token_hosts_from_args(args.registry_token_host)
+    for path in args.registry_config:
+        if not path.is_file():
+            raise InputError(
+                f"--registry-config {path}: no such file – mount the dockerconfigjson Secret "
+                "there (key .dockerconfigjson) or drop the flag"
+            )
     if args.layers:
         return StaticLayerSource.from_json(read_document(args.layers), args.layers)
     from layersched.core.manifest import Platform
@@ -124,5 +173,23 @@ def open_layer_source(args: argparse.Namespace) -> LayerSource:
         insecure_hosts=tuple(args.insecure_registry),
         timeout_s=args.registry_timeout_s,
         retries=args.registry_retries,
+        deadline_s=args.registry_deadline_s,
+        auth_files=args.registry_config or None,
+        token_hosts=token_hosts,
+        allowed_registries=args.allow_registry,
     )
     return RegistryLayerSource(client)
+
+
+def token_hosts_from_args(values: list[str]) -> dict[str, list[str]]:
+    """``["REGISTRY=HOST", …]`` as ``{REGISTRY: [HOST, …]}``; a malformed entry is an InputError."""
+    found: dict[str, list[str]] = {}
+    for value in values:
+        registry, sep, host = value.partition("=")
+        if not sep or not registry.strip() or not host.strip() or "/" in host:
+            raise InputError(
+                f"--registry-token-host {value!r}: expected REGISTRY=HOST, e.g. "
+                "--registry-token-host reg.example.com=auth.example.com"
+            )
+        found.setdefault(registry.strip(), []).append(host.strip())
+    return found

@@ -30,6 +30,9 @@ DEFAULT_RESOLVE_WORKERS = 4
 EXTENDER_REGISTRY_TIMEOUT_S = 2.0
 #: One retry rides out a blip; more would keep a worker on a dead registry.
 EXTENDER_REGISTRY_RETRIES = 1
+#: A whole attempt (token, redirects, manifest): 2.5 read timeouts. A registry that
+#: trickles bytes holds a worker at most (1 + retries) x 5 s.
+EXTENDER_REGISTRY_DEADLINE_S = 5.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,6 +73,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p,
         registry_timeout_s=EXTENDER_REGISTRY_TIMEOUT_S,
         registry_retries=EXTENDER_REGISTRY_RETRIES,
+        registry_deadline_s=EXTENDER_REGISTRY_DEADLINE_S,
     )
     p.set_defaults(handler=run)
 

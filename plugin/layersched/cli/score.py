@@ -22,7 +22,7 @@ from layersched.core.pod import pod_from_json
 from layersched.core.strategies import NodeScores
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.core.strategies.pull_time import NAME as PULL_TIME
-from layersched.registry import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+from layersched.registry import DEFAULT_DEADLINE_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,7 +38,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table")
     # offline use: a slow registry may be waited for (the extender's defaults are small)
     add_layer_source_options(
-        p, registry_timeout_s=DEFAULT_TIMEOUT_S, registry_retries=DEFAULT_RETRIES
+        p,
+        registry_timeout_s=DEFAULT_TIMEOUT_S,
+        registry_retries=DEFAULT_RETRIES,
+        registry_deadline_s=DEFAULT_DEADLINE_S,
     )
     p.set_defaults(handler=run)
 

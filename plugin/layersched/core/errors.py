@@ -27,6 +27,10 @@ class RegistryError(LayerschedError):
     """A registry could not be reached or refused a request."""
 
 
+class RegistryNotAllowedError(RegistryError):
+    """An image names a registry outside the operator's allowlist; nothing was sent to it."""
+
+
 class LayerResolutionError(LayerschedError):
     """An image's layers could not be resolved from any layer source."""
 

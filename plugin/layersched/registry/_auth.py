@@ -1,4 +1,4 @@
-"""Registry authentication: credentials, HTTP basic, and the Bearer-token challenge.
+"""Registry authentication: HTTP basic, and the Bearer-token challenge, under a realm policy.
 
 :class:`RegistryAuth` is an ``httpx.Auth`` flow. A request first goes out with
 whatever is known to work for its host and scope (a cached token, or basic
@@ -6,42 +6,62 @@ credentials once the host asked for them). On ``401``, the
 ``WWW-Authenticate`` challenge decides:
 
 * ``Basic``: resend once with the host's credentials;
-* ``Bearer realm=…,service=…,scope=…``: ask the realm for a token (with basic
-  credentials if any, anonymously otherwise), cache it per (host, scope) until
-  its ``expires_in`` runs out, and resend once.
+* ``Bearer realm=…,service=…,scope=…``: check the realm against the client's
+  policy (``check_realm``: scheme, host, address), ask it for a token (with
+  basic credentials if any, an identity token as an OAuth2 refresh grant,
+  anonymously otherwise), cache it per (host, scope) until its
+  ``expires_in`` runs out, and resend once.
 
-The token request goes through the same ``httpx`` client, so timeouts,
-transports and event hooks apply to it too.
+The token request goes through the same ``httpx`` client, so timeouts, the
+request deadline, body caps, transports and event hooks apply to it too.
+Credentials come from a :class:`~layersched.registry._config.CredentialSource`;
+a credential helper only runs once a host has answered ``401``.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
-import os
 import re
 import threading
 import time
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from layersched.core.errors import InputError
+from layersched.registry._config import (
+    IDENTITY_TOKEN_USER,
+    Credentials,
+    CredentialSource,
+    default_auth_files,
+    load_registry_config,
+)
+from layersched.registry._transport import MAX_BODY_EXTENSION
 
-Credentials = tuple[str, str]
+__all__ = [
+    "AuthRefusedError",
+    "Challenge",
+    "Credentials",
+    "RegistryAuth",
+    "TokenError",
+    "default_auth_files",
+    "load_auth_files",
+    "parse_challenge",
+    "scope_for",
+]
 
 # The distribution token spec's default when a token response has no expires_in.
 DEFAULT_TOKEN_LIFETIME_S = 60.0
 # Refresh a token this long before it expires, so it never lapses in flight.
 TOKEN_EXPIRY_MARGIN_S = 5.0
-REGISTRY_AUTH_FILE_ENV = "REGISTRY_AUTH_FILE"
-DOCKER_CONFIG_ENV = "DOCKER_CONFIG"
-# Docker stores Docker Hub credentials under its v1 index URL.
-_DOCKER_HUB_AUTH_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "registry-1.docker.io")
-_DOCKER_HUB = "docker.io"
+# A token answer is a JWT of 1-4 KB (Docker Hub, GHCR, distribution's x5c-signed ones with a
+# certificate chain stay under 10 KB); 64 KiB is 6x that, and small enough that a hostile
+# realm cannot make a worker buffer anything worth having.
+DEFAULT_MAX_TOKEN_BYTES = 64 * 1024
+# The client id sent with an identity-token (OAuth2 refresh) grant, as Docker sends "docker".
+OAUTH_CLIENT_ID = "layersched"
 # /v2/<name>/manifests/<ref>, /v2/<name>/blobs/<digest>, /v2/<name>/blobs/uploads/[<id>], tags.
 _REPO_PATH = re.compile(
     r"^/v2/(?P<name>.+?)/(?:manifests/[^/]+|blobs/uploads/[^/]*|blobs/[^/]+|tags/list)$"
@@ -95,22 +115,49 @@ def _basic_header(credentials: Credentials) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
+class AuthRefusedError(Exception):
+    """The client's policy refused to follow a challenge (a RegistryError upstream)."""
+
+
+RealmCheck = Callable[[str, httpx.URL], None]
+
+
 class RegistryAuth(httpx.Auth):
     """Anonymous, basic and Bearer-token auth for every registry host; thread-safe.
 
-    ``credentials_for(host)`` maps an API host (``127.0.0.1:5000``,
-    ``registry-1.docker.io``) to ``(username, password)`` or ``None``.
+    ``credentials`` maps an API host (``127.0.0.1:5000``, ``registry-1.docker.io``)
+    to ``(username, password)``, or is a :class:`CredentialSource` that may also
+    run credential helpers. ``check_realm(host, realm)`` raises
+    :class:`AuthRefusedError` for a realm the client must not contact; no token
+    request is sent then.
     """
 
-    def __init__(self, credentials: Mapping[str, Credentials]) -> None:
-        self._credentials = dict(credentials)
+    def __init__(
+        self,
+        credentials: Mapping[str, Credentials] | CredentialSource,
+        *,
+        check_realm: RealmCheck | None = None,
+        max_token_bytes: int = DEFAULT_MAX_TOKEN_BYTES,
+    ) -> None:
+        self.source = (
+            credentials
+            if isinstance(credentials, CredentialSource)
+            else CredentialSource(credentials)
+        )
+        self.check_realm = check_realm
+        self.max_token_bytes = max_token_bytes
         self._lock = threading.Lock()
         self._tokens: dict[tuple[str, str], tuple[str, float]] = {}
         self._basic_hosts: set[str] = set()
         self.tokens_fetched = 0
 
     def credentials_for(self, host: str) -> Credentials | None:
-        return self._credentials.get(host)
+        """The host's credentials; runs its credential helper if it has one and no fresh answer."""
+        return self.source.get(host)
+
+    def has_credentials(self, host: str) -> bool:
+        """Whether credentials for the host are known: static, or a helper's fresh answer."""
+        return self.source.known(host) is not None
 
     def _cached_token(self, host: str, scope: str | None) -> str | None:
         with self._lock:
@@ -132,14 +179,15 @@ class RegistryAuth(httpx.Auth):
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         host = request.url.netloc.decode()
         scope = scope_for(request)
-        credentials = self.credentials_for(host)
         token = self._cached_token(host, scope)
         with self._lock:
             basic_first = host in self._basic_hosts
+        known = self.source.known(host)
+        sent_basic = token is None and basic_first and _basic_usable(known)
         if token is not None:
             request.headers["Authorization"] = f"Bearer {token}"
-        elif basic_first and credentials is not None:
-            request.headers["Authorization"] = _basic_header(credentials)
+        elif sent_basic and known is not None:
+            request.headers["Authorization"] = _basic_header(known)
         response = yield request
         if response.status_code != httpx.codes.UNAUTHORIZED:
             return
@@ -147,23 +195,35 @@ class RegistryAuth(httpx.Auth):
         if challenge is None:
             return
         if challenge.scheme == "basic":
-            if credentials is None or (basic_first and token is None):
+            credentials = None if sent_basic else self.credentials_for(host)
+            if credentials is None or not _basic_usable(credentials):
                 return  # nothing (new) to offer: the 401 stands
             with self._lock:
                 self._basic_hosts.add(host)
             request.headers["Authorization"] = _basic_header(credentials)
             yield request
         elif challenge.scheme == "bearer" and "realm" in challenge.params:
-            token_response = yield self._token_request(challenge, scope, credentials)
-            token_response.read()
-            fresh, lifetime_s = _parse_token_response(challenge.params["realm"], token_response)
+            realm = challenge.params["realm"]
+            try:
+                realm_url = httpx.URL(realm)
+            except httpx.InvalidURL as err:
+                raise AuthRefusedError(f"{host} names a malformed token realm {realm!r}") from err
+            if self.check_realm is not None:
+                self.check_realm(host, realm_url)
+            credentials = self.credentials_for(host)
+            token_response = yield self._token_request(challenge, realm_url, scope, credentials)
+            token_response.read()  # capped by the transport (MAX_BODY_EXTENSION)
+            fresh, lifetime_s = _parse_token_response(realm, token_response)
             self._store_token(host, scope, fresh, lifetime_s)
             request.headers["Authorization"] = f"Bearer {fresh}"
             yield request
 
-    @staticmethod
     def _token_request(
-        challenge: Challenge, scope: str | None, credentials: Credentials | None
+        self,
+        challenge: Challenge,
+        realm: httpx.URL,
+        scope: str | None,
+        credentials: Credentials | None,
     ) -> httpx.Request:
         params = {}
         if "service" in challenge.params:
@@ -172,10 +232,25 @@ class RegistryAuth(httpx.Auth):
         if wanted_scope:
             params["scope"] = wanted_scope
         headers = {"Accept": "application/json"}
+        extensions = {MAX_BODY_EXTENSION: self.max_token_bytes}
+        if credentials is not None and credentials[0] == IDENTITY_TOKEN_USER:
+            # an identity token is an OAuth2 refresh token: POST it (distribution's token spec)
+            form = {
+                **params,
+                "grant_type": "refresh_token",
+                "refresh_token": credentials[1],
+                "client_id": OAUTH_CLIENT_ID,
+            }
+            return httpx.Request("POST", realm, data=form, headers=headers, extensions=extensions)
         if credentials is not None:
             headers["Authorization"] = _basic_header(credentials)
             params["account"] = credentials[0]
-        return httpx.Request("GET", challenge.params["realm"], params=params, headers=headers)
+        return httpx.Request("GET", realm, params=params, headers=headers, extensions=extensions)
+
+
+def _basic_usable(credentials: Credentials | None) -> bool:
+    """An identity token only works with a token service, never as HTTP basic."""
+    return credentials is not None and credentials[0] != IDENTITY_TOKEN_USER
 
 
 def _parse_token_response(realm: str, response: httpx.Response) -> tuple[str, float]:
@@ -195,63 +270,6 @@ def _parse_token_response(realm: str, response: httpx.Response) -> tuple[str, fl
     return token, float(lifetime)
 
 
-def default_auth_files() -> list[Path]:
-    """``$REGISTRY_AUTH_FILE``, then ``$DOCKER_CONFIG/config.json`` or ``~/.docker/config.json``."""
-    files = []
-    if os.environ.get(REGISTRY_AUTH_FILE_ENV):
-        files.append(Path(os.environ[REGISTRY_AUTH_FILE_ENV]))
-    docker_dir = os.environ.get(DOCKER_CONFIG_ENV)
-    files.append(
-        Path(docker_dir) / "config.json" if docker_dir else Path.home() / ".docker/config.json"
-    )
-    return files
-
-
 def load_auth_files(paths: Iterable[Path]) -> dict[str, Credentials]:
-    """Credentials from docker/containers auth files (``{"auths": {host: {"auth": b64}}}``).
-
-    Earlier files win. Missing files are skipped; a malformed one is an
-    :class:`InputError` naming it. Credential helpers (``credsStore``) are not run.
-    """
-    found: dict[str, Credentials] = {}
-    for path in paths:
-        try:
-            doc = json.loads(path.read_text())
-        except FileNotFoundError:
-            continue
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise InputError(
-                f"reading registry credentials from {path}: {err}; fix or remove the file"
-            ) from err
-        auths = doc.get("auths") if isinstance(doc, dict) else None
-        if not isinstance(auths, dict):
-            continue
-        for key, entry in auths.items():
-            creds = _decode_auth_entry(entry)
-            host = _auth_key_host(key)
-            if creds is not None and host not in found:
-                found[host] = creds
-    return found
-
-
-def _decode_auth_entry(entry: object) -> Credentials | None:
-    if not isinstance(entry, dict):
-        return None
-    if isinstance(entry.get("username"), str) and isinstance(entry.get("password"), str):
-        return entry["username"], entry["password"]
-    encoded = entry.get("auth")
-    if not isinstance(encoded, str):
-        return None
-    try:
-        user, sep, password = base64.b64decode(encoded).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    return (user, password) if sep else None
-
-
-def _auth_key_host(key: str) -> str:
-    """``https://index.docker.io/v1/`` -> ``docker.io``; ``http://h:5000`` -> ``h:5000``."""
-    if key in _DOCKER_HUB_AUTH_KEYS:
-        return _DOCKER_HUB
-    host = key.split("://", 1)[-1]
-    return host.split("/", 1)[0]
+    """The static credentials of docker config files (see :func:`load_registry_config`)."""
+    return dict(load_registry_config(paths).credentials)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import ipaddress
 import json
 import random
+import socket
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,9 +18,15 @@ from typing import Any, NoReturn, TypeVar
 
 import httpx
 import tenacity
+from httpx._utils import get_environment_proxies  # what httpx.Client(trust_env=True) reads
 
 from layersched import __version__
-from layersched.core.errors import ManifestError, RegistryError
+from layersched.core.errors import (
+    InputError,
+    ManifestError,
+    RegistryError,
+    RegistryNotAllowedError,
+)
 from layersched.core.layers import Layer
 from layersched.core.manifest import (
     DEFAULT_PLATFORM,
@@ -31,11 +40,25 @@ from layersched.core.manifest import (
 )
 from layersched.core.reference import DEFAULT_DOMAIN, ImageReference
 from layersched.registry._auth import (
+    DEFAULT_MAX_TOKEN_BYTES,
+    AuthRefusedError,
     Credentials,
     RegistryAuth,
     TokenError,
+)
+from layersched.registry._config import (
+    HELPER_PREFIX,
+    CredentialHelperError,
+    CredentialSource,
     default_auth_files,
-    load_auth_files,
+    helper_server,
+    load_registry_config,
+)
+from layersched.registry._transport import (
+    BodyTooLargeError,
+    CappedTransport,
+    DeadlineHTTPTransport,
+    deadline,
 )
 
 T = TypeVar("T")
@@ -44,7 +67,13 @@ T = TypeVar("T")
 DOCKER_HUB_API_HOST = "registry-1.docker.io"
 # A manifest request should take well under a second; 10 s tolerates slow edge links.
 DEFAULT_TIMEOUT_S = 10.0
-# distribution refuses manifests above 4 MiB on push, so nothing bigger is a real image.
+# One attempt (a token request, up to MAX_REDIRECTS hops, a manifest of a few KB) takes well
+# under a second on a healthy registry. timeout_s bounds each socket read only, so a server
+# dribbling a byte per read could hold a caller for hours; 30 s (three read timeouts) still
+# tolerates a slow edge link.
+DEFAULT_DEADLINE_S = 30.0
+# The OCI distribution spec asks registries to accept manifests of at least 4 MiB, and
+# distribution refuses bigger ones on push, so nothing bigger is a real image.
 DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 # Retries after the first attempt on 429/5xx/connection errors: 3 covers a registry restart.
 DEFAULT_RETRIES = 3
@@ -61,6 +90,12 @@ _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _ERROR_BODY_BYTES = 2048
 _TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+# Token services on another host than their registry, known to be genuine. Anything else
+# must be allowed by the operator (token_hosts, --registry-token-host).
+BUILTIN_TOKEN_HOSTS: Mapping[str, tuple[str, ...]] = {
+    DEFAULT_DOMAIN: ("auth.docker.io",),
+    "registry.gitlab.com": ("gitlab.com",),
+}
 _STATUS_HINTS = {
     400: "the registry rejected the request",
     403: "the credentials have no access to this repository",
@@ -83,19 +118,19 @@ class _StatusError(Exception):
         self.detail = _error_detail(body)
 
 
-class _ManifestTooLarge(Exception):
-    def __init__(self, size_bytes: int | None) -> None:
-        super().__init__("manifest too large")
-        self.size_bytes = size_bytes
+class _DeadlineExceededError(Exception):
+    """An attempt ran past its whole-request deadline (not retried: a trickle would recur)."""
 
 
 class _RedirectError(Exception):
     """A redirect chain that loops, runs too long or downgrades HTTPS to HTTP."""
 
-    def __init__(self, problem: str, chain: Sequence[httpx.URL]) -> None:
+    def __init__(self, problem: str, chain: Sequence[httpx.URL], *, internal: bool = False) -> None:
         super().__init__(problem)
         self.problem = problem
         self.chain = tuple(chain)
+        #: the target is on an internal (loopback, link-local) address
+        self.internal = internal
 
 
 def _error_detail(body: bytes) -> str:
@@ -120,6 +155,77 @@ def _retry_after_s(headers: httpx.Headers) -> float | None:
     except (TypeError, ValueError):
         return None
     return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+
+
+def _hostname(netloc: str) -> str:
+    """``h:5000`` -> ``h``; ``[::1]:5000`` and ``fe80::1`` -> the bare address, as
+    ``httpx.URL.host`` spells hosts."""
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(netloc.strip("[]")))
+    return httpx.URL(f"http://{netloc}").host
+
+
+def _listed(domain: str, entries: Sequence[str]) -> bool:
+    """``domain`` (``host`` or ``host:port``) is an entry, or its host without the port is."""
+    hostname = domain.rsplit(":", 1)[0] if not domain.endswith("]") else domain
+    return domain in entries or hostname in entries
+
+
+def _addresses(hostname: str) -> frozenset[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses ``hostname`` is or resolves to (none if it does not resolve)."""
+    try:
+        return frozenset({ipaddress.ip_address(hostname.strip("[]"))})
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(hostname, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return frozenset()
+    found = set()
+    for info in infos:
+        with contextlib.suppress(ValueError):
+            found.add(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]))
+    return frozenset(found)
+
+
+def _internal(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Loopback, link-local (169.254/16: cloud metadata; fe80::/10) or unspecified (0.0.0.0)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_link_local or address.is_unspecified
+
+
+def _internal_target_refusal(origin: str, target: str) -> str | None:
+    """Why ``target`` (a hostname) must not be contacted on behalf of ``origin``, or None.
+
+    A target on a loopback or link-local address is refused unless the registry
+    itself is on that host or address (a registry on 127.0.0.1 may name a token
+    service on 127.0.0.1).
+    """
+    origin_host = _hostname(origin)
+    if target == origin_host:
+        return None
+    internal = {a for a in _addresses(target) if _internal(a)}
+    if not internal or internal <= _addresses(origin_host):
+        return None
+    listed = ", ".join(sorted(str(a) for a in internal))
+    return f"{target} is on a loopback or link-local address ({listed}) and {origin} is not"
+
+
+def _proxy_mounts(max_body_bytes: int) -> dict[str, httpx.BaseTransport | None]:
+    """HTTP(S)_PROXY, ALL_PROXY and NO_PROXY, read as httpx reads them, on our transport.
+
+    httpx only reads them when it builds its own transports; ours carry the
+    deadline and the body caps, so the proxies are mounted here.
+    """
+    mounts: dict[str, httpx.BaseTransport | None] = {}
+    for pattern, proxy in get_environment_proxies().items():
+        mounts[pattern] = (
+            None
+            if proxy is None
+            else CappedTransport(DeadlineHTTPTransport(proxy=proxy), max_body_bytes)
+        )
+    return mounts
 
 
 def _is_transient(err: BaseException) -> bool:
@@ -158,9 +264,24 @@ class RegistryClient:
     ``insecure_hosts`` (``host`` or ``host:port``) and loopback registries are
     reached over plain HTTP; everything else over HTTPS. ``credentials`` maps a
     registry (as written in image references, e.g. ``docker.io`` or
-    ``127.0.0.1:5000``) to ``(username, password)``; ``auth_files`` are read
-    for more (default: ``$REGISTRY_AUTH_FILE`` and the docker config; pass
-    ``()`` to read none).
+    ``127.0.0.1:5000``) to ``(username, password)``; ``auth_files`` (docker
+    config files: ``auths``, ``credHelpers``, ``credsStore``) are read for more
+    (default: ``$REGISTRY_AUTH_FILE`` and the docker config; pass ``()`` to read
+    none).
+
+    The trust model (see docs/registry.md):
+
+    * ``allowed_registries``: if given, only these registries (``host`` or
+      ``host:port``) are contacted at all; others fail with
+      :class:`RegistryNotAllowedError` and no request.
+    * ``token_hosts`` maps a registry to the other hosts its token realm may be
+      on (added to :data:`BUILTIN_TOKEN_HOSTS`); a realm on any other host, over
+      plain HTTP for a registry reached over HTTPS, or on a loopback or
+      link-local address the registry is not on, is refused before any request.
+    * ``deadline_s`` bounds each attempt as a whole (token request, redirects,
+      body); ``timeout_s`` bounds each socket operation.
+    * Bodies are capped: manifests at ``max_manifest_bytes``, token answers at
+      ``max_token_bytes``, error bodies at 2 KiB.
     """
 
     def __init__(
@@ -175,25 +296,65 @@ class RegistryClient:
         auth_files: Sequence[Path] | None = None,
         retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
         max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+        max_token_bytes: int = DEFAULT_MAX_TOKEN_BYTES,
+        token_hosts: Mapping[str, Sequence[str]] | None = None,
+        allowed_registries: Sequence[str] | None = None,
         transport: httpx.BaseTransport | None = None,
         event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
     ) -> None:
         self.platform = platform
         self.insecure_hosts = tuple(insecure_hosts)
         self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
         self.max_manifest_bytes = max_manifest_bytes
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.max_retry_after_s = max_retry_after_s
-        known = load_auth_files(default_auth_files() if auth_files is None else auth_files)
-        known.update(credentials or {})
-        self.auth = RegistryAuth({self.api_host(domain): c for domain, c in known.items()})
+        self.allowed_registries = None if allowed_registries is None else tuple(allowed_registries)
+        self.token_hosts: dict[str, frozenset[str]] = {}
+        for table in (BUILTIN_TOKEN_HOSTS, token_hosts or {}):
+            for registry, hosts in table.items():
+                key = self.api_host(registry)
+                known = self.token_hosts.get(key, frozenset())
+                self.token_hosts[key] = known | {_hostname(h) for h in hosts}
+        config = load_registry_config(default_auth_files() if auth_files is None else auth_files)
+        static = {**config.credentials, **(credentials or {})}
+        source = CredentialSource(
+            {self.api_host(domain): c for domain, c in static.items()},
+            {
+                self.api_host(domain): (name, helper_server(domain))
+                for domain, name in config.helpers.items()
+            },
+            config.store,
+        )
+        missing = source.missing_helpers()
+        if missing:
+            names = ", ".join(f"{HELPER_PREFIX}{name}" for name in missing)
+            raise InputError(
+                f"the registry config names credential helpers that are not on PATH ({names}) "
+                "in credHelpers/credsStore – install them, or remove them from the config "
+                "(--registry-config, $REGISTRY_AUTH_FILE or ~/.docker/config.json)"
+            )
+        self.auth = RegistryAuth(
+            source, check_realm=self._check_realm, max_token_bytes=max_token_bytes
+        )
+        mounts: dict[str, httpx.BaseTransport | None] = {}
+        if transport is None:
+            own = DeadlineHTTPTransport()
+            #: whether socket operations obey deadline_s (False with a caller's transport)
+            self.enforces_deadline = own.enforces_deadline
+            transport = own
+            mounts = _proxy_mounts(max_manifest_bytes)
+        else:
+            self.enforces_deadline = False
         self._http = httpx.Client(
             auth=self.auth,
             timeout=timeout_s,
-            transport=transport,
+            transport=CappedTransport(transport, max_manifest_bytes),
+            mounts=mounts,
             event_hooks=dict(event_hooks or {}),
-            headers={"User-Agent": f"layersched/{__version__}"},
+            headers={"User-Agent": f"layersched/{__version__}", "Accept-Encoding": "identity"},
             # redirects are followed hop by hop in _following, where the auth flow
             # sees each hop's host and the chain is bounded and checked
             follow_redirects=False,
@@ -224,10 +385,36 @@ class RegistryClient:
 
     def scheme(self, domain: str) -> str:
         """``http`` for insecure and loopback registries, else ``https``."""
-        hostname = domain.rsplit(":", 1)[0] if not domain.endswith("]") else domain
-        if domain in self.insecure_hosts or hostname in self.insecure_hosts:
-            return "http"
-        return "http" if hostname in _LOOPBACK_HOSTS else "https"
+        plain = _listed(domain, self.insecure_hosts) or _listed(domain, tuple(_LOOPBACK_HOSTS))
+        return "http" if plain else "https"
+
+    def allows(self, domain: str) -> bool:
+        """Whether ``allowed_registries`` (if any) lets the client contact ``domain``."""
+        return self.allowed_registries is None or _listed(domain, self.allowed_registries)
+
+    def _check_realm(self, host: str, realm: httpx.URL) -> None:
+        """Refuse a token realm that is not the registry's own token service (see the class)."""
+        if realm.scheme != "https" and not (realm.scheme == "http" and self.scheme(host) == "http"):
+            raise AuthRefusedError(
+                f"{host} names the token realm {realm} over {realm.scheme or 'no scheme'}: token "
+                "services are only asked over HTTPS (plain HTTP only for a registry that is "
+                "itself plain HTTP: --insecure-registry or loopback)"
+            )
+        allowed = self.token_hosts.get(host, frozenset()) | self.token_hosts.get(
+            _hostname(host), frozenset()
+        )
+        if realm.host != _hostname(host) and realm.host not in allowed:
+            raise AuthRefusedError(
+                f"{host} names the token realm {realm}, on another host, and no request was "
+                f"sent there – if {realm.host} is {host}'s token service, allow it with "
+                f"--registry-token-host {host}={realm.host}"
+            )
+        refusal = _internal_target_refusal(host, realm.host)
+        if refusal is not None:
+            raise AuthRefusedError(
+                f"{host} names the token realm {realm}: {refusal}, so no request was sent "
+                "(a realm there would reach this machine's or the cloud's internal services)"
+            )
 
     def _url(self, ref: ImageReference, kind: str, name: str) -> str:
         return (
@@ -246,35 +433,72 @@ class RegistryClient:
         jitter = random.uniform(0, self.retry_backoff_s)
         return float(min(backoff + jitter, MAX_RETRY_BACKOFF_S))
 
-    def _call(self, doing: str, ref: ImageReference, attempt: Callable[[], T]) -> T:
+    def _call(
+        self, doing: str, ref: ImageReference, attempt: Callable[[], T], *, bounded: bool = True
+    ) -> T:
         """Run ``attempt`` with bounded retries; any failure becomes one RegistryError.
 
         ``doing`` reads like "resolving manifest for 'app:1'"; the message
         continues with the registry host, what went wrong and how to fix it.
+        Each attempt must finish within ``deadline_s`` unless ``bounded`` is
+        False (blob uploads, whose length is the blob's).
         """
+        where = f"{doing} at {self.api_host(ref.domain)}"
+        if not self.allows(ref.domain):
+            allowed = " ".join(f"--allow-registry {r}" for r in self.allowed_registries or ())
+            raise RegistryNotAllowedError(
+                f"{where}: {ref.domain} is not an allowed registry ({allowed}), so no request "
+                f"was sent – add --allow-registry {ref.domain} if its images should be resolved"
+            )
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.retries + 1),
             wait=self._wait_s,
             retry=tenacity.retry_if_exception(_is_transient),
             reraise=True,
         )
-        where = f"{doing} at {self.api_host(ref.domain)}"
+
+        def timed() -> T:
+            if not bounded:
+                return attempt()
+            with deadline(self.deadline_s) as ends_at:
+                try:
+                    return attempt()
+                except httpx.TimeoutException as err:
+                    if time.monotonic() >= ends_at:
+                        raise _DeadlineExceededError(str(err)) from err
+                    raise
+
         try:
-            return retrying(attempt)
+            return retrying(timed)
         except _StatusError as err:
             self._raise_status(where, ref, err)
         except _RedirectError as err:
             hops = " -> ".join(str(url) for url in err.chain)
+            hint = (
+                "the registry tried to send the client to an internal address: treat it as hostile"
+                if err.internal
+                else "the registry or a proxy in front of it is misconfigured"
+            )
+            raise RegistryError(f"{where}: {err.problem} ({hops}) – {hint}") from err
+        except BodyTooLargeError as err:
+            if "/manifests/" in err.url.path:
+                raise ManifestError(
+                    f"{where}: {err} – no real image has one; raise max_manifest_bytes if this "
+                    "one is genuine"
+                ) from err
             raise RegistryError(
-                f"{where}: {err.problem} ({hops}) – the registry or a proxy in front of it "
-                "is misconfigured"
+                f"{where}: {err}, so it was abandoned – a real token answer is a few KB; "
+                "the token service is broken or hostile"
             ) from err
-        except _ManifestTooLarge as err:
-            size = f" ({err.size_bytes} bytes)" if err.size_bytes is not None else ""
-            raise ManifestError(
-                f"{where}: the manifest is larger than the {self.max_manifest_bytes}-byte cap"
-                f"{size}; raise max_manifest_bytes if this image is genuine"
+        except _DeadlineExceededError as err:
+            raise RegistryError(
+                f"{where}: no complete answer within the {self.deadline_s} s request deadline "
+                f"({err}) – the registry is overloaded, or trickles bytes on purpose"
             ) from err
+        except AuthRefusedError as err:
+            raise RegistryError(f"{where}: refused: {err}") from err
+        except CredentialHelperError as err:
+            raise RegistryError(f"{where}: {err}") from err
         except TokenError as err:
             hint = (
                 "check the user name and password"
@@ -299,7 +523,7 @@ class RegistryClient:
     def _raise_status(self, where: str, ref: ImageReference, err: _StatusError) -> NoReturn:
         detail = f" ({err.detail})" if err.detail else ""
         if err.status == httpx.codes.UNAUTHORIZED:
-            if self.auth.credentials_for(self.api_host(ref.domain)) is not None:
+            if self.auth.has_credentials(self.api_host(ref.domain)):
                 hint = (
                     f"the credentials for {ref.domain} were rejected: "
                     "check the user name and password"
@@ -307,7 +531,7 @@ class RegistryClient:
             else:
                 hint = (
                     f"{ref.domain} needs credentials: add them to $REGISTRY_AUTH_FILE "
-                    "or ~/.docker/config.json (docker login)"
+                    "or ~/.docker/config.json (docker login), or pass --registry-config"
                 )
         elif err.status in _TRANSIENT_STATUSES:
             hint = _STATUS_HINTS.get(err.status, _SERVER_ERROR_HINT)
@@ -351,6 +575,11 @@ class RegistryClient:
                 raise _RedirectError(f"more than {MAX_REDIRECTS} redirects", [*chain, target])
             if chain[-1].scheme == "https" and target.scheme != "https":
                 raise _RedirectError("redirect from HTTPS to plain HTTP refused", [*chain, target])
+            refusal = _internal_target_refusal(chain[0].netloc.decode(), target.host)
+            if refusal is not None:
+                raise _RedirectError(
+                    f"redirect refused: {refusal}", [*chain, target], internal=True
+                )
             chain.append(target)
 
     # -- manifests -----------------------------------------------------------------------
@@ -360,8 +589,8 @@ class RegistryClient:
     ) -> FetchedManifest:
         """GET a manifest or index by tag or digest (default: ``ref.reference``).
 
-        The body is streamed and abandoned past ``max_manifest_bytes``; a
-        digest reference is verified against the body.
+        The body is streamed and abandoned past ``max_manifest_bytes`` (by the
+        transport); a digest reference is verified against the body.
         """
         name = reference or ref.reference
         url = self._url(ref, "manifests", name)
@@ -374,15 +603,7 @@ class RegistryClient:
         def attempt() -> tuple[bytes, str]:
             with self._following("GET", url, {"Accept": MANIFEST_ACCEPT}) as response:
                 self._check(response)
-                declared = response.headers.get("Content-Length")
-                if declared and declared.isdigit() and int(declared) > self.max_manifest_bytes:
-                    raise _ManifestTooLarge(int(declared))
-                body = bytearray()
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > self.max_manifest_bytes:
-                        raise _ManifestTooLarge(None)
-                return bytes(body), response.headers.get("Content-Type", "")
+                return response.read(), response.headers.get("Content-Type", "")
 
         doing = f"resolving manifest for {image or ref.canonical()!r}"
         body, content_type = self._call(doing, ref, attempt)
@@ -471,7 +692,8 @@ class RegistryClient:
             )
             self._check(done)
 
-        self._call(f"pushing blob {digest} to {ref.path!r}", ref, attempt)
+        # an upload takes as long as the blob is big: per-operation timeouts only
+        self._call(f"pushing blob {digest} to {ref.path!r}", ref, attempt, bounded=False)
         return True
 
     def push_manifest(

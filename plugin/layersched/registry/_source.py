@@ -16,6 +16,7 @@ image may both fetch it; the result is the same.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -27,10 +28,13 @@ from layersched.core.errors import (
     LayerResolutionError,
     ManifestError,
     RegistryError,
+    RegistryNotAllowedError,
 )
 from layersched.core.layers import Layer
 from layersched.core.reference import ImageReference
 from layersched.registry._client import RegistryClient
+
+log = logging.getLogger(__name__)
 
 # One entry is a handful of (digest, size) pairs (~1 kB); 4096 images ≈ 4 MB.
 DEFAULT_CACHE_SIZE = 4096
@@ -73,7 +77,9 @@ class RegistryLayerSource:
     Counters (plain ints, read by the extender's metrics): ``cache_hits``
     (answered from the digest cache), ``cache_misses`` (a manifest had to be
     fetched), ``registry_errors`` (resolution failed at the registry),
-    ``tag_revalidations`` (an expired tag was re-checked with HEAD).
+    ``tag_revalidations`` (an expired tag was re-checked with HEAD),
+    ``not_allowed`` (an image named a registry outside the client's allowlist:
+    no request, and one log line per registry).
     """
 
     def __init__(
@@ -95,6 +101,8 @@ class RegistryLayerSource:
         self.cache_misses = 0
         self.registry_errors = 0
         self.tag_revalidations = 0
+        self.not_allowed = 0
+        self._refused_registries: set[str] = set()
 
     def resolve(self, image: str) -> tuple[Layer, ...]:
         try:
@@ -103,6 +111,14 @@ class RegistryLayerSource:
             raise LayerResolutionError(f"resolving layers of {image!r}: {err}") from err
         try:
             return self._resolve(image, ref)
+        except RegistryNotAllowedError as err:
+            with self._lock:
+                self.not_allowed += 1
+                first = ref.domain not in self._refused_registries
+                self._refused_registries.add(ref.domain)
+            if first:
+                log.warning("%s (logged once per registry)", err)
+            raise LayerResolutionError(str(err)) from err
         except (RegistryError, ManifestError) as err:
             with self._lock:
                 self.registry_errors += 1

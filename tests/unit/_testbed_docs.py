@@ -23,11 +23,14 @@ def inventory_doc(node_count: int = 1) -> dict[str, Any]:
             "state_dir": f"/s/nodes/n{i}/state",
             "pidfile": f"/s/nodes/n{i}/containerd.pid",
             "log": f"/s/nodes/n{i}/containerd.log",
+            "kubelet_pidfile": f"/s/nodes/n{i}/kubelet.pid",
+            "kubelet_log": f"/s/nodes/n{i}/kubelet.log",
+            "kubelet_root_dir": f"/s/nodes/n{i}/kubelet/root",
         }
         for i in range(1, node_count + 1)
     ]
     return {
-        "version": 1,
+        "version": 2,
         "driver": "local",
         "state_dir": "/s",
         "prefix": "lstb",
@@ -43,4 +46,38 @@ def inventory_doc(node_count: int = 1) -> dict[str, Any]:
             "access_log": "/s/registry/access.log",
         },
         "nodes": nodes,
+        "cluster": {
+            "kubernetes_version": "v1.20.2",
+            "kubeconfig": "/s/kubeconfig",
+            "api_server": "https://10.250.50.1:6443",
+            "ca_file": "/s/pki/ca.crt",
+            "admin_cert": "/s/pki/admin.crt",
+            "admin_key": "/s/pki/admin.key",
+            "bin_dir": "/cache/kubernetes/bin",
+            "control_plane": [
+                {
+                    "name": name,
+                    "pidfile": f"/s/control-plane/{name}.pid",
+                    "log": f"/s/control-plane/{name}.log",
+                    "health_url": f"https://10.250.50.1:{port}/healthz",
+                }
+                for name, port in (
+                    ("etcd", 2379),
+                    ("kube-apiserver", 6443),
+                    ("kube-controller-manager", 10257),
+                    ("scheduler-image-locality", 10259),
+                    ("scheduler-layer-locality", 10260),
+                )
+            ],
+            "schedulers": {
+                strategy: {"name": strategy, "log": f"/s/control-plane/scheduler-{strategy}.log"}
+                for strategy in ("image-locality", "layer-locality")
+            },
+            "extender": {
+                "url": "http://10.250.50.1:8888",
+                "strategy": "layer-locality",
+                "pidfile": "/s/extender-layer-locality.pid",
+                "log": "/s/logs/extender-layer-locality.log",
+            },
+        },
     }

@@ -6,13 +6,157 @@ lines the real kube-scheduler and the extender write.
 
 from __future__ import annotations
 
+import http.server
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from layersched.testbed.cluster import extender_decision, plugin_scores
-from layersched.testbed.local._cluster import RegistryAccessLog, extender_requests, lines_since
+from layersched.core.errors import TestbedError
+from layersched.testbed.cluster import extender_decision, plugin_scores, scheduled_by
+from layersched.testbed.local._cluster import (
+    RegistryAccessLog,
+    extender_requests,
+    file_end,
+    lines_since,
+)
+
+POD = "layersched-scenario/p1-again"
+#: kube-scheduler 1.20's -v=10 line (klog header, then a Go %v of []NodeScore).
+SCORES_LINE = (
+    "I1122 22:51:30.123456   25067 generic_scheduler.go:504] Plugin ImageLocality scores on "
+    "{pod} => [{{n1 0}} {{n3 {score}}}]"
+)
+
+
+@pytest.mark.parametrize(
+    ("lines", "plugin", "expected"),
+    [
+        # the plugin's line for this pod: node -> score as logged (0..100)
+        ([SCORES_LINE.format(pod=POD, score=5)], "ImageLocality", {"n1": 0, "n3": 5}),
+        # a retried cycle logs again: the last line is the decision that bound the pod
+        (
+            [SCORES_LINE.format(pod=POD, score=5), SCORES_LINE.format(pod=POD, score=7)],
+            "ImageLocality",
+            {"n1": 0, "n3": 7},
+        ),
+        # another pod's line (p1, a prefix of p1-again) is not this pod's
+        ([SCORES_LINE.format(pod="layersched-scenario/p1", score=5)], "ImageLocality", None),
+        # another plugin's line does not count as ImageLocality's
+        ([SCORES_LINE.format(pod=POD, score=5)], "NodeResourcesBalancedAllocation", None),
+        ([], "ImageLocality", None),
+    ],
+    ids=["one-line", "last-wins", "other-pod", "other-plugin", "nothing-logged"],
+)
+def test_plugin_scores(lines: list[str], plugin: str, expected: dict[str, int] | None) -> None:
+    assert plugin_scores(lines, plugin, POD) == expected
+
+
+DECISION = [
+    f"DEBUG layersched.extender: pod {POD} (layer-locality):",
+    "  n1: present 0 / total 46150000 bytes -> 0/100 -> 0/10",
+    "  n3: present 41950000 / total 46150000 bytes -> 90/100 -> 9/10",
+]
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        # the answer is the last column, s/10, per node
+        (DECISION, {"n1": 0, "n3": 9}),
+        # lines after the block end it
+        ([*DECISION, "INFO layersched.extender: something else"], {"n1": 0, "n3": 9}),
+        # a neutral answer for this pod: every node 0, names not logged
+        ([f"INFO layersched.extender: pod {POD}: neutral scores for 2 nodes (not_ready)"], {}),
+        # a later neutral answer replaces an earlier decision
+        (
+            [*DECISION, f"INFO x: pod {POD}: neutral scores for 2 nodes (pod_unresolved)"],
+            {},
+        ),
+        # another pod's decision is not this pod's
+        ([line.replace(POD, "layersched-scenario/p1") for line in DECISION], None),
+    ],
+    ids=["decision", "block-ends", "neutral", "later-neutral", "other-pod"],
+)
+def test_extender_decision(lines: list[str], expected: dict[str, int] | None) -> None:
+    assert extender_decision(lines, POD) == expected
+
+
+def _event(uid: str, reason: str, when: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "involvedObject": {"uid": uid},
+        "reason": reason,
+        "firstTimestamp": when,
+        **fields,
+    }
+
+
+def test_scheduled_by_reads_the_reporting_controller_of_this_pod_only() -> None:
+    events = [
+        # an earlier pod with the same name (another uid) was bound by another scheduler
+        _event("old", "Scheduled", "2026-11-22T10:00:00Z", reportingComponent="image-locality"),
+        _event("new", "Pulled", "2026-11-22T10:01:00Z", reportingComponent="kubelet"),
+        _event("new", "Scheduled", "2026-11-22T10:00:59Z", reportingComponent="layer-locality"),
+    ]
+    assert scheduled_by(events, "new") == "layer-locality"
+    assert scheduled_by(events, "missing") is None
+    # recorders of the older events API name the component in source.component
+    legacy = [_event("u", "Scheduled", "t", source={"component": "default-scheduler"})]
+    assert scheduled_by(legacy, "u") == "default-scheduler"
+
+
+def test_lines_since_reads_only_what_came_after_the_mark(tmp_path: Path) -> None:
+    log = tmp_path / "scheduler.log"
+    assert file_end(log) == 0
+    assert lines_since(log, 0) == []
+    log.write_text("before\n")
+    mark = file_end(log)
+    with log.open("a") as f:
+        f.write("after 1\nafter 2\n")
+    assert lines_since(log, mark) == ["after 1", "after 2"]
+
+
+class _Metrics(http.server.BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def metrics_server() -> Iterator[tuple[http.server.HTTPServer, str]]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Metrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_extender_requests_counts_successful_prioritize_only(
+    metrics_server: tuple[http.server.HTTPServer, str],
+) -> None:
+    _, url = metrics_server
+    _Metrics.body = (
+        b'layersched_extender_requests_total{code="200",verb="prioritize"} 3.0\n'
+        b'layersched_extender_requests_total{code="400",verb="prioritize"} 2.0\n'
+        b'layersched_extender_requests_total{code="200",verb="filter"} 7.0\n'
+    )
+    # 3: the 400s are not answers, filter is another verb
+    assert extender_requests(url) == 3
+
+
+def test_extender_requests_without_an_extender_says_how_to_check() -> None:
+    with pytest.raises(TestbedError, match="testbed status"):
+        extender_requests("http://127.0.0.1:9")
 
 
 # ------------------------------------------------------------------- access log

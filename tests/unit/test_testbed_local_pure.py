@@ -219,8 +219,8 @@ def test_inventory_round_trip() -> None:
         (lambda d: d["nodes"][0].pop("cri_socket"), "malformed testbed inventory"),
         # A rate written as text by a hand edit.
         (lambda d: d["nodes"][0].update(link_rate_bits_per_s="fast"), "malformed"),
-        # An inventory from a future layout.
-        (lambda d: d.update(version=2), "inventory version 2"),
+        # An inventory from the layout before the cluster (version 1).
+        (lambda d: d.update(version=1), "inventory version 1"),
     ],
     ids=["missing-field", "wrong-type", "other-version"],
 )
@@ -478,10 +478,17 @@ def test_scenario_rejects_bad_options(
 def test_teardown_matches_the_extender_command_the_scenario_runs() -> None:
     # The teardown role stops leftover extenders by pidfile, and checks the process's
     # command line first ("--match") so a recycled pid is never killed: the text it
-    # matches must be what testbed/extenders.py starts ("-m layersched.cli.main extender").
+    # matches must be in what testbed/extenders.py starts ("-m layersched.cli.main
+    # extender") and in the testbed's own extender (layersched_extender role).
     tasks = yaml.safe_load(
         (ROOT / "playbooks/roles/local_testbed_teardown/tasks/main.yml").read_text()
     )
     stop = next(t for t in tasks if t["name"] == "Stop the scenario's extenders")
     match = next(a for a in stop["ansible.builtin.command"]["argv"] if a.startswith("--match="))
-    assert match == "--match=" + " ".join(EXTENDER_COMMAND[1:])
+    text = match.removeprefix("--match=")
+    assert text in " ".join(EXTENDER_COMMAND)
+    role = yaml.safe_load((ROOT / "playbooks/roles/layersched_extender/tasks/main.yml").read_text())
+    start = next(t for t in role if t["name"] == "Start the layersched extender")
+    argv = start["ansible.builtin.command"]["argv"]
+    started = " ".join(argv[argv.index("--") + 1 :])
+    assert text in started

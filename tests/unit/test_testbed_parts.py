@@ -83,6 +83,10 @@ class _ScriptedDriver:
         self.calls.append(f"delete {pod}")
         del self.busy[pod]
 
+    def settle(self, pod: str) -> float:
+        self.calls.append(f"settle {pod}")
+        return 12.5
+
 
 def test_trial_runs_the_four_steps_in_order() -> None:
     driver = _ScriptedDriver()
@@ -93,8 +97,11 @@ def test_trial_runs_the_four_steps_in_order() -> None:
         "schedule P1 img1",
         "schedule P2 img2",
         "delete P2",
+        # P1-again is scored only once P2's node lists Img2
+        "settle P2",
         "schedule P1-again img1",
     ]
+    assert trial.status_lag_s == {"P2": 12.5}
     # P2 freed n2, so the first free node for P1-again is n2 again
     assert trial.placements == {"P1": "n1", "P2": "n2", "P1-again": "n2"}
     assert trial.scores_t3 == {"n2": 0, "n3": 0}

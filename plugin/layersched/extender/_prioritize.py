@@ -26,6 +26,7 @@ from layersched.extender._wire import (
     ExtenderFilterResult,
     FilterArgs,
     HostPriority,
+    NamesOnlyArgs,
     NodeNamesList,
     Pod,
 )
@@ -157,6 +158,22 @@ class Extender:
             self._log_decision(pod, inventory, result)
         return _answer(names, inventory, result, bool(missing))
 
+    def overloaded(self, args: NamesOnlyArgs) -> list[HostPriority]:
+        """Neutral scores at once, for a request past the concurrency limit (no resolution,
+        no scoring: the pod is placed by kube-scheduler's own plugins)."""
+        if args.Pod is None:
+            raise InputError(
+                "Pod is missing: a prioritize request is ExtenderArgs {Pod, Nodes|NodeNames}"
+            )
+        if args.Nodes is not None:
+            names = [node.metadata.name for node in args.Nodes.items or []]
+        elif args.NodeNames is not None:
+            names = args.NodeNames
+        else:
+            raise InputError("neither Nodes nor NodeNames is set: send one of them")
+        meta = args.Pod.metadata
+        return self._neutral_named(names, "overloaded", f"{meta.namespace}/{meta.name}".lstrip("/"))
+
     def _indices(
         self, inventory: ClusterInventory, names: list[str]
     ) -> tuple[IndexArray, list[str]]:
@@ -198,8 +215,13 @@ class Extender:
                 log.warning("%s", warning)
 
     def _neutral(self, names: Sequence[str], reason: str, pod: PodImages) -> list[HostPriority]:
+        return self._neutral_named(names, reason, pod.name)
+
+    def _neutral_named(
+        self, names: Sequence[str], reason: str, pod_name: str
+    ) -> list[HostPriority]:
         self.metrics.neutral.labels(reason).inc()
-        log.info("pod %s: neutral scores for %d nodes (%s)", pod.name, len(names), reason)
+        log.info("pod %s: neutral scores for %d nodes (%s)", pod_name, len(names), reason)
         return [HostPriority(name, 0) for name in names]
 
     def _note_unknown(self, missing: list[str]) -> None:

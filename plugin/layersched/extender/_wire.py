@@ -104,6 +104,14 @@ class NodeNamesList(msgspec.Struct, gc=False):
     items: list[_NodeNameOnly] | None = None
 
 
+class NamesOnlyArgs(msgspec.Struct, gc=False):
+    """A prioritize request decoded for the pod's and nodes' names only (an overload answer)."""
+
+    Pod: _NodeNameOnly | None = None
+    Nodes: NodeNamesList | None = None
+    NodeNames: list[str] | None = None
+
+
 class FilterArgs(msgspec.Struct, gc=False):
     """The body of a filter request: ``Nodes`` is kept as raw JSON to echo it unchanged."""
 

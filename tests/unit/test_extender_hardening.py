@@ -173,3 +173,46 @@ def test_metrics_include_process_gc_and_build_info(tmp_path: Any) -> None:
     ):
         assert name in text
     assert "layersched_build_info{" in text
+
+
+# -------------------------------------------------------- malformed bodies the fuzzer found
+@pytest.mark.parametrize(
+    ("verb", "body", "status", "fragment"),
+    [
+        # an unknown field nested 100,000 deep: msgspec's skipping recursed (RecursionError)
+        (
+            "/prioritize",
+            b'{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            400,
+            "nested too deeply",
+        ),
+        ("/filter", b'{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
+        # a string that is not UTF-8: msgspec raised UnicodeDecodeError
+        ("/prioritize", b'{"Pod": {"metadata": {"name": "p\xfc"}}, "NodeNames": []}', 400, "UTF-8"),
+        ("/filter", b'{"Pod": {}, "NodeNames": ["N\xfc"]}', 400, "UTF-8"),
+        # filter keeps the Pod as raw bytes it never reads: passed through, not refused
+        ("/filter", b'{"Pod": {"metadata": {"name": "p\xfc"}}, "NodeNames": []}', 200, ""),
+        # a lone surrogate escape is valid JSON: decoded, then refused for a missing container
+        ("/prioritize", b'{"Pod": {"metadata": {"name": "\\ud800"}}, "NodeNames": []}', 400, ""),
+    ],
+    ids=[
+        "deep-prioritize",
+        "deep-filter",
+        "utf8-prioritize",
+        "utf8-filter-names",
+        "utf8-filter-raw-pod",
+        "lone-surrogate",
+    ],
+)
+def test_malformed_bodies_are_a_400_not_a_500(
+    tmp_path: Any, verb: str, body: bytes, status: int, fragment: str
+) -> None:
+    extender = _extender(tmp_path)
+
+    async def scenario(call: Call) -> None:
+        got, answer = await call("POST", verb, body)
+        assert got == status, answer
+        if status == 400:
+            assert fragment in answer["Error"]
+
+    _serve(extender, scenario)

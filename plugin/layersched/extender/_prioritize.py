@@ -251,7 +251,10 @@ class Extender:
             if args.NodeNames is None:
                 raise InputError("neither Nodes nor NodeNames is set: send one of them")
         else:
-            msgspec.json.decode(args.Nodes, type=NodeNamesList)  # a wrong shape is a 400
+            try:
+                msgspec.json.decode(args.Nodes, type=NodeNamesList)  # a wrong shape is a 400
+            except (RecursionError, UnicodeDecodeError) as err:
+                raise InputError(f"Nodes: malformed JSON ({type(err).__name__})") from None
         return ExtenderFilterResult(
             Nodes=args.Nodes,
             NodeNames=args.NodeNames,

@@ -10,6 +10,7 @@ import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import msgspec
 from aiohttp import web
@@ -55,6 +56,8 @@ HTTP_BAD_REQUEST = 400
 HTTP_TOO_LARGE = 413
 HTTP_SERVER_ERROR = 500
 HTTP_UNAVAILABLE = 503
+#: Counted (never sent) when a client hangs up mid-body: nginx's "client closed request".
+HTTP_CLIENT_CLOSED = 499
 #: Retry-After of a 503 answered to a flood, in seconds.
 OVERLOAD_RETRY_AFTER_S = 1
 
@@ -147,6 +150,9 @@ def _verb(
         except LayerschedError as err:
             log.error("%s failed: %s", name, err)
             response = _error(name, str(err), HTTP_SERVER_ERROR)
+        except ConnectionResetError:
+            # the client hung up before sending its whole body: nobody reads an answer
+            response = _error(name, "the client closed the connection", HTTP_CLIENT_CLOSED)
         except Exception as err:
             # a bug: answered as JSON, counted and logged with its traceback (not aiohttp's
             # bare 500, which the metrics never saw)
@@ -168,20 +174,38 @@ def _verb(
     return handler
 
 
+T = TypeVar("T")
+
+
+def _decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """``decoder.decode(body)``; every way a body can be malformed is a DecodeError.
+
+    msgspec raises two others, both the client's mistake, not a server error:
+    RecursionError when it skips an unknown field nested 100,000 levels deep, and
+    UnicodeDecodeError for a string that is not UTF-8.
+    """
+    try:
+        return decoder.decode(body)
+    except RecursionError:
+        raise msgspec.DecodeError("JSON nested too deeply") from None
+    except UnicodeDecodeError as err:
+        raise msgspec.DecodeError(f"a string is not valid UTF-8 ({err.reason})") from None
+
+
 async def _prioritize(extender: Extender, body: bytes) -> object:
-    return await extender.prioritize(_ARGS.decode(body))
+    return await extender.prioritize(_decode(_ARGS, body))
 
 
 async def _filter(extender: Extender, body: bytes) -> object:
-    return extender.filter(_FILTER_ARGS.decode(body))
+    return extender.filter(_decode(_FILTER_ARGS, body))
 
 
 def _shed_prioritize(extender: Extender, body: bytes) -> object:
-    return extender.overloaded(_NAMES_ARGS.decode(body))
+    return extender.overloaded(_decode(_NAMES_ARGS, body))
 
 
 def _shed_filter(extender: Extender, body: bytes) -> object:
-    return extender.filter(_FILTER_ARGS.decode(body))
+    return extender.filter(_decode(_FILTER_ARGS, body))
 
 
 async def _healthz(request: web.Request) -> web.Response:

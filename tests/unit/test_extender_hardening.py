@@ -11,6 +11,7 @@ import asyncio
 import importlib.metadata
 import json
 import logging
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,20 @@ import tenacity
 import layersched
 from layersched.cli._logging import JsonFormatter, TextFormatter
 from layersched.cli.main import build_parser
+from layersched.core.errors import LayerResolutionError
+from layersched.core.layers import Layer
 from layersched.extender import Extender
+from layersched.extender._resolver import POSITIVE_TTL_S
 from tests.unit.test_extender import (
+    L1,
+    L2,
+    L3,
+    L4,
+    MB,
+    SHORT_DEADLINE_S,
     WARM_TIMEOUT_S,
     Call,
+    _digest,
     _extender,
     _metrics_text,
     _pod,
@@ -216,3 +227,154 @@ def test_malformed_bodies_are_a_400_not_a_500(
             assert fragment in answer["Error"]
 
     _serve(extender, scenario)
+
+
+# --------------------------------------------------- resolver: pins, revalidation, clock
+class _Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+class _MovingRegistry:
+    """A registry stand-in whose answers the test changes: ``layers[name]``, or failing
+    while ``down``; counts what it was asked. Answers wait for ``gate`` when it is set."""
+
+    def __init__(self, layers: dict[str, tuple[Layer, ...]]) -> None:
+        self.layers = dict(layers)
+        self.down = False
+        self.asked: list[str] = []
+        self.gate: threading.Event | None = None
+
+    def resolve(self, image: str) -> tuple[Layer, ...]:
+        self.asked.append(image)
+        if self.gate is not None:
+            self.gate.wait(WARM_TIMEOUT_S)
+        if self.down:
+            raise LayerResolutionError(f"{image!r}: registry unreachable")
+        return self.layers[image]
+
+
+PINNED = "reg.lan/app@" + _digest("app")
+#: Past the tag TTL.
+AFTER_TTL_S = POSITIVE_TTL_S + 1
+
+
+def _full_nodes(*names_per_node: tuple[str, ...]) -> dict[str, Any]:
+    items = [
+        {
+            "metadata": {"name": f"W{k}"},
+            "status": {"images": [{"names": list(names), "sizeBytes": MB}]},
+        }
+        for k, names in enumerate(names_per_node)
+    ]
+    return {"items": items}
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(WARM_TIMEOUT_S), wait=tenacity.wait_fixed(0.01), reraise=True
+)
+async def _assert_scores(call: Call, body: dict[str, Any], expected: list[int]) -> None:
+    status, answer = await call("POST", "/prioritize", body)
+    assert status == 200
+    assert [e["Score"] for e in answer] == expected
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(WARM_TIMEOUT_S), wait=tenacity.wait_fixed(0.01), reraise=True
+)
+async def _assert_idle(extender: Extender) -> None:
+    """No resolution or revalidation is under way (the clock may move on)."""
+    assert not extender.resolver._warming and not extender.resolver._pending
+
+
+def test_digest_pinned_layers_never_expire(tmp_path: Any) -> None:
+    # A repo-digest name is resolved once; a year later it is answered from the cache
+    # without asking the registry (which is down by then): the content cannot change.
+    clock = _Clock()
+    registry = _MovingRegistry({PINNED: (L1, L2, L3)})
+    extender = _extender(tmp_path, source=registry, resolve_timeout_s=WARM_TIMEOUT_S, clock=clock)
+    body = {"Pod": _pod(PINNED), "NodeNames": ["N1", "N2"]}
+
+    async def scenario(call: Call) -> None:
+        # N1 holds L1+L2+L3 = 90M of 90M: 10; N2 L1+L2 = 50M: floor(100 * 50 / 90) = 55 -> 5
+        await _assert_scores(call, body, [10, 5])
+        clock.now_s += 365 * 24 * 3600
+        registry.down = True
+        await _assert_scores(call, body, [10, 5])
+
+    try:
+        _serve(extender, scenario)
+    finally:
+        extender.resolver.close()
+    assert registry.asked == [PINNED]
+
+
+def test_a_tag_past_its_ttl_is_served_stale_while_revalidated(tmp_path: Any) -> None:
+    # app:1 is img1's layers (L1+L2+L3). Past the TTL the tag has moved to img2's
+    # (L1+L2+L4), and the registry is slow: the next pod is answered at once from the old
+    # layers (N1 10, N2 5: never neutral), the revalidation runs in the background, and
+    # once it lands pods see the new layers: N1 holds L1+L2 = 50M of 60M:
+    # floor(100 * 50 / 60) = 83 -> 8; N2 holds all of them: 10.
+    clock = _Clock()
+    registry = _MovingRegistry({"app:1": (L1, L2, L3)})
+    extender = _extender(tmp_path, source=registry, resolve_timeout_s=SHORT_DEADLINE_S, clock=clock)
+    body = {"Pod": _pod("app:1"), "NodeNames": ["N1", "N2"]}
+
+    async def scenario(call: Call) -> None:
+        registry.gate = None
+        await _assert_scores(call, body, [10, 5])
+        clock.now_s += AFTER_TTL_S
+        registry.layers["app:1"] = (L1, L2, L4)
+        registry.gate = threading.Event()  # slower than the pod's deadline
+        assert await call("POST", "/prioritize", body) == (
+            200,
+            [{"Host": "N1", "Score": 10}, {"Host": "N2", "Score": 5}],
+        )
+        registry.gate.set()
+        await _assert_scores(call, body, [8, 10])
+
+    try:
+        _serve(extender, scenario)
+    finally:
+        if registry.gate is not None:
+            registry.gate.set()
+        extender.resolver.close()
+    assert extender.resolver.timeouts == 0
+    assert registry.asked == ["app:1", "app:1"]
+
+
+def test_full_nodes_keep_their_layers_across_the_ttl(tmp_path: Any) -> None:
+    # Full Nodes: W0 holds tag app:1 = L1 (30M of img1:1's 90M: floor(100 * 30 / 90) = 33
+    # -> 3), W1 holds pinned app@sha256 = L2 (20M: 22 -> 2). Past the TTL, with the
+    # registry down, both keep their layers (before: the slot cache reset and the node
+    # images expired, so both fell to 0). Back up with app:1 moved to L3 (40M: 44 -> 4),
+    # W0's entry alone is refreshed; the pinned one is never asked again.
+    clock = _Clock()
+    registry = _MovingRegistry({"img1:1": (L1, L2, L3), "app:1": (L1,), PINNED: (L2,)})
+    extender = _extender(tmp_path, source=registry, resolve_timeout_s=WARM_TIMEOUT_S, clock=clock)
+    body = {"Pod": _pod("img1:1"), "Nodes": _full_nodes(("app:1",), (PINNED,))}
+
+    async def scenario(call: Call) -> None:
+        await _assert_scores(call, body, [3, 2])  # once the node images are warmed
+        for _ in range(3):  # past the TTL, registry down: never absent
+            clock.now_s += AFTER_TTL_S
+            registry.down = True
+            await _assert_scores(call, body, [3, 2])
+            await _assert_idle(extender)  # the revalidation failed; it is due again later
+            await _assert_scores(call, body, [3, 2])
+        registry.down = False
+        registry.layers["app:1"] = (L3,)
+        clock.now_s += AFTER_TTL_S
+        await _assert_scores(call, body, [4, 2])
+
+    try:
+        _serve(extender, scenario)
+    finally:
+        extender.resolver.close()
+    assert registry.asked.count(PINNED) == 1
+    assert registry.asked.count("app:1") >= 3  # resolved, failed revalidation(s), moved

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
@@ -19,7 +18,7 @@ from layersched.core.strategies import NodeScores, Strategy
 from layersched.core.strategies.base import MAX_NODE_SCORE
 from layersched.extender._inventory import InventoryProvider, snapshot_of
 from layersched.extender._metrics import ExtenderMetrics
-from layersched.extender._resolver import MAX_CACHED_IMAGES, POSITIVE_TTL_S, DeadlineResolver
+from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver
 from layersched.extender._wire import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
@@ -121,7 +120,6 @@ class Extender:
         #: Image entries of earlier full-Nodes requests: only new ones are resolved
         #: (an offline source's misses too: its answer cannot change).
         self._slots = SlotCache(MAX_CACHED_IMAGES, keep_unresolved=resolver.local)
-        self._slots_since_s = time.monotonic()
         self._indices_memo: tuple[ClusterInventory, list[str], IndexArray, list[str]] | None = None
 
     # ------------------------------------------------------------- prioritize
@@ -190,10 +188,8 @@ class Extender:
         assert args.Nodes is not None
         needs_layers = self.strategy.needs_layers
         source = self.resolver.cached_source() if needs_layers else None
-        now_s = time.monotonic()
-        if not self.resolver.local and now_s - self._slots_since_s > POSITIVE_TTL_S:
-            self._slots.reset()  # tags may have moved: re-resolve node images
-            self._slots_since_s = now_s
+        if needs_layers and not self.resolver.local:
+            self._refresh_slots()
         problems: list[str] = []
         snapshot = snapshot_of(args.Nodes.items or [], source, "Nodes.items", self._slots, problems)
         if problems:
@@ -207,6 +203,22 @@ class Extender:
                 return snapshot
             self._warn_once(snapshot.warnings, self._logged_unresolved)
         return snapshot
+
+    def _refresh_slots(self) -> None:
+        """Revalidate tags past their TTL in the background, and forget the slot-cache
+        entries of names whose layers changed (only those: the rest stay valid)."""
+        self.resolver.revalidate_due()
+        changed = self.resolver.changed()
+        if changed:
+            entries = self._slots.entries
+            stale = [key for key, entry in entries.items() if not changed.isdisjoint(entry[0])]
+            for key in stale:
+                del entries[key]
+            log.info(
+                "layers of %d images changed on revalidation: %d cached node image entries dropped",
+                len(changed),
+                len(stale),
+            )
 
     def _warn_once(self, warnings: Sequence[str], logged: _LogOnce) -> None:
         """Log each warning not in ``logged`` (the recently logged ones)."""

@@ -228,9 +228,13 @@ def make_extender(
     *,
     resolve_timeout_s: float = DEFAULT_RESOLVE_TIMEOUT_S,
     resolve_workers: int = DEFAULT_WORKERS,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Extender:
-    """An Extender for ``strategy`` (provider: the ``NodeNames`` inventory; none = empty)."""
-    resolver = DeadlineResolver(source, timeout_s=resolve_timeout_s, workers=resolve_workers)
+    """An Extender for ``strategy`` (provider: the ``NodeNames`` inventory; none = empty;
+    ``clock``: the resolver's monotonic clock, injected by tests to cross TTLs)."""
+    resolver = DeadlineResolver(
+        source, timeout_s=resolve_timeout_s, workers=resolve_workers, clock=clock
+    )
     provider = provider or StaticInventoryProvider(None, source)
     metrics = ExtenderMetrics(source, resolver, provider.current)
     return Extender(strategy, resolver, provider, metrics)

@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import tenacity
 
@@ -23,9 +24,13 @@ import layersched
 from layersched.cli._logging import JsonFormatter, TextFormatter
 from layersched.cli.main import build_parser
 from layersched.core.errors import LayerResolutionError
-from layersched.core.layers import Layer
-from layersched.extender import Extender
+from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.manifest import DEFAULT_PLATFORM, Platform
+from layersched.core.strategies import get_strategy
+from layersched.extender import Extender, Platforms, StaticInventoryProvider, make_extender
+from layersched.extender._platforms import MAX_PLATFORMS
 from layersched.extender._resolver import POSITIVE_TTL_S
+from layersched.extender._wire import Node
 from tests.unit.test_extender import (
     L1,
     L2,
@@ -378,3 +383,97 @@ def test_full_nodes_keep_their_layers_across_the_ttl(tmp_path: Any) -> None:
         extender.resolver.close()
     assert registry.asked.count(PINNED) == 1
     assert registry.asked.count("app:1") >= 3  # resolved, failed revalidation(s), moved
+
+
+# ----------------------------------------------------------------------- platforms
+def _wire_node(labels: dict[str, str] | None = None, info: dict[str, str] | None = None) -> Node:
+    document: dict[str, Any] = {"metadata": {"name": "n", "labels": labels}, "status": {}}
+    if info is not None:
+        document["status"]["nodeInfo"] = info
+    return msgspec.json.decode(json.dumps(document), type=Node)
+
+
+ARM_LABELS = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64"}
+
+
+@pytest.mark.parametrize(
+    ("labels", "info", "key"),
+    [
+        # the well-known labels win
+        (ARM_LABELS, {"operatingSystem": "linux", "architecture": "amd64"}, "linux/arm64"),
+        # no labels: status.nodeInfo
+        (None, {"operatingSystem": "linux", "architecture": "arm64"}, "linux/arm64"),
+        # aliases fold as in image indexes: aarch64 is arm64
+        ({"kubernetes.io/os": "linux", "kubernetes.io/arch": "aarch64"}, None, "linux/arm64"),
+        # neither: the default (--platform)
+        (None, None, "linux/amd64"),
+        # garbage is the default, not a new platform
+        ({"kubernetes.io/os": "linux", "kubernetes.io/arch": "ARM 64!"}, None, "linux/amd64"),
+    ],
+    ids=["labels", "node-info", "alias", "unknown", "garbage"],
+)
+def test_a_nodes_platform(
+    labels: dict[str, str] | None, info: dict[str, str] | None, key: str
+) -> None:
+    made: list[str] = []
+
+    def factory(platform: Platform) -> StaticLayerSource:
+        made.append(str(platform))
+        return StaticLayerSource({})
+
+    platforms = Platforms(DEFAULT_PLATFORM, StaticLayerSource({}), factory)
+    assert platforms.key(_wire_node(labels, info)) == key
+    assert platforms.key(_wire_node(labels, info)) == key  # remembered: made once
+    assert made == ([] if key == "linux/amd64" else [key])
+
+
+def test_platforms_are_bounded() -> None:
+    # requests name platforms: past MAX_PLATFORMS, further ones score in the default
+    made: list[str] = []
+
+    def factory(platform: Platform) -> StaticLayerSource:
+        made.append(str(platform))
+        return StaticLayerSource({})
+
+    platforms = Platforms(DEFAULT_PLATFORM, StaticLayerSource({}), factory)
+    keys = [
+        platforms.key(_wire_node({"kubernetes.io/os": "linux", "kubernetes.io/arch": f"a{k}"}))
+        for k in range(MAX_PLATFORMS + 5)
+    ]
+    assert len(made) == MAX_PLATFORMS - 1  # the default has its source already
+    assert keys[-1] == "linux/amd64"
+
+
+def test_pull_time_compares_nodes_across_platforms(tmp_path: Any) -> None:
+    # pull-time scores the fastest pull 100 and the others by the ratio, across every
+    # node. app:1 is L1+L2+L3 (90M) on amd64 and L4 (10M) on arm64. "amd" holds nothing
+    # at the default 1e8 bit/s: 90 MiB * 8 / 1e8 + 1 = 8.55 s. "arm" holds nothing
+    # either: 10 MiB * 8 / 1e8 + 1 = 1.84 s, the fastest: 100 -> 10.
+    # amd: floor(100 * 1.8389 / 8.5498) = 21 -> 2. (Scored per platform alone, each
+    # would be its group's fastest: 10 and 10.)
+    amd_source = _MovingRegistry({"app:1": (L1, L2, L3)})
+    platforms = Platforms(DEFAULT_PLATFORM, amd_source, lambda _: _MovingRegistry({"app:1": (L4,)}))
+    provider = StaticInventoryProvider(None, None)
+    provider.load()
+    extender = make_extender(
+        get_strategy("pull-time"),
+        amd_source,
+        provider,
+        resolve_timeout_s=WARM_TIMEOUT_S,
+        platforms=platforms,
+    )
+    nodes = {
+        "items": [
+            {"metadata": {"name": "amd"}},
+            {"metadata": {"name": "arm", "labels": ARM_LABELS}},
+        ]
+    }
+    body = {"Pod": _pod("app:1"), "Nodes": nodes}
+
+    async def scenario(call: Call) -> None:
+        await _assert_scores(call, body, [2, 10])
+
+    try:
+        _serve(extender, scenario)
+    finally:
+        extender.close()

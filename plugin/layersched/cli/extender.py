@@ -11,15 +11,18 @@ from layersched.cli._sources import (
     add_layer_source_options,
     add_strategy_options,
     open_layer_source,
+    registry_source_factory,
     strategy_from_args,
 )
 from layersched.core.errors import InputError
 from layersched.core.layers import LayerSource, NoLayerSource
+from layersched.core.manifest import Platform
 from layersched.extender import (
     DEFAULT_RESOLVE_TIMEOUT_S,
     MAX_CONCURRENT_REQUESTS,
     MAX_REQUEST_BYTES,
     SHUTDOWN_GRACE_S,
+    Platforms,
     StaticInventoryProvider,
     make_extender,
     serve,
@@ -157,13 +160,18 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     strategy = strategy_from_args(args)
     source: LayerSource = open_layer_source(args) if strategy.needs_layers else NoLayerSource()
+    # each node's images (and a pod on it) are resolved for the node's platform: one
+    # registry source per platform met, --platform's being ``source``
+    factory = registry_source_factory(args) if strategy.needs_layers else None
+    platforms = Platforms(Platform.parse(args.platform), source, factory)
     extender = make_extender(
         strategy,
         source,
         # a strategy without layers (image-locality) reads names only: resolve nothing
-        StaticInventoryProvider(args.nodes, source if strategy.needs_layers else None),
+        StaticInventoryProvider(args.nodes, source if strategy.needs_layers else None, platforms),
         resolve_timeout_s=args.resolve_timeout_s,
         resolve_workers=args.resolve_workers,
+        platforms=platforms,
     )
     tls = (
         tls_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)

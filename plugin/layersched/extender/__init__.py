@@ -9,6 +9,7 @@ See ``docs/extender.md``.
 """
 
 from layersched.extender._inventory import InventoryProvider, StaticInventoryProvider
+from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
 from layersched.extender._resolver import DeadlineResolver
 from layersched.extender._server import (
@@ -35,6 +36,7 @@ __all__ = [
     "Extender",
     "ExtenderError",
     "InventoryProvider",
+    "Platforms",
     "StaticInventoryProvider",
     "create_app",
     "make_extender",

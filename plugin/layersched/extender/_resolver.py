@@ -167,6 +167,19 @@ class DeadlineResolver:
         #: Pod images not queued because MAX_PENDING resolutions were already under way.
         self.rejected = 0
 
+    def sibling(self, source: LayerSource) -> DeadlineResolver:
+        """A resolver for ``source`` with this one's deadline, pools' sizes and clock
+        (another platform's)."""
+        return DeadlineResolver(
+            source,
+            timeout_s=self.timeout_s,
+            workers=self._workers,
+            max_pending=self._max_pending,
+            warm_workers=self._warm_workers,
+            max_warming=self._max_warming,
+            clock=self.clock,
+        )
+
     # ---------------------------------------------------------------- cache
     def _lookup(self, image: str) -> _Entry | None:
         """The cached answer for ``image``, or None. A failure is forgotten once it expires

@@ -21,6 +21,7 @@ from layersched.core.layers import LayerSource
 from layersched.core.strategies import Strategy
 from layersched.extender._inventory import InventoryProvider, StaticInventoryProvider
 from layersched.extender._metrics import ExtenderMetrics
+from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import Extender
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
 from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs, NamesOnlyArgs
@@ -229,15 +230,17 @@ def make_extender(
     resolve_timeout_s: float = DEFAULT_RESOLVE_TIMEOUT_S,
     resolve_workers: int = DEFAULT_WORKERS,
     clock: Callable[[], float] = time.monotonic,
+    platforms: Platforms | None = None,
 ) -> Extender:
     """An Extender for ``strategy`` (provider: the ``NodeNames`` inventory; none = empty;
-    ``clock``: the resolver's monotonic clock, injected by tests to cross TTLs)."""
+    ``clock``: the resolver's monotonic clock, injected by tests to cross TTLs;
+    ``platforms``: a layer source per node platform, ``source`` being the default's)."""
     resolver = DeadlineResolver(
         source, timeout_s=resolve_timeout_s, workers=resolve_workers, clock=clock
     )
-    provider = provider or StaticInventoryProvider(None, source)
+    provider = provider or StaticInventoryProvider(None, source, platforms)
     metrics = ExtenderMetrics(source, resolver, provider.current)
-    return Extender(strategy, resolver, provider, metrics)
+    return Extender(strategy, resolver, provider, metrics, platforms)
 
 
 def create_app(
@@ -377,4 +380,4 @@ async def serve(
             loop.remove_signal_handler(signum)
         stopping.cancel()
         await runner.cleanup()
-        extender.resolver.close()
+        extender.close()

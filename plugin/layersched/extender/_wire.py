@@ -35,10 +35,18 @@ class ContainerImage(msgspec.Struct, frozen=True, gc=False):
     layers: dict[str, int] | None = None
 
 
+class NodeSystemInfo(msgspec.Struct, gc=False):
+    """``Node.status.nodeInfo``: the platform, when the node has no os/arch labels."""
+
+    architecture: str = ""
+    operatingSystem: str = ""
+
+
 class NodeStatus(msgspec.Struct, gc=False):
-    """``Node.status``: only the images matter here."""
+    """``Node.status``: the images, and the platform they are for."""
 
     images: list[ContainerImage] | None = None
+    nodeInfo: NodeSystemInfo | None = None
 
 
 class Node(msgspec.Struct, gc=False):

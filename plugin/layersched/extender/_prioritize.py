@@ -135,6 +135,9 @@ class Extender:
         #: (an offline source's misses too: its answer cannot change).
         self._slots = SlotCache(MAX_CACHED_IMAGES, keep_unresolved=resolver.local)
         self._indices_memo: tuple[ClusterInventory, list[str], IndexArray, list[str]] | None = None
+        self._groups_memo: tuple[IndexArray, Sequence[str], dict[str, IndexArray] | None] | None = (
+            None
+        )
 
     def _resolver(self, key: str) -> DeadlineResolver:
         """The resolver of platform ``key`` (made on first use, like the first's)."""
@@ -207,6 +210,17 @@ class Extender:
         """Positions in ``candidates`` by platform key; None when all are the default."""
         if node_keys is None or self.platforms is None:
             return None
+        memo = self._groups_memo  # NodeNames: the same candidates (memoised) pod after pod
+        if memo is not None and memo[0] is candidates and memo[1] is node_keys:
+            return memo[2]
+        groups = self._group(node_keys, candidates)
+        self._groups_memo = (candidates, node_keys, groups)
+        return groups
+
+    def _group(
+        self, node_keys: Sequence[str], candidates: IndexArray
+    ) -> dict[str, IndexArray] | None:
+        assert self.platforms is not None
         default = self.platforms.default_key
         keys = [node_keys[i] for i in candidates.tolist()]
         if all(key == default for key in keys):

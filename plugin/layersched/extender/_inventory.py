@@ -222,27 +222,23 @@ class StaticInventoryProvider:
             )
         decoder = msgspec.json.Decoder(Node)
         platforms = self.platforms
+        source = self._source
+        if platforms is not None and source is not None:
+            source = PlatformSource(platforms.source, platforms.default_key)
+        builder = SnapshotBuilder(source)
         keys: list[str] = []
-        nodes: list[tuple[Node, str]] = []
         for i, item in enumerate(raw.items):
             where = f"{path}: items[{i}]"
             try:
                 node = decoder.decode(item)
             except msgspec.DecodeError as err:
                 raise InputError(f"{where}: not a v1 Node ({err})") from None
-            nodes.append((node, where))
+            key = None
             if platforms is not None:
                 keys.append(platforms.key(node))
-        source = self._source
-        if platforms is not None and self._source is not None:
-            source = PlatformSource(
-                {key: platforms.source(key) for key in platforms.known()}, platforms.default_key
-            )
-        builder = SnapshotBuilder(source)
-        for i, (node, where) in enumerate(nodes):
-            key = keys[i] if platforms is not None and keys[i] != platforms.default_key else None
+                key = keys[-1] if keys[-1] != platforms.default_key else None
             add_wire_node(builder, node, where, platform_key=key)
-        del raw, data, nodes
+        del raw, data
         snapshot = builder.build()
         snapshot.index_layers()
         for warning in snapshot.warnings:

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.inventory import NodeImage, names_resolver
+from layersched.core.inventory import NamesResolver, NodeImage, names_resolver
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.manifest import Platform
 from layersched.extender._wire import Node
@@ -136,20 +136,22 @@ class Platforms:
         """The layer source of platform ``key`` (one :meth:`key` returned)."""
         return self._sources[key]
 
-    def known(self) -> list[str]:
-        """Every platform with a source, the default first."""
-        with self._lock:
-            return list(self._sources)
-
 
 class PlatformSource:
     """A LayerSource (a NodeImageSource) over per-platform sources: a name prefixed with a
-    platform key is resolved by that platform's source, any other by the default one."""
+    platform key is resolved by that platform's source (``source_of(key)``, asked once
+    per key), any other by the default one."""
 
-    def __init__(self, sources: Mapping[str, LayerSource], default_key: str) -> None:
-        self._sources = sources
+    def __init__(self, source_of: Callable[[str], LayerSource], default_key: str) -> None:
+        self._source_of = source_of
         self._default_key = default_key
-        self._resolvers = {key: names_resolver(source) for key, source in sources.items()}
+        self._resolvers: dict[str, NamesResolver] = {}
+
+    def _resolver(self, key: str) -> NamesResolver:
+        resolver = self._resolvers.get(key)
+        if resolver is None:
+            resolver = self._resolvers[key] = names_resolver(self._source_of(key))
+        return resolver
 
     def resolve(self, image: str) -> tuple[Layer, ...]:
         return self.resolve_names((image,))
@@ -159,12 +161,9 @@ class PlatformSource:
             raise LayerResolutionError("a node image without names cannot be resolved")
         key, separator, _ = names[0].partition(PREFIX_SEPARATOR)
         if not separator:
-            return self._resolvers[self._default_key](names)
-        resolver = self._resolvers.get(key)
-        if resolver is None:
-            raise LayerResolutionError(f"no layer source for platform {key}")
+            return self._resolver(self._default_key)(names)
         stripped = [name.partition(PREFIX_SEPARATOR)[2] for name in names]
         try:
-            return resolver(stripped)
+            return self._resolver(key)(stripped)
         except LayerResolutionError as err:
             raise LayerResolutionError(f"{err} (platform {key})") from err

@@ -304,10 +304,7 @@ class Extender:
         if self.platforms is not None and node_keys is not None:
             default = self.platforms.default_key
             if any(key != default for key in node_keys):
-                known = self.platforms.known()
-                source = PlatformSource(
-                    {key: self._resolver(key).cached_source() for key in known}, default
-                )
+                source = PlatformSource(lambda key: self._resolver(key).cached_source(), default)
                 platform_keys = [None if key == default else key for key in node_keys]
         if needs_layers and not self.resolver.local:
             self._refresh_slots()

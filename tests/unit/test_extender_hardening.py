@@ -351,6 +351,7 @@ def test_a_tag_past_its_ttl_is_served_stale_while_revalidated(tmp_path: Any) -> 
         extender.resolver.close()
     assert extender.resolver.timeouts == 0
     assert registry.asked == ["app:1", "app:1"]
+    assert "layersched_extender_revalidations_total 1.0" in _metrics_text(extender)
 
 
 def test_full_nodes_keep_their_layers_across_the_ttl(tmp_path: Any) -> None:

@@ -68,6 +68,12 @@ class _SourceCollector(Collector):
         )
         rejected.add_metric([], float(self._resolver.rejected))
         yield rejected
+        revalidations = CounterMetricFamily(
+            "layersched_extender_revalidations",
+            "Tag entries answered again by the layer source after their TTL (default platform).",
+        )
+        revalidations.add_metric([], float(self._resolver.revalidations))
+        yield revalidations
         inventory = self._inventory()
         if inventory is not None:
             nodes = GaugeMetricFamily(

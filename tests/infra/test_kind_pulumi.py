@@ -255,7 +255,11 @@ def test_deployments_mount_what_they_need(graph: Graph) -> None:
     # Reachable from the scheduler pod, and resolving layers from the testbed registry.
     args = container["args"]
     assert args[0] == "extender"
-    assert args[args.index("--host") + 1] == "0.0.0.0"
+    # bound explicitly to the pod IP (the Service and probes reach it there), not 0.0.0.0
+    assert args[args.index("--host") + 1] == "$(POD_IP)"
+    assert container["env"] == [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    ]
     assert args[args.index("--insecure-registry") + 1] == "kind-registry:5000"
 
 

@@ -6,24 +6,26 @@ N1 holds Img1, N2 holds Img2, N3 holds nothing.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import tenacity
+
+from tests.fixtures.extender import (
+    READY_TIMEOUT_S,
+    extender_argv,
+    free_port,
+    running_extender,
+)
 
 pytestmark = pytest.mark.integration
 
 MB = 1024 * 1024
-#: Startup imports numpy, aiohttp and prometheus-client: allow a loaded 2-core box.
-READY_TIMEOUT_S = 30.0
 #: SIGTERM must end the process promptly.
 STOP_TIMEOUT_S = 10.0
 HTTP_TIMEOUT_S = 5.0
@@ -69,17 +71,6 @@ POD = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _argv(port: int, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "layersched.cli.main", "extender", "--port", str(port), *extra]
-
-
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
     layers, nodes = tmp_path / "layers.json", tmp_path / "nodes.json"
@@ -88,42 +79,13 @@ def files(tmp_path: Path) -> dict[str, Path]:
     return {"layers": layers, "nodes": nodes}
 
 
-@tenacity.retry(
-    stop=tenacity.stop_after_delay(READY_TIMEOUT_S), wait=tenacity.wait_fixed(0.1), reraise=True
-)
-def assert_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    assert proc.poll() is None, f"extender exited early with {proc.returncode}"
-    try:
-        response = httpx.get(f"{url}/healthz", timeout=HTTP_TIMEOUT_S)
-    except httpx.TransportError as err:
-        raise AssertionError(f"not listening yet: {err}") from err
-    assert response.status_code == 200, response.text
-
-
 @pytest.fixture
 def extender(
     files: dict[str, Path], tmp_path: Path
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     extra = ("--layers", str(files["layers"]), "--nodes", str(files["nodes"]))
-    with _running(tmp_path / "extender.log", *extra) as (url, proc):
+    with running_extender(tmp_path / "extender.log", *extra) as (url, proc):
         yield url, proc
-
-
-@contextlib.contextmanager
-def _running(log_path: Path, *extra: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A ready extender process on a free port (killed on the way out, log printed)."""
-    port = _free_port()
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(_argv(port, *extra), stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert_ready(url, proc)
-        yield url, proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        print(log_path.read_text())  # shown by pytest when a test fails
 
 
 def test_extender_process(extender: tuple[str, subprocess.Popen[bytes]]) -> None:
@@ -206,7 +168,7 @@ def test_bad_nodes_file_is_a_one_line_error(
     if content is not None:
         nodes.write_text(content)
     line = _one_line_failure(
-        _argv(_free_port(), "--layers", str(files["layers"]), "--nodes", str(nodes))
+        extender_argv(free_port(), "--layers", str(files["layers"]), "--nodes", str(nodes))
     )
     assert fragment in line and "bad-nodes.json" in line
 
@@ -216,7 +178,7 @@ def test_port_in_use_is_a_one_line_error(files: dict[str, Path]) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        line = _one_line_failure(_argv(port, "--layers", str(files["layers"])))
+        line = _one_line_failure(extender_argv(port, "--layers", str(files["layers"])))
     assert f"cannot listen on 127.0.0.1:{port}" in line
 
 
@@ -230,7 +192,7 @@ def test_port_in_use_is_a_one_line_error(files: dict[str, Path]) -> None:
     ids=["spread-image-locality", "pull-option-layer-locality", "negative-retries"],
 )
 def test_bad_flags_are_a_one_line_error(extra: tuple[str, ...], fragment: str) -> None:
-    assert fragment in _one_line_failure(_argv(_free_port(), *extra))
+    assert fragment in _one_line_failure(extender_argv(free_port(), *extra))
 
 
 def test_image_locality_needs_no_layers(tmp_path: Path) -> None:
@@ -247,7 +209,7 @@ def test_image_locality_needs_no_layers(tmp_path: Path) -> None:
     nodes.write_text(json.dumps({"kind": "NodeList", "items": items}))
     log_path = tmp_path / "extender.log"
     extra = ("--strategy", "image-locality", "--nodes", str(nodes))
-    with _running(log_path, *extra) as (url, proc):
+    with running_extender(log_path, *extra) as (url, proc):
         answer = httpx.post(
             f"{url}/prioritize",
             json={"Pod": POD, "NodeNames": ["N1", "N2", "N3"]},

@@ -17,6 +17,7 @@ from layersched.testbed.kind import (
     EXTENDER_PORT,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
+    POD_IP_ENV,
     check_cluster_name,
     check_kind_version,
     check_registry_host,
@@ -135,11 +136,13 @@ class Settings:
 
     @property
     def extender_argv(self) -> tuple[str, ...]:
-        """``layersched extender`` arguments: listen on the pod IP, resolve layers from
-        the testbed registry over plain HTTP (full Nodes arrive with every request)."""
+        """``layersched extender`` arguments: listen on the pod IP (the Service reaches it
+        there; ``$(POD_IP)`` is the downward-API variable the Deployment sets), resolve
+        layers from the testbed registry over plain HTTP (full Nodes arrive with every
+        request)."""
         return self.extender_args or (
             "extender",
-            "--host", "0.0.0.0",
+            "--host", f"$({POD_IP_ENV})",
             "--port", str(EXTENDER_PORT),
             "--strategy", "layer-locality",
             "--insecure-registry", self.registry_address,

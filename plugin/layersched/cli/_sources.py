@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from layersched.cli._io import read_document
 from layersched.core.errors import InputError
 from layersched.core.layers import LayerSource, StaticLayerSource
+from layersched.core.manifest import Platform
 from layersched.core.strategies import STRATEGY_NAMES, Strategy, get_strategy
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.core.strategies.pull_time import (
@@ -89,7 +91,8 @@ def add_layer_source_options(
     parser.add_argument(
         "--platform",
         default="linux/amd64",
-        help="platform to pick from image indexes (default: %(default)s)",
+        help="platform to pick from image indexes (default: %(default)s); the extender "
+        "uses it for nodes whose platform is unknown, and each node's own otherwise",
     )
     parser.add_argument(
         "--insecure-registry",
@@ -149,14 +152,14 @@ def add_layer_source_options(
 
 
 def open_layer_source(args: argparse.Namespace) -> LayerSource:
-    """The offline source for ``--layers``, else a registry-backed one."""
+    """The offline source for ``--layers``, else a registry-backed one for ``--platform``."""
     if not args.registry_timeout_s > 0:
         raise InputError(f"--registry-timeout-s {args.registry_timeout_s}: must be > 0 seconds")
     if args.registry_retries < 0:
         raise InputError(f"--registry-retries {args.registry_retries}: must be 0 or more")
     if not args.registry_deadline_s > 0:
         raise InputError(f"--registry-deadline-s {args.registry_deadline_s}: must be > 0 seconds")
-    token_hosts = token_hosts_from_args(args.registry_token_host)
+    token_hosts_from_args(args.registry_token_host)  # a malformed entry fails here, early
     for path in args.registry_config:
         if not path.is_file():
             raise InputError(
@@ -165,20 +168,34 @@ def open_layer_source(args: argparse.Namespace) -> LayerSource:
             )
     if args.layers:
         return StaticLayerSource.from_json(read_document(args.layers), args.layers)
-    from layersched.core.manifest import Platform
+    factory = registry_source_factory(args)
+    assert factory is not None
+    return factory(Platform.parse(args.platform))
+
+
+def registry_source_factory(args: argparse.Namespace) -> Callable[[Platform], LayerSource] | None:
+    """Makes a registry-backed source for a platform (one client each: a client resolves
+    indexes for its platform); None with ``--layers``, whose layers have no platform."""
+    if args.layers:
+        return None
     from layersched.registry import RegistryClient, RegistryLayerSource
 
-    client = RegistryClient(
-        platform=Platform.parse(args.platform),
-        insecure_hosts=tuple(args.insecure_registry),
-        timeout_s=args.registry_timeout_s,
-        retries=args.registry_retries,
-        deadline_s=args.registry_deadline_s,
-        auth_files=args.registry_config or None,
-        token_hosts=token_hosts,
-        allowed_registries=args.allow_registry,
-    )
-    return RegistryLayerSource(client)
+    token_hosts = token_hosts_from_args(args.registry_token_host)
+
+    def make(platform: Platform) -> LayerSource:
+        client = RegistryClient(
+            platform=platform,
+            insecure_hosts=tuple(args.insecure_registry),
+            timeout_s=args.registry_timeout_s,
+            retries=args.registry_retries,
+            deadline_s=args.registry_deadline_s,
+            auth_files=args.registry_config or None,
+            token_hosts=token_hosts,
+            allowed_registries=args.allow_registry,
+        )
+        return RegistryLayerSource(client)
+
+    return make
 
 
 def token_hosts_from_args(values: list[str]) -> dict[str, list[str]]:

@@ -6,21 +6,31 @@ import argparse
 import asyncio
 import sys
 
+from layersched.cli._logging import add_log_options
 from layersched.cli._sources import (
     add_layer_source_options,
     add_strategy_options,
     open_layer_source,
+    registry_source_factory,
     strategy_from_args,
 )
 from layersched.core.errors import InputError
 from layersched.core.layers import LayerSource, NoLayerSource
+from layersched.core.manifest import Platform
 from layersched.extender import (
     DEFAULT_RESOLVE_TIMEOUT_S,
+    MAX_CONCURRENT_REQUESTS,
+    MAX_REQUEST_BYTES,
+    SHUTDOWN_GRACE_S,
+    Platforms,
     StaticInventoryProvider,
     make_extender,
     serve,
+    tls_context,
 )
 
+#: Smallest --max-request-bytes accepted: below this not even a small pod fits.
+MIN_REQUEST_BYTES = 4096
 #: Highest TCP port number.
 MAX_PORT = 65_535
 #: Parallel layer resolutions against registries.
@@ -47,8 +57,49 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--port", type=int, required=True, help="TCP port to listen on")
     p.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s, loopback; in a pod pass the pod IP, "
+        "e.g. --host $(POD_IP) from the downward API)",
     )
+    p.add_argument(
+        "--tls-cert-file",
+        metavar="CERT.pem",
+        help="serve HTTPS with this PEM certificate (chain); needs --tls-key-file "
+        "(kube-scheduler: enableHTTPS: true)",
+    )
+    p.add_argument("--tls-key-file", metavar="KEY.pem", help="PEM private key of --tls-cert-file")
+    p.add_argument(
+        "--client-ca-file",
+        metavar="CA.pem",
+        help="require a client certificate signed by this CA (kube-scheduler's "
+        "tlsConfig.certFile/keyFile); needs --tls-cert-file",
+    )
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=MAX_REQUEST_BYTES,
+        metavar="BYTES",
+        help="larger request bodies get 413 (default: %(default)s = 64 MiB, 5,000 nodes with "
+        "50 images each and 1.5x headroom)",
+    )
+    p.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        default=MAX_CONCURRENT_REQUESTS,
+        metavar="N",
+        help="requests worked on at once; more are answered at once with neutral scores "
+        "(prioritize) or every node passing (filter), and past twice as many with 503 "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--shutdown-grace-s",
+        type=float,
+        default=SHUTDOWN_GRACE_S,
+        metavar="SECONDS",
+        help="on SIGTERM, how long requests in flight may take to finish (default: %(default)s)",
+    )
+    add_log_options(p, top_level=False)
     add_strategy_options(p)
     p.add_argument(
         "--nodes",
@@ -85,6 +136,23 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--resolve-timeout-s {args.resolve_timeout_s}: must be > 0 seconds")
     if args.resolve_workers < 1:
         raise InputError(f"--resolve-workers {args.resolve_workers}: must be at least 1")
+    if args.max_request_bytes < MIN_REQUEST_BYTES:
+        raise InputError(
+            f"--max-request-bytes {args.max_request_bytes}: must be at least {MIN_REQUEST_BYTES} "
+            "(a pod alone is a few KB)"
+        )
+    if args.max_concurrent_requests < 1:
+        raise InputError(
+            f"--max-concurrent-requests {args.max_concurrent_requests}: must be at least 1"
+        )
+    if not args.shutdown_grace_s >= 0:
+        raise InputError(f"--shutdown-grace-s {args.shutdown_grace_s}: must be >= 0 seconds")
+    if (args.tls_cert_file is None) != (args.tls_key_file is None):
+        raise InputError("--tls-cert-file and --tls-key-file go together: pass both or neither")
+    if args.client_ca_file is not None and args.tls_cert_file is None:
+        raise InputError(
+            "--client-ca-file verifies clients over TLS: pass --tls-cert-file and --tls-key-file"
+        )
 
 
 def _listening(url: str) -> None:
@@ -96,13 +164,34 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     strategy = strategy_from_args(args)
     source: LayerSource = open_layer_source(args) if strategy.needs_layers else NoLayerSource()
+    # each node's images (and a pod on it) are resolved for the node's platform: one
+    # registry source per platform met, --platform's being ``source``
+    factory = registry_source_factory(args) if strategy.needs_layers else None
+    platforms = Platforms(Platform.parse(args.platform), source, factory)
     extender = make_extender(
         strategy,
         source,
         # a strategy without layers (image-locality) reads names only: resolve nothing
-        StaticInventoryProvider(args.nodes, source if strategy.needs_layers else None),
+        StaticInventoryProvider(args.nodes, source if strategy.needs_layers else None, platforms),
         resolve_timeout_s=args.resolve_timeout_s,
         resolve_workers=args.resolve_workers,
+        platforms=platforms,
     )
-    asyncio.run(serve(extender, args.host, args.port, _listening))
+    tls = (
+        tls_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+        if args.tls_cert_file is not None
+        else None
+    )
+    asyncio.run(
+        serve(
+            extender,
+            args.host,
+            args.port,
+            _listening,
+            tls=tls,
+            max_request_bytes=args.max_request_bytes,
+            max_concurrent_requests=args.max_concurrent_requests,
+            shutdown_grace_s=args.shutdown_grace_s,
+        )
+    )
     return 0

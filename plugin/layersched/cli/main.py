@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 
 from layersched import __version__
+from layersched.cli._logging import add_log_options, configure_logging
 from layersched.core.errors import InputError, LayerschedError
 
 #: Subcommand modules under ``layersched.cli``, in help order.
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
     )
+    add_log_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"layersched.cli.{name}").register(sub)
@@ -43,8 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code."""
     args = build_parser().parse_args(argv)
-    level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose, args.log_level, args.log_format)
     try:
         code: int = args.handler(args)
     except InputError as err:

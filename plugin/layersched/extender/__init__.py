@@ -9,27 +9,37 @@ See ``docs/extender.md``.
 """
 
 from layersched.extender._inventory import InventoryProvider, StaticInventoryProvider
+from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
 from layersched.extender._resolver import DeadlineResolver
 from layersched.extender._server import (
     DEFAULT_RESOLVE_TIMEOUT_S,
+    MAX_CONCURRENT_REQUESTS,
+    MAX_REQUEST_BYTES,
+    SHUTDOWN_GRACE_S,
     ExtenderError,
     create_app,
     make_extender,
     serve,
+    tls_context,
 )
 from layersched.extender._wire import MAX_EXTENDER_PRIORITY
 
 __all__ = [
     "DEFAULT_RESOLVE_TIMEOUT_S",
+    "MAX_CONCURRENT_REQUESTS",
     "MAX_EXTENDER_PRIORITY",
+    "MAX_REQUEST_BYTES",
     "SCORE_DIVISOR",
+    "SHUTDOWN_GRACE_S",
     "DeadlineResolver",
     "Extender",
     "ExtenderError",
     "InventoryProvider",
+    "Platforms",
     "StaticInventoryProvider",
     "create_app",
     "make_extender",
     "serve",
+    "tls_context",
 ]

@@ -10,8 +10,9 @@ implement the same two members and be passed to :func:`create_app`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -25,6 +26,7 @@ from layersched.core.inventory import (
 )
 from layersched.core.layers import Layer, LayerSource, check_digest, check_size
 from layersched.core.snapshot import NodeSnapshot, SlotCache, SnapshotBuilder
+from layersched.extender._platforms import Platforms, PlatformSource, prefixed
 from layersched.extender._wire import ContainerImage, Node, RawNodeList
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,11 @@ def _first_name(image: ContainerImage | NodeImage) -> str:
 
 
 def add_wire_node(
-    builder: SnapshotBuilder, node: Node, where: str, problems: list[str] | None = None
+    builder: SnapshotBuilder,
+    node: Node,
+    where: str,
+    problems: list[str] | None = None,
+    platform_key: str | None = None,
 ) -> None:
     """Add one decoded wire Node to ``builder`` (sources a, b and c as the core reads them).
 
@@ -76,6 +82,10 @@ def add_wire_node(
     ``builder`` must skip invalid images: a negative size is found where the
     distinct image is described, once per request, not by a scan of every image.
     A node without a name or of another kind is an InputError either way.
+    ``platform_key`` (a platform other than the default) prefixes the node's image
+    names, so that a :class:`~layersched.extender._platforms.PlatformSource`
+    resolves them for that platform (and they are interned apart from the same
+    images on nodes of the default platform).
     """
     if node.kind is not None:  # usually absent inside a list: skip the call on the hot path
         check_node_kind(node.kind, where)
@@ -103,10 +113,15 @@ def add_wire_node(
                     raise
                 mine.append(f"ignoring image {_first_name(image)!r}: {err}")
     annotations = meta.annotations or {}
+    keys: Iterable[Hashable] = images
+    describe: Callable[[Any], NodeImage] = _describe_image
+    if platform_key is not None:
+        keys = [(platform_key, image) for image in images]
+        describe = _platform_describer(platform_key)
     idx = builder.add_node(
         meta.name,
-        images,
-        describe=_describe_image,
+        keys,
+        describe=describe,
         annotation_layers=(
             annotation_layers(
                 annotations,
@@ -137,18 +152,30 @@ def _describe_image(image: ContainerImage | NodeImage) -> NodeImage:
     return NodeImage(image.names or (), image.sizeBytes, None)
 
 
+def _platform_describer(key: str) -> Callable[[tuple[str, ContainerImage | NodeImage]], NodeImage]:
+    """``_describe_image`` for images keyed ``(platform key, image)``: names prefixed."""
+
+    def describe(keyed: tuple[str, ContainerImage | NodeImage]) -> NodeImage:
+        return prefixed(_describe_image(keyed[1]), key)
+
+    return describe
+
+
 def snapshot_of(
     nodes: list[Node],
     source: LayerSource | None,
     where: str,
     cache: SlotCache | None = None,
     problems: list[str] | None = None,
+    platform_keys: Sequence[str | None] | None = None,
 ) -> NodeSnapshot:
     """A snapshot of a request's ``Nodes.items`` (``cache``: entries seen by earlier requests;
-    ``problems``: collects malformed images and annotations, ignored, instead of raising)."""
+    ``problems``: collects malformed images and annotations, ignored, instead of raising;
+    ``platform_keys``: per node, its platform when not the default, else None)."""
     builder = SnapshotBuilder(source, cache, skip_invalid=problems is not None)
     for i, node in enumerate(nodes):
-        add_wire_node(builder, node, f"{where}[{i}]", problems)
+        key = platform_keys[i] if platform_keys is not None else None
+        add_wire_node(builder, node, f"{where}[{i}]", problems, key)
     return builder.build()
 
 
@@ -159,10 +186,16 @@ class StaticInventoryProvider:
     Python objects all at once; the result is an indexed :class:`NodeSnapshot`.
     """
 
-    def __init__(self, path: str | None, source: LayerSource | None) -> None:
+    def __init__(
+        self, path: str | None, source: LayerSource | None, platforms: Platforms | None = None
+    ) -> None:
         self.path = path
         self._source = source
+        #: Per-platform sources: each node's images are resolved for its platform.
+        self.platforms = platforms if platforms is not None and platforms.enabled else None
         self._inventory: ClusterInventory | None = None
+        #: Per node index, its platform key (the default's too); None: all the default.
+        self.platform_keys: list[str] | None = None
 
     def current(self) -> ClusterInventory | None:
         return self._inventory
@@ -188,14 +221,23 @@ class StaticInventoryProvider:
                 f"{path}: no 'items' list: a v1 NodeList is written by 'kubectl get nodes -o json'"
             )
         decoder = msgspec.json.Decoder(Node)
-        builder = SnapshotBuilder(self._source)
+        platforms = self.platforms
+        source = self._source
+        if platforms is not None and source is not None:
+            source = PlatformSource(platforms.source, platforms.default_key)
+        builder = SnapshotBuilder(source)
+        keys: list[str] = []
         for i, item in enumerate(raw.items):
             where = f"{path}: items[{i}]"
             try:
                 node = decoder.decode(item)
             except msgspec.DecodeError as err:
                 raise InputError(f"{where}: not a v1 Node ({err})") from None
-            add_wire_node(builder, node, where)
+            key = None
+            if platforms is not None:
+                keys.append(platforms.key(node))
+                key = keys[-1] if keys[-1] != platforms.default_key else None
+            add_wire_node(builder, node, where, platform_key=key)
         del raw, data
         snapshot = builder.build()
         snapshot.index_layers()
@@ -208,4 +250,8 @@ class StaticInventoryProvider:
             snapshot.slot_count,
             snapshot.unresolved_images,
         )
+        if (keys and any(key != keys[0] for key in keys)) or (
+            keys and platforms is not None and keys[0] != platforms.default_key
+        ):
+            self.platform_keys = keys
         self._inventory = snapshot

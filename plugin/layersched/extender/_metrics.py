@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from layersched import __version__
 from layersched.core.inventory import ClusterInventory
 from layersched.core.layers import LayerSource
 from layersched.extender._resolver import DeadlineResolver
@@ -58,6 +68,12 @@ class _SourceCollector(Collector):
         )
         rejected.add_metric([], float(self._resolver.rejected))
         yield rejected
+        revalidations = CounterMetricFamily(
+            "layersched_extender_revalidations",
+            "Tag entries answered again by the layer source after their TTL (default platform).",
+        )
+        revalidations.add_metric([], float(self._resolver.revalidations))
+        yield revalidations
         inventory = self._inventory()
         if inventory is not None:
             nodes = GaugeMetricFamily(
@@ -83,6 +99,17 @@ class ExtenderMetrics:
         inventory: Callable[[], ClusterInventory | None],
     ) -> None:
         self.registry = CollectorRegistry()
+        # the default registry's process_*, python_gc_* and python_info, which a private
+        # registry lacks: the collectors are stateless readers, shared safely
+        for collector in (PROCESS_COLLECTOR, GC_COLLECTOR, PLATFORM_COLLECTOR):
+            self.registry.register(collector)
+        self.build_info = Gauge(
+            "layersched_build_info",
+            "Always 1: the layersched version and Python implementation serving.",
+            ["version", "python"],
+            registry=self.registry,
+        )
+        self.build_info.labels(__version__, platform.python_version()).set(1)
         self.latency_s = Histogram(
             "layersched_extender_request_duration_seconds",
             "Time to answer an extender request, by verb.",
@@ -115,6 +142,13 @@ class ExtenderMetrics:
         self.unknown_nodes = Counter(
             "layersched_extender_unknown_nodes",
             "NodeNames absent from the held inventory (scored 0).",
+            registry=self.registry,
+        )
+        self.overloaded = Counter(
+            "layersched_extender_overloaded_requests",
+            "Requests answered at once without work (neutral scores, or every node passing) "
+            "because --max-concurrent-requests were already being answered, by verb.",
+            ["verb"],
             registry=self.registry,
         )
         self.registry.register(_SourceCollector(source, resolver, inventory))

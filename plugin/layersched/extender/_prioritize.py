@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
@@ -12,20 +12,23 @@ import numpy as np
 
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.inventory import ClusterInventory, IndexArray
-from layersched.core.layers import Layer
+from layersched.core.layers import Layer, LayerSource
 from layersched.core.pod import PodImages
 from layersched.core.snapshot import SlotCache
 from layersched.core.strategies import NodeScores, Strategy
 from layersched.core.strategies.base import MAX_NODE_SCORE
+from layersched.core.strategies.pull_time import PullTime
 from layersched.extender._inventory import InventoryProvider, snapshot_of
 from layersched.extender._metrics import ExtenderMetrics
-from layersched.extender._resolver import MAX_CACHED_IMAGES, POSITIVE_TTL_S, DeadlineResolver
+from layersched.extender._platforms import Platforms, PlatformSource, prefixed_name
+from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver
 from layersched.extender._wire import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
     ExtenderFilterResult,
     FilterArgs,
     HostPriority,
+    NamesOnlyArgs,
     NodeNamesList,
     Pod,
 )
@@ -109,53 +112,175 @@ class Extender:
         resolver: DeadlineResolver,
         provider: InventoryProvider,
         metrics: ExtenderMetrics,
+        platforms: Platforms | None = None,
     ) -> None:
         self.strategy = strategy
+        #: The default platform's resolver.
         self.resolver = resolver
         self.provider = provider
         self.metrics = metrics
+        #: Per-platform layer sources; None: every node is scored in the default platform.
+        self.platforms = (
+            platforms
+            if platforms is not None and platforms.enabled and strategy.needs_layers
+            else None
+        )
+        self._resolvers: dict[str, DeadlineResolver] = {
+            self.platforms.default_key if self.platforms is not None else "": resolver
+        }
         self._logged_unknown = _LogOnce(MAX_LOGGED_UNKNOWN_NODES)
         self._logged_unresolved = _LogOnce(MAX_LOGGED_UNRESOLVED_IMAGES)
         self._logged_invalid = _LogOnce(MAX_LOGGED_INVALID_NODE_DATA)
         #: Image entries of earlier full-Nodes requests: only new ones are resolved
         #: (an offline source's misses too: its answer cannot change).
         self._slots = SlotCache(MAX_CACHED_IMAGES, keep_unresolved=resolver.local)
-        self._slots_since_s = time.monotonic()
         self._indices_memo: tuple[ClusterInventory, list[str], IndexArray, list[str]] | None = None
+        self._groups_memo: tuple[IndexArray, Sequence[str], dict[str, IndexArray] | None] | None = (
+            None
+        )
+
+    def _resolver(self, key: str) -> DeadlineResolver:
+        """The resolver of platform ``key`` (made on first use, like the first's)."""
+        resolver = self._resolvers.get(key)
+        if resolver is None:
+            assert self.platforms is not None
+            resolver = self._resolvers[key] = self.resolver.sibling(self.platforms.source(key))
+        return resolver
+
+    def close(self) -> None:
+        """Stop every resolver's workers."""
+        for resolver in self._resolvers.values():
+            resolver.close()
 
     # ------------------------------------------------------------- prioritize
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         """Scores 0..10 for every requested node, in request order."""
         pod = pod_images(args.Pod)
+        #: per node of the request (full Nodes) or of the held inventory (NodeNames)
+        node_keys: Sequence[str] | None = None
         if args.Nodes is not None:
-            names = [node.metadata.name for node in args.Nodes.items or []]
+            items = args.Nodes.items or []
+            names = [node.metadata.name for node in items]
             inventory: ClusterInventory | None = None  # built once the pod resolves
+            if self.platforms is not None:
+                node_keys = [self.platforms.key(node) for node in items]
+            candidates: IndexArray = np.arange(len(names), dtype=np.int64)
+            missing: list[str] = []
         elif args.NodeNames is not None:
             names = args.NodeNames
             inventory = self.provider.current()
             if inventory is None:
                 return self._neutral(names, "not_ready", pod)
+            if self.platforms is not None:
+                node_keys = getattr(self.provider, "platform_keys", None)
+            candidates, missing = self._indices(inventory, names)
         else:
             raise InputError("neither Nodes nor NodeNames is set: send one of them")
-        layers: Mapping[str, tuple[Layer, ...]] = {}
+        groups = self._platform_groups(node_keys, candidates)
+        layers: dict[str, Mapping[str, tuple[Layer, ...]]] = {}
         if self.strategy.needs_layers:
-            resolved = await self.resolver.resolve_pod(pod.images)
-            if resolved is None:
-                return self._neutral(names, "pod_unresolved", pod)
-            layers = resolved
+            keys = list(groups) if groups is not None else [next(iter(self._resolvers))]
+            answers = await asyncio.gather(
+                *(self._resolver(key).resolve_pod(pod.images) for key in keys)
+            )
+            for key, resolved in zip(keys, answers, strict=True):
+                if resolved is None:
+                    return self._neutral(names, "pod_unresolved", pod)
+                layers[key] = resolved
         if inventory is None:
             assert args.Nodes is not None
-            inventory = self._request_inventory(args)
-            candidates: IndexArray = np.arange(len(names), dtype=np.int64)
-            missing: list[str] = []
+            inventory = self._request_inventory(args, node_keys)
+        if groups is None:
+            result = self.strategy.score(
+                pod, inventory, candidates, _Resolved(next(iter(layers.values()), {}))
+            )
+            parts = [result]
         else:
-            candidates, missing = self._indices(inventory, names)
-        result = self.strategy.score(pod, inventory, candidates, _Resolved(layers))
+            result, parts = self._score_groups(pod, inventory, candidates, groups, layers)
         if missing:
             self._note_unknown(missing)
         if log.isEnabledFor(logging.DEBUG):
-            self._log_decision(pod, inventory, result)
+            for part in parts:
+                self._log_decision(pod, inventory, part)
         return _answer(names, inventory, result, bool(missing))
+
+    def _platform_groups(
+        self, node_keys: Sequence[str] | None, candidates: IndexArray
+    ) -> dict[str, IndexArray] | None:
+        """Positions in ``candidates`` by platform key; None when all are the default."""
+        if node_keys is None or self.platforms is None:
+            return None
+        memo = self._groups_memo  # NodeNames: the same candidates (memoised) pod after pod
+        if memo is not None and memo[0] is candidates and memo[1] is node_keys:
+            return memo[2]
+        groups = self._group(node_keys, candidates)
+        self._groups_memo = (candidates, node_keys, groups)
+        return groups
+
+    def _group(
+        self, node_keys: Sequence[str], candidates: IndexArray
+    ) -> dict[str, IndexArray] | None:
+        assert self.platforms is not None
+        default = self.platforms.default_key
+        keys = [node_keys[i] for i in candidates.tolist()]
+        if all(key == default for key in keys):
+            return None
+        positions: dict[str, list[int]] = {}
+        for position, key in enumerate(keys):
+            positions.setdefault(key, []).append(position)
+        return {key: np.asarray(p, dtype=np.int64) for key, p in positions.items()}
+
+    def _score_groups(
+        self,
+        pod: PodImages,
+        inventory: ClusterInventory,
+        candidates: IndexArray,
+        groups: Mapping[str, IndexArray],
+        layers: Mapping[str, Mapping[str, tuple[Layer, ...]]],
+    ) -> tuple[NodeScores, list[NodeScores]]:
+        """Score each platform's candidates with the pod's layers for that platform.
+
+        Scores are per node, so a group's are the node's; only pull-time compares
+        nodes (the fastest scores 100), so its estimates are compared across groups.
+        """
+        scores = np.zeros(len(candidates), dtype=np.int64)
+        present = np.zeros(len(candidates), dtype=np.int64)
+        parts: list[tuple[IndexArray, NodeScores]] = []
+        for key, positions in groups.items():
+            part = self.strategy.score(
+                pod, inventory, candidates[positions], _Resolved(layers[key])
+            )
+            scores[positions] = part.scores
+            present[positions] = part.present_bytes
+            parts.append((positions, part))
+        strategy = self.strategy
+        if isinstance(strategy, PullTime) and all(p.total_bytes > 0 for _, p in parts):
+            estimates_s = np.zeros(len(candidates), dtype=np.float64)
+            for positions, part in parts:
+                estimates_s[positions] = strategy.estimates_s(
+                    inventory, part.nodes, part.present_bytes, part.total_bytes
+                )
+            fastest_s = float(estimates_s.min()) if len(estimates_s) else 0.0
+            if fastest_s > 0:
+                scores = np.floor(MAX_NODE_SCORE * fastest_s / estimates_s).astype(np.int64)
+        total = max((p.total_bytes for _, p in parts), default=0)
+        return NodeScores(candidates, scores, present, total), [p for _, p in parts]
+
+    def overloaded(self, args: NamesOnlyArgs) -> list[HostPriority]:
+        """Neutral scores at once, for a request past the concurrency limit (no resolution,
+        no scoring: the pod is placed by kube-scheduler's own plugins)."""
+        if args.Pod is None:
+            raise InputError(
+                "Pod is missing: a prioritize request is ExtenderArgs {Pod, Nodes|NodeNames}"
+            )
+        if args.Nodes is not None:
+            names = [node.metadata.name for node in args.Nodes.items or []]
+        elif args.NodeNames is not None:
+            names = args.NodeNames
+        else:
+            raise InputError("neither Nodes nor NodeNames is set: send one of them")
+        meta = args.Pod.metadata
+        return self._neutral_named(names, "overloaded", f"{meta.namespace}/{meta.name}".lstrip("/"))
 
     def _indices(
         self, inventory: ClusterInventory, names: list[str]
@@ -169,16 +294,29 @@ class Extender:
         self._indices_memo = (inventory, names, candidates, missing)
         return candidates, missing
 
-    def _request_inventory(self, args: ExtenderArgs) -> ClusterInventory:
+    def _request_inventory(
+        self, args: ExtenderArgs, node_keys: Sequence[str] | None
+    ) -> ClusterInventory:
         assert args.Nodes is not None
         needs_layers = self.strategy.needs_layers
-        source = self.resolver.cached_source() if needs_layers else None
-        now_s = time.monotonic()
-        if not self.resolver.local and now_s - self._slots_since_s > POSITIVE_TTL_S:
-            self._slots.reset()  # tags may have moved: re-resolve node images
-            self._slots_since_s = now_s
+        source: LayerSource | None = self.resolver.cached_source() if needs_layers else None
+        platform_keys: list[str | None] | None = None
+        if self.platforms is not None and node_keys is not None:
+            default = self.platforms.default_key
+            if any(key != default for key in node_keys):
+                source = PlatformSource(lambda key: self._resolver(key).cached_source(), default)
+                platform_keys = [None if key == default else key for key in node_keys]
+        if needs_layers and not self.resolver.local:
+            self._refresh_slots()
         problems: list[str] = []
-        snapshot = snapshot_of(args.Nodes.items or [], source, "Nodes.items", self._slots, problems)
+        snapshot = snapshot_of(
+            args.Nodes.items or [],
+            source,
+            "Nodes.items",
+            self._slots,
+            problems,
+            platform_keys,
+        )
         if problems:
             self.metrics.invalid_node_data.inc(len(problems))
             self._warn_once(problems, self._logged_invalid)
@@ -191,6 +329,29 @@ class Extender:
             self._warn_once(snapshot.warnings, self._logged_unresolved)
         return snapshot
 
+    def _refresh_slots(self) -> None:
+        """Revalidate tags past their TTL in the background, and forget the slot-cache
+        entries of names whose layers changed (only those: the rest stay valid)."""
+        changed: set[str] = set()
+        default = self.platforms.default_key if self.platforms is not None else ""
+        for platform, resolver in list(self._resolvers.items()):
+            resolver.revalidate_due()
+            names = resolver.changed()
+            # slot entries of another platform's nodes carry prefixed names
+            if platform != default:
+                names = {prefixed_name(platform, name) for name in names}
+            changed |= names
+        if changed:
+            entries = self._slots.entries
+            stale = [key for key, entry in entries.items() if not changed.isdisjoint(entry[0])]
+            for key in stale:
+                del entries[key]
+            log.info(
+                "layers of %d images changed on revalidation: %d cached node image entries dropped",
+                len(changed),
+                len(stale),
+            )
+
     def _warn_once(self, warnings: Sequence[str], logged: _LogOnce) -> None:
         """Log each warning not in ``logged`` (the recently logged ones)."""
         for warning in warnings:
@@ -198,8 +359,13 @@ class Extender:
                 log.warning("%s", warning)
 
     def _neutral(self, names: Sequence[str], reason: str, pod: PodImages) -> list[HostPriority]:
+        return self._neutral_named(names, reason, pod.name)
+
+    def _neutral_named(
+        self, names: Sequence[str], reason: str, pod_name: str
+    ) -> list[HostPriority]:
         self.metrics.neutral.labels(reason).inc()
-        log.info("pod %s: neutral scores for %d nodes (%s)", pod.name, len(names), reason)
+        log.info("pod %s: neutral scores for %d nodes (%s)", pod_name, len(names), reason)
         return [HostPriority(name, 0) for name in names]
 
     def _note_unknown(self, missing: list[str]) -> None:
@@ -229,7 +395,10 @@ class Extender:
             if args.NodeNames is None:
                 raise InputError("neither Nodes nor NodeNames is set: send one of them")
         else:
-            msgspec.json.decode(args.Nodes, type=NodeNamesList)  # a wrong shape is a 400
+            try:
+                msgspec.json.decode(args.Nodes, type=NodeNamesList)  # a wrong shape is a 400
+            except (RecursionError, UnicodeDecodeError) as err:
+                raise InputError(f"Nodes: malformed JSON ({type(err).__name__})") from None
         return ExtenderFilterResult(
             Nodes=args.Nodes,
             NodeNames=args.NodeNames,

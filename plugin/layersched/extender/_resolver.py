@@ -14,6 +14,14 @@ queued moves it to the pod pool, or joins it if it is running.
 
 Offline sources (``--layers``, or none) answer from memory, so they are called
 inline: no thread hop, no cache in front of them.
+
+Remote answers are cached. A digest-pinned name (``repo@sha256:…``) names
+immutable content, so its layers never expire. A tag's layers are revalidated
+in the background once ``POSITIVE_TTL_S`` has passed, and the old answer is
+served meanwhile (and kept if the registry cannot be reached): a node keeps the
+layers it was last known to hold, it never drops to "absent" on a timer. Names
+whose layers changed on revalidation are reported by :meth:`DeadlineResolver.changed`,
+so that caches built from them (the full-``Nodes`` slot cache) drop just those.
 """
 
 from __future__ import annotations
@@ -21,17 +29,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 
 from layersched.core.errors import LayerResolutionError, LayerschedError
 from layersched.core.layers import Layer, LayerSource, NoLayerSource, StaticLayerSource
 
 log = logging.getLogger(__name__)
 
-#: Registry tags move; re-resolve a tag's layers after this long.
+#: Registry tags move; revalidate a tag's layers after this long (in the background,
+#: serving the old answer meanwhile). Digest-pinned names never expire.
 POSITIVE_TTL_S = 300.0
 #: A failed image is retried after this long, not on every pod (a down registry
 #: would otherwise get one request per scheduling cycle per image).
@@ -64,6 +74,11 @@ def _retrieve(future: asyncio.Future[tuple[Layer, ...]]) -> None:
         future.exception()
 
 
+def is_pinned(image: str) -> bool:
+    """Whether ``image`` names its content by digest (``repo@sha256:…``): immutable."""
+    return "@" in image
+
+
 def preferred_name(names: Sequence[str]) -> str:
     """The name to resolve a node image by: a digest reference (immutable, and one
     manifest GET by digest) if kubelet reported one, else the first name."""
@@ -73,13 +88,14 @@ def preferred_name(names: Sequence[str]) -> str:
 class _WarningLog:
     """Decides whether a failure is logged at WARNING (first in its period) or INFO."""
 
-    def __init__(self, period_s: float) -> None:
+    def __init__(self, period_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._period_s = period_s
+        self._clock = clock
         self._last: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def level(self, image: str) -> int:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             last = self._last.get(image)
             if last is not None and now - last < self._period_s:
@@ -118,8 +134,11 @@ class DeadlineResolver:
         max_pending: int = MAX_PENDING,
         warm_workers: int | None = None,
         max_warming: int = MAX_WARMING,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.source = source
+        #: Monotonic seconds; injected by tests to cross the TTLs without waiting.
+        self.clock = clock
         self.timeout_s = timeout_s
         #: Offline sources are answered inline.
         self.local = isinstance(source, StaticLayerSource | NoLayerSource)
@@ -134,37 +153,114 @@ class DeadlineResolver:
         self._warm_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._workers = workers
         self._warm_workers = warm_workers if warm_workers is not None else max(1, workers // 2)
-        self._pod_warnings = _WarningLog(POD_WARNING_PERIOD_S)
-        self._node_warnings = _WarningLog(NODE_WARNING_PERIOD_S)
+        self._pod_warnings = _WarningLog(POD_WARNING_PERIOD_S, clock)
+        self._node_warnings = _WarningLog(NODE_WARNING_PERIOD_S, clock)
+        #: (expiry, image) of tag entries in expiry order (the TTL is constant), to
+        #: revalidate those no lookup asks for (node images answered by the slot cache).
+        self._due: deque[tuple[float, str]] = deque()
+        #: Names whose layers changed when revalidated, until :meth:`changed` drains them.
+        self._changed: set[str] = set()
+        #: Tag entries revalidated (answered again by the source, changed or not).
+        self.revalidations = 0
         #: Pods answered neutrally because resolution missed the deadline.
         self.timeouts = 0
         #: Pod images not queued because MAX_PENDING resolutions were already under way.
         self.rejected = 0
 
+    def sibling(self, source: LayerSource) -> DeadlineResolver:
+        """A resolver for ``source`` with this one's deadline, pools' sizes and clock
+        (another platform's)."""
+        return DeadlineResolver(
+            source,
+            timeout_s=self.timeout_s,
+            workers=self._workers,
+            max_pending=self._max_pending,
+            warm_workers=self._warm_workers,
+            max_warming=self._max_warming,
+            clock=self.clock,
+        )
+
     # ---------------------------------------------------------------- cache
     def _lookup(self, image: str) -> _Entry | None:
+        """The cached answer for ``image``, or None. A failure is forgotten once it expires
+        (retried); expired layers are still returned, and revalidated in the background."""
         with self._lock:
             entry = self._cache.get(image)
-            if entry is not None and entry.expires_at < time.monotonic():
+            if entry is None or entry.expires_at >= self.clock():
+                return entry
+            if entry.layers is None:
                 del self._cache[image]
                 return None
+            self.warm(image)  # stale while revalidating
             return entry
 
     def _store(
         self, image: str, layers: tuple[Layer, ...] | None, error: BaseException | None = None
     ) -> None:
-        ttl_s = POSITIVE_TTL_S if layers is not None else NEGATIVE_TTL_S
+        now = self.clock()
+        if layers is None:
+            expires_at = now + NEGATIVE_TTL_S
+        elif is_pinned(image):
+            expires_at = math.inf  # a digest names immutable content
+        else:
+            expires_at = now + POSITIVE_TTL_S
         with self._lock:
-            self._cache[image] = _Entry(layers, time.monotonic() + ttl_s, error)
+            old = self._cache.get(image)
+            if old is not None and old.layers is not None and old.layers != layers:
+                if layers is None:
+                    # a tag that was resolved cannot be revalidated now: keep what the
+                    # nodes were last known to hold, and try again after NEGATIVE_TTL_S
+                    old.expires_at = expires_at
+                    self._due.append((expires_at, image))
+                    return
+                self._changed.add(image)
+            if old is not None and old.layers is not None:
+                self.revalidations += 1
+            self._cache[image] = _Entry(layers, expires_at, error)
             self._cache.move_to_end(image)
+            if layers is not None and expires_at != math.inf:
+                self._due.append((expires_at, image))
             while len(self._cache) > MAX_CACHED_IMAGES:
                 self._cache.popitem(last=False)
+
+    def revalidate_due(self) -> None:
+        """Queue the revalidation of every tag entry past its TTL (call it per request: it
+        costs nothing until one is due). Node images the slot cache answers are never
+        looked up, so this is what refreshes them."""
+        now = self.clock()
+        with self._lock:
+            due = self._due
+            while due and due[0][0] < now:
+                if len(self._warming) >= self._max_warming:
+                    return  # the next request queues the rest
+                expires_at, image = due.popleft()
+                entry = self._cache.get(image)
+                if entry is not None and entry.expires_at == expires_at:
+                    self.warm(image)
+
+    def changed(self) -> set[str]:
+        """Names whose layers changed on revalidation since the last call (then forgotten)."""
+        with self._lock:
+            names, self._changed = self._changed, set()
+            return names
 
     def _resolve_now(self, image: str, for_pod: bool) -> tuple[Layer, ...]:
         try:
             layers = self.source.resolve(image)
         except LayerschedError as err:
             self._store(image, None, err)
+            kept = self._kept(image)
+            if kept is not None:
+                level = self._node_warnings.level(image)
+                log.log(
+                    level,
+                    "image %r: revalidating its layers failed, keeping the last known ones "
+                    "(retried after %.0f s): %s",
+                    image,
+                    NEGATIVE_TTL_S,
+                    err,
+                )
+                return kept
             if for_pod:
                 self._pod_failed(image, err)
             else:
@@ -176,6 +272,7 @@ class DeadlineResolver:
             # any failure, so pods do not queue it again and again, and its traceback is
             # in the operator's log once per period
             self._store(image, None, err)
+            kept = self._kept(image)
             warnings = self._pod_warnings if for_pod else self._node_warnings
             if warnings.level(image) == logging.WARNING:
                 log.exception(
@@ -187,11 +284,19 @@ class DeadlineResolver:
                 )
             else:
                 log.info("image %r: the layer source failed unexpectedly again: %r", image, err)
+            if kept is not None:
+                return kept
             raise LayerResolutionError(
                 f"resolving layers of {image!r}: the layer source failed unexpectedly ({err!r})"
             ) from err
         self._store(image, layers)
         return layers
+
+    def _kept(self, image: str) -> tuple[Layer, ...] | None:
+        """The last known layers of ``image`` kept through a failed revalidation, if any."""
+        with self._lock:
+            entry = self._cache.get(image)
+            return entry.layers if entry is not None else None
 
     def _pod_failed(
         self, image: str, err: BaseException | None, *, warning_only: bool = False

@@ -6,9 +6,11 @@ import asyncio
 import gc
 import logging
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import msgspec
 from aiohttp import web
@@ -19,15 +21,28 @@ from layersched.core.layers import LayerSource
 from layersched.core.strategies import Strategy
 from layersched.extender._inventory import InventoryProvider, StaticInventoryProvider
 from layersched.extender._metrics import ExtenderMetrics
+from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import Extender
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
-from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs
+from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs, NamesOnlyArgs
 
 log = logging.getLogger("layersched.extender")
 
-#: Largest request accepted. A full-Nodes request for 5,000 nodes with 50 images
-#: each is ~50 MB of JSON; aiohttp's own 1 MiB default would refuse 500 nodes.
-MAX_REQUEST_BYTES = 256 * 1024 * 1024
+#: Largest request accepted by default (``--max-request-bytes``). kube-scheduler sends
+#: at most the nodes it scores: with the adaptive percentageOfNodesToScore never more
+#: than 781 (at 3,125 nodes), and 5,000 (Kubernetes' supported maximum) when it is set
+#: to 100. A v1 Node with 50 images is ~8.6 KB of JSON (bench corpus: 42.8 MB for
+#: 5,000 nodes), so 64 MiB holds the largest request with 1.5x headroom for fatter
+#: node objects. See docs/extender.md.
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: Requests worked on at once by default (``--max-concurrent-requests``): one
+#: kube-scheduler sends one at a time; more is another scheduler or a flood. Past the
+#: limit a request is answered at once without work (neutral scores, every node
+#: passing); past twice the limit, with 503 before its body is read (memory bound).
+MAX_CONCURRENT_REQUESTS = 4
+#: How long SIGTERM waits for in-flight requests by default (``--shutdown-grace-s``):
+#: an answer takes milliseconds; kube-scheduler's recommended httpTimeout is 1 s.
+SHUTDOWN_GRACE_S = 5.0
 #: Default deadline for resolving a pod's layers, well under kube-scheduler's
 #: httpTimeout: a late answer delays every pod behind it.
 DEFAULT_RESOLVE_TIMEOUT_S = 0.2
@@ -42,10 +57,15 @@ HTTP_BAD_REQUEST = 400
 HTTP_TOO_LARGE = 413
 HTTP_SERVER_ERROR = 500
 HTTP_UNAVAILABLE = 503
+#: Counted (never sent) when a client hangs up mid-body: nginx's "client closed request".
+HTTP_CLIENT_CLOSED = 499
+#: Retry-After of a 503 answered to a flood, in seconds.
+OVERLOAD_RETRY_AFTER_S = 1
 
 _ENCODER = msgspec.json.Encoder()
 _ARGS = msgspec.json.Decoder(ExtenderArgs)
 _FILTER_ARGS = msgspec.json.Decoder(FilterArgs)
+_NAMES_ARGS = msgspec.json.Decoder(NamesOnlyArgs)
 #: The key under which the app keeps its Extender.
 EXTENDER_KEY: web.AppKey[Extender] = web.AppKey("extender", Extender)
 
@@ -62,21 +82,66 @@ def _error(verb: str, message: str, status: int) -> web.Response:
     return _json(ErrorBody(f"{verb}: {message}"), status)
 
 
+class _Gate:
+    """How many verb requests are being answered, against ``--max-concurrent-requests``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        #: Requests being worked on (at most ``limit``).
+        self.busy = 0
+        #: Requests being answered without work because ``busy`` was at the limit.
+        self.shedding = 0
+
+
+#: The key under which the app keeps its concurrency gate.
+GATE_KEY: web.AppKey[_Gate] = web.AppKey("gate", _Gate)
+
+Answer = Callable[[Extender, bytes], Awaitable[object]]
+
+
 def _verb(
-    name: str, answer: Callable[[Extender, bytes], Awaitable[object]]
+    name: str, answer: Answer, shed: Callable[[Extender, bytes], object]
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """A handler for extender verb ``name``: decode, answer, time, count, map errors to 4xx/5xx."""
+    """A handler for extender verb ``name``: decode, answer, time, count, map errors to 4xx/5xx.
+
+    Past the concurrency limit, ``shed`` answers instead (no resolution, no
+    scoring: neutral scores or every node passing), counted as overloaded;
+    past twice the limit the body is not even read (503).
+    """
 
     async def handler(request: web.Request) -> web.Response:
         extender = request.app[EXTENDER_KEY]
+        gate = request.app[GATE_KEY]
+        metrics = extender.metrics
         started = time.perf_counter()
+        overloaded = gate.busy >= gate.limit
+        if overloaded and gate.shedding >= gate.limit:
+            metrics.overloaded.labels(name).inc()
+            response = _error(
+                name,
+                f"overloaded: {gate.busy} requests in progress and {gate.shedding} more being "
+                "answered neutrally; raise --max-concurrent-requests if this is one scheduler",
+                HTTP_UNAVAILABLE,
+            )
+            response.headers["Retry-After"] = str(OVERLOAD_RETRY_AFTER_S)
+            metrics.requests.labels(name, str(response.status)).inc()
+            return response
+        if overloaded:
+            gate.shedding += 1
+        else:
+            gate.busy += 1
         try:
-            response = _json(await answer(extender, await request.read()))
+            body = await request.read()
+            if overloaded:
+                metrics.overloaded.labels(name).inc()
+                response = _json(shed(extender, body))
+            else:
+                response = _json(await answer(extender, body))
         except web.HTTPRequestEntityTooLarge as err:
             response = _error(
                 name,
                 f"request body too large ({(err.text or '').rstrip('.')}): send NodeNames "
-                "(nodeCacheCapable: true) instead of full Nodes",
+                "(nodeCacheCapable: true) instead of full Nodes, or raise --max-request-bytes",
                 HTTP_TOO_LARGE,
             )
         except msgspec.DecodeError as err:
@@ -86,9 +151,23 @@ def _verb(
         except LayerschedError as err:
             log.error("%s failed: %s", name, err)
             response = _error(name, str(err), HTTP_SERVER_ERROR)
+        except ConnectionResetError:
+            # the client hung up before sending its whole body: nobody reads an answer
+            response = _error(name, "the client closed the connection", HTTP_CLIENT_CLOSED)
+        except Exception as err:
+            # a bug: answered as JSON, counted and logged with its traceback (not aiohttp's
+            # bare 500, which the metrics never saw)
+            log.exception(
+                "%s failed unexpectedly (a bug: please report it with the traceback)", name
+            )
+            response = _error(name, f"internal error ({type(err).__name__})", HTTP_SERVER_ERROR)
+        finally:
+            if overloaded:
+                gate.shedding -= 1
+            else:
+                gate.busy -= 1
         if response.status != HTTP_OK:
             log.info("%s: %d %s", name, response.status, response.text)
-        metrics = extender.metrics
         metrics.latency_s.labels(name).observe(time.perf_counter() - started)
         metrics.requests.labels(name, str(response.status)).inc()
         return response
@@ -96,12 +175,38 @@ def _verb(
     return handler
 
 
+T = TypeVar("T")
+
+
+def _decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """``decoder.decode(body)``; every way a body can be malformed is a DecodeError.
+
+    msgspec raises two others, both the client's mistake, not a server error:
+    RecursionError when it skips an unknown field nested 100,000 levels deep, and
+    UnicodeDecodeError for a string that is not UTF-8.
+    """
+    try:
+        return decoder.decode(body)
+    except RecursionError:
+        raise msgspec.DecodeError("JSON nested too deeply") from None
+    except UnicodeDecodeError as err:
+        raise msgspec.DecodeError(f"a string is not valid UTF-8 ({err.reason})") from None
+
+
 async def _prioritize(extender: Extender, body: bytes) -> object:
-    return await extender.prioritize(_ARGS.decode(body))
+    return await extender.prioritize(_decode(_ARGS, body))
 
 
 async def _filter(extender: Extender, body: bytes) -> object:
-    return extender.filter(_FILTER_ARGS.decode(body))
+    return extender.filter(_decode(_FILTER_ARGS, body))
+
+
+def _shed_prioritize(extender: Extender, body: bytes) -> object:
+    return extender.overloaded(_decode(_NAMES_ARGS, body))
+
+
+def _shed_filter(extender: Extender, body: bytes) -> object:
+    return extender.filter(_decode(_FILTER_ARGS, body))
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -124,22 +229,33 @@ def make_extender(
     *,
     resolve_timeout_s: float = DEFAULT_RESOLVE_TIMEOUT_S,
     resolve_workers: int = DEFAULT_WORKERS,
+    clock: Callable[[], float] = time.monotonic,
+    platforms: Platforms | None = None,
 ) -> Extender:
-    """An Extender for ``strategy`` (provider: the ``NodeNames`` inventory; none = empty)."""
-    resolver = DeadlineResolver(source, timeout_s=resolve_timeout_s, workers=resolve_workers)
-    provider = provider or StaticInventoryProvider(None, source)
+    """An Extender for ``strategy`` (provider: the ``NodeNames`` inventory; none = empty;
+    ``clock``: the resolver's monotonic clock, injected by tests to cross TTLs;
+    ``platforms``: a layer source per node platform, ``source`` being the default's)."""
+    resolver = DeadlineResolver(
+        source, timeout_s=resolve_timeout_s, workers=resolve_workers, clock=clock
+    )
+    provider = provider or StaticInventoryProvider(None, source, platforms)
     metrics = ExtenderMetrics(source, resolver, provider.current)
-    return Extender(strategy, resolver, provider, metrics)
+    return Extender(strategy, resolver, provider, metrics, platforms)
 
 
 def create_app(
-    extender: Extender, *, max_request_bytes: int = MAX_REQUEST_BYTES
+    extender: Extender,
+    *,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+    max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
 ) -> web.Application:
-    """The aiohttp application serving ``extender`` (bodies above ``max_request_bytes`` get 413)."""
+    """The aiohttp application serving ``extender`` (bodies above ``max_request_bytes`` get
+    413; past ``max_concurrent_requests`` requests are answered without work)."""
     app = web.Application(client_max_size=max_request_bytes)
     app[EXTENDER_KEY] = extender
-    app.router.add_post("/prioritize", _verb("prioritize", _prioritize))
-    app.router.add_post("/filter", _verb("filter", _filter))
+    app[GATE_KEY] = _Gate(max_concurrent_requests)
+    app.router.add_post("/prioritize", _verb("prioritize", _prioritize, _shed_prioritize))
+    app.router.add_post("/filter", _verb("filter", _filter, _shed_filter))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/metrics", _metrics)
     return app
@@ -174,21 +290,63 @@ async def _until(event: asyncio.Event) -> None:
     await event.wait()
 
 
+def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+    """A server TLS context (TLS 1.2 or later) for kube-scheduler's extender ``tlsConfig``.
+
+    With ``client_ca_file`` a client must present a certificate signed by that CA
+    (kube-scheduler's ``tlsConfig.certFile``/``keyFile``); without it any client
+    may connect. Raises :class:`ExtenderError` naming the file that cannot be used.
+    """
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as err:
+        raise ExtenderError(
+            f"loading the TLS certificate {cert_file!r} and key {key_file!r}: {err}: pass a PEM "
+            "certificate (chain) with --tls-cert-file and its PEM private key with --tls-key-file"
+        ) from None
+    if client_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=client_ca_file)
+        except (OSError, ssl.SSLError) as err:
+            raise ExtenderError(
+                f"loading the client CA {client_ca_file!r}: {err}: pass the PEM certificate of "
+                "the CA that signed kube-scheduler's client certificate with --client-ca-file"
+            ) from None
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 async def serve(
     extender: Extender,
     host: str,
     port: int,
     on_listening: Callable[[str], None] | None = None,
+    *,
+    tls: ssl.SSLContext | None = None,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+    max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
 ) -> None:
     """Serve until SIGTERM/SIGINT; load the provider's inventory meanwhile (503 until then).
 
-    Raises :class:`ExtenderError` if the port cannot be bound, and the
-    provider's LayerschedError if the inventory cannot be loaded.
+    On the signal the listening socket closes at once, and requests in flight
+    get up to ``shutdown_grace_s`` to finish. Raises :class:`ExtenderError` if
+    the port cannot be bound, and the provider's LayerschedError if the
+    inventory cannot be loaded.
     """
-    runner = web.AppRunner(create_app(extender), handle_signals=False, access_log=None)
+    app = create_app(
+        extender,
+        max_request_bytes=max_request_bytes,
+        max_concurrent_requests=max_concurrent_requests,
+    )
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_grace_s
+    )
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, ssl_context=tls).start()
     except OSError as err:
         await runner.cleanup()
         raise ExtenderError(
@@ -200,7 +358,7 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     if on_listening is not None:
-        on_listening(f"http://{host}:{port}")
+        on_listening(f"{'https' if tls is not None else 'http'}://{host}:{port}")
     gc.set_threshold(*GC_THRESHOLDS)
     loading = _load_in_thread(extender.provider)
     stopping: asyncio.Future[None] = asyncio.ensure_future(_until(stop))
@@ -211,10 +369,15 @@ async def serve(
             gc.collect()
             gc.freeze()  # the inventory lives as long as the process: keep the collector off it
             await stopping
-        log.info("stopping on signal")
+        gate = app[GATE_KEY]
+        log.info(
+            "stopping on signal: no new connections; %d requests in flight get up to %.1f s",
+            gate.busy + gate.shedding,
+            shutdown_grace_s,
+        )
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         stopping.cancel()
         await runner.cleanup()
-        extender.resolver.close()
+        extender.close()

@@ -35,10 +35,18 @@ class ContainerImage(msgspec.Struct, frozen=True, gc=False):
     layers: dict[str, int] | None = None
 
 
+class NodeSystemInfo(msgspec.Struct, gc=False):
+    """``Node.status.nodeInfo``: the platform, when the node has no os/arch labels."""
+
+    architecture: str = ""
+    operatingSystem: str = ""
+
+
 class NodeStatus(msgspec.Struct, gc=False):
-    """``Node.status``: only the images matter here."""
+    """``Node.status``: the images, and the platform they are for."""
 
     images: list[ContainerImage] | None = None
+    nodeInfo: NodeSystemInfo | None = None
 
 
 class Node(msgspec.Struct, gc=False):
@@ -102,6 +110,14 @@ class NodeNamesList(msgspec.Struct, gc=False):
     """A NodeList decoded for its shape and names only (filter validates with it)."""
 
     items: list[_NodeNameOnly] | None = None
+
+
+class NamesOnlyArgs(msgspec.Struct, gc=False):
+    """A prioritize request decoded for the pod's and nodes' names only (an overload answer)."""
+
+    Pod: _NodeNameOnly | None = None
+    Nodes: NodeNamesList | None = None
+    NodeNames: list[str] | None = None
 
 
 class FilterArgs(msgspec.Struct, gc=False):

@@ -25,6 +25,8 @@ KUBE_SCHEDULER_SECURE_PORT = 10259
 #: Where the scheduler's ConfigMap is mounted, and the file inside it.
 SCHEDULER_CONFIG_DIR = "/etc/kubernetes/layersched"
 SCHEDULER_CONFIG_FILE = "scheduler-config.yaml"
+#: The environment variable holding the pod's IP (downward API), for ``--host $(POD_IP)``.
+POD_IP_ENV = "POD_IP"
 #: Where an offline layers file (``--layers``) is mounted in the extender.
 LAYERS_DIR = "/etc/layersched"
 LAYERS_FILE = "layers.json"
@@ -91,6 +93,9 @@ def extender_deployment_spec(
         # The testbed re-pushes the same tag on every deploy.
         "imagePullPolicy": "Always",
         "args": argv,
+        # the extender listens on loopback unless told otherwise: args bind it explicitly
+        # to the pod IP ("--host $(POD_IP)"), where the Service and the probes reach it
+        "env": [{"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         "ports": [{"name": "http", "containerPort": EXTENDER_PORT}],
         "readinessProbe": _http_probe(HEALTHZ_PATH, "http", READINESS_PERIOD_S),
         "livenessProbe": _http_probe(HEALTHZ_PATH, "http", LIVENESS_PERIOD_S),

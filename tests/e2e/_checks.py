@@ -150,6 +150,46 @@ def check_image_locality_tie(report: Mapping[str, Any]) -> None:
         assert all(s == scores[p2_node] for s in empty.values()), f"trial {i}: {scores}"
 
 
+def check_pull_times_against_the_link(report: Mapping[str, Any]) -> None:
+    """The kubelet's pull times against the registry's bytes: no pull beat its link.
+
+    A pull's ``seconds`` (the ``Pulled`` event) and ``bytes`` (the registry's access log)
+    come from two independent sources; ``bytes`` over the node's link rate is the least
+    time they could have taken (tbf's bucket lets 10 ms through early: 5% slack).
+    """
+    for strategy in STRATEGIES:
+        for i, t in enumerate(_trials(report, strategy)):
+            for p in t["pulls"]:
+                rate = _rate_bits_per_s(report, p["node"])
+                least_s = p["bytes"] * BITS_PER_BYTE / rate
+                assert p["seconds"] >= (1 - BYTES_TOLERANCE) * least_s, (
+                    f"{strategy} trial {i}: {p} faster than its link ({least_s:.2f} s)"
+                )
+
+
+def check_real_cluster(
+    report: Mapping[str, Any], schedulers: Mapping[str, str], kubernetes_version: str
+) -> None:
+    """The real path was used: every pod was bound by the scheduler its strategy names
+    (the Scheduled events' reporting controller), the components are the built ones,
+    the extender counted the scheduler's requests, and P2's status lag was measured."""
+    components = report.get("components") or {}
+    assert components.get("kubernetes") == kubernetes_version, components
+    assert components.get("kubelet") == kubernetes_version, components
+    runs = 0
+    for strategy in STRATEGIES:
+        for i, t in enumerate(_trials(report, strategy)):
+            runs += strategy == LAYER_LOCALITY
+            expected = dict.fromkeys((P1, P2, P1_AGAIN), schedulers[strategy])
+            assert t.get("scheduler") == expected, f"{strategy} trial {i}: {t.get('scheduler')}"
+            lag = (t.get("status_lag_s") or {}).get(P2)
+            assert lag is not None and lag > 0, f"{strategy} trial {i}: status lag {lag}"
+    # One /prioritize per layer-locality pod at least (P1, P2, P1-again), each a 200.
+    assert report.get("extender_prioritize_requests", 0) >= 3 * runs, report.get(
+        "extender_prioritize_requests"
+    )
+
+
 def check_pull_bytes(report: Mapping[str, Any]) -> None:
     """Pulls from an empty cache move the whole image once (no blob twice); P1-again on
     P2's node, whichever strategy put it there, moves only L3 (plus metadata)."""

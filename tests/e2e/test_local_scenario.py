@@ -1,10 +1,11 @@
-"""The seed's two-image, three-node scenario on the real local testbed.
+"""The seed's two-image, three-node scenario on the local testbed's real cluster.
 
-Real registry, real containerd nodes behind rate-limited links, the real extender
-over HTTP and CRI over gRPC; nothing is simulated. Needs root on Linux, else it
-skips with the reason. ``LAYERSCHED_E2E_TRIALS`` sets the trials per strategy
-(default 5). The report and plot go to a temp dir (see conftest.py), never over the
-committed ``reports/``; the table is printed at the end of the run.
+Real registry, real containerd nodes behind rate-limited links, a real Kubernetes
+v1.20.2 control plane (two kube-schedulers: upstream image-locality, and the default
+plugins plus the layersched extender) and real kubelets; nothing is simulated. Needs
+root on Linux, else it skips with the reason. ``LAYERSCHED_E2E_TRIALS`` sets the trials
+per strategy (default 5). The report and plot go to a temp dir (see conftest.py), never
+over the committed ``reports/``; the table is printed at the end of the run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from layersched.core.errors import TestbedError
 from layersched.testbed.local import (
+    TestbedInventory,
     TestbedSettings,
     default_state_dir,
     down,
@@ -32,11 +34,16 @@ from tests.e2e._checks import (
     check_image_locality_tie,
     check_layer_locality,
     check_pull_bytes,
+    check_pull_times_against_the_link,
+    check_real_cluster,
     check_report,
     trials_from_env,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+#: (report, the testbed's node names, trials per strategy, inventory)
+Run = tuple[dict[str, Any], set[str], int, TestbedInventory]
 
 #: The scenario runs K trials x 2 strategies, each pulling ~100 MiB at 20 Mbit/s.
 SCENARIO_TIMEOUT_S = 40 * 60
@@ -46,8 +53,8 @@ SCENARIO_TIMEOUT_S = 40 * 60
 def scenario_run(
     scenario_report_dir: Path,
     record_scenario_report: Callable[[Path, Mapping[str, Any]], None],
-) -> Iterator[tuple[dict[str, Any], set[str], int]]:
-    """(report, the testbed's node names, trials per strategy) of one scenario run."""
+) -> Iterator[tuple[dict[str, Any], set[str], int, TestbedInventory]]:
+    """(report, the testbed's node names, trials per strategy, inventory) of one run."""
     try:
         require_root()
     except TestbedError as err:
@@ -59,37 +66,49 @@ def scenario_run(
     assert result.ok, f"testbed up failed: see {result.log_path}"
     report_path = scenario_report_dir / "scenario.json"
     try:
-        nodes = {node.name for node in load_inventory(state_dir).nodes}
+        inventory = load_inventory(state_dir)
+        nodes = {node.name for node in inventory.nodes}
         cmd = [sys.executable, "-m", "layersched.cli.main", "scenario"]
         cmd += ["--trials", str(trials), "--report", str(report_path)]
         done = subprocess.run(cmd, timeout=SCENARIO_TIMEOUT_S, check=False)
         assert done.returncode == 0, "layersched scenario failed (its output is above)"
         report = json.loads(report_path.read_text())
         record_scenario_report(report_path, report)
-        yield report, nodes, trials
+        yield report, nodes, trials, inventory
     finally:
         if not was_up:
             down(state_dir)
 
 
-def test_report_has_every_trial(scenario_run: tuple[dict[str, Any], set[str], int]) -> None:
-    report, nodes, trials = scenario_run
+def test_report_has_every_trial(scenario_run: Run) -> None:
+    report, nodes, trials, _ = scenario_run
     check_report(report, "local", trials, nodes)
 
 
+def test_the_real_schedulers_and_kubelets_ran_it(scenario_run: Run) -> None:
+    report, _, _, inventory = scenario_run
+    cluster = inventory.cluster
+    schedulers = {strategy: s.name for strategy, s in cluster.schedulers.items()}
+    check_real_cluster(report, schedulers, cluster.kubernetes_version)
+
+
+def test_pull_times_agree_with_the_registry_bytes(scenario_run: Run) -> None:
+    check_pull_times_against_the_link(scenario_run[0])
+
+
 def test_layer_locality_reuses_p2s_node_every_trial(
-    scenario_run: tuple[dict[str, Any], set[str], int],
+    scenario_run: Run,
 ) -> None:
     check_layer_locality(scenario_run[0])
 
 
 def test_image_locality_ties_p2s_node_and_the_empty_one(
-    scenario_run: tuple[dict[str, Any], set[str], int],
+    scenario_run: Run,
 ) -> None:
     check_image_locality_tie(scenario_run[0])
 
 
 def test_pulls_transfer_exactly_the_missing_layers(
-    scenario_run: tuple[dict[str, Any], set[str], int],
+    scenario_run: Run,
 ) -> None:
     check_pull_bytes(scenario_run[0])

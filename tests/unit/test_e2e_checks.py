@@ -14,6 +14,8 @@ from tests.e2e._checks import (
     check_image_locality_tie,
     check_layer_locality,
     check_pull_bytes,
+    check_pull_times_against_the_link,
+    check_real_cluster,
     check_report,
     trials_from_env,
 )
@@ -162,3 +164,59 @@ def test_trials_from_env(environ: dict[str, str], trials: int) -> None:
 def test_trials_from_env_rejects(environ: dict[str, str], message: str) -> None:
     with pytest.raises(pytest.fail.Exception, match=message):
         trials_from_env(environ)
+
+
+SCHEDULERS = {"layer-locality": "layer-locality", "image-locality": "image-locality"}
+VERSION = "v1.20.2"
+
+
+def _real_cluster_report() -> dict[str, Any]:
+    """A good report as the local driver writes it on the real cluster."""
+    report = _report()
+    report["components"] = {"kubernetes": VERSION, "kubelet": VERSION, "containerd": "1.6.20"}
+    # two layer-locality trials of three pods, each at least one /prioritize
+    report["extender_prioritize_requests"] = 6
+    for strategy, runs in report["strategies"].items():
+        for trial in runs["trials"]:
+            trial["scheduler"] = dict.fromkeys(("P1", "P2", "P1-again"), SCHEDULERS[strategy])
+            trial["status_lag_s"] = {"P2": 17.3}
+    return report
+
+
+def test_a_real_cluster_report_passes() -> None:
+    report = _real_cluster_report()
+    _all_checks(report)
+    check_real_cluster(report, SCHEDULERS, VERSION)
+    check_pull_times_against_the_link(report)
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        # The default scheduler bound P1-again, not the strategy's own scheduler.
+        lambda r: _layer_trial(r)["scheduler"].update({"P1-again": "default-scheduler"}),
+        # Nobody recorded who bound the pods (a played scheduler, no Scheduled event).
+        lambda r: _image_trial(r).pop("scheduler"),
+        # The status lag of P2's node was not measured.
+        lambda r: _layer_trial(r).pop("status_lag_s"),
+        # 5 requests for 6 layer-locality pods: some pod never reached the extender.
+        lambda r: r.update(extender_prioritize_requests=5),
+        # Another Kubernetes answered (the machine's, not the one built here).
+        lambda r: r["components"].update(kubernetes="v1.32.0"),
+    ],
+    ids=["wrong-scheduler", "no-scheduler", "no-status-lag", "extender-not-called", "version"],
+)
+def test_a_report_off_the_real_path_fails(spoil: Callable[[dict[str, Any]], Any]) -> None:
+    report = _real_cluster_report()
+    spoil(report)
+    with pytest.raises(AssertionError):
+        check_real_cluster(report, SCHEDULERS, VERSION)
+
+
+def test_a_pull_faster_than_its_link_fails() -> None:
+    report = _real_cluster_report()
+    # Img1 (44 MiB + metadata) needs 18.5 s at 20 Mbit/s; 10 s means the event or the
+    # registry log is wrong about this pull.
+    _image_trial(report)["pulls"][0].update(seconds=10.0)
+    with pytest.raises(AssertionError, match="faster than its link"):
+        check_pull_times_against_the_link(report)

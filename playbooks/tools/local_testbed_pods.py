@@ -14,7 +14,10 @@
     directories and the links to them are removed, nothing else.
 
 ``clean-cgroups --id-file F [--cgroup-root /sys/fs/cgroup]``
-    Remove the (empty) cgroups runc made for the container ids listed in F, one per line.
+    Remove the (empty) cgroups runc made for the container ids listed in F, one per line
+    (``CONTROLLER/k8s.io/ID``), and their parent once it is empty. An empty
+    ``CONTROLLER/k8s.io`` (what runc leaves once containerd removed its containers) goes
+    too; one that still holds containers belongs to another runtime and stays.
 
 Prints one JSON object (``changed``, and what was done) for Ansible's ``changed_when``;
 on failure prints why and exits 1. Standard library only.
@@ -104,11 +107,23 @@ def clean_cgroups(args: argparse.Namespace) -> dict[str, object]:
     try:
         ids = {line.strip() for line in args.id_file.read_text().splitlines() if line.strip()}
     except FileNotFoundError:
-        return {"changed": False, "removed": []}
+        ids = set()
     removed: list[str] = []
     root: Path = args.cgroup_root
-    if not ids or not root.is_dir():
+    if not root.is_dir():
         return {"changed": False, "removed": []}
+    for controller in root.iterdir():
+        # The containerd namespace's cgroup, once every container in it is gone. One that
+        # still holds containers (another runtime's) is not empty and stays.
+        parent = controller / K8S_NAMESPACE
+        if parent.is_dir() and not any(p.is_dir() for p in parent.iterdir()):
+            try:
+                parent.rmdir()
+                removed.append(str(parent))
+            except OSError:
+                pass
+    if not ids:
+        return {"changed": bool(removed), "removed": removed}
     for controller in root.iterdir():
         if not controller.is_dir():
             continue
@@ -118,6 +133,12 @@ def clean_cgroups(args: argparse.Namespace) -> dict[str, object]:
                 try:
                     path.rmdir()
                     removed.append(str(path))
+                except OSError:
+                    continue
+                # runc's parent (the containerd namespace, e.g. k8s.io) goes once empty.
+                try:
+                    path.parent.rmdir()
+                    removed.append(str(path.parent))
                 except OSError:
                     pass
     return {"changed": bool(removed), "removed": removed}

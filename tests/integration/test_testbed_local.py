@@ -1,5 +1,7 @@
 """The local testbed for real: Ansible brings up docker-registry and containerd nodes in
-network namespaces behind tbf-limited veths, and tears everything down again.
+network namespaces behind tbf-limited veths, a Kubernetes v1.20.2 cluster on them (etcd,
+kube-apiserver, kube-controller-manager, two kube-schedulers, one kubelet per node), and
+tears everything down again: processes, pod mounts, pod logs, cgroups, namespaces.
 
 The test's testbed has its own state dir, name prefix and /24, so it coexists with a
 testbed brought up by ``make testbed``. Its tests run in file order: bring-up checks,
@@ -18,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -30,6 +33,7 @@ from layersched.testbed.local import (
     down,
     link_tx_bytes,
     load_inventory,
+    probe,
     tbf_rate_bits_per_s,
     up,
 )
@@ -64,7 +68,21 @@ EXTENDER_START_TIMEOUT_S = 10.0
 EXTENDER_STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
 #: Programs the testbed runs; none may survive teardown.
-TESTBED_PROGRAMS = ("containerd", "docker-registry", "containerd-shim-runc-v2")
+TESTBED_PROGRAMS = (
+    "containerd",
+    "docker-registry",
+    "containerd-shim-runc-v2",
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+)
+#: A pod on a real kubelet: sandbox, CNI, image pull and start take a few seconds.
+POD_RUNNING_TIMEOUT_S = 120.0
+#: Where kubelet 1.20 writes container logs (a fixed path, outside the state dir).
+POD_LOGS = Path("/var/log/pods")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def _skip_reason() -> str | None:
@@ -72,7 +90,7 @@ def _skip_reason() -> str | None:
         return "the local testbed needs Linux"
     if os.geteuid() != 0:
         return "the local testbed needs root (network namespaces, tc)"
-    for program in ("ip", "tc", "containerd", "docker-registry"):
+    for program in ("ip", "tc", "containerd", "docker-registry", "etcd", "ctr"):
         if shutil.which(program) is None and not Path("/usr/sbin", program).exists():
             return f"{program} not found on PATH"
     if not Path(sys.executable).with_name("ansible-playbook").exists():
@@ -116,7 +134,91 @@ def test_inventory_describes_every_node(testbed: TestbedInventory) -> None:
     assert testbed.registry.host == f"{NET_BASE}.1:5000"
     for node in testbed.nodes:
         assert Path(node.cri_socket).is_socket()
-        assert node.allocatable == {"cpu": "2", "memory": "4Gi"}
+
+
+def _kubectl(testbed: TestbedInventory, *args: str) -> str:
+    cluster = testbed.cluster
+    argv = [cluster.kubectl, f"--kubeconfig={cluster.kubeconfig}", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
+    return done.stdout
+
+
+def test_every_node_is_a_ready_kubelet_of_the_built_version(testbed: TestbedInventory) -> None:
+    nodes = json.loads(_kubectl(testbed, "get", "nodes", "-o", "json"))["items"]
+    seen = {}
+    for node in nodes:
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        info = node["status"]["nodeInfo"]
+        seen[node["metadata"]["name"]] = (
+            ready[0]["status"],
+            info["kubeletVersion"],
+            info["containerRuntimeVersion"].split("://")[0],
+        )
+    version = testbed.cluster.kubernetes_version
+    assert seen == {n: ("True", version, "containerd") for n in ("n1", "n2")}
+
+
+def test_status_reports_every_component_healthy(testbed: TestbedInventory) -> None:
+    status = probe(testbed)
+    names = [c.status.name for c in (*status.control_plane, *status.kubelets)]
+    assert names == [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "scheduler-image-locality",
+        "scheduler-layer-locality",
+        "layersched extender (layer-locality)",
+        "kubelet n1",
+        "kubelet n2",
+    ]
+    unhealthy = [c.status for c in (*status.control_plane, *status.kubelets) if not c.healthy]
+    assert not unhealthy
+    assert status.healthy
+
+
+@pytest.fixture(scope="module")
+def running_pod(testbed: TestbedInventory) -> dict[str, Any]:
+    """A pod the default scheduler places on n1 and its real kubelet runs (the small Img1;
+    n2's cache stays empty for the shaped-pull test)."""
+    images = build_and_push_scenario(testbed.registry.host, SIZES_BYTES)
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "it-pod", "namespace": "default"},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1,
+            "nodeSelector": {"kubernetes.io/hostname": "n1"},
+            "containers": [{"name": "main", "image": images.img1}],
+        },
+    }
+    path = Path(testbed.state_dir) / "it-pod.json"
+    path.write_text(json.dumps(manifest))
+    _kubectl(testbed, "create", "-f", str(path))
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(POD_RUNNING_TIMEOUT_S),
+        wait=tenacity.wait_fixed(1.0),
+        reraise=True,
+    )
+    def running() -> dict[str, Any]:
+        pod: dict[str, Any] = json.loads(_kubectl(testbed, "get", "pod", "it-pod", "-o", "json"))
+        assert pod["status"].get("phase") == "Running", pod["status"]
+        return pod
+
+    return running()
+
+
+def test_a_pod_runs_on_a_real_kubelet(
+    testbed: TestbedInventory, running_pod: dict[str, Any]
+) -> None:
+    # Bound by the default scheduler, given an address from its node's pod network
+    # (10.244.K.0/24), and its logs where kubelet 1.20 writes them.
+    assert running_pod["spec"]["nodeName"] == "n1"
+    assert running_pod["status"]["podIP"].startswith("10.244.1.")
+    uid = running_pod["metadata"]["uid"]
+    assert [p.name for p in POD_LOGS.glob(f"*_{uid}")] == [f"default_it-pod_{uid}"]
 
 
 def test_registry_answers_v2(testbed: TestbedInventory) -> None:
@@ -227,10 +329,15 @@ def _our_processes(state_dir: Path) -> list[str]:
     return found
 
 
-def _leftovers(state_dir: Path) -> dict[str, list[str]]:
+def _leftovers(
+    state_dir: Path, pod_uid: str = "", containers: tuple[str, ...] = ()
+) -> dict[str, list[str]]:
     links = json.loads(subprocess.run(["ip", "-j", "link"], capture_output=True).stdout)
     netns_dir = Path("/run/netns")
+    cgroups = [str(p) for c in containers for p in CGROUP_ROOT.glob(f"*/*/{c}")]
     return {
+        "pod_logs": [str(p) for p in POD_LOGS.glob(f"*_{pod_uid}")] if pod_uid else [],
+        "cgroups": cgroups,
         "netns": sorted(
             p.name
             for p in (netns_dir.iterdir() if netns_dir.is_dir() else [])
@@ -248,10 +355,22 @@ def _leftovers(state_dir: Path) -> dict[str, list[str]]:
 
 
 def test_down_removes_everything_and_is_repeatable(
-    testbed: TestbedInventory, settings: TestbedSettings
+    testbed: TestbedInventory, settings: TestbedSettings, running_pod: dict[str, Any]
 ) -> None:
     state_dir = settings.state_dir.resolve()
-    assert _leftovers(state_dir)["processes"], "the testbed should be running before down"
+    uid = running_pod["metadata"]["uid"]
+    node = testbed.node(running_pod["spec"]["nodeName"])
+    listed = subprocess.run(
+        ["ctr", "--address", node.cri_socket, "--namespace", "k8s.io", "containers", "ls", "-q"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    containers = tuple(listed.stdout.split())
+    before = _leftovers(state_dir, uid, containers)
+    assert before["processes"], "the testbed should be running before down"
+    # The running pod: its logs under /var/log/pods and its containers' cgroups.
+    assert before["pod_logs"] and before["cgroups"], before
     # Stand-ins for snapshotter mounts a crashed containerd leaves, one inside the other.
     outer = Path(testbed.node("n1").root_dir) / "leftover"
     for mountpoint in (outer, outer / "inner"):
@@ -269,7 +388,9 @@ def test_down_removes_everything_and_is_repeatable(
     down(state_dir, PREFIX)
     # SIGTERM from the teardown: it exits (the wait would time out otherwise).
     assert extender.wait(timeout=EXTENDER_STOP_TIMEOUT_S) is not None
-    assert _leftovers(state_dir) == {
+    assert _leftovers(state_dir, uid, containers) == {
+        "pod_logs": [],
+        "cgroups": [],
         "netns": [],
         "links": [],
         "processes": [],

@@ -14,7 +14,6 @@ def inventory_doc(node_count: int = 1) -> dict[str, Any]:
             "host_veth": f"lstb-n{i}",
             "address": f"10.250.50.{10 + i}",
             "link_rate_bits_per_s": 20_000_000,
-            "allocatable": {"cpu": "2", "memory": "4Gi"},
             "cri_socket": f"/s/nodes/n{i}/containerd.sock",
             "cri_endpoint": f"unix:///s/nodes/n{i}/containerd.sock",
             "dir": f"/s/nodes/n{i}",

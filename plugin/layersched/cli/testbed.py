@@ -203,8 +203,13 @@ def run_down(args: argparse.Namespace) -> int:
 def _print_inventory(console: Console, inventory: TestbedInventory) -> None:
     registry = inventory.registry
     console.print(f"registry {registry.url} (access log {registry.access_log})")
+    cluster = inventory.cluster
+    console.print(
+        f"Kubernetes {cluster.kubernetes_version} at {cluster.api_server}: "
+        f"{cluster.kubectl} --kubeconfig {cluster.kubeconfig} get nodes,pods -A"
+    )
     table = Table(title=f"local testbed nodes ({inventory.state_dir})")
-    for column in ("node", "address", "netns", "link Mbit/s", "allocatable"):
+    for column in ("node", "address", "netns", "link Mbit/s"):
         table.add_column(column)
     table.add_column("CRI endpoint", overflow="fold")
     for node in inventory.nodes:
@@ -213,7 +218,6 @@ def _print_inventory(console: Console, inventory: TestbedInventory) -> None:
             node.address,
             node.netns,
             f"{node.link_rate_bits_per_s / BITS_PER_MBIT:g}",
-            ", ".join(f"{k}={v}" for k, v in sorted(node.allocatable.items())),
             node.cri_endpoint,
         )
     console.print(table)

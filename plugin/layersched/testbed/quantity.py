@@ -1,5 +1,5 @@
 """Kubernetes resource quantities ("500m", "2", "4Gi", "1G"), enough for requests and
-allocatable in the harness's filter step."""
+allocatable when the cluster driver sizes whole-node pods."""
 
 from __future__ import annotations
 

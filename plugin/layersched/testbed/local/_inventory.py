@@ -61,7 +61,6 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
     host_veth: str
     address: str
     link_rate_bits_per_s: int
-    allocatable: dict[str, str]
     cri_socket: str
     cri_endpoint: str
     dir: str

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv lint unit integration infra e2e test bench testbed testbed-down simulate proto clean
+.PHONY: help venv kubernetes lint unit integration infra e2e test bench testbed testbed-down simulate proto clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -15,6 +15,9 @@ venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI
 
 $(VENV)/.installed: pyproject.toml
 	@scripts/venv.sh $(VENV)
+
+kubernetes: venv ## Build (or find cached) Kubernetes v1.20.2 from Debian's source (~14 min cold)
+	@scripts/kubernetes.sh
 
 lint: venv ## ruff, mypy --strict on plugin/, import-linter, ansible-lint (production)
 	@scripts/lint.sh

@@ -33,7 +33,8 @@ case "$action" in
   up)
     "$layersched" testbed up "$@"
     read -r -a scenario_args <<<"${LAYERSCHED_SCENARIO_ARGS:-}"
-    "$layersched" scenario "${scenario_args[@]}"
+    # The committed report's block in the README is regenerated with it.
+    "$layersched" scenario --markdown-into README.md "${scenario_args[@]}"
     echo "explore: ${layersched} testbed status; tear down: make testbed-down" >&2
     ;;
   down)

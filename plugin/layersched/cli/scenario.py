@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from layersched import _generated as generated
 from layersched.cli.testbed import add_image_options, layer_sizes
 from layersched.core.errors import InputError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
@@ -24,13 +25,14 @@ from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.local import default_state_dir, load_inventory, require_root
 from layersched.testbed.local._cluster import SCORE_SOURCES, LocalBackend, extender_requests
-from layersched.testbed.report import plot, print_table
+from layersched.testbed.report import BLOCK, markdown, plot, print_table
 from layersched.testbed.scenario import Trial, report, run_scenario
 from layersched.testbed.scenario_images import build_and_push_scenario, load_spec
 
 DEFAULT_TRIALS = 5
 DEFAULT_STRATEGIES = (LAYER_LOCALITY, IMAGE_LOCALITY)
 DEFAULT_REPORT = Path("reports/scenario.json")
+BEGIN, END = generated.markers(BLOCK)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,6 +59,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_REPORT,
         help=f"JSON report path (default {DEFAULT_REPORT}); the plot is written beside it as .png",
     )
+    p.add_argument(
+        "--markdown-into",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help=f"replace the text between '{BEGIN}' and '{END}' in FILE with the results "
+        "block (repeatable; checked before the scenario runs)",
+    )
     add_image_options(p)
     p.set_defaults(handler=run)
 
@@ -77,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir or default_state_dir()
     inventory = load_inventory(state_dir)
     strategies: list[str] = args.strategies or list(DEFAULT_STRATEGIES)
+    for target in args.markdown_into:
+        generated.read_block(target, BLOCK)  # a missing marker fails now, not after the run
     if not inventory.nodes:
         raise InputError(f"{state_dir}: the testbed inventory lists no nodes")
     sizes = layer_sizes(args.size)
@@ -124,5 +137,8 @@ def run(args: argparse.Namespace) -> int:
     png = args.report.with_suffix(".png")
     plot(doc, png)
     print_table(doc, Console())
+    for target in args.markdown_into:
+        generated.write_block(target, BLOCK, markdown(doc, str(args.report)))
+        console.print(f"results block written into {target}")
     console.print(f"report: {args.report}  plot: {png}")
     return 0

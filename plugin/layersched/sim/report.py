@@ -15,12 +15,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from layersched import _generated as generated
 from layersched.core.errors import InputError
 from layersched.sim.settings import BASELINE, LAYER_LOCALITY, PULL_TIME, RANDOM
 
 GB = 1e9
-BEGIN_MARKER = "<!-- simulation:begin -->"
-END_MARKER = "<!-- simulation:end -->"
+BLOCK = "simulation"
+BEGIN_MARKER, END_MARKER = generated.markers(BLOCK)
 #: The report path the committed documents are generated from.
 DEFAULT_REPORT = "reports/simulation.json"
 
@@ -230,39 +231,11 @@ def summary_markdown(report: dict[str, Any], source: str = DEFAULT_REPORT) -> st
     return "\n".join(lines).rstrip("\n")
 
 
-def _block_span(text: str, path: Path) -> tuple[int, int]:
-    """Offsets of what lies between the markers (exclusive), one pair exactly."""
-    begins, ends = text.count(BEGIN_MARKER), text.count(END_MARKER)
-    start, end = text.find(BEGIN_MARKER), text.find(END_MARKER)
-    if begins != 1 or ends != 1 or end < start:
-        raise InputError(
-            f"{path}: expected one '{BEGIN_MARKER}' line followed by one '{END_MARKER}' line, "
-            f"found {begins} and {ends}: add the pair where the simulation results belong"
-        )
-    return start + len(BEGIN_MARKER), end
-
-
 def read_block(path: Path) -> str:
-    """The text between the markers of ``path``, without the surrounding newlines."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"reading {path}: {err.strerror}: check the path") from err
-    start, end = _block_span(text, path)
-    return text[start:end].strip("\n")
+    """The simulation block of ``path`` (see :mod:`layersched._generated`)."""
+    return generated.read_block(path, BLOCK)
 
 
 def write_block(path: Path, snippet: str) -> None:
-    """Replace the text between the markers of ``path`` with ``snippet``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"reading {path} to put the results in: {err.strerror}") from err
-    start, end = _block_span(text, path)
-    updated = f"{text[:start]}\n{snippet}\n{text[end:]}"
-    if updated == text:
-        return
-    try:
-        path.write_text(updated, encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"writing the results into {path}: {err.strerror}") from err
+    """Replace the simulation block of ``path`` with ``snippet``."""
+    generated.write_block(path, BLOCK, snippet)

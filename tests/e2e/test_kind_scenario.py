@@ -174,7 +174,7 @@ def kind_run(
     record_scenario_report: Callable[[Path, Mapping[str, Any]], None],
 ) -> tuple[dict[str, Any], int]:
     """(report, trials per strategy) of the scenario run through the Kubernetes API."""
-    from layersched.testbed.kind.driver import KindTestbed, kind_driver
+    from layersched.testbed.kind.driver import SCORE_SOURCES, KindTestbed, kind_driver
     from layersched.testbed.report import plot
     from layersched.testbed.scenario_images import build_and_push_scenario
 
@@ -191,7 +191,14 @@ def kind_run(
         )
     )
     results = run_scenario(driver, images, STRATEGIES, trials)
-    document = report("kind", int(outputs["link_rate_bits_per_s"]), images, results)
+    document = report(
+        "kind",
+        int(outputs["link_rate_bits_per_s"]),
+        images,
+        results,
+        components=driver.components(),
+        score_sources=SCORE_SOURCES,
+    )
     report_path = scenario_report_dir / "scenario.json"
     report_path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     plot(document, report_path.with_suffix(".png"))

@@ -297,7 +297,8 @@ def test_image_locality_scores_tie_at_t3() -> None:
 
 def test_image_locality_scores_for_holder() -> None:
     """Img1 (1000 MiB) on n1 and n2 of 4 nodes: the spread factor gives 1000 * 2/4 = 500 MiB;
-    100 * (500 - 23) / (1000 - 23) = 48 (framework), 4 on the extender's 0..10 scale."""
+    100 * (500 - 23) / (1000 - 23) = 48, on the framework's 0..100 scale as the plugin
+    scores (the report says which scale each strategy's scores are on)."""
     held = [{"names": [IMG1], "sizeBytes": 1000 * MIB}]
     nodes = [
         _node("cp", "4", "8Gi"),
@@ -306,4 +307,4 @@ def test_image_locality_scores_for_holder() -> None:
         _node("n3", "4", "8Gi"),
     ]
     pod = scenario_pod("p1", IMG1, "default-scheduler", {"cpu": "1"}, "ns")
-    assert image_locality_scores(pod, nodes, nodes[1:]) == {"n1": 4, "n2": 4, "n3": 0}
+    assert image_locality_scores(pod, nodes, nodes[1:]) == {"n1": 48, "n2": 48, "n3": 0}

@@ -492,3 +492,15 @@ def test_teardown_matches_the_extender_command_the_scenario_runs() -> None:
     argv = start["ansible.builtin.command"]["argv"]
     started = " ".join(argv[argv.index("--") + 1 :])
     assert text in started
+
+
+def test_a_long_task_shows_the_last_line_of_its_log(tmp_path: Path) -> None:
+    # The Kubernetes build names its log in the task; the spinner follows it (Ansible's
+    # async polling prints a line every 15 s, and each line refreshes the spinner).
+    from layersched.testbed.local._ansible import _followed_log
+
+    log = tmp_path / "build.log"
+    log.write_text("+++ Building go targets for linux/amd64:\n    cmd/kube-apiserver\n\n")
+    assert _followed_log(f"Build the binaries, log in {log}") == " | cmd/kube-apiserver"
+    assert _followed_log(f"Build the binaries, log in {tmp_path / 'missing.log'}") == ""
+    assert _followed_log("Start the registry") == ""

@@ -56,6 +56,10 @@ _FAILED_LINE = re.compile(r"^(?:fatal|failed): \[[^\]]+\]:? (?:.*?=> )?(?P<detai
 _RECAP_LINE = re.compile(
     r"^\S+\s+: ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+.*failed=(?P<failed>\d+)"
 )
+_TASK_LOG = re.compile(r"log in (?P<path>/\S+)$")
+#: How much of a followed log is read to find its last line, and how much of it is shown.
+LOG_TAIL_BYTES = 4096
+MAX_TAIL_CHARS = 80
 _NET_BASE = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
 _PREFIX = re.compile(r"^[a-z][a-z0-9]*$")
 
@@ -238,6 +242,23 @@ def run_playbook(
     return PlaybookResult(ok=watch.recap["ok"], changed=watch.recap["changed"], log_path=log_path)
 
 
+def _followed_log(task: str) -> str:
+    """For a long task whose name ends in ``log in PATH`` (the Kubernetes build), the
+    last line of that log, so the spinner shows where the step is (Ansible polls it)."""
+    match = _TASK_LOG.search(task)
+    if match is None:
+        return ""
+    try:
+        with Path(match["path"]).open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return f" | {last[:MAX_TAIL_CHARS]}" if last else ""
+
+
 def _follow(
     proc: subprocess.Popen[str],
     log: IO[str],
@@ -254,7 +275,9 @@ def _follow(
             log.flush()
             watch.feed(line.rstrip("\n"))
             if watch.task:
-                progress.update(shown, description=f"{title}: {watch.task}")
+                progress.update(
+                    shown, description=f"{title}: {watch.task}{_followed_log(watch.task)}"
+                )
     except KeyboardInterrupt:
         proc.terminate()
         proc.wait()

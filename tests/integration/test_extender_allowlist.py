@@ -16,13 +16,9 @@ import pytest
 import tenacity
 
 from layersched.testbed.ociimage import push_image
+from tests.fixtures.extender import HTTP_TIMEOUT_S, running_extender
 from tests.fixtures.registry import RegistryProcess
-from tests.integration.test_extender_process import (
-    HTTP_TIMEOUT_S,
-    STOP_TIMEOUT_S,
-    _node,
-    _running,
-)
+from tests.integration.test_extender_process import STOP_TIMEOUT_S, _node
 from tests.integration.test_registry import AMD, pusher
 
 pytestmark = pytest.mark.integration
@@ -71,7 +67,7 @@ def test_allow_registry(
         "--allow-registry",
         registry.host if allowed == "self" else allowed,
     )
-    with _running(log_path, *extra) as (url, proc):
+    with running_extender(log_path, *extra) as (url, proc):
         assert_scores(url, pod, scores)
         for _ in range(3):  # more pods from the same registry: no new log line
             assert_scores(url, pod, scores)

@@ -221,9 +221,20 @@ def test_unresolvable_node_images_are_named_then_counted(
             ("--strategy", "pull-time", "--pull-overhead-s", "-1"),
             "--pull-overhead-s -1.0: must be a finite number >= 0",
         ),
+        # the release setting belongs to the upstream port alone
+        (
+            ("--strategy", "layer-locality", "--kubernetes-version", "1.20"),
+            "--kubernetes-version applies to --strategy image-locality only",
+        ),
+        # before 1.20 the port is unchecked: refused, with the oldest it reproduces
+        (
+            ("--strategy", "image-locality", "--kubernetes-version", "1.19"),
+            "--kubernetes-version: Kubernetes 1.19: the image-locality port reproduces",
+        ),
     ],
     ids=["spread-image-locality", "spread-pull-time", "bandwidth-layer-locality",
-         "overhead-image-locality", "zero-bandwidth", "negative-overhead"],
+         "overhead-image-locality", "zero-bandwidth", "negative-overhead",
+         "version-layer-locality", "version-too-old"],
 )  # fmt: skip
 def test_options_of_another_strategy_are_refused(
     files: dict[str, str], capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
@@ -361,3 +372,46 @@ def test_bad_registry_options(
     code, _, err = run(capsys, "score", "--nodes", files["nodes"], "--pod", files["pod"], *argv)
     assert code == 2
     assert message in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # 1.20 counts containers only: reg/b:1 at 500M * 1/2 = 250M, 1 container
+        # -> 100 * (250M - 23M) / (1000M - 23M) = 23
+        (("--kubernetes-version", "1.20"), {"n1": 23, "n2": 0}),
+        # 1.30 adds the init container: 250M + 250M = 500M over 2 containers
+        # -> 100 * (500M - 23M) / (2000M - 23M) = 24
+        (("--kubernetes-version", "v1.30.1"), {"n1": 24, "n2": 0}),
+        # the default is the newest behaviour: as 1.30
+        ((), {"n1": 24, "n2": 0}),
+    ],
+    ids=["1.20", "1.30", "default"],
+)
+def test_kubernetes_version_chooses_the_image_locality_release(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: dict
+) -> None:
+    images = [{"names": [f"reg/{n}:1"], "sizeBytes": 500 * MB} for n in ("a", "b")]
+    nodes = {
+        "kind": "NodeList",
+        "items": [
+            {"metadata": {"name": "n1"}, "status": {"images": images}},
+            {"metadata": {"name": "n2"}, "status": {"images": []}},
+        ],
+    }
+    pod = {
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {
+            "initContainers": [{"name": "i", "image": "reg/a:1"}],
+            "containers": [{"name": "c", "image": "reg/b:1"}],
+        },
+    }
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    (tmp_path / "pod.json").write_text(json.dumps(pod))
+    code, out, err = run(
+        capsys, "score", "--nodes", str(tmp_path / "nodes.json"), "--pod",
+        str(tmp_path / "pod.json"), "--strategy", "image-locality", "--format", "json", *argv,
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert json.loads(out) == expected

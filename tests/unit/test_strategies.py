@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from layersched.core.errors import InputError, LayerResolutionError
@@ -9,6 +11,10 @@ from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.pod import PodImages
 from layersched.core.strategies import STRATEGY_NAMES, get_strategy
+from layersched.core.strategies.image_locality import (
+    _scaled_image_score,
+    parse_kubernetes_minor,
+)
 
 MB = 1024 * 1024
 
@@ -99,6 +105,129 @@ def scores(strategy: str, pod: PodImages, nodes: list[NodeInfo], source=None, **
 )
 def test_image_locality(pod: PodImages, nodes: list[NodeInfo], expected: dict) -> None:
     assert scores("image-locality", pod, nodes) == expected
+
+
+#: An image whose spread-scaled size lands on a score boundary: 3 of 11 nodes hold it.
+BOUNDARY_SIZE_BYTES = 238_683_863
+INIT_POD = PodImages("p", ("gcr.io/250",), ("gcr.io/500",))
+INIT_NODES = [
+    node("a"),
+    node("b", ("gcr.io/250:latest", 250 * MB), ("gcr.io/500:latest", 500 * MB)),
+]
+
+
+@pytest.mark.parametrize(
+    ("minor", "pod", "nodes", "expected"),
+    [
+        (
+            # 1.20 counts containers only: gcr.io/500 at 500M * 1/2 = 250M, 1 container
+            # -> 100 * (250M - 23M) / (1000M - 23M) = 23
+            (1, 20),
+            INIT_POD,
+            INIT_NODES,
+            {"a": 0, "b": 23},
+        ),
+        (
+            # 1.29 still does (init containers count from 1.30, kubernetes#123366)
+            (1, 29),
+            INIT_POD,
+            INIT_NODES,
+            {"a": 0, "b": 23},
+        ),
+        (
+            # 1.30 adds the init container: 125M + 250M = 375M over 2 containers
+            # -> 100 * (375M - 23M) / (2000M - 23M) = 17
+            (1, 30),
+            INIT_POD,
+            INIT_NODES,
+            {"a": 0, "b": 17},
+        ),
+        (
+            # later minors behave as 1.30: 17 again
+            (1, 33),
+            INIT_POD,
+            INIT_NODES,
+            {"a": 0, "b": 17},
+        ),
+        (
+            # the quotient first, as Go computes it: spread = 3/11 = 0.2727272727272727 and
+            # int64(238683863 * spread) = int64(65095598.99999999) = 65095598
+            # -> 100 * (65095598 - 24117248) / 1024458752 = 4097835000 / 1024458752 = 3.
+            # size * 3 / 11 would give 65095599 -> 4097835100 / 1024458752 = 4
+            (1, 20),
+            PodImages.of("x:1"),
+            [node(f"h{i}", ("x:1", BOUNDARY_SIZE_BYTES)) for i in range(3)]
+            + [node(f"e{i}") for i in range(8)],
+            {"h0": 3, "h1": 3, "h2": 3} | {f"e{i}": 0 for i in range(8)},
+        ),
+    ],
+    ids=["1.20-containers-only", "1.29-containers-only", "1.30-init-counts",
+         "1.33-as-1.30", "spread-quotient-first"],
+)  # fmt: skip
+def test_image_locality_per_kubernetes_minor(
+    minor: tuple[int, int], pod: PodImages, nodes: list[NodeInfo], expected: dict
+) -> None:
+    assert scores("image-locality", pod, nodes, kubernetes_minor=minor) == expected
+
+
+def test_image_locality_defaults_to_the_newest_behaviour() -> None:
+    # no minor given: init containers count, as from 1.30 (17, not 1.20's 23)
+    assert scores("image-locality", INIT_POD, INIT_NODES) == {"a": 0, "b": 17}
+
+
+@pytest.mark.parametrize(
+    ("size_bytes", "num_nodes", "total_num_nodes", "expected"),
+    [
+        # 40M * (1/2) = 20M exactly: both orders agree on exact binary fractions
+        (40 * MB, 1, 2, 20 * MB),
+        # 24117258 * (3/11) = 6577433.999999999 -> 6577433 (24117258 * 3 / 11 = 6577434.0)
+        (24_117_258, 3, 11, 6_577_433),
+        # 238683863 * (3/11) = 65095598.99999999 -> 65095598 (the score boundary above)
+        (BOUNDARY_SIZE_BYTES, 3, 11, 65_095_598),
+        # 1366249590 * (7/10) = 956374712.9999999 -> 956374712 (score 90, not 91)
+        (1_366_249_590, 7, 10, 956_374_712),
+    ],
+    ids=["exact-half", "3-of-11", "boundary-3-of-11", "7-of-10"],
+)
+def test_spread_factor_is_the_quotient_first(
+    size_bytes: int, num_nodes: int, total_num_nodes: int, expected: int
+) -> None:
+    assert _scaled_image_score(size_bytes, num_nodes, total_num_nodes) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # what `kubectl version` prints, with or without a patch and a v
+        ("1.20", (1, 20)),
+        ("v1.20.2", (1, 20)),
+        ("1.30.0-rc.1", (1, 30)),
+    ],
+    ids=["minor", "v-patch", "prerelease"],
+)
+def test_parse_kubernetes_minor(text: str, expected: tuple[int, int]) -> None:
+    assert parse_kubernetes_minor(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # not a version at all
+        ("twenty", "expected MAJOR.MINOR such as 1.20"),
+        # before 1.20 the port is unchecked (fixed threshold, 0-10 buckets)
+        ("1.19", "reproduces ImageLocality from 1.20 on"),
+        ("2.0", "reproduces ImageLocality from 1.20 on"),
+    ],
+    ids=["garbage", "too-old", "no-such-major"],
+)
+def test_parse_kubernetes_minor_refuses(text: str, message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        parse_kubernetes_minor(text)
+
+
+def test_image_locality_refuses_an_unreproduced_minor() -> None:
+    with pytest.raises(InputError, match=re.escape("pass 1.20 or later")):
+        get_strategy("image-locality", kubernetes_minor=(1, 17))
 
 
 # ------------------------------------------------------------------ layer-locality

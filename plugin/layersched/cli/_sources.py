@@ -12,6 +12,14 @@ from layersched.core.errors import InputError
 from layersched.core.layers import LayerSource, StaticLayerSource
 from layersched.core.manifest import Platform
 from layersched.core.strategies import STRATEGY_NAMES, Strategy, get_strategy
+from layersched.core.strategies.image_locality import (
+    INIT_CONTAINERS_COUNT_SINCE,
+    NEWEST_KUBERNETES_MINOR,
+    OLDEST_KUBERNETES_MINOR,
+    format_kubernetes_minor,
+    parse_kubernetes_minor,
+)
+from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.core.strategies.pull_time import (
     BANDWIDTH_KEY,
@@ -29,6 +37,14 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"{LAYER_LOCALITY} only: scale present layers by nodes-holding / nodes "
         "(anti node heating)",
+    )
+    parser.add_argument(
+        "--kubernetes-version",
+        metavar="MAJOR.MINOR",
+        help=f"{IMAGE_LOCALITY} only: the Kubernetes release whose ImageLocality to reproduce, "
+        f"{format_kubernetes_minor(OLDEST_KUBERNETES_MINOR)} or later; before "
+        f"{format_kubernetes_minor(INIT_CONTAINERS_COUNT_SINCE)} init containers do not count "
+        f"(default: {format_kubernetes_minor(NEWEST_KUBERNETES_MINOR)}, the newest behaviour)",
     )
     parser.add_argument(
         "--default-bandwidth-bits-per-s",
@@ -56,6 +72,15 @@ def strategy_from_args(args: argparse.Namespace) -> Strategy:
                 f"upstream's spread factor; {PULL_TIME} has none): drop --spread"
             )
         options["spread"] = True
+    if args.kubernetes_version is not None:
+        if args.strategy != IMAGE_LOCALITY:
+            raise InputError(
+                f"--kubernetes-version applies to --strategy {IMAGE_LOCALITY} only: drop it"
+            )
+        try:
+            options["kubernetes_minor"] = parse_kubernetes_minor(args.kubernetes_version)
+        except InputError as err:
+            raise InputError(f"--kubernetes-version: {err}") from None
     pull_flags = (
         ("--default-bandwidth-bits-per-s", "default_bandwidth_bits_per_s"),
         ("--pull-overhead-s", "overhead_s"),

@@ -1,17 +1,33 @@
-"""``image-locality``: an exact port of upstream kube-scheduler's ImageLocality plugin.
+"""``image-locality``: a port of upstream kube-scheduler's ImageLocality plugin, per minor.
 
 A node scores for the pod's images it already holds *by name* (after the
 ``:latest`` rule), each image's size scaled by the fraction of nodes that hold
 it. Layers shared under other names count for nothing: that is the baseline
 layersched improves on.
+
+Upstream changed which containers count, so the port takes the Kubernetes minor
+it reproduces (:data:`KubernetesMinor`):
+
+* 1.20 .. 1.29: ``pod.Spec.Containers`` only; the upper threshold is 1000 MiB per
+  container (``image_locality.go`` in the 1.20 tree, measured against kube-scheduler
+  v1.20.2 by ``tests/integration/test_image_locality_differential.py``).
+* 1.30 and later: init containers count too, in the sum and in the upper threshold
+  (kubernetes#123366).
+
+The spread factor's arithmetic is the same in every release that has one:
+``int64(float64(size) * (float64(numNodes) / float64(total)))``, the quotient first.
+Minors before 1.20 are refused: they are unchecked, and some had a fixed 1000 MiB upper
+threshold (the 1.17-era plugin) or 0..10 buckets (the older priority function).
 """
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import numpy as np
 
+from layersched.core.errors import InputError
 from layersched.core.inventory import ClusterInventory, IndexArray
 from layersched.core.layers import LayerSource
 from layersched.core.pod import PodImages
@@ -20,20 +36,67 @@ from layersched.core.strategies.base import MAX_NODE_SCORE, NodeScores
 
 NAME = "image-locality"
 
+#: ``(major, minor)`` of a Kubernetes release, e.g. ``(1, 20)``.
+KubernetesMinor = tuple[int, int]
+
+#: The oldest minor whose ImageLocality this port reproduces (per-container threshold).
+OLDEST_KUBERNETES_MINOR: KubernetesMinor = (1, 20)
+#: From this minor init containers count (kubernetes#123366).
+INIT_CONTAINERS_COUNT_SINCE: KubernetesMinor = (1, 30)
+#: The newest behaviour we know, and the default: init containers count.
+NEWEST_KUBERNETES_MINOR: KubernetesMinor = INIT_CONTAINERS_COUNT_SINCE
+
 MB = 1024 * 1024
 #: Below this sum a node scores 0: tiny images are not worth steering for.
 MIN_THRESHOLD_BYTES = 23 * MB
 #: Upper bound per container; the upper threshold is this times the container count.
 MAX_CONTAINER_THRESHOLD_BYTES = 1000 * MB
 
+_VERSION = re.compile(r"^v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?(?:[-+].*)?$")
+
+
+def parse_kubernetes_minor(text: str) -> KubernetesMinor:
+    """``"1.20"``, ``"v1.20.2"`` or ``"1.30"`` as ``(1, 20)`` / ``(1, 30)``.
+
+    Raises :class:`InputError` on anything else, or on a minor the port does not reproduce.
+    """
+    match = _VERSION.match(text.strip())
+    if match is None:
+        raise InputError(
+            f"Kubernetes version {text!r}: expected MAJOR.MINOR such as 1.20 "
+            "(`kubectl version` prints the cluster's as Server Version)"
+        )
+    return check_kubernetes_minor((int(match["major"]), int(match["minor"])))
+
+
+def check_kubernetes_minor(minor: KubernetesMinor) -> KubernetesMinor:
+    """``minor`` itself, if the port reproduces that release's ImageLocality."""
+    if minor[0] != 1 or minor < OLDEST_KUBERNETES_MINOR:
+        oldest = format_kubernetes_minor(OLDEST_KUBERNETES_MINOR)
+        raise InputError(
+            f"Kubernetes {format_kubernetes_minor(minor)}: the image-locality port reproduces "
+            f"ImageLocality from {oldest} on (older releases are unchecked, and some scored on "
+            f"a fixed upper threshold or on 0-10 buckets): pass {oldest} or later"
+        )
+    return minor
+
+
+def format_kubernetes_minor(minor: KubernetesMinor) -> str:
+    """``(1, 20)`` as ``"1.20"``."""
+    return f"{minor[0]}.{minor[1]}"
+
 
 def _scaled_image_score(size_bytes: int, num_nodes: int, total_num_nodes: int) -> int:
     """Image size scaled by how widespread it is, against "node heating": an image
     present on few nodes would otherwise pull every pod onto those few nodes.
 
-    Go computes ``int64(float64(size) * float64(numNodes) / float64(total))``.
+    Go computes ``spread := float64(numNodes) / float64(total)`` first, then
+    ``int64(float64(size) * spread)``. Python floats are IEEE doubles like Go's
+    float64, and the order matters: ``size * n / t`` rounds differently in rare cases
+    (238683863 * 3/11 is 65095598 this way, 65095599 the other).
     """
-    return int(float(size_bytes) * float(num_nodes) / float(total_num_nodes))
+    spread = float(num_nodes) / float(total_num_nodes)
+    return int(float(size_bytes) * spread)
 
 
 def _calculate_priority(sums: IndexArray, num_containers: int) -> IndexArray:
@@ -46,10 +109,29 @@ def _calculate_priority(sums: IndexArray, num_containers: int) -> IndexArray:
 
 
 class ImageLocality:
-    """Upstream ImageLocality. No options: it is the baseline, kept exact."""
+    """Upstream ImageLocality as released in Kubernetes ``kubernetes_minor``; the baseline.
+
+    ``kubernetes_minor`` is ``(major, minor)``, e.g. ``(1, 20)``: which containers count
+    depends on it (module docstring). It defaults to the newest behaviour we know.
+    """
 
     name: ClassVar[str] = NAME
     needs_layers: ClassVar[bool] = False
+
+    def __init__(self, kubernetes_minor: KubernetesMinor = NEWEST_KUBERNETES_MINOR) -> None:
+        #: The Kubernetes release whose ImageLocality this instance reproduces.
+        self.kubernetes_minor: KubernetesMinor = check_kubernetes_minor(
+            (int(kubernetes_minor[0]), int(kubernetes_minor[1]))
+        )
+
+    @property
+    def counts_init_containers(self) -> bool:
+        """Whether init containers' images count (1.30 and later)."""
+        return self.kubernetes_minor >= INIT_CONTAINERS_COUNT_SINCE
+
+    def images(self, pod: PodImages) -> tuple[str, ...]:
+        """The images this minor counts, in upstream order; repeats kept, as upstream does."""
+        return pod.images if self.counts_init_containers else pod.containers
 
     def score(
         self,
@@ -60,7 +142,7 @@ class ImageLocality:
     ) -> NodeScores:
         total_num_nodes = inventory.node_count
         sums = np.zeros(total_num_nodes, dtype=np.int64)
-        images = pod.images  # repeats are counted again, as upstream does
+        images = self.images(pod)
         for image in images:
             name = normalized_image_name(image)
             state = inventory.image_state(name)
@@ -71,6 +153,7 @@ class ImageLocality:
                 size_bytes, num_nodes, total_num_nodes
             )
         present = sums[candidates]
+        # a v1 Pod has at least one container; the guard only keeps the division defined
         num_containers = max(len(images), 1)
         return NodeScores(
             nodes=candidates,

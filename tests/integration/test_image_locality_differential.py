@@ -32,9 +32,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -60,6 +57,7 @@ from layersched.testbed.local import (
 )
 from layersched.testbed.local._cluster import file_end, lines_since
 from layersched.testbed.local._inventory import REPO_ROOT
+from tests.fixtures.testbed import testbed_skip_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -104,23 +102,11 @@ def _kubernetes_bin_dir() -> Path:
 
 
 def _skip_reason() -> str | None:
-    if sys.platform != "linux":
-        return "the local testbed needs Linux"
-    if os.geteuid() != 0:
-        return "the local testbed needs root (network namespaces, tc)"
     bin_dir = _kubernetes_bin_dir()
     for program in ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet"):
         if not (bin_dir / program).exists():
-            return f"{bin_dir / program} missing: build the Kubernetes binaries (make testbed)"
-    for program in ("ip", "tc", "containerd", "docker-registry", "etcd"):
-        if shutil.which(program) is None and not Path("/usr/sbin", program).exists():
-            return f"{program} not found on PATH"
-    if not Path(sys.executable).with_name("ansible-playbook").exists():
-        return "ansible-playbook not in the venv (install the infra extras)"
-    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, check=False)
-    if probe.returncode != 0:
-        return f"ip netns unavailable: {probe.stderr.decode().strip()}"
-    return None
+            return f"{bin_dir / program} missing: build the Kubernetes binaries (make kubernetes)"
+    return testbed_skip_reason()
 
 
 @pytest.fixture(scope="module")

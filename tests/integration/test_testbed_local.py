@@ -12,8 +12,6 @@ whatever happens.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -38,6 +36,7 @@ from layersched.testbed.local import (
     up,
 )
 from layersched.testbed.scenario_images import build_and_push_scenario
+from tests.fixtures.testbed import testbed_skip_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -86,19 +85,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def _skip_reason() -> str | None:
-    if sys.platform != "linux":
-        return "the local testbed needs Linux"
-    if os.geteuid() != 0:
-        return "the local testbed needs root (network namespaces, tc)"
-    for program in ("ip", "tc", "containerd", "docker-registry", "etcd", "ctr"):
-        if shutil.which(program) is None and not Path("/usr/sbin", program).exists():
-            return f"{program} not found on PATH"
-    if not Path(sys.executable).with_name("ansible-playbook").exists():
-        return "ansible-playbook not in the venv (install the infra extras)"
-    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, check=False)
-    if probe.returncode != 0:
-        return f"ip netns unavailable: {probe.stderr.decode().strip()}"
-    return None
+    return testbed_skip_reason()
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,9 @@ from tests.integration.test_extender_process import LAYERS, POD, files
 
 __all__ = ["files"]  # the fixture, shared with test_extender_process
 
+#: A held request is taken up by the server within milliseconds on an idle machine.
+IN_PROGRESS_TIMEOUT_S = 10.0
+
 pytestmark = pytest.mark.integration
 
 HTTP_TIMEOUT_S = 5.0
@@ -309,6 +312,18 @@ def test_text_logs_have_timestamps_and_keep_their_lines(
 
 
 # ---------------------------------------------------------------------- request limits
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(IN_PROGRESS_TIMEOUT_S),
+    wait=tenacity.wait_fixed(0.05),
+    reraise=True,
+)
+def _assert_in_progress(url: str, working: int, shedding: int) -> None:
+    """The server has taken up the held requests (its in-progress gauge says so)."""
+    text = httpx.get(f"{url}/metrics", timeout=HTTP_TIMEOUT_S).text
+    assert f'layersched_extender_requests_in_progress{{state="working"}} {working}.0' in text
+    assert f'layersched_extender_requests_in_progress{{state="shedding"}} {shedding}.0' in text
+
+
 def test_flood_past_twice_the_limit_is_a_fast_503(files: dict[str, Path], tmp_path: Path) -> None:
     # --max-concurrent-requests 1: one request being read holds the slot, a second being
     # read is answered neutrally once complete; a third finds both busy and gets 503 with
@@ -319,9 +334,9 @@ def test_flood_past_twice_the_limit_is_a_fast_503(files: dict[str, Path], tmp_pa
     with running_extender(tmp_path / "extender.log", *extra) as (url, _):
         port = int(url.rsplit(":", 1)[1])
         with _start_request(port, body, hold_back_bytes=1) as first:
-            time.sleep(0.2)
+            _assert_in_progress(url, working=1, shedding=0)
             with _start_request(port, body, hold_back_bytes=1) as second:
-                time.sleep(0.2)
+                _assert_in_progress(url, working=1, shedding=1)
                 flood = httpx.post(f"{url}/prioritize", content=body, timeout=HTTP_TIMEOUT_S)
                 assert flood.status_code == 503
                 assert flood.headers["Retry-After"] == "1"

@@ -110,6 +110,13 @@ class ExtenderMetrics:
             registry=self.registry,
         )
         self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.in_progress = Gauge(
+            "layersched_extender_requests_in_progress",
+            "Verb requests being answered now: 'working' (under --max-concurrent-requests) "
+            "or 'shedding' (answered neutrally because the limit was reached).",
+            ["state"],
+            registry=self.registry,
+        )
         self.latency_s = Histogram(
             "layersched_extender_request_duration_seconds",
             "Time to answer an extender request, by verb.",

@@ -253,7 +253,11 @@ def create_app(
     413; past ``max_concurrent_requests`` requests are answered without work)."""
     app = web.Application(client_max_size=max_request_bytes)
     app[EXTENDER_KEY] = extender
-    app[GATE_KEY] = _Gate(max_concurrent_requests)
+    gate = _Gate(max_concurrent_requests)
+    app[GATE_KEY] = gate
+    in_progress = extender.metrics.in_progress
+    in_progress.labels("working").set_function(lambda: gate.busy)
+    in_progress.labels("shedding").set_function(lambda: gate.shedding)
     app.router.add_post("/prioritize", _verb("prioritize", _prioritize, _shed_prioritize))
     app.router.add_post("/filter", _verb("filter", _filter, _shed_filter))
     app.router.add_get("/healthz", _healthz)

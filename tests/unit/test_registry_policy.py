@@ -317,3 +317,19 @@ def test_blob_uploads_are_not_bound_by_the_deadline() -> None:
     with client_for(handler) as client:
         assert client.push_blob(ImageReference.parse(f"{HOST}/app:1"), b"blob")
     assert under_deadline == {"HEAD": True, "POST": False, "PUT": False}
+
+
+def test_a_head_answer_declaring_a_large_blob_is_not_a_large_body() -> None:
+    # Pushing checks each blob with HEAD; a registry that has a 24 MiB layer answers
+    # 200 with Content-Length 25,173,895 and no body. That is the blob's size, not an
+    # answer to cap (4 MiB): the check must say "present", not "too large".
+    digest = "sha256:" + "4" * 64
+    size_bytes = 25_173_895
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.method == "HEAD"
+        assert request.url.path == f"/v2/app/blobs/{digest}"
+        return httpx.Response(200, headers={"Content-Length": str(size_bytes)})
+
+    with client_for(handler, retries=0) as client:
+        assert client.blob_exists(ImageReference.parse(f"{HOST}/app:1"), digest)

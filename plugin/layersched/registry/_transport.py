@@ -201,7 +201,10 @@ class CappedTransport(httpx.BaseTransport):
         response = self.inner.handle_request(request)
         failed = response.status_code >= _FIRST_ERROR_STATUS
         declared = response.headers.get("Content-Length", "")
-        if not failed and declared.isdigit() and int(declared) > cap_bytes:
+        # A HEAD answer has no body: its Content-Length is the size of what a GET would
+        # send (a blob's, when a push checks whether the registry has it), not a body.
+        bodiless = request.method == "HEAD"
+        if not failed and not bodiless and declared.isdigit() and int(declared) > cap_bytes:
             response.close()
             raise BodyTooLargeError(request.url, cap_bytes, int(declared))
         headers = httpx.Headers(response.headers)

@@ -1,7 +1,7 @@
 """The local testbed's inventory file (``STATE_DIR/inventory.json``), typed.
 
 The playbook ``playbooks/testbed-local.yml`` writes it; everything that drives the
-testbed (harness, CLI, tests) reads it here instead of guessing paths.
+testbed (the cluster driver, CLI, tests) reads it here instead of guessing paths.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.server
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from layersched.testbed.ociimage import (
     write_oci_layout,
 )
 from tests.fixtures.registry import AccessLogEntry, RegistryProcess
+from tests.fixtures.serving import serving
 
 pytestmark = pytest.mark.integration
 
@@ -224,15 +224,8 @@ def redirector(auth_registry: RegistryProcess) -> Iterator[_Redirector]:
     with pusher(auth_registry) as c:
         push_image(c, f"{auth_registry.host}/app:1", AMD)
         push_image(c, f"{auth_registry.host}/multi:1", INDEX)
-    server = _Redirector(auth_registry.url)
-    thread = threading.Thread(target=server.serve_forever, name="redirector", daemon=True)
-    thread.start()
-    try:
+    with serving(_Redirector(auth_registry.url), "redirector") as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def test_redirect_to_another_host_authenticates_per_host(

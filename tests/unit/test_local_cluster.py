@@ -7,7 +7,6 @@ lines the real kube-scheduler and the extender write.
 from __future__ import annotations
 
 import http.server
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from layersched.testbed.local._cluster import (
     file_end,
     lines_since,
 )
+from tests.fixtures.serving import serving
 
 POD = "layersched-scenario/p1-again"
 #: kube-scheduler 1.20's -v=10 line (klog header, then a Go %v of []NodeScore).
@@ -133,12 +133,8 @@ class _Metrics(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def metrics_server() -> Iterator[tuple[http.server.HTTPServer, str]]:
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Metrics)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(http.server.HTTPServer(("127.0.0.1", 0), _Metrics), "metrics") as server:
+        yield server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def test_extender_requests_counts_successful_prioritize_only(

@@ -1,0 +1,147 @@
+"""``layersched relay``: a CRI proxy between the kubelet and its runtime (docs/relay.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from layersched.cli._io import read_document
+from layersched.core.errors import InputError
+from layersched.core.layers import StaticLayerSource
+from layersched.cri import DEFAULT_ENDPOINT
+from layersched.relay import (
+    DEFAULT_DUMP_BACKUPS,
+    DEFAULT_DUMP_MAX_BYTES,
+    DEFAULT_DUMP_MESSAGE_MAX_BYTES,
+    Annotator,
+    Dumper,
+    DumpFile,
+    ImageLayers,
+    LayersByName,
+    Relay,
+    RelayMetrics,
+    RelayOptions,
+    parse_selectors,
+    serve,
+)
+
+#: Where the relay listens unless told otherwise (next to containerd's socket).
+DEFAULT_LISTEN = "/run/layersched/relay.sock"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``relay`` subcommand."""
+    p = sub.add_parser(
+        "relay",
+        help="CRI proxy between kubelet and its runtime: dump, pull telemetry, layer annotations",
+        description=(
+            "Listen on a unix socket (--listen) and forward every CRI call (runtime.v1alpha2 "
+            "and runtime.v1, and any method it does not know) to the runtime (--runtime). "
+            "Point the kubelet's --container-runtime-endpoint and --image-service-endpoint "
+            "at --listen. See docs/relay.md."
+        ),
+    )
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="SOCKET", help="relay socket path")
+    p.add_argument(
+        "--runtime", default=DEFAULT_ENDPOINT, metavar="ENDPOINT", help="the runtime's CRI socket"
+    )
+    p.add_argument("--node-name", default="", metavar="NAME", help="node name for pull log lines")
+    p.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve /metrics and /healthz here (default: no HTTP server)",
+    )
+    dump = p.add_argument_group("dump")
+    dump.add_argument(
+        "--dump",
+        default="",
+        metavar="SELECTORS",
+        help="which calls to dump: comma-separated LEVEL:REGEX or 'reset', LEVEL off|name|full, "
+        "last match wins (example: 'reset,name:.*,full:PullImage')",
+    )
+    dump.add_argument("--dump-file", metavar="FILE", help="JSON-lines dump file (needs --dump)")
+    dump.add_argument(
+        "--dump-max-bytes",
+        type=int,
+        default=DEFAULT_DUMP_MAX_BYTES,
+        metavar="N",
+        help="rotate the dump file at this size (default %(default)s)",
+    )
+    dump.add_argument(
+        "--dump-backups",
+        type=int,
+        default=DEFAULT_DUMP_BACKUPS,
+        metavar="N",
+        help="rotated dump files kept (default %(default)s)",
+    )
+    dump.add_argument(
+        "--dump-message-max-bytes",
+        type=int,
+        default=DEFAULT_DUMP_MESSAGE_MAX_BYTES,
+        metavar="N",
+        help="truncate a decoded message longer than this (default %(default)s)",
+    )
+    p.add_argument(
+        "--log-pulls",
+        action="store_true",
+        help="log one line per PullImage: image, node, result, duration, size",
+    )
+    inject = p.add_argument_group("annotation injection (off unless a layer source is given)")
+    inject.add_argument(
+        "--inject-layers-from",
+        metavar="FILE",
+        help="add imageLayer.<digest> annotations from this layers JSON (image -> "
+        '[{"digest", "size"}], as `layersched score --layers`)',
+    )
+    p.set_defaults(handler=run)
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InputError(f"--metrics-address {text!r}: expected HOST:PORT (example 127.0.0.1:9465)")
+    return host, int(port)
+
+
+def _layers(args: argparse.Namespace) -> ImageLayers | None:
+    if args.inject_layers_from:
+        path = args.inject_layers_from
+        return LayersByName(StaticLayerSource.from_json(read_document(path), path))
+    return None
+
+
+def build_relay(args: argparse.Namespace) -> Relay:
+    """The relay the arguments describe (not started)."""
+    metrics = RelayMetrics()
+    dumper = None
+    if args.dump:
+        selector = parse_selectors(args.dump)
+        if not args.dump_file:
+            raise InputError("--dump needs --dump-file FILE (where the JSON lines go)")
+        dumper = Dumper(
+            selector,
+            DumpFile(Path(args.dump_file), args.dump_max_bytes, args.dump_backups),
+            args.dump_message_max_bytes,
+        )
+    elif args.dump_file:
+        raise InputError("--dump-file without --dump: add e.g. --dump 'name:.*'")
+    source = _layers(args)
+    annotator = Annotator(source, metrics) if source is not None else None
+    options = RelayOptions(
+        dumper=dumper, annotator=annotator, log_pulls=args.log_pulls, node_name=args.node_name
+    )
+    return Relay(Path(args.listen), args.runtime, options, metrics)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT."""
+    metrics_address = _address(args.metrics_address) if args.metrics_address else None
+    relay = build_relay(args)
+
+    def ready(endpoint: str) -> None:
+        print(f"layersched relay: {endpoint} -> {relay.runtime}", file=sys.stderr, flush=True)
+
+    asyncio.run(serve(relay, metrics_address, ready))
+    return 0

@@ -1,0 +1,54 @@
+"""CRI relay: a gRPC proxy between the kubelet and its container runtime.
+
+``layersched relay`` listens on a unix socket and forwards every
+RuntimeService/ImageService call, of CRI ``runtime.v1alpha2`` or ``runtime.v1``
+or any method it does not know, to the runtime's socket as raw bytes, with the
+caller's deadline and cancellation, and the runtime's own status codes back.
+On the way it can
+
+* dump the calls it is told to (selectors like seed 002's ``reset,full:.*``)
+  to a rotated JSON-lines file,
+* time every ``PullImage`` (Prometheus histogram and counter, optional log line),
+* add the Ryax-patched CRI-O's ``imageLayer.<digest>`` annotations to
+  ``ListImages``/``ImageStatus`` answers from a layer source (off by default).
+
+See ``docs/relay.md``.
+"""
+
+from layersched.relay._annotate import Annotator, ImageLayers, LayersByName, layer_annotations
+from layersched.relay._dump import (
+    DEFAULT_DUMP_BACKUPS,
+    DEFAULT_DUMP_MAX_BYTES,
+    DEFAULT_DUMP_MESSAGE_MAX_BYTES,
+    Dumper,
+    DumpFile,
+    DumpLevel,
+    DumpSelector,
+    parse_selectors,
+)
+from layersched.relay._methods import CRI_PACKAGES, KNOWN_METHODS, Method, parse_method
+from layersched.relay._metrics import RelayMetrics
+from layersched.relay._server import Relay, RelayOptions, serve
+
+__all__ = [
+    "CRI_PACKAGES",
+    "DEFAULT_DUMP_BACKUPS",
+    "DEFAULT_DUMP_MAX_BYTES",
+    "DEFAULT_DUMP_MESSAGE_MAX_BYTES",
+    "KNOWN_METHODS",
+    "Annotator",
+    "DumpFile",
+    "DumpLevel",
+    "DumpSelector",
+    "Dumper",
+    "ImageLayers",
+    "LayersByName",
+    "Method",
+    "Relay",
+    "RelayMetrics",
+    "RelayOptions",
+    "layer_annotations",
+    "parse_method",
+    "parse_selectors",
+    "serve",
+]

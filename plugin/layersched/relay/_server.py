@@ -1,0 +1,498 @@
+"""The relay: a gRPC server on a unix socket that forwards every call to the runtime.
+
+Calls are handled by one generic handler, as raw bytes: nothing is parsed
+unless a feature needs it (the dump, pull telemetry, annotation injection), so
+methods and CRI versions the relay has never heard of pass through unchanged.
+A known CRI method is forwarded with its own shape (unary, or one request and a
+stream of answers); an unknown one as a stream of messages each way, which
+carries any shape.
+
+* **Deadlines** propagate: the upstream call gets the time the client has left.
+* **Cancellation** propagates: a cancelled client call cancels the upstream one.
+* **Errors** come back with the runtime's own status code, details and
+  trailing metadata; a runtime that is down is ``UNAVAILABLE``, as the client
+  would see without the relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import grpc.aio
+from aiohttp import web
+from google.protobuf.message import DecodeError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from layersched.core.errors import InputError
+from layersched.cri._client import MAX_RECEIVE_MESSAGE_BYTES, normalize_endpoint
+from layersched.cri._gen import api_pb2
+from layersched.relay._annotate import Annotator
+from layersched.relay._decode import decode
+from layersched.relay._dump import Dumper, DumpLevel
+from layersched.relay._methods import Cardinality, Method, parse_method
+from layersched.relay._metrics import RelayMetrics
+
+_log = logging.getLogger(__name__)
+_pull_log = logging.getLogger("layersched.relay.pulls")
+
+#: Largest message either way: kubelet allows 16 MiB (ListImages, ListContainers
+#: on a busy node), so the relay must too.
+MAX_MESSAGE_BYTES = MAX_RECEIVE_MESSAGE_BYTES
+#: After the runtime restarts, reconnect within about a second instead of
+#: gRPC's default back-off (up to 2 minutes), during which every call fails.
+_RECONNECT_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+_MESSAGE_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+)
+#: Request metadata not forwarded: gRPC sets these itself on the upstream call.
+_HOP_METADATA = ("user-agent", "te", "content-type")
+#: Deadline for the ImageStatus call that finds a pulled image's size for the pull log.
+PULL_LOG_STATUS_TIMEOUT_S = 10.0
+#: How long an unknown method's handler waits for a second request message before
+#: treating the call as client-streaming (a unary client's half-close comes with
+#: its one message, so this is only ever waited out by a real stream).
+STREAM_PROBE_S = 0.05
+#: End of a request stream.
+_END = object()
+#: How long :meth:`Relay.stop` lets calls in flight finish.
+DEFAULT_STOP_GRACE_S = 5.0
+
+
+def _forwarded(metadata: Any) -> tuple[tuple[str, Any], ...]:
+    if not metadata:
+        return ()
+    return tuple(
+        (key, value)
+        for key, value in metadata
+        if not key.startswith((":", "grpc-")) and key not in _HOP_METADATA
+    )
+
+
+def _trailing(err: grpc.aio.AioRpcError) -> Any:
+    """The runtime's trailing metadata, to send back with its status."""
+    return tuple(err.trailing_metadata() or ())
+
+
+@dataclass(frozen=True, slots=True)
+class RelayOptions:
+    """What the relay does besides forwarding (all off by default)."""
+
+    #: Writes the selected calls; None = no dump.
+    dumper: Dumper | None = None
+    #: Adds ``imageLayer.*`` annotations; None = answers pass unchanged.
+    annotator: Annotator | None = None
+    #: Log one line per PullImage (image, node, result, duration, size).
+    log_pulls: bool = False
+    #: The node's name, for the pull log line.
+    node_name: str = ""
+
+
+class Relay:
+    """One relay: listens on ``listen``, forwards to ``runtime``."""
+
+    def __init__(
+        self,
+        listen: Path,
+        runtime: str,
+        options: RelayOptions | None = None,
+        metrics: RelayMetrics | None = None,
+    ) -> None:
+        self.listen = listen
+        self.runtime = normalize_endpoint(runtime)
+        self.options = options or RelayOptions()
+        self.metrics = metrics or RelayMetrics()
+        self._ids = itertools.count(1)
+        self._channel: grpc.aio.Channel | None = None
+        self._server: grpc.aio.Server | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    @property
+    def endpoint(self) -> str:
+        """The relay's own gRPC target, ``unix:///…``."""
+        return f"unix://{self.listen}"
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Open the upstream channel and start serving on the socket."""
+        self._channel = grpc.aio.insecure_channel(
+            self.runtime, options=[*_MESSAGE_OPTIONS, *_RECONNECT_OPTIONS]
+        )
+        if self.listen.is_socket():
+            self.listen.unlink()  # a previous relay's socket; a live one would hold a lock
+        elif self.listen.exists():
+            raise InputError(
+                f"relay socket {self.listen} exists and is not a socket: choose another --listen"
+            )
+        self.listen.parent.mkdir(parents=True, exist_ok=True)
+        server = grpc.aio.server(options=list(_MESSAGE_OPTIONS))
+        server.add_generic_rpc_handlers((_Handler(self),))
+        try:
+            server.add_insecure_port(f"unix:{self.listen}")
+        except RuntimeError as err:
+            raise InputError(f"listening on {self.listen}: {err}: check --listen") from err
+        await server.start()
+        self._server = server
+        _log.info("relaying %s -> %s", self.endpoint, self.runtime)
+
+    async def stop(self, grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
+        """Stop serving (calls in flight get ``grace_s``), close the channel."""
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None
+        for task in list(self._background):
+            task.cancel()
+        if self._channel is not None:
+            await self._channel.close(None)
+            self._channel = None
+        if self.options.dumper is not None:
+            self.options.dumper.file.close()
+        self.listen.unlink(missing_ok=True)
+
+    async def wait(self) -> None:
+        """Serve until the server stops."""
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            raise RuntimeError("relay not started")
+        return self._channel
+
+    # -------------------------------------------------------------- calls
+    async def unary(
+        self, method: Method, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> bytes:
+        """Forward one unary call."""
+        call_id = next(self._ids)
+        started = time.perf_counter()
+        level = self._dump_request(call_id, method, request)
+        code = grpc.StatusCode.OK
+        details = ""
+        response = b""
+        upstream_s = 0.0
+        self.metrics.in_flight.inc()
+        try:
+            rpc = self.channel.unary_unary(
+                method.path, request_serializer=None, response_deserializer=None
+            )
+            upstream_started = time.perf_counter()
+            try:
+                response = await rpc(
+                    request,
+                    timeout=context.time_remaining(),
+                    metadata=_forwarded(context.invocation_metadata()),
+                )
+            finally:
+                upstream_s = time.perf_counter() - upstream_started
+            response = await self._rewrite(method, response)
+            return response
+        except grpc.aio.AioRpcError as err:
+            code, details = err.code(), err.details() or ""
+            await context.abort(code, details, _trailing(err))
+            raise  # abort raises; this keeps type checkers and readers sure
+        except asyncio.CancelledError:
+            code, details = grpc.StatusCode.CANCELLED, "cancelled by the client"
+            raise
+        finally:
+            self.metrics.in_flight.dec()
+            total_s = time.perf_counter() - started
+            self.metrics.overhead_s.observe(max(total_s - upstream_s, 0.0))
+            self._finished(call_id, level, method, code, details, total_s, response)
+            if method.is_image_call("PullImage"):
+                self._pulled(method, request, response, code, total_s)
+
+    async def server_stream(
+        self, method: Method, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        """Forward one call with a stream of answers (``GetContainerEvents``)."""
+        call = self.channel.unary_stream(
+            method.path, request_serializer=None, response_deserializer=None
+        )(
+            request,
+            timeout=context.time_remaining(),
+            metadata=_forwarded(context.invocation_metadata()),
+        )
+        async for message in self._streamed(method, call, context, request):
+            yield message
+
+    async def stream(
+        self,
+        method: Method,
+        requests: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[bytes]:
+        """Forward a call of unknown shape.
+
+        A client that sends one request and half-closes (every CRI call does)
+        is forwarded as one request with a stream of answers: gRPC sends that
+        request and the half-close in one batch, so a runtime that refuses the
+        method at once (``UNIMPLEMENTED``) has its own status come back, not a
+        failed write. A client that keeps sending is forwarded message by
+        message both ways.
+        """
+        first = await anext(requests, _END)
+        following: asyncio.Task[bytes | object] = asyncio.ensure_future(anext(requests, _END))
+        done, _ = await asyncio.wait({following}, timeout=STREAM_PROBE_S)
+        timeout_s = context.time_remaining()
+        metadata = _forwarded(context.invocation_metadata())
+        call: Any
+        if first is not _END and following in done and following.result() is _END:
+            call = self.channel.unary_stream(
+                method.path, request_serializer=None, response_deserializer=None
+            )(first, timeout=timeout_s, metadata=metadata)
+            request: bytes | None = first if isinstance(first, bytes) else None
+        else:
+
+            async def chained() -> AsyncIterator[bytes]:
+                for message in (first, await following):
+                    if not isinstance(message, bytes):
+                        return
+                    yield message
+                async for message in requests:
+                    yield message
+
+            call = self.channel.stream_stream(
+                method.path, request_serializer=None, response_deserializer=None
+            )(chained(), timeout=timeout_s, metadata=metadata)
+            request = None
+        async for message in self._streamed(method, call, context, request):
+            yield message
+
+    async def _streamed(
+        self,
+        method: Method,
+        call: Any,
+        context: grpc.aio.ServicerContext[Any, Any],
+        request: bytes | None,
+    ) -> AsyncIterator[bytes]:
+        call_id = next(self._ids)
+        started = time.perf_counter()
+        level = self._dump_request(call_id, method, request)
+        code, details = grpc.StatusCode.OK, ""
+        self.metrics.in_flight.inc()
+        try:
+            async for message in call:
+                yield message
+        except grpc.aio.AioRpcError as err:
+            code, details = err.code(), err.details() or ""
+            await context.abort(code, details, _trailing(err))
+        except asyncio.CancelledError:
+            code, details = grpc.StatusCode.CANCELLED, "cancelled by the client"
+            call.cancel()
+            raise
+        finally:
+            self.metrics.in_flight.dec()
+            total_s = time.perf_counter() - started
+            self._finished(call_id, level, method, code, details, total_s, None)
+
+    # ------------------------------------------------------------ features
+    def _dump_request(self, call_id: int, method: Method, request: bytes | None) -> DumpLevel:
+        dumper = self.options.dumper
+        if dumper is None:
+            return DumpLevel.OFF
+        level = dumper.selector.level(method)
+        if level >= DumpLevel.FULL:
+            message = decode(method, "Request", request) if request is not None else "(stream)"
+            dumper.request(call_id, method, message)
+        return level
+
+    def _finished(
+        self,
+        call_id: int,
+        level: DumpLevel,
+        method: Method,
+        code: grpc.StatusCode,
+        details: str,
+        total_s: float,
+        response: bytes | None,
+    ) -> None:
+        self.metrics.calls.labels(method.version, method.label, code.name).inc()
+        self.metrics.call_duration_s.labels(method.label).observe(total_s)
+        dumper = self.options.dumper
+        if dumper is None or level == DumpLevel.OFF:
+            return
+        decoded = None
+        if level >= DumpLevel.FULL and code == grpc.StatusCode.OK:
+            decoded = decode(method, "Response", response) if response is not None else "(stream)"
+        dumper.finished(call_id, level, method, code.name, total_s, decoded, details)
+
+    async def _rewrite(self, method: Method, response: bytes) -> bytes:
+        annotator = self.options.annotator
+        if annotator is None:
+            return response
+        rewrite: Callable[[bytes], Awaitable[bytes]] | None = None
+        if method.is_image_call("ListImages"):
+            rewrite = annotator.list_images
+        elif method.is_image_call("ImageStatus"):
+            rewrite = annotator.image_status
+        if rewrite is None:
+            return response
+        try:
+            return await rewrite(response)
+        except DecodeError as err:
+            _log.warning("%s: answer does not parse (%s): passed on unchanged", method.path, err)
+            return response
+
+    def _pulled(
+        self,
+        method: Method,
+        request: bytes,
+        response: bytes,
+        code: grpc.StatusCode,
+        duration_s: float,
+    ) -> None:
+        result = "ok" if code == grpc.StatusCode.OK else "error"
+        self.metrics.pull_duration_s.labels(result).observe(duration_s)
+        self.metrics.pulls.labels(code.name.lower()).inc()
+        if not self.options.log_pulls:
+            return
+        try:
+            image = api_pb2.PullImageRequest.FromString(request).image.image
+            image_ref = api_pb2.PullImageResponse.FromString(response).image_ref if response else ""
+        except DecodeError:
+            image, image_ref = "?", ""
+        task = asyncio.get_running_loop().create_task(
+            self._log_pull(method, image, image_ref, code, duration_s)
+        )
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _log_pull(
+        self, method: Method, image: str, image_ref: str, code: grpc.StatusCode, duration_s: float
+    ) -> None:
+        size = "-"
+        if image_ref and self._channel is not None:
+            status_rpc = self._channel.unary_unary(
+                f"/{method.package}.{method.service}/ImageStatus",
+                request_serializer=api_pb2.ImageStatusRequest.SerializeToString,
+                response_deserializer=api_pb2.ImageStatusResponse.FromString,
+            )
+            try:
+                status = await status_rpc(
+                    api_pb2.ImageStatusRequest(image=api_pb2.ImageSpec(image=image_ref)),
+                    timeout=PULL_LOG_STATUS_TIMEOUT_S,
+                )
+                if status.HasField("image"):
+                    size = str(status.image.size)
+            except grpc.aio.AioRpcError:
+                size = "?"
+        _pull_log.info(
+            "pull image=%s node=%s result=%s duration_s=%.3f size_bytes=%s image_ref=%s",
+            image,
+            self.options.node_name or "-",
+            code.name.lower(),
+            duration_s,
+            size,
+            image_ref or "-",
+        )
+
+
+if TYPE_CHECKING:
+    _HandlerBase = grpc.GenericRpcHandler[Any, Any]
+else:  # grpc's runtime class is not generic; only its stubs are
+    _HandlerBase = grpc.GenericRpcHandler
+
+
+class _Handler(_HandlerBase):
+    """Maps every method path to a forwarding handler of the right shape."""
+
+    def __init__(self, relay: Relay) -> None:
+        self._relay = relay
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        method = parse_method(handler_call_details.method)
+        relay = self._relay
+        shape = method.cardinality
+        if shape is Cardinality.UNARY:
+
+            async def unary(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+                return await relay.unary(method, request, context)
+
+            return grpc.unary_unary_rpc_method_handler(unary)
+        if shape is Cardinality.SERVER_STREAM:
+
+            async def server_stream(
+                request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[bytes]:
+                async for message in relay.server_stream(method, request, context):
+                    yield message
+
+            return grpc.unary_stream_rpc_method_handler(server_stream)
+
+        async def stream(
+            requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[bytes]:
+            async for message in relay.stream(method, requests, context):
+                yield message
+
+        return grpc.stream_stream_rpc_method_handler(stream)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    registry = request.app[METRICS_KEY].registry
+    return web.Response(
+        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+METRICS_KEY: web.AppKey[RelayMetrics] = web.AppKey("metrics", RelayMetrics)
+
+
+async def serve(
+    relay: Relay,
+    metrics_address: tuple[str, int] | None = None,
+    on_ready: Callable[[str], None] | None = None,
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+) -> None:
+    """Run ``relay`` (and ``/metrics`` + ``/healthz`` on ``metrics_address``) until
+    SIGTERM/SIGINT; calls in flight get ``stop_grace_s`` to finish."""
+    runner: web.AppRunner | None = None
+    await relay.start()
+    try:
+        if metrics_address is not None:
+            app = web.Application()
+            app[METRICS_KEY] = relay.metrics
+            app.router.add_get("/metrics", _metrics)
+            app.router.add_get("/healthz", _healthz)
+            runner = web.AppRunner(app, handle_signals=False, access_log=None)
+            await runner.setup()
+            host, port = metrics_address
+            try:
+                await web.TCPSite(runner, host, port).start()
+            except OSError as err:
+                raise InputError(
+                    f"cannot serve metrics on {host}:{port} ({err.strerror}): is the port "
+                    "in use? choose another with --metrics-address"
+                ) from None
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        if on_ready is not None:
+            on_ready(relay.endpoint)
+        await stop.wait()
+    finally:
+        await relay.stop(stop_grace_s)
+        if runner is not None:
+            await runner.cleanup()

@@ -185,6 +185,7 @@ class Relay:
         details = ""
         response = b""
         upstream_s = 0.0
+        failure: grpc.aio.AioRpcError | None = None
         self.metrics.in_flight.inc()
         try:
             rpc = self.channel.unary_unary(
@@ -200,11 +201,9 @@ class Relay:
             finally:
                 upstream_s = time.perf_counter() - upstream_started
             response = await self._rewrite(method, response)
-            return response
         except grpc.aio.AioRpcError as err:
+            failure = err
             code, details = err.code(), err.details() or ""
-            await context.abort(code, details, _trailing(err))
-            raise  # abort raises; this keeps type checkers and readers sure
         except asyncio.CancelledError:
             code, details = grpc.StatusCode.CANCELLED, "cancelled by the client"
             raise
@@ -215,6 +214,10 @@ class Relay:
             self._finished(call_id, level, method, code, details, total_s, response)
             if method.is_image_call("PullImage"):
                 self._pulled(method, request, response, code, total_s)
+        # recorded above before the caller learns the outcome, so metrics never lag it
+        if failure is not None:
+            await context.abort(code, details, _trailing(failure))
+        return response
 
     async def server_stream(
         self, method: Method, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
@@ -284,13 +287,14 @@ class Relay:
         started = time.perf_counter()
         level = self._dump_request(call_id, method, request)
         code, details = grpc.StatusCode.OK, ""
+        failure: grpc.aio.AioRpcError | None = None
         self.metrics.in_flight.inc()
         try:
             async for message in call:
                 yield message
         except grpc.aio.AioRpcError as err:
+            failure = err
             code, details = err.code(), err.details() or ""
-            await context.abort(code, details, _trailing(err))
         except asyncio.CancelledError:
             code, details = grpc.StatusCode.CANCELLED, "cancelled by the client"
             call.cancel()
@@ -299,6 +303,8 @@ class Relay:
             self.metrics.in_flight.dec()
             total_s = time.perf_counter() - started
             self._finished(call_id, level, method, code, details, total_s, None)
+        if failure is not None:
+            await context.abort(code, details, _trailing(failure))
 
     # ------------------------------------------------------------ features
     def _dump_request(self, call_id: int, method: Method, request: bytes | None) -> DumpLevel:

@@ -22,6 +22,7 @@ COMMANDS: tuple[str, ...] = (
     "extender",
     "agent",
     "relay",
+    "inventory",
     "testbed",
     "scenario",
     "simulate",

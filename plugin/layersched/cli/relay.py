@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from layersched.cli._io import read_document
+from layersched.containerd import CRI_NAMESPACE, ContainerdClient, ContentStoreReader
 from layersched.core.errors import InputError
 from layersched.core.layers import StaticLayerSource
 from layersched.cri import DEFAULT_ENDPOINT
@@ -16,6 +17,7 @@ from layersched.relay import (
     DEFAULT_DUMP_MAX_BYTES,
     DEFAULT_DUMP_MESSAGE_MAX_BYTES,
     Annotator,
+    ContentStoreLayers,
     Dumper,
     DumpFile,
     ImageLayers,
@@ -95,6 +97,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="add imageLayer.<digest> annotations from this layers JSON (image -> "
         '[{"digest", "size"}], as `layersched score --layers`)',
     )
+    inject.add_argument(
+        "--inject-layers-from-containerd",
+        metavar="ADDRESS",
+        help="add imageLayer.<digest> annotations from containerd's content store at this "
+        "socket (e.g. /run/containerd/containerd.sock; the node's own manifests)",
+    )
+    inject.add_argument(
+        "--containerd-namespace",
+        default=CRI_NAMESPACE,
+        help="containerd namespace of the CRI's images (default: %(default)s)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -106,6 +119,13 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def _layers(args: argparse.Namespace) -> ImageLayers | None:
+    if args.inject_layers_from and args.inject_layers_from_containerd:
+        raise InputError(
+            "--inject-layers-from and --inject-layers-from-containerd: choose one layer source"
+        )
+    if args.inject_layers_from_containerd:
+        client = ContainerdClient(args.inject_layers_from_containerd, args.containerd_namespace)
+        return ContentStoreLayers(ContentStoreReader(client))
     if args.inject_layers_from:
         path = args.inject_layers_from
         return LayersByName(StaticLayerSource.from_json(read_document(path), path))

@@ -15,7 +15,13 @@ On the way it can
 See ``docs/relay.md``.
 """
 
-from layersched.relay._annotate import Annotator, ImageLayers, LayersByName, layer_annotations
+from layersched.relay._annotate import (
+    Annotator,
+    ContentStoreLayers,
+    ImageLayers,
+    LayersByName,
+    layer_annotations,
+)
 from layersched.relay._dump import (
     DEFAULT_DUMP_BACKUPS,
     DEFAULT_DUMP_MAX_BYTES,
@@ -37,6 +43,7 @@ __all__ = [
     "DEFAULT_DUMP_MESSAGE_MAX_BYTES",
     "KNOWN_METHODS",
     "Annotator",
+    "ContentStoreLayers",
     "DumpFile",
     "DumpLevel",
     "DumpSelector",

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol
 
+from layersched.containerd import ContentStoreReader
 from layersched.core.errors import LayerResolutionError, LayerschedError
 from layersched.core.inventory import LAYER_ANNOTATION_PREFIX
 from layersched.core.layers import Layer, LayerSource
@@ -130,3 +131,32 @@ class LayersByName:
             except LayerResolutionError:
                 continue
         return None
+
+
+class ContentStoreLayers:
+    """:class:`ImageLayers` from containerd's content store (the node's own manifests).
+
+    The CRI plugin names its image records by the same tags and digest references
+    the CRI answer lists, so an image is found by any of its names. The name index
+    is rebuilt from the store only when a name is not in it (a new pull).
+    """
+
+    def __init__(self, reader: ContentStoreReader) -> None:
+        self.reader = reader
+        self._by_name: dict[str, tuple[Layer, ...]] = {}
+
+    def _find(self, names: Sequence[str]) -> tuple[Layer, ...] | None:
+        for name in names:
+            found = self._by_name.get(name)
+            if found is not None:
+                return found
+        return None
+
+    def image_layers(self, image_id: str, names: Sequence[str]) -> Sequence[Layer] | None:
+        found = self._find(names)
+        if found is None:
+            self._by_name = {
+                name: held.layers for held in self.reader.images() for name in held.names
+            }
+            found = self._find(names)
+        return found

@@ -10,6 +10,7 @@ codes back, unknown methods through, UNAVAILABLE while the runtime is down.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import pytest
 import tenacity
 
 from layersched.agent import build_node
+from layersched.cli.main import build_parser
 from layersched.core.errors import CRIError, InputError
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.cri import CRIClient
@@ -531,3 +533,21 @@ def test_agent_reads_the_annotations_back(annotating: Harness) -> None:
 def test_injection_is_off_by_default(harness: Harness) -> None:
     with CRIClient(harness.relay.endpoint) as client:
         assert all(not image.annotations for image in client.list_images())
+
+
+# ------------------------------------------------------------------------ docs
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "relay.md"
+
+
+def test_docs_name_only_real_flags_and_metrics() -> None:
+    text = DOCS.read_text()
+    relay_parser = build_parser()._subparsers._group_actions[0].choices["relay"]  # type: ignore[union-attr]
+    flags = {flag for action in relay_parser._actions for flag in action.option_strings}
+    documented = set(re.findall(r"`(--[a-z-]+)", text))
+    # kubelet's own flags are named in the docs too
+    kubelet = {"--container-runtime-endpoint", "--image-service-endpoint"}
+    assert documented - kubelet <= flags, documented - kubelet - flags
+    metrics = RelayMetrics()
+    names = {metric.name for metric in metrics.registry.collect()}
+    for name in re.findall(r"`(layersched_relay_[a-z_]+)`", text):
+        assert name.removesuffix("_total") in names, name

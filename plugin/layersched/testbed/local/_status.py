@@ -247,6 +247,33 @@ def _control_plane_status(cluster: ClusterInfo) -> list[VersionedStatus]:
     return found
 
 
+#: The CRI relay's socket and pidfile in a node's directory (the testbed_relay role).
+RELAY_SOCKET = "relay.sock"
+RELAY_PIDFILE = "relay.pid"
+_ENDPOINT_FLAG = "--container-runtime-endpoint="
+
+
+def kubelet_cri_path(node: NodeInfo, kubelet_pid: int | None) -> tuple[str, bool]:
+    """How a node's kubelet reaches its runtime, from the kubelet's command line:
+    ``"CRI via relay (pid N)"`` or ``"CRI direct"``; False when the relay it uses is down."""
+    if kubelet_pid is None:
+        return "CRI unknown (kubelet not running)", True
+    try:
+        argv = Path(f"/proc/{kubelet_pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return "CRI unknown", True
+    endpoint = next(
+        (a.removeprefix(_ENDPOINT_FLAG) for a in argv if a.startswith(_ENDPOINT_FLAG)), ""
+    )
+    node_dir = Path(node.kubelet_pidfile).parent
+    if endpoint.removeprefix("unix://") != str(node_dir / RELAY_SOCKET):
+        return "CRI direct", True
+    relay_pid = pid_alive(node_dir / RELAY_PIDFILE)
+    if relay_pid is None:
+        return "CRI via relay (relay DOWN)", False
+    return f"CRI via relay (pid {relay_pid})", True
+
+
 def _kubelet_status(inventory: TestbedInventory) -> list[VersionedStatus]:
     cluster = inventory.cluster
     nodes: dict[str, dict[str, object]] = {}
@@ -272,6 +299,9 @@ def _kubelet_status(inventory: TestbedInventory) -> list[VersionedStatus]:
         ]
         ok = bool(ready) and ready[0].get("status") == "True"
         detail = error or (f"Ready={ready[0].get('status')}" if ready else "not registered")
+        cri, relay_ok = kubelet_cri_path(node, pid)
+        ok = ok and relay_ok
+        detail = f"{detail}; {cri}"
         info = status.get("nodeInfo") or {}
         version = str(info.get("kubeletVersion", "?")) if isinstance(info, dict) else "?"
         found.append(

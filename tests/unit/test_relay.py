@@ -88,6 +88,7 @@ class FakeRuntime:
     metadata: list[dict[str, str]] = field(default_factory=list)
     remaining_s: list[float | None] = field(default_factory=list)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    slow_started: threading.Event = field(default_factory=threading.Event)
     pulls: list[str] = field(default_factory=list)
 
 
@@ -131,6 +132,7 @@ class _Handler(grpc.GenericRpcHandler):
     def slow(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         self._record(context)
         context.add_callback(self.seen.cancelled.set)
+        self.seen.slow_started.set()
         self.seen.cancelled.wait(SLOW_CALL_S)
         return b""
 
@@ -307,6 +309,8 @@ def test_expired_deadline_cancels_the_runtime_call(harness: Harness) -> None:
 
 def test_client_cancellation_reaches_the_runtime(harness: Harness) -> None:
     future = harness.channel.unary_unary("/runtime.v1.RuntimeService/ExecSync").future(b"")
+    # the call has reached the runtime (cancelling earlier never starts it there)
+    assert harness.seen.slow_started.wait(WAIT_TIMEOUT_S)
     _assert_in_flight(harness.relay, 1)
     assert not harness.seen.cancelled.is_set()
     future.cancel()

@@ -12,23 +12,32 @@ from layersched.containerd import CRI_NAMESPACE, ContainerdClient, ContentStoreR
 from layersched.core.errors import InputError
 from layersched.core.layers import StaticLayerSource
 from layersched.cri import DEFAULT_ENDPOINT
+from layersched.kube import KubeClient, load_config
 from layersched.relay import (
+    DEFAULT_CONFIG_INTERVAL_S,
+    DEFAULT_CONFIG_NAMESPACE,
     DEFAULT_DUMP_BACKUPS,
     DEFAULT_DUMP_MAX_BYTES,
     DEFAULT_DUMP_MESSAGE_MAX_BYTES,
     Annotator,
+    ConfigPoller,
     ContentStoreLayers,
-    Dumper,
     DumpFile,
     ImageLayers,
+    KubeConfigSource,
+    LayeredConfig,
     LayersByName,
+    LiveSettings,
     Relay,
     RelayMetrics,
-    RelayOptions,
+    RelayResources,
+    options_for,
     parse_selectors,
     serve,
 )
 
+#: Reading the ConfigMaps more often than this only loads the API server.
+MIN_CONFIG_INTERVAL_S = 1.0
 #: Where the relay listens unless told otherwise (next to containerd's socket).
 DEFAULT_LISTEN = "/run/layersched/relay.sock"
 
@@ -108,6 +117,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=CRI_NAMESPACE,
         help="containerd namespace of the CRI's images (default: %(default)s)",
     )
+    config = p.add_argument_group(
+        "layered configuration from ConfigMaps (docs/relay.md; the flags above are the fallback)"
+    )
+    config.add_argument(
+        "--config-from-configmaps",
+        action="store_true",
+        help="apply layersched-config.node.<NODE>, else .group.<GROUP>, else .default "
+        "(needs --node-name)",
+    )
+    config.add_argument(
+        "--config-namespace",
+        default=DEFAULT_CONFIG_NAMESPACE,
+        help="namespace of those ConfigMaps (default %(default)s)",
+    )
+    config.add_argument(
+        "--config-interval-s",
+        type=float,
+        default=DEFAULT_CONFIG_INTERVAL_S,
+        help="how often they are read again (default %(default)s)",
+    )
+    config.add_argument(
+        "--kubeconfig", metavar="FILE", help="API credentials (default: in-cluster service account)"
+    )
     p.set_defaults(handler=run)
 
 
@@ -132,36 +164,69 @@ def _layers(args: argparse.Namespace) -> ImageLayers | None:
     return None
 
 
-def build_relay(args: argparse.Namespace) -> Relay:
-    """The relay the arguments describe (not started)."""
+def build_relay(args: argparse.Namespace) -> tuple[Relay, RelayResources, LiveSettings]:
+    """The relay the arguments describe (not started), what it can switch on, and the
+    settings the flags give."""
     metrics = RelayMetrics()
-    dumper = None
-    if args.dump:
-        selector = parse_selectors(args.dump)
-        if not args.dump_file:
-            raise InputError("--dump needs --dump-file FILE (where the JSON lines go)")
-        dumper = Dumper(
-            selector,
-            DumpFile(Path(args.dump_file), args.dump_max_bytes, args.dump_backups),
-            args.dump_message_max_bytes,
-        )
-    elif args.dump_file:
+    selector = parse_selectors(args.dump)
+    if selector.enabled and not args.dump_file:
+        raise InputError("--dump needs --dump-file FILE (where the JSON lines go)")
+    if args.dump_file and not selector.enabled and not args.config_from_configmaps:
         raise InputError("--dump-file without --dump: add e.g. --dump 'name:.*'")
+    dump_file = None
+    if args.dump_file:
+        dump_file = DumpFile(Path(args.dump_file), args.dump_max_bytes, args.dump_backups)
     source = _layers(args)
-    annotator = Annotator(source, metrics) if source is not None else None
-    options = RelayOptions(
-        dumper=dumper, annotator=annotator, log_pulls=args.log_pulls, node_name=args.node_name
+    resources = RelayResources(
+        dump_file=dump_file,
+        annotator=Annotator(source, metrics) if source is not None else None,
+        node_name=args.node_name,
+        dump_message_max_bytes=args.dump_message_max_bytes,
     )
-    return Relay(Path(args.listen), args.runtime, options, metrics)
+    settings = LiveSettings(selector, args.log_pulls, inject_layers=source is not None)
+    relay = Relay(Path(args.listen), args.runtime, options_for(settings, resources), metrics)
+    return relay, resources, settings
+
+
+def _config_poller(
+    args: argparse.Namespace, relay: Relay, resources: RelayResources, flags: LiveSettings
+) -> ConfigPoller:
+    if not args.node_name:
+        raise InputError("--config-from-configmaps needs --node-name (the ConfigMaps name it)")
+    if args.config_interval_s < MIN_CONFIG_INTERVAL_S:
+        raise InputError(f"--config-interval-s: use at least {MIN_CONFIG_INTERVAL_S:g}")
+    client = KubeClient(load_config(args.kubeconfig))
+
+    def apply(settings: LiveSettings) -> None:
+        relay.options = options_for(settings, resources)
+
+    config = LayeredConfig(
+        KubeConfigSource(client, args.node_name),
+        args.node_name,
+        args.config_namespace,
+        flags,
+        resources.capabilities,
+        apply,
+    )
+    return ConfigPoller(config, args.config_interval_s)
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT."""
     metrics_address = _address(args.metrics_address) if args.metrics_address else None
-    relay = build_relay(args)
+    relay, resources, flags = build_relay(args)
+    poller = _config_poller(args, relay, resources, flags) if args.config_from_configmaps else None
 
     def ready(endpoint: str) -> None:
         print(f"layersched relay: {endpoint} -> {relay.runtime}", file=sys.stderr, flush=True)
 
-    asyncio.run(serve(relay, metrics_address, ready))
+    if poller is not None:
+        poller.start()
+    try:
+        asyncio.run(serve(relay, metrics_address, ready))
+    finally:
+        if poller is not None:
+            poller.stop()
+        if resources.dump_file is not None:
+            resources.dump_file.close()
     return 0

@@ -10,7 +10,9 @@ On the way it can
   to a rotated JSON-lines file,
 * time every ``PullImage`` (Prometheus histogram and counter, optional log line),
 * add the Ryax-patched CRI-O's ``imageLayer.<digest>`` annotations to
-  ``ListImages``/``ImageStatus`` answers from a layer source (off by default).
+  ``ListImages``/``ImageStatus`` answers from a layer source (off by default),
+
+and take those settings, live, from layered ConfigMaps (node, group, default).
 
 See ``docs/relay.md``.
 """
@@ -21,6 +23,20 @@ from layersched.relay._annotate import (
     ImageLayers,
     LayersByName,
     layer_annotations,
+)
+from layersched.relay._config import (
+    DEFAULT_CONFIG_INTERVAL_S,
+    DEFAULT_CONFIG_NAMESPACE,
+    GROUP_LABEL,
+    Capabilities,
+    ConfigPoller,
+    KubeConfigSource,
+    LayeredConfig,
+    LiveSettings,
+    RelayResources,
+    config_map_names,
+    options_for,
+    parse_settings,
 )
 from layersched.relay._dump import (
     DEFAULT_DUMP_BACKUPS,
@@ -38,24 +54,36 @@ from layersched.relay._server import Relay, RelayOptions, serve
 
 __all__ = [
     "CRI_PACKAGES",
+    "DEFAULT_CONFIG_INTERVAL_S",
+    "DEFAULT_CONFIG_NAMESPACE",
     "DEFAULT_DUMP_BACKUPS",
     "DEFAULT_DUMP_MAX_BYTES",
     "DEFAULT_DUMP_MESSAGE_MAX_BYTES",
+    "GROUP_LABEL",
     "KNOWN_METHODS",
     "Annotator",
+    "Capabilities",
+    "ConfigPoller",
     "ContentStoreLayers",
     "DumpFile",
     "DumpLevel",
     "DumpSelector",
     "Dumper",
     "ImageLayers",
+    "KubeConfigSource",
+    "LayeredConfig",
     "LayersByName",
+    "LiveSettings",
     "Method",
     "Relay",
     "RelayMetrics",
     "RelayOptions",
+    "RelayResources",
+    "config_map_names",
     "layer_annotations",
+    "options_for",
     "parse_method",
     "parse_selectors",
+    "parse_settings",
     "serve",
 ]

@@ -158,8 +158,6 @@ class Relay:
         if self._channel is not None:
             await self._channel.close(None)
             self._channel = None
-        if self.options.dumper is not None:
-            self.options.dumper.file.close()
         self.listen.unlink(missing_ok=True)
 
     async def wait(self) -> None:

@@ -447,6 +447,8 @@ def test_dump_full_and_name(tmp_path: Path) -> None:
     assert response["duration_s"] >= PULL_DELAY_S
     # name level: no message bodies
     assert "response" not in version and version["code"] == "OK"
+    # the relay's own share of a unary call's time
+    assert 0 <= version["relay_s"] <= version["duration_s"]
 
 
 def test_dump_rotation_bounds_the_size(tmp_path: Path) -> None:

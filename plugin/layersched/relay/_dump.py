@@ -204,8 +204,10 @@ class Dumper:
         duration_s: float,
         response: Any = None,
         details: str = "",
+        relay_s: float | None = None,
     ) -> None:
-        """A call ended; ``response`` is written at ``full`` level only."""
+        """A call ended; ``response`` is written at ``full`` level only; ``relay_s`` is
+        the part of ``duration_s`` spent in the relay itself (unary calls)."""
         record: dict[str, Any] = {
             "time": _now(),
             "call": call_id,
@@ -214,6 +216,8 @@ class Dumper:
             "code": code,
             "duration_s": round(duration_s, 6),
         }
+        if relay_s is not None:
+            record["relay_s"] = round(relay_s, 6)
         if details:
             record["details"] = details
         if level >= DumpLevel.FULL and code == "OK":

@@ -208,8 +208,9 @@ class Relay:
         finally:
             self.metrics.in_flight.dec()
             total_s = time.perf_counter() - started
-            self.metrics.overhead_s.observe(max(total_s - upstream_s, 0.0))
-            self._finished(call_id, level, method, code, details, total_s, response)
+            relay_s = max(total_s - upstream_s, 0.0)
+            self.metrics.overhead_s.observe(relay_s)
+            self._finished(call_id, level, method, code, details, total_s, response, relay_s)
             if method.is_image_call("PullImage"):
                 self._pulled(method, request, response, code, total_s)
         # recorded above before the caller learns the outcome, so metrics never lag it
@@ -324,6 +325,7 @@ class Relay:
         details: str,
         total_s: float,
         response: bytes | None,
+        relay_s: float | None = None,
     ) -> None:
         self.metrics.calls.labels(method.version, method.label, code.name).inc()
         self.metrics.call_duration_s.labels(method.label).observe(total_s)
@@ -333,7 +335,7 @@ class Relay:
         decoded = None
         if level >= DumpLevel.FULL and code == grpc.StatusCode.OK:
             decoded = decode(method, "Response", response) if response is not None else "(stream)"
-        dumper.finished(call_id, level, method, code.name, total_s, decoded, details)
+        dumper.finished(call_id, level, method, code.name, total_s, decoded, details, relay_s)
 
     async def _rewrite(self, method: Method, response: bytes) -> bytes:
         annotator = self.options.annotator

@@ -478,14 +478,13 @@ def test_decode_named_and_raw() -> None:
     create = parse_method("/runtime.v1.RuntimeService/CreateContainer")
     assert decode(create, "Request", request) == {"#1": {"#1": "a:1"}}
     assert raw(b"\x08\x96\x01") == {"#1": 150}
-    # a field the subset lacks: shown raw rather than silently dropped
-    image = api_pb2.ListImagesResponse.FromString(LIST_IMAGES).images[1].SerializeToString()
-    shown = decode(
-        parse_method("/runtime.v1.ImageService/ListImages"),
-        "Response",
-        b"\n" + bytes([len(image)]) + image,
-    )
-    assert shown["#1"]["#99"] == "hello"
+    # short printable strings stay strings ("p1" also parses as field 14 = 49)
+    assert raw(b"\x0a\x02p1") == {"#1": "p1"}
+    # kubelet's PullImageRequest carries sandbox_config (field 3), outside the subset:
+    # the named fields, plus field 3 schema-less
+    sandbox = b"\x1a\x06\x0a\x04\x12\x02p1"  # #3 { #1 { #2: "p1" } }
+    shown = decode(pull, "Request", request + sandbox)
+    assert shown == {"image": {"image": "a:1"}, "#3": {"#1": {"#2": "p1"}}}
 
 
 # ---------------------------------------------------------- annotation injection

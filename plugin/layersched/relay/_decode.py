@@ -1,17 +1,20 @@
 """Readable forms of CRI messages for the dump.
 
-A message whose type is in layersched's CRI subset (``cri/api.proto``) and
-whose every byte that subset understands is shown with its field names, as
-``protobuf``'s JSON mapping writes it. Anything else (a method outside the
-subset, or fields newer than it) is shown schema-less, like ``protoc
+A message whose type is in layersched's CRI subset (``cri/api.proto``) is shown
+with its field names, as ``protobuf``'s JSON mapping writes it; its top-level
+fields the subset does not declare (kubelet's ``PullImageRequest.sandbox_config``,
+field 3) are added schema-less under ``#<number>``. A message of a method
+outside the subset is shown schema-less throughout, like ``protoc
 --decode_raw``: ``{"#1": ..., "#2": [...]}`` keyed by field number, a
-length-delimited field shown as a nested message when it parses as one, else as
-text when it is UTF-8, else as base64.
+length-delimited field shown as text when it is printable UTF-8, else as a
+nested message when it parses as one, else as base64. (Without a schema this
+is a guess: a nested message whose bytes are all printable shows as text.)
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 from typing import Any
 
 from google.protobuf import json_format
@@ -44,18 +47,20 @@ def message_type(method: Method, suffix: str) -> type[Message] | None:
 def decode(method: Method, suffix: str, data: bytes) -> dict[str, Any]:
     """``data`` (a request when ``suffix`` is ``Request``) in its most readable form."""
     kind = message_type(method, suffix)
-    if kind is not None:
-        try:
-            message = kind.FromString(data)
-            message.DiscardUnknownFields()
-            if message.ByteSize() == len(data):
-                return json_format.MessageToDict(message, preserving_proto_field_name=True)
-        except DecodeError:
-            pass
     try:
-        return raw(data)
+        fields = raw(data)
     except _RawError:
         return {"bytes_base64": base64.b64encode(data).decode()}
+    if kind is None:
+        return fields
+    try:
+        message = kind.FromString(data)
+    except DecodeError:
+        return fields
+    named = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    declared = {f"#{field.number}" for field in kind.DESCRIPTOR.fields}
+    named.update({number: value for number, value in fields.items() if number not in declared})
+    return named
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -73,6 +78,10 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _length_delimited(chunk: bytes, depth: int) -> Any:
+    with contextlib.suppress(UnicodeDecodeError):
+        text = chunk.decode("utf-8")
+        if text.isprintable():
+            return text
     if depth < MAX_RAW_DEPTH and chunk:
         try:
             return raw(chunk, depth + 1)

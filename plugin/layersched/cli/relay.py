@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from pathlib import Path
 
@@ -221,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"layersched relay: {endpoint} -> {relay.runtime}", file=sys.stderr, flush=True)
 
     if poller is not None:
+        # one line per ConfigMap read (3 every interval) would drown the relay's own log
+        logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))
         poller.start()
     try:
         asyncio.run(serve(relay, metrics_address, ready))

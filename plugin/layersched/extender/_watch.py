@@ -24,11 +24,12 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from layersched.core.errors import InputError, KubeError, LayerschedError
 from layersched.core.inventory import (
@@ -100,6 +101,8 @@ class WatchInventoryProvider:
         self._resolved: OrderedDict[str, tuple[Layer, ...] | None] = OrderedDict()
         self.state = {NODES: WatchState(), LAYERS: WatchState()}
         self._stop = threading.Event()
+        #: Node images resolved through the layer source (nodes without an agent).
+        self.node_image_resolutions = 0
         #: Called on the loop after a node's entry changed (tests and metrics hook in).
         self.on_change: Callable[[str], None] | None = None
 
@@ -151,6 +154,50 @@ class WatchInventoryProvider:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def collect(self) -> Iterator[Metric]:
+        """The watches' state, for /metrics (a prometheus_client collector)."""
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
+            "events": CounterMetricFamily(
+                "layersched_extender_watch_events",
+                "Watch events received, by resource.",
+                labels=["resource"],
+            ),
+            "relists": CounterMetricFamily(
+                "layersched_extender_watch_relists",
+                "Full lists after a 410 Gone, by resource.",
+                labels=["resource"],
+            ),
+            "failures": CounterMetricFamily(
+                "layersched_extender_watch_failures",
+                "Failed lists and watches (retried), by resource.",
+                labels=["resource"],
+            ),
+            "connected": GaugeMetricFamily(
+                "layersched_extender_watch_connected",
+                "1 while the resource's watch is connected, 0 while re-syncing.",
+                labels=["resource"],
+            ),
+        }
+        for kind, state in self.state.items():
+            families["events"].add_metric([kind], float(state.events))
+            families["relists"].add_metric([kind], float(state.relists))
+            families["failures"].add_metric([kind], float(state.failures))
+            families["connected"].add_metric([kind], 1.0 if state.connected else 0.0)
+        yield from families.values()
+        resolved = CounterMetricFamily(
+            "layersched_extender_watch_node_image_resolutions",
+            "Node images resolved through the layer source because their node published no "
+            "NodeLayerInventory (0 when every node runs the agent).",
+        )
+        resolved.add_metric([], float(self.node_image_resolutions))
+        yield resolved
+        published = GaugeMetricFamily(
+            "layersched_extender_watch_nodes_with_layers",
+            "Nodes whose layers come from their agent's NodeLayerInventory.",
+        )
+        published.add_metric([], float(len(self._layers)))
+        yield published
 
     def ready(self) -> tuple[bool, str]:
         """(ready, why): ready once both collections were listed; the text says whether
@@ -366,6 +413,7 @@ class WatchInventoryProvider:
             if image.layers is not None or not image.names or image.names[0] in self._resolved:
                 continue
             layers, warning = resolve_node_image(image, self._source, self._resolver)
+            self.node_image_resolutions += 1
             if warning is not None:
                 log.warning(warning)
             self._resolved[image.names[0]] = layers

@@ -34,8 +34,11 @@ def _ansible_playbook() -> str:
         "testbed-local.yml",
         # Teardown: one role, no dependency on a finished bring-up.
         "testbed-local-down.yml",
+        # The CRI relay in front of every node's runtime, and out again (testbed_relay role).
+        "testbed-relay.yml",
+        "testbed-relay-remove.yml",
     ],
-    ids=["up", "down"],
+    ids=["up", "down", "relay", "relay-remove"],
 )
 def test_syntax_check(playbook: str) -> None:
     done = subprocess.run(

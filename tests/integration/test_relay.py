@@ -10,12 +10,17 @@ content store) are then checked against what containerd and the registry hold.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
+import tenacity
 
 from layersched.agent import build_node
 from layersched.containerd import ContainerdClient, ContentStoreReader
@@ -34,7 +39,7 @@ from layersched.relay import (
 )
 from layersched.testbed.ociimage import build_image, push_image, random_layer
 from tests.fixtures.containerd import ContainerdProcess
-from tests.fixtures.registry import RegistryProcess
+from tests.fixtures.registry import RegistryProcess, free_port
 from tests.fixtures.relay import running
 
 pytestmark = pytest.mark.integration
@@ -153,3 +158,59 @@ def test_dump_and_pull_histogram(setup: Setup) -> None:
     assert total_s is not None
     # the histogram holds the same duration the dump recorded for the call
     assert total_s == pytest.approx(pulls[1]["duration_s"], abs=1e-3)
+
+
+RELAY_START_TIMEOUT_S = 30.0
+RELAY_STOP_TIMEOUT_S = 15.0
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(RELAY_START_TIMEOUT_S),
+    wait=tenacity.wait_fixed(0.1),
+    reraise=True,
+)
+def _assert_listening(socket: Path, process: subprocess.Popen[str]) -> None:
+    assert process.poll() is None, process.communicate()[1]
+    assert socket.is_socket()
+
+
+def test_relay_process(containerd: ContainerdProcess, tmp_path: Path) -> None:
+    socket = tmp_path / "relay.sock"
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "layersched.cli.main", "relay", "--listen", str(socket),
+         "--runtime", containerd.endpoint, "--metrics-address", f"127.0.0.1:{port}",
+         "--dump", "name:.*", "--dump-file", str(tmp_path / "cri.jsonl")],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        _assert_listening(socket, process)
+        with CRIClient(f"unix://{socket}") as via:
+            assert via.version().runtime_name == "containerd"
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert (
+            'layersched_relay_calls_total{code="OK",method="RuntimeService/Version",'
+            'version="v1"} 1.0'
+        ) in metrics
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").text == "ok\n"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=RELAY_STOP_TIMEOUT_S)
+    # a clean stop: exit 0, the socket file gone, the call in the dump
+    assert process.returncode == 0, stderr
+    assert not socket.exists()
+    (line,) = (tmp_path / "cri.jsonl").read_text().splitlines()
+    assert json.loads(line)["method"] == "/runtime.v1.RuntimeService/Version"
+
+
+def test_relay_cli_errors_name_the_flag(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "layersched.cli.main", "relay", "--listen",
+         str(tmp_path / "r.sock"), "--dump", "full:.*"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "layersched: error: --dump needs --dump-file FILE (where the JSON lines go)"
+    )

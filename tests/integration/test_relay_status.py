@@ -1,0 +1,66 @@
+"""``layersched testbed status`` tells a kubelet on its relay from one on its runtime.
+
+It reads the kubelet's ``--container-runtime-endpoint`` from ``/proc/PID/cmdline``, so
+these tests start a real process with such a command line (a sleeping Python standing
+in for the kubelet) rather than a testbed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from layersched.testbed.local._inventory import NodeInfo
+from layersched.testbed.local._status import kubelet_cri_path
+
+pytestmark = pytest.mark.integration
+
+STAND_IN_LIFETIME_S = 60
+
+
+def _node(node_dir: Path) -> NodeInfo:
+    return NodeInfo(
+        name="n1", netns="x-n1", host_veth="x-n1", address="10.0.0.11",
+        link_rate_bits_per_s=1, cri_socket=str(node_dir / "containerd.sock"),
+        cri_endpoint=f"unix://{node_dir}/containerd.sock", dir=str(node_dir),
+        config="", root_dir="", state_dir="", pidfile="", log="",
+        kubelet_pidfile=str(node_dir / "kubelet.pid"), kubelet_log="", kubelet_root_dir="",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def kubelet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[int]:
+    endpoint = request.param.format(dir=tmp_path)
+    code = f"import time; time.sleep({STAND_IN_LIFETIME_S})"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, f"--container-runtime-endpoint={endpoint}"]
+    )
+    try:
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.parametrize("kubelet", ["unix://{dir}/containerd.sock"], indirect=True)
+def test_direct(kubelet: int, tmp_path: Path) -> None:
+    assert kubelet_cri_path(_node(tmp_path), kubelet) == ("CRI direct", True)
+
+
+@pytest.mark.parametrize("kubelet", ["unix://{dir}/relay.sock"], indirect=True)
+def test_via_relay_up_and_down(kubelet: int, tmp_path: Path) -> None:
+    node = _node(tmp_path)
+    # no relay.pid: the kubelet talks to a relay that is not there, which is unhealthy
+    assert kubelet_cri_path(node, kubelet) == ("CRI via relay (relay DOWN)", False)
+    # a live process in relay.pid (this test's own) counts as the relay running
+    (tmp_path / "relay.pid").write_text(f"{os.getpid()}\n")
+    assert kubelet_cri_path(node, kubelet) == (f"CRI via relay (pid {os.getpid()})", True)
+
+
+def test_no_kubelet(tmp_path: Path) -> None:
+    assert kubelet_cri_path(_node(tmp_path), None) == ("CRI unknown (kubelet not running)", True)

@@ -30,7 +30,7 @@ import yaml
 
 from layersched.testbed.local import TestbedInventory, TestbedSettings, down, load_inventory, up
 from layersched.testbed.scenario_images import build_and_push_scenario
-from tests.fixtures.testbed import testbed_skip_reason
+from tests.fixtures import testbed as testbed_fixtures
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -52,7 +52,7 @@ _RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>
 
 
 def _skip_reason() -> str | None:
-    reason = testbed_skip_reason()
+    reason = testbed_fixtures.testbed_skip_reason()
     if reason:
         return reason
     if not SSHD.exists():
@@ -153,14 +153,19 @@ def _run_playbook(testbed: TestbedInventory, inventory: Path) -> dict[str, int]:
         "testbed_registry_address": testbed.network.gateway,
         "testbed_node_root": str(state / "remote"),
     }
-    env = os.environ | {"ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_STDOUT_CALLBACK": "default",
-                        "ANSIBLE_RETRY_FILES_ENABLED": "0"}  # fmt: skip
+    log = state / "ssh" / "ansible.log"  # timestamped, every run appended
+    env = os.environ | {
+        "ANSIBLE_HOST_KEY_CHECKING": "False",
+        "ANSIBLE_STDOUT_CALLBACK": "default",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        "ANSIBLE_LOG_PATH": str(log),
+    }
     done = subprocess.run(
         [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory),
          "-e", json.dumps(extra), str(PLAYBOOK)],
         capture_output=True, text=True, timeout=PLAYBOOK_TIMEOUT_S, check=False, env=env, cwd=REPO,
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert done.returncode == 0, f"{log}: " + done.stdout[-4000:] + done.stderr[-2000:]
     return {
         m["host"]: int(m["changed"])
         for m in (_RECAP.match(line) for line in done.stdout.splitlines())

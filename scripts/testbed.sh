@@ -7,7 +7,8 @@
 # reports/scenario.json and reports/scenario.png. LAYERSCHED_SCENARIO_ARGS passes it
 # options, e.g. LAYERSCHED_SCENARIO_ARGS="--trials 3 --size L3=8Mi".
 # DRIVER=local (default): real registry + containerd nodes in network namespaces on this
-# host (needs root on Linux). DRIVER=kind: hands over to scripts/kind.sh.
+# host (needs root on Linux). DRIVER=kind: hands over to scripts/kind.sh. DRIVER=cloud:
+# hands over to scripts/cloud.sh (AWS VMs from infra/cloud, Ansible over SSH).
 set -o errexit -o nounset -o pipefail
 action=${1:?usage: scripts/testbed.sh up|down [options]}
 shift
@@ -23,8 +24,11 @@ case "$driver" in
     echo "DRIVER=kind: scripts/kind.sh not found (see docs/kind.md). Use DRIVER=local." >&2
     exit 1
     ;;
+  cloud)
+    exec scripts/cloud.sh "$action" "$@"
+    ;;
   *)
-    echo "DRIVER=$driver: unknown driver (use local or kind)" >&2
+    echo "DRIVER=$driver: unknown driver (use local, kind or cloud)" >&2
     exit 2
     ;;
 esac

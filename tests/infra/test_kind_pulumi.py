@@ -7,21 +7,19 @@ resource registration, and the tests read back the resource graph the real
 
 from __future__ import annotations
 
-import runpy
 import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
 import pytest
 import yaml
-from pulumi.runtime import mocks as pulumi_mocks
 
 from layersched.testbed.kind import CRIO_SOCKET, REGISTRIES_DROPIN_NODE_PATH
+from tests.infra._pulumi_mocks import Graph, program_on_path
+from tests.infra._pulumi_mocks import run_program as _run
 
 pytestmark = pytest.mark.infra
 
@@ -49,78 +47,15 @@ class _Answer(pulumi.runtime.Mocks):
         return {}, []
 
 
-class _Monitor(pulumi_mocks.MockMonitor):
-    """The mock monitor, also keeping what each component registered as outputs."""
-
-    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
-        super().__init__(mocks)
-        self.component_outputs: dict[str, dict[str, Any]] = {}
-        #: Resource options as the engine receives them, by URN.
-        self.delete_before_replace: dict[str, bool] = {}
-
-    def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)
-        self.delete_before_replace[response.urn] = bool(request.deleteBeforeReplace)
-        return response
-
-    def RegisterResourceOutputs(self, request: Any) -> Any:
-        self.component_outputs[request.urn] = pulumi.runtime.rpc.deserialize_properties(
-            request.outputs
-        )
-        return super().RegisterResourceOutputs(request)
-
-
-@dataclass
-class Graph:
-    """What the program registered, by URN."""
-
-    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
-    component_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    delete_before_replace: dict[str, bool] = field(default_factory=dict)
-
-    def of_type(self, typ: str) -> dict[str, dict[str, Any]]:
-        """Resources whose own type (last URN type segment) is ``typ``, by name."""
-        found = {}
-        for urn, state in self.resources.items():
-            qualified, name = urn.split("::")[2], urn.split("::")[3]
-            if qualified.split("$")[-1] == typ:
-                found[name] = state
-        return found
-
-    def urn(self, name: str) -> str:
-        [urn] = [u for u in self.resources if u.split("::")[3] == name]
-        return urn
-
-
 def run_program(config: dict[str, str], tmp_path: Path) -> Graph:
     """``infra/kind/__main__.py`` under mocks with this stack config."""
-    monitor = _Monitor(_Answer())
-    pulumi.runtime.set_mocks(
-        _Answer(), project=PROJECT, stack=STACK, preview=False, monitor=monitor
-    )
-    pulumi.runtime.set_all_config(
-        {f"{PROJECT}:{k}": v for k, v in ({"stateDir": str(tmp_path)} | config).items()}
-    )
-
-    @pulumi.runtime.test
-    def program() -> None:
-        runpy.run_path(str(PROGRAM_DIR / "__main__.py"), run_name="__main__")
-
-    program()
-    return Graph(
-        resources={urn: dict(reg.state) for urn, reg in monitor.resources.items()},
-        component_outputs=monitor.component_outputs,
-        delete_before_replace=monitor.delete_before_replace,
-    )
+    return _run(PROGRAM_DIR, PROJECT, STACK, _Answer(), {"stateDir": str(tmp_path)} | config)
 
 
 @pytest.fixture(autouse=True)
 def _program_on_path() -> Iterator[None]:
-    sys.path.insert(0, str(PROGRAM_DIR))
-    yield
-    sys.path.remove(str(PROGRAM_DIR))
-    for module in [m for m in sys.modules if m == "kindbed" or m.startswith("kindbed.")]:
-        del sys.modules[module]
+    with program_on_path(PROGRAM_DIR, "kindbed"):
+        yield
 
 
 @pytest.fixture

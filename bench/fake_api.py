@@ -111,10 +111,11 @@ class FakeApi:
         if request.query.get("watch") == "true":
             return await self._watch(request, path)
         start = int(request.query.get("continue") or 0)
-        items = self.objects[path][start : start + PAGE]
+        page = int(request.query.get("limit") or PAGE)  # the client's limit, as the API does
+        items = self.objects[path][start : start + page]
         meta: dict[str, Any] = {"resourceVersion": "1"}
-        if start + PAGE < len(self.objects[path]):
-            meta["continue"] = str(start + PAGE)
+        if start + page < len(self.objects[path]):
+            meta["continue"] = str(start + page)
         return web.json_response({"items": items, "metadata": meta})
 
     async def _watch(self, request: web.Request, path: str) -> web.StreamResponse:

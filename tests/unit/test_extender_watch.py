@@ -73,9 +73,11 @@ class FakeClient:
     def __exit__(self, *_: object) -> None:
         pass
 
-    def list(self, path: str) -> tuple[list[dict[str, Any]], str]:
+    def list_pages(self, path: str, page_size: int) -> Iterator[tuple[list[dict[str, Any]], str]]:
         self.api.lists += 1
-        return list(self.api.items[path]), "10"
+        items = list(self.api.items[path])
+        for start in range(0, max(len(items), 1), page_size):
+            yield items[start : start + page_size], "10"
 
     def watch(self, path: str, version: str) -> Iterator[WatchEvent]:
         while True:

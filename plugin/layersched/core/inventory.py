@@ -24,6 +24,7 @@ turned into numpy index arrays lazily for vectorised scoring.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,7 +186,8 @@ def node_from_json(document: Any, origin: str) -> NodeInfo:
             raise InputError(f"{iw}.names must be a list of strings")
         size = check_size(raw.get("sizeBytes", 0), f"{iw}.sizeBytes")
         layers = _layers_map(raw["layers"], f"{iw}.layers") if raw.get("layers") else None
-        images.append(NodeImage(tuple(names), size, layers))
+        # names repeat on every node holding the image: one string each
+        images.append(NodeImage(tuple(sys.intern(n) for n in names), size, layers))
     annotations = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
     allocatable = status.get("allocatable") or {}

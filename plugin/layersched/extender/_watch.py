@@ -20,6 +20,7 @@ node: the node then falls back to its ``status.images``, and other nodes are unt
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -41,7 +42,7 @@ from layersched.core.inventory import (
     resolve_node_image,
 )
 from layersched.core.layers import Layer, LayerSource
-from layersched.core.nodelayers import NodeLayers, parse_document
+from layersched.core.nodelayers import HeldImage, NodeLayers, parse_document
 from layersched.core.reference import normalized_image_name
 from layersched.extender._platforms import Platforms
 from layersched.extender._wire import Node
@@ -59,9 +60,24 @@ MAX_RESOLVED = 50_000
 #: A new node's agent publishes within seconds of the node registering; only a node that
 #: published nothing for this long has its status images resolved through the registry.
 DEFAULT_AGENT_GRACE_S = 60.0
+#: Objects per list page: a page of NodeLayerInventory objects is parsed and dropped
+#: before the next is fetched (100 x ~40 KB of JSON), so a relist never holds them all.
+LIST_PAGE_SIZE = 100
 
 NODES = "nodes"
 LAYERS = "nodelayerinventories"
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedNode:
+    """A Node as the inventory needs it: its parsed facts and its platform key."""
+
+    info: NodeInfo
+    key: str
+
+
+#: What a watch thread hands the loop for one object: parsed, or why it is ignored.
+Parsed = ParsedNode | NodeLayers | str
 
 
 @dataclass
@@ -98,9 +114,15 @@ class WatchInventoryProvider:
         #: Per node index, its platform key (None: every node is the default platform).
         self.platform_keys: list[str] | None = None
         self._keys: dict[str, str] = {}
-        # what the watches last saw, by node name (loop thread only)
-        self._nodes: dict[str, dict[str, Any]] = {}
+        # what the watches last saw, by node name, parsed (loop thread only)
+        self._nodes: dict[str, ParsedNode] = {}
         self._layers: dict[str, NodeLayers] = {}
+        #: One Layer object per digest, and one object per distinct image entry, shared
+        #: by every node's parsed objects (the pools only grow: distinct images, not nodes).
+        self._pool: dict[str, Layer] = {}
+        self._images: dict[NodeImage, NodeImage] = {}
+        self._held: dict[HeldImage, HeldImage] = {}
+        self._as_node_image: dict[HeldImage, NodeImage] = {}
         self._known: OrderedDict[tuple[str, str], tuple[Layer, ...]] = OrderedDict()
         # watch-thread caches
         self._resolved: OrderedDict[str, tuple[Layer, ...] | None] = OrderedDict()
@@ -112,7 +134,7 @@ class WatchInventoryProvider:
         #: are resolved through the layer source (its agent is starting, usually).
         self.agent_grace_s = agent_grace_s
         self._first_seen: dict[str, float] = {}
-        self._latest: dict[str, dict[str, Any]] = {}
+        self._latest: dict[str, NodeInfo] = {}
         self._grace_lock = threading.Lock()
         self._timers: set[str] = set()
         #: Called on the loop after a node's entry changed (tests and metrics hook in).
@@ -127,18 +149,17 @@ class WatchInventoryProvider:
         return self._inventory
 
     def load(self) -> None:
-        """List both collections (retrying until the API answers), publish the first
-        inventory, then keep watching on daemon threads."""
+        """List both collections page by page (retrying until the API answers), publish
+        the first inventory, then keep watching on daemon threads."""
         if self._loop is None:
             raise LayerschedError("WatchInventoryProvider.load before bind_loop")
-        first: dict[str, tuple[list[dict[str, Any]], str]] = {}
+        first: dict[str, tuple[dict[str, Parsed], str]] = {}
         for kind, path in ((NODES, NODES_PATH), (LAYERS, NODE_LAYERS_PATH)):
             first[kind] = self._list_until_ok(kind, path)
         nodes, layers = first[NODES][0], first[LAYERS][0]
-        published = {_name(item) for item in layers}
-        for node in nodes:  # nodes without an agent: resolve their images before serving
-            if _name(node) not in published:
-                self._warm(node)
+        for name, parsed in nodes.items():  # nodes without an agent may need the registry
+            if name not in layers and isinstance(parsed, ParsedNode):
+                self._warm(name, parsed.info)
         done = threading.Event()
 
         def install() -> None:
@@ -247,15 +268,47 @@ class WatchInventoryProvider:
         return sorted({n for image in inventory.nodes[idx].images for n in image.names})
 
     # ------------------------------------------------------------ watch threads
-    def _list_until_ok(self, kind: str, path: str) -> tuple[list[dict[str, Any]], str]:
+    def _parse(self, kind: str, obj: dict[str, Any]) -> Parsed:
+        """On a watch thread: an object as the compact form the loop applies (a parsed
+        Node and its platform key, a parsed NodeLayerInventory), or why it is ignored."""
+        name = _name(obj)
+        try:
+            if kind == NODES:
+                info = node_from_json(obj, "Node watch")
+                images = tuple(self._shared(image) for image in info.images)
+                return ParsedNode(dataclasses.replace(info, images=images), self._platform_key(obj))
+            parsed = parse_document(obj, "NodeLayerInventory watch", self._pool)
+            held = tuple(self._shared_held(image) for image in parsed.images)
+            return dataclasses.replace(parsed, images=held)
+        except InputError as err:
+            what = "node" if kind == NODES else "the layers published for node"
+            return f"ignoring {what} {name}: {err}"
+
+    def _shared(self, image: NodeImage) -> NodeImage:
+        """One object per distinct image entry: 5,000 nodes list the same few thousand
+        images, and the extender must hold each once (``dict.setdefault`` is atomic, the
+        two watch threads may share the pool)."""
+        return self._images.setdefault(image, image)
+
+    def _shared_held(self, image: HeldImage) -> HeldImage:
+        return self._held.setdefault(image, image)
+
+    def _list_until_ok(self, kind: str, path: str) -> tuple[dict[str, Parsed], str]:
         state = self.state[kind]
         pause_s = RETRY_FIRST_S
         while True:
             try:
+                parsed: dict[str, Parsed] = {}
+                version = ""
                 with self._kube_factory() as kube:
-                    items, version = kube.list(path)
+                    for page, page_version in kube.list_pages(path, LIST_PAGE_SIZE):
+                        version = page_version
+                        for obj in page:
+                            name = _name(obj)
+                            if name:
+                                parsed[name] = self._parse(kind, obj)
                 state.last_error = ""
-                return items, version
+                return parsed, version
             except KubeError as err:
                 state.failures += 1
                 state.last_error = str(err)
@@ -276,10 +329,18 @@ class WatchInventoryProvider:
                         state.events += 1
                         if event.resource_version:
                             state.resource_version = event.resource_version
-                        if event.type != "BOOKMARK":
-                            self._post(self._apply_event, kind, event.type, event.object)
-                        if kind == NODES and event.type != "DELETED" and self._warm(event.object):
-                            self._post(self._refresh, _name(event.object))
+                        if event.type == "BOOKMARK":
+                            continue
+                        name = _name(event.object)
+                        if not name:
+                            continue
+                        if event.type == "DELETED":
+                            self._post(self._apply, kind, name, None)
+                            continue
+                        parsed = self._parse(kind, event.object)
+                        self._post(self._apply, kind, name, parsed)
+                        if isinstance(parsed, ParsedNode) and self._warm(name, parsed.info):
+                            self._post(self._refresh, name)
                         pause_s = RETRY_FIRST_S
                 # the server ended the watch (its timeout): resume from where it was
             except Gone as err:
@@ -305,62 +366,46 @@ class WatchInventoryProvider:
         self._loop.call_soon_threadsafe(fn, *args)
 
     # ------------------------------------------------------------ loop thread
-    def _replace_all(self, kind: str, items: list[dict[str, Any]]) -> None:
+    def _replace_all(self, kind: str, items: dict[str, Parsed]) -> None:
         """A full list: apply what differs from what is held, drop what is gone."""
-        names = set()
-        for item in items:
-            name = ((item.get("metadata") or {}).get("name")) if isinstance(item, dict) else None
-            if isinstance(name, str):
-                names.add(name)
-                self._apply_event(kind, "ADDED", item)
+        for name, parsed in items.items():
+            self._apply(kind, name, parsed)
         held = self._nodes if kind == NODES else self._layers
-        for gone in set(held) - names:
-            self._apply_event(kind, "DELETED", {"metadata": {"name": gone}})
+        for gone in set(held) - set(items):
+            self._apply(kind, gone, None)
         self.state[kind].synced = True
         self.state[kind].connected = True
 
-    def _apply_event(self, kind: str, event: str, obj: dict[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name")
-        if not isinstance(name, str):
-            return
+    def _apply(self, kind: str, name: str, parsed: Parsed | None) -> None:
+        """One object added or changed (``parsed``) or deleted (None), then the node."""
+        if isinstance(parsed, str):  # malformed: ignored, as if absent, with a warning
+            log.warning("%s", parsed)
+            parsed = None
         if kind == NODES:
-            if event == "DELETED":
+            if isinstance(parsed, ParsedNode):
+                self._nodes[name] = parsed
+            else:
                 self._nodes.pop(name, None)
-            else:
-                self._nodes[name] = obj
-        elif event == "DELETED":
-            self._layers.pop(name, None)
+        elif isinstance(parsed, NodeLayers):
+            self._layers[name] = parsed
         else:
-            try:
-                parsed = parse_document(obj, "NodeLayerInventory watch")
-            except InputError as err:
-                log.warning("ignoring the layers published for node %s: %s", name, err)
-                self._layers.pop(name, None)
-            else:
-                self._layers[name] = parsed
+            self._layers.pop(name, None)
         self._refresh(name)
 
     def _refresh(self, name: str) -> None:
         inventory = self._inventory
         if inventory is None:
             return
-        node_obj = self._nodes.get(name)
-        if node_obj is None:  # no Node (yet, or any more): not a candidate
+        node = self._nodes.get(name)
+        if node is None:  # no Node (yet, or any more): not a candidate
             if inventory.remove_node(name):
                 self._keys.pop(name, None)
                 self._reindex_keys()
             return
-        try:
-            info = node_from_json(node_obj, "Node watch")
-        except InputError as err:
-            log.warning("ignoring node %s: %s", name, err)
-            if inventory.remove_node(name):
-                self._reindex_keys()
-            return
-        key = self._platform_key(node_obj)
+        info, key = node.info, node.key
         published = self._layers.get(name)
         if published is not None:
-            images = published.node_images()
+            images = tuple(self._node_image(image) for image in published.images)
             for image in published.images:
                 self._remember(key, image.names, image.digest, image.layers)
         else:
@@ -410,15 +455,14 @@ class WatchInventoryProvider:
         while len(self._known) > MAX_KNOWN_IMAGES:
             self._known.popitem(last=False)
 
-    def _warm(self, node_obj: dict[str, Any]) -> bool:
+    def _warm(self, name: str, info: NodeInfo) -> bool:
         """On a watch thread: resolve the status images of a node without an agent
         through the layer source (the registry), so the loop finds them resolved. True
         when something new was resolved (the node is then refreshed)."""
-        name = _name(node_obj)
         if self._source is None or name in self._layers:
             return False
         with self._grace_lock:
-            self._latest[name] = node_obj
+            self._latest[name] = info
             first = self._first_seen.setdefault(name, time.monotonic())
             waited_s = time.monotonic() - first
             if waited_s < self.agent_grace_s:
@@ -430,10 +474,6 @@ class WatchInventoryProvider:
                     timer.daemon = True
                     timer.start()
                 return False
-        try:
-            info = node_from_json(node_obj, "Node watch")
-        except InputError:
-            return False
         fresh = False
         for image in info.images:
             if image.layers is not None or not image.names or image.names[0] in self._resolved:
@@ -448,13 +488,21 @@ class WatchInventoryProvider:
             self._resolved.popitem(last=False)
         return fresh
 
+    def _node_image(self, image: HeldImage) -> NodeImage:
+        shared = self._as_node_image.get(image)
+        if shared is None:
+            shared = self._as_node_image[image] = self._shared(
+                NodeImage(image.names, image.size_bytes, image.layers)
+            )
+        return shared
+
     def _grace_over(self, name: str) -> None:
         """A node's agent grace period ended: resolve its status images if it still has
         published nothing (on the timer's thread, never the loop)."""
         with self._grace_lock:
             self._timers.discard(name)
-            node_obj = self._latest.get(name)
-        if node_obj is not None and not self._stop.is_set() and self._warm(node_obj):
+            info = self._latest.get(name)
+        if info is not None and not self._stop.is_set() and self._warm(name, info):
             self._post(self._refresh, name)
 
     def _resolved_image(self, image: NodeImage) -> NodeImage:

@@ -8,6 +8,7 @@ call failed and why, with the API's own message.
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ DEFAULT_TIMEOUT_S = 30.0
 #: The server ends a watch after timeoutSeconds; the client reads a little longer.
 WATCH_TIMEOUT_S = 300
 WATCH_READ_SLACK_S = 30.0
+#: Objects per list page (the API server's own default limit for paged lists is 500).
+DEFAULT_PAGE_SIZE = 500
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 HTTP_GONE = 410
@@ -131,15 +134,27 @@ class KubeClient:
         """Every object of a collection, following ``continue`` pages, and the list's
         resourceVersion (where a watch picks up)."""
         items: list[dict[str, Any]] = []
-        params: dict[str, str] = {"limit": "500"}
+        version = ""
+        for page, page_version in self.list_pages(path):
+            items.extend(page)
+            version = page_version
+        return items, version
+
+    def list_pages(
+        self, path: str, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> Iterator[tuple[builtins.list[dict[str, Any]], str]]:
+        """A collection page by page (``limit``/``continue``), each with the list's
+        resourceVersion: a caller that digests each page never holds the whole list."""
+        params: dict[str, str] = {"limit": str(page_size)}
         while True:
             page = self._request("GET", path, f"listing {path}", params=params)
-            items.extend(item for item in page.get("items") or [] if isinstance(item, dict))
             meta = page.get("metadata") or {}
+            items = [item for item in page.get("items") or [] if isinstance(item, dict)]
+            yield items, str(meta.get("resourceVersion") or "")
             token = meta.get("continue")
             if not token:
-                return items, str(meta.get("resourceVersion") or "")
-            params = {"limit": "500", "continue": str(token)}
+                return
+            params = {"limit": str(page_size), "continue": str(token)}
 
     def create(self, path: str, document: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``document`` to the collection ``path``; KubeError 409 if it exists."""

@@ -210,8 +210,15 @@ def _shed_filter(extender: Extender, body: bytes) -> object:
 
 
 async def _healthz(request: web.Request) -> web.Response:
+    """Ready: 200 once the inventory is loaded, 503 while it loads (also ``/readyz``)."""
     if request.app[EXTENDER_KEY].provider.current() is None:
         return web.Response(status=HTTP_UNAVAILABLE, text="loading the node inventory\n")
+    return web.Response(text="ok\n")
+
+
+async def _livez(request: web.Request) -> web.Response:
+    """Alive: the event loop answers (loading the inventory is not a reason to restart)."""
+    del request
     return web.Response(text="ok\n")
 
 
@@ -261,6 +268,8 @@ def create_app(
     app.router.add_post("/prioritize", _verb("prioritize", _prioritize, _shed_prioritize))
     app.router.add_post("/filter", _verb("filter", _filter, _shed_filter))
     app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _healthz)
+    app.router.add_get("/livez", _livez)
     app.router.add_get("/metrics", _metrics)
     return app
 

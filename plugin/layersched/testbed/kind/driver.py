@@ -37,8 +37,13 @@ from layersched.testbed.cluster.driver import (
     whole_node_requests,
 )
 from layersched.testbed.kind._cluster_config import CRIO_SOCKET
-from layersched.testbed.kind._scheduler_config import DEFAULT_SCHEDULER, LAYER_LOCALITY_SCHEDULER
-from layersched.testbed.kind._workloads import EXTENDER_NAME, EXTENDER_PORT, NAMESPACE
+from layersched.deploy import (
+    DEFAULT_SCHEDULER,
+    EXTENDER_NAME,
+    EXTENDER_PORT,
+    LAYER_LOCALITY_SCHEDULER,
+    NAMESPACE,
+)
 
 __all__ = [
     "DRIVER_NAME",

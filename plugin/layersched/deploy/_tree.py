@@ -134,7 +134,7 @@ def local_testbed_overlay(target: LocalTestbedTarget, base: str, spec: StackSpec
             "template": {
                 "spec": {
                     "hostNetwork": True,
-                    "dnsPolicy": "ClusterFirstWithHostNet",
+                    "dnsPolicy": "Default",  # the testbed runs no cluster DNS
                     "containers": [
                         {"name": "kube-scheduler", "env": api_env},
                         {"name": "extender", "args": extender["args"]},
@@ -151,7 +151,7 @@ def local_testbed_overlay(target: LocalTestbedTarget, base: str, spec: StackSpec
             "template": {
                 "spec": {
                     "hostNetwork": True,
-                    "dnsPolicy": "ClusterFirstWithHostNet",
+                    "dnsPolicy": "Default",  # the testbed runs no cluster DNS
                     "containers": [
                         {
                             "name": "agent",

@@ -9,13 +9,17 @@ docs/deploy.md run exactly these commands.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
 
 from layersched import __version__
 from layersched.core.errors import InputError, TestbedError
@@ -36,7 +40,11 @@ from layersched.testbed.imagebuild import (
     build_layersched_image,
     image_size_bytes,
 )
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.deploy import LAYER_LOCALITY_SCHEDULER
+from layersched.testbed.cluster.driver import NotYet, PodRun
 from layersched.testbed.local import TestbedInventory
+from layersched.testbed.local._cluster import LocalBackend
 from layersched.testbed.ociimage import BuiltImage, push_image
 
 DEPLOY_DIR = REPO_ROOT / "deploy"
@@ -145,10 +153,14 @@ class Kubectl:
     binary: str
     kubeconfig: str
 
-    def run(self, *args: str, timeout_s: float = KUBECTL_TIMEOUT_S, check: bool = True) -> str:
+    def run(
+        self, *args: str, timeout_s: float = KUBECTL_TIMEOUT_S, check: bool = True, stdin: str | None = None
+    ) -> str:
         argv = [self.binary, "--kubeconfig", self.kubeconfig, *args]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+            done = subprocess.run(
+                argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False
+            )
         except (OSError, subprocess.TimeoutExpired) as err:
             raise TestbedError(f"kubectl {' '.join(args)}: {err}") from err
         if check and done.returncode != 0:
@@ -156,6 +168,10 @@ class Kubectl:
                 f"kubectl {' '.join(args)} failed (exit {done.returncode}): {done.stderr.strip()}"
             )
         return done.stdout
+
+    def create(self, document: Mapping[str, Any]) -> str:
+        """``kubectl create -f -`` of one object."""
+        return self.run("create", "-f", "-", stdin=json.dumps(document))
 
 
 def install(kubectl: Kubectl, overlay: Path) -> float:
@@ -181,3 +197,43 @@ def uninstall(kubectl: Kubectl, overlay: Path) -> float:
     started = time.monotonic()
     kubectl.run("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true")
     return time.monotonic() - started
+
+
+#: Where the deployed stack's scores come from on the local testbed, and their scale.
+DEPLOYED_SCORE_SOURCE = (
+    "deployed layersched extender (sidecar): its /prioritize answer for the pod on the "
+    "node snapshot taken before the pod was submitted (0-10, weight 1: x10)"
+)
+#: The extender answers from memory in milliseconds; resolving a new image, a second.
+PRIORITIZE_TIMEOUT_S = 30.0
+
+
+class DeployedBackend(LocalBackend):
+    """The local testbed with ``deploy/`` installed: ``layer-locality`` is the deployed
+    scheduler, and its scores are the deployed extender's own answer.
+
+    On this testbed the kubelets (one host, several nodes) share ``/var/log/pods`` and
+    each garbage-collects the others' pod log directories, so ``kubectl logs`` of the
+    extender is not reliable here; instead the extender is asked again, with the very
+    pod and node snapshot the scheduler saw (it is stateless apart from its caches, so
+    the answer is the same). Bytes, cache emptying and versions are the local testbed's.
+    """
+
+    def __init__(self, inventory: TestbedInventory, extender_urls: Callable[[], Sequence[str]]) -> None:
+        super().__init__(inventory)
+        self.schedulers = {LAYER_LOCALITY: LAYER_LOCALITY_SCHEDULER}
+        self._extender_urls = extender_urls
+
+    def scores(self, run: PodRun) -> dict[str, int]:
+        if run.strategy != LAYER_LOCALITY:
+            raise TestbedError(f"strategy {run.strategy!r}: the deployed stack runs {LAYER_LOCALITY}")
+        body = {"Pod": run.document, "Nodes": {"items": list(run.candidates)}, "NodeNames": None}
+        errors = []
+        for url in self._extender_urls():
+            try:
+                answer = httpx.post(f"{url}/prioritize", json=body, timeout=PRIORITIZE_TIMEOUT_S)
+                answer.raise_for_status()
+                return {entry["Host"]: int(entry["Score"]) for entry in answer.json()}
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+                errors.append(f"{url}: {err}")
+        raise NotYet(f"no deployed extender answered for pod {run.key}: {'; '.join(errors) or 'none running'}")

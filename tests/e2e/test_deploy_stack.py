@@ -53,6 +53,7 @@ from layersched.testbed.local import (
     require_root,
     up,
 )
+from layersched.testbed.local._cluster import extender_requests
 from layersched.testbed.scenario import report, run_scenario
 from layersched.testbed.scenario_images import build_and_push_scenario
 from tests.e2e._checks import check_layer_locality
@@ -68,10 +69,8 @@ HOST_SCHEDULER = "scheduler-layer-locality"
 #: kube-scheduler 1.20's plain-HTTP metrics (in the node's network: hostNetwork).
 SCHEDULER_METRICS_PORT = 10251
 EXTENDER_PORT = 8888
-_MASTER = re.compile(r'^leader_election_master_status\{name="(?P<name>[^"]+)"\} (?P<value>\S+)$', re.M)
-_PRIORITIZE_OK = re.compile(
-    r'^layersched_extender_requests_total\{(?=[^}]*verb="prioritize")(?=[^}]*code="200")[^}]*\} (?P<value>\S+)$',
-    re.M,
+_MASTER = re.compile(
+    r'^leader_election_master_status\{name="(?P<name>[^"]+)"\} (?P<value>\S+)$', re.M
 )
 HA_NAMESPACE = "layersched-ha"
 HA_PODS = 30
@@ -122,7 +121,9 @@ def _node_state(kubectl: Kubectl) -> dict[str, Any]:
 def _ours(kubectl: Kubectl) -> list[str]:
     """Every object of ours the cluster holds: labelled ones and the CRD's own objects."""
     names = kubectl.run("get", CLUSTER_KINDS, "-l", PART_OF, "-o", "name").split()
-    names += kubectl.run("-n", "kube-system", "get", "rolebinding", "-l", PART_OF, "-o", "name").split()
+    names += kubectl.run(
+        "-n", "kube-system", "get", "rolebinding", "-l", PART_OF, "-o", "name"
+    ).split()
     crds = kubectl.run("get", "crd", "-o", "name").split()
     if any("layersched.io" in crd for crd in crds):
         names += kubectl.run("get", "nodelayerinventories.layersched.io", "-o", "name").split()
@@ -135,17 +136,14 @@ def _host_scheduler_pid(inventory: TestbedInventory) -> int:
 
 
 def _scheduler_pods(kubectl: Kubectl) -> list[dict[str, Any]]:
-    pods = _get(kubectl, "-n", NAMESPACE, "pods", "-l", f"app.kubernetes.io/name={LAYER_LOCALITY_SCHEDULER}")
-    return [p for p in pods["items"] if p["status"].get("podIP") and not p["metadata"].get("deletionTimestamp")]
-
-
-def _metric(url: str, pattern: re.Pattern[str]) -> float | None:
-    try:
-        text = httpx.get(url, timeout=2.0).text
-    except httpx.HTTPError:
-        return None
-    found = [float(m["value"]) for m in pattern.finditer(text)]
-    return sum(found) if found else None
+    pods = _get(
+        kubectl, "-n", NAMESPACE, "pods", "-l", f"app.kubernetes.io/name={LAYER_LOCALITY_SCHEDULER}"
+    )
+    return [
+        p
+        for p in pods["items"]
+        if p["status"].get("podIP") and not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 def _is_leader(pod: dict[str, Any]) -> bool:
@@ -154,7 +152,10 @@ def _is_leader(pod: dict[str, Any]) -> bool:
         text = httpx.get(url, timeout=2.0).text
     except httpx.HTTPError:
         return False
-    return any(m["name"] == LAYER_LOCALITY_SCHEDULER and float(m["value"]) == 1 for m in _MASTER.finditer(text))
+    return any(
+        m["name"] == LAYER_LOCALITY_SCHEDULER and float(m["value"]) == 1
+        for m in _MASTER.finditer(text)
+    )
 
 
 def _extender_url(pod: dict[str, Any]) -> str:
@@ -191,7 +192,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     try:
         measurements["install_s"] = round(install(kubectl, overlay), 2)
         measurements["rollout_s"] = round(
-            wait_rollout(kubectl, NAMESPACE, [f"deployment/{LAYER_LOCALITY_SCHEDULER}", f"daemonset/{AGENT_NAME}"]), 1
+            wait_rollout(
+                kubectl,
+                NAMESPACE,
+                [f"deployment/{LAYER_LOCALITY_SCHEDULER}", f"daemonset/{AGENT_NAME}"],
+            ),
+            1,
         )
         yield stack
     finally:
@@ -213,7 +219,11 @@ def test_rolled_out_with_one_leader(stack: Stack) -> None:
         ready = {c["name"]: c["ready"] for c in pod["status"]["containerStatuses"]}
         assert ready == {"kube-scheduler": True, "extender": True}, pod["metadata"]["name"]
 
-    @tenacity.retry(stop=tenacity.stop_after_delay(FAILOVER_TIMEOUT_S), wait=tenacity.wait_fixed(1), reraise=True)
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(FAILOVER_TIMEOUT_S),
+        wait=tenacity.wait_fixed(1),
+        reraise=True,
+    )
     def one_leader() -> None:
         leaders = [p["metadata"]["name"] for p in _scheduler_pods(stack.kubectl) if _is_leader(p)]
         assert len(leaders) == 1, f"leaders: {leaders}"
@@ -244,7 +254,9 @@ def test_agents_publish_every_nodes_layers(stack: Stack) -> None:
 def test_seed_scenario_through_the_deployed_stack(stack: Stack) -> None:
     inventory = stack.inventory
     images = build_and_push_scenario(inventory.registry.host)
-    backend = DeployedBackend(inventory, lambda: [_extender_url(p) for p in _scheduler_pods(stack.kubectl)])
+    backend = DeployedBackend(
+        inventory, lambda: [_extender_url(p) for p in _scheduler_pods(stack.kubectl)]
+    )
     driver = ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2))
     trials = _trials()
     results = run_scenario(driver, images, [LAYER_LOCALITY], trials)
@@ -267,7 +279,9 @@ def test_seed_scenario_through_the_deployed_stack(stack: Stack) -> None:
     assert len(runs) == trials
     for i, t in enumerate(runs):
         # the deployed scheduler bound every pod
-        assert set(t["scheduler"].values()) == {LAYER_LOCALITY_SCHEDULER}, f"trial {i}: {t['scheduler']}"
+        assert set(t["scheduler"].values()) == {LAYER_LOCALITY_SCHEDULER}, (
+            f"trial {i}: {t['scheduler']}"
+        )
     check_layer_locality(doc)
 
 
@@ -299,7 +313,7 @@ def test_leader_failover_during_a_stream_of_pods(stack: Stack) -> None:
         pods = _scheduler_pods(kubectl)
         [leader] = [p for p in pods if _is_leader(p)]
         [standby] = [p for p in pods if p is not leader]
-        ok_before = _metric(f"{_extender_url(leader)}/metrics", _PRIORITIZE_OK) or 0.0
+        ok_before = extender_requests(_extender_url(leader))
         names = [f"ha-{i:03d}" for i in range(HA_PODS)]
         killed = threading.Event()
         timings: dict[str, float] = {}
@@ -314,22 +328,37 @@ def test_leader_failover_during_a_stream_of_pods(stack: Stack) -> None:
         streamer = threading.Thread(target=stream)
         streamer.start()
         assert killed.wait(timeout=120), "the stream did not start"
-        ok_at_kill = _metric(f"{_extender_url(leader)}/metrics", _PRIORITIZE_OK) or 0.0
+        ok_at_kill = extender_requests(_extender_url(leader))
         timings["kill"] = time.monotonic()
-        kubectl.run("-n", NAMESPACE, "delete", "pod", leader["metadata"]["name"], "--grace-period=0", "--force")
+        kubectl.run(
+            "-n",
+            NAMESPACE,
+            "delete",
+            "pod",
+            leader["metadata"]["name"],
+            "--grace-period=0",
+            "--force",
+        )
 
         @tenacity.retry(
-            stop=tenacity.stop_after_delay(FAILOVER_TIMEOUT_S), wait=tenacity.wait_fixed(POLL_S), reraise=True
+            stop=tenacity.stop_after_delay(FAILOVER_TIMEOUT_S),
+            wait=tenacity.wait_fixed(POLL_S),
+            reraise=True,
         )
         def standby_leads() -> None:
             assert _is_leader(standby), "standby not leading yet"
 
         standby_leads()
         timings["new_leader"] = time.monotonic()
-        ok_standby_start = 0.0  # the standby's extender was never called before it led
+        # the standby's extender is never called before it leads
+        ok_standby_start = 0
         streamer.join(timeout=120)
 
-        @tenacity.retry(stop=tenacity.stop_after_delay(BIND_TIMEOUT_S), wait=tenacity.wait_fixed(1), reraise=True)
+        @tenacity.retry(
+            stop=tenacity.stop_after_delay(BIND_TIMEOUT_S),
+            wait=tenacity.wait_fixed(1),
+            reraise=True,
+        )
         def all_bound() -> list[dict[str, Any]]:
             items = _get(kubectl, "-n", HA_NAMESPACE, "pods")["items"]
             unbound = [p["metadata"]["name"] for p in items if not p["spec"].get("nodeName")]
@@ -337,7 +366,7 @@ def test_leader_failover_during_a_stream_of_pods(stack: Stack) -> None:
             return items
 
         items = all_bound()
-        ok_standby_end = _metric(f"{_extender_url(standby)}/metrics", _PRIORITIZE_OK) or 0.0
+        ok_standby_end = extender_requests(_extender_url(standby))
         events = _get(kubectl, "-n", HA_NAMESPACE, "events")["items"]
         scheduled: dict[str, list[str]] = {}
         for event in events:
@@ -357,7 +386,14 @@ def test_leader_failover_during_a_stream_of_pods(stack: Stack) -> None:
         }
         assert timings["new_leader"] - timings["kill"] < FAILOVER_TIMEOUT_S
     finally:
-        kubectl.run("delete", "namespace", HA_NAMESPACE, "--wait=true", timeout_s=UNINSTALL_TIMEOUT_S, check=False)
+        kubectl.run(
+            "delete",
+            "namespace",
+            HA_NAMESPACE,
+            "--wait=true",
+            timeout_s=UNINSTALL_TIMEOUT_S,
+            check=False,
+        )
     wait_rollout(kubectl, NAMESPACE, [f"deployment/{LAYER_LOCALITY_SCHEDULER}"])
 
 
@@ -374,11 +410,24 @@ def test_uninstall_leaves_nothing_and_the_default_scheduler_works(stack: Stack) 
     kubectl.create(probe)
     try:
 
-        @tenacity.retry(stop=tenacity.stop_after_delay(BIND_TIMEOUT_S), wait=tenacity.wait_fixed(1), reraise=True)
+        @tenacity.retry(
+            stop=tenacity.stop_after_delay(BIND_TIMEOUT_S),
+            wait=tenacity.wait_fixed(1),
+            reraise=True,
+        )
         def bound() -> None:
             pod = _get(kubectl, "-n", "default", "pod", "default-scheduler-probe")
             assert pod["spec"].get("nodeName"), "not bound yet"
 
         bound()
     finally:
-        kubectl.run("-n", "default", "delete", "pod", "default-scheduler-probe", "--grace-period=0", "--force", check=False)
+        kubectl.run(
+            "-n",
+            "default",
+            "delete",
+            "pod",
+            "default-scheduler-probe",
+            "--grace-period=0",
+            "--force",
+            check=False,
+        )

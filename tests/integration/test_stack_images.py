@@ -66,7 +66,9 @@ def test_layersched_image_is_reproducible(layersched_image: Any) -> None:
     again = build_layersched_image()
     assert again.digest == layersched_image.digest
     # and the layers are what a rebuild from scratch makes (the cache only saves time)
-    assert [layer.digest for layer in again.layers] == [layer.digest for layer in layersched_image.layers]
+    assert [layer.digest for layer in again.layers] == [
+        layer.digest for layer in layersched_image.layers
+    ]
 
 
 def test_config_matches_the_dockerfile(layersched_image: Any) -> None:
@@ -110,7 +112,9 @@ def test_contents_run_as_the_images_user(layersched_image: Any, tmp_path: Path) 
     declared = _dockerfile()["python"]
     assert run("python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])") == declared
     # the C extensions load against the image's own libraries
-    assert run("python3", "-c", "import numpy, grpc, aiohttp, msgspec, yaml, ssl; print('ok')") == "ok"
+    assert (
+        run("python3", "-c", "import numpy, grpc, aiohttp, msgspec, yaml, ssl; print('ok')") == "ok"
+    )
 
 
 def test_kube_scheduler_image(tmp_path: Path) -> None:

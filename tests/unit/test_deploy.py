@@ -37,26 +37,72 @@ DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
 #: system:kube-scheduler and system:volume-scheduler as a v1.20.2 API server serves
 #: them (kubectl get clusterrole -o json on the local testbed, 2026-11-23).
 UPSTREAM_1_20_RULES = [
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+    {
+        "apiGroups": ["", "events.k8s.io"],
+        "resources": ["events"],
+        "verbs": ["create", "patch", "update"],
+    },
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-    {"apiGroups": ["coordination.k8s.io"], "resourceNames": ["kube-scheduler"], "resources": ["leases"], "verbs": ["get", "update"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resourceNames": ["kube-scheduler"],
+        "resources": ["leases"],
+        "verbs": ["get", "update"],
+    },
     {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["create"]},
-    {"apiGroups": [""], "resourceNames": ["kube-scheduler"], "resources": ["endpoints"], "verbs": ["get", "update"]},
+    {
+        "apiGroups": [""],
+        "resourceNames": ["kube-scheduler"],
+        "resources": ["endpoints"],
+        "verbs": ["get", "update"],
+    },
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["bindings", "pods/binding"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
-    {"apiGroups": [""], "resources": ["replicationcontrollers", "services"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["apps", "extensions"], "resources": ["replicasets"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["replicationcontrollers", "services"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": ["apps", "extensions"],
+        "resources": ["replicasets"],
+        "verbs": ["get", "list", "watch"],
+    },
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["persistentvolumeclaims", "persistentvolumes"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": ["policy"],
+        "resources": ["poddisruptionbudgets"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumeclaims", "persistentvolumes"],
+        "verbs": ["get", "list", "watch"],
+    },
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
-    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    {
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["subjectaccessreviews"],
+        "verbs": ["create"],
+    },
     {"apiGroups": ["storage.k8s.io"], "resources": ["csinodes"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "patch", "update", "watch"]},
-    {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "patch", "update", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumes"],
+        "verbs": ["get", "list", "patch", "update", "watch"],
+    },
+    {
+        "apiGroups": ["storage.k8s.io"],
+        "resources": ["storageclasses"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumeclaims"],
+        "verbs": ["get", "list", "patch", "update", "watch"],
+    },
 ]
 
 
@@ -143,9 +189,13 @@ def test_scheduler_config_leader_election_on_its_own_lease() -> None:
     ],
     ids=["renew-not-below-lease", "retry-not-below-renew"],
 )
-def test_leader_election_timing_is_checked(durations: tuple[float, float, float], message: str) -> None:
+def test_leader_election_timing_is_checked(
+    durations: tuple[float, float, float], message: str
+) -> None:
     lease, renew, retry = durations
-    spec = LeaderElectionSpec("x", "y", lease_duration_s=lease, renew_deadline_s=renew, retry_period_s=retry)
+    spec = LeaderElectionSpec(
+        "x", "y", lease_duration_s=lease, renew_deadline_s=renew, retry_period_s=retry
+    )
     with pytest.raises(InputError, match=message):
         spec.to_config()
 
@@ -157,7 +207,10 @@ def test_scheduler_rbac_mirrors_upstream_without_the_default_schedulers_lease() 
     assert ours <= upstream, sorted(ours - upstream)
     # and everything of it except the default scheduler's lease/endpoints
     missing = upstream - ours
-    assert {(g, r) for g, r, _, _ in missing} == {("coordination.k8s.io", "leases"), ("", "endpoints")}
+    assert {(g, r) for g, r, _, _ in missing} == {
+        ("coordination.k8s.io", "leases"),
+        ("", "endpoints"),
+    }
     # leases: only in our namespace, and only our own by name (plus create)
     role = _find("Role", f"{LAYER_LOCALITY_SCHEDULER}-leader-election")
     assert role["metadata"]["namespace"] == NAMESPACE
@@ -179,7 +232,9 @@ def test_agent_rbac_is_its_node_and_its_objects() -> None:
 
 def test_every_binding_names_a_role_and_account_of_the_stack() -> None:
     objects = _objects()
-    roles = {(o["kind"], o["metadata"]["name"]) for o in objects if o["kind"] in ("Role", "ClusterRole")}
+    roles = {
+        (o["kind"], o["metadata"]["name"]) for o in objects if o["kind"] in ("Role", "ClusterRole")
+    }
     accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
     for binding in (o for o in objects if o["kind"].endswith("Binding")):
         ref = binding["roleRef"]
@@ -234,7 +289,9 @@ def test_two_schedulers_and_a_pdb_keeping_one() -> None:
 
 def test_network_policies_select_the_stacks_pods() -> None:
     policies = stack_objects()["network-policy.yaml"]
-    selected = {p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]: p for p in policies}
+    selected = {
+        p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]: p for p in policies
+    }
     assert set(selected) == {LAYER_LOCALITY_SCHEDULER, AGENT_NAME}
     # nothing reaches the agent; only the scheduler's authenticated metrics port is open
     assert selected[AGENT_NAME]["spec"]["ingress"] == []
@@ -249,7 +306,9 @@ def _target() -> LocalTestbedTarget:
         api_host="10.250.62.1",
         api_port=6443,
         nodes_dir="/tmp/lsdp-state/nodes",
-        layersched_image=ImageRef("10.250.62.1:5000/layersched/layersched", digest="sha256:" + "a" * 64),
+        layersched_image=ImageRef(
+            "10.250.62.1:5000/layersched/layersched", digest="sha256:" + "a" * 64
+        ),
         kube_scheduler_image=ImageRef("10.250.62.1:5000/layersched/kube-scheduler", tag="v1.20.2"),
     )
 
@@ -281,7 +340,9 @@ def test_local_testbed_overlay() -> None:
     }
     containers = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
     assert "--insecure-registry" in containers["extender"]["args"]
-    assert {"name": "KUBERNETES_SERVICE_HOST", "value": "10.250.62.1"} in containers["kube-scheduler"]["env"]
+    assert {"name": "KUBERNETES_SERVICE_HOST", "value": "10.250.62.1"} in containers[
+        "kube-scheduler"
+    ]["env"]
 
 
 @pytest.mark.parametrize(

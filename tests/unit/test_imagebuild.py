@@ -77,7 +77,11 @@ def test_deb_hard_links_become_files() -> None:
 def test_docs_are_dropped_but_copyright_kept() -> None:
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w") as tar:
-        for path in ("./usr/share/doc/libc6/copyright", "./usr/share/doc/libc6/NEWS.gz", "./usr/share/man/man1/x.1"):
+        for path in (
+            "./usr/share/doc/libc6/copyright",
+            "./usr/share/doc/libc6/NEWS.gz",
+            "./usr/share/man/man1/x.1",
+        ):
             info = tarfile.TarInfo(path)
             tar.addfile(info, io.BytesIO(b""))
     data.seek(0)
@@ -109,7 +113,7 @@ def test_bytecode_is_unchecked_hash_and_loads() -> None:
     assert int.from_bytes(data[4:8], "little") == 0b01
     assert data[8:16] == importlib.util.source_hash(source)
     namespace: dict[str, object] = {}
-    exec(marshal.loads(data[16:]), namespace)  # noqa: S102 (our own compiled module)
+    exec(marshal.loads(data[16:]), namespace)
     assert namespace["ANSWER"] == 42
     # compiling again changes nothing: no timestamp in the pyc
     again = TarTree()

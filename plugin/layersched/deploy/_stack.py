@@ -127,7 +127,9 @@ def _http_get(path: str, port: int | str, scheme: str = "HTTP") -> dict[str, Any
     return {"path": path, "port": port, "scheme": scheme}
 
 
-def _rule(groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str], **extra: Any) -> dict[str, Any]:
+def _rule(
+    groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str], **extra: Any
+) -> dict[str, Any]:
     return {"apiGroups": list(groups), "resources": list(resources), **extra, "verbs": list(verbs)}
 
 
@@ -165,7 +167,9 @@ def lease_role(spec: StackSpec) -> dict[str, Any]:
     return {
         "apiVersion": f"{RBAC_GROUP}/v1",
         "kind": "Role",
-        "metadata": _meta(f"{spec.scheduler_name}-leader-election", spec.scheduler_name, spec.namespace),
+        "metadata": _meta(
+            f"{spec.scheduler_name}-leader-election", spec.scheduler_name, spec.namespace
+        ),
         "rules": [
             _rule(["coordination.k8s.io"], ["leases"], ["create"]),
             _rule(
@@ -179,7 +183,13 @@ def lease_role(spec: StackSpec) -> dict[str, Any]:
 
 
 def _binding(
-    kind: str, name: str, role_kind: str, role: str, account: str, spec: StackSpec, namespace: str | None
+    kind: str,
+    name: str,
+    role_kind: str,
+    role: str,
+    account: str,
+    spec: StackSpec,
+    namespace: str | None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": f"{RBAC_GROUP}/v1",
@@ -237,7 +247,7 @@ def scheduler_container(spec: StackSpec) -> dict[str, Any]:
 
 
 def extender_container(spec: StackSpec) -> dict[str, Any]:
-    argv = ["extender", "--host", "0.0.0.0", "--port", str(EXTENDER_PORT)]  # noqa: S104
+    argv = ["extender", "--host", "0.0.0.0", "--port", str(EXTENDER_PORT)]
     argv += ["--strategy", spec.strategy, "--log-level", "debug", *spec.extender_args]
     return {
         "name": "extender",
@@ -276,7 +286,10 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
             "replicas": spec.replicas,
             "selector": {"matchLabels": selector},
             # Replace one pod at a time: the other keeps (or takes) the lease.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+            },
             "template": {
                 "metadata": {"labels": selector},
                 "spec": {
@@ -391,17 +404,29 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
         ],
         "crd.yaml": [node_layers_crd()],
         "rbac.yaml": [
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, name, namespace)},
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": _meta(name, name, namespace),
+            },
             {
                 "apiVersion": f"{RBAC_GROUP}/v1",
                 "kind": "ClusterRole",
                 "metadata": _meta(cluster_role, name),
                 "rules": list(SCHEDULER_RULES),
             },
-            _binding("ClusterRoleBinding", cluster_role, "ClusterRole", cluster_role, name, spec, None),
+            _binding(
+                "ClusterRoleBinding", cluster_role, "ClusterRole", cluster_role, name, spec, None
+            ),
             lease_role(spec),
             _binding(
-                "RoleBinding", f"{name}-leader-election", "Role", f"{name}-leader-election", name, spec, namespace
+                "RoleBinding",
+                f"{name}-leader-election",
+                "Role",
+                f"{name}-leader-election",
+                name,
+                spec,
+                namespace,
             ),
             # Delegated authentication of the secure port reads the client CA here.
             _binding(
@@ -424,7 +449,9 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
                 "metadata": _meta(agent_role, AGENT_NAME),
                 "rules": list(AGENT_RULES),
             },
-            _binding("ClusterRoleBinding", agent_role, "ClusterRole", agent_role, AGENT_NAME, spec, None),
+            _binding(
+                "ClusterRoleBinding", agent_role, "ClusterRole", agent_role, AGENT_NAME, spec, None
+            ),
         ],
         "scheduler.yaml": [
             {

@@ -55,7 +55,9 @@ FILE_ORDER = (
 
 def kustomization(body: Mapping[str, Any]) -> str:
     """A ``kustomization.yaml`` with ``body``'s fields, under the generated-file header."""
-    return HEADER + to_yaml({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **body})
+    return HEADER + to_yaml(
+        {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **body}
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,10 @@ def base_tree(spec: StackSpec | None = None) -> dict[str, str]:
     files[KUSTOMIZATION] = kustomization(
         {
             "resources": list(FILE_ORDER),
-            "images": [layersched.kustomize(LAYERSCHED_IMAGE), scheduler.kustomize(KUBE_SCHEDULER_IMAGE)],
+            "images": [
+                layersched.kustomize(LAYERSCHED_IMAGE),
+                scheduler.kustomize(KUBE_SCHEDULER_IMAGE),
+            ],
         }
     )
     return files
@@ -100,7 +105,10 @@ def base_tree(spec: StackSpec | None = None) -> dict[str, str]:
 def overlay_images(layersched: ImageRef, kube_scheduler: ImageRef) -> list[dict[str, str]]:
     """An overlay's ``images:``: it matches the names the base already set, not the placeholders."""
     default_layersched, default_scheduler = DEFAULT_IMAGES
-    return [layersched.kustomize(default_layersched.name), kube_scheduler.kustomize(default_scheduler.name)]
+    return [
+        layersched.kustomize(default_layersched.name),
+        kube_scheduler.kustomize(default_scheduler.name),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,14 +126,18 @@ class LocalTestbedTarget:
     kube_scheduler_image: ImageRef
 
 
-def local_testbed_overlay(target: LocalTestbedTarget, base: str, spec: StackSpec | None = None) -> dict[str, str]:
+def local_testbed_overlay(
+    target: LocalTestbedTarget, base: str, spec: StackSpec | None = None
+) -> dict[str, str]:
     """An overlay of ``base`` (a path relative to the overlay) for one local testbed."""
     spec = spec or StackSpec()
     api_env = [
         {"name": "KUBERNETES_SERVICE_HOST", "value": target.api_host},
         {"name": "KUBERNETES_SERVICE_PORT", "value": str(target.api_port)},
     ]
-    extender = extender_container(replace(spec, extender_args=("--insecure-registry", target.registry)))
+    extender = extender_container(
+        replace(spec, extender_args=("--insecure-registry", target.registry))
+    )
     scheduler_patch = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

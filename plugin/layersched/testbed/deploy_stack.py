@@ -23,9 +23,11 @@ import httpx
 
 from layersched import __version__
 from layersched.core.errors import InputError, TestbedError
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
     KUBERNETES_VERSION,
     KUSTOMIZATION,
+    LAYER_LOCALITY_SCHEDULER,
     ImageRef,
     LocalTestbedTarget,
     kustomization,
@@ -34,15 +36,13 @@ from layersched.deploy import (
     write_tree,
 )
 from layersched.registry import RegistryClient
+from layersched.testbed.cluster.driver import NotYet, PodRun
 from layersched.testbed.imagebuild import (
     REPO_ROOT,
     build_kube_scheduler_image,
     build_layersched_image,
     image_size_bytes,
 )
-from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
-from layersched.deploy import LAYER_LOCALITY_SCHEDULER
-from layersched.testbed.cluster.driver import NotYet, PodRun
 from layersched.testbed.local import TestbedInventory
 from layersched.testbed.local._cluster import LocalBackend
 from layersched.testbed.ociimage import BuiltImage, push_image
@@ -72,7 +72,14 @@ class PushedStack:
     kube_scheduler: PushedImage
 
 
-def _push(client: RegistryClient, registry: str, repository: str, tag: str, image: BuiltImage, build_s: float) -> PushedImage:
+def _push(
+    client: RegistryClient,
+    registry: str,
+    repository: str,
+    tag: str,
+    image: BuiltImage,
+    build_s: float,
+) -> PushedImage:
     push_image(client, f"{registry}/{repository}:{tag}", image)
     return PushedImage(
         ImageRef(f"{registry}/{repository}", digest=image.digest),
@@ -89,7 +96,7 @@ def build_and_push(
     insecure: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> PushedStack:
-    """Build both images (see :mod:`layersched.testbed.imagebuild`) and push them to ``registry``."""
+    """Build both images (:mod:`layersched.testbed.imagebuild`) and push them to ``registry``."""
     say = progress or (lambda _message: None)
     started = time.monotonic()
     layersched = build_layersched_image(progress=say)
@@ -101,7 +108,14 @@ def build_and_push(
     with RegistryClient(insecure_hosts=(registry,) if insecure else ()) as client:
         return PushedStack(
             _push(client, registry, LAYERSCHED_REPOSITORY, __version__, layersched, layersched_s),
-            _push(client, registry, KUBE_SCHEDULER_REPOSITORY, KUBERNETES_VERSION, scheduler, scheduler_s),
+            _push(
+                client,
+                registry,
+                KUBE_SCHEDULER_REPOSITORY,
+                KUBERNETES_VERSION,
+                scheduler,
+                scheduler_s,
+            ),
         )
 
 
@@ -140,7 +154,9 @@ def local_target(inventory: TestbedInventory, images: PushedStack) -> LocalTestb
     )
 
 
-def write_local_overlay(out: Path, inventory: TestbedInventory, images: PushedStack, base: Path = DEPLOY_DIR) -> list[str]:
+def write_local_overlay(
+    out: Path, inventory: TestbedInventory, images: PushedStack, base: Path = DEPLOY_DIR
+) -> list[str]:
     """The local testbed's overlay of ``base`` (images by digest, the testbed's patches)."""
     files = local_testbed_overlay(local_target(inventory, images), _relative(base, out))
     return write_tree(out, files)
@@ -154,7 +170,11 @@ class Kubectl:
     kubeconfig: str
 
     def run(
-        self, *args: str, timeout_s: float = KUBECTL_TIMEOUT_S, check: bool = True, stdin: str | None = None
+        self,
+        *args: str,
+        timeout_s: float = KUBECTL_TIMEOUT_S,
+        check: bool = True,
+        stdin: str | None = None,
     ) -> str:
         argv = [self.binary, "--kubeconfig", self.kubeconfig, *args]
         try:
@@ -186,7 +206,12 @@ def wait_rollout(kubectl: Kubectl, namespace: str, workloads: Sequence[str]) -> 
     started = time.monotonic()
     for workload in workloads:
         kubectl.run(
-            "-n", namespace, "rollout", "status", workload, f"--timeout={int(ROLLOUT_TIMEOUT_S)}s",
+            "-n",
+            namespace,
+            "rollout",
+            "status",
+            workload,
+            f"--timeout={int(ROLLOUT_TIMEOUT_S)}s",
             timeout_s=ROLLOUT_TIMEOUT_S + 30,
         )
     return time.monotonic() - started
@@ -219,14 +244,18 @@ class DeployedBackend(LocalBackend):
     the answer is the same). Bytes, cache emptying and versions are the local testbed's.
     """
 
-    def __init__(self, inventory: TestbedInventory, extender_urls: Callable[[], Sequence[str]]) -> None:
+    def __init__(
+        self, inventory: TestbedInventory, extender_urls: Callable[[], Sequence[str]]
+    ) -> None:
         super().__init__(inventory)
         self.schedulers = {LAYER_LOCALITY: LAYER_LOCALITY_SCHEDULER}
         self._extender_urls = extender_urls
 
     def scores(self, run: PodRun) -> dict[str, int]:
         if run.strategy != LAYER_LOCALITY:
-            raise TestbedError(f"strategy {run.strategy!r}: the deployed stack runs {LAYER_LOCALITY}")
+            raise TestbedError(
+                f"strategy {run.strategy!r}: the deployed stack runs {LAYER_LOCALITY}"
+            )
         body = {"Pod": run.document, "Nodes": {"items": list(run.candidates)}, "NodeNames": None}
         errors = []
         for url in self._extender_urls():
@@ -236,4 +265,5 @@ class DeployedBackend(LocalBackend):
                 return {entry["Host"]: int(entry["Score"]) for entry in answer.json()}
             except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
                 errors.append(f"{url}: {err}")
-        raise NotYet(f"no deployed extender answered for pod {run.key}: {'; '.join(errors) or 'none running'}")
+        tried = "; ".join(errors) or "none running"
+        raise NotYet(f"no deployed extender answered for pod {run.key}: {tried}")

@@ -95,7 +95,9 @@ DIR_MODE = 0o755
 _DROPPED_PREFIXES = ("usr/share/man/", "usr/share/lintian/", "usr/share/locale/", "usr/share/info/")
 _DOC_PREFIX = "usr/share/doc/"
 _COPYRIGHT = "/copyright"
-_DEB_LINE = re.compile(r"^(?P<package>[a-z0-9][a-z0-9.+-]*)=(?P<version>\S+) sha256:(?P<sha>[0-9a-f]{64})$")
+_DEB_LINE = re.compile(
+    r"^(?P<package>[a-z0-9][a-z0-9.+-]*)=(?P<version>\S+) sha256:(?P<sha>[0-9a-f]{64})$"
+)
 _WHEEL_LINE = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})$"
 )
@@ -121,10 +123,7 @@ _PASSWD = (
 )
 _GROUP = f"root:x:0:\nnonroot:x:{NONROOT_UID}:\n"
 _ENTRY_SCRIPT = (
-    f"#!/usr/bin/{PYTHON}\n"
-    "import sys\n\n"
-    "from layersched.cli.main import main\n\n"
-    "sys.exit(main())\n"
+    f"#!/usr/bin/{PYTHON}\nimport sys\n\nfrom layersched.cli.main import main\n\nsys.exit(main())\n"
 )
 
 
@@ -256,12 +255,14 @@ class TarTree:
                 path = base / name
                 inside = f"{under.strip('/')}/{path.relative_to(root).as_posix()}"
                 if path.is_symlink():
-                    self.add_symlink(inside, os.readlink(path))
+                    self.add_symlink(inside, str(path.readlink()))
                 elif path.is_dir():
                     self.add_dir(inside)
                 else:
                     executable = path.stat().st_mode & 0o111
-                    self.add_file(inside, path.read_bytes(), EXECUTABLE_MODE if executable else FILE_MODE)
+                    self.add_file(
+                        inside, path.read_bytes(), EXECUTABLE_MODE if executable else FILE_MODE
+                    )
 
     def add_deb_members(self, tar: tarfile.TarFile) -> None:
         """The members of a Debian package's data tar (``dpkg-deb --fsys-tarfile``)."""
@@ -480,7 +481,17 @@ def python_layer(pins: Sequence[Pin], wheel_dir: Path) -> LayerBlob:
 def tracked_files(repo_root: Path) -> list[str]:
     """The repository's git-tracked files that go into the wheel (pyproject, README, plugin/)."""
     out = _run(
-        ["git", "-C", str(repo_root), "ls-files", "-z", "--", "pyproject.toml", "README.md", "plugin"],
+        [
+            "git",
+            "-C",
+            str(repo_root),
+            "ls-files",
+            "-z",
+            "--",
+            "pyproject.toml",
+            "README.md",
+            "plugin",
+        ],
         "listing the repository's files",
         BUILD_TIMEOUT_S,
     )
@@ -505,7 +516,9 @@ def layersched_layer(repo_root: Path, files: Sequence[str]) -> LayerBlob:
             shutil.copyfile(repo_root / name, dest)
         argv = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
         argv += ["--no-build-isolation", "--wheel-dir", str(wheels), str(src)]
-        _run(["env", "SOURCE_DATE_EPOCH=0", *argv], "building the layersched wheel", BUILD_TIMEOUT_S)
+        _run(
+            ["env", "SOURCE_DATE_EPOCH=0", *argv], "building the layersched wheel", BUILD_TIMEOUT_S
+        )
         _pip_target(wheels, [f"layersched=={__version__}"], target)
         tree = TarTree()
         tree.add_tree(target, SITE_PACKAGES)
@@ -523,7 +536,9 @@ class StackImages:
 
 
 def build_layersched_image(
-    repo_root: Path = REPO_ROOT, root: Path | None = None, progress: Callable[[str], None] | None = None
+    repo_root: Path = REPO_ROOT,
+    root: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> BuiltImage:
     """The layersched image (see the module docstring); layers come from the cache when they can."""
     say = progress or (lambda _message: None)
@@ -585,8 +600,10 @@ def build_kube_scheduler_image(binary: Path, kubernetes_version: str) -> BuiltIm
 
 def image_size_bytes(image: BuiltImage) -> int:
     """Compressed size: the layers, the config and the manifest, as a registry stores them."""
-    return sum(layer.size_bytes for layer in image.layers) + len(image.config_bytes) + len(
-        image.manifest_bytes
+    return (
+        sum(layer.size_bytes for layer in image.layers)
+        + len(image.config_bytes)
+        + len(image.manifest_bytes)
     )
 
 

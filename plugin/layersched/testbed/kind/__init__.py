@@ -1,26 +1,9 @@
 """The kind + CRI-O testbed: pure generators for its configuration files (its
-in-cluster objects come from :mod:`layersched.deploy` and are re-exported here for the
-Pulumi program in ``infra/kind/`` and the tests), and the kind scenario driver (:mod:`layersched.testbed.kind.driver`,
-which needs the ``kubernetes`` client from the ``infra`` extra)."""
+in-cluster objects come from :mod:`layersched.deploy` and are re-exported here for
+the Pulumi program in ``infra/kind/`` and the tests), and the kind scenario driver
+(:mod:`layersched.testbed.kind.driver`, which needs the ``kubernetes`` client from
+the ``infra`` extra)."""
 
-from layersched.testbed.cluster._measure import (
-    PullEvent,
-    go_duration_seconds,
-    node_reports_image,
-    parse_pull_event,
-    pull_event_for,
-    pulled_bytes,
-)
-from layersched.testbed.kind._cluster_config import (
-    CRIO_SOCKET,
-    KIND_API_VERSION,
-    REGISTRIES_DROPIN_NODE_PATH,
-    ClusterSpec,
-    check_cluster_name,
-    check_kind_version,
-    kind_cluster_config,
-    node_names,
-)
 from layersched.deploy import (
     AGENT_NAME,
     AUTH_READER_NAMESPACE,
@@ -54,6 +37,24 @@ from layersched.deploy import (
     scheduler_api_version_for,
     scheduler_deployment_spec,
     to_yaml,
+)
+from layersched.testbed.cluster._measure import (
+    PullEvent,
+    go_duration_seconds,
+    node_reports_image,
+    parse_pull_event,
+    pull_event_for,
+    pulled_bytes,
+)
+from layersched.testbed.kind._cluster_config import (
+    CRIO_SOCKET,
+    KIND_API_VERSION,
+    REGISTRIES_DROPIN_NODE_PATH,
+    ClusterSpec,
+    check_cluster_name,
+    check_kind_version,
+    kind_cluster_config,
+    node_names,
 )
 from layersched.testbed.kind._registries import check_registry_host, registries_dropin
 from layersched.testbed.kind._shaping import tbf_command

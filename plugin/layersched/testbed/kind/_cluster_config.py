@@ -17,7 +17,6 @@ from typing import Any
 import yaml
 
 from layersched.core.errors import InputError
-from layersched.deploy import to_yaml
 
 KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
 KIND_CLUSTER_KIND = "Cluster"

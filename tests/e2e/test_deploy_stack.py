@@ -152,10 +152,9 @@ def _is_leader(pod: dict[str, Any]) -> bool:
         text = httpx.get(url, timeout=2.0).text
     except httpx.HTTPError:
         return False
-    return any(
-        m["name"] == LAYER_LOCALITY_SCHEDULER and float(m["value"]) == 1
-        for m in _MASTER.finditer(text)
-    )
+    # kube-scheduler 1.20 labels its elector "kube-scheduler" whatever the Lease's name;
+    # there is one elector per process
+    return any(float(m["value"]) == 1 for m in _MASTER.finditer(text))
 
 
 def _extender_url(pod: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ COMMANDS: tuple[str, ...] = (
     "score",
     "extender",
     "agent",
+    "inventory",
     "testbed",
     "scenario",
     "simulate",

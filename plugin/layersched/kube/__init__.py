@@ -16,6 +16,14 @@ from layersched.kube._client import (
 )
 from layersched.kube._config import KubeConfig, in_cluster_config, load_config, load_kubeconfig
 from layersched.kube._crd import CRD_NAME, node_layers_crd
+from layersched.kube._rbac import (
+    AGENT_ROLE,
+    EXTENDER_ROLE,
+    agent_rules,
+    extender_rules,
+    parse_subject,
+    rbac_objects,
+)
 
 #: The collection of NodeLayerInventory objects, and one object's URL.
 NODE_LAYERS_PATH = f"/apis/{API_VERSION}/{PLURAL}"
@@ -29,9 +37,11 @@ def node_layers_path(node: str) -> str:
 
 
 __all__ = [
+    "AGENT_ROLE",
     "CRD_NAME",
     "CRD_PATH",
     "DEFAULT_TIMEOUT_S",
+    "EXTENDER_ROLE",
     "HTTP_CONFLICT",
     "HTTP_NOT_FOUND",
     "NODES_PATH",
@@ -40,9 +50,13 @@ __all__ = [
     "KubeClient",
     "KubeConfig",
     "WatchEvent",
+    "agent_rules",
+    "extender_rules",
     "in_cluster_config",
     "load_config",
     "load_kubeconfig",
     "node_layers_crd",
     "node_layers_path",
+    "parse_subject",
+    "rbac_objects",
 ]

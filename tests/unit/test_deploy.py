@@ -139,17 +139,21 @@ def test_deploy_dir_is_generated() -> None:
     # the files on disk are exactly what the generator writes today
     stale = stale_files(DEPLOY_DIR, base_tree())
     assert not stale, f"deploy/{stale} stale: run .venv/bin/layersched deploy render"
-    on_disk = {p.name for p in DEPLOY_DIR.iterdir() if p.is_file()}
+    on_disk = {p.relative_to(DEPLOY_DIR).as_posix() for p in DEPLOY_DIR.rglob("*") if p.is_file()}
     assert on_disk == set(base_tree()), "deploy/ holds files the generator does not write"
 
 
 def test_kustomization_lists_every_object_file_and_both_images() -> None:
     tree = base_tree()
-    kustomization = yaml.safe_load(tree["kustomization.yaml"])
-    assert sorted(kustomization["resources"]) == sorted(set(tree) - {"kustomization.yaml"})
-    assert {i["name"] for i in kustomization["images"]} == {"layersched", "kube-scheduler"}
+    root = yaml.safe_load(tree["kustomization.yaml"])
+    stack = yaml.safe_load(tree["stack/kustomization.yaml"])
+    # the root is the CRD plus stack/ (which a cluster with the CRD can install alone)
+    assert root["bases"] == ["stack"] and root["resources"] == ["crd.yaml"]
+    listed = {"crd.yaml", *(f"stack/{name}" for name in stack["resources"])}
+    assert listed == set(tree) - {"kustomization.yaml", "stack/kustomization.yaml"}
+    assert {i["name"] for i in root["images"]} == {"layersched", "kube-scheduler"}
     # every file parses as YAML documents of Kubernetes objects
-    for name in kustomization["resources"]:
+    for name in listed:
         for doc in yaml.safe_load_all(tree[name]):
             assert {"apiVersion", "kind", "metadata"} <= set(doc), name
 
@@ -316,16 +320,17 @@ def _target() -> LocalTestbedTarget:
 def test_local_testbed_overlay() -> None:
     files = local_testbed_overlay(_target(), "../../deploy")
     kustomization = yaml.safe_load(files["kustomization.yaml"])
-    assert kustomization["bases"] == ["../../deploy"]
-    # overlay images match the names the base set, and pin the digest when given one
+    # the stack without the CRD: the testbed applies the CRD itself
+    assert kustomization["bases"] == ["../../deploy/stack"]
+    # overlay images match the stack's placeholders, and pin the digest when given one
     assert kustomization["images"] == [
         {
-            "name": "localhost:5000/layersched/layersched",
+            "name": "layersched",
             "newName": "10.250.62.1:5000/layersched/layersched",
             "digest": "sha256:" + "a" * 64,
         },
         {
-            "name": "localhost:5000/layersched/kube-scheduler",
+            "name": "kube-scheduler",
             "newName": "10.250.62.1:5000/layersched/kube-scheduler",
             "newTag": "v1.20.2",
         },

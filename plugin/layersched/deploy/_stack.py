@@ -46,7 +46,7 @@ from layersched.deploy._workloads import (
     restricted,
 )
 from layersched.deploy._yaml import to_yaml
-from layersched.kube import node_layers_crd
+from layersched.kube import agent_rules, node_layers_crd
 
 #: Image names in the manifests; ``kustomization.yaml``'s ``images:`` maps them to
 #: real references (a registry, a tag or digest).
@@ -63,7 +63,6 @@ EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 SCHEDULER_REPLICAS = 2
 RBAC_GROUP = "rbac.authorization.k8s.io"
-LAYERS_GROUP = "layersched.io"
 
 # Resources, from bench/results/extender.json (2 cores): the extender's resident
 # memory peaked at 106 MB answering full-Nodes requests for 500 nodes and at 248 MB
@@ -155,11 +154,8 @@ SCHEDULER_RULES: tuple[dict[str, Any], ...] = (
     _rule(["storage.k8s.io"], ["csinodes", "storageclasses"], READ),
 )
 #: The agent: its Node (for the object's owner reference) and the objects it applies
-#: server-side (apply creates with ``create`` and updates with ``patch``).
-AGENT_RULES: tuple[dict[str, Any], ...] = (
-    _rule([""], ["nodes"], ["get"]),
-    _rule([LAYERS_GROUP], ["nodelayerinventories"], ["get", "create", "patch"]),
-)
+#: server-side: the same rules the testbed's agents get (:mod:`layersched.kube`).
+AGENT_RULES: tuple[dict[str, Any], ...] = tuple(agent_rules())
 
 
 def lease_role(spec: StackSpec) -> dict[str, Any]:

@@ -51,6 +51,11 @@ FILE_ORDER = (
     "agent.yaml",
     "network-policy.yaml",
 )
+#: The stack without the CRD, as its own kustomization: a cluster that already has the
+#: CRD from elsewhere (the local testbed applies it at bring-up) installs only this, so
+#: removing the stack never takes the CRD and every node's objects with it.
+STACK_DIR = "stack"
+CRD_FILE = "crd.yaml"
 
 
 def kustomization(body: Mapping[str, Any]) -> str:
@@ -86,13 +91,18 @@ DEFAULT_IMAGES = (
 
 
 def base_tree(spec: StackSpec | None = None) -> dict[str, str]:
-    """``deploy/``: one file per group of objects and the kustomization listing them."""
+    """``deploy/``: the CRD and the kustomization of ``stack/`` (everything else, one file per
+    group of objects), with the images' default references. Keys are paths in ``deploy/``."""
     groups = stack_objects(spec)
-    files = {name: HEADER + to_yaml_stream(groups[name]) for name in FILE_ORDER}
+    stack_files = [name for name in FILE_ORDER if name != CRD_FILE]
+    files = {f"{STACK_DIR}/{name}": HEADER + to_yaml_stream(groups[name]) for name in stack_files}
+    files[f"{STACK_DIR}/{KUSTOMIZATION}"] = kustomization({"resources": stack_files})
+    files[CRD_FILE] = HEADER + to_yaml_stream(groups[CRD_FILE])
     layersched, scheduler = DEFAULT_IMAGES
     files[KUSTOMIZATION] = kustomization(
         {
-            "resources": list(FILE_ORDER),
+            "bases": [STACK_DIR],
+            "resources": [CRD_FILE],
             "images": [
                 layersched.kustomize(LAYERSCHED_IMAGE),
                 scheduler.kustomize(KUBE_SCHEDULER_IMAGE),
@@ -102,9 +112,17 @@ def base_tree(spec: StackSpec | None = None) -> dict[str, str]:
     return files
 
 
-def overlay_images(layersched: ImageRef, kube_scheduler: ImageRef) -> list[dict[str, str]]:
-    """An overlay's ``images:``: it matches the names the base already set, not the placeholders."""
+def overlay_images(
+    layersched: ImageRef, kube_scheduler: ImageRef, *, of_stack: bool = False
+) -> list[dict[str, str]]:
+    """An overlay's ``images:``. Over ``deploy/`` it matches the names the base already set;
+    over ``deploy/stack`` (``of_stack``) the placeholders."""
     default_layersched, default_scheduler = DEFAULT_IMAGES
+    if of_stack:
+        return [
+            layersched.kustomize(LAYERSCHED_IMAGE),
+            kube_scheduler.kustomize(KUBE_SCHEDULER_IMAGE),
+        ]
     return [
         layersched.kustomize(default_layersched.name),
         kube_scheduler.kustomize(default_scheduler.name),
@@ -129,7 +147,8 @@ class LocalTestbedTarget:
 def local_testbed_overlay(
     target: LocalTestbedTarget, base: str, spec: StackSpec | None = None
 ) -> dict[str, str]:
-    """An overlay of ``base`` (a path relative to the overlay) for one local testbed."""
+    """An overlay of ``base`` (the path of ``deploy/`` relative to the overlay) for one local
+    testbed. It installs ``deploy/stack`` only: the testbed applies the CRD itself."""
     spec = spec or StackSpec()
     api_env = [
         {"name": "KUBERNETES_SERVICE_HOST", "value": target.api_host},
@@ -190,9 +209,11 @@ def local_testbed_overlay(
     return {
         KUSTOMIZATION: kustomization(
             {
-                "bases": [base],
+                "bases": [f"{base}/{STACK_DIR}"],
                 "images": [
-                    *overlay_images(target.layersched_image, target.kube_scheduler_image),
+                    *overlay_images(
+                        target.layersched_image, target.kube_scheduler_image, of_stack=True
+                    ),
                 ],
                 "patchesStrategicMerge": ["local-testbed.yaml"],
             }
@@ -205,9 +226,9 @@ def write_tree(directory: Path, files: Mapping[str, str]) -> list[str]:
     """Write ``files`` under ``directory``; returns the names whose content changed."""
     changed: list[str] = []
     try:
-        directory.mkdir(parents=True, exist_ok=True)
         for name, text in sorted(files.items()):
             path = directory / name
+            path.parent.mkdir(parents=True, exist_ok=True)
             if path.exists() and path.read_text(encoding="utf-8") == text:
                 continue
             path.write_text(text, encoding="utf-8")

@@ -39,11 +39,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import io
 import json
-import marshal
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -74,7 +73,7 @@ REQUIREMENTS_LOCK = IMAGES_DIR / "requirements.lock"
 CACHE_ROOT_ENV = "LAYERSCHED_CACHE_DIR"
 DEFAULT_CACHE_ROOT = Path("/var/cache/layersched")
 #: Bump when a layer's recipe changes, so cached layers of the old recipe are not reused.
-RECIPE_VERSION = "2"
+RECIPE_VERSION = "3"
 
 #: The unprivileged user both images run as (distroless' "nonroot").
 NONROOT_UID = 65532
@@ -195,6 +194,41 @@ def _run(argv: Sequence[str], what: str, timeout_s: float, cwd: Path | None = No
     return done.stdout
 
 
+#: Compiles ``{path: source}`` (pickled on stdin) to ``{path: pyc}`` (pickled on stdout),
+#: in a child with PYTHONHASHSEED=0: frozenset constants are marshalled in iteration
+#: order, which string hash randomisation would change from one process to the next.
+_COMPILER = """
+import importlib.util, marshal, pickle, sys
+out = {}
+for path, data in pickle.load(sys.stdin.buffer).items():
+    try:
+        code = compile(data, "/" + path, "exec", dont_inherit=True, optimize=0)
+    except (SyntaxError, ValueError):
+        continue
+    head = importlib.util.MAGIC_NUMBER + (%d).to_bytes(4, "little")
+    out[path] = head + importlib.util.source_hash(data) + marshal.dumps(code)
+pickle.dump(out, sys.stdout.buffer)
+"""
+
+
+def _compile_sources(sources: dict[str, bytes]) -> dict[str, bytes]:
+    """Unchecked-hash pycs of ``sources`` (those that compile), reproducibly (see _COMPILER)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _COMPILER % _PYC_HASH_BASED],
+            input=pickle.dumps(sources),
+            capture_output=True,
+            timeout=BUILD_TIMEOUT_S,
+            env=env,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        raise TestbedError(f"compiling the image's Python bytecode: {err}") from err
+    result: dict[str, bytes] = pickle.loads(done.stdout)  # noqa: S301 (our own child's output)
+    return result
+
+
 class TarTree:
     """Files, directories and symlinks of one layer, written as a reproducible tar.
 
@@ -299,22 +333,17 @@ class TarTree:
                 f"{PYTHON_VERSION}, not {sys.version.split()[0]}: run the build from the venv"
             )
         prefix = under.strip("/") + "/"
-        compiled = 0
-        for path, (info, data) in sorted(self._members.items()):
-            if not (path.startswith(prefix) and path.endswith(".py") and info.isfile()):
-                continue
-            assert data is not None  # a regular file
-            try:
-                code = compile(data, f"/{path}", "exec", dont_inherit=True, optimize=0)
-            except (SyntaxError, ValueError):
-                continue
+        sources = {
+            path: data
+            for path, (info, data) in sorted(self._members.items())
+            if path.startswith(prefix) and path.endswith(".py") and info.isfile() and data
+        }
+        compiled = _compile_sources(sources)
+        for path, pyc in sorted(compiled.items()):
             directory, name = path.rsplit("/", 1)
-            pyc = f"{directory}/__pycache__/{name[:-3]}.{sys.implementation.cache_tag}.pyc"
-            flags = _PYC_HASH_BASED.to_bytes(4, "little")
-            header = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(data)
-            self.add_file(pyc, header + marshal.dumps(code))
-            compiled += 1
-        return compiled
+            cache = f"{directory}/__pycache__/{name[:-3]}.{sys.implementation.cache_tag}.pyc"
+            self.add_file(cache, pyc)
+        return len(compiled)
 
     def tar_bytes(self) -> bytes:
         out = io.BytesIO()

@@ -56,6 +56,9 @@ RETRY_MAX_S = 30.0
 MAX_KNOWN_IMAGES = 100_000
 #: Node-image resolutions (nodes without an agent) remembered, by first name.
 MAX_RESOLVED = 50_000
+#: A new node's agent publishes within seconds of the node registering; only a node that
+#: published nothing for this long has its status images resolved through the registry.
+DEFAULT_AGENT_GRACE_S = 60.0
 
 NODES = "nodes"
 LAYERS = "nodelayerinventories"
@@ -83,6 +86,8 @@ class WatchInventoryProvider:
         kube_factory: Callable[[], KubeClient],
         source: LayerSource | None,
         platforms: Platforms | None = None,
+        *,
+        agent_grace_s: float = DEFAULT_AGENT_GRACE_S,
     ) -> None:
         self._kube_factory = kube_factory
         self._source = source
@@ -103,6 +108,13 @@ class WatchInventoryProvider:
         self._stop = threading.Event()
         #: Node images resolved through the layer source (nodes without an agent).
         self.node_image_resolutions = 0
+        #: How long a node may go without a NodeLayerInventory before its status images
+        #: are resolved through the layer source (its agent is starting, usually).
+        self.agent_grace_s = agent_grace_s
+        self._first_seen: dict[str, float] = {}
+        self._latest: dict[str, dict[str, Any]] = {}
+        self._grace_lock = threading.Lock()
+        self._timers: set[str] = set()
         #: Called on the loop after a node's entry changed (tests and metrics hook in).
         self.on_change: Callable[[str], None] | None = None
 
@@ -402,8 +414,22 @@ class WatchInventoryProvider:
         """On a watch thread: resolve the status images of a node without an agent
         through the layer source (the registry), so the loop finds them resolved. True
         when something new was resolved (the node is then refreshed)."""
-        if self._source is None or _name(node_obj) in self._layers:
+        name = _name(node_obj)
+        if self._source is None or name in self._layers:
             return False
+        with self._grace_lock:
+            self._latest[name] = node_obj
+            first = self._first_seen.setdefault(name, time.monotonic())
+            waited_s = time.monotonic() - first
+            if waited_s < self.agent_grace_s:
+                if name not in self._timers:
+                    self._timers.add(name)
+                    timer = threading.Timer(
+                        self.agent_grace_s - waited_s + 0.1, self._grace_over, (name,)
+                    )
+                    timer.daemon = True
+                    timer.start()
+                return False
         try:
             info = node_from_json(node_obj, "Node watch")
         except InputError:
@@ -421,6 +447,15 @@ class WatchInventoryProvider:
         while len(self._resolved) > MAX_RESOLVED:
             self._resolved.popitem(last=False)
         return fresh
+
+    def _grace_over(self, name: str) -> None:
+        """A node's agent grace period ended: resolve its status images if it still has
+        published nothing (on the timer's thread, never the loop)."""
+        with self._grace_lock:
+            self._timers.discard(name)
+            node_obj = self._latest.get(name)
+        if node_obj is not None and not self._stop.is_set() and self._warm(node_obj):
+            self._post(self._refresh, name)
 
     def _resolved_image(self, image: NodeImage) -> NodeImage:
         """On the loop: a status image with the layers a watch thread resolved (names

@@ -67,7 +67,8 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 # Resources, from bench/results/extender.json (2 cores): the extender's resident
 # memory peaked at 106 MB answering full-Nodes requests for 500 nodes and at 248 MB
 # holding 5,000 nodes; one prioritize call takes ~35 ms at 500 nodes. kube-scheduler
-# and the agent were measured on the local testbed (docs/deploy.md).
+# and the agent are not benchmarked: kubeadm's kube-scheduler request, and the agent's
+# resident 22-45 MB seen on the local testbed, with headroom (docs/deploy.md).
 EXTENDER_RESOURCES = {
     "requests": {"cpu": "100m", "memory": "128Mi"},
     "limits": {"memory": "384Mi"},

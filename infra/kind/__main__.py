@@ -24,15 +24,15 @@ from kindbed import (
 )
 
 from layersched.core.errors import InputError
-from layersched.testbed.kind import (
+from layersched.deploy import (
     DEFAULT_SCHEDULER,
     NAMESPACE,
-    ClusterSpec,
     ExtenderSpec,
     extender_scheduler_config,
     extender_url,
     intree_scheduler_config,
 )
+from layersched.testbed.kind import ClusterSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,6 +17,7 @@ from layersched.testbed.kind import (
     CRIO_SOCKET,
     KIND_API_VERSION,
     KUBE_SCHEDULER_CONFIG_V1,
+    KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
     KUBE_SCHEDULER_CONFIG_V1BETA3,
     REGISTRIES_DROPIN_NODE_PATH,
@@ -246,8 +247,20 @@ def test_intree_scheduler_config_swaps_image_locality_for_ryax_plugin() -> None:
         ("v1.30.0", KUBE_SCHEDULER_CONFIG_V1),
         # A pre-release of a later minor is still that minor.
         ("v1.31.0-rc.1", KUBE_SCHEDULER_CONFIG_V1),
+        # The local testbed's 1.20 (and 1.19 to 1.21) read only v1beta1.
+        ("v1.20.2", KUBE_SCHEDULER_CONFIG_V1BETA1),
+        ("v1.21.14", KUBE_SCHEDULER_CONFIG_V1BETA1),
     ],
-    ids=["1.22-v1beta2", "1.23-v1beta3", "1.24-no-patch", "1.25-v1", "1.30-v1", "1.31-rc"],
+    ids=[
+        "1.22-v1beta2",
+        "1.23-v1beta3",
+        "1.24-no-patch",
+        "1.25-v1",
+        "1.30-v1",
+        "1.31-rc",
+        "1.20-v1beta1",
+        "1.21-v1beta1",
+    ],
 )
 def test_scheduler_api_version_for(kubernetes_version: str, api_version: str) -> None:
     assert scheduler_api_version_for(kubernetes_version) == api_version
@@ -259,8 +272,8 @@ def test_scheduler_api_version_for(kubernetes_version: str, api_version: str) ->
 @pytest.mark.parametrize(
     ("kubernetes_version", "message"),
     [
-        # 1.21 reads only v1beta1, which nothing here renders.
-        ("v1.21.14", "use Kubernetes 1.22 or newer"),
+        # 1.18 reads only v1alpha2, which nothing here renders.
+        ("v1.18.20", "use Kubernetes 1.19 or newer"),
         # Not a version at all (a tag name, say).
         ("latest", "not a Kubernetes version"),
     ],

@@ -334,10 +334,10 @@ def test_second_scheduler_api_follows_kubernetes_version(
     [
         # A channel name is no release `kind version` could print.
         ({"kindVersion": "latest"}, "kindVersion 'latest' is not a kind release"),
-        # kube-scheduler 1.21 reads none of the config APIs this stack renders.
+        # kube-scheduler 1.18 reads none of the config APIs this stack renders.
         (
-            {"kubernetesVersion": "v1.21.14", "usePrebuiltNodeImage": "true"},
-            "use Kubernetes 1.22 or newer",
+            {"kubernetesVersion": "v1.18.20", "usePrebuiltNodeImage": "true"},
+            "use Kubernetes 1.19 or newer",
         ),
         # The built node image is 1.30 but the stack says 1.22: the second scheduler's
         # image and config would not match the cluster.

@@ -388,6 +388,9 @@ def test_healthz_is_503_until_the_inventory_is_loaded(tmp_path: Any) -> None:
 
     async def scenario(call: Call) -> None:
         assert (await call("GET", "/healthz"))[0] == 503
+        assert (await call("GET", "/readyz"))[0] == 503
+        # alive while loading: a slow load is no reason for the kubelet to restart it
+        assert (await call("GET", "/livez"))[0] == 200
         # a NodeNames request before then is answered neutrally, not refused
         status, answer = await call(
             "POST", "/prioritize", {"Pod": _pod("img1:1"), "NodeNames": ["N1"]}
@@ -395,6 +398,7 @@ def test_healthz_is_503_until_the_inventory_is_loaded(tmp_path: Any) -> None:
         assert (status, answer) == (200, [{"Host": "N1", "Score": 0}])
         provider.load()
         assert (await call("GET", "/healthz"))[0] == 200
+        assert (await call("GET", "/readyz"))[0] == 200
 
     _serve(extender, scenario)
     assert 'reason="not_ready"' in _metrics_text(extender)

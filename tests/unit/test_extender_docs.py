@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from layersched.testbed.kind._scheduler_config import ExtenderSpec, extender_scheduler_config
+from layersched.deploy import ExtenderSpec, extender_scheduler_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 #: Where ``layersched extender --port 8888`` listens when run next to kube-scheduler.

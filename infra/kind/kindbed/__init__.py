@@ -1,7 +1,8 @@
 """Pulumi components of the kind + CRI-O testbed.
 
 Each component is a ``ComponentResource`` whose children are parented to it;
-the file and object contents come from :mod:`layersched.testbed.kind`, so the
+the file contents come from :mod:`layersched.testbed.kind` and the in-cluster objects from
+:mod:`layersched.deploy` (the same source as ``deploy/``), so the
 tests can check them without Pulumi, and the mock tests check the graph.
 """
 

@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from layersched.testbed.kind import (
+from layersched.deploy import (
     AGENT_NAME,
     EXTENDER_NAME,
     agent_daemonset_spec,

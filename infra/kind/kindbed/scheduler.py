@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from kindbed.extender import SKIP_AWAIT
-from layersched.testbed.kind import (
+from layersched.deploy import (
     AUTH_READER_NAMESPACE,
     AUTH_READER_ROLE,
     SCHEDULER_CLUSTER_ROLES,

@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "testbed",
     "scenario",
     "simulate",
+    "deploy",
 )
 
 EXIT_OK = 0

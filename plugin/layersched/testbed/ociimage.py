@@ -197,13 +197,17 @@ def build_image(
     labels: Mapping[str, str] | None = None,
     entrypoint: Sequence[str] | None = None,
     working_dir: str | None = None,
+    cmd: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    user: str | None = None,
 ) -> BuiltImage:
     """Build an image from layers, base first; ``bytes`` items are file content.
 
     ``labels`` go into the config, which is how two images with the same
-    layers are told apart. ``entrypoint`` and ``working_dir`` become the
-    config's ``Entrypoint`` and ``WorkingDir`` (left out when None, so images
-    built without them keep their digests).
+    layers are told apart. ``entrypoint``, ``working_dir``, ``cmd``, ``env``
+    (``NAME=value`` in the given order) and ``user`` become the config's
+    ``Entrypoint``, ``WorkingDir``, ``Cmd``, ``Env`` and ``User`` (each left
+    out when None, so images built without them keep their digests).
     """
     built = [item if isinstance(item, LayerBlob) else make_layer(item) for item in layers]
     run_config: dict[str, Any] = {"Labels": dict(labels or {})}
@@ -211,6 +215,12 @@ def build_image(
         run_config["Entrypoint"] = list(entrypoint)
     if working_dir is not None:
         run_config["WorkingDir"] = working_dir
+    if cmd is not None:
+        run_config["Cmd"] = list(cmd)
+    if env is not None:
+        run_config["Env"] = [f"{name}={value}" for name, value in env.items()]
+    if user is not None:
+        run_config["User"] = user
     config: dict[str, Any] = {
         "architecture": platform.architecture,
         "os": platform.os,

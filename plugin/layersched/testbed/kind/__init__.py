@@ -1,8 +1,43 @@
-"""The kind + CRI-O testbed: pure generators for its configuration files and
-in-cluster objects (used by the Pulumi program in ``infra/kind/`` and the
-tests), and the kind scenario driver (:mod:`layersched.testbed.kind.driver`,
-which needs the ``kubernetes`` client from the ``infra`` extra)."""
+"""The kind + CRI-O testbed: pure generators for its configuration files (its
+in-cluster objects come from :mod:`layersched.deploy` and are re-exported here for
+the Pulumi program in ``infra/kind/`` and the tests), and the kind scenario driver
+(:mod:`layersched.testbed.kind.driver`, which needs the ``kubernetes`` client from
+the ``infra`` extra)."""
 
+from layersched.deploy import (
+    AGENT_NAME,
+    AUTH_READER_NAMESPACE,
+    AUTH_READER_ROLE,
+    CRIO_SOCKET_PATH,
+    DEFAULT_SCHEDULER,
+    EXTENDER_NAME,
+    EXTENDER_PORT,
+    HEALTHZ_PATH,
+    INTREE_SCHEDULER,
+    KUBE_SCHEDULER_CONFIG_V1,
+    KUBE_SCHEDULER_CONFIG_V1BETA1,
+    KUBE_SCHEDULER_CONFIG_V1BETA2,
+    KUBE_SCHEDULER_CONFIG_V1BETA3,
+    LAYER_LOCALITY_SCHEDULER,
+    NAMESPACE,
+    POD_IP_ENV,
+    RYAX_PLUGIN_NAME,
+    SCHEDULER_CLUSTER_ROLES,
+    SCHEDULER_CONFIG_FILE,
+    ExtenderSpec,
+    agent_daemonset_spec,
+    extender_deployment_spec,
+    extender_scheduler_config,
+    extender_service_spec,
+    extender_url,
+    go_duration,
+    intree_scheduler_config,
+    kubernetes_minor,
+    labels,
+    scheduler_api_version_for,
+    scheduler_deployment_spec,
+    to_yaml,
+)
 from layersched.testbed.cluster._measure import (
     PullEvent,
     go_duration_seconds,
@@ -20,46 +55,9 @@ from layersched.testbed.kind._cluster_config import (
     check_kind_version,
     kind_cluster_config,
     node_names,
-    to_yaml,
-)
-from layersched.testbed.kind._rbac import (
-    AUTH_READER_NAMESPACE,
-    AUTH_READER_ROLE,
-    SCHEDULER_CLUSTER_ROLES,
 )
 from layersched.testbed.kind._registries import check_registry_host, registries_dropin
-from layersched.testbed.kind._scheduler_config import (
-    DEFAULT_SCHEDULER,
-    INTREE_SCHEDULER,
-    KUBE_SCHEDULER_CONFIG_V1,
-    KUBE_SCHEDULER_CONFIG_V1BETA2,
-    KUBE_SCHEDULER_CONFIG_V1BETA3,
-    LAYER_LOCALITY_SCHEDULER,
-    RYAX_PLUGIN_NAME,
-    ExtenderSpec,
-    extender_scheduler_config,
-    go_duration,
-    intree_scheduler_config,
-    kubernetes_minor,
-    scheduler_api_version_for,
-)
 from layersched.testbed.kind._shaping import tbf_command
-from layersched.testbed.kind._workloads import (
-    AGENT_NAME,
-    CRIO_SOCKET_PATH,
-    EXTENDER_NAME,
-    EXTENDER_PORT,
-    HEALTHZ_PATH,
-    NAMESPACE,
-    POD_IP_ENV,
-    SCHEDULER_CONFIG_FILE,
-    agent_daemonset_spec,
-    extender_deployment_spec,
-    extender_service_spec,
-    extender_url,
-    labels,
-    scheduler_deployment_spec,
-)
 
 __all__ = [
     "AGENT_NAME",
@@ -74,6 +72,7 @@ __all__ = [
     "INTREE_SCHEDULER",
     "KIND_API_VERSION",
     "KUBE_SCHEDULER_CONFIG_V1",
+    "KUBE_SCHEDULER_CONFIG_V1BETA1",
     "KUBE_SCHEDULER_CONFIG_V1BETA2",
     "KUBE_SCHEDULER_CONFIG_V1BETA3",
     "LAYER_LOCALITY_SCHEDULER",

@@ -139,23 +139,3 @@ def node_names(cluster_name: str, workers: int) -> tuple[str, ...]:
     check_cluster_name(cluster_name)
     suffixes = ["control-plane", "worker"] + [f"worker{i}" for i in range(2, workers + 1)]
     return tuple(f"{cluster_name}-{suffix}" for suffix in suffixes[: workers + 1])
-
-
-class _Dumper(yaml.SafeDumper):
-    """Block scalars for multi-line strings (kubeadm patches read like the docs), no aliases."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
-def to_yaml(document: dict[str, Any]) -> str:
-    """One YAML document, keys in insertion order (what a human would write)."""
-    return yaml.dump(document, Dumper=_Dumper, sort_keys=False)

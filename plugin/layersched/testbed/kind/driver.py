@@ -25,6 +25,13 @@ from typing import Any
 from layersched.core.errors import TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.deploy import (
+    DEFAULT_SCHEDULER,
+    EXTENDER_NAME,
+    EXTENDER_PORT,
+    LAYER_LOCALITY_SCHEDULER,
+    NAMESPACE,
+)
 from layersched.testbed.cluster._measure import pulled_bytes
 from layersched.testbed.cluster.driver import (
     SCENARIO_NAMESPACE,
@@ -37,8 +44,6 @@ from layersched.testbed.cluster.driver import (
     whole_node_requests,
 )
 from layersched.testbed.kind._cluster_config import CRIO_SOCKET
-from layersched.testbed.kind._scheduler_config import DEFAULT_SCHEDULER, LAYER_LOCALITY_SCHEDULER
-from layersched.testbed.kind._workloads import EXTENDER_NAME, EXTENDER_PORT, NAMESPACE
 
 __all__ = [
     "DRIVER_NAME",

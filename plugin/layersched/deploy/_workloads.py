@@ -1,4 +1,5 @@
-"""In-cluster objects of the kind testbed, as plain Kubernetes object bodies.
+"""In-cluster objects of the kind testbed, as plain Kubernetes object bodies, and the
+names, ports and paths ``deploy/`` shares with it.
 
 The Pulumi program wraps these in pulumi-kubernetes resources; keeping them
 pure lets tests check them without a cluster.
@@ -63,13 +64,14 @@ def _resources() -> dict[str, Any]:
     return {"requests": {"cpu": SMALL_CPU, "memory": SMALL_MEMORY}}
 
 
-def _restricted() -> dict[str, Any]:
+def restricted(uid: int = NONROOT_UID) -> dict[str, Any]:
+    """A container's securityContext: ``uid``, read-only root, no capabilities, no escalation."""
     return {
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": NONROOT_UID,
-        "runAsGroup": NONROOT_UID,
+        "runAsNonRoot": uid != 0,
+        "runAsUser": uid,
+        "runAsGroup": uid,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
@@ -100,7 +102,7 @@ def extender_deployment_spec(
         "readinessProbe": _http_probe(HEALTHZ_PATH, "http", READINESS_PERIOD_S),
         "livenessProbe": _http_probe(HEALTHZ_PATH, "http", LIVENESS_PERIOD_S),
         "resources": _resources(),
-        "securityContext": _restricted(),
+        "securityContext": restricted(),
         "volumeMounts": mounts,
     }
     return {
@@ -146,7 +148,7 @@ def scheduler_deployment_spec(
             "initialDelaySeconds": SCHEDULER_LIVENESS_DELAY_S,
         },
         "resources": _resources(),
-        "securityContext": _restricted(),
+        "securityContext": restricted(),
         "volumeMounts": [{"name": "config", "mountPath": SCHEDULER_CONFIG_DIR, "readOnly": True}],
     }
     return {

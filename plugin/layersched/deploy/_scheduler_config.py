@@ -1,9 +1,16 @@
-"""``KubeSchedulerConfiguration`` for the testbed's second and third schedulers.
+"""``KubeSchedulerConfiguration`` for the second and third schedulers.
 
-The default scheduler stays untouched: it is the ImageLocality baseline. The
-second scheduler (``layer-locality``) is the same kube-scheduler image with one
-profile and the layersched extender; the third (``layer-locality-intree``) is
-the patched kube-scheduler with the Ryax in-tree score plugin instead.
+The one generator of these files: ``deploy/`` (the install), the kind testbed's
+Pulumi program and the docs' examples all use it. The default scheduler stays
+untouched: it is the ImageLocality baseline. The second scheduler
+(``layer-locality``) is the same kube-scheduler with one profile and the
+layersched extender; the third (``layer-locality-intree``) is the patched
+kube-scheduler with the Ryax in-tree score plugin instead.
+
+Leader election, when asked for (:class:`LeaderElectionSpec`), takes a Lease of
+the scheduler's own name in its own namespace: it never competes with the
+default scheduler's ``kube-system/kube-scheduler`` lease, and its RBAC names
+only that Lease.
 """
 
 from __future__ import annotations
@@ -19,18 +26,23 @@ KUBE_SCHEDULER_CONFIG_V1 = "kubescheduler.config.k8s.io/v1"
 #: Kubernetes 1.22 (the Ryax fork's base) only serves the beta API.
 KUBE_SCHEDULER_CONFIG_V1BETA2 = "kubescheduler.config.k8s.io/v1beta2"
 KUBE_SCHEDULER_CONFIG_V1BETA3 = "kubescheduler.config.k8s.io/v1beta3"
+#: Kubernetes 1.19 to 1.21 (the local testbed's v1.20.2) read only this one.
+KUBE_SCHEDULER_CONFIG_V1BETA1 = "kubescheduler.config.k8s.io/v1beta1"
 KUBE_SCHEDULER_API_VERSIONS = (
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA3,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
+    KUBE_SCHEDULER_CONFIG_V1BETA1,
 )
-#: Which config API a kube-scheduler minor reads (KEP-785): v1beta2 came in 1.22,
-#: v1beta3 in 1.23, v1 (GA) in 1.25; v1beta2 was removed in 1.28 and v1beta3 in
-#: 1.29. Each entry is the newest API served from that minor on.
+#: Which config API a kube-scheduler minor reads (KEP-785): v1beta1 came in 1.19,
+#: v1beta2 in 1.22, v1beta3 in 1.23, v1 (GA) in 1.25; v1beta1 was removed in 1.23,
+#: v1beta2 in 1.28 and v1beta3 in 1.29. Each entry is the newest API served from
+#: that minor on.
 _API_VERSION_SINCE_MINOR = (
     (25, KUBE_SCHEDULER_CONFIG_V1),
     (23, KUBE_SCHEDULER_CONFIG_V1BETA3),
     (22, KUBE_SCHEDULER_CONFIG_V1BETA2),
+    (19, KUBE_SCHEDULER_CONFIG_V1BETA1),
 )
 _KUBERNETES_VERSION = re.compile(r"^v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?(?:[-+].*)?$")
 
@@ -53,6 +65,45 @@ DEFAULT_EXTENDER_TIMEOUT_S = 1.0
 MIN_EXTENDER_WEIGHT = 1
 MAX_EXTENDER_WEIGHT = 1_000_000
 _MS_PER_S = 1000
+
+
+#: Upstream's leader-election timing (kube-scheduler's defaults): a leader that stops
+#: renewing is replaced within about LEASE_DURATION_S + RETRY_PERIOD_S.
+LEASE_DURATION_S = 15.0
+RENEW_DEADLINE_S = 10.0
+RETRY_PERIOD_S = 2.0
+#: Only Leases: the default ("endpointsleases" before 1.24) would need Endpoints RBAC too.
+LEASES_LOCK = "leases"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderElectionSpec:
+    """Leader election on a Lease of the scheduler's own (name, namespace)."""
+
+    #: The Lease's name (the scheduler's name) and namespace (the install's).
+    resource_name: str
+    resource_namespace: str
+    lease_duration_s: float = LEASE_DURATION_S
+    renew_deadline_s: float = RENEW_DEADLINE_S
+    retry_period_s: float = RETRY_PERIOD_S
+
+    def to_config(self) -> dict[str, Any]:
+        """The ``leaderElection`` block (field names as every config API version spells them)."""
+        if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise InputError(
+                f"leader election of {self.resource_name!r}: need retryPeriod "
+                f"({self.retry_period_s} s) < renewDeadline ({self.renew_deadline_s} s) < "
+                f"leaseDuration ({self.lease_duration_s} s), as client-go requires"
+            )
+        return {
+            "leaderElect": True,
+            "resourceLock": LEASES_LOCK,
+            "resourceName": self.resource_name,
+            "resourceNamespace": self.resource_namespace,
+            "leaseDuration": go_duration(self.lease_duration_s),
+            "renewDeadline": go_duration(self.renew_deadline_s),
+            "retryPeriod": go_duration(self.retry_period_s),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +167,17 @@ def _check_api_version(api_version: str) -> str:
     return api_version
 
 
-def _base(api_version: str, scheduler_name: str) -> dict[str, Any]:
+def _base(
+    api_version: str, scheduler_name: str, leader_election: LeaderElectionSpec | None
+) -> dict[str, Any]:
     return {
         "apiVersion": _check_api_version(api_version),
         "kind": "KubeSchedulerConfiguration",
-        # One replica, and no lease: no RBAC on leases needed, no fight with the default scheduler.
-        "leaderElection": {"leaderElect": False},
+        # Without a spec: one replica and no lease (no RBAC on leases needed). With
+        # one: the scheduler's own Lease, never the default scheduler's.
+        "leaderElection": (
+            leader_election.to_config() if leader_election else {"leaderElect": False}
+        ),
         "profiles": [{"schedulerName": scheduler_name}],
     }
 
@@ -130,6 +186,7 @@ def extender_scheduler_config(
     extender: ExtenderSpec,
     scheduler_name: str = LAYER_LOCALITY_SCHEDULER,
     api_version: str = KUBE_SCHEDULER_CONFIG_V1,
+    leader_election: LeaderElectionSpec | None = None,
 ) -> dict[str, Any]:
     """The second scheduler: default plugins plus the layersched extender as a scorer."""
     if not MIN_EXTENDER_WEIGHT <= extender.weight <= MAX_EXTENDER_WEIGHT:
@@ -141,7 +198,7 @@ def extender_scheduler_config(
         raise InputError(
             f"extender urlPrefix {extender.url_prefix!r} must start with http:// or https://"
         )
-    config = _base(api_version, scheduler_name)
+    config = _base(api_version, scheduler_name, leader_election)
     config["extenders"] = [
         {
             "urlPrefix": extender.url_prefix,
@@ -164,11 +221,12 @@ def intree_scheduler_config(
     plugin_name: str = RYAX_PLUGIN_NAME,
     weight: int = 1,
     api_version: str = KUBE_SCHEDULER_CONFIG_V1BETA2,
+    leader_election: LeaderElectionSpec | None = None,
 ) -> dict[str, Any]:
     """The third scheduler: the patched kube-scheduler's in-tree layer plugin, ImageLocality off."""
     if weight < 1:
         raise InputError(f"plugin weight {weight} must be at least 1")
-    config = _base(api_version, scheduler_name)
+    config = _base(api_version, scheduler_name, leader_election)
     config["profiles"][0]["plugins"] = {
         "score": {
             "enabled": [{"name": plugin_name, "weight": weight}],

@@ -1,0 +1,128 @@
+"""Sidecar or Service? The extender's /prioritize latency over loopback vs across nodes.
+
+kube-scheduler sends the extender the pod and every candidate Node in full (full-``Nodes``
+mode, what deploy/ uses: the extender then needs no API access). This measures one such
+call (500 nodes × 50 images, the bench corpus) where kube-scheduler would make it:
+
+* **sidecar**: from the extender's own network namespace to ``127.0.0.1``;
+* **Service**: from another node's namespace to the extender's node address, i.e.
+  across the testbed's network (the hop a Deployment + Service adds; the testbed has no
+  kube-proxy, so the node address stands in for the ClusterIP, which adds no bytes).
+
+Needs root and a local testbed (its node network namespaces):
+``sudo .venv/bin/python -m bench.bench_extender_hop --state-dir /tmp/lsdp-state``.
+Results go to ``bench/results/extender_hop.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import tenacity
+
+from bench.corpus import workload
+from layersched.testbed.local import load_inventory
+
+RESULTS = Path(__file__).resolve().parent / "results" / "extender_hop.json"
+NODES = 500
+IMAGES_PER_NODE = 50
+PORT = 18888
+READY_TIMEOUT_S = 60.0
+CLIENT = """
+import json, sys, time, httpx
+url, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+body = open(path, "rb").read()
+out = []
+with httpx.Client(timeout=120) as c:
+    c.post(url, content=body).raise_for_status()  # warm: resolve, connect
+    for _ in range(n):
+        t = time.perf_counter(); c.post(url, content=body).raise_for_status()
+        out.append(time.perf_counter() - t)
+print(json.dumps(out))
+"""
+
+
+def _client(netns: str, url: str, body: Path, requests: int) -> list[float]:
+    argv = ["ip", "netns", "exec", netns, sys.executable, "-c", CLIENT, url, str(body)]
+    done = subprocess.run([*argv, str(requests)], capture_output=True, text=True, check=True)
+    return [float(x) for x in json.loads(done.stdout)]
+
+
+def _stats(latencies_s: list[float]) -> dict[str, float]:
+    ms = sorted(x * 1000 for x in latencies_s)
+    return {
+        "requests": len(ms),
+        "p50_ms": round(statistics.median(ms), 1),
+        "max_ms": round(ms[-1], 1),
+        "mean_ms": round(statistics.fmean(ms), 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    inventory = load_inventory(args.state_dir)
+    server, client = inventory.nodes[1], inventory.nodes[0]
+    load = workload()
+    pod = load.pods(1)[0]
+    nodes = load.node_list(NODES, IMAGES_PER_NODE, seed=3)
+    with tempfile.TemporaryDirectory(prefix="layersched-hop-") as tmp:
+        layers, body = Path(tmp) / "layers.json", Path(tmp) / "body.json"
+        layers.write_bytes(msgspec.json.encode(load.layers_document()))
+        body.write_bytes(msgspec.json.encode({"Pod": pod, "Nodes": nodes}))
+        request_bytes = body.stat().st_size
+        cmd = ["ip", "netns", "exec", server.netns, sys.executable, "-m", "layersched.cli.main"]
+        cmd += ["extender", "--host", "0.0.0.0", "--port", str(PORT), "--layers", str(layers)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+
+            @tenacity.retry(
+                stop=tenacity.stop_after_delay(READY_TIMEOUT_S),
+                wait=tenacity.wait_fixed(0.5),
+                reraise=True,
+            )
+            def ready() -> None:
+                probe = ["ip", "netns", "exec", server.netns, "curl", "-sf"]
+                url = f"http://127.0.0.1:{PORT}/readyz"
+                subprocess.run([*probe, "-o", "/dev/null", url], check=True)
+
+            ready()
+            local = _client(
+                server.netns, f"http://127.0.0.1:{PORT}/prioritize", body, args.requests
+            )
+            remote_url = f"http://{server.address}:{PORT}/prioritize"
+            remote = _client(client.netns, remote_url, body, args.requests)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    results: dict[str, Any] = {
+        "request_bytes": request_bytes,
+        "nodes": NODES,
+        "images_per_node": IMAGES_PER_NODE,
+        "link_rate_bits_per_s": server.link_rate_bits_per_s,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "sidecar_loopback": _stats(local),
+        "across_nodes": _stats(remote),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""``layersched deploy``: write ``deploy/``, build and push its images, write an overlay.
+
+``render`` writes (or with ``--check`` compares) the kustomization in ``deploy/``;
+``images`` builds the layersched and kube-scheduler images without Docker and pushes
+them; ``overlay`` does that too and writes an overlay of ``deploy/`` that pins them by
+digest, so that ``kubectl apply -k DIR`` installs and ``kubectl delete -k DIR`` removes.
+See docs/deploy.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from layersched.core.errors import InputError
+from layersched.deploy import base_tree, stale_files, write_tree
+from layersched.testbed.deploy_stack import (
+    DEPLOY_DIR,
+    PushedImage,
+    PushedStack,
+    build_and_push,
+    write_local_overlay,
+    write_overlay,
+)
+from layersched.testbed.local import load_inventory
+
+EXIT_OK = 0
+EXIT_STALE = 1
+#: Where `make kubernetes` caches the cluster's binaries (the kube-scheduler image's source).
+DEFAULT_KUBE_SCHEDULER = Path(
+    "/var/cache/layersched/kubernetes/1.20.5+really1.20.2-1.1+deb12u1/bin/kube-scheduler"
+)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``deploy`` subcommand and its actions."""
+    p = sub.add_parser(
+        "deploy",
+        help="the install: deploy/ (kustomize), its images (no Docker), overlays",
+        description="Generate deploy/, build and push its images, write an overlay to apply.",
+    )
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    p_render = actions.add_parser("render", help="write deploy/ from layersched.deploy")
+    p_render.add_argument("--dir", type=Path, default=DEPLOY_DIR, help="default: deploy/")
+    p_render.add_argument(
+        "--check", action="store_true", help="only compare; exit 1 if a file is stale"
+    )
+    p_render.set_defaults(handler=_render)
+
+    for name, helptext in (
+        ("images", "build the layersched and kube-scheduler images and push them"),
+        ("overlay", "build and push the images, then write an overlay of deploy/ to apply"),
+    ):
+        q = actions.add_parser(name, help=helptext)
+        q.add_argument("--registry", help="HOST:PORT to push to (default: the local testbed's)")
+        q.add_argument(
+            "--kube-scheduler-bin",
+            type=Path,
+            default=DEFAULT_KUBE_SCHEDULER,
+            help="the kube-scheduler binary to package (default: the one `make kubernetes` built)",
+        )
+        q.add_argument(
+            "--secure-registry",
+            action="store_true",
+            help="push over HTTPS (default: plain HTTP, as testbed registries serve)",
+        )
+        q.add_argument("--state-dir", type=Path, help="the local testbed's state dir")
+        q.add_argument("--json", action="store_true", help="print what was pushed as JSON")
+        if name == "overlay":
+            q.add_argument("--out", type=Path, required=True, help="the overlay's directory")
+            q.add_argument(
+                "--local-testbed",
+                action="store_true",
+                help="add the local testbed's patches (host network, its API server and sockets)",
+            )
+        q.set_defaults(handler=_overlay if name == "overlay" else _images)
+
+
+def _render(args: argparse.Namespace) -> int:
+    files = base_tree()
+    if args.check:
+        stale = stale_files(args.dir, files)
+        for name in stale:
+            print(f"{args.dir / name} is stale: run `layersched deploy render`")
+        return EXIT_STALE if stale else EXIT_OK
+    for name in write_tree(args.dir, files):
+        print(f"wrote {args.dir / name}")
+    return EXIT_OK
+
+
+def _registry(args: argparse.Namespace) -> str:
+    if args.registry:
+        return str(args.registry)
+    inventory = load_inventory(args.state_dir)
+    return f"{inventory.registry.address}:{inventory.registry.port}"
+
+
+def _push(args: argparse.Namespace) -> PushedStack:
+    console = Console(stderr=True)
+    with console.status("building images") as status:
+        return build_and_push(
+            _registry(args),
+            args.kube_scheduler_bin,
+            insecure=not args.secure_registry,
+            progress=lambda message: status.update(message),
+        )
+
+
+def _describe(pushed: PushedStack) -> dict[str, dict[str, object]]:
+    def one(image: PushedImage) -> dict[str, object]:
+        return {
+            "image": f"{image.ref.name}@{image.ref.digest}",
+            "size_bytes": image.size_bytes,
+            "layer_sizes_bytes": list(image.layer_sizes_bytes),
+            "build_s": round(image.build_s, 2),
+        }
+
+    return {"layersched": one(pushed.layersched), "kube-scheduler": one(pushed.kube_scheduler)}
+
+
+def _print(args: argparse.Namespace, pushed: PushedStack) -> None:
+    described = _describe(pushed)
+    if args.json:
+        print(json.dumps(described, indent=2))
+        return
+    for name, image in described.items():
+        print(f"{name}: {image['image']} ({image['size_bytes']:,} B compressed)")
+
+
+def _images(args: argparse.Namespace) -> int:
+    _print(args, _push(args))
+    return EXIT_OK
+
+
+def _overlay(args: argparse.Namespace) -> int:
+    if args.local_testbed and args.registry:
+        raise InputError("--local-testbed pushes to the testbed's registry: drop --registry")
+    pushed = _push(args)
+    if args.local_testbed:
+        write_local_overlay(args.out, load_inventory(args.state_dir), pushed)
+    else:
+        write_overlay(args.out, pushed)
+    _print(args, pushed)
+    print(f"install: kubectl apply -k {args.out}\nremove:  kubectl delete -k {args.out}")
+    return EXIT_OK

@@ -1,0 +1,269 @@
+"""Putting ``deploy/`` on a cluster: push the images, write an overlay, apply, wait, remove.
+
+The install is ``kubectl apply -k DIR`` and the removal ``kubectl delete -k DIR``, where
+``DIR`` is an overlay of ``deploy/`` naming the images by the digests just pushed
+(:func:`write_overlay`). For the local testbed the overlay also carries the testbed's
+patches (:func:`layersched.deploy.local_testbed_overlay`). The e2e test and
+docs/deploy.md run exactly these commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from layersched import __version__
+from layersched.core.errors import InputError, TestbedError
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.deploy import (
+    KUBERNETES_VERSION,
+    KUSTOMIZATION,
+    LAYER_LOCALITY_SCHEDULER,
+    ImageRef,
+    LocalTestbedTarget,
+    kustomization,
+    local_testbed_overlay,
+    overlay_images,
+    write_tree,
+)
+from layersched.registry import RegistryClient
+from layersched.testbed.cluster.driver import NotYet, PodRun
+from layersched.testbed.imagebuild import (
+    REPO_ROOT,
+    build_kube_scheduler_image,
+    build_layersched_image,
+    image_size_bytes,
+)
+from layersched.testbed.local import TestbedInventory
+from layersched.testbed.local._cluster import LocalBackend
+from layersched.testbed.ociimage import BuiltImage, push_image
+
+DEPLOY_DIR = REPO_ROOT / "deploy"
+LAYERSCHED_REPOSITORY = "layersched/layersched"
+KUBE_SCHEDULER_REPOSITORY = "layersched/kube-scheduler"
+#: kubectl apply/delete of a dozen objects takes seconds; deleting the namespace waits
+#: for its pods to stop (terminationGracePeriodSeconds 30).
+KUBECTL_TIMEOUT_S = 180.0
+ROLLOUT_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class PushedImage:
+    """One image in a registry: where, its manifest digest and compressed size."""
+
+    ref: ImageRef
+    size_bytes: int
+    layer_sizes_bytes: tuple[int, ...]
+    build_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PushedStack:
+    layersched: PushedImage
+    kube_scheduler: PushedImage
+
+
+def _push(
+    client: RegistryClient,
+    registry: str,
+    repository: str,
+    tag: str,
+    image: BuiltImage,
+    build_s: float,
+) -> PushedImage:
+    push_image(client, f"{registry}/{repository}:{tag}", image)
+    return PushedImage(
+        ImageRef(f"{registry}/{repository}", digest=image.digest),
+        image_size_bytes(image),
+        tuple(layer.size_bytes for layer in image.layers),
+        build_s,
+    )
+
+
+def build_and_push(
+    registry: str,
+    kube_scheduler_bin: Path,
+    *,
+    insecure: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> PushedStack:
+    """Build both images (:mod:`layersched.testbed.imagebuild`) and push them to ``registry``."""
+    say = progress or (lambda _message: None)
+    started = time.monotonic()
+    layersched = build_layersched_image(progress=say)
+    layersched_s = time.monotonic() - started
+    started = time.monotonic()
+    scheduler = build_kube_scheduler_image(kube_scheduler_bin, KUBERNETES_VERSION)
+    scheduler_s = time.monotonic() - started
+    say(f"pushing to {registry}")
+    with RegistryClient(insecure_hosts=(registry,) if insecure else ()) as client:
+        return PushedStack(
+            _push(client, registry, LAYERSCHED_REPOSITORY, __version__, layersched, layersched_s),
+            _push(
+                client,
+                registry,
+                KUBE_SCHEDULER_REPOSITORY,
+                KUBERNETES_VERSION,
+                scheduler,
+                scheduler_s,
+            ),
+        )
+
+
+def _relative(base: Path, overlay: Path) -> str:
+    return os.path.relpath(base.resolve(), overlay.resolve())
+
+
+def write_overlay(out: Path, images: PushedStack, base: Path = DEPLOY_DIR) -> list[str]:
+    """An overlay of ``base`` that only pins the images to the pushed digests."""
+    files = {
+        KUSTOMIZATION: kustomization(
+            {
+                "bases": [_relative(base, out)],
+                "images": overlay_images(images.layersched.ref, images.kube_scheduler.ref),
+            }
+        )
+    }
+    return write_tree(out, files)
+
+
+def local_target(inventory: TestbedInventory, images: PushedStack) -> LocalTestbedTarget:
+    """The overlay's view of a local testbed (from its inventory)."""
+    api = urlsplit(inventory.cluster.api_server)
+    if api.hostname is None or api.port is None:
+        raise InputError(
+            f"testbed inventory: api_server {inventory.cluster.api_server!r} has no host:port; "
+            "bring the testbed up again"
+        )
+    return LocalTestbedTarget(
+        registry=f"{inventory.registry.address}:{inventory.registry.port}",
+        api_host=api.hostname,
+        api_port=api.port,
+        nodes_dir=str(Path(inventory.state_dir) / "nodes"),
+        layersched_image=images.layersched.ref,
+        kube_scheduler_image=images.kube_scheduler.ref,
+    )
+
+
+def write_local_overlay(
+    out: Path, inventory: TestbedInventory, images: PushedStack, base: Path = DEPLOY_DIR
+) -> list[str]:
+    """The local testbed's overlay of ``base`` (images by digest, the testbed's patches)."""
+    files = local_testbed_overlay(local_target(inventory, images), _relative(base, out))
+    return write_tree(out, files)
+
+
+@dataclass(frozen=True, slots=True)
+class Kubectl:
+    """The cluster's own kubectl with a kubeconfig."""
+
+    binary: str
+    kubeconfig: str
+
+    def run(
+        self,
+        *args: str,
+        timeout_s: float = KUBECTL_TIMEOUT_S,
+        check: bool = True,
+        stdin: str | None = None,
+    ) -> str:
+        argv = [self.binary, "--kubeconfig", self.kubeconfig, *args]
+        try:
+            done = subprocess.run(
+                argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise TestbedError(f"kubectl {' '.join(args)}: {err}") from err
+        if check and done.returncode != 0:
+            raise TestbedError(
+                f"kubectl {' '.join(args)} failed (exit {done.returncode}): {done.stderr.strip()}"
+            )
+        return done.stdout
+
+    def create(self, document: Mapping[str, Any]) -> str:
+        """``kubectl create -f -`` of one object."""
+        return self.run("create", "-f", "-", stdin=json.dumps(document))
+
+
+def install(kubectl: Kubectl, overlay: Path) -> float:
+    """``kubectl apply -k OVERLAY``; returns the seconds it took."""
+    started = time.monotonic()
+    kubectl.run("apply", "-k", str(overlay))
+    return time.monotonic() - started
+
+
+def wait_rollout(kubectl: Kubectl, namespace: str, workloads: Sequence[str]) -> float:
+    """``kubectl rollout status`` of each workload (``deployment/NAME``); seconds taken."""
+    started = time.monotonic()
+    for workload in workloads:
+        kubectl.run(
+            "-n",
+            namespace,
+            "rollout",
+            "status",
+            workload,
+            f"--timeout={int(ROLLOUT_TIMEOUT_S)}s",
+            timeout_s=ROLLOUT_TIMEOUT_S + 30,
+        )
+    return time.monotonic() - started
+
+
+def uninstall(kubectl: Kubectl, overlay: Path) -> float:
+    """``kubectl delete -k OVERLAY`` (waits for the objects to be gone); seconds taken."""
+    started = time.monotonic()
+    kubectl.run("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true")
+    return time.monotonic() - started
+
+
+#: Where the deployed stack's scores come from on the local testbed, and their scale.
+DEPLOYED_SCORE_SOURCE = (
+    "deployed layersched extender (sidecar): its /prioritize answer for the pod on the "
+    "node snapshot taken before the pod was submitted (0-10, weight 1: x10)"
+)
+#: The extender answers from memory in milliseconds; resolving a new image, a second.
+PRIORITIZE_TIMEOUT_S = 30.0
+
+
+class DeployedBackend(LocalBackend):
+    """The local testbed with ``deploy/`` installed: ``layer-locality`` is the deployed
+    scheduler, and its scores are the deployed extender's own answer.
+
+    On this testbed the kubelets (one host, several nodes) share ``/var/log/pods`` and
+    each garbage-collects the others' pod log directories, so ``kubectl logs`` of the
+    extender is not reliable here; instead the extender is asked again, with the very
+    pod and node snapshot the scheduler saw (it is stateless apart from its caches, so
+    the answer is the same). Bytes, cache emptying and versions are the local testbed's.
+    """
+
+    def __init__(
+        self, inventory: TestbedInventory, extender_urls: Callable[[], Sequence[str]]
+    ) -> None:
+        super().__init__(inventory)
+        self.schedulers = {LAYER_LOCALITY: LAYER_LOCALITY_SCHEDULER}
+        self._extender_urls = extender_urls
+
+    def scores(self, run: PodRun) -> dict[str, int]:
+        if run.strategy != LAYER_LOCALITY:
+            raise TestbedError(
+                f"strategy {run.strategy!r}: the deployed stack runs {LAYER_LOCALITY}"
+            )
+        body = {"Pod": run.document, "Nodes": {"items": list(run.candidates)}, "NodeNames": None}
+        errors = []
+        for url in self._extender_urls():
+            try:
+                answer = httpx.post(f"{url}/prioritize", json=body, timeout=PRIORITIZE_TIMEOUT_S)
+                answer.raise_for_status()
+                return {entry["Host"]: int(entry["Score"]) for entry in answer.json()}
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+                errors.append(f"{url}: {err}")
+        tried = "; ".join(errors) or "none running"
+        raise NotYet(f"no deployed extender answered for pod {run.key}: {tried}")

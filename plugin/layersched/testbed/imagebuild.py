@@ -1,0 +1,645 @@
+"""The deployed stack's images, built without Docker: reproducible OCI images from pinned inputs.
+
+Two images, each a stack of gzipped tar layers assembled in Python
+(:mod:`layersched.testbed.ociimage`), then pushed with the registry client:
+
+* ``layersched`` (the extender and the agent), three layers:
+
+  1. **debian**: the files of the Debian bookworm packages in
+     ``images/layersched/debian.lock`` (Python 3.11 and the C libraries it and the
+     wheels load), fetched with ``apt-get download`` (apt checks them against the
+     signed archive index) and checked against the lock's sha256; plus
+     ``/etc/passwd`` and ``/etc/group`` naming the unprivileged user 65532, and
+     ``/tmp``. No maintainer script runs: this is a root filesystem to run one
+     program, like a distroless base.
+  2. **python**: the wheels of ``images/layersched/requirements.lock`` (pinned,
+     hash-checked by ``pip download --require-hashes``), installed with
+     ``pip install --target`` into ``/usr/local/lib/python3.11/dist-packages``,
+     a directory Debian's Python searches.
+  3. **layersched**: a wheel of this repository (its git-tracked files) installed
+     the same way, and ``/usr/local/bin/layersched``.
+
+  The config matches ``images/layersched/Dockerfile``: entrypoint ``layersched``,
+  command ``extender --port 8888``, user ``65532:65532``, ``PYTHONDONTWRITEBYTECODE``
+  and ``PYTHONUNBUFFERED``.
+
+* ``kube-scheduler``: one layer with the kube-scheduler binary the cluster was built
+  with (``/usr/local/bin/kube-scheduler``, static), ``/etc/passwd``/``/etc/group``
+  and ``/tmp``; user 65532.
+
+**Reproducible.** Every tar member has mtime 0 and owner 0:0 (65532 for the home
+directory), members are sorted by path, hard links become regular files, gzip carries
+mtime 0, and JSON is canonical: the same inputs give the same digests. Layers are cached
+outside the repository under ``$LAYERSCHED_CACHE_DIR/images`` (default
+``/var/cache/layersched/images``), keyed by a hash of their inputs, so a rebuild with
+nothing changed takes seconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from layersched import __version__
+from layersched.core.errors import InputError, TestbedError
+from layersched.core.manifest import sha256_digest
+from layersched.testbed.ociimage import (
+    EXECUTABLE_MODE,
+    FILE_MODE,
+    FIXED_MTIME,
+    BuiltImage,
+    LayerBlob,
+    build_image,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+IMAGES_DIR = REPO_ROOT / "images" / "layersched"
+DEBIAN_LOCK = IMAGES_DIR / "debian.lock"
+REQUIREMENTS_LOCK = IMAGES_DIR / "requirements.lock"
+#: The cache root the Kubernetes build uses too (scripts/kubernetes.sh).
+CACHE_ROOT_ENV = "LAYERSCHED_CACHE_DIR"
+DEFAULT_CACHE_ROOT = Path("/var/cache/layersched")
+#: Bump when a layer's recipe changes, so cached layers of the old recipe are not reused.
+RECIPE_VERSION = "3"
+
+#: The unprivileged user both images run as (distroless' "nonroot").
+NONROOT_UID = 65532
+NONROOT_HOME = "home/nonroot"
+PYTHON = "python3.11"
+PYTHON_VERSION = "3.11"
+SITE_PACKAGES = f"usr/local/lib/{PYTHON}/dist-packages"
+LAYERSCHED_BIN = "usr/local/bin/layersched"
+KUBE_SCHEDULER_BIN = "usr/local/bin/kube-scheduler"
+#: gzip level 6 (gzip's default): real files compress, unlike the scenario's random layers.
+GZIP_LEVEL = 6
+TMP_MODE = 0o1777
+_IMAGE_PYTHON = (3, 11)
+#: PEP 552 flags: hash-based, source not checked.
+_PYC_HASH_BASED = 0b01
+DIR_MODE = 0o755
+#: Documentation the image does not need; each package's copyright file stays.
+_DROPPED_PREFIXES = ("usr/share/man/", "usr/share/lintian/", "usr/share/locale/", "usr/share/info/")
+_DOC_PREFIX = "usr/share/doc/"
+_COPYRIGHT = "/copyright"
+_DEB_LINE = re.compile(
+    r"^(?P<package>[a-z0-9][a-z0-9.+-]*)=(?P<version>\S+) sha256:(?P<sha>[0-9a-f]{64})$"
+)
+_WHEEL_LINE = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})$"
+)
+#: apt-get download and pip download each take seconds; a stuck mirror, minutes.
+FETCH_TIMEOUT_S = 600.0
+BUILD_TIMEOUT_S = 300.0
+
+LAYERSCHED_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+KUBE_SCHEDULER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+LAYERSCHED_ENTRYPOINT = ("layersched",)
+LAYERSCHED_CMD = ("extender", "--port", "8888")
+USER = f"{NONROOT_UID}:{NONROOT_UID}"
+TITLE_LABEL = "org.opencontainers.image.title"
+VERSION_LABEL = "org.opencontainers.image.version"
+
+_PASSWD = (
+    "root:x:0:0:root:/root:/sbin/nologin\n"
+    f"nonroot:x:{NONROOT_UID}:{NONROOT_UID}:nonroot:/{NONROOT_HOME}:/sbin/nologin\n"
+)
+_GROUP = f"root:x:0:\nnonroot:x:{NONROOT_UID}:\n"
+_ENTRY_SCRIPT = (
+    f"#!/usr/bin/{PYTHON}\nimport sys\n\nfrom layersched.cli.main import main\n\nsys.exit(main())\n"
+)
+
+
+def cache_root() -> Path:
+    """``$LAYERSCHED_CACHE_DIR`` or ``/var/cache/layersched``."""
+    return Path(os.environ.get(CACHE_ROOT_ENV) or DEFAULT_CACHE_ROOT)
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """One pinned input: a Debian package (``name=version``) or a wheel (``name==version``)."""
+
+    name: str
+    version: str
+    sha256: str
+
+
+def _parse_lock(text: str, where: str, line_re: re.Pattern[str], example: str) -> list[Pin]:
+    pins: list[Pin] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = line_re.match(line)
+        if match is None:
+            raise InputError(f"{where}:{number}: {line!r} is not a pin: write it like {example}")
+        name = match["package"] if "package" in line_re.groupindex else match["name"]
+        pins.append(Pin(name, match["version"], match["sha"]))
+    if not pins:
+        raise InputError(f"{where}: no pins; it lists one input a line, like {example}")
+    return pins
+
+
+def parse_debian_lock(text: str, where: str) -> list[Pin]:
+    """``package=version sha256:HEX`` lines (``#`` comments)."""
+    return _parse_lock(text, where, _DEB_LINE, "'libc6=2.36-9+deb12u14 sha256:<64 hex>'")
+
+
+def parse_requirements_lock(text: str, where: str) -> list[Pin]:
+    """``name==version --hash=sha256:HEX`` lines (``#`` comments), as pip reads them."""
+    return _parse_lock(text, where, _WHEEL_LINE, "'httpx==0.28.1 --hash=sha256:<64 hex>'")
+
+
+def _read_lock(path: Path, parse: Callable[[str, str], list[Pin]]) -> list[Pin]:
+    try:
+        return parse(path.read_text(encoding="utf-8"), str(path))
+    except OSError as err:
+        raise InputError(f"reading the lock file {path}: {err}") from err
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _run(argv: Sequence[str], what: str, timeout_s: float, cwd: Path | None = None) -> str:
+    try:
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, cwd=cwd, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise TestbedError(f"{what}: {err}") from err
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+        raise TestbedError(f"{what} failed (exit {done.returncode}):\n{tail}")
+    return done.stdout
+
+
+#: Compiles ``{path: source}`` (pickled on stdin) to ``{path: pyc}`` (pickled on stdout),
+#: in a child with PYTHONHASHSEED=0: frozenset constants are marshalled in iteration
+#: order, which string hash randomisation would change from one process to the next.
+_COMPILER = """
+import importlib.util, marshal, pickle, sys
+out = {}
+for path, data in pickle.load(sys.stdin.buffer).items():
+    try:
+        code = compile(data, "/" + path, "exec", dont_inherit=True, optimize=0)
+    except (SyntaxError, ValueError):
+        continue
+    head = importlib.util.MAGIC_NUMBER + (%d).to_bytes(4, "little")
+    out[path] = head + importlib.util.source_hash(data) + marshal.dumps(code)
+pickle.dump(out, sys.stdout.buffer)
+"""
+
+
+def _compile_sources(sources: dict[str, bytes]) -> dict[str, bytes]:
+    """Unchecked-hash pycs of ``sources`` (those that compile), reproducibly (see _COMPILER)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _COMPILER % _PYC_HASH_BASED],
+            input=pickle.dumps(sources),
+            capture_output=True,
+            timeout=BUILD_TIMEOUT_S,
+            env=env,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        raise TestbedError(f"compiling the image's Python bytecode: {err}") from err
+    result: dict[str, bytes] = pickle.loads(done.stdout)  # noqa: S301 (our own child's output)
+    return result
+
+
+class TarTree:
+    """Files, directories and symlinks of one layer, written as a reproducible tar.
+
+    Later additions of a path replace earlier ones; parent directories are added
+    (0755, root) when missing; members are written sorted by path.
+    """
+
+    def __init__(self) -> None:
+        self._members: dict[str, tuple[tarfile.TarInfo, bytes | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __contains__(self, path: str) -> bool:
+        return path.strip("/") in self._members
+
+    def _info(self, path: str, kind: bytes, mode: int, uid: int = 0) -> tarfile.TarInfo:
+        info = tarfile.TarInfo(path)
+        info.type = kind
+        info.mode = mode
+        info.mtime = FIXED_MTIME
+        info.uid = info.gid = uid
+        info.uname = info.gname = ""
+        return info
+
+    def _parents(self, path: str) -> None:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            parent = "/".join(parts[:depth])
+            if parent not in self._members:
+                self._members[parent] = (self._info(parent, tarfile.DIRTYPE, DIR_MODE), None)
+
+    def add_dir(self, path: str, mode: int = DIR_MODE, uid: int = 0) -> None:
+        path = path.strip("/")
+        self._parents(path)
+        self._members[path] = (self._info(path, tarfile.DIRTYPE, mode, uid), None)
+
+    def add_file(self, path: str, content: bytes, mode: int = FILE_MODE) -> None:
+        path = path.strip("/")
+        self._parents(path)
+        info = self._info(path, tarfile.REGTYPE, mode)
+        info.size = len(content)
+        self._members[path] = (info, content)
+
+    def add_symlink(self, path: str, target: str) -> None:
+        path = path.strip("/")
+        self._parents(path)
+        info = self._info(path, tarfile.SYMTYPE, 0o777)
+        info.linkname = target
+        self._members[path] = (info, None)
+
+    def add_tree(self, root: Path, under: str) -> None:
+        """Every file, directory and symlink below ``root``, placed under ``under``."""
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            base = Path(dirpath)
+            for name in [*dirnames, *sorted(filenames)]:
+                path = base / name
+                inside = f"{under.strip('/')}/{path.relative_to(root).as_posix()}"
+                if path.is_symlink():
+                    self.add_symlink(inside, str(path.readlink()))
+                elif path.is_dir():
+                    self.add_dir(inside)
+                else:
+                    executable = path.stat().st_mode & 0o111
+                    self.add_file(
+                        inside, path.read_bytes(), EXECUTABLE_MODE if executable else FILE_MODE
+                    )
+
+    def add_deb_members(self, tar: tarfile.TarFile) -> None:
+        """The members of a Debian package's data tar (``dpkg-deb --fsys-tarfile``)."""
+        contents: dict[str, bytes] = {}
+        for member in tar.getmembers():
+            path = member.name.removeprefix("./").strip("/")
+            if not path or _dropped(path):
+                continue
+            if member.isdir():
+                self.add_dir(path, member.mode & 0o7777)
+            elif member.issym():
+                self.add_symlink(path, member.linkname)
+            elif member.islnk():
+                # A hard link's target may sort after it: store the bytes instead.
+                target = member.linkname.removeprefix("./").strip("/")
+                self.add_file(path, contents[target], member.mode & 0o7777)
+            elif member.isfile():
+                stream = tar.extractfile(member)
+                data = stream.read() if stream is not None else b""
+                contents[path] = data
+                self.add_file(path, data, member.mode & 0o7777)
+
+    def add_bytecode(self, under: str) -> int:
+        """A ``__pycache__`` pyc for every ``.py`` below ``under``; returns how many.
+
+        Unchecked-hash pycs (PEP 552) carry no timestamp, so they are reproducible, and
+        Python uses them without comparing the source; the image is read-only, so
+        without them every start would compile every module again (seconds of CPU).
+        Sources that do not compile (test fixtures, Python 2 examples) are left as they are.
+        """
+        if sys.version_info[:2] != _IMAGE_PYTHON:
+            raise TestbedError(
+                f"compiling the image's Python {PYTHON_VERSION} bytecode needs Python "
+                f"{PYTHON_VERSION}, not {sys.version.split()[0]}: run the build from the venv"
+            )
+        prefix = under.strip("/") + "/"
+        sources = {
+            path: data
+            for path, (info, data) in sorted(self._members.items())
+            if path.startswith(prefix) and path.endswith(".py") and info.isfile() and data
+        }
+        compiled = _compile_sources(sources)
+        for path, pyc in sorted(compiled.items()):
+            directory, name = path.rsplit("/", 1)
+            cache = f"{directory}/__pycache__/{name[:-3]}.{sys.implementation.cache_tag}.pyc"
+            self.add_file(cache, pyc)
+        return len(compiled)
+
+    def tar_bytes(self) -> bytes:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for path in sorted(self._members):
+                info, data = self._members[path]
+                tar.addfile(info, io.BytesIO(data) if data is not None else None)
+        return out.getvalue()
+
+    def layer(self) -> LayerBlob:
+        tar = self.tar_bytes()
+        blob = gzip.compress(tar, compresslevel=GZIP_LEVEL, mtime=FIXED_MTIME)
+        return LayerBlob(blob, sha256_digest(blob), sha256_digest(tar))
+
+
+def _dropped(path: str) -> bool:
+    if path.startswith(_DROPPED_PREFIXES):
+        return True
+    if path.startswith(_DOC_PREFIX):
+        rest = path[len(_DOC_PREFIX) :]
+        return "/" in rest and not rest.endswith(_COPYRIGHT)
+    return False
+
+
+def _base_files(tree: TarTree) -> None:
+    tree.add_file("etc/passwd", _PASSWD.encode())
+    tree.add_file("etc/group", _GROUP.encode())
+    tree.add_dir("tmp", TMP_MODE)
+    tree.add_dir(NONROOT_HOME, 0o700, NONROOT_UID)
+
+
+class LayerCache:
+    """Built layers on disk, keyed by a hash of everything that went into them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "images" / "layers"
+
+    @staticmethod
+    def key(kind: str, inputs: Iterable[str]) -> str:
+        digest = hashlib.sha256(f"{RECIPE_VERSION}\n{kind}\n".encode())
+        for item in inputs:
+            digest.update(item.encode() + b"\n")
+        return f"{kind}-{digest.hexdigest()[:32]}"
+
+    def get(self, key: str) -> LayerBlob | None:
+        meta, blob = self.root / f"{key}.json", self.root / f"{key}.tar.gz"
+        try:
+            doc = json.loads(meta.read_text())
+            data = blob.read_bytes()
+        except (OSError, ValueError):
+            return None
+        if sha256_digest(data) != doc.get("digest"):
+            return None
+        return LayerBlob(data, doc["digest"], doc["diff_id"])
+
+    def put(self, key: str, layer: LayerBlob) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / f"{key}.tar.gz").write_bytes(layer.blob)
+            doc = {"digest": layer.digest, "diff_id": layer.diff_id}
+            (self.root / f"{key}.json").write_text(json.dumps(doc))
+        except OSError as err:
+            raise TestbedError(
+                f"caching layer {key} under {self.root}: {err}; set {CACHE_ROOT_ENV} to a "
+                "writable directory"
+            ) from err
+
+    def layer(self, key: str, build: Callable[[], LayerBlob]) -> LayerBlob:
+        cached = self.get(key)
+        if cached is not None:
+            return cached
+        built = build()
+        self.put(key, built)
+        return built
+
+
+def fetch_debs(pins: Sequence[Pin], directory: Path) -> list[Path]:
+    """The ``.deb`` of every pin in ``directory``, downloaded with apt-get when missing."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def present() -> dict[str, Path]:
+        found: dict[str, Path] = {}
+        for path in directory.glob("*.deb"):
+            found[path.name.split("_", 1)[0]] = path
+        return found
+
+    have = present()
+    missing = [p for p in pins if p.name not in have or _file_sha256(have[p.name]) != p.sha256]
+    if missing:
+        argv = ["apt-get", "download", *(f"{p.name}={p.version}" for p in missing)]
+        _run(argv, f"apt-get download into {directory}", FETCH_TIMEOUT_S, cwd=directory)
+        have = present()
+    paths: list[Path] = []
+    for pin in pins:
+        path = have.get(pin.name)
+        if path is None or _file_sha256(path) != pin.sha256:
+            raise TestbedError(
+                f"{pin.name}={pin.version}: the downloaded package does not match the sha256 in "
+                f"{DEBIAN_LOCK.name}; the archive may have replaced it: update the lock file"
+            )
+        paths.append(path)
+    return paths
+
+
+def _deb_data(path: Path) -> tarfile.TarFile:
+    try:
+        data = subprocess.run(
+            ["dpkg-deb", "--fsys-tarfile", str(path)],
+            capture_output=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        raise TestbedError(f"reading {path} with dpkg-deb: {err}") from err
+    return tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+
+
+def debian_layer(pins: Sequence[Pin], debs: Sequence[Path]) -> LayerBlob:
+    """Layer 1: the packages' files (in lock order) and the base files."""
+    del pins  # the order of ``debs`` is the lock's
+    tree = TarTree()
+    for path in debs:
+        with _deb_data(path) as tar:
+            tree.add_deb_members(tar)
+    tree.add_symlink("usr/bin/python3", PYTHON)
+    tree.add_bytecode(f"usr/lib/{PYTHON}")
+    _base_files(tree)
+    return tree.layer()
+
+
+def fetch_wheels(lock: Path, directory: Path) -> None:
+    """Every wheel of ``lock`` in ``directory`` (pip download, hashes required)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
+    argv += ["--only-binary", ":all:", "--python-version", PYTHON_VERSION]
+    argv += ["--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none"]
+    for tag in ("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64"):
+        argv += ["--platform", tag]
+    argv += ["--dest", str(directory), "-r", str(lock)]
+    _run(argv, f"pip download of {lock.name}", FETCH_TIMEOUT_S)
+
+
+def _pip_target(wheel_dir: Path, names: Sequence[str], target: Path) -> None:
+    argv = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
+    argv += ["--no-compile", "--no-warn-script-location", "--disable-pip-version-check"]
+    argv += ["--find-links", str(wheel_dir), "--target", str(target), *names]
+    # A constraint file of the machine's (pip.conf) must not override our pins.
+    env_argv = ["env", "PIP_CONSTRAINT=", "PIP_CONFIG_FILE=/dev/null", *argv]
+    _run(env_argv, f"pip install --target {target}", BUILD_TIMEOUT_S)
+    shutil.rmtree(target / "bin", ignore_errors=True)
+
+
+def python_layer(pins: Sequence[Pin], wheel_dir: Path) -> LayerBlob:
+    """Layer 2: the pinned wheels installed into Debian Python's dist-packages."""
+    with tempfile.TemporaryDirectory(prefix="layersched-image-") as tmp:
+        target = Path(tmp) / "site"
+        _pip_target(wheel_dir, [f"{p.name}=={p.version}" for p in pins], target)
+        tree = TarTree()
+        tree.add_tree(target, SITE_PACKAGES)
+    tree.add_bytecode(SITE_PACKAGES)
+    return tree.layer()
+
+
+def tracked_files(repo_root: Path) -> list[str]:
+    """The repository's git-tracked files that go into the wheel (pyproject, README, plugin/)."""
+    out = _run(
+        [
+            "git",
+            "-C",
+            str(repo_root),
+            "ls-files",
+            "-z",
+            "--",
+            "pyproject.toml",
+            "README.md",
+            "plugin",
+        ],
+        "listing the repository's files",
+        BUILD_TIMEOUT_S,
+    )
+    return sorted(name for name in out.split("\0") if name and (repo_root / name).is_file())
+
+
+def source_hash(repo_root: Path, files: Sequence[str]) -> str:
+    """One hash over the wheel's source files (names and content)."""
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(name.encode() + b"\0" + (repo_root / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def layersched_layer(repo_root: Path, files: Sequence[str]) -> LayerBlob:
+    """Layer 3: a wheel of this repository, installed, and the ``layersched`` command."""
+    with tempfile.TemporaryDirectory(prefix="layersched-wheel-") as tmp:
+        src, wheels, target = Path(tmp) / "src", Path(tmp) / "wheels", Path(tmp) / "site"
+        for name in files:
+            dest = src / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(repo_root / name, dest)
+        argv = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
+        argv += ["--no-build-isolation", "--wheel-dir", str(wheels), str(src)]
+        _run(
+            ["env", "SOURCE_DATE_EPOCH=0", *argv], "building the layersched wheel", BUILD_TIMEOUT_S
+        )
+        _pip_target(wheels, [f"layersched=={__version__}"], target)
+        tree = TarTree()
+        tree.add_tree(target, SITE_PACKAGES)
+    tree.add_bytecode(SITE_PACKAGES)
+    tree.add_file(LAYERSCHED_BIN, _ENTRY_SCRIPT.encode(), EXECUTABLE_MODE)
+    return tree.layer()
+
+
+@dataclass(frozen=True, slots=True)
+class StackImages:
+    """The two built images."""
+
+    layersched: BuiltImage
+    kube_scheduler: BuiltImage
+
+
+def build_layersched_image(
+    repo_root: Path = REPO_ROOT,
+    root: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BuiltImage:
+    """The layersched image (see the module docstring); layers come from the cache when they can."""
+    say = progress or (lambda _message: None)
+    cache = LayerCache(root or cache_root())
+    downloads = (root or cache_root()) / "images"
+    deb_pins = _read_lock(DEBIAN_LOCK, parse_debian_lock)
+    wheel_pins = _read_lock(REQUIREMENTS_LOCK, parse_requirements_lock)
+
+    def debian() -> LayerBlob:
+        say("fetching and unpacking the Debian packages")
+        return debian_layer(deb_pins, fetch_debs(deb_pins, downloads / "debs"))
+
+    def python() -> LayerBlob:
+        say("fetching and installing the pinned wheels")
+        fetch_wheels(REQUIREMENTS_LOCK, downloads / "wheels")
+        return python_layer(wheel_pins, downloads / "wheels")
+
+    files = tracked_files(repo_root)
+    say("layer 1/3: debian")
+    base = cache.layer(cache.key("debian", (f"{p.name}={p.sha256}" for p in deb_pins)), debian)
+    say("layer 2/3: python")
+    deps = cache.layer(cache.key("python", (f"{p.name}={p.sha256}" for p in wheel_pins)), python)
+    say("layer 3/3: layersched")
+    app = cache.layer(
+        cache.key("layersched", [source_hash(repo_root, files), sys.version.split()[0]]),
+        lambda: layersched_layer(repo_root, files),
+    )
+    return build_image(
+        [base, deps, app],
+        labels={TITLE_LABEL: "layersched", VERSION_LABEL: __version__},
+        entrypoint=LAYERSCHED_ENTRYPOINT,
+        cmd=LAYERSCHED_CMD,
+        env=LAYERSCHED_ENV,
+        user=USER,
+        working_dir="/",
+    )
+
+
+def build_kube_scheduler_image(binary: Path, kubernetes_version: str) -> BuiltImage:
+    """The kube-scheduler image: the cluster's own binary, run as user 65532."""
+    try:
+        content = binary.read_bytes()
+    except OSError as err:
+        raise InputError(
+            f"reading the kube-scheduler binary {binary}: {err}; build it with `make kubernetes`"
+        ) from err
+    tree = TarTree()
+    tree.add_file(KUBE_SCHEDULER_BIN, content, EXECUTABLE_MODE)
+    _base_files(tree)
+    return build_image(
+        [tree.layer()],
+        labels={TITLE_LABEL: "kube-scheduler", VERSION_LABEL: kubernetes_version},
+        entrypoint=(f"/{KUBE_SCHEDULER_BIN}",),
+        env=KUBE_SCHEDULER_ENV,
+        user=USER,
+        working_dir="/",
+    )
+
+
+def image_size_bytes(image: BuiltImage) -> int:
+    """Compressed size: the layers, the config and the manifest, as a registry stores them."""
+    return (
+        sum(layer.size_bytes for layer in image.layers)
+        + len(image.config_bytes)
+        + len(image.manifest_bytes)
+    )
+
+
+def unpack(image: BuiltImage, directory: Path) -> Iterator[str]:
+    """Unpack ``image``'s layers (base first) into ``directory``; yields each layer digest."""
+    for layer in image.layers:
+        blob = image.blobs[layer.digest]
+        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob)), mode="r:") as tar:
+            tar.extractall(directory, filter="tar")
+        yield layer.digest

@@ -1,0 +1,130 @@
+"""The Docker-free images, really built: reproducible, and what the Dockerfile makes.
+
+Builds with the real apt-get, pip and dpkg-deb (the first run downloads the pinned
+packages and wheels into the cache, later runs reuse it), unpacks the layers and runs
+the image's own Python as the image's user (chroot: needs root, else that part skips
+with the reason). The Dockerfile is read for what it declares, so the two builds cannot
+drift apart: entrypoint, command, user and Python version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from layersched import __version__
+from layersched.deploy import KUBERNETES_VERSION
+from layersched.testbed.imagebuild import (
+    LAYERSCHED_BIN,
+    REPO_ROOT,
+    build_kube_scheduler_image,
+    build_layersched_image,
+    unpack,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DOCKERFILE = REPO_ROOT / "images" / "layersched" / "Dockerfile"
+KUBE_SCHEDULER = Path(
+    "/var/cache/layersched/kubernetes/1.20.5+really1.20.2-1.1+deb12u1/bin/kube-scheduler"
+)
+#: A build from a warm cache takes seconds; a cold one downloads ~45 MB.
+RUN_TIMEOUT_S = 60
+
+
+def _dockerfile() -> dict[str, Any]:
+    """ENTRYPOINT, CMD (JSON form), USER and the Python minor of the Dockerfile."""
+    text = DOCKERFILE.read_text()
+    found: dict[str, Any] = {}
+    for key in ("ENTRYPOINT", "CMD"):
+        match = re.search(rf"^{key} (\[.*\])$", text, re.M)
+        assert match, f"{DOCKERFILE}: no {key} in JSON form"
+        found[key] = json.loads(match[1])
+    user = re.search(r"^USER (\S+)$", text, re.M)
+    python = re.search(r"^ARG PYTHON_IMAGE=python:(\d+\.\d+)", text, re.M)
+    assert user and python
+    found["USER"], found["python"] = user[1], python[1]
+    return found
+
+
+@pytest.fixture(scope="module")
+def layersched_image() -> Any:
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        pytest.skip("apt-get and dpkg-deb are needed to build the image from Debian packages")
+    return build_layersched_image()
+
+
+def test_layersched_image_is_reproducible(layersched_image: Any) -> None:
+    # the same inputs, built again from the cache's layers, give the same digest
+    again = build_layersched_image()
+    assert again.digest == layersched_image.digest
+    # and the layers are what a rebuild from scratch makes (the cache only saves time)
+    assert [layer.digest for layer in again.layers] == [
+        layer.digest for layer in layersched_image.layers
+    ]
+
+
+def test_config_matches_the_dockerfile(layersched_image: Any) -> None:
+    declared = _dockerfile()
+    config = json.loads(layersched_image.config_bytes)["config"]
+    assert config["Entrypoint"] == declared["ENTRYPOINT"]
+    assert config["Cmd"] == declared["CMD"]
+    assert config["User"] == declared["USER"]
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1" and env["PYTHONUNBUFFERED"] == "1"
+    assert "/usr/local/bin" in env["PATH"].split(":")
+
+
+def test_contents_run_as_the_images_user(layersched_image: Any, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("running the image's programs needs chroot, which needs root")
+    root = tmp_path / "rootfs"
+    list(unpack(layersched_image, root))
+    config = json.loads(layersched_image.config_bytes)["config"]
+    user = config["User"]
+    entry = shutil.which(config["Entrypoint"][0], path=str(root / "usr/local/bin"))
+    assert entry and Path(entry) == root / LAYERSCHED_BIN
+
+    chroot = shutil.which("chroot")
+    if chroot is None:
+        pytest.skip("chroot (coreutils) is not installed")
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(
+            [chroot, f"--userspec={user}", str(root), *argv],
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run("layersched", "--version") == f"layersched {__version__}"
+    declared = _dockerfile()["python"]
+    assert run("python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])") == declared
+    # the C extensions load against the image's own libraries
+    assert (
+        run("python3", "-c", "import numpy, grpc, aiohttp, msgspec, yaml, ssl; print('ok')") == "ok"
+    )
+
+
+def test_kube_scheduler_image(tmp_path: Path) -> None:
+    if not KUBE_SCHEDULER.exists():
+        pytest.skip(f"{KUBE_SCHEDULER} missing: run `make kubernetes`")
+    image = build_kube_scheduler_image(KUBE_SCHEDULER, KUBERNETES_VERSION)
+    assert build_kube_scheduler_image(KUBE_SCHEDULER, KUBERNETES_VERSION).digest == image.digest
+    config = json.loads(image.config_bytes)["config"]
+    assert config["Entrypoint"] == ["/usr/local/bin/kube-scheduler"]
+    assert config["User"] == "65532:65532"
+    root = tmp_path / "rootfs"
+    list(unpack(image, root))
+    assert (root / "usr/local/bin/kube-scheduler").read_bytes() == KUBE_SCHEDULER.read_bytes()

@@ -1,0 +1,363 @@
+"""deploy/: generated from layersched.deploy, least privilege, hardened, HA-ready.
+
+Regenerate after changing the generator: ``.venv/bin/layersched deploy render``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from layersched.core.errors import InputError
+from layersched.deploy import (
+    AGENT_NAME,
+    AGENT_RULES,
+    CONTAINERD_SOCKET,
+    KUBE_SCHEDULER_CONFIG_V1BETA1,
+    LAYER_LOCALITY_SCHEDULER,
+    NAMESPACE,
+    SCHEDULER_RULES,
+    ImageRef,
+    LeaderElectionSpec,
+    LocalTestbedTarget,
+    StackSpec,
+    base_tree,
+    local_testbed_overlay,
+    scheduler_config,
+    stack_objects,
+    stale_files,
+)
+from layersched.kube import node_layers_crd
+
+DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+
+#: system:kube-scheduler and system:volume-scheduler as a v1.20.2 API server serves
+#: them (kubectl get clusterrole -o json on the local testbed, 2026-11-23).
+UPSTREAM_1_20_RULES = [
+    {
+        "apiGroups": ["", "events.k8s.io"],
+        "resources": ["events"],
+        "verbs": ["create", "patch", "update"],
+    },
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resourceNames": ["kube-scheduler"],
+        "resources": ["leases"],
+        "verbs": ["get", "update"],
+    },
+    {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["create"]},
+    {
+        "apiGroups": [""],
+        "resourceNames": ["kube-scheduler"],
+        "resources": ["endpoints"],
+        "verbs": ["get", "update"],
+    },
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["bindings", "pods/binding"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+    {
+        "apiGroups": [""],
+        "resources": ["replicationcontrollers", "services"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": ["apps", "extensions"],
+        "resources": ["replicasets"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": ["policy"],
+        "resources": ["poddisruptionbudgets"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumeclaims", "persistentvolumes"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["subjectaccessreviews"],
+        "verbs": ["create"],
+    },
+    {"apiGroups": ["storage.k8s.io"], "resources": ["csinodes"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumes"],
+        "verbs": ["get", "list", "patch", "update", "watch"],
+    },
+    {
+        "apiGroups": ["storage.k8s.io"],
+        "resources": ["storageclasses"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["persistentvolumeclaims"],
+        "verbs": ["get", "list", "patch", "update", "watch"],
+    },
+]
+
+
+def _grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
+    """(group, resource, verb, name or '*') for every permission the rules give."""
+    return {
+        (group, resource, verb, name)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames", ["*"])
+    }
+
+
+def _objects() -> list[dict[str, Any]]:
+    return [obj for group in stack_objects().values() for obj in group]
+
+
+def _find(kind: str, name: str) -> dict[str, Any]:
+    [found] = [o for o in _objects() if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
+
+def _pod_specs() -> dict[str, dict[str, Any]]:
+    return {
+        o["metadata"]["name"]: o["spec"]["template"]["spec"]
+        for o in _objects()
+        if o["kind"] in ("Deployment", "DaemonSet")
+    }
+
+
+def test_deploy_dir_is_generated() -> None:
+    # the files on disk are exactly what the generator writes today
+    stale = stale_files(DEPLOY_DIR, base_tree())
+    assert not stale, f"deploy/{stale} stale: run .venv/bin/layersched deploy render"
+    on_disk = {p.relative_to(DEPLOY_DIR).as_posix() for p in DEPLOY_DIR.rglob("*") if p.is_file()}
+    assert on_disk == set(base_tree()), "deploy/ holds files the generator does not write"
+
+
+def test_kustomization_lists_every_object_file_and_both_images() -> None:
+    tree = base_tree()
+    root = yaml.safe_load(tree["kustomization.yaml"])
+    stack = yaml.safe_load(tree["stack/kustomization.yaml"])
+    # the root is the CRD plus stack/ (which a cluster with the CRD can install alone)
+    assert root["bases"] == ["stack"] and root["resources"] == ["crd.yaml"]
+    listed = {"crd.yaml", *(f"stack/{name}" for name in stack["resources"])}
+    assert listed == set(tree) - {"kustomization.yaml", "stack/kustomization.yaml"}
+    assert {i["name"] for i in root["images"]} == {"layersched", "kube-scheduler"}
+    # every file parses as YAML documents of Kubernetes objects
+    for name in listed:
+        for doc in yaml.safe_load_all(tree[name]):
+            assert {"apiVersion", "kind", "metadata"} <= set(doc), name
+
+
+def test_the_crd_is_the_kube_modules() -> None:
+    assert stack_objects()["crd.yaml"] == [node_layers_crd()]
+
+
+def test_scheduler_config_leader_election_on_its_own_lease() -> None:
+    config = scheduler_config(StackSpec())
+    assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1BETA1
+    assert config["leaderElection"] == {
+        "leaderElect": True,
+        "resourceLock": "leases",
+        "resourceName": LAYER_LOCALITY_SCHEDULER,
+        "resourceNamespace": NAMESPACE,
+        "leaseDuration": "15s",
+        "renewDeadline": "10s",
+        "retryPeriod": "2s",
+    }
+    [extender] = config["extenders"]
+    # the sidecar, over loopback; ignorable so a restarting extender costs scores only
+    assert extender["urlPrefix"] == "http://127.0.0.1:8888"
+    assert extender["ignorable"] is True
+    # and the ConfigMap carries exactly this config
+    configmap = _find("ConfigMap", f"{LAYER_LOCALITY_SCHEDULER}-config")
+    assert yaml.safe_load(configmap["data"]["scheduler-config.yaml"]) == config
+
+
+@pytest.mark.parametrize(
+    ("durations", "message"),
+    [
+        # renewDeadline must be shorter than leaseDuration
+        ((15.0, 15.0, 2.0), "renewDeadline"),
+        # retryPeriod must be shorter than renewDeadline
+        ((15.0, 10.0, 10.0), "retryPeriod"),
+    ],
+    ids=["renew-not-below-lease", "retry-not-below-renew"],
+)
+def test_leader_election_timing_is_checked(
+    durations: tuple[float, float, float], message: str
+) -> None:
+    lease, renew, retry = durations
+    spec = LeaderElectionSpec(
+        "x", "y", lease_duration_s=lease, renew_deadline_s=renew, retry_period_s=retry
+    )
+    with pytest.raises(InputError, match=message):
+        spec.to_config()
+
+
+def test_scheduler_rbac_mirrors_upstream_without_the_default_schedulers_lease() -> None:
+    ours = _grants(list(SCHEDULER_RULES))
+    upstream = _grants(UPSTREAM_1_20_RULES)
+    # nothing beyond what upstream gives kube-scheduler
+    assert ours <= upstream, sorted(ours - upstream)
+    # and everything of it except the default scheduler's lease/endpoints
+    missing = upstream - ours
+    assert {(g, r) for g, r, _, _ in missing} == {
+        ("coordination.k8s.io", "leases"),
+        ("", "endpoints"),
+    }
+    # leases: only in our namespace, and only our own by name (plus create)
+    role = _find("Role", f"{LAYER_LOCALITY_SCHEDULER}-leader-election")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert _grants(role["rules"]) == {
+        ("coordination.k8s.io", "leases", "create", "*"),
+        ("coordination.k8s.io", "leases", "get", LAYER_LOCALITY_SCHEDULER),
+        ("coordination.k8s.io", "leases", "update", LAYER_LOCALITY_SCHEDULER),
+    }
+
+
+def test_agent_rbac_is_its_node_and_its_objects() -> None:
+    assert _grants(list(AGENT_RULES)) == {
+        ("", "nodes", "get", "*"),
+        ("layersched.io", "nodelayerinventories", "get", "*"),
+        ("layersched.io", "nodelayerinventories", "create", "*"),
+        ("layersched.io", "nodelayerinventories", "patch", "*"),
+    }
+
+
+def test_every_binding_names_a_role_and_account_of_the_stack() -> None:
+    objects = _objects()
+    roles = {
+        (o["kind"], o["metadata"]["name"]) for o in objects if o["kind"] in ("Role", "ClusterRole")
+    }
+    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
+    for binding in (o for o in objects if o["kind"].endswith("Binding")):
+        ref = binding["roleRef"]
+        # the one outside role: upstream's authentication reader in kube-system
+        if ref["name"] != "extension-apiserver-authentication-reader":
+            assert (ref["kind"], ref["name"]) in roles, binding["metadata"]["name"]
+        [subject] = binding["subjects"]
+        assert subject["name"] in accounts and subject["namespace"] == NAMESPACE
+
+
+def test_only_the_agent_mounts_the_host() -> None:
+    for name, spec in _pod_specs().items():
+        host_paths = [v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v]
+        assert host_paths == ([CONTAINERD_SOCKET] if name == AGENT_NAME else []), name
+        assert not spec.get("hostNetwork") and not spec.get("hostPID"), name
+
+
+def test_containers_are_hardened() -> None:
+    for name, spec in _pod_specs().items():
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            where = f"{name}/{container['name']}"
+            assert context["readOnlyRootFilesystem"] is True, where
+            assert context["allowPrivilegeEscalation"] is False, where
+            assert context["capabilities"] == {"drop": ["ALL"]}, where
+            # the agent alone runs as root: the runtime's socket is root's
+            assert context["runAsNonRoot"] is (name != AGENT_NAME), where
+            assert "memory" in container["resources"]["limits"], where
+            assert set(container["resources"]["requests"]) == {"cpu", "memory"}, where
+
+
+def test_extender_probes_are_separate() -> None:
+    spec = _pod_specs()[LAYER_LOCALITY_SCHEDULER]
+    [extender] = [c for c in spec["containers"] if c["name"] == "extender"]
+    assert extender["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert extender["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # the startup probe holds the liveness probe off while the extender loads
+    startup = extender["startupProbe"]
+    assert startup["httpGet"]["path"] == "/readyz"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
+
+
+def test_two_schedulers_and_a_pdb_keeping_one() -> None:
+    deployment = _find("Deployment", LAYER_LOCALITY_SCHEDULER)
+    pdb = _find("PodDisruptionBudget", LAYER_LOCALITY_SCHEDULER)
+    assert deployment["spec"]["replicas"] == 2
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    # the scheduler itself is scheduled by the default scheduler
+    assert deployment["spec"]["template"]["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_network_policies_select_the_stacks_pods() -> None:
+    policies = stack_objects()["network-policy.yaml"]
+    selected = {
+        p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]: p for p in policies
+    }
+    assert set(selected) == {LAYER_LOCALITY_SCHEDULER, AGENT_NAME}
+    # nothing reaches the agent; only the scheduler's authenticated metrics port is open
+    assert selected[AGENT_NAME]["spec"]["ingress"] == []
+    assert selected[LAYER_LOCALITY_SCHEDULER]["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": 10259}]}
+    ]
+
+
+def _target() -> LocalTestbedTarget:
+    return LocalTestbedTarget(
+        registry="10.250.62.1:5000",
+        api_host="10.250.62.1",
+        api_port=6443,
+        nodes_dir="/tmp/lsdp-state/nodes",
+        layersched_image=ImageRef(
+            "10.250.62.1:5000/layersched/layersched", digest="sha256:" + "a" * 64
+        ),
+        kube_scheduler_image=ImageRef("10.250.62.1:5000/layersched/kube-scheduler", tag="v1.20.2"),
+    )
+
+
+def test_local_testbed_overlay() -> None:
+    files = local_testbed_overlay(_target(), "../../deploy")
+    kustomization = yaml.safe_load(files["kustomization.yaml"])
+    # the stack without the CRD: the testbed applies the CRD itself
+    assert kustomization["bases"] == ["../../deploy/stack"]
+    # overlay images match the stack's placeholders, and pin the digest when given one
+    assert kustomization["images"] == [
+        {
+            "name": "layersched",
+            "newName": "10.250.62.1:5000/layersched/layersched",
+            "digest": "sha256:" + "a" * 64,
+        },
+        {
+            "name": "kube-scheduler",
+            "newName": "10.250.62.1:5000/layersched/kube-scheduler",
+            "newTag": "v1.20.2",
+        },
+    ]
+    scheduler, agent = yaml.safe_load_all(files["local-testbed.yaml"])
+    [mount] = agent["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    # each agent mounts its own node's socket only
+    assert mount == {
+        "name": "containerd-socket",
+        "mountPath": CONTAINERD_SOCKET,
+        "subPathExpr": "$(NODE_NAME)/containerd.sock",
+    }
+    containers = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
+    assert "--insecure-registry" in containers["extender"]["args"]
+    assert {"name": "KUBERNETES_SERVICE_HOST", "value": "10.250.62.1"} in containers[
+        "kube-scheduler"
+    ]["env"]
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        (ImageRef("r/x"), "exactly one"),
+        (ImageRef("r/x", tag="1", digest="sha256:" + "a" * 64), "exactly one"),
+    ],
+    ids=["neither", "both"],
+)
+def test_image_ref_needs_a_tag_or_a_digest(ref: ImageRef, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        ref.kustomize("x")

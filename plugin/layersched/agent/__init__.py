@@ -1,4 +1,8 @@
-"""Node agent: publishes a node's runtime images the way a kubelet would.
+"""Node agent: publishes a node's images and layers for the scheduler.
+
+Its main job (``layersched agent --publish``) is the node's ``NodeLayerInventory``: the
+layers read from the runtime itself (:mod:`._readers`), applied to the API when they
+change (:mod:`._publish`). It also still builds the v1 Node a kubelet would publish:
 
 It turns a CRI image list into ``Node.status.images`` (names, sizes, sort
 order and caps exactly as kubelet sets them) and a whole v1 Node object, so
@@ -15,12 +19,36 @@ from layersched.agent._node import (
     build_node,
     node_status_images,
 )
+from layersched.agent._publish import (
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_POLL_S,
+    DEFAULT_RESYNC_S,
+    FIELD_MANAGER,
+    Backoff,
+    ChangeSignal,
+    Publisher,
+    publish_loop,
+    watch_events,
+)
+from layersched.agent._readers import CrioStorageReader, ImageReader, cri_images
 
 __all__ = [
+    "DEFAULT_HEARTBEAT_S",
     "DEFAULT_MAX_IMAGES",
+    "DEFAULT_POLL_S",
+    "DEFAULT_RESYNC_S",
+    "FIELD_MANAGER",
     "MAX_NAMES_PER_IMAGE",
     "NO_IMAGE_CAP",
     "AgentImage",
+    "Backoff",
+    "ChangeSignal",
+    "CrioStorageReader",
+    "ImageReader",
+    "Publisher",
     "build_node",
+    "cri_images",
     "node_status_images",
+    "publish_loop",
+    "watch_events",
 ]

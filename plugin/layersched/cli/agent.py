@@ -1,4 +1,13 @@
-"""``layersched agent``: publish a node's CRI images as a v1 Node object (JSON)."""
+"""``layersched agent``: a node's images and layers, for the scheduler.
+
+Two modes:
+
+* ``--publish``: the node agent proper. It reads the node's layers from the runtime
+  (containerd's content store, or CRI-O's storage), and applies the node's
+  ``NodeLayerInventory`` to the API whenever they change (docs/inventory.md).
+* otherwise: print (or write) the v1 Node object a kubelet would publish, with
+  ``status.images`` as kubelet builds it (an offline input for ``score``/``extender``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from layersched.agent import DEFAULT_MAX_IMAGES, build_node
+from layersched.cli._publish import add_publish_options, run_publish
 from layersched.core.errors import InputError
 from layersched.cri import DEFAULT_ENDPOINT, DEFAULT_TIMEOUT_S, CRIClient
 
@@ -23,14 +33,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``agent`` subcommand."""
     p = sub.add_parser(
         "agent",
-        help="publish a node's CRI images as a v1 Node (what kubelet would report)",
+        help="publish a node's layers to the API (--publish), or print its v1 Node",
         description=(
-            "Read the images of the CRI runtime at --cri and print (or write to --output) "
-            "the v1 Node object a kubelet would publish: status.images with digests then "
-            "tags (at most 5 names), largest first, capped at --max-images."
+            "With --publish: read the node's layers from the runtime (--containerd's "
+            "content store or --crio-storage) and apply its NodeLayerInventory to the API "
+            "whenever they change. Without: read the images of the CRI runtime at --cri and "
+            "print (or write to --output) the v1 Node object a kubelet would publish: "
+            "status.images with digests then tags (at most 5 names), largest first, capped "
+            "at --max-images."
         ),
     )
-    p.add_argument("--cri", default=DEFAULT_ENDPOINT, metavar="ENDPOINT", help="CRI socket")
+    p.add_argument(
+        "--cri",
+        default=None,
+        metavar="ENDPOINT",
+        help=f"CRI socket (default {DEFAULT_ENDPOINT}; with --publish, read only when given: "
+        "images the runtime's own store does not explain, by annotations or the registry)",
+    )
     p.add_argument("--node-name", required=True, metavar="NAME")
     p.add_argument(
         "--max-images",
@@ -62,6 +81,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_INTERVAL_S,
         help=f"refresh period when running continuously (default {DEFAULT_INTERVAL_S:g})",
     )
+    add_publish_options(p)
     p.set_defaults(handler=run)
 
 
@@ -104,11 +124,13 @@ def _write(document: dict[str, Any], output: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Publish once, or every ``--interval-s`` until interrupted."""
+    if args.publish:
+        return run_publish(args)
     allocatable = parse_pairs(args.allocatable, "--allocatable", "cpu=2,memory=4Gi")
     labels = _labels(args.label)
     if not args.once and args.interval_s < MIN_INTERVAL_S:
         raise InputError(f"--interval-s {args.interval_s:g} is too small: use >= {MIN_INTERVAL_S}")
-    with CRIClient(args.cri, timeout_s=args.timeout_s) as client:
+    with CRIClient(args.cri or DEFAULT_ENDPOINT, timeout_s=args.timeout_s) as client:
         while True:
             node = build_node(
                 args.node_name,

@@ -24,10 +24,12 @@ from layersched.extender import (
     SHUTDOWN_GRACE_S,
     Platforms,
     StaticInventoryProvider,
+    WatchInventoryProvider,
     make_extender,
     serve,
     tls_context,
 )
+from layersched.kube import KubeClient, load_config
 
 #: Smallest --max-request-bytes accepted: below this not even a small pod fits.
 MIN_REQUEST_BYTES = 4096
@@ -101,10 +103,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_log_options(p, top_level=False)
     add_strategy_options(p)
-    p.add_argument(
+    inventory = p.add_mutually_exclusive_group()
+    inventory.add_argument(
         "--nodes",
         metavar="NODES.json",
-        help="v1 NodeList to answer NodeNames requests (nodeCacheCapable: true) from",
+        help="v1 NodeList to answer NodeNames requests (nodeCacheCapable: true) from "
+        "(offline; --watch keeps the inventory live instead)",
+    )
+    inventory.add_argument(
+        "--watch",
+        action="store_true",
+        help="answer NodeNames requests from the live cluster: list and watch Nodes and the "
+        "agents' NodeLayerInventory objects (docs/inventory.md)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="API credentials for --watch (default: the pod's service account)",
     )
     p.add_argument(
         "--resolve-timeout-s",
@@ -149,6 +164,8 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--shutdown-grace-s {args.shutdown_grace_s}: must be >= 0 seconds")
     if (args.tls_cert_file is None) != (args.tls_key_file is None):
         raise InputError("--tls-cert-file and --tls-key-file go together: pass both or neither")
+    if args.kubeconfig is not None and not args.watch:
+        raise InputError("--kubeconfig is for --watch: pass --watch too, or drop it")
     if args.client_ca_file is not None and args.tls_cert_file is None:
         raise InputError(
             "--client-ca-file verifies clients over TLS: pass --tls-cert-file and --tls-key-file"
@@ -168,11 +185,18 @@ def run(args: argparse.Namespace) -> int:
     # registry source per platform met, --platform's being ``source``
     factory = registry_source_factory(args) if strategy.needs_layers else None
     platforms = Platforms(Platform.parse(args.platform), source, factory)
+    # a strategy without layers (image-locality) reads names only: resolve nothing
+    node_source = source if strategy.needs_layers else None
+    provider: StaticInventoryProvider | WatchInventoryProvider
+    if args.watch:
+        config = load_config(args.kubeconfig)  # fails here, early, without credentials
+        provider = WatchInventoryProvider(lambda: KubeClient(config), node_source, platforms)
+    else:
+        provider = StaticInventoryProvider(args.nodes, node_source, platforms)
     extender = make_extender(
         strategy,
         source,
-        # a strategy without layers (image-locality) reads names only: resolve nothing
-        StaticInventoryProvider(args.nodes, source if strategy.needs_layers else None, platforms),
+        provider,
         resolve_timeout_s=args.resolve_timeout_s,
         resolve_workers=args.resolve_workers,
         platforms=platforms,

@@ -17,7 +17,15 @@ from layersched.cli._logging import add_log_options, configure_logging
 from layersched.core.errors import InputError, LayerschedError
 
 #: Subcommand modules under ``layersched.cli``, in help order.
-COMMANDS: tuple[str, ...] = ("score", "extender", "agent", "testbed", "scenario", "simulate")
+COMMANDS: tuple[str, ...] = (
+    "score",
+    "extender",
+    "agent",
+    "inventory",
+    "testbed",
+    "scenario",
+    "simulate",
+)
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

@@ -252,7 +252,7 @@ def run_status(args: argparse.Namespace) -> int:
                     "version": c.version,
                     "detail": c.status.detail,
                 }
-                for c in (*status.control_plane, *status.kubelets)
+                for c in (*status.control_plane, *status.kubelets, *status.agents)
             },
         }
         print(json.dumps(doc))
@@ -274,7 +274,7 @@ def run_status(args: argparse.Namespace) -> int:
             "-" if node.tx_bytes is None else f"{node.tx_bytes:,} B",
             node.daemon.detail,
         )
-    for component in (*status.control_plane, *status.kubelets):
+    for component in (*status.control_plane, *status.kubelets, *status.agents):
         c = component.status
         table.add_row(
             c.name, component.version, str(c.pid or "-"), _yes(c.answers), "", "", c.detail

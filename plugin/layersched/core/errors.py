@@ -39,6 +39,15 @@ class CRIError(LayerschedError):
     """A CRI runtime call failed."""
 
 
+class KubeError(LayerschedError):
+    """A Kubernetes API call failed, or no credentials to make one were found."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        #: The HTTP status of the API's answer (0: no answer).
+        self.status = status
+
+
 class TestbedError(LayerschedError):
     """The testbed could not be brought up, used or torn down."""
 

@@ -273,6 +273,10 @@ class ClusterInventory:
         self._resolved: dict[str, tuple[Layer, ...] | None] = {}
         self.unresolved_images = 0
         self.warnings: list[str] = []
+        #: Bumped by every change (caches keyed on the inventory compare it).
+        self.generation = 0
+        #: Bumped when node indices change (a node added or removed).
+        self.membership = 0
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -317,6 +321,8 @@ class ClusterInventory:
         self.nodes.append(node)
         self._node_index[node.name] = idx
         self._node_layers.append(set())
+        self.generation += 1
+        self.membership += 1
         for image in node.images:
             for name in image.names:
                 self.add_image_name(idx, name, image.size_bytes)
@@ -326,6 +332,78 @@ class ClusterInventory:
         if node.annotation_layers:
             self.add_layers(idx, node.annotation_layers)
         return idx
+
+    def upsert_node(self, node: NodeInfo) -> int:
+        """Add ``node``, or bring the node of that name up to date, changing only what
+        differs (its layers and names; images without layers contribute names only).
+
+        This is the live inventory's update: the cost is the node's own size, never the
+        cluster's, and no other node's index moves.
+        """
+        idx = self._node_index.get(node.name)
+        if idx is None:
+            return self.add_node(node)
+        old = self.nodes[idx]
+        new_layers = {
+            self._layer(layer)
+            for layer in (
+                *(layer for image in node.images for layer in image.layers or ()),
+                *node.annotation_layers,
+            )
+        }
+        held = self._node_layers[idx]
+        for lid in held - new_layers:
+            self._layer_holders[lid].discard(idx)
+            self._layer_holders_arr.pop(lid, None)
+        for lid in new_layers - held:
+            self._layer_holders[lid].add(idx)
+            self._layer_holders_arr.pop(lid, None)
+        self._node_layers[idx] = new_layers
+        old_names = {name for image in old.images for name in image.names}
+        new_sizes = {name: image.size_bytes for image in node.images for name in image.names}
+        for name in old_names - new_sizes.keys():
+            self.remove_image_name(idx, name)
+        for name in new_sizes.keys() - old_names:
+            self.add_image_name(idx, name, new_sizes[name])
+        self.nodes[idx] = node
+        self.generation += 1
+        return idx
+
+    def remove_node(self, name: str) -> bool:
+        """Forget node ``name``; the last node takes its index (indices stay dense).
+        False when it was not there."""
+        idx = self._node_index.pop(name, None)
+        if idx is None:
+            return False
+        for lid in self._node_layers[idx]:
+            self._layer_holders[lid].discard(idx)
+            self._layer_holders_arr.pop(lid, None)
+        for image in self.nodes[idx].images:
+            for image_name in image.names:
+                self.remove_image_name(idx, image_name)
+        last = len(self.nodes) - 1
+        if idx != last:
+            moved = self.nodes[last]
+            for lid in self._node_layers[last]:
+                holders = self._layer_holders[lid]
+                holders.discard(last)
+                holders.add(idx)
+                self._layer_holders_arr.pop(lid, None)
+            for image in moved.images:
+                for image_name in image.names:
+                    holders_of = self._name_holders.get(image_name)
+                    if holders_of is not None and last in holders_of:
+                        holders_of.discard(last)
+                        holders_of.add(idx)
+                        self._name_holders_arr.pop(image_name, None)
+            self.nodes[idx] = moved
+            self._node_layers[idx] = self._node_layers[last]
+            self._node_index[moved.name] = idx
+        self.nodes.pop()
+        self._node_layers.pop()
+        self.generation += 1
+        self.membership += 1
+        return True
 
     def _resolve(self, image: NodeImage, source: LayerSource | None) -> tuple[Layer, ...] | None:
         if not image.names:

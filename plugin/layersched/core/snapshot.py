@@ -459,6 +459,12 @@ class NodeSnapshot(ClusterInventory):
     def add_node(self, node: NodeInfo, source: LayerSource | None = None) -> int:
         self._read_only()
 
+    def upsert_node(self, node: NodeInfo) -> int:
+        self._read_only()
+
+    def remove_node(self, name: str) -> bool:
+        self._read_only()
+
     def add_layers(self, node: int, layers: Iterable[Layer]) -> None:
         self._read_only()
 

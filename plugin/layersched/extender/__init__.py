@@ -2,9 +2,11 @@
 
 kube-scheduler calls it with ``ExtenderArgs`` (full ``Nodes`` or, when
 ``nodeCacheCapable``, ``NodeNames`` resolved against the inventory an
-:class:`InventoryProvider` supplies) and adds its 0–10 scores to its own.
-Verbs: ``POST /prioritize``, ``POST /filter`` (passes every node),
-``GET /healthz`` (200 once the inventory is loaded), ``GET /metrics``.
+:class:`InventoryProvider` supplies: a ``--nodes`` file, or the live watch of Nodes and
+NodeLayerInventory objects, :class:`WatchInventoryProvider`) and adds its 0–10 scores
+to its own. Verbs: ``POST /prioritize``, ``POST /filter`` (passes every node),
+``GET /livez``, ``GET /readyz`` (200 once the inventory is loaded; ``/healthz`` is the
+same), ``GET /metrics``, ``GET /debug/inventory?node=NAME``.
 See ``docs/extender.md``.
 """
 
@@ -23,6 +25,7 @@ from layersched.extender._server import (
     serve,
     tls_context,
 )
+from layersched.extender._watch import WatchInventoryProvider
 from layersched.extender._wire import MAX_EXTENDER_PRIORITY
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "InventoryProvider",
     "Platforms",
     "StaticInventoryProvider",
+    "WatchInventoryProvider",
     "create_app",
     "make_extender",
     "serve",

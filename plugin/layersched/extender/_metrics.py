@@ -158,4 +158,9 @@ class ExtenderMetrics:
             ["verb"],
             registry=self.registry,
         )
+        self.pod_images_from_inventory = Counter(
+            "layersched_extender_pod_images_from_inventory",
+            "Pod images whose layers came from the watched inventory (no registry call).",
+            registry=self.registry,
+        )
         self.registry.register(_SourceCollector(source, resolver, inventory))

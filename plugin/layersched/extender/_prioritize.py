@@ -134,7 +134,9 @@ class Extender:
         #: Image entries of earlier full-Nodes requests: only new ones are resolved
         #: (an offline source's misses too: its answer cannot change).
         self._slots = SlotCache(MAX_CACHED_IMAGES, keep_unresolved=resolver.local)
-        self._indices_memo: tuple[ClusterInventory, list[str], IndexArray, list[str]] | None = None
+        self._indices_memo: (
+            tuple[ClusterInventory, list[str], IndexArray, list[str], int] | None
+        ) = None
         self._groups_memo: tuple[IndexArray, Sequence[str], dict[str, IndexArray] | None] | None = (
             None
         )
@@ -146,6 +148,20 @@ class Extender:
             assert self.platforms is not None
             resolver = self._resolvers[key] = self.resolver.sibling(self.platforms.source(key))
         return resolver
+
+    async def _resolve_pod(
+        self, key: str, images: Sequence[str], from_inventory: bool
+    ) -> dict[str, tuple[Layer, ...]] | None:
+        """The pod's layers for platform ``key``: from the held inventory first (an image
+        some node's agent published needs no registry call), else the resolver."""
+        if from_inventory:
+            lookup = getattr(self.provider, "image_layers", None)
+            if lookup is not None:
+                known = {image: lookup(image, key) for image in images}
+                if all(layers is not None for layers in known.values()):
+                    self.metrics.pod_images_from_inventory.inc(len(known))
+                    return {image: layers for image, layers in known.items() if layers is not None}
+        return await self._resolver(key).resolve_pod(images)
 
     def close(self) -> None:
         """Stop every resolver's workers."""
@@ -181,7 +197,7 @@ class Extender:
         if self.strategy.needs_layers:
             keys = list(groups) if groups is not None else [next(iter(self._resolvers))]
             answers = await asyncio.gather(
-                *(self._resolver(key).resolve_pod(pod.images) for key in keys)
+                *(self._resolve_pod(key, pod.images, args.Nodes is None) for key in keys)
             )
             for key, resolved in zip(keys, answers, strict=True):
                 if resolved is None:
@@ -288,10 +304,11 @@ class Extender:
         """``inventory.indices_of(names)``, remembered: kube-scheduler sends the same
         feasible-node list pod after pod, and comparing it costs a third of looking it up."""
         memo = self._indices_memo
-        if memo is not None and memo[0] is inventory and memo[1] == names:
+        membership = inventory.membership  # a live inventory's indices move when nodes go
+        if memo is not None and memo[0] is inventory and memo[4] == membership and memo[1] == names:
             return memo[2], memo[3]
         candidates, missing = inventory.indices_of(names)
-        self._indices_memo = (inventory, names, candidates, missing)
+        self._indices_memo = (inventory, names, candidates, missing, membership)
         return candidates, missing
 
     def _request_inventory(

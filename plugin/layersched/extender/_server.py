@@ -54,6 +54,7 @@ DEFAULT_RESOLVE_TIMEOUT_S = 0.2
 GC_THRESHOLDS = (50_000, 20, 100)
 HTTP_OK = 200
 HTTP_BAD_REQUEST = 400
+HTTP_NOT_FOUND = 404
 HTTP_TOO_LARGE = 413
 HTTP_SERVER_ERROR = 500
 HTTP_UNAVAILABLE = 503
@@ -210,9 +211,39 @@ def _shed_filter(extender: Extender, body: bytes) -> object:
 
 
 async def _healthz(request: web.Request) -> web.Response:
-    if request.app[EXTENDER_KEY].provider.current() is None:
+    """Ready (the inventory is loaded, or listed once when watching); kept for the probes
+    and configurations written before /readyz."""
+    return await _readyz(request)
+
+
+async def _livez(request: web.Request) -> web.Response:
+    """The process serves requests (the event loop runs): restart it only when this fails."""
+    return web.Response(text="ok\n")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    """Ready once the inventory is loaded (a watch: listed once). While a watch re-syncs
+    the held inventory is still served, and the body says so."""
+    provider = request.app[EXTENDER_KEY].provider
+    ready = getattr(provider, "ready", None)
+    if ready is not None:
+        ok, why = ready()
+        return web.Response(status=HTTP_OK if ok else HTTP_UNAVAILABLE, text=f"{why}\n")
+    if provider.current() is None:
         return web.Response(status=HTTP_UNAVAILABLE, text="loading the node inventory\n")
     return web.Response(text="ok\n")
+
+
+async def _inventory(request: web.Request) -> web.Response:
+    """``/debug/inventory?node=NAME``: the image names the extender holds for a node
+    (what it scores with), for operators and the testbed's freshness measurement."""
+    provider = request.app[EXTENDER_KEY].provider
+    node = request.query.get("node", "")
+    held = getattr(provider, "held_images", None)
+    names = held(node) if held is not None else None
+    if names is None:
+        return _error("inventory", f"node {node!r} is not in the inventory", HTTP_NOT_FOUND)
+    return _json({"node": node, "images": names})
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -261,6 +292,9 @@ def create_app(
     app.router.add_post("/prioritize", _verb("prioritize", _prioritize, _shed_prioritize))
     app.router.add_post("/filter", _verb("filter", _filter, _shed_filter))
     app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/livez", _livez)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/debug/inventory", _inventory)
     app.router.add_get("/metrics", _metrics)
     return app
 
@@ -364,6 +398,9 @@ async def serve(
     if on_listening is not None:
         on_listening(f"{'https' if tls is not None else 'http'}://{host}:{port}")
     gc.set_threshold(*GC_THRESHOLDS)
+    bind = getattr(extender.provider, "bind_loop", None)
+    if bind is not None:  # a watching provider applies its changes on this loop
+        bind(loop)
     loading = _load_in_thread(extender.provider)
     stopping: asyncio.Future[None] = asyncio.ensure_future(_until(stop))
     try:

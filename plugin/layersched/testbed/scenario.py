@@ -59,6 +59,8 @@ class Trial:
     #: pod -> seconds from its pull's end until its node listed the image in
     #: ``status.images`` (real clusters; measured for P2, whose node P1-again is scored on).
     status_lag_s: dict[str, float] = field(default_factory=dict)
+    #: Seconds from a pull to the extender's live inventory listing the image, per pod.
+    inventory_lag_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,10 @@ def run_trial(driver: Driver, images: ScenarioImages, strategy: str) -> Trial:
     lag_s = driver.settle(P2)
     if lag_s is not None:
         trial.status_lag_s[P2] = lag_s
+    inventory_lag = getattr(driver, "inventory_lag", None)
+    inventory_lag_s = inventory_lag(P2) if inventory_lag is not None else None
+    if inventory_lag_s is not None:
+        trial.inventory_lag_s[P2] = inventory_lag_s
     again = driver.schedule(P1_AGAIN, images.img1, strategy)
     _record(trial, P1_AGAIN, again)
     trial.scores_t3 = dict(again.scores)
@@ -156,13 +162,19 @@ def report(
     for strategy, source in (score_sources or {}).items():
         if strategy in doc["strategies"]:
             doc["strategies"][strategy]["scores_t3_source"] = source
-    lags = [lag for runs in trials.values() for t in runs for lag in t.status_lag_s.values()]
-    if lags:
-        doc["status_images_lag_s"] = {
-            "count": len(lags),
-            "mean": round(sum(lags) / len(lags), 2),
-            "max": max(lags),
-        }
+    for key, attribute in (
+        ("status_images_lag_s", "status_lag_s"),
+        ("inventory_lag_s", "inventory_lag_s"),
+    ):
+        lags = [
+            lag for runs in trials.values() for t in runs for lag in getattr(t, attribute).values()
+        ]
+        if lags:
+            doc[key] = {
+                "count": len(lags),
+                "mean": round(sum(lags) / len(lags), 2),
+                "max": max(lags),
+            }
     return doc
 
 

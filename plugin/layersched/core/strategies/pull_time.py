@@ -57,12 +57,12 @@ BITS_PER_BYTE = 8
 
 FloatArray = npt.NDArray[np.float64]
 
-# Bandwidths per inventory, recomputed when nodes are added (the inventory only
-# ever appends nodes). Weak keys: an inventory built per extender request is
+# Bandwidths per inventory, recomputed when it changes (a live inventory changes in
+# place: its generation moves). Weak keys: an inventory built per extender request is
 # dropped with its cache entry.
-_BANDWIDTH_CACHE: weakref.WeakKeyDictionary[ClusterInventory, tuple[float, int, FloatArray]] = (
-    weakref.WeakKeyDictionary()
-)
+_BANDWIDTH_CACHE: weakref.WeakKeyDictionary[
+    ClusterInventory, tuple[float, tuple[int, int], FloatArray]
+] = weakref.WeakKeyDictionary()
 
 
 def _parse_bandwidth(value: str, where: str) -> float | None:
@@ -99,7 +99,9 @@ def node_bandwidth_bits_per_s(node: NodeInfo, default_bits_per_s: float) -> floa
 def _bandwidths(inventory: ClusterInventory, default_bits_per_s: float) -> FloatArray:
     cached = _BANDWIDTH_CACHE.get(inventory)
     count = inventory.node_count
-    if cached is not None and cached[0] == default_bits_per_s and cached[1] == count:
+    # a live inventory changes in place: its generation says whether labels may have
+    generation = (count, inventory.generation)
+    if cached is not None and cached[0] == default_bits_per_s and cached[1] == generation:
         return cached[2]
     nodes: Sequence[NodeInfo] = inventory.nodes
     arr = np.fromiter(
@@ -107,7 +109,7 @@ def _bandwidths(inventory: ClusterInventory, default_bits_per_s: float) -> Float
         dtype=np.float64,
         count=count,
     )
-    _BANDWIDTH_CACHE[inventory] = (default_bits_per_s, count, arr)
+    _BANDWIDTH_CACHE[inventory] = (default_bits_per_s, generation, arr)
     return arr
 
 

@@ -74,6 +74,8 @@ IMAGE_LISTED_TIMEOUT_S = 90.0
 POLL_S = 1.0
 #: Status lag is measured at this resolution.
 STATUS_POLL_S = 0.25
+#: The extender inventory's lag is measured at this resolution.
+INVENTORY_POLL_S = 0.05
 #: The registry logs a request when its response completes, just before the
 #: kubelet reports the pull; give the log a moment to catch up.
 LOG_SETTLE_TIMEOUT_S = 10.0
@@ -277,6 +279,10 @@ class ClusterDriver:
         self._version_api = client.VersionApi(self._api_client)
         #: pod -> the thread timing its node's listing of its image, and its result.
         self._listing: dict[str, tuple[threading.Thread, dict[str, float | BaseException]]] = {}
+        #: pod -> the thread timing the extender inventory's listing of its image.
+        self._inventory_listing: dict[
+            str, tuple[threading.Thread, dict[str, float | BaseException]]
+        ] = {}
         self._ensure_namespace()
 
     # ------------------------------------------------------------------ plumbing
@@ -337,12 +343,20 @@ class ClusterDriver:
         wait_for(self._check_images_gone, IMAGE_GONE_TIMEOUT_S)
 
     def _check_images_gone(self) -> None:
+        holds = getattr(self.backend, "inventory_holds", None)
         for node in self._workers(self._nodes()):
+            name = node["metadata"]["name"]
             left = [i for i in self.scenario_images if node_reports_image(node, i)]
             if left:
                 raise NotYet(
-                    f"node {node['metadata']['name']} still reports {sorted(left)} in "
+                    f"node {name} still reports {sorted(left)} in "
                     "status.images: is its kubelet running?"
+                )
+            held = [i for i in self.scenario_images if holds is not None and holds(name, i)]
+            if held:
+                raise NotYet(
+                    f"the extender's inventory still lists {sorted(held)} on node {name}: "
+                    "is its layersched agent running?"
                 )
 
     def schedule(self, pod: str, image: str, strategy: str) -> Placement:
@@ -422,6 +436,42 @@ class ClusterDriver:
         thread = threading.Thread(target=watch, name=f"listing-{pod}", daemon=True)
         thread.start()
         self._listing[pod] = (thread, result)
+        holds = getattr(self.backend, "inventory_holds", None)
+        if holds is None:
+            return
+        held: dict[str, float | BaseException] = {}
+
+        def check_held() -> None:
+            if not holds(node, image):
+                raise NotYet(f"the extender's inventory does not list {image} on {node} yet")
+
+        def watch_inventory() -> None:
+            try:
+                wait_for(check_held, IMAGE_LISTED_TIMEOUT_S, INVENTORY_POLL_S)
+                held["lag_s"] = time.monotonic() - started_s
+            except Exception as err:  # noqa: BLE001 - handed to inventory_lag(), raised there
+                held["error"] = err
+
+        inventory_thread = threading.Thread(target=watch_inventory, daemon=True)
+        inventory_thread.start()
+        self._inventory_listing[pod] = (inventory_thread, held)
+
+    def inventory_lag(self, pod: str) -> float | None:
+        """Seconds from ``pod``'s ``Pulled`` event (seen within 0.25 s) until the extender's
+        live inventory listed its image on its node (the agent read containerd, applied its
+        NodeLayerInventory, the extender's watch applied it); None if the backend cannot
+        tell."""
+        entry = self._inventory_listing.get(pod)
+        if entry is None:
+            return None
+        thread, result = entry
+        thread.join()
+        error = result.get("error")
+        if isinstance(error, BaseException):
+            raise error
+        lag_s = result["lag_s"]
+        assert isinstance(lag_s, float)
+        return round(lag_s, 2)
 
     def settle(self, pod: str) -> float:
         """Wait until ``pod``'s node lists its image in ``status.images``; the seconds from

@@ -207,6 +207,18 @@ class LocalBackend:
             raise NotYet(f"{path} has no scores for pod {run.key} yet")
         return found
 
+    def inventory_holds(self, node: str, image: str) -> bool:
+        """Whether the extender's live inventory lists ``image`` on ``node`` now (what it
+        scores with: the agents' NodeLayerInventory, watched)."""
+        url = f"{self.inventory.cluster.extender.url}/debug/inventory"
+        try:
+            response = httpx.get(url, params={"node": node}, timeout=METRICS_TIMEOUT_S)
+        except httpx.HTTPError as err:
+            raise NotYet(f"asking the extender for node {node}'s inventory: {err}") from err
+        if response.status_code != httpx.codes.OK:
+            return False
+        return image in (response.json().get("images") or [])
+
     def remove_images(self, node: str, images: Sequence[str], namespace: str) -> None:
         info = self.inventory.node(node)
         with CRIClient(info.cri_endpoint, timeout_s=CRI_TIMEOUT_S) as cri:

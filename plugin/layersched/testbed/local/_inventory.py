@@ -101,6 +101,14 @@ class ExtenderInfo(msgspec.Struct, frozen=True, kw_only=True):
     log: str
 
 
+class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A node's layersched agent (in the node's namespace, on the node's containerd)."""
+
+    node: str
+    pidfile: str
+    log: str
+
+
 class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):
     """The real Kubernetes cluster on the testbed."""
 
@@ -118,6 +126,8 @@ class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: strategy -> the scheduler that implements it.
     schedulers: dict[str, SchedulerInfo]
     extender: ExtenderInfo
+    #: One node agent per node, publishing its NodeLayerInventory.
+    agents: tuple[AgentInfo, ...] = ()
 
     @property
     def kubectl(self) -> str:

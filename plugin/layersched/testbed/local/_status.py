@@ -75,13 +75,15 @@ class TestbedStatus:
     control_plane: tuple[VersionedStatus, ...] = ()
     #: One kubelet per node: its process, and whether its Node is Ready.
     kubelets: tuple[VersionedStatus, ...] = ()
+    #: One layersched agent per node: its process, and its published NodeLayerInventory.
+    agents: tuple[VersionedStatus, ...] = ()
 
     @property
     def healthy(self) -> bool:
         return (
             self.registry.healthy
             and all(n.healthy for n in self.nodes)
-            and all(c.healthy for c in (*self.control_plane, *self.kubelets))
+            and all(c.healthy for c in (*self.control_plane, *self.kubelets, *self.agents))
         )
 
 
@@ -180,6 +182,7 @@ def probe(inventory: TestbedInventory) -> TestbedStatus:
         nodes=tuple(_node_status(n) for n in inventory.nodes),
         control_plane=tuple(_control_plane_status(inventory.cluster)),
         kubelets=tuple(_kubelet_status(inventory)),
+        agents=tuple(_agent_status(inventory.cluster)),
     )
 
 
@@ -276,5 +279,37 @@ def _kubelet_status(inventory: TestbedInventory) -> list[VersionedStatus]:
         version = str(info.get("kubeletVersion", "?")) if isinstance(info, dict) else "?"
         found.append(
             VersionedStatus(ComponentStatus(f"kubelet {node.name}", pid, ok, detail), version)
+        )
+    return found
+
+
+def _agent_status(cluster: ClusterInfo) -> list[VersionedStatus]:
+    """Each node agent: alive, and what its NodeLayerInventory says (images, layers, age)."""
+    published: dict[str, dict[str, object]] = {}
+    error = ""
+    try:
+        response = _https(
+            cluster, f"{cluster.api_server}/apis/layersched.io/v1alpha1/nodelayerinventories"
+        )
+        response.raise_for_status()
+        for item in response.json().get("items") or []:
+            published[str(item["metadata"]["name"])] = item
+    except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError) as err:
+        error = f"listing nodelayerinventories: {err}"
+    found = []
+    for agent in cluster.agents:
+        pid = pid_alive(Path(agent.pidfile))
+        item = published.get(agent.node)
+        if item is None:
+            ok, detail = False, error or "nothing published"
+        else:
+            images, layers = item.get("images") or [], item.get("layers") or []
+            ok = True
+            detail = (
+                f"{len(images)} images, {len(layers)} layers from {item.get('source')}, "  # type: ignore[arg-type]
+                f"observed {item.get('observedAt')}"
+            )
+        found.append(
+            VersionedStatus(ComponentStatus(f"agent {agent.node}", pid, ok, detail), __version__)
         )
     return found

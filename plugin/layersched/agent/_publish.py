@@ -1,0 +1,231 @@
+"""Publishing a node's layers to the API: one ``NodeLayerInventory`` per node.
+
+The agent reads the runtime, builds the object, and applies it server-side (field
+manager ``layersched-agent``) only when what it says changed. It reads again promptly
+after a pull or a removal (containerd's image events; a short poll where events are not
+available), and at least every resync period. API failures back off exponentially with
+jitter; reading goes on meanwhile and the newest state is applied when the API is back.
+
+The object is owned by the Node (an ownerReference), so deleting a Node deletes its
+layers, and a restarted agent re-applies the same object: nothing is duplicated.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from layersched.core.errors import KubeError, LayerschedError
+from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, build_document, content_hash
+from layersched.kube import HTTP_NOT_FOUND, KubeClient, node_layers_path
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "layersched-agent"
+#: Events come in bursts (one per record of a pull: tag, digest, ID); read once after
+#: the burst settles.
+DEBOUNCE_S = 0.2
+#: Without events, how often the runtime is read.
+DEFAULT_POLL_S = 2.0
+#: Even with events, read and compare this often (a missed event costs at most this).
+DEFAULT_RESYNC_S = 60.0
+#: Re-apply an unchanged object this often, so observedAt shows the agent is alive.
+DEFAULT_HEARTBEAT_S = 600.0
+#: Back-off against the API server (and the runtime): 0.5 s doubling to 30 s, +-20 %.
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
+BACKOFF_JITTER = 0.2
+
+
+@dataclass
+class Backoff:
+    """Exponential back-off with jitter; :meth:`reset` after a success."""
+
+    first_s: float = BACKOFF_FIRST_S
+    max_s: float = BACKOFF_MAX_S
+    jitter: float = BACKOFF_JITTER
+    _next_s: float = 0.0
+
+    def next_s(self) -> float:
+        self._next_s = min(self.max_s, self._next_s * 2 if self._next_s else self.first_s)
+        return self._next_s * (1 + random.uniform(-self.jitter, self.jitter))
+
+    def reset(self) -> None:
+        self._next_s = 0.0
+
+
+@dataclass
+class PublishStats:
+    """What the agent did (logged, and read by tests)."""
+
+    reads: int = 0
+    applies: int = 0
+    unchanged: int = 0
+    api_failures: int = 0
+    last_hash: str = ""
+    last_applied_at: float = 0.0
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+class Publisher:
+    """Applies one node's object when its content changed (or the heartbeat is due)."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        node: str,
+        *,
+        runtime: str,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+    ) -> None:
+        self.kube = kube
+        self.node = node
+        self.runtime = runtime
+        self.heartbeat_s = heartbeat_s
+        self.max_object_bytes = max_object_bytes
+        self.stats = PublishStats()
+        self._owner: dict[str, Any] | None = None
+
+    def _owner_reference(self) -> dict[str, Any] | None:
+        if self._owner is None:
+            try:
+                node = self.kube.get(f"/api/v1/nodes/{self.node}")
+            except KubeError as err:
+                if err.status != HTTP_NOT_FOUND:
+                    raise
+                log.warning("node %s is not registered yet: publishing without an owner", self.node)
+                return None
+            uid = (node.get("metadata") or {}).get("uid")
+            self._owner = {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}
+        return self._owner
+
+    def adopt_published(self) -> None:
+        """Remember what the API already holds (after a restart nothing is re-applied
+        unless it changed)."""
+        try:
+            current = self.kube.get(node_layers_path(self.node))
+        except KubeError as err:
+            if err.status == HTTP_NOT_FOUND:
+                return
+            raise
+        self.stats.last_hash = content_hash(current)
+        self.stats.last_applied_at = time.monotonic()
+
+    def publish(self, images: list[Any], source: str) -> bool:
+        """Apply the object for ``images`` if it changed; True when applied."""
+        document = build_document(
+            self.node,
+            images,
+            runtime=self.runtime,
+            source=source,
+            max_object_bytes=self.max_object_bytes,
+        )
+        digest = content_hash(document)
+        due = time.monotonic() - self.stats.last_applied_at >= self.heartbeat_s
+        if digest == self.stats.last_hash and not due:
+            self.stats.unchanged += 1
+            return False
+        owner = self._owner_reference()
+        if owner is not None:
+            document["metadata"]["ownerReferences"] = [owner]
+        self.kube.apply(node_layers_path(self.node), document, FIELD_MANAGER)
+        self.stats.applies += 1
+        self.stats.last_hash = digest
+        self.stats.last_applied_at = time.monotonic()
+        if document["truncated"]:
+            log.warning(
+                "node %s: %d images left out to stay under %d bytes",
+                self.node,
+                document["omittedImages"],
+                self.max_object_bytes,
+            )
+        log.info(
+            "node %s: applied %d images, %d distinct layers (%s)",
+            self.node,
+            len(document["images"]),
+            len(document["layers"]),
+            source,
+        )
+        return True
+
+
+class ChangeSignal:
+    """Set by the event watcher (or the poll timer), waited on by the publish loop."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.stopped = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        fired = self._event.wait(timeout_s)
+        self._event.clear()
+        return fired
+
+
+def watch_events(events: Callable[[], Iterator[str]], signal: ChangeSignal, poll_s: float) -> None:
+    """Set ``signal`` on every image event; when the stream fails, fall back to polling
+    (``poll_s``) until it can be opened again. Runs until ``signal.stopped``."""
+    backoff = Backoff()
+    while not signal.stopped.is_set():
+        try:
+            for topic in events():
+                log.debug("runtime event %s", topic)
+                backoff.reset()
+                signal.set()
+                if signal.stopped.is_set():
+                    return
+        except LayerschedError as err:
+            log.warning("runtime events unavailable (%s): polling every %.1f s", err, poll_s)
+        # the stream ended or failed: poll until it reopens
+        deadline = time.monotonic() + backoff.next_s()
+        while time.monotonic() < deadline and not signal.stopped.is_set():
+            signal.set()
+            signal.stopped.wait(poll_s)
+
+
+def publish_loop(
+    read: Callable[[], tuple[list[Any], str]],
+    publisher: Publisher,
+    signal: ChangeSignal,
+    *,
+    resync_s: float = DEFAULT_RESYNC_S,
+    once: bool = False,
+) -> None:
+    """Read and publish now, then after every change signal (debounced) or resync."""
+    backoff = Backoff()
+    while not signal.stopped.is_set():
+        try:
+            images, source = read()
+            publisher.stats.reads += 1
+            publisher.publish(images, source)
+            backoff.reset()
+        except KubeError as err:
+            publisher.stats.api_failures += 1
+            pause_s = backoff.next_s()
+            log.warning("publishing node %s: %s: retrying in %.1f s", publisher.node, err, pause_s)
+            if once:
+                raise
+            signal.stopped.wait(pause_s)
+            continue
+        except LayerschedError as err:
+            pause_s = backoff.next_s()
+            log.warning(
+                "reading node %s's images: %s: retrying in %.1f s", publisher.node, err, pause_s
+            )
+            if once:
+                raise
+            signal.stopped.wait(pause_s)
+            continue
+        if once:
+            return
+        if signal.wait(resync_s):
+            signal.stopped.wait(DEBOUNCE_S)

@@ -1,0 +1,183 @@
+"""Where the agent reads a node's layers: the runtime itself, the registry only as a
+last resort.
+
+* **containerd**: the content store (:class:`layersched.containerd.ContentStoreReader`).
+* **CRI-O**: its containers/storage metadata: ``overlay-images/images.json`` names each
+  image and its top layer, ``overlay-layers/layers.json`` gives every layer's parent,
+  ``compressed-diff-digest`` and ``compressed-size``. The chain from the top layer down
+  is the image's layers, base first.
+* **Ryax annotations**: images whose CRI ``spec.annotations`` carry
+  ``imageLayer.<digest>: "<size>"`` (the Ryax-patched CRI-O, or layersched's relay).
+* **Registry**: a CRI image none of the above explains is resolved through a
+  :class:`~layersched.core.layers.LayerSource` by its names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from layersched.core.errors import InputError, LayerResolutionError
+from layersched.core.inventory import annotation_layers
+from layersched.core.layers import Layer, LayerSource, check_digest, check_size
+from layersched.core.nodelayers import HeldImage
+
+log = logging.getLogger(__name__)
+
+#: CRI-O's default containers/storage root.
+DEFAULT_CRIO_STORAGE = "/var/lib/containers/storage"
+#: containers/storage's driver for CRI-O on Linux.
+CRIO_DRIVER = "overlay"
+
+
+class ImageReader(Protocol):
+    """Reads the images a node holds with their layers."""
+
+    #: The ``source`` value of the published object.
+    source: str
+
+    def images(self) -> list[HeldImage]: ...
+
+
+class CRIImageLike(Protocol):
+    """What the readers need of a CRI image (``layersched.cri.CRIImage`` fits)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def repo_tags(self) -> Sequence[str]: ...
+    @property
+    def repo_digests(self) -> Sequence[str]: ...
+    @property
+    def annotations(self) -> Mapping[str, str]: ...
+
+
+def _json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as err:
+        raise InputError(
+            f"{path}: cannot read CRI-O's storage metadata ({err.strerror}): is --crio-storage "
+            "the storage root (graphroot) and mounted into the agent?"
+        ) from None
+    except ValueError as err:
+        raise InputError(f"{path}: not JSON ({err})") from None
+
+
+@dataclass
+class CrioStorageReader:
+    """Reads CRI-O's containers/storage metadata files (read-only)."""
+
+    root: Path
+    source: str = "crio-storage"
+    #: Images skipped in the last read, and why.
+    problems: dict[str, str] = field(default_factory=dict)
+
+    def images(self) -> list[HeldImage]:
+        images_file = self.root / f"{CRIO_DRIVER}-images" / "images.json"
+        layers_file = self.root / f"{CRIO_DRIVER}-layers" / "layers.json"
+        raw_layers = _json_file(layers_file)
+        raw_images = _json_file(images_file)
+        if not isinstance(raw_layers, list) or not isinstance(raw_images, list):
+            raise InputError(f"{self.root}: images.json and layers.json must hold JSON lists")
+        by_id = {str(layer.get("id")): layer for layer in raw_layers if isinstance(layer, dict)}
+        self.problems = {}
+        held = []
+        for raw in raw_images:
+            if not isinstance(raw, dict):
+                continue
+            names = tuple(str(n) for n in raw.get("names") or [])
+            key = names[0] if names else str(raw.get("id"))
+            try:
+                layers = self._chain(by_id, raw.get("layer"), f"{images_file}: image {key!r}")
+            except InputError as err:
+                self.problems[key] = str(err)
+                continue
+            digest = raw.get("digest") or f"sha256:{raw.get('id')}"
+            held.append(HeldImage(names, str(digest), layers))
+        return held
+
+    @staticmethod
+    def _chain(by_id: Mapping[str, Any], top: object, where: str) -> tuple[Layer, ...]:
+        layers: list[Layer] = []
+        seen: set[str] = set()
+        current = top
+        while isinstance(current, str) and current:
+            if current in seen:
+                raise InputError(f"{where}: layer {current} is its own ancestor")
+            seen.add(current)
+            layer = by_id.get(current)
+            if layer is None:
+                raise InputError(f"{where}: layer {current} is not in layers.json")
+            digest = layer.get("compressed-diff-digest")
+            if not digest:
+                raise InputError(
+                    f"{where}: layer {current} has no compressed-diff-digest (built locally, "
+                    "not pulled): its compressed size is unknown"
+                )
+            layers.append(
+                Layer(
+                    check_digest(digest, f"{where}: compressed-diff-digest"),
+                    check_size(layer.get("compressed-size", 0), f"{where}: compressed-size"),
+                )
+            )
+            current = layer.get("parent")
+        layers.reverse()
+        return tuple(layers)
+
+
+def _names(image: CRIImageLike) -> tuple[str, ...]:
+    return (*image.repo_digests, *image.repo_tags)
+
+
+def cri_images(
+    images: Iterable[CRIImageLike],
+    fallback: LayerSource | None,
+    known: Iterable[HeldImage] = (),
+) -> tuple[list[HeldImage], dict[str, str], set[str]]:
+    """The CRI images no other reader explained: by their Ryax annotations, else through
+    ``fallback``. Returns the images, the ones skipped (name -> why), and which ways were
+    used (``annotations``, ``registry``).
+
+    An image is explained when one of its names is among ``known``'s names.
+    """
+    covered = {name for image in known for name in image.names}
+    held: list[HeldImage] = []
+    problems: dict[str, str] = {}
+    used: set[str] = set()
+    for image in images:
+        names = _names(image)
+        if covered.intersection(names):
+            continue
+        key = names[0] if names else image.id
+        where = f"CRI image {key!r}: spec.annotations"
+        layers: Sequence[Layer] = annotation_layers(image.annotations, where, problems=[])
+        if layers:
+            used.add("annotations")
+        elif fallback is not None and names:
+            try:
+                layers = _resolve(fallback, names)
+            except LayerResolutionError as err:
+                problems[key] = str(err)
+                continue
+            used.add("registry")
+        else:
+            problems[key] = "no layer annotations, and no registry fallback (--registry-fallback)"
+            continue
+        digest = image.repo_digests[0].rpartition("@")[2] if image.repo_digests else image.id
+        held.append(HeldImage(names, digest, tuple(layers)))
+    return held, problems, used
+
+
+def _resolve(source: LayerSource, names: Sequence[str]) -> tuple[Layer, ...]:
+    reason = ""
+    for name in names:
+        try:
+            return source.resolve(name)
+        except LayerResolutionError as err:
+            reason = str(err)
+    raise LayerResolutionError(reason)

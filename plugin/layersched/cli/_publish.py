@@ -1,0 +1,230 @@
+"""``layersched agent --publish``: the node agent that keeps a node's NodeLayerInventory."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal as signals
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from layersched.agent import (
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_POLL_S,
+    DEFAULT_RESYNC_S,
+    ChangeSignal,
+    CrioStorageReader,
+    Publisher,
+    cri_images,
+    publish_loop,
+    watch_events,
+)
+from layersched.cli._sources import add_layer_source_options, open_layer_source
+from layersched.containerd import CRI_NAMESPACE, ContainerdClient, ContentStoreReader
+from layersched.core.errors import InputError, LayerschedError
+from layersched.core.layers import LayerSource
+from layersched.core.manifest import Platform
+from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, HeldImage
+from layersched.cri import CRIClient
+from layersched.kube import KubeClient, load_config
+
+log = logging.getLogger(__name__)
+
+#: Smallest periods accepted, so a typo cannot turn the agent into a busy loop.
+MIN_PERIOD_S = 0.1
+#: Below this an object cannot hold even one image of a few layers.
+MIN_OBJECT_BYTES = 4096
+#: The registry fallback's limits: an agent is not in a hurry.
+AGENT_REGISTRY_TIMEOUT_S = 10.0
+AGENT_REGISTRY_RETRIES = 2
+AGENT_REGISTRY_DEADLINE_S = 30.0
+
+
+def add_publish_options(p: argparse.ArgumentParser) -> None:
+    """The ``--publish`` mode's options."""
+    g = p.add_argument_group("publishing (--publish)")
+    g.add_argument(
+        "--publish",
+        action="store_true",
+        help="apply the node's NodeLayerInventory to the API whenever its layers change",
+    )
+    g.add_argument("--kubeconfig", metavar="FILE", help="API credentials (default: in-cluster)")
+    g.add_argument(
+        "--containerd",
+        metavar="ADDRESS",
+        help="read layers from containerd's content store at this socket "
+        "(e.g. /run/containerd/containerd.sock); image events trigger a read at once",
+    )
+    g.add_argument(
+        "--containerd-namespace",
+        default=CRI_NAMESPACE,
+        help="containerd namespace of the node's images (default: %(default)s, the CRI's)",
+    )
+    g.add_argument(
+        "--crio-storage",
+        metavar="DIR",
+        type=Path,
+        help="read layers from CRI-O's containers/storage root (e.g. /var/lib/containers/storage)",
+    )
+    g.add_argument(
+        "--registry-fallback",
+        action="store_true",
+        help="resolve CRI images nothing else explains through their registry (needs --cri)",
+    )
+    g.add_argument(
+        "--poll-s",
+        type=float,
+        default=DEFAULT_POLL_S,
+        help="read period when runtime events are unavailable (default: %(default)s)",
+    )
+    g.add_argument(
+        "--resync-s",
+        type=float,
+        default=DEFAULT_RESYNC_S,
+        help="read and compare at least this often (default: %(default)s)",
+    )
+    g.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=DEFAULT_HEARTBEAT_S,
+        help="re-apply an unchanged object this often, refreshing observedAt "
+        "(default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-object-bytes",
+        type=int,
+        default=DEFAULT_MAX_OBJECT_BYTES,
+        help="size budget of the object; past it the smallest images are left out "
+        "(default: %(default)s, under etcd's 1.5 MiB request limit)",
+    )
+    add_layer_source_options(
+        p,
+        registry_timeout_s=AGENT_REGISTRY_TIMEOUT_S,
+        registry_retries=AGENT_REGISTRY_RETRIES,
+        registry_deadline_s=AGENT_REGISTRY_DEADLINE_S,
+    )
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.containerd is None and args.crio_storage is None and args.cri is None:
+        raise InputError(
+            "--publish needs a runtime to read: --containerd SOCKET (containerd's content "
+            "store), --crio-storage DIR (CRI-O), or --cri ENDPOINT (annotations/registry)"
+        )
+    if args.registry_fallback and args.cri is None:
+        raise InputError("--registry-fallback resolves CRI images: pass --cri ENDPOINT too")
+    for name in ("poll_s", "resync_s", "heartbeat_s"):
+        if not getattr(args, name) >= MIN_PERIOD_S:
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{flag} {getattr(args, name):g}: use at least {MIN_PERIOD_S} s")
+    if args.max_object_bytes < MIN_OBJECT_BYTES:
+        raise InputError(f"--max-object-bytes {args.max_object_bytes}: use >= {MIN_OBJECT_BYTES}")
+
+
+def _runtime_name(cri: CRIClient | None, args: argparse.Namespace) -> str:
+    if cri is not None:
+        try:
+            version = cri.version()
+            return f"{version.runtime_name}://{version.runtime_version}"
+        except LayerschedError as err:
+            log.warning("asking the runtime for its version: %s", err)
+    return "containerd" if args.containerd else "cri-o" if args.crio_storage else "cri"
+
+
+def _reader(
+    content: ContentStoreReader | None,
+    crio: CrioStorageReader | None,
+    cri: CRIClient | None,
+    fallback: LayerSource | None,
+) -> Callable[[], tuple[list[Any], str]]:
+    def read() -> tuple[list[Any], str]:
+        held: list[HeldImage] = []
+        used: list[str] = []
+        problems: dict[str, str] = {}
+        for reader in (content, crio):
+            if reader is not None:
+                held.extend(reader.images())
+                used.append(reader.source if hasattr(reader, "source") else "content-store")
+                problems.update(reader.problems)
+        if cri is not None:
+            more, skipped, ways = cri_images(cri.list_images(), fallback, held)
+            held.extend(more)
+            used.extend(sorted(ways))
+            problems.update(skipped)
+        for name, why in sorted(problems.items()):
+            log.warning("image %s left out: %s", name, why)
+        source = used[0] if len(set(used)) == 1 else "mixed" if used else "content-store"
+        return held, source
+
+    return read
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    """Publish until SIGTERM/SIGINT (or once, with ``--once``)."""
+    _check(args)
+    kube = KubeClient(load_config(args.kubeconfig))
+    containerd = (
+        ContainerdClient(args.containerd, args.containerd_namespace, args.timeout_s)
+        if args.containerd
+        else None
+    )
+    content = (
+        ContentStoreReader(containerd, Platform.parse(args.platform))
+        if containerd is not None
+        else None
+    )
+    crio = CrioStorageReader(args.crio_storage) if args.crio_storage is not None else None
+    cri = CRIClient(args.cri, timeout_s=args.timeout_s) if args.cri else None
+    fallback = open_layer_source(args) if args.registry_fallback else None
+    publisher = Publisher(
+        kube,
+        args.node_name,
+        runtime=_runtime_name(cri, args),
+        heartbeat_s=args.heartbeat_s,
+        max_object_bytes=args.max_object_bytes,
+    )
+    signal = ChangeSignal()
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        signal.stopped.set()
+        signal.set()
+
+    try:
+        publisher.adopt_published()
+        read = _reader(content, crio, cri, fallback)
+        if not args.once:
+            signals.signal(signals.SIGTERM, stop)
+            signals.signal(signals.SIGINT, stop)
+            if containerd is not None:
+                events = ContainerdClient(args.containerd, args.containerd_namespace)
+                threading.Thread(
+                    target=watch_events,
+                    args=(events.events, signal, args.poll_s),
+                    name="runtime-events",
+                    daemon=True,
+                ).start()
+            else:
+                threading.Thread(
+                    target=_poll, args=(signal, args.poll_s), name="poll", daemon=True
+                ).start()
+        publish_loop(read, publisher, signal, resync_s=args.resync_s, once=args.once)
+    finally:
+        for client in (kube, containerd, cri):
+            if client is not None:
+                client.close()
+    log.info(
+        "agent for %s stopped: %d reads, %d applies",
+        args.node_name,
+        publisher.stats.reads,
+        publisher.stats.applies,
+    )
+    return 0
+
+
+def _poll(signal: ChangeSignal, poll_s: float) -> None:
+    while not signal.stopped.wait(poll_s):
+        signal.set()

@@ -1,0 +1,85 @@
+"""Least-privilege RBAC for the two layersched components that talk to the API.
+
+* the **node agent** reads its own Node (for the owner reference) and creates or
+  server-side-applies NodeLayerInventory objects;
+* the **extender** lists and watches Nodes and NodeLayerInventory objects.
+
+Neither may read Secrets, Pods or anything else. Kubernetes RBAC cannot confine an agent
+to its own node's object (``resourceNames`` would need a role per node): what a
+compromised agent could do with that, and how it is bounded, is in docs/inventory.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from layersched.core.errors import InputError
+from layersched.core.nodelayers import GROUP, PLURAL
+
+AGENT_ROLE = "layersched:agent"
+EXTENDER_ROLE = "layersched:extender"
+_LABELS = {"app.kubernetes.io/part-of": "layersched"}
+SUBJECT_KINDS = ("User", "Group", "ServiceAccount")
+
+
+def agent_rules() -> list[dict[str, Any]]:
+    return [
+        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "create", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    ]
+
+
+def extender_rules() -> list[dict[str, Any]]:
+    return [
+        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    ]
+
+
+def parse_subject(text: str) -> dict[str, str]:
+    """``User:NAME``, ``Group:NAME`` or ``ServiceAccount:NAMESPACE/NAME`` as an RBAC subject."""
+    kind, _, name = text.partition(":")
+    if kind not in SUBJECT_KINDS or not name:
+        raise InputError(
+            f"subject {text!r}: write User:NAME, Group:NAME or ServiceAccount:NAMESPACE/NAME"
+        )
+    if kind == "ServiceAccount":
+        namespace, _, account = name.partition("/")
+        if not namespace or not account:
+            raise InputError(
+                f"subject {text!r}: a service account is ServiceAccount:NAMESPACE/NAME"
+            )
+        return {"kind": kind, "name": account, "namespace": namespace}
+    return {"kind": kind, "name": name, "apiGroup": "rbac.authorization.k8s.io"}
+
+
+def cluster_role(name: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": dict(_LABELS)},
+        "rules": rules,
+    }
+
+
+def cluster_role_binding(name: str, subjects: Sequence[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name, "labels": dict(_LABELS)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": list(subjects),
+    }
+
+
+def rbac_objects(
+    agent_subjects: Sequence[dict[str, str]], extender_subjects: Sequence[dict[str, str]]
+) -> list[dict[str, Any]]:
+    """The two ClusterRoles and their bindings to the given subjects."""
+    return [
+        cluster_role(AGENT_ROLE, agent_rules()),
+        cluster_role_binding(AGENT_ROLE, agent_subjects),
+        cluster_role(EXTENDER_ROLE, extender_rules()),
+        cluster_role_binding(EXTENDER_ROLE, extender_subjects),
+    ]

@@ -1,0 +1,202 @@
+"""The extender's live inventory (``--watch``) against an in-process API double.
+
+The double serves lists and watch streams from scripted state, including a 410 Gone
+(the watch's version is too old: the provider must relist and converge), a dropped
+connection, and a malformed NodeLayerInventory (ignored for that node only). The real
+API server is exercised end to end on the local testbed (tests/e2e)."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import tenacity
+
+from layersched.core.errors import KubeError
+from layersched.core.layers import Layer
+from layersched.core.nodelayers import HeldImage, build_document
+from layersched.extender import WatchInventoryProvider
+from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, Gone, WatchEvent
+
+CONVERGE_TIMEOUT_S = 5.0
+POLL_S = 0.02
+END = object()
+
+
+def digest(n: int) -> str:
+    return f"sha256:{n:064x}"
+
+
+BASE = Layer(digest(1), 30_000_000)
+APP = Layer(digest(2), 1_000_000)
+
+
+def node(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": "1"}, "status": {"images": []}}
+
+
+def layers(name: str, *images: HeldImage) -> dict[str, Any]:
+    document = build_document(name, images, runtime="containerd", source="content-store")
+    document["metadata"]["resourceVersion"] = "1"
+    return document
+
+
+IMG = HeldImage(("reg/app:1",), digest(100), (BASE, APP))
+
+
+class FakeApi:
+    """Collections with scripted lists and watch streams (one queue per collection)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, list[dict[str, Any]]] = {NODES_PATH: [], NODE_LAYERS_PATH: []}
+        self.streams: dict[str, queue.Queue[object]] = {
+            NODES_PATH: queue.Queue(),
+            NODE_LAYERS_PATH: queue.Queue(),
+        }
+        self.lists = 0
+
+    def client(self) -> FakeClient:
+        return FakeClient(self)
+
+
+class FakeClient:
+    def __init__(self, api: FakeApi) -> None:
+        self.api = api
+
+    def __enter__(self) -> FakeClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def list(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        self.api.lists += 1
+        return list(self.api.items[path]), "10"
+
+    def watch(self, path: str, version: str) -> Iterator[WatchEvent]:
+        while True:
+            item = self.api.streams[path].get()
+            if item is END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, WatchEvent)
+            yield item
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    running = asyncio.new_event_loop()
+    thread = threading.Thread(target=running.run_forever, daemon=True)
+    thread.start()
+    yield running
+    running.call_soon_threadsafe(running.stop)
+    thread.join(timeout=5)
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, fn: Any) -> Any:
+    async def call() -> Any:
+        return fn()
+
+    return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=5)
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(CONVERGE_TIMEOUT_S),
+    wait=tenacity.wait_fixed(POLL_S),
+    reraise=True,
+)
+def assert_holders(
+    loop: asyncio.AbstractEventLoop, provider: WatchInventoryProvider, expected: list[str]
+) -> None:
+    def holders() -> list[str]:
+        inventory = provider.current()
+        assert inventory is not None
+        return sorted(inventory.nodes[i].name for i in inventory.layer_holders(BASE.digest))
+
+    assert on_loop(loop, holders) == expected
+
+
+def started(api: FakeApi, loop: asyncio.AbstractEventLoop) -> WatchInventoryProvider:
+    provider = WatchInventoryProvider(api.client, None)  # type: ignore[arg-type]
+    provider.bind_loop(loop)
+    provider.load()
+    return provider
+
+
+def test_list_then_watch_applies_each_change(loop: asyncio.AbstractEventLoop) -> None:
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("n1"), node("n2")]
+    api.items[NODE_LAYERS_PATH] = [layers("n1", IMG)]
+    provider = started(api, loop)
+    assert provider.ready()[0] is True
+    assert_holders(loop, provider, ["n1"])
+    # n2's agent publishes after a pull
+    api.streams[NODE_LAYERS_PATH].put(WatchEvent("ADDED", layers("n2", IMG)))
+    assert_holders(loop, provider, ["n1", "n2"])
+    # the image is removed from n1: its agent republishes an empty object
+    api.streams[NODE_LAYERS_PATH].put(WatchEvent("MODIFIED", layers("n1")))
+    assert_holders(loop, provider, ["n2"])
+    # pod images resolve from the inventory, by name and by digest
+    assert provider.image_layers("reg/app:1") == IMG.layers
+    assert provider.image_layers(f"reg/app@{IMG.digest}") == IMG.layers
+    assert provider.image_layers("reg/other:1") is None
+    # a node deleted: gone from the inventory, whatever its layers say
+    api.streams[NODES_PATH].put(WatchEvent("DELETED", node("n2")))
+    assert_holders(loop, provider, [])
+    assert on_loop(loop, lambda: provider.current().node_count) == 1  # type: ignore[union-attr]
+
+
+def test_gone_relists_and_converges(loop: asyncio.AbstractEventLoop) -> None:
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("n1"), node("n2")]
+    api.items[NODE_LAYERS_PATH] = [layers("n1", IMG)]
+    provider = started(api, loop)
+    lists = api.lists
+    # while the watch was away, n1 lost the image and n2 gained it; the watch's version
+    # is too old: 410 Gone, and the relist must bring the inventory to the new truth
+    api.items[NODE_LAYERS_PATH] = [layers("n1"), layers("n2", IMG)]
+    api.streams[NODE_LAYERS_PATH].put(Gone("watching: too old resource version"))
+    assert_holders(loop, provider, ["n2"])
+    assert api.lists == lists + 1
+    assert provider.state["nodelayerinventories"].relists == 1
+
+
+def test_a_dropped_watch_keeps_serving_and_says_so(loop: asyncio.AbstractEventLoop) -> None:
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("n1")]
+    api.items[NODE_LAYERS_PATH] = [layers("n1", IMG)]
+    provider = started(api, loop)
+    api.streams[NODES_PATH].put(KubeError("watching /api/v1/nodes: connection refused"))
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(CONVERGE_TIMEOUT_S),
+        wait=tenacity.wait_fixed(POLL_S),
+        reraise=True,
+    )
+    def assert_stale() -> None:
+        ok, why = provider.ready()
+        assert ok is True  # still answering from the last inventory
+        assert "re-syncing" in why and "connection refused" in why
+
+    assert_stale()
+    assert_holders(loop, provider, ["n1"])
+
+
+def test_a_malformed_object_is_ignored_for_its_node_only(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("n1"), node("n2")]
+    api.items[NODE_LAYERS_PATH] = [layers("n1", IMG), layers("n2", IMG)]
+    provider = started(api, loop)
+    broken = layers("n2", IMG)
+    broken["images"][0]["layers"] = [0, 99]  # past the layer table
+    api.streams[NODE_LAYERS_PATH].put(WatchEvent("MODIFIED", broken))
+    assert_holders(loop, provider, ["n1"])
+    assert "ignoring the layers published for node n2" in caplog.text
+    assert "images[0].layers[1]" in caplog.text

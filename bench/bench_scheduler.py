@@ -33,7 +33,6 @@ import json
 import os
 import platform
 import shutil
-import ssl
 import subprocess
 import sys
 import threading
@@ -56,7 +55,9 @@ import scheduler_report as report
 from corpus import Workload, workload
 
 from layersched import _generated as generated
-from layersched.core.errors import TestbedError
+from layersched.core.errors import KubeError, TestbedError
+from layersched.core.nodelayers import HeldImage, build_document
+from layersched.kube import NODE_LAYERS_PATH, KubeClient, load_kubeconfig
 from layersched.testbed.local import down, require_root
 from layersched.testbed.local._ansible import PLAYBOOKS_DIR, run_playbook
 
@@ -110,6 +111,8 @@ class ControlPlane:
     api_server: str
     kubeconfig: Path
     scheduler_kubeconfig: Path
+    #: The extender's own least-privilege identity (list/watch Nodes and inventories).
+    extender_kubeconfig: Path
     ca_file: Path
     admin_cert: Path
     admin_key: Path
@@ -124,6 +127,7 @@ class ControlPlane:
             api_server=doc["api_server"],
             kubeconfig=Path(doc["kubeconfig"]),
             scheduler_kubeconfig=Path(doc["scheduler_kubeconfig"]),
+            extender_kubeconfig=Path(doc["extender_kubeconfig"]),
             ca_file=Path(doc["ca_file"]),
             admin_cert=Path(doc["admin_cert"]),
             admin_key=Path(doc["admin_key"]),
@@ -131,16 +135,14 @@ class ControlPlane:
             pidfiles={k: Path(v) for k, v in doc["pidfiles"].items()},
         )
 
-    def tls(self) -> ssl.SSLContext:
-        """Verify the API server against the testbed CA; present the admin certificate."""
-        context = ssl.create_default_context(cafile=str(self.ca_file))
-        context.load_cert_chain(str(self.admin_cert), str(self.admin_key))
-        return context
+    def kube(self) -> KubeClient:
+        """layersched's own API client, as the admin."""
+        return KubeClient(load_kubeconfig(str(self.kubeconfig)), timeout_s=HTTP_TIMEOUT_S)
 
     def client(self, timeout: httpx.Timeout | float = HTTP_TIMEOUT_S) -> httpx.Client:
         return httpx.Client(
             base_url=self.api_server,
-            verify=self.tls(),
+            verify=load_kubeconfig(str(self.kubeconfig)).ssl_context(),
             timeout=timeout,
             limits=httpx.Limits(max_connections=CLIENT_THREADS * 2),
         )
@@ -216,6 +218,26 @@ def untaint(api: httpx.Client, node: Mapping[str, Any]) -> None:
     _check(response, f"lifting the not-ready taint of node {name}")
 
 
+#: What the fake nodes' inventories say they came from (the agent names a real runtime).
+INVENTORY_RUNTIME, INVENTORY_SOURCE = "bench://corpus", "registry"
+
+
+def inventory_document(load: Workload, item: Mapping[str, Any]) -> dict[str, Any]:
+    """The node's NodeLayerInventory, as an agent would publish it for the same images."""
+    layers = load.corpus.layers_by_image()
+    held = [
+        HeldImage(
+            names=tuple(image["names"]),
+            digest=image["names"][0].split("@", 1)[1],
+            layers=layers[image["names"][-1]],
+        )
+        for image in item["status"]["images"]
+    ]
+    return build_document(
+        item["metadata"]["name"], held, runtime=INVENTORY_RUNTIME, source=INVENTORY_SOURCE
+    )
+
+
 def node_layers(load: Workload, item: Mapping[str, Any]) -> dict[str, int]:
     """The node's distinct layers (digest -> size) from its ``status.images`` names."""
     by_name = load.layers_document()
@@ -272,41 +294,35 @@ class BindWatch:
     error: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _kube: KubeClient | None = None
 
     def start(self) -> None:
-        with self.api.client() as client:
-            response = client.get(f"/api/v1/namespaces/{NAMESPACE}/pods", params={"limit": 1})
-            _check(response, "listing pods to start the watch")
-            version = response.json()["metadata"]["resourceVersion"]
-        self._thread = threading.Thread(target=self._run, args=(version,), daemon=True)
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        self._kube = self.api.kube()
+        _, version = self._kube.list(path)
+        self._thread = threading.Thread(target=self._run, args=(path, version), daemon=True)
         self._thread.start()
 
-    def _run(self, version: str) -> None:
-        params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "3600"}
+    def _run(self, path: str, version: str) -> None:
         try:
-            with (
-                self.api.client(httpx.Timeout(HTTP_TIMEOUT_S, read=None)) as client,
-                client.stream("GET", f"/api/v1/namespaces/{NAMESPACE}/pods", params=params) as s,
-            ):
-                for line in s.iter_lines():
-                    if self._stop.is_set():
-                        return
-                    if not line:
-                        continue
-                    now = time.perf_counter()
-                    event = json.loads(line)
-                    pod = event.get("object", {})
-                    name = pod.get("metadata", {}).get("name")
-                    node = pod.get("spec", {}).get("nodeName")
-                    if node and name not in self.bound_at:
-                        self.bound_at[name] = now
-                        self.node_of[name] = node
-        except httpx.HTTPError as err:
+            for event in self._kube.watch(path, version):
+                if self._stop.is_set():
+                    return
+                now = time.perf_counter()
+                pod = event.object
+                name = pod.get("metadata", {}).get("name")
+                node = pod.get("spec", {}).get("nodeName")
+                if node and name not in self.bound_at:
+                    self.bound_at[name] = now
+                    self.node_of[name] = node
+        except KubeError as err:
             if not self._stop.is_set():
                 self.error = f"pod watch failed: {err}"
 
     def stop(self) -> None:
         self._stop.set()
+        if self._kube is not None:
+            self._kube.close()
 
     def bound(self, names: Sequence[str]) -> int:
         return sum(1 for n in names if n in self.bound_at)
@@ -469,7 +485,7 @@ def extender_argv(plane: ControlPlane, config: str, layers_path: Path) -> list[s
         "--strategy", "layer-locality", "--layers", str(layers_path),
     ]  # fmt: skip
     if config == "extender-node-names":
-        argv += ["--watch", "--kubeconfig", str(plane.kubeconfig)]
+        argv += ["--watch", "--kubeconfig", str(plane.extender_kubeconfig)]
     return argv
 
 
@@ -744,7 +760,8 @@ def control_plane_up(args: argparse.Namespace, console: Console) -> ControlPlane
             "testbed_state_dir": str(args.state_dir),
             "testbed_prefix": args.prefix,
             "testbed_net_base": args.net_base,
-        },
+        }
+        | ({"kubernetes_bin_dir": str(args.kubernetes_bin_dir)} if args.kubernetes_bin_dir else {}),
         args.log_dir / "ansible-up.log",
         title="bench control plane up",
         console=console,
@@ -793,6 +810,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--plot", type=Path, default=PLOT)
     parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument(
+        "--kubernetes-bin-dir",
+        type=Path,
+        help="Kubernetes binaries to run instead of the build cache's (same layout, .stamp "
+        "included); see docs/bench-scheduler.md for the kube-apiserver that custom "
+        "resources need",
+    )
     parser.add_argument("--keep", action="store_true", help="leave the control plane up")
     args = parser.parse_args(argv)
     console = Console(stderr=True)
@@ -809,6 +833,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = run(args, node_counts, configs, console)
     except TestbedError as err:
         console.print(f"[red]bench-scheduler: {err}[/red]")
+        return 1
+    except httpx.HTTPError as err:
+        console.print(
+            f"[red]bench-scheduler: the API server or a scheduler stopped answering ({err}); "
+            f"logs in {args.log_dir}[/red]"
+        )
         return 1
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
@@ -865,6 +895,14 @@ def run(
                     progress,
                     after=lambda node: untaint(api, node),
                 )
+                if "extender-node-names" in configs:
+                    _parallel_post(
+                        api,
+                        NODE_LAYERS_PATH,
+                        [inventory_document(load, item) for item in items[created:n]],
+                        f"NodeLayerInventory objects {created + 1}-{n}",
+                        progress,
+                    )
                 created = n
                 node_sets = {
                     item["metadata"]["name"]: set(node_layers(load, item)) for item in items[:n]

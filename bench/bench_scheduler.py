@@ -91,6 +91,8 @@ WARMUP_PODS = 20
 CLIENT_THREADS = 8
 HTTP_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 180.0
+#: The extender's --watch lists 5,000 nodes and their inventories (~40 kB each) first.
+EXTENDER_READY_TIMEOUT_S = 600.0
 #: Deleting 1,000 pods and seeing the list empty.
 DELETE_TIMEOUT_S = 300.0
 KIB = 1024
@@ -415,14 +417,16 @@ def _pid(path: Path) -> int:
 
 
 @contextlib.contextmanager
-def _process(argv: Sequence[str], log: Path, ready: str, name: str) -> Iterator[int]:
+def _process(
+    argv: Sequence[str], log: Path, ready: str, name: str, timeout_s: float = READY_TIMEOUT_S
+) -> Iterator[int]:
     """Run ``argv`` (log to ``log``) until the block ends; wait for GET ``ready`` == 200."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
     @tenacity.retry(
-        stop=tenacity.stop_after_delay(READY_TIMEOUT_S), wait=tenacity.wait_fixed(0.3),
+        stop=tenacity.stop_after_delay(timeout_s), wait=tenacity.wait_fixed(0.3),
         reraise=True,
     )  # fmt: skip
     def is_ready() -> None:
@@ -436,9 +440,7 @@ def _process(argv: Sequence[str], log: Path, ready: str, name: str) -> Iterator[
         try:
             is_ready()
         except AssertionError as err:
-            raise BenchError(
-                f"{name} did not become ready within {READY_TIMEOUT_S:g} s: {err}"
-            ) from err
+            raise BenchError(f"{name} did not become ready within {timeout_s:g} s: {err}") from err
         yield proc.pid
     finally:
         proc.terminate()
@@ -609,6 +611,7 @@ def measure(ctx: Context, n: int, config: str, seed: int) -> dict[str, Any]:
                     ctx.log_dir / f"extender-{tag}.log",
                     extender_url + ready,
                     "layersched extender",
+                    EXTENDER_READY_TIMEOUT_S,
                 )
             )
         pids["kube-scheduler"] = stack.enter_context(
@@ -918,7 +921,14 @@ def run(
                 )  # fmt: skip
                 rows: dict[str, Any] = {}
                 for config in configs:
-                    rows[config] = measure(ctx, n, config, seed=10 * (i + 1))
+                    try:
+                        rows[config] = measure(ctx, n, config, seed=10 * (i + 1))
+                    except (BenchError, KubeError) as err:
+                        # one configuration failing leaves the others' rows standing
+                        console.log(f"[red]{n} nodes, {config}: {err}[/red]")
+                        rows[config] = {"skipped": str(err)}
+                        delete_pods(api)
+                        continue
                     console.log(
                         f"{n} nodes, {config}: {rows[config]['pods_per_s']} pods/s, "
                         f"p50 {rows[config]['p50_ms']} ms, p99 {rows[config]['p99_ms']} ms"

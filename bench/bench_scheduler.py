@@ -98,6 +98,8 @@ DELETE_TIMEOUT_S = 300.0
 KIB = 1024
 #: Broken watch connections tolerated per configuration before giving up.
 MAX_WATCH_RESTARTS = 20
+#: Seconds each pod watch lasts before the server ends it and the next one starts.
+WATCH_PERIOD_S = 5
 
 
 class BenchError(TestbedError):
@@ -298,45 +300,46 @@ class BindWatch:
     error: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    _kube: KubeClient | None = None
     restarts: int = 0
 
     def start(self) -> None:
         path = f"/api/v1/namespaces/{NAMESPACE}/pods"
-        self._kube = self.api.kube()
-        _, version = self._kube.list(path)
+        with self.api.kube() as kube:
+            _, version = kube.list(path)
         self._thread = threading.Thread(target=self._run, args=(path, version), daemon=True)
         self._thread.start()
 
     def _run(self, path: str, version: str) -> None:
-        """Follow the pods from ``version``; on a broken connection, pick up where the
-        last event left off (as an informer does), counting the restarts."""
-        while not self._stop.is_set():
-            try:
-                for event in self._kube.watch(path, version) if self._kube else ():
-                    if self._stop.is_set():
+        """Follow the pods from ``version`` in short watches (the server ends each after
+        :data:`WATCH_PERIOD_S`), each picking up where the last event left off, as an
+        informer does; a broken connection is counted and picked up the same way. The
+        thread alone closes its client: closing it from another thread while a read is
+        blocked would let that read land on whatever connection reuses the descriptor."""
+        kube = self.api.kube()
+        try:
+            while not self._stop.is_set():
+                try:
+                    for event in kube.watch(path, version, timeout_s=WATCH_PERIOD_S):
+                        now = time.perf_counter()
+                        version = event.resource_version or version
+                        pod = event.object
+                        name = pod.get("metadata", {}).get("name")
+                        node = pod.get("spec", {}).get("nodeName")
+                        if node and name not in self.bound_at:
+                            self.bound_at[name] = now
+                            self.node_of[name] = node
+                except KubeError as err:
+                    self.restarts += 1
+                    if self.restarts > MAX_WATCH_RESTARTS:
+                        self.error = f"pod watch failed {self.restarts} times, last: {err}"
                         return
-                    now = time.perf_counter()
-                    version = event.resource_version or version
-                    pod = event.object
-                    name = pod.get("metadata", {}).get("name")
-                    node = pod.get("spec", {}).get("nodeName")
-                    if node and name not in self.bound_at:
-                        self.bound_at[name] = now
-                        self.node_of[name] = node
-            except KubeError as err:
-                if self._stop.is_set():
-                    return
-                self.restarts += 1
-                if self.restarts > MAX_WATCH_RESTARTS:
-                    self.error = f"pod watch failed {self.restarts} times, last: {err}"
-                    return
-                self._kube = self.api.kube()
+        finally:
+            kube.close()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._kube is not None:
-            self._kube.close()
+        if self._thread is not None:
+            self._thread.join(timeout=WATCH_PERIOD_S + HTTP_TIMEOUT_S)
 
     def bound(self, names: Sequence[str]) -> int:
         return sum(1 for n in names if n in self.bound_at)
@@ -935,7 +938,7 @@ def run(
                 for config in configs:
                     try:
                         rows[config] = measure(ctx, n, config, seed=10 * (i + 1))
-                    except (BenchError, KubeError) as err:
+                    except (BenchError, KubeError, httpx.HTTPError) as err:
                         # one configuration failing leaves the others' rows standing
                         console.log(f"[red]{n} nodes, {config}: {err}[/red]")
                         rows[config] = {"skipped": str(err)}

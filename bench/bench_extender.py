@@ -10,6 +10,12 @@ Cases (issue 2, "Performance"), on a realistic synthetic inventory
   target p99 ≤ 60 ms;
 * ``naive_python``: the same NodeNames decisions computed by a per-node loop over
   node layer sets (in this process, no HTTP), to show what the index buys.
+* ``node_names_watch``: the same NodeNames requests, the inventory now fed by
+  ``--watch`` (5,000 Nodes and NodeLayerInventory objects listed from an HTTPS stand-in
+  API, :mod:`bench.fake_api`) while a stream of inventory updates arrives; p99 and RSS
+  under the same targets.
+* ``inventory_object_bytes``: the size of a node's NodeLayerInventory with 50 to 1,000
+  corpus images (etcd's request limit is 1.5 MiB).
 
 Latency is client-observed: a keep-alive HTTP/1.1 connection, the clock around
 send-request-to-last-byte, after a warm-up. Results go to
@@ -43,7 +49,11 @@ from rich.progress import Progress
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import Workload, workload
+from corpus import Workload, digest_reference, workload
+from fake_api import FakeApi
+
+from layersched.core.layers import Layer
+from layersched.core.nodelayers import HeldImage, build_document
 
 RESULTS = Path(__file__).resolve().parent / "results" / "extender.json"
 LOOPBACK = "127.0.0.1"
@@ -58,6 +68,10 @@ PODS = 200
 #: Loading 5,000 nodes takes a few seconds; allow for a loaded 2-core box.
 READY_TIMEOUT_S = 120.0
 HTTP_TIMEOUT_S = 30.0
+#: Inventory updates per second streamed during the watch case (each one node's object).
+WATCH_UPDATES_PER_S = 50.0
+#: Images per node for the object-size table.
+OBJECT_SIZE_IMAGES = (50, 100, 300, 500, 1000)
 KB_PER_MB = 1024
 
 
@@ -191,6 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--full-requests", type=int, default=200, help="measured full-Nodes requests"
     )
     parser.add_argument("--naive-requests", type=int, default=30, help="naive-loop decisions")
+    parser.add_argument(
+        "--watch-updates-per-s",
+        type=float,
+        default=WATCH_UPDATES_PER_S,
+        help="inventory updates streamed during the watch case",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     console = Console(stderr=True)
@@ -266,6 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         results["naive_python_node_names_5000"] = naive
 
+        results["node_names_watch_5000"] = _watch_case(
+            load, held_doc, pod_json, names_json, Path(tmp), argv_common, args, progress
+        )
+        results["inventory_object_bytes"] = _object_sizes(load)
+
         with _extender(argv_common, Path(tmp) / "full.log") as (port, proc):
             bodies = [b'{"Pod":' + p + b',"Nodes":' + full_json + b"}" for p in pod_json[:20]]
             warmup = len(bodies)
@@ -289,12 +314,102 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _held_images(load: Workload, node: dict[str, Any]) -> list[HeldImage]:
+    by_name = {image.name: image for image in load.corpus.images}
+    held = []
+    for entry in node["status"]["images"]:
+        image = by_name[entry["names"][1]]
+        layers = tuple(Layer(layer.digest, layer.size_bytes) for layer in image.layers)
+        ref = digest_reference(image)
+        held.append(HeldImage((ref, image.name), ref.rpartition("@")[2], layers))
+    return held
+
+
+def _watch_case(
+    load: Workload,
+    held_doc: dict[str, Any],
+    pod_json: list[bytes],
+    names_json: bytes,
+    tmp: Path,
+    argv_common: list[str],
+    args: argparse.Namespace,
+    progress: Progress,
+) -> dict[str, Any]:
+    """NodeNames requests against an inventory fed by --watch, with updates streaming."""
+    nodes = held_doc["items"]
+    documents = []
+    variants = []  # the same node with its smallest image gone: updates alternate
+    for node in nodes:
+        images = _held_images(load, node)
+        name = node["metadata"]["name"]
+        documents.append(build_document(name, images, runtime="bench", source="content-store"))
+        variants.append(build_document(name, images[:-1], runtime="bench", source="content-store"))
+    count = len(nodes)
+
+    def update(i: int) -> dict[str, Any]:
+        n = (i * 7919) % count  # spread over the nodes
+        return variants[n] if (i // count) % 2 == 0 else documents[n]
+
+    api = FakeApi(tmp, nodes, documents, update, args.watch_updates_per_s)
+    api.start()
+    try:
+        started = time.perf_counter()
+        argv = [*argv_common, "--watch", "--kubeconfig", str(api.kubeconfig())]
+        with _extender(argv, tmp / "watch.log") as (port, proc):
+            ready_s = time.perf_counter() - started
+            api.streaming.set()
+            bodies = [b'{"Pod":' + p + b',"NodeNames":' + names_json + b"}" for p in pod_json]
+            sent_before = api.sent
+            measured = time.perf_counter()
+            latencies, _ = _run_requests(
+                port, bodies, len(bodies), args.requests, progress, "NodeNames × 5,000, --watch"
+            )
+            elapsed_s = time.perf_counter() - measured
+            memory = _memory_mb(proc.pid)
+            api.streaming.clear()
+    finally:
+        api.stop()
+    result = _stats(latencies)
+    peak = max(memory.values())
+    result |= {
+        "target_p99_ms": TARGET_NODE_NAMES_P99_MS,
+        "pass": result["p99_ms"] <= TARGET_NODE_NAMES_P99_MS and peak <= TARGET_RSS_MB,
+        "ready_after_s": round(ready_s, 2),
+        "updates_streamed": api.sent - sent_before,
+        "updates_per_s": round((api.sent - sent_before) / elapsed_s, 1),
+        "vm_hwm_mb": memory.get("VmHWM"),
+        "vm_rss_mb": memory.get("VmRSS"),
+        "target_rss_mb": TARGET_RSS_MB,
+    }
+    return result
+
+
+def _object_sizes(load: Workload) -> dict[str, Any]:
+    """Bytes of one node's NodeLayerInventory (compact JSON, as stored) by image count."""
+    sizes: dict[str, Any] = {}
+    for count in OBJECT_SIZE_IMAGES:
+        count = min(count, len(load.corpus.images))
+        doc = load.node_list(1, count, seed=11)
+        images = _held_images(load, doc["items"][0])
+        body = build_document(
+            "node", images, runtime="bench", source="content-store", max_object_bytes=10**9
+        )
+        sizes[str(count)] = {
+            "bytes": len(json.dumps(body, separators=(",", ":"))),
+            "distinct_layers": len(body["layers"]),
+            "image_layer_refs": sum(len(i["layers"]) for i in body["images"]),
+        }
+    sizes["etcd_request_limit_bytes"] = 1_572_864
+    return sizes
+
+
 def _print(console: Console, results: dict[str, Any]) -> None:
     table = Table(title="layersched extender benchmark (client-observed)")
     for column in ("case", "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "target", "pass"):
         table.add_column(column, justify="left" if column == "case" else "right")
     for key, label in (
         ("node_names_5000", "NodeNames 5k"),
+        ("node_names_watch_5000", "NodeNames 5k --watch"),
         ("full_nodes_500", "Nodes 500"),
         ("naive_python_node_names_5000", "naive 5k"),
     ):

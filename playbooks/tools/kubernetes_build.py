@@ -122,6 +122,8 @@ def cmd_make(args: argparse.Namespace) -> int:
     gopath = tree / ".go"
     link = gopath / "src" / "k8s.io" / "kubernetes"
     link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() and link.resolve() != tree:
+        link.unlink()  # a tree copied or moved: point GOPATH at this one, not the old
     if not link.is_symlink():
         link.symlink_to(tree)
     env = dict(os.environ)

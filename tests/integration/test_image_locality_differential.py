@@ -98,7 +98,8 @@ CAPACITY = {"cpu": "64", "memory": "256Gi", "pods": "250"}
 def _kubernetes_bin_dir() -> Path:
     pinned = yaml.safe_load((REPO_ROOT / "playbooks" / "vars" / "kubernetes.yml").read_text())
     cache_root = Path(os.environ.get("LAYERSCHED_CACHE_DIR", "/var/cache/layersched"))
-    return cache_root / "kubernetes" / pinned["kubernetes_source_version"] / "bin"
+    build_id = f"{pinned['kubernetes_source_version']}+{pinned['kubernetes_build_revision']}"
+    return cache_root / "kubernetes" / build_id / "bin"
 
 
 def _skip_reason() -> str | None:

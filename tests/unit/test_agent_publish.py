@@ -39,8 +39,18 @@ def test_crio_storage_walks_the_parent_chain(tmp_path: Path) -> None:
         tmp_path,
         [
             {"id": "base", "compressed-diff-digest": digest(1), "compressed-size": 300},
-            {"id": "py", "parent": "base", "compressed-diff-digest": digest(2), "compressed-size": 20},
-            {"id": "app", "parent": "py", "compressed-diff-digest": digest(3), "compressed-size": 1},
+            {
+                "id": "py",
+                "parent": "base",
+                "compressed-diff-digest": digest(2),
+                "compressed-size": 20,
+            },
+            {
+                "id": "app",
+                "parent": "py",
+                "compressed-diff-digest": digest(3),
+                "compressed-size": 1,
+            },
         ],
         [
             {"id": "f" * 64, "names": ["reg/app:1"], "layer": "app", "digest": digest(9)},
@@ -51,7 +61,11 @@ def test_crio_storage_walks_the_parent_chain(tmp_path: Path) -> None:
     images = reader.images()
     # base first, as in the manifest
     assert images == [
-        HeldImage(("reg/app:1",), digest(9), (Layer(digest(1), 300), Layer(digest(2), 20), Layer(digest(3), 1)))
+        HeldImage(
+            ("reg/app:1",),
+            digest(9),
+            (Layer(digest(1), 300), Layer(digest(2), 20), Layer(digest(3), 1)),
+        )
     ]
     # an image whose top layer is unknown is left out, and why is said
     assert "layer local is not in layers.json" in reader.problems["reg/local:1"]
@@ -128,7 +142,10 @@ def test_publishes_only_when_something_changed() -> None:
     first = kube.applied[0]
     # owned by the Node: deleting the Node deletes its layers
     assert first["metadata"]["ownerReferences"][0] == {
-        "apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-1"
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": "n1",
+        "uid": "uid-1",
     }
     assert parse_document(first, "test").images == (IMG,)
 
@@ -139,6 +156,18 @@ def test_a_restarted_agent_adopts_what_is_published() -> None:
     restarted = Publisher(RecordingKube(existing=kube.applied[0]), "n1", runtime="x")  # type: ignore[arg-type]
     restarted.adopt_published()
     assert restarted.publish([IMG], "content-store") is False  # nothing re-applied
+
+
+def test_a_resync_puts_right_an_object_someone_else_changed() -> None:
+    kube = RecordingKube()
+    publisher = Publisher(kube, "n1", runtime="x")  # type: ignore[arg-type]
+    publisher.publish([IMG], "content-store")
+    tampered = dict(kube.applied[0], layers=[], images=[])
+    kube.existing = tampered
+    assert publisher.publish([IMG], "content-store") is False  # an event: trusts itself
+    assert publisher.publish([IMG], "content-store", verify=True) is True  # a resync: checks
+    kube.existing = kube.applied[-1]
+    assert publisher.publish([IMG], "content-store", verify=True) is False  # now in step
 
 
 def test_api_failures_surface_as_kube_errors() -> None:
@@ -155,8 +184,13 @@ def test_kubeconfig_with_inline_data(tmp_path: Path) -> None:
         "current-context": "c",
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
         "clusters": [
-            {"name": "k", "cluster": {"server": "https://10.0.0.1:6443",
-             "certificate-authority-data": base64.b64encode(pem).decode()}}
+            {
+                "name": "k",
+                "cluster": {
+                    "server": "https://10.0.0.1:6443",
+                    "certificate-authority-data": base64.b64encode(pem).decode(),
+                },
+            }
         ],
         "users": [{"name": "u", "user": {"token": "secret"}}],
     }
@@ -175,7 +209,9 @@ def test_kubeconfig_with_inline_data(tmp_path: Path) -> None:
     ],
     ids=["exec-plugin"],
 )
-def test_kubeconfig_refusals_say_what_to_use(tmp_path: Path, user: dict[str, Any], message: str) -> None:
+def test_kubeconfig_refusals_say_what_to_use(
+    tmp_path: Path, user: dict[str, Any], message: str
+) -> None:
     config = {
         "current-context": "c",
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],

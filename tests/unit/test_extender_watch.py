@@ -17,7 +17,7 @@ import pytest
 import tenacity
 
 from layersched.core.errors import KubeError
-from layersched.core.layers import Layer
+from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodelayers import HeldImage, build_document
 from layersched.extender import WatchInventoryProvider
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, Gone, WatchEvent
@@ -200,3 +200,39 @@ def test_a_malformed_object_is_ignored_for_its_node_only(
     assert_holders(loop, provider, ["n1"])
     assert "ignoring the layers published for node n2" in caplog.text
     assert "images[0].layers[1]" in caplog.text
+
+
+def test_nodes_without_an_agent_fall_back_to_the_registry_after_the_grace(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    api = FakeApi()
+    with_status = node("n3")
+    with_status["status"]["images"] = [{"names": ["reg/app:1"], "sizeBytes": 31_000_000}]
+    api.items[NODES_PATH] = [node("n1"), with_status]
+    api.items[NODE_LAYERS_PATH] = [layers("n1", IMG)]
+    source = StaticLayerSource({"reg/app:1": IMG.layers})
+    provider = WatchInventoryProvider(api.client, source, agent_grace_s=0.3)  # type: ignore[arg-type]
+    provider.bind_loop(loop)
+    provider.load()
+    # n3's agent may still be starting: nothing is asked of the registry yet
+    assert provider.node_image_resolutions == 0
+    assert_holders(loop, provider, ["n1"])
+    # past the grace, n3's status images are resolved: it holds the base layer too
+    assert_holders(loop, provider, ["n1", "n3"])
+    assert provider.node_image_resolutions == 1
+
+
+def test_an_agent_publishing_within_the_grace_costs_no_registry_call(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("n1")]
+    source = StaticLayerSource({})
+    provider = WatchInventoryProvider(api.client, source, agent_grace_s=60)  # type: ignore[arg-type]
+    provider.bind_loop(loop)
+    provider.load()
+    api.streams[NODE_LAYERS_PATH].put(WatchEvent("ADDED", layers("n1", IMG)))
+    assert_holders(loop, provider, ["n1"])
+    provider.agent_grace_s = 0  # the grace is over: what its timer does now
+    provider._grace_over("n1")
+    assert provider.node_image_resolutions == 0

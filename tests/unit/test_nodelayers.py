@@ -34,7 +34,9 @@ IMG_B = HeldImage(("reg/b:1",), digest(101), (BASE, PY, APP))
 
 
 def test_layers_are_listed_once_and_images_index_them() -> None:
-    document = build_document("n1", [IMG_A, IMG_B], runtime="containerd://1.6.20", source="content-store")
+    document = build_document(
+        "n1", [IMG_A, IMG_B], runtime="containerd://1.6.20", source="content-store"
+    )
     # b (50,001,000 bytes) is larger than a (50,000,000): it comes first, like status.images
     assert [i["names"] for i in document["images"]] == [["reg/b:1"], ["reg/a:1"]]
     # three distinct layers, though the images list five

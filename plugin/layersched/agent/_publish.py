@@ -115,10 +115,17 @@ class Publisher:
                 return
             raise
         self.stats.last_hash = content_hash(current)
-        self.stats.last_applied_at = time.monotonic()
+        if not self.stats.last_applied_at:  # at start: the heartbeat counts from now
+            self.stats.last_applied_at = time.monotonic()
 
-    def publish(self, images: list[Any], source: str) -> bool:
-        """Apply the object for ``images`` if it changed; True when applied."""
+    def publish(self, images: list[Any], source: str, *, verify: bool = False) -> bool:
+        """Apply the object for ``images`` if it changed; True when applied.
+
+        ``verify`` first reads what the API holds, so that an object deleted or altered
+        by someone else is put right (the agent does this on every resync)."""
+        if verify:
+            self.stats.last_hash = ""
+            self.adopt_published()
         document = build_document(
             self.node,
             images,
@@ -200,13 +207,15 @@ def publish_loop(
     resync_s: float = DEFAULT_RESYNC_S,
     once: bool = False,
 ) -> None:
-    """Read and publish now, then after every change signal (debounced) or resync."""
+    """Read and publish now, then after every change signal (debounced) or resync; a
+    resync also checks the object in the API against what the agent last applied."""
     backoff = Backoff()
+    verify = False
     while not signal.stopped.is_set():
         try:
             images, source = read()
             publisher.stats.reads += 1
-            publisher.publish(images, source)
+            publisher.publish(images, source, verify=verify)
             backoff.reset()
         except KubeError as err:
             publisher.stats.api_failures += 1
@@ -227,5 +236,7 @@ def publish_loop(
             continue
         if once:
             return
-        if signal.wait(resync_s):
+        changed = signal.wait(resync_s)
+        verify = not changed
+        if changed:
             signal.stopped.wait(DEBOUNCE_S)

@@ -84,3 +84,7 @@ def configure_logging(verbose: int, level_name: str | None, log_format: str) -> 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=level, handlers=[handler])  # a no-op if the root has handlers
+    # the HTTP client libraries log every request and socket step at info/debug: a
+    # watching extender or a publishing agent would drown its own lines in theirs
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))

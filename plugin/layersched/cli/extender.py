@@ -18,6 +18,7 @@ from layersched.core.errors import InputError
 from layersched.core.layers import LayerSource, NoLayerSource
 from layersched.core.manifest import Platform
 from layersched.extender import (
+    DEFAULT_AGENT_GRACE_S,
     DEFAULT_RESOLVE_TIMEOUT_S,
     MAX_CONCURRENT_REQUESTS,
     MAX_REQUEST_BYTES,
@@ -122,6 +123,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="API credentials for --watch (default: the pod's service account)",
     )
     p.add_argument(
+        "--agent-grace-s",
+        type=float,
+        default=DEFAULT_AGENT_GRACE_S,
+        metavar="SECONDS",
+        help="with --watch: a node that published no NodeLayerInventory for this long has "
+        "its status.images resolved through the registry instead (default: %(default)s)",
+    )
+    p.add_argument(
         "--resolve-timeout-s",
         type=float,
         default=DEFAULT_RESOLVE_TIMEOUT_S,
@@ -164,6 +173,8 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--shutdown-grace-s {args.shutdown_grace_s}: must be >= 0 seconds")
     if (args.tls_cert_file is None) != (args.tls_key_file is None):
         raise InputError("--tls-cert-file and --tls-key-file go together: pass both or neither")
+    if not args.agent_grace_s >= 0:
+        raise InputError(f"--agent-grace-s {args.agent_grace_s}: must be >= 0 seconds")
     if args.kubeconfig is not None and not args.watch:
         raise InputError("--kubeconfig is for --watch: pass --watch too, or drop it")
     if args.client_ca_file is not None and args.tls_cert_file is None:
@@ -190,7 +201,9 @@ def run(args: argparse.Namespace) -> int:
     provider: StaticInventoryProvider | WatchInventoryProvider
     if args.watch:
         config = load_config(args.kubeconfig)  # fails here, early, without credentials
-        provider = WatchInventoryProvider(lambda: KubeClient(config), node_source, platforms)
+        provider = WatchInventoryProvider(
+            lambda: KubeClient(config), node_source, platforms, agent_grace_s=args.agent_grace_s
+        )
     else:
         provider = StaticInventoryProvider(args.nodes, node_source, platforms)
     extender = make_extender(

@@ -277,6 +277,8 @@ class ClusterInventory:
         self.generation = 0
         #: Bumped when node indices change (a node added or removed).
         self.membership = 0
+        #: Bumped when nodes' own facts (labels, annotations, allocatable) may have changed.
+        self.node_facts = 0
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -323,6 +325,7 @@ class ClusterInventory:
         self._node_layers.append(set())
         self.generation += 1
         self.membership += 1
+        self.node_facts += 1
         for image in node.images:
             for name in image.names:
                 self.add_image_name(idx, name, image.size_bytes)
@@ -365,6 +368,12 @@ class ClusterInventory:
             self.remove_image_name(idx, name)
         for name in new_sizes.keys() - old_names:
             self.add_image_name(idx, name, new_sizes[name])
+        if (old.labels, old.annotations, old.allocatable) != (
+            node.labels,
+            node.annotations,
+            node.allocatable,
+        ):
+            self.node_facts += 1
         self.nodes[idx] = node
         self.generation += 1
         return idx
@@ -403,6 +412,7 @@ class ClusterInventory:
         self._node_layers.pop()
         self.generation += 1
         self.membership += 1
+        self.node_facts += 1
         return True
 
     def _resolve(self, image: NodeImage, source: LayerSource | None) -> tuple[Layer, ...] | None:
@@ -483,7 +493,9 @@ class ClusterInventory:
             return np.empty(0, dtype=np.int64)
         arr = self._layer_holders_arr.get(lid)
         if arr is None:
-            arr = np.fromiter(sorted(self._layer_holders[lid]), dtype=np.int64)
+            holders = self._layer_holders[lid]
+            # np.sort in C: a live inventory rebuilds these after every change to a holder
+            arr = np.sort(np.fromiter(holders, dtype=np.int64, count=len(holders)))
             self._layer_holders_arr[lid] = arr
         return arr
 

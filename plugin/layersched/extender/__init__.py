@@ -25,10 +25,11 @@ from layersched.extender._server import (
     serve,
     tls_context,
 )
-from layersched.extender._watch import WatchInventoryProvider
+from layersched.extender._watch import DEFAULT_AGENT_GRACE_S, WatchInventoryProvider
 from layersched.extender._wire import MAX_EXTENDER_PRIORITY
 
 __all__ = [
+    "DEFAULT_AGENT_GRACE_S",
     "DEFAULT_RESOLVE_TIMEOUT_S",
     "MAX_CONCURRENT_REQUESTS",
     "MAX_EXTENDER_PRIORITY",

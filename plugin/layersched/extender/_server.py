@@ -271,6 +271,8 @@ def make_extender(
     )
     provider = provider or StaticInventoryProvider(None, source, platforms)
     metrics = ExtenderMetrics(source, resolver, provider.current)
+    if hasattr(provider, "collect"):  # a watching provider reports its watches
+        metrics.registry.register(provider)  # type: ignore[arg-type]
     return Extender(strategy, resolver, provider, metrics, platforms)
 
 

@@ -24,11 +24,12 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from layersched.core.errors import InputError, KubeError, LayerschedError
 from layersched.core.inventory import (
@@ -55,6 +56,9 @@ RETRY_MAX_S = 30.0
 MAX_KNOWN_IMAGES = 100_000
 #: Node-image resolutions (nodes without an agent) remembered, by first name.
 MAX_RESOLVED = 50_000
+#: A new node's agent publishes within seconds of the node registering; only a node that
+#: published nothing for this long has its status images resolved through the registry.
+DEFAULT_AGENT_GRACE_S = 60.0
 
 NODES = "nodes"
 LAYERS = "nodelayerinventories"
@@ -82,6 +86,8 @@ class WatchInventoryProvider:
         kube_factory: Callable[[], KubeClient],
         source: LayerSource | None,
         platforms: Platforms | None = None,
+        *,
+        agent_grace_s: float = DEFAULT_AGENT_GRACE_S,
     ) -> None:
         self._kube_factory = kube_factory
         self._source = source
@@ -100,6 +106,15 @@ class WatchInventoryProvider:
         self._resolved: OrderedDict[str, tuple[Layer, ...] | None] = OrderedDict()
         self.state = {NODES: WatchState(), LAYERS: WatchState()}
         self._stop = threading.Event()
+        #: Node images resolved through the layer source (nodes without an agent).
+        self.node_image_resolutions = 0
+        #: How long a node may go without a NodeLayerInventory before its status images
+        #: are resolved through the layer source (its agent is starting, usually).
+        self.agent_grace_s = agent_grace_s
+        self._first_seen: dict[str, float] = {}
+        self._latest: dict[str, dict[str, Any]] = {}
+        self._grace_lock = threading.Lock()
+        self._timers: set[str] = set()
         #: Called on the loop after a node's entry changed (tests and metrics hook in).
         self.on_change: Callable[[str], None] | None = None
 
@@ -151,6 +166,50 @@ class WatchInventoryProvider:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def collect(self) -> Iterator[Metric]:
+        """The watches' state, for /metrics (a prometheus_client collector)."""
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
+            "events": CounterMetricFamily(
+                "layersched_extender_watch_events",
+                "Watch events received, by resource.",
+                labels=["resource"],
+            ),
+            "relists": CounterMetricFamily(
+                "layersched_extender_watch_relists",
+                "Full lists after a 410 Gone, by resource.",
+                labels=["resource"],
+            ),
+            "failures": CounterMetricFamily(
+                "layersched_extender_watch_failures",
+                "Failed lists and watches (retried), by resource.",
+                labels=["resource"],
+            ),
+            "connected": GaugeMetricFamily(
+                "layersched_extender_watch_connected",
+                "1 while the resource's watch is connected, 0 while re-syncing.",
+                labels=["resource"],
+            ),
+        }
+        for kind, state in self.state.items():
+            families["events"].add_metric([kind], float(state.events))
+            families["relists"].add_metric([kind], float(state.relists))
+            families["failures"].add_metric([kind], float(state.failures))
+            families["connected"].add_metric([kind], 1.0 if state.connected else 0.0)
+        yield from families.values()
+        resolved = CounterMetricFamily(
+            "layersched_extender_watch_node_image_resolutions",
+            "Node images resolved through the layer source because their node published no "
+            "NodeLayerInventory (0 when every node runs the agent).",
+        )
+        resolved.add_metric([], float(self.node_image_resolutions))
+        yield resolved
+        published = GaugeMetricFamily(
+            "layersched_extender_watch_nodes_with_layers",
+            "Nodes whose layers come from their agent's NodeLayerInventory.",
+        )
+        published.add_metric([], float(len(self._layers)))
+        yield published
 
     def ready(self) -> tuple[bool, str]:
         """(ready, why): ready once both collections were listed; the text says whether
@@ -355,8 +414,22 @@ class WatchInventoryProvider:
         """On a watch thread: resolve the status images of a node without an agent
         through the layer source (the registry), so the loop finds them resolved. True
         when something new was resolved (the node is then refreshed)."""
-        if self._source is None or _name(node_obj) in self._layers:
+        name = _name(node_obj)
+        if self._source is None or name in self._layers:
             return False
+        with self._grace_lock:
+            self._latest[name] = node_obj
+            first = self._first_seen.setdefault(name, time.monotonic())
+            waited_s = time.monotonic() - first
+            if waited_s < self.agent_grace_s:
+                if name not in self._timers:
+                    self._timers.add(name)
+                    timer = threading.Timer(
+                        self.agent_grace_s - waited_s + 0.1, self._grace_over, (name,)
+                    )
+                    timer.daemon = True
+                    timer.start()
+                return False
         try:
             info = node_from_json(node_obj, "Node watch")
         except InputError:
@@ -366,6 +439,7 @@ class WatchInventoryProvider:
             if image.layers is not None or not image.names or image.names[0] in self._resolved:
                 continue
             layers, warning = resolve_node_image(image, self._source, self._resolver)
+            self.node_image_resolutions += 1
             if warning is not None:
                 log.warning(warning)
             self._resolved[image.names[0]] = layers
@@ -373,6 +447,15 @@ class WatchInventoryProvider:
         while len(self._resolved) > MAX_RESOLVED:
             self._resolved.popitem(last=False)
         return fresh
+
+    def _grace_over(self, name: str) -> None:
+        """A node's agent grace period ended: resolve its status images if it still has
+        published nothing (on the timer's thread, never the loop)."""
+        with self._grace_lock:
+            self._timers.discard(name)
+            node_obj = self._latest.get(name)
+        if node_obj is not None and not self._stop.is_set() and self._warm(node_obj):
+            self._post(self._refresh, name)
 
     def _resolved_image(self, image: NodeImage) -> NodeImage:
         """On the loop: a status image with the layers a watch thread resolved (names

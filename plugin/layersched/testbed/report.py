@@ -179,6 +179,14 @@ def markdown(report: Mapping[str, Any], source: str = DEFAULT_REPORT) -> str:
             f"- `status.images` lag after a pull (kubelet 1.20 lists images every 30 s): "
             f"mean {lag['mean']:.1f} s, max {lag['max']:.1f} s over {lag['count']} pulls."
         )
+    fresh = report.get("inventory_lag_s")
+    if fresh:
+        lines.append(
+            f"- The extender's live inventory (node agent -> NodeLayerInventory -> watch) "
+            f"listed the pulled image after mean {fresh['mean']:.2f} s, max "
+            f"{fresh['max']:.2f} s over {fresh['count']} pulls: what `layer-locality` "
+            "scores with, in `NodeNames` mode."
+        )
     requests = report.get("extender_prioritize_requests")
     if requests is not None:
         bound = {

@@ -57,9 +57,9 @@ BITS_PER_BYTE = 8
 
 FloatArray = npt.NDArray[np.float64]
 
-# Bandwidths per inventory, recomputed when it changes (a live inventory changes in
-# place: its generation moves). Weak keys: an inventory built per extender request is
-# dropped with its cache entry.
+# Bandwidths per inventory, recomputed when its nodes' facts change (a live inventory
+# changes in place: its node_facts counter moves). Weak keys: an inventory built per
+# extender request is dropped with its cache entry.
 _BANDWIDTH_CACHE: weakref.WeakKeyDictionary[
     ClusterInventory, tuple[float, tuple[int, int], FloatArray]
 ] = weakref.WeakKeyDictionary()
@@ -99,8 +99,8 @@ def node_bandwidth_bits_per_s(node: NodeInfo, default_bits_per_s: float) -> floa
 def _bandwidths(inventory: ClusterInventory, default_bits_per_s: float) -> FloatArray:
     cached = _BANDWIDTH_CACHE.get(inventory)
     count = inventory.node_count
-    # a live inventory changes in place: its generation says whether labels may have
-    generation = (count, inventory.generation)
+    # a live inventory changes in place: node_facts moves when labels may have changed
+    generation = (count, inventory.node_facts)
     if cached is not None and cached[0] == default_bits_per_s and cached[1] == generation:
         return cached[2]
     nodes: Sequence[NodeInfo] = inventory.nodes

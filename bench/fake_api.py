@@ -1,0 +1,156 @@
+"""A stand-in Kubernetes API for the extender benchmark's live-watch case.
+
+It serves, over HTTPS with a throwaway CA, what ``layersched extender --watch`` reads:
+the Node list and the NodeLayerInventory list (paged as the real API pages), and a
+watch on each that streams MODIFIED events at a steady rate while the benchmark
+measures. It is a load generator, not a cluster: the real API server is exercised on
+the local testbed (tests/e2e) and by ``make bench-scheduler``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import ssl
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+NODES = "/api/v1/nodes"
+LAYERS = "/apis/layersched.io/v1alpha1/nodelayerinventories"
+PAGE = 500
+
+
+def _certificate(directory: Path, host: str) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench-api")])
+    now = datetime.datetime.now(datetime.UTC)
+    import ipaddress
+
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "api.crt", directory / "api.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+class FakeApi:
+    """Serves ``objects[path]`` and streams ``updates()`` on the layers watch."""
+
+    def __init__(
+        self,
+        directory: Path,
+        nodes: list[dict[str, Any]],
+        layers: list[dict[str, Any]],
+        update: Callable[[int], dict[str, Any]],
+        updates_per_s: float,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.directory, self.host = directory, host
+        self.objects = {NODES: nodes, LAYERS: layers}
+        self.update, self.updates_per_s = update, updates_per_s
+        self.sent = 0
+        self.streaming = threading.Event()
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def kubeconfig(self) -> Path:
+        cert, _ = self.paths
+        path = self.directory / "kubeconfig"
+        path.write_text(
+            json.dumps(
+                {
+                    "current-context": "bench",
+                    "contexts": [{"name": "bench", "context": {"cluster": "b", "user": "u"}}],
+                    "clusters": [
+                        {
+                            "name": "b",
+                            "cluster": {
+                                "server": f"https://{self.host}:{self.port}",
+                                "certificate-authority": str(cert),
+                            },
+                        }
+                    ],
+                    "users": [{"name": "u", "user": {"token": "bench"}}],
+                }
+            )
+        )
+        return path
+
+    async def _list(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if request.query.get("watch") == "true":
+            return await self._watch(request, path)
+        start = int(request.query.get("continue") or 0)
+        items = self.objects[path][start : start + PAGE]
+        meta: dict[str, Any] = {"resourceVersion": "1"}
+        if start + PAGE < len(self.objects[path]):
+            meta["continue"] = str(start + PAGE)
+        return web.json_response({"items": items, "metadata": meta})
+
+    async def _watch(self, request: web.Request, path: str) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        if path != LAYERS or not self.streaming.is_set():
+            await asyncio.sleep(float(request.query.get("timeoutSeconds") or 60))
+            return response
+        period_s = 1.0 / self.updates_per_s
+        while self.streaming.is_set():
+            event = {"type": "MODIFIED", "object": self.update(self.sent)}
+            await response.write(json.dumps(event).encode() + b"\n")
+            self.sent += 1
+            await asyncio.sleep(period_s)
+        return response
+
+    def start(self) -> None:
+        self.paths = _certificate(self.directory, self.host)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(*self.paths)
+        app = web.Application()
+        app.router.add_get(NODES, self._list)
+        app.router.add_get(LAYERS, self._list)
+        runner = web.AppRunner(app, access_log=None)
+        self._thread.start()
+
+        async def serve() -> int:
+            await runner.setup()
+            site = web.TCPSite(runner, self.host, 0, ssl_context=context)
+            await site.start()
+            server = site._server
+            assert server is not None
+            return int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+
+        self.port = asyncio.run_coroutine_threadsafe(serve(), self._loop).result(timeout=30)
+
+    def stop(self) -> None:
+        self.streaming.clear()
+        self._loop.call_soon_threadsafe(self._loop.stop)

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes lint unit integration infra e2e test bench testbed testbed-down simulate proto clean
+.PHONY: help venv kubernetes lint unit integration infra e2e test bench bench-scheduler testbed testbed-down simulate proto clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -38,6 +38,9 @@ test: lint unit integration infra e2e ## Everything CI runs: lint, unit, integra
 
 bench: venv ## Benchmarks; results in bench/results/
 	@scripts/bench.sh
+
+bench-scheduler: venv ## Real kube-scheduler throughput, 500 and 5,000 fake nodes (root, ~25 min)
+	@scripts/bench-scheduler.sh
 
 testbed: venv ## Bring up the $(DRIVER) testbed, push scenario images, run the scenario, print the table
 	@scripts/testbed.sh up

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tenacity
 
 from layersched.testbed.local._inventory import NodeInfo
 from layersched.testbed.local._status import kubelet_cri_path
@@ -21,6 +22,9 @@ from layersched.testbed.local._status import kubelet_cri_path
 pytestmark = pytest.mark.integration
 
 STAND_IN_LIFETIME_S = 60
+#: The stand-in's command line is visible once it has exec'd (milliseconds).
+CMDLINE_TIMEOUT_S = 5.0
+CMDLINE_POLL_S = 0.01
 
 
 def _node(node_dir: Path) -> NodeInfo:
@@ -37,10 +41,20 @@ def _node(node_dir: Path) -> NodeInfo:
 def kubelet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[int]:
     endpoint = request.param.format(dir=tmp_path)
     code = f"import time; time.sleep({STAND_IN_LIFETIME_S})"
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, f"--container-runtime-endpoint={endpoint}"]
+    flag = f"--container-runtime-endpoint={endpoint}"
+    process = subprocess.Popen([sys.executable, "-c", code, flag])
+
+    # /proc/PID/cmdline reads empty for a moment while the child execs: wait for the flag
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(CMDLINE_TIMEOUT_S),
+        wait=tenacity.wait_fixed(CMDLINE_POLL_S),
+        reraise=True,
     )
+    def assert_started() -> None:
+        assert flag.encode() in Path(f"/proc/{process.pid}/cmdline").read_bytes()
+
     try:
+        assert_started()
         yield process.pid
     finally:
         process.kill()

@@ -51,7 +51,7 @@ testbed-down: venv ## Tear the $(DRIVER) testbed down (safe to run twice)
 simulate: venv ## Scale simulation (under 5 min): reports/simulation.json, plots, README/doc results
 	@scripts/simulate.sh
 
-proto: venv ## Regenerate the CRI gRPC code from plugin/layersched/cri/api.proto
+proto: venv ## Regenerate the gRPC message code: CRI (cri/api.proto) and containerd (containerd/protos/)
 	@scripts/proto.sh
 
 clean: ## Remove the venv and caches (not the testbed: use testbed-down)

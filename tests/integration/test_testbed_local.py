@@ -356,8 +356,11 @@ def test_down_removes_everything_and_is_repeatable(
     containers = tuple(listed.stdout.split())
     before = _leftovers(state_dir, uid, containers)
     assert before["processes"], "the testbed should be running before down"
-    # The running pod: its logs under /var/log/pods and its containers' cgroups.
-    assert before["pod_logs"] and before["cgroups"], before
+    # The running pod: its containers' cgroups. (Its logs under /var/log/pods may already
+    # be gone: every testbed kubelet shares that host directory, and another node's
+    # kubelet garbage-collects log dirs of pods its own runtime does not run. Teardown
+    # must leave none either way, checked below.)
+    assert before["cgroups"], before
     # Stand-ins for snapshotter mounts a crashed containerd leaves, one inside the other.
     outer = Path(testbed.node("n1").root_dir) / "leftover"
     for mountpoint in (outer, outer / "inner"):

@@ -261,10 +261,9 @@ class WatchInventoryProvider:
     def held_images(self, node: str) -> list[str] | None:
         """The image names the inventory holds for ``node`` (None: unknown node)."""
         inventory = self._inventory
-        if inventory is None or inventory.index_of(node) is None:
+        idx = inventory.index_of(node) if inventory is not None else None
+        if inventory is None or idx is None:
             return None
-        idx = inventory.index_of(node)
-        assert idx is not None
         return sorted({n for image in inventory.nodes[idx].images for n in image.names})
 
     # ------------------------------------------------------------ watch threads
@@ -407,7 +406,10 @@ class WatchInventoryProvider:
         if published is not None:
             images = tuple(self._node_image(image) for image in published.images)
             for image in published.images:
-                self._remember(key, image.names, image.digest, image.layers)
+                # a node's update republishes its images: only new ones are indexed (the
+                # name normalisation is the costly part, and this runs on the loop)
+                if self._known.get((key, image.digest)) is not image.layers:
+                    self._remember(key, image.names, image.digest, image.layers)
         else:
             images = tuple(self._resolved_image(image) for image in info.images)
         was = inventory.index_of(name)

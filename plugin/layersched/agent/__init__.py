@@ -30,9 +30,15 @@ from layersched.agent._publish import (
     publish_loop,
     watch_events,
 )
-from layersched.agent._readers import CrioStorageReader, ImageReader, cri_images
+from layersched.agent._readers import (
+    DEFAULT_CRIO_STORAGE,
+    CrioStorageReader,
+    ImageReader,
+    cri_images,
+)
 
 __all__ = [
+    "DEFAULT_CRIO_STORAGE",
     "DEFAULT_HEARTBEAT_S",
     "DEFAULT_MAX_IMAGES",
     "DEFAULT_POLL_S",

@@ -8,6 +8,12 @@ render`` and held equal by a test). The kind testbed, its Pulumi program and
 ``deploy/`` all build their objects here.
 """
 
+from layersched.deploy._kind import (
+    KIND_KUBERNETES_VERSION,
+    KindTarget,
+    kind_overlay,
+    version_patches,
+)
 from layersched.deploy._rbac import (
     AUTH_READER_NAMESPACE,
     AUTH_READER_ROLE,
@@ -39,9 +45,12 @@ from layersched.deploy._stack import (
     SCHEDULER_RULES,
     StackSpec,
     agent_daemonset,
+    pdb_api_version,
     scheduler_config,
     scheduler_deployment,
+    scheduler_rules,
     stack_objects,
+    stack_spec_for,
 )
 from layersched.deploy._tree import (
     KUSTOMIZATION,
@@ -84,6 +93,7 @@ __all__ = [
     "EXTENDER_PORT",
     "HEALTHZ_PATH",
     "INTREE_SCHEDULER",
+    "KIND_KUBERNETES_VERSION",
     "KUBERNETES_VERSION",
     "KUBE_SCHEDULER_CONFIG_V1",
     "KUBE_SCHEDULER_CONFIG_V1BETA1",
@@ -101,6 +111,7 @@ __all__ = [
     "SCHEDULER_RULES",
     "ExtenderSpec",
     "ImageRef",
+    "KindTarget",
     "LeaderElectionSpec",
     "LocalTestbedTarget",
     "StackSpec",
@@ -113,18 +124,23 @@ __all__ = [
     "extender_url",
     "go_duration",
     "intree_scheduler_config",
+    "kind_overlay",
     "kubernetes_minor",
     "kustomization",
     "labels",
     "local_testbed_overlay",
     "overlay_images",
+    "pdb_api_version",
     "scheduler_api_version_for",
     "scheduler_config",
     "scheduler_deployment",
     "scheduler_deployment_spec",
+    "scheduler_rules",
     "stack_objects",
+    "stack_spec_for",
     "stale_files",
     "to_yaml",
     "to_yaml_stream",
+    "version_patches",
     "write_tree",
 ]

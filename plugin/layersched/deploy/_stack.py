@@ -33,6 +33,8 @@ from layersched.deploy._scheduler_config import (
     ExtenderSpec,
     LeaderElectionSpec,
     extender_scheduler_config,
+    kubernetes_minor,
+    scheduler_api_version_for,
 )
 from layersched.deploy._workloads import (
     AGENT_NAME,
@@ -97,8 +99,10 @@ READYZ_PATH = "/readyz"
 #: kube-scheduler's own fault tolerance: a pod killed mid-cycle has its pods retried
 #: by the new leader; a PDB keeps one of the two pods through voluntary disruptions.
 PDB_MIN_AVAILABLE = 1
-#: policy/v1 PodDisruptionBudget is served from 1.21; 1.20 has v1beta1 only.
+#: policy/v1 PodDisruptionBudget is served from 1.21; 1.20 has v1beta1 only (removed in 1.25).
 PDB_API_VERSION = "policy/v1beta1"
+PDB_API_VERSION_V1 = "policy/v1"
+PDB_V1_SINCE_MINOR = (1, 21)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,27 @@ class StackSpec:
     #: Extra extender arguments (e.g. ``--insecure-registry HOST:PORT``).
     extender_args: tuple[str, ...] = ()
     scheduler_verbosity: int = 2
+    #: The cluster's Kubernetes version, where objects differ between versions (the
+    #: PodDisruptionBudget's API, kube-scheduler's RBAC); ``scheduler_api_version`` and
+    #: the kube-scheduler image follow it too (:func:`stack_spec_for`).
+    kubernetes_version: str = KUBERNETES_VERSION
+
+
+def stack_spec_for(kubernetes_version: str, **fields: Any) -> StackSpec:
+    """A :class:`StackSpec` for a cluster of ``kubernetes_version``, its scheduler reading
+    the newest ``KubeSchedulerConfiguration`` API that kube-scheduler serves."""
+    return StackSpec(
+        kubernetes_version=kubernetes_version,
+        scheduler_api_version=scheduler_api_version_for(kubernetes_version),
+        **fields,
+    )
+
+
+def pdb_api_version(kubernetes_version: str) -> str:
+    """``policy/v1`` from Kubernetes 1.21 on (the only one from 1.25), else ``policy/v1beta1``."""
+    if kubernetes_minor(kubernetes_version) >= PDB_V1_SINCE_MINOR:
+        return PDB_API_VERSION_V1
+    return PDB_API_VERSION
 
 
 def _meta(name: str, component: str, namespace: str | None = None) -> dict[str, Any]:
@@ -154,6 +179,22 @@ SCHEDULER_RULES: tuple[dict[str, Any], ...] = (
     _rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
     _rule(["storage.k8s.io"], ["csinodes", "storageclasses"], READ),
 )
+#: What upstream's ``system:kube-scheduler`` gained after v1.20, by the minor that needs
+#: it: kube-scheduler waits for every informer it starts, so a forbidden list stalls it.
+#: Namespaces (pod affinity's ``namespaceSelector``), CSIDrivers and CSIStorageCapacities
+#: (volume limits and storage capacity), all watched from 1.22 on.
+SCHEDULER_RULES_SINCE: tuple[tuple[tuple[int, int], dict[str, Any]], ...] = (
+    ((1, 22), _rule([""], ["namespaces"], READ)),
+    ((1, 22), _rule(["storage.k8s.io"], ["csidrivers", "csistoragecapacities"], READ)),
+)
+
+
+def scheduler_rules(kubernetes_version: str = KUBERNETES_VERSION) -> list[dict[str, Any]]:
+    """The scheduler ClusterRole's rules for a cluster of ``kubernetes_version``."""
+    minor = kubernetes_minor(kubernetes_version)
+    return [*SCHEDULER_RULES, *(rule for since, rule in SCHEDULER_RULES_SINCE if minor >= since)]
+
+
 #: The agent: its Node (for the object's owner reference) and the objects it applies
 #: server-side: the same rules the testbed's agents get (:mod:`layersched.kube`).
 AGENT_RULES: tuple[dict[str, Any], ...] = tuple(agent_rules())
@@ -410,7 +451,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
                 "apiVersion": f"{RBAC_GROUP}/v1",
                 "kind": "ClusterRole",
                 "metadata": _meta(cluster_role, name),
-                "rules": list(SCHEDULER_RULES),
+                "rules": scheduler_rules(spec.kubernetes_version),
             },
             _binding(
                 "ClusterRoleBinding", cluster_role, "ClusterRole", cluster_role, name, spec, None
@@ -459,7 +500,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
             },
             scheduler_deployment(spec),
             {
-                "apiVersion": PDB_API_VERSION,
+                "apiVersion": pdb_api_version(spec.kubernetes_version),
                 "kind": "PodDisruptionBudget",
                 "metadata": _meta(name, name, namespace),
                 "spec": {

@@ -1,8 +1,8 @@
 """The kind + CRI-O testbed: read config, build the components, export what the rest needs.
 
 Order: node image and registry trust -> cluster -> registry container (on the
-network kind created) and its link rate -> namespace -> extender (+ agent) ->
-second scheduler (+ the patched in-tree one).
+network kind created) and its link rate -> layersched, installed from deploy/ through
+the kind overlay (+ the patched in-tree scheduler, which is no part of deploy/).
 """
 
 from __future__ import annotations
@@ -13,25 +13,16 @@ import pulumi
 from kindbed import (
     CrioNodeImage,
     KindCluster,
-    LayerschedAgent,
-    LayerschedExtender,
+    LayerschedInstall,
     RegistryLinkRate,
     RegistryTrust,
     SecondScheduler,
     Settings,
-    TestbedNamespace,
     TestbedRegistry,
 )
 
 from layersched.core.errors import InputError
-from layersched.deploy import (
-    DEFAULT_SCHEDULER,
-    NAMESPACE,
-    ExtenderSpec,
-    extender_scheduler_config,
-    extender_url,
-    intree_scheduler_config,
-)
+from layersched.deploy import DEFAULT_SCHEDULER, intree_scheduler_config
 from layersched.testbed.kind import ClusterSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -89,42 +80,18 @@ if settings.link_rate_bits_per_s > 0:
     )
 
 in_cluster = pulumi.ResourceOptions(providers=[cluster.provider])
-namespace = TestbedNamespace("namespace", namespace=NAMESPACE, opts=in_cluster)
-after_namespace = pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[namespace])
-extender = LayerschedExtender(
-    "extender",
-    namespace=NAMESPACE,
-    image=settings.layersched_image,
-    args=settings.extender_argv,
-    opts=after_namespace,
+install = LayerschedInstall(
+    "layersched",
+    target=settings.kind_target,
+    deploy_dir=REPO_ROOT / "deploy",
+    overlay_dir=settings.state_dir / "deploy-overlay",
+    opts=in_cluster,
 )
-if settings.agent:
-    LayerschedAgent(
-        "agent",
-        namespace=NAMESPACE,
-        image=settings.layersched_image,
-        args=settings.agent_args,
-        opts=after_namespace,
-    )
-layer_scheduler = SecondScheduler(
-    "layer-locality",
-    namespace=NAMESPACE,
-    image=settings.kube_scheduler_image,
-    config=extender_scheduler_config(
-        ExtenderSpec(
-            url_prefix=extender_url(NAMESPACE),
-            weight=settings.extender_weight,
-            http_timeout_s=settings.extender_timeout_s,
-        ),
-        api_version=settings.scheduler_api_version,
-    ),
-    opts=after_namespace,
-)
-scheduler_names = [DEFAULT_SCHEDULER, layer_scheduler.scheduler_name]
+scheduler_names = [DEFAULT_SCHEDULER, install.scheduler_name]
 if settings.patched_scheduler:
     intree = SecondScheduler(
         "layer-locality-intree",
-        namespace=NAMESPACE,
+        namespace=install.namespace,
         image=settings.intree_scheduler_image,
         config=intree_scheduler_config(
             weight=settings.intree_plugin_weight,
@@ -132,7 +99,7 @@ if settings.patched_scheduler:
         ),
         # Its image only exists once sideload.yml pushed it, after `pulumi up`.
         skip_await=True,
-        opts=after_namespace,
+        opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[install]),
     )
     scheduler_names.append(intree.scheduler_name)
 
@@ -145,5 +112,6 @@ pulumi.export("registry_host_address", registry.host_address)
 pulumi.export("registry_container", registry.container)
 pulumi.export("link_rate_bits_per_s", settings.link_rate_bits_per_s)
 pulumi.export("layersched_image", settings.layersched_image)
-pulumi.export("extender_url", extender.url)
+pulumi.export("kubernetes_version", settings.kubernetes_version)
+pulumi.export("deploy_overlay", str(install.overlay_dir))
 pulumi.export("scheduler_names", scheduler_names)

@@ -19,6 +19,10 @@ import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 
 
+#: Library components whose registered outputs are resources, not values.
+FOREIGN_COMPONENTS = frozenset({"kubernetes:kustomize:Directory", "kubernetes:yaml:ConfigFile"})
+
+
 class Monitor(pulumi_mocks.MockMonitor):
     """The mock monitor, also keeping what each component registered as outputs."""
 
@@ -37,9 +41,13 @@ class Monitor(pulumi_mocks.MockMonitor):
         return response
 
     def RegisterResourceOutputs(self, request: Any) -> Any:
-        self.component_outputs[request.urn] = pulumi.runtime.rpc.deserialize_properties(
-            request.outputs
-        )
+        # A component whose outputs hold resources (kustomize.Directory's ``resources``)
+        # is not read back: rehydrating a resource reference registers it again through
+        # this very monitor, from inside its call, and never returns.
+        if request.urn.split("::")[2].split("$")[-1] not in FOREIGN_COMPONENTS:
+            self.component_outputs[request.urn] = pulumi.runtime.rpc.deserialize_properties(
+                request.outputs
+            )
         return super().RegisterResourceOutputs(request)
 
 

@@ -3,6 +3,9 @@
 No CLI, no engine, no Docker: ``pulumi.runtime.set_mocks`` answers every
 resource registration, and the tests read back the resource graph the real
 ``pulumi up`` would create: types, parents (URNs), inputs, registered outputs.
+The ``kustomize.Directory`` invoke is answered by rendering the overlay the program
+wrote with the real ``kubectl kustomize`` (v1.20's), so the installed objects checked
+here are what ``deploy/`` and the kind overlay really produce.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import pulumi
 import pytest
 import yaml
 
+from layersched.deploy import AGENT_RULES, SCHEDULER_RULES, stack_objects
 from layersched.testbed.kind import CRIO_SOCKET, REGISTRIES_DROPIN_NODE_PATH
+from tests.infra import _kustomize
 from tests.infra._pulumi_mocks import Graph, program_on_path
 from tests.infra._pulumi_mocks import run_program as _run
 
@@ -32,9 +37,19 @@ STACK = "test"
 REGISTRY_CONTAINER_ID = "3f9c2a7d1e4b"
 
 
+#: Pulumi's invoke that renders a kustomization (pulumi_kubernetes.kustomize.Directory).
+KUSTOMIZE_INVOKE = "kubernetes:kustomize:directory"
+DIRECTORY = "kubernetes:kustomize:Directory"
+
+
 class _Answer(pulumi.runtime.Mocks):
     """Every resource gets its inputs back as state; commands print nothing, except
-    the registry's ``docker run``, which prints a container id as Docker does."""
+    the registry's ``docker run``, which prints a container id as Docker does. The
+    kustomize invoke renders the directory for real."""
+
+    def __init__(self) -> None:
+        #: The directories the program asked kustomize to render.
+        self.kustomized: list[str] = []
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         state = dict(args.inputs)
@@ -44,6 +59,10 @@ class _Answer(pulumi.runtime.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
+        if args.token == KUSTOMIZE_INVOKE:
+            directory = str(args.args["directory"])
+            self.kustomized.append(directory)
+            return {"result": _kustomize.kustomize(directory)}, []
         return {}, []
 
 
@@ -54,8 +73,28 @@ def run_program(config: dict[str, str], tmp_path: Path) -> Graph:
 
 @pytest.fixture(autouse=True)
 def _program_on_path() -> Iterator[None]:
+    reason = _kustomize.skip_reason()
+    if reason is not None:
+        pytest.skip(f"the kind program renders deploy/'s overlay with kubectl kustomize: {reason}")
     with program_on_path(PROGRAM_DIR, "kindbed"):
         yield
+
+
+def _installed(graph: Graph, typ: str, name: str) -> dict[str, Any]:
+    """One object the kustomize.Directory created (``NAMESPACE/NAME`` when namespaced)."""
+    return graph.of_type(typ)[name]
+
+
+def _scheduler_config(graph: Graph) -> dict[str, Any]:
+    configmap = _installed(
+        graph, "kubernetes:core/v1:ConfigMap", "layersched/layer-locality-config"
+    )
+    config: dict[str, Any] = yaml.safe_load(configmap["data"]["scheduler-config.yaml"])
+    return config
+
+
+def _containers(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in workload["spec"]["template"]["spec"]["containers"]}
 
 
 @pytest.fixture
@@ -73,22 +112,24 @@ def test_every_child_is_parented_to_its_component(graph: Graph) -> None:
         for urn in graph.resources
         if urn.split("::")[2].split("$")[-1].startswith("layersched:kind:")
     }
-    # Default stack: no agent, no patched scheduler; every other component is there.
+    # Default stack: no patched scheduler; layersched is one Install of deploy/.
     assert components == {
         "layersched:kind:CrioNodeImage",
         "layersched:kind:RegistryTrust",
         "layersched:kind:Cluster",
         "layersched:kind:TestbedRegistry",
         "layersched:kind:RegistryLinkRate",
-        "layersched:kind:Namespace",
-        "layersched:kind:Extender",
-        "layersched:kind:SecondScheduler",
+        "layersched:kind:Install",
     }
     for urn in graph.resources:
         qualified = urn.split("::")[2]
         if not qualified.split("$")[-1].startswith("layersched:kind:"):
-            # A plain resource's URN type chain starts with its parent component's type.
-            assert qualified.split("$")[0].startswith("layersched:kind:"), urn
+            # A plain resource's URN type starts with its parent component's type: one of
+            # ours, or the kustomize.Directory that is the Install's own child.
+            parent = qualified.split("$")[0]
+            assert parent.startswith("layersched:kind:") or parent == DIRECTORY, urn
+    [directory] = [u for u in graph.resources if u.split("::")[2].endswith(f"${DIRECTORY}")]
+    assert directory.split("::")[2] == f"layersched:kind:Install${DIRECTORY}"
     # Each component registered non-empty outputs.
     registered = {
         urn.split("::")[2].split("$")[-1]: outputs
@@ -136,91 +177,105 @@ def test_link_rate_zero_leaves_link_unshaped(tmp_path: Path) -> None:
     assert "registry-link-tbf" not in graph.of_type("command:local:Command")
 
 
-@pytest.mark.parametrize(
-    ("config", "weight", "timeout"),
-    [
-        # Defaults: weight 1 and a 1 s timeout.
-        ({}, 1, "1s"),
-        # Configured: the stack's values go into the scheduler's ConfigMap verbatim.
-        ({"extenderWeight": "7", "extenderTimeoutS": "0.3"}, 7, "300ms"),
-    ],
-    ids=["defaults", "configured"],
-)
-def test_second_scheduler_carries_extender(
-    config: dict[str, str], weight: int, timeout: str, tmp_path: Path
-) -> None:
-    graph = run_program(config, tmp_path)
-    [data] = [
-        s["data"] for n, s in graph.of_type("kubernetes:core/v1:ConfigMap").items()
-        if n == "layer-locality-config"
-    ]  # fmt: skip
-    scheduler_config = yaml.safe_load(data["scheduler-config.yaml"])
-    assert scheduler_config["profiles"] == [{"schedulerName": "layer-locality"}]
-    [extender] = scheduler_config["extenders"]
-    assert extender["weight"] == weight
-    assert extender["httpTimeout"] == timeout
-    assert extender["ignorable"] is True and extender["nodeCacheCapable"] is False
-    assert extender["urlPrefix"] == "http://layersched-extender.layersched.svc.cluster.local:8888"
+def test_install_is_deploy_with_the_kind_overlay(tmp_path: Path) -> None:
+    """The program installs exactly what the overlay it wrote renders: every object of
+    deploy/ (same kinds and names as the generator's), nothing of a parallel definition."""
+    answer = _Answer()
+    graph = _run(PROGRAM_DIR, PROJECT, STACK, answer, {"stateDir": str(tmp_path)})
+    overlay = tmp_path / "deploy-overlay"
+    assert answer.kustomized == [str(overlay)]
+    # The overlay names deploy/ relatively, as `kubectl apply -k` users write it.
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    [base] = kustomization["bases"]
+    assert (overlay / base).resolve() == PROGRAM_DIR.parents[1] / "deploy"
+    installed = {
+        (urn.split("::")[2].split("$")[-1].rsplit(":", 1)[-1], urn.split("::")[3])
+        for urn in graph.resources
+        if urn.split("::")[2].startswith(f"{DIRECTORY}$")
+    }
+    expected = {
+        (
+            obj["kind"],
+            "/".join(filter(None, [obj["metadata"].get("namespace"), obj["metadata"]["name"]])),
+        )
+        for group in stack_objects().values()
+        for obj in group
+    }
+    assert installed == expected
+    # The stack's own extender Deployment/Service and agent are gone.
+    assert "layersched/layersched-extender" not in graph.of_type("kubernetes:apps/v1:Deployment")
+    assert not graph.of_type("kubernetes:core/v1:Service")
+    outputs = graph.outputs_of("layersched")
+    assert outputs["overlay_dir"] == str(overlay)
+    assert outputs["scheduler_name"] == "layer-locality"
+    assert graph.exports["deploy_overlay"] == str(overlay)
+    assert graph.exports["scheduler_names"] == ["default-scheduler", "layer-locality"]
 
 
-def test_deployments_mount_what_they_need(graph: Graph) -> None:
-    deployments = graph.of_type("kubernetes:apps/v1:Deployment")
-    scheduler = deployments["layer-locality-deployment"]["spec"]["template"]["spec"]
-    [container] = scheduler["containers"]
-    config_flag = next(a for a in container["command"] if a.startswith("--config="))
-    [mount] = container["volumeMounts"]
-    # The --config file lives in the mounted ConfigMap.
-    assert config_flag.removeprefix("--config=").startswith(mount["mountPath"] + "/")
-    assert scheduler["volumes"] == [
-        {"name": mount["name"], "configMap": {"name": "layer-locality"}}
-    ]
-    assert container["image"] == "registry.k8s.io/kube-scheduler:v1.30.0"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    extender = deployments["extender-deployment"]
-    # Created now, image pushed later by deploy.yml: Pulumi must not wait for readiness.
-    assert extender["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
-    pod = extender["spec"]["template"]["spec"]
-    [container] = pod["containers"]
-    assert pod["automountServiceAccountToken"] is False
-    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp"]
-    assert container["readinessProbe"]["httpGet"] == {
-        "path": "/healthz", "port": "http", "scheme": "HTTP"
-    }  # fmt: skip
-    assert container["image"] == "kind-registry:5000/layersched:dev"
-    # Reachable from the scheduler pod, and resolving layers from the testbed registry.
-    args = container["args"]
+def test_scheduler_config_is_deploys_on_kubernetes_1_30(graph: Graph) -> None:
+    config = _scheduler_config(graph)
+    # kube-scheduler 1.30 reads the GA API (deploy/ itself holds v1beta1, for 1.20).
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["profiles"] == [{"schedulerName": "layer-locality"}]
+    # Leader election stays on, on the scheduler's own Lease.
+    election = config["leaderElection"]
+    assert election["leaderElect"] is True
+    assert (election["resourceName"], election["resourceNamespace"]) == (
+        "layer-locality", "layersched"
+    )  # fmt: skip
+    # The extender is the sidecar on loopback, ignorable.
+    [extender] = config["extenders"]
+    assert extender["urlPrefix"] == "http://127.0.0.1:8888"
+    assert extender["ignorable"] is True
+
+
+def test_workloads_run_kind_images_and_crio(graph: Graph) -> None:
+    deployment = _installed(graph, "kubernetes:apps/v1:Deployment", "layersched/layer-locality")
+    assert deployment["spec"]["replicas"] == 2
+    containers = _containers(deployment)
+    assert containers["kube-scheduler"]["image"] == "registry.k8s.io/kube-scheduler:v1.30.0"
+    extender = containers["extender"]
+    assert extender["image"] == "kind-registry:5000/layersched:dev"
+    # deploy.yml re-pushes the same tag: a restarted pod must pull it again.
+    assert extender["imagePullPolicy"] == "Always"
+    args = extender["args"]
     assert args[0] == "extender"
-    # bound explicitly to the pod IP (the Service and probes reach it there), not 0.0.0.0
-    assert args[args.index("--host") + 1] == "$(POD_IP)"
-    assert container["env"] == [
-        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
-    ]
     assert args[args.index("--insecure-registry") + 1] == "kind-registry:5000"
-
-
-def test_rbac_is_minimal(tmp_path: Path) -> None:
-    graph = run_program({"agent": "true"}, tmp_path)
-    bindings = graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
-    scheduler_roles = sorted(
-        b["roleRef"]["name"] for n, b in bindings.items() if n.startswith("layer-locality-")
-    )
-    # Upstream's own scheduler roles, nothing broader (no cluster-admin, no custom wildcard).
-    assert scheduler_roles == ["system:kube-scheduler", "system:volume-scheduler"]
-    [reader] = graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding").values()
-    assert reader["roleRef"]["name"] == "extension-apiserver-authentication-reader"
-    assert reader["metadata"]["namespace"] == "kube-system"
-    # No custom role at all: the extender and the agent never call the API.
-    assert not graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
-    assert not graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
-    assert sorted(bindings) == [
-        "layer-locality-kube-scheduler", "layer-locality-volume-scheduler"
+    # Created now, image pushed later by deploy.yml: Pulumi must not wait for readiness.
+    assert deployment["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    agent = _installed(graph, "kubernetes:apps/v1:DaemonSet", "layersched/layersched-agent")
+    assert agent["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    [container] = _containers(agent).values()
+    assert container["image"] == "kind-registry:5000/layersched:dev"
+    args = container["args"]
+    assert args[:2] == ["agent", "--publish"]
+    assert args[args.index("--crio-storage") + 1] == "/var/lib/containers/storage"
+    assert args[args.index("--cri") + 1] == "unix:///var/run/crio/crio.sock"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    # CRI-O's socket and its storage (read-only), never containerd's.
+    assert set(mounts) == {"/var/run/crio/crio.sock", "/var/lib/containers/storage"}
+    assert mounts["/var/lib/containers/storage"]["readOnly"] is True
+    volumes = {v["name"]: v["hostPath"] for v in agent["spec"]["template"]["spec"]["volumes"]}
+    assert sorted(p["path"] for p in volumes.values()) == [
+        "/var/lib/containers/storage", "/var/run/crio/crio.sock"
     ]  # fmt: skip
-    accounts = graph.of_type("kubernetes:core/v1:ServiceAccount")
-    assert accounts["extender-sa"]["automountServiceAccountToken"] is False
-    assert accounts["agent-sa"]["automountServiceAccountToken"] is False
-    daemonset = graph.of_type("kubernetes:apps/v1:DaemonSet")["agent-daemonset"]
-    [volume] = daemonset["spec"]["template"]["spec"]["volumes"]
-    assert volume["hostPath"] == {"path": "/var/run/crio/crio.sock", "type": "Socket"}
+
+
+def test_rbac_and_pdb_follow_kubernetes_1_30(graph: Graph) -> None:
+    roles = graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+    scheduler = roles["layersched:layer-locality"]["rules"]
+    # deploy/'s v1.20 rules, plus what kube-scheduler 1.30 watches besides.
+    assert scheduler[: len(SCHEDULER_RULES)] == list(SCHEDULER_RULES)
+    added = {r for rule in scheduler[len(SCHEDULER_RULES) :] for r in rule["resources"]}
+    assert added == {"namespaces", "csidrivers", "csistoragecapacities"}
+    assert all(
+        rule["verbs"] == ["get", "list", "watch"] for rule in scheduler[len(SCHEDULER_RULES) :]
+    )
+    assert roles["layersched:layersched-agent"]["rules"] == list(AGENT_RULES)
+    # policy/v1beta1 is gone in 1.25: the PDB is policy/v1.
+    assert not graph.of_type("kubernetes:policy/v1beta1:PodDisruptionBudget")
+    pdb = _installed(graph, "kubernetes:policy/v1:PodDisruptionBudget", "layersched/layer-locality")
+    assert pdb["spec"]["minAvailable"] == 1
 
 
 def test_patched_scheduler_is_a_third_profile(tmp_path: Path) -> None:
@@ -237,8 +292,11 @@ def test_patched_scheduler_is_a_third_profile(tmp_path: Path) -> None:
     assert container["image"] == "kind-registry:5000/patched/kube-scheduler:latest"
     # That image is pushed by sideload.yml after `pulumi up`: waiting for it would time out.
     assert deployment["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
-    # The stock second scheduler's image exists up front: Pulumi waits for it to be ready.
-    assert "annotations" not in deployments["layer-locality-deployment"]["metadata"]
+    # It lives in deploy/'s namespace, so it is created after the install.
+    assert deployment["metadata"]["namespace"] == "layersched"
+    assert graph.exports["scheduler_names"] == [
+        "default-scheduler", "layer-locality", "layer-locality-intree"
+    ]  # fmt: skip
 
 
 def test_prebuilt_node_image_is_pulled_not_built(tmp_path: Path) -> None:
@@ -285,7 +343,6 @@ def test_link_rate_is_reapplied_to_a_new_registry_container(graph: Graph) -> Non
     assert registry["container_id"] == REGISTRY_CONTAINER_ID
 
 
-V1BETA2 = "kubescheduler.config.k8s.io/v1beta2"
 #: Pinned by tag and digest, as docs/kind.md recommends (the digest here is made up).
 NODE_1_24 = "kindest/node:v1.24.17@sha256:" + "e4" * 32
 ON_1_24 = {"kubernetesVersion": "v1.24.17", "kindNodeImage": NODE_1_24}
@@ -309,24 +366,18 @@ ON_1_24 = {"kubernetesVersion": "v1.24.17", "kindNodeImage": NODE_1_24}
             "kubescheduler.config.k8s.io/v1beta3",
             "registry.k8s.io/kube-scheduler:v1.24.17",
         ),
-        # Set explicitly, the stack's value wins over the derived one.
-        (
-            {**ON_1_24, "schedulerApiVersion": V1BETA2},
-            V1BETA2,
-            "registry.k8s.io/kube-scheduler:v1.24.17",
-        ),
     ],
-    ids=["1.30-v1", "1.22-v1beta2", "1.24-v1beta3", "explicit"],
+    ids=["1.30-v1", "1.22-v1beta2", "1.24-v1beta3"],
 )  # fmt: skip
 def test_second_scheduler_api_follows_kubernetes_version(
     config: dict[str, str], api_version: str, image: str, tmp_path: Path
 ) -> None:
     graph = run_program(config, tmp_path)
-    data = graph.of_type("kubernetes:core/v1:ConfigMap")["layer-locality-config"]["data"]
-    assert yaml.safe_load(data["scheduler-config.yaml"])["apiVersion"] == api_version
-    deployment = graph.of_type("kubernetes:apps/v1:Deployment")["layer-locality-deployment"]
-    [container] = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == image
+    assert _scheduler_config(graph)["apiVersion"] == api_version
+    deployment = _installed(graph, "kubernetes:apps/v1:Deployment", "layersched/layer-locality")
+    assert _containers(deployment)["kube-scheduler"]["image"] == image
+    # policy/v1 from 1.21: every kind node image this stack supports has it.
+    assert graph.of_type("kubernetes:policy/v1:PodDisruptionBudget")
 
 
 @pytest.mark.parametrize(
@@ -348,8 +399,22 @@ def test_second_scheduler_api_follows_kubernetes_version(
         ),
         # A name kind would refuse.
         ({"clusterName": "Layer_Sched"}, "cluster name 'Layer_Sched' is invalid"),
+        # A key of the stack's former parallel extender: set, it must not be ignored.
+        (
+            {"extenderWeight": "7"},
+            "extenderWeight is no longer read: the stack installs deploy/ .*"
+            "pulumi config rm extenderWeight",
+        ),
+        ({"agent": "true"}, "agent is no longer read: the stack installs deploy/"),
     ],
-    ids=["kind-version", "kubernetes-too-old", "node-image-mismatch", "cluster-name"],
+    ids=[
+        "kind-version",
+        "kubernetes-too-old",
+        "node-image-mismatch",
+        "cluster-name",
+        "removed-extender-key",
+        "removed-agent-key",
+    ],
 )
 def test_bad_config_is_one_clear_error(
     config: dict[str, str], message: str, tmp_path: Path

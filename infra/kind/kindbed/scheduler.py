@@ -1,8 +1,12 @@
-"""A second (or third) kube-scheduler as an in-cluster Deployment.
+"""The patched in-tree kube-scheduler (a third scheduler) as an in-cluster Deployment.
+
+The second scheduler, ``layer-locality``, is ``deploy/``'s (:mod:`kindbed.install`);
+this one is no part of the install: it runs only with the patched kube-scheduler
+(``patchedScheduler``), with leader election off.
 
 It runs beside the untouched default scheduler and only takes pods whose
-``spec.schedulerName`` names its profile. It is an ordinary pod on the pod
-network, so it reaches the extender's Service by cluster DNS.
+``spec.schedulerName`` names its profile; its score plugin is in-tree, so it calls
+no extender.
 
 The patched (in-tree) scheduler's image is pushed by ``sideload.yml``, which
 runs after ``pulumi up``: its Deployment is created with ``skip_await``, or
@@ -16,7 +20,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from kindbed.extender import SKIP_AWAIT
+from kindbed.install import SKIP_AWAIT
 from layersched.deploy import (
     AUTH_READER_NAMESPACE,
     AUTH_READER_ROLE,

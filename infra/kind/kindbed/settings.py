@@ -12,12 +12,9 @@ import pulumi
 
 from layersched.core.errors import ImageReferenceError, InputError
 from layersched.core.reference import ImageReference
+from layersched.deploy import KIND_KUBERNETES_VERSION, ImageRef, KindTarget
 from layersched.testbed.kind import (
-    CRIO_SOCKET_PATH,
-    EXTENDER_PORT,
-    KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
-    POD_IP_ENV,
     check_cluster_name,
     check_kind_version,
     check_registry_host,
@@ -32,7 +29,7 @@ DEFAULT_KIND_NODE_IMAGE = "kindest/node:v1.30.0"
 DEFAULT_KIND_VERSION = "v0.23.0"
 #: CRI-O minor matching the Kubernetes minor (CRI-O follows Kubernetes' versioning).
 DEFAULT_CRIO_VERSION = "v1.30"
-DEFAULT_KUBERNETES_VERSION = "v1.30.0"
+DEFAULT_KUBERNETES_VERSION = KIND_KUBERNETES_VERSION
 #: Seed 001's prebuilt node: Kubernetes 1.22.6 + CRI-O 1.23.2, for kind 0.11.1.
 PREBUILT_NODE_IMAGE = "quay.io/aojea/kindnode:crio1639620432"
 #: distribution 2.8: what Debian's docker-registry is too, so both testbeds log alike.
@@ -45,6 +42,19 @@ DEFAULT_LINK_RATE_BITS_PER_S = 20_000_000
 DEFAULT_REGISTRY_HOST_PORT = 5001
 #: The registry's port inside the ``kind`` network, as nodes and pods reach it.
 REGISTRY_PORT = 5000
+#: Where deploy.yml pushes the layersched image (repository under the registry, tag).
+LAYERSCHED_REPOSITORY = "layersched"
+LAYERSCHED_TAG = "dev"
+#: Keys of the parallel extender/scheduler/agent definitions the stack had before it
+#: installed deploy/, and what replaced them (a set key must not be silently ignored).
+REMOVED_KEYS = {
+    "extenderWeight": "deploy/'s scheduler calls its extender sidecar with weight 1",
+    "extenderTimeoutS": "deploy/'s scheduler gives its extender sidecar 1 s",
+    "extenderArgs": "the extender's arguments are deploy/'s plus --insecure-registry",
+    "agent": "deploy/ always installs the agent (on CRI-O's storage and socket)",
+    "agentArgs": "the agent's arguments come from layersched.deploy.kind_overlay",
+    "schedulerApiVersion": "the config API follows kubernetesVersion",
+}
 
 
 def check_node_image_version(kind_node_image: str, kubernetes_version: str) -> str:
@@ -94,24 +104,12 @@ class Settings:
     #: 0 leaves the registry's link unshaped.
     link_rate_bits_per_s: int = DEFAULT_LINK_RATE_BITS_PER_S
     tc_image: str = DEFAULT_TC_IMAGE
-    extender_weight: int = 1
-    extender_timeout_s: float = 1.0
-    #: Empty: :attr:`extender_argv`'s default (layer-locality, trusting the testbed registry).
-    extender_args: tuple[str, ...] = ()
-    #: Deploy the node agent DaemonSet (reports each node's CRI-O image list in its log).
-    agent: bool = False
-    agent_args: tuple[str, ...] = (
-        "agent", "--cri", f"unix://{CRIO_SOCKET_PATH}", "--node-name", "$(NODE_NAME)",
-    )  # fmt: skip
     #: Also run the patched kube-scheduler (after sideload.yml pushed it) as a third scheduler.
     patched_scheduler: bool = False
     #: Empty: the image sideload.yml pushes to the testbed registry.
     patched_scheduler_image: str = ""
     patched_scheduler_api_version: str = KUBE_SCHEDULER_CONFIG_V1BETA2
     intree_plugin_weight: int = 1
-    #: The second scheduler's config API; from_config derives it from kubernetesVersion
-    #: unless set (v1beta2 for 1.22, v1beta3 for 1.23-1.24, v1 from 1.25).
-    scheduler_api_version: str = KUBE_SCHEDULER_CONFIG_V1
     extra_registry_hosts: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -127,26 +125,19 @@ class Settings:
     @property
     def layersched_image(self) -> str:
         """Where deploy.yml pushes the layersched image (nodes pull it from here)."""
-        return f"{self.registry_address}/layersched:dev"
+        return f"{self.registry_address}/{LAYERSCHED_REPOSITORY}:{LAYERSCHED_TAG}"
 
     @property
-    def kube_scheduler_image(self) -> str:
-        """The stock kube-scheduler of the cluster's Kubernetes version."""
-        return f"registry.k8s.io/kube-scheduler:{self.kubernetes_version}"
-
-    @property
-    def extender_argv(self) -> tuple[str, ...]:
-        """``layersched extender`` arguments: listen on the pod IP (the Service reaches it
-        there; ``$(POD_IP)`` is the downward-API variable the Deployment sets), resolve
-        layers from the testbed registry over plain HTTP (full Nodes arrive with every
-        request)."""
-        return self.extender_args or (
-            "extender",
-            "--host", f"$({POD_IP_ENV})",
-            "--port", str(EXTENDER_PORT),
-            "--strategy", "layer-locality",
-            "--insecure-registry", self.registry_address,
-        )  # fmt: skip
+    def kind_target(self) -> KindTarget:
+        """What the kind overlay of ``deploy/`` needs: the registry, the layersched image,
+        the nodes' Kubernetes version (kube-scheduler's image tag and config API)."""
+        return KindTarget(
+            registry=self.registry_address,
+            layersched_image=ImageRef(
+                f"{self.registry_address}/{LAYERSCHED_REPOSITORY}", tag=LAYERSCHED_TAG
+            ),
+            kubernetes_version=self.kubernetes_version,
+        )
 
     @property
     def intree_scheduler_image(self) -> str:
@@ -178,12 +169,19 @@ class Settings:
             value = config.get_object(key)
             return default if value is None else tuple(str(v) for v in value)
 
-        timeout = config.get_float("extenderTimeoutS")
+        for key, instead in REMOVED_KEYS.items():
+            if config.get(key) is not None:
+                raise InputError(
+                    f"{key} is no longer read: the stack installs deploy/ ({instead}); "
+                    f"remove it with `pulumi config rm {key}` (docs/kind.md)"
+                )
         kubernetes_version = text("kubernetesVersion", defaults.kubernetes_version)
         prebuilt = flag("usePrebuiltNodeImage", defaults.use_prebuilt_node_image)
         kind_node_image = text("kindNodeImage", defaults.kind_node_image)
         if not prebuilt:  # a prebuilt image's version is what kubernetesVersion says
             check_node_image_version(kind_node_image, kubernetes_version)
+        # deploy/'s scheduler must read a config API of that version (1.19 or newer).
+        scheduler_api_version_for(kubernetes_version)
         return cls(
             stack=stack,
             state_dir=state_dir,
@@ -203,20 +201,11 @@ class Settings:
             registry_host_port=number("registryHostPort", defaults.registry_host_port),
             link_rate_bits_per_s=number("linkRateBitsPerS", defaults.link_rate_bits_per_s),
             tc_image=text("tcImage", defaults.tc_image),
-            extender_weight=number("extenderWeight", defaults.extender_weight),
-            extender_timeout_s=defaults.extender_timeout_s if timeout is None else timeout,
-            extender_args=strings("extenderArgs", defaults.extender_args),
-            agent=flag("agent", defaults.agent),
-            agent_args=strings("agentArgs", defaults.agent_args),
             patched_scheduler=flag("patchedScheduler", defaults.patched_scheduler),
             patched_scheduler_image=text("patchedSchedulerImage", ""),
             patched_scheduler_api_version=text(
                 "patchedSchedulerApiVersion", defaults.patched_scheduler_api_version
             ),
             intree_plugin_weight=number("intreePluginWeight", defaults.intree_plugin_weight),
-            # Unset: the newest API kube-scheduler:<kubernetesVersion> reads.
-            scheduler_api_version=text(
-                "schedulerApiVersion", scheduler_api_version_for(kubernetes_version)
-            ),
             extra_registry_hosts=strings("extraRegistryHosts", ()),
         )

@@ -7,14 +7,16 @@ cluster uses. What only a kind testbed can see comes from Docker:
 * **Bytes**: the registry container's access log (``docker logs``), bytes sent to
   the node's IP.
 * **Emptying a node's cache**: ``crictl rmi`` inside the node container.
-* **Scores**: for ``layer-locality``, the extender's own ``/prioritize`` answer for the
-  same pod and nodes, asked through the API server's service proxy; for
-  ``image-locality``, the core's port of upstream ImageLocality on the Node snapshot the
-  scheduler saw (0..100: kind's scheduler does not log its plugin scores).
+* **Scores**: for ``layer-locality``, the decision the extender logged for the pod: the
+  extender is the sidecar of ``deploy/``'s scheduler pods, its log read through the API
+  (``kubectl logs -c extender``) from the pod's mark on; for ``image-locality``, the
+  core's port of upstream ImageLocality on the Node snapshot the scheduler saw (0..100:
+  kind's scheduler does not log its plugin scores).
 """
 
 from __future__ import annotations
 
+import math
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,14 +27,8 @@ from typing import Any
 from layersched.core.errors import TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
-from layersched.deploy import (
-    DEFAULT_SCHEDULER,
-    EXTENDER_NAME,
-    EXTENDER_PORT,
-    LAYER_LOCALITY_SCHEDULER,
-    NAMESPACE,
-)
-from layersched.testbed.cluster._measure import pulled_bytes
+from layersched.deploy import DEFAULT_SCHEDULER, LAYER_LOCALITY_SCHEDULER, NAMESPACE, labels
+from layersched.testbed.cluster._measure import extender_decision, pulled_bytes
 from layersched.testbed.cluster.driver import (
     SCENARIO_NAMESPACE,
     ClusterDriver,
@@ -60,7 +56,7 @@ __all__ = [
 DRIVER_NAME = "kind"
 #: Where each strategy's scores come from, and their scale (the report says so).
 SCORE_SOURCES = {
-    LAYER_LOCALITY: "layersched extender /prioritize answer for the same pod and nodes (0-10)",
+    LAYER_LOCALITY: "deployed layersched extender (scheduler sidecar): its logged decision (0-10)",
     IMAGE_LOCALITY: "layersched's port of ImageLocality on the scheduler's Node snapshot (0-100)",
 }
 #: docker logs --since has one-second resolution: start counting a second early.
@@ -90,9 +86,10 @@ class KindTestbed:
         }
     )
     namespace: str = SCENARIO_NAMESPACE
-    extender_namespace: str = NAMESPACE
-    extender_service: str = EXTENDER_NAME
-    extender_port: int = EXTENDER_PORT
+    #: Where deploy/'s scheduler pods run, and the name of their extender sidecar.
+    scheduler_namespace: str = NAMESPACE
+    scheduler_deployment: str = LAYER_LOCALITY_SCHEDULER
+    extender_container: str = "extender"
 
 
 def is_worker(node: Mapping[str, Any]) -> bool:
@@ -176,31 +173,48 @@ class KindBackend:
         """The scores behind the decision (see the module docstring for their sources)."""
         if run.strategy == IMAGE_LOCALITY:
             return image_locality_scores(run.document, run.nodes, run.candidates)
-        return self._extender_scores(run.document, run.candidates)
+        return self._extender_scores(run)
 
-    def _extender_scores(
-        self, pod: Mapping[str, Any], candidates: Sequence[Mapping[str, Any]]
-    ) -> dict[str, int]:
-        path = (
-            f"/api/v1/namespaces/{self.testbed.extender_namespace}/services/"
-            f"{self.testbed.extender_service}:{self.testbed.extender_port}/proxy/prioritize"
+    def _extender_scores(self, run: PodRun) -> dict[str, int]:
+        """The extender's logged decision for ``run``'s pod, from any scheduler pod's sidecar
+        (only the leader's is called; a failover may split a run between two)."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        core = client.CoreV1Api(self._api_client)
+        namespace = self.testbed.scheduler_namespace
+        selector = ",".join(
+            f"{k}={v}" for k, v in labels(self.testbed.scheduler_deployment).items()
         )
-        body = {"Pod": pod, "Nodes": {"items": list(candidates)}, "NodeNames": None}
-        answer = self._api_client.call_api(
-            path,
-            "POST",
-            header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            body=body,
-            response_type="object",
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-            _request_timeout=_API_TIMEOUT_S,
+        elapsed_s = (datetime.now(UTC) - run.mark + _LOG_SLACK).total_seconds()
+        since_s = max(1, math.ceil(elapsed_s))
+        pods = core.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=_API_TIMEOUT_S
+        ).items
+        errors: list[str] = []
+        for pod in pods:
+            name = pod.metadata.name if pod.metadata else None
+            if name is None or pod.status is None or pod.status.phase != "Running":
+                continue
+            try:
+                text = core.read_namespaced_pod_log(
+                    name,
+                    namespace,
+                    container=self.testbed.extender_container,
+                    since_seconds=since_s,
+                    _request_timeout=_API_TIMEOUT_S,
+                )
+            except ApiException as err:  # a sidecar (re)starting has no log yet
+                errors.append(f"{name}: {err.status} {err.reason}")
+                continue
+            found = extender_decision(str(text).splitlines(), run.key)
+            if found is not None:
+                return found
+        raise NotYet(
+            f"no extender sidecar of {namespace}/{self.testbed.scheduler_deployment} "
+            f"({len(pods)} pods) logged a decision for pod {run.key} yet"
+            + (f" ({'; '.join(errors)})" if errors else "")
         )
-        if not isinstance(answer, list):
-            raise TestbedError(
-                f"extender /prioritize answered {answer!r}, expected a HostPriorityList"
-            )
-        return {str(item["Host"]): int(item["Score"]) for item in answer}
 
 
 def kind_driver(testbed: KindTestbed) -> ClusterDriver:

@@ -18,7 +18,6 @@ from typing import Any
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 
-
 #: Library components whose registered outputs are resources, not values.
 FOREIGN_COMPONENTS = frozenset({"kubernetes:kustomize:Directory", "kubernetes:yaml:ConfigFile"})
 

@@ -26,7 +26,6 @@ from layersched.testbed.kind import (
     ExtenderSpec,
     check_kind_version,
     extender_scheduler_config,
-    extender_url,
     go_duration,
     intree_scheduler_config,
     kind_cluster_config,
@@ -58,6 +57,8 @@ from tests.infra._kind_schemas import (
 pytestmark = pytest.mark.infra
 
 DROPIN = "/srv/layersched/registries.conf.d/50-layersched-registry.conf"
+#: An extender behind a Service, as a scheduler outside the extender's pod would call it.
+EXTENDER_URL = "http://layersched-extender.layersched.svc.cluster.local:8888"
 
 
 def _round_trip(document: dict[str, Any]) -> dict[str, Any]:
@@ -179,7 +180,7 @@ def test_node_names_follow_kind(workers: int, names: tuple[str, ...]) -> None:
     ids=["default-weight-1s", "weight-5-250ms"],
 )
 def test_extender_scheduler_config(weight: int, timeout_s: float, http_timeout: str) -> None:
-    url = extender_url()
+    url = EXTENDER_URL
     config = _round_trip(extender_scheduler_config(ExtenderSpec(url, weight, timeout_s)))
     assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1
     assert config["kind"] == "KubeSchedulerConfiguration"
@@ -265,7 +266,7 @@ def test_intree_scheduler_config_swaps_image_locality_for_ryax_plugin() -> None:
 def test_scheduler_api_version_for(kubernetes_version: str, api_version: str) -> None:
     assert scheduler_api_version_for(kubernetes_version) == api_version
     # The config it picks is one this module can render.
-    config = extender_scheduler_config(ExtenderSpec(extender_url()), api_version=api_version)
+    config = extender_scheduler_config(ExtenderSpec(EXTENDER_URL), api_version=api_version)
     assert config["apiVersion"] == api_version
 
 

@@ -1,13 +1,10 @@
-"""Least-privilege RBAC for the testbed's in-cluster components.
+"""RBAC of the kind stack's optional patched in-tree scheduler (no part of ``deploy/``).
 
-* The second scheduler binds upstream's own roles for a scheduler
-  (``system:kube-scheduler``, ``system:volume-scheduler``) and may read the
-  authentication ConfigMap in ``kube-system``, exactly what kubeadm grants the
-  default scheduler. Leader election is off, so its lease rules go unused.
-* The extender gets nothing: full Node objects arrive in every request.
-* The agent gets nothing either: it reads its node's CRI-O socket and reports
-  the Node a kubelet would publish in its log (``layersched agent``), without
-  writing to the API. (Publishing through the API would need ``nodes: get, patch``.)
+It binds upstream's own roles for a scheduler (``system:kube-scheduler``,
+``system:volume-scheduler``) and may read the authentication ConfigMap in
+``kube-system``, exactly what kubeadm grants the default scheduler; its leader election
+is off, so their lease rules go unused. The install's own RBAC (the second scheduler's
+ClusterRole and Lease Role, the agent's) is :mod:`layersched.deploy._stack`'s.
 """
 
 from __future__ import annotations

@@ -1,0 +1,85 @@
+"""The kind overlay of ``deploy/``, rendered by the real ``kubectl kustomize`` (v1.20's).
+
+What it must render: the generator's install for the kind cluster's Kubernetes version
+(``stack_objects(stack_spec_for(version))``), object for object, except for the kind
+testbed's own patches (images, the extender's registry trust, the agent on CRI-O).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from layersched.deploy import (
+    ImageRef,
+    KindTarget,
+    kind_overlay,
+    stack_objects,
+    stack_spec_for,
+    write_tree,
+)
+from tests.infra import _kustomize
+
+pytestmark = pytest.mark.infra
+
+DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+TARGET = KindTarget("kind-registry:5000", ImageRef("kind-registry:5000/layersched", tag="dev"))
+#: Objects the kind testbed patches beyond the version (checked on their own below).
+KIND_PATCHED = {("Deployment", "layer-locality"), ("DaemonSet", "layersched-agent")}
+
+
+@pytest.fixture(autouse=True)
+def _kubectl() -> None:
+    reason = _kustomize.skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def _render(tmp_path: Path, target: KindTarget) -> dict[tuple[str, str], dict[str, Any]]:
+    overlay = tmp_path / "overlay"
+    write_tree(overlay, kind_overlay(target, os.path.relpath(DEPLOY_DIR, overlay)))
+    return {(o["kind"], o["metadata"]["name"]): o for o in _kustomize.kustomize(overlay)}
+
+
+@pytest.mark.parametrize("version", ["v1.30.0", "v1.24.17", "v1.22.6"])
+def test_overlay_renders_the_generators_install_for_the_version(
+    version: str, tmp_path: Path
+) -> None:
+    target = KindTarget(TARGET.registry, TARGET.layersched_image, kubernetes_version=version)
+    rendered = _render(tmp_path, target)
+    expected = {
+        (o["kind"], o["metadata"]["name"]): o
+        for group in stack_objects(stack_spec_for(version)).values()
+        for o in group
+    }
+    assert rendered.keys() == expected.keys()
+    for key, obj in expected.items():
+        if key not in KIND_PATCHED:
+            assert rendered[key] == obj, key
+    # The patched workloads: only images, pull policy, args and the agent's mounts differ.
+    for key in KIND_PATCHED:
+        spec = {k: v for k, v in rendered[key]["spec"].items() if k != "template"}
+        assert spec == {k: v for k, v in expected[key]["spec"].items() if k != "template"}
+        assert rendered[key]["metadata"] == expected[key]["metadata"]
+    pod = rendered[("Deployment", "layer-locality")]["spec"]["template"]["spec"]
+    images = {c["name"]: c["image"] for c in pod["containers"]}
+    assert images == {
+        "kube-scheduler": f"registry.k8s.io/kube-scheduler:{version}",
+        "extender": "kind-registry:5000/layersched:dev",
+    }
+
+
+def test_agent_mounts_crio_not_containerd(tmp_path: Path) -> None:
+    agent = _render(tmp_path, TARGET)[("DaemonSet", "layersched-agent")]
+    pod = agent["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
+    assert mounts == {"/var/run/crio/crio.sock": False, "/var/lib/containers/storage": True}
+    paths = sorted(v["hostPath"]["path"] for v in pod["volumes"])
+    assert paths == ["/var/lib/containers/storage", "/var/run/crio/crio.sock"]
+    # Still the hardened container deploy/ defines: no capabilities, read-only root.
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True

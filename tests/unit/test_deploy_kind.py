@@ -1,0 +1,152 @@
+"""The install across Kubernetes versions, and the kind overlay of ``deploy/`` (pure)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from layersched.core.errors import InputError
+from layersched.deploy import (
+    KUBE_SCHEDULER_CONFIG_V1,
+    KUBE_SCHEDULER_CONFIG_V1BETA1,
+    SCHEDULER_RULES,
+    ImageRef,
+    KindTarget,
+    StackSpec,
+    kind_overlay,
+    pdb_api_version,
+    scheduler_rules,
+    stack_objects,
+    stack_spec_for,
+    version_patches,
+)
+
+TARGET = KindTarget("kind-registry:5000", ImageRef("kind-registry:5000/layersched", tag="dev"))
+
+
+def _objects(spec: StackSpec) -> dict[str, dict[str, Any]]:
+    return {
+        f"{obj['kind']}/{obj['metadata']['name']}": obj
+        for group in stack_objects(spec).values()
+        for obj in group
+    }
+
+
+@pytest.mark.parametrize(
+    ("version", "pdb"),
+    [
+        # The local testbed's cluster: policy/v1 is not served before 1.21.
+        ("v1.20.2", "policy/v1beta1"),
+        # policy/v1 arrives in 1.21; v1beta1 goes in 1.25.
+        ("v1.21.0", "policy/v1"),
+        ("v1.30.0", "policy/v1"),
+    ],
+    ids=["1.20", "1.21", "1.30"],
+)
+def test_pdb_api_follows_the_version(version: str, pdb: str) -> None:
+    assert pdb_api_version(version) == pdb
+    objects = _objects(stack_spec_for(version))
+    assert objects["PodDisruptionBudget/layer-locality"]["apiVersion"] == pdb
+
+
+@pytest.mark.parametrize(
+    ("version", "added"),
+    [
+        # v1.20's system:kube-scheduler is what deploy/ mirrors.
+        ("v1.20.2", set()),
+        ("v1.21.14", set()),
+        # From 1.22 kube-scheduler also watches Namespaces, CSIDrivers, CSIStorageCapacities.
+        ("v1.22.6", {"namespaces", "csidrivers", "csistoragecapacities"}),
+        ("v1.30.0", {"namespaces", "csidrivers", "csistoragecapacities"}),
+    ],
+    ids=["1.20", "1.21", "1.22", "1.30"],
+)
+def test_scheduler_rules_follow_the_version(version: str, added: set[str]) -> None:
+    rules = scheduler_rules(version)
+    assert rules[: len(SCHEDULER_RULES)] == list(SCHEDULER_RULES)
+    assert {r for rule in rules[len(SCHEDULER_RULES) :] for r in rule["resources"]} == added
+    role = _objects(stack_spec_for(version))["ClusterRole/layersched:layer-locality"]
+    assert role["rules"] == rules
+
+
+def test_the_default_spec_is_deploys_version() -> None:
+    # deploy/ is the v1.20.2 render: stack_spec_for of that version changes nothing.
+    assert stack_spec_for("v1.20.2") == StackSpec()
+    assert StackSpec().scheduler_api_version == KUBE_SCHEDULER_CONFIG_V1BETA1
+
+
+def test_no_patches_for_deploys_own_version() -> None:
+    assert version_patches(StackSpec(), "v1.20.2") == ([], [])
+
+
+def test_version_patches_for_1_30() -> None:
+    merges, json_patches = version_patches(StackSpec(), "v1.30.0")
+    # Named by the base's apiVersion, as a strategic-merge patch must match its target.
+    targets = {(m["apiVersion"], m["kind"], m["metadata"]["name"]) for m in merges}
+    assert targets == {
+        ("v1", "ConfigMap", "layer-locality-config"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole", "layersched:layer-locality"),
+    }
+    configmap = next(m for m in merges if m["kind"] == "ConfigMap")
+    config = yaml.safe_load(configmap["data"]["scheduler-config.yaml"])
+    assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1
+    # Only the changed field travels: the ConfigMap's data, not its metadata's labels.
+    assert set(configmap) == {"apiVersion", "kind", "metadata", "data"}
+    [pdb] = json_patches
+    assert pdb["target"] == {
+        "group": "policy", "version": "v1beta1", "kind": "PodDisruptionBudget",
+        "name": "layer-locality", "namespace": "layersched",
+    }  # fmt: skip
+    assert pdb["operations"] == [{"op": "replace", "path": "/apiVersion", "value": "policy/v1"}]
+
+
+def test_version_patches_reject_a_bad_version() -> None:
+    with pytest.raises(InputError, match="kubernetesVersion 'latest' is not a Kubernetes version"):
+        version_patches(StackSpec(), "latest")
+
+
+def test_kind_overlay_files() -> None:
+    files = kind_overlay(TARGET, "../../deploy")
+    assert set(files) == {
+        "kustomization.yaml", "kind.yaml", "kubernetes-version.yaml", "json-patch-0.yaml"
+    }  # fmt: skip
+    kustomization = yaml.safe_load(files["kustomization.yaml"])
+    # The whole of deploy/ (the CRD too: nothing else installs it on kind).
+    assert kustomization["bases"] == ["../../deploy"]
+    assert kustomization["images"] == [
+        {"name": "localhost:5000/layersched/layersched",
+         "newName": "kind-registry:5000/layersched", "newTag": "dev"},
+        {"name": "localhost:5000/layersched/kube-scheduler",
+         "newName": "registry.k8s.io/kube-scheduler", "newTag": "v1.30.0"},
+    ]  # fmt: skip
+    assert kustomization["patchesStrategicMerge"] == ["kind.yaml", "kubernetes-version.yaml"]
+    [entry] = kustomization["patchesJson6902"]
+    assert entry["path"] == "json-patch-0.yaml"
+    # The JSON patch file is the operations (JSON, which is YAML under the header comment).
+    assert yaml.safe_load(files["json-patch-0.yaml"]) == [
+        {"op": "replace", "path": "/apiVersion", "value": "policy/v1"}
+    ]
+    json.loads("".join(ln for ln in files["json-patch-0.yaml"].splitlines() if ln[:1] != "#"))
+
+
+def test_kind_overlay_for_deploys_version_has_no_version_patches() -> None:
+    target = KindTarget(TARGET.registry, TARGET.layersched_image, kubernetes_version="v1.20.2")
+    files = kind_overlay(target, "../deploy")
+    assert set(files) == {"kustomization.yaml", "kind.yaml"}
+    assert yaml.safe_load(files["kustomization.yaml"])["images"][1]["newTag"] == "v1.20.2"
+
+
+def test_kind_patches_agent_reads_crio_only() -> None:
+    _, agent = yaml.safe_load_all(kind_overlay(TARGET, "../deploy")["kind.yaml"])
+    pod = agent["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    deleted = [m for m in container["volumeMounts"] if m.get("$patch") == "delete"]
+    assert deleted == [{"mountPath": "/run/containerd/containerd.sock", "$patch": "delete"}]
+    storage = next(m for m in container["volumeMounts"] if m.get("name") == "crio-storage")
+    assert storage["readOnly"] is True
+    assert [v for v in pod["volumes"] if v.get("$patch")] == [
+        {"name": "containerd-socket", "$patch": "delete"}
+    ]

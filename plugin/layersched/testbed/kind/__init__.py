@@ -1,6 +1,7 @@
-"""The kind + CRI-O testbed: pure generators for its configuration files (its
-in-cluster objects come from :mod:`layersched.deploy` and are re-exported here for
-the Pulumi program in ``infra/kind/`` and the tests), and the kind scenario driver
+"""The kind + CRI-O testbed: pure generators for its configuration files (layersched
+itself is installed from ``deploy/`` through :func:`layersched.deploy.kind_overlay`; the
+names and scheduler configs it shares with :mod:`layersched.deploy` are re-exported here
+for the Pulumi program in ``infra/kind/`` and the tests), and the kind scenario driver
 (:mod:`layersched.testbed.kind.driver`, which needs the ``kubernetes`` client from
 the ``infra`` extra)."""
 

@@ -39,6 +39,7 @@ from layersched.deploy._scheduler_config import (
 from layersched.deploy._stack import (
     AGENT_RULES,
     CONTAINERD_SOCKET,
+    EXTENDER_RULES,
     KUBE_SCHEDULER_IMAGE,
     KUBERNETES_VERSION,
     LAYERSCHED_IMAGE,
@@ -84,6 +85,7 @@ __all__ = [
     "CRIO_SOCKET_PATH",
     "DEFAULT_SCHEDULER",
     "EXTENDER_PORT",
+    "EXTENDER_RULES",
     "HEALTHZ_PATH",
     "INTREE_SCHEDULER",
     "KIND_KUBERNETES_VERSION",

@@ -148,6 +148,9 @@ def ssh_inventory(testbed: TestbedInventory) -> Path:
         _daemon("stop", f"--name=agent {node.name}", f"--pidfile={node.dir}/agent.pid",
                 f"--match=agent --publish --node-name {node.name} --containerd {node.cri_socket}",
                 f"--executable={Path(sys.executable).name}")  # fmt: skip
+        # What it published goes too: the playbook waits until the node's new agent
+        # has published it again.
+        _kubectl(testbed, "delete", "nodelayerinventory", node.name, "--ignore-not-found")
         hosts[node.name] = {"ansible_host": node.address, "testbed_node_address": node.address}
     inventory = {
         "all": {
@@ -299,7 +302,7 @@ def test_each_node_runs_its_agent_from_its_own_venv(
         argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
         # The node's venv, installed over SSH from the controller's wheels, its own
         # identity, its own (remote) containerd, in its node's namespace.
-        assert argv[0] == str(remote / "venv" / "bin" / "python"), argv
+        assert argv[0] == str(remote / "nodes" / node / "venv" / "bin" / "python"), argv
         assert f"--kubeconfig={remote}/nodes/{node}/agent/kubeconfig" in argv, argv
         assert str(remote / "nodes" / node / "containerd.sock") in argv, argv
         kubeconfig = (remote / "nodes" / node / "agent" / "kubeconfig").read_text()

@@ -9,14 +9,19 @@ local host reads files from an offset as the SSH host does with ``stat``/``tail`
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
+import yaml
 
 from layersched.cli.scenario import _cloud
 from layersched.core.errors import InputError, TestbedError
-from layersched.testbed.hosts import LocalHost, SSHTarget
+from layersched.testbed.hosts import LocalHost, SSHHost, SSHTarget
 from layersched.testbed.remote import (
     REMOTE_TESTBED_VERSION,
     RemoteNode,
@@ -27,6 +32,7 @@ from layersched.testbed.remote import (
     remote_testbed_path,
 )
 
+CLOUD_PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks" / "testbed-cloud.yml"
 TARGET = SSHTarget(host="203.0.113.7", user="admin", key_file="/k", known_hosts="/kh", become=True)
 
 
@@ -128,3 +134,96 @@ def test_the_local_host_reads_after_an_offset_and_treats_absent_files_as_empty(
 def test_a_local_command_that_fails_says_what_and_why() -> None:
     with pytest.raises(TestbedError, match=r"asking for nothing: exit 1"):
         LocalHost().run(["false"], "asking for nothing")
+
+
+def _cloud_play() -> dict[str, Any]:
+    plays = yaml.safe_load(CLOUD_PLAYBOOK.read_text())
+    play: dict[str, Any] = next(p for p in plays if p.get("hosts") == "control_plane")
+    return play
+
+
+def _task(play: dict[str, Any], prefix: str) -> dict[str, Any]:
+    task: dict[str, Any] = next(t for t in play["post_tasks"] if t["name"].startswith(prefix))
+    return task
+
+
+def test_the_cloud_playbook_writes_every_field_the_backend_reads() -> None:
+    # The VM side of testbed-cloud.yml has never run: at least its document must have
+    # exactly RemoteTestbed's fields, its nodes RemoteNode's and its logins SSHTarget's.
+    play = _cloud_play()
+    document = _task(play, "Describe the remote testbed")["vars"]["testbed_remote"]
+    assert set(document) == set(RemoteTestbed.__struct_fields__)
+    assert document["version"] == REMOTE_TESTBED_VERSION
+    assert set(document["schedulers"]) == {"image-locality", "layer-locality"}
+    ssh = play["vars"]["testbed_remote_ssh"]
+    assert set(ssh) | {"host"} == set(SSHTarget.__struct_fields__)
+    nodes = _task(play, "Describe each node")["ansible.builtin.set_fact"]["testbed_remote_nodes"]
+    written = set(re.findall(r"^\s*'(\w+)':", nodes, re.MULTILINE))
+    assert written == set(RemoteNode.__struct_fields__)
+
+
+class _FakeSSH:
+    """Stands in for subprocess.run: records each ssh argv, answers as told."""
+
+    def __init__(self, returncode: int, stdout: str = "", stderr: str = "") -> None:
+        self.answer = (returncode, stdout, stderr)
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        if self.answer[0] < 0:
+            raise subprocess.TimeoutExpired(argv, 30)
+        return subprocess.CompletedProcess(argv, *self.answer)
+
+
+@pytest.fixture
+def ssh_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[SSHHost]:
+    monkeypatch.setattr("shutil.which", lambda _: "/usr/bin/ssh")
+    host = SSHHost(TARGET)
+    yield host
+    monkeypatch.setattr("subprocess.run", _FakeSSH(0))
+    host.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        # ssh's own failure (255): the login, not the command
+        ((255, "", "admin@203.0.113.7: Permission denied (publickey)."),
+         r"ssh admin@203.0.113.7:22: cannot log in for the size of /log: .*Permission denied"),
+        # the remote command's failure names the file
+        ((1, "", "stat: cannot statx '/log': Permission denied"),
+         r"ssh admin@203.0.113.7:22: the size of /log: stat: cannot statx"),
+        # a hung host: the timeout and its constant
+        ((-1, "", ""), r"timed out after 30 s \(SSH_COMMAND_TIMEOUT_S\)"),
+        # stat printed something that is not a size
+        ((0, "big\n", ""), r"printed 'big', not a size"),
+    ],
+    ids=["login-refused", "remote-error", "timeout", "garbage"],
+)  # fmt: skip
+def test_ssh_failures_name_the_host_and_what_failed(
+    ssh_host: SSHHost, monkeypatch: pytest.MonkeyPatch, answer: tuple[int, str, str], message: str
+) -> None:
+    monkeypatch.setattr("subprocess.run", _FakeSSH(*answer))
+    with pytest.raises(TestbedError, match=message):
+        ssh_host.file_end("/log")
+
+
+def test_ssh_reads_with_sudo_from_the_offset_and_absent_files_are_empty(
+    ssh_host: SSHHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _FakeSSH(0, "a\nb\n")
+    monkeypatch.setattr("subprocess.run", fake)
+    assert ssh_host.lines_since("/var/log/x.log", 10) == ["a", "b"]
+    argv = fake.calls[-1]
+    # never a prompt, the key, the port and the user; sudo for a non-root login; the
+    # byte after offset 10 is byte 11 for tail
+    assert argv[1:3] == ["-o", "BatchMode=yes"]
+    assert argv[argv.index("-i") + 1] == "/k" and argv[argv.index("-p") + 1] == "22"
+    assert argv[argv.index("-l") + 1] == "admin"
+    assert argv[-1] == "sudo -n tail -c +11 -- /var/log/x.log"
+    absent = "No such file or directory"
+    monkeypatch.setattr("subprocess.run", _FakeSSH(1, "", f"tail: cannot open '/x': {absent}"))
+    assert ssh_host.lines_since("/x", 0) == []
+    monkeypatch.setattr("subprocess.run", _FakeSSH(1, "", f"stat: cannot statx '/x': {absent}"))
+    assert ssh_host.file_end("/x") == 0

@@ -1,8 +1,11 @@
 """Sidecar or Service? The extender's /prioritize latency over loopback vs across nodes.
 
-kube-scheduler sends the extender the pod and every candidate Node in full (full-``Nodes``
-mode, what deploy/ uses: the extender then needs no API access). This measures one such
-call (500 nodes × 50 images, the bench corpus) where kube-scheduler would make it:
+In full-``Nodes`` mode kube-scheduler sends the extender the pod and every candidate Node
+in full; in ``NodeNames`` mode (``nodeCacheCapable: true``, what deploy/ uses, with the
+extender's ``--watch`` inventory) only their names. This measures one call of each (500
+nodes × 50 images, the bench corpus; the NodeNames extender holds the same nodes from a
+``--nodes`` file, which answers like a ``--watch`` inventory) where kube-scheduler would
+make it:
 
 * **sidecar**: from the extender's own network namespace to ``127.0.0.1``;
 * **Service**: from another node's namespace to the extender's node address, i.e.
@@ -68,6 +71,39 @@ def _stats(latencies_s: list[float]) -> dict[str, float]:
     }
 
 
+def _measure(
+    server_netns: str, client_netns: str, address: str, extender_args: list[str], body: Path,
+    requests: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Start an extender in ``server_netns``; time ``body`` from itself and from another node."""
+    cmd = ["ip", "netns", "exec", server_netns, sys.executable, "-m", "layersched.cli.main"]
+    cmd += ["extender", "--host", "0.0.0.0", "--port", str(PORT), *extender_args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+
+        @tenacity.retry(
+            stop=tenacity.stop_after_delay(READY_TIMEOUT_S),
+            wait=tenacity.wait_fixed(0.5),
+            reraise=True,
+        )
+        def ready() -> None:
+            probe = ["ip", "netns", "exec", server_netns, "curl", "-sf"]
+            url = f"http://127.0.0.1:{PORT}/readyz"
+            subprocess.run([*probe, "-o", "/dev/null", url], check=True)
+
+        ready()
+        local = _client(server_netns, f"http://127.0.0.1:{PORT}/prioritize", body, requests)
+        remote = _client(client_netns, f"http://{address}:{PORT}/prioritize", body, requests)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return {
+        "request_bytes": body.stat().st_size,
+        "sidecar_loopback": _stats(local),
+        "across_nodes": _stats(remote),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--state-dir", type=Path, required=True)
@@ -79,45 +115,29 @@ def main(argv: list[str] | None = None) -> int:
     load = workload()
     pod = load.pods(1)[0]
     nodes = load.node_list(NODES, IMAGES_PER_NODE, seed=3)
-    with tempfile.TemporaryDirectory(prefix="layersched-hop-") as tmp:
-        layers, body = Path(tmp) / "layers.json", Path(tmp) / "body.json"
-        layers.write_bytes(msgspec.json.encode(load.layers_document()))
-        body.write_bytes(msgspec.json.encode({"Pod": pod, "Nodes": nodes}))
-        request_bytes = body.stat().st_size
-        cmd = ["ip", "netns", "exec", server.netns, sys.executable, "-m", "layersched.cli.main"]
-        cmd += ["extender", "--host", "0.0.0.0", "--port", str(PORT), "--layers", str(layers)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-
-            @tenacity.retry(
-                stop=tenacity.stop_after_delay(READY_TIMEOUT_S),
-                wait=tenacity.wait_fixed(0.5),
-                reraise=True,
-            )
-            def ready() -> None:
-                probe = ["ip", "netns", "exec", server.netns, "curl", "-sf"]
-                url = f"http://127.0.0.1:{PORT}/readyz"
-                subprocess.run([*probe, "-o", "/dev/null", url], check=True)
-
-            ready()
-            local = _client(
-                server.netns, f"http://127.0.0.1:{PORT}/prioritize", body, args.requests
-            )
-            remote_url = f"http://{server.address}:{PORT}/prioritize"
-            remote = _client(client.netns, remote_url, body, args.requests)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    names = [n["metadata"]["name"] for n in nodes["items"]]
     results: dict[str, Any] = {
-        "request_bytes": request_bytes,
         "nodes": NODES,
         "images_per_node": IMAGES_PER_NODE,
         "link_rate_bits_per_s": server.link_rate_bits_per_s,
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "sidecar_loopback": _stats(local),
-        "across_nodes": _stats(remote),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    with tempfile.TemporaryDirectory(prefix="layersched-hop-") as tmp:
+        layers, node_file = Path(tmp) / "layers.json", Path(tmp) / "nodes.json"
+        full, by_name = Path(tmp) / "full.json", Path(tmp) / "names.json"
+        layers.write_bytes(msgspec.json.encode(load.layers_document()))
+        node_file.write_bytes(msgspec.json.encode(nodes))
+        full.write_bytes(msgspec.json.encode({"Pod": pod, "Nodes": nodes}))
+        by_name.write_bytes(msgspec.json.encode({"Pod": pod, "NodeNames": names}))
+        for mode, extra, body in (
+            ("full_nodes", [], full),
+            ("node_names", ["--nodes", str(node_file)], by_name),
+        ):
+            results[mode] = _measure(
+                server.netns, client.netns, server.address,
+                ["--layers", str(layers), *extra], body, args.requests,
+            )  # fmt: skip
+    results["load_average_1m"] = round(os.getloadavg()[0], 2)
+    results["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

@@ -65,7 +65,8 @@ def _current(crt: Path) -> tuple[str, str]:
     text = _openssl("x509", "-in", str(crt), "-noout", "-subject", "-ext", "subjectAltName")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     subject = lines[0] if lines else ""
-    sans = lines[-1] if len(lines) > 2 else ""  # noqa: PLR2004 - header line, then the SANs
+    # the subject's line, a header line, then the SANs
+    sans = lines[-1] if len(lines) > 2 else ""
     return subject, sans
 
 

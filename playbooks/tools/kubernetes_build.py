@@ -28,7 +28,9 @@ APT_SOURCES_LIST = Path("/etc/apt/sources.list")
 APT_SOURCES_DIR = Path("/etc/apt/sources.list.d")
 #: Log lines quoted in a failure message.
 LOG_TAIL_LINES = 25
-_ONE_LINE = re.compile(r"^deb\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s+(?P<comps>.+)$")
+_ONE_LINE = re.compile(
+    r"^deb\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s+(?P<comps>.+)$"
+)
 
 
 def _wanted(suite: str, codename: str) -> bool:
@@ -65,9 +67,7 @@ def _sources(codename: str) -> list[dict[str, str]]:
             match = _ONE_LINE.match(raw.strip())
             if not match or not _wanted(match["suite"], codename):
                 continue
-            opts = dict(
-                o.split("=", 1) for o in (match["opts"] or "").split() if "=" in o
-            )
+            opts = dict(o.split("=", 1) for o in (match["opts"] or "").split() if "=" in o)
             found.append(
                 {
                     "uri": match["uri"],

@@ -26,8 +26,8 @@ on failure prints why and exits 1. Standard library only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -63,15 +63,12 @@ def kill_tasks(args: argparse.Namespace) -> dict[str, object]:
         if not Path(socket).is_socket():
             continue
         for task in _ctr(socket, "tasks", "ls", "--quiet").split():
-            # A task may exit between ls and kill: only the delete must succeed.
-            try:
+            # A task may exit between ls and kill, or between kill and delete: either
+            # way it is gone, which is what teardown needs.
+            with contextlib.suppress(PodsError):
                 _ctr(socket, "tasks", "kill", "--signal", "SIGKILL", task)
-            except PodsError:
-                pass
-            try:
+            with contextlib.suppress(PodsError):
                 _ctr(socket, "tasks", "delete", "--force", task)
-            except PodsError:
-                pass
             killed.append(task)
         if args.id_file is not None:
             with args.id_file.open("a") as out:
@@ -98,7 +95,7 @@ def clean_logs(args: argparse.Namespace) -> dict[str, object]:
     if removed and links.is_dir():
         gone = tuple(removed)
         for link in links.iterdir():
-            if link.is_symlink() and os.readlink(link).startswith(gone):
+            if link.is_symlink() and str(link.readlink()).startswith(gone):
                 link.unlink()
     return {"changed": bool(removed), "removed": removed}
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodelayers import HeldImage, parse_document
 from layersched.cri import CRIImage
 from layersched.kube import in_cluster_config, load_kubeconfig
+from tests.fixtures.extender import make_pki
 
 
 def digest(n: int) -> str:
@@ -199,7 +202,8 @@ def test_kubeconfig_with_inline_data(tmp_path: Path) -> None:
     loaded = load_kubeconfig(str(path))
     assert loaded.server == "https://10.0.0.1:6443"
     assert loaded.bearer() == "secret"
-    assert loaded.ca_file is not None and Path(loaded.ca_file).read_bytes() == pem
+    # inline data stay in memory: no credential file is written
+    assert loaded.ca_file is None and loaded.ca_data == pem
 
 
 @pytest.mark.parametrize(
@@ -234,3 +238,48 @@ def test_publish_without_a_runtime_is_a_clear_error(capsys: pytest.CaptureFixtur
     assert code != 0
     err = capsys.readouterr().err
     assert "--containerd SOCKET" in err and "Traceback" not in err
+
+
+def test_inline_client_credentials_load_without_leaving_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    def data(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    def kubeconfig(key: Path) -> str:
+        user = {"client-certificate-data": data(pki.client_cert), "client-key-data": data(key)}
+        config = {
+            "current-context": "c",
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            "clusters": [
+                {
+                    "name": "k",
+                    "cluster": {
+                        "server": "https://127.0.0.1:6443",
+                        "certificate-authority-data": data(pki.ca_cert),
+                    },
+                }
+            ],
+            "users": [{"name": "u", "user": user}],
+        }
+        path = tmp_path / f"kubeconfig-{key.stem}"
+        path.write_text(json.dumps(config))
+        return str(path)
+
+    loaded = load_kubeconfig(kubeconfig(pki.client_key))
+    context = loaded.ssl_context()
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    # the CA and the client's certificate and key were loaded; nothing is left on disk
+    assert loaded.cert_file is None and loaded.cert_data is not None
+    assert list(scratch.iterdir()) == []
+    # a key that is not the certificate's: one line naming the kubeconfig, still no file
+    mismatched = load_kubeconfig(kubeconfig(pki.other_client_key))
+    with pytest.raises(KubeError, match="kubeconfig-stranger: cannot load the TLS files"):
+        mismatched.ssl_context()
+    assert list(scratch.iterdir()) == []

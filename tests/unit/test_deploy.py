@@ -178,6 +178,12 @@ def test_scheduler_config_leader_election_on_its_own_lease() -> None:
     # the sidecar, over loopback; ignorable so a restarting extender costs scores only
     assert extender["urlPrefix"] == "http://127.0.0.1:8888"
     assert extender["ignorable"] is True
+    # node names only: the sidecar scores from its --watch inventory
+    assert extender["nodeCacheCapable"] is True
+    [sidecar] = [
+        c for c in _pod_specs()[LAYER_LOCALITY_SCHEDULER]["containers"] if c["name"] == "extender"
+    ]
+    assert "--watch" in sidecar["args"]
     # and the ConfigMap carries exactly this config
     configmap = _find("ConfigMap", f"{LAYER_LOCALITY_SCHEDULER}-config")
     assert yaml.safe_load(configmap["data"]["scheduler-config.yaml"]) == config
@@ -232,6 +238,20 @@ def test_agent_rbac_is_its_node_and_its_objects() -> None:
         ("layersched.io", "nodelayerinventories", "create", "*"),
         ("layersched.io", "nodelayerinventories", "patch", "*"),
     }
+
+
+def test_extender_rbac_reads_nodes_and_inventories_only() -> None:
+    role = _find("ClusterRole", f"layersched:{LAYER_LOCALITY_SCHEDULER}:extender")
+    assert _grants(role["rules"]) == {
+        (group, resource, verb, "*")
+        for group, resource in (("", "nodes"), ("layersched.io", "nodelayerinventories"))
+        for verb in ("get", "list", "watch")
+    }
+    # bound to the scheduler's service account, whose pod the sidecar shares
+    binding = _find("ClusterRoleBinding", f"layersched:{LAYER_LOCALITY_SCHEDULER}:extender")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": LAYER_LOCALITY_SCHEDULER, "namespace": NAMESPACE}
+    ]
 
 
 def test_every_binding_names_a_role_and_account_of_the_stack() -> None:
@@ -345,9 +365,11 @@ def test_local_testbed_overlay() -> None:
     }
     containers = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
     assert "--insecure-registry" in containers["extender"]["args"]
-    assert {"name": "KUBERNETES_SERVICE_HOST", "value": "10.250.62.1"} in containers[
-        "kube-scheduler"
-    ]["env"]
+    # both of the pod's API clients (kube-scheduler, the --watch extender) reach the API
+    for name in ("kube-scheduler", "extender"):
+        assert {"name": "KUBERNETES_SERVICE_HOST", "value": "10.250.62.1"} in containers[name][
+            "env"
+        ]
 
 
 @pytest.mark.parametrize(

@@ -31,8 +31,8 @@ from layersched.extender import (
     create_app,
     make_extender,
 )
-from layersched.extender._prioritize import pod_images
-from layersched.extender._wire import Container, Pod, PodSpec
+from layersched.extender._prioritize import Decisions, pod_images
+from layersched.extender._wire import Container, ObjectMeta, Pod, PodSpec
 
 MB = 1024 * 1024
 #: How long a background resolution may take to warm the cache in these tests.
@@ -282,6 +282,44 @@ def test_unknown_pod_image_is_neutral(tmp_path: Any) -> None:
         'layersched_extender_neutral_answers_total{reason="pod_unresolved"} 1.0'
         in _metrics_text(extender)
     )
+
+
+def test_debug_decisions_hold_each_pods_latest_answer(tmp_path: Any) -> None:
+    extender = _extender(tmp_path)
+    pod = _pod("img1:1")
+    pod["metadata"]["uid"] = "uid-1"
+    unknown = _pod("ghcr.io/unknown:1")
+    unknown["metadata"] |= {"name": "p2", "uid": "uid-2"}
+    seen: list[tuple[int, Any]] = []
+
+    async def scenario(call: Call) -> None:
+        seen.append(await call("GET", "/debug/decisions?pod=default/p1", None))
+        answer = await call("POST", "/prioritize", {"Pod": pod, "NodeNames": ["N1", "N2"]})
+        seen.append(answer)
+        await call("POST", "/prioritize", {"Pod": unknown, "NodeNames": ["N1"]})
+        seen.append(await call("GET", "/debug/decisions?pod=default/p1", None))
+        seen.append(await call("GET", "/debug/decisions?pod=default/p2", None))
+        seen.append(await call("GET", "/debug/decisions", None))
+
+    _serve(extender, scenario)
+    (missing, error), (status, answered), (_, p1), (_, p2), (_, listing) = seen
+    # nothing recorded yet: a 404 that says what to give
+    assert missing == 404 and "NAMESPACE/NAME" in error["Error"]
+    # what kube-scheduler got, with the pod's uid (names repeat, uids do not)
+    assert p1["uid"] == "uid-1" and p1["mode"] == "NodeNames" and p1["neutral"] == ""
+    assert status == 200 and p1["scores"] == {e["Host"]: e["Score"] for e in answered}
+    assert p1["scores"]["N1"] == 10
+    # a neutral answer says why
+    assert p2["neutral"] == "pod_unresolved" and p2["scores"] == {"N1": 0}
+    assert listing == {"pods": ["default/p1", "default/p2"]}
+
+
+def test_decisions_forget_the_oldest_pods_first() -> None:
+    decisions = Decisions(max_pods=2)
+    for name in ("a", "b", "a", "c"):
+        decisions.record(ObjectMeta(name=name, namespace="ns"), "NodeNames", [])
+    # "a" was scored again after "b": "b" is the oldest and goes
+    assert decisions.pods() == ["ns/a", "ns/c"]
 
 
 class _SlowSource:

@@ -33,6 +33,7 @@ from layersched.deploy._scheduler_config import (
 from layersched.deploy._stack import (
     AGENT_RULES,
     CONTAINERD_SOCKET,
+    EXTENDER_RULES,
     KUBE_SCHEDULER_IMAGE,
     KUBERNETES_VERSION,
     LAYERSCHED_IMAGE,
@@ -82,6 +83,7 @@ __all__ = [
     "DEFAULT_SCHEDULER",
     "EXTENDER_NAME",
     "EXTENDER_PORT",
+    "EXTENDER_RULES",
     "HEALTHZ_PATH",
     "INTREE_SCHEDULER",
     "KUBERNETES_VERSION",

@@ -118,6 +118,10 @@ class ExtenderSpec:
     http_timeout_s: float = DEFAULT_EXTENDER_TIMEOUT_S
     #: Path appended to ``url_prefix`` for scoring.
     prioritize_verb: str = "prioritize"
+    #: ``NodeNames`` mode: kube-scheduler sends node names only, and the extender scores
+    #: from its own live inventory (``layersched extender --watch``). Off: full Node
+    #: objects in every request, and the extender needs no API access.
+    node_cache_capable: bool = False
 
 
 def go_duration(seconds: float) -> str:
@@ -206,9 +210,10 @@ def extender_scheduler_config(
             "weight": extender.weight,
             "enableHTTPS": extender.url_prefix.startswith("https://"),
             "httpTimeout": go_duration(extender.http_timeout_s),
-            # Full Node objects (with status.images) in every request: the extender
-            # then needs no API access and no cache of its own.
-            "nodeCacheCapable": False,
+            # True: names only, the extender's --watch inventory supplies the layers.
+            # False: full Node objects (with status.images) in every request, so the
+            # extender needs no API access and no cache of its own.
+            "nodeCacheCapable": extender.node_cache_capable,
             # An unreachable extender must not stop scheduling, only its scores.
             "ignorable": True,
         }

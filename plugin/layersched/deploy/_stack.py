@@ -11,8 +11,10 @@ One namespace (``layersched``) holds the stack:
   node's ``NodeLayerInventory``;
 * least-privilege RBAC: the scheduler's ClusterRole mirrors upstream's
   ``system:kube-scheduler`` and ``system:volume-scheduler`` (v1.20) except that its
-  Lease rights are a Role on its own Lease; the agent may read Nodes and write
-  ``NodeLayerInventory`` objects, nothing else;
+  Lease rights are a Role on its own Lease; the extender sidecar (same service
+  account) may also read ``NodeLayerInventory`` objects, which it watches with the
+  Nodes (``--watch``, so kube-scheduler sends node names only); the agent may read
+  Nodes and write ``NodeLayerInventory`` objects, nothing else;
 * NetworkPolicies: nothing may connect to the agent, and only the scheduler's
   authenticated metrics port is open on the scheduler pods.
 
@@ -46,7 +48,7 @@ from layersched.deploy._workloads import (
     restricted,
 )
 from layersched.deploy._yaml import to_yaml
-from layersched.kube import agent_rules, node_layers_crd
+from layersched.kube import agent_rules, extender_rules, node_layers_crd
 
 #: Image names in the manifests; ``kustomization.yaml``'s ``images:`` maps them to
 #: real references (a registry, a tag or digest).
@@ -64,14 +66,15 @@ CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 SCHEDULER_REPLICAS = 2
 RBAC_GROUP = "rbac.authorization.k8s.io"
 
-# Resources, from bench/results/extender.json (2 cores): the extender's resident
-# memory peaked at 106 MB answering full-Nodes requests for 500 nodes and at 248 MB
-# holding 5,000 nodes; one prioritize call takes ~35 ms at 500 nodes. kube-scheduler
-# and the agent are not benchmarked: kubeadm's kube-scheduler request, and the agent's
-# resident 22-45 MB seen on the local testbed, with headroom (docs/deploy.md).
+# Resources, from bench/results/extender.json (2 cores): with --watch the extender's
+# resident memory is 388 MB (peak 431 MB) holding 5,000 nodes' inventories while 47
+# updates/s stream in, and a NodeNames call takes p50 1.8 ms, p99 5 ms there; small
+# clusters need a fraction of that. kube-scheduler and the agent are not benchmarked:
+# kubeadm's kube-scheduler request, and the agent's resident 22-45 MB seen on the
+# local testbed, with headroom (docs/deploy.md).
 EXTENDER_RESOURCES = {
     "requests": {"cpu": "100m", "memory": "128Mi"},
-    "limits": {"memory": "384Mi"},
+    "limits": {"memory": "512Mi"},
 }
 SCHEDULER_RESOURCES = {
     "requests": {"cpu": "100m", "memory": "64Mi"},
@@ -157,6 +160,11 @@ SCHEDULER_RULES: tuple[dict[str, Any], ...] = (
 #: The agent: its Node (for the object's owner reference) and the objects it applies
 #: server-side: the same rules the testbed's agents get (:mod:`layersched.kube`).
 AGENT_RULES: tuple[dict[str, Any], ...] = tuple(agent_rules())
+#: The extender sidecar's ``--watch``: list and watch Nodes and NodeLayerInventory
+#: objects (the same rules the testbed's extender gets). It runs under the scheduler's
+#: service account; the rules are a ClusterRole of their own so that an audit sees what
+#: the extender, not kube-scheduler, needs.
+EXTENDER_RULES: tuple[dict[str, Any], ...] = tuple(extender_rules())
 
 
 def lease_role(spec: StackSpec) -> dict[str, Any]:
@@ -198,9 +206,10 @@ def _binding(
 
 
 def scheduler_config(spec: StackSpec) -> dict[str, Any]:
-    """The ``KubeSchedulerConfiguration``: the extender on loopback, leader election on."""
+    """The ``KubeSchedulerConfiguration``: the extender on loopback, sent node names only
+    (its ``--watch`` inventory has the layers), leader election on."""
     return extender_scheduler_config(
-        ExtenderSpec(EXTENDER_URL),
+        ExtenderSpec(EXTENDER_URL, node_cache_capable=True),
         scheduler_name=spec.scheduler_name,
         api_version=spec.scheduler_api_version,
         leader_election=LeaderElectionSpec(spec.scheduler_name, spec.namespace),
@@ -244,7 +253,7 @@ def scheduler_container(spec: StackSpec) -> dict[str, Any]:
 
 
 def extender_container(spec: StackSpec) -> dict[str, Any]:
-    argv = ["extender", "--host", "0.0.0.0", "--port", str(EXTENDER_PORT)]
+    argv = ["extender", "--host", "0.0.0.0", "--port", str(EXTENDER_PORT), "--watch"]
     argv += ["--strategy", spec.strategy, "--log-level", "debug", *spec.extender_args]
     return {
         "name": "extender",
@@ -394,6 +403,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
     spec = spec or StackSpec()
     name, namespace = spec.scheduler_name, spec.namespace
     cluster_role = f"layersched:{name}"
+    extender_role = f"layersched:{name}:extender"
     agent_role = f"layersched:{AGENT_NAME}"
     return {
         "namespace.yaml": [
@@ -414,6 +424,15 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
             },
             _binding(
                 "ClusterRoleBinding", cluster_role, "ClusterRole", cluster_role, name, spec, None
+            ),
+            {
+                "apiVersion": f"{RBAC_GROUP}/v1",
+                "kind": "ClusterRole",
+                "metadata": _meta(extender_role, name),
+                "rules": list(EXTENDER_RULES),
+            },
+            _binding(
+                "ClusterRoleBinding", extender_role, "ClusterRole", extender_role, name, spec, None
             ),
             lease_role(spec),
             _binding(

@@ -168,7 +168,7 @@ def local_testbed_overlay(
                     "dnsPolicy": "Default",  # the testbed runs no cluster DNS
                     "containers": [
                         {"name": "kube-scheduler", "env": api_env},
-                        {"name": "extender", "args": extender["args"]},
+                        {"name": "extender", "args": extender["args"], "env": api_env},
                     ],
                 }
             }

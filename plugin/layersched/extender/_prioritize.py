@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
@@ -30,6 +31,7 @@ from layersched.extender._wire import (
     HostPriority,
     NamesOnlyArgs,
     NodeNamesList,
+    ObjectMeta,
     Pod,
 )
 
@@ -44,6 +46,53 @@ MAX_LOGGED_UNKNOWN_NODES = 10_000
 MAX_LOGGED_UNRESOLVED_IMAGES = 10_000
 #: Distinct (node, image) problems in request node data logged, likewise.
 MAX_LOGGED_INVALID_NODE_DATA = 10_000
+#: Answers kept for ``/debug/decisions`` (the latest per pod; the oldest pods go first).
+MAX_DECISIONS = 1_024
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """One ``/prioritize`` answer, as kube-scheduler received it."""
+
+    pod: str
+    uid: str
+    #: Seconds since the epoch when it was answered.
+    at_s: float
+    #: ``NodeNames`` (the held inventory) or ``Nodes`` (the request's nodes).
+    mode: str
+    #: Why every score is 0 (``not_ready``, ``pod_unresolved``, ``overloaded``), or "".
+    neutral: str
+    answer: list[HostPriority]
+
+    def scores(self) -> dict[str, int]:
+        return {entry.Host: entry.Score for entry in self.answer}
+
+
+class Decisions:
+    """The latest answer for each of the ``max_pods`` most recently scored pods, so an
+    operator (or the testbed) can ask what the extender told kube-scheduler about a pod.
+    Recording keeps a reference to the answer already built: nothing is copied."""
+
+    def __init__(self, max_pods: int = MAX_DECISIONS) -> None:
+        self._by_pod: OrderedDict[str, Decision] = OrderedDict()
+        self._max_pods = max_pods
+
+    def record(
+        self, meta: ObjectMeta, mode: str, answer: list[HostPriority], neutral: str = ""
+    ) -> list[HostPriority]:
+        """Remember ``answer`` for the pod of ``meta``; returns ``answer``."""
+        key = f"{meta.namespace}/{meta.name}".lstrip("/")
+        self._by_pod[key] = Decision(key, meta.uid, time.time(), mode, neutral, answer)
+        self._by_pod.move_to_end(key)
+        if len(self._by_pod) > self._max_pods:
+            self._by_pod.popitem(last=False)
+        return answer
+
+    def get(self, pod: str) -> Decision | None:
+        return self._by_pod.get(pod)
+
+    def pods(self) -> list[str]:
+        """The pods held, most recent last."""
+        return list(self._by_pod)
 
 
 class _LogOnce:
@@ -128,6 +177,8 @@ class Extender:
         self._resolvers: dict[str, DeadlineResolver] = {
             self.platforms.default_key if self.platforms is not None else "": resolver
         }
+        #: What was answered for recent pods (``/debug/decisions``).
+        self.decisions = Decisions()
         self._logged_unknown = _LogOnce(MAX_LOGGED_UNKNOWN_NODES)
         self._logged_unresolved = _LogOnce(MAX_LOGGED_UNRESOLVED_IMAGES)
         self._logged_invalid = _LogOnce(MAX_LOGGED_INVALID_NODE_DATA)
@@ -170,7 +221,15 @@ class Extender:
 
     # ------------------------------------------------------------- prioritize
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
-        """Scores 0..10 for every requested node, in request order."""
+        """Scores 0..10 for every requested node, in request order (recorded for
+        ``/debug/decisions``)."""
+        answer, neutral = await self._prioritize(args)
+        assert args.Pod is not None  # pod_images() refused a request without one
+        mode = "Nodes" if args.Nodes is not None else "NodeNames"
+        return self.decisions.record(args.Pod.metadata, mode, answer, neutral)
+
+    async def _prioritize(self, args: ExtenderArgs) -> tuple[list[HostPriority], str]:
+        """The answer, and why it is all zeros ("" when it was scored)."""
         pod = pod_images(args.Pod)
         #: per node of the request (full Nodes) or of the held inventory (NodeNames)
         node_keys: Sequence[str] | None = None
@@ -186,7 +245,7 @@ class Extender:
             names = args.NodeNames
             inventory = self.provider.current()
             if inventory is None:
-                return self._neutral(names, "not_ready", pod)
+                return self._neutral(names, "not_ready", pod), "not_ready"
             if self.platforms is not None:
                 node_keys = getattr(self.provider, "platform_keys", None)
             candidates, missing = self._indices(inventory, names)
@@ -201,7 +260,7 @@ class Extender:
             )
             for key, resolved in zip(keys, answers, strict=True):
                 if resolved is None:
-                    return self._neutral(names, "pod_unresolved", pod)
+                    return self._neutral(names, "pod_unresolved", pod), "pod_unresolved"
                 layers[key] = resolved
         if inventory is None:
             assert args.Nodes is not None
@@ -218,7 +277,7 @@ class Extender:
         if log.isEnabledFor(logging.DEBUG):
             for part in parts:
                 self._log_decision(pod, inventory, part)
-        return _answer(names, inventory, result, bool(missing))
+        return _answer(names, inventory, result, bool(missing)), ""
 
     def _platform_groups(
         self, node_keys: Sequence[str] | None, candidates: IndexArray
@@ -296,7 +355,11 @@ class Extender:
         else:
             raise InputError("neither Nodes nor NodeNames is set: send one of them")
         meta = args.Pod.metadata
-        return self._neutral_named(names, "overloaded", f"{meta.namespace}/{meta.name}".lstrip("/"))
+        answer = self._neutral_named(
+            names, "overloaded", f"{meta.namespace}/{meta.name}".lstrip("/")
+        )
+        mode = "Nodes" if args.Nodes is not None else "NodeNames"
+        return self.decisions.record(meta, mode, answer, "overloaded")
 
     def _indices(
         self, inventory: ClusterInventory, names: list[str]

@@ -22,7 +22,7 @@ from layersched.core.strategies import Strategy
 from layersched.extender._inventory import InventoryProvider, StaticInventoryProvider
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
-from layersched.extender._prioritize import Extender
+from layersched.extender._prioritize import MAX_DECISIONS, Extender
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
 from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs, NamesOnlyArgs
 
@@ -246,6 +246,34 @@ async def _inventory(request: web.Request) -> web.Response:
     return _json({"node": node, "images": names})
 
 
+async def _decisions(request: web.Request) -> web.Response:
+    """``/debug/decisions?pod=NAMESPACE/NAME``: the extender's latest answer for a pod
+    (its uid, when, the mode, why it was neutral if it was, and each node's 0..10 score);
+    without ``pod``, the pods it remembers, most recent last."""
+    decisions = request.app[EXTENDER_KEY].decisions
+    pod = request.query.get("pod")
+    if pod is None:
+        return _json({"pods": decisions.pods()})
+    decision = decisions.get(pod)
+    if decision is None:
+        return _error(
+            "decisions",
+            f"no answer for pod {pod!r} is remembered (give NAMESPACE/NAME; the latest "
+            f"{MAX_DECISIONS} pods are kept)",
+            HTTP_NOT_FOUND,
+        )
+    return _json(
+        {
+            "pod": decision.pod,
+            "uid": decision.uid,
+            "at_s": decision.at_s,
+            "mode": decision.mode,
+            "neutral": decision.neutral,
+            "scores": decision.scores(),
+        }
+    )
+
+
 async def _metrics(request: web.Request) -> web.Response:
     registry = request.app[EXTENDER_KEY].metrics.registry
     return web.Response(
@@ -297,6 +325,7 @@ def create_app(
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/debug/inventory", _inventory)
+    app.router.add_get("/debug/decisions", _decisions)
     app.router.add_get("/metrics", _metrics)
     return app
 

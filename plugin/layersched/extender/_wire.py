@@ -21,6 +21,7 @@ class ObjectMeta(msgspec.Struct, gc=False):
 
     name: str = ""
     namespace: str = ""
+    uid: str = ""
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
 

@@ -32,6 +32,10 @@ class KubeConfig:
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
+    #: Inline ``*-data`` of the kubeconfig, held in memory (no file is left behind).
+    ca_data: bytes | None = None
+    cert_data: bytes | None = None
+    key_data: bytes | None = None
     #: A bearer token, or the file it is read from (a projected token rotates: re-read).
     token: str | None = None
     token_file: str | None = None
@@ -42,10 +46,15 @@ class KubeConfig:
         """Verify the server with the CA (the system's when none is given); present the
         client certificate when there is one."""
         try:
-            context = ssl.create_default_context(cafile=self.ca_file)
-            if self.cert_file is not None:
+            context = ssl.create_default_context(
+                cafile=self.ca_file,
+                cadata=self.ca_data.decode("ascii") if self.ca_data is not None else None,
+            )
+            if self.cert_data is not None or self.key_data is not None:
+                _load_cert_chain_data(context, self)
+            elif self.cert_file is not None:
                 context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as err:
+        except (OSError, ssl.SSLError, UnicodeDecodeError, ValueError) as err:
             raise KubeError(
                 f"{self.origin}: cannot load the TLS files ({err}): check the certificate "
                 "and key paths or data in the kubeconfig"
@@ -74,26 +83,48 @@ def _named(entries: object, name: str, what: str, origin: str) -> Mapping[str, A
     raise KubeError(f"{origin}: no {what} named {name!r}: check the kubeconfig's {what}s")
 
 
-def _materialise(data: str, field: str, origin: str) -> str:
-    """A ``*-data`` field as a private file (ssl loads certificates from files only)."""
+def _load_cert_chain_data(context: ssl.SSLContext, config: KubeConfig) -> None:
+    """Load a client certificate given as data (or half data, half file).
+
+    ``ssl`` loads a certificate chain from files only: the data are written to a private
+    directory for the call and removed with it, so no credential outlives the load.
+    """
+    # mkdtemp makes the directory private (0700) to this user
+    with tempfile.TemporaryDirectory(prefix="layersched-kube-") as directory:
+
+        def file_of(data: bytes | None, path: str | None, name: str) -> str | None:
+            if data is None:
+                return path
+            target = Path(directory) / name
+            target.touch(mode=0o600)
+            target.write_bytes(data)
+            return str(target)
+
+        cert = file_of(config.cert_data, config.cert_file, "cert.pem")
+        key = file_of(config.key_data, config.key_file, "key.pem")
+        if cert is None:
+            raise ValueError("a client key without a client certificate")
+        context.load_cert_chain(cert, key)
+
+
+def _decoded(data: str, field: str, origin: str) -> bytes:
     try:
-        raw = base64.b64decode(data, validate=True)
+        return base64.b64decode(data, validate=True)
     except (ValueError, TypeError):
         raise KubeError(f"{origin}: {field} is not base64") from None
-    handle, path = tempfile.mkstemp(prefix="layersched-kube-", suffix=".pem")
-    with os.fdopen(handle, "wb") as out:
-        out.write(raw)
-    return path
 
 
-def _file_or_data(body: Mapping[str, Any], key: str, base: Path, origin: str) -> str | None:
+def _file_or_data(
+    body: Mapping[str, Any], key: str, base: Path, origin: str
+) -> tuple[str | None, bytes | None]:
+    """``key``'s file (relative to the kubeconfig) or its decoded ``key-data``."""
     data = body.get(f"{key}-data")
     if isinstance(data, str) and data:
-        return _materialise(data, f"{key}-data", origin)
+        return None, _decoded(data, f"{key}-data", origin)
     path = body.get(key)
     if isinstance(path, str) and path:
-        return str(base / path) if not Path(path).is_absolute() else path
-    return None
+        return (str(base / path) if not Path(path).is_absolute() else path), None
+    return None, None
 
 
 def load_kubeconfig(path: str, context: str | None = None) -> KubeConfig:
@@ -123,11 +154,17 @@ def load_kubeconfig(path: str, context: str | None = None) -> KubeConfig:
         )
     base = Path(path).resolve().parent
     token = user.get("token")
+    ca_file, ca_data = _file_or_data(cluster, "certificate-authority", base, origin)
+    cert_file, cert_data = _file_or_data(user, "client-certificate", base, origin)
+    key_file, key_data = _file_or_data(user, "client-key", base, origin)
     return KubeConfig(
         server=server.rstrip("/"),
-        ca_file=_file_or_data(cluster, "certificate-authority", base, origin),
-        cert_file=_file_or_data(user, "client-certificate", base, origin),
-        key_file=_file_or_data(user, "client-key", base, origin),
+        ca_file=ca_file,
+        cert_file=cert_file,
+        key_file=key_file,
+        ca_data=ca_data,
+        cert_data=cert_data,
+        key_data=key_data,
         token=token if isinstance(token, str) and token else None,
         token_file=user.get("tokenFile") if isinstance(user.get("tokenFile"), str) else None,
         origin=origin,

@@ -226,22 +226,22 @@ def uninstall(kubectl: Kubectl, overlay: Path) -> float:
 
 #: Where the deployed stack's scores come from on the local testbed, and their scale.
 DEPLOYED_SCORE_SOURCE = (
-    "deployed layersched extender (sidecar): its /prioritize answer for the pod on the "
-    "node snapshot taken before the pod was submitted (0-10, weight 1: x10)"
+    "deployed layersched extender (sidecar): its answer to kube-scheduler for the pod, "
+    "from its /debug/decisions (0-10, weight 1: x10)"
 )
-#: The extender answers from memory in milliseconds; resolving a new image, a second.
-PRIORITIZE_TIMEOUT_S = 30.0
+#: The extender answers /debug/decisions from memory.
+DECISIONS_TIMEOUT_S = 5.0
 
 
 class DeployedBackend(LocalBackend):
     """The local testbed with ``deploy/`` installed: ``layer-locality`` is the deployed
-    scheduler, and its scores are the deployed extender's own answer.
+    scheduler, and its scores are what the deployed extender answered kube-scheduler.
 
     On this testbed the kubelets (one host, several nodes) share ``/var/log/pods`` and
     each garbage-collects the others' pod log directories, so ``kubectl logs`` of the
-    extender is not reliable here; instead the extender is asked again, with the very
-    pod and node snapshot the scheduler saw (it is stateless apart from its caches, so
-    the answer is the same). Bytes, cache emptying and versions are the local testbed's.
+    extender is not reliable here; the extender's ``/debug/decisions`` keeps its latest
+    answer per pod instead, with the pod's uid. Bytes, cache emptying and versions are
+    the local testbed's.
     """
 
     def __init__(
@@ -256,14 +256,23 @@ class DeployedBackend(LocalBackend):
             raise TestbedError(
                 f"strategy {run.strategy!r}: the deployed stack runs {LAYER_LOCALITY}"
             )
-        body = {"Pod": run.document, "Nodes": {"items": list(run.candidates)}, "NodeNames": None}
-        errors = []
+        notes = []
+        # Only the leader's extender is asked; which one that is, the answers tell.
         for url in self._extender_urls():
             try:
-                answer = httpx.post(f"{url}/prioritize", json=body, timeout=PRIORITIZE_TIMEOUT_S)
-                answer.raise_for_status()
-                return {entry["Host"]: int(entry["Score"]) for entry in answer.json()}
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
-                errors.append(f"{url}: {err}")
-        tried = "; ".join(errors) or "none running"
-        raise NotYet(f"no deployed extender answered for pod {run.key}: {tried}")
+                response = httpx.get(
+                    f"{url}/debug/decisions", params={"pod": run.key}, timeout=DECISIONS_TIMEOUT_S
+                )
+                if response.status_code == httpx.codes.NOT_FOUND:
+                    notes.append(f"{url}: no answer for it")
+                    continue
+                response.raise_for_status()
+                decision = response.json()
+                if decision.get("uid") != run.uid:
+                    notes.append(f"{url}: only an earlier pod of that name")
+                    continue
+                return {str(node): int(score) for node, score in decision["scores"].items()}
+            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as err:
+                notes.append(f"{url}: {err}")
+        seen = "; ".join(notes) or "none running"
+        raise NotYet(f"no deployed extender has answered for pod {run.key} (uid {run.uid}): {seen}")

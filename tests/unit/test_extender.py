@@ -32,7 +32,7 @@ from layersched.extender import (
     make_extender,
 )
 from layersched.extender._prioritize import Decisions, pod_images
-from layersched.extender._wire import Container, ObjectMeta, Pod, PodSpec
+from layersched.extender._wire import Container, HostPriority, ObjectMeta, Pod, PodSpec
 
 MB = 1024 * 1024
 #: How long a background resolution may take to warm the cache in these tests.
@@ -320,6 +320,20 @@ def test_decisions_forget_the_oldest_pods_first() -> None:
         decisions.record(ObjectMeta(name=name, namespace="ns"), "NodeNames", [])
     # "a" was scored again after "b": "b" is the oldest and goes
     assert decisions.pods() == ["ns/a", "ns/c"]
+
+
+def test_decisions_hold_a_bounded_number_of_node_scores() -> None:
+    decisions = Decisions(max_pods=100, max_scores=10)
+    answer = [HostPriority(f"n{i}", i % 11) for i in range(4)]
+    for name in ("a", "b", "c"):
+        decisions.record(ObjectMeta(name=name, namespace="ns"), "NodeNames", answer)
+    # 3 x 4 scores is over 10: the oldest pod goes, whatever the pod bound
+    assert decisions.pods() == ["ns/b", "ns/c"]
+    # one answer over the whole budget is still kept: the latest is what operators ask for
+    big = [HostPriority(f"n{i}", 0) for i in range(50)]
+    decisions.record(ObjectMeta(name="d", namespace="ns"), "NodeNames", big)
+    assert decisions.pods() == ["ns/d"]
+    assert decisions.get("ns/d") is not None
 
 
 class _SlowSource:

@@ -156,6 +156,12 @@ def test_upserts_and_removals_equal_a_rebuild(seed: int) -> None:
     assert live.node_count == rebuilt.node_count
     assert sorted(n.name for n in live.nodes) == sorted(nodes)
     assert _view(live) == _view(rebuilt)
+    for i in range(1, 13):
+        holders = live.layer_holders(digest(i)).tolist()
+        # sorted and unique, as scoring expects; and the per-node view agrees
+        assert holders == sorted(set(holders))
+        for idx in range(live.node_count):
+            assert live.node_holds_layer(idx, digest(i)) == (idx in holders)
     for name in nodes:
         idx = live.index_of(name)
         assert idx is not None and live.nodes[idx].name == name

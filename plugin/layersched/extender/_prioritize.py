@@ -46,8 +46,11 @@ MAX_LOGGED_UNKNOWN_NODES = 10_000
 MAX_LOGGED_UNRESOLVED_IMAGES = 10_000
 #: Distinct (node, image) problems in request node data logged, likewise.
 MAX_LOGGED_INVALID_NODE_DATA = 10_000
-#: Answers kept for ``/debug/decisions`` (the latest per pod; the oldest pods go first).
+#: Answers kept for ``/debug/decisions`` (the latest per pod; the oldest pods go first),
+#: and the node scores they may hold in all (about 100 bytes each: at 5,000 nodes that is
+#: the latest 20 pods, 10 MB; on a small cluster the pod count is the bound).
 MAX_DECISIONS = 1_024
+MAX_DECISION_SCORES = 100_000
 
 
 class Decision(msgspec.Struct, frozen=True):
@@ -72,19 +75,30 @@ class Decisions:
     operator (or the testbed) can ask what the extender told kube-scheduler about a pod.
     Recording keeps a reference to the answer already built: nothing is copied."""
 
-    def __init__(self, max_pods: int = MAX_DECISIONS) -> None:
+    def __init__(
+        self, max_pods: int = MAX_DECISIONS, max_scores: int = MAX_DECISION_SCORES
+    ) -> None:
         self._by_pod: OrderedDict[str, Decision] = OrderedDict()
         self._max_pods = max_pods
+        self._max_scores = max_scores
+        self._scores = 0
 
     def record(
         self, meta: ObjectMeta, mode: str, answer: list[HostPriority], neutral: str = ""
     ) -> list[HostPriority]:
         """Remember ``answer`` for the pod of ``meta``; returns ``answer``."""
         key = f"{meta.namespace}/{meta.name}".lstrip("/")
+        earlier = self._by_pod.pop(key, None)
+        if earlier is not None:
+            self._scores -= len(earlier.answer)
         self._by_pod[key] = Decision(key, meta.uid, time.time(), mode, neutral, answer)
-        self._by_pod.move_to_end(key)
-        if len(self._by_pod) > self._max_pods:
-            self._by_pod.popitem(last=False)
+        self._scores += len(answer)
+        # the newest answer stays even when it alone is over the score budget
+        while len(self._by_pod) > 1 and (
+            len(self._by_pod) > self._max_pods or self._scores > self._max_scores
+        ):
+            _, oldest = self._by_pod.popitem(last=False)
+            self._scores -= len(oldest.answer)
         return answer
 
     def get(self, pod: str) -> Decision | None:

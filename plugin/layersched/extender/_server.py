@@ -259,7 +259,7 @@ async def _decisions(request: web.Request) -> web.Response:
         return _error(
             "decisions",
             f"no answer for pod {pod!r} is remembered (give NAMESPACE/NAME; the latest "
-            f"{MAX_DECISIONS} pods are kept)",
+            f"{MAX_DECISIONS} pods are kept, fewer on large clusters)",
             HTTP_NOT_FOUND,
         )
     return _json(

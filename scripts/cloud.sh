@@ -62,7 +62,7 @@ provision() {
   echo "== Ansible over SSH: control plane, registry, nodes ($state_dir/inventory.yml)" >&2
   ANSIBLE_HOST_KEY_CHECKING=False "$venv/bin/ansible-playbook" -i "$state_dir/inventory.yml" \
     --private-key "$ssh_key" playbooks/testbed-cloud.yml \
-    -e "testbed_state_dir=$state_dir" \
+    -e "testbed_state_dir=$state_dir" -e "testbed_ssh_key=$ssh_key" \
     -e "testbed_registry_address=$(output control_plane_private_ip)" \
     -e "testbed_api_public_address=$(output control_plane_public_ip)"
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -24,11 +25,25 @@ from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.local import default_state_dir, load_inventory, require_root
-from layersched.testbed.local._cluster import SCORE_SOURCES, LocalBackend, extender_requests
+from layersched.testbed.local._cluster import (
+    SCORE_SOURCES,
+    FileBackend,
+    LocalBackend,
+    extender_requests,
+)
+from layersched.testbed.remote import (
+    REMOTE_TESTBED_FILE,
+    load_remote_testbed,
+    node_rates,
+    push_scenario_images,
+    remote_backend,
+    remote_testbed_path,
+)
 from layersched.testbed.report import BLOCK, markdown, plot, print_table
-from layersched.testbed.scenario import Trial, report, run_scenario
+from layersched.testbed.scenario import ScenarioImages, Trial, report, run_scenario
 from layersched.testbed.scenario_images import build_and_push_scenario, load_spec
 
+LOCAL, CLOUD = "local", "cloud"
 DEFAULT_TRIALS = 5
 DEFAULT_STRATEGIES = (LAYER_LOCALITY, IMAGE_LOCALITY)
 DEFAULT_REPORT = Path("reports/scenario.json")
@@ -51,6 +66,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         dest="strategies",
         metavar="NAME",
         help=f"strategy to run (repeatable; default: {', '.join(DEFAULT_STRATEGIES)})",
+    )
+    p.add_argument(
+        "--driver",
+        choices=(LOCAL, CLOUD),
+        default=LOCAL,
+        help="local: the local testbed (root); cloud: the remote testbed STATE_DIR's "
+        f"{REMOTE_TESTBED_FILE} describes, over SSH (default {LOCAL})",
     )
     p.add_argument("--state-dir", type=Path, default=None, help="testbed state dir")
     p.add_argument(
@@ -82,24 +104,81 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the scenario and write the report."""
+@dataclass
+class _Testbed:
+    """What the scenario needs of a testbed, whichever driver reaches it."""
+
+    kubeconfig: str
+    backend: FileBackend
+    images: ScenarioImages
+    extender_url: str
+    node_rates: dict[str, int]
+
+
+def _local(args: argparse.Namespace, sizes: dict[str, int], console: Console) -> _Testbed:
     require_root()
     state_dir: Path = args.state_dir or default_state_dir()
     inventory = load_inventory(state_dir)
-    strategies: list[str] = args.strategies or list(DEFAULT_STRATEGIES)
-    for target in args.markdown_into:
-        generated.read_block(target, BLOCK)  # a missing marker fails now, not after the run
     if not inventory.nodes:
         raise InputError(f"{state_dir}: the testbed inventory lists no nodes")
-    sizes = layer_sizes(args.size)
-    console = Console(stderr=True)
     images = build_and_push_scenario(
         inventory.registry.host, sizes, spec=load_spec(args.spec), console=console
     )
-    backend = LocalBackend(inventory)
-    driver = ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2))
-    extender_before = extender_requests(inventory.cluster.extender.url)
+    return _Testbed(
+        kubeconfig=inventory.cluster.kubeconfig,
+        backend=LocalBackend(inventory),
+        images=images,
+        extender_url=inventory.cluster.extender.url,
+        node_rates={n.name: n.link_rate_bits_per_s for n in inventory.nodes},
+    )
+
+
+def _cloud(args: argparse.Namespace, sizes: dict[str, int], console: Console) -> _Testbed:
+    if args.state_dir is None:
+        raise InputError(
+            "--driver cloud needs --state-dir (the directory remote-testbed.json is in, "
+            "e.g. .testbed/cloud/dev)"
+        )
+    testbed = load_remote_testbed(args.state_dir)
+    rates = node_rates(testbed)
+    if len(rates) != len(testbed.nodes):
+        raise InputError(
+            f"{remote_testbed_path(args.state_dir)}: nodes "
+            f"{', '.join(n.name for n in testbed.nodes if n.name not in rates)} have no "
+            "link_rate_bits_per_s: the report and its checks need every node's link rate"
+        )
+    backend = remote_backend(testbed)
+    try:
+        images = push_scenario_images(
+            testbed, backend, sizes, spec=load_spec(args.spec), console=console
+        )
+        extender_url = backend.extender_url
+    except BaseException:
+        backend.close()
+        raise
+    return _Testbed(testbed.kubeconfig, backend, images, extender_url, rates)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the scenario and write the report."""
+    strategies: list[str] = args.strategies or list(DEFAULT_STRATEGIES)
+    for target in args.markdown_into:
+        generated.read_block(target, BLOCK)  # a missing marker fails now, not after the run
+    sizes = layer_sizes(args.size)
+    console = Console(stderr=True)
+    testbed = (_cloud if args.driver == CLOUD else _local)(args, sizes, console)
+    try:
+        return _run(args, testbed, strategies, console)
+    finally:
+        testbed.backend.close()
+
+
+def _run(
+    args: argparse.Namespace, testbed: _Testbed, strategies: list[str], console: Console
+) -> int:
+    backend, images = testbed.backend, testbed.images
+    driver = ClusterDriver(testbed.kubeconfig, backend, (images.img1, images.img2))
+    extender_before = extender_requests(testbed.extender_url)
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -117,16 +196,16 @@ def run(args: argparse.Namespace) -> int:
             )
 
         trials = run_scenario(driver, images, strategies, args.trials, on_trial)
-    extender_after = extender_requests(inventory.cluster.extender.url)
+    extender_after = extender_requests(testbed.extender_url)
     # The headline rate is the slowest link (identical nodes: the one rate); every
     # node's own rate is recorded too, for heterogeneous testbeds (--node-rate).
-    node_rates = {n.name: n.link_rate_bits_per_s for n in inventory.nodes}
+    rates = testbed.node_rates
     doc = report(
         backend.name,
-        min(node_rates.values()),
+        min(rates.values()),
         images,
         trials,
-        node_rates,
+        rates,
         components=driver.components(),
         score_sources={s: SCORE_SOURCES[s] for s in strategies},
     )

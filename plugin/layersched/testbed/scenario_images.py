@@ -197,21 +197,26 @@ def build_and_push_scenario(
     *,
     spec: ScenarioSpec | None = None,
     console: Console | None = None,
+    push_address: str | None = None,
 ) -> ScenarioImages:
     """Build Img1 and Img2 and push them to the plain-HTTP registry ``registry_addr``.
 
     ``sizes`` overrides layer content sizes by label (``{"L1": 8 << 20}``).
+    ``push_address`` is where this machine reaches that registry when it differs (an
+    SSH tunnel's local end); the references returned still name ``registry_addr``, the
+    address the nodes pull from.
     Blobs the registry already holds are skipped, so a second call is quick.
     Shows rich progress on ``console`` (default: stderr) unless it is not a terminal.
     """
     spec = (spec or load_spec()).with_sizes(sizes or {})
     built = build_scenario(spec, console=console)
     refs: dict[str, str] = {}
-    with RegistryClient(insecure_hosts=(registry_addr,)) as client:
+    via = push_address or registry_addr
+    with RegistryClient(insecure_hosts=(via,)) as client:
         for label, image in sorted(spec.images.items()):
-            ref = f"{registry_addr}/{image.repository}:{image.tag}"
-            push_image(client, ref, built.images[label])
-            refs[label] = ref
+            path = f"{image.repository}:{image.tag}"
+            push_image(client, f"{via}/{path}", built.images[label])
+            refs[label] = f"{registry_addr}/{path}"
     return ScenarioImages(
         img1=refs[IMG1],
         img2=refs[IMG2],

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,9 @@ from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.cri import CRIClient
 from layersched.testbed.cluster._measure import extender_decision, plugin_scores
 from layersched.testbed.cluster.driver import NotYet, PodRun, wait_for
+from layersched.testbed.hosts import Host, LocalHost
+from layersched.testbed.hosts import file_end as file_end  # re-exported
+from layersched.testbed.hosts import lines_since as lines_since  # re-exported
 from layersched.testbed.local._inventory import TestbedInventory
 
 log = logging.getLogger(__name__)
@@ -71,18 +73,25 @@ class RegistryAccessLog:
         path: Path,
         settle_poll_s: float = LOG_SETTLE_POLL_S,
         settle_timeout_s: float = LOG_SETTLE_TIMEOUT_S,
+        host: Host | None = None,
     ) -> None:
         self.path = path
+        self.host: Host = host or LocalHost()
         self.settle_poll_s = settle_poll_s
         self.settle_timeout_s = settle_timeout_s
 
+    @property
+    def where(self) -> str:
+        """The log's path, and its host unless it is this machine (for messages)."""
+        return f"{self.path}" if isinstance(self.host, LocalHost) else f"{self.host}:{self.path}"
+
     def mark(self) -> int:
         """The current end of the log (an offset to count from)."""
-        return file_end(self.path)
+        return self.host.file_end(str(self.path))
 
     def _bytes_since(self, offset: int, address: str) -> tuple[int, int]:
         total = lines = 0
-        for line in lines_since(self.path, offset):
+        for line in self.host.lines_since(str(self.path), offset):
             match = _ACCESS_LINE.match(line)
             if match and match["ip"] == address:
                 lines += 1
@@ -105,7 +114,7 @@ class RegistryAccessLog:
         def unchanged_for_a_poll() -> None:
             sizes.append(self.mark())
             assert len(sizes) > 1, "first look: size recorded"
-            assert sizes[-1] == sizes[-2], f"{self.path} grew to {sizes[-1]} B"
+            assert sizes[-1] == sizes[-2], f"{self.where} grew to {sizes[-1]} B"
 
         try:
             unchanged_for_a_poll()
@@ -118,28 +127,10 @@ class RegistryAccessLog:
         if not self.wait_settled():
             log.warning(
                 "registry access log %s kept growing for %.1f s; counting what is there",
-                self.path,
+                self.where,
                 self.settle_timeout_s,
             )
         return self._bytes_since(offset, address)[0]
-
-
-def file_end(path: Path) -> int:
-    """The size of ``path`` (0 if it does not exist yet): an offset to read on from."""
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def lines_since(path: Path, offset: int) -> list[str]:
-    """The lines of ``path`` after byte ``offset`` (none if it does not exist)."""
-    try:
-        with path.open("rb") as f:
-            f.seek(offset)
-            return f.read().decode("utf-8", "replace").splitlines()
-    except FileNotFoundError:
-        return []
 
 
 def extender_requests(url: str) -> int:
@@ -162,33 +153,62 @@ class LogMarks:
     logs: Mapping[str, int]
 
 
-class LocalBackend:
-    """:class:`layersched.testbed.cluster.driver.Backend` of the local testbed."""
+@dataclass(frozen=True, slots=True)
+class NodeAccess:
+    """Where a node's containerd socket is, and the host it is on."""
 
-    name = DRIVER_NAME
+    host: Host
+    cri_socket: str
 
-    def __init__(self, inventory: TestbedInventory) -> None:
-        self.inventory = inventory
-        cluster = inventory.cluster
-        self.schedulers = {strategy: s.name for strategy, s in cluster.schedulers.items()}
-        self._registry = RegistryAccessLog(Path(inventory.registry.access_log))
+
+class FileBackend:
+    """:class:`layersched.testbed.cluster.driver.Backend` of a testbed this project built:
+    its registry's access log, the schedulers' and the extender's logs, and each node's
+    containerd, read and called through :class:`layersched.testbed.hosts.Host` (this
+    machine for the local testbed, SSH for cloud nodes)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        schedulers: Mapping[str, str],
+        control_plane: Host,
+        access_log: str,
+        score_logs: Mapping[str, str],
+        extender_url: str,
+        nodes: Mapping[str, NodeAccess],
+    ) -> None:
+        self.name = name
+        self.schedulers = dict(schedulers)
+        self.control_plane = control_plane
+        self._registry = RegistryAccessLog(Path(access_log), host=control_plane)
         # Score logs by strategy: the extender answers for layer-locality, the
         # image-locality scheduler logs its plugin's scores itself.
-        self._score_logs = {
-            LAYER_LOCALITY: Path(cluster.extender.log),
-            IMAGE_LOCALITY: Path(cluster.schedulers[IMAGE_LOCALITY].log),
-        }
+        self._score_logs = dict(score_logs)
+        self._extender_url = extender_url
+        self._nodes = dict(nodes)
+
+    @property
+    def extender_url(self) -> str:
+        """The extender's URL as this machine reaches it (through a tunnel if remote)."""
+        if isinstance(self.control_plane, LocalHost):
+            return self._extender_url
+        address, _, port = self._extender_url.removeprefix("http://").rpartition(":")
+        return f"http://{self.control_plane.tcp(address, int(port))}"
 
     def mark(self) -> LogMarks:
         return LogMarks(
             registry=self._registry.mark(),
-            logs={strategy: file_end(path) for strategy, path in self._score_logs.items()},
+            logs={
+                strategy: self.control_plane.file_end(path)
+                for strategy, path in self._score_logs.items()
+            },
         )
 
     def registry_bytes(self, mark: LogMarks, address: str) -> int:
         size_bytes = self._registry.bytes_since(mark.registry, address)
         if size_bytes == 0:
-            raise NotYet(f"registry {self._registry.path} logged no pull from {address}")
+            raise NotYet(f"registry {self._registry.where} logged no pull from {address}")
         return size_bytes
 
     def scores(self, run: PodRun) -> dict[str, int]:
@@ -196,9 +216,10 @@ class LocalBackend:
         path = self._score_logs.get(run.strategy)
         if path is None:
             raise TestbedError(
-                f"strategy {run.strategy!r}: the local testbed runs {', '.join(self._score_logs)}"
+                f"strategy {run.strategy!r}: the {self.name} testbed runs "
+                f"{', '.join(self._score_logs)}"
             )
-        lines = lines_since(path, mark.logs[run.strategy])
+        lines = self.control_plane.lines_since(path, mark.logs[run.strategy])
         if run.strategy == IMAGE_LOCALITY:
             found = plugin_scores(lines, IMAGE_LOCALITY_PLUGIN, run.key)
         else:
@@ -210,7 +231,7 @@ class LocalBackend:
     def inventory_holds(self, node: str, image: str) -> bool:
         """Whether the extender's live inventory lists ``image`` on ``node`` now (what it
         scores with: the agents' NodeLayerInventory, watched)."""
-        url = f"{self.inventory.cluster.extender.url}/debug/inventory"
+        url = f"{self.extender_url}/debug/inventory"
         try:
             response = httpx.get(url, params={"node": node}, timeout=METRICS_TIMEOUT_S)
         except httpx.HTTPError as err:
@@ -220,8 +241,14 @@ class LocalBackend:
         return image in (response.json().get("images") or [])
 
     def remove_images(self, node: str, images: Sequence[str], namespace: str) -> None:
-        info = self.inventory.node(node)
-        with CRIClient(info.cri_endpoint, timeout_s=CRI_TIMEOUT_S) as cri:
+        try:
+            access = self._nodes[node]
+        except KeyError:
+            raise TestbedError(
+                f"the {self.name} testbed has no node {node!r} (nodes: {', '.join(self._nodes)})"
+            ) from None
+        endpoint = f"unix://{access.host.unix_socket(access.cri_socket)}"
+        with CRIClient(endpoint, timeout_s=CRI_TIMEOUT_S) as cri:
 
             def empty() -> None:
                 # The kubelet may be stopping the same sandbox right now: try again.
@@ -236,11 +263,34 @@ class LocalBackend:
             wait_for(empty, REMOVE_TIMEOUT_S)
 
     def components(self) -> dict[str, str]:
-        try:
-            done = subprocess.run(
-                ["etcd", "--version"], capture_output=True, text=True, timeout=10, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise TestbedError(f"asking etcd for its version: {err}") from err
-        match = _ETCD_VERSION.search(done.stdout)
+        output = self.control_plane.run(["etcd", "--version"], "asking etcd for its version")
+        match = _ETCD_VERSION.search(output)
         return {"etcd": match[1]} if match else {}
+
+    def close(self) -> None:
+        """End the tunnels and connections to the testbed's hosts."""
+        hosts = {id(self.control_plane): self.control_plane}
+        hosts.update({id(a.host): a.host for a in self._nodes.values()})
+        for host in hosts.values():
+            host.close()
+
+
+class LocalBackend(FileBackend):
+    """The local testbed's backend: its files and sockets, on this machine."""
+
+    def __init__(self, inventory: TestbedInventory) -> None:
+        self.inventory = inventory
+        cluster = inventory.cluster
+        here = LocalHost()
+        super().__init__(
+            DRIVER_NAME,
+            schedulers={strategy: s.name for strategy, s in cluster.schedulers.items()},
+            control_plane=here,
+            access_log=inventory.registry.access_log,
+            score_logs={
+                LAYER_LOCALITY: cluster.extender.log,
+                IMAGE_LOCALITY: cluster.schedulers[IMAGE_LOCALITY].log,
+            },
+            extender_url=cluster.extender.url,
+            nodes={n.name: NodeAccess(here, n.cri_socket) for n in inventory.nodes},
+        )

@@ -27,6 +27,8 @@ from cryptography.x509.oid import NameOID
 NODES = "/api/v1/nodes"
 LAYERS = "/apis/layersched.io/v1alpha1/nodelayerinventories"
 PAGE = 500
+#: How often a waiting watch checks whether the bench has started streaming.
+STREAM_POLL_S = 0.05
 
 
 def _certificate(directory: Path, host: str) -> tuple[Path, Path]:
@@ -121,9 +123,18 @@ class FakeApi:
     async def _watch(self, request: web.Request, path: str) -> web.StreamResponse:
         response = web.StreamResponse()
         await response.prepare(request)
-        if path != LAYERS or not self.streaming.is_set():
-            await asyncio.sleep(float(request.query.get("timeoutSeconds") or 60))
+        timeout_s = float(request.query.get("timeoutSeconds") or 60)
+        if path != LAYERS:
+            await asyncio.sleep(timeout_s)
             return response
+        # The extender opens this watch as soon as it has listed, which may be before the
+        # bench starts streaming: wait on this very connection until it does (or the
+        # watch times out), so that every measured request runs while updates flow.
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not self.streaming.is_set():
+            if asyncio.get_running_loop().time() >= deadline:
+                return response
+            await asyncio.sleep(STREAM_POLL_S)
         period_s = 1.0 / self.updates_per_s
         while self.streaming.is_set():
             event = {"type": "MODIFIED", "object": self.update(self.sent)}

@@ -69,8 +69,8 @@ SCHEDULER_REPLICAS = 2
 RBAC_GROUP = "rbac.authorization.k8s.io"
 
 # Resources, from bench/results/extender.json (2 cores): with --watch the extender's
-# resident memory is 388 MB (peak 431 MB) holding 5,000 nodes' inventories while 47
-# updates/s stream in, and a NodeNames call takes p50 1.8 ms, p99 5 ms there; small
+# resident memory is 299 MB (peak 337 MB) holding 5,000 nodes' inventories while 47
+# updates/s stream in, and a NodeNames call takes p50 1.9 ms, p99 4.4 ms there; small
 # clusters need a fraction of that. kube-scheduler and the agent are not benchmarked:
 # kubeadm's kube-scheduler request, and the agent's resident 22-45 MB seen on the
 # local testbed, with headroom (docs/deploy.md).

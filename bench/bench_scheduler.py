@@ -55,6 +55,7 @@ import scheduler_report as report
 from corpus import Workload, workload
 
 from layersched import _generated as generated
+from layersched.builds import kubernetes_build
 from layersched.core.errors import KubeError, TestbedError
 from layersched.core.nodelayers import HeldImage, build_document
 from layersched.kube import NODE_LAYERS_PATH, KubeClient, load_kubeconfig
@@ -885,7 +886,7 @@ def run(
             "load_average_1m_at_start": round(os.getloadavg()[0], 2),
         },
         "settings": {
-            "kubernetes_version": "v1.20.2",
+            "kubernetes_version": kubernetes_build().version,
             "images": len(load.corpus.images),
             "images_per_node": IMAGES_PER_NODE,
             "steady_pods": args.steady_pods,

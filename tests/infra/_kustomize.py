@@ -6,12 +6,14 @@ objects they check are the ones the overlay really renders, not a copy of them.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from layersched.builds import kubernetes_build
+from layersched.core.errors import InputError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: A kustomization of a dozen objects renders in well under a second.
@@ -20,17 +22,15 @@ KUSTOMIZE_TIMEOUT_S = 60.0
 
 def kubectl_path() -> Path:
     """The kubectl of the pinned Kubernetes build (``make kubernetes`` caches it)."""
-    pinned = yaml.safe_load((REPO_ROOT / "playbooks" / "vars" / "kubernetes.yml").read_text())
-    cache_root = Path(os.environ.get("LAYERSCHED_CACHE_DIR", "/var/cache/layersched"))
-    build_id = f"{pinned['kubernetes_source_version']}+{pinned['kubernetes_build_revision']}"
-    return cache_root / "kubernetes" / build_id / "bin" / "kubectl"
+    return kubernetes_build().binary("kubectl")
 
 
 def skip_reason() -> str | None:
     """Why ``kubectl kustomize`` cannot run here, or None."""
-    kubectl = kubectl_path()
-    if not kubectl.exists():
-        return f"{kubectl} missing: build the Kubernetes binaries (make kubernetes)"
+    try:
+        kubernetes_build().require("kubectl")
+    except InputError as err:
+        return str(err)
     return None
 
 

@@ -6,6 +6,7 @@ this check runs anywhere ansible-core is installed.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from layersched.builds import CACHE_DIR_ENV, kubernetes_build
+from tests.fixtures import prereq
 
 pytestmark = pytest.mark.infra
 
@@ -23,7 +27,7 @@ def _ansible_playbook() -> str:
     beside = Path(sys.executable).with_name("ansible-playbook")
     found = str(beside) if beside.exists() else shutil.which("ansible-playbook")
     if found is None:
-        pytest.skip("ansible-playbook not found (install the infra extras)")
+        prereq.missing("ansible-playbook not found (install the infra extras)")
     return found
 
 
@@ -55,3 +59,64 @@ def test_syntax_check(playbook: str) -> None:
         env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _playbook_vars(cache_dir: str | None) -> dict[str, object]:
+    """What ``playbooks/vars/kubernetes.yml`` evaluates to, as Ansible itself templates it."""
+    expression = (
+        "{{ {'id': kubernetes_build_id, 'version': kubernetes_version, "
+        "'binaries': kubernetes_binaries, 'bin_dir': kubernetes_bin_dir, "
+        "'cache_dir': kubernetes_cache_dir, 'pause': kubernetes_pause_version, "
+        "'source_version': kubernetes_source_version} | to_json }}"
+    )
+    env = {k: v for k, v in os.environ.items() if k != CACHE_DIR_ENV}
+    if cache_dir is not None:
+        env[CACHE_DIR_ENV] = cache_dir
+    done = subprocess.run(
+        [
+            str(Path(_ansible_playbook()).with_name("ansible")),
+            "localhost",
+            "-c",
+            "local",
+            "--playbook-dir",
+            str(PLAYBOOKS),
+            "-e",
+            f"@{PLAYBOOKS / 'vars' / 'kubernetes.yml'}",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-m",
+            "ansible.builtin.debug",
+            "-a",
+            f"msg={expression}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**env, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = json.loads(done.stdout[done.stdout.index("{") :])
+    decoded: dict[str, object] = json.loads(answer["msg"])
+    return decoded
+
+
+@pytest.mark.parametrize("cache_dir", [None, "/srv/other-cache"], ids=["default", "moved"])
+def test_playbooks_derive_the_build_paths_as_the_cli_does(
+    cache_dir: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one record (plugin/layersched/kubernetes-build.yml), two derivations: Ansible's
+    # (every role) and layersched.builds' (CLI defaults, tests, benchmarks) must agree
+    if cache_dir is None:
+        monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CACHE_DIR_ENV, cache_dir)
+    build = kubernetes_build()
+    assert _playbook_vars(cache_dir) == {
+        "id": build.build_id,
+        "version": build.version,
+        "binaries": list(build.binaries),
+        "bin_dir": str(build.bin_dir()),
+        "cache_dir": str(build.cache_dir()),
+        "pause": build.pause_version,
+        "source_version": build.source_version,
+    }

@@ -30,7 +30,6 @@ The counts go to ``reports/image-locality-differential.json``.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from collections.abc import Iterator
@@ -40,10 +39,11 @@ from typing import Any
 
 import pytest
 import tenacity
-import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from layersched.builds import kubernetes_build
+from layersched.core.errors import InputError
 from layersched.core.inventory import ClusterInventory, nodes_from_json
 from layersched.core.pod import PodImages
 from layersched.core.strategies.image_locality import ImageLocality
@@ -57,6 +57,7 @@ from layersched.testbed.local import (
 )
 from layersched.testbed.local._cluster import file_end, lines_since
 from layersched.testbed.local._inventory import REPO_ROOT
+from tests.fixtures import prereq
 from tests.fixtures.testbed import testbed_skip_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -95,27 +96,19 @@ REPORT = REPO_ROOT / "reports" / "image-locality-differential.json"
 CAPACITY = {"cpu": "64", "memory": "256Gi", "pods": "250"}
 
 
-def _kubernetes_bin_dir() -> Path:
-    pinned = yaml.safe_load((REPO_ROOT / "playbooks" / "vars" / "kubernetes.yml").read_text())
-    cache_root = Path(os.environ.get("LAYERSCHED_CACHE_DIR", "/var/cache/layersched"))
-    build_id = f"{pinned['kubernetes_source_version']}+{pinned['kubernetes_build_revision']}"
-    return cache_root / "kubernetes" / build_id / "bin"
-
-
 def _skip_reason() -> str | None:
-    bin_dir = _kubernetes_bin_dir()
-    for program in ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet"):
-        if not (bin_dir / program).exists():
-            return f"{bin_dir / program} missing: build the Kubernetes binaries (make kubernetes)"
+    try:
+        kubernetes_build().require(
+            "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet"
+        )
+    except InputError as err:
+        return str(err)
     return testbed_skip_reason()
 
 
 @pytest.fixture(scope="module")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedInventory]:
-    reason = _skip_reason()
-    if reason:
-        print(f"SKIP image-locality differential: {reason}")
-        pytest.skip(reason)
+    prereq.require(_skip_reason())
     settings = TestbedSettings(
         state_dir=tmp_path_factory.mktemp("difftest") / "state",
         node_count=1,

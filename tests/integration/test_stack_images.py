@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from layersched import __version__
-from layersched.deploy import KUBERNETES_VERSION
+from layersched.builds import kubernetes_build
+from layersched.core.errors import InputError
 from layersched.testbed.imagebuild import (
     LAYERSCHED_BIN,
     REPO_ROOT,
@@ -28,13 +29,11 @@ from layersched.testbed.imagebuild import (
     build_layersched_image,
     unpack,
 )
+from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DOCKERFILE = REPO_ROOT / "images" / "layersched" / "Dockerfile"
-KUBE_SCHEDULER = Path(
-    "/var/cache/layersched/kubernetes/1.20.5+really1.20.2-1.1+deb12u1/bin/kube-scheduler"
-)
 #: A build from a warm cache takes seconds; a cold one downloads ~45 MB.
 RUN_TIMEOUT_S = 60
 
@@ -57,7 +56,7 @@ def _dockerfile() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def layersched_image() -> Any:
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
-        pytest.skip("apt-get and dpkg-deb are needed to build the image from Debian packages")
+        prereq.missing("apt-get and dpkg-deb are needed to build the image from Debian packages")
     return build_layersched_image()
 
 
@@ -84,7 +83,7 @@ def test_config_matches_the_dockerfile(layersched_image: Any) -> None:
 
 def test_contents_run_as_the_images_user(layersched_image: Any, tmp_path: Path) -> None:
     if os.geteuid() != 0:
-        pytest.skip("running the image's programs needs chroot, which needs root")
+        prereq.missing("running the image's programs needs chroot, which needs root")
     root = tmp_path / "rootfs"
     list(unpack(layersched_image, root))
     config = json.loads(layersched_image.config_bytes)["config"]
@@ -94,7 +93,7 @@ def test_contents_run_as_the_images_user(layersched_image: Any, tmp_path: Path) 
 
     chroot = shutil.which("chroot")
     if chroot is None:
-        pytest.skip("chroot (coreutils) is not installed")
+        prereq.missing("chroot (coreutils) is not installed")
 
     def run(*argv: str) -> str:
         done = subprocess.run(
@@ -118,13 +117,16 @@ def test_contents_run_as_the_images_user(layersched_image: Any, tmp_path: Path) 
 
 
 def test_kube_scheduler_image(tmp_path: Path) -> None:
-    if not KUBE_SCHEDULER.exists():
-        pytest.skip(f"{KUBE_SCHEDULER} missing: run `make kubernetes`")
-    image = build_kube_scheduler_image(KUBE_SCHEDULER, KUBERNETES_VERSION)
-    assert build_kube_scheduler_image(KUBE_SCHEDULER, KUBERNETES_VERSION).digest == image.digest
+    build = kubernetes_build()
+    try:
+        kube_scheduler = build.require("kube-scheduler") / "kube-scheduler"
+    except InputError as err:
+        prereq.missing(str(err))
+    image = build_kube_scheduler_image(kube_scheduler, build.version)
+    assert build_kube_scheduler_image(kube_scheduler, build.version).digest == image.digest
     config = json.loads(image.config_bytes)["config"]
     assert config["Entrypoint"] == ["/usr/local/bin/kube-scheduler"]
     assert config["User"] == "65532:65532"
     root = tmp_path / "rootfs"
     list(unpack(image, root))
-    assert (root / "usr/local/bin/kube-scheduler").read_bytes() == KUBE_SCHEDULER.read_bytes()
+    assert (root / "usr/local/bin/kube-scheduler").read_bytes() == kube_scheduler.read_bytes()

@@ -5,12 +5,15 @@ Regenerate after changing the generator: ``.venv/bin/layersched deploy render``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from layersched.builds import CACHE_DIR_ENV
+from layersched.cli.main import EXIT_USAGE, main
 from layersched.core.errors import InputError
 from layersched.deploy import (
     AGENT_NAME,
@@ -383,3 +386,30 @@ def test_local_testbed_overlay() -> None:
 def test_image_ref_needs_a_tag_or_a_digest(ref: ImageRef, message: str) -> None:
     with pytest.raises(InputError, match=message):
         ref.kustomize("x")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # the default binary is the build cache's: named, with how to build it
+        ((), "is not built: .*kube-scheduler missing: run `make kubernetes`"),
+        (("--kube-scheduler-bin", "/nowhere/kube-scheduler"), "--kube-scheduler-bin"),
+    ],
+    ids=["default-not-built", "given-missing"],
+)
+def test_a_missing_kube_scheduler_is_reported_before_any_image_is_built(
+    argv: tuple[str, ...],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "empty-cache"))
+
+    def build_and_push(*_: object, **__: object) -> None:
+        raise AssertionError("an image was built although the binary is missing")
+
+    monkeypatch.setattr("layersched.cli.deploy.build_and_push", build_and_push)
+    code = main(["deploy", "images", "--registry", "127.0.0.1:1", *argv])
+    assert code == EXIT_USAGE
+    assert re.search(message, capsys.readouterr().err)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
 from layersched.deploy import base_tree, stale_files, write_tree
 from layersched.testbed.deploy_stack import (
@@ -29,10 +30,7 @@ from layersched.testbed.local import load_inventory
 
 EXIT_OK = 0
 EXIT_STALE = 1
-#: Where `make kubernetes` caches the cluster's binaries (the kube-scheduler image's source).
-DEFAULT_KUBE_SCHEDULER = Path(
-    "/var/cache/layersched/kubernetes/1.20.5+really1.20.2-1.1+deb12u1/bin/kube-scheduler"
-)
+KUBE_SCHEDULER = "kube-scheduler"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,8 +58,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         q.add_argument(
             "--kube-scheduler-bin",
             type=Path,
-            default=DEFAULT_KUBE_SCHEDULER,
-            help="the kube-scheduler binary to package (default: the one `make kubernetes` built)",
+            help="the kube-scheduler binary to package (default: the one `make kubernetes` "
+            "built, in the build cache)",
         )
         q.add_argument(
             "--secure-registry",
@@ -99,12 +97,26 @@ def _registry(args: argparse.Namespace) -> str:
     return f"{inventory.registry.address}:{inventory.registry.port}"
 
 
+def _kube_scheduler_bin(args: argparse.Namespace) -> Path:
+    """The binary to package, checked before any image is built."""
+    given: Path | None = args.kube_scheduler_bin
+    if given is None:
+        return kubernetes_build().require(KUBE_SCHEDULER) / KUBE_SCHEDULER
+    if not given.is_file():
+        raise InputError(
+            f"--kube-scheduler-bin {given}: no such file: give the path of a kube-scheduler "
+            "binary, or drop the flag to package the one `make kubernetes` built"
+        )
+    return given
+
+
 def _push(args: argparse.Namespace) -> PushedStack:
+    binary = _kube_scheduler_bin(args)
     console = Console(stderr=True)
     with console.status("building images") as status:
         return build_and_push(
             _registry(args),
-            args.kube_scheduler_bin,
+            binary,
             insecure=not args.secure_registry,
             progress=lambda message: status.update(message),
         )

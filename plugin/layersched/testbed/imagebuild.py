@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layersched import __version__
+from layersched.builds import CACHE_DIR_ENV, cache_root
 from layersched.core.errors import InputError, TestbedError
 from layersched.core.manifest import sha256_digest
 from layersched.testbed.ociimage import (
@@ -69,9 +70,6 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 IMAGES_DIR = REPO_ROOT / "images" / "layersched"
 DEBIAN_LOCK = IMAGES_DIR / "debian.lock"
 REQUIREMENTS_LOCK = IMAGES_DIR / "requirements.lock"
-#: The cache root the Kubernetes build uses too (scripts/kubernetes.sh).
-CACHE_ROOT_ENV = "LAYERSCHED_CACHE_DIR"
-DEFAULT_CACHE_ROOT = Path("/var/cache/layersched")
 #: Bump when a layer's recipe changes, so cached layers of the old recipe are not reused.
 RECIPE_VERSION = "3"
 
@@ -124,11 +122,6 @@ _GROUP = f"root:x:0:\nnonroot:x:{NONROOT_UID}:\n"
 _ENTRY_SCRIPT = (
     f"#!/usr/bin/{PYTHON}\nimport sys\n\nfrom layersched.cli.main import main\n\nsys.exit(main())\n"
 )
-
-
-def cache_root() -> Path:
-    """``$LAYERSCHED_CACHE_DIR`` or ``/var/cache/layersched``."""
-    return Path(os.environ.get(CACHE_ROOT_ENV) or DEFAULT_CACHE_ROOT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,7 +400,7 @@ class LayerCache:
             (self.root / f"{key}.json").write_text(json.dumps(doc))
         except OSError as err:
             raise TestbedError(
-                f"caching layer {key} under {self.root}: {err}; set {CACHE_ROOT_ENV} to a "
+                f"caching layer {key} under {self.root}: {err}; set {CACHE_DIR_ENV} to a "
                 "writable directory"
             ) from err
 

@@ -1,0 +1,150 @@
+"""The Kubernetes build's identity and paths: one source, read by everything.
+
+``plugin/layersched/kubernetes-build.yml`` is the only place the build is named; the
+CLI, tests and benchmarks derive its paths through :mod:`layersched.builds`, and the
+playbooks through ``playbooks/vars/kubernetes.yml`` (held equal to this module by
+``tests/infra/test_playbooks_local.py``). A path spelled by hand is how a stale cache
+hid a broken deploy e2e once: this test fails on any.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from layersched.builds import (
+    CACHE_DIR_ENV,
+    DEFAULT_CACHE_ROOT,
+    KUBERNETES_BUILD_FILE,
+    KubernetesBuild,
+    cache_root,
+    kubernetes_build,
+    parse_kubernetes_build,
+)
+from layersched.core.errors import InputError
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = REPO / "plugin" / "layersched" / KUBERNETES_BUILD_FILE
+#: Files allowed to derive the build's paths: the module and the playbooks' vars file.
+DERIVERS = {
+    REPO / "plugin" / "layersched" / "builds.py",
+    REPO / "playbooks" / "vars" / "kubernetes.yml",
+}
+#: Text files worth reading (code, configuration, docs); data and binaries are not.
+TEXT_SUFFIXES = {".py", ".sh", ".yml", ".yaml", ".j2", ".md", ".toml", ".cfg", ".go", ".txt"}
+TEXT_NAMES = {"Makefile", "run", "Dockerfile"}
+SKIPPED_DIRS = {"__pycache__", "node_modules", "_gen"}
+
+
+def _files() -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(REPO):
+        dirnames[:] = [
+            d
+            for d in dirnames
+            if (not d.startswith(".") or d == ".ci")
+            and d not in SKIPPED_DIRS
+            and not d.endswith(".egg-info")
+        ]
+        for name in filenames:
+            path = Path(dirpath) / name
+            if path.suffix in TEXT_SUFFIXES or name in TEXT_NAMES:
+                yield path
+
+
+def test_the_build_id_is_the_source_version_and_the_revision() -> None:
+    build = kubernetes_build()
+    assert build.build_id == f"{build.source_version}+{build.revision}"
+    # the tree the source package carries is what the binaries print
+    assert f"really{build.version.lstrip('v')}" in build.source_version
+    assert "kube-scheduler" in build.binaries and "kubectl" in build.binaries
+
+
+def test_paths_follow_the_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    build = kubernetes_build()
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    assert cache_root() == DEFAULT_CACHE_ROOT
+    assert build.bin_dir() == DEFAULT_CACHE_ROOT / "kubernetes" / build.build_id / "bin"
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
+    assert build.binary("kubectl") == tmp_path / "kubernetes" / build.build_id / "bin" / "kubectl"
+    # an empty variable is no setting (as the playbooks read it)
+    monkeypatch.setenv(CACHE_DIR_ENV, "")
+    assert cache_root() == DEFAULT_CACHE_ROOT
+
+
+def test_a_missing_binary_says_how_to_build_it(tmp_path: Path) -> None:
+    build = kubernetes_build()
+    with pytest.raises(InputError, match=r"make kubernetes") as caught:
+        build.require("kube-scheduler", root=tmp_path)
+    assert str(build.binary("kube-scheduler", tmp_path)) in str(caught.value)
+    (bin_dir := build.bin_dir(tmp_path)).mkdir(parents=True)
+    (bin_dir / "kube-scheduler").write_bytes(b"")
+    assert build.require("kube-scheduler", root=tmp_path) == bin_dir
+    assert build.missing("kube-scheduler", "kubectl", root=tmp_path) == [bin_dir / "kubectl"]
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ([], "expected a mapping"),
+        ({"binaries": "kubectl"}, "binaries must be a list"),
+        (
+            {
+                "binaries": [],
+                "source_package": "kubernetes",
+                "source_version": "",
+                "version": "v1",
+                "source_codename": "x",
+                "pause_version": "1",
+                "revision": "r",
+            },
+            "source_version must be a non-empty string",
+        ),
+    ],
+    ids=["not-a-mapping", "binaries-not-a-list", "empty-version"],
+)
+def test_a_malformed_record_names_the_field(record: object, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        parse_kubernetes_build(record)
+
+
+def _hand_spelled(build: KubernetesBuild) -> list[re.Pattern[str]]:
+    return [
+        re.compile(re.escape(build.source_version)),
+        re.compile(re.escape(build.revision)),
+        # the cache's layout: <root>/kubernetes/<build ID>/bin
+        re.compile(r"/var/cache/layersched/kubernetes"),
+        re.compile(r"""["']kubernetes["']\s*/\s*\w*build"""),
+        re.compile(r"/kubernetes/\{\{"),
+    ]
+
+
+def test_no_file_spells_the_build_by_hand() -> None:
+    patterns = _hand_spelled(kubernetes_build())
+    found = []
+    for path in _files():
+        if path == SOURCE or path in DERIVERS or path == Path(__file__).resolve():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), 1):
+            if any(p.search(line) for p in patterns):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not found, (
+        "these lines spell the Kubernetes build's ID or path by hand; take them from "
+        "layersched.builds (Python) or kubernetes_bin_dir (playbooks):\n" + "\n".join(found)
+    )
+
+
+def test_the_guard_sees_a_hand_spelled_path(tmp_path: Path) -> None:
+    # the scan above could fail to fail: its patterns match what they must
+    build = kubernetes_build()
+    patterns = _hand_spelled(build)
+    for line in (
+        f'Path("/var/cache/layersched/kubernetes/{build.build_id}/bin/kube-scheduler")',
+        'cache_root / "kubernetes" / build_id / "bin"',
+        "{{ root }}/kubernetes/{{ id }}/bin",
+    ):
+        assert any(p.search(line) for p in patterns), line

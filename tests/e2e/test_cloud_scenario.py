@@ -36,6 +36,7 @@ from tests.e2e._checks import (
     check_report,
     trials_from_env,
 )
+from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cloud]
 
@@ -70,7 +71,7 @@ def test_seed_scenario_on_cloud_nodes(
 ) -> None:
     message = _precondition_message()
     if message is not None:
-        pytest.skip(message)
+        prereq.unavailable(message)
     trials = trials_from_env()
     state_dir = _state_dir()
     testbed = load_remote_testbed(state_dir)  # names the file and the fix when absent

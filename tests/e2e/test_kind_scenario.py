@@ -41,6 +41,7 @@ from tests.e2e._checks import (
     check_report,
     trials_from_env,
 )
+from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kind]
 
@@ -57,7 +58,7 @@ def _tools() -> dict[str, Path]:
     found = {tool: shutil.which(tool) for tool in TOOLS}
     missing = [tool for tool, path in found.items() if path is None]
     if missing:
-        pytest.skip(
+        prereq.unavailable(
             f"docker/kind/pulumi not found on PATH (missing: {', '.join(missing)}): the kind "
             "testbed runs on a machine with Docker, kind, kubectl and the pulumi CLI; "
             "see docs/kind.md"
@@ -67,7 +68,7 @@ def _tools() -> dict[str, Path]:
         [str(tools["docker"]), "info"], capture_output=True, timeout=CLI_TIMEOUT_S, check=False
     )
     if info.returncode != 0:
-        pytest.skip("docker daemon not reachable (docker info failed): start Docker first")
+        prereq.unavailable("docker daemon not reachable (docker info failed): start Docker first")
     return tools
 
 

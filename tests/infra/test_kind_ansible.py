@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures import prereq
+
 pytestmark = pytest.mark.infra
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +94,7 @@ def _source(root: Path, name: str, makefile: str, ignore: str) -> Path:
 @pytest.fixture
 def sources(tmp_path: Path) -> tuple[Path, Path]:
     if shutil.which("git") is None or shutil.which("make") is None:
-        pytest.skip("git or make not found on PATH")
+        prereq.missing("git or make not found on PATH")
     crio = _source(tmp_path / "upstream", "cri-o", CRIO_MAKEFILE, "bin/\n")
     k8s = _source(tmp_path / "upstream", "kubernetes", K8S_MAKEFILE, "_output/\n")
     return crio, k8s

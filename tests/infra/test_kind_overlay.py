@@ -21,6 +21,7 @@ from layersched.deploy import (
     stack_spec_for,
     write_tree,
 )
+from tests.fixtures import prereq
 from tests.infra import _kustomize
 
 pytestmark = pytest.mark.infra
@@ -33,9 +34,7 @@ KIND_PATCHED = {("Deployment", "layer-locality"), ("DaemonSet", "layersched-agen
 
 @pytest.fixture(autouse=True)
 def _kubectl() -> None:
-    reason = _kustomize.skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
+    prereq.require(_kustomize.skip_reason())
 
 
 def _render(tmp_path: Path, target: KindTarget) -> dict[tuple[str, str], dict[str, Any]]:

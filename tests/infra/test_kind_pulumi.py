@@ -22,6 +22,7 @@ import yaml
 
 from layersched.deploy import AGENT_RULES, SCHEDULER_RULES, stack_objects
 from layersched.testbed.kind import CRIO_SOCKET, REGISTRIES_DROPIN_NODE_PATH
+from tests.fixtures import prereq
 from tests.infra import _kustomize
 from tests.infra._pulumi_mocks import Graph, program_on_path
 from tests.infra._pulumi_mocks import run_program as _run
@@ -75,7 +76,9 @@ def run_program(config: dict[str, str], tmp_path: Path) -> Graph:
 def _program_on_path() -> Iterator[None]:
     reason = _kustomize.skip_reason()
     if reason is not None:
-        pytest.skip(f"the kind program renders deploy/'s overlay with kubectl kustomize: {reason}")
+        prereq.missing(
+            f"the kind program renders deploy/'s overlay with kubectl kustomize: {reason}"
+        )
     with program_on_path(PROGRAM_DIR, "kindbed"):
         yield
 

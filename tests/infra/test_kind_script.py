@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures import prereq
+
 pytestmark = pytest.mark.infra
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,7 +124,7 @@ def test_sideload_needs_the_patched_minor(
 
 def test_missing_tools_are_named(tmp_path: Path) -> None:
     if Path("/usr/bin/pulumi").exists() or Path("/bin/pulumi").exists():
-        pytest.skip("a pulumi CLI is installed system-wide: cannot show it missing")
+        prereq.unavailable("a pulumi CLI is installed system-wide: cannot show it missing")
     done = subprocess.run(
         ["bash", str(REPO / "scripts" / "kind.sh"), "provision"],
         capture_output=True,

@@ -29,6 +29,7 @@ from layersched.testbed.ociimage import (
     push_image,
     write_oci_layout,
 )
+from tests.fixtures import prereq
 from tests.fixtures.registry import AccessLogEntry, RegistryProcess
 from tests.fixtures.serving import serving
 
@@ -396,7 +397,7 @@ def test_oci_layout_is_readable_by_skopeo(registry: RegistryProcess, tmp_path: P
     # Our OCI layout, copied by skopeo into the registry, keeps every digest we computed.
     skopeo = shutil.which("skopeo")
     if skopeo is None:
-        pytest.skip("skopeo not found on PATH (apt install skopeo)")
+        prereq.missing("skopeo not found on PATH (apt install skopeo)")
     write_oci_layout(tmp_path / "layout", AMD, "v1")
     subprocess.run(
         [

@@ -20,6 +20,7 @@ import pytest
 
 from layersched.core.errors import RegistryError
 from layersched.registry import RegistryClient
+from tests.fixtures import prereq
 from tests.fixtures.hostile import (
     ENDLESS_TOKEN_BYTES,
     TRICKLE_LIMIT_S,
@@ -53,7 +54,7 @@ def address() -> str:
     """A non-loopback address of this machine: a registry that is *not* on loopback."""
     found = non_loopback_address()
     if found is None:
-        pytest.skip("this machine has no non-loopback IPv4 address to serve a registry on")
+        prereq.unavailable("this machine has no non-loopback IPv4 address to serve a registry on")
     return found
 
 
@@ -115,7 +116,10 @@ def test_https_registry_naming_a_plain_http_realm_is_refused(
 ) -> None:
     # An HTTPS registry (trusted certificate) names a plain-HTTP token service on its own
     # host: credentials and tokens would cross the network in clear. Refused.
-    pytest.importorskip("cryptography", reason="cryptography is needed for the TLS registry")
+    try:
+        import cryptography  # noqa: F401
+    except ImportError as err:
+        prereq.missing(f"cryptography is needed for the TLS registry ({err}): make venv")
     with HostileServer(token, address) as plain_token:
         realm = f"http://{plain_token.host}/token"
         registry = HostileServer(

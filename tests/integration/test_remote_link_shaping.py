@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures import prereq
+
 pytestmark = [pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,10 +56,10 @@ def _sh(*argv: str) -> str:
 @pytest.fixture
 def link() -> Iterator[None]:
     if os.geteuid() != 0:
-        pytest.skip("shaping a real interface needs root (CI runs as root)")
+        prereq.missing("shaping a real interface needs root (CI runs as root)")
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not found (iproute2; .ci/run installs it)")
+            prereq.missing(f"{tool} not found (iproute2; .ci/run installs it)")
     subprocess.run(["ip", "netns", "del", NETNS], capture_output=True, check=False)
     subprocess.run(["ip", "link", "del", HOST_LINK], capture_output=True, check=False)
     _sh("ip", "netns", "add", NETNS)

@@ -56,6 +56,7 @@ from tests.e2e._checks import (
     check_real_cluster,
     check_report,
 )
+from tests.fixtures import prereq
 from tests.fixtures import testbed as testbed_fixtures
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -103,9 +104,7 @@ def _daemon(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedInventory]:
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
+    prereq.require(_skip_reason())
     state_dir = tmp_path_factory.mktemp("ssh-testbed") / "state"
     settings = TestbedSettings(
         state_dir=state_dir, node_count=len(NODES), prefix=PREFIX, net_base=NET_BASE

@@ -31,6 +31,7 @@ from layersched.testbed.scenario_images import (
     build_scenario,
     load_spec,
 )
+from tests.fixtures import prereq
 from tests.fixtures.containerd import ContainerdProcess
 
 pytestmark = pytest.mark.integration
@@ -87,14 +88,14 @@ def ctr(containerd: ContainerdProcess, *args: str, namespace: str = K8S_NAMESPAC
 @pytest.fixture
 def ctr_containerd(containerd: ContainerdProcess) -> ContainerdProcess:
     if shutil.which(CTR_BINARY) is None:
-        pytest.skip(f"{CTR_BINARY} not found on PATH (apt install containerd)")
+        prereq.missing(f"{CTR_BINARY} not found on PATH (apt install containerd)")
     return containerd
 
 
 def gcc_static_pause(directory: Path) -> Path:
     """``pause.c`` built with ``gcc -static``; skips when gcc or a static libc is missing."""
     if shutil.which(GCC_BINARY) is None:
-        pytest.skip(f"{GCC_BINARY} not found on PATH (apt install gcc libc6-dev)")
+        prereq.missing(f"{GCC_BINARY} not found on PATH (apt install gcc libc6-dev)")
     source, binary = directory / "pause.c", directory / "pause"
     source.write_text(PAUSE_C)
     result = subprocess.run(
@@ -104,7 +105,9 @@ def gcc_static_pause(directory: Path) -> Path:
         check=False,
     )
     if result.returncode != 0:
-        pytest.skip(f"gcc -static failed (no static libc? apt install libc6-dev): {result.stderr}")
+        prereq.missing(
+            f"gcc -static failed (no static libc? apt install libc6-dev): {result.stderr}"
+        )
     return binary
 
 

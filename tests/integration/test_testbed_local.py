@@ -36,7 +36,8 @@ from layersched.testbed.local import (
     up,
 )
 from layersched.testbed.scenario_images import build_and_push_scenario
-from tests.fixtures.testbed import testbed_skip_reason
+from tests.fixtures import prereq
+from tests.fixtures.testbed import NOTHING_LEFT, leftovers, live_processes, testbed_skip_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -66,17 +67,6 @@ PROBE_TIMEOUT_S = 5.0
 EXTENDER_START_TIMEOUT_S = 10.0
 EXTENDER_STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
-#: Programs the testbed runs; none may survive teardown.
-TESTBED_PROGRAMS = (
-    "containerd",
-    "docker-registry",
-    "containerd-shim-runc-v2",
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kubelet",
-)
 #: A pod on a real kubelet: sandbox, CNI, image pull and start take a few seconds.
 POD_RUNNING_TIMEOUT_S = 120.0
 #: Where kubelet 1.20 writes container logs (a fixed path, outside the state dir).
@@ -90,9 +80,7 @@ def _skip_reason() -> str | None:
 
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory: pytest.TempPathFactory) -> TestbedSettings:
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
+    prereq.require(_skip_reason())
     return TestbedSettings(
         state_dir=tmp_path_factory.mktemp("testbed") / "state",
         node_count=NODE_COUNT,
@@ -271,22 +259,10 @@ def test_second_up_changes_nothing(testbed: TestbedInventory, settings: TestbedS
     assert up(settings).changed == 0
 
 
-def _live_processes() -> Iterator[tuple[int, list[bytes]]]:
-    """(pid, argv) of every process that is not a zombie."""
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if proc.name.isdigit() and state != "Z":
-            yield int(proc.name), argv
-
-
 def _containerd_pids(config: str) -> list[int]:
     return [
         pid
-        for pid, argv in _live_processes()
+        for pid, argv in live_processes()
         if Path(argv[0].decode()).name == "containerd" and config.encode() in argv
     ]
 
@@ -305,39 +281,14 @@ def test_up_with_a_lost_pidfile_adopts_the_running_node(
     assert int(Path(node.pidfile).read_text()) == running[0]
 
 
-def _our_processes(state_dir: Path) -> list[str]:
-    """Live (not zombie) testbed programs whose command line names our state dir."""
-    found = []
-    for _pid, argv in _live_processes():
-        line = b" ".join(argv).decode(errors="replace")
-        program = Path(argv[0].decode(errors="replace")).name
-        if program in TESTBED_PROGRAMS and str(state_dir) in line:
-            found.append(line)
-    return found
-
-
 def _leftovers(
     state_dir: Path, pod_uid: str = "", containers: tuple[str, ...] = ()
 ) -> dict[str, list[str]]:
-    links = json.loads(subprocess.run(["ip", "-j", "link"], capture_output=True).stdout)
-    netns_dir = Path("/run/netns")
     cgroups = [str(p) for c in containers for p in CGROUP_ROOT.glob(f"*/*/{c}")]
     return {
+        **leftovers(state_dir, PREFIX),
         "pod_logs": [str(p) for p in POD_LOGS.glob(f"*_{pod_uid}")] if pod_uid else [],
         "cgroups": cgroups,
-        "netns": sorted(
-            p.name
-            for p in (netns_dir.iterdir() if netns_dir.is_dir() else [])
-            if p.name.startswith(f"{PREFIX}-")
-        ),
-        "links": sorted(link["ifname"] for link in links if link["ifname"].startswith(PREFIX)),
-        "processes": _our_processes(state_dir),
-        "mounts": [
-            line
-            for line in Path("/proc/self/mounts").read_text().splitlines()
-            if str(state_dir) in line
-        ],
-        "state": [str(state_dir)] if state_dir.exists() else [],
     }
 
 
@@ -380,13 +331,9 @@ def test_down_removes_everything_and_is_repeatable(
     # SIGTERM from the teardown: it exits (the wait would time out otherwise).
     assert extender.wait(timeout=EXTENDER_STOP_TIMEOUT_S) is not None
     assert _leftovers(state_dir, uid, containers) == {
+        **NOTHING_LEFT,
         "pod_logs": [],
         "cgroups": [],
-        "netns": [],
-        "links": [],
-        "processes": [],
-        "mounts": [],
-        "state": [],
     }
     # A second down finds nothing to do, and says so.
     assert down(state_dir, PREFIX).changed == 0
@@ -413,9 +360,7 @@ def _assert_running(proc: subprocess.Popen[bytes]) -> None:
 def test_down_tolerates_a_corrupt_settings_record(tmp_path: Path) -> None:
     # An interrupted bring-up left half a settings.json: down still removes the state dir
     # (the prefix given, which names nothing here, stands in for the unreadable record).
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
+    prereq.require(_skip_reason())
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     (state_dir / "settings.json").write_text('{"prefix": ')

@@ -22,6 +22,7 @@ import tenacity
 from layersched.core.errors import InputError
 from layersched.core.manifest import Platform, sha256_digest
 from layersched.testbed.idle_program import LOAD_ADDRESS, idle_program
+from tests.fixtures import prereq
 
 # Pinned: the program is a pure function of this module, so every machine builds these bytes.
 IDLE_PROGRAM_BYTES = 232
@@ -70,7 +71,7 @@ def test_other_platforms_are_refused(wanted: str) -> None:
 @pytest.fixture
 def program_path(tmp_path: Path) -> Path:
     if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip(
+        prereq.unavailable(
             f"the program is linux/amd64 code (this is {sys.platform}/{platform.machine()})"
         )
     path = tmp_path / "layersched-idle"

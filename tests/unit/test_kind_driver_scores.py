@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("kubernetes", reason="the kind driver needs the infra extra's client")
+from tests.fixtures import prereq
+
+try:
+    import kubernetes  # noqa: F401
+except ImportError as err:  # pragma: no cover - make venv installs the infra extra
+    prereq.missing(f"the kind driver needs the infra extra's client ({err}): make venv")
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException

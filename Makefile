@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes lint unit integration infra e2e test bench bench-scheduler testbed testbed-down simulate proto clean
+.PHONY: help venv kubernetes lint unit integration infra e2e test ci-fresh bench bench-scheduler testbed testbed-down simulate proto clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -16,7 +16,7 @@ venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI
 $(VENV)/.installed: pyproject.toml
 	@scripts/venv.sh $(VENV)
 
-kubernetes: venv ## Build (or find cached) Kubernetes v1.20.2 from Debian's source (~14 min cold)
+kubernetes: venv ## Build (or find cached) Kubernetes v1.20.2 from Debian's source (~10 min cold)
 	@scripts/kubernetes.sh
 
 lint: venv ## ruff, mypy --strict on plugin/, import-linter, ansible-lint (production)
@@ -35,6 +35,9 @@ e2e: venv ## The seed scenario end to end on the $(DRIVER) testbed
 	@scripts/pytest.sh e2e tests/e2e
 
 test: lint unit integration infra e2e ## Everything CI runs: lint, unit, integration, infra, e2e
+
+ci-fresh: ## Rehearse CI on a fresh machine: clone HEAD, empty caches, new venv, .ci/run
+	@scripts/ci-fresh.sh
 
 bench: venv ## Benchmarks; results in bench/results/
 	@scripts/bench.sh

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Lint gate: ruff, mypy --strict, import-linter, ansible-lint (production profile).
+# With LAYERSCHED_STAGE_LOG set (.ci/run sets it), the duration is appended there.
 set -o errexit -o nounset -o pipefail
 bin=${VENV:-.venv}/bin
-echo "== ruff"; "$bin/ruff" check plugin tests bench infra playbooks/tools
-echo "== ruff format"; "$bin/ruff" format --check plugin tests bench infra playbooks/tools
-echo "== mypy --strict"; "$bin/mypy"
-echo "== import-linter"; "$bin/lint-imports"
-if [ -d playbooks ] && compgen -G "playbooks/*.yml" >/dev/null; then
-  echo "== ansible-lint (production)"
-  PATH="$bin:$PATH" "$bin/ansible-lint" --profile production --offline playbooks
+started=$SECONDS
+lint() {
+  echo "== ruff"; "$bin/ruff" check plugin tests bench infra playbooks/tools
+  echo "== ruff format"; "$bin/ruff" format --check plugin tests bench infra playbooks/tools
+  echo "== mypy --strict"; "$bin/mypy"
+  echo "== import-linter"; "$bin/lint-imports"
+  if [ -d playbooks ] && compgen -G "playbooks/*.yml" >/dev/null; then
+    echo "== ansible-lint (production)"
+    PATH="$bin:$PATH" "$bin/ansible-lint" --profile production --offline playbooks
+  fi
+}
+status=0
+lint || status=$?
+if [ -n "${LAYERSCHED_STAGE_LOG:-}" ]; then
+  printf '%s %d %d\n' lint $((SECONDS - started)) "$status" >>"$LAYERSCHED_STAGE_LOG"
 fi
+exit "$status"

@@ -48,16 +48,14 @@ from layersched.testbed.local import (
     TestbedInventory,
     TestbedSettings,
     default_state_dir,
-    down,
-    inventory_path,
-    load_inventory,
     require_root,
-    up,
 )
 from layersched.testbed.local._cluster import extender_requests
 from layersched.testbed.scenario import report, run_scenario
 from layersched.testbed.scenario_images import build_and_push_scenario
 from tests.e2e._checks import check_layer_locality
+from tests.fixtures import prereq
+from tests.fixtures.testbed import NOTHING_LEFT, leftovers, testbed_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -170,36 +168,54 @@ def _extender_url(pod: dict[str, Any]) -> str:
     return f"http://{pod['status']['podIP']}:{EXTENDER_PORT}"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    try:
-        require_root()
-    except TestbedError as err:
-        pytest.skip(f"local testbed unavailable: {err}")
-    state_dir = default_state_dir()
-    was_up = inventory_path(state_dir).exists()
-    if not was_up:
-        result = up(TestbedSettings(state_dir=state_dir))
-        assert result.ok, f"testbed up failed: see {result.log_path}"
-    inventory = load_inventory(state_dir)
-    kubectl = Kubectl(inventory.cluster.kubectl, inventory.cluster.kubeconfig)
-    # the testbed's own layersched objects (its CRD, agents' RBAC and objects) stay
-    ours_before = set(_ours(kubectl))
-    assert f"namespace/{NAMESPACE}" not in ours_before, "a previous install is still there"
-    overlay = tmp_path_factory.mktemp("deploy") / "overlay"
-    measurements: dict[str, Any] = {}
-    started = time.monotonic()
-    # the documented install: build and push the images, write the overlay
-    cmd = [sys.executable, "-m", "layersched.cli.main", "deploy", "overlay", "--local-testbed"]
-    cmd += ["--state-dir", str(state_dir), "--out", str(overlay), "--json"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
-    assert done.returncode == 0, done.stderr
-    measurements["images"] = json.loads(done.stdout[: done.stdout.rindex("}") + 1])
-    measurements["images_build_and_push_s"] = round(time.monotonic() - started, 1)
-    stack = Stack(inventory, kubectl, overlay, _node_state(kubectl), ours_before, measurements)
-    host_scheduler = _host_scheduler_pid(inventory)
-    os.kill(host_scheduler, signal.SIGSTOP)
-    try:
+def _write_measurements(measurements: dict[str, Any], fallback: Path) -> None:
+    if not measurements:  # nothing was measured (the setup failed at once)
+        return
+    out = Path(os.environ.get("LAYERSCHED_E2E_REPORT_DIR") or fallback)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / REPORT_NAME).write_text(json.dumps(measurements, indent=2) + "\n")
+    print(f"\ndeploy measurements ({out / REPORT_NAME}):\n{json.dumps(measurements, indent=2)}")
+
+
+@contextlib.contextmanager
+def deployed_stack(
+    settings: TestbedSettings, work_dir: Path, overlay_args: tuple[str, ...] = ()
+) -> Iterator[Stack]:
+    """deploy/ installed on the testbed of ``settings`` (brought up unless it is up).
+
+    Every step's undo is registered the moment the step has happened, so whatever fails
+    and wherever (the overlay's build, the install, the rollout, a test) the host
+    scheduler is resumed, the install removed, the measurements written and a testbed
+    this brought up torn down. ``overlay_args`` go to ``layersched deploy overlay``.
+    """
+    with contextlib.ExitStack() as undo:
+        measurements: dict[str, Any] = {}
+        undo.callback(_write_measurements, measurements, work_dir / "report")
+        inventory = undo.enter_context(testbed_up(settings, refresh=False))
+        kubectl = Kubectl(inventory.cluster.kubectl, inventory.cluster.kubeconfig)
+        # the testbed's own layersched objects (its CRD, agents' RBAC and objects) stay
+        ours_before = set(_ours(kubectl))
+        assert f"namespace/{NAMESPACE}" not in ours_before, "a previous install is still there"
+        overlay = work_dir / "overlay"
+        started = time.monotonic()
+        # the documented install: build and push the images, write the overlay
+        cmd = [sys.executable, "-m", "layersched.cli.main", "deploy", "overlay", "--local-testbed"]
+        cmd += ["--state-dir", str(settings.state_dir), "--out", str(overlay), "--json"]
+        cmd += overlay_args
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+        assert done.returncode == 0, done.stderr
+        measurements["images"] = json.loads(done.stdout[: done.stdout.rindex("}") + 1])
+        measurements["images_build_and_push_s"] = round(time.monotonic() - started, 1)
+        stack = Stack(inventory, kubectl, overlay, _node_state(kubectl), ours_before, measurements)
+        host_scheduler = _host_scheduler_pid(inventory)
+        os.kill(host_scheduler, signal.SIGSTOP)
+        undo.callback(os.kill, host_scheduler, signal.SIGCONT)
+
+        def remove() -> None:
+            if not stack.removed:
+                uninstall(kubectl, overlay)
+
+        undo.callback(remove)  # before the install: a half-applied one is removed too
         measurements["install_s"] = round(install(kubectl, overlay), 2)
         measurements["rollout_s"] = round(
             wait_rollout(
@@ -210,16 +226,46 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             1,
         )
         yield stack
-    finally:
-        if not stack.removed:
-            uninstall(kubectl, overlay)
-        os.kill(host_scheduler, signal.SIGCONT)
-        out = Path(os.environ.get("LAYERSCHED_E2E_REPORT_DIR") or tmp_path_factory.mktemp("report"))
-        out.mkdir(parents=True, exist_ok=True)
-        (out / REPORT_NAME).write_text(json.dumps(measurements, indent=2) + "\n")
-        print(f"\ndeploy measurements ({out / REPORT_NAME}):\n{json.dumps(measurements, indent=2)}")
-        if not was_up:
-            down(state_dir)
+
+
+#: A testbed of its own for the failure test: another prefix, /24 and state dir.
+FAILURE_PREFIX = "lsfx"
+FAILURE_NET_BASE = "10.250.61"
+
+
+def test_a_failed_setup_leaves_nothing_behind(tmp_path: Path) -> None:
+    # The deploy e2e once asserted its first step before registering any cleanup: when
+    # the step failed, a whole cluster outlived CI. Here the overlay's step fails on
+    # purpose (a kube-scheduler binary that does not exist) on a testbed the setup
+    # brings up itself: afterwards nothing of it may remain.
+    try:
+        require_root()
+    except TestbedError as err:
+        prereq.missing(f"local testbed unavailable: {err}")
+    settings = TestbedSettings(
+        state_dir=tmp_path / "state",
+        node_count=1,
+        prefix=FAILURE_PREFIX,
+        net_base=FAILURE_NET_BASE,
+    )
+    missing = tmp_path / "nowhere" / "kube-scheduler"
+    with (
+        pytest.raises(AssertionError, match="--kube-scheduler-bin"),
+        deployed_stack(settings, tmp_path, ("--kube-scheduler-bin", str(missing))),
+    ):
+        pytest.fail("the setup must fail before yielding")
+    assert leftovers(settings.state_dir.resolve(), FAILURE_PREFIX) == NOTHING_LEFT
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    try:
+        require_root()
+    except TestbedError as err:
+        prereq.missing(f"local testbed unavailable: {err}")
+    settings = TestbedSettings(state_dir=default_state_dir())
+    with deployed_stack(settings, tmp_path_factory.mktemp("deploy")) as stack:
+        yield stack
 
 
 def test_rolled_out_with_one_leader(stack: Stack) -> None:

@@ -32,9 +32,6 @@ from layersched.testbed.local import (
     TestbedInventory,
     TestbedSettings,
     default_state_dir,
-    down,
-    inventory_path,
-    load_inventory,
     require_root,
     up,
 )
@@ -47,6 +44,8 @@ from tests.e2e._checks import (
     check_report,
     trials_from_env,
 )
+from tests.fixtures import prereq
+from tests.fixtures.testbed import testbed_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -66,15 +65,10 @@ def scenario_run(
     try:
         require_root()
     except TestbedError as err:
-        pytest.skip(f"local testbed unavailable: {err}")
+        prereq.missing(f"local testbed unavailable: {err}")
     trials = trials_from_env()
-    state_dir = default_state_dir()
-    was_up = inventory_path(state_dir).exists()
-    result = up(TestbedSettings(state_dir=state_dir))
-    assert result.ok, f"testbed up failed: see {result.log_path}"
     report_path = scenario_report_dir / "scenario.json"
-    try:
-        inventory = load_inventory(state_dir)
+    with testbed_up(TestbedSettings(state_dir=default_state_dir())) as inventory:
         nodes = {node.name for node in inventory.nodes}
         cmd = [sys.executable, "-m", "layersched.cli.main", "scenario"]
         cmd += ["--trials", str(trials), "--report", str(report_path)]
@@ -83,9 +77,6 @@ def scenario_run(
         report = json.loads(report_path.read_text())
         record_scenario_report(report_path, report)
         yield report, nodes, trials, inventory
-    finally:
-        if not was_up:
-            down(state_dir)
 
 
 def test_report_has_every_trial(scenario_run: Run) -> None:

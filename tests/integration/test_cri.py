@@ -19,7 +19,8 @@ import tenacity
 
 from layersched.agent import build_node
 from layersched.cli.main import main as cli_main
-from layersched.core.inventory import ClusterInventory, node_from_json
+from layersched.core.inventory import ClusterInventory
+from layersched.core.objects import decode_node, node_info
 from layersched.cri import CRIClient
 from layersched.registry import RegistryClient
 from layersched.testbed.ociimage import BuiltImage, build_image, push_image, random_layer
@@ -185,7 +186,7 @@ def test_agent_node_feeds_the_inventory(
     from_cli = json.loads(output.read_text())
     assert from_cli["status"]["images"] == document["status"]["images"]
 
-    node = node_from_json(from_cli, str(output))
+    node = node_info(decode_node(from_cli, str(output)), str(output))
     # Img1 (L3 = 64 KiB) is bigger than Img2 (L4 = 32 KiB), so it comes first;
     # each is named by its repo digest, then its tag
     assert [image.names for image in node.images] == [

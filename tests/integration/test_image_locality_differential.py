@@ -44,7 +44,8 @@ from kubernetes import config as k8s_config
 
 from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, nodes_from_json
+from layersched.core.inventory import ClusterInventory
+from layersched.core.objects import decode_node_list, node_info
 from layersched.core.pod import PodImages
 from layersched.core.strategies.image_locality import ImageLocality
 from layersched.testbed.cluster._measure import plugin_scores
@@ -264,7 +265,10 @@ def _pod_body(batch: Batch, pod: PodImages) -> dict[str, Any]:
 
 def _node_list(core: k8s_client.CoreV1Api) -> ClusterInventory:
     raw = core.list_node(_preload_content=False)
-    return ClusterInventory.build(nodes_from_json(json.loads(raw.data), "GET /api/v1/nodes"))
+    origin = "GET /api/v1/nodes"
+    return ClusterInventory.build(
+        node_info(node, origin) for node in decode_node_list(raw.data, origin)
+    )
 
 
 def _wait_for_scores(log: Path, offset: int, pods: list[str]) -> dict[str, dict[str, int]]:

@@ -8,8 +8,9 @@ import pytest
 
 from layersched.agent import build_node, node_status_images
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, node_from_json
+from layersched.core.inventory import ClusterInventory
 from layersched.core.layers import Layer
+from layersched.core.objects import decode_node, node_info
 from layersched.cri import CRIImage
 
 MIB = 1024 * 1024
@@ -195,7 +196,7 @@ def test_build_node_round_trips_through_the_inventory() -> None:
     assert document["status"]["conditions"][0]["type"] == "Ready"
     assert document["status"]["conditions"][0]["lastHeartbeatTime"] == "2026-01-02T03:04:05Z"
     assert document["status"]["capacity"] == {"cpu": "2", "memory": "4Gi"}
-    node = node_from_json(document, "agent")
+    node = node_info(decode_node(document, "agent"), "agent")
     assert node.name == "n1"
     assert node.allocatable == {"cpu": "2", "memory": "4Gi"}
     assert node.labels == {

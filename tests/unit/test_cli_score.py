@@ -215,11 +215,12 @@ def test_unresolvable_node_images_are_named_then_counted(
         ),
         (
             ("--strategy", "pull-time", "--default-bandwidth-bits-per-s", "0"),
-            "--default-bandwidth-bits-per-s 0.0: must be a finite number > 0",
+            "--default-bandwidth-bits-per-s: pull-time: default_bandwidth_bits_per_s=0.0 must be "
+            "a finite number of bits per second > 0",
         ),
         (
             ("--strategy", "pull-time", "--pull-overhead-s", "-1"),
-            "--pull-overhead-s -1.0: must be a finite number >= 0",
+            "--pull-overhead-s: pull-time: overhead_s=-1.0 must be a finite number of seconds >= 0",
         ),
         # the release setting belongs to the upstream port alone
         (

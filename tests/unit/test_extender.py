@@ -22,6 +22,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.objects import Container, ObjectMeta, Pod, PodSpec, pod_images
 from layersched.core.strategies import get_strategy
 from layersched.extender import (
     DeadlineResolver,
@@ -31,8 +32,8 @@ from layersched.extender import (
     create_app,
     make_extender,
 )
-from layersched.extender._prioritize import Decisions, pod_images
-from layersched.extender._wire import Container, HostPriority, ObjectMeta, Pod, PodSpec
+from layersched.extender._prioritize import Decisions
+from layersched.extender._wire import HostPriority
 
 MB = 1024 * 1024
 #: How long a background resolution may take to warm the cache in these tests.
@@ -516,7 +517,7 @@ def test_pod_images_keeps_upstream_order() -> None:
             containers=[Container(image="a:1"), Container(image="a:1")],
         )
     )
-    assert pod_images(pod).images == ("init:1", "a:1", "a:1")
+    assert pod_images(pod, "request").images == ("init:1", "a:1", "a:1")
 
 
 def test_repeated_and_changed_node_lists(tmp_path: Any) -> None:

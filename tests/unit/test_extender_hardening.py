@@ -26,11 +26,11 @@ from layersched.cli.main import build_parser
 from layersched.core.errors import LayerResolutionError
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform
+from layersched.core.objects import Node
 from layersched.core.strategies import get_strategy
 from layersched.extender import Extender, Platforms, StaticInventoryProvider, make_extender
 from layersched.extender._platforms import MAX_PLATFORMS
 from layersched.extender._resolver import POSITIVE_TTL_S
-from layersched.extender._wire import Node
 from tests.unit.test_extender import (
     L1,
     L2,

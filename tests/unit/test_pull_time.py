@@ -13,7 +13,12 @@ from layersched.core.errors import InputError
 from layersched.core.inventory import ClusterInventory, NodeInfo
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.pod import PodImages
-from layersched.core.strategies import STRATEGY_NAMES, get_strategy
+from layersched.core.strategies import (
+    STRATEGY_NAMES,
+    get_strategy,
+    resolve_pod_layers,
+    strategy_args,
+)
 from layersched.core.strategies.pull_time import BANDWIDTH_KEY
 
 MB = 1_000_000  # decimal megabytes keep the bit arithmetic readable
@@ -45,7 +50,8 @@ def node(name: str, layers: tuple[Layer, ...] = (), bw: float | None = None, **k
 def scores(nodes: list[NodeInfo], pod: PodImages = POD, **opts: float) -> dict[str, int]:
     inventory = ClusterInventory.build(nodes)
     candidates = inventory.indices_of([n.name for n in nodes])[0]
-    result = get_strategy("pull-time", **opts).score(pod, inventory, candidates, SOURCE)
+    strategy = get_strategy("pull-time", strategy_args("pull-time", **opts))
+    result = strategy.score(pod, resolve_pod_layers(pod, SOURCE), inventory, candidates)
     return result.as_dict(inventory)
 
 
@@ -145,10 +151,11 @@ def test_bandwidth_cache_follows_added_nodes() -> None:
     # The per-inventory bandwidth cache is rebuilt when a node is appended.
     inventory = ClusterInventory.build([node("a", bw=100 * MBIT)])
     strategy = get_strategy("pull-time")
-    first = strategy.score(POD, inventory, inventory.indices_of(["a"])[0], SOURCE)
+    layers = resolve_pod_layers(POD, SOURCE)
+    first = strategy.score(POD, layers, inventory, inventory.indices_of(["a"])[0])
     assert first.as_dict(inventory) == {"a": 100}
     inventory.add_node(node("b", (L1, L2, L3), bw=100 * MBIT))
-    both = strategy.score(POD, inventory, inventory.indices_of(["a", "b"])[0], SOURCE)
+    both = strategy.score(POD, layers, inventory, inventory.indices_of(["a", "b"])[0])
     # a: 8 s + 1 = 9 s; b: 1 s -> a = floor(100 / 9) = 11
     assert both.as_dict(inventory) == {"a": 11, "b": 100}
 
@@ -165,7 +172,7 @@ def test_registered_and_needs_layers() -> None:
 )
 def test_invalid_options(opts: dict[str, float]) -> None:
     with pytest.raises(InputError):
-        get_strategy("pull-time", **opts)
+        get_strategy("pull-time", strategy_args("pull-time", **opts))
 
 
 def test_score_cli_runs_pull_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

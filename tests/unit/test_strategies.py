@@ -10,11 +10,14 @@ from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.pod import PodImages
-from layersched.core.strategies import STRATEGY_NAMES, get_strategy
-from layersched.core.strategies.image_locality import (
-    _scaled_image_score,
-    parse_kubernetes_minor,
+from layersched.core.strategies import (
+    STRATEGY_NAMES,
+    get_strategy,
+    resolve_pod_layers,
+    strategy_args,
 )
+from layersched.core.strategies.args import parse_kubernetes_minor
+from layersched.core.strategies.image_locality import _scaled_image_score
 
 MB = 1024 * 1024
 
@@ -30,7 +33,9 @@ def node(name: str, *images: tuple[str, int]) -> NodeInfo:
 def scores(strategy: str, pod: PodImages, nodes: list[NodeInfo], source=None, **opts) -> dict:
     inventory = ClusterInventory.build(nodes, source)
     candidates = inventory.indices_of([n.name for n in nodes])[0]
-    result = get_strategy(strategy, **opts).score(pod, inventory, candidates, source)
+    scorer = get_strategy(strategy, strategy_args(strategy, **opts))
+    layers = resolve_pod_layers(pod, source) if scorer.needs_layers else ()
+    result = scorer.score(pod, layers, inventory, candidates)
     return result.as_dict(inventory)
 
 
@@ -227,7 +232,7 @@ def test_parse_kubernetes_minor_refuses(text: str, message: str) -> None:
 
 def test_image_locality_refuses_an_unreproduced_minor() -> None:
     with pytest.raises(InputError, match=re.escape("pass 1.20 or later")):
-        get_strategy("image-locality", kubernetes_minor=(1, 17))
+        get_strategy("image-locality", strategy_args("image-locality", kubernetes_minor=(1, 17)))
 
 
 # ------------------------------------------------------------------ layer-locality
@@ -313,7 +318,10 @@ def test_candidates_subset_and_unknown_names() -> None:
     inventory = ClusterInventory.build([N1, N2, N3], SCENARIO)
     idx, missing = inventory.indices_of(["n3", "ghost", "n2"])
     assert missing == ["ghost"]
-    result = get_strategy("layer-locality").score(PodImages.of("img1:v1"), inventory, idx, SCENARIO)
+    pod = PodImages.of("img1:v1")
+    result = get_strategy("layer-locality").score(
+        pod, resolve_pod_layers(pod, SCENARIO), inventory, idx
+    )
     assert result.as_dict(inventory) == {"n3": 0, "n2": 90}
 
 

@@ -43,3 +43,11 @@ def read_document(path: str, expected: str = "document") -> Any:
         raise InputError(
             f"{path}: invalid JSON at line {err.lineno} column {err.colno}: {err.msg}"
         ) from None
+
+
+def read_bytes(path: str) -> bytes:
+    """A file's bytes; InputError naming it when it cannot be read."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it ({err.strerror}): check the path") from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,21 +10,27 @@ from layersched.cli._io import read_document
 from layersched.core.errors import InputError
 from layersched.core.layers import LayerSource, StaticLayerSource
 from layersched.core.manifest import Platform
-from layersched.core.strategies import STRATEGY_NAMES, Strategy, get_strategy
-from layersched.core.strategies.image_locality import (
-    INIT_CONTAINERS_COUNT_SINCE,
+from layersched.core.strategies import (
+    STRATEGY_NAMES,
+    ImageLocalityArgs,
+    LayerLocalityArgs,
+    PullTimeArgs,
+    Strategy,
+    StrategyArgs,
+    get_strategy,
+)
+from layersched.core.strategies.args import (
+    DEFAULT_BANDWIDTH_BITS_PER_S,
+    DEFAULT_OVERHEAD_S,
     NEWEST_KUBERNETES_MINOR,
     OLDEST_KUBERNETES_MINOR,
     format_kubernetes_minor,
     parse_kubernetes_minor,
 )
+from layersched.core.strategies.image_locality import INIT_CONTAINERS_COUNT_SINCE
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
-from layersched.core.strategies.pull_time import (
-    BANDWIDTH_KEY,
-    DEFAULT_BANDWIDTH_BITS_PER_S,
-    DEFAULT_OVERHEAD_S,
-)
+from layersched.core.strategies.pull_time import BANDWIDTH_KEY
 from layersched.core.strategies.pull_time import NAME as PULL_TIME
 
 
@@ -62,41 +67,63 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def strategy_from_args(args: argparse.Namespace) -> Strategy:
-    """The strategy ``args`` ask for; an option of another strategy is an InputError."""
-    options: dict[str, object] = {}
-    if args.spread:
-        if args.strategy != LAYER_LOCALITY:
-            raise InputError(
-                f"--spread applies to {LAYER_LOCALITY} only (image-locality always uses "
-                f"upstream's spread factor; {PULL_TIME} has none): drop --spread"
-            )
-        options["spread"] = True
-    if args.kubernetes_version is not None:
-        if args.strategy != IMAGE_LOCALITY:
-            raise InputError(
-                f"--kubernetes-version applies to --strategy {IMAGE_LOCALITY} only: drop it"
-            )
+def strategy_args_from_flags(args: argparse.Namespace) -> StrategyArgs:
+    """The typed arguments of the strategy ``args`` ask for, from its flags; a flag of
+    another strategy is an InputError. Values are validated by the arguments themselves
+    (:mod:`layersched.core.strategies.args`), when the strategy is built."""
+    name: str = args.strategy
+    owner = {
+        "spread": (LAYER_LOCALITY, "--spread"),
+        "kubernetes_version": (IMAGE_LOCALITY, "--kubernetes-version"),
+        "default_bandwidth_bits_per_s": (PULL_TIME, "--default-bandwidth-bits-per-s"),
+        "pull_overhead_s": (PULL_TIME, "--pull-overhead-s"),
+    }
+    for attribute, (strategy, flag) in owner.items():
+        value = getattr(args, attribute)
+        if value not in (None, False) and strategy != name:
+            if attribute == "spread":
+                raise InputError(
+                    f"--spread applies to {LAYER_LOCALITY} only (image-locality always uses "
+                    f"upstream's spread factor; {PULL_TIME} has none): drop --spread"
+                )
+            raise InputError(f"{flag} applies to --strategy {strategy} only: drop it")
+    if name == LAYER_LOCALITY:
+        return LayerLocalityArgs(spread=bool(args.spread))
+    if name == IMAGE_LOCALITY:
+        if args.kubernetes_version is None:
+            return ImageLocalityArgs()
         try:
-            options["kubernetes_minor"] = parse_kubernetes_minor(args.kubernetes_version)
+            return ImageLocalityArgs(parse_kubernetes_minor(args.kubernetes_version))
         except InputError as err:
             raise InputError(f"--kubernetes-version: {err}") from None
-    pull_flags = (
-        ("--default-bandwidth-bits-per-s", "default_bandwidth_bits_per_s"),
-        ("--pull-overhead-s", "overhead_s"),
+    defaults = PullTimeArgs()
+    return PullTimeArgs(
+        default_bandwidth_bits_per_s=(
+            defaults.default_bandwidth_bits_per_s
+            if args.default_bandwidth_bits_per_s is None
+            else args.default_bandwidth_bits_per_s
+        ),
+        overhead_s=defaults.overhead_s if args.pull_overhead_s is None else args.pull_overhead_s,
     )
-    for flag, option in pull_flags:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value is None:
-            continue
-        if args.strategy != PULL_TIME:
-            raise InputError(f"{flag} applies to --strategy {PULL_TIME} only: drop it")
-        positive = option == "default_bandwidth_bits_per_s"
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
-            bound = "> 0" if positive else ">= 0"
-            raise InputError(f"{flag} {value}: must be a finite number {bound}")
-        options[option] = value
-    return get_strategy(args.strategy, **options)
+
+
+#: The flag that sets each strategy argument.
+FLAG_OF_FIELD = {
+    "spread": "--spread",
+    "kubernetes_minor": "--kubernetes-version",
+    "default_bandwidth_bits_per_s": "--default-bandwidth-bits-per-s",
+    "overhead_s": "--pull-overhead-s",
+}
+
+
+def strategy_from_args(args: argparse.Namespace) -> Strategy:
+    """The strategy ``args`` ask for, built from its validated arguments (an invalid value
+    is an InputError naming the flag that set it)."""
+    try:
+        return get_strategy(args.strategy, strategy_args_from_flags(args))
+    except InputError as err:
+        flags = [flag for field, flag in FLAG_OF_FIELD.items() if f"{field}=" in str(err)]
+        raise InputError(f"{' '.join(flags)}: {err}" if flags else str(err)) from None
 
 
 def add_layer_source_options(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from layersched.cli._io import read_document
+from layersched.cli._io import read_bytes, read_document
 from layersched.cli._sources import (
     add_layer_source_options,
     add_strategy_options,
@@ -16,10 +18,10 @@ from layersched.cli._sources import (
     strategy_from_args,
 )
 from layersched.core.errors import LayerResolutionError
-from layersched.core.inventory import ClusterInventory, nodes_from_json
-from layersched.core.layers import LayerSource
-from layersched.core.pod import pod_from_json
-from layersched.core.strategies import NodeScores
+from layersched.core.inventory import ClusterInventory, InventoryBuilder
+from layersched.core.layers import Layer, LayerSource
+from layersched.core.objects import add_node_object, decode_node_list, decode_pod, pod_images
+from layersched.core.strategies import NodeScores, resolve_pod_layers
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.core.strategies.pull_time import NAME as PULL_TIME
 from layersched.registry import DEFAULT_DEADLINE_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
@@ -46,18 +48,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=run)
 
 
+log = logging.getLogger(__name__)
+
+
 def run(args: argparse.Namespace) -> int:
     """Score and print."""
     strategy = strategy_from_args(args)
-    nodes = nodes_from_json(read_document(args.nodes, "NodeList"), args.nodes)
-    pod = pod_from_json(read_document(args.pod, "Pod"), args.pod)
+    pod = pod_images(decode_pod(read_document(args.pod, "Pod"), args.pod), args.pod)
     source: LayerSource | None = open_layer_source(args) if strategy.needs_layers else None
-    inventory = ClusterInventory.build(nodes, source)
-    candidates = inventory.indices_of([n.name for n in nodes])[0]
-    try:
-        result = strategy.score(pod, inventory, candidates, source)
-    except LayerResolutionError as err:
-        raise LayerResolutionError(f"{args.pod}: pod {pod.name!r}: {err}") from None
+    # the one NodeList decoder, as `layersched extender --nodes` reads the same file
+    builder = InventoryBuilder(source)
+    for i, node in enumerate(decode_node_list(read_bytes(args.nodes), args.nodes)):
+        add_node_object(builder, node, f"{args.nodes}: items[{i}]")
+    inventory = builder.build()
+    for warning in inventory.warnings:
+        log.warning("%s: %s", args.nodes, warning)
+    candidates = np.arange(inventory.node_count, dtype=np.int64)
+    layers: tuple[Layer, ...] = ()
+    if strategy.needs_layers:
+        try:
+            layers = resolve_pod_layers(pod, source)
+        except LayerResolutionError as err:
+            raise LayerResolutionError(f"{args.pod}: pod {pod.name!r}: {err}") from None
+    result = strategy.score(pod, layers, inventory, candidates)
     if args.format == "json":
         print(json.dumps(result.as_dict(inventory)))
     else:

@@ -1,53 +1,63 @@
-"""Node layer inventory: which layers (and which image names) each node holds.
+"""Node layer inventory: which layers and image names each node holds, indexed for scoring.
 
-A node's layers come from three places, in this order of preference:
+One type holds it, :class:`ClusterInventory`; the strategies read it through the read-only
+:class:`Inventory` protocol. A node's layers come from three places, in this order of
+preference:
 
-(a) ``status.images[*].names`` resolved through a :class:`LayerSource`
-    (works on any unpatched cluster);
-(b) Ryax-style ``status.images[*].layers`` maps ``{digest: size}`` published by a
-    patched kubelet;
-(c) Ryax-style CRI annotations ``imageLayer.<digest>: "<size>"``, carried on the
-    Node's ``metadata.annotations`` by a node agent.
+(a) ``status.images[*].names`` resolved through a :class:`LayerSource` (works on any
+    unpatched cluster; the agents' ``NodeLayerInventory`` objects give the same layers
+    without a registry);
+(b) Ryax-style ``status.images[*].layers`` maps ``{digest: size}`` published by a patched
+    kubelet;
+(c) Ryax-style CRI annotations ``imageLayer.<digest>: "<size>"`` on the Node.
 
-(b) and (c) are used as-is when present; (a) fills the rest. Images whose
-layers cannot be resolved are skipped with a warning and counted; they are not
-errors (a node may hold images from registries we cannot reach).
+(b) and (c) are used as-is when present; (a) fills the rest. Images whose layers cannot be
+resolved are counted and listed in ``warnings``, not errors (a node may hold images from
+registries we cannot reach). The inventory also keeps upstream ImageLocality's "image
+states": for every name reported in ``status.images[*].names`` the size first reported for
+it and the number of nodes reporting it.
 
-The inventory also keeps upstream ImageLocality's "image states": for every
-name reported in ``status.images[*].names`` the size first reported for it and
-the number of nodes reporting it.
-
-Holder sets are kept as Python sets (cheap to mutate for the simulator) and
-turned into numpy index arrays lazily for vectorised scoring.
+**Two ways to fill it.** Node by node (:meth:`~ClusterInventory.add_node`,
+:meth:`~ClusterInventory.upsert_node`, :meth:`~ClusterInventory.remove_node`, and the
+layer- and name-level changes the simulator makes): each change costs the node's own size.
+Node ids and layer ids then live in sorted 32-bit id arrays, per node and per layer (4
+bytes an entry; a Python set spends about 60). Or in bulk (:class:`InventoryBuilder`): a
+request's, a file's or a simulated cluster's nodes, every distinct ``status.images`` entry
+described and resolved once. A bulk-built inventory is *packed*: each distinct entry is
+interned once as a slot (names, size, layer ids), the nodes' images are two parallel arrays
+``(node, slot)``, and a layer's holders are computed on first use (or for every layer at
+once, :meth:`~ClusterInventory.index_layers`, for a long-lived one). Its first change
+unpacks it into the id arrays, once; both forms answer every query identically
+(``tests/unit/test_inventory.py`` compares them on random clusters).
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.layers import (
-    Layer,
-    LayerSource,
-    check_digest,
-    check_size,
-)
+from layersched.core.layers import Layer, LayerSource, check_digest, check_size
 
 log = logging.getLogger(__name__)
 
 #: Prefix of the per-layer annotations the Ryax-patched CRI-O sets (CONTEXT §4).
 LAYER_ANNOTATION_PREFIX = "imageLayer."
+#: Separates a platform prefix from an image name (references never contain one): the
+#: images of a node of another platform than the default are keyed ``"linux/arm64 repo:tag"``
+#: so that they are resolved (and interned) for that platform.
+PREFIX_SEPARATOR = " "
 
 IndexArray = npt.NDArray[np.int64]
+_Int32Array = npt.NDArray[np.int32]
+_EMPTY = np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +66,7 @@ class NodeImage:
 
     names: tuple[str, ...]
     size_bytes: int
-    #: Ryax-patched kubelet ``layers`` map, when published (source b).
+    #: Ryax-patched kubelet ``layers`` map, or an agent's published layers (source b).
     layers: tuple[Layer, ...] | None = None
 
 
@@ -71,15 +81,6 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     allocatable: Mapping[str, str] = field(default_factory=dict)
-
-
-def _layers_map(value: Any, where: str) -> tuple[Layer, ...]:
-    if not isinstance(value, dict):
-        raise InputError(f"{where}: expected a map of layer digest -> size in bytes")
-    return tuple(
-        Layer(check_digest(d, f"{where} key"), check_size(s, f"{where}[{d!r}]"))
-        for d, s in value.items()
-    )
 
 
 def _annotation_layer(key: str, value: str, where: str) -> Layer:
@@ -112,6 +113,18 @@ def annotation_layers(
                 raise
             problems.append(f"ignoring annotation {key!r}: {err}")
     return tuple(layers)
+
+
+def prefixed_name(key: str, name: str) -> str:
+    """``name`` prefixed by platform ``key`` (see :data:`PREFIX_SEPARATOR`)."""
+    return f"{key}{PREFIX_SEPARATOR}{name}"
+
+
+def prefixed(image: NodeImage, key: str) -> NodeImage:
+    """``image`` with every name prefixed by platform ``key``."""
+    return NodeImage(
+        tuple(prefixed_name(key, name) for name in image.names), image.size_bytes, image.layers
+    )
 
 
 #: How a node image is resolved from all its names at once (see :func:`names_resolver`).
@@ -163,94 +176,48 @@ def resolve_node_image(
     return None, f"ignoring node image {key!r}: its layers are unknown ({reason})"
 
 
-def node_from_json(document: Any, origin: str) -> NodeInfo:
-    """Parse one v1 Node object (``kubectl get node -o json``)."""
-    if not isinstance(document, dict):
-        raise InputError(f"{origin}: expected a v1 Node object")
-    meta = document.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
-        raise InputError(f"{origin}: metadata.name is missing: every Node needs a name")
-    name: str = meta["name"]
-    where = f"{origin}: node {name!r}"
-    status = document.get("status") or {}
-    if not isinstance(status, dict):
-        raise InputError(f"{where}: status must be an object")
-    raw_images = status.get("images") or []
-    if not isinstance(raw_images, list):
-        raise InputError(f"{where}: status.images must be a list")
-    images = []
-    for i, raw in enumerate(raw_images):
-        iw = f"{where}: status.images[{i}]"
-        if not isinstance(raw, dict):
-            raise InputError(f"{iw}: expected an object with names and sizeBytes")
-        names = raw.get("names") or []
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise InputError(f"{iw}.names must be a list of strings")
-        size = check_size(raw.get("sizeBytes", 0), f"{iw}.sizeBytes")
-        layers = _layers_map(raw["layers"], f"{iw}.layers") if raw.get("layers") else None
-        # names repeat on every node holding the image: one string each
-        images.append(NodeImage(tuple(sys.intern(n) for n in names), size, layers))
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
-    allocatable = status.get("allocatable") or {}
-    for key, value in (("annotations", annotations), ("labels", labels)):
-        if not isinstance(value, dict):
-            raise InputError(f"{where}: metadata.{key} must be a map of strings")
-    if not isinstance(allocatable, dict):
-        raise InputError(f"{where}: status.allocatable must be a map of quantities")
-    return NodeInfo(
-        name=name,
-        images=tuple(images),
-        annotation_layers=annotation_layers(annotations, f"{where}: metadata.annotations"),
-        labels={str(k): str(v) for k, v in labels.items()},
-        annotations={str(k): str(v) for k, v in annotations.items()},
-        allocatable={str(k): str(v) for k, v in allocatable.items()},
-    )
+class Inventory(Protocol):
+    """The read-only view strategies score against (a :class:`ClusterInventory`)."""
+
+    @property
+    def nodes(self) -> Sequence[NodeInfo]:
+        """The nodes by dense index ``0..node_count-1`` (a packed inventory's carry their
+        name, labels, annotations and allocatable; their images live in the inventory)."""
+        ...
+
+    @property
+    def node_count(self) -> int:
+        """Number of nodes in the snapshot (upstream's ``totalNumNodes``)."""
+        ...
+
+    #: Node images whose layers are unknown (ignored), and why, one line each.
+    unresolved_images: int
+    warnings: list[str]
+    #: Bumped by every change / when node indices change / when node facts may have changed.
+    generation: int
+    membership: int
+    node_facts: int
+
+    def index_of(self, node_name: str) -> int | None: ...
+
+    def indices_of(self, node_names: Sequence[str]) -> tuple[IndexArray, list[str]]: ...
+
+    def layer_size(self, digest: str) -> int | None: ...
+
+    def layer_holders(self, digest: str) -> IndexArray: ...
+
+    def node_holds_layer(self, node: int, digest: str) -> bool: ...
+
+    def node_layer_digests(self, node: int) -> Iterator[str]: ...
+
+    def node_image_names(self, node: int) -> list[str]: ...
+
+    def image_state(self, name: str) -> tuple[int, int] | None: ...
+
+    def image_holders(self, name: str) -> IndexArray: ...
 
 
-#: What ``kubectl get nodes -o json`` prints (``List``) or the API returns (``NodeList``).
-NODE_LIST_KINDS = (None, "NodeList", "List")
-NODE_KIND = "Node"
-
-
-def check_node_list_kind(kind: object, origin: str) -> None:
-    """A node file's top-level ``kind`` must be absent, ``NodeList`` or ``List``."""
-    if kind not in NODE_LIST_KINDS:
-        raise InputError(
-            f"{origin}: kind is {kind!r}, expected 'NodeList': "
-            "write it with 'kubectl get nodes -o json'"
-        )
-
-
-def check_node_kind(kind: object, where: str) -> None:
-    """A node list item's ``kind``, when present, must be ``Node``."""
-    if kind is not None and kind != NODE_KIND:
-        raise InputError(
-            f"{where}: kind is {kind!r}, expected 'Node': a node list holds Nodes only "
-            "(write it with 'kubectl get nodes -o json')"
-        )
-
-
-def nodes_from_json(document: Any, origin: str) -> list[NodeInfo]:
-    """Parse a v1 NodeList (``kubectl get nodes -o json``); a bare list is accepted too."""
-    if isinstance(document, dict):
-        check_node_list_kind(document.get("kind"), origin)
-        items = document.get("items")
-    else:
-        items = document
-    if not isinstance(items, list):
-        raise InputError(f"{origin}: expected a v1 NodeList with an 'items' list")
-    for i, item in enumerate(items):
-        if isinstance(item, dict):
-            check_node_kind(item.get("kind"), f"{origin}: items[{i}]")
-    nodes = [node_from_json(item, f"{origin}: items[{i}]") for i, item in enumerate(items)]
-    seen: set[str] = set()
-    for node in nodes:
-        if node.name in seen:
-            raise InputError(f"{origin}: node {node.name!r} appears twice: names must be unique")
-        seen.add(node.name)
-    return nodes
-
+# ------------------------------------------------------------------- id arrays
 
 #: Node and layer ids in the inventory's two-way maps: 32-bit, 4 bytes an entry (a Python
 #: set spends about 60 bytes an entry; at 5,000 nodes the maps held 108 MB as sets).
@@ -288,15 +255,146 @@ def _discard(ids: array[int], value: int) -> bool:
     return False
 
 
+# ---------------------------------------------------------------- packed form
+
+
+def _csr(keys: _Int32Array, values: _Int32Array, key_count: int) -> tuple[IndexArray, IndexArray]:
+    """Group ``values`` by ``keys``: (offsets of length key_count + 1, values sorted by key)."""
+    order = np.argsort(keys, kind="stable")
+    offsets = np.zeros(key_count + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=key_count), out=offsets[1:])
+    return offsets, values[order].astype(np.int64)
+
+
+def _dedupe_sorted(values: IndexArray) -> IndexArray:
+    """Drop consecutive repeats of a sorted array."""
+    if len(values) < 2:
+        return values
+    keep = np.empty(len(values), dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
+
+
+class _Packed:
+    """A bulk-built inventory's images: interned slots and ``(node, slot)`` pairs.
+
+    ``layer_id``/``layer_size`` may be shared with a :class:`SlotCache` that grows after
+    the build: ids from ``layer_count`` on are not in this inventory.
+    """
+
+    def __init__(
+        self,
+        *,
+        pair_node: _Int32Array,
+        pair_slot: _Int32Array,
+        slot_names: list[tuple[str, ...]],
+        slot_size: list[int],
+        slot_lids: _Int32Array,
+        slot_offsets: IndexArray,
+        layer_id: dict[str, int],
+        layer_size: list[int],
+    ) -> None:
+        self.pair_node = pair_node
+        self.pair_slot = pair_slot
+        self.slot_names = slot_names
+        self.slot_size = slot_size
+        self.slot_offsets = slot_offsets
+        self.slot_lids = slot_lids
+        self.layer_id = layer_id
+        self.layer_size = layer_size
+        self.layer_count = len(layer_size)
+        slot_of_lid = np.repeat(np.arange(len(slot_size), dtype=np.int32), np.diff(slot_offsets))
+        # layer id -> slots containing it
+        self.lid_offsets, self.lid_slots = _csr(slot_lids, slot_of_lid, self.layer_count)
+        self.holders: dict[int, IndexArray] = {}
+        self.indexed: tuple[IndexArray, IndexArray] | None = None
+        self.name_slots: dict[str, list[int]] | None = None
+        self.name_states: dict[str, tuple[int, IndexArray] | None] = {}
+
+    def slots_of(self, node: int) -> _Int32Array:
+        lo, hi = np.searchsorted(self.pair_node, [node, node + 1])
+        return self.pair_slot[lo:hi]
+
+    def slot_layers(self, slot: int) -> _Int32Array:
+        return self.slot_lids[self.slot_offsets[slot] : self.slot_offsets[slot + 1]]
+
+    def nodes_with_slots(self, slots: IndexArray | Sequence[int]) -> tuple[IndexArray, int]:
+        """Sorted distinct nodes holding any of ``slots``, and the first such pair (or -1)."""
+        mask = np.zeros(len(self.slot_names), dtype=bool)
+        mask[slots] = True
+        selected = mask[self.pair_slot]
+        nodes = self.pair_node[selected].astype(np.int64)
+        first = int(np.argmax(selected)) if len(nodes) else -1
+        return _dedupe_sorted(nodes), first
+
+    def index_layers(self, node_count: int) -> None:
+        node_count = max(node_count, 1)
+        lens = np.diff(self.slot_offsets)[self.pair_slot]
+        total = int(lens.sum())
+        starts = np.repeat(self.slot_offsets[:-1][self.pair_slot] - np.cumsum(lens) + lens, lens)
+        lids = self.slot_lids[np.arange(total, dtype=np.int64) + starts]
+        keys = np.unique(lids.astype(np.int64) * node_count + np.repeat(self.pair_node, lens))
+        del lids, starts
+        layer_of_key = keys // node_count
+        offsets = np.searchsorted(layer_of_key, np.arange(self.layer_count + 1))
+        self.indexed = (offsets.astype(np.int64), keys % node_count)
+        self.holders.clear()
+
+    def lid(self, digest: str) -> int | None:
+        lid = self.layer_id.get(digest)
+        return None if lid is None or lid >= self.layer_count else lid
+
+    def layer_holders(self, digest: str) -> IndexArray:
+        lid = self.lid(digest)
+        if lid is None:
+            return _EMPTY
+        if self.indexed is not None:
+            offsets, holders = self.indexed
+            return holders[offsets[lid] : offsets[lid + 1]]
+        arr = self.holders.get(lid)
+        if arr is None:
+            slots = self.lid_slots[self.lid_offsets[lid] : self.lid_offsets[lid + 1]]
+            arr = self.holders[lid] = self.nodes_with_slots(slots)[0]
+        return arr
+
+    def node_lids(self, node: int) -> set[int]:
+        seen: set[int] = set()
+        for slot in self.slots_of(node):
+            seen.update(int(lid) for lid in self.slot_layers(int(slot)))
+        return seen
+
+    def name_state(self, name: str) -> tuple[int, IndexArray] | None:
+        if name in self.name_states:
+            return self.name_states[name]
+        if self.name_slots is None:
+            index: dict[str, list[int]] = {}
+            for slot, names in enumerate(self.slot_names):
+                for n in dict.fromkeys(names):
+                    index.setdefault(n, []).append(slot)
+            self.name_slots = index
+        slots = self.name_slots.get(name)
+        state = None
+        if slots:
+            holders, first = self.nodes_with_slots(slots)
+            if first >= 0:
+                state = (self.slot_size[int(self.pair_slot[first])], holders)
+        self.name_states[name] = state
+        return state
+
+
+# -------------------------------------------------------------------- the type
+
+
 class ClusterInventory:
     """Layers and image names per node, with inverted indexes for fast scoring.
 
-    Node indices are dense ``0..len(nodes)-1`` in insertion order. Layer and
-    image-name holder sets map to node indices.
+    Node indices are dense ``0..len(nodes)-1`` in insertion order; removing a node moves
+    the last one into its index. See the module docstring for the two ways to fill it.
     """
 
     def __init__(self) -> None:
-        self.nodes: list[NodeInfo] = []
+        self._nodes: list[NodeInfo] = []
         self._node_index: dict[str, int] = {}
         # layers
         self._layer_id: dict[str, int] = {}
@@ -313,6 +411,8 @@ class ClusterInventory:
         self._name_holders_arr: dict[str, IndexArray] = {}
         # resolution bookkeeping
         self._resolved: dict[str, tuple[Layer, ...] | None] = {}
+        #: A bulk-built inventory's images until its first change (see the module docstring).
+        self._packed: _Packed | None = None
         self.unresolved_images = 0
         self.warnings: list[str] = []
         #: Bumped by every change (caches keyed on the inventory compare it).
@@ -327,23 +427,70 @@ class ClusterInventory:
     def build(
         cls, nodes: Iterable[NodeInfo], source: LayerSource | None = None
     ) -> ClusterInventory:
-        """An inventory of ``nodes``; ``source`` resolves images lacking layer data.
+        """A (packed) inventory of ``nodes``; ``source`` resolves images lacking layer data.
 
         Without a source such images only contribute their names (all that
         image-locality reads) and are neither counted nor warned about.
         """
-        inventory = cls()
+        builder = InventoryBuilder(source)
         for node in nodes:
-            inventory.add_node(node, source)
+            builder.add_node_info(node)
+        return builder.build()
+
+    @classmethod
+    def _of_packed(
+        cls,
+        nodes: list[NodeInfo],
+        node_index: dict[str, int],
+        packed: _Packed,
+        unresolved_images: int,
+        warnings: list[str],
+    ) -> ClusterInventory:
+        inventory = cls()
+        inventory._nodes = nodes
+        inventory._node_index = node_index
+        inventory._packed = packed
+        inventory.unresolved_images = unresolved_images
+        inventory.warnings = warnings
         return inventory
 
+    @property
+    def nodes(self) -> Sequence[NodeInfo]:
+        """The nodes by index (see :class:`Inventory`)."""
+        return self._nodes
+
     def __len__(self) -> int:
-        return len(self.nodes)
+        return len(self._nodes)
 
     @property
     def node_count(self) -> int:
         """Number of nodes in the snapshot (upstream's ``totalNumNodes``)."""
-        return len(self.nodes)
+        return len(self._nodes)
+
+    @property
+    def packed(self) -> bool:
+        """Whether the inventory is still in its bulk-built form."""
+        return self._packed is not None
+
+    @property
+    def slot_count(self) -> int:
+        """Distinct image entries (packed) or distinct image names (unpacked)."""
+        if self._packed is not None:
+            return len(self._packed.slot_names)
+        return len(self._name_holders)
+
+    @property
+    def pair_count(self) -> int:
+        """Number of (node, image) entries."""
+        if self._packed is not None:
+            return len(self._packed.pair_slot)
+        return sum(len(node.images) for node in self._nodes)
+
+    def index_layers(self) -> None:
+        """Compute every layer's holders now (a long-lived packed inventory answers faster;
+        an unpacked one keeps its holders indexed anyway)."""
+        if self._packed is not None:
+            self._packed.index_layers(len(self._nodes))
 
     def index_of(self, node_name: str) -> int | None:
         """The dense index of ``node_name``, or None if unknown."""
@@ -357,12 +504,56 @@ class ClusterInventory:
         missing = [n for n, i in zip(node_names, found, strict=True) if i < 0]
         return arr[arr >= 0] if missing else arr, missing
 
+    # ----------------------------------------------------------------- mutation
+    def _unpack(self) -> None:
+        """Turn a packed inventory into the id arrays of node-by-node changes, once."""
+        packed = self._packed
+        if packed is None:
+            return
+        self._packed = None
+        digests = list(packed.layer_id)[: packed.layer_count]
+        self._layer_id = {digest: lid for lid, digest in enumerate(digests)}
+        self._layer_size = list(packed.layer_size[: packed.layer_count])
+        self._layer_digest = digests
+        self._layer_holders = [_ids() for _ in digests]
+        self._node_layers = []
+        slot_images: list[NodeImage | None] = [None] * len(packed.slot_names)
+        for idx, node in enumerate(self._nodes):
+            images: list[NodeImage] = []
+            annotation: list[Layer] = []
+            for slot in packed.slots_of(idx).tolist():
+                image = slot_images[slot]
+                if image is None:
+                    layers = tuple(
+                        Layer(digests[lid], self._layer_size[lid])
+                        for lid in packed.slot_layers(slot).tolist()
+                    )
+                    image = slot_images[slot] = NodeImage(
+                        packed.slot_names[slot], packed.slot_size[slot], layers or None
+                    )
+                if image.names:
+                    images.append(image)
+                else:  # the pseudo-image of the node's imageLayer annotations
+                    annotation.extend(image.layers or ())
+            self._nodes[idx] = replace(
+                node, images=tuple(images), annotation_layers=tuple(annotation)
+            )
+            held = packed.node_lids(idx)
+            self._node_layers.append(_ids(held))
+            for lid in held:
+                self._layer_holders[lid].append(idx)  # nodes in order: stays sorted
+            for image in images:
+                for name in image.names:
+                    self.add_image_name(idx, name, image.size_bytes)
+        self._layer_holders_arr.clear()
+
     def add_node(self, node: NodeInfo, source: LayerSource | None = None) -> int:
         """Add ``node`` (its names, and its layers from (b)/(c) or ``source``)."""
+        self._unpack()
         if node.name in self._node_index:
             raise InputError(f"node {node.name!r} is already in the inventory")
-        idx = len(self.nodes)
-        self.nodes.append(node)
+        idx = len(self._nodes)
+        self._nodes.append(node)
         self._node_index[node.name] = idx
         self._node_layers.append(_ids())
         self.generation += 1
@@ -387,10 +578,11 @@ class ClusterInventory:
         This is the live inventory's update: the cost is the node's own size, never the
         cluster's, and no other node's index moves.
         """
+        self._unpack()
         idx = self._node_index.get(node.name)
         if idx is None:
             return self.add_node(node)
-        old = self.nodes[idx]
+        old = self._nodes[idx]
         new_layers = {
             self._layer(layer)
             for layer in (
@@ -419,25 +611,26 @@ class ClusterInventory:
             node.allocatable,
         ):
             self.node_facts += 1
-        self.nodes[idx] = node
+        self._nodes[idx] = node
         self.generation += 1
         return idx
 
     def remove_node(self, name: str) -> bool:
         """Forget node ``name``; the last node takes its index (indices stay dense).
         False when it was not there."""
+        self._unpack()
         idx = self._node_index.pop(name, None)
         if idx is None:
             return False
         for lid in self._node_layers[idx]:
             _discard(self._layer_holders[lid], idx)
             self._layer_holders_arr.pop(lid, None)
-        for image in self.nodes[idx].images:
+        for image in self._nodes[idx].images:
             for image_name in image.names:
                 self.remove_image_name(idx, image_name)
-        last = len(self.nodes) - 1
+        last = len(self._nodes) - 1
         if idx != last:
-            moved = self.nodes[last]
+            moved = self._nodes[last]
             for lid in self._node_layers[last]:
                 holders = self._layer_holders[lid]
                 _discard(holders, last)
@@ -450,10 +643,10 @@ class ClusterInventory:
                         holders_of.discard(last)
                         holders_of.add(idx)
                         self._name_holders_arr.pop(image_name, None)
-            self.nodes[idx] = moved
+            self._nodes[idx] = moved
             self._node_layers[idx] = self._node_layers[last]
             self._node_index[moved.name] = idx
-        self.nodes.pop()
+        self._nodes.pop()
         self._node_layers.pop()
         self.generation += 1
         self.membership += 1
@@ -474,7 +667,6 @@ class ClusterInventory:
         self._resolved[key] = layers
         return layers
 
-    # --------------------------------------------------------------- mutation
     def _layer(self, layer: Layer) -> int:
         lid = self._layer_id.get(layer.digest)
         if lid is None:
@@ -487,6 +679,7 @@ class ClusterInventory:
 
     def add_layers(self, node: int, layers: Iterable[Layer]) -> None:
         """Record that node index ``node`` holds ``layers``."""
+        self._unpack()
         held = self._node_layers[node]
         new = {self._layer(layer) for layer in layers}.difference(held)
         if not new:
@@ -499,6 +692,7 @@ class ClusterInventory:
 
     def remove_layers(self, node: int, digests: Iterable[str]) -> None:
         """Forget that node index ``node`` holds the layers ``digests`` (eviction)."""
+        self._unpack()
         held = self._node_layers[node]
         for digest in digests:
             lid = self._layer_id.get(digest)
@@ -508,6 +702,7 @@ class ClusterInventory:
 
     def add_image_name(self, node: int, name: str, size_bytes: int) -> None:
         """Record an image state name on a node (upstream keeps the first size seen)."""
+        self._unpack()
         holders = self._name_holders.get(name)
         if holders is None:
             holders = self._name_holders[name] = set()
@@ -518,6 +713,7 @@ class ClusterInventory:
 
     def remove_image_name(self, node: int, name: str) -> None:
         """Forget an image name on a node; the state disappears with its last holder."""
+        self._unpack()
         holders = self._name_holders.get(name)
         if holders is not None and node in holders:
             holders.discard(node)
@@ -529,14 +725,20 @@ class ClusterInventory:
     # ---------------------------------------------------------------- queries
     def layer_size(self, digest: str) -> int | None:
         """Known compressed size of a layer, if any node holds or held it."""
+        packed = self._packed
+        if packed is not None:
+            lid = packed.lid(digest)
+            return None if lid is None else packed.layer_size[lid]
         lid = self._layer_id.get(digest)
         return None if lid is None else self._layer_size[lid]
 
     def layer_holders(self, digest: str) -> IndexArray:
         """Sorted node indices holding layer ``digest`` (empty if none)."""
+        if self._packed is not None:
+            return self._packed.layer_holders(digest)
         lid = self._layer_id.get(digest)
         if lid is None:
-            return np.empty(0, dtype=np.int64)
+            return _EMPTY
         arr = self._layer_holders_arr.get(lid)
         if arr is None:
             # already sorted: one copy in C (a live inventory rebuilds these after every
@@ -547,15 +749,34 @@ class ClusterInventory:
 
     def node_holds_layer(self, node: int, digest: str) -> bool:
         """Whether node index ``node`` holds layer ``digest``."""
+        if self._packed is not None:
+            holders = self._packed.layer_holders(digest)
+            pos = int(np.searchsorted(holders, node))
+            return pos < len(holders) and int(holders[pos]) == node
         lid = self._layer_id.get(digest)
         return lid is not None and _has(self._node_layers[node], lid)
 
     def node_layer_digests(self, node: int) -> Iterator[str]:
         """Digests of the layers node index ``node`` holds (unordered)."""
+        packed = self._packed
+        if packed is not None:
+            digests = list(packed.layer_id)
+            return (digests[lid] for lid in packed.node_lids(node))
         return (self._layer_digest[lid] for lid in self._node_layers[node])
+
+    def node_image_names(self, node: int) -> list[str]:
+        """The image names node index ``node`` reports, sorted."""
+        packed = self._packed
+        if packed is not None:
+            slots = packed.slots_of(node).tolist()
+            return sorted({name for slot in slots for name in packed.slot_names[slot]})
+        return sorted({name for image in self._nodes[node].images for name in image.names})
 
     def image_state(self, name: str) -> tuple[int, int] | None:
         """Upstream's ImageStateSummary for ``name``: (size in bytes, number of nodes)."""
+        if self._packed is not None:
+            state = self._packed.name_state(name)
+            return None if state is None else (state[0], len(state[1]))
         holders = self._name_holders.get(name)
         if not holders:
             return None
@@ -563,8 +784,261 @@ class ClusterInventory:
 
     def image_holders(self, name: str) -> IndexArray:
         """Sorted node indices reporting image name ``name``."""
+        if self._packed is not None:
+            state = self._packed.name_state(name)
+            return _EMPTY if state is None else state[1]
         arr = self._name_holders_arr.get(name)
         if arr is None:
             arr = np.fromiter(sorted(self._name_holders.get(name, ())), dtype=np.int64)
             self._name_holders_arr[name] = arr
         return arr
+
+
+# -------------------------------------------------------------------- builder
+
+#: Key of the pseudo-image that carries a node's ``imageLayer.<digest>`` annotations.
+_ANNOTATIONS_KEY = "imageLayer annotations"
+
+
+def _same_image(key: Any) -> NodeImage:
+    image: NodeImage = key
+    return image
+
+
+class SlotCache:
+    """Image entries already described and resolved, shared by successive builds.
+
+    A server building an inventory per request sees the same few thousand
+    ``status.images`` entries every time; with this cache only new ones are
+    described and resolved. Layer ids become shared too, so an inventory's
+    :meth:`~ClusterInventory.layer_size` is the size first seen by the cache.
+    Unresolved entries are kept only with ``keep_unresolved`` (an offline source,
+    whose answer cannot change; a registry may answer next time), together with
+    their warning, which every inventory using them still counts and lists.
+    One cache serves builders of one layer source (its answers are what is
+    cached). Call :meth:`reset` to forget everything (e.g. when tags may have
+    moved); entries beyond ``max_entries`` reset it too.
+    """
+
+    def __init__(self, max_entries: int, *, keep_unresolved: bool = False) -> None:
+        self.max_entries = max_entries
+        self.keep_unresolved = keep_unresolved
+        #: key -> (names, size in bytes, layer ids, the warning if unresolved)
+        self.entries: dict[Hashable, tuple[tuple[str, ...], int, list[int], str | None]] = {}
+        self.layer_id: dict[str, int] = {}
+        self.layer_size: list[int] = []
+
+    def reset(self) -> None:
+        """Forget every entry (inventories already built keep their own references)."""
+        self.entries = {}
+        self.layer_id = {}
+        self.layer_size = []
+
+    def trim(self) -> None:
+        """Reset if the cache has outgrown ``max_entries``."""
+        if len(self.entries) > self.max_entries:
+            self.reset()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class InventoryBuilder:
+    """Collects nodes, then :meth:`build` returns their (packed) :class:`ClusterInventory`.
+
+    ``add_node`` takes each node's images as hashable *keys* plus a ``describe``
+    function turning a key seen for the first time into a :class:`NodeImage`:
+    a caller decoding wire objects interns them without converting the 25,000
+    entries of a request, only the few thousand distinct ones
+    (:meth:`add_node_object` does so for a decoded v1 Node). With ``skip_invalid``,
+    a key ``describe`` refuses (InputError) is held by nobody instead of failing the
+    build, and :meth:`invalid_images` names it per node.
+    """
+
+    def __init__(
+        self,
+        source: LayerSource | None = None,
+        cache: SlotCache | None = None,
+        *,
+        skip_invalid: bool = False,
+    ) -> None:
+        self._source = source
+        self._names_resolver = names_resolver(source) if source is not None else None
+        self._skip_invalid = skip_invalid
+        #: slot -> why ``describe`` refused its key
+        self._invalid: dict[int, str] = {}
+        self._nodes: list[NodeInfo] = []
+        self._node_index: dict[str, int] = {}
+        self._pair_slot: list[int] = []
+        self._pairs_per_node: list[int] = []
+        self._pairs_start: list[int] = []
+        self._slot_of: dict[Hashable, int] = {}
+        self._slot_names: list[tuple[str, ...]] = []
+        self._slot_size: list[int] = []
+        self._slot_lids: list[list[int]] = []
+        if cache is not None:
+            cache.trim()
+        self._cache = cache
+        self._layer_id: dict[str, int] = {} if cache is None else cache.layer_id
+        self._layer_size: list[int] = [] if cache is None else cache.layer_size
+        self._resolved: dict[str, tuple[Layer, ...] | None] = {}
+        self._resolved_warning: dict[str, str] = {}
+        self._unresolved = 0
+        self._warnings: list[str] = []
+
+    def add_node(
+        self,
+        name: str,
+        images: Iterable[Hashable] = (),
+        *,
+        describe: Callable[[Any], NodeImage] = _same_image,
+        annotation_layers: tuple[Layer, ...] = (),
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        allocatable: Mapping[str, str] | None = None,
+    ) -> int:
+        """Add a node holding ``images`` (keys; ``describe`` makes a NodeImage of one)."""
+        if name in self._node_index:
+            raise InputError(f"node {name!r} appears twice: node names must be unique")
+        idx = len(self._nodes)
+        self._node_index[name] = idx
+        self._nodes.append(
+            NodeInfo(
+                name,
+                labels=labels or {},
+                annotations=annotations or {},
+                allocatable=allocatable or {},
+            )
+        )
+        get = self._slot_of.get
+        count = len(self._pair_slot)
+        append = self._pair_slot.append
+        for key in images:
+            slot = get(key)
+            append(self._new_slot(key, describe) if slot is None else slot)
+        if annotation_layers:
+            key = (_ANNOTATIONS_KEY, annotation_layers)
+            slot = get(key)
+            if slot is None:
+                slot = self._new_slot(key, lambda _: NodeImage((), 0, annotation_layers))
+            append(slot)
+        self._pairs_start.append(count)
+        self._pairs_per_node.append(len(self._pair_slot) - count)
+        return idx
+
+    def add_node_info(self, node: NodeInfo) -> int:
+        """Add a described :class:`NodeInfo` (its images are hashable keys already)."""
+        return self.add_node(
+            node.name,
+            node.images,
+            annotation_layers=node.annotation_layers,
+            labels=node.labels,
+            annotations=node.annotations,
+            allocatable=node.allocatable,
+        )
+
+    @property
+    def has_invalid(self) -> bool:
+        """Whether ``describe`` refused any key so far (see :meth:`invalid_images`)."""
+        return bool(self._invalid)
+
+    def invalid_images(self, node: int) -> list[str]:
+        """Why each image of node index ``node`` that ``describe`` refused was skipped."""
+        if not self._invalid:
+            return []
+        start = self._pairs_start[node]
+        slots = self._pair_slot[start : start + self._pairs_per_node[node]]
+        return [self._invalid[slot] for slot in dict.fromkeys(slots) if slot in self._invalid]
+
+    def _new_slot(self, key: Hashable, describe: Callable[[Any], NodeImage]) -> int:
+        entry = self._cache.entries.get(key) if self._cache is not None else None
+        if entry is not None and entry[3] is not None:
+            self._note_unresolved(entry[0][0], None, entry[3])
+        if entry is None:
+            try:
+                image = describe(key)
+            except InputError as err:
+                if not self._skip_invalid:
+                    raise
+                # never cached: the next build names the nodes listing it again
+                self._invalid[len(self._slot_names)] = str(err)
+                image = NodeImage((), 0)
+            layers = image.layers if image.layers is not None else self._resolve(image)
+            lids: dict[int, None] = {}
+            for layer in layers or ():
+                lid = self._layer_id.get(layer.digest)
+                if lid is None:
+                    lid = self._layer_id[layer.digest] = len(self._layer_size)
+                    self._layer_size.append(layer.size_bytes)
+                lids[lid] = None
+            unresolved = layers is None and bool(image.names) and self._source is not None
+            warning = self._resolved_warning.get(image.names[0]) if unresolved else None
+            entry = (image.names, image.size_bytes, list(lids), warning)
+            # an unresolved image is remembered only from an offline source: a registry
+            # may answer next time
+            if (
+                self._cache is not None
+                and (not unresolved or self._cache.keep_unresolved)
+                and len(self._slot_names) not in self._invalid
+            ):
+                self._cache.entries[key] = entry
+        slot = len(self._slot_names)
+        self._slot_of[key] = slot
+        self._slot_names.append(entry[0])
+        self._slot_size.append(entry[1])
+        self._slot_lids.append(entry[2])
+        return slot
+
+    def _resolve(self, image: NodeImage) -> tuple[Layer, ...] | None:
+        if not image.names:
+            return None
+        key = image.names[0]
+        if key in self._resolved:
+            return self._resolved[key]
+        layers, message = resolve_node_image(image, self._source, self._names_resolver)
+        self._note_unresolved(key, layers, message)
+        return layers
+
+    def _note_unresolved(
+        self, key: str, layers: tuple[Layer, ...] | None, message: str | None
+    ) -> None:
+        """Memoise the answer for first name ``key``; count and list it if unresolved."""
+        if key in self._resolved:
+            return
+        self._resolved[key] = layers
+        if message is not None:
+            self._unresolved += 1
+            self._warnings.append(message)
+            self._resolved_warning[key] = message
+
+    def build(self) -> ClusterInventory:
+        """The inventory of every node added so far (packed)."""
+        node_count = len(self._nodes)
+        pair_node = np.repeat(
+            np.arange(node_count, dtype=np.int32),
+            np.asarray(self._pairs_per_node, dtype=np.int64),
+        )
+        pair_slot = np.asarray(self._pair_slot, dtype=np.int32)
+        slot_len = np.fromiter(
+            (len(lids) for lids in self._slot_lids), dtype=np.int64, count=len(self._slot_lids)
+        )
+        slot_offsets = np.zeros(len(slot_len) + 1, dtype=np.int64)
+        np.cumsum(slot_len, out=slot_offsets[1:])
+        slot_lids = np.fromiter(
+            (lid for lids in self._slot_lids for lid in lids),
+            dtype=np.int32,
+            count=int(slot_offsets[-1]),
+        )
+        packed = _Packed(
+            pair_node=pair_node,
+            pair_slot=pair_slot,
+            slot_names=self._slot_names,
+            slot_size=self._slot_size,
+            slot_lids=slot_lids,
+            slot_offsets=slot_offsets,
+            layer_id=self._layer_id,
+            layer_size=self._layer_size,
+        )
+        return ClusterInventory._of_packed(
+            self._nodes, self._node_index, packed, self._unresolved, self._warnings
+        )

@@ -10,9 +10,9 @@ same), ``GET /metrics``, ``GET /debug/inventory?node=NAME``.
 See ``docs/extender.md``.
 """
 
-from layersched.extender._inventory import InventoryProvider, StaticInventoryProvider
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
+from layersched.extender._providers import InventoryProvider, StaticInventoryProvider
 from layersched.extender._resolver import DeadlineResolver
 from layersched.extender._server import (
     DEFAULT_RESOLVE_TIMEOUT_S,

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from layersched import __version__
-from layersched.core.inventory import ClusterInventory
+from layersched.core.inventory import Inventory
 from layersched.core.layers import LayerSource
 from layersched.extender._resolver import DeadlineResolver
 
@@ -43,7 +43,7 @@ class _SourceCollector(Collector):
         self,
         source: LayerSource,
         resolver: DeadlineResolver,
-        inventory: Callable[[], ClusterInventory | None],
+        inventory: Callable[[], Inventory | None],
     ) -> None:
         self._source = source
         self._resolver = resolver
@@ -96,7 +96,7 @@ class ExtenderMetrics:
         self,
         source: LayerSource,
         resolver: DeadlineResolver,
-        inventory: Callable[[], ClusterInventory | None],
+        inventory: Callable[[], Inventory | None],
     ) -> None:
         self.registry = CollectorRegistry()
         # the default registry's process_*, python_gc_* and python_info, which a private

@@ -10,7 +10,7 @@ Every platform has a layer source of its own (a registry client picks one
 platform from an index), made on first use by a factory, so caches are per
 (reference, platform). Inside one snapshot the images of a node of another
 platform than the default are told apart by a prefix on their names
-(``"linux/arm64 repo:tag"``: a reference never contains a space), which
+(``"linux/arm64 repo:tag"``, :func:`layersched.core.inventory.prefixed`), which
 :class:`PlatformSource` strips to dispatch to that platform's source. Offline
 sources (``--layers``) carry no platform: without a factory every node is
 scored in the default platform.
@@ -23,17 +23,15 @@ import threading
 from collections.abc import Callable, Sequence
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.inventory import NamesResolver, NodeImage, names_resolver
+from layersched.core.inventory import PREFIX_SEPARATOR, NamesResolver, names_resolver
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.manifest import Platform
-from layersched.extender._wire import Node
+from layersched.core.objects import Node
 
 log = logging.getLogger(__name__)
 
 OS_LABEL = "kubernetes.io/os"
 ARCH_LABEL = "kubernetes.io/arch"
-#: Separates a platform prefix from an image name (references never contain one).
-PREFIX_SEPARATOR = " "
 #: Distinct platforms given sources of their own; nodes of any further platform are
 #: scored in the default one (requests name platforms: they must not make clients
 #: without bound). Real clusters run two or three.
@@ -57,18 +55,6 @@ def node_platform(node: Node) -> Platform | None:
         return Platform.parse(f"{os_name}/{arch}")
     except InputError:
         return None
-
-
-def prefixed_name(key: str, name: str) -> str:
-    """``name`` prefixed by platform ``key`` (see the module docstring)."""
-    return f"{key}{PREFIX_SEPARATOR}{name}"
-
-
-def prefixed(image: NodeImage, key: str) -> NodeImage:
-    """``image`` with every name prefixed by platform ``key``."""
-    return NodeImage(
-        tuple(prefixed_name(key, name) for name in image.names), image.size_bytes, image.layers
-    )
 
 
 class Platforms:

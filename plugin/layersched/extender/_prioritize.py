@@ -6,22 +6,21 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import msgspec
 import numpy as np
 
-from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.inventory import ClusterInventory, IndexArray
+from layersched.core.errors import InputError
+from layersched.core.inventory import ClusterInventory, IndexArray, SlotCache, prefixed_name
 from layersched.core.layers import Layer, LayerSource
+from layersched.core.objects import ObjectMeta, pod_images, pod_name
 from layersched.core.pod import PodImages
-from layersched.core.snapshot import SlotCache
-from layersched.core.strategies import NodeScores, Strategy
+from layersched.core.strategies import NodeScores, PlatformGroup, Strategy, pod_layers
 from layersched.core.strategies.base import MAX_NODE_SCORE
-from layersched.core.strategies.pull_time import PullTime
-from layersched.extender._inventory import InventoryProvider, snapshot_of
 from layersched.extender._metrics import ExtenderMetrics
-from layersched.extender._platforms import Platforms, PlatformSource, prefixed_name
+from layersched.extender._platforms import Platforms, PlatformSource
+from layersched.extender._providers import InventoryProvider, request_inventory
 from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver
 from layersched.extender._wire import (
     MAX_EXTENDER_PRIORITY,
@@ -31,8 +30,6 @@ from layersched.extender._wire import (
     HostPriority,
     NamesOnlyArgs,
     NodeNamesList,
-    ObjectMeta,
-    Pod,
 )
 
 log = logging.getLogger("layersched.extender")
@@ -87,7 +84,7 @@ class Decisions:
         self, meta: ObjectMeta, mode: str, answer: list[HostPriority], neutral: str = ""
     ) -> list[HostPriority]:
         """Remember ``answer`` for the pod of ``meta``; returns ``answer``."""
-        key = f"{meta.namespace}/{meta.name}".lstrip("/")
+        key = pod_name(meta)
         earlier = self._by_pod.pop(key, None)
         if earlier is not None:
             self._scores -= len(earlier.answer)
@@ -131,39 +128,8 @@ class _LogOnce:
         return True
 
 
-class _Resolved:
-    """A LayerSource over a pod's already-resolved images."""
-
-    def __init__(self, layers: Mapping[str, tuple[Layer, ...]]) -> None:
-        self._layers = layers
-
-    def resolve(self, image: str) -> tuple[Layer, ...]:
-        try:
-            return self._layers[image]
-        except KeyError:
-            raise LayerResolutionError(f"{image!r} was not resolved for this pod") from None
-
-
-def pod_images(pod: Pod | None) -> PodImages:
-    """The core's view of a wire Pod; InputError if it has no usable containers."""
-    if pod is None:
-        raise InputError(
-            "Pod is missing: a prioritize request is ExtenderArgs {Pod, Nodes|NodeNames}"
-        )
-    name = f"{pod.metadata.namespace}/{pod.metadata.name}".lstrip("/")
-    containers = pod.spec.containers or []
-    if not containers:
-        raise InputError(f"pod {name!r}: spec.containers is empty")
-    images = []
-    for key, listed in (
-        ("initContainers", pod.spec.initContainers or []),
-        ("containers", containers),
-    ):
-        for i, container in enumerate(listed):
-            if not container.image:
-                raise InputError(f"pod {name!r}: spec.{key}[{i}].image is missing")
-        images.append(tuple(c.image for c in listed))
-    return PodImages(name=name, init_containers=images[0], containers=images[1])
+#: What a prioritize request without a pod is told.
+_NO_POD = "Pod is missing: a prioritize request is ExtenderArgs {Pod, Nodes|NodeNames}"
 
 
 class Extender:
@@ -220,12 +186,11 @@ class Extender:
         """The pod's layers for platform ``key``: from the held inventory first (an image
         some node's agent published needs no registry call), else the resolver."""
         if from_inventory:
-            lookup = getattr(self.provider, "image_layers", None)
-            if lookup is not None:
-                known = {image: lookup(image, key) for image in images}
-                if all(layers is not None for layers in known.values()):
-                    self.metrics.pod_images_from_inventory.inc(len(known))
-                    return {image: layers for image, layers in known.items() if layers is not None}
+            lookup = self.provider.image_layers
+            known = {image: lookup(image, key) for image in images}
+            if all(layers is not None for layers in known.values()):
+                self.metrics.pod_images_from_inventory.inc(len(known))
+                return {image: layers for image, layers in known.items() if layers is not None}
         return await self._resolver(key).resolve_pod(images)
 
     def close(self) -> None:
@@ -238,13 +203,15 @@ class Extender:
         """Scores 0..10 for every requested node, in request order (recorded for
         ``/debug/decisions``)."""
         answer, neutral = await self._prioritize(args)
-        assert args.Pod is not None  # pod_images() refused a request without one
+        assert args.Pod is not None  # _prioritize refused a request without one
         mode = "Nodes" if args.Nodes is not None else "NodeNames"
         return self.decisions.record(args.Pod.metadata, mode, answer, neutral)
 
     async def _prioritize(self, args: ExtenderArgs) -> tuple[list[HostPriority], str]:
         """The answer, and why it is all zeros ("" when it was scored)."""
-        pod = pod_images(args.Pod)
+        if args.Pod is None:
+            raise InputError(_NO_POD)
+        pod = pod_images(args.Pod, f"pod {pod_name(args.Pod.metadata)!r}")
         #: per node of the request (full Nodes) or of the held inventory (NodeNames)
         node_keys: Sequence[str] | None = None
         if args.Nodes is not None:
@@ -261,31 +228,37 @@ class Extender:
             if inventory is None:
                 return self._neutral(names, "not_ready", pod), "not_ready"
             if self.platforms is not None:
-                node_keys = getattr(self.provider, "platform_keys", None)
+                node_keys = self.provider.platform_keys
             candidates, missing = self._indices(inventory, names)
         else:
             raise InputError("neither Nodes nor NodeNames is set: send one of them")
         groups = self._platform_groups(node_keys, candidates)
-        layers: dict[str, Mapping[str, tuple[Layer, ...]]] = {}
+        # the pod's images are resolved once per platform, and the strategy gets its layers
+        layers: dict[str, tuple[Layer, ...]] = {}
         if self.strategy.needs_layers:
             keys = list(groups) if groups is not None else [next(iter(self._resolvers))]
             answers = await asyncio.gather(
-                *(self._resolve_pod(key, pod.images, args.Nodes is None) for key in keys)
+                *(self._resolve_pod(key, pod.pulled, args.Nodes is None) for key in keys)
             )
             for key, resolved in zip(keys, answers, strict=True):
                 if resolved is None:
                     return self._neutral(names, "pod_unresolved", pod), "pod_unresolved"
-                layers[key] = resolved
+                layers[key] = pod_layers(pod.pulled, resolved.__getitem__)
         if inventory is None:
             assert args.Nodes is not None
             inventory = self._request_inventory(args, node_keys)
         if groups is None:
             result = self.strategy.score(
-                pod, inventory, candidates, _Resolved(next(iter(layers.values()), {}))
+                pod, next(iter(layers.values()), ()), inventory, candidates
             )
             parts = [result]
         else:
-            result, parts = self._score_groups(pod, inventory, candidates, groups, layers)
+            result, parts = self.strategy.score_groups(
+                pod,
+                [PlatformGroup(positions, layers[key]) for key, positions in groups.items()],
+                inventory,
+                candidates,
+            )
         if missing:
             self._note_unknown(missing)
         if log.isEnabledFor(logging.DEBUG):
@@ -319,49 +292,11 @@ class Extender:
             positions.setdefault(key, []).append(position)
         return {key: np.asarray(p, dtype=np.int64) for key, p in positions.items()}
 
-    def _score_groups(
-        self,
-        pod: PodImages,
-        inventory: ClusterInventory,
-        candidates: IndexArray,
-        groups: Mapping[str, IndexArray],
-        layers: Mapping[str, Mapping[str, tuple[Layer, ...]]],
-    ) -> tuple[NodeScores, list[NodeScores]]:
-        """Score each platform's candidates with the pod's layers for that platform.
-
-        Scores are per node, so a group's are the node's; only pull-time compares
-        nodes (the fastest scores 100), so its estimates are compared across groups.
-        """
-        scores = np.zeros(len(candidates), dtype=np.int64)
-        present = np.zeros(len(candidates), dtype=np.int64)
-        parts: list[tuple[IndexArray, NodeScores]] = []
-        for key, positions in groups.items():
-            part = self.strategy.score(
-                pod, inventory, candidates[positions], _Resolved(layers[key])
-            )
-            scores[positions] = part.scores
-            present[positions] = part.present_bytes
-            parts.append((positions, part))
-        strategy = self.strategy
-        if isinstance(strategy, PullTime) and all(p.total_bytes > 0 for _, p in parts):
-            estimates_s = np.zeros(len(candidates), dtype=np.float64)
-            for positions, part in parts:
-                estimates_s[positions] = strategy.estimates_s(
-                    inventory, part.nodes, part.present_bytes, part.total_bytes
-                )
-            fastest_s = float(estimates_s.min()) if len(estimates_s) else 0.0
-            if fastest_s > 0:
-                scores = np.floor(MAX_NODE_SCORE * fastest_s / estimates_s).astype(np.int64)
-        total = max((p.total_bytes for _, p in parts), default=0)
-        return NodeScores(candidates, scores, present, total), [p for _, p in parts]
-
     def overloaded(self, args: NamesOnlyArgs) -> list[HostPriority]:
         """Neutral scores at once, for a request past the concurrency limit (no resolution,
         no scoring: the pod is placed by kube-scheduler's own plugins)."""
         if args.Pod is None:
-            raise InputError(
-                "Pod is missing: a prioritize request is ExtenderArgs {Pod, Nodes|NodeNames}"
-            )
+            raise InputError(_NO_POD)
         if args.Nodes is not None:
             names = [node.metadata.name for node in args.Nodes.items or []]
         elif args.NodeNames is not None:
@@ -369,9 +304,7 @@ class Extender:
         else:
             raise InputError("neither Nodes nor NodeNames is set: send one of them")
         meta = args.Pod.metadata
-        answer = self._neutral_named(
-            names, "overloaded", f"{meta.namespace}/{meta.name}".lstrip("/")
-        )
+        answer = self._neutral_named(names, "overloaded", pod_name(meta))
         mode = "Nodes" if args.Nodes is not None else "NodeNames"
         return self.decisions.record(meta, mode, answer, "overloaded")
 
@@ -403,7 +336,7 @@ class Extender:
         if needs_layers and not self.resolver.local:
             self._refresh_slots()
         problems: list[str] = []
-        snapshot = snapshot_of(
+        inventory = request_inventory(
             args.Nodes.items or [],
             source,
             "Nodes.items",
@@ -414,14 +347,14 @@ class Extender:
         if problems:
             self.metrics.invalid_node_data.inc(len(problems))
             self._warn_once(problems, self._logged_invalid)
-        if needs_layers and snapshot.unresolved_images:
-            self.metrics.unresolved_node_images.inc(snapshot.unresolved_images)
+        if needs_layers and inventory.unresolved_images:
+            self.metrics.unresolved_node_images.inc(inventory.unresolved_images)
             if not self.resolver.local:
                 # being resolved, or failed: the resolver logs the failure and its reason
-                log.debug("%d node images ignored for now", snapshot.unresolved_images)
-                return snapshot
-            self._warn_once(snapshot.warnings, self._logged_unresolved)
-        return snapshot
+                log.debug("%d node images ignored for now", inventory.unresolved_images)
+                return inventory
+            self._warn_once(inventory.warnings, self._logged_unresolved)
+        return inventory
 
     def _refresh_slots(self) -> None:
         """Revalidate tags past their TTL in the background, and forget the slot-cache

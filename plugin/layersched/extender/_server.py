@@ -19,10 +19,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from layersched.core.errors import InputError, LayerschedError
 from layersched.core.layers import LayerSource
 from layersched.core.strategies import Strategy
-from layersched.extender._inventory import InventoryProvider, StaticInventoryProvider
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import MAX_DECISIONS, Extender
+from layersched.extender._providers import InventoryProvider, StaticInventoryProvider
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
 from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs, NamesOnlyArgs
 
@@ -224,14 +224,8 @@ async def _livez(request: web.Request) -> web.Response:
 async def _readyz(request: web.Request) -> web.Response:
     """Ready once the inventory is loaded (a watch: listed once). While a watch re-syncs
     the held inventory is still served, and the body says so."""
-    provider = request.app[EXTENDER_KEY].provider
-    ready = getattr(provider, "ready", None)
-    if ready is not None:
-        ok, why = ready()
-        return web.Response(status=HTTP_OK if ok else HTTP_UNAVAILABLE, text=f"{why}\n")
-    if provider.current() is None:
-        return web.Response(status=HTTP_UNAVAILABLE, text="loading the node inventory\n")
-    return web.Response(text="ok\n")
+    ok, why = request.app[EXTENDER_KEY].provider.ready()
+    return web.Response(status=HTTP_OK if ok else HTTP_UNAVAILABLE, text=f"{why}\n")
 
 
 async def _inventory(request: web.Request) -> web.Response:
@@ -239,8 +233,7 @@ async def _inventory(request: web.Request) -> web.Response:
     (what it scores with), for operators and the testbed's freshness measurement."""
     provider = request.app[EXTENDER_KEY].provider
     node = request.query.get("node", "")
-    held = getattr(provider, "held_images", None)
-    names = held(node) if held is not None else None
+    names = provider.held_images(node)
     if names is None:
         return _error("inventory", f"node {node!r} is not in the inventory", HTTP_NOT_FOUND)
     return _json({"node": node, "images": names})
@@ -299,8 +292,9 @@ def make_extender(
     )
     provider = provider or StaticInventoryProvider(None, source, platforms)
     metrics = ExtenderMetrics(source, resolver, provider.current)
-    if hasattr(provider, "collect"):  # a watching provider reports its watches
-        metrics.registry.register(provider)  # type: ignore[arg-type]
+    collector = provider.collector()
+    if collector is not None:  # a watching provider reports its watches
+        metrics.registry.register(collector)
     return Extender(strategy, resolver, provider, metrics, platforms)
 
 
@@ -429,9 +423,7 @@ async def serve(
     if on_listening is not None:
         on_listening(f"{'https' if tls is not None else 'http'}://{host}:{port}")
     gc.set_threshold(*GC_THRESHOLDS)
-    bind = getattr(extender.provider, "bind_loop", None)
-    if bind is not None:  # a watching provider applies its changes on this loop
-        bind(loop)
+    extender.provider.bind_loop(loop)  # a watching provider applies its changes on this loop
     loading = _load_in_thread(extender.provider)
     stopping: asyncio.Future[None] = asyncio.ensure_future(_until(stop))
     try:

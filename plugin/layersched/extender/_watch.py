@@ -25,12 +25,12 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from layersched.core.errors import InputError, KubeError, LayerschedError
 from layersched.core.inventory import (
@@ -38,14 +38,14 @@ from layersched.core.inventory import (
     NodeImage,
     NodeInfo,
     names_resolver,
-    node_from_json,
     resolve_node_image,
 )
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.nodelayers import HeldImage, NodeLayers, parse_document
+from layersched.core.objects import decode_node, node_info
 from layersched.core.reference import normalized_image_name
 from layersched.extender._platforms import Platforms
-from layersched.extender._wire import Node
+from layersched.extender._providers import held_images
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, Gone, KubeClient
 
 log = logging.getLogger(__name__)
@@ -249,6 +249,10 @@ class WatchInventoryProvider:
                 )
         return self._inventory is not None, "\n".join(lines)
 
+    def collector(self) -> Collector | None:
+        """The watches' metrics (this provider is a prometheus_client collector)."""
+        return self
+
     def image_layers(self, image: str, key: str = "") -> tuple[Layer, ...] | None:
         """Layers of pod image ``image`` when some node's agent published it (by name or
         digest), for platform ``key``; None when no node holds it."""
@@ -260,11 +264,7 @@ class WatchInventoryProvider:
 
     def held_images(self, node: str) -> list[str] | None:
         """The image names the inventory holds for ``node`` (None: unknown node)."""
-        inventory = self._inventory
-        idx = inventory.index_of(node) if inventory is not None else None
-        if inventory is None or idx is None:
-            return None
-        return sorted({n for image in inventory.nodes[idx].images for n in image.names})
+        return held_images(self._inventory, node)
 
     # ------------------------------------------------------------ watch threads
     def _parse(self, kind: str, obj: dict[str, Any]) -> Parsed:
@@ -273,9 +273,11 @@ class WatchInventoryProvider:
         name = _name(obj)
         try:
             if kind == NODES:
-                info = node_from_json(obj, "Node watch")
+                node = decode_node(obj, "Node watch")  # decoded once, for both uses
+                info = node_info(node, f"Node watch: node {name!r}")
                 images = tuple(self._shared(image) for image in info.images)
-                return ParsedNode(dataclasses.replace(info, images=images), self._platform_key(obj))
+                key = self.platforms.key(node) if self.platforms is not None else ""
+                return ParsedNode(dataclasses.replace(info, images=images), key)
             parsed = parse_document(obj, "NodeLayerInventory watch", self._pool)
             held = tuple(self._shared_held(image) for image in parsed.images)
             return dataclasses.replace(parsed, images=held)
@@ -428,15 +430,6 @@ class WatchInventoryProvider:
             self._reindex_keys()
         if self.on_change is not None:
             self.on_change(name)
-
-    def _platform_key(self, node_obj: Mapping[str, Any]) -> str:
-        if self.platforms is None:
-            return ""
-        try:
-            node = msgspec.convert(node_obj, Node)
-        except msgspec.ValidationError:
-            return self.platforms.default_key
-        return self.platforms.key(node)
 
     def _reindex_keys(self) -> None:
         inventory = self._inventory

@@ -1,96 +1,19 @@
 """kube-scheduler extender wire types (``k8s.io/kube-scheduler/extender/v1``).
 
 The Go types carry no JSON tags, so their keys travel capitalised (``Pod``,
-``Nodes``, ``NodeNames``, ``Host``, ``Score``…); the Kubernetes objects inside
-them (v1 Pod, v1 NodeList) use their usual camelCase JSON names. Only the
-fields layersched reads are declared: msgspec skips the rest without building
-them, which is most of the cost of a 5 MB NodeList. ``gc=False`` keeps the
-thousands of decoded objects out of the cyclic garbage collector.
+``Nodes``, ``NodeNames``, ``Host``, ``Score``…). The Kubernetes objects inside
+them (a v1 Pod, a v1 NodeList) are the core's one decoder of each
+(:mod:`layersched.core.objects`), with their usual camelCase JSON names.
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from layersched.core.objects import NodeList, ObjectMeta, Pod
+
 #: Highest score an extender may return (upstream ``MaxExtenderPriority``).
 MAX_EXTENDER_PRIORITY = 10
-
-
-class ObjectMeta(msgspec.Struct, gc=False):
-    """``metadata``: what identifies a node or pod."""
-
-    name: str = ""
-    namespace: str = ""
-    uid: str = ""
-    labels: dict[str, str] | None = None
-    annotations: dict[str, str] | None = None
-
-
-class ContainerImage(msgspec.Struct, frozen=True, gc=False):
-    """One ``Node.status.images`` entry; hashable (to be interned) unless it has ``layers``."""
-
-    names: tuple[str, ...] | None = None
-    #: Checked where it is used: a negative size ignores the image, not the request.
-    sizeBytes: int = 0
-    #: Ryax-patched kubelet: ``{layer digest: compressed size}``.
-    layers: dict[str, int] | None = None
-
-
-class NodeSystemInfo(msgspec.Struct, gc=False):
-    """``Node.status.nodeInfo``: the platform, when the node has no os/arch labels."""
-
-    architecture: str = ""
-    operatingSystem: str = ""
-
-
-class NodeStatus(msgspec.Struct, gc=False):
-    """``Node.status``: the images, and the platform they are for."""
-
-    images: list[ContainerImage] | None = None
-    nodeInfo: NodeSystemInfo | None = None
-
-
-class Node(msgspec.Struct, gc=False):
-    """A v1 Node, reduced to its kind, name, labels, annotations and images."""
-
-    #: Usually absent inside a list; when present it must be ``Node``.
-    kind: str | None = None
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    status: NodeStatus = msgspec.field(default_factory=NodeStatus)
-
-
-class NodeList(msgspec.Struct, gc=False):
-    """A v1 NodeList (``ExtenderArgs.Nodes``; also the ``--nodes`` file)."""
-
-    items: list[Node] | None = None
-
-
-class RawNodeList(msgspec.Struct, gc=False):
-    """A v1 NodeList whose items stay undecoded, to decode a big file node by node."""
-
-    kind: str | None = None
-    items: list[msgspec.Raw] | None = None
-
-
-class Container(msgspec.Struct, gc=False):
-    """A container: only its image matters."""
-
-    name: str = ""
-    image: str = ""
-
-
-class PodSpec(msgspec.Struct, gc=False):
-    """``Pod.spec``: the containers, init containers first in upstream's order."""
-
-    initContainers: list[Container] | None = None
-    containers: list[Container] | None = None
-
-
-class Pod(msgspec.Struct, gc=False):
-    """A v1 Pod, reduced to its name and container images."""
-
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    spec: PodSpec = msgspec.field(default_factory=PodSpec)
 
 
 class ExtenderArgs(msgspec.Struct, gc=False):
@@ -103,20 +26,20 @@ class ExtenderArgs(msgspec.Struct, gc=False):
     NodeNames: list[str] | None = None
 
 
-class _NodeNameOnly(msgspec.Struct, gc=False):
+class _NameOnly(msgspec.Struct, gc=False):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
 
 
 class NodeNamesList(msgspec.Struct, gc=False):
     """A NodeList decoded for its shape and names only (filter validates with it)."""
 
-    items: list[_NodeNameOnly] | None = None
+    items: list[_NameOnly] | None = None
 
 
 class NamesOnlyArgs(msgspec.Struct, gc=False):
     """A prioritize request decoded for the pod's and nodes' names only (an overload answer)."""
 
-    Pod: _NodeNameOnly | None = None
+    Pod: _NameOnly | None = None
     Nodes: NodeNamesList | None = None
     NodeNames: list[str] | None = None
 

@@ -37,7 +37,7 @@ import heapq
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -45,11 +45,11 @@ import numpy as np
 import numpy.typing as npt
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, IndexArray, NodeInfo
-from layersched.core.layers import Layer, LayerSource
+from layersched.core.inventory import ClusterInventory, IndexArray, Inventory, NodeInfo
+from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.strategies import NodeScores, Strategy
-from layersched.core.strategies.base import zeros
+from layersched.core.strategies.base import PerNodeStrategy, zeros
 from layersched.core.strategies.pull_time import BANDWIDTH_KEY
 from layersched.sim.corpus import Corpus
 from layersched.sim.workload import Workload
@@ -92,8 +92,7 @@ class ClusterParams:
     start_overhead_s: float = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class RandomPlacement:
+class RandomPlacement(PerNodeStrategy):
     """``random``: every candidate scores 0, so placement is the seeded tie-break."""
 
     name: ClassVar[str] = "random"
@@ -102,9 +101,9 @@ class RandomPlacement:
     def score(
         self,
         pod: PodImages,
-        inventory: ClusterInventory,
+        layers: Sequence[Layer],
+        inventory: Inventory,
         candidates: IndexArray,
-        source: LayerSource | None,
     ) -> NodeScores:
         return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
 
@@ -201,7 +200,6 @@ class _Simulation:
         self.strategy = strategy
         self.rng = np.random.default_rng(seed)
         self.warmup_s = warmup_s
-        self.source = corpus.layer_source()
         # corpus as dense ids
         layer_ids: dict[str, int] = {}
         self.layers: list[Layer] = []
@@ -218,6 +216,11 @@ class _Simulation:
         self.image_size = [image.size_bytes for image in corpus.images]
         self.image_name = [image.name for image in corpus.images]
         self.pods = [PodImages.of(name, name=f"pod-{i}") for i, name in enumerate(self.image_name)]
+        #: Each image's distinct layers, resolved once: what the strategy scores a pod with.
+        self.pod_layers = [
+            tuple(self.layers[lid] for lid in ids) if strategy.needs_layers else ()
+            for ids in self.image_layers
+        ]
         # nodes
         bandwidths = node_bandwidths(cluster, seed)
         self.inventory = ClusterInventory()
@@ -277,7 +280,9 @@ class _Simulation:
     def _schedule(self, pod: _Pod) -> None:
         candidates = np.flatnonzero(self.free > 0)
         started = time.perf_counter()
-        result = self.strategy.score(self.pods[pod.image], self.inventory, candidates, self.source)
+        result = self.strategy.score(
+            self.pods[pod.image], self.pod_layers[pod.image], self.inventory, candidates
+        )
         self.decision_s.append(time.perf_counter() - started)
         scores = result.scores
         best = np.flatnonzero(scores == scores.max())

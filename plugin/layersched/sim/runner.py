@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from layersched.core.inventory import NodeImage
+from layersched.core.inventory import ClusterInventory, InventoryBuilder, NodeImage
 from layersched.core.pod import PodImages
-from layersched.core.snapshot import NodeSnapshot, SnapshotBuilder
+from layersched.core.strategies import resolve_pod_layers
 from layersched.core.strategies.pull_time import BANDWIDTH_KEY
 from layersched.sim.corpus import Corpus, generate_corpus
 from layersched.sim.engine import ClusterParams, RunResult, node_bandwidths, simulate
@@ -133,17 +133,17 @@ def run_setting(setting: Setting, seed: int, progress: Progress | None = None) -
 
 def _warm_snapshot(
     scale: ScaleSetting, corpus: Corpus, seed: int
-) -> tuple[NodeSnapshot, list[PodImages]]:
-    """What the extender scores against: an indexed NodeSnapshot of warm nodes.
+) -> tuple[ClusterInventory, list[PodImages]]:
+    """What the extender scores against: an indexed (packed) inventory of warm nodes.
 
-    Built as the extender's ``--nodes`` provider builds it (``SnapshotBuilder``
+    Built as the extender's ``--nodes`` provider builds it (``InventoryBuilder``
     over each node's ``status.images`` entries and labels, then ``index_layers``),
     with images resolved through the corpus as the extender resolves them
     through the registry.
     """
     rng = np.random.default_rng(seed + 1)
     cluster = ClusterParams(nodes=scale.nodes, bandwidth_bits_per_s=scale.bandwidth_bits_per_s)
-    builder = SnapshotBuilder(corpus.layer_source())
+    builder = InventoryBuilder(corpus.layer_source())
     entries = [NodeImage((image.name,), image.size_bytes) for image in corpus.images]
     for i, bits in enumerate(node_bandwidths(cluster, seed)):
         used = 0
@@ -169,9 +169,10 @@ def _warm_snapshot(
 def run_scale(scale: ScaleSetting, seed: int) -> dict[str, Any]:
     """Time ``scale.decisions`` scoring decisions per strategy over every node.
 
-    The strategies score a :class:`NodeSnapshot`, the inventory the extender
-    serves ``NodeNames`` requests from, not the simulator's mutable
-    ``ClusterInventory`` (the two answer identically: ``tests/unit/test_snapshot.py``).
+    The strategies score a packed inventory, the form the extender serves ``NodeNames``
+    requests from (``--nodes``), not the simulator's node-by-node one (the two answer
+    identically: ``tests/unit/test_inventory.py``). A decision is timed with the pod's
+    layers resolved through the corpus, as the extender resolves them from its cache.
     """
     started = time.perf_counter()
     corpus = generate_corpus(scale.images, seed=seed, params=scale.corpus)
@@ -185,7 +186,7 @@ def run_scale(scale: ScaleSetting, seed: int) -> dict[str, Any]:
     warm_started = time.perf_counter()
     for warm_up in (build_strategy(IMAGE_LOCALITY), build_strategy(PULL_TIME)):
         for pod in pods:
-            warm_up.score(pod, snapshot, candidates, source)
+            warm_up.score(pod, resolve_pod_layers(pod, source), snapshot, candidates)
     warm_pass_s = (time.perf_counter() - warm_started) / max(2 * len(pods), 1)
     timings: dict[str, dict[str, float]] = {}
     for label in scale.strategies:
@@ -193,7 +194,8 @@ def run_scale(scale: ScaleSetting, seed: int) -> dict[str, Any]:
         times = np.empty(len(pods), dtype=np.float64)
         for i, pod in enumerate(pods):
             t0 = time.perf_counter()
-            strategy.score(pod, snapshot, candidates, source)
+            layers = resolve_pod_layers(pod, source) if strategy.needs_layers else ()
+            strategy.score(pod, layers, snapshot, candidates)
             times[i] = time.perf_counter() - t0
         timings[label] = {
             "mean": _rounded(times.mean() * MS_PER_S, 3),
@@ -205,7 +207,7 @@ def run_scale(scale: ScaleSetting, seed: int) -> dict[str, Any]:
     return {
         "description": scale.description,
         "params": {**asdict(scale), "seed": seed},
-        "inventory": "NodeSnapshot (indexed), as the extender's --nodes provider",
+        "inventory": "packed inventory (indexed), as the extender's --nodes provider",
         "inventory_build_s": _rounded(build_s, 2),
         "distinct_images": snapshot.slot_count,
         "images_per_node_mean": _rounded(snapshot.pair_count / max(snapshot.node_count, 1), 1),

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from layersched.core.errors import InputError
-from layersched.core.strategies import Strategy, get_strategy
+from layersched.core.strategies import LayerLocalityArgs, Strategy, get_strategy
 from layersched.sim.corpus import CorpusParams
 from layersched.sim.engine import GIB, ClusterParams, RandomPlacement
 from layersched.sim.workload import WorkloadParams
@@ -52,7 +52,7 @@ def build_strategy(label: str) -> Strategy:
     if label == RANDOM:
         return RandomPlacement()
     if label == LAYER_LOCALITY_SPREAD:
-        return get_strategy(LAYER_LOCALITY, spread=True)
+        return get_strategy(LAYER_LOCALITY, LayerLocalityArgs(spread=True))
     if label not in STRATEGIES:
         raise InputError(
             f"unknown simulated strategy {label!r}: choose one of {', '.join(STRATEGIES)}"

@@ -1,7 +1,8 @@
 """Scoring strategies, one module each, every name declared once in its module.
 
-``get_strategy(name, **options)`` builds one by name; ``STRATEGY_NAMES`` lists
-them in a stable order for CLIs and docs.
+``get_strategy(name, args)`` builds one from its typed, validated arguments
+(:mod:`~layersched.core.strategies.args`); ``STRATEGY_NAMES`` lists them in a stable
+order for CLIs and docs.
 """
 
 from __future__ import annotations
@@ -10,28 +11,70 @@ from collections.abc import Callable
 
 from layersched.core.errors import InputError
 from layersched.core.strategies import image_locality, layer_locality, pull_time
-from layersched.core.strategies.base import NodeScores, Strategy, pod_layers
+from layersched.core.strategies.args import (
+    ARGS_BY_STRATEGY,
+    ImageLocalityArgs,
+    LayerLocalityArgs,
+    PullTimeArgs,
+    StrategyArgs,
+    strategy_args,
+)
+from layersched.core.strategies.base import (
+    NodeScores,
+    PlatformGroup,
+    Strategy,
+    pod_layers,
+    resolve_pod_layers,
+)
 
-__all__ = ["STRATEGY_NAMES", "NodeScores", "Strategy", "get_strategy", "pod_layers"]
+__all__ = [
+    "STRATEGY_NAMES",
+    "ImageLocalityArgs",
+    "LayerLocalityArgs",
+    "NodeScores",
+    "PlatformGroup",
+    "PullTimeArgs",
+    "Strategy",
+    "StrategyArgs",
+    "get_strategy",
+    "pod_layers",
+    "resolve_pod_layers",
+    "strategy_args",
+]
 
-_FACTORIES: dict[str, Callable[..., Strategy]] = {
-    image_locality.NAME: image_locality.ImageLocality,
-    layer_locality.NAME: layer_locality.LayerLocality,
-    pull_time.NAME: pull_time.PullTime,
+
+def _image_locality(args: StrategyArgs) -> Strategy:
+    assert isinstance(args, ImageLocalityArgs)
+    return image_locality.ImageLocality(args)
+
+
+def _layer_locality(args: StrategyArgs) -> Strategy:
+    assert isinstance(args, LayerLocalityArgs)
+    return layer_locality.LayerLocality(args)
+
+
+def _pull_time(args: StrategyArgs) -> Strategy:
+    assert isinstance(args, PullTimeArgs)
+    return pull_time.PullTime(args)
+
+
+_FACTORIES: dict[str, Callable[[StrategyArgs], Strategy]] = {
+    image_locality.NAME: _image_locality,
+    layer_locality.NAME: _layer_locality,
+    pull_time.NAME: _pull_time,
 }
 
 STRATEGY_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
 
-def get_strategy(name: str, **options: object) -> Strategy:
-    """Build the strategy called ``name`` with its typed options."""
-    try:
-        factory = _FACTORIES[name]
-    except KeyError:
-        raise InputError(
-            f"unknown strategy {name!r}: choose one of {', '.join(STRATEGY_NAMES)}"
-        ) from None
-    try:
-        return factory(**options)
-    except TypeError as err:
-        raise InputError(f"strategy {name!r} does not take these options: {err}") from None
+def get_strategy(name: str, args: StrategyArgs | None = None) -> Strategy:
+    """Build the strategy called ``name`` from ``args`` (its defaults when None), validated."""
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise InputError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGY_NAMES)}")
+    expected = ARGS_BY_STRATEGY[name]
+    if args is None:
+        args = expected()
+    elif not isinstance(args, expected):
+        raise InputError(f"strategy {name!r} takes {expected.__name__}, not {type(args).__name__}")
+    return factory(args)

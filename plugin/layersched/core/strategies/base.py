@@ -1,14 +1,25 @@
-"""What every strategy shares: the result type, the protocol, pod layer resolution."""
+"""What every strategy shares: the result type, the protocol, the pod's layers, platform groups.
+
+A strategy scores candidate nodes for a pod whose layers are already resolved: the caller
+(the extender, ``layersched score``, the simulator, the testbed) resolves the pod's images
+once, through whatever source it has, and passes the distinct layers
+(:func:`pod_layers`). On a cluster of several platforms the pod's layers differ per
+platform; :meth:`Strategy.score_groups` scores each platform's candidates with that
+platform's layers, and a strategy whose scores compare nodes with each other (pull-time)
+does the comparison across the groups itself.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import numpy as np
 
 from layersched.core.errors import LayerResolutionError
-from layersched.core.inventory import ClusterInventory, IndexArray
+from layersched.core.inventory import IndexArray, Inventory
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.pod import PodImages
 
@@ -30,46 +41,122 @@ class NodeScores:
     present_bytes: IndexArray
     total_bytes: int
 
-    def as_dict(self, inventory: ClusterInventory) -> dict[str, int]:
+    def as_dict(self, inventory: Inventory) -> dict[str, int]:
         """``{node name: score}`` in candidate order."""
         names = inventory.nodes
         return {names[int(i)].name: int(s) for i, s in zip(self.nodes, self.scores, strict=True)}
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformGroup:
+    """The candidates of one platform (positions into the candidate array) and the pod's
+    layers as that platform pulls them."""
+
+    positions: IndexArray
+    layers: tuple[Layer, ...]
 
 
 class Strategy(Protocol):
     """A scoring strategy: framework scores 0..100 for candidate nodes."""
 
     name: ClassVar[str]
-    #: Whether the strategy needs layer data (a layer source or layer-bearing nodes).
+    #: Whether the strategy needs the pod's layers (and the nodes').
     needs_layers: ClassVar[bool]
 
     def score(
         self,
         pod: PodImages,
-        inventory: ClusterInventory,
+        layers: Sequence[Layer],
+        inventory: Inventory,
         candidates: IndexArray,
-        source: LayerSource | None,
     ) -> NodeScores:
-        """Score ``candidates`` (node indices) for ``pod``."""
+        """Score ``candidates`` (node indices) for ``pod``, whose distinct layers are
+        ``layers`` (empty for a strategy that needs none)."""
+        ...
+
+    def score_groups(
+        self,
+        pod: PodImages,
+        groups: Sequence[PlatformGroup],
+        inventory: Inventory,
+        candidates: IndexArray,
+    ) -> tuple[NodeScores, list[NodeScores]]:
+        """Score candidates of several platforms, each group with its own layers: the
+        combined scores in candidate order, and each group's own."""
         ...
 
 
-def pod_layers(pod: PodImages, source: LayerSource | None) -> tuple[Layer, ...]:
-    """The pod's distinct layers (init containers and containers), first occurrence order.
+def pod_layers(
+    images: Iterable[str], layers_of: Callable[[str], Sequence[Layer]]
+) -> tuple[Layer, ...]:
+    """The distinct layers of ``images`` (``PodImages.pulled``), first occurrence order;
+    ``layers_of`` gives an image's layers (a source's ``resolve``, or a mapping's lookup)."""
+    seen: dict[str, Layer] = {}
+    for image in images:
+        for layer in layers_of(image):
+            seen.setdefault(layer.digest, layer)
+    return tuple(seen.values())
 
-    Raises :class:`LayerResolutionError` naming the image that cannot be resolved.
-    """
+
+def resolve_pod_layers(pod: PodImages, source: LayerSource | None) -> tuple[Layer, ...]:
+    """The pod's distinct layers through ``source``; LayerResolutionError naming the image
+    that cannot be resolved (or saying there is no source)."""
     if source is None:
         raise LayerResolutionError(
             f"pod {pod.name!r}: no layer source to resolve its images: pass --layers or a registry"
         )
-    seen: dict[str, Layer] = {}
-    for image in pod.images:
-        for layer in source.resolve(image):
-            seen.setdefault(layer.digest, layer)
-    return tuple(seen.values())
+    return pod_layers(pod.pulled, source.resolve)
 
 
 def zeros(candidates: IndexArray) -> IndexArray:
     """An int64 zero vector shaped like ``candidates``."""
     return np.zeros(len(candidates), dtype=np.int64)
+
+
+def per_node_groups(
+    strategy: Strategy,
+    pod: PodImages,
+    groups: Sequence[PlatformGroup],
+    inventory: Inventory,
+    candidates: IndexArray,
+) -> tuple[NodeScores, list[NodeScores]]:
+    """:meth:`Strategy.score_groups` of a strategy whose score of a node depends on that
+    node alone: each group scored on its own, the scores put back in candidate order."""
+    scores = zeros(candidates)
+    present = zeros(candidates)
+    parts = []
+    for group in groups:
+        part = strategy.score(pod, group.layers, inventory, candidates[group.positions])
+        scores[group.positions] = part.scores
+        present[group.positions] = part.present_bytes
+        parts.append(part)
+    total = max((part.total_bytes for part in parts), default=0)
+    return NodeScores(candidates, scores, present, total), parts
+
+
+class PerNodeStrategy(ABC):
+    """A strategy whose score of a node depends on that node alone: its platform groups
+    are scored each on its own (:func:`per_node_groups`)."""
+
+    name: ClassVar[str]
+    needs_layers: ClassVar[bool]
+
+    @abstractmethod
+    def score(
+        self,
+        pod: PodImages,
+        layers: Sequence[Layer],
+        inventory: Inventory,
+        candidates: IndexArray,
+    ) -> NodeScores:
+        """See :meth:`Strategy.score`."""
+
+    def score_groups(
+        self,
+        pod: PodImages,
+        groups: Sequence[PlatformGroup],
+        inventory: Inventory,
+        candidates: IndexArray,
+    ) -> tuple[NodeScores, list[NodeScores]]:
+        """See :meth:`Strategy.score_groups`."""
+        return per_node_groups(self, pod, groups, inventory, candidates)

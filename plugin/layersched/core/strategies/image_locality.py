@@ -22,68 +22,50 @@ threshold (the 1.17-era plugin) or 0..10 buckets (the older priority function).
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 
-from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, IndexArray
-from layersched.core.layers import LayerSource
+from layersched.core.inventory import IndexArray, Inventory
+from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.reference import normalized_image_name
-from layersched.core.strategies.base import MAX_NODE_SCORE, NodeScores
+from layersched.core.strategies.args import (
+    NEWEST_KUBERNETES_MINOR,
+    OLDEST_KUBERNETES_MINOR,
+    ImageLocalityArgs,
+    KubernetesMinor,
+    format_kubernetes_minor,
+    parse_kubernetes_minor,
+)
+from layersched.core.strategies.base import (
+    MAX_NODE_SCORE,
+    NodeScores,
+    PerNodeStrategy,
+)
 
-NAME = "image-locality"
+NAME = ImageLocalityArgs.strategy
 
-#: ``(major, minor)`` of a Kubernetes release, e.g. ``(1, 20)``.
-KubernetesMinor = tuple[int, int]
-
-#: The oldest minor whose ImageLocality this port reproduces (per-container threshold).
-OLDEST_KUBERNETES_MINOR: KubernetesMinor = (1, 20)
 #: From this minor init containers count (kubernetes#123366).
 INIT_CONTAINERS_COUNT_SINCE: KubernetesMinor = (1, 30)
-#: The newest behaviour we know, and the default: init containers count.
-NEWEST_KUBERNETES_MINOR: KubernetesMinor = INIT_CONTAINERS_COUNT_SINCE
+
+__all__ = [
+    "INIT_CONTAINERS_COUNT_SINCE",
+    "NAME",
+    "NEWEST_KUBERNETES_MINOR",
+    "OLDEST_KUBERNETES_MINOR",
+    "ImageLocality",
+    "KubernetesMinor",
+    "format_kubernetes_minor",
+    "parse_kubernetes_minor",
+]
 
 MB = 1024 * 1024
 #: Below this sum a node scores 0: tiny images are not worth steering for.
 MIN_THRESHOLD_BYTES = 23 * MB
 #: Upper bound per container; the upper threshold is this times the container count.
 MAX_CONTAINER_THRESHOLD_BYTES = 1000 * MB
-
-_VERSION = re.compile(r"^v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?(?:[-+].*)?$")
-
-
-def parse_kubernetes_minor(text: str) -> KubernetesMinor:
-    """``"1.20"``, ``"v1.20.2"`` or ``"1.30"`` as ``(1, 20)`` / ``(1, 30)``.
-
-    Raises :class:`InputError` on anything else, or on a minor the port does not reproduce.
-    """
-    match = _VERSION.match(text.strip())
-    if match is None:
-        raise InputError(
-            f"Kubernetes version {text!r}: expected MAJOR.MINOR such as 1.20 "
-            "(`kubectl version` prints the cluster's as Server Version)"
-        )
-    return check_kubernetes_minor((int(match["major"]), int(match["minor"])))
-
-
-def check_kubernetes_minor(minor: KubernetesMinor) -> KubernetesMinor:
-    """``minor`` itself, if the port reproduces that release's ImageLocality."""
-    if minor[0] != 1 or minor < OLDEST_KUBERNETES_MINOR:
-        oldest = format_kubernetes_minor(OLDEST_KUBERNETES_MINOR)
-        raise InputError(
-            f"Kubernetes {format_kubernetes_minor(minor)}: the image-locality port reproduces "
-            f"ImageLocality from {oldest} on (older releases are unchecked, and some scored on "
-            f"a fixed upper threshold or on 0-10 buckets): pass {oldest} or later"
-        )
-    return minor
-
-
-def format_kubernetes_minor(minor: KubernetesMinor) -> str:
-    """``(1, 20)`` as ``"1.20"``."""
-    return f"{minor[0]}.{minor[1]}"
 
 
 def _scaled_image_score(size_bytes: int, num_nodes: int, total_num_nodes: int) -> int:
@@ -108,21 +90,24 @@ def _calculate_priority(sums: IndexArray, num_containers: int) -> IndexArray:
     )
 
 
-class ImageLocality:
-    """Upstream ImageLocality as released in Kubernetes ``kubernetes_minor``; the baseline.
+class ImageLocality(PerNodeStrategy):
+    """Upstream ImageLocality as released in one Kubernetes minor; the baseline.
 
-    ``kubernetes_minor`` is ``(major, minor)``, e.g. ``(1, 20)``: which containers count
-    depends on it (module docstring). It defaults to the newest behaviour we know.
+    Which containers count depends on ``args.kubernetes_minor`` (module docstring); it
+    defaults to the newest behaviour we know.
     """
 
     name: ClassVar[str] = NAME
     needs_layers: ClassVar[bool] = False
 
-    def __init__(self, kubernetes_minor: KubernetesMinor = NEWEST_KUBERNETES_MINOR) -> None:
-        #: The Kubernetes release whose ImageLocality this instance reproduces.
-        self.kubernetes_minor: KubernetesMinor = check_kubernetes_minor(
-            (int(kubernetes_minor[0]), int(kubernetes_minor[1]))
-        )
+    def __init__(self, args: ImageLocalityArgs | None = None) -> None:
+        self.args = args or ImageLocalityArgs()
+        self.args.validate()
+
+    @property
+    def kubernetes_minor(self) -> KubernetesMinor:
+        """The Kubernetes release whose ImageLocality this instance reproduces."""
+        return self.args.kubernetes_minor
 
     @property
     def counts_init_containers(self) -> bool:
@@ -136,9 +121,9 @@ class ImageLocality:
     def score(
         self,
         pod: PodImages,
-        inventory: ClusterInventory,
+        layers: Sequence[Layer],
+        inventory: Inventory,
         candidates: IndexArray,
-        source: LayerSource | None = None,
     ) -> NodeScores:
         total_num_nodes = inventory.node_count
         sums = np.zeros(total_num_nodes, dtype=np.int64)

@@ -1,8 +1,8 @@
 """``layer-locality``: score a node by the bytes of the pod's layers it already holds.
 
 ``score = floor(100 * present_bytes / total_bytes)`` over the pod's *distinct*
-layers (init containers and containers together, de-duplicated by digest).
-A pod whose layers weigh nothing scores 0 everywhere.
+layers (init containers, containers and image volumes together, de-duplicated by
+digest). A pod whose layers weigh nothing scores 0 everywhere.
 
 With ``spread=True`` each present layer counts ``size * holders / nodes``, as
 upstream ImageLocality scales images, so a layer found on one node in a
@@ -12,37 +12,47 @@ default: on small clusters it blurs exactly the signal we want.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 
-from layersched.core.inventory import ClusterInventory, IndexArray
-from layersched.core.layers import LayerSource
+from layersched.core.inventory import IndexArray, Inventory
+from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
-from layersched.core.strategies.base import MAX_NODE_SCORE, NodeScores, pod_layers, zeros
+from layersched.core.strategies.args import LayerLocalityArgs
+from layersched.core.strategies.base import (
+    MAX_NODE_SCORE,
+    NodeScores,
+    PerNodeStrategy,
+    zeros,
+)
 
-NAME = "layer-locality"
+NAME = LayerLocalityArgs.strategy
 
 
-@dataclass(frozen=True, slots=True)
-class LayerLocality:
+class LayerLocality(PerNodeStrategy):
     """Layer-locality scoring."""
 
     name: ClassVar[str] = NAME
     needs_layers: ClassVar[bool] = True
 
-    #: Scale each present layer by (nodes holding it / all nodes) against node heating.
-    spread: bool = False
+    def __init__(self, args: LayerLocalityArgs | None = None) -> None:
+        self.args = args or LayerLocalityArgs()
+        self.args.validate()
+
+    @property
+    def spread(self) -> bool:
+        """Whether present layers are scaled by how widespread they are."""
+        return self.args.spread
 
     def score(
         self,
         pod: PodImages,
-        inventory: ClusterInventory,
+        layers: Sequence[Layer],
+        inventory: Inventory,
         candidates: IndexArray,
-        source: LayerSource | None,
     ) -> NodeScores:
-        layers = pod_layers(pod, source)
         total_bytes = sum(layer.size_bytes for layer in layers)
         if total_bytes == 0:
             return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)

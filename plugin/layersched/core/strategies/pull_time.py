@@ -30,30 +30,36 @@ import logging
 import math
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, IndexArray, NodeInfo
-from layersched.core.layers import Layer, LayerSource
+from layersched.core.inventory import IndexArray, Inventory, NodeInfo
+from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
-from layersched.core.strategies.base import MAX_NODE_SCORE, NodeScores, pod_layers, zeros
+from layersched.core.strategies.args import (
+    DEFAULT_BANDWIDTH_BITS_PER_S,
+    DEFAULT_OVERHEAD_S,
+    PullTimeArgs,
+)
+from layersched.core.strategies.base import MAX_NODE_SCORE, NodeScores, PlatformGroup, zeros
 
 log = logging.getLogger(__name__)
 
-NAME = "pull-time"
+NAME = PullTimeArgs.strategy
 
 #: Node label (preferred) or annotation carrying the node's pull bandwidth.
 BANDWIDTH_KEY = "layersched.io/bandwidth-bits-per-s"
-#: A common edge uplink; with no node labelled, any value gives the same ranking.
-DEFAULT_BANDWIDTH_BITS_PER_S = 100_000_000
-#: Creating and starting a container costs about a second even with every layer
-#: cached; pull-time differences well below that hardly matter.
-DEFAULT_OVERHEAD_S = 1.0
 BITS_PER_BYTE = 8
+__all__ = [
+    "BANDWIDTH_KEY",
+    "DEFAULT_BANDWIDTH_BITS_PER_S",
+    "DEFAULT_OVERHEAD_S",
+    "NAME",
+    "PullTime",
+    "node_bandwidth_bits_per_s",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -61,7 +67,7 @@ FloatArray = npt.NDArray[np.float64]
 # changes in place: its node_facts counter moves). Weak keys: an inventory built per
 # extender request is dropped with its cache entry.
 _BANDWIDTH_CACHE: weakref.WeakKeyDictionary[
-    ClusterInventory, tuple[float, tuple[int, int], FloatArray]
+    Inventory, tuple[float, tuple[int, int], FloatArray]
 ] = weakref.WeakKeyDictionary()
 
 
@@ -96,7 +102,7 @@ def node_bandwidth_bits_per_s(node: NodeInfo, default_bits_per_s: float) -> floa
     return default_bits_per_s
 
 
-def _bandwidths(inventory: ClusterInventory, default_bits_per_s: float) -> FloatArray:
+def _bandwidths(inventory: Inventory, default_bits_per_s: float) -> FloatArray:
     cached = _BANDWIDTH_CACHE.get(inventory)
     count = inventory.node_count
     # a live inventory changes in place: node_facts moves when labels may have changed
@@ -113,7 +119,7 @@ def _bandwidths(inventory: ClusterInventory, default_bits_per_s: float) -> Float
     return arr
 
 
-def _present_bytes(inventory: ClusterInventory, layers: tuple[Layer, ...]) -> IndexArray:
+def _present_bytes(inventory: Inventory, layers: Sequence[Layer]) -> IndexArray:
     """Bytes of ``layers`` each node (by index) already holds."""
     acc = np.zeros(inventory.node_count, dtype=np.int64)
     for layer in layers:
@@ -131,29 +137,28 @@ def _ratio_scores(estimate_s: FloatArray) -> IndexArray:
     return np.floor(MAX_NODE_SCORE * t_min / estimate_s).astype(np.int64)
 
 
-@dataclass(frozen=True, slots=True)
 class PullTime:
     """Pull-time scoring: fastest estimated pull scores 100."""
 
     name: ClassVar[str] = NAME
     needs_layers: ClassVar[bool] = True
 
-    #: Bandwidth assumed for a node without a readable label or annotation.
-    default_bandwidth_bits_per_s: float = DEFAULT_BANDWIDTH_BITS_PER_S
-    #: Fixed start cost added to every estimate (seconds, >= 0).
-    overhead_s: float = DEFAULT_OVERHEAD_S
+    def __init__(self, args: PullTimeArgs | None = None) -> None:
+        self.args = args or PullTimeArgs()
+        self.args.validate()
 
-    def __post_init__(self) -> None:
-        if not self.default_bandwidth_bits_per_s > 0:
-            raise InputError(
-                f"pull-time: default_bandwidth_bits_per_s={self.default_bandwidth_bits_per_s} "
-                "must be a positive number of bits per second"
-            )
-        if not self.overhead_s >= 0:
-            raise InputError(f"pull-time: overhead_s={self.overhead_s} must be >= 0 seconds")
+    @property
+    def default_bandwidth_bits_per_s(self) -> float:
+        """Bandwidth assumed for a node without a readable label or annotation."""
+        return self.args.default_bandwidth_bits_per_s
+
+    @property
+    def overhead_s(self) -> float:
+        """Fixed start cost added to every estimate."""
+        return self.args.overhead_s
 
     def estimates_s(
-        self, inventory: ClusterInventory, candidates: IndexArray, present: IndexArray, total: int
+        self, inventory: Inventory, candidates: IndexArray, present: IndexArray, total: int
     ) -> FloatArray:
         """Estimated start time per candidate, given its present bytes of ``total``."""
         bandwidth = _bandwidths(inventory, float(self.default_bandwidth_bits_per_s))[candidates]
@@ -164,14 +169,43 @@ class PullTime:
     def score(
         self,
         pod: PodImages,
-        inventory: ClusterInventory,
+        layers: Sequence[Layer],
+        inventory: Inventory,
         candidates: IndexArray,
-        source: LayerSource | None,
     ) -> NodeScores:
-        layers = pod_layers(pod, source)
         total_bytes = sum(layer.size_bytes for layer in layers)
         if total_bytes == 0:  # nothing to pull anywhere: no preference, as layer-locality
             return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
         present = _present_bytes(inventory, layers)[candidates]
         estimate = self.estimates_s(inventory, candidates, present, total_bytes)
         return NodeScores(candidates, _ratio_scores(estimate), present, total_bytes)
+
+    def score_groups(
+        self,
+        pod: PodImages,
+        groups: Sequence[PlatformGroup],
+        inventory: Inventory,
+        candidates: IndexArray,
+    ) -> tuple[NodeScores, list[NodeScores]]:
+        """Each platform's candidates with that platform's layers; the fastest estimate
+        over *all* groups scores 100 (estimates compare nodes, so they are compared
+        across groups). A group with nothing to pull leaves every node at 0, as alone."""
+        scores = zeros(candidates)
+        present = zeros(candidates)
+        estimates_s = np.zeros(len(candidates), dtype=np.float64)
+        parts = []
+        for group in groups:
+            part = self.score(pod, group.layers, inventory, candidates[group.positions])
+            scores[group.positions] = part.scores
+            present[group.positions] = part.present_bytes
+            if part.total_bytes > 0:
+                estimates_s[group.positions] = self.estimates_s(
+                    inventory, part.nodes, part.present_bytes, part.total_bytes
+                )
+            parts.append(part)
+        if parts and all(part.total_bytes > 0 for part in parts):
+            fastest_s = float(estimates_s.min()) if len(estimates_s) else 0.0
+            if fastest_s > 0:
+                scores = np.floor(MAX_NODE_SCORE * fastest_s / estimates_s).astype(np.int64)
+        total = max((part.total_bytes for part in parts), default=0)
+        return NodeScores(candidates, scores, present, total), parts

@@ -33,8 +33,8 @@ import numpy as np
 import tenacity
 
 from layersched.core.errors import TestbedError
-from layersched.core.inventory import ClusterInventory, nodes_from_json
-from layersched.core.pod import pod_from_json
+from layersched.core.inventory import ClusterInventory
+from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
 from layersched.core.strategies import get_strategy
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.testbed.cluster._measure import (
@@ -239,12 +239,19 @@ def image_locality_scores(
     scheduler runs at ``-v=2``). ``nodes`` is every node (upstream's spread factor
     counts them all); ``candidates`` are the ones the pod fits.
     """
-    inventory = ClusterInventory.build(nodes_from_json(list(nodes), "node snapshot"))
+    origin = "node snapshot"
+    inventory = ClusterInventory.build(
+        node_info(node, f"{origin}: items[{i}]")
+        for i, node in enumerate(nodes_from_document(list(nodes), origin))
+    )
     indices, missing = inventory.indices_of([c["metadata"]["name"] for c in candidates])
     if missing:
         raise TestbedError(f"candidate nodes {missing} are not in the node snapshot")
     scores = get_strategy(IMAGE_LOCALITY).score(
-        pod_from_json(dict(pod), "scenario pod"), inventory, np.asarray(indices), None
+        pod_images(decode_pod(dict(pod), "scenario pod"), "scenario pod"),
+        (),
+        inventory,
+        np.asarray(indices),
     )
     return dict(scores.as_dict(inventory))
 

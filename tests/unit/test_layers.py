@@ -1,4 +1,4 @@
-"""Parsing of user inputs: NodeList, Pod, LAYERS.json — errors name the file and field."""
+"""The offline layer source (``--layers LAYERS.json``): keys, canonical forms, errors."""
 
 from __future__ import annotations
 
@@ -7,115 +7,10 @@ from typing import Any
 import pytest
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.inventory import node_from_json, nodes_from_json
 from layersched.core.layers import Layer, StaticLayerSource
-from layersched.core.pod import pod_from_json
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
-
-
-def test_node_with_all_three_layer_sources() -> None:
-    doc = {
-        "metadata": {
-            "name": "n1",
-            "labels": {"zone": "edge"},
-            "annotations": {f"imageLayer.{D2}": "2048", "other": "x"},
-        },
-        "status": {
-            "allocatable": {"cpu": "2", "memory": "4Gi"},
-            "images": [
-                {"names": ["reg/app@sha256:" + "f" * 64, "reg/app:1"], "sizeBytes": 10},
-                {"names": ["reg/b:1"], "sizeBytes": 5, "layers": {D1: 1024}},
-            ],
-        },
-    }
-    n = node_from_json(doc, "nodes.json")
-    assert n.images[0].names[1] == "reg/app:1" and n.images[0].layers is None
-    assert n.images[1].layers == (Layer(D1, 1024),)
-    assert n.annotation_layers == (Layer(D2, 2048),)
-    assert n.allocatable == {"cpu": "2", "memory": "4Gi"}
-
-
-@pytest.mark.parametrize(
-    ("doc", "message"),
-    [
-        ("x", "expected a v1 NodeList"),
-        ({"kind": "PodList", "items": []}, "expected 'NodeList'"),
-        ({"items": [{"metadata": {}}]}, r"items\[0\]: metadata.name is missing"),
-        (
-            {"items": [{"metadata": {"name": "a"}, "status": {"images": [{"names": "x"}]}}]},
-            r"status.images\[0\].names must be a list",
-        ),
-        (
-            {"items": [{"metadata": {"name": "a"}, "status": {"images": [{"sizeBytes": -1}]}}]},
-            r"sizeBytes: size -1 must be a non-negative integer",
-        ),
-        (
-            {"items": [{"metadata": {"name": "a", "annotations": {f"imageLayer.{D1}": "big"}}}]},
-            "must be the layer size in decimal bytes",
-        ),
-        ({"items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}]}, "appears twice"),
-        # kubectl's List of Pods is not a node list: the first non-Node item is named
-        (
-            {"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {}}]},
-            r"items\[0\]: kind is 'Pod', expected 'Node'",
-        ),
-        # one Pod among Nodes: its index is named
-        (
-            {"items": [{"kind": "Node", "metadata": {"name": "a"}}, {"kind": "Pod"}]},
-            r"items\[1\]: kind is 'Pod', expected 'Node'",
-        ),
-        # a single Pod object instead of a list
-        ({"kind": "Pod", "spec": {}}, "kind is 'Pod', expected 'NodeList'"),
-    ],
-    ids=[
-        "not-a-list",
-        "wrong-kind",
-        "no-name",
-        "names-not-list",
-        "negative-size",
-        "bad-annotation",
-        "dup",
-        "list-of-pods",
-        "pod-among-nodes",
-        "a-pod",
-    ],
-)
-def test_bad_nodelists_name_file_and_field(doc: Any, message: str) -> None:
-    with pytest.raises(InputError, match=message) as info:
-        nodes_from_json(doc, "nodes.json")
-    assert str(info.value).startswith("nodes.json")
-
-
-def test_pod_images_in_upstream_order() -> None:
-    pod = pod_from_json(
-        {
-            "kind": "Pod",
-            "metadata": {"name": "p"},
-            "spec": {
-                "initContainers": [{"name": "i", "image": "init:1"}],
-                "containers": [{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}],
-            },
-        },
-        "pod.yaml",
-    )
-    assert pod.images == ("init:1", "a:1", "b:1")
-
-
-@pytest.mark.parametrize(
-    ("doc", "message"),
-    [
-        ({"kind": "Deployment"}, "expected 'Pod'"),
-        ({"kind": "Pod"}, "spec is missing"),
-        ({"spec": {"containers": []}}, "spec.containers is empty"),
-        ({"spec": {"containers": [{"name": "a"}]}}, r"spec.containers\[0\].image is missing"),
-    ],
-    ids=["kind", "no-spec", "no-containers", "no-image"],
-)
-def test_bad_pods(doc: Any, message: str) -> None:
-    with pytest.raises(InputError, match=message):
-        pod_from_json(doc, "pod.yaml")
 
 
 def test_layers_json_matches_after_latest_rule() -> None:

@@ -1,8 +1,10 @@
-"""NodeSnapshot answers exactly what ClusterInventory answers, built faster and smaller.
+"""The one inventory type answers the same whether built in bulk (packed) or node by node.
 
-The simulator scores the mutable ClusterInventory, the extender a NodeSnapshot: this
-equivalence, for every strategy including pull-time's bandwidth labels and
-annotations, is what lets a simulated result stand for the extender's.
+The simulator and the extender's watch fill a ClusterInventory node by node; a request's,
+a ``--nodes`` file's and the scale simulation's are built in bulk by InventoryBuilder and
+stay packed until their first change. This equivalence, for every strategy including
+pull-time's bandwidth labels and annotations, before and after a packed inventory is
+unpacked by a change, is what lets a simulated result stand for the extender's.
 """
 
 from __future__ import annotations
@@ -13,11 +15,22 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
+from layersched.core.inventory import (
+    ClusterInventory,
+    InventoryBuilder,
+    NodeImage,
+    NodeInfo,
+    SlotCache,
+)
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.pod import PodImages
-from layersched.core.snapshot import NodeSnapshot, SlotCache, SnapshotBuilder
-from layersched.core.strategies import get_strategy
+from layersched.core.strategies import (
+    LayerLocalityArgs,
+    PullTimeArgs,
+    StrategyArgs,
+    get_strategy,
+    resolve_pod_layers,
+)
 from layersched.core.strategies.pull_time import BANDWIDTH_KEY
 
 MB = 1024 * 1024
@@ -101,11 +114,69 @@ def _random_cluster(seed: int) -> tuple[list[NodeInfo], StaticLayerSource, list[
 
 def _snapshot(
     nodes: list[NodeInfo], source: StaticLayerSource, cache: SlotCache | None
-) -> NodeSnapshot:
-    builder = SnapshotBuilder(source, cache)
+) -> ClusterInventory:
+    builder = InventoryBuilder(source, cache)
     for node in nodes:
         builder.add_node_info(node)
     return builder.build()
+
+
+def _node_by_node(nodes: list[NodeInfo], source: StaticLayerSource) -> ClusterInventory:
+    inventory = ClusterInventory()
+    for node in nodes:
+        inventory.add_node(node, source)
+    return inventory
+
+
+STRATEGY_CASES: list[tuple[str, StrategyArgs | None]] = [
+    ("image-locality", None),
+    ("layer-locality", None),
+    ("layer-locality", LayerLocalityArgs(spread=True)),
+    # bandwidths from labels, annotations and the default (100 Mbit/s, 1 s overhead)
+    ("pull-time", None),
+    # another default for unlabelled nodes, and no overhead (zero estimates score 100)
+    ("pull-time", PullTimeArgs(default_bandwidth_bits_per_s=1e9, overhead_s=0.0)),
+]
+
+
+def _assert_same(
+    got: ClusterInventory,
+    want: ClusterInventory,
+    nodes: list[NodeInfo],
+    source: StaticLayerSource,
+    pods: list[PodImages],
+    *,
+    same_layer_sizes: bool = True,
+) -> None:
+    """Every query the strategies make, and every strategy's scores, match exactly."""
+    assert got.node_count == want.node_count
+    assert got.unresolved_images == want.unresolved_images
+    assert got.warnings == want.warnings
+    for digest in want._layer_id:
+        assert got.layer_holders(digest).tolist() == want.layer_holders(digest).tolist()
+        if same_layer_sizes:  # with a cache, a layer's size is the first the cache saw
+            assert got.layer_size(digest) == want.layer_size(digest)
+    for name in {n for node in nodes for image in node.images for n in image.names}:
+        assert got.image_state(name) == want.image_state(name), name
+        assert got.image_holders(name).tolist() == want.image_holders(name).tolist()
+    for i in range(want.node_count):
+        assert set(got.node_layer_digests(i)) == set(want.node_layer_digests(i))
+        assert got.node_image_names(i) == want.node_image_names(i)
+    names = [n.name for n in want.nodes] + ["absent"]
+    assert got.indices_of(names)[0].tolist() == want.indices_of(names)[0].tolist()
+    for i in range(want.node_count):  # what pull-time reads from each node is kept as-is
+        assert got.nodes[i].labels == want.nodes[i].labels
+        assert got.nodes[i].annotations == want.nodes[i].annotations
+    candidates = want.indices_of([n.name for n in want.nodes])[0]
+    for strategy, args in STRATEGY_CASES:
+        scorer = get_strategy(strategy, args)
+        for pod in pods:
+            layers = resolve_pod_layers(pod, source) if scorer.needs_layers else ()
+            wanted = scorer.score(pod, layers, want, candidates)
+            result = scorer.score(pod, layers, got, candidates)
+            assert result.scores.tolist() == wanted.scores.tolist(), (strategy, args, pod)
+            assert result.present_bytes.tolist() == wanted.present_bytes.tolist()
+            assert result.total_bytes == wanted.total_bytes
 
 
 @pytest.mark.parametrize("seed", range(12), ids=lambda s: f"seed{s}")
@@ -113,54 +184,57 @@ def _snapshot(
 @pytest.mark.parametrize(
     "cached", ["", "resolved", "offline"], ids=["fresh", "slot-cache", "slot-cache-offline"]
 )
-def test_same_answers_as_cluster_inventory(seed: int, indexed: bool, cached: str) -> None:
-    # Every query the strategies make, and every strategy's scores, match exactly,
-    # also when a SlotCache warmed by other snapshots (other clusters, the same one) is used,
+def test_packed_answers_as_node_by_node(seed: int, indexed: bool, cached: str) -> None:
+    # also when a SlotCache warmed by other builds (other clusters, the same one) is used,
     # including one that keeps unresolved entries (an offline source's): their warnings and
-    # count are still those of a fresh build.
+    # count are still those of a fresh build
     nodes, source, pods = _random_cluster(seed)
-    reference = ClusterInventory.build(nodes, source)
+    reference = _node_by_node(nodes, source)
     cache = SlotCache(max_entries=10_000, keep_unresolved=cached == "offline") if cached else None
     if cache is not None:
         _snapshot(_random_cluster(seed + 100)[0], source, cache)
         _snapshot(nodes[: len(nodes) // 2], source, cache)
-    snapshot = _snapshot(nodes, source, cache)
+    packed = _snapshot(nodes, source, cache)
+    assert packed.packed
     if indexed:
-        snapshot.index_layers()
-    assert snapshot.node_count == reference.node_count
-    assert snapshot.unresolved_images == reference.unresolved_images
-    assert snapshot.warnings == reference.warnings
-    for digest in reference._layer_id:
-        assert snapshot.layer_holders(digest).tolist() == reference.layer_holders(digest).tolist()
-        if not cached:  # with a cache, a layer's size is the first the cache saw
-            assert snapshot.layer_size(digest) == reference.layer_size(digest)
-    for name in {n for node in nodes for image in node.images for n in image.names}:
-        assert snapshot.image_state(name) == reference.image_state(name), name
-        assert snapshot.image_holders(name).tolist() == reference.image_holders(name).tolist()
-    for i in range(len(nodes)):
-        assert set(snapshot.node_layer_digests(i)) == set(reference.node_layer_digests(i))
-    names = [n.name for n in nodes] + ["absent"]
-    assert snapshot.indices_of(names)[0].tolist() == reference.indices_of(names)[0].tolist()
-    for i in range(len(nodes)):  # what pull-time reads from each node is kept as-is
-        assert snapshot.nodes[i].labels == reference.nodes[i].labels
-        assert snapshot.nodes[i].annotations == reference.nodes[i].annotations
-    for strategy, options in [
-        ("image-locality", {}),
-        ("layer-locality", {}),
-        ("layer-locality", {"spread": True}),
-        # bandwidths from labels, annotations and the default (100 Mbit/s, 1 s overhead)
-        ("pull-time", {}),
-        # another default for unlabelled nodes, and no overhead (zero estimates score 100)
-        ("pull-time", {"default_bandwidth_bits_per_s": 1e9, "overhead_s": 0.0}),
-    ]:
-        scorer = get_strategy(strategy, **options)
-        candidates = reference.indices_of([n.name for n in nodes])[0]
-        for pod in pods:
-            want = scorer.score(pod, reference, candidates, source)
-            got = scorer.score(pod, snapshot, candidates, source)
-            assert got.scores.tolist() == want.scores.tolist(), (strategy, options, pod)
-            assert got.present_bytes.tolist() == want.present_bytes.tolist()
-            assert got.total_bytes == want.total_bytes
+        packed.index_layers()
+    _assert_same(packed, reference, nodes, source, pods, same_layer_sizes=not cached)
+
+
+@pytest.mark.parametrize("seed", range(8), ids=lambda s: f"seed{s}")
+def test_a_change_unpacks_and_both_keep_answering_alike(seed: int) -> None:
+    # the same changes on a packed inventory (which unpacks on the first) and on one built
+    # node by node: a node replaced, one removed (the last moves into its index), one
+    # added, layers added and evicted, image names added and removed
+    nodes, source, pods = _random_cluster(seed)
+    extra, _, _ = _random_cluster(seed + 50)
+    packed = _snapshot(nodes, source, None)
+    reference = _node_by_node(nodes, source)
+    _assert_same(packed, reference, nodes, source, pods)
+    resolved = [
+        NodeInfo(
+            f"x{i}",
+            tuple(
+                NodeImage(image.names, image.size_bytes, source.resolve(image.names[-1]))
+                for image in node.images
+                if image.names[-1] in source.images()
+            ),
+        )
+        for i, node in enumerate(extra[:3])
+    ]
+    for inventory in (packed, reference):
+        inventory.upsert_node(NodeInfo(nodes[0].name, resolved[0].images, labels={"a": "b"}))
+        if len(nodes) > 1:
+            inventory.remove_node(nodes[len(nodes) // 2].name)
+        for node in resolved[1:]:
+            inventory.upsert_node(node)
+        inventory.add_layers(0, [L4])
+        inventory.remove_layers(inventory.node_count - 1, [L1.digest])
+        inventory.add_image_name(0, "added:1", MB)
+        inventory.remove_image_name(0, "added:1")
+    assert not packed.packed
+    every = [*nodes, *resolved]
+    _assert_same(packed, reference, every, source, pods)
 
 
 @pytest.mark.parametrize(
@@ -202,8 +276,8 @@ def test_same_answers_as_cluster_inventory(seed: int, indexed: bool, cached: str
 def test_interning_and_holders(
     nodes: list[NodeInfo], expected_slots: int, expected_holders: dict[str, list[int]]
 ) -> None:
-    snapshot = NodeSnapshot.build(nodes, SOURCE)
-    assert isinstance(snapshot, NodeSnapshot)
+    snapshot = ClusterInventory.build(nodes, SOURCE)
+    assert snapshot.packed
     assert snapshot.slot_count == expected_slots
     for digest, holders in expected_holders.items():
         assert snapshot.layer_holders(digest).tolist() == holders
@@ -211,7 +285,7 @@ def test_interning_and_holders(
 
 def test_unresolvable_images_are_counted_not_fatal() -> None:
     # 'nope:1' is in no layer source: counted once, listed, and the node still scores 0
-    snapshot = NodeSnapshot.build(
+    snapshot = ClusterInventory.build(
         [
             NodeInfo("n0", (NodeImage(("nope:1",), MB),)),
             NodeInfo("n1", (NodeImage(("nope:1",), MB),)),
@@ -286,7 +360,7 @@ def test_a_node_image_source_is_looked_up_once_per_builder() -> None:
     # three distinct images, each given with all its names in one call; whether the
     # source has resolve_names is found out once (per image it costs microseconds)
     source = _NamesSource()
-    builder = SnapshotBuilder(source)
+    builder = InventoryBuilder(source)
     builder.add_node(
         "n0", (NodeImage(("a@sha256:" + "a" * 64, "a:1"), MB), NodeImage(("b:1",), MB))
     )
@@ -317,7 +391,7 @@ def test_skip_invalid_holds_refused_images_by_nobody_and_names_their_nodes(cache
     ]
     cache = SlotCache(max_entries=10) if cached else None
     for _ in range(2):
-        builder = SnapshotBuilder(SOURCE, cache, skip_invalid=True)
+        builder = InventoryBuilder(SOURCE, cache, skip_invalid=True)
         found = []
         for name, images in nodes:
             idx = builder.add_node(name, images, describe=_strict_describe)
@@ -331,7 +405,7 @@ def test_skip_invalid_holds_refused_images_by_nobody_and_names_their_nodes(cache
 
 
 def test_without_skip_invalid_a_refused_image_is_an_error() -> None:
-    builder = SnapshotBuilder(SOURCE)
+    builder = InventoryBuilder(SOURCE)
     with pytest.raises(InputError, match="negative size"):
         builder.add_node("n0", (NodeImage(("bad:1",), -1),), describe=_strict_describe)
 
@@ -344,26 +418,20 @@ def test_slot_cache_resets_when_full() -> None:
     _snapshot([NodeInfo("n0", entries)], SOURCE, cache)
     assert len(cache) == 2
     cache.max_entries = 1
-    SnapshotBuilder(SOURCE, cache)
+    InventoryBuilder(SOURCE, cache)
     assert len(cache) == 0
 
 
 def test_duplicate_node_names_are_rejected() -> None:
-    builder = SnapshotBuilder(SOURCE)
+    builder = InventoryBuilder(SOURCE)
     builder.add_node("n0")
     with pytest.raises(InputError, match="appears twice"):
         builder.add_node("n0")
 
 
-def test_read_only() -> None:
-    snapshot = NodeSnapshot.build([NodeInfo("n0")], SOURCE)
-    with pytest.raises(TypeError, match="read-only"):
-        snapshot.add_layers(0, [L1])
-
-
 def test_empty_snapshot() -> None:
     # no nodes: every query answers "nobody"
-    snapshot = NodeSnapshot.build([], SOURCE)
+    snapshot = ClusterInventory.build([], SOURCE)
     snapshot.index_layers()
     assert snapshot.node_count == 0
     assert snapshot.layer_holders(L1.digest).tolist() == []

@@ -1,0 +1,161 @@
+"""Every strategy's arguments: typed, defaulted and validated in one place.
+
+As kube-scheduler's plugins take a typed ``*Args`` object that ``Validate*Args`` checks
+before the plugin is built (kubernetes-sigs/scheduler-plugins keeps both beside each
+plugin), a strategy here is built from its :class:`StrategyArgs` by
+:func:`~layersched.core.strategies.get_strategy`, which validates them first. Every
+entry point (the CLI's flags, the simulator's settings, the testbed) fills these objects
+and nothing else checks their values; an invalid value is an InputError naming the
+strategy, the field and the allowed range. The native Go plugin's arguments mirror
+:class:`LayerLocalityArgs` (plugin/kube-scheduler).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+from layersched.core.errors import InputError
+
+#: Kubernetes ``(major, minor)``, e.g. ``(1, 20)``.
+KubernetesMinor = tuple[int, int]
+
+#: The oldest minor whose ImageLocality the image-locality port reproduces.
+OLDEST_KUBERNETES_MINOR: KubernetesMinor = (1, 20)
+#: The newest ImageLocality behaviour the port knows, and the default: init containers
+#: count (1.30, kubernetes#123366).
+NEWEST_KUBERNETES_MINOR: KubernetesMinor = (1, 30)
+#: A common edge uplink; with no node labelled, any value gives the same ranking.
+DEFAULT_BANDWIDTH_BITS_PER_S = 100_000_000
+#: Creating and starting a container costs about a second even with every layer
+#: cached; pull-time differences well below that hardly matter.
+DEFAULT_OVERHEAD_S = 1.0
+
+
+_VERSION = re.compile(r"^v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?(?:[-+].*)?$")
+
+
+def format_kubernetes_minor(minor: KubernetesMinor) -> str:
+    """``(1, 20)`` as ``"1.20"``."""
+    return f"{minor[0]}.{minor[1]}"
+
+
+def parse_kubernetes_minor(text: str) -> KubernetesMinor:
+    """``"1.20"``, ``"v1.20.2"`` or ``"1.30"`` as ``(1, 20)`` / ``(1, 30)``; InputError on
+    anything else, and on a minor the image-locality port does not reproduce."""
+    match = _VERSION.match(text.strip())
+    if match is None:
+        raise InputError(
+            f"Kubernetes version {text!r}: expected MAJOR.MINOR such as 1.20 "
+            "(`kubectl version` prints the cluster's as Server Version)"
+        )
+    minor = (int(match["major"]), int(match["minor"]))
+    ImageLocalityArgs(minor).validate()
+    return minor
+
+
+@dataclass(frozen=True, slots=True)
+class LayerLocalityArgs:
+    """``layer-locality``: the bytes of the pod's layers a node holds."""
+
+    strategy: ClassVar[str] = "layer-locality"
+    #: Scale each present layer by (nodes holding it / all nodes) against node heating.
+    spread: bool = False
+
+    def validate(self) -> None:
+        """Nothing to check beyond the type."""
+        if not isinstance(self.spread, bool):
+            raise InputError(f"{self.strategy}: spread={self.spread!r} must be true or false")
+
+
+@dataclass(frozen=True, slots=True)
+class PullTimeArgs:
+    """``pull-time``: the estimated time to pull the pod's missing layers."""
+
+    strategy: ClassVar[str] = "pull-time"
+    #: Bandwidth assumed for a node without a readable label or annotation (> 0).
+    default_bandwidth_bits_per_s: float = DEFAULT_BANDWIDTH_BITS_PER_S
+    #: Fixed start cost added to every estimate (seconds, >= 0).
+    overhead_s: float = DEFAULT_OVERHEAD_S
+
+    def validate(self) -> None:
+        """Bandwidth finite and > 0; overhead finite and >= 0."""
+        bandwidth = self.default_bandwidth_bits_per_s
+        if not _finite(bandwidth) or bandwidth <= 0:
+            raise InputError(
+                f"{self.strategy}: default_bandwidth_bits_per_s={bandwidth!r} must be a "
+                "finite number of bits per second > 0"
+            )
+        if not _finite(self.overhead_s) or self.overhead_s < 0:
+            raise InputError(
+                f"{self.strategy}: overhead_s={self.overhead_s!r} must be a finite number of "
+                "seconds >= 0"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ImageLocalityArgs:
+    """``image-locality``: upstream's ImageLocality as released in one Kubernetes minor."""
+
+    strategy: ClassVar[str] = "image-locality"
+    #: The Kubernetes release whose ImageLocality to reproduce (which images count).
+    kubernetes_minor: KubernetesMinor = NEWEST_KUBERNETES_MINOR
+
+    def validate(self) -> None:
+        """A 1.x minor from :data:`OLDEST_KUBERNETES_MINOR` on."""
+        minor = self.kubernetes_minor
+        if (
+            not isinstance(minor, tuple)
+            or len(minor) != len(OLDEST_KUBERNETES_MINOR)
+            or not all(isinstance(part, int) for part in minor)
+            or minor[0] != 1
+            or minor < OLDEST_KUBERNETES_MINOR
+        ):
+            oldest = format_kubernetes_minor(OLDEST_KUBERNETES_MINOR)
+            raise InputError(
+                f"Kubernetes {_shown(minor)}: the image-locality port "
+                f"reproduces ImageLocality from {oldest} on (older releases are unchecked, "
+                f"and some scored on a fixed upper threshold or on 0-10 buckets): pass "
+                f"{oldest} or later"
+            )
+
+
+#: The arguments of one strategy.
+StrategyArgs = LayerLocalityArgs | PullTimeArgs | ImageLocalityArgs
+#: Each strategy's arguments type, by strategy name.
+ARGS_BY_STRATEGY: dict[str, type[StrategyArgs]] = {
+    args.strategy: args for args in (LayerLocalityArgs, PullTimeArgs, ImageLocalityArgs)
+}
+
+
+def field_names(args: type[StrategyArgs]) -> tuple[str, ...]:
+    """The fields of a strategy's arguments (what its options are called)."""
+    return tuple(f.name for f in fields(args))
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(minor: object) -> str:
+    if isinstance(minor, tuple) and len(minor) == len(OLDEST_KUBERNETES_MINOR):
+        return f"{minor[0]}.{minor[1]}"
+    return repr(minor)
+
+
+def strategy_args(name: str, **options: object) -> StrategyArgs:
+    """Strategy ``name``'s arguments from keyword ``options`` (its defaults for the rest);
+    an unknown strategy or option is an InputError naming what it takes."""
+    kind = ARGS_BY_STRATEGY.get(name)
+    if kind is None:
+        raise InputError(f"unknown strategy {name!r}: choose one of {', '.join(ARGS_BY_STRATEGY)}")
+    known = field_names(kind)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise InputError(
+            f"strategy {name!r} does not take {', '.join(unknown)}: it takes "
+            f"{', '.join(known) or 'no options'}"
+        )
+    return kind(**options)  # type: ignore[arg-type]

@@ -1,0 +1,169 @@
+"""Where the extender's inventory comes from: request bodies, a ``--nodes`` file, the API.
+
+In ``NodeNames`` mode (``nodeCacheCapable: true``) kube-scheduler sends names only, so the
+extender must already know what every node holds. An :class:`InventoryProvider` is that
+seam, and declares everything the extender asks of it: the ``--nodes`` snapshot
+(:class:`StaticInventoryProvider`, here) and the live watch of Nodes and
+NodeLayerInventory objects (:class:`~layersched.extender._watch.WatchInventoryProvider`).
+In full-``Nodes`` mode each request's nodes are built into an inventory of their own
+(:func:`request_inventory`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client.registry import Collector
+
+from layersched.core.errors import InputError
+from layersched.core.inventory import ClusterInventory, InventoryBuilder, SlotCache
+from layersched.core.layers import Layer, LayerSource
+from layersched.core.objects import Node, add_node_object, decode_node_list
+from layersched.extender._platforms import Platforms, PlatformSource
+
+log = logging.getLogger(__name__)
+
+
+class InventoryProvider(Protocol):
+    """Supplies the inventory ``NodeNames`` are resolved against, and what goes with it."""
+
+    #: Per node index of the held inventory, its platform key; None: all the default.
+    platform_keys: list[str] | None
+
+    def current(self) -> ClusterInventory | None:
+        """The inventory now, or None while it is still loading (/readyz answers 503)."""
+        ...
+
+    def load(self) -> None:
+        """Load (blocking; run in a thread); raise a LayerschedError if it cannot."""
+        ...
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The event loop the inventory is changed on (a static one never changes)."""
+        ...
+
+    def ready(self) -> tuple[bool, str]:
+        """(ready, why) for /readyz."""
+        ...
+
+    def image_layers(self, image: str, key: str) -> tuple[Layer, ...] | None:
+        """Layers of pod image ``image`` for platform ``key`` when the inventory knows them
+        without a registry (an agent published them); None otherwise."""
+        ...
+
+    def held_images(self, node: str) -> list[str] | None:
+        """The image names held for ``node`` (None: unknown node), for /debug/inventory."""
+        ...
+
+    def collector(self) -> Collector | None:
+        """Metrics of the provider's own (a watch's), or None."""
+        ...
+
+
+def held_images(inventory: ClusterInventory | None, node: str) -> list[str] | None:
+    """The image names ``inventory`` holds for ``node`` (None: no inventory, unknown node)."""
+    idx = inventory.index_of(node) if inventory is not None else None
+    if inventory is None or idx is None:
+        return None
+    return inventory.node_image_names(idx)
+
+
+def request_inventory(
+    nodes: list[Node],
+    source: LayerSource | None,
+    where: str,
+    cache: SlotCache | None = None,
+    problems: list[str] | None = None,
+    platform_keys: Sequence[str | None] | None = None,
+) -> ClusterInventory:
+    """The inventory of a request's ``Nodes.items`` (``cache``: entries seen by earlier
+    requests; ``problems``: collects malformed images and annotations, ignored, instead of
+    raising; ``platform_keys``: per node, its platform when not the default, else None)."""
+    builder = InventoryBuilder(source, cache, skip_invalid=problems is not None)
+    for i, node in enumerate(nodes):
+        key = platform_keys[i] if platform_keys is not None else None
+        add_node_object(builder, node, f"{where}[{i}]", problems, key)
+    return builder.build()
+
+
+class StaticInventoryProvider:
+    """The inventory of a ``--nodes NODES.json`` file (a v1 NodeList), loaded once.
+
+    The file is decoded node by node (:func:`layersched.core.objects.decode_node_list`,
+    the decoder ``layersched score --nodes`` uses too), so a 50 MB NodeList never exists
+    as Python objects all at once; the inventory's layers are indexed once loaded.
+    """
+
+    def __init__(
+        self, path: str | None, source: LayerSource | None, platforms: Platforms | None = None
+    ) -> None:
+        self.path = path
+        self._source = source
+        #: Per-platform sources: each node's images are resolved for its platform.
+        self.platforms = platforms if platforms is not None and platforms.enabled else None
+        self._inventory: ClusterInventory | None = None
+        self.platform_keys: list[str] | None = None
+
+    def current(self) -> ClusterInventory | None:
+        return self._inventory
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Nothing changes a file's inventory."""
+
+    def ready(self) -> tuple[bool, str]:
+        if self._inventory is None:
+            return False, "loading the node inventory"
+        return True, "ok"
+
+    def image_layers(self, image: str, key: str) -> tuple[Layer, ...] | None:
+        """A file has no agent-published images: pods resolve through the layer source."""
+        return None
+
+    def held_images(self, node: str) -> list[str] | None:
+        return held_images(self._inventory, node)
+
+    def collector(self) -> Collector | None:
+        return None
+
+    def load(self) -> None:
+        if self.path is None:
+            self._inventory = InventoryBuilder(self._source).build()
+            return
+        path = self.path
+        try:
+            data = Path(path).read_bytes()
+        except OSError as err:
+            raise InputError(f"{path}: cannot read it ({err.strerror}): check the path") from None
+        platforms = self.platforms
+        source = self._source
+        if platforms is not None and source is not None:
+            source = PlatformSource(platforms.source, platforms.default_key)
+        builder = InventoryBuilder(source)
+        keys: list[str] = []
+        for i, node in enumerate(decode_node_list(data, path)):
+            key = None
+            if platforms is not None:
+                keys.append(platforms.key(node))
+                key = keys[-1] if keys[-1] != platforms.default_key else None
+            add_node_object(builder, node, f"{path}: items[{i}]", platform_key=key)
+        del data
+        inventory = builder.build()
+        inventory.index_layers()
+        for warning in inventory.warnings:
+            log.warning("%s: %s", path, warning)
+        log.info(
+            "%s: %d nodes, %d distinct images, %d unresolved",
+            path,
+            inventory.node_count,
+            inventory.slot_count,
+            inventory.unresolved_images,
+        )
+        if (keys and any(key != keys[0] for key in keys)) or (
+            keys and platforms is not None and keys[0] != platforms.default_key
+        ):
+            self.platform_keys = keys
+        self._inventory = inventory

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,6 @@ import httpx
 import pytest
 
 from layersched.core.errors import LayerResolutionError, ManifestError, RegistryError
-from layersched.core.layers import LayerSource
 from layersched.core.manifest import (
     MANIFEST_ACCEPT,
     OCI_INDEX,
@@ -569,52 +567,7 @@ def test_auth_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     client.close()
 
 
-# -- the cached layer source -------------------------------------------------------------
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_layer_source_caches_by_digest_and_tag() -> None:
-    fake, clock = FakeRegistry(), FakeClock()
-    with client_for(fake) as client:
-        source = RegistryLayerSource(client, tag_ttl_s=60, clock=clock)
-        assert isinstance(source, LayerSource)
-        # Cold: GET the index and the amd64 manifest (miss).
-        assert source.resolve(f"{HOST}/multi:1") == IMG.layers
-        # Warm tag: no request at all (hit).
-        assert source.resolve(f"{HOST}/multi:1") == IMG.layers
-        # Pinned to the index digest already cached: no request (hit).
-        assert source.resolve(f"{HOST}/multi@{INDEX.digest}") == IMG.layers
-        assert len(fake.requests) == 2
-        # TTL over: one HEAD revalidates the tag; same digest, so the layers are a hit.
-        clock.now += 61
-        assert source.resolve(f"{HOST}/multi:1") == IMG.layers
-        assert fake.paths()[2:] == ["HEAD /v2/multi/manifests/1"]
-        # The tag moves to IMG's manifest after expiry: HEAD, then GET by the new digest.
-        fake.manifests["/v2/multi/manifests/1"] = (IMG.manifest_bytes, OCI_MANIFEST)
-        clock.now += 61
-        assert source.resolve(f"{HOST}/multi:1") == IMG.layers
-        assert fake.paths()[3:] == [
-            "HEAD /v2/multi/manifests/1",
-            f"GET /v2/multi/manifests/{IMG.digest}",
-        ]
-    assert (source.cache_hits, source.cache_misses, source.tag_revalidations) == (3, 2, 2)
-    assert source.registry_errors == 0
-
-
-def test_layer_source_lru_is_bounded(fake: FakeRegistry) -> None:
-    # cache_size=1: resolving multi evicts app, so app is fetched again (3 misses).
-    with client_for(fake) as client:
-        source = RegistryLayerSource(client, cache_size=1, tag_ttl_s=0)
-        for image in ("app:1", "multi:1", "app:1"):
-            source.resolve(f"{HOST}/{image}")
-    assert (source.cache_hits, source.cache_misses, source.cached_images()) == (0, 3, 1)
+# -- the layer source (a plain fetcher; the cache's tests: test_layer_cache.py) -----------
 
 
 @pytest.mark.parametrize(
@@ -634,26 +587,3 @@ def test_layer_source_errors(fake: FakeRegistry, image: str, message: str, error
             source.resolve(image)
     assert message in str(info.value)
     assert source.registry_errors == errors
-
-
-def test_layer_source_is_thread_safe(fake: FakeRegistry) -> None:
-    # 8 threads x 25 resolves of two images: every answer right, every call counted once.
-    with client_for(fake) as client:
-        source = RegistryLayerSource(client)
-        failures: list[BaseException] = []
-
-        def work() -> None:
-            try:
-                for i in range(25):
-                    image = f"{HOST}/app:1" if i % 2 else f"{HOST}/multi:1"
-                    assert source.resolve(image) == IMG.layers
-            except BaseException as err:  # noqa: BLE001 (collected and asserted below)
-                failures.append(err)
-
-        threads = [threading.Thread(target=work) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    assert failures == []
-    assert source.cache_hits + source.cache_misses == 200

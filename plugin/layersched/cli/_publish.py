@@ -178,7 +178,7 @@ def run_publish(args: argparse.Namespace) -> int:
     )
     crio = CrioStorageReader(args.crio_storage) if args.crio_storage is not None else None
     cri = CRIClient(args.cri, timeout_s=args.timeout_s) if args.cri else None
-    fallback = open_layer_source(args) if args.registry_fallback else None
+    fallback = open_layer_source(args, cached=True) if args.registry_fallback else None
     publisher = Publisher(
         kube,
         args.node_name,

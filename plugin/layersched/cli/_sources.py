@@ -203,8 +203,10 @@ def add_layer_source_options(
     )
 
 
-def open_layer_source(args: argparse.Namespace) -> LayerSource:
-    """The offline source for ``--layers``, else a registry-backed one for ``--platform``."""
+def open_layer_source(args: argparse.Namespace, *, cached: bool = False) -> LayerSource:
+    """The offline source for ``--layers``, else a registry-backed one for ``--platform``
+    (with ``cached``, behind the one layer cache: for callers resolving inline, such as the
+    agent's fallback; the extender's resolver keeps its own)."""
     if not args.registry_timeout_s > 0:
         raise InputError(f"--registry-timeout-s {args.registry_timeout_s}: must be > 0 seconds")
     if args.registry_retries < 0:
@@ -222,7 +224,12 @@ def open_layer_source(args: argparse.Namespace) -> LayerSource:
         return StaticLayerSource.from_json(read_document(args.layers), args.layers)
     factory = registry_source_factory(args)
     assert factory is not None
-    return factory(Platform.parse(args.platform))
+    source = factory(Platform.parse(args.platform))
+    if cached:
+        from layersched.registry import CachedLayerSource
+
+        return CachedLayerSource(source)
+    return source
 
 
 def registry_source_factory(args: argparse.Namespace) -> Callable[[Platform], LayerSource] | None:

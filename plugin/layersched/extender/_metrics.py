@@ -30,9 +30,20 @@ LATENCY_BUCKETS_S = (
 
 #: Layer-source counters exported when the source has them (the registry source does).
 SOURCE_COUNTERS = (
-    ("cache_hits", "layersched_layer_cache_hits", "Layer-source cache hits."),
-    ("cache_misses", "layersched_layer_cache_misses", "Layer-source cache misses."),
     ("registry_errors", "layersched_registry_errors", "Failed registry conversations."),
+    ("fetches", "layersched_registry_manifest_fetches", "Images resolved at the registry."),
+    ("digest_checks", "layersched_registry_digest_checks", "Tag digests checked (HEAD)."),
+)
+#: The layer cache's counters (the default platform's resolver).
+CACHE_COUNTERS = (
+    ("hits", "layersched_layer_cache_hits", "Layer-cache hits (fresh or stale)."),
+    ("misses", "layersched_layer_cache_misses", "Layer-cache misses."),
+    ("evictions", "layersched_layer_cache_evictions", "Entries dropped past a cache bound."),
+    (
+        "unchanged",
+        "layersched_layer_cache_unchanged_revalidations",
+        "Tag revalidations a digest check answered without a manifest fetch.",
+    ),
 )
 
 
@@ -56,6 +67,17 @@ class _SourceCollector(Collector):
                 family = CounterMetricFamily(name, documentation)
                 family.add_metric([], float(value))
                 yield family
+        cache = self._resolver.cache
+        for attribute, name, documentation in CACHE_COUNTERS:
+            family = CounterMetricFamily(name, documentation)
+            family.add_metric([], float(getattr(cache, attribute)))
+            yield family
+        held = GaugeMetricFamily(
+            "layersched_layer_cache_bytes",
+            "Estimated bytes the layer cache holds (bounded by MAX_CACHED_BYTES).",
+        )
+        held.add_metric([], float(cache.cost_bytes))
+        yield held
         timeouts = CounterMetricFamily(
             "layersched_extender_resolve_timeouts",
             "Pods whose layers were not resolved within --resolve-timeout-s.",

@@ -15,13 +15,13 @@ queued moves it to the pod pool, or joins it if it is running.
 Offline sources (``--layers``, or none) answer from memory, so they are called
 inline: no thread hop, no cache in front of them.
 
-Remote answers are cached. A digest-pinned name (``repo@sha256:…``) names
-immutable content, so its layers never expire. A tag's layers are revalidated
-in the background once ``POSITIVE_TTL_S`` has passed, and the old answer is
-served meanwhile (and kept if the registry cannot be reached): a node keeps the
-layers it was last known to hold, it never drops to "absent" on a timer. Names
-whose layers changed on revalidation are reported by :meth:`DeadlineResolver.changed`,
-so that caches built from them (the full-``Nodes`` slot cache) drop just those.
+Remote answers are kept in the one layer cache (:class:`~layersched.registry.LayerCache`:
+TTLs, revalidation by digest, bounded in bytes; the registry source is a plain fetcher).
+A digest-pinned name never expires; a tag's layers are revalidated in the background
+once ``POSITIVE_TTL_S`` has passed, and the old answer is served meanwhile (and kept if
+the registry cannot be reached). Names whose layers changed on revalidation are reported
+by :meth:`DeadlineResolver.changed`, so that caches built from them (the full-``Nodes``
+slot cache) drop just those.
 """
 
 from __future__ import annotations
@@ -29,25 +29,32 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import math
 import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 
 from layersched.core.errors import LayerResolutionError, LayerschedError
 from layersched.core.layers import Layer, LayerSource, NoLayerSource, StaticLayerSource
+from layersched.registry import (
+    MAX_CACHED_BYTES,
+    MAX_CACHED_IMAGES,
+    NEGATIVE_TTL_S,
+    POSITIVE_TTL_S,
+    Entry,
+    LayerCache,
+    is_pinned,
+)
 
 log = logging.getLogger(__name__)
 
-#: Registry tags move; revalidate a tag's layers after this long (in the background,
-#: serving the old answer meanwhile). Digest-pinned names never expire.
-POSITIVE_TTL_S = 300.0
-#: A failed image is retried after this long, not on every pod (a down registry
-#: would otherwise get one request per scheduling cycle per image).
-NEGATIVE_TTL_S = 10.0
-#: Images whose layers are remembered; a cluster runs far fewer distinct images.
-MAX_CACHED_IMAGES = 65_536
+__all__ = [
+    "MAX_CACHED_BYTES",
+    "MAX_CACHED_IMAGES",
+    "NEGATIVE_TTL_S",
+    "POSITIVE_TTL_S",
+    "DeadlineResolver",
+    "is_pinned",
+]
 #: Pod-image resolutions in flight or queued at most; beyond this a pod is
 #: answered neutrally without queueing more work (no unbounded queue).
 MAX_PENDING = 256
@@ -72,11 +79,6 @@ def _retrieve(future: asyncio.Future[tuple[Layer, ...]]) -> None:
     "Future exception was never retrieved" (the failure is logged once, by us)."""
     if not future.cancelled():
         future.exception()
-
-
-def is_pinned(image: str) -> bool:
-    """Whether ``image`` names its content by digest (``repo@sha256:…``): immutable."""
-    return "@" in image
 
 
 def preferred_name(names: Sequence[str]) -> str:
@@ -106,18 +108,6 @@ class _WarningLog:
             return logging.WARNING
 
 
-class _Entry:
-    __slots__ = ("error", "expires_at", "layers")
-
-    def __init__(
-        self, layers: tuple[Layer, ...] | None, expires_at: float, error: BaseException | None
-    ) -> None:
-        self.layers = layers
-        self.expires_at = expires_at
-        #: Why resolution failed (``layers`` is None).
-        self.error = error
-
-
 class DeadlineResolver:
     """Resolves images through ``source`` within a deadline; caches remote answers.
 
@@ -144,7 +134,8 @@ class DeadlineResolver:
         self.local = isinstance(source, StaticLayerSource | NoLayerSource)
         self._max_pending = max_pending
         self._max_warming = max_warming
-        self._cache: OrderedDict[str, _Entry] = OrderedDict()
+        #: The one cache of remote answers (never used for an offline source).
+        self.cache = LayerCache(clock=clock)
         self._pending: dict[str, Future] = {}
         self._warming: dict[str, Future] = {}
         # re-entrant: cancelling a queued warm-up runs its done callback, which locks
@@ -155,13 +146,6 @@ class DeadlineResolver:
         self._warm_workers = warm_workers if warm_workers is not None else max(1, workers // 2)
         self._pod_warnings = _WarningLog(POD_WARNING_PERIOD_S, clock)
         self._node_warnings = _WarningLog(NODE_WARNING_PERIOD_S, clock)
-        #: (expiry, image) of tag entries in expiry order (the TTL is constant), to
-        #: revalidate those no lookup asks for (node images answered by the slot cache).
-        self._due: deque[tuple[float, str]] = deque()
-        #: Names whose layers changed when revalidated, until :meth:`changed` drains them.
-        self._changed: set[str] = set()
-        #: Tag entries revalidated (answered again by the source, changed or not).
-        self.revalidations = 0
         #: Pods answered neutrally because resolution missed the deadline.
         self.timeouts = 0
         #: Pod images not queued because MAX_PENDING resolutions were already under way.
@@ -180,87 +164,50 @@ class DeadlineResolver:
             clock=self.clock,
         )
 
+    @property
+    def revalidations(self) -> int:
+        """Tag entries revalidated (answered again by the source, changed or not)."""
+        return self.cache.revalidations
+
     # ---------------------------------------------------------------- cache
-    def _lookup(self, image: str) -> _Entry | None:
+    def _lookup(self, image: str) -> Entry | None:
         """The cached answer for ``image``, or None. A failure is forgotten once it expires
         (retried); expired layers are still returned, and revalidated in the background."""
-        with self._lock:
-            entry = self._cache.get(image)
-            if entry is None or entry.expires_at >= self.clock():
-                return entry
-            if entry.layers is None:
-                del self._cache[image]
-                return None
+        entry, stale = self.cache.get(image)
+        if stale:
             self.warm(image)  # stale while revalidating
-            return entry
-
-    def _store(
-        self, image: str, layers: tuple[Layer, ...] | None, error: BaseException | None = None
-    ) -> None:
-        now = self.clock()
-        if layers is None:
-            expires_at = now + NEGATIVE_TTL_S
-        elif is_pinned(image):
-            expires_at = math.inf  # a digest names immutable content
-        else:
-            expires_at = now + POSITIVE_TTL_S
-        with self._lock:
-            old = self._cache.get(image)
-            if old is not None and old.layers is not None and old.layers != layers:
-                if layers is None:
-                    # a tag that was resolved cannot be revalidated now: keep what the
-                    # nodes were last known to hold, and try again after NEGATIVE_TTL_S
-                    old.expires_at = expires_at
-                    self._due.append((expires_at, image))
-                    return
-                self._changed.add(image)
-            if old is not None and old.layers is not None:
-                self.revalidations += 1
-            self._cache[image] = _Entry(layers, expires_at, error)
-            self._cache.move_to_end(image)
-            if layers is not None and expires_at != math.inf:
-                self._due.append((expires_at, image))
-            while len(self._cache) > MAX_CACHED_IMAGES:
-                self._cache.popitem(last=False)
+        return entry
 
     def revalidate_due(self) -> None:
         """Queue the revalidation of every tag entry past its TTL (call it per request: it
         costs nothing until one is due). Node images the slot cache answers are never
         looked up, so this is what refreshes them."""
-        now = self.clock()
         with self._lock:
-            due = self._due
-            while due and due[0][0] < now:
-                if len(self._warming) >= self._max_warming:
-                    return  # the next request queues the rest
-                expires_at, image = due.popleft()
-                entry = self._cache.get(image)
-                if entry is not None and entry.expires_at == expires_at:
-                    self.warm(image)
+            room = self._max_warming - len(self._warming)
+        if room <= 0:
+            return  # the next request queues the rest
+        for image in self.cache.due(limit=room):
+            self.warm(image)
 
     def changed(self) -> set[str]:
         """Names whose layers changed on revalidation since the last call (then forgotten)."""
-        with self._lock:
-            names, self._changed = self._changed, set()
-            return names
+        return self.cache.changed()
 
     def _resolve_now(self, image: str, for_pod: bool) -> tuple[Layer, ...]:
+        def kept(err: LayerschedError) -> None:
+            level = self._node_warnings.level(image)
+            log.log(
+                level,
+                "image %r: revalidating its layers failed, keeping the last known ones "
+                "(retried after %.0f s): %s",
+                image,
+                NEGATIVE_TTL_S,
+                err,
+            )
+
         try:
-            layers = self.source.resolve(image)
+            return self.cache.refresh(image, self.source, on_kept=kept)
         except LayerschedError as err:
-            self._store(image, None, err)
-            kept = self._kept(image)
-            if kept is not None:
-                level = self._node_warnings.level(image)
-                log.log(
-                    level,
-                    "image %r: revalidating its layers failed, keeping the last known ones "
-                    "(retried after %.0f s): %s",
-                    image,
-                    NEGATIVE_TTL_S,
-                    err,
-                )
-                return kept
             if for_pod:
                 self._pod_failed(image, err)
             else:
@@ -271,8 +218,8 @@ class DeadlineResolver:
             # a bug in the layer source (a KeyError in a parser, say): negative-cached like
             # any failure, so pods do not queue it again and again, and its traceback is
             # in the operator's log once per period
-            self._store(image, None, err)
-            kept = self._kept(image)
+            self.cache.store(image, None, err)
+            kept_layers = self._kept(image)
             warnings = self._pod_warnings if for_pod else self._node_warnings
             if warnings.level(image) == logging.WARNING:
                 log.exception(
@@ -284,19 +231,15 @@ class DeadlineResolver:
                 )
             else:
                 log.info("image %r: the layer source failed unexpectedly again: %r", image, err)
-            if kept is not None:
-                return kept
+            if kept_layers is not None:
+                return kept_layers
             raise LayerResolutionError(
                 f"resolving layers of {image!r}: the layer source failed unexpectedly ({err!r})"
             ) from err
-        self._store(image, layers)
-        return layers
 
     def _kept(self, image: str) -> tuple[Layer, ...] | None:
         """The last known layers of ``image`` kept through a failed revalidation, if any."""
-        with self._lock:
-            entry = self._cache.get(image)
-            return entry.layers if entry is not None else None
+        return self.cache.layers_of(image)
 
     def _pod_failed(
         self, image: str, err: BaseException | None, *, warning_only: bool = False

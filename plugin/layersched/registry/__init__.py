@@ -4,12 +4,26 @@
 manifest push) with anonymous, basic and Bearer-token auth (credentials from
 docker config files and credential helpers), bounded retries, body caps, a
 per-request deadline, and a policy for which hosts it may contact on an
-image's behalf. :class:`RegistryLayerSource` puts caches in front of
-it and implements :class:`layersched.core.layers.LayerSource`. See
-``docs/registry.md`` for why this is not built on oras-py.
+image's behalf. :class:`RegistryLayerSource` is a plain fetcher over it; the
+one cache of answers is :class:`LayerCache` (TTLs, revalidation by digest,
+bounded in bytes), used inline through :class:`CachedLayerSource` or by the
+extender's deadline resolver. See ``docs/registry.md`` for why this is not
+built on oras-py.
 """
 
 from layersched.registry._auth import DEFAULT_MAX_TOKEN_BYTES
+from layersched.registry._cache import (
+    MAX_CACHED_BYTES,
+    MAX_CACHED_IMAGES,
+    NEGATIVE_TTL_S,
+    POSITIVE_TTL_S,
+    CachedLayerSource,
+    DigestSource,
+    Entry,
+    Fetched,
+    LayerCache,
+    is_pinned,
+)
 from layersched.registry._client import (
     BUILTIN_TOKEN_HOSTS,
     DEFAULT_DEADLINE_S,
@@ -20,23 +34,27 @@ from layersched.registry._client import (
     RegistryClient,
     ResolvedImage,
 )
-from layersched.registry._source import (
-    DEFAULT_CACHE_SIZE,
-    DEFAULT_TAG_TTL_S,
-    RegistryLayerSource,
-)
+from layersched.registry._source import RegistryLayerSource
 
 __all__ = [
     "BUILTIN_TOKEN_HOSTS",
-    "DEFAULT_CACHE_SIZE",
     "DEFAULT_DEADLINE_S",
     "DEFAULT_MAX_MANIFEST_BYTES",
     "DEFAULT_MAX_TOKEN_BYTES",
     "DEFAULT_RETRIES",
-    "DEFAULT_TAG_TTL_S",
     "DEFAULT_TIMEOUT_S",
+    "MAX_CACHED_BYTES",
+    "MAX_CACHED_IMAGES",
+    "NEGATIVE_TTL_S",
+    "POSITIVE_TTL_S",
+    "CachedLayerSource",
+    "DigestSource",
+    "Entry",
+    "Fetched",
     "FetchedManifest",
+    "LayerCache",
     "RegistryClient",
     "RegistryLayerSource",
     "ResolvedImage",
+    "is_pinned",
 ]

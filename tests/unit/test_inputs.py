@@ -101,6 +101,26 @@ def test_pod_images_in_upstream_order() -> None:
         "pod.yaml",
     )
     assert pod.images == ("init:1", "a:1", "b:1")
+    assert pod.image_volumes == ()
+
+
+def test_pod_image_volumes_in_volume_order() -> None:
+    # spec.volumes[*].image.reference (KEP-4639), other volume kinds skipped; not in .images
+    pod = pod_from_json(
+        {
+            "spec": {
+                "containers": [{"name": "a", "image": "a:1"}],
+                "volumes": [
+                    {"name": "v1", "image": {"reference": "data:2", "pullPolicy": "Always"}},
+                    {"name": "scratch", "emptyDir": {}},
+                    {"name": "v2", "image": {"reference": "models:3"}},
+                ],
+            },
+        },
+        "pod.yaml",
+    )
+    assert pod.image_volumes == ("data:2", "models:3")
+    assert pod.images == ("a:1",)
 
 
 @pytest.mark.parametrize(
@@ -110,8 +130,16 @@ def test_pod_images_in_upstream_order() -> None:
         ({"kind": "Pod"}, "spec is missing"),
         ({"spec": {"containers": []}}, "spec.containers is empty"),
         ({"spec": {"containers": [{"name": "a"}]}}, r"spec.containers\[0\].image is missing"),
+        (
+            {"spec": {"containers": [{"image": "a"}], "volumes": [{"name": "v", "image": {}}]}},
+            r"spec.volumes\[0\].image.reference is missing",
+        ),
+        (
+            {"spec": {"containers": [{"image": "a"}], "volumes": {"name": "v"}}},
+            "spec.volumes must be a list",
+        ),
     ],
-    ids=["kind", "no-spec", "no-containers", "no-image"],
+    ids=["kind", "no-spec", "no-containers", "no-image", "no-volume-reference", "volumes-map"],
 )
 def test_bad_pods(doc: Any, message: str) -> None:
     with pytest.raises(InputError, match=message):

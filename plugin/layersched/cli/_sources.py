@@ -13,6 +13,9 @@ from layersched.core.layers import LayerSource, StaticLayerSource
 from layersched.core.manifest import Platform
 from layersched.core.strategies import STRATEGY_NAMES, Strategy, get_strategy
 from layersched.core.strategies.image_locality import (
+    DEFAULT_KUBERNETES_MINOR,
+    IMAGE_VOLUMES_COUNT_SINCE,
+    IMAGE_VOLUMES_RAISE_THRESHOLD_SINCE,
     INIT_CONTAINERS_COUNT_SINCE,
     NEWEST_KUBERNETES_MINOR,
     OLDEST_KUBERNETES_MINOR,
@@ -42,9 +45,12 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
         "--kubernetes-version",
         metavar="MAJOR.MINOR",
         help=f"{IMAGE_LOCALITY} only: the Kubernetes release whose ImageLocality to reproduce, "
-        f"{format_kubernetes_minor(OLDEST_KUBERNETES_MINOR)} or later; before "
-        f"{format_kubernetes_minor(INIT_CONTAINERS_COUNT_SINCE)} init containers do not count "
-        f"(default: {format_kubernetes_minor(NEWEST_KUBERNETES_MINOR)}, the newest behaviour)",
+        f"{format_kubernetes_minor(OLDEST_KUBERNETES_MINOR)} to "
+        f"{format_kubernetes_minor(NEWEST_KUBERNETES_MINOR)}: init containers count from "
+        f"{format_kubernetes_minor(INIT_CONTAINERS_COUNT_SINCE)}, image volumes from "
+        f"{format_kubernetes_minor(IMAGE_VOLUMES_COUNT_SINCE)} (in the upper threshold too from "
+        f"{format_kubernetes_minor(IMAGE_VOLUMES_RAISE_THRESHOLD_SINCE)}) "
+        f"(default: {format_kubernetes_minor(DEFAULT_KUBERNETES_MINOR)}, the newest release)",
     )
     parser.add_argument(
         "--default-bandwidth-bits-per-s",

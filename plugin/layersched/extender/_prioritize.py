@@ -163,7 +163,19 @@ def pod_images(pod: Pod | None) -> PodImages:
             if not container.image:
                 raise InputError(f"pod {name!r}: spec.{key}[{i}].image is missing")
         images.append(tuple(c.image for c in listed))
-    return PodImages(name=name, init_containers=images[0], containers=images[1])
+    image_volumes = []
+    for i, volume in enumerate(pod.spec.volumes or []):
+        if volume.image is None:
+            continue
+        if not volume.image.reference:
+            raise InputError(f"pod {name!r}: spec.volumes[{i}].image.reference is missing")
+        image_volumes.append(volume.image.reference)
+    return PodImages(
+        name=name,
+        init_containers=images[0],
+        containers=images[1],
+        image_volumes=tuple(image_volumes),
+    )
 
 
 class Extender:

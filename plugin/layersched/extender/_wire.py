@@ -79,11 +79,26 @@ class Container(msgspec.Struct, gc=False):
     image: str = ""
 
 
+class ImageVolumeSource(msgspec.Struct, gc=False):
+    """``volumes[*].image`` (KEP-4639): an OCI image mounted as a volume."""
+
+    reference: str = ""
+
+
+class Volume(msgspec.Struct, gc=False):
+    """A pod volume: only an image volume's reference matters."""
+
+    name: str = ""
+    image: ImageVolumeSource | None = None
+
+
 class PodSpec(msgspec.Struct, gc=False):
-    """``Pod.spec``: the containers, init containers first in upstream's order."""
+    """``Pod.spec``: the containers, init containers first in upstream's order, and the
+    volumes (ImageLocality counts image volumes from 1.36)."""
 
     initContainers: list[Container] | None = None
     containers: list[Container] | None = None
+    volumes: list[Volume] | None = None
 
 
 class Pod(msgspec.Struct, gc=False):

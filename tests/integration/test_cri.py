@@ -23,7 +23,7 @@ from layersched.core.inventory import ClusterInventory, node_from_json
 from layersched.cri import CRIClient
 from layersched.registry import RegistryClient
 from layersched.testbed.ociimage import BuiltImage, build_image, push_image, random_layer
-from tests.fixtures.containerd import ContainerdProcess
+from tests.fixtures.containerd import RUNTIMES, ContainerdProcess
 from tests.fixtures.registry import RegistryProcess
 
 pytestmark = pytest.mark.integration
@@ -104,6 +104,7 @@ def cri(containerd: ContainerdProcess, registry: RegistryProcess) -> Iterator[CR
         yield client
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_version(containerd: ContainerdProcess) -> None:
     with containerd.client() as client:
         version = client.version()
@@ -111,6 +112,7 @@ def test_version(containerd: ContainerdProcess) -> None:
     assert version.runtime_api_version == "v1"
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_pull_list_status(cri: CRIClient, pushed: Pushed) -> None:
     image_ref = cri.pull_image(pushed.img1)
     # containerd answers with the image ID: the config digest
@@ -138,6 +140,7 @@ def test_pull_list_status(cri: CRIClient, pushed: Pushed) -> None:
     assert not by_digest.info
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_shared_layers_are_not_downloaded_again(
     cri: CRIClient, pushed: Pushed, registry: RegistryProcess, containerd: ContainerdProcess
 ) -> None:
@@ -160,6 +163,7 @@ def test_shared_layers_are_not_downloaded_again(
     assert {layer.digest for layer in LAYERS.values()} <= held
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_remove_image(cri: CRIClient, pushed: Pushed) -> None:
     cri.pull_image(pushed.img1)
     cri.pull_image(pushed.img2)

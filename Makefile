@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes lint unit integration infra e2e test ci-fresh bench bench-scheduler testbed testbed-down simulate proto clean
+.PHONY: help venv kubernetes containerd lint unit integration infra e2e test ci-fresh bench bench-scheduler testbed testbed-down simulate proto clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,6 +18,9 @@ $(VENV)/.installed: pyproject.toml
 
 kubernetes: venv ## Build (or find cached) Kubernetes v1.20.2 from Debian's source (~10 min cold)
 	@scripts/kubernetes.sh
+
+containerd: venv ## Download (or find cached) containerd 2.x for the integration tests (never installed)
+	@scripts/containerd.sh
 
 lint: venv ## ruff, mypy --strict on plugin/, import-linter, ansible-lint (production)
 	@scripts/lint.sh

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Steps of the Kubernetes build that Ansible's modules do not cover. Standard library only.
 
-``sources --codename C``
+``sources --codename C [--type deb|deb-src] [--suite S]``
     Print a one-line-format sources list with ``deb-src`` lines for each ``deb`` entry of this
     machine's apt configuration whose suite is C or C-*. The build fetches its source from
     the archive the machine already uses, through a private sources list, so the
-    machine's own apt configuration is never changed.
+    machine's own apt configuration is never changed. With ``--suite S`` only the entries
+    whose suite is exactly C are taken, and S replaces it: the containerd download
+    (role containerd_download) reads ``deb`` lines for ``sid`` from the same archive.
 
 ``make --tree T --log L --timeout-s N -- WHAT...``
     Build ``WHAT`` in tree T as Debian's ``debian/rules`` does: GOPATH=T/.go with
@@ -98,6 +100,13 @@ def _sources(codename: str) -> list[dict[str, str]]:
 
 def cmd_sources(args: argparse.Namespace) -> int:
     entries = _sources(args.codename)
+    if args.suite:
+        # the archive's own line for the codename (not -updates/-security), another suite
+        entries = [
+            dict(entry, suites=args.suite)
+            for entry in entries
+            if args.codename in entry["suites"].split()
+        ]
     if not entries:
         print(
             f"no 'deb' entry for {args.codename} or {args.codename}-* in {APT_SOURCES_LIST} "
@@ -111,7 +120,7 @@ def cmd_sources(args: argparse.Namespace) -> int:
     for entry in entries:
         opts = f"[signed-by={entry['signed-by']}] " if entry["signed-by"] else ""
         for suite in entry["suites"].split():
-            lines.append(f"deb-src {opts}{entry['uri']} {suite} {entry['components']}")
+            lines.append(f"{args.type} {opts}{entry['uri']} {suite} {entry['components']}")
     print("\n".join(lines))
     return 0
 
@@ -174,6 +183,8 @@ def main() -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_src = sub.add_parser("sources")
     p_src.add_argument("--codename", required=True)
+    p_src.add_argument("--type", choices=("deb-src", "deb"), default="deb-src")
+    p_src.add_argument("--suite", help="the suite to write instead of the codename's own")
     p_make = sub.add_parser("make")
     p_make.add_argument("--tree", required=True)
     p_make.add_argument("--log", required=True)

@@ -11,11 +11,12 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from layersched.builds import CACHE_DIR_ENV, kubernetes_build
+from layersched.builds import CACHE_DIR_ENV, containerd_download, kubernetes_build
 from tests.fixtures import prereq
 
 pytestmark = pytest.mark.infra
@@ -41,8 +42,10 @@ def _ansible_playbook() -> str:
         # The CRI relay in front of every node's runtime, and out again (testbed_relay role).
         "testbed-relay.yml",
         "testbed-relay-remove.yml",
+        # containerd 2.x for the integration tests (containerd_download role).
+        "containerd-download.yml",
     ],
-    ids=["up", "down", "relay", "relay-remove"],
+    ids=["up", "down", "relay", "relay-remove", "containerd-download"],
 )
 def test_syntax_check(playbook: str) -> None:
     done = subprocess.run(
@@ -61,14 +64,26 @@ def test_syntax_check(playbook: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _playbook_vars(cache_dir: str | None) -> dict[str, object]:
-    """What ``playbooks/vars/kubernetes.yml`` evaluates to, as Ansible itself templates it."""
-    expression = (
-        "{{ {'id': kubernetes_build_id, 'version': kubernetes_version, "
-        "'binaries': kubernetes_binaries, 'bin_dir': kubernetes_bin_dir, "
-        "'cache_dir': kubernetes_cache_dir, 'pause': kubernetes_pause_version, "
-        "'source_version': kubernetes_source_version} | to_json }}"
-    )
+#: What playbooks/vars/kubernetes.yml derives, as one JSON object.
+KUBERNETES_VARS = (
+    "{{ {'id': kubernetes_build_id, 'version': kubernetes_version, "
+    "'binaries': kubernetes_binaries, 'bin_dir': kubernetes_bin_dir, "
+    "'cache_dir': kubernetes_cache_dir, 'pause': kubernetes_pause_version, "
+    "'source_version': kubernetes_source_version} | to_json }}"
+)
+#: What playbooks/vars/containerd.yml derives.
+CONTAINERD_VARS = (
+    "{{ {'version': containerd_version, 'suite': containerd_suite, "
+    "'codename': containerd_archive_codename, 'binaries': containerd_binaries, "
+    "'cache_dir': containerd_cache_dir, 'tree_dir': containerd_tree_dir, "
+    "'containerd': containerd_bin_dir ~ '/containerd'} | to_json }}"
+)
+
+
+def _playbook_vars(
+    cache_dir: str | None, vars_file: str = "kubernetes.yml", expression: str = KUBERNETES_VARS
+) -> dict[str, object]:
+    """What ``playbooks/vars/<vars_file>`` evaluates to, as Ansible itself templates it."""
     env = {k: v for k, v in os.environ.items() if k != CACHE_DIR_ENV}
     if cache_dir is not None:
         env[CACHE_DIR_ENV] = cache_dir
@@ -81,7 +96,7 @@ def _playbook_vars(cache_dir: str | None) -> dict[str, object]:
             "--playbook-dir",
             str(PLAYBOOKS),
             "-e",
-            f"@{PLAYBOOKS / 'vars' / 'kubernetes.yml'}",
+            f"@{PLAYBOOKS / 'vars' / vars_file}",
             "-e",
             f"ansible_python_interpreter={sys.executable}",
             "-m",
@@ -100,18 +115,9 @@ def _playbook_vars(cache_dir: str | None) -> dict[str, object]:
     return decoded
 
 
-@pytest.mark.parametrize("cache_dir", [None, "/srv/other-cache"], ids=["default", "moved"])
-def test_playbooks_derive_the_build_paths_as_the_cli_does(
-    cache_dir: str | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # one record (plugin/layersched/kubernetes-build.yml), two derivations: Ansible's
-    # (every role) and layersched.builds' (CLI defaults, tests, benchmarks) must agree
-    if cache_dir is None:
-        monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
-    else:
-        monkeypatch.setenv(CACHE_DIR_ENV, cache_dir)
+def _kubernetes_paths() -> dict[str, object]:
     build = kubernetes_build()
-    assert _playbook_vars(cache_dir) == {
+    return {
         "id": build.build_id,
         "version": build.version,
         "binaries": list(build.binaries),
@@ -120,3 +126,70 @@ def test_playbooks_derive_the_build_paths_as_the_cli_does(
         "pause": build.pause_version,
         "source_version": build.source_version,
     }
+
+
+def _containerd_paths() -> dict[str, object]:
+    download = containerd_download()
+    return {
+        "version": download.version,
+        "suite": download.suite,
+        "codename": download.archive_codename,
+        "binaries": list(download.binaries),
+        "cache_dir": str(download.cache_dir()),
+        "tree_dir": str(download.tree_dir()),
+        "containerd": str(download.binary("containerd")),
+    }
+
+
+@pytest.mark.parametrize("cache_dir", [None, "/srv/other-cache"], ids=["default", "moved"])
+@pytest.mark.parametrize(
+    ("vars_file", "expression", "python_paths"),
+    [
+        # plugin/layersched/kubernetes-build.yml: every role, and the CLI defaults, tests
+        # and benchmarks
+        ("kubernetes.yml", KUBERNETES_VARS, _kubernetes_paths),
+        # plugin/layersched/containerd-download.yml: make containerd, and the integration
+        # tests' fixture
+        ("containerd.yml", CONTAINERD_VARS, _containerd_paths),
+    ],
+    ids=["kubernetes", "containerd"],
+)
+def test_playbooks_derive_the_build_paths_as_the_cli_does(
+    cache_dir: str | None,
+    vars_file: str,
+    expression: str,
+    python_paths: Callable[[], dict[str, object]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # one record, two derivations: Ansible's and layersched.builds' must agree
+    if cache_dir is None:
+        monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CACHE_DIR_ENV, cache_dir)
+    assert _playbook_vars(cache_dir, vars_file, expression) == python_paths()
+
+
+def test_a_second_containerd_download_changes_nothing() -> None:
+    # with the download cached (.ci/run's `make containerd`), the role only looks: no
+    # network, changed=0 (ansible-lint's production profile asks the same of every role)
+    download = containerd_download()
+    prereq.require(
+        None
+        if not download.missing()
+        else f"containerd {download.version} is not downloaded: run `make containerd`"
+    )
+    done = subprocess.run(
+        [
+            _ansible_playbook(),
+            "-i",
+            str(PLAYBOOKS / "inventory" / "local.yml"),
+            str(PLAYBOOKS / "containerd-download.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    recap = done.stdout[done.stdout.index("PLAY RECAP") :]
+    assert "changed=0" in recap and "failed=0" in recap, recap

@@ -2,31 +2,44 @@
 
 The layers must come from containerd's own content store, equal to what the registry
 serves, with no registry call of the agent's; image events must arrive for a pull and a
-removal; and the manifests must still be readable once containerd has discarded the
-layer blobs (``discard_unpacked_layers``, what the CRI does on a real node).
+removal; and a pull (and a removal) must reach the object the agent publishes within
+the bound the local e2e holds containerd 1.6 to, through the agent's own read, event
+and publish code (the API is a recorder: the real one is in tests/e2e). Each test runs
+on containerd 1.6 and on 2.x (``[1.6]``/``[2.1]``, tests/fixtures/containerd.py).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 import tenacity
 
-from layersched.agent import ChangeSignal, watch_events
+from layersched.agent import ChangeSignal, Publisher, publish_loop, watch_events
+from layersched.cli._publish import _reader as agent_reader
 from layersched.containerd import ContainerdClient, ContentStoreReader
 from layersched.core.nodelayers import build_document, parse_document
 from layersched.cri import CRIClient
-from tests.fixtures.containerd import ContainerdProcess
+from tests.fixtures.containerd import RUNTIMES, ContainerdProcess
 from tests.fixtures.registry import RegistryProcess
 from tests.integration.test_cri import IMG1, IMG2, Pushed, cri, pushed
+from tests.unit.test_agent_publish import RecordingKube
 
 pytestmark = pytest.mark.integration
 __all__ = ["cri", "pushed"]  # the fixtures, shared with test_cri
 
 EVENT_TIMEOUT_S = 10.0
 POLL_S = 0.05
+#: A pull or removal reaches the published inventory within this: the bound the local
+#: e2e holds the agent on containerd 1.6 to (tests/e2e/test_local_scenario.py, where it
+#: covers the extender's watch as well).
+INVENTORY_LAG_BOUND_S = 10.0
+#: The agent's fallback poll and resync periods here: longer than the bound, so only an
+#: image event can bring a change in within it.
+QUIET_PERIOD_S = 60.0
+THREAD_STOP_TIMEOUT_S = 5.0
 
 
 @pytest.fixture
@@ -35,6 +48,7 @@ def content(containerd: ContainerdProcess) -> Iterator[ContainerdClient]:
         yield client
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_layers_come_from_the_content_store(
     cri: CRIClient, pushed: Pushed, content: ContainerdClient, registry: RegistryProcess
 ) -> None:
@@ -54,6 +68,7 @@ def test_layers_come_from_the_content_store(
     assert len(registry.log_text().splitlines()) == log_lines
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_document_round_trips_and_dedupes(
     cri: CRIClient, pushed: Pushed, content: ContainerdClient
 ) -> None:
@@ -70,6 +85,7 @@ def test_document_round_trips_and_dedupes(
     }
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_events_follow_pulls_and_removals(
     cri: CRIClient, pushed: Pushed, containerd: ContainerdProcess
 ) -> None:
@@ -102,3 +118,75 @@ def test_events_follow_pulls_and_removals(
         signal.stopped.set()
         events.close()
         watcher.join(timeout=5)
+
+
+def _published(kube: RecordingKube) -> dict[str, tuple[str, ...]]:
+    """What the agent last applied: {manifest digest: image names}."""
+    assert kube.applied, "the agent has published nothing yet"
+    return {i.digest: i.names for i in parse_document(kube.applied[-1], "applied").images}
+
+
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
+def test_a_pull_reaches_the_published_inventory(
+    cri: CRIClient, pushed: Pushed, containerd: ContainerdProcess
+) -> None:
+    kube = RecordingKube()
+    version = ".".join(map(str, containerd.version))
+    publisher = Publisher(kube, "n1", runtime=f"containerd://{version}")  # type: ignore[arg-type]
+    store = ContainerdClient(containerd.endpoint)
+    events = ContainerdClient(containerd.endpoint)
+    topics: list[str] = []
+
+    def recorded() -> Iterator[str]:
+        for topic in events.events():
+            topics.append(topic)
+            yield topic
+
+    signal = ChangeSignal()
+    threads = [
+        threading.Thread(target=watch_events, args=(recorded, signal, QUIET_PERIOD_S)),
+        threading.Thread(
+            target=publish_loop,
+            args=(agent_reader(ContentStoreReader(store), None, None, None), publisher, signal),
+            kwargs={"resync_s": QUIET_PERIOD_S},
+        ),
+    ]
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(INVENTORY_LAG_BOUND_S),
+        wait=tenacity.wait_fixed(POLL_S),
+        reraise=True,
+    )
+    def assert_published(images: dict[str, tuple[str, ...]]) -> None:
+        assert _published(kube) == images
+
+    lags_s = {}
+    for thread in threads:
+        thread.start()
+    try:
+        assert_published({})  # the empty node, at start
+        started = time.monotonic()
+        cri.pull_image(pushed.img1)
+        # by its tag and its digest reference (the CRI's three records, the ID left out)
+        assert_published(
+            {IMG1.digest: tuple(sorted((pushed.img1, pushed.digest_ref(pushed.img1, IMG1))))}
+        )
+        lags_s["pull"] = time.monotonic() - started
+        started = time.monotonic()
+        cri.remove_image(pushed.img1)
+        assert_published({})
+        lags_s["removal"] = time.monotonic() - started
+    finally:
+        signal.stopped.set()
+        signal.set()
+        events.close()
+        for thread in threads:
+            thread.join(timeout=THREAD_STOP_TIMEOUT_S)
+        store.close()
+    # brought in by image events (the fallbacks wait QUIET_PERIOD_S)
+    assert "/images/create" in topics and "/images/delete" in topics
+    assert all(lag_s <= INVENTORY_LAG_BOUND_S for lag_s in lags_s.values())
+    print(
+        f"containerd {version}: published after "
+        + ", ".join(f"{what} {lag_s:.2f} s" for what, lag_s in lags_s.items())
+    )

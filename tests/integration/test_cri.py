@@ -24,7 +24,7 @@ from layersched.core.objects import decode_node, node_info
 from layersched.cri import CRIClient
 from layersched.registry import RegistryClient
 from layersched.testbed.ociimage import BuiltImage, build_image, push_image, random_layer
-from tests.fixtures.containerd import ContainerdProcess
+from tests.fixtures.containerd import RUNTIMES, ContainerdProcess
 from tests.fixtures.registry import RegistryProcess
 
 pytestmark = pytest.mark.integration
@@ -105,6 +105,7 @@ def cri(containerd: ContainerdProcess, registry: RegistryProcess) -> Iterator[CR
         yield client
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_version(containerd: ContainerdProcess) -> None:
     with containerd.client() as client:
         version = client.version()
@@ -112,6 +113,7 @@ def test_version(containerd: ContainerdProcess) -> None:
     assert version.runtime_api_version == "v1"
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_pull_list_status(cri: CRIClient, pushed: Pushed) -> None:
     image_ref = cri.pull_image(pushed.img1)
     # containerd answers with the image ID: the config digest
@@ -139,6 +141,7 @@ def test_pull_list_status(cri: CRIClient, pushed: Pushed) -> None:
     assert not by_digest.info
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_shared_layers_are_not_downloaded_again(
     cri: CRIClient, pushed: Pushed, registry: RegistryProcess, containerd: ContainerdProcess
 ) -> None:
@@ -161,6 +164,7 @@ def test_shared_layers_are_not_downloaded_again(
     assert {layer.digest for layer in LAYERS.values()} <= held
 
 
+@pytest.mark.parametrize("containerd", RUNTIMES, indirect=True)
 def test_remove_image(cri: CRIClient, pushed: Pushed) -> None:
     cri.pull_image(pushed.img1)
     cri.pull_image(pushed.img2)

@@ -18,21 +18,26 @@ import pytest
 
 from layersched.builds import (
     CACHE_DIR_ENV,
+    CONTAINERD_DOWNLOAD_FILE,
     DEFAULT_CACHE_ROOT,
     KUBERNETES_BUILD_FILE,
     KubernetesBuild,
     cache_root,
+    containerd_download,
     kubernetes_build,
+    parse_containerd_download,
     parse_kubernetes_build,
 )
 from layersched.core.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "plugin" / "layersched" / KUBERNETES_BUILD_FILE
-#: Files allowed to derive the build's paths: the module and the playbooks' vars file.
+CONTAINERD_SOURCE = REPO / "plugin" / "layersched" / CONTAINERD_DOWNLOAD_FILE
+#: Files allowed to derive the builds' paths: the module and the playbooks' vars files.
 DERIVERS = {
     REPO / "plugin" / "layersched" / "builds.py",
     REPO / "playbooks" / "vars" / "kubernetes.yml",
+    REPO / "playbooks" / "vars" / "containerd.yml",
 }
 #: Text files worth reading (code, configuration, docs); data and binaries are not.
 TEXT_SUFFIXES = {".py", ".sh", ".yml", ".yaml", ".j2", ".md", ".toml", ".cfg", ".go", ".txt"}
@@ -119,6 +124,9 @@ def _hand_spelled(build: KubernetesBuild) -> list[re.Pattern[str]]:
         re.compile(r"/var/cache/layersched/kubernetes"),
         re.compile(r"""["']kubernetes["']\s*/\s*\w*build"""),
         re.compile(r"/kubernetes/\{\{"),
+        # and the containerd download's: <root>/containerd/<version>/root/usr/bin
+        re.compile(r"/var/cache/layersched/containerd"),
+        re.compile(r"/containerd/\{\{"),
     ]
 
 
@@ -126,7 +134,7 @@ def test_no_file_spells_the_build_by_hand() -> None:
     patterns = _hand_spelled(kubernetes_build())
     found = []
     for path in _files():
-        if path == SOURCE or path in DERIVERS or path == Path(__file__).resolve():
+        if path in (SOURCE, CONTAINERD_SOURCE, Path(__file__).resolve()) or path in DERIVERS:
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
         for number, line in enumerate(text.splitlines(), 1):
@@ -146,5 +154,56 @@ def test_the_guard_sees_a_hand_spelled_path(tmp_path: Path) -> None:
         f'Path("/var/cache/layersched/kubernetes/{build.build_id}/bin/kube-scheduler")',
         'cache_root / "kubernetes" / build_id / "bin"',
         "{{ root }}/kubernetes/{{ id }}/bin",
+        "/var/cache/layersched/containerd/2.1.9/root/usr/bin/containerd",
+        "{{ root }}/containerd/{{ version }}/root",
     ):
         assert any(p.search(line) for p in patterns), line
+
+
+# ------------------------------------------------------------------ containerd 2.x
+def test_the_containerd_download_is_a_2_x_from_a_debian_suite() -> None:
+    download = containerd_download()
+    assert download.version.split(".")[0] == "2"
+    assert download.package == "containerd" and "containerd" in download.binaries
+    assert download.suite and download.archive_codename
+
+
+def test_containerd_paths_follow_the_cache_root(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    download = containerd_download()
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
+    # <root>/containerd/<version>/root/usr/bin/<name>: keyed by version, as the role writes
+    assert download.binary("ctr") == (
+        tmp_path / "containerd" / download.version / "root" / "usr" / "bin" / "ctr"
+    )
+    assert download.debian_version() is None
+
+
+def test_a_missing_containerd_says_how_to_download_it(tmp_path: Path) -> None:
+    download = containerd_download()
+    with pytest.raises(InputError, match=r"make containerd") as caught:
+        download.require(root=tmp_path)
+    assert str(download.binary("containerd", tmp_path)) in str(caught.value)
+    for name in download.binaries:
+        (path := download.binary(name, tmp_path)).parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    # the binaries alone are not enough: the stamp says the unpack finished
+    assert download.missing(root=tmp_path) == [download.cache_dir(tmp_path) / ".stamp"]
+    (download.cache_dir(tmp_path) / ".stamp").write_text("2.1.9+ds1-5\n")
+    assert download.require(root=tmp_path) == download.binary("containerd", tmp_path)
+    assert download.debian_version(tmp_path) == "2.1.9+ds1-5"
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ("containerd", "expected a mapping"),
+        ({"binaries": ["ctr"]}, "binaries must name containerd"),
+        ({"binaries": ["containerd"], "package": "containerd"}, "version must be a non-empty"),
+    ],
+    ids=["not-a-mapping", "no-containerd-binary", "no-version"],
+)
+def test_a_malformed_containerd_record_names_the_field(record: object, message: str) -> None:
+    with pytest.raises(InputError, match=f"{CONTAINERD_DOWNLOAD_FILE}: {message}"):
+        parse_containerd_download(record)

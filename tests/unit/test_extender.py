@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 import pytest
 import tenacity
 from aiohttp.test_utils import TestClient, TestServer
@@ -33,7 +34,7 @@ from layersched.extender import (
     make_extender,
 )
 from layersched.extender._prioritize import Decisions
-from layersched.extender._wire import HostPriority
+from layersched.extender._wire import ExtenderArgs, HostPriority
 
 MB = 1024 * 1024
 #: How long a background resolution may take to warm the cache in these tests.
@@ -518,6 +519,40 @@ def test_pod_images_keeps_upstream_order() -> None:
         )
     )
     assert pod_images(pod, "request").images == ("init:1", "a:1", "a:1")
+
+
+def test_pod_images_reads_image_volumes_off_the_wire() -> None:
+    # spec.volumes[*].image.reference, in volume order; other volume kinds skipped
+    args = msgspec.json.decode(
+        json.dumps(
+            {
+                "Pod": {
+                    "metadata": {"name": "p", "namespace": "ns"},
+                    "spec": {
+                        "containers": [{"name": "c", "image": "a:1"}],
+                        "volumes": [
+                            {"name": "cfg", "configMap": {"name": "x"}},
+                            {
+                                "name": "m",
+                                "image": {"reference": "models:3", "pullPolicy": "Never"},
+                            },
+                        ],
+                    },
+                },
+                "NodeNames": ["n1"],
+            }
+        ),
+        type=ExtenderArgs,
+    )
+    pod = pod_images(args.Pod, "request")
+    assert (pod.containers, pod.image_volumes) == (("a:1",), ("models:3",))
+    # an image volume without its reference is refused like a container without an image
+    assert args.Pod is not None and args.Pod.spec is not None and args.Pod.spec.volumes
+    volume = args.Pod.spec.volumes[1].image
+    assert volume is not None
+    volume.reference = ""
+    with pytest.raises(InputError, match=r"spec.volumes\[1\].image.reference is missing"):
+        pod_images(args.Pod, "request")
 
 
 def test_repeated_and_changed_node_lists(tmp_path: Any) -> None:

@@ -187,8 +187,25 @@ def test_pod_images_in_upstream_order_with_image_volumes() -> None:
         ({"spec": {"containers": [{"name": "a"}]}}, r"spec.containers\[0\].image is missing"),
         ({"spec": {"containers": "a:1"}}, r"spec.containers: expected array, got str"),
         ("a pod", "expected a v1 Pod object"),
+        (
+            {"spec": {"containers": [{"image": "a"}], "volumes": [{"name": "v", "image": {}}]}},
+            r"spec.volumes\[0\].image.reference is missing",
+        ),
+        (
+            {"spec": {"containers": [{"image": "a"}], "volumes": {"name": "v"}}},
+            "spec.volumes: expected array, got object",
+        ),
     ],
-    ids=["kind", "no-spec", "no-containers", "no-image", "containers-not-list", "not-object"],
+    ids=[
+        "kind",
+        "no-spec",
+        "no-containers",
+        "no-image",
+        "containers-not-list",
+        "not-object",
+        "no-volume-reference",
+        "volumes-map",
+    ],
 )
 def test_bad_pods(doc: Any, message: str) -> None:
     with pytest.raises(InputError, match=message) as info:

@@ -175,9 +175,66 @@ def test_image_locality_per_kubernetes_minor(
     assert scores("image-locality", pod, nodes, kubernetes_minor=minor) == expected
 
 
-def test_image_locality_defaults_to_the_newest_behaviour() -> None:
-    # no minor given: init containers count, as from 1.30 (17, not 1.20's 23)
+def test_image_locality_defaults_to_the_newest_release() -> None:
+    # no minor given: 1.36, where init containers count, as from 1.30 (17, not 1.20's 23)
     assert scores("image-locality", INIT_POD, INIT_NODES) == {"a": 0, "b": 17}
+    assert get_strategy("image-locality").kubernetes_minor == (1, 36)
+
+
+#: A container image and an image volume (KEP-4639), both on node b of two.
+VOLUME_POD = PodImages("p", (), ("gcr.io/250",), image_volumes=("gcr.io/500",))
+#: The same image as a container and as an image volume: nothing is de-duplicated.
+SAME_IMAGE_POD = PodImages("p", (), ("gcr.io/250",), image_volumes=("gcr.io/250",))
+
+
+@pytest.mark.parametrize(
+    ("minor", "pod", "expected"),
+    [
+        (
+            # 1.35 ignores image volumes: 250M * 1/2 = 125M over 1 container
+            # -> 100 * (125M - 23M) / (1000M - 23M) = 10
+            (1, 35),
+            VOLUME_POD,
+            {"a": 0, "b": 10},
+        ),
+        (
+            # 1.36 sums the volume's image too (kubernetes#130231) but keeps the threshold
+            # at the containers' count: 125M + 500M * 1/2 = 375M
+            # -> 100 * (375M - 23M) / (1000M - 23M) = 36
+            (1, 36),
+            VOLUME_POD,
+            {"a": 0, "b": 36},
+        ),
+        (
+            # 1.37 counts the volume in the threshold as well (kubernetes#138951): 375M
+            # -> 100 * (375M - 23M) / (2000M - 23M) = 17
+            (1, 37),
+            VOLUME_POD,
+            {"a": 0, "b": 17},
+        ),
+        (
+            # 1.36, the same image twice (container + volume): 125M + 125M = 250M
+            # -> 100 * (250M - 23M) / (1000M - 23M) = 23
+            (1, 36),
+            SAME_IMAGE_POD,
+            {"a": 0, "b": 23},
+        ),
+        (
+            # 1.37, the same again over two threshold slots
+            # -> 100 * (250M - 23M) / (2000M - 23M) = 11
+            (1, 37),
+            SAME_IMAGE_POD,
+            {"a": 0, "b": 11},
+        ),
+    ],
+    ids=["1.35-volumes-ignored", "1.36-volumes-in-sum", "1.37-volumes-in-threshold",
+         "1.36-no-dedupe", "1.37-no-dedupe"],
+)  # fmt: skip
+def test_image_locality_image_volumes(
+    minor: tuple[int, int], pod: PodImages, expected: dict
+) -> None:
+    nodes = [node("a"), node("b", ("gcr.io/250:latest", 250 * MB), ("gcr.io/500:latest", 500 * MB))]
+    assert scores("image-locality", pod, nodes, kubernetes_minor=minor) == expected
 
 
 @pytest.mark.parametrize(
@@ -207,8 +264,11 @@ def test_spread_factor_is_the_quotient_first(
         ("1.20", (1, 20)),
         ("v1.20.2", (1, 20)),
         ("1.30.0-rc.1", (1, 30)),
+        # every minor from 1.20 to 1.37 is known; 1.37 is the newest
+        ("v1.36.4", (1, 36)),
+        ("1.37", (1, 37)),
     ],
-    ids=["minor", "v-patch", "prerelease"],
+    ids=["minor", "v-patch", "prerelease", "1.36", "1.37"],
 )
 def test_parse_kubernetes_minor(text: str, expected: tuple[int, int]) -> None:
     assert parse_kubernetes_minor(text) == expected
@@ -222,8 +282,10 @@ def test_parse_kubernetes_minor(text: str, expected: tuple[int, int]) -> None:
         # before 1.20 the port is unchecked (fixed threshold, 0-10 buckets)
         ("1.19", "reproduces ImageLocality from 1.20 on"),
         ("2.0", "reproduces ImageLocality from 1.20 on"),
+        # after 1.37 what upstream counts is not known yet
+        ("1.38", "knows ImageLocality up to 1.37"),
     ],
-    ids=["garbage", "too-old", "no-such-major"],
+    ids=["garbage", "too-old", "no-such-major", "too-new"],
 )
 def test_parse_kubernetes_minor_refuses(text: str, message: str) -> None:
     with pytest.raises(InputError, match=re.escape(message)):

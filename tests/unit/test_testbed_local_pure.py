@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -503,3 +504,62 @@ def test_a_long_task_shows_the_last_line_of_its_log(tmp_path: Path) -> None:
     assert _followed_log(f"Build the binaries, log in {log}") == " | cmd/kube-apiserver"
     assert _followed_log(f"Build the binaries, log in {tmp_path / 'missing.log'}") == ""
     assert _followed_log("Start the registry") == ""
+
+
+# ------------------------------------------------------------- apt sources for builds
+DEBIAN_SOURCES = """Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            # the Kubernetes build: deb-src for the codename and its -updates/-security
+            ["--codename", "bookworm"],
+            [
+                "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
+                f"http://deb.debian.org/{path} {suite} main"
+                for path, suite in (
+                    ("debian", "bookworm"),
+                    ("debian", "bookworm-updates"),
+                    ("debian-security", "bookworm-security"),
+                )
+            ],
+        ),
+        (
+            # the containerd download: the archive's own line, its suite swapped for sid
+            ["--codename", "bookworm", "--type", "deb", "--suite", "sid"],
+            [
+                "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
+                "http://deb.debian.org/debian sid main"
+            ],
+        ),
+    ],
+    ids=["deb-src", "deb-sid"],
+)
+def test_apt_sources_derive_from_the_machines_archive(
+    argv: list[str],
+    expected: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tool = _tool("kubernetes_build")
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(DEBIAN_SOURCES)
+    monkeypatch.setattr(tool, "APT_SOURCES_LIST", tmp_path / "sources.list")
+    monkeypatch.setattr(tool, "APT_SOURCES_DIR", tmp_path / "sources.list.d")
+    monkeypatch.setattr(sys, "argv", ["kubernetes_build.py", "sources", *argv])
+    assert tool.main() == 0
+    assert capsys.readouterr().out.splitlines() == expected

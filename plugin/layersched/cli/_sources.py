@@ -21,13 +21,18 @@ from layersched.core.strategies import (
 )
 from layersched.core.strategies.args import (
     DEFAULT_BANDWIDTH_BITS_PER_S,
+    DEFAULT_KUBERNETES_MINOR,
     DEFAULT_OVERHEAD_S,
     NEWEST_KUBERNETES_MINOR,
     OLDEST_KUBERNETES_MINOR,
     format_kubernetes_minor,
     parse_kubernetes_minor,
 )
-from layersched.core.strategies.image_locality import INIT_CONTAINERS_COUNT_SINCE
+from layersched.core.strategies.image_locality import (
+    IMAGE_VOLUMES_COUNT_SINCE,
+    IMAGE_VOLUMES_RAISE_THRESHOLD_SINCE,
+    INIT_CONTAINERS_COUNT_SINCE,
+)
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.core.strategies.pull_time import BANDWIDTH_KEY
@@ -47,9 +52,12 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
         "--kubernetes-version",
         metavar="MAJOR.MINOR",
         help=f"{IMAGE_LOCALITY} only: the Kubernetes release whose ImageLocality to reproduce, "
-        f"{format_kubernetes_minor(OLDEST_KUBERNETES_MINOR)} or later; before "
-        f"{format_kubernetes_minor(INIT_CONTAINERS_COUNT_SINCE)} init containers do not count "
-        f"(default: {format_kubernetes_minor(NEWEST_KUBERNETES_MINOR)}, the newest behaviour)",
+        f"{format_kubernetes_minor(OLDEST_KUBERNETES_MINOR)} to "
+        f"{format_kubernetes_minor(NEWEST_KUBERNETES_MINOR)}: init containers count from "
+        f"{format_kubernetes_minor(INIT_CONTAINERS_COUNT_SINCE)}, image volumes from "
+        f"{format_kubernetes_minor(IMAGE_VOLUMES_COUNT_SINCE)} (in the upper threshold too from "
+        f"{format_kubernetes_minor(IMAGE_VOLUMES_RAISE_THRESHOLD_SINCE)}) "
+        f"(default: {format_kubernetes_minor(DEFAULT_KUBERNETES_MINOR)}, the newest release)",
     )
     parser.add_argument(
         "--default-bandwidth-bits-per-s",

@@ -417,16 +417,21 @@ def pod_images(pod: Pod | None, origin: str) -> PodImages:
                     "image reference"
                 )
         images.append(tuple(c.image for c in listed))
-    volumes = tuple(
-        volume.image.reference
-        for volume in spec.volumes or []
-        if volume.image is not None and volume.image.reference
-    )
+    volumes = []
+    for i, volume in enumerate(spec.volumes or []):
+        if volume.image is None:
+            continue  # another kind of volume
+        if not volume.image.reference:
+            raise InputError(
+                f"{origin}: spec.volumes[{i}].image.reference is missing: an image volume "
+                "names the image it mounts"
+            )
+        volumes.append(volume.image.reference)
     return PodImages(
         name=pod_name(pod.metadata) or "pod",
         init_containers=images[0],
         containers=images[1],
-        image_volumes=volumes,
+        image_volumes=tuple(volumes),
     )
 
 

@@ -24,9 +24,10 @@ KubernetesMinor = tuple[int, int]
 
 #: The oldest minor whose ImageLocality the image-locality port reproduces.
 OLDEST_KUBERNETES_MINOR: KubernetesMinor = (1, 20)
-#: The newest ImageLocality behaviour the port knows, and the default: init containers
-#: count (1.30, kubernetes#123366).
-NEWEST_KUBERNETES_MINOR: KubernetesMinor = (1, 30)
+#: The newest minor whose ImageLocality the port knows (image volumes raise the threshold).
+NEWEST_KUBERNETES_MINOR: KubernetesMinor = (1, 37)
+#: The default: the newest released minor (1.37 is in alpha).
+DEFAULT_KUBERNETES_MINOR: KubernetesMinor = (1, 36)
 #: A common edge uplink; with no node labelled, any value gives the same ranking.
 DEFAULT_BANDWIDTH_BITS_PER_S = 100_000_000
 #: Creating and starting a container costs about a second even with every layer
@@ -101,10 +102,10 @@ class ImageLocalityArgs:
 
     strategy: ClassVar[str] = "image-locality"
     #: The Kubernetes release whose ImageLocality to reproduce (which images count).
-    kubernetes_minor: KubernetesMinor = NEWEST_KUBERNETES_MINOR
+    kubernetes_minor: KubernetesMinor = DEFAULT_KUBERNETES_MINOR
 
     def validate(self) -> None:
-        """A 1.x minor from :data:`OLDEST_KUBERNETES_MINOR` on."""
+        """A 1.x minor from :data:`OLDEST_KUBERNETES_MINOR` to :data:`NEWEST_KUBERNETES_MINOR`."""
         minor = self.kubernetes_minor
         if (
             not isinstance(minor, tuple)
@@ -119,6 +120,14 @@ class ImageLocalityArgs:
                 f"reproduces ImageLocality from {oldest} on (older releases are unchecked, "
                 f"and some scored on a fixed upper threshold or on 0-10 buckets): pass "
                 f"{oldest} or later"
+            )
+        if minor > NEWEST_KUBERNETES_MINOR:
+            oldest = format_kubernetes_minor(OLDEST_KUBERNETES_MINOR)
+            newest = format_kubernetes_minor(NEWEST_KUBERNETES_MINOR)
+            raise InputError(
+                f"Kubernetes {_shown(minor)}: the image-locality port knows ImageLocality up "
+                f"to {newest} (which images a later release counts is not known yet): pass "
+                f"{oldest} .. {newest}"
             )
 
 

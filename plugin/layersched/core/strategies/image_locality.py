@@ -5,19 +5,29 @@ A node scores for the pod's images it already holds *by name* (after the
 it. Layers shared under other names count for nothing: that is the baseline
 layersched improves on.
 
-Upstream changed which containers count, so the port takes the Kubernetes minor
-it reproduces (:data:`KubernetesMinor`):
+Upstream changed which images count, so the port takes the Kubernetes minor it
+reproduces (:data:`KubernetesMinor`), 1.20 through 1.37:
 
 * 1.20 .. 1.29: ``pod.Spec.Containers`` only; the upper threshold is 1000 MiB per
   container (``image_locality.go`` in the 1.20 tree, measured against kube-scheduler
   v1.20.2 by ``tests/integration/test_image_locality_differential.py``).
 * 1.30 and later: init containers count too, in the sum and in the upper threshold
   (kubernetes#123366).
+* 1.36 and later: image volumes (``pod.Spec.Volumes[*].Image.Reference``, KEP-4639)
+  count in the sum, after the containers, but not in the upper threshold
+  (kubernetes#130231, in the v1.36.0-alpha.1 changelog; the gap is kubernetes#138952).
+* 1.37: image volumes raise the upper threshold too, one per image volume
+  (kubernetes#138951).
 
-The spread factor's arithmetic is the same in every release that has one:
+Nothing is de-duplicated: an image named twice counts twice, in every minor. The
+spread factor's arithmetic is the same in every release that has one:
 ``int64(float64(size) * (float64(numNodes) / float64(total)))``, the quotient first.
 Minors before 1.20 are refused: they are unchecked, and some had a fixed 1000 MiB upper
-threshold (the 1.17-era plugin) or 0..10 buckets (the older priority function).
+threshold (the 1.17-era plugin) or 0..10 buckets (the older priority function). Minors
+after 1.37 are refused too: what they count is not known yet.
+
+Upstream's own unit-test tables (1.20's, and the newest reachable) hold the port to
+account: ``tests/unit/upstream/`` and ``tests/unit/test_image_locality_upstream.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.reference import normalized_image_name
 from layersched.core.strategies.args import (
+    DEFAULT_KUBERNETES_MINOR,
     NEWEST_KUBERNETES_MINOR,
     OLDEST_KUBERNETES_MINOR,
     ImageLocalityArgs,
@@ -49,8 +60,15 @@ NAME = ImageLocalityArgs.strategy
 
 #: From this minor init containers count (kubernetes#123366).
 INIT_CONTAINERS_COUNT_SINCE: KubernetesMinor = (1, 30)
+#: From this minor image volumes count in the sum (kubernetes#130231).
+IMAGE_VOLUMES_COUNT_SINCE: KubernetesMinor = (1, 36)
+#: From this minor image volumes count in the upper threshold too (kubernetes#138951).
+IMAGE_VOLUMES_RAISE_THRESHOLD_SINCE: KubernetesMinor = (1, 37)
 
 __all__ = [
+    "DEFAULT_KUBERNETES_MINOR",
+    "IMAGE_VOLUMES_COUNT_SINCE",
+    "IMAGE_VOLUMES_RAISE_THRESHOLD_SINCE",
     "INIT_CONTAINERS_COUNT_SINCE",
     "NAME",
     "NEWEST_KUBERNETES_MINOR",
@@ -93,8 +111,8 @@ def _calculate_priority(sums: IndexArray, num_containers: int) -> IndexArray:
 class ImageLocality(PerNodeStrategy):
     """Upstream ImageLocality as released in one Kubernetes minor; the baseline.
 
-    Which containers count depends on ``args.kubernetes_minor`` (module docstring); it
-    defaults to the newest behaviour we know.
+    Which images count depends on ``args.kubernetes_minor`` (module docstring); it
+    defaults to the newest released minor (1.36).
     """
 
     name: ClassVar[str] = NAME
@@ -114,9 +132,25 @@ class ImageLocality(PerNodeStrategy):
         """Whether init containers' images count (1.30 and later)."""
         return self.kubernetes_minor >= INIT_CONTAINERS_COUNT_SINCE
 
+    @property
+    def counts_image_volumes(self) -> bool:
+        """Whether image volumes' images count in the sum (1.36 and later)."""
+        return self.kubernetes_minor >= IMAGE_VOLUMES_COUNT_SINCE
+
     def images(self, pod: PodImages) -> tuple[str, ...]:
-        """The images this minor counts, in upstream order; repeats kept, as upstream does."""
-        return pod.images if self.counts_init_containers else pod.containers
+        """The images this minor sums, in upstream order (init containers, containers,
+        image volumes); repeats kept, as upstream does."""
+        images = pod.images if self.counts_init_containers else pod.containers
+        return images + pod.image_volumes if self.counts_image_volumes else images
+
+    def threshold_count(self, pod: PodImages) -> int:
+        """How many 1000 MiB the upper threshold spans: the containers this minor counts,
+        plus the image volumes from 1.37 (1.36 sums their images but leaves them out
+        here, kubernetes#138952)."""
+        count = len(pod.images if self.counts_init_containers else pod.containers)
+        if self.kubernetes_minor >= IMAGE_VOLUMES_RAISE_THRESHOLD_SINCE:
+            count += len(pod.image_volumes)
+        return count
 
     def score(
         self,
@@ -139,7 +173,7 @@ class ImageLocality(PerNodeStrategy):
             )
         present = sums[candidates]
         # a v1 Pod has at least one container; the guard only keeps the division defined
-        num_containers = max(len(images), 1)
+        num_containers = max(self.threshold_count(pod), 1)
         return NodeScores(
             nodes=candidates,
             scores=_calculate_priority(present, num_containers),

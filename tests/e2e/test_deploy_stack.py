@@ -1,7 +1,7 @@
 """deploy/ on the local testbed's real cluster: install, the seed scenario, failover, removal.
 
 Seed 003's "install, health-check and remove cleanly", through the exact commands of
-docs/deploy.md: ``layersched deploy overlay --local-testbed --out DIR`` (builds the
+docs/deploy.md: ``layersched testbed overlay --out DIR`` (builds the
 images without Docker, pushes them, writes the overlay), ``kubectl apply -k DIR``,
 ``kubectl rollout status``, then ``kubectl delete -k DIR``. Needs root on Linux, else
 it skips with the reason. Uses the testbed at ``$LAYERSCHED_TESTBED_DIR`` (default
@@ -199,7 +199,7 @@ def deployed_stack(
         overlay = work_dir / "overlay"
         started = time.monotonic()
         # the documented install: build and push the images, write the overlay
-        cmd = [sys.executable, "-m", "layersched.cli.main", "deploy", "overlay", "--local-testbed"]
+        cmd = [sys.executable, "-m", "layersched.cli.main", "testbed", "overlay"]
         cmd += ["--state-dir", str(settings.state_dir), "--out", str(overlay), "--json"]
         cmd += overlay_args
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)

@@ -22,8 +22,8 @@ from layersched.cli.main import main as cli_main
 from layersched.core.inventory import ClusterInventory
 from layersched.core.objects import decode_node, node_info
 from layersched.cri import CRIClient
+from layersched.images.oci import BuiltImage, build_image, push_image, random_layer
 from layersched.registry import RegistryClient
-from layersched.testbed.ociimage import BuiltImage, build_image, push_image, random_layer
 from tests.fixtures.containerd import RUNTIMES, ContainerdProcess
 from tests.fixtures.registry import RegistryProcess
 

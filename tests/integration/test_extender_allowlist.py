@@ -15,7 +15,7 @@ import httpx
 import pytest
 import tenacity
 
-from layersched.testbed.ociimage import push_image
+from layersched.images.oci import push_image
 from tests.fixtures.extender import HTTP_TIMEOUT_S, running_extender
 from tests.fixtures.registry import RegistryProcess
 from tests.integration.test_extender_process import STOP_TIMEOUT_S, _node

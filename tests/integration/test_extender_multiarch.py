@@ -24,14 +24,14 @@ import pytest
 import tenacity
 
 from layersched.core.manifest import Platform
-from layersched.registry import RegistryClient
-from layersched.testbed.ociimage import (
+from layersched.images.oci import (
     BuiltIndex,
     build_image,
     build_index,
     layer_bytes,
     push_image,
 )
+from layersched.registry import RegistryClient
 from tests.fixtures.extender import running_extender
 from tests.fixtures.registry import RegistryProcess
 

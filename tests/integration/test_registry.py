@@ -20,8 +20,7 @@ import tenacity
 
 from layersched.core.errors import LayerResolutionError, ManifestError, RegistryError
 from layersched.core.manifest import Platform
-from layersched.registry import CachedLayerSource, LayerCache, RegistryClient, RegistryLayerSource
-from layersched.testbed.ociimage import (
+from layersched.images.oci import (
     BuiltImage,
     build_image,
     build_index,
@@ -29,6 +28,7 @@ from layersched.testbed.ociimage import (
     push_image,
     write_oci_layout,
 )
+from layersched.registry import CachedLayerSource, LayerCache, RegistryClient, RegistryLayerSource
 from tests.fixtures import prereq
 from tests.fixtures.registry import AccessLogEntry, RegistryProcess
 from tests.fixtures.serving import serving

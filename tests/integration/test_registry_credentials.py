@@ -18,9 +18,9 @@ import pytest
 from layersched.cli._sources import open_layer_source
 from layersched.cli.main import build_parser
 from layersched.core.errors import RegistryError
+from layersched.images.oci import push_image
 from layersched.registry import RegistryClient, RegistryLayerSource
 from layersched.registry._config import IDENTITY_TOKEN_USER, CredentialHelperError, run_helper
-from layersched.testbed.ociimage import push_image
 from tests.fixtures.registry import RegistryProcess
 from tests.integration.test_registry import AMD, pusher
 

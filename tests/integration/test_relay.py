@@ -30,6 +30,7 @@ from layersched.agent import build_node
 from layersched.containerd import ContainerdClient, ContentStoreReader
 from layersched.core.errors import CRIError
 from layersched.cri import CRIClient
+from layersched.images.oci import build_image, push_image, random_layer
 from layersched.registry import RegistryClient
 from layersched.relay import (
     Annotator,
@@ -41,7 +42,6 @@ from layersched.relay import (
     RelayOptions,
     parse_selectors,
 )
-from layersched.testbed.ociimage import build_image, push_image, random_layer
 from tests.fixtures.containerd import RUNTIMES, ContainerdProcess
 from tests.fixtures.registry import RegistryProcess, free_port
 from tests.fixtures.relay import running

@@ -22,9 +22,10 @@ import pytest
 from layersched import __version__
 from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
-from layersched.testbed.imagebuild import (
+from layersched.images.build import (
     LAYERSCHED_BIN,
     REPO_ROOT,
+    SITE_PACKAGES,
     build_kube_scheduler_image,
     build_layersched_image,
     unpack,
@@ -130,3 +131,31 @@ def test_kube_scheduler_image(tmp_path: Path) -> None:
     root = tmp_path / "rootfs"
     list(unpack(image, root))
     assert (root / "usr/local/bin/kube-scheduler").read_bytes() == kube_scheduler.read_bytes()
+
+
+def test_the_image_carries_the_product_and_not_the_harness(
+    layersched_image: Any, tmp_path: Path
+) -> None:
+    # the testbeds and the simulator stay out of the production wheel (pyproject's
+    # packages.find) and so out of the image; the product's packages are all there
+    root = tmp_path / "rootfs"
+    list(unpack(layersched_image, root))
+    package = root / SITE_PACKAGES / "layersched"
+    present = {p.name for p in package.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert {"testbed", "sim"}.isdisjoint(present), present
+    product = {"core", "registry", "kube", "cri", "containerd", "extender", "agent", "relay"}
+    assert product | {"deploy", "images", "cli"} <= present, present
+    if os.geteuid() != 0 or shutil.which("chroot") is None:
+        return  # the listing above is the check; running it needs chroot (root)
+    done = subprocess.run(
+        [str(shutil.which("chroot")), "--userspec=65532:65532", str(root), "layersched", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    # argparse lists each subcommand on a line of its own, indented four spaces
+    commands = re.findall(r"^    ([a-z-]+)(?:\s|$)", done.stdout, re.M)
+    assert commands == ["score", "extender", "agent", "relay", "inventory", "deploy"]

@@ -21,8 +21,8 @@ import tenacity
 
 from layersched.cli.main import main as cli_main
 from layersched.core.manifest import OCI_INDEX
+from layersched.images.oci import write_oci_archive
 from layersched.testbed.idle_program import idle_program
-from layersched.testbed.ociimage import write_oci_archive
 from layersched.testbed.pause_image import build_pause_image
 from layersched.testbed.scenario_images import (
     IMG1,

@@ -13,7 +13,7 @@ import pytest
 
 from layersched.core.errors import InputError
 from layersched.core.manifest import sha256_digest
-from layersched.testbed.imagebuild import (
+from layersched.images.build import (
     DEBIAN_LOCK,
     REQUIREMENTS_LOCK,
     LayerCache,

@@ -20,7 +20,7 @@ from layersched.core.manifest import (
     select_platform,
     sha256_digest,
 )
-from layersched.testbed.ociimage import (
+from layersched.images.oci import (
     CONTAINERD_IMAGE_NAME_ANNOTATION,
     REF_NAME_ANNOTATION,
     LayerFile,

@@ -14,8 +14,8 @@ import pytest
 from layersched.cli.main import main as cli_main
 from layersched.core.errors import InputError
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform
+from layersched.images.oci import oci_archive
 from layersched.testbed.idle_program import idle_program
-from layersched.testbed.ociimage import oci_archive
 from layersched.testbed.pause_image import (
     build_pause_image,
     check_static_executable,

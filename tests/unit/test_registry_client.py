@@ -25,9 +25,9 @@ from layersched.core.manifest import (
     sha256_digest,
 )
 from layersched.core.reference import ImageReference
+from layersched.images.oci import build_image, build_index, layer_bytes
 from layersched.registry import RegistryClient, RegistryLayerSource
 from layersched.registry._auth import load_auth_files, parse_challenge
-from layersched.testbed.ociimage import build_image, build_index, layer_bytes
 
 HOST = "reg.example:5000"
 IMG = build_image([layer_bytes(1, 64), layer_bytes(2, 64)])

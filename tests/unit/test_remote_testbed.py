@@ -19,8 +19,8 @@ import msgspec
 import pytest
 import yaml
 
-from layersched.cli.scenario import _cloud
 from layersched.core.errors import InputError, TestbedError
+from layersched.testbed.cli.scenario import _cloud
 from layersched.testbed.hosts import LocalHost, SSHHost, SSHTarget
 from layersched.testbed.remote import (
     REMOTE_TESTBED_VERSION,

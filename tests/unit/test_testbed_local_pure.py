@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from layersched.cli.main import main as cli_main
-from layersched.cli.testbed import _mbit_to_bits, _pairs, layer_sizes
 from layersched.core import errors
 from layersched.core.errors import InputError
+from layersched.testbed.cli.testbed import _mbit_to_bits, _pairs, layer_sizes
 from layersched.testbed.local import TestbedSettings, parse_inventory, tbf_rate_bits_per_s
 from layersched.testbed.local._ansible import (
     SETTINGS_FILE,

@@ -4,6 +4,7 @@
 ``images`` builds the layersched and kube-scheduler images without Docker and pushes
 them; ``overlay`` does that too and writes an overlay of ``deploy/`` that pins them by
 digest, so that ``kubectl apply -k DIR`` installs and ``kubectl delete -k DIR`` removes.
+(The local testbed's overlay, with its patches: ``layersched testbed overlay``.)
 See docs/deploy.md.
 """
 
@@ -18,15 +19,13 @@ from rich.console import Console
 from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
 from layersched.deploy import base_tree, stale_files, write_tree
-from layersched.testbed.deploy_stack import (
+from layersched.images.push import (
     DEPLOY_DIR,
     PushedImage,
     PushedStack,
     build_and_push,
-    write_local_overlay,
     write_overlay,
 )
-from layersched.testbed.local import load_inventory
 
 EXIT_OK = 0
 EXIT_STALE = 1
@@ -54,28 +53,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("overlay", "build and push the images, then write an overlay of deploy/ to apply"),
     ):
         q = actions.add_parser(name, help=helptext)
-        q.add_argument("--registry", help="HOST:PORT to push to (default: the local testbed's)")
-        q.add_argument(
-            "--kube-scheduler-bin",
-            type=Path,
-            help="the kube-scheduler binary to package (default: the one `make kubernetes` "
-            "built, in the build cache)",
-        )
-        q.add_argument(
-            "--secure-registry",
-            action="store_true",
-            help="push over HTTPS (default: plain HTTP, as testbed registries serve)",
-        )
-        q.add_argument("--state-dir", type=Path, help="the local testbed's state dir")
-        q.add_argument("--json", action="store_true", help="print what was pushed as JSON")
+        q.add_argument("--registry", required=True, help="HOST:PORT to push to")
+        add_image_options(q)
         if name == "overlay":
             q.add_argument("--out", type=Path, required=True, help="the overlay's directory")
-            q.add_argument(
-                "--local-testbed",
-                action="store_true",
-                help="add the local testbed's patches (host network, its API server and sockets)",
-            )
         q.set_defaults(handler=_overlay if name == "overlay" else _images)
+
+
+def add_image_options(q: argparse.ArgumentParser) -> None:
+    """How the images are built and pushed, and how the result is printed."""
+    q.add_argument(
+        "--kube-scheduler-bin",
+        type=Path,
+        help="the kube-scheduler binary to package (default: the one `make kubernetes` "
+        "built, in the build cache)",
+    )
+    q.add_argument(
+        "--secure-registry",
+        action="store_true",
+        help="push over HTTPS (default: plain HTTP, as testbed registries serve)",
+    )
+    q.add_argument("--json", action="store_true", help="print what was pushed as JSON")
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -88,13 +86,6 @@ def _render(args: argparse.Namespace) -> int:
     for name in write_tree(args.dir, files):
         print(f"wrote {args.dir / name}")
     return EXIT_OK
-
-
-def _registry(args: argparse.Namespace) -> str:
-    if args.registry:
-        return str(args.registry)
-    inventory = load_inventory(args.state_dir)
-    return f"{inventory.registry.address}:{inventory.registry.port}"
 
 
 def _kube_scheduler_bin(args: argparse.Namespace) -> Path:
@@ -110,12 +101,13 @@ def _kube_scheduler_bin(args: argparse.Namespace) -> Path:
     return given
 
 
-def _push(args: argparse.Namespace) -> PushedStack:
+def push_images(args: argparse.Namespace, registry: str) -> PushedStack:
+    """Build both images (progress on stderr) and push them to ``registry``."""
     binary = _kube_scheduler_bin(args)
     console = Console(stderr=True)
     with console.status("building images") as status:
         return build_and_push(
-            _registry(args),
+            registry,
             binary,
             insecure=not args.secure_registry,
             progress=lambda message: status.update(message),
@@ -134,7 +126,8 @@ def _describe(pushed: PushedStack) -> dict[str, dict[str, object]]:
     return {"layersched": one(pushed.layersched), "kube-scheduler": one(pushed.kube_scheduler)}
 
 
-def _print(args: argparse.Namespace, pushed: PushedStack) -> None:
+def print_pushed(args: argparse.Namespace, pushed: PushedStack) -> None:
+    """What was pushed: one line per image, or JSON with ``--json``."""
     described = _describe(pushed)
     if args.json:
         print(json.dumps(described, indent=2))
@@ -143,19 +136,19 @@ def _print(args: argparse.Namespace, pushed: PushedStack) -> None:
         print(f"{name}: {image['image']} ({image['size_bytes']:,} B compressed)")
 
 
+def print_install(out: Path) -> None:
+    """How to apply and remove the overlay written to ``out``."""
+    print(f"install: kubectl apply -k {out}\nremove:  kubectl delete -k {out}")
+
+
 def _images(args: argparse.Namespace) -> int:
-    _print(args, _push(args))
+    print_pushed(args, push_images(args, args.registry))
     return EXIT_OK
 
 
 def _overlay(args: argparse.Namespace) -> int:
-    if args.local_testbed and args.registry:
-        raise InputError("--local-testbed pushes to the testbed's registry: drop --registry")
-    pushed = _push(args)
-    if args.local_testbed:
-        write_local_overlay(args.out, load_inventory(args.state_dir), pushed)
-    else:
-        write_overlay(args.out, pushed)
-    _print(args, pushed)
-    print(f"install: kubectl apply -k {args.out}\nremove:  kubectl delete -k {args.out}")
+    pushed = push_images(args, args.registry)
+    write_overlay(args.out, pushed)
+    print_pushed(args, pushed)
+    print_install(args.out)
     return EXIT_OK

@@ -3,6 +3,10 @@
 Each subcommand lives in its own module exposing ``register(subparsers)``;
 the parser calls the chosen module's handler, which returns an exit code.
 :class:`LayerschedError` becomes a one-line message, never a traceback.
+
+The product's commands live here. The harness's (the testbed's ``testbed`` and
+``scenario``, the simulator's ``simulate``) live in the harness packages, which the
+production wheel and image do not carry: they are listed when installed.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from layersched import __version__
 from layersched.cli._logging import add_log_options, configure_logging
@@ -23,11 +28,16 @@ COMMANDS: tuple[str, ...] = (
     "agent",
     "relay",
     "inventory",
-    "testbed",
-    "scenario",
-    "simulate",
     "deploy",
 )
+#: The harness's command modules, in help order, registered when the harness is installed.
+HARNESS_COMMANDS: tuple[str, ...] = (
+    "layersched.testbed.cli.testbed",
+    "layersched.testbed.cli.scenario",
+    "layersched.sim.cli",
+)
+#: The harness packages (absent from the production wheel).
+HARNESS_PACKAGES = ("layersched.testbed", "layersched.sim")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -48,7 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"layersched.cli.{name}").register(sub)
+    for module in harness_commands():
+        module.register(sub)
     return parser
+
+
+def harness_commands() -> list[ModuleType]:
+    """The harness's command modules that are installed (none in the production image)."""
+    found = []
+    for name in HARNESS_COMMANDS:
+        try:
+            found.append(importlib.import_module(name))
+        except ModuleNotFoundError as err:
+            if err.name not in HARNESS_PACKAGES:
+                raise  # a real missing import inside the harness: a bug, not an absence
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

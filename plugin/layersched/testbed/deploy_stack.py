@@ -1,16 +1,15 @@
-"""Putting ``deploy/`` on a cluster: push the images, write an overlay, apply, wait, remove.
+"""``deploy/`` on the local testbed: its overlay, apply, wait, remove, and its scores.
 
 The install is ``kubectl apply -k DIR`` and the removal ``kubectl delete -k DIR``, where
 ``DIR`` is an overlay of ``deploy/`` naming the images by the digests just pushed
-(:func:`write_overlay`). For the local testbed the overlay also carries the testbed's
-patches (:func:`layersched.deploy.local_testbed_overlay`). The e2e test and
-docs/deploy.md run exactly these commands.
+(:mod:`layersched.images.push`) and carrying the testbed's patches
+(:func:`layersched.deploy.local_testbed_overlay`, written by ``layersched testbed
+overlay``). The e2e test and docs/deploy.md run exactly these commands.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,119 +20,23 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from layersched import __version__
 from layersched.core.errors import InputError, TestbedError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
-    KUBERNETES_VERSION,
-    KUSTOMIZATION,
     LAYER_LOCALITY_SCHEDULER,
-    ImageRef,
     LocalTestbedTarget,
-    kustomization,
     local_testbed_overlay,
-    overlay_images,
     write_tree,
 )
-from layersched.registry import RegistryClient
+from layersched.images.push import DEPLOY_DIR, PushedStack, relative_base
 from layersched.testbed.cluster.driver import NotYet, PodRun
-from layersched.testbed.imagebuild import (
-    REPO_ROOT,
-    build_kube_scheduler_image,
-    build_layersched_image,
-    image_size_bytes,
-)
 from layersched.testbed.local import TestbedInventory
 from layersched.testbed.local._cluster import LocalBackend
-from layersched.testbed.ociimage import BuiltImage, push_image
 
-DEPLOY_DIR = REPO_ROOT / "deploy"
-LAYERSCHED_REPOSITORY = "layersched/layersched"
-KUBE_SCHEDULER_REPOSITORY = "layersched/kube-scheduler"
 #: kubectl apply/delete of a dozen objects takes seconds; deleting the namespace waits
 #: for its pods to stop (terminationGracePeriodSeconds 30).
 KUBECTL_TIMEOUT_S = 180.0
 ROLLOUT_TIMEOUT_S = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class PushedImage:
-    """One image in a registry: where, its manifest digest and compressed size."""
-
-    ref: ImageRef
-    size_bytes: int
-    layer_sizes_bytes: tuple[int, ...]
-    build_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class PushedStack:
-    layersched: PushedImage
-    kube_scheduler: PushedImage
-
-
-def _push(
-    client: RegistryClient,
-    registry: str,
-    repository: str,
-    tag: str,
-    image: BuiltImage,
-    build_s: float,
-) -> PushedImage:
-    push_image(client, f"{registry}/{repository}:{tag}", image)
-    return PushedImage(
-        ImageRef(f"{registry}/{repository}", digest=image.digest),
-        image_size_bytes(image),
-        tuple(layer.size_bytes for layer in image.layers),
-        build_s,
-    )
-
-
-def build_and_push(
-    registry: str,
-    kube_scheduler_bin: Path,
-    *,
-    insecure: bool = True,
-    progress: Callable[[str], None] | None = None,
-) -> PushedStack:
-    """Build both images (:mod:`layersched.testbed.imagebuild`) and push them to ``registry``."""
-    say = progress or (lambda _message: None)
-    started = time.monotonic()
-    layersched = build_layersched_image(progress=say)
-    layersched_s = time.monotonic() - started
-    started = time.monotonic()
-    scheduler = build_kube_scheduler_image(kube_scheduler_bin, KUBERNETES_VERSION)
-    scheduler_s = time.monotonic() - started
-    say(f"pushing to {registry}")
-    with RegistryClient(insecure_hosts=(registry,) if insecure else ()) as client:
-        return PushedStack(
-            _push(client, registry, LAYERSCHED_REPOSITORY, __version__, layersched, layersched_s),
-            _push(
-                client,
-                registry,
-                KUBE_SCHEDULER_REPOSITORY,
-                KUBERNETES_VERSION,
-                scheduler,
-                scheduler_s,
-            ),
-        )
-
-
-def _relative(base: Path, overlay: Path) -> str:
-    return os.path.relpath(base.resolve(), overlay.resolve())
-
-
-def write_overlay(out: Path, images: PushedStack, base: Path = DEPLOY_DIR) -> list[str]:
-    """An overlay of ``base`` that only pins the images to the pushed digests."""
-    files = {
-        KUSTOMIZATION: kustomization(
-            {
-                "bases": [_relative(base, out)],
-                "images": overlay_images(images.layersched.ref, images.kube_scheduler.ref),
-            }
-        )
-    }
-    return write_tree(out, files)
 
 
 def local_target(inventory: TestbedInventory, images: PushedStack) -> LocalTestbedTarget:
@@ -158,7 +61,7 @@ def write_local_overlay(
     out: Path, inventory: TestbedInventory, images: PushedStack, base: Path = DEPLOY_DIR
 ) -> list[str]:
     """The local testbed's overlay of ``base`` (images by digest, the testbed's patches)."""
-    files = local_testbed_overlay(local_target(inventory, images), _relative(base, out))
+    files = local_testbed_overlay(local_target(inventory, images), relative_base(base, out))
     return write_tree(out, files)
 
 

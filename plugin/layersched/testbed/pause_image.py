@@ -21,7 +21,7 @@ from pathlib import Path
 
 from layersched.core.errors import InputError
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform
-from layersched.testbed.ociimage import (
+from layersched.images.oci import (
     EXECUTABLE_MODE,
     BuiltImage,
     LayerFile,

@@ -2,7 +2,7 @@
 
 ``images/scenario/scenario.yml`` names four layers (seed, size) and two images:
 Img1 = L1, L2, L3 and Img2 = L1, L2, L4. Each layer is one file of seeded
-incompressible bytes (:func:`layersched.testbed.ociimage.random_layer`), so
+incompressible bytes (:func:`layersched.images.oci.random_layer`), so
 every build of the same spec yields the same digests and a registry stores L1
 and L2 once.
 
@@ -25,9 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from layersched.core.errors import InputError
-from layersched.registry import RegistryClient
-from layersched.testbed.idle_program import idle_program
-from layersched.testbed.ociimage import (
+from layersched.images.oci import (
     EXECUTABLE_MODE,
     BuiltImage,
     LayerBlob,
@@ -36,6 +34,8 @@ from layersched.testbed.ociimage import (
     push_image,
     random_layer,
 )
+from layersched.registry import RegistryClient
+from layersched.testbed.idle_program import idle_program
 from layersched.testbed.scenario import ScenarioImages
 
 #: The spec in the repository (``images/scenario/scenario.yml``).

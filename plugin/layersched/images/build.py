@@ -1,7 +1,7 @@
 """The deployed stack's images, built without Docker: reproducible OCI images from pinned inputs.
 
 Two images, each a stack of gzipped tar layers assembled in Python
-(:mod:`layersched.testbed.ociimage`), then pushed with the registry client:
+(:mod:`layersched.images.oci`), then pushed with the registry client:
 
 * ``layersched`` (the extender and the agent), three layers:
 
@@ -57,7 +57,7 @@ from layersched import __version__
 from layersched.builds import CACHE_DIR_ENV, cache_root
 from layersched.core.errors import InputError, TestbedError
 from layersched.core.manifest import sha256_digest
-from layersched.testbed.ociimage import (
+from layersched.images.oci import (
     EXECUTABLE_MODE,
     FILE_MODE,
     FIXED_MTIME,
@@ -500,24 +500,25 @@ def python_layer(pins: Sequence[Pin], wheel_dir: Path) -> LayerBlob:
     return tree.layer()
 
 
+#: What the product wheel is built from, and what it leaves out: the harness packages
+#: (pyproject's packages.find excludes them too), so that the layer's hash does not move
+#: when only the testbed or the simulator changes.
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "plugin/layersched")
+HARNESS_DIRS = ("plugin/layersched/testbed/", "plugin/layersched/sim/")
+
+
 def tracked_files(repo_root: Path) -> list[str]:
-    """The repository's git-tracked files that go into the wheel (pyproject, README, plugin/)."""
+    """The repository's git-tracked files that go into the product wheel."""
     out = _run(
-        [
-            "git",
-            "-C",
-            str(repo_root),
-            "ls-files",
-            "-z",
-            "--",
-            "pyproject.toml",
-            "README.md",
-            "plugin",
-        ],
+        ["git", "-C", str(repo_root), "ls-files", "-z", "--", *WHEEL_SOURCES],
         "listing the repository's files",
         BUILD_TIMEOUT_S,
     )
-    return sorted(name for name in out.split("\0") if name and (repo_root / name).is_file())
+    return sorted(
+        name
+        for name in out.split("\0")
+        if name and not name.startswith(HARNESS_DIRS) and (repo_root / name).is_file()
+    )
 
 
 def source_hash(repo_root: Path, files: Sequence[str]) -> str:

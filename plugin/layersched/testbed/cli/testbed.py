@@ -1,7 +1,9 @@
 """``layersched testbed``: bring the local testbed up/down, check it, build its images.
 
 ``images`` pushes the scenario images to the registry; ``pause-image`` writes
-the sandbox image as an OCI archive for ``ctr images import`` on each node.
+the sandbox image as an OCI archive for ``ctr images import`` on each node; ``overlay``
+builds and pushes the install's images to the testbed's registry and writes the testbed's
+overlay of ``deploy/`` (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from layersched.cli.deploy import add_image_options as add_push_options
+from layersched.cli.deploy import print_install, print_pushed, push_images
 from layersched.core.errors import InputError
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform
+from layersched.testbed.deploy_stack import write_local_overlay
 from layersched.testbed.local import (
     DEFAULT_NET_BASE,
     DEFAULT_NODE_COUNT,
@@ -97,6 +102,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_image_options(p_images)
     p_images.add_argument("--format", choices=("table", "json"), default="table")
     p_images.set_defaults(handler=run_images)
+
+    p_overlay = actions.add_parser(
+        "overlay",
+        help="push the install's images to the testbed's registry and write its deploy/ overlay",
+        description=(
+            "Build the layersched and kube-scheduler images (no Docker), push them to the "
+            "testbed's registry, and write an overlay of deploy/ with the testbed's patches "
+            "(host network, its API server and runtime sockets): kubectl apply -k DIR."
+        ),
+    )
+    p_overlay.add_argument("--state-dir", type=Path, help=state_help)
+    p_overlay.add_argument("--out", type=Path, required=True, help="the overlay's directory")
+    add_push_options(p_overlay)
+    p_overlay.set_defaults(handler=run_overlay)
 
     p_pause = actions.add_parser(
         "pause-image",
@@ -323,4 +342,14 @@ def run_pause_image(args: argparse.Namespace) -> int:
     result = write_pause_archive(args.binary, args.name, args.output, args.platform)
     state = "written" if result.changed else "unchanged"
     print(f"{result.name} {result.image.digest} {result.path} {state}")
+    return EXIT_OK
+
+
+def run_overlay(args: argparse.Namespace) -> int:
+    """Push the install's images to the testbed's registry; write its deploy/ overlay."""
+    inventory = load_inventory(args.state_dir)
+    pushed = push_images(args, f"{inventory.registry.address}:{inventory.registry.port}")
+    write_local_overlay(args.out, inventory, pushed)
+    print_pushed(args, pushed)
+    print_install(args.out)
     return EXIT_OK

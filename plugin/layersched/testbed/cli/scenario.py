@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from layersched import _generated as generated
-from layersched.cli.testbed import add_image_options, layer_sizes
 from layersched.core.errors import InputError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.testbed.cli.testbed import add_image_options, layer_sizes
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.local import default_state_dir, load_inventory, require_root
 from layersched.testbed.local._cluster import (

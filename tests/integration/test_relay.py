@@ -68,7 +68,9 @@ def setup(
         assert push_image(client, image, IMAGE) == IMAGE.digest
     metrics = RelayMetrics()
     dump_path = tmp_path / "cri.jsonl"
-    dumper = Dumper(parse_selectors("reset,name:.*,full:PullImage"), DumpFile(dump_path))
+    dumper = Dumper(
+        parse_selectors("reset,name:*,full:PullImage"), DumpFile(dump_path), allow_sensitive=True
+    )
     store = ContainerdClient(containerd.endpoint)
     annotator = Annotator(ContentStoreLayers(ContentStoreReader(store)), metrics)
     options = RelayOptions(dumper=dumper, annotator=annotator, log_pulls=True, node_name="n1")
@@ -180,7 +182,7 @@ def test_relay_process(containerd: ContainerdProcess, tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "layersched.cli.main", "relay", "--listen", str(socket),
          "--runtime", containerd.endpoint, "--metrics-address", f"127.0.0.1:{port}",
-         "--dump", "name:.*", "--dump-file", str(tmp_path / "cri.jsonl")],
+         "--dump", "name:*", "--dump-file", str(tmp_path / "cri.jsonl")],
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
@@ -207,7 +209,7 @@ def test_relay_process(containerd: ContainerdProcess, tmp_path: Path) -> None:
 def test_relay_cli_errors_name_the_flag(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "layersched.cli.main", "relay", "--listen",
-         str(tmp_path / "r.sock"), "--dump", "full:.*"],
+         str(tmp_path / "r.sock"), "--dump", "full:*"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 2

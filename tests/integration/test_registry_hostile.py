@@ -30,6 +30,7 @@ from tests.fixtures.hostile import (
     HostileServer,
     challenge,
     endless_token,
+    largest_manifest,
     non_loopback_address,
     redirect,
     serve,
@@ -38,7 +39,6 @@ from tests.fixtures.hostile import (
     trickle_headers,
 )
 from tests.integration.test_registry import AMD
-from tests.unit.test_registry_addresses import largest_manifest
 
 pytestmark = pytest.mark.integration
 

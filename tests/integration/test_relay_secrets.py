@@ -35,9 +35,9 @@ from layersched.relay import REDACTED, Dumper, DumpFile, Relay, RelayOptions, pa
 from layersched.testbed.ociimage import build_image, push_image, random_layer
 from tests.fixtures import prereq
 from tests.fixtures.containerd import ContainerdProcess
+from tests.fixtures.cri_messages import TYPES, VERSIONS, assert_no_secret
 from tests.fixtures.registry import RegistryProcess
 from tests.fixtures.relay import running
-from tests.unit.test_relay_secrets import TYPES, VERSIONS, assert_no_secret
 
 pytestmark = pytest.mark.integration
 

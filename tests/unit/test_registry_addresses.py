@@ -29,6 +29,7 @@ from layersched.registry._addresses import (
     classify,
     origin,
 )
+from tests.fixtures.hostile import largest_manifest, manifest_with
 from tests.unit.test_registry_client import HOST, client_for
 
 
@@ -176,26 +177,6 @@ def test_default_transport_checks_addresses_where_it_connects() -> None:
 
 
 # -- layers per manifest -----------------------------------------------------------------
-
-CONFIG = {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + "c" * 64,
-          "size": 2}  # fmt: skip
-
-
-def manifest_with(layer_count: int) -> bytes:
-    """An OCI image manifest listing ``layer_count`` distinct layers, each with the fewest
-    bytes a descriptor can have (digest and size: the most layers per byte)."""
-    layers = [{"digest": f"sha256:{index:064x}", "size": 1} for index in range(layer_count)]
-    document = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": CONFIG, "layers": layers}
-    return json.dumps(document, separators=(",", ":")).encode()
-
-
-def largest_manifest(max_bytes: int) -> bytes:
-    """The manifest with the most layers that still fits in ``max_bytes``."""
-    per_layer_bytes = len(manifest_with(2)) - len(manifest_with(1))
-    count = (max_bytes - len(manifest_with(0))) // per_layer_bytes
-    body = manifest_with(count)
-    assert len(body) <= max_bytes
-    return body
 
 
 def _serving(body: bytes) -> RegistryClient:

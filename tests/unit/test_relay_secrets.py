@@ -2,7 +2,8 @@
 
 Requests and answers are built by a real protobuf encoder (the CRI subset's
 generated code for ``PullImageRequest``; message types built here from the
-upstream field numbers for the rest, one set per CRI version), filled with
+upstream field numbers for the rest, one set per CRI version, in
+tests/fixtures/cri_messages.py), filled with
 secrets generated to be awkward: quotes, backslashes, newlines, non-ASCII,
 bytes that are not UTF-8, fields repeated or unknown, a credential sent where
 a message should be, messages cut short. Each is decoded the way the dump
@@ -20,7 +21,6 @@ import base64
 import json
 import logging
 import os
-import random
 import re
 import stat
 from collections.abc import Iterator
@@ -28,8 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import Message
 
 from layersched.builds import kubernetes_build
 from layersched.cli.main import build_parser
@@ -49,105 +47,8 @@ from layersched.relay import (
 from layersched.relay._decode import decode
 from layersched.relay._redact import RULES, UNREADABLE, Action, Shape
 from tests.fixtures import prereq
+from tests.fixtures.cri_messages import TYPES, VERSIONS, assert_no_secret, hostile_secrets
 from tests.unit.test_relay import IMG_ID, IMG_TAG, _harness
-
-VERSIONS = ("runtime.v1alpha2", "runtime.v1")
-
-
-# -- hostile secrets ---------------------------------------------------------------------
-
-
-def secrets(seed: int, count: int = 6) -> list[str]:
-    """Passwords meant to break a redaction that works on text: JSON's escapes, protobuf's
-    own delimiters, non-ASCII, a marker look-alike; each unique, 12 to 40 characters."""
-    rng = random.Random(seed)
-    alphabet = 'abcXYZ019"\\\n\t:{}[],#é€😀\x00\x7f' + "[redacted]"
-    return [
-        f"S{seed}{index}" + "".join(rng.choice(alphabet) for _ in range(rng.randint(12, 40)))
-        for index in range(count)
-    ]
-
-
-def _strings(shown: Any) -> Iterator[str | bytes]:
-    """Every string in a decoded message, keys included, and every base64 blob decoded."""
-    if isinstance(shown, dict):
-        for key, value in shown.items():
-            yield str(key)
-            if key == "bytes_base64" and isinstance(value, str):
-                yield base64.b64decode(value)
-            else:
-                yield from _strings(value)
-    elif isinstance(shown, list):
-        for item in shown:
-            yield from _strings(item)
-    elif isinstance(shown, str):
-        yield shown
-
-
-def assert_no_secret(shown: Any, *secret_values: str | bytes) -> None:
-    """None of ``secret_values`` is in ``shown``, as text, as bytes, or inside base64."""
-    dumped = json.dumps(shown, ensure_ascii=False)
-    for secret in secret_values:
-        raw = secret.encode() if isinstance(secret, str) else secret
-        for found in _strings(shown):
-            haystack = found if isinstance(found, bytes) else found.encode()
-            assert raw not in haystack, f"{secret!r} shown in {dumped[:300]}"
-        assert base64.b64encode(raw).decode() not in dumped
-
-
-# -- message types from the upstream field numbers ---------------------------------------
-
-
-def _message_types(package: str) -> dict[str, type[Message]]:
-    """The upstream messages the redaction rules cover beyond the CRI subset, built with
-    protobuf's own descriptors (field numbers as in both versions' api.proto)."""
-    string, message = (
-        descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-        descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-    )
-    optional, repeated = (
-        descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
-        descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-    )
-    layout: dict[str, list[tuple[str, int, int, int, str]]] = {
-        "KeyValue": [("key", 1, string, optional, ""), ("value", 2, string, optional, "")],
-        "ContainerConfig": [
-            ("command", 3, string, repeated, ""),
-            ("args", 4, string, repeated, ""),
-            ("working_dir", 5, string, optional, ""),
-            ("envs", 6, message, repeated, ".KeyValue"),
-        ],
-        "CreateContainerRequest": [
-            ("pod_sandbox_id", 1, string, optional, ""),
-            ("config", 2, message, optional, ".ContainerConfig"),
-        ],
-        "ExecResponse": [("url", 1, string, optional, "")],
-        "ContainerStatusResponse": [
-            ("info", 2, message, repeated, ".ContainerStatusResponse.InfoEntry"),
-        ],
-    }  # fmt: skip
-    proto = descriptor_pb2.FileDescriptorProto(
-        name=f"{package}.test.proto", package=package, syntax="proto3"
-    )
-    for name, fields in layout.items():
-        kind = proto.message_type.add(name=name)
-        for field_name, number, type_, label, type_name in fields:
-            added = kind.field.add(name=field_name, number=number, type=type_, label=label)
-            if type_name:
-                added.type_name = f".{package}{type_name}"
-    entry = proto.message_type[-1].nested_type.add(name="InfoEntry")
-    entry.options.map_entry = True
-    entry.field.add(name="key", number=1, type=string, label=optional)
-    entry.field.add(name="value", number=2, type=string, label=optional)
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
-        for name in layout
-    }
-
-
-TYPES = {package: _message_types(package) for package in VERSIONS}
 
 
 def _method(package: str, short: str) -> Any:
@@ -173,7 +74,7 @@ def _field(number: int, payload: bytes) -> bytes:
 def test_auth_config_is_redacted(package: str, seed: int) -> None:
     # Named decoding for the CRI versions (the subset's PullImageRequest), schema-less for
     # a version the relay does not know: the same fields are redacted, by number.
-    user, password, auth, identity, registry_token, unknown = secrets(seed)
+    user, password, auth, identity, registry_token, unknown = hostile_secrets(seed)
     config = api_pb2.AuthConfig(
         username=user,
         password=password,
@@ -245,7 +146,7 @@ def test_a_pull_request_that_does_not_parse_is_not_shown(package: str) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_container_environment_values_are_redacted(package: str, seed: int) -> None:
     types = TYPES[package]
-    values = secrets(100 + seed)
+    values = hostile_secrets(100 + seed)
     envs = [types["KeyValue"](key=f"VAR_{index}", value=v) for index, v in enumerate(values)]
     config = types["ContainerConfig"](
         command=["/bin/app"], args=["--verbose"], working_dir="/srv", envs=envs
@@ -267,7 +168,7 @@ def test_container_environment_values_are_redacted(package: str, seed: int) -> N
 @pytest.mark.parametrize("package", VERSIONS, ids=["v1alpha2", "v1"])
 def test_streaming_urls_and_verbose_status_are_redacted(package: str) -> None:
     types = TYPES[package]
-    token = secrets(200, 1)[0]
+    token = hostile_secrets(200, 1)[0]
     for name in ("Exec", "Attach", "PortForward"):
         answer = types["ExecResponse"](url=f"http://127.0.0.1:10010/{name.lower()}/{token}")
         shown = decode(
@@ -382,7 +283,7 @@ def test_full_dumps_of_secrets_need_the_flag(
     assert dumper.level(parse_method("/runtime.v1.ImageService/PullImage")) == (
         DumpLevel.FULL if allowed else DumpLevel.NAME
     )
-    password = secrets(300, 1)[0]
+    password = hostile_secrets(300, 1)[0]
     request = _pull(api_pb2.AuthConfig(username="u", password=password))
     for harness in _harness(tmp_path, RelayOptions(dumper=dumper)):
         assert harness.call("/runtime.v1.ImageService/PullImage", request)

@@ -189,7 +189,8 @@ def resolve(host: str, port: int) -> list[IPAddress]:
     found: list[IPAddress] = []
     for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
         with contextlib.suppress(ValueError):
-            address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+            # a link-local IPv6 answer keeps its zone (fe80::1%eth0): it is needed to connect
+            address = ipaddress.ip_address(str(info[4][0]))
             if address not in found:
                 found.append(address)
     if not found:

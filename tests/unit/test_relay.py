@@ -439,16 +439,19 @@ def test_selectors(selectors: str, method: str, level: DumpLevel) -> None:
         ("full:(.*)*x", "'full:(.*)*x' looks like a regular expression"),
         ("full:^PullImage$", "write full:PullImage"),
         ("full:" + "P" * 129, "a glob has at most 128 characters"),
+        # a megabyte of ConfigMap value: refused, and the message stays short
+        ("full:(" + "." * 1_000_000, "'…: a glob has at most 128 characters"),
         (",".join(["name:Version"] * 65), "65 items; at most 64"),
     ],
     ids=["bad-level", "no-glob", "seed2-regex", "service-regex", "seed3-regex",
-         "catastrophic-regex", "anchored-regex", "long-glob", "many-items"],
+         "catastrophic-regex", "anchored-regex", "long-glob", "huge-regex", "many-items"],
 )  # fmt: skip
 def test_bad_selectors_say_how_to_fix(selectors: str, message: str) -> None:
     with pytest.raises(InputError) as caught:
         parse_selectors(selectors)
     assert message in str(caught.value)
     assert str(caught.value).startswith("--dump: ")
+    assert len(str(caught.value)) < 600
 
 
 def _hostile_globs() -> list[str]:

@@ -129,7 +129,16 @@ def _glob_for(pattern: str) -> str:
     return guess.strip("^$")
 
 
+def _quoted(item: str) -> str:
+    """``item`` for a message: a ConfigMap value may be a megabyte long."""
+    return repr(item) if len(item) <= MAX_GLOB_CHARS else f"{item[:MAX_GLOB_CHARS]!r}…"
+
+
 def _compile_glob(item: str, glob: str, where: str) -> re.Pattern[str]:
+    if len(glob) > MAX_GLOB_CHARS:
+        raise InputError(
+            f"{where}: {_quoted(item)}: a glob has at most {MAX_GLOB_CHARS} characters"
+        )
     bad = sorted(set(glob) - GLOB_CHARACTERS)
     if bad:
         guess = _glob_for(glob)
@@ -139,12 +148,10 @@ def _compile_glob(item: str, glob: str, where: str) -> re.Pattern[str]:
             else "write one item per alternative, e.g. 'full:Create*,full:Remove*'"
         )
         raise InputError(
-            f"{where}: {item!r} looks like a regular expression ({''.join(bad)!r} is not "
+            f"{where}: {_quoted(item)} looks like a regular expression ({''.join(bad)!r} is not "
             "allowed): selectors are method names or globs (letters, digits, _, /, and the "
             f"wildcards * and ?), not regular expressions: {fix}"
         )
-    if len(glob) > MAX_GLOB_CHARS:
-        raise InputError(f"{where}: {item[:40]!r}…: a glob has at most {MAX_GLOB_CHARS} characters")
     return re.compile(fnmatch.translate(glob))
 
 
@@ -169,7 +176,7 @@ def parse_selectors(text: str, where: str = "--dump") -> DumpSelector:
             level = None
         if not sep or level is None:
             raise InputError(
-                f"{where}: {item!r} is not LEVEL:GLOB or 'reset' (LEVEL is one of {levels}; "
+                f"{where}: {_quoted(item)} is not LEVEL:GLOB or 'reset' (LEVEL is one of {levels}; "
                 "example: 'reset,name:*,full:PullImage')"
             )
         glob = glob.strip()

@@ -4,22 +4,25 @@ Every test here failed before the hardening of issue 10: the client fetched
 whatever realm a registry named (another host, loopback, plain HTTP), read a
 token answer of any size, followed redirects into loopback, and let a server
 that trickles bytes hold it for as long as it liked (each read beat the read
-timeout). The servers are in tests/fixtures/hostile.py; each records what
-reached it, which is how "no request was sent" is proven.
+timeout). The DNS-rebinding and layer-count tests failed before issue 23: the
+address check resolved a name, and the connection resolved it again. The
+servers are in tests/fixtures/hostile.py; each records what reached it, which
+is how "no request was sent" is proven.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from layersched.core.errors import RegistryError
-from layersched.registry import RegistryClient
+from layersched.core.errors import ManifestError, RegistryError
+from layersched.registry import DEFAULT_MAX_MANIFEST_BYTES, RegistryClient
 from tests.fixtures import prereq
 from tests.fixtures.hostile import (
     ENDLESS_TOKEN_BYTES,
@@ -27,8 +30,10 @@ from tests.fixtures.hostile import (
     HostileServer,
     challenge,
     endless_token,
+    largest_manifest,
     non_loopback_address,
     redirect,
+    serve,
     token,
     trickle_body,
     trickle_headers,
@@ -95,7 +100,7 @@ def test_realm_on_loopback_is_refused_for_a_registry_elsewhere(
         )
         with client, pytest.raises(RegistryError) as info:
             client.resolve(f"{registry.host}/app:1")
-    assert "localhost is on a loopback or link-local address (127.0.0.1" in str(info.value)
+    assert "localhost is on an internal address (127.0.0.1: loopback" in str(info.value)
     assert sink.seen == []
 
 
@@ -165,7 +170,9 @@ def test_redirect_into_loopback_is_refused(address: str, sink: HostileServer) ->
         client = hermetic(insecure_hosts=(registry.host,))
         with client, pytest.raises(RegistryError) as info:
             client.resolve(f"{registry.host}/app:1")
-    assert "redirect refused: 127.0.0.1 is on a loopback or link-local address" in str(info.value)
+    assert "redirect refused: 127.0.0.1 is on an internal address (127.0.0.1: loopback)" in str(
+        info.value
+    )
     assert sink.seen == []
 
 
@@ -187,6 +194,139 @@ def test_redirect_keeps_credentials_on_their_host(address: str) -> None:
 
 def _basic_challenge(handler: Any) -> None:
     handler.reply(401, {"WWW-Authenticate": 'Basic realm="other"'})
+
+
+# -- DNS rebinding -----------------------------------------------------------------------
+
+#: A name only the rebinding resolver below answers for (.test is reserved, RFC 2606).
+REBINDING_NAME = "rebind.layersched.test"
+
+
+class RebindingDNS:
+    """``socket.getaddrinfo`` for a hostile DNS server with a zero TTL: the first
+    ``first_answers`` queries for REBINDING_NAME get ``first``, every later one ``then``.
+    Other names are resolved for real. The queries for the name are counted."""
+
+    def __init__(
+        self, real: Callable[..., Any], first: str, then: str, first_answers: int = 1
+    ) -> None:
+        self.real = real
+        self.first = first
+        self.then = then
+        self.first_answers = first_answers
+        self.queries = 0
+
+    def __call__(self, host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != REBINDING_NAME:
+            return self.real(host, port, *args, **kwargs)
+        self.queries += 1
+        answer = self.first if self.queries <= self.first_answers else self.then
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (answer, port or 0))]
+
+
+@pytest.fixture
+def rebinding(address: str, monkeypatch: pytest.MonkeyPatch) -> RebindingDNS:
+    """REBINDING_NAME resolves to this machine's other address first, then to loopback."""
+    dns = RebindingDNS(socket.getaddrinfo, first=address, then="127.0.0.1")
+    monkeypatch.setattr(socket, "getaddrinfo", dns)
+    return dns
+
+
+@pytest.mark.parametrize(
+    "harmless_answers",
+    [
+        # The attack: the name answers the early check with a harmless address, then points
+        # at this machine's loopback, where another service listens on the same port. A
+        # client that resolves again to connect asks that service for a token; ours
+        # connects where its check at the connection says, and refuses loopback.
+        1,
+        # The control: harmless for two queries (the early check's and the connection's),
+        # loopback after. The connection goes to the harmless address its check saw, and
+        # no third query is made.
+        2,
+    ],
+    ids=["rebinds-after-the-check", "rebinds-after-the-connection"],
+)
+def test_realm_rebinding_to_loopback(
+    address: str, rebinding: RebindingDNS, harmless_answers: int
+) -> None:
+    # The operator allowed the registry's token service by name.
+    rebinding.first_answers = harmless_answers
+    with HostileServer(token) as loopback_service:
+        port = loopback_service.server_address[1]
+        realm = f"http://{REBINDING_NAME}:{port}/token"
+        with (
+            HostileServer(token, address, port=port) as honest_service,
+            HostileServer(challenge(realm, AMD.manifest_bytes), address) as registry,
+        ):
+            client = hermetic(
+                insecure_hosts=(registry.host,), token_hosts={registry.host: [REBINDING_NAME]}
+            )
+            with client:
+                if harmless_answers == 2:
+                    assert client.resolve(f"{registry.host}/app:1").layers == AMD.layers
+                else:
+                    with pytest.raises(RegistryError) as info:
+                        client.resolve(f"{registry.host}/app:1")
+    assert loopback_service.seen == []
+    assert rebinding.queries == 2  # the early check's and the connection's, none after
+    if harmless_answers == 2:
+        assert [path.split("?")[0] for _, path, _ in honest_service.seen] == ["/token"]
+        return
+    assert honest_service.seen == []
+    assert (
+        f"connection refused: {REBINDING_NAME} is on an internal address (127.0.0.1: loopback) "
+        f"and {address} is not"
+    ) in str(info.value)
+    assert "treat it as hostile" in str(info.value)
+
+
+def test_redirect_rebinding_to_loopback_is_refused_where_it_connects(
+    address: str, rebinding: RebindingDNS
+) -> None:
+    # The same attack through a redirect: the registry sends the client to a name whose
+    # first answer is harmless and whose second is loopback.
+    with HostileServer(serve(AMD.manifest_bytes)) as loopback_service:
+        port = loopback_service.server_address[1]
+        with (
+            HostileServer(serve(AMD.manifest_bytes), address, port=port) as honest_service,
+            HostileServer(redirect(f"http://{REBINDING_NAME}:{port}"), address) as registry,
+        ):
+            client = hermetic(insecure_hosts=(registry.host, f"{REBINDING_NAME}:{port}"))
+            with client, pytest.raises(RegistryError) as info:
+                client.resolve(f"{registry.host}/app:1")
+    assert loopback_service.seen == []
+    assert honest_service.seen == []
+    assert f"{REBINDING_NAME} is on an internal address (127.0.0.1: loopback)" in str(info.value)
+
+
+def test_ipv4_mapped_realm_is_refused(address: str, sink: HostileServer) -> None:
+    # ::ffff:127.0.0.1 reaches the loopback sink through a dual-stack socket.
+    realm = f"http://[::ffff:127.0.0.1]:{sink.server_address[1]}/token"
+    with HostileServer(challenge(realm, AMD.manifest_bytes), address) as registry:
+        client = hermetic(
+            insecure_hosts=(registry.host,), token_hosts={registry.host: ["::ffff:127.0.0.1"]}
+        )
+        with client, pytest.raises(RegistryError) as info:
+            client.resolve(f"{registry.host}/app:1")
+    assert "(::ffff:7f00:1: loopback (127.0.0.1))" in str(info.value)
+    assert sink.seen == []
+
+
+# -- layers per manifest -----------------------------------------------------------------
+
+
+def test_a_manifest_of_44617_layers_is_refused() -> None:
+    # The most layers a 4 MiB manifest can list: read whole (it is under the byte cap),
+    # then refused by count before any layer is parsed.
+    body = largest_manifest(DEFAULT_MAX_MANIFEST_BYTES)
+    with (
+        HostileServer(serve(body)) as registry,
+        hermetic() as client,
+        pytest.raises(ManifestError) as info,
+    ):
+        client.resolve(f"{registry.host}/app:1")
+    assert "the manifest lists 44617 layers, more than the 1000" in str(info.value)
 
 
 # -- slow loris --------------------------------------------------------------------------

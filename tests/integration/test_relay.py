@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -72,7 +73,9 @@ def setup(
         assert push_image(client, image, IMAGE) == IMAGE.digest
     metrics = RelayMetrics()
     dump_path = tmp_path / "cri.jsonl"
-    dumper = Dumper(parse_selectors("reset,name:.*,full:PullImage"), DumpFile(dump_path))
+    dumper = Dumper(
+        parse_selectors("reset,name:*,full:PullImage"), DumpFile(dump_path), allow_sensitive=True
+    )
     store = ContainerdClient(containerd.endpoint)
     annotator = Annotator(ContentStoreLayers(ContentStoreReader(store)), metrics)
     options = RelayOptions(dumper=dumper, annotator=annotator, log_pulls=True, node_name="n1")
@@ -198,7 +201,8 @@ def test_relay_process(containerd: ContainerdProcess, tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "layersched.cli.main", "relay", "--listen", str(socket),
          "--runtime", containerd.endpoint, "--metrics-address", f"127.0.0.1:{port}",
-         "--dump", "name:.*", "--dump-file", str(tmp_path / "cri.jsonl")],
+         "--dump", "reset,name:*,full:PullImage", "--allow-sensitive-dumps",
+         "--dump-file", str(tmp_path / "dumps" / "cri.jsonl")],
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
@@ -218,17 +222,33 @@ def test_relay_process(containerd: ContainerdProcess, tmp_path: Path) -> None:
     # a clean stop: exit 0, the socket file gone, the call in the dump
     assert process.returncode == 0, stderr
     assert not socket.exists()
-    (line,) = (tmp_path / "cri.jsonl").read_text().splitlines()
+    dump_path = tmp_path / "dumps" / "cri.jsonl"
+    (line,) = dump_path.read_text().splitlines()
     assert json.loads(line)["method"] == "/runtime.v1.RuntimeService/Version"
+    # private to its owner, in a directory of its own
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (dump_path, dump_path.parent)] == [
+        0o600,
+        0o700,
+    ]
 
 
-def test_relay_cli_errors_name_the_flag(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("dump", "message"),
+    [
+        # a dump with nowhere to go
+        ("full:*", "--dump needs --dump-file FILE (where the JSON lines go)"),
+        # seed 002's regular expression: refused with the glob to write instead
+        ("reset,full:.*", "--dump: 'full:.*' looks like a regular expression ('.' is not "
+         "allowed): selectors are method names or globs (letters, digits, _, /, and the "
+         "wildcards * and ?), not regular expressions: write full:*"),
+    ],
+    ids=["no-dump-file", "regex"],
+)  # fmt: skip
+def test_relay_cli_errors_name_the_flag(tmp_path: Path, dump: str, message: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "layersched.cli.main", "relay", "--listen",
-         str(tmp_path / "r.sock"), "--dump", "full:.*"],
+         str(tmp_path / "r.sock"), "--dump", dump],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 2
-    assert done.stderr.strip() == (
-        "layersched: error: --dump needs --dump-file FILE (where the JSON lines go)"
-    )
+    assert done.stderr.strip() == f"layersched: error: {message}"

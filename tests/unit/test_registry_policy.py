@@ -67,14 +67,32 @@ class ChallengingRegistry(FakeRegistry):
         ("quay.io", "file:///etc/passwd", {}, "over file: token services"),
         # Cloud metadata (169.254.169.254), even when the operator allowed it by mistake.
         (HOST, "http://169.254.169.254/latest/meta-data", {HOST: ["169.254.169.254"]},
-         "169.254.169.254 is on a loopback or link-local address (169.254.169.254) and "
+         "169.254.169.254 is on an internal address (169.254.169.254: cloud metadata) and "
          f"{HOST} is not"),
+        # AWS's metadata service over IPv6: a unique-local address, in no range but its own.
+        (HOST, "http://[fd00:ec2::254]/latest/meta-data", {HOST: ["fd00:ec2::254"]},
+         "(fd00:ec2::254: cloud metadata)"),
+        # Alibaba Cloud's metadata service, in the shared (CGNAT) range 100.64/10.
+        (HOST, "http://100.100.100.200/latest/meta-data", {HOST: ["100.100.100.200"]},
+         "(100.100.100.200: cloud metadata)"),
+        # NAT64 (RFC 6052): 64:ff9b::7f00:1 is 127.0.0.1 through a NAT64 gateway.
+        (HOST, "http://[64:ff9b::7f00:1]/token", {HOST: ["64:ff9b::7f00:1"]},
+         "(64:ff9b::7f00:1: loopback (127.0.0.1))"),
+        # ... and 64:ff9b::a9fe:a9fe is the metadata service.
+        (HOST, "http://[64:ff9b::a9fe:a9fe]/token", {HOST: ["64:ff9b::a9fe:a9fe"]},
+         "(64:ff9b::a9fe:a9fe: cloud metadata (169.254.169.254))"),
+        # The local-use NAT64 prefix (RFC 8215): its layout is the operator's, so all of it.
+        (HOST, "http://[64:ff9b:1::a9fe:a9fe]/token", {HOST: ["64:ff9b:1::a9fe:a9fe"]},
+         "(64:ff9b:1::a9fe:a9fe: local-use NAT64)"),
+        # IPv4-mapped IPv6: ::ffff:127.0.0.1 is 127.0.0.1 on a dual-stack socket.
+        (HOST, "http://[::ffff:127.0.0.1]/token", {HOST: ["::ffff:7f00:1"]},
+         "(::ffff:7f00:1: loopback (127.0.0.1))"),
         # IPv6 link-local, likewise.
-        (HOST, "http://[fe80::1]/token", {HOST: ["fe80::1"]}, "link-local address (fe80::1)"),
+        (HOST, "http://[fe80::1]/token", {HOST: ["fe80::1"]}, "(fe80::1: link-local)"),
         # A name that resolves to loopback (localhost), allowed by name: still refused.
-        (HOST, "http://localhost:8080/token", {HOST: ["localhost"]}, "(127.0.0.1"),
+        (HOST, "http://localhost:8080/token", {HOST: ["localhost"]}, "(127.0.0.1: loopback"),
         # 0.0.0.0 reaches this machine on Linux: refused like loopback.
-        (HOST, "http://0.0.0.0:8080/token", {HOST: ["0.0.0.0"]}, "(0.0.0.0)"),
+        (HOST, "http://0.0.0.0:8080/token", {HOST: ["0.0.0.0"]}, "(0.0.0.0: unspecified)"),
         # A loopback registry may name a loopback token service on another port (the tests' own).
         ("127.0.0.1:5000", "http://127.0.0.1:5001/token", {}, None),
         # localhost registry, realm on 127.0.0.1 (allowed): the registry is on that address.
@@ -82,10 +100,14 @@ class ChallengingRegistry(FakeRegistry):
          None),
         # Docker Hub's real realm is built in.
         ("docker.io", "https://auth.docker.io/token", {}, None),
+        # A NAT64 address of a public IPv4 address (8.8.8.8) is an ordinary address.
+        (HOST, "http://[64:ff9b::808:808]/token", {HOST: ["64:ff9b::808:808"]}, None),
     ],
     ids=["own-host", "other-host", "allowed-host", "https-to-http", "file-scheme",
-         "metadata-ip", "ipv6-link-local", "localhost-name", "unspecified", "loopback-registry",
-         "localhost-registry", "docker-hub-builtin"],
+         "metadata-ip", "aws-metadata-ipv6", "alibaba-metadata", "nat64-loopback",
+         "nat64-metadata", "nat64-local-use", "ipv4-mapped-loopback", "ipv6-link-local",
+         "localhost-name", "unspecified", "loopback-registry", "localhost-registry",
+         "docker-hub-builtin", "nat64-public"],
 )  # fmt: skip
 def test_token_realm_policy(
     registry: str, realm: str, token_hosts: dict[str, list[str]], refusal: str | None
@@ -125,14 +147,18 @@ def test_credentials_go_only_to_the_registry_and_its_token_service() -> None:
     ("origin", "target", "refusal"),
     [
         # A hostile registry sends the client to the cloud metadata service: refused.
-        (HOST, "http://169.254.169.254/latest", "redirect refused: 169.254.169.254 is on a "
-         "loopback or link-local address"),
+        (HOST, "http://169.254.169.254/latest", "redirect refused: 169.254.169.254 is on an "
+         "internal address (169.254.169.254: cloud metadata)"),
+        # ... to AWS's, over IPv6 ...
+        (HOST, "http://[fd00:ec2::254]/latest", "redirect refused: fd00:ec2::254 is on an "
+         "internal address (fd00:ec2::254: cloud metadata)"),
         # ... or to a service on the extender's own loopback.
-        (HOST, "http://127.0.0.1:10250/pods", "redirect refused: 127.0.0.1 is on a loopback"),
+        (HOST, "http://127.0.0.1:10250/pods", "redirect refused: 127.0.0.1 is on an internal "
+         "address (127.0.0.1: loopback)"),
         # A loopback registry redirecting to another loopback port is on that address: fine.
         ("127.0.0.1:5000", "http://127.0.0.1:5001", None),
     ],
-    ids=["to-metadata", "to-loopback", "loopback-to-loopback"],
+    ids=["to-metadata", "to-aws-metadata-ipv6", "to-loopback", "loopback-to-loopback"],
 )  # fmt: skip
 def test_redirects_to_internal_addresses(origin: str, target: str, refusal: str | None) -> None:
     served: list[str] = []

@@ -35,6 +35,7 @@ from layersched.relay import (
     options_for,
     parse_selectors,
     serve,
+    warn_held_back,
 )
 
 #: Reading the ConfigMaps more often than this only loads the API server.
@@ -70,10 +71,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--dump",
         default="",
         metavar="SELECTORS",
-        help="which calls to dump: comma-separated LEVEL:REGEX or 'reset', LEVEL off|name|full, "
-        "last match wins (example: 'reset,name:.*,full:PullImage')",
+        help="which calls to dump: comma-separated LEVEL:GLOB or 'reset', LEVEL off|name|full, "
+        "GLOB a method name with * and ? as wildcards (not a regular expression), last match "
+        "wins (example: 'reset,name:*,full:PullImage')",
     )
-    dump.add_argument("--dump-file", metavar="FILE", help="JSON-lines dump file (needs --dump)")
+    dump.add_argument(
+        "--allow-sensitive-dumps",
+        action="store_true",
+        help="let calls that carry secrets (PullImage, CreateContainer, ContainerStatus, "
+        "ExecSync, Exec, Attach, PortForward, and methods the relay does not know) be dumped "
+        "in full; without it they are dumped at level name whatever --dump or a ConfigMap "
+        "says. Credentials (registry auth, environment values, streaming URLs) are redacted "
+        "even then",
+    )
+    dump.add_argument(
+        "--dump-file",
+        metavar="FILE",
+        help="JSON-lines dump file, mode 0600 (needs --dump); missing directories are made 0700",
+    )
     dump.add_argument(
         "--dump-max-bytes",
         type=int,
@@ -173,7 +188,7 @@ def build_relay(args: argparse.Namespace) -> tuple[Relay, RelayResources, LiveSe
     if selector.enabled and not args.dump_file:
         raise InputError("--dump needs --dump-file FILE (where the JSON lines go)")
     if args.dump_file and not selector.enabled and not args.config_from_configmaps:
-        raise InputError("--dump-file without --dump: add e.g. --dump 'name:.*'")
+        raise InputError("--dump-file without --dump: add e.g. --dump 'name:*'")
     dump_file = None
     if args.dump_file:
         dump_file = DumpFile(Path(args.dump_file), args.dump_max_bytes, args.dump_backups)
@@ -183,8 +198,10 @@ def build_relay(args: argparse.Namespace) -> tuple[Relay, RelayResources, LiveSe
         annotator=Annotator(source, metrics) if source is not None else None,
         node_name=args.node_name,
         dump_message_max_bytes=args.dump_message_max_bytes,
+        allow_sensitive_dumps=args.allow_sensitive_dumps,
     )
     settings = LiveSettings(selector, args.log_pulls, inject_layers=source is not None)
+    warn_held_back(settings, resources.capabilities)
     relay = Relay(Path(args.listen), args.runtime, options_for(settings, resources), metrics)
     return relay, resources, settings
 

@@ -164,13 +164,19 @@ def media_type_of(content_type: str | None) -> str:
 
 
 def parse_manifest(
-    body: bytes, content_type: str | None = None, *, source: str = "manifest"
+    body: bytes,
+    content_type: str | None = None,
+    *,
+    source: str = "manifest",
+    max_layers: int | None = None,
 ) -> ImageManifest | ImageIndex:
     """Parse a manifest or index; ``source`` (e.g. ``host/repo:tag``) prefixes errors.
 
     The kind comes from ``content_type`` when it names a manifest type, else
     from the document's ``mediaType`` field, else from its shape (OCI allows
-    omitting ``mediaType``). Schema 1 manifests are refused.
+    omitting ``mediaType``). Schema 1 manifests are refused. An image manifest
+    listing more than ``max_layers`` layers (if given) is refused before any
+    of them is parsed.
     """
     try:
         doc = json.loads(body)
@@ -181,6 +187,13 @@ def parse_manifest(
     media_type = _kind(doc, media_type_of(content_type), source)
     if media_type in INDEX_MEDIA_TYPES:
         return _parse_index(doc, media_type, source)
+    layers = doc.get("layers")
+    if max_layers is not None and isinstance(layers, list) and len(layers) > max_layers:
+        raise ManifestError(
+            f"{source}: the manifest lists {len(layers)} layers, more than the {max_layers} "
+            "an image may have (real images stop near 127, at overlayfs' stacking limit): "
+            "the image or its registry is broken or hostile"
+        )
     return _parse_image_manifest(doc, media_type, source)
 
 

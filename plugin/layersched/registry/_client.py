@@ -7,7 +7,6 @@ import email.utils
 import ipaddress
 import json
 import random
-import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,14 @@ from layersched.core.manifest import (
     sha256_digest,
 )
 from layersched.core.reference import DEFAULT_DOMAIN, ImageReference
+from layersched.registry._addresses import (
+    AddressGuard,
+    InternalAddressError,
+    host_of,
+    origin,
+    resolve,
+    target_refusal,
+)
 from layersched.registry._auth import (
     DEFAULT_MAX_TOKEN_BYTES,
     AuthRefusedError,
@@ -75,6 +82,12 @@ DEFAULT_DEADLINE_S = 30.0
 # The OCI distribution spec asks registries to accept manifests of at least 4 MiB, and
 # distribution refuses bigger ones on push, so nothing bigger is a real image.
 DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+# Layers one image manifest may list. The NodeLayerInventory CRD allows 1,000 layers per
+# image (layersched.kube's MAX_LAYERS_PER_IMAGE; a test holds the two equal), and the
+# layers of a resolved image are cached: without a cap a 4 MiB manifest could list 36,470
+# layers and cost the caches as much as 36 ordinary images. Real images stop near 127
+# (overlayfs' stacking limit), so 1,000 refuses no image a runtime can pull.
+MAX_LAYERS_PER_MANIFEST = 1_000
 # Retries after the first attempt on 429/5xx/connection errors: 3 covers a registry restart.
 DEFAULT_RETRIES = 3
 # Exponential backoff between retries: 0.2 s, 0.4 s, 0.8 s… plus jitter, at most 5 s.
@@ -171,45 +184,27 @@ def _listed(domain: str, entries: Sequence[str]) -> bool:
     return domain in entries or hostname in entries
 
 
-def _addresses(hostname: str) -> frozenset[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    """The addresses ``hostname`` is or resolves to (none if it does not resolve)."""
-    try:
-        return frozenset({ipaddress.ip_address(hostname.strip("[]"))})
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(hostname, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return frozenset()
-    found = set()
-    for info in infos:
-        with contextlib.suppress(ValueError):
-            found.add(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]))
-    return frozenset(found)
+def _internal_target_refusal(registry: str, target: str) -> str | None:
+    """Why ``target`` (a hostname) must not be contacted on behalf of ``registry``, or None.
 
-
-def _internal(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Loopback, link-local (169.254/16: cloud metadata; fe80::/10) or unspecified (0.0.0.0)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback or address.is_link_local or address.is_unspecified
-
-
-def _internal_target_refusal(origin: str, target: str) -> str | None:
-    """Why ``target`` (a hostname) must not be contacted on behalf of ``origin``, or None.
-
-    A target on a loopback or link-local address is refused unless the registry
-    itself is on that host or address (a registry on 127.0.0.1 may name a token
-    service on 127.0.0.1).
+    The early check, before any request and with any transport: a target on an
+    internal address (:func:`layersched.registry._addresses.classify`) is
+    refused unless the registry itself is on that host or address. The
+    client's own transport checks again at the connection, with the addresses
+    it then connects to (a name resolved twice may answer differently).
     """
-    origin_host = _hostname(origin)
-    if target == origin_host:
+    registry_host = host_of(registry)
+    if host_of(target) == registry_host:
         return None
-    internal = {a for a in _addresses(target) if _internal(a)}
-    if not internal or internal <= _addresses(origin_host):
-        return None
-    listed = ", ".join(sorted(str(a) for a in internal))
-    return f"{target} is on a loopback or link-local address ({listed}) and {origin} is not"
+    try:
+        found = resolve(target, 0)
+    except (OSError, UnicodeError):
+        return None  # the connection fails on its own
+    try:
+        allowed = frozenset(resolve(registry_host, 0))
+    except (OSError, UnicodeError):
+        allowed = frozenset()
+    return target_refusal(target, found, registry, allowed)
 
 
 def _proxy_mounts(max_body_bytes: int) -> dict[str, httpx.BaseTransport | None]:
@@ -276,12 +271,18 @@ class RegistryClient:
       :class:`RegistryNotAllowedError` and no request.
     * ``token_hosts`` maps a registry to the other hosts its token realm may be
       on (added to :data:`BUILTIN_TOKEN_HOSTS`); a realm on any other host, over
-      plain HTTP for a registry reached over HTTPS, or on a loopback or
-      link-local address the registry is not on, is refused before any request.
+      plain HTTP for a registry reached over HTTPS, or on an internal address
+      the registry is not on, is refused before any request.
+    * Every connection is checked where it is made, and made to the addresses
+      checked (:mod:`layersched.registry._addresses`): a token realm or
+      redirect target on an internal address (loopback, link-local, cloud
+      metadata, their IPv6 forms) the registry is not on, and a registry on a
+      cloud metadata address, are refused; a name is resolved once.
     * ``deadline_s`` bounds each attempt as a whole (token request, redirects,
       body); ``timeout_s`` bounds each socket operation.
     * Bodies are capped: manifests at ``max_manifest_bytes``, token answers at
-      ``max_token_bytes``, error bodies at 2 KiB.
+      ``max_token_bytes``, error bodies at 2 KiB; an image manifest lists at
+      most ``max_layers`` layers.
     """
 
     def __init__(
@@ -293,6 +294,7 @@ class RegistryClient:
         max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
         retries: int = DEFAULT_RETRIES,
         *,
+        max_layers: int = MAX_LAYERS_PER_MANIFEST,
         auth_files: Sequence[Path] | None = None,
         retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
         max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
@@ -308,6 +310,7 @@ class RegistryClient:
         self.timeout_s = timeout_s
         self.deadline_s = deadline_s
         self.max_manifest_bytes = max_manifest_bytes
+        self.max_layers = max_layers
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.max_retry_after_s = max_retry_after_s
@@ -341,13 +344,17 @@ class RegistryClient:
         )
         mounts: dict[str, httpx.BaseTransport | None] = {}
         if transport is None:
-            own = DeadlineHTTPTransport()
+            own = DeadlineHTTPTransport(guard=AddressGuard())
             #: whether socket operations obey deadline_s (False with a caller's transport)
             self.enforces_deadline = own.enforces_deadline
+            #: whether each connection goes to an address the policy checked (False with a
+            #: caller's transport, and through a proxy, which resolves names itself)
+            self.checks_addresses = own.checks_addresses
             transport = own
             mounts = _proxy_mounts(max_manifest_bytes)
         else:
             self.enforces_deadline = False
+            self.checks_addresses = False
         self._http = httpx.Client(
             auth=self.auth,
             timeout=timeout_s,
@@ -403,7 +410,9 @@ class RegistryClient:
         allowed = self.token_hosts.get(host, frozenset()) | self.token_hosts.get(
             _hostname(host), frozenset()
         )
-        if realm.host != _hostname(host) and realm.host not in allowed:
+        # both sides normalised: an IPv6 realm may spell its address another way (::ffff:…)
+        realm_host = _hostname(realm.host)
+        if realm_host != _hostname(host) and realm_host not in allowed:
             raise AuthRefusedError(
                 f"{host} names the token realm {realm}, on another host, and no request was "
                 f"sent there – if {realm.host} is {host}'s token service, allow it with "
@@ -458,15 +467,16 @@ class RegistryClient:
         )
 
         def timed() -> T:
-            if not bounded:
-                return attempt()
-            with deadline(self.deadline_s) as ends_at:
-                try:
+            with origin(self.api_host(ref.domain)):
+                if not bounded:
                     return attempt()
-                except httpx.TimeoutException as err:
-                    if time.monotonic() >= ends_at:
-                        raise _DeadlineExceededError(str(err)) from err
-                    raise
+                with deadline(self.deadline_s) as ends_at:
+                    try:
+                        return attempt()
+                    except httpx.TimeoutException as err:
+                        if time.monotonic() >= ends_at:
+                            raise _DeadlineExceededError(str(err)) from err
+                        raise
 
         try:
             return retrying(timed)
@@ -497,6 +507,12 @@ class RegistryClient:
             ) from err
         except AuthRefusedError as err:
             raise RegistryError(f"{where}: refused: {err}") from err
+        except InternalAddressError as err:
+            raise RegistryError(
+                f"{where}: connection refused: {err}, so nothing was sent there – the "
+                "registry or its DNS tried to make the client reach an internal address: "
+                "treat it as hostile"
+            ) from err
         except CredentialHelperError as err:
             raise RegistryError(f"{where}: {err}") from err
         except TokenError as err:
@@ -613,7 +629,7 @@ class RegistryClient:
                 f"{doing} at {self.api_host(ref.domain)}: the registry served content with "
                 f"digest {digest} for {name} – the registry or a proxy is corrupting data"
             )
-        parsed = parse_manifest(body, content_type, source=source)
+        parsed = parse_manifest(body, content_type, source=source, max_layers=self.max_layers)
         return FetchedManifest(digest, parsed.media_type, body, parsed)
 
     def manifest_digest(self, ref: ImageReference, *, image: str | None = None) -> str | None:

@@ -1,6 +1,7 @@
-"""The registry client's transport: a whole-request deadline and body caps on every response.
+"""The registry client's transport: a whole-request deadline, an address check at every
+connection, and body caps on every response.
 
-Two defences against a hostile or broken registry sit under ``httpx``:
+Three defences against a hostile or broken registry sit under ``httpx``:
 
 * **A deadline per attempt** (:func:`deadline`). httpx's timeouts apply to each
   socket read, so a server that dribbles one byte per second never trips a
@@ -8,6 +9,12 @@ Two defences against a hostile or broken registry sit under ``httpx``:
   of headers). :class:`DeadlineHTTPTransport` gives httpcore a network
   backend whose connect, read and write calls are clamped to the time left
   before the current deadline, headers included.
+* **Addresses checked where they are connected to** (``guard``, an
+  :class:`~layersched.registry._addresses.AddressGuard`). The same network
+  backend resolves each host name once, has the guard check every address
+  it resolved to, and connects to those addresses, not to the name: no
+  second resolution can swap the address after the check (DNS rebinding).
+  TLS verification, SNI and ``Host`` still use the name.
 * **Body caps** (:class:`CappedTransport`). Every response body is counted as it
   streams, also the ones httpx reads by itself inside the auth flow (a
   ``401``'s body, a token answer). A success body past its cap raises
@@ -29,6 +36,8 @@ from collections.abc import Iterable, Iterator
 
 import httpcore
 import httpx
+
+from layersched.registry._addresses import AddressGuard
 
 #: Request extension carrying the body cap of that request, in bytes.
 MAX_BODY_EXTENSION = "layersched.max_body_bytes"
@@ -111,10 +120,12 @@ class _DeadlineStream(httpcore.NetworkStream):
 
 
 class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's sync backend with every timeout clamped to the current deadline."""
+    """httpcore's sync backend with every timeout clamped to the current deadline, and
+    (with a ``guard``) every TCP connection made to an address the guard checked."""
 
-    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+    def __init__(self, inner: httpcore.NetworkBackend, guard: AddressGuard | None = None) -> None:
         self._inner = inner
+        self._guard = guard
 
     def connect_tcp(
         self,
@@ -124,10 +135,27 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_tcp(
-            host, port, _clamped(timeout, "connect"), local_address, socket_options
-        )
-        return _DeadlineStream(stream)
+        if self._guard is None:
+            stream = self._inner.connect_tcp(
+                host, port, _clamped(timeout, "connect"), local_address, socket_options
+            )
+            return _DeadlineStream(stream)
+        try:
+            addresses = self._guard.addresses(host, port)
+        except OSError as err:  # what the socket's own resolution would have raised
+            raise httpcore.ConnectError(f"resolving {host}: {err}") from err
+        failure: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
+        for address in addresses:  # in the resolver's order, as socket.create_connection
+            try:
+                stream = self._inner.connect_tcp(
+                    str(address), port, _clamped(timeout, "connect"), local_address, socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as err:
+                failure = err
+                continue
+            return _DeadlineStream(stream)
+        assert failure is not None  # addresses is never empty
+        raise failure
 
     def connect_unix_socket(
         self,
@@ -143,21 +171,24 @@ class _DeadlineBackend(httpcore.NetworkBackend):
 
 
 class DeadlineHTTPTransport(httpx.HTTPTransport):
-    """``httpx.HTTPTransport`` whose sockets obey :func:`deadline`.
+    """``httpx.HTTPTransport`` whose sockets obey :func:`deadline` and, with a ``guard``,
+    connect only to addresses the guard checked.
 
     httpx does not take a network backend, so the one of its connection pool
-    is wrapped after construction; :attr:`enforces_deadline` says whether that
-    worked (a test holds it, so an httpx/httpcore upgrade that moves the
-    attribute fails loudly instead of silently dropping the defence).
+    is wrapped after construction; :attr:`enforces_deadline` (and
+    :attr:`checks_addresses`) say whether that worked (a test holds it, so an
+    httpx/httpcore upgrade that moves the attribute fails loudly instead of
+    silently dropping the defences).
     """
 
-    def __init__(self, **kwargs: typing.Any) -> None:
+    def __init__(self, *, guard: AddressGuard | None = None, **kwargs: typing.Any) -> None:
         super().__init__(**kwargs)
         pool = getattr(self, "_pool", None)
         backend = getattr(pool, "_network_backend", None)
         self.enforces_deadline = isinstance(backend, httpcore.NetworkBackend)
+        self.checks_addresses = self.enforces_deadline and guard is not None
         if isinstance(backend, httpcore.NetworkBackend):
-            pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+            pool._network_backend = _DeadlineBackend(backend, guard)  # type: ignore[union-attr]
 
 
 class _CappedStream(httpx.SyncByteStream):

@@ -6,8 +6,10 @@ or any method it does not know, to the runtime's socket as raw bytes, with the
 caller's deadline and cancellation, and the runtime's own status codes back.
 On the way it can
 
-* dump the calls it is told to (selectors like seed 002's ``reset,full:.*``)
-  to a rotated JSON-lines file,
+* dump the calls it is told to (selectors like seed 002's ``reset,full:.*``,
+  with globs: ``reset,full:*``) to a rotated JSON-lines file of mode 0600,
+  credentials redacted, calls that carry secrets in full only with
+  ``--allow-sensitive-dumps``, and never failing a call it cannot dump,
 * time every ``PullImage`` (Prometheus histogram and counter, optional log line),
 * add the Ryax-patched CRI-O's ``imageLayer.<digest>`` annotations to
   ``ListImages``/``ImageStatus`` answers from a layer source (off by default),
@@ -37,6 +39,7 @@ from layersched.relay._config import (
     config_map_names,
     options_for,
     parse_settings,
+    warn_held_back,
 )
 from layersched.relay._dump import (
     DEFAULT_DUMP_BACKUPS,
@@ -50,6 +53,7 @@ from layersched.relay._dump import (
 )
 from layersched.relay._methods import CRI_PACKAGES, KNOWN_METHODS, Method, parse_method
 from layersched.relay._metrics import RelayMetrics
+from layersched.relay._redact import REDACTED, SENSITIVE_METHODS, is_sensitive, redact
 from layersched.relay._server import Relay, RelayOptions, serve
 
 __all__ = [
@@ -61,6 +65,8 @@ __all__ = [
     "DEFAULT_DUMP_MESSAGE_MAX_BYTES",
     "GROUP_LABEL",
     "KNOWN_METHODS",
+    "REDACTED",
+    "SENSITIVE_METHODS",
     "Annotator",
     "Capabilities",
     "ConfigPoller",
@@ -80,10 +86,13 @@ __all__ = [
     "RelayOptions",
     "RelayResources",
     "config_map_names",
+    "is_sensitive",
     "layer_annotations",
     "options_for",
     "parse_method",
     "parse_selectors",
     "parse_settings",
+    "redact",
     "serve",
+    "warn_held_back",
 ]

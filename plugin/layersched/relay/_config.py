@@ -13,8 +13,12 @@ value of the relay's command-line flag, which is also the whole configuration wh
 ConfigMap exists. Keys (all strings, as ConfigMap data is):
 
 ``dump``
-    dump selectors (``reset,name:.*,full:PullImage``; empty = no dump); needs the
-    relay started with ``--dump-file``;
+    dump selectors (``reset,name:*,full:PullImage``: method names or globs, not
+    regular expressions; empty = no dump); needs the relay started with
+    ``--dump-file``. It can only ask for what the relay's flags allow: calls
+    that carry secrets (PullImage, CreateContainer, …) are dumped in full only
+    if the relay was started with ``--allow-sensitive-dumps``, else at
+    ``name`` level, with a warning in the relay's log;
 ``logPulls``
     ``true``/``false``: the per-pull log line;
 ``injectLayers``
@@ -78,6 +82,22 @@ class Capabilities:
 
     dump_file: bool
     layer_source: bool
+    #: ``--allow-sensitive-dumps``: full dumps of calls that carry secrets.
+    sensitive_dumps: bool = False
+
+
+def warn_held_back(settings: LiveSettings, can: Capabilities) -> None:
+    """Log the full dumps ``settings`` ask for that the start-up flags do not allow."""
+    held_back = [] if can.sensitive_dumps else settings.dump.held_back()
+    if held_back:
+        _log.warning(
+            "dump selectors from %s ask for full dumps of %s, which carry secrets: the relay "
+            "was started without --allow-sensitive-dumps, so those calls (and calls of methods "
+            "it does not know) are dumped at level name; a ConfigMap cannot change that, only "
+            "restarting the relay with --allow-sensitive-dumps can",
+            settings.origin,
+            ", ".join(held_back),
+        )
 
 
 def config_map_names(node: str, group: str | None) -> list[str]:
@@ -256,6 +276,7 @@ class LayeredConfig:
                 wanted.log_pulls,
                 wanted.inject_layers,
             )
+            warn_held_back(wanted, self.can)
         return self.current
 
 
@@ -293,17 +314,26 @@ class RelayResources:
     annotator: Annotator | None
     node_name: str = ""
     dump_message_max_bytes: int = DEFAULT_DUMP_MESSAGE_MAX_BYTES
+    #: ``--allow-sensitive-dumps``: no setting can turn this on.
+    allow_sensitive_dumps: bool = False
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(self.dump_file is not None, self.annotator is not None)
+        return Capabilities(
+            self.dump_file is not None, self.annotator is not None, self.allow_sensitive_dumps
+        )
 
 
 def options_for(settings: LiveSettings, resources: RelayResources) -> RelayOptions:
     """The relay options that put ``settings`` in force."""
     dumper = None
     if settings.dump.enabled and resources.dump_file is not None:
-        dumper = Dumper(settings.dump, resources.dump_file, resources.dump_message_max_bytes)
+        dumper = Dumper(
+            settings.dump,
+            resources.dump_file,
+            resources.dump_message_max_bytes,
+            allow_sensitive=resources.allow_sensitive_dumps,
+        )
     return RelayOptions(
         dumper=dumper,
         annotator=resources.annotator if settings.inject_layers else None,

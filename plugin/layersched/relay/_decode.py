@@ -9,6 +9,10 @@ outside the subset is shown schema-less throughout, like ``protoc
 length-delimited field shown as text when it is printable UTF-8, else as a
 nested message when it parses as one, else as base64. (Without a schema this
 is a guess: a nested message whose bytes are all printable shows as text.)
+
+Secrets are taken out before either form is made (:mod:`._redact`): the bytes
+of a message of a method that carries them are rewritten first, so both forms
+show ``[redacted]`` where a credential was.
 """
 
 from __future__ import annotations
@@ -22,18 +26,11 @@ from google.protobuf.message import DecodeError, Message
 
 from layersched.cri._gen import api_pb2
 from layersched.relay._methods import Method
+from layersched.relay._redact import UNREADABLE, redact
+from layersched.relay._wire import WireError, fields
 
 #: Nested length-delimited fields are tried as messages at most this deep.
 MAX_RAW_DEPTH = 16
-
-_WIRE_VARINT = 0
-_WIRE_FIXED64 = 1
-_WIRE_LEN = 2
-_WIRE_FIXED32 = 5
-
-
-class _RawError(ValueError):
-    """The bytes are not a protobuf message."""
 
 
 def message_type(method: Method, suffix: str) -> type[Message] | None:
@@ -45,36 +42,27 @@ def message_type(method: Method, suffix: str) -> type[Message] | None:
 
 
 def decode(method: Method, suffix: str, data: bytes) -> dict[str, Any]:
-    """``data`` (a request when ``suffix`` is ``Request``) in its most readable form."""
+    """``data`` (a request when ``suffix`` is ``Request``) in its most readable form, with
+    its secrets redacted."""
+    redacted = redact(method, suffix, data)
+    if redacted is None:
+        return dict(UNREADABLE)
+    data = redacted
     kind = message_type(method, suffix)
     try:
-        fields = raw(data)
-    except _RawError:
+        shown = raw(data)
+    except WireError:
         return {"bytes_base64": base64.b64encode(data).decode()}
     if kind is None:
-        return fields
+        return shown
     try:
         message = kind.FromString(data)
     except DecodeError:
-        return fields
+        return shown
     named = json_format.MessageToDict(message, preserving_proto_field_name=True)
     declared = {f"#{field.number}" for field in kind.DESCRIPTOR.fields}
-    named.update({number: value for number, value in fields.items() if number not in declared})
+    named.update({number: value for number, value in shown.items() if number not in declared})
     return named
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = 0
-    shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise _RawError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
 
 
 def _length_delimited(chunk: bytes, depth: int) -> Any:
@@ -85,7 +73,7 @@ def _length_delimited(chunk: bytes, depth: int) -> Any:
     if depth < MAX_RAW_DEPTH and chunk:
         try:
             return raw(chunk, depth + 1)
-        except _RawError:
+        except WireError:
             pass
     try:
         return chunk.decode("utf-8")
@@ -94,36 +82,16 @@ def _length_delimited(chunk: bytes, depth: int) -> Any:
 
 
 def raw(data: bytes, depth: int = 0) -> dict[str, Any]:
-    """Schema-less decode; raises :class:`_RawError` if ``data`` is not a message."""
-    fields: dict[str, Any] = {}
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise _RawError("field number 0")
-        value: Any
-        if wire == _WIRE_VARINT:
-            value, pos = _varint(data, pos)
-        elif wire == _WIRE_FIXED64:
-            if pos + 8 > len(data):
-                raise _RawError("truncated fixed64")
-            value, pos = int.from_bytes(data[pos : pos + 8], "little"), pos + 8
-        elif wire == _WIRE_FIXED32:
-            if pos + 4 > len(data):
-                raise _RawError("truncated fixed32")
-            value, pos = int.from_bytes(data[pos : pos + 4], "little"), pos + 4
-        elif wire == _WIRE_LEN:
-            length, pos = _varint(data, pos)
-            if pos + length > len(data):
-                raise _RawError("truncated length-delimited field")
-            value, pos = _length_delimited(data[pos : pos + length], depth), pos + length
+    """Schema-less decode; raises :class:`WireError` if ``data`` is not a message."""
+    shown: dict[str, Any] = {}
+    for field in fields(data):
+        value: Any = field.value
+        if isinstance(value, bytes):
+            value = _length_delimited(value, depth)
+        name = f"#{field.number}"
+        if name in shown:
+            previous = shown[name]
+            shown[name] = [*previous, value] if isinstance(previous, list) else [previous, value]
         else:
-            raise _RawError(f"wire type {wire}")
-        name = f"#{number}"
-        if name in fields:
-            previous = fields[name]
-            fields[name] = [*previous, value] if isinstance(previous, list) else [previous, value]
-        else:
-            fields[name] = value
-    return fields
+            shown[name] = value
+    return shown

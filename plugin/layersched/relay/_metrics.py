@@ -2,7 +2,8 @@
 
 Every label has a bounded set of values: ``method`` is one of the CRI methods
 the relay knows or ``other``, ``version`` is ``v1alpha2``, ``v1`` or
-``other``, ``code`` and ``result`` are gRPC status-code names. Image names are
+``other``, ``code`` and ``result`` are gRPC status-code names, ``error`` an
+errno name or ``other``. Image names are
 never labels (a node pulls an unbounded set of them): they go to the per-pull
 log line instead.
 """
@@ -77,6 +78,13 @@ class RelayMetrics:
         self.unannotated_images = Counter(
             "layersched_relay_unannotated_images",
             "Images the layer source knew nothing about (answered unchanged).",
+            registry=r,
+        )
+        self.dump_failures = Counter(
+            "layersched_relay_dump_failures",
+            "Dump records that could not be written (dropped; the call itself went through), "
+            "by error: the errno name (ENOSPC, EIO…) or other.",
+            ["error"],
             registry=r,
         )
         self.layer_source_errors = Counter(

@@ -12,14 +12,20 @@ carries any shape.
 * **Errors** come back with the runtime's own status code, details and
   trailing metadata; a runtime that is down is ``UNAVAILABLE``, as the client
   would see without the relay.
+* **The dump never fails a call.** A dump that cannot be written (a full
+  disk, a file removed under it) is counted in
+  ``layersched_relay_dump_failures_total`` and logged (once a minute at most),
+  and the runtime's answer goes back as if no dump were configured.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import logging
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -70,6 +76,16 @@ STREAM_PROBE_S = 0.05
 _END = object()
 #: How long :meth:`Relay.stop` lets calls in flight finish.
 DEFAULT_STOP_GRACE_S = 5.0
+#: A full disk fails every call's dump: one log line per this long, with the count.
+DUMP_FAILURE_LOG_INTERVAL_S = 60.0
+
+
+def _failure_label(err: Exception) -> str:
+    """A bounded metric label for a dump failure: the errno's name (``ENOSPC``) or
+    ``other``."""
+    if isinstance(err, OSError) and err.errno is not None:
+        return errno.errorcode.get(err.errno, "other")
+    return "other"
 
 
 def _forwarded(metadata: Any) -> tuple[tuple[str, Any], ...]:
@@ -116,6 +132,9 @@ class Relay:
         self.options = options or RelayOptions()
         self.metrics = metrics or RelayMetrics()
         self._ids = itertools.count(1)
+        self._dump_failures_lock = threading.Lock()
+        self._dump_failures_unlogged = 0
+        self._dump_failure_logged_at: float | None = None
         self._channel: grpc.aio.Channel | None = None
         self._server: grpc.aio.Server | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -306,14 +325,37 @@ class Relay:
             await context.abort(code, details, _trailing(failure))
 
     # ------------------------------------------------------------ features
+    def _dump_failed(self, method: Method, err: Exception) -> None:
+        """Count a dump that could not be written; log it, at most once a minute."""
+        self.metrics.dump_failures.labels(_failure_label(err)).inc()
+        now = time.monotonic()
+        with self._dump_failures_lock:
+            self._dump_failures_unlogged += 1
+            logged_at = self._dump_failure_logged_at
+            if logged_at is not None and now - logged_at < DUMP_FAILURE_LOG_INTERVAL_S:
+                return
+            count, self._dump_failures_unlogged = self._dump_failures_unlogged, 0
+            self._dump_failure_logged_at = now
+        _log.warning(
+            "dumping %s: %s (%d dump write(s) failed since the last such line; the calls "
+            "themselves went through): free space for the dump file or choose another "
+            "--dump-file",
+            method.path,
+            err,
+            count,
+        )
+
     def _dump_request(self, call_id: int, method: Method, request: bytes | None) -> DumpLevel:
         dumper = self.options.dumper
         if dumper is None:
             return DumpLevel.OFF
-        level = dumper.selector.level(method)
+        level = dumper.level(method)
         if level >= DumpLevel.FULL:
-            message = decode(method, "Request", request) if request is not None else "(stream)"
-            dumper.request(call_id, method, message)
+            try:
+                message = decode(method, "Request", request) if request is not None else "(stream)"
+                dumper.request(call_id, method, message)
+            except Exception as err:  # noqa: BLE001 (a dump never fails the call it records)
+                self._dump_failed(method, err)
         return level
 
     def _finished(
@@ -332,10 +374,15 @@ class Relay:
         dumper = self.options.dumper
         if dumper is None or level == DumpLevel.OFF:
             return
-        decoded = None
-        if level >= DumpLevel.FULL and code == grpc.StatusCode.OK:
-            decoded = decode(method, "Response", response) if response is not None else "(stream)"
-        dumper.finished(call_id, level, method, code.name, total_s, decoded, details, relay_s)
+        try:
+            decoded = None
+            if level >= DumpLevel.FULL and code == grpc.StatusCode.OK:
+                decoded = (
+                    decode(method, "Response", response) if response is not None else "(stream)"
+                )
+            dumper.finished(call_id, level, method, code.name, total_s, decoded, details, relay_s)
+        except Exception as err:  # noqa: BLE001 (a dump never fails the call it records)
+            self._dump_failed(method, err)
 
     async def _rewrite(self, method: Method, response: bytes) -> bytes:
         annotator = self.options.annotator

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -563,3 +564,45 @@ def test_apt_sources_derive_from_the_machines_archive(
     monkeypatch.setattr(sys, "argv", ["kubernetes_build.py", "sources", *argv])
     assert tool.main() == 0
     assert capsys.readouterr().out.splitlines() == expected
+
+
+class _FakeIp:
+    """``ip`` as the kernel answers while a namespace's veth is going away: the link is
+    listed and shown, then gone by the time it is deleted (or, ``stays``, still there)."""
+
+    def __init__(self, stays: bool) -> None:
+        self.stays = stays
+        self.deleted = False
+
+    def __call__(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        def done(rc: int, out: str = "", err: str = "") -> subprocess.CompletedProcess[str]:
+            return subprocess.CompletedProcess(argv, rc, out, err)
+
+        if argv[:4] == ["ip", "-j", "link", "show"]:
+            return done(0, json.dumps([{"ifname": "lsux-n1"}, {"ifname": "eth0"}]))
+        if argv[:4] == ["ip", "-j", "addr", "show"]:
+            gone = self.deleted and not self.stays
+            return done(1, err="Device does not exist") if gone else done(0, '[{"ifname": "x"}]')
+        if argv[:3] == ["ip", "link", "delete"]:
+            self.deleted = True
+            return done(1, err=f'Cannot find device "{argv[3]}"')
+        raise AssertionError(f"unexpected command {argv}")
+
+
+@pytest.mark.parametrize("stays", [False, True], ids=["gone-meanwhile", "still-there"])
+def test_net_tool_teardown_of_a_link_gone_meanwhile(
+    stays: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a veth goes away with its peer's namespace, a moment after `ip netns delete`: a
+    # delete that finds it gone is done, not failed (CI once failed here); a link that
+    # refuses to go is still an error
+    tool = _tool("local_testbed_net")
+    monkeypatch.setattr(tool, "NETNS_DIR", tmp_path)
+    monkeypatch.setattr(tool.subprocess, "run", _FakeIp(stays))
+    net = tool.Net()
+    if stays:
+        with pytest.raises(tool.NetError, match="Cannot find device"):
+            net.remove("lsux")
+    else:
+        net.remove("lsux")
+        assert net.actions[-1] == "lsux-n1 went away with its namespace"

@@ -1,13 +1,9 @@
 """layersched: container-layer-aware scheduling for Kubernetes.
 
-The package is layered one way (checked by import-linter):
-
-1. ``layersched.core``: pure scoring core (image references, manifests, node
-   layer inventory, strategies). No I/O.
-2. adapters: ``registry`` (OCI distribution client), ``extender``
-   (kube-scheduler extender HTTP server), ``cri`` (CRI gRPC client),
-   ``agent`` (node agent building ``status.images``).
-3. ``testbed``, ``sim`` and ``cli``: testbeds, the simulator and the command line.
+The package is layered one way: the pure ``core``, then adapters, then the install and
+the command line, with the harness (``testbed``, ``sim``) on top and out of the
+production wheel. The layers are written once, in ``pyproject.toml``'s import-linter
+contracts; the README's layer table and each package's README.md are held to them.
 """
 
 __version__ = "0.1.0"

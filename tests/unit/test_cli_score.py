@@ -100,7 +100,37 @@ def test_table_explains_present_and_total(
     )
     assert code == 0
     row = next(line for line in out.splitlines() if "n2" in line)
-    assert "41,943,040" in row and "46,137,344" in row and row.rstrip(" │|").endswith("90")
+    # compact units in the table (exact bytes: --format json): 40 of 44 MiB held -> 90
+    assert "40.0 MiB" in row and "44.0 MiB" in row and row.rstrip(" │|").endswith("90")
+
+
+def test_the_table_fits_80_columns(
+    files: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # nodes named as cloud providers name them: every row stays one line of at most 80
+    # characters, and a long name keeps its start and its end
+    nodes = json.loads(Path(files["nodes"]).read_text())
+    for item in nodes["items"]:
+        item["metadata"]["name"] = (
+            f"ip-10-0-113-42.eu-west-3.compute.internal-pool-a-{item['metadata']['name']}"
+        )
+    long_nodes = tmp_path / "long-nodes.json"
+    long_nodes.write_text(json.dumps(nodes))
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(
+        capsys, "score", "--nodes", str(long_nodes), "--pod", files["pod"],
+        "--layers", files["layers"],
+    )  # fmt: skip
+    assert code == 0
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, out
+    rows = [line for line in lines if "ip-10-0" in line]
+    assert len(rows) == len(nodes["items"]), out  # no row wrapped onto a second line
+    for row, item in zip(rows, nodes["items"], strict=True):
+        assert "…" in row and item["metadata"]["name"][-6:] in row  # the end survives
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,6 @@ import json
 import logging
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
 from layersched.cli._io import read_bytes, read_document
 from layersched.cli._sources import (
@@ -17,6 +15,7 @@ from layersched.cli._sources import (
     open_layer_source,
     strategy_from_args,
 )
+from layersched.cli._tables import console, size, table
 from layersched.core.errors import LayerResolutionError
 from layersched.core.inventory import ClusterInventory, InventoryBuilder
 from layersched.core.layers import Layer, LayerSource
@@ -78,30 +77,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _mib(size_bytes: int) -> str:
-    return f"{size_bytes / (1024 * 1024):.1f} MiB"
-
-
 def _print_table(result: NodeScores, inventory: ClusterInventory, strategy: str, pod: str) -> None:
     by_layer = strategy in (LAYER_LOCALITY, PULL_TIME)
-    present_label = "present" if by_layer else "matched (scaled)"
-    total_label = "total" if by_layer else "upper threshold"
-    table = Table(title=f"{strategy} scores for pod {pod}")
-    table.add_column("node")
-    table.add_column(f"{present_label} bytes", justify="right")
-    table.add_column(f"{total_label} bytes", justify="right")
-    table.add_column("score (0-100)", justify="right")
-    for idx, present, score in zip(result.nodes, result.present_bytes, result.scores, strict=True):
-        table.add_row(
+    present_label = "held" if by_layer else "matched (scaled)"
+    total_label = "needed" if by_layer else "upper threshold"
+    rows = [
+        (
             inventory.nodes[int(idx)].name,
-            f"{int(present):,} ({_mib(int(present))})",
-            f"{result.total_bytes:,} ({_mib(result.total_bytes)})",
+            size(int(present)),
+            size(result.total_bytes),
             str(int(score)),
         )
-    console = Console()
-    console.print(table)
+        for idx, present, score in zip(
+            result.nodes, result.present_bytes, result.scores, strict=True
+        )
+    ]
+    out = console()
+    headers = ("node", present_label, total_label, "score 0-100")
+    out.print(table(f"{strategy} scores for pod {pod}", headers, rows, out.width))
     if inventory.unresolved_images:
-        console.print(
+        out.print(
             f"[yellow]{inventory.unresolved_images} node image(s) ignored: their layers are "
             "unknown (each is named in a warning above)[/yellow]"
         )

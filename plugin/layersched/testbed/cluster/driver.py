@@ -284,8 +284,8 @@ class ClusterDriver:
         self.scenario_images = tuple(scenario_images)
         self.namespace = namespace
         self.is_worker = is_worker or (lambda node: True)
-        #: Shared by the scenario's thread and the listing timers' threads (an httpx client's
-        #: connection pool takes its own locks).
+        #: Shared by the scenario's thread and the listing timers' threads (httpx's Client
+        #: "can be shared between threads", its docstring says).
         self._kube = KubeClient(load_kubeconfig(str(kubeconfig)))
         #: pod -> the thread timing its node's listing of its image, and its result.
         self._listing: dict[str, tuple[threading.Thread, dict[str, float | BaseException]]] = {}

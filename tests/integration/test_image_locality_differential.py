@@ -39,15 +39,21 @@ from typing import Any
 
 import pytest
 import tenacity
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
 from layersched.core.inventory import ClusterInventory
-from layersched.core.objects import decode_node_list, node_info
+from layersched.core.objects import node_info, nodes_from_document
 from layersched.core.pod import PodImages
 from layersched.core.strategies.image_locality import ImageLocality
+from layersched.kube import (
+    NODES_PATH,
+    KubeClient,
+    load_kubeconfig,
+    node_path,
+    pod_path,
+    pods_path,
+)
 from layersched.testbed.cluster._measure import plugin_scores
 from layersched.testbed.local import (
     TestbedInventory,
@@ -124,10 +130,9 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedInvento
 
 
 @pytest.fixture(scope="module")
-def core(testbed: TestbedInventory) -> k8s_client.CoreV1Api:
-    return k8s_client.CoreV1Api(
-        k8s_config.new_client_from_config(config_file=testbed.cluster.kubeconfig)
-    )
+def core(testbed: TestbedInventory) -> Iterator[KubeClient]:
+    with KubeClient(load_kubeconfig(testbed.cluster.kubeconfig)) as kube:
+        yield kube
 
 
 # ---------------------------------------------------------------------------- generating
@@ -230,7 +235,7 @@ def _status(images: list[FakeImage]) -> dict[str, Any]:
     }
 
 
-def _create_nodes(core: k8s_client.CoreV1Api, batch: Batch) -> None:
+def _create_nodes(core: KubeClient, batch: Batch) -> None:
     for name, images in batch.nodes.items():
         labels = {FAKE_LABEL: "true", BATCH_LABEL: batch.label}
         body = {
@@ -239,11 +244,11 @@ def _create_nodes(core: k8s_client.CoreV1Api, batch: Batch) -> None:
             "metadata": {"name": name, "labels": labels},
             "status": _status(images),
         }
-        core.create_node(body)
+        core.create(NODES_PATH, body)
     # the NumNodes quirk: update every node once the last one is in. The update must
     # change something (an identical status is no update, and no event reaches the cache)
     for name in batch.nodes:
-        core.patch_node(name, {"metadata": {"annotations": {REFRESH_ANNOTATION: "1"}}})
+        core.patch(node_path(name), {"metadata": {"annotations": {REFRESH_ANNOTATION: "1"}}})
 
 
 def _pod_body(batch: Batch, pod: PodImages) -> dict[str, Any]:
@@ -263,11 +268,11 @@ def _pod_body(batch: Batch, pod: PodImages) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod.name}, "spec": spec}
 
 
-def _node_list(core: k8s_client.CoreV1Api) -> ClusterInventory:
-    raw = core.list_node(_preload_content=False)
-    origin = "GET /api/v1/nodes"
+def _node_list(core: KubeClient) -> ClusterInventory:
+    # the NodeList document itself, as the API sends it (one unpaged GET)
+    origin = f"GET {NODES_PATH}"
     return ClusterInventory.build(
-        node_info(node, origin) for node in decode_node_list(raw.data, origin)
+        node_info(node, origin) for node in nodes_from_document(core.get(NODES_PATH), origin)
     )
 
 
@@ -288,17 +293,17 @@ def _wait_for_scores(log: Path, offset: int, pods: list[str]) -> dict[str, dict[
 
 
 def _score_pods(
-    core: k8s_client.CoreV1Api, log: Path, batch: Batch, pods: list[PodImages]
+    core: KubeClient, log: Path, batch: Batch, pods: list[PodImages]
 ) -> dict[str, dict[str, int]]:
     """Create ``pods``, read the scores kube-scheduler logged for each, delete them."""
     offset = file_end(log)
     try:
         for pod in pods:
-            core.create_namespaced_pod(NAMESPACE, _pod_body(batch, pod))
+            core.create(pods_path(NAMESPACE), _pod_body(batch, pod))
         return _wait_for_scores(log, offset, [p.name for p in pods])
     finally:
         for pod in pods:
-            core.delete_namespaced_pod(pod.name, NAMESPACE, grace_period_seconds=0)
+            core.delete(pod_path(NAMESPACE, pod.name), grace_period_s=0)
 
 
 def _port(
@@ -310,7 +315,7 @@ def _port(
     return strategy.score(pod, inventory, candidates).as_dict(inventory)
 
 
-def _settle(core: k8s_client.CoreV1Api, log: Path, batch: Batch) -> int:
+def _settle(core: KubeClient, log: Path, batch: Batch) -> int:
     """Wait until the scheduler's snapshot holds the batch as last patched; count the tries.
 
     A canary pod (the batch's three most widespread images, whose counts a stale node
@@ -346,9 +351,7 @@ def _settle(core: k8s_client.CoreV1Api, log: Path, batch: Batch) -> int:
 
 
 # ----------------------------------------------------------------------------- the test
-def test_port_matches_kube_scheduler_1_20(
-    testbed: TestbedInventory, core: k8s_client.CoreV1Api
-) -> None:
+def test_port_matches_kube_scheduler_1_20(testbed: TestbedInventory, core: KubeClient) -> None:
     started = time.monotonic()
     rng = random.Random(SEED)
     log = Path(testbed.cluster.schedulers[SCHEDULER].log)

@@ -3,36 +3,21 @@ logged, read from the scheduler pods' ``extender`` container (the API is a stand
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
-from tests.fixtures import prereq
-
-try:
-    import kubernetes  # noqa: F401
-except ImportError as err:  # pragma: no cover - make venv installs the infra extra
-    prereq.missing(f"the kind driver needs the infra extra's client ({err}): make venv")
-
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
+from layersched.core.errors import KubeError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.kube import pod_log_path, pods_path
 from layersched.testbed.cluster.driver import NotYet, PodRun
 from layersched.testbed.kind.driver import KindBackend, KindTestbed
+from tests.fixtures.kube_api import HANG_UP, Answer, StandInApi, items, status
 
-KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-clusters: [{name: kind, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: kind, user: {token: not-used}}]
-contexts: [{name: kind, context: {cluster: kind, user: kind}}]
-current-context: kind
-"""
+#: Where deploy/'s scheduler pods run.
+NAMESPACE = "layersched"
 #: What the extender logs at debug level for one decision (layersched.extender._prioritize).
 DECISION = """\
 2026-11-23 04:50:01 DEBUG layersched.extender._prioritize: pod scenario/p1-again-0 (layer-locality):
@@ -44,47 +29,32 @@ NEUTRAL = (
     "2026-11-23 04:50:01 INFO layersched.extender._prioritize: pod scenario/p1-again-0: "
     "neutral scores for 2 nodes (warming)\n"
 )
+#: What the API answers for the log of a container that is not running yet.
+STARTING = status(
+    400,
+    "BadRequest",
+    'container "extender" in pod "b" is waiting to start: ContainerCreating',
+)
 
 
 @dataclass
 class _Pod:
     name: str
     phase: str
-    log: str | ApiException
-
-    def v1(self) -> Any:
-        return SimpleNamespace(
-            metadata=SimpleNamespace(name=self.name), status=SimpleNamespace(phase=self.phase)
-        )
+    log: str | Answer
 
 
-@dataclass
-class _CoreV1:
-    pods: list[_Pod]
-    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-
-    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
-        self.calls.append(("list", {"namespace": namespace, **kwargs}))
-        return SimpleNamespace(items=[p.v1() for p in self.pods])
-
-    def read_namespaced_pod_log(self, name: str, namespace: str, **kwargs: Any) -> str:
-        self.calls.append(("log", {"name": name, "namespace": namespace, **kwargs}))
-        log = next(p.log for p in self.pods if p.name == name)
-        if isinstance(log, ApiException):
-            raise log
-        return log
-
-
-def _backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pods: list[_Pod]) -> _CoreV1:
-    core = _CoreV1(pods)
-    monkeypatch.setattr(client, "CoreV1Api", lambda _api: core)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(KUBECONFIG)
-    backend = KindBackend(
-        KindTestbed(kubeconfig, "kind-registry", Path("/usr/bin/docker"), ("img1", "img2"))
+def _backend(api: StandInApi, pods: list[_Pod]) -> KindBackend:
+    """A kind backend whose API holds ``pods`` in deploy/'s namespace."""
+    listed = [{"metadata": {"name": p.name}, "status": {"phase": p.phase}} for p in pods]
+    api.route("GET", pods_path(NAMESPACE), items(listed))
+    for pod in pods:
+        log = pod.log
+        answer = log if isinstance(log, Answer) else Answer(200, log.encode(), "text/plain")
+        api.route("GET", pod_log_path(NAMESPACE, pod.name), answer)
+    return KindBackend(
+        KindTestbed(api.kubeconfig, "kind-registry", Path("/usr/bin/docker"), ("img1", "img2"))
     )
-    core.backend = backend  # type: ignore[attr-defined]
-    return core
 
 
 def _run(mark: datetime) -> PodRun:
@@ -100,7 +70,7 @@ def _run(mark: datetime) -> PodRun:
         (
             [
                 _Pod("a", "Pending", DECISION),
-                _Pod("b", "Running", ApiException(status=400, reason="ContainerCreating")),
+                _Pod("b", "Running", STARTING),
                 _Pod("c", "Running", DECISION),
             ],
             {"w1": 5, "w2": 0},
@@ -111,34 +81,43 @@ def _run(mark: datetime) -> PodRun:
     ids=["leader", "skips-unready", "neutral"],
 )
 def test_scores_come_from_the_sidecar_log(
-    pods: list[_Pod], scores: dict[str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pods: list[_Pod], scores: dict[str, int], kube_api: StandInApi
 ) -> None:
-    core = _backend(tmp_path, monkeypatch, pods)
+    backend = _backend(kube_api, pods)
     mark = datetime.now(UTC) - timedelta(seconds=5)
-    assert core.backend.scores(_run(mark)) == scores  # type: ignore[attr-defined]
-    [(_, listed)] = [c for c in core.calls if c[0] == "list"]
-    assert listed["namespace"] == "layersched"
-    assert listed["label_selector"] == (
+    assert backend.scores(_run(mark)) == scores
+    [listed] = kube_api.sent("GET", pods_path(NAMESPACE))
+    assert listed.query["labelSelector"] == (
         "app.kubernetes.io/name=layer-locality,app.kubernetes.io/part-of=layersched"
     )
-    logs = [c[1] for c in core.calls if c[0] == "log"]
-    assert {log["container"] for log in logs} == {"extender"}
+    logs = [r for r in kube_api.sent("GET") if r.path.endswith("/log")]
+    assert {log.query["container"] for log in logs} == {"extender"}
     # From the mark on (5 s ago, plus a second of slack), never the whole log.
-    assert all(6 <= log["since_seconds"] <= 8 for log in logs)
+    assert all(6 <= int(log.query["sinceSeconds"]) <= 8 for log in logs)
     # Every running pod's sidecar may be the leader's; a pod not running is not asked.
-    assert {log["name"] for log in logs} == {p.name for p in pods if p.phase == "Running"}
+    asked = {log.path.split("/")[-2] for log in logs}
+    assert asked == {p.name for p in pods if p.phase == "Running"}
 
 
-def test_no_decision_yet_is_not_yet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    core = _backend(
-        tmp_path,
-        monkeypatch,
+def test_no_decision_yet_is_not_yet(kube_api: StandInApi) -> None:
+    backend = _backend(
+        kube_api,
         [
             _Pod("a", "Running", "2026-11-23 INFO other pod scenario/p2-0 (layer-locality):\n"),
-            _Pod("b", "Running", ApiException(status=400, reason="ContainerCreating")),
+            _Pod("b", "Running", STARTING),
         ],
     )
     with pytest.raises(
-        NotYet, match=r"\(2 pods\) logged a decision .* \(b: 400 ContainerCreating\)"
+        NotYet,
+        match=r"\(2 pods\) logged a decision .* \(b: reading the log of .*/pods/b container "
+        r"extender: 400 container \"extender\" in pod \"b\" is waiting to start",
     ):
-        core.backend.scores(_run(datetime.now(UTC)))  # type: ignore[attr-defined]
+        backend.scores(_run(datetime.now(UTC)))
+
+
+def test_a_log_read_without_an_answer_is_an_error_not_a_wait(kube_api: StandInApi) -> None:
+    # A refusal (400) means "a sidecar is starting": wait. No answer at all means the
+    # API server is broken: fail at once rather than wait out the scores timeout.
+    backend = _backend(kube_api, [_Pod("a", "Running", HANG_UP), _Pod("b", "Running", DECISION)])
+    with pytest.raises(KubeError, match=r"reading the log of .*/pods/a .* did not answer"):
+        backend.scores(_run(datetime.now(UTC)))

@@ -1,12 +1,15 @@
 """Talking to the Kubernetes API: credentials, a small client, and layersched's CRD.
 
-The node agent publishes ``NodeLayerInventory`` objects with it and the extender lists
-and watches Nodes and those objects. It is deliberately small (JSON over httpx, no
-generated client) so the extender's image stays lean.
+The one Kubernetes client of layersched: the node agent publishes ``NodeLayerInventory``
+objects with it, the extender lists and watches Nodes and those objects, the relay reads
+its Node and ConfigMap, and the testbeds' scenario drivers create pods and read their
+events and logs. It is
+deliberately small (JSON over httpx, no generated client) so the images stay lean; the
+``kubernetes`` package is not a dependency (an import-linter contract keeps it out).
 """
 
-from layersched.core.nodelayers import API_VERSION, PLURAL
 from layersched.kube._client import (
+    DEFAULT_LOG_LIMIT_BYTES,
     DEFAULT_TIMEOUT_S,
     HTTP_CONFLICT,
     HTTP_NOT_FOUND,
@@ -16,6 +19,23 @@ from layersched.kube._client import (
 )
 from layersched.kube._config import KubeConfig, in_cluster_config, load_config, load_kubeconfig
 from layersched.kube._crd import CRD_NAME, node_layers_crd
+from layersched.kube._paths import (
+    ALL_PODS_PATH,
+    CRD_PATH,
+    NAMESPACES_PATH,
+    NODE_LAYERS_PATH,
+    NODES_PATH,
+    VERSION_PATH,
+    checked_name,
+    events_path,
+    namespace_path,
+    node_layers_path,
+    node_path,
+    pod_log_path,
+    pod_path,
+    pods_path,
+    selector,
+)
 from layersched.kube._rbac import (
     AGENT_ROLE,
     EXTENDER_ROLE,
@@ -25,38 +45,39 @@ from layersched.kube._rbac import (
     rbac_objects,
 )
 
-#: The collection of NodeLayerInventory objects, and one object's URL.
-NODE_LAYERS_PATH = f"/apis/{API_VERSION}/{PLURAL}"
-NODES_PATH = "/api/v1/nodes"
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-
-
-def node_layers_path(node: str) -> str:
-    """The URL of ``node``'s NodeLayerInventory."""
-    return f"{NODE_LAYERS_PATH}/{node}"
-
-
 __all__ = [
     "AGENT_ROLE",
+    "ALL_PODS_PATH",
     "CRD_NAME",
     "CRD_PATH",
+    "DEFAULT_LOG_LIMIT_BYTES",
     "DEFAULT_TIMEOUT_S",
     "EXTENDER_ROLE",
     "HTTP_CONFLICT",
     "HTTP_NOT_FOUND",
+    "NAMESPACES_PATH",
     "NODES_PATH",
     "NODE_LAYERS_PATH",
+    "VERSION_PATH",
     "Gone",
     "KubeClient",
     "KubeConfig",
     "WatchEvent",
     "agent_rules",
+    "checked_name",
+    "events_path",
     "extender_rules",
     "in_cluster_config",
     "load_config",
     "load_kubeconfig",
+    "namespace_path",
     "node_layers_crd",
     "node_layers_path",
+    "node_path",
     "parse_subject",
+    "pod_log_path",
+    "pod_path",
+    "pods_path",
     "rbac_objects",
+    "selector",
 ]

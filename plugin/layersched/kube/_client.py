@@ -1,9 +1,12 @@
-"""A small, synchronous Kubernetes API client: what the agent and the extender need.
+"""A small, synchronous Kubernetes API client: what layersched's components, testbeds
+and tests need, and nothing more.
 
-Get, list, watch (with resource versions, bookmarks, and 410 Gone surfaced as
-:class:`Gone` so the caller relists), create, delete and server-side apply. JSON only,
-over one pooled HTTPS connection. Every failure is a :class:`KubeError` saying which
-call failed and why, with the API's own message.
+Get, list (paged, with label and field selectors), watch (with resource versions,
+bookmarks, and 410 Gone surfaced as :class:`Gone` so the caller relists), create,
+delete (with a grace period), JSON merge patch, server-side apply, and a pod's log.
+JSON only (a log is text), over one pooled HTTPS connection. Every failure is a
+:class:`KubeError` saying which call failed, the API's own message, and what to check.
+Paths come from :mod:`layersched.kube._paths`, which admits only valid object names.
 """
 
 from __future__ import annotations
@@ -28,10 +31,30 @@ WATCH_TIMEOUT_S = 300
 WATCH_READ_SLACK_S = 30.0
 #: Objects per list page (the API server's own default limit for paged lists is 500).
 DEFAULT_PAGE_SIZE = 500
+#: A pod log is read up to this many bytes (the API's ``limitBytes``, and enforced here
+#: too): the scenario reads seconds of a sidecar's log, never megabytes.
+DEFAULT_LOG_LIMIT_BYTES = 16 * 1024 * 1024
+HTTP_UNAUTHORIZED = 401
+HTTP_FORBIDDEN = 403
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 HTTP_GONE = 410
+HTTP_UNPROCESSABLE = 422
+HTTP_TOO_MANY_REQUESTS = 429
+HTTP_SERVER_ERROR = 500
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
+#: What a log read accepts: text, or the API's JSON Status when it refuses.
+_LOG_ACCEPT = "text/plain, application/json"
+#: What to check, by the API's answer (appended to the API's own message).
+_FIXES = {
+    HTTP_UNAUTHORIZED: "the credentials were refused: check the kubeconfig's certificate or token",
+    HTTP_FORBIDDEN: "this identity may not do that: grant it in RBAC (kubectl auth can-i)",
+    HTTP_NOT_FOUND: "no such object or resource: check its name, namespace and API version",
+    HTTP_CONFLICT: "it exists already, or changed since it was read: read it again",
+    HTTP_UNPROCESSABLE: "the API rejected the object: fix the field it names",
+    HTTP_TOO_MANY_REQUESTS: "the API server is throttling: retry later",
+}
 
 
 class Gone(KubeError):
@@ -64,6 +87,19 @@ def _status_message(response: httpx.Response) -> str:
     return response.reason_phrase
 
 
+def _failure(response: httpx.Response, what: str) -> KubeError:
+    """The error for a refused call (its body already read): the call, the API's status
+    and message, and what to check."""
+    status = response.status_code
+    fix = _FIXES.get(status)
+    if fix is None and status >= HTTP_SERVER_ERROR:
+        fix = "the API server failed: check its log, then retry"
+    message = f"{what}: {status} {_status_message(response)}" + (f" ({fix})" if fix else "")
+    if status == HTTP_GONE:
+        return Gone(message)
+    return KubeError(message, status)
+
+
 class KubeClient:
     """Calls to one API server with one identity."""
 
@@ -84,8 +120,16 @@ class KubeClient:
         self.close()
 
     # ------------------------------------------------------------------ plumbing
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+    def _unreachable(self, what: str, err: httpx.HTTPError) -> KubeError:
+        return KubeError(
+            f"{what}: the API server at {self.config.server} did not answer ({err}): "
+            "is it running and reachable?"
+        )
+
+    def _headers(
+        self, content_type: str | None = None, accept: str = "application/json"
+    ) -> dict[str, str]:
+        headers = {"Accept": accept}
         token = self.config.bearer()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -99,82 +143,149 @@ class KubeClient:
         path: str,
         what: str,
         *,
-        body: bytes | None = None,
-        content_type: str | None = None,
+        document: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
         params: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
+        """One call; ``document`` (sent as JSON, typed ``content_type``) is its body."""
+        body = None if document is None else json.dumps(document).encode()
+        headers = self._headers(content_type if body is not None else None)
         try:
             response = self._http.request(
-                method, path, content=body, params=params, headers=self._headers(content_type)
+                method, path, content=body, params=params, headers=headers
             )
         except httpx.HTTPError as err:
-            raise KubeError(
-                f"{what}: the API server at {self.config.server} did not answer ({err}): "
-                "is it running and reachable?"
-            ) from None
+            raise self._unreachable(what, err) from None
         if response.status_code >= 400:
-            message = f"{what}: {response.status_code} {_status_message(response)}"
-            if response.status_code == HTTP_GONE:
-                raise Gone(message)
-            raise KubeError(message, response.status_code)
+            raise _failure(response, what)
         try:
-            document = response.json()
+            answer = response.json()
         except ValueError:
             raise KubeError(f"{what}: the API answered something that is not JSON") from None
-        if not isinstance(document, dict):
-            raise KubeError(f"{what}: the API answered a JSON {type(document).__name__}")
-        return document
+        if not isinstance(answer, dict):
+            raise KubeError(f"{what}: the API answered a JSON {type(answer).__name__}")
+        return answer
 
     # ------------------------------------------------------------------ verbs
     def get(self, path: str) -> dict[str, Any]:
         """GET one object; KubeError with status 404 when it does not exist."""
         return self._request("GET", path, f"reading {path}")
 
-    def list(self, path: str) -> tuple[list[dict[str, Any]], str]:
-        """Every object of a collection, following ``continue`` pages, and the list's
+    def list(
+        self,
+        path: str,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every object of a collection (those the selectors match, when given: build
+        them with :func:`selector`), following ``continue`` pages, and the list's
         resourceVersion (where a watch picks up)."""
         items: list[dict[str, Any]] = []
         version = ""
-        for page, page_version in self.list_pages(path):
+        for page, page_version in self.list_pages(
+            path, label_selector=label_selector, field_selector=field_selector
+        ):
             items.extend(page)
             version = page_version
         return items, version
 
     def list_pages(
-        self, path: str, page_size: int = DEFAULT_PAGE_SIZE
+        self,
+        path: str,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> Iterator[tuple[builtins.list[dict[str, Any]], str]]:
         """A collection page by page (``limit``/``continue``), each with the list's
         resourceVersion: a caller that digests each page never holds the whole list."""
-        params: dict[str, str] = {"limit": str(page_size)}
+        query: dict[str, str] = {"limit": str(page_size)}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        what = f"listing {path}" + "".join(
+            f" ({name} {value})"
+            for name, value in (("labels", label_selector), ("fields", field_selector))
+            if value
+        )
+        params = dict(query)
         while True:
-            page = self._request("GET", path, f"listing {path}", params=params)
+            page = self._request("GET", path, what, params=params)
             meta = page.get("metadata") or {}
             items = [item for item in page.get("items") or [] if isinstance(item, dict)]
             yield items, str(meta.get("resourceVersion") or "")
             token = meta.get("continue")
             if not token:
                 return
-            params = {"limit": str(page_size), "continue": str(token)}
+            params = {**query, "continue": str(token)}
 
     def create(self, path: str, document: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``document`` to the collection ``path``; KubeError 409 if it exists."""
-        return self._request(
-            "POST",
-            path,
-            f"creating in {path}",
-            body=json.dumps(document).encode(),
-            content_type="application/json",
-        )
+        return self._request("POST", path, f"creating in {path}", document=document)
 
-    def delete(self, path: str) -> bool:
-        """DELETE ``path``; False when it was already gone."""
+    def delete(self, path: str, *, grace_period_s: int | None = None) -> bool:
+        """DELETE ``path``; False when it was already gone. ``grace_period_s`` is the
+        ``gracePeriodSeconds`` a pod gets to stop (None: its own; 0: at once)."""
+        params = None if grace_period_s is None else {"gracePeriodSeconds": str(grace_period_s)}
         try:
-            self._request("DELETE", path, f"deleting {path}")
+            self._request("DELETE", path, f"deleting {path}", params=params)
         except KubeError as err:
             if err.status == HTTP_NOT_FOUND:
                 return False
             raise
         return True
+
+    def patch(self, path: str, document: Mapping[str, Any]) -> dict[str, Any]:
+        """JSON merge patch (RFC 7386) ``document`` into the object at ``path``: maps
+        merge, anything else (lists too) replaces, ``None`` removes; the object as patched."""
+        return self._request(
+            "PATCH",
+            path,
+            f"patching {path}",
+            document=document,
+            content_type=MERGE_PATCH_CONTENT_TYPE,
+        )
+
+    def read_log(
+        self,
+        path: str,
+        *,
+        container: str | None = None,
+        since_s: int | None = None,
+        limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES,
+    ) -> str:
+        """A pod's log (``path``: :func:`pod_log_path`) as text: ``container``'s (needed
+        when the pod has several), the last ``since_s`` seconds of it (None: all), at most
+        ``limit_bytes`` (asked of the API and enforced on what it sends)."""
+        what = f"reading the log of {path.removesuffix('/log')}" + (
+            f" container {container}" if container else ""
+        )
+        if limit_bytes < 1:
+            raise KubeError(f"{what}: limit_bytes is {limit_bytes}: read at least 1 byte")
+        params = {"limitBytes": str(limit_bytes)}
+        if container is not None:
+            params["container"] = container
+        if since_s is not None:
+            params["sinceSeconds"] = str(since_s)
+        chunks: list[bytes] = []
+        size_bytes = 0
+        try:
+            with self._http.stream(
+                "GET", path, params=params, headers=self._headers(accept=_LOG_ACCEPT)
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _failure(response, what)
+                for chunk in response.iter_bytes():
+                    chunks.append(chunk[: limit_bytes - size_bytes])
+                    size_bytes += len(chunks[-1])
+                    if size_bytes >= limit_bytes:
+                        break
+        except httpx.HTTPError as err:
+            raise self._unreachable(what, err) from None
+        return b"".join(chunks).decode("utf-8", errors="replace")
 
     def apply(
         self, path: str, document: Mapping[str, Any], field_manager: str, *, force: bool = True
@@ -186,7 +297,7 @@ class KubeClient:
             "PATCH",
             path,
             f"applying {path}",
-            body=json.dumps(document).encode(),
+            document=document,
             content_type=APPLY_CONTENT_TYPE,
             params=params,
         )
@@ -212,10 +323,7 @@ class KubeClient:
             ) as response:
                 if response.status_code >= 400:
                     response.read()
-                    message = f"{what}: {response.status_code} {_status_message(response)}"
-                    if response.status_code == HTTP_GONE:
-                        raise Gone(message)
-                    raise KubeError(message, response.status_code)
+                    raise _failure(response, what)
                 for line in response.iter_lines():
                     if line.strip():
                         yield _event(line, what)

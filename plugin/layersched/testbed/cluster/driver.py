@@ -32,11 +32,26 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import tenacity
 
-from layersched.core.errors import TestbedError
+from layersched.core.errors import KubeError, TestbedError
 from layersched.core.inventory import ClusterInventory
 from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
 from layersched.core.strategies import get_strategy
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
+from layersched.kube import (
+    ALL_PODS_PATH,
+    HTTP_CONFLICT,
+    HTTP_NOT_FOUND,
+    NAMESPACES_PATH,
+    NODES_PATH,
+    VERSION_PATH,
+    KubeClient,
+    events_path,
+    load_kubeconfig,
+    node_path,
+    pod_path,
+    pods_path,
+    selector,
+)
 from layersched.testbed.cluster._measure import (
     PULLED_REASON,
     SCHEDULED_REASON,
@@ -81,7 +96,6 @@ INVENTORY_POLL_S = 0.05
 LOG_SETTLE_TIMEOUT_S = 10.0
 #: The scheduler's score lines and Scheduled event trail the binding slightly.
 SCORES_TIMEOUT_S = 15.0
-_API_TIMEOUT_S = 30.0
 
 _T = TypeVar("_T")
 
@@ -272,18 +286,14 @@ class ClusterDriver:
         namespace: str = SCENARIO_NAMESPACE,
         is_worker: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> None:
-        from kubernetes import client, config
-
         self.backend = backend
         self.name = backend.name
         self.scenario_images = tuple(scenario_images)
         self.namespace = namespace
         self.is_worker = is_worker or (lambda node: True)
-        self._api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig)
-        )
-        self._core = client.CoreV1Api(self._api_client)
-        self._version_api = client.VersionApi(self._api_client)
+        #: Shared by the scenario's thread and the listing timers' threads (httpx's Client
+        #: "can be shared between threads", its docstring says).
+        self._kube = KubeClient(load_kubeconfig(str(kubeconfig)))
         #: pod -> the thread timing its node's listing of its image, and its result.
         self._listing: dict[str, tuple[threading.Thread, dict[str, float | BaseException]]] = {}
         #: pod -> the thread timing the extender inventory's listing of its image.
@@ -293,39 +303,29 @@ class ClusterDriver:
         self._ensure_namespace()
 
     # ------------------------------------------------------------------ plumbing
-    def _json(self, obj: Any) -> Any:
-        return self._api_client.sanitize_for_serialization(obj)
-
     def _ensure_namespace(self) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        body: Any = {"metadata": {"name": self.namespace}}
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
         try:
-            self._core.create_namespace(body, _request_timeout=_API_TIMEOUT_S)
-        except ApiException as err:
-            if err.status != 409:  # 409: it exists already, which is fine
-                raise TestbedError(f"creating namespace {self.namespace}: {err.reason}") from err
+            self._kube.create(NAMESPACES_PATH, body)
+        except KubeError as err:
+            if err.status != HTTP_CONFLICT:  # it exists already, which is fine
+                raise TestbedError(f"creating namespace {self.namespace}: {err}") from err
 
     def _nodes(self) -> list[dict[str, Any]]:
-        nodes: list[dict[str, Any]] = self._json(self._core.list_node().items)
-        return nodes
+        return self._kube.list(NODES_PATH)[0]
 
     def _workers(self, nodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return [n for n in nodes if self.is_worker(n)]
 
     def _scenario_pods(self) -> list[dict[str, Any]]:
-        selector = ",".join(f"{k}={v}" for k, v in SCENARIO_LABEL.items())
-        pods: list[dict[str, Any]] = self._json(
-            self._core.list_namespaced_pod(self.namespace, label_selector=selector).items
-        )
-        return pods
+        pods_here = pods_path(self.namespace)
+        return self._kube.list(pods_here, label_selector=selector(SCENARIO_LABEL))[0]
 
     def components(self) -> dict[str, str]:
         """Versions of what runs the scenario: the API server, kubelets, runtimes, and the
         backend's own (etcd, for example)."""
         versions: dict[str, str] = {}
-        version: Any = self._version_api.get_code()
-        versions["kubernetes"] = str(version.git_version)
+        versions["kubernetes"] = str(self._kube.get(VERSION_PATH).get("gitVersion"))
         for node in self._workers(self._nodes()):
             info = (node.get("status") or {}).get("nodeInfo") or {}
             runtime = str(info.get("containerRuntimeVersion") or "")
@@ -378,7 +378,7 @@ class ClusterDriver:
         name = pod_name(pod)
         nodes = self._nodes()
         workers = self._workers(nodes)
-        all_pods: list[dict[str, Any]] = self._json(self._core.list_pod_for_all_namespaces().items)
+        all_pods = self._kube.list(ALL_PODS_PATH)[0]
         scenario = [p for p in all_pods if p["metadata"].get("namespace") == self.namespace]
         others = [p for p in all_pods if p["metadata"].get("namespace") != self.namespace]
         requests = whole_node_requests(workers, others)
@@ -386,9 +386,8 @@ class ClusterDriver:
         candidates = [n for n in workers if n["metadata"]["name"] not in busy]
         document = scenario_pod(name, image, scheduler, requests, self.namespace)
         mark = self.backend.mark()
-        body: Any = document  # the client serialises plain dicts as they are
-        created: Any = self._core.create_namespaced_pod(self.namespace, body)
-        uid = str(created.metadata.uid)
+        created = self._kube.create(pods_path(self.namespace), document)
+        uid = str((created.get("metadata") or {}).get("uid"))
         run = PodRun(
             key=f"{self.namespace}/{name}",
             uid=uid,
@@ -509,15 +508,12 @@ class ClusterDriver:
         deletions here: kubelet 1.20 took 80 s to stop a container) gets a forced
         deletion, logged, so that one slow kubelet does not fail the whole run.
         """
-        from kubernetes.client.exceptions import ApiException
-
         for grace_s in (DELETE_GRACE_S, 0):
             try:
-                self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=grace_s)
-            except ApiException as err:
-                if err.status == 404:  # already gone
-                    return
-                raise TestbedError(f"deleting pod {name}: {err.reason}") from err
+                if not self._kube.delete(pod_path(self.namespace, name), grace_period_s=grace_s):
+                    return  # already gone
+            except KubeError as err:
+                raise TestbedError(f"deleting pod {name}: {err}") from err
             try:
                 wait_for(lambda: self._check_gone(name), DELETE_TIMEOUT_S)
             except NotYet:
@@ -533,19 +529,16 @@ class ClusterDriver:
 
     # ------------------------------------------------------------------ checks
     def _check_gone(self, name: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            self._core.read_namespaced_pod(name, self.namespace)
-        except ApiException as err:
-            if err.status == 404:
+            self._kube.get(pod_path(self.namespace, name))
+        except KubeError as err:
+            if err.status == HTTP_NOT_FOUND:
                 return
             raise
         raise NotYet(f"pod {name} is still terminating: check its node's kubelet and runtime")
 
     def _bound_node(self, name: str) -> str:
-        pod: dict[str, Any] = self._json(self._core.read_namespaced_pod(name, self.namespace))
-        spec = pod.get("spec") or {}
+        spec = self._kube.get(pod_path(self.namespace, name)).get("spec") or {}
         if not spec.get("nodeName"):
             raise NotYet(
                 f"pod {name} is not bound to a node (scheduler {spec.get('schedulerName')}): "
@@ -554,11 +547,8 @@ class ClusterDriver:
         return str(spec["nodeName"])
 
     def _events(self, name: str, reason: str) -> list[dict[str, Any]]:
-        events = self._core.list_namespaced_event(
-            self.namespace, field_selector=f"involvedObject.name={name},reason={reason}"
-        ).items
-        documents: list[dict[str, Any]] = self._json(events)
-        return documents
+        fields = selector({"involvedObject.name": name, "reason": reason})
+        return self._kube.list(events_path(self.namespace), field_selector=fields)[0]
 
     def _pull_event(self, name: str, uid: str) -> PullEvent:
         # The name selects this trial's pod and every earlier one called the same:
@@ -578,15 +568,14 @@ class ClusterDriver:
         return found
 
     def _check_image_listed(self, node: str, image: str) -> None:
-        document: dict[str, Any] = self._json(self._core.read_node(node))
-        if not node_reports_image(document, image):
+        if not node_reports_image(self._kube.get(node_path(node)), image):
             raise NotYet(
                 f"node {node} does not list {image} in status.images yet: is its kubelet "
                 "running? (it refreshes the image list about every 30 s)"
             )
 
     def _node_address(self, node: str) -> str:
-        document: dict[str, Any] = self._json(self._core.read_node(node))
+        document = self._kube.get(node_path(node))
         for address in (document.get("status") or {}).get("addresses") or []:
             if address.get("type") == "InternalIP":
                 return str(address["address"])

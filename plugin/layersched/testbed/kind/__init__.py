@@ -2,8 +2,8 @@
 itself is installed from ``deploy/`` through :func:`layersched.deploy.kind_overlay`; the
 names and scheduler configs it shares with :mod:`layersched.deploy` are re-exported here
 for the Pulumi program in ``infra/kind/`` and the tests), and the kind scenario driver
-(:mod:`layersched.testbed.kind.driver`, which needs the ``kubernetes`` client from
-the ``infra`` extra)."""
+(:mod:`layersched.testbed.kind.driver`, which talks to the cluster through
+:mod:`layersched.kube`)."""
 
 from layersched.deploy import (
     AGENT_NAME,

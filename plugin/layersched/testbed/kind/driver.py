@@ -24,10 +24,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from layersched.core.errors import TestbedError
+from layersched.core.errors import KubeError, TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import DEFAULT_SCHEDULER, LAYER_LOCALITY_SCHEDULER, NAMESPACE, labels
+from layersched.kube import KubeClient, load_kubeconfig, pod_log_path, pods_path, selector
 from layersched.testbed.cluster._measure import extender_decision, pulled_bytes
 from layersched.testbed.cluster.driver import (
     SCENARIO_NAMESPACE,
@@ -63,7 +64,6 @@ SCORE_SOURCES = {
 _LOG_SLACK = timedelta(seconds=1)
 #: Subprocess budget for one docker CLI call against a local daemon.
 DOCKER_TIMEOUT_S = 60.0
-_API_TIMEOUT_S = 30.0
 _CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 
@@ -105,13 +105,9 @@ class KindBackend:
     def __init__(self, testbed: KindTestbed) -> None:
         if not testbed.docker.is_absolute():
             raise TestbedError(f"docker CLI path {testbed.docker} must be absolute")
-        from kubernetes import config
-
         self.testbed = testbed
         self.schedulers = dict(testbed.schedulers)
-        self._api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(testbed.kubeconfig)
-        )
+        self._kube = KubeClient(load_kubeconfig(str(testbed.kubeconfig)))
 
     def _docker(self, *args: str) -> str:
         argv = [str(self.testbed.docker), *args]
@@ -178,36 +174,30 @@ class KindBackend:
     def _extender_scores(self, run: PodRun) -> dict[str, int]:
         """The extender's logged decision for ``run``'s pod, from any scheduler pod's sidecar
         (only the leader's is called; a failover may split a run between two)."""
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        core = client.CoreV1Api(self._api_client)
         namespace = self.testbed.scheduler_namespace
-        selector = ",".join(
-            f"{k}={v}" for k, v in labels(self.testbed.scheduler_deployment).items()
-        )
         elapsed_s = (datetime.now(UTC) - run.mark + _LOG_SLACK).total_seconds()
         since_s = max(1, math.ceil(elapsed_s))
-        pods = core.list_namespaced_pod(
-            namespace, label_selector=selector, _request_timeout=_API_TIMEOUT_S
-        ).items
+        pods, _ = self._kube.list(
+            pods_path(namespace),
+            label_selector=selector(labels(self.testbed.scheduler_deployment)),
+        )
         errors: list[str] = []
         for pod in pods:
-            name = pod.metadata.name if pod.metadata else None
-            if name is None or pod.status is None or pod.status.phase != "Running":
+            name = (pod.get("metadata") or {}).get("name")
+            if not name or (pod.get("status") or {}).get("phase") != "Running":
                 continue
             try:
-                text = core.read_namespaced_pod_log(
-                    name,
-                    namespace,
+                text = self._kube.read_log(
+                    pod_log_path(namespace, str(name)),
                     container=self.testbed.extender_container,
-                    since_seconds=since_s,
-                    _request_timeout=_API_TIMEOUT_S,
+                    since_s=since_s,
                 )
-            except ApiException as err:  # a sidecar (re)starting has no log yet
-                errors.append(f"{name}: {err.status} {err.reason}")
+            except KubeError as err:  # a sidecar (re)starting has no log yet
+                if not err.status:  # no answer at all: not a sidecar's state
+                    raise
+                errors.append(f"{name}: {err}")
                 continue
-            found = extender_decision(str(text).splitlines(), run.key)
+            found = extender_decision(text.splitlines(), run.key)
             if found is not None:
                 return found
         raise NotYet(

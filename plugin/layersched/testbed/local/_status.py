@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 
 from layersched import __version__
-from layersched.core.errors import CRIError, TestbedError
+from layersched.core.errors import CRIError, KubeError, TestbedError
 from layersched.cri import CRIClient
+from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient, load_kubeconfig
 from layersched.testbed.local._inventory import ClusterInfo, NodeInfo, TestbedInventory
 
 #: A healthy local daemon answers in milliseconds; don't hang a status call on a dead one.
@@ -203,7 +204,8 @@ def _binary_version(path: str) -> str:
 
 
 def _https(cluster: ClusterInfo, url: str) -> httpx.Response:
-    """GET ``url`` verified against the testbed CA, as the testbed's admin."""
+    """GET a daemon's health ``url`` verified against the testbed CA, as the testbed's
+    admin (the API itself is read through :func:`_api_objects`)."""
     context = ssl.create_default_context(cafile=cluster.ca_file)
     context.load_cert_chain(cluster.admin_cert, cluster.admin_key)
     return httpx.get(url, verify=context, timeout=PROBE_TIMEOUT_S)
@@ -277,17 +279,21 @@ def kubelet_cri_path(node: NodeInfo, kubelet_pid: int | None) -> tuple[str, bool
     return f"CRI via relay (pid {relay_pid})", True
 
 
-def _kubelet_status(inventory: TestbedInventory) -> list[VersionedStatus]:
-    cluster = inventory.cluster
-    nodes: dict[str, dict[str, object]] = {}
-    error = ""
+def _api_objects(cluster: ClusterInfo, path: str) -> tuple[dict[str, dict[str, object]], str]:
+    """The objects of the collection ``path`` by name (read as the testbed's admin) and
+    no error; or none and the error, which names the call."""
     try:
-        response = _https(cluster, f"{cluster.api_server}/api/v1/nodes")
-        response.raise_for_status()
-        for item in response.json().get("items") or []:
-            nodes[str(item["metadata"]["name"])] = item
-    except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError) as err:
-        error = f"listing nodes: {err}"
+        with KubeClient(load_kubeconfig(cluster.kubeconfig), timeout_s=PROBE_TIMEOUT_S) as kube:
+            items, _ = kube.list(path)
+        return {str(item["metadata"]["name"]): item for item in items}, ""
+    except KubeError as err:
+        return {}, str(err)
+    except (KeyError, TypeError) as err:
+        return {}, f"listing {path}: an object without metadata.name ({err!r})"
+
+
+def _kubelet_status(inventory: TestbedInventory) -> list[VersionedStatus]:
+    nodes, error = _api_objects(inventory.cluster, NODES_PATH)
     found = []
     for node in inventory.nodes:
         pid = pid_alive(Path(node.kubelet_pidfile))
@@ -315,17 +321,7 @@ def _kubelet_status(inventory: TestbedInventory) -> list[VersionedStatus]:
 
 def _agent_status(cluster: ClusterInfo) -> list[VersionedStatus]:
     """Each node agent: alive, and what its NodeLayerInventory says (images, layers, age)."""
-    published: dict[str, dict[str, object]] = {}
-    error = ""
-    try:
-        response = _https(
-            cluster, f"{cluster.api_server}/apis/layersched.io/v1alpha1/nodelayerinventories"
-        )
-        response.raise_for_status()
-        for item in response.json().get("items") or []:
-            published[str(item["metadata"]["name"])] = item
-    except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError) as err:
-        error = f"listing nodelayerinventories: {err}"
+    published, error = _api_objects(cluster, NODE_LAYERS_PATH)
     found = []
     for agent in cluster.agents:
         pid = pid_alive(Path(agent.pidfile))

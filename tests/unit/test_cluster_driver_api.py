@@ -1,0 +1,206 @@
+"""The cluster scenario driver's conversation with the Kubernetes API (a stand-in over
+HTTPS): which objects it creates, lists, reads and deletes, with which selectors and
+grace periods, and what it makes of the answers. The testbed's own side (registry bytes,
+scores, image removal) is a recording backend; the real cluster runs in tests/e2e."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from layersched.core.errors import TestbedError
+from layersched.kube import (
+    ALL_PODS_PATH,
+    NAMESPACES_PATH,
+    NODES_PATH,
+    VERSION_PATH,
+    events_path,
+    node_path,
+    pod_path,
+    pods_path,
+)
+from layersched.testbed.cluster.driver import SCENARIO_NAMESPACE, ClusterDriver, PodRun
+from tests.fixtures.kube_api import Answer, Request, StandInApi, items, ok, status
+
+NS = SCENARIO_NAMESPACE
+IMAGE = "reg.test/img1:v1"
+SCHEDULER = "layer-locality"
+UID = "uid-2"
+
+
+def _node(name: str, address: str, images: Sequence[str] = ()) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "allocatable": {"cpu": "2", "memory": "4Gi"},
+            "addresses": [{"type": "InternalIP", "address": address}],
+            "images": [{"names": [image], "sizeBytes": 1000} for image in images],
+            "nodeInfo": {
+                "kubeletVersion": "v1.20.2",
+                "containerRuntimeVersion": "containerd://1.6.20",
+            },
+        },
+    }
+
+
+def _event(reason: str, uid: str, when: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"p1.{uid}.{reason.lower()}"},
+        "involvedObject": {"kind": "Pod", "name": "p1", "uid": uid},
+        "reason": reason,
+        "firstTimestamp": when,
+        **extra,
+    }
+
+
+@dataclass
+class RecordingBackend:
+    """The testbed side: fixed answers, and what the driver asked of it."""
+
+    name: str = "stand-in"
+    schedulers: Mapping[str, str] = field(default_factory=lambda: {SCHEDULER: SCHEDULER})
+    asked: list[tuple[str, Any]] = field(default_factory=list)
+
+    def mark(self) -> str:
+        return "mark-1"
+
+    def registry_bytes(self, mark: str, address: str) -> int:
+        self.asked.append(("registry_bytes", (mark, address)))
+        return 4321
+
+    def scores(self, run: PodRun) -> dict[str, int]:
+        self.asked.append(("scores", run))
+        return {"w1": 3, "w2": 10}
+
+    def remove_images(self, node: str, images: Sequence[str], namespace: str) -> None:
+        self.asked.append(("remove_images", (node, tuple(images), namespace)))
+
+    def components(self) -> dict[str, str]:
+        return {"etcd": "3.4.23"}
+
+
+@pytest.fixture
+def api(kube_api: StandInApi) -> StandInApi:
+    kube_api.route("POST", NAMESPACES_PATH, ok({"metadata": {"name": NS}}))
+    return kube_api
+
+
+def _driver(api: StandInApi, backend: RecordingBackend | None = None) -> ClusterDriver:
+    return ClusterDriver(str(api.kubeconfig), backend or RecordingBackend(), (IMAGE,))
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [ok({"metadata": {"name": NS}}), status(409, "AlreadyExists", "namespaces exists")],
+    ids=["created", "exists-already"],
+)
+def test_the_scenario_namespace_is_made_sure_of(answer: Answer, api: StandInApi) -> None:
+    api.route("POST", NAMESPACES_PATH, answer)
+    _driver(api)
+    [sent] = api.sent("POST", NAMESPACES_PATH)
+    assert sent.json()["metadata"] == {"name": NS}
+
+
+def test_a_namespace_refused_is_a_testbed_error_saying_why(api: StandInApi) -> None:
+    api.route("POST", NAMESPACES_PATH, status(403, "Forbidden", "user cannot create"))
+    with pytest.raises(TestbedError, match=rf"creating namespace {NS}: .*403 user cannot create"):
+        _driver(api)
+
+
+def test_components_come_from_the_api_and_the_backend(api: StandInApi) -> None:
+    api.route("GET", VERSION_PATH, ok({"gitVersion": "v1.20.2", "major": "1"}))
+    api.route("GET", NODES_PATH, items([_node("w1", "10.0.0.1")]))
+    assert _driver(api).components() == {
+        "containerd": "1.6.20",
+        "etcd": "3.4.23",
+        "kubelet": "v1.20.2",
+        "kubernetes": "v1.20.2",
+    }
+
+
+def test_schedule_submits_waits_and_measures(api: StandInApi) -> None:
+    nodes = [_node("w1", "10.0.0.1"), _node("w2", "10.0.0.2", [IMAGE])]
+    api.route("GET", NODES_PATH, items(nodes))
+    api.route("GET", node_path("w2"), ok(nodes[1]))
+    # a pod of another namespace holds 500m of w1: the scenario pod asks for what is left
+    other = {
+        "metadata": {"name": "dns", "namespace": "kube-system"},
+        "spec": {
+            "nodeName": "w1",
+            "containers": [{"resources": {"requests": {"cpu": "500m"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    api.route("GET", ALL_PODS_PATH, items([other]))
+    api.route("POST", pods_path(NS), lambda r: ok({**r.json(), "metadata": {"uid": UID}}))
+    api.route("GET", pod_path(NS, "p1"), ok({"spec": {"nodeName": "w2"}}))
+
+    def events(request: Request) -> Answer:
+        # An earlier trial's p1 (another uid) pulled too: only this pod's event counts.
+        pulled = 'Successfully pulled image "reg.test/img1:v1" in 1.5s'
+        found = {
+            "Pulled": [
+                _event("Pulled", "uid-1", "2026-11-23T04:00:00Z", message=pulled),
+                _event("Pulled", UID, "2026-11-23T04:50:02Z", message=pulled),
+            ],
+            "Scheduled": [
+                _event("Scheduled", UID, "2026-11-23T04:50:01Z", reportingComponent=SCHEDULER)
+            ],
+        }
+        reason = request.query["fieldSelector"].rpartition("reason=")[2]
+        return items(found[reason])
+
+    api.route("GET", events_path(NS), events)
+    backend = RecordingBackend()
+    driver = _driver(api, backend)
+
+    placement = driver.schedule("P1", IMAGE, SCHEDULER)
+
+    assert (placement.node, placement.scheduler) == ("w2", SCHEDULER)
+    assert (placement.pull.bytes, placement.pull.seconds) == (4321, 1.5)
+    assert placement.scores == {"w1": 3, "w2": 10}
+    [created] = api.sent("POST", pods_path(NS))
+    spec = created.json()["spec"]
+    assert spec["schedulerName"] == SCHEDULER
+    # 2 CPUs less the other namespace's 500m on w1; the memory of the smallest node
+    assert spec["containers"][0]["resources"]["requests"] == {
+        "cpu": "1500m",
+        "memory": str(4 << 30),
+    }
+    selectors = [r.query["fieldSelector"] for r in api.sent("GET", events_path(NS))]
+    assert "involvedObject.name=p1,reason=Pulled" in selectors
+    assert "involvedObject.name=p1,reason=Scheduled" in selectors
+    # the registry's bytes were counted for the node's InternalIP, since the pod's mark
+    assert ("registry_bytes", ("mark-1", "10.0.0.2")) in backend.asked
+    [(_, run)] = [a for a in backend.asked if a[0] == "scores"]
+    assert (run.key, run.uid, [c["metadata"]["name"] for c in run.candidates]) == (
+        f"{NS}/p1",
+        UID,
+        ["w1", "w2"],
+    )
+    # w2 listed the image from the start: the status lag is (close to) nothing
+    assert 0 <= driver.settle("P1") < 1
+
+
+def test_reset_deletes_the_scenario_pods_and_empties_the_workers(api: StandInApi) -> None:
+    api.route(
+        "GET", pods_path(NS), items([{"metadata": {"name": "p1"}}, {"metadata": {"name": "p2"}}])
+    )
+    api.route("DELETE", pod_path(NS, "p1"), ok({}))  # then gone: GET answers 404
+    api.route("DELETE", pod_path(NS, "p2"), status(404, "NotFound", "pods not found"))
+    api.route("GET", NODES_PATH, items([_node("w1", "10.0.0.1"), _node("w2", "10.0.0.2")]))
+    backend = RecordingBackend()
+
+    _driver(api, backend).reset()
+
+    [listed] = api.sent("GET", pods_path(NS))
+    assert listed.query["labelSelector"] == "app.kubernetes.io/part-of=layersched-scenario"
+    # a short grace period (the pod's program exits on SIGTERM), not a forced deletion
+    deletions = [(r.path.rpartition("/")[2], r.query) for r in api.sent("DELETE")]
+    assert deletions == [("p1", {"gracePeriodSeconds": "1"}), ("p2", {"gracePeriodSeconds": "1"})]
+    # p1 was waited for until the API no longer had it; p2 was gone already
+    assert [r.path for r in api.sent("GET") if "/pods/" in r.path] == [pod_path(NS, "p1")]
+    assert [a[1] for a in backend.asked] == [("w1", (IMAGE,), NS), ("w2", (IMAGE,), NS)]

@@ -1,8 +1,10 @@
 """Node agent: publishes a node's images and layers for the scheduler.
 
 Its main job (``layersched agent --publish``) is the node's ``NodeLayerInventory``: the
-layers read from the runtime itself (:mod:`._readers`), applied to the API when they
-change (:mod:`._publish`). It also still builds the v1 Node a kubelet would publish:
+layers read from the runtime itself and merged into one read (:mod:`._readers`),
+applied to the API when they change, within the CRD's limits (:mod:`._publisher`), with
+``/livez`` and ``/readyz`` for its probes (:mod:`._health`). It also still builds the v1
+Node a kubelet would publish:
 
 It turns a CRI image list into ``Node.status.images`` (names, sizes, sort
 order and caps exactly as kubelet sets them) and a whole v1 Node object, so
@@ -19,21 +21,25 @@ from layersched.agent._node import (
     build_node,
     node_status_images,
 )
-from layersched.agent._publish import (
+from layersched.agent._publisher import (
     DEFAULT_HEARTBEAT_S,
     DEFAULT_POLL_S,
     DEFAULT_RESYNC_S,
     FIELD_MANAGER,
     Backoff,
     ChangeSignal,
+    NodeLayersApi,
     Publisher,
     publish_loop,
     watch_events,
 )
 from layersched.agent._readers import (
     DEFAULT_CRIO_STORAGE,
+    CRIImageLister,
     CrioStorageReader,
     ImageReader,
+    NodeImagesReader,
+    NodeRead,
     cri_images,
 )
 
@@ -48,9 +54,13 @@ __all__ = [
     "NO_IMAGE_CAP",
     "AgentImage",
     "Backoff",
+    "CRIImageLister",
     "ChangeSignal",
     "CrioStorageReader",
     "ImageReader",
+    "NodeImagesReader",
+    "NodeLayersApi",
+    "NodeRead",
     "Publisher",
     "build_node",
     "cri_images",

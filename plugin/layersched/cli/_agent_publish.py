@@ -1,4 +1,9 @@
-"""``layersched agent --publish``: the node agent that keeps a node's NodeLayerInventory."""
+"""``layersched agent --publish``: the node agent that keeps a node's NodeLayerInventory.
+
+This module parses the flags and wires the objects: what to read (the agent's
+:class:`~layersched.agent.NodeImagesReader`), where to publish
+(:class:`~layersched.agent.Publisher`) and the change signal.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,8 @@ import argparse
 import logging
 import signal as signals
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from layersched.agent import (
     DEFAULT_HEARTBEAT_S,
@@ -17,17 +20,17 @@ from layersched.agent import (
     DEFAULT_RESYNC_S,
     ChangeSignal,
     CrioStorageReader,
+    ImageReader,
+    NodeImagesReader,
     Publisher,
-    cri_images,
     publish_loop,
     watch_events,
 )
 from layersched.cli._sources import add_layer_source_options, open_layer_source
 from layersched.containerd import CRI_NAMESPACE, ContainerdClient, ContentStoreReader
 from layersched.core.errors import InputError, LayerschedError
-from layersched.core.layers import LayerSource
 from layersched.core.manifest import Platform
-from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, HeldImage
+from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES
 from layersched.cri import CRIClient
 from layersched.kube import KubeClient, load_config
 
@@ -109,13 +112,6 @@ def add_publish_options(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    if args.containerd is None and args.crio_storage is None and args.cri is None:
-        raise InputError(
-            "--publish needs a runtime to read: --containerd SOCKET (containerd's content "
-            "store), --crio-storage DIR (CRI-O), or --cri ENDPOINT (annotations/registry)"
-        )
-    if args.registry_fallback and args.cri is None:
-        raise InputError("--registry-fallback resolves CRI images: pass --cri ENDPOINT too")
     for name in ("poll_s", "resync_s", "heartbeat_s"):
         if not getattr(args, name) >= MIN_PERIOD_S:
             flag = "--" + name.replace("_", "-")
@@ -134,51 +130,23 @@ def _runtime_name(cri: CRIClient | None, args: argparse.Namespace) -> str:
     return "containerd" if args.containerd else "cri-o" if args.crio_storage else "cri"
 
 
-def _reader(
-    content: ContentStoreReader | None,
-    crio: CrioStorageReader | None,
-    cri: CRIClient | None,
-    fallback: LayerSource | None,
-) -> Callable[[], tuple[list[Any], str]]:
-    def read() -> tuple[list[Any], str]:
-        held: list[HeldImage] = []
-        used: list[str] = []
-        problems: dict[str, str] = {}
-        for reader in (content, crio):
-            if reader is not None:
-                held.extend(reader.images())
-                used.append(reader.source if hasattr(reader, "source") else "content-store")
-                problems.update(reader.problems)
-        if cri is not None:
-            more, skipped, ways = cri_images(cri.list_images(), fallback, held)
-            held.extend(more)
-            used.extend(sorted(ways))
-            problems.update(skipped)
-        for name, why in sorted(problems.items()):
-            log.warning("image %s left out: %s", name, why)
-        source = used[0] if len(set(used)) == 1 else "mixed" if used else "content-store"
-        return held, source
-
-    return read
-
-
 def run_publish(args: argparse.Namespace) -> int:
     """Publish until SIGTERM/SIGINT (or once, with ``--once``)."""
     _check(args)
-    kube = KubeClient(load_config(args.kubeconfig))
     containerd = (
         ContainerdClient(args.containerd, args.containerd_namespace, args.timeout_s)
         if args.containerd
         else None
     )
-    content = (
-        ContentStoreReader(containerd, Platform.parse(args.platform))
-        if containerd is not None
-        else None
-    )
-    crio = CrioStorageReader(args.crio_storage) if args.crio_storage is not None else None
+    stores: list[ImageReader] = []
+    if containerd is not None:
+        stores.append(ContentStoreReader(containerd, Platform.parse(args.platform)))
+    if args.crio_storage is not None:
+        stores.append(CrioStorageReader(args.crio_storage))
     cri = CRIClient(args.cri, timeout_s=args.timeout_s) if args.cri else None
     fallback = open_layer_source(args) if args.registry_fallback else None
+    reader = NodeImagesReader(stores, cri, fallback)
+    kube = KubeClient(load_config(args.kubeconfig))
     publisher = Publisher(
         kube,
         args.node_name,
@@ -195,7 +163,6 @@ def run_publish(args: argparse.Namespace) -> int:
 
     try:
         publisher.adopt_published()
-        read = _reader(content, crio, cri, fallback)
         if not args.once:
             signals.signal(signals.SIGTERM, stop)
             signals.signal(signals.SIGINT, stop)
@@ -211,7 +178,7 @@ def run_publish(args: argparse.Namespace) -> int:
                 threading.Thread(
                     target=_poll, args=(signal, args.poll_s), name="poll", daemon=True
                 ).start()
-        publish_loop(read, publisher, signal, resync_s=args.resync_s, once=args.once)
+        publish_loop(reader.read, publisher, signal, resync_s=args.resync_s, once=args.once)
     finally:
         for client in (kube, containerd, cri):
             if client is not None:

@@ -216,8 +216,20 @@ def test_an_object_the_api_refuses_says_which_crd_to_apply(
 
 
 # ------------------------------------------------------------------ the CLI
-def test_publish_without_a_runtime_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli_main(["agent", "--publish", "--node-name", "n1"])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # nothing to read
+        ([], "--containerd SOCKET"),
+        # a port that is not one
+        (["--crio-storage", "/nonexistent", "--health-port", "70000"], "--health-port 70000"),
+    ],
+    ids=["no-runtime", "bad-health-port"],
+)
+def test_publish_flags_fail_with_one_clear_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code = cli_main(["agent", "--publish", "--node-name", "n1", *argv])
     assert code != 0
     err = capsys.readouterr().err
-    assert "--containerd SOCKET" in err and "Traceback" not in err
+    assert message in err and "Traceback" not in err

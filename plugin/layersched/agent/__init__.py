@@ -13,6 +13,7 @@ annotations become the patched kubelet's ``layers`` map (layersched's
 extension). ``layersched agent`` runs it against a CRI endpoint.
 """
 
+from layersched.agent._health import LIVEZ_PATH, READYZ_PATH, AgentHealth, HealthServer
 from layersched.agent._node import (
     DEFAULT_MAX_IMAGES,
     MAX_NAMES_PER_IMAGE,
@@ -22,6 +23,7 @@ from layersched.agent._node import (
     node_status_images,
 )
 from layersched.agent._publisher import (
+    BACKOFF_MAX_S,
     DEFAULT_HEARTBEAT_S,
     DEFAULT_POLL_S,
     DEFAULT_RESYNC_S,
@@ -44,19 +46,24 @@ from layersched.agent._readers import (
 )
 
 __all__ = [
+    "BACKOFF_MAX_S",
     "DEFAULT_CRIO_STORAGE",
     "DEFAULT_HEARTBEAT_S",
     "DEFAULT_MAX_IMAGES",
     "DEFAULT_POLL_S",
     "DEFAULT_RESYNC_S",
     "FIELD_MANAGER",
+    "LIVEZ_PATH",
     "MAX_NAMES_PER_IMAGE",
     "NO_IMAGE_CAP",
+    "READYZ_PATH",
+    "AgentHealth",
     "AgentImage",
     "Backoff",
     "CRIImageLister",
     "ChangeSignal",
     "CrioStorageReader",
+    "HealthServer",
     "ImageReader",
     "NodeImagesReader",
     "NodeLayersApi",

@@ -11,6 +11,7 @@ layers, and a restarted agent re-applies the same object: nothing is duplicated.
 
 The object is built within the CRD's limits (:func:`layersched.core.nodelayers.build_inventory`):
 an image past them is left out, and logged once when it first is, not on every resync.
+The loop reports to :class:`~layersched.agent._health.AgentHealth` for the probes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from layersched.agent._health import AgentHealth
 from layersched.agent._readers import NodeRead
 from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.nodelayers import (
@@ -242,40 +244,54 @@ def publish_loop(
     *,
     resync_s: float = DEFAULT_RESYNC_S,
     once: bool = False,
+    health: AgentHealth | None = None,
 ) -> None:
     """Read and publish now, then after every change signal (debounced) or resync; a
-    resync also checks the object in the API against what the agent last applied."""
+    resync also checks the object in the API against what the agent last applied.
+    ``health`` hears of every round, success and failure (the agent's probes)."""
     backoff = Backoff()
     verify = False
-    while not signal.stopped.is_set():
-        try:
-            node = read()
-            publisher.stats.reads += 1
-            publisher.publish(node.images, node.source, verify=verify)
-            backoff.reset()
-        except KubeError as err:
-            publisher.stats.api_failures += 1
-            pause_s = backoff.next_s()
-            _log_api_failure(publisher.node, err, pause_s)
+    try:
+        while not signal.stopped.is_set():
+            if health is not None:
+                health.tick()
+            try:
+                node = read()
+                publisher.stats.reads += 1
+                publisher.publish(node.images, node.source, verify=verify)
+                backoff.reset()
+            except KubeError as err:
+                publisher.stats.api_failures += 1
+                if health is not None:
+                    health.failed(f"publishing: {err}")
+                pause_s = backoff.next_s()
+                _log_api_failure(publisher.node, err, pause_s)
+                if once:
+                    raise
+                signal.stopped.wait(pause_s)
+                continue
+            except LayerschedError as err:
+                if health is not None:
+                    health.failed(f"reading the runtime: {err}")
+                pause_s = backoff.next_s()
+                log.warning(
+                    "reading node %s's images: %s: retrying in %.1f s", publisher.node, err, pause_s
+                )
+                if once:
+                    raise
+                signal.stopped.wait(pause_s)
+                continue
+            if health is not None:
+                health.succeeded()
             if once:
-                raise
-            signal.stopped.wait(pause_s)
-            continue
-        except LayerschedError as err:
-            pause_s = backoff.next_s()
-            log.warning(
-                "reading node %s's images: %s: retrying in %.1f s", publisher.node, err, pause_s
-            )
-            if once:
-                raise
-            signal.stopped.wait(pause_s)
-            continue
-        if once:
-            return
-        changed = signal.wait(resync_s)
-        verify = not changed
-        if changed:
-            signal.stopped.wait(DEBOUNCE_S)
+                return
+            changed = signal.wait(resync_s)
+            verify = not changed
+            if changed:
+                signal.stopped.wait(DEBOUNCE_S)
+    finally:
+        if health is not None:
+            health.stopped()
 
 
 def _log_api_failure(node: str, err: KubeError, pause_s: float) -> None:

@@ -2,7 +2,7 @@
 
 This module parses the flags and wires the objects: what to read (the agent's
 :class:`~layersched.agent.NodeImagesReader`), where to publish
-(:class:`~layersched.agent.Publisher`) and the change signal.
+(:class:`~layersched.agent.Publisher`), the change signal, and the health server.
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ from pathlib import Path
 from types import FrameType
 
 from layersched.agent import (
+    BACKOFF_MAX_S,
     DEFAULT_HEARTBEAT_S,
     DEFAULT_POLL_S,
     DEFAULT_RESYNC_S,
+    AgentHealth,
     ChangeSignal,
     CrioStorageReader,
+    HealthServer,
     ImageReader,
     NodeImagesReader,
     Publisher,
@@ -36,6 +39,8 @@ from layersched.kube import KubeClient, load_config
 
 log = logging.getLogger(__name__)
 
+#: TCP ports run from 1 to 65535.
+PORT_LIMIT = 65536
 #: Smallest periods accepted, so a typo cannot turn the agent into a busy loop.
 MIN_PERIOD_S = 0.1
 #: Below this an object cannot hold even one image of a few layers.
@@ -44,6 +49,16 @@ MIN_OBJECT_BYTES = 4096
 AGENT_REGISTRY_TIMEOUT_S = 10.0
 AGENT_REGISTRY_RETRIES = 2
 AGENT_REGISTRY_DEADLINE_S = 30.0
+#: Where the health endpoint listens once --health-port is given (the deployment passes
+#: the pod's IP, which the kubelet probes).
+DEFAULT_HEALTH_HOST = "127.0.0.1"
+#: /livez fails when the loop has not gone round for a resync period plus the longest
+#: back-off plus this: every call it makes has a deadline of seconds (containerd and the
+#: CRI 10 s, the API 30 s), so five minutes more is a hang.
+LIVE_GRACE_S = 300.0
+#: /readyz fails when nothing was published for a resync period plus this: a healthy
+#: loop succeeds at least every resync period.
+READY_GRACE_S = 60.0
 
 
 def add_publish_options(p: argparse.ArgumentParser) -> None:
@@ -103,6 +118,19 @@ def add_publish_options(p: argparse.ArgumentParser) -> None:
         help="size budget of the object; past it the smallest images are left out "
         "(default: %(default)s, under etcd's 1.5 MiB request limit)",
     )
+    g.add_argument(
+        "--health-port",
+        type=int,
+        metavar="PORT",
+        help="serve /livez and /readyz on this port (default: no health server)",
+    )
+    g.add_argument(
+        "--health-host",
+        default=DEFAULT_HEALTH_HOST,
+        metavar="ADDRESS",
+        help="address of the health server (default: %(default)s; in a pod, its IP: "
+        "--health-host $(POD_IP) from the downward API)",
+    )
     add_layer_source_options(
         p,
         registry_timeout_s=AGENT_REGISTRY_TIMEOUT_S,
@@ -118,6 +146,8 @@ def _check(args: argparse.Namespace) -> None:
             raise InputError(f"{flag} {getattr(args, name):g}: use at least {MIN_PERIOD_S} s")
     if args.max_object_bytes < MIN_OBJECT_BYTES:
         raise InputError(f"--max-object-bytes {args.max_object_bytes}: use >= {MIN_OBJECT_BYTES}")
+    if args.health_port is not None and not 0 < args.health_port < PORT_LIMIT:
+        raise InputError(f"--health-port {args.health_port}: use a port from 1 to {PORT_LIMIT - 1}")
 
 
 def _runtime_name(cri: CRIClient | None, args: argparse.Namespace) -> str:
@@ -128,6 +158,16 @@ def _runtime_name(cri: CRIClient | None, args: argparse.Namespace) -> str:
         except LayerschedError as err:
             log.warning("asking the runtime for its version: %s", err)
     return "containerd" if args.containerd else "cri-o" if args.crio_storage else "cri"
+
+
+def _health(args: argparse.Namespace) -> tuple[AgentHealth, HealthServer | None]:
+    health = AgentHealth(
+        live_bound_s=max(args.resync_s, args.poll_s, BACKOFF_MAX_S) + LIVE_GRACE_S,
+        ready_bound_s=args.resync_s + READY_GRACE_S,
+    )
+    if args.health_port is None:
+        return health, None
+    return health, HealthServer(health, args.health_host, args.health_port).start()
 
 
 def run_publish(args: argparse.Namespace) -> int:
@@ -161,7 +201,11 @@ def run_publish(args: argparse.Namespace) -> int:
         signal.stopped.set()
         signal.set()
 
+    health: AgentHealth | None = None
+    server: HealthServer | None = None
     try:
+        if not args.once:
+            health, server = _health(args)
         publisher.adopt_published()
         if not args.once:
             signals.signal(signals.SIGTERM, stop)
@@ -178,8 +222,12 @@ def run_publish(args: argparse.Namespace) -> int:
                 threading.Thread(
                     target=_poll, args=(signal, args.poll_s), name="poll", daemon=True
                 ).start()
-        publish_loop(reader.read, publisher, signal, resync_s=args.resync_s, once=args.once)
+        publish_loop(
+            reader.read, publisher, signal, resync_s=args.resync_s, once=args.once, health=health
+        )
     finally:
+        if server is not None:
+            server.close()
         for client in (kube, containerd, cri):
             if client is not None:
                 client.close()

@@ -52,9 +52,9 @@ AGENT_REGISTRY_DEADLINE_S = 30.0
 #: Where the health endpoint listens once --health-port is given (the deployment passes
 #: the pod's IP, which the kubelet probes).
 DEFAULT_HEALTH_HOST = "127.0.0.1"
-#: /livez fails when the loop has not gone round for a resync period plus the longest
-#: back-off plus this: every call it makes has a deadline of seconds (containerd and the
-#: CRI 10 s, the API 30 s), so five minutes more is a hang.
+#: /livez fails when the loop has not gone round for its longest wait (a resync period,
+#: or the longest back-off) plus this: every call it makes has a deadline of seconds
+#: (containerd and the CRI 10 s, the API 30 s), so five minutes more is a hang.
 LIVE_GRACE_S = 300.0
 #: /readyz fails when nothing was published for a resync period plus this: a healthy
 #: loop succeeds at least every resync period.

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from layersched.builds import CACHE_DIR_ENV
-from layersched.cli.main import EXIT_USAGE, main
+from layersched.cli.main import EXIT_USAGE, build_parser, main
 from layersched.core.errors import InputError
 from layersched.deploy import (
     AGENT_NAME,
@@ -304,6 +304,31 @@ def test_extender_probes_are_separate() -> None:
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
 
 
+def _agent_container() -> dict[str, Any]:
+    [container] = _pod_specs()[AGENT_NAME]["containers"]
+    return container
+
+
+def test_agent_probes_ask_its_health_endpoint() -> None:
+    container = _agent_container()
+    [port] = container["ports"]
+    # liveness (the loop goes round) and readiness (it publishes) are separate endpoints
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": "/livez",
+        "port": port["name"],
+        "scheme": "HTTP",
+    }
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["readinessProbe"]["httpGet"]["port"] == port["name"]
+    # the agent listens on the pod's IP (where the kubelet probes), on the named port
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env["POD_IP"] == "status.podIP"
+    pod_ip = "10.244.1.7"
+    argv = [a.replace("$(POD_IP)", pod_ip).replace("$(NODE_NAME)", "n1") for a in container["args"]]
+    args = build_parser().parse_args(argv)
+    assert (args.health_host, args.health_port) == (pod_ip, port["containerPort"])
+
+
 def test_two_schedulers_and_a_pdb_keeping_one() -> None:
     deployment = _find("Deployment", LAYER_LOCALITY_SCHEDULER)
     pdb = _find("PodDisruptionBudget", LAYER_LOCALITY_SCHEDULER)
@@ -320,7 +345,8 @@ def test_network_policies_select_the_stacks_pods() -> None:
         p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]: p for p in policies
     }
     assert set(selected) == {LAYER_LOCALITY_SCHEDULER, AGENT_NAME}
-    # nothing reaches the agent; only the scheduler's authenticated metrics port is open
+    # nothing reaches the agent (its probes come from its node, which a policy cannot
+    # refuse); only the scheduler's authenticated metrics port is open
     assert selected[AGENT_NAME]["spec"]["ingress"] == []
     assert selected[LAYER_LOCALITY_SCHEDULER]["spec"]["ingress"] == [
         {"ports": [{"protocol": "TCP", "port": 10259}]}

@@ -143,6 +143,9 @@ def test_kind_patches_agent_reads_crio_only() -> None:
     _, agent = yaml.safe_load_all(kind_overlay(TARGET, "../deploy")["kind.yaml"])
     pod = agent["spec"]["template"]["spec"]
     [container] = pod["containers"]
+    # the patch replaces the arguments: the health flags the probes need stay
+    health = container["args"][container["args"].index("--health-host") :]
+    assert health == ["--health-host", "$(POD_IP)", "--health-port", "8889"]
     deleted = [m for m in container["volumeMounts"] if m.get("$patch") == "delete"]
     assert deleted == [{"mountPath": "/run/containerd/containerd.sock", "$patch": "delete"}]
     storage = next(m for m in container["volumeMounts"] if m.get("name") == "crio-storage")

@@ -95,9 +95,23 @@ def test_the_hash_ignores_when_it_was_observed() -> None:
         (lambda d: d["images"][0]["layers"].append(7), "images[0].layers[2]"),
         (lambda d: d["layers"][0].update(digest="nope"), "layers[0].digest"),
         (lambda d: d["layers"][1].update(sizeBytes=-1), "layers[1].sizeBytes"),
+        # past the CRD's 1 TiB cap (an object stored before the cap, or written around it)
+        (lambda d: d["layers"][1].update(sizeBytes=2**40 + 1), "layers[1].sizeBytes"),
+        # Go's $ is the end of the text: the API server refuses it, and so does the reader
+        (
+            lambda d: d["layers"][0].update(digest=d["layers"][0]["digest"] + "\n"),
+            "layers[0].digest",
+        ),
         (lambda d: d["images"][0].pop("digest"), "images[0].digest"),
     ],
-    ids=["index-out-of-range", "bad-digest", "negative-size", "no-digest"],
+    ids=[
+        "index-out-of-range",
+        "bad-digest",
+        "negative-size",
+        "size-past-cap",
+        "digest-with-newline",
+        "no-digest",
+    ],
 )
 def test_malformed_objects_name_the_node_and_field(mutate, field) -> None:  # type: ignore[no-untyped-def]
     document = build_document("n7", [IMG_A], runtime="x", source="content-store")

@@ -19,7 +19,7 @@ import pytest
 
 from layersched.core.errors import ManifestError
 from layersched.core.manifest import OCI_MANIFEST, sha256_digest
-from layersched.kube._crd import MAX_LAYERS_PER_IMAGE
+from layersched.core.nodelayers import LIMITS
 from layersched.registry import DEFAULT_MAX_MANIFEST_BYTES, MAX_LAYERS_PER_MANIFEST, RegistryClient
 from layersched.registry._addresses import (
     MAX_REMEMBERED_ORIGINS,
@@ -222,4 +222,4 @@ def test_the_largest_manifest_a_registry_may_serve_is_refused() -> None:
 
 def test_the_cap_is_the_crds() -> None:
     # The registry cap and the NodeLayerInventory CRD's maxItems must not drift apart.
-    assert MAX_LAYERS_PER_MANIFEST == MAX_LAYERS_PER_IMAGE
+    assert LIMITS.max_layers_per_image == MAX_LAYERS_PER_MANIFEST

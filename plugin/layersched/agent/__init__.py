@@ -1,8 +1,10 @@
 """Node agent: publishes a node's images and layers for the scheduler.
 
 Its main job (``layersched agent --publish``) is the node's ``NodeLayerInventory``: the
-layers read from the runtime itself (:mod:`._readers`), applied to the API when they
-change (:mod:`._publish`). It also still builds the v1 Node a kubelet would publish:
+layers read from the runtime itself and merged into one read (:mod:`._readers`),
+applied to the API when they change, within the CRD's limits (:mod:`._publisher`), with
+``/livez`` and ``/readyz`` for its probes (:mod:`._health`). It also still builds the v1
+Node a kubelet would publish:
 
 It turns a CRI image list into ``Node.status.images`` (names, sizes, sort
 order and caps exactly as kubelet sets them) and a whole v1 Node object, so
@@ -11,6 +13,7 @@ annotations become the patched kubelet's ``layers`` map (layersched's
 extension). ``layersched agent`` runs it against a CRI endpoint.
 """
 
+from layersched.agent._health import LIVEZ_PATH, READYZ_PATH, AgentHealth, HealthServer
 from layersched.agent._node import (
     DEFAULT_MAX_IMAGES,
     MAX_NAMES_PER_IMAGE,
@@ -19,38 +22,52 @@ from layersched.agent._node import (
     build_node,
     node_status_images,
 )
-from layersched.agent._publish import (
+from layersched.agent._publisher import (
+    BACKOFF_MAX_S,
     DEFAULT_HEARTBEAT_S,
     DEFAULT_POLL_S,
     DEFAULT_RESYNC_S,
     FIELD_MANAGER,
     Backoff,
     ChangeSignal,
+    NodeLayersApi,
     Publisher,
     publish_loop,
     watch_events,
 )
 from layersched.agent._readers import (
     DEFAULT_CRIO_STORAGE,
+    CRIImageLister,
     CrioStorageReader,
     ImageReader,
+    NodeImagesReader,
+    NodeRead,
     cri_images,
 )
 
 __all__ = [
+    "BACKOFF_MAX_S",
     "DEFAULT_CRIO_STORAGE",
     "DEFAULT_HEARTBEAT_S",
     "DEFAULT_MAX_IMAGES",
     "DEFAULT_POLL_S",
     "DEFAULT_RESYNC_S",
     "FIELD_MANAGER",
+    "LIVEZ_PATH",
     "MAX_NAMES_PER_IMAGE",
     "NO_IMAGE_CAP",
+    "READYZ_PATH",
+    "AgentHealth",
     "AgentImage",
     "Backoff",
+    "CRIImageLister",
     "ChangeSignal",
     "CrioStorageReader",
+    "HealthServer",
     "ImageReader",
+    "NodeImagesReader",
+    "NodeLayersApi",
+    "NodeRead",
     "Publisher",
     "build_node",
     "cri_images",

@@ -10,6 +10,9 @@ last resort.
   ``imageLayer.<digest>: "<size>"`` (the Ryax-patched CRI-O, or layersched's relay).
 * **Registry**: a CRI image none of the above explains is resolved through a
   :class:`~layersched.core.layers.LayerSource` by its names.
+
+:class:`NodeImagesReader` combines the ones configured into one read: the images, the
+``source`` label of the published object, and the images left out and why.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, Protocol
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.inventory import annotation_layers
 from layersched.core.layers import Layer, LayerSource, check_digest, check_size
-from layersched.core.nodelayers import HeldImage
+from layersched.core.nodelayers import HeldImage, shown
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +38,16 @@ CRIO_DRIVER = "overlay"
 
 
 class ImageReader(Protocol):
-    """Reads the images a node holds with their layers."""
+    """Reads the images a node holds with their layers (a runtime's own store:
+    :class:`layersched.containerd.ContentStoreReader`, :class:`CrioStorageReader`)."""
 
     #: The ``source`` value of the published object.
-    source: str
+    @property
+    def source(self) -> str: ...
+
+    #: Images the last :meth:`images` left out, and why.
+    @property
+    def problems(self) -> Mapping[str, str]: ...
 
     def images(self) -> list[HeldImage]: ...
 
@@ -130,6 +139,12 @@ class CrioStorageReader:
         return tuple(layers)
 
 
+class CRIImageLister(Protocol):
+    """What the merge needs of a CRI client (``layersched.cri.CRIClient`` fits)."""
+
+    def list_images(self) -> Sequence[CRIImageLike]: ...
+
+
 def _names(image: CRIImageLike) -> tuple[str, ...]:
     return (*image.repo_digests, *image.repo_tags)
 
@@ -181,3 +196,72 @@ def _resolve(source: LayerSource, names: Sequence[str]) -> tuple[Layer, ...]:
         except LayerResolutionError as err:
             reason = str(err)
     raise LayerResolutionError(reason)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRead:
+    """One read of a node's runtime."""
+
+    images: tuple[HeldImage, ...]
+    #: The object's ``source``: the one way the layers came, or ``mixed``.
+    source: str
+    #: Images left out of the read (no layers could be found), name -> why.
+    problems: Mapping[str, str]
+
+
+#: ``source`` when the CRI alone is read and no image had layers to tell how.
+CRI_SOURCE = "annotations"
+
+
+class NodeImagesReader:
+    """Reads a node's images from every configured source and merges them.
+
+    The runtime's own stores come first (containerd's content store, CRI-O's storage);
+    then the CRI images none of them explains, by their layer annotations, else through
+    ``fallback`` (the registry). Each image left out is logged once, when it first is,
+    not on every read.
+    """
+
+    def __init__(
+        self,
+        stores: Sequence[ImageReader] = (),
+        cri: CRIImageLister | None = None,
+        fallback: LayerSource | None = None,
+    ) -> None:
+        if not stores and cri is None:
+            raise InputError(
+                "the agent needs a runtime to read: --containerd SOCKET (containerd's content "
+                "store), --crio-storage DIR (CRI-O), or --cri ENDPOINT (annotations/registry)"
+            )
+        if fallback is not None and cri is None:
+            raise InputError("--registry-fallback resolves CRI images: pass --cri ENDPOINT too")
+        self.stores = tuple(stores)
+        self.cri = cri
+        self.fallback = fallback
+        self._reported: set[tuple[str, str]] = set()
+
+    def read(self) -> NodeRead:
+        """Every image the node holds with its layers (LayerschedError when a source
+        cannot be read at all: the caller retries)."""
+        held: list[HeldImage] = []
+        used: list[str] = []
+        problems: dict[str, str] = {}
+        for store in self.stores:
+            held.extend(store.images())
+            used.append(store.source)
+            problems.update(store.problems)
+        if self.cri is not None:
+            more, skipped, ways = cri_images(self.cri.list_images(), self.fallback, held)
+            held.extend(more)
+            used.extend(sorted(ways))
+            problems.update(skipped)
+        self._report(problems)
+        default = self.stores[0].source if self.stores else CRI_SOURCE
+        source = used[0] if len(set(used)) == 1 else "mixed" if used else default
+        return NodeRead(tuple(held), source, problems)
+
+    def _report(self, problems: Mapping[str, str]) -> None:
+        current = set(problems.items())
+        for name, why in sorted(current - self._reported):
+            log.warning("image %s left out: %s", shown(name), why)
+        self._reported = current  # one that goes away and comes back is logged again

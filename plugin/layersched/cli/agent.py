@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from layersched.agent import DEFAULT_MAX_IMAGES, build_node
-from layersched.cli._publish import add_publish_options, run_publish
+from layersched.cli._agent_publish import add_publish_options, run_publish
 from layersched.core.errors import InputError
 from layersched.cri import DEFAULT_ENDPOINT, DEFAULT_TIMEOUT_S, CRIClient
 

@@ -32,6 +32,9 @@ _ID_PREFIX = "sha256:"
 class ContentStoreReader:
     """Turns containerd's image records into :class:`HeldImage` entries."""
 
+    #: The ``source`` of a NodeLayerInventory read from here.
+    source = "content-store"
+
     def __init__(self, client: ContainerdClient, platform: Platform = DEFAULT_PLATFORM) -> None:
         self.client = client
         self.platform = platform

@@ -13,12 +13,17 @@ import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.reference import normalized_image_name, parse_or_none
 
-_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
+#: A layer or manifest digest: algorithm, colon, hex (sha256 and sha512). The CRD's
+#: schema uses the same pattern; the API server matches it with Go's regexp, where ``$``
+#: is the end of the text, so it is matched here in full (``re.match`` would let a
+#: trailing newline through).
+DIGEST_PATTERN = r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$"
+_DIGEST = re.compile(DIGEST_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,19 +58,29 @@ class NodeImageSource(Protocol):
         ...
 
 
+def is_digest(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a digest string (the whole of it)."""
+    return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
+
+
 def check_digest(digest: object, where: str) -> str:
     """Validate a layer digest, naming ``where`` it came from on failure."""
-    if not isinstance(digest, str) or not _DIGEST.match(digest):
+    if not is_digest(digest):
         raise InputError(
             f"{where}: {digest!r} is not a digest; expected 'sha256:' followed by 64 hex digits"
         )
     return digest
 
 
-def check_size(size: object, where: str) -> int:
-    """Validate a layer size in bytes (a non-negative integer)."""
+def check_size(size: object, where: str, max_bytes: int | None = None) -> int:
+    """Validate a layer size in bytes (a non-negative integer, at most ``max_bytes``)."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise InputError(f"{where}: size {size!r} must be a non-negative integer (bytes)")
+    if max_bytes is not None and size > max_bytes:
+        raise InputError(
+            f"{where}: size {size} is past the cap of {max_bytes} bytes per layer: the "
+            "writer is broken or hostile"
+        )
     return size
 
 

@@ -2,16 +2,19 @@
 
 A node agent publishes one such object per node (named after the node); the extender
 watches them. This module is the pure part: building the object from what a runtime
-holds, and reading it back, with the checks the CRD's OpenAPI schema cannot express
-(an image's layer indexes must point into the node's layer table).
+holds, within the CRD's limits (:data:`LIMITS`, the one place they are written; the CRD's
+schema is generated from them), and reading it back, with the checks the CRD's OpenAPI
+schema cannot express (an image's layer indexes must point into the node's layer table).
 
 The object deduplicates layers per node: ``layers`` lists each distinct compressed
 layer once, and every image names its layers by index into that table. A node of 300
 images that share a base costs ~100 bytes per distinct layer plus a few bytes per
-image layer, far under etcd's request limit (1.5 MiB by default). Past
-:data:`DEFAULT_MAX_OBJECT_BYTES` the builder drops the smallest images (kubelet's own
-order for ``status.images``) and marks the object ``truncated``: the scheduler then
-sees a node's largest images, which carry most of the bytes that placement saves.
+image layer, far under etcd's request limit (1.5 MiB by default). An image the CRD
+would refuse (too many layers, a name too long, a bad digest, a layer past the size cap)
+is left out, and past the image or layer caps or :data:`DEFAULT_MAX_OBJECT_BYTES` the
+builder drops the smallest images (kubelet's own order for ``status.images``); the
+object is then marked ``truncated``, with how many images were left out and why. The
+scheduler sees a node's largest images, which carry most of the bytes placement saves.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 from layersched.core.errors import InputError
 from layersched.core.inventory import NodeImage
-from layersched.core.layers import Layer, check_digest, check_size
+from layersched.core.layers import Layer, check_digest, check_size, is_digest
 
 GROUP = "layersched.io"
 VERSION = "v1alpha1"
@@ -41,13 +44,60 @@ SOURCES = ("content-store", "crio-storage", "annotations", "registry", "mixed")
 #: The object size the builder stays under: etcd refuses requests past 1.5 MiB by
 #: default (--max-request-bytes); 1 MiB leaves room for metadata and managedFields.
 DEFAULT_MAX_OBJECT_BYTES = 1024 * 1024
-#: Names kept per image (kubelet keeps 5 in status.images; tags and digests of one image
-#: beyond that add bytes and no scheduling signal).
-MAX_NAMES_PER_IMAGE = 8
-#: Bounds the CRD schema enforces, so one node cannot make the extender hold millions
-#: of entries (20,000 layers x ~100 bytes is already past the size budget).
-MAX_LAYERS = 20_000
-MAX_IMAGES = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one ``NodeLayerInventory`` may hold: the one place these numbers are written.
+
+    The CRD's OpenAPI schema (:func:`layersched.kube.node_layers_crd`) is generated from
+    :data:`LIMITS`, and :func:`build_document` applies the same object, so the agent never
+    builds an object the API server refuses (a 422 it would retry forever). A test holds
+    the schema to them (tests/unit/test_nodelayers_limits.py)."""
+
+    #: Images per object: one node cannot make the extender hold millions of entries.
+    max_images: int = 5_000
+    #: Distinct layers per object (20,000 x ~100 bytes is already past the size budget).
+    max_layers: int = 20_000
+    #: Layers per image: OCI allows any number; 1,000 is far past real images (~127 at
+    #: most under overlayfs's lower-dir limit).
+    max_layers_per_image: int = 1_000
+    #: Names kept per image (kubelet keeps 5 in status.images; more tags and digests of one
+    #: image add bytes and no scheduling signal). Names past it are left out silently.
+    max_names_per_image: int = 8
+    #: Characters per image name: a valid reference is at most 255 (repository) + 1 + 128
+    #: (tag), or + 1 + 71 (a sha256 digest), so 512 leaves room for any real name.
+    max_name_chars: int = 512
+    #: Bytes per layer, 1 TiB: far past any real layer, and it keeps sums in int64: one
+    #: object's 20,000 layers add up to under 2^55, 2^8 times short of overflowing (two
+    #: 2^62-byte layers already wrap a numpy int64 sum negative).
+    max_layer_size_bytes: int = 2**40
+    #: Characters of ``runtime`` (name://version, as the runtime reports it).
+    max_runtime_chars: int = 128
+
+
+#: The CRD's limits (see :class:`Limits`).
+LIMITS = Limits()
+
+#: Why an image was left out of the object (the keys of ``omittedByReason``).
+OMIT_LAYER_COUNT = "layerCount"  # more than max_layers_per_image layers
+OMIT_NAME_LENGTH = "nameLength"  # a name longer than max_name_chars
+OMIT_DIGEST = "digest"  # its digest, or a layer's, is not a digest
+OMIT_LAYER_SIZE = "layerSize"  # a layer past max_layer_size_bytes (or negative)
+OMIT_IMAGE_COUNT = "imageCount"  # past max_images: the smallest go
+OMIT_LAYER_TABLE = "layerTable"  # its layers would take the node past max_layers
+OMIT_OBJECT_SIZE = "objectSize"  # past the object's byte budget: the smallest go
+OMIT_REASONS = (
+    OMIT_LAYER_COUNT,
+    OMIT_NAME_LENGTH,
+    OMIT_DIGEST,
+    OMIT_LAYER_SIZE,
+    OMIT_IMAGE_COUNT,
+    OMIT_LAYER_TABLE,
+    OMIT_OBJECT_SIZE,
+)
+#: A hostile name or digest is shown this long at most (in Omission.detail and logs).
+SHOWN_CHARS = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +145,61 @@ def _encoded_bytes(document: Mapping[str, Any]) -> int:
     return len(json.dumps(document, separators=(",", ":")).encode())
 
 
-def _body(images: Sequence[HeldImage]) -> dict[str, Any]:
+def shown(text: str, max_chars: int = SHOWN_CHARS) -> str:
+    """``text`` cut for a message: a hostile name or digest can be megabytes long."""
+    return text if len(text) <= max_chars else f"{text[:max_chars]}… ({len(text)} chars)"
+
+
+@dataclass(frozen=True, slots=True)
+class Omission:
+    """An image left out of the object, and why."""
+
+    #: The image's first name (or its digest when it has none), cut for display.
+    image: str
+    digest: str
+    #: One of :data:`OMIT_REASONS`.
+    reason: str
+    #: What exactly broke the limit, for the agent's log.
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltDocument:
+    """A built object and the images it leaves out."""
+
+    document: dict[str, Any]
+    omitted: tuple[Omission, ...]
+
+
+def _omission(image: HeldImage, reason: str, detail: str) -> Omission:
+    label = image.names[0] if image.names else image.digest
+    return Omission(shown(label), shown(image.digest), reason, detail)
+
+
+def _violation(image: HeldImage, limits: Limits) -> Omission | None:
+    """The first of the CRD's per-image limits ``image`` breaks, if any."""
+    if len(image.layers) > limits.max_layers_per_image:
+        detail = f"{len(image.layers)} layers, more than {limits.max_layers_per_image}"
+        return _omission(image, OMIT_LAYER_COUNT, detail)
+    for name in image.names[: limits.max_names_per_image]:
+        if len(name) > limits.max_name_chars:
+            detail = f"a name of {len(name)} characters, more than {limits.max_name_chars}"
+            return _omission(image, OMIT_NAME_LENGTH, detail)
+    if not is_digest(image.digest):
+        return _omission(image, OMIT_DIGEST, f"{shown(image.digest)!r} is not a digest")
+    for layer in image.layers:
+        if not is_digest(layer.digest):
+            return _omission(image, OMIT_DIGEST, f"layer {shown(layer.digest)!r} is not a digest")
+        if not 0 <= layer.size_bytes <= limits.max_layer_size_bytes:
+            detail = (
+                f"layer {shown(layer.digest)} of {layer.size_bytes} bytes, outside 0.."
+                f"{limits.max_layer_size_bytes}"
+            )
+            return _omission(image, OMIT_LAYER_SIZE, detail)
+    return None
+
+
+def _body(images: Sequence[HeldImage], limits: Limits) -> dict[str, Any]:
     table: dict[str, int] = {}
     layers: list[dict[str, Any]] = []
     entries: list[dict[str, Any]] = []
@@ -109,7 +213,7 @@ def _body(images: Sequence[HeldImage]) -> dict[str, Any]:
             indexes.append(index)
         entries.append(
             {
-                "names": list(image.names[:MAX_NAMES_PER_IMAGE]),
+                "names": list(image.names[: limits.max_names_per_image]),
                 "digest": image.digest,
                 "layers": indexes,
             }
@@ -130,6 +234,34 @@ def _ordered(images: Iterable[HeldImage]) -> list[HeldImage]:
     return sorted(unique.values(), key=lambda i: (-i.size_bytes, i.digest))
 
 
+def _within_limits(
+    images: Iterable[HeldImage], limits: Limits
+) -> tuple[list[HeldImage], list[Omission]]:
+    """The images the CRD accepts, largest first, and the ones left out (why)."""
+    omitted: list[Omission] = []
+    ordered: list[HeldImage] = []
+    for image in _ordered(images):  # records of one manifest merged, then checked
+        violation = _violation(image, limits)
+        if violation is None:
+            ordered.append(image)
+        else:
+            omitted.append(violation)
+    for image in ordered[limits.max_images :]:
+        detail = f"the {limits.max_images} largest images are kept"
+        omitted.append(_omission(image, OMIT_IMAGE_COUNT, detail))
+    kept: list[HeldImage] = []
+    table: set[str] = set()
+    for image in ordered[: limits.max_images]:
+        new = {layer.digest for layer in image.layers} - table
+        if len(table) + len(new) > limits.max_layers:
+            detail = f"its layers would take the node past {limits.max_layers} distinct layers"
+            omitted.append(_omission(image, OMIT_LAYER_TABLE, detail))
+            continue
+        table |= new
+        kept.append(image)
+    return kept, omitted
+
+
 def build_document(
     node: str,
     images: Iterable[HeldImage],
@@ -138,25 +270,57 @@ def build_document(
     source: str,
     observed_at: datetime | None = None,
     max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+    limits: Limits = LIMITS,
 ) -> dict[str, Any]:
-    """The ``NodeLayerInventory`` object for ``node`` (for a server-side apply).
+    """The ``NodeLayerInventory`` object for ``node`` (for a server-side apply); see
+    :func:`build_inventory`."""
+    return build_inventory(
+        node,
+        images,
+        runtime=runtime,
+        source=source,
+        observed_at=observed_at,
+        max_object_bytes=max_object_bytes,
+        limits=limits,
+    ).document
 
-    Past ``max_object_bytes`` the smallest images are dropped (halving the cut until it
-    fits) and ``truncated`` is set; ``omittedImages`` says how many.
+
+def build_inventory(
+    node: str,
+    images: Iterable[HeldImage],
+    *,
+    runtime: str,
+    source: str,
+    observed_at: datetime | None = None,
+    max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+    limits: Limits = LIMITS,
+) -> BuiltDocument:
+    """The ``NodeLayerInventory`` object for ``node``, within the CRD's ``limits``, and
+    the images it leaves out.
+
+    An image that breaks a per-image limit (too many layers, a name too long, a digest
+    that is not one, a layer past the size cap) is left out; of the rest the largest
+    ``max_images`` are kept, then as many as the distinct-layer cap allows. Past
+    ``max_object_bytes`` the smallest images are dropped (halving the cut until it
+    fits). ``truncated`` is set when anything was left out, ``omittedImages`` says how
+    many and ``omittedByReason`` why.
     """
     if not node:
         raise InputError("node name is empty: give the node a name (--node-name)")
     if source not in SOURCES:
         raise InputError(f"layer source {source!r}: expected one of {', '.join(SOURCES)}")
-    ordered = _ordered(images)
-    kept = len(ordered)
-    body = _body(ordered)
-    document = _document(node, body, runtime, source, observed_at, omitted=0)
-    while _encoded_bytes(document) > max_object_bytes and kept > 0:
-        kept = kept // 2 if kept > 1 else 0
-        body = _body(ordered[:kept])
-        document = _document(node, body, runtime, source, observed_at, len(ordered) - kept)
-    return document
+    runtime = runtime[: limits.max_runtime_chars]
+    kept, omitted = _within_limits(images, limits)
+    cut = len(kept)
+    document = _document(node, _body(kept, limits), runtime, source, observed_at, omitted)
+    dropped: list[Omission] = []
+    while _encoded_bytes(document) > max_object_bytes and cut > 0:
+        cut = cut // 2 if cut > 1 else 0
+        detail = f"the object stays under {max_object_bytes} bytes"
+        dropped = [_omission(image, OMIT_OBJECT_SIZE, detail) for image in kept[cut:]]
+        body = _body(kept[:cut], limits)
+        document = _document(node, body, runtime, source, observed_at, [*omitted, *dropped])
+    return BuiltDocument(document, (*omitted, *dropped))
 
 
 def _document(
@@ -165,8 +329,11 @@ def _document(
     runtime: str,
     source: str,
     observed_at: datetime | None,
-    omitted: int,
+    omitted: Sequence[Omission],
 ) -> dict[str, Any]:
+    by_reason: dict[str, int] = {}
+    for omission in omitted:
+        by_reason[omission.reason] = by_reason.get(omission.reason, 0) + 1
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -174,8 +341,9 @@ def _document(
         "runtime": runtime,
         "source": source,
         "observedAt": rfc3339(observed_at or datetime.now(UTC)),
-        "truncated": omitted > 0,
-        "omittedImages": omitted,
+        "truncated": bool(omitted),
+        "omittedImages": len(omitted),
+        "omittedByReason": dict(sorted(by_reason.items())),
         **body,
     }
 
@@ -215,7 +383,7 @@ def parse_document(document: Any, origin: str, pool: dict[str, Layer] | None = N
             raise InputError(f"{lw}: expected {{digest, sizeBytes}}")
         layer = Layer(
             check_digest(raw.get("digest"), f"{lw}.digest"),
-            check_size(raw.get("sizeBytes"), f"{lw}.sizeBytes"),
+            check_size(raw.get("sizeBytes"), f"{lw}.sizeBytes", LIMITS.max_layer_size_bytes),
         )
         if pool is not None:
             shared = pool.setdefault(layer.digest, layer)

@@ -31,6 +31,7 @@ from layersched.agent import DEFAULT_CRIO_STORAGE
 from layersched.core.errors import InputError
 from layersched.deploy._scheduler_config import kubernetes_minor
 from layersched.deploy._stack import (
+    AGENT_HEALTH_ARGS,
     CONTAINERD_SOCKET,
     StackSpec,
     agent_daemonset,
@@ -152,7 +153,7 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
     crio_socket = f"unix://{CRIO_SOCKET_PATH}"
     agent_args = [
         "agent", "--publish", "--node-name", "$(NODE_NAME)",
-        "--crio-storage", target.crio_storage, "--cri", crio_socket,
+        "--crio-storage", target.crio_storage, "--cri", crio_socket, *AGENT_HEALTH_ARGS,
     ]  # fmt: skip
     scheduler_patch = {
         "apiVersion": "apps/v1",

@@ -15,8 +15,9 @@ One namespace (``layersched``) holds the stack:
   account) may also read ``NodeLayerInventory`` objects, which it watches with the
   Nodes (``--watch``, so kube-scheduler sends node names only); the agent may read
   Nodes and write ``NodeLayerInventory`` objects, nothing else;
-* NetworkPolicies: nothing may connect to the agent, and only the scheduler's
-  authenticated metrics port is open on the scheduler pods.
+* NetworkPolicies: nothing may connect to the agent (its kubelet's probes come from the
+  node, which NetworkPolicy always allows), and only the scheduler's authenticated
+  metrics port is open on the scheduler pods.
 
 Pure data: tests check it without a cluster, ``deploy/`` is written from it
 (:mod:`layersched.deploy._tree`) and held equal to it by a test.
@@ -28,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from layersched.agent import LIVEZ_PATH as AGENT_LIVEZ_PATH
+from layersched.agent import READYZ_PATH as AGENT_READYZ_PATH
 from layersched.deploy._rbac import AUTH_READER_NAMESPACE, AUTH_READER_ROLE
 from layersched.deploy._scheduler_config import (
     KUBE_SCHEDULER_CONFIG_V1BETA1,
@@ -369,20 +372,43 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
     }
 
 
+#: The agent's health port (``--health-port``): ``/livez`` (the publish loop goes round)
+#: and ``/readyz`` (a publish succeeded within a resync period and a minute). It listens
+#: on the pod's IP only, where the kubelet probes.
+AGENT_HEALTH_PORT = 8889
+#: The agent's health flags (an overlay that replaces its arguments keeps them).
+AGENT_HEALTH_ARGS = ("--health-host", "$(POD_IP)", "--health-port", str(AGENT_HEALTH_PORT))
+
+
 def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
     """The agent on every node: containerd's socket, nothing else of the host.
 
     It runs as root only because the socket is root's; every capability is dropped
-    and its root filesystem is read-only.
+    and its root filesystem is read-only. Liveness restarts an agent whose loop is stuck;
+    readiness shows (and holds a rolling update on) an agent that cannot publish.
     """
     selector = labels(AGENT_NAME)
     argv = ["agent", "--publish", "--node-name", "$(NODE_NAME)", "--containerd", CONTAINERD_SOCKET]
+    argv += AGENT_HEALTH_ARGS
     container = {
         "name": "agent",
         "image": LAYERSCHED_IMAGE,
         "imagePullPolicy": "IfNotPresent",
         "args": argv,
-        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "env": [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ],
+        "ports": [{"name": "health", "containerPort": AGENT_HEALTH_PORT}],
+        "livenessProbe": {
+            "httpGet": _http_get(AGENT_LIVEZ_PATH, "health"),
+            "periodSeconds": PROBE_PERIOD_S,
+            "failureThreshold": LIVENESS_FAILURES,
+        },
+        "readinessProbe": {
+            "httpGet": _http_get(AGENT_READYZ_PATH, "health"),
+            "periodSeconds": READY_PERIOD_S,
+        },
         "resources": AGENT_RESOURCES,
         "securityContext": restricted(uid=0),
         "volumeMounts": [{"name": "containerd-socket", "mountPath": CONTAINERD_SOCKET}],
@@ -415,6 +441,11 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
 
 def network_policies(spec: StackSpec) -> list[dict[str, Any]]:
     """Ingress: the scheduler's secure metrics port only; nothing to the agent.
+
+    The agent's health port needs no rule: its only client is the kubelet probing from
+    the pod's own node, and traffic from the node a pod runs on is always allowed,
+    whatever the policy (Kubernetes' NetworkPolicy documentation). No other pod may
+    reach it.
 
     Egress stays open: kube-scheduler and the agent call the API server, and the
     extender calls the registries the cluster's images come from.

@@ -1,9 +1,11 @@
 """The ``NodeLayerInventory`` CustomResourceDefinition (apiextensions.k8s.io/v1).
 
 Its structural OpenAPI schema is what the API server validates every object against:
-digests must look like digests, sizes must be non-negative integers, and the lists are
-bounded, so a broken or hostile agent cannot store an object the extender would choke
-on. What the schema cannot say (an image's layer indexes point into ``layers``) the
+digests must look like digests, sizes are integers from 0 to a cap, and the lists and
+strings are bounded, so a broken or hostile agent cannot store an object the extender
+would choke on. Every bound comes from :data:`layersched.core.nodelayers.LIMITS`, the
+same object the agent's builder applies, so the agent never builds an object this schema
+refuses. What the schema cannot say (an image's layer indexes point into ``layers``) the
 extender checks when it reads the object, and ignores the node's object with a warning.
 """
 
@@ -11,33 +13,33 @@ from __future__ import annotations
 
 from typing import Any
 
+from layersched.core.layers import DIGEST_PATTERN
 from layersched.core.nodelayers import (
     GROUP,
     KIND,
+    LIMITS,
     LIST_KIND,
-    MAX_IMAGES,
-    MAX_LAYERS,
-    MAX_NAMES_PER_IMAGE,
+    OMIT_REASONS,
     PLURAL,
     SHORT_NAME,
     SINGULAR,
     SOURCES,
     VERSION,
+    Limits,
 )
 
-#: A layer or manifest digest: algorithm, colon, hex (sha256 and sha512).
-DIGEST_PATTERN = r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$"
-#: An image name as a runtime reports it can be long (a registry, a path, a digest).
-MAX_NAME_CHARS = 512
-#: Layers per image: OCI allows any number; 1,000 is far past real images (~127 max
-#: under overlayfs's lower-dir limit).
-MAX_LAYERS_PER_IMAGE = 1_000
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
 
-def _schema() -> dict[str, Any]:
+def _schema(limits: Limits) -> dict[str, Any]:
     digest = {"type": "string", "pattern": DIGEST_PATTERN}
-    size = {"type": "integer", "format": "int64", "minimum": 0}
+    size = {
+        "type": "integer",
+        "format": "int64",
+        "minimum": 0,
+        "maximum": limits.max_layer_size_bytes,
+    }
+    count = {"type": "integer", "minimum": 0}
     return {
         "type": "object",
         "description": "The images a node's runtime holds and their distinct compressed "
@@ -49,7 +51,7 @@ def _schema() -> dict[str, Any]:
             "metadata": {"type": "object"},
             "runtime": {
                 "type": "string",
-                "maxLength": 128,
+                "maxLength": limits.max_runtime_chars,
                 "description": "The runtime read, as the kubelet names it (containerd://1.6.20).",
             },
             "source": {
@@ -64,12 +66,18 @@ def _schema() -> dict[str, Any]:
             },
             "truncated": {
                 "type": "boolean",
-                "description": "True when the smallest images were left out to bound the size.",
+                "description": "True when images were left out: past a limit of this "
+                "schema, or the smallest ones to bound the object's size.",
             },
-            "omittedImages": {"type": "integer", "minimum": 0},
+            "omittedImages": {**count, "description": "How many images were left out."},
+            "omittedByReason": {
+                "type": "object",
+                "description": "How many images were left out, by why.",
+                "properties": {reason: count for reason in OMIT_REASONS},
+            },
             "layers": {
                 "type": "array",
-                "maxItems": MAX_LAYERS,
+                "maxItems": limits.max_layers,
                 "description": "The node's distinct compressed layers.",
                 "items": {
                     "type": "object",
@@ -79,22 +87,26 @@ def _schema() -> dict[str, Any]:
             },
             "images": {
                 "type": "array",
-                "maxItems": MAX_IMAGES,
+                "maxItems": limits.max_images,
                 "items": {
                     "type": "object",
                     "required": ["digest", "layers"],
                     "properties": {
                         "names": {
                             "type": "array",
-                            "maxItems": MAX_NAMES_PER_IMAGE,
-                            "items": {"type": "string", "maxLength": MAX_NAME_CHARS},
+                            "maxItems": limits.max_names_per_image,
+                            "items": {"type": "string", "maxLength": limits.max_name_chars},
                         },
                         "digest": digest,
                         "layers": {
                             "type": "array",
-                            "maxItems": MAX_LAYERS_PER_IMAGE,
+                            "maxItems": limits.max_layers_per_image,
                             "description": "Indexes into layers, in manifest order.",
-                            "items": {"type": "integer", "minimum": 0, "maximum": MAX_LAYERS - 1},
+                            "items": {
+                                "type": "integer",
+                                "minimum": 0,
+                                "maximum": limits.max_layers - 1,
+                            },
                         },
                     },
                 },
@@ -103,8 +115,8 @@ def _schema() -> dict[str, Any]:
     }
 
 
-def node_layers_crd() -> dict[str, Any]:
-    """The CRD object, ready to create or apply."""
+def node_layers_crd(limits: Limits = LIMITS) -> dict[str, Any]:
+    """The CRD object, ready to create or apply; its schema's bounds are ``limits``."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -128,7 +140,7 @@ def node_layers_crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": _schema()},
+                    "schema": {"openAPIV3Schema": _schema(limits)},
                     "additionalPrinterColumns": [
                         {"name": "Truncated", "type": "boolean", "jsonPath": ".truncated"},
                         {"name": "Source", "type": "string", "jsonPath": ".source"},

@@ -37,6 +37,7 @@ from layersched.core.manifest import (
     select_platform,
     sha256_digest,
 )
+from layersched.core.nodelayers import LIMITS
 from layersched.core.reference import DEFAULT_DOMAIN, ImageReference
 from layersched.registry._addresses import (
     AddressGuard,
@@ -82,12 +83,12 @@ DEFAULT_DEADLINE_S = 30.0
 # The OCI distribution spec asks registries to accept manifests of at least 4 MiB, and
 # distribution refuses bigger ones on push, so nothing bigger is a real image.
 DEFAULT_MAX_MANIFEST_BYTES = 4 * 1024 * 1024
-# Layers one image manifest may list. The NodeLayerInventory CRD allows 1,000 layers per
-# image (layersched.kube's MAX_LAYERS_PER_IMAGE; a test holds the two equal), and the
-# layers of a resolved image are cached: without a cap a 4 MiB manifest could list 36,470
-# layers and cost the caches as much as 36 ordinary images. Real images stop near 127
-# (overlayfs' stacking limit), so 1,000 refuses no image a runtime can pull.
-MAX_LAYERS_PER_MANIFEST = 1_000
+# Layers one image manifest may list: what a NodeLayerInventory may hold per image (the
+# CRD's bound, core.nodelayers.LIMITS). The layers of a resolved image are cached: without
+# a cap a 4 MiB manifest could list 44,617 layers and cost the caches as much as 44
+# ordinary images. Real images stop near 127 (overlayfs' stacking limit), so 1,000
+# refuses no image a runtime can pull.
+MAX_LAYERS_PER_MANIFEST = LIMITS.max_layers_per_image
 # Retries after the first attempt on 429/5xx/connection errors: 3 covers a registry restart.
 DEFAULT_RETRIES = 3
 # Exponential backoff between retries: 0.2 s, 0.4 s, 0.8 s… plus jitter, at most 5 s.

@@ -1,4 +1,9 @@
-"""``layersched agent --publish``: the node agent that keeps a node's NodeLayerInventory."""
+"""``layersched agent --publish``: the node agent that keeps a node's NodeLayerInventory.
+
+This module parses the flags and wires the objects: what to read (the agent's
+:class:`~layersched.agent.NodeImagesReader`), where to publish
+(:class:`~layersched.agent.Publisher`), the change signal, and the health server.
+"""
 
 from __future__ import annotations
 
@@ -6,33 +11,36 @@ import argparse
 import logging
 import signal as signals
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from layersched.agent import (
+    BACKOFF_MAX_S,
     DEFAULT_HEARTBEAT_S,
     DEFAULT_POLL_S,
     DEFAULT_RESYNC_S,
+    AgentHealth,
     ChangeSignal,
     CrioStorageReader,
+    HealthServer,
+    ImageReader,
+    NodeImagesReader,
     Publisher,
-    cri_images,
     publish_loop,
     watch_events,
 )
 from layersched.cli._sources import add_layer_source_options, open_layer_source
 from layersched.containerd import CRI_NAMESPACE, ContainerdClient, ContentStoreReader
 from layersched.core.errors import InputError, LayerschedError
-from layersched.core.layers import LayerSource
 from layersched.core.manifest import Platform
-from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, HeldImage
+from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES
 from layersched.cri import CRIClient
 from layersched.kube import KubeClient, load_config
 
 log = logging.getLogger(__name__)
 
+#: TCP ports run from 1 to 65535.
+PORT_LIMIT = 65536
 #: Smallest periods accepted, so a typo cannot turn the agent into a busy loop.
 MIN_PERIOD_S = 0.1
 #: Below this an object cannot hold even one image of a few layers.
@@ -41,6 +49,16 @@ MIN_OBJECT_BYTES = 4096
 AGENT_REGISTRY_TIMEOUT_S = 10.0
 AGENT_REGISTRY_RETRIES = 2
 AGENT_REGISTRY_DEADLINE_S = 30.0
+#: Where the health endpoint listens once --health-port is given (the deployment passes
+#: the pod's IP, which the kubelet probes).
+DEFAULT_HEALTH_HOST = "127.0.0.1"
+#: /livez fails when the loop has not gone round for its longest wait (a resync period,
+#: or the longest back-off) plus this: every call it makes has a deadline of seconds
+#: (containerd and the CRI 10 s, the API 30 s), so five minutes more is a hang.
+LIVE_GRACE_S = 300.0
+#: /readyz fails when nothing was published for a resync period plus this: a healthy
+#: loop succeeds at least every resync period.
+READY_GRACE_S = 60.0
 
 
 def add_publish_options(p: argparse.ArgumentParser) -> None:
@@ -100,6 +118,19 @@ def add_publish_options(p: argparse.ArgumentParser) -> None:
         help="size budget of the object; past it the smallest images are left out "
         "(default: %(default)s, under etcd's 1.5 MiB request limit)",
     )
+    g.add_argument(
+        "--health-port",
+        type=int,
+        metavar="PORT",
+        help="serve /livez and /readyz on this port (default: no health server)",
+    )
+    g.add_argument(
+        "--health-host",
+        default=DEFAULT_HEALTH_HOST,
+        metavar="ADDRESS",
+        help="address of the health server (default: %(default)s; in a pod, its IP: "
+        "--health-host $(POD_IP) from the downward API)",
+    )
     add_layer_source_options(
         p,
         registry_timeout_s=AGENT_REGISTRY_TIMEOUT_S,
@@ -109,19 +140,14 @@ def add_publish_options(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    if args.containerd is None and args.crio_storage is None and args.cri is None:
-        raise InputError(
-            "--publish needs a runtime to read: --containerd SOCKET (containerd's content "
-            "store), --crio-storage DIR (CRI-O), or --cri ENDPOINT (annotations/registry)"
-        )
-    if args.registry_fallback and args.cri is None:
-        raise InputError("--registry-fallback resolves CRI images: pass --cri ENDPOINT too")
     for name in ("poll_s", "resync_s", "heartbeat_s"):
         if not getattr(args, name) >= MIN_PERIOD_S:
             flag = "--" + name.replace("_", "-")
             raise InputError(f"{flag} {getattr(args, name):g}: use at least {MIN_PERIOD_S} s")
     if args.max_object_bytes < MIN_OBJECT_BYTES:
         raise InputError(f"--max-object-bytes {args.max_object_bytes}: use >= {MIN_OBJECT_BYTES}")
+    if args.health_port is not None and not 0 < args.health_port < PORT_LIMIT:
+        raise InputError(f"--health-port {args.health_port}: use a port from 1 to {PORT_LIMIT - 1}")
 
 
 def _runtime_name(cri: CRIClient | None, args: argparse.Namespace) -> str:
@@ -134,51 +160,33 @@ def _runtime_name(cri: CRIClient | None, args: argparse.Namespace) -> str:
     return "containerd" if args.containerd else "cri-o" if args.crio_storage else "cri"
 
 
-def _reader(
-    content: ContentStoreReader | None,
-    crio: CrioStorageReader | None,
-    cri: CRIClient | None,
-    fallback: LayerSource | None,
-) -> Callable[[], tuple[list[Any], str]]:
-    def read() -> tuple[list[Any], str]:
-        held: list[HeldImage] = []
-        used: list[str] = []
-        problems: dict[str, str] = {}
-        for reader in (content, crio):
-            if reader is not None:
-                held.extend(reader.images())
-                used.append(reader.source if hasattr(reader, "source") else "content-store")
-                problems.update(reader.problems)
-        if cri is not None:
-            more, skipped, ways = cri_images(cri.list_images(), fallback, held)
-            held.extend(more)
-            used.extend(sorted(ways))
-            problems.update(skipped)
-        for name, why in sorted(problems.items()):
-            log.warning("image %s left out: %s", name, why)
-        source = used[0] if len(set(used)) == 1 else "mixed" if used else "content-store"
-        return held, source
-
-    return read
+def _health(args: argparse.Namespace) -> tuple[AgentHealth, HealthServer | None]:
+    health = AgentHealth(
+        live_bound_s=max(args.resync_s, args.poll_s, BACKOFF_MAX_S) + LIVE_GRACE_S,
+        ready_bound_s=args.resync_s + READY_GRACE_S,
+    )
+    if args.health_port is None:
+        return health, None
+    return health, HealthServer(health, args.health_host, args.health_port).start()
 
 
 def run_publish(args: argparse.Namespace) -> int:
     """Publish until SIGTERM/SIGINT (or once, with ``--once``)."""
     _check(args)
-    kube = KubeClient(load_config(args.kubeconfig))
     containerd = (
         ContainerdClient(args.containerd, args.containerd_namespace, args.timeout_s)
         if args.containerd
         else None
     )
-    content = (
-        ContentStoreReader(containerd, Platform.parse(args.platform))
-        if containerd is not None
-        else None
-    )
-    crio = CrioStorageReader(args.crio_storage) if args.crio_storage is not None else None
+    stores: list[ImageReader] = []
+    if containerd is not None:
+        stores.append(ContentStoreReader(containerd, Platform.parse(args.platform)))
+    if args.crio_storage is not None:
+        stores.append(CrioStorageReader(args.crio_storage))
     cri = CRIClient(args.cri, timeout_s=args.timeout_s) if args.cri else None
     fallback = open_layer_source(args, cached=True) if args.registry_fallback else None
+    reader = NodeImagesReader(stores, cri, fallback)
+    kube = KubeClient(load_config(args.kubeconfig))
     publisher = Publisher(
         kube,
         args.node_name,
@@ -193,9 +201,12 @@ def run_publish(args: argparse.Namespace) -> int:
         signal.stopped.set()
         signal.set()
 
+    health: AgentHealth | None = None
+    server: HealthServer | None = None
     try:
+        if not args.once:
+            health, server = _health(args)
         publisher.adopt_published()
-        read = _reader(content, crio, cri, fallback)
         if not args.once:
             signals.signal(signals.SIGTERM, stop)
             signals.signal(signals.SIGINT, stop)
@@ -211,8 +222,12 @@ def run_publish(args: argparse.Namespace) -> int:
                 threading.Thread(
                     target=_poll, args=(signal, args.poll_s), name="poll", daemon=True
                 ).start()
-        publish_loop(read, publisher, signal, resync_s=args.resync_s, once=args.once)
+        publish_loop(
+            reader.read, publisher, signal, resync_s=args.resync_s, once=args.once, health=health
+        )
     finally:
+        if server is not None:
+            server.close()
         for client in (kube, containerd, cri):
             if client is not None:
                 client.close()

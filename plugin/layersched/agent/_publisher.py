@@ -8,6 +8,10 @@ jitter; reading goes on meanwhile and the newest state is applied when the API i
 
 The object is owned by the Node (an ownerReference), so deleting a Node deletes its
 layers, and a restarted agent re-applies the same object: nothing is duplicated.
+
+The object is built within the CRD's limits (:func:`layersched.core.nodelayers.build_inventory`):
+an image past them is left out, and logged once when it first is, not on every resync.
+The loop reports to :class:`~layersched.agent._health.AgentHealth` for the probes.
 """
 
 from __future__ import annotations
@@ -16,13 +20,21 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from layersched.agent._health import AgentHealth
+from layersched.agent._readers import NodeRead
 from layersched.core.errors import KubeError, LayerschedError
-from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, build_document, content_hash
-from layersched.kube import HTTP_NOT_FOUND, KubeClient, node_layers_path
+from layersched.core.nodelayers import (
+    DEFAULT_MAX_OBJECT_BYTES,
+    HeldImage,
+    Omission,
+    build_inventory,
+    content_hash,
+)
+from layersched.kube import HTTP_NOT_FOUND, node_layers_path
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +52,18 @@ DEFAULT_HEARTBEAT_S = 600.0
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 BACKOFF_JITTER = 0.2
+#: The API server's answer to an object its CRD's schema refuses.
+HTTP_UNPROCESSABLE = 422
+
+
+class NodeLayersApi(Protocol):
+    """What the publisher needs of the API (``layersched.kube.KubeClient`` fits)."""
+
+    def get(self, path: str) -> dict[str, Any]: ...
+
+    def apply(
+        self, path: str, document: Mapping[str, Any], field_manager: str, *, force: bool = ...
+    ) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -69,7 +93,8 @@ class PublishStats:
     api_failures: int = 0
     last_hash: str = ""
     last_applied_at: float = 0.0
-    skipped: dict[str, str] = field(default_factory=dict)
+    #: Images the last built object left out (the CRD's limits, the size budget).
+    omitted: tuple[Omission, ...] = field(default_factory=tuple)
 
 
 class Publisher:
@@ -77,7 +102,7 @@ class Publisher:
 
     def __init__(
         self,
-        kube: KubeClient,
+        kube: NodeLayersApi,
         node: str,
         *,
         runtime: str,
@@ -91,6 +116,7 @@ class Publisher:
         self.max_object_bytes = max_object_bytes
         self.stats = PublishStats()
         self._owner: dict[str, Any] | None = None
+        self._reported: set[tuple[str, str]] = set()
 
     def _owner_reference(self) -> dict[str, Any] | None:
         if self._owner is None:
@@ -118,7 +144,7 @@ class Publisher:
         if not self.stats.last_applied_at:  # at start: the heartbeat counts from now
             self.stats.last_applied_at = time.monotonic()
 
-    def publish(self, images: list[Any], source: str, *, verify: bool = False) -> bool:
+    def publish(self, images: Sequence[HeldImage], source: str, *, verify: bool = False) -> bool:
         """Apply the object for ``images`` if it changed; True when applied.
 
         ``verify`` first reads what the API holds, so that an object deleted or altered
@@ -126,13 +152,15 @@ class Publisher:
         if verify:
             self.stats.last_hash = ""
             self.adopt_published()
-        document = build_document(
+        built = build_inventory(
             self.node,
             images,
             runtime=self.runtime,
             source=source,
             max_object_bytes=self.max_object_bytes,
         )
+        self._report(built.omitted)
+        document = built.document
         digest = content_hash(document)
         due = time.monotonic() - self.stats.last_applied_at >= self.heartbeat_s
         if digest == self.stats.last_hash and not due:
@@ -145,21 +173,31 @@ class Publisher:
         self.stats.applies += 1
         self.stats.last_hash = digest
         self.stats.last_applied_at = time.monotonic()
-        if document["truncated"]:
-            log.warning(
-                "node %s: %d images left out to stay under %d bytes",
-                self.node,
-                document["omittedImages"],
-                self.max_object_bytes,
-            )
         log.info(
-            "node %s: applied %d images, %d distinct layers (%s)",
+            "node %s: applied %d images, %d distinct layers (%s)%s",
             self.node,
             len(document["images"]),
             len(document["layers"]),
             source,
+            f", {document['omittedImages']} left out" if document["truncated"] else "",
         )
         return True
+
+    def _report(self, omitted: tuple[Omission, ...]) -> None:
+        """Log each image left out once, when it first is (not on every resync)."""
+        self.stats.omitted = omitted
+        current = {(o.digest, o.reason) for o in omitted}
+        for omission in omitted:
+            if (omission.digest, omission.reason) not in self._reported:
+                log.warning(
+                    "node %s: image %s (%s) left out of the NodeLayerInventory (%s): %s",
+                    self.node,
+                    omission.image,
+                    omission.digest,
+                    omission.reason,
+                    omission.detail,
+                )
+        self._reported = current  # one that goes away and comes back is logged again
 
 
 class ChangeSignal:
@@ -200,43 +238,71 @@ def watch_events(events: Callable[[], Iterator[str]], signal: ChangeSignal, poll
 
 
 def publish_loop(
-    read: Callable[[], tuple[list[Any], str]],
+    read: Callable[[], NodeRead],
     publisher: Publisher,
     signal: ChangeSignal,
     *,
     resync_s: float = DEFAULT_RESYNC_S,
     once: bool = False,
+    health: AgentHealth | None = None,
 ) -> None:
     """Read and publish now, then after every change signal (debounced) or resync; a
-    resync also checks the object in the API against what the agent last applied."""
+    resync also checks the object in the API against what the agent last applied.
+    ``health`` hears of every round, success and failure (the agent's probes)."""
     backoff = Backoff()
     verify = False
-    while not signal.stopped.is_set():
-        try:
-            images, source = read()
-            publisher.stats.reads += 1
-            publisher.publish(images, source, verify=verify)
-            backoff.reset()
-        except KubeError as err:
-            publisher.stats.api_failures += 1
-            pause_s = backoff.next_s()
-            log.warning("publishing node %s: %s: retrying in %.1f s", publisher.node, err, pause_s)
+    try:
+        while not signal.stopped.is_set():
+            if health is not None:
+                health.tick()
+            try:
+                node = read()
+                publisher.stats.reads += 1
+                publisher.publish(node.images, node.source, verify=verify)
+                backoff.reset()
+            except KubeError as err:
+                publisher.stats.api_failures += 1
+                if health is not None:
+                    health.failed(f"publishing: {err}")
+                pause_s = backoff.next_s()
+                _log_api_failure(publisher.node, err, pause_s)
+                if once:
+                    raise
+                signal.stopped.wait(pause_s)
+                continue
+            except LayerschedError as err:
+                if health is not None:
+                    health.failed(f"reading the runtime: {err}")
+                pause_s = backoff.next_s()
+                log.warning(
+                    "reading node %s's images: %s: retrying in %.1f s", publisher.node, err, pause_s
+                )
+                if once:
+                    raise
+                signal.stopped.wait(pause_s)
+                continue
+            if health is not None:
+                health.succeeded()
             if once:
-                raise
-            signal.stopped.wait(pause_s)
-            continue
-        except LayerschedError as err:
-            pause_s = backoff.next_s()
-            log.warning(
-                "reading node %s's images: %s: retrying in %.1f s", publisher.node, err, pause_s
-            )
-            if once:
-                raise
-            signal.stopped.wait(pause_s)
-            continue
-        if once:
-            return
-        changed = signal.wait(resync_s)
-        verify = not changed
-        if changed:
-            signal.stopped.wait(DEBOUNCE_S)
+                return
+            changed = signal.wait(resync_s)
+            verify = not changed
+            if changed:
+                signal.stopped.wait(DEBOUNCE_S)
+    finally:
+        if health is not None:
+            health.stopped()
+
+
+def _log_api_failure(node: str, err: KubeError, pause_s: float) -> None:
+    if err.status == HTTP_UNPROCESSABLE:
+        log.error(
+            "publishing node %s: the API refused the object: %s: is the CRD installed the "
+            "one this agent was built with? apply this version's deploy/crd.yaml "
+            "(`layersched inventory manifests`); retrying in %.1f s",
+            node,
+            err,
+            pause_s,
+        )
+        return
+    log.warning("publishing node %s: %s: retrying in %.1f s", node, err, pause_s)

@@ -8,8 +8,8 @@ export DRIVER
 
 .PHONY: help venv kubernetes containerd lint unit integration infra e2e test ci-fresh bench bench-scheduler testbed testbed-down simulate proto clean
 
-help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+help: ## List the targets, what they write and how long they last took
+	@python3 scripts/help.py
 
 venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI: .venv/bin/layersched)
 
@@ -42,19 +42,19 @@ test: lint unit integration infra e2e ## Everything CI runs: lint, unit, integra
 ci-fresh: ## Rehearse CI on a fresh machine: clone HEAD, empty caches, new venv, .ci/run
 	@scripts/ci-fresh.sh
 
-bench: venv ## Benchmarks; results in bench/results/
+bench: venv ## The extender's benchmarks (latency, memory, watch) {last: bench/results/extender.json#run_time_s}
 	@scripts/bench.sh
 
-bench-scheduler: venv ## Real kube-scheduler throughput, 500 and 5,000 fake nodes (root, ~25 min)
+bench-scheduler: venv ## Real kube-scheduler throughput, 500 and 5,000 fake nodes (root) {last: bench/results/scheduler.json#run_time_s}
 	@scripts/bench-scheduler.sh
 
-testbed: venv ## Bring up the $(DRIVER) testbed, push scenario images, run the scenario, print the table
+testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table {last: reports/scenario.json#run_time_s}
 	@scripts/testbed.sh up
 
-testbed-down: venv ## Tear the $(DRIVER) testbed down (safe to run twice)
+testbed-down: venv ## DRIVER=local (default), kind or cloud: tear the testbed down (safe to run twice)
 	@scripts/testbed.sh down
 
-simulate: venv ## Scale simulation (under 5 min): reports/simulation.json, plots, README/doc results
+simulate: venv ## Scale simulation: plots, README/doc results {last: reports/simulation.json#run_time_s}
 	@scripts/simulate.sh
 
 proto: venv ## Regenerate the gRPC message code: CRI (cri/api.proto) and containerd (containerd/protos/)

@@ -214,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     console = Console(stderr=True)
+    run_started = time.monotonic()
 
     load = workload(IMAGES)
     pods = load.pods(PODS)
@@ -307,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["full_nodes_500"] = full
 
     results["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    results["run_time_s"] = round(time.monotonic() - run_started, 1)  # for `make help`
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     _print(console, results)

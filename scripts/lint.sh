@@ -5,8 +5,8 @@ set -o errexit -o nounset -o pipefail
 bin=${VENV:-.venv}/bin
 started=$SECONDS
 lint() {
-  echo "== ruff"; "$bin/ruff" check plugin tests bench infra playbooks/tools
-  echo "== ruff format"; "$bin/ruff" format --check plugin tests bench infra playbooks/tools
+  echo "== ruff"; "$bin/ruff" check plugin tests bench infra playbooks/tools scripts
+  echo "== ruff format"; "$bin/ruff" format --check plugin tests bench infra playbooks/tools scripts
   echo "== mypy --strict"; "$bin/mypy"
   echo "== import-linter"; "$bin/lint-imports"
   if [ -d playbooks ] && compgen -G "playbooks/*.yml" >/dev/null; then

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
     if args.from_report:
         report = read_report(out)
     else:
+        started = time.monotonic()
         report = _simulate(args, console)
+        report["run_time_s"] = round(time.monotonic() - started, 1)  # for `make help`
         write_report(report, out)
         console.print(f"report: {out}")
     if not args.no_plots and (report["settings"] or report.get("scale")):

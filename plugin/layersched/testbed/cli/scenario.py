@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,15 +167,20 @@ def run(args: argparse.Namespace) -> int:
         generated.read_block(target, BLOCK)  # a missing marker fails now, not after the run
     sizes = layer_sizes(args.size)
     console = Console(stderr=True)
+    started = time.monotonic()
     testbed = (_cloud if args.driver == CLOUD else _local)(args, sizes, console)
     try:
-        return _run(args, testbed, strategies, console)
+        return _run(args, testbed, strategies, console, started)
     finally:
         testbed.backend.close()
 
 
 def _run(
-    args: argparse.Namespace, testbed: _Testbed, strategies: list[str], console: Console
+    args: argparse.Namespace,
+    testbed: _Testbed,
+    strategies: list[str],
+    console: Console,
+    started: float,
 ) -> int:
     backend, images = testbed.backend, testbed.images
     driver = ClusterDriver(testbed.kubeconfig, backend, (images.img1, images.img2))
@@ -211,6 +217,7 @@ def _run(
     )
     # Proof that the real kube-scheduler called the extender: its own request counter.
     doc["extender_prioritize_requests"] = extender_after - extender_before
+    doc["run_time_s"] = round(time.monotonic() - started, 1)  # images and trials: `make help`
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     png = args.report.with_suffix(".png")

@@ -1,0 +1,45 @@
+"""`make help` says what each target does, what it writes and how long it last took."""
+
+from __future__ import annotations
+
+import json
+import re
+import runpy
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _help(capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(REPO / "scripts" / "help.py"), run_name="__main__")
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_every_target_is_listed_aligned_and_without_make_syntax(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = _help(capsys)
+    targets = re.findall(r"^([a-zA-Z_-]+):[^#\n]*## ", (REPO / "Makefile").read_text(), re.M)
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == targets
+    # one column for the texts, however long a target's name (bench-scheduler once broke it)
+    starts = {len(line) - len(line.lstrip()[len(line.split()[0]) :].lstrip()) for line in lines}
+    assert len(starts) == 1, out
+    assert "$(" not in out and "{last:" not in out, out
+
+
+def test_measured_durations_come_from_the_results_files(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = _help(capsys)
+    line = next(line for line in out.splitlines() if line.split()[0] == "bench-scheduler")
+    recorded = json.loads((REPO / "bench/results/scheduler.json").read_text()).get("run_time_s")
+    if recorded is None:
+        assert "no run recorded yet" in line
+    else:
+        minutes = round(float(recorded) / 60)
+        assert f"bench/results/scheduler.json, last run {minutes} min" in line

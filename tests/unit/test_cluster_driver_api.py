@@ -204,3 +204,62 @@ def test_reset_deletes_the_scenario_pods_and_empties_the_workers(api: StandInApi
     # p1 was waited for until the API no longer had it; p2 was gone already
     assert [r.path for r in api.sent("GET") if "/pods/" in r.path] == [pod_path(NS, "p1")]
     assert [a[1] for a in backend.asked] == [("w1", (IMAGE,), NS), ("w2", (IMAGE,), NS)]
+
+
+def _terminating(*states: str) -> dict[str, Any]:
+    """A deleted pod the API still holds, its containers in these states."""
+    return {
+        "metadata": {"name": "p1", "deletionTimestamp": "2026-11-24T00:00:00Z"},
+        "status": {
+            "containerStatuses": [{"name": f"c{i}", "state": {s: {}}} for i, s in enumerate(states)]
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    "states",
+    [
+        # kubelet 1.20 keeps a deleted pod until the once-a-minute collector removes its
+        # sandbox: once every container has terminated the driver stops waiting for that
+        ("terminated",),
+        ("terminated", "terminated"),
+        # a container still running is waited for (here past the timeout: then forced too)
+        ("terminated", "running"),
+    ],
+    ids=["stopped", "all-stopped", "one-running"],
+)
+def test_a_deleted_pod_whose_containers_stopped_is_not_waited_for(
+    states: tuple[str, ...], api: StandInApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("layersched.testbed.cluster.driver.DELETE_TIMEOUT_S", 2.0)
+    deleted: list[str] = []
+
+    def delete(request: Request) -> Answer:
+        deleted.append(request.query["gracePeriodSeconds"])
+        return ok({})
+
+    def get(request: Request) -> Answer:
+        # gone only after the forced deletion
+        if "0" in deleted:
+            return status(404, "NotFound", "pods not found")
+        return ok(_terminating(*states))
+
+    api.route("DELETE", pod_path(NS, "p1"), delete)
+    api.route("GET", pod_path(NS, "p1"), get)
+    _driver(api).delete_by_name("p1")
+    assert deleted == ["1", "0"]
+    polls = api.sent("GET", pod_path(NS, "p1"))
+    if "running" not in states:
+        assert len(polls) <= 2  # seen stopped at once, forced, gone: no minute-long wait
+
+
+def test_a_pod_gone_after_its_graceful_deletion_is_not_forced(api: StandInApi) -> None:
+    deleted: list[str] = []
+
+    def delete(request: Request) -> Answer:
+        deleted.append(request.query["gracePeriodSeconds"])
+        return ok({})
+
+    api.route("DELETE", pod_path(NS, "p1"), delete)  # then GET answers 404: gone
+    _driver(api).delete_by_name("p1")
+    assert deleted == ["1"]

@@ -12,6 +12,7 @@ from layersched.core.errors import InputError
 from layersched.testbed.local._cluster import RegistryAccessLog
 from layersched.testbed.report import link_optimum_s, plot, print_table
 from layersched.testbed.scenario import (
+    PHASES,
     Placement,
     Pull,
     ScenarioImages,
@@ -148,3 +149,18 @@ def test_run_scenario_needs_a_trial(trials: int) -> None:
     images = ScenarioImages("img1", "img2", {})
     with pytest.raises(InputError, match="at least 1 trial"):
         run_scenario(_ScriptedDriver(), images, ["layer-locality"], trials)
+
+
+def test_every_step_of_a_trial_is_timed_and_the_report_sums_them() -> None:
+    # where a trial's time goes: the report sums each step over every trial
+    driver = _ScriptedDriver()
+    images = ScenarioImages("r/img1:v1", "r/img2:v1", {"L1": ("sha256:" + "1" * 64, 1)})
+    trials = [run_trial(driver, images, "layer-locality") for _ in range(3)]
+    for trial in trials:
+        assert list(trial.phase_s) == list(PHASES)
+        assert all(seconds >= 0 for seconds in trial.phase_s.values())
+    doc = report("local", 20_000_000, images, {"layer-locality": trials})
+    assert list(doc["phases_s"]) == list(PHASES)
+    for phase in PHASES:
+        total = sum(trial.phase_s[phase] for trial in trials)
+        assert doc["phases_s"][phase]["total"] == round(total, 1)

@@ -14,7 +14,9 @@ module only sequences the steps and shapes the report
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +26,9 @@ from layersched.core.errors import InputError
 P1 = "P1"
 P2 = "P2"
 P1_AGAIN = "P1-again"
+#: The steps of a trial, timed in :attr:`Trial.phase_s`.
+RESET, DELETE_P2, SETTLE = "reset", "delete P2", "settle"
+PHASES = (RESET, P1, P2, DELETE_P2, SETTLE, P1_AGAIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,8 @@ class Trial:
     status_lag_s: dict[str, float] = field(default_factory=dict)
     #: Seconds from a pull to the extender's live inventory listing the image, per pod.
     inventory_lag_s: dict[str, float] = field(default_factory=dict)
+    #: Wall-clock seconds of each step of the trial (:data:`PHASES`): where time goes.
+    phase_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,24 +110,46 @@ def _record(trial: Trial, pod: str, placed: Placement) -> None:
 
 
 def run_trial(driver: Driver, images: ScenarioImages, strategy: str) -> Trial:
-    """The four steps, once, from empty caches."""
-    driver.reset()
+    """The four steps, once, from empty caches (each step timed)."""
     trial = Trial()
+    clock = _PhaseClock(trial)
+    with clock.phase(RESET):
+        driver.reset()
     for pod, image in ((P1, images.img1), (P2, images.img2)):
-        _record(trial, pod, driver.schedule(pod, image, strategy))
-    driver.delete(P2)
-    # P1-again must be scored against a node that shows what P2 left behind.
-    lag_s = driver.settle(P2)
-    if lag_s is not None:
-        trial.status_lag_s[P2] = lag_s
-    inventory_lag = getattr(driver, "inventory_lag", None)
-    inventory_lag_s = inventory_lag(P2) if inventory_lag is not None else None
-    if inventory_lag_s is not None:
-        trial.inventory_lag_s[P2] = inventory_lag_s
-    again = driver.schedule(P1_AGAIN, images.img1, strategy)
+        with clock.phase(pod):
+            _record(trial, pod, driver.schedule(pod, image, strategy))
+    with clock.phase(DELETE_P2):
+        driver.delete(P2)
+    with clock.phase(SETTLE):
+        # P1-again must be scored against a node that shows what P2 left behind.
+        lag_s = driver.settle(P2)
+        if lag_s is not None:
+            trial.status_lag_s[P2] = lag_s
+        inventory_lag = getattr(driver, "inventory_lag", None)
+        inventory_lag_s = inventory_lag(P2) if inventory_lag is not None else None
+        if inventory_lag_s is not None:
+            trial.inventory_lag_s[P2] = inventory_lag_s
+    with clock.phase(P1_AGAIN):
+        again = driver.schedule(P1_AGAIN, images.img1, strategy)
     _record(trial, P1_AGAIN, again)
     trial.scores_t3 = dict(again.scores)
     return trial
+
+
+class _PhaseClock:
+    """Times the steps of one trial into its ``phase_s``."""
+
+    def __init__(self, trial: Trial, clock: Callable[[], float] = time.monotonic) -> None:
+        self._trial = trial
+        self._clock = clock
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = self._clock()
+        try:
+            yield
+        finally:
+            self._trial.phase_s[name] = round(self._clock() - started, 2)
 
 
 def report(
@@ -175,6 +204,16 @@ def report(
                 "mean": round(sum(lags) / len(lags), 2),
                 "max": max(lags),
             }
+    every = [t for runs in trials.values() for t in runs]
+    if any(t.phase_s for t in every):
+        # where the trials' time went: per step, summed over every trial, and the mean
+        doc["phases_s"] = {
+            phase: {
+                "total": round(sum(t.phase_s.get(phase, 0.0) for t in every), 1),
+                "mean": round(sum(t.phase_s.get(phase, 0.0) for t in every) / len(every), 2),
+            }
+            for phase in PHASES
+        }
     return doc
 
 

@@ -501,31 +501,61 @@ class ClusterDriver:
     def delete_by_name(self, name: str) -> None:
         """Delete the pod called ``name`` and wait until it is gone.
 
-        A short grace period, not 0: with 0 the API forgets the pod at once while its
-        kubelet is still stopping it; with a grace period the pod is gone only once the
-        kubelet reports its containers stopped (the scenario image exits on SIGTERM).
-        A kubelet that has not confirmed within ``DELETE_TIMEOUT_S`` (seen once in 30
-        deletions here: kubelet 1.20 took 80 s to stop a container) gets a forced
-        deletion, logged, so that one slow kubelet does not fail the whole run.
+        A short grace period first, not 0: with 0 the API forgets the pod at once while its
+        kubelet is still stopping it. But kubelet 1.20 keeps a deleted pod in the API until
+        its containers *and sandbox* are removed (``PodResourcesAreReclaimed``), and only the
+        container garbage collector removes sandboxes, once a minute (``ContainerGCPeriod``,
+        not configurable): so a graceful deletion took up to 60 s, every time. Once every
+        container of the pod reports terminated, the pod holds no resources any more and
+        what is left is that wait: the pod is then deleted with no grace period, and the
+        collector removes its sandbox later. A kubelet that has not stopped the containers
+        within ``DELETE_TIMEOUT_S`` also gets a forced deletion, logged.
         """
-        for grace_s in (DELETE_GRACE_S, 0):
-            try:
-                if not self._kube.delete(pod_path(self.namespace, name), grace_period_s=grace_s):
-                    return  # already gone
-            except KubeError as err:
-                raise TestbedError(f"deleting pod {name}: {err}") from err
-            try:
-                wait_for(lambda: self._check_gone(name), DELETE_TIMEOUT_S)
-            except NotYet:
-                if grace_s == 0:
-                    raise
-                log.warning(
-                    "pod %s still terminating after %.0f s: deleting it with no grace period",
-                    name,
-                    DELETE_TIMEOUT_S,
-                )
-            else:
-                return
+        path = pod_path(self.namespace, name)
+        try:
+            if not self._kube.delete(path, grace_period_s=DELETE_GRACE_S):
+                return  # already gone
+        except KubeError as err:
+            raise TestbedError(f"deleting pod {name}: {err}") from err
+        try:
+            stopped = wait_for(lambda: self._check_stopped(name), DELETE_TIMEOUT_S)
+        except NotYet:
+            log.warning(
+                "pod %s: containers still running %.0f s after its deletion: deleting it "
+                "with no grace period",
+                name,
+                DELETE_TIMEOUT_S,
+            )
+            stopped = False
+        if stopped:
+            return  # gone already (its sandbox was collected meanwhile)
+        try:
+            self._kube.delete(path, grace_period_s=0)
+        except KubeError as err:
+            raise TestbedError(f"deleting pod {name} with no grace period: {err}") from err
+        wait_for(lambda: self._check_gone(name), DELETE_TIMEOUT_S)
+
+    def _check_stopped(self, name: str) -> bool:
+        """True when the pod is gone, False when it is still there but every one of its
+        containers has terminated; NotYet while a container still runs."""
+        try:
+            pod = self._kube.get(pod_path(self.namespace, name))
+        except KubeError as err:
+            if err.status == HTTP_NOT_FOUND:
+                return True
+            raise
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        running = [
+            status.get("name", "?")
+            for status in statuses
+            if "terminated" not in (status.get("state") or {})
+        ]
+        if running:
+            raise NotYet(
+                f"pod {name} is still stopping (containers {running or 'unreported'}): check "
+                "its node's kubelet and runtime"
+            )
+        return False
 
     # ------------------------------------------------------------------ checks
     def _check_gone(self, name: str) -> None:

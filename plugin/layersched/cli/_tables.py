@@ -58,27 +58,45 @@ def console(width: int | None = None) -> Console:
     return Console(width=width or terminal_width(), soft_wrap=False)
 
 
-def fit_column(
-    names: Sequence[str], width: int, others: Sequence[Sequence[str]], title: str
-) -> int:
-    """The width left for a table's first column of ``names`` next to columns whose cells
-    are ``others`` (each column's header first), in a table ``width`` wide with rich's
-    default box (a border and 3 characters between columns)."""
-    fixed = sum(max(len(cell) for cell in column) for column in others)
-    borders = 3 * (len(others) + 1) + 1
-    wanted = max([len(title), *(len(name) for name in names)])
-    return max(min(wanted, width - fixed - borders), len(ELLIPSIS) + 2)
+def fit_columns(columns: Sequence[Sequence[str]], width: int, shrink: Sequence[int]) -> list[int]:
+    """Each column's width (its header and cells given per column) in a table ``width`` wide
+    with rich's default box (a border and 3 characters between columns): the columns
+    ``shrink`` give up room, the widest first, until the table fits."""
+    widths = [max(len(cell) for cell in column) for column in columns]
+    room = width - (3 * (len(columns) - 1) + 4)
+    floor = len(ELLIPSIS) + 3
+    while sum(widths) > room:
+        candidates = [i for i in shrink if widths[i] > floor]
+        if not candidates:
+            break  # as narrow as it goes: rich folds what is left
+        widest = max(candidates, key=lambda i: widths[i])
+        widths[widest] -= 1
+    return widths
 
 
-def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> Table:
-    """A table whose first column is shortened in the middle to fit ``width``; the other
-    columns are right-aligned and never wrap."""
-    columns = [[header, *(row[i] for row in rows)] for i, header in enumerate(headers)][1:]
-    first = fit_column([row[0] for row in rows], width, columns, headers[0])
+def table(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    *,
+    shrink: Sequence[int] = (0,),
+    left: Sequence[int] = (0,),
+) -> Table:
+    """A table that fits ``width``: the columns ``shrink`` (the first by default) are
+    shortened in the middle, the widest first; no column wraps. Columns ``left`` are
+    left-aligned, the rest right."""
+    columns = [[header, *(row[i] for row in rows)] for i, header in enumerate(headers)]
+    widths = fit_columns(columns, width, shrink)
     out = Table(title=title, title_justify="left")
-    out.add_column(headers[0], no_wrap=True, max_width=first)
-    for header in headers[1:]:
-        out.add_column(header, justify="right", no_wrap=True)
+    for i, header in enumerate(headers):
+        out.add_column(
+            middle(header, widths[i]),
+            justify="left" if i in left else "right",
+            no_wrap=True,
+            max_width=widths[i],
+            min_width=min(widths[i], len(header)),
+        )
     for row in rows:
-        out.add_row(middle(row[0], first), *row[1:])
+        out.add_row(*(middle(cell, widths[i]) for i, cell in enumerate(row)))
     return out

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
+from layersched.cli._tables import size, table, terminal_width
 from layersched.cli.deploy import add_image_options as add_push_options
 from layersched.cli.deploy import print_install, print_pushed, push_images
 from layersched.core.errors import InputError
@@ -202,7 +202,7 @@ def run_up(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         net_base=args.net_base,
     )
-    console = Console()
+    console = Console(width=terminal_width())
     result = up(settings, console=Console(stderr=True))
     _print_inventory(console, load_inventory(settings.state_dir))
     console.print(
@@ -227,19 +227,20 @@ def _print_inventory(console: Console, inventory: TestbedInventory) -> None:
         f"Kubernetes {cluster.kubernetes_version} at {cluster.api_server}: "
         f"{cluster.kubectl} --kubeconfig {cluster.kubeconfig} get nodes,pods -A"
     )
-    table = Table(title=f"local testbed nodes ({inventory.state_dir})")
-    for column in ("node", "address", "netns", "link Mbit/s"):
-        table.add_column(column)
-    table.add_column("CRI endpoint", overflow="fold")
-    for node in inventory.nodes:
-        table.add_row(
+    state = f"{inventory.state_dir}/"
+    rows = [
+        (
             node.name,
             node.address,
             node.netns,
             f"{node.link_rate_bits_per_s / BITS_PER_MBIT:g}",
-            node.cri_endpoint,
+            node.cri_endpoint.removeprefix("unix://").removeprefix(state),
         )
-    console.print(table)
+        for node in inventory.nodes
+    ]
+    headers = ("node", "address", "netns", "Mbit/s", "CRI socket (in the state dir)")
+    title = f"local testbed nodes (state dir {inventory.state_dir})"
+    console.print(table(title, headers, rows, console.width, shrink=(4,), left=(0, 1, 2, 4)))
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -276,36 +277,36 @@ def run_status(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc))
         return EXIT_OK if status.healthy else EXIT_UNHEALTHY
-    table = Table(title=f"local testbed status ({inventory.state_dir})")
-    columns = ("component", "version", "pid", "answers", "tbf Mbit/s", "sent to node", "detail")
-    for column in columns:
-        table.add_column(column)
     reg = status.registry
-    table.add_row("registry", "", str(reg.pid or "-"), _yes(reg.answers), "", "", reg.detail)
+    rows = [("registry", "", str(reg.pid or "-"), _yes(reg.answers), "", "", reg.detail)]
     for node in status.nodes:
         rate = node.tbf_rate_bits_per_s
-        table.add_row(
-            f"containerd {node.daemon.name}",
-            "",
-            str(node.daemon.pid or "-"),
-            _yes(node.daemon.answers),
-            "missing" if rate is None else f"{rate / BITS_PER_MBIT:g}",
-            "-" if node.tx_bytes is None else f"{node.tx_bytes:,} B",
-            node.daemon.detail,
+        rows.append(
+            (
+                f"containerd {node.daemon.name}",
+                "",
+                str(node.daemon.pid or "-"),
+                _yes(node.daemon.answers),
+                "missing" if rate is None else f"{rate / BITS_PER_MBIT:g}",
+                "-" if node.tx_bytes is None else size(node.tx_bytes),
+                node.daemon.detail,
+            )
         )
     for component in (*status.control_plane, *status.kubelets, *status.agents):
         c = component.status
-        table.add_row(
-            c.name, component.version, str(c.pid or "-"), _yes(c.answers), "", "", c.detail
+        rows.append(
+            (c.name, component.version, str(c.pid or "-"), _yes(c.answers), "", "", c.detail)
         )
-    console = Console()
-    console.print(table)
+    console = Console(width=terminal_width())
+    headers = ("component", "version", "pid", "up", "Mbit/s", "sent", "detail")
+    title = f"local testbed status (state dir {inventory.state_dir})"
+    console.print(table(title, headers, rows, console.width, shrink=(0, 6), left=(0, 1, 3, 6)))
     console.print("healthy" if status.healthy else "[red]unhealthy[/red]")
     return EXIT_OK if status.healthy else EXIT_UNHEALTHY
 
 
 def _yes(flag: bool) -> str:
-    return "yes" if flag else "[red]no[/red]"
+    return "yes" if flag else "no"
 
 
 def run_images(args: argparse.Namespace) -> int:
@@ -325,15 +326,11 @@ def run_images(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc))
         return EXIT_OK
-    console = Console()
+    console = Console(width=terminal_width())
     console.print(f"Img1 = {images.img1}\nImg2 = {images.img2}")
-    table = Table(title="scenario layers")
-    table.add_column("layer")
-    table.add_column("digest", overflow="fold")
-    table.add_column("blob size")
-    for label, (digest, size) in sorted(images.layers.items()):
-        table.add_row(label, digest, f"{size:,} B ({size / (1 << 20):.1f} MiB)")
-    console.print(table)
+    rows = [(label, digest, size(blob)) for label, (digest, blob) in sorted(images.layers.items())]
+    headers = ("layer", "digest (full: --format json)", "blob size")
+    console.print(table("scenario layers", headers, rows, console.width, shrink=(1,), left=(0, 1)))
     return EXIT_OK
 
 

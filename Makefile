@@ -42,7 +42,7 @@ ci-fresh: ## Rehearse CI on a fresh machine: clone HEAD, empty caches, new venv,
 bench: venv ## Benchmarks; results in bench/results/
 	@scripts/bench.sh
 
-bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency, 500 and 5,000 fake nodes (root, ~40 min)
+bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency, 500 and 5,000 fake nodes (root, ~35 min)
 	@scripts/bench-scheduler.sh
 
 testbed: venv ## Bring up the $(DRIVER) testbed, push scenario images, run the scenario, print the table

@@ -807,7 +807,10 @@ class PySpy:
     binding. ``--gil`` keeps only the samples of the thread holding the GIL, i.e. running
     Python: a thread blocked on a socket (the watches' reads, the event loop's poll) is
     not counted even when an overloaded machine leaves it runnable, which py-spy's own
-    idle detection counts as busy."""
+    idle detection counts as busy. ``--nonblocking`` reads the stacks without pausing the
+    extender: paused at each sample (py-spy's default), it drained at half the measured
+    row's rate in a development run, kube-scheduler waiting on its answers; a stack read
+    while it changes is dropped, and py-spy counts it as an error."""
 
     def __init__(self, pid: int, output: Path, log: Path, rate_hz: int = PROFILE_RATE_HZ) -> None:
         self.output, self.log, self.rate_hz = output, log, rate_hz
@@ -819,7 +822,7 @@ class PySpy:
             )
         argv = [
             binary, "record", "--pid", str(pid), "--rate", str(rate_hz), "--format", "raw",
-            "--function", "--threads", "--gil", "--output", str(output),
+            "--function", "--threads", "--gil", "--nonblocking", "--output", str(output),
         ]  # fmt: skip
         with log.open("wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
@@ -849,6 +852,11 @@ class PySpy:
             return report.collapsed_profile(self.output.read_text())
         except ValueError as err:
             raise BenchError(f"reading py-spy's profile {self.output}: {err}") from err
+
+    def errors(self) -> int | None:
+        """The samples py-spy could not take (its log's last ``Errors: N``), if it said."""
+        counts = report.py_spy_counts(self.log.read_text(errors="replace"))
+        return counts[1] if counts else None
 
 
 class GoProfile:
@@ -973,7 +981,11 @@ def measure(
         created = queue_pods(ctx.api, pods, ctx.progress, f"{n} nodes, {config}: queueing")
         extender_before = scrape(extender_url + "/metrics") if has_extender else ""
         profiler = (
-            PySpy(pids["extender"], ctx.log_dir / f"py-spy-{tag}.txt", ctx.log_dir / "py-spy.log")
+            PySpy(
+                pids["extender"],
+                ctx.log_dir / f"py-spy-{tag}.txt",
+                ctx.log_dir / f"py-spy-{tag}.log",
+            )
             if profile
             else None
         )
@@ -1020,6 +1032,7 @@ def measure(
                 "drain": result["drain"],
                 "sampled_s": round(profiler.sampled_s, 1),
                 "rate_hz": profiler.rate_hz,
+                "sample_errors": profiler.errors(),
                 "extender": report.profile_summary(sampled),
                 "kube_scheduler": go_profile.result(),
             }

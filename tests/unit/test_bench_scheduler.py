@@ -457,6 +457,15 @@ def test_collapsed_profile_self_and_total_samples() -> None:
     assert profile.total_samples[walk] == 2
 
 
+def test_py_spy_counts_from_its_log() -> None:
+    log = (
+        "py-spy> Sampling process 250 times a second. Press Control-C to exit.\n"
+        "py-spy> Wrote raw flamegraph data to 'x.txt'. Samples: 400 Errors: 3\n"
+    )
+    assert report.py_spy_counts(log) == (400, 3)
+    assert report.py_spy_counts("py-spy> Error: Permission denied\n") is None
+
+
 def test_collapsed_profile_rejects_a_line_without_a_count() -> None:
     with pytest.raises(ValueError, match="profile line 2"):
         report.collapsed_profile("a;b 1\na;b\n")
@@ -619,6 +628,7 @@ def test_profile_markdown_from_the_results() -> None:
                 "drain": {"span_s": 0.05, "pods_per_s": 150.0},
                 "sampled_s": 2.0,
                 "rate_hz": 100,
+                "sample_errors": 2,
                 "extender": summary,
             }
         }
@@ -626,7 +636,7 @@ def test_profile_markdown_from_the_results() -> None:
     text = report.profile_markdown(results)
     # 6 samples in a 0.05 s drain at 100 Hz (5 expected): the GIL held 120%; unprofiled 160
     assert "6 samples; the GIL was held 120% of the drain" in text
-    assert "attached 150.0 pods/s (unprofiled: 160.0)" in text
+    assert "attached 150.0 pods/s (unprofiled: 160.0); 2 samples lost." in text
     assert "Self time by package: layersched.core 83%, msgspec 17%." in text
     assert "| `score (layersched/core/inventory.py:5)` | 50.0% | 50.0% |" in text
     # run is on 4 of 6 stacks; no frame is on all 6 here, so none is left out

@@ -45,7 +45,7 @@ ci-fresh: ## Rehearse CI on a fresh machine: clone HEAD, empty caches, new venv,
 bench: venv ## The extender's benchmarks (latency, memory, watch) {last: bench/results/extender.json#run_time_s}
 	@scripts/bench.sh
 
-bench-scheduler: venv ## Real kube-scheduler throughput, 500 and 5,000 fake nodes (root) {last: bench/results/scheduler.json#run_time_s}
+bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency, 500 and 5,000 fake nodes (root) {last: bench/results/scheduler.json#run_time_s}
 	@scripts/bench-scheduler.sh
 
 testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table {last: reports/scenario.json#run_time_s}

@@ -1,28 +1,37 @@
 """Scheduler throughput with the real kube-scheduler: what layer-awareness costs a cluster.
 
-In the spirit of upstream's scheduler_perf (issue 12). The testbed's control plane
+In the spirit of upstream's scheduler_perf (issues 12 and 24). The testbed's control plane
 (``playbooks/bench-control-plane.yml``: etcd and kube-apiserver from the same role and
 PKI, nothing else) runs with **no kubelets**: N fake nodes are created through the API
 (Ready, large allocatable, ``status.images`` with 50 images of the benchmark corpus,
-as kubelets publish them), and for each configuration a fresh kube-scheduler (plus
-the layersched extender where the configuration has one) places
+as kubelets publish them, and each node's NodeLayerInventory), and for each
+configuration a fresh kube-scheduler (plus the extender where the configuration has one)
+places
 
-* a **steady** stream of pods at a fixed rate (latency: what a pod waits while the
-  scheduler keeps up), and
-* a **burst** of pods created as fast as the client can (throughput).
+* a **drain**: every pod is created and queued *before* kube-scheduler starts, so the
+  creating client cannot cap the rate; throughput is the rate between the first and the
+  last binding, from the ``eventTime`` of kube-scheduler's ``Scheduled`` events (its own
+  clock, in microseconds), cross-checked by a watch; then
+* a **steady** stream of pods at a fixed rate (latency: what a pod waits, creation to
+  binding, while the scheduler keeps up).
 
-Measured from the API (a watch on the pods: creation to ``spec.nodeName``), from
-kube-scheduler's ``/metrics`` (``scheduler_e2e_scheduling_duration_seconds``, the
-extension-point durations) and the extender's (its request histogram), and from
+Also measured: kube-scheduler's ``/metrics`` (``scheduler_scheduling_algorithm_duration_
+seconds``, the extension points) and the extender's (its request histogram), and
 ``/proc`` (CPU seconds and peak RSS of every process). Nothing runs the pods; they are
 deleted between phases. Decision quality: the bytes each pod would pull on the node it
-was bound to, from that node's inventory (static here: nothing pulls).
+was bound to, from that node's inventory (static here: nothing pulls). With
+``--profile``, one more drain per node count runs with py-spy attached to the extender;
+its top frames go to the results and ``docs/bench-scheduler.md``.
 
-Configurations: ``default`` (the default profile, ImageLocality included),
-``extender-nodes`` (+ the extender, full ``Nodes``), ``extender-node-names`` (+ the
-extender in ``NodeNames`` mode fed by its live watch of Nodes and NodeLayerInventory
-objects). Results: ``bench/results/scheduler.json``, ``scheduler.png``, and the README
-block. Run: ``make bench-scheduler`` (root: the control plane gets its own bridge).
+Configurations (``scheduler_report.CONFIGURATIONS``): ``default`` (the default profile,
+ImageLocality included), ``plugin`` (the LayerLocality Score plugin built into
+kube-scheduler, with the profile the deploy generator renders), ``extender-node-names``
+(+ the extender in ``NodeNames`` mode fed by its live watch), ``extender-noop`` (+ an
+extender answering zeros at once, ``bench/noop_extender.py``: the hop without our work),
+``extender-nodes`` (+ the extender, full ``Nodes``). Results:
+``bench/results/scheduler.json``, ``scheduler.png``, the README block and the profile
+block of ``docs/bench-scheduler.md``. Run: ``make bench-scheduler`` (root: the control
+plane gets its own bridge).
 """
 
 from __future__ import annotations
@@ -30,9 +39,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
+import mmap
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -55,10 +67,12 @@ import scheduler_report as report
 from corpus import Workload, workload
 
 from layersched import _generated as generated
+from layersched import deploy
 from layersched.builds import kubernetes_build
-from layersched.core.errors import KubeError, TestbedError
+from layersched.core.errors import KubeError, LayerschedError, TestbedError
 from layersched.core.nodelayers import HeldImage, build_document
-from layersched.kube import NODE_LAYERS_PATH, KubeClient, load_kubeconfig
+from layersched.deploy import DEFAULT_SCHEDULER, KUBE_SCHEDULER_CONFIG_V1BETA1
+from layersched.kube import NODE_LAYERS_PATH, KubeClient, extender_rules, load_kubeconfig
 from layersched.testbed.local import down, require_root
 from layersched.testbed.local._ansible import PLAYBOOKS_DIR, run_playbook
 
@@ -66,7 +80,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "scheduler.json"
 PLOT = ROOT / "bench" / "results" / "scheduler.png"
 README = ROOT / "README.md"
+DOCS = ROOT / "docs" / "bench-scheduler.md"
 PLAYBOOK = PLAYBOOKS_DIR / "bench-control-plane.yml"
+NOOP_EXTENDER = Path(__file__).resolve().parent / "noop_extender.py"
 
 #: The benchmark's own testbed name, /24 and state dir (never the main testbeds').
 DEFAULT_PREFIX, DEFAULT_NET_BASE = "lsbn", "10.250.63"
@@ -86,21 +102,48 @@ NAMESPACE = "bench"
 SCHEDULER_CLIENT_QPS = 5000
 #: As the testbed deploys the extender (k8s_control_plane_extender_timeout).
 EXTENDER_HTTP_TIMEOUT = "5s"
-#: Pods placed and deleted before measuring: informers synced, caches and JITs warm.
+PLUGIN_NAME = report.PLUGIN_NAME
+#: The configurations whose processes need the NodeLayerInventory objects.
+INVENTORY_CONFIGURATIONS = ("plugin", "extender-node-names")
+#: The ClusterRole (and binding) letting kube-scheduler's identity read the inventories
+#: for the plugin's informer: the extender's rules, given to ``system:kube-scheduler``.
+PLUGIN_READER = "layersched-bench-plugin-inventory-reader"
+SCHEDULER_USER = "system:kube-scheduler"
+#: A drain rate spans the first and the last binding: it needs two pods.
+MIN_DRAIN_PODS = 2
+#: Pods placed and deleted before the steady phase: informers settled after the drain's
+#: deletions, caches warm.
 WARMUP_PODS = 20
-#: Client threads creating nodes, inventories and burst pods.
+#: Client threads creating nodes, inventories and the drain's pods.
 CLIENT_THREADS = 8
 HTTP_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 180.0
 #: The extender's --watch lists 5,000 nodes and their inventories (~40 kB each) first.
 EXTENDER_READY_TIMEOUT_S = 600.0
-#: Deleting 1,000 pods and seeing the list empty.
+#: Deleting 2,000 pods and seeing the list empty.
 DELETE_TIMEOUT_S = 300.0
+#: kube-scheduler posts its events asynchronously after each binding: how long the last
+#: ones may take to be listed once every pod is seen bound.
+EVENTS_TIMEOUT_S = 60.0
 KIB = 1024
 #: Broken watch connections tolerated per configuration before giving up.
 MAX_WATCH_RESTARTS = 20
 #: Seconds each pod watch lasts before the server ends it and the next one starts.
 WATCH_PERIOD_S = 5
+#: py-spy's sampling rate, and the configurations profiled by default. The extender runs
+#: Python a few percent of a NodeNames drain (its answer takes ~0.3 ms at 500 nodes), so
+#: py-spy's default 100 Hz would leave ~100 samples for 2,000 pods; the profiled drain is
+#: not a measured row, so the pauses of a higher rate cost nothing but its speed.
+PROFILE_RATE_HZ = 250
+PROFILED_CONFIGURATIONS = ("extender-node-names",)
+#: How long py-spy may take to write its profile after SIGINT.
+PROFILER_STOP_TIMEOUT_S = 60.0
+#: Functions ``go tool pprof -top`` lists at most: more than a profile has above its
+#: cut-off, so that every stage it has is found.
+PPROF_NODES = 5000
+#: Seconds kube-scheduler's CPU profile covers at least (it starts at the first binding
+#: and runs as long as the measured row's drain took, plus this much).
+PPROF_MIN_S = 3
 
 
 class BenchError(TestbedError):
@@ -346,15 +389,19 @@ class BindWatch:
         return sum(1 for n in names if n in self.bound_at)
 
 
-def wait_bound(watch: BindWatch, names: Sequence[str], timeout_s: float) -> bool:
-    """Wait until every pod of ``names`` is bound; False when ``timeout_s`` ran out."""
+def wait_bound(
+    watch: BindWatch, names: Sequence[str], timeout_s: float, at_least: int | None = None
+) -> bool:
+    """Wait until every pod of ``names`` (or ``at_least`` of them) is bound; False when
+    ``timeout_s`` ran out."""
+    wanted = len(names) if at_least is None else at_least
 
     @tenacity.retry(
         stop=tenacity.stop_after_delay(timeout_s), wait=tenacity.wait_fixed(0.1), reraise=True
     )
     def all_bound() -> None:
         assert watch.error is None, watch.error
-        assert watch.bound(names) == len(names)
+        assert watch.bound(names) >= wanted
 
     try:
         all_bound()
@@ -415,6 +462,11 @@ class Usage:
         self.start = {name: cpu_s(pid) for name, pid in self.pids.items()}
         self.started_s = time.perf_counter()
 
+    def add_started(self, name: str, pid: int) -> None:
+        """Count a process started since the span began: all its CPU is the span's."""
+        self.pids[name] = pid
+        self.start[name] = 0.0
+
     def result(self) -> dict[str, dict[str, float]]:
         wall_s = time.perf_counter() - self.started_s
         out = {}
@@ -432,6 +484,22 @@ def _pid(path: Path) -> int:
     return int(path.read_text().split()[0])
 
 
+#: kube-scheduler/klog lines that say why a process stopped (its last error wins).
+_ERROR_MARKERS = ("error", "Error", "failed", "invalid", "not found", "does not exist")
+
+
+def _last_line(log: Path) -> str:
+    """The last line of ``log`` that says what went wrong (else the last line), trimmed."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
+    except OSError:
+        return "no log"
+    lines = [line for line in lines if line]
+    errors = [line for line in lines if any(marker in line for marker in _ERROR_MARKERS)]
+    chosen = (errors or lines or ["empty log"])[-1]
+    return chosen[:300]
+
+
 @contextlib.contextmanager
 def _process(
     argv: Sequence[str], log: Path, ready: str, name: str, timeout_s: float = READY_TIMEOUT_S
@@ -446,7 +514,9 @@ def _process(
         reraise=True,
     )  # fmt: skip
     def is_ready() -> None:
-        assert proc.poll() is None, f"{name} exited with {proc.returncode}; see {log}"
+        assert proc.poll() is None, (
+            f"{name} exited with {proc.returncode} ({_last_line(log)}); see {log}"
+        )
         try:
             assert httpx.get(ready, timeout=5.0).status_code == httpx.codes.OK
         except httpx.HTTPError as err:
@@ -467,10 +537,66 @@ def _process(
             proc.wait()
 
 
-def scheduler_config(plane: ControlPlane, config: str) -> dict[str, Any]:
+#: The configurations whose kube-scheduler calls an extender, and in which mode.
+EXTENDER_NODE_CACHE_CAPABLE = {
+    "extender-nodes": False,
+    "extender-node-names": True,
+    # the same request as extender-node-names: the difference is the answer's work
+    "extender-noop": True,
+}
+
+
+#: The plugin's staleness bound in the benchmark: its inventories are created once and never
+#: refreshed (nothing pulls), so a bound the run cannot reach keeps the plugin's age check
+#: running without ever dropping a node (the default, 30 min, is within a slow run's reach).
+PLUGIN_INVENTORY_MAX_AGE_S = 24 * 3600
+#: How long the plugin may take to list the inventories at start-up: 5,000 of them are
+#: ~200 MB of JSON (the extender's --watch gets EXTENDER_READY_TIMEOUT_S for the same
+#: list). Start-up is outside the drain's span, so waiting costs the rate nothing.
+PLUGIN_INVENTORY_SYNC_TIMEOUT_S = 600
+
+
+class PluginUnavailable(BenchError):
+    """The plugin row cannot be configured from what this checkout has."""
+
+
+def plugin_profile(plane: ControlPlane, plugin_name: str = PLUGIN_NAME) -> dict[str, Any]:
+    """The ``plugin`` row's profile, under the default scheduler's name (the benchmark's
+    pods name no scheduler).
+
+    LayerLocality's is what the deploy generator renders for the plugin-built scheduler
+    (``layersched.deploy.plugin_scheduler_config``, issue 24: the default plugins plus
+    LayerLocality at preScore and score, with its args), watching the inventories with the
+    scheduler's own kubeconfig. A stand-in plugin (``--plugin-name``) is the default
+    plugins plus that one at score."""
+    if plugin_name != PLUGIN_NAME:
+        return {
+            "schedulerName": DEFAULT_SCHEDULER,
+            "plugins": {"score": {"enabled": [{"name": plugin_name, "weight": 1}]}},
+        }
+    generate = getattr(deploy, "plugin_scheduler_config", None)
+    plugin_args = getattr(deploy, "PluginArgs", None)
+    if generate is None or plugin_args is None:
+        raise PluginUnavailable(
+            "layersched.deploy has no plugin_scheduler_config/PluginArgs: the generator of "
+            f"the {PLUGIN_NAME} scheduler's configuration comes with issue 24's Go plugin"
+        )
+    args = plugin_args(
+        kubeconfig=str(plane.scheduler_kubeconfig),
+        inventory_max_age_s=PLUGIN_INVENTORY_MAX_AGE_S,
+        inventory_sync_timeout_s=PLUGIN_INVENTORY_SYNC_TIMEOUT_S,
+    )
+    config = generate(args, scheduler_name=DEFAULT_SCHEDULER)
+    profile: dict[str, Any] = config["profiles"][0]
+    return profile
+
+
+def scheduler_config(
+    plane: ControlPlane, config: str, plugin_name: str = PLUGIN_NAME
+) -> dict[str, Any]:
     """The KubeSchedulerConfiguration (v1beta1, as 1.20 reads) of one configuration."""
     doc: dict[str, Any] = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
+        "apiVersion": KUBE_SCHEDULER_CONFIG_V1BETA1,
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {
             "kubeconfig": str(plane.scheduler_kubeconfig),
@@ -480,15 +606,17 @@ def scheduler_config(plane: ControlPlane, config: str) -> dict[str, Any]:
         "leaderElection": {"leaderElect": False},
         "healthzBindAddress": f"{plane.address}:{SCHEDULER_METRICS_PORT}",
         "metricsBindAddress": f"{plane.address}:{SCHEDULER_METRICS_PORT}",
-        "profiles": [{"schedulerName": "default-scheduler"}],
+        "profiles": [{"schedulerName": DEFAULT_SCHEDULER}],
     }
-    if config != "default":
+    if config == "plugin":
+        doc["profiles"] = [plugin_profile(plane, plugin_name)]
+    if config in EXTENDER_NODE_CACHE_CAPABLE:
         doc["extenders"] = [
             {
                 "urlPrefix": f"http://{plane.address}:{EXTENDER_PORT}",
                 "prioritizeVerb": "prioritize",
                 "weight": 1,
-                "nodeCacheCapable": config == "extender-node-names",
+                "nodeCacheCapable": EXTENDER_NODE_CACHE_CAPABLE[config],
                 "httpTimeout": EXTENDER_HTTP_TIMEOUT,
                 "ignorable": True,
             }
@@ -497,6 +625,12 @@ def scheduler_config(plane: ControlPlane, config: str) -> dict[str, Any]:
 
 
 def extender_argv(plane: ControlPlane, config: str, layers_path: Path) -> list[str]:
+    """The extender process of an ``extender-*`` configuration."""
+    if config == "extender-noop":
+        return [
+            sys.executable, str(NOOP_EXTENDER),
+            "--host", plane.address, "--port", str(EXTENDER_PORT),
+        ]  # fmt: skip
     argv = [
         sys.executable, "-m", "layersched.cli.main", "extender",
         "--host", plane.address, "--port", str(EXTENDER_PORT),
@@ -505,6 +639,28 @@ def extender_argv(plane: ControlPlane, config: str, layers_path: Path) -> list[s
     if config == "extender-node-names":
         argv += ["--watch", "--kubeconfig", str(plane.extender_kubeconfig)]
     return argv
+
+
+def plugin_absent(binary: Path, plugin_name: str = PLUGIN_NAME, what: str = "") -> str | None:
+    """Why ``binary`` cannot run the ``plugin`` row, or None when it registers the plugin.
+
+    A Go binary carries its registered plugins' names as string constants: a build
+    without the plugin lacks the name entirely. (A build with it is then started; a
+    profile it rejects ends the row with kube-scheduler's own error.) ``what`` names the
+    binary in the reason (default: its path; the results and README must not spell the
+    build cache's path, which ``layersched.builds`` alone derives)."""
+    what = what or str(binary)
+    if not binary.is_file():
+        return f"{what} does not exist: build it with `make kubernetes`"
+    needle = plugin_name.encode()
+    with binary.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data.find(needle) >= 0:
+            return None
+    return (
+        f"{what} has no {plugin_name} Score plugin (the name is nowhere in the binary): "
+        "issue 24's Go plugin builds it into the Kubernetes build's kube-scheduler "
+        "(`make kubernetes` once it has landed); --plugin-kube-scheduler runs another binary"
+    )
 
 
 def scrape(url: str) -> str:
@@ -518,13 +674,11 @@ def scrape(url: str) -> str:
 
 @dataclass
 class Phase:
-    """One measured phase: pods created, when, and what the watch saw."""
+    """One measured phase: pods created, when, and whether the watch saw them all bound."""
 
     names: list[str]
     created_at: dict[str, float]
     complete: bool
-    started_s: float
-    ended_s: float
 
 
 def _create_steady(
@@ -541,53 +695,210 @@ def _create_steady(
         _check(api.post(path, content=msgspec.json.encode(pod)), "creating a pod")
 
 
-def _create_burst(
-    api: httpx.Client, pods: Sequence[Mapping[str, Any]], created: dict[str, float]
-) -> None:
-    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+def queue_pods(
+    api: httpx.Client, pods: Sequence[Mapping[str, Any]], progress: Progress, label: str
+) -> dict[str, float]:
+    """Create ``pods`` on parallel connections while no scheduler runs: they wait, pending,
+    in the API until kube-scheduler starts and lists them into its queue."""
+    created: dict[str, float] = {}
 
-    def one(pod: Mapping[str, Any]) -> None:
+    def stamp(pod: Mapping[str, Any]) -> None:
         created[pod["metadata"]["name"]] = time.perf_counter()
-        _check(api.post(path, content=msgspec.json.encode(pod)), "creating a pod")
 
-    with ThreadPoolExecutor(CLIENT_THREADS) as pool:
-        list(pool.map(one, pods))
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    _parallel_post(api, path, pods, label, progress, after=stamp)
+    return created
 
 
-def run_phase(
+def run_steady(
     api: httpx.Client,
     watch: BindWatch,
     pods: Sequence[Mapping[str, Any]],
-    rate: float | None,
+    rate: float,
     timeout_s: float,
 ) -> Phase:
     created: dict[str, float] = {}
-    started = time.perf_counter()
-    if rate is None:
-        _create_burst(api, pods, created)
-    else:
-        _create_steady(api, pods, rate, created)
+    _create_steady(api, pods, rate, created)
     names = [p["metadata"]["name"] for p in pods]
-    complete = wait_bound(watch, names, timeout_s)
-    return Phase(names, created, complete, started, time.perf_counter())
+    return Phase(names, created, wait_bound(watch, names, timeout_s))
 
 
-def phase_result(phase: Phase, watch: BindWatch) -> dict[str, Any]:
+def steady_result(phase: Phase, watch: BindWatch) -> dict[str, Any]:
+    """The steady phase's latency: creation to the watch seeing the binding."""
     bound = [n for n in phase.names if n in watch.bound_at]
-    latencies = [watch.bound_at[n] - phase.created_at[n] for n in bound]
-    first = min(phase.created_at.values())
-    last = max((watch.bound_at[n] for n in bound), default=first)
-    span_s = last - first
     return {
         "pods": len(phase.names),
-        # when the client is slower than the scheduler, the burst measures the client
-        "created_in_s": round(max(phase.created_at.values()) - first, 2),
         "bound": len(bound),
         "complete": phase.complete,
-        "span_s": round(span_s, 2),
-        "pods_per_s": round(len(bound) / span_s, 1) if span_s > 0 else None,
-        "latency": report.latency_stats(latencies),
+        "latency": report.latency_stats([watch.bound_at[n] - phase.created_at[n] for n in bound]),
     }
+
+
+def list_events(plane: ControlPlane) -> list[dict[str, Any]]:
+    """Every event of the benchmark's namespace, as ``events.k8s.io/v1`` serves them."""
+    with plane.kube() as kube:
+        items, _ = kube.list(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")
+    return items
+
+
+def binding_events(plane: ControlPlane, bound: Sequence[str]) -> dict[str, float]:
+    """The ``Scheduled`` event time of each pod of ``bound``; kube-scheduler posts them
+    asynchronously, so wait (up to :data:`EVENTS_TIMEOUT_S`) until all are listed, and
+    return what there is when some never come."""
+    times: dict[str, float] = {}
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(EVENTS_TIMEOUT_S), wait=tenacity.wait_fixed(1.0),
+        reraise=True,
+    )  # fmt: skip
+    def all_listed() -> None:
+        times.clear()
+        times.update(report.binding_times_s(list_events(plane), bound))
+        assert len(times) == len(bound), f"{len(times)} of {len(bound)} Scheduled events"
+
+    with contextlib.suppress(AssertionError):
+        all_listed()
+    return times
+
+
+def delete_events(api: httpx.Client) -> None:
+    """Remove the namespace's events, so that each configuration lists only its own."""
+    _check(api.delete(f"/api/v1/namespaces/{NAMESPACE}/events"), "deleting the events")
+
+
+def drain_result(
+    phase: Phase, watch: BindWatch, event_times_s: Mapping[str, float], started_at_s: float
+) -> dict[str, Any]:
+    """The drain's rate between the first and the last binding.
+
+    From kube-scheduler's ``Scheduled`` events when there is one for every bound pod (its
+    own clock); otherwise from the watch (when the benchmark saw each binding), which
+    also stands beside it as a cross-check. ``started_at_s``: when kube-scheduler was
+    started (epoch seconds), for the start-up time before the first binding."""
+    bound = [n for n in phase.names if n in watch.bound_at]
+    watch_times = [watch.bound_at[n] for n in bound]
+    from_events = report.drain_rate(event_times_s.values())
+    from_watch = report.drain_rate(watch_times)
+    use_events = from_events is not None and len(event_times_s) == len(bound)
+    times = list(event_times_s.values()) if use_events else watch_times
+    rate = from_events if use_events else from_watch
+    first_event = min(event_times_s.values(), default=None)
+    return {
+        "pods": len(phase.names),
+        # every pod was created before kube-scheduler started: this no longer caps the rate
+        "created_in_s": round(max(phase.created_at.values()) - min(phase.created_at.values()), 2),
+        "bound": len(bound),
+        "complete": phase.complete,
+        "events": len(event_times_s),
+        "binding_source": "events" if use_events else "watch",
+        "span_s": round(max(times) - min(times), 3) if times else None,
+        "pods_per_s": round(rate, 1) if rate else None,
+        "pods_per_s_watch": round(from_watch, 1) if from_watch else None,
+        "start_to_first_binding_s": (
+            round(first_event - started_at_s, 2) if first_event is not None else None
+        ),
+    }
+
+
+class PySpy:
+    """``py-spy record`` attached to one process until stopped; the profile it wrote.
+
+    Started before kube-scheduler, stopped (SIGINT, as py-spy expects) after the last
+    binding. ``--gil`` keeps only the samples of the thread holding the GIL, i.e. running
+    Python: a thread blocked on a socket (the watches' reads, the event loop's poll) is
+    not counted even when an overloaded machine leaves it runnable, which py-spy's own
+    idle detection counts as busy. ``--nonblocking`` reads the stacks without pausing the
+    extender: paused at each sample (py-spy's default), it drained at half the measured
+    row's rate in a development run, kube-scheduler waiting on its answers; a stack read
+    while it changes is dropped, and py-spy counts it as an error."""
+
+    def __init__(self, pid: int, output: Path, log: Path, rate_hz: int = PROFILE_RATE_HZ) -> None:
+        self.output, self.log, self.rate_hz = output, log, rate_hz
+        binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if not Path(binary).is_file():
+            raise BenchError(
+                "py-spy is not installed: `make venv` installs it (the dev extra), or "
+                "run without --profile"
+            )
+        argv = [
+            binary, "record", "--pid", str(pid), "--rate", str(rate_hz), "--format", "raw",
+            "--function", "--threads", "--gil", "--nonblocking", "--output", str(output),
+        ]  # fmt: skip
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        self.started_s = time.perf_counter()
+        self.sampled_s = 0.0
+
+    def close(self) -> None:
+        """Stop py-spy (SIGINT: it writes what it has) and wait for it; safe to call twice."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=PROFILER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> report.Profile:
+        """Stop sampling and read the profile (a BenchError saying why when there is none)."""
+        self.sampled_s = time.perf_counter() - self.started_s
+        self.close()
+        if not self.output.is_file():
+            raise BenchError(
+                f"py-spy wrote no profile (exit {self.proc.returncode}: "
+                f"{_last_line(self.log)}); see {self.log}"
+            )
+        try:
+            return report.collapsed_profile(self.output.read_text())
+        except ValueError as err:
+            raise BenchError(f"reading py-spy's profile {self.output}: {err}") from err
+
+    def errors(self) -> int | None:
+        """The samples py-spy could not take (its log's last ``Errors: N``), if it said."""
+        counts = report.py_spy_counts(self.log.read_text(errors="replace"))
+        return counts[1] if counts else None
+
+
+class GoProfile:
+    """kube-scheduler's CPU profile over the drain: ``/debug/pprof/profile`` on its metrics
+    port (``enableProfiling`` is on by default), fetched in the background for
+    ``seconds``, then summarised by ``go tool pprof -top`` (Go profiles carry their
+    symbols: the binary is not needed)."""
+
+    def __init__(self, url: str, seconds: int, output: Path) -> None:
+        self.url, self.seconds, self.output = url, seconds, output
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._fetch, daemon=True)
+        self._thread.start()
+
+    def _fetch(self) -> None:
+        try:
+            response = httpx.get(
+                self.url, params={"seconds": self.seconds}, timeout=self.seconds + HTTP_TIMEOUT_S
+            )
+            response.raise_for_status()
+            self.output.write_bytes(response.content)
+        except (httpx.HTTPError, OSError) as err:
+            self.error = f"fetching {self.url}: {err}"
+
+    def result(self) -> dict[str, Any]:
+        """pprof's top functions by flat and by cumulative time, or why there are none."""
+        self._thread.join(timeout=self.seconds + 2 * HTTP_TIMEOUT_S)
+        go = shutil.which("go")
+        if self.error or go is None:
+            return {
+                "skipped": self.error
+                or "`go` is not on PATH (Debian's golang-go, which `make kubernetes` uses)"
+            }
+        # every node above pprof's default cut-off (0.5% of the samples), by cumulative time
+        argv = [go, "tool", "pprof", "-top", "-cum", f"-nodecount={PPROF_NODES}", str(self.output)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return {"skipped": f"go tool pprof failed: {done.stderr.strip()[-300:]}"}
+        return {
+            "seconds": self.seconds,
+            "summary": report.go_profile_summary(report.pprof_top(done.stdout)),
+        }
 
 
 @dataclass
@@ -602,91 +913,164 @@ class Context:
     #: Each node's distinct layer digests, and how many nodes hold each layer.
     node_sets: dict[str, set[str]]
     layer_node_counts: dict[str, int]
+    drain_pods: int
     steady_pods: int
     steady_rate: float
-    burst_pods: int
     phase_timeout_s: float
     console: Console
+    progress: Progress
+    #: The kube-scheduler of the ``plugin`` row, and the plugin's registered name.
+    plugin_binary: Path
+    plugin_name: str = PLUGIN_NAME
 
 
-def measure(ctx: Context, n: int, config: str, seed: int) -> dict[str, Any]:
-    """Start the configuration's scheduler (and extender), run both phases, stop them."""
+@dataclass
+class Scrapes:
+    """``/metrics`` text of kube-scheduler and the extender at the phases' edges."""
+
+    scheduler: dict[str, str] = field(default_factory=dict)
+    extender: dict[str, str] = field(default_factory=dict)
+
+
+def measure(
+    ctx: Context, n: int, config: str, seed: int, profile: bool = False, profile_s: int = 0
+) -> dict[str, Any]:
+    """Start the configuration's extender, queue the drain's pods, start kube-scheduler,
+    drain, then run the steady phase on the same scheduler; stop them.
+
+    With ``profile``, py-spy samples the extender during the drain, kube-scheduler
+    profiles itself for ``profile_s`` seconds from its start, and the steady phase is
+    skipped: the result is the profiles and the (perturbed) drain."""
     plane = ctx.plane
-    tag = f"{config}-{n}"
+    tag = f"{config}-{n}" + ("-profiled" if profile else "")
     config_path = ctx.log_dir / f"scheduler-{tag}.yaml"
-    config_path.write_text(yaml.safe_dump(scheduler_config(plane, config), sort_keys=False))
+    config_path.write_text(
+        yaml.safe_dump(scheduler_config(plane, config, ctx.plugin_name), sort_keys=False)
+    )
+    binary = ctx.plugin_binary if config == "plugin" else plane.bin_dir / "kube-scheduler"
     metrics_url = f"http://{plane.address}:{SCHEDULER_METRICS_PORT}/metrics"
     extender_url = f"http://{plane.address}:{EXTENDER_PORT}"
+    has_extender = config in EXTENDER_NODE_CACHE_CAPABLE
+    scrapes = Scrapes()
+
+    def scrape_all(edge: str) -> None:
+        scrapes.scheduler[edge] = scrape(metrics_url)
+        if has_extender:
+            scrapes.extender[edge] = scrape(extender_url + "/metrics")
+
     with contextlib.ExitStack() as stack:
         pids = {name: _pid(path) for name, path in plane.pidfiles.items()}
-        if config != "default":
+        if has_extender:
             ready = "/readyz" if config == "extender-node-names" else "/healthz"
             pids["extender"] = stack.enter_context(
                 _process(
                     extender_argv(plane, config, ctx.layers_path),
                     ctx.log_dir / f"extender-{tag}.log",
                     extender_url + ready,
-                    "layersched extender",
+                    "extender",
                     EXTENDER_READY_TIMEOUT_S,
                 )
             )
+        watch = BindWatch(plane)
+        watch.start()
+        stack.callback(watch.stop)
+
+        # the drain: every pod waits in the API before kube-scheduler starts
+        pods = bench_pods(ctx.load, ctx.drain_pods, f"drain-{tag}", seed=seed)
+        all_pods = {p["metadata"]["name"]: p for p in pods}
+        created = queue_pods(ctx.api, pods, ctx.progress, f"{n} nodes, {config}: queueing")
+        extender_before = scrape(extender_url + "/metrics") if has_extender else ""
+        profiler = (
+            PySpy(
+                pids["extender"],
+                ctx.log_dir / f"py-spy-{tag}.txt",
+                ctx.log_dir / f"py-spy-{tag}.log",
+            )
+            if profile
+            else None
+        )
+        if profiler is not None:
+            stack.callback(profiler.close)  # also when kube-scheduler fails to start
+        ctx.console.log(f"{n} nodes, {config}: draining {len(pods)} queued pods")
+        pids["bench-client"] = os.getpid()
+        # from kube-scheduler's start (its informers' sync included) to the last binding
+        usage = Usage(pids)
+        started_at_s = time.time()
         pids["kube-scheduler"] = stack.enter_context(
             _process(
-                [
-                    str(plane.bin_dir / "kube-scheduler"),
-                    f"--config={config_path}",
-                    "--secure-port=0",
-                    "--v=1",
-                ],
+                [str(binary), f"--config={config_path}", "--secure-port=0", "--v=1"],
                 ctx.log_dir / f"kube-scheduler-{tag}.log",
                 f"http://{plane.address}:{SCHEDULER_METRICS_PORT}/healthz",
                 "kube-scheduler",
             )
         )
-        pids["bench-client"] = os.getpid()
-        watch = BindWatch(plane)
-        watch.start()
-        stack.callback(watch.stop)
+        usage.add_started("kube-scheduler", pids["kube-scheduler"])
+        names = list(all_pods)
+        go_profile = None
+        if profile:
+            # from the first binding: its start-up (listing 5,000 nodes) is not the drain
+            wait_bound(watch, names, ctx.phase_timeout_s, at_least=1)
+            go_profile = GoProfile(
+                f"http://{plane.address}:{SCHEDULER_METRICS_PORT}/debug/pprof/profile",
+                profile_s,
+                ctx.log_dir / f"kube-scheduler-{tag}.pprof",
+            )
+        drain = Phase(names, created, wait_bound(watch, names, ctx.phase_timeout_s))
+        drain_usage = usage.result()
+        sampled = profiler.stop() if profiler else None
+        scrape_all("drain")
+        if has_extender:
+            scrapes.extender["before"] = extender_before
+        bound = [name for name in names if name in watch.bound_at]
+        result: dict[str, Any] = {
+            "drain": drain_result(drain, watch, binding_events(plane, bound), started_at_s)
+        }
+        delete_pods(ctx.api)
+        delete_events(ctx.api)
+        if profiler is not None and sampled is not None and go_profile is not None:
+            return {
+                "drain": result["drain"],
+                "sampled_s": round(profiler.sampled_s, 1),
+                "rate_hz": profiler.rate_hz,
+                "sample_errors": profiler.errors(),
+                "extender": report.profile_summary(sampled),
+                "kube_scheduler": go_profile.result(),
+            }
+
         warm = bench_pods(ctx.load, WARMUP_PODS, f"warm-{tag}", seed=seed + 100)
-        if not run_phase(ctx.api, watch, warm, None, READY_TIMEOUT_S).complete:
+        if not run_steady(ctx.api, watch, warm, ctx.steady_rate, READY_TIMEOUT_S).complete:
             raise BenchError(f"{tag}: the warm-up pods were not all bound; see {ctx.log_dir}")
         delete_pods(ctx.api)
-
+        scrape_all("warm")
         usage = Usage(pids)
-        scheduler_before = scrape(metrics_url)
-        extender_before = scrape(extender_url + "/metrics") if config != "default" else ""
-        phases: dict[str, Phase] = {}
-        all_pods: dict[str, Mapping[str, Any]] = {}
-        for kind, count, rate in (
-            ("steady", ctx.steady_pods, ctx.steady_rate),
-            ("burst", ctx.burst_pods, None),
-        ):
-            pods = bench_pods(ctx.load, count, f"{kind}-{tag}", seed=seed + (kind == "burst"))
-            all_pods |= {p["metadata"]["name"]: p for p in pods}
-            ctx.console.log(f"{n} nodes, {config}: {kind} phase, {count} pods")
-            phases[kind] = run_phase(ctx.api, watch, pods, rate, ctx.phase_timeout_s)
-            delete_pods(ctx.api)
-        resources = usage.result()
-        scheduler_after = scrape(metrics_url)
-        extender_after = scrape(extender_url + "/metrics") if config != "default" else ""
+        pods = bench_pods(ctx.load, ctx.steady_pods, f"steady-{tag}", seed=seed + 1)
+        all_pods |= {p["metadata"]["name"]: p for p in pods}
+        ctx.console.log(f"{n} nodes, {config}: steady phase, {len(pods)} pods")
+        steady = run_steady(ctx.api, watch, pods, ctx.steady_rate, ctx.phase_timeout_s)
+        steady_usage = usage.result()
+        scrape_all("steady")
+        delete_pods(ctx.api)
+        delete_events(ctx.api)
 
-    result: dict[str, Any] = {kind: phase_result(p, watch) for kind, p in phases.items()}
+    result["steady"] = steady_result(steady, watch)
     result["watch_restarts"] = watch.restarts
-    result["pods_per_s"] = result["burst"]["pods_per_s"]
+    result["pods_per_s"] = result["drain"]["pods_per_s"]
     result["p50_ms"] = result["steady"]["latency"]["p50_ms"]
     result["p99_ms"] = result["steady"]["latency"]["p99_ms"]
-    result["resources"] = resources
-    result["scheduler_metrics"] = scheduler_metrics(scheduler_before, scheduler_after)
-    if config != "default":
-        result["extender_metrics"] = extender_metrics(extender_before, extender_after)
+    result["resources"] = {"drain": drain_usage, "steady": steady_usage}
+    result["scheduler_metrics"] = {
+        # a fresh kube-scheduler: everything it observed until the drain's end is the drain's
+        "drain": scheduler_metrics("", scrapes.scheduler["drain"]),
+        "steady": scheduler_metrics(scrapes.scheduler["warm"], scrapes.scheduler["steady"]),
+    }
+    if has_extender:
+        result["extender_metrics"] = {
+            "drain": extender_metrics(scrapes.extender["before"], scrapes.extender["drain"]),
+            "steady": extender_metrics(scrapes.extender["warm"], scrapes.extender["steady"]),
+        }
+    if config == "plugin":
+        result["plugin_name"] = ctx.plugin_name
     result["decision"] = decision_quality(ctx, all_pods, watch)
-    partial = [
-        f"{kind}: {r['bound']} of {r['pods']} pods bound within {ctx.phase_timeout_s:g} s"
-        for kind, r in result.items()
-        if isinstance(r, dict) and r.get("complete") is False
-    ]
-    if partial:
-        result["partial"] = "; ".join(partial) + " (rates are over the bound pods)"
     return result
 
 
@@ -800,6 +1184,38 @@ def prepare_namespace(api: httpx.Client) -> None:
     )
 
 
+def grant_plugin_inventory_read(api: httpx.Client) -> None:
+    """Let kube-scheduler's identity list and watch NodeLayerInventory objects (and Nodes),
+    as the plugin's informer does: the extender's own rules, bound to the scheduler user."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    _post(
+        api,
+        f"{rbac}/clusterroles",
+        {"metadata": {"name": PLUGIN_READER}, "rules": extender_rules()},
+        "creating the plugin's ClusterRole",
+    )
+    _post(
+        api,
+        f"{rbac}/clusterrolebindings",
+        {
+            "metadata": {"name": PLUGIN_READER},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": PLUGIN_READER,
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": SCHEDULER_USER}
+            ],
+        },
+        "binding the plugin's ClusterRole to kube-scheduler",
+    )
+
+
+def _csv(text: str) -> list[str]:
+    return [item for item in text.split(",") if item]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -810,16 +1226,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(report.CONFIGURATIONS),
         help=f"comma-separated, from {', '.join(report.CONFIGURATIONS)}",
     )
-    parser.add_argument("--burst-pods", type=int, default=1000, help="pods created at once")
+    parser.add_argument(
+        "--drain-pods",
+        type=int,
+        default=2000,
+        help="pods queued before kube-scheduler starts, then drained (throughput)",
+    )
     parser.add_argument("--steady-pods", type=int, default=500, help="pods at --steady-rate")
     parser.add_argument(
-        "--steady-rate", type=float, default=20.0, help="pods/s of the steady phase"
+        "--steady-rate", type=float, default=20.0, help="pods/s of the steady phase (latency)"
     )
     parser.add_argument(
         "--phase-timeout-s",
         type=float,
-        default=240.0,
+        default=400.0,
         help="stop waiting for a phase's bindings after this; the row says how many were bound",
+    )
+    parser.add_argument(
+        "--profile",
+        default=",".join(PROFILED_CONFIGURATIONS),
+        help="configurations whose extender py-spy samples in one more drain per node "
+        "count ('' for none; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--plugin-kube-scheduler",
+        type=Path,
+        help="the kube-scheduler carrying the plugin (default: the Kubernetes build's)",
+    )
+    parser.add_argument(
+        "--plugin-name",
+        default=PLUGIN_NAME,
+        help="the Score plugin the plugin row enables (default: %(default)s; another name "
+        "only to check the row's machinery: the README then names it)",
+    )
+    parser.add_argument(
+        "--development",
+        metavar="NOTE",
+        help="mark the results a development run (short, or on a loaded machine): NOTE says "
+        "how, and the README block and plot say it is not the final table",
     )
     parser.add_argument("--prefix", default=DEFAULT_PREFIX)
     parser.add_argument("--net-base", default=DEFAULT_NET_BASE)
@@ -830,6 +1274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--plot", type=Path, default=PLOT)
     parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument("--docs", type=Path, default=DOCS, help="where the profile block goes")
     parser.add_argument(
         "--kubernetes-bin-dir",
         type=Path,
@@ -837,16 +1282,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         "its .stamp)",
     )
     parser.add_argument("--keep", action="store_true", help="leave the control plane up")
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="run nothing: write the plot, the README block and the docs' profile block "
+        "from the results at --output (after a change to how they are rendered)",
+    )
     args = parser.parse_args(argv)
     console = Console(stderr=True)
+    if args.render_only:
+        try:
+            results = json.loads(args.output.read_text())
+        except (OSError, ValueError) as err:
+            parser.error(f"--render-only: reading the results {args.output}: {err}")
+        return render(results, args, console)
     try:
-        node_counts = sorted(int(n) for n in args.nodes.split(","))
+        node_counts = sorted(int(n) for n in _csv(args.nodes))
     except ValueError:
         parser.error(f"--nodes {args.nodes!r}: expected comma-separated integers, e.g. 500,5000")
-    configs = [c for c in args.configurations.split(",") if c]
-    unknown = sorted(set(configs) - set(report.CONFIGURATIONS))
+    configs = [c for c in report.CONFIGURATIONS if c in _csv(args.configurations)]
+    unknown = sorted(set(_csv(args.configurations)) - set(report.CONFIGURATIONS))
+    unknown += sorted(set(_csv(args.profile)) - set(EXTENDER_NODE_CACHE_CAPABLE))
     if unknown:
-        parser.error(f"--configurations: unknown {', '.join(unknown)}")
+        parser.error(
+            f"--configurations/--profile: unknown {', '.join(unknown)} (--profile takes "
+            f"extender configurations: {', '.join(EXTENDER_NODE_CACHE_CAPABLE)})"
+        )
+    if args.drain_pods < MIN_DRAIN_PODS or args.steady_pods < 1:
+        parser.error(
+            f"--drain-pods needs at least {MIN_DRAIN_PODS} pods (a rate spans two bindings) "
+            "and --steady-pods at least 1"
+        )
     try:
         require_root()
         results = run(args, node_counts, configs, console)
@@ -861,10 +1327,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
-    report.plot(results, args.plot)
-    generated.write_block(args.readme, report.BLOCK, report.markdown(results))
+    return render(results, args, console)
+
+
+def render(results: Mapping[str, Any], args: argparse.Namespace, console: Console) -> int:
+    """The plot, the README block and the docs' profile block, from ``results``."""
+    try:
+        report.plot(results, args.plot)
+        generated.write_block(args.readme, report.BLOCK, report.markdown(results))
+        generated.write_block(args.docs, report.PROFILE_BLOCK, report.profile_markdown(results))
+    except LayerschedError as err:
+        console.print(f"[red]bench-scheduler: {err} (the results are in {args.output})[/red]")
+        return 1
+    except (KeyError, TypeError) as err:
+        console.print(
+            f"[red]bench-scheduler: {args.output} is not a results file of this benchmark "
+            f"(missing or malformed {err}): run the benchmark to write one[/red]"
+        )
+        return 1
     console.print(report.markdown(results))
-    console.print(f"results: {args.output}, plot: {args.plot}, README block updated")
+    console.print(
+        f"results: {args.output}, plot: {args.plot}, README and {args.docs.name} blocks updated"
+    )
     return 0
 
 
@@ -878,6 +1362,7 @@ def run(
     items = load.node_list(max(node_counts), IMAGES_PER_NODE, seed=1)["items"]
     layers_path = args.log_dir / "layers.json"
     layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
+    profiled = [c for c in _csv(args.profile) if c in configs]
     results: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -889,21 +1374,41 @@ def run(
             "kubernetes_version": kubernetes_build().version,
             "images": len(load.corpus.images),
             "images_per_node": IMAGES_PER_NODE,
+            "drain_pods": args.drain_pods,
             "steady_pods": args.steady_pods,
             "steady_rate_pods_per_s": args.steady_rate,
-            "burst_pods": args.burst_pods,
             "warmup_pods": WARMUP_PODS,
             "scheduler_client_qps": SCHEDULER_CLIENT_QPS,
             "extender_http_timeout": EXTENDER_HTTP_TIMEOUT,
             "pod_requests": {"cpu": POD_CPU, "memory": POD_MEMORY},
             "phase_timeout_s": args.phase_timeout_s,
+            "profile_rate_hz": PROFILE_RATE_HZ,
+            "profiled": profiled,
+            "development": args.development,
         },
         "node_counts": list(node_counts),
+        "profiles": {},
     }
     try:
         plane = control_plane_up(args, console)
+        plugin_binary = args.plugin_kube_scheduler or plane.bin_dir / "kube-scheduler"
+        what = (
+            str(args.plugin_kube_scheduler)
+            if args.plugin_kube_scheduler
+            else f"the Kubernetes build's kube-scheduler {kubernetes_build().version}"
+        )
+        absent = (
+            plugin_absent(plugin_binary, args.plugin_name, what) if "plugin" in configs else None
+        )
+        if "plugin" in configs and not absent:
+            try:
+                plugin_profile(plane, args.plugin_name)
+            except LayerschedError as err:  # no generator yet, or args it refuses
+                absent = f"the {args.plugin_name} configuration cannot be rendered: {err}"
         with plane.client() as api, Progress(console=console) as progress:
             prepare_namespace(api)
+            if "plugin" in configs:
+                grant_plugin_inventory_read(api)
             created = 0
             for i, n in enumerate(node_counts):
                 _parallel_post(
@@ -914,7 +1419,7 @@ def run(
                     progress,
                     after=lambda node: untaint(api, node),
                 )
-                if "extender-node-names" in configs:
+                if set(INVENTORY_CONFIGURATIONS) & set(configs):
                     _parallel_post(
                         api,
                         NODE_LAYERS_PATH,
@@ -932,36 +1437,59 @@ def run(
                         counts[digest] = counts.get(digest, 0) + 1
                 ctx = Context(
                     plane, api, load, layers_path, args.log_dir, node_sets, counts,
-                    args.steady_pods, args.steady_rate, args.burst_pods, args.phase_timeout_s,
-                    console,
+                    args.drain_pods, args.steady_pods, args.steady_rate, args.phase_timeout_s,
+                    console, progress, plugin_binary, args.plugin_name,
                 )  # fmt: skip
+                seed = 10 * (i + 1)  # the same pods for every configuration at one N
                 rows: dict[str, Any] = {}
                 for config in configs:
-                    try:
-                        rows[config] = measure(ctx, n, config, seed=10 * (i + 1))
-                    except (BenchError, KubeError, httpx.HTTPError) as err:
-                        # one configuration failing leaves the others' rows standing
-                        console.log(f"[red]{n} nodes, {config}: {err}[/red]")
-                        rows[config] = {"skipped": str(err)}
-                        delete_pods(api)
+                    if config == "plugin" and absent:
+                        console.log(f"[yellow]{n} nodes, plugin: not run: {absent}[/yellow]")
+                        rows[config] = {"skipped": absent}
                         continue
-                    console.log(
-                        f"{n} nodes, {config}: {rows[config]['pods_per_s']} pods/s, "
-                        f"p50 {rows[config]['p50_ms']} ms, p99 {rows[config]['p99_ms']} ms"
-                    )
+                    rows[config] = _row(ctx, n, config, seed)
+                    if not rows[config].get("skipped"):
+                        console.log(
+                            f"{n} nodes, {config}: drain {rows[config]['pods_per_s']} pods/s, "
+                            f"steady p50 {rows[config]['p50_ms']} ms, "
+                            f"p99 {rows[config]['p99_ms']} ms"
+                        )
                 results[str(n)] = rows
+                results["profiles"][str(n)] = {
+                    config: _row(ctx, n, config, seed, True, _profile_s(rows.get(config)))
+                    for config in profiled
+                }
     finally:
         if not args.keep:
             _export_logs(args)
             down(args.state_dir, args.prefix, console=console)
-    results["targets"] = {
-        str(n): verdict
-        for n in node_counts
-        if (verdict := report.target_verdict(results[str(n)])) is not None
-    }
+    results["targets"] = {str(n): report.target_verdicts(results[str(n)]) for n in node_counts}
     results["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     results["run_time_s"] = round(time.perf_counter() - started, 1)
     return results
+
+
+def _profile_s(row: Mapping[str, Any] | None) -> int:
+    """How long kube-scheduler's profile should run from the first binding: the drain as
+    the measured row took it, and a margin (the profiled drain is slower, since py-spy
+    pauses the extender at each sample: at worst the profile covers the drain's first
+    part)."""
+    span_s = ((row or {}).get("drain") or {}).get("span_s") or 0
+    return math.ceil(span_s) + PPROF_MIN_S
+
+
+def _row(
+    ctx: Context, n: int, config: str, seed: int, profile: bool = False, profile_s: int = 0
+) -> dict[str, Any]:
+    """One configuration measured (or profiled); a failure leaves the others' rows standing."""
+    try:
+        return measure(ctx, n, config, seed, profile=profile, profile_s=profile_s)
+    except (LayerschedError, httpx.HTTPError) as err:
+        what = "profile" if profile else "row"
+        ctx.console.log(f"[red]{n} nodes, {config} ({what}): {err}[/red]")
+        delete_pods(ctx.api)
+        delete_events(ctx.api)
+        return {"skipped": str(err)}
 
 
 def _export_logs(args: argparse.Namespace) -> None:

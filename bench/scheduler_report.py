@@ -2,38 +2,68 @@
 
 Nothing here talks to a process: Prometheus histograms read from ``/metrics`` text
 (differences between two scrapes, quantiles the way ``histogram_quantile`` estimates
-them), latency statistics, the bytes a pod would pull on a node, and what the results
-become: the README block and the plot. The unit tests hold the README block to the
-committed ``bench/results/scheduler.json``.
+them), latency statistics, binding times from kube-scheduler's ``Scheduled`` events and
+the drain rate between the first and the last binding, py-spy's collapsed stacks, the
+bytes a pod would pull on a node, and what the results become: the README block, the
+profile block of ``docs/bench-scheduler.md`` and the plot. The unit tests hold both
+blocks to the committed ``bench/results/scheduler.json``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-#: The README block this module writes (``<!-- scheduler:begin -->``).
+#: The README block this module writes (``<!-- scheduler:begin -->``), and the block of
+#: ``docs/bench-scheduler.md`` holding the extender's profile.
 BLOCK = "scheduler"
-#: The configurations, in the order every table and plot shows them.
-CONFIGURATIONS = ("default", "extender-nodes", "extender-node-names")
+PROFILE_BLOCK = "scheduler-profile"
+#: The configurations, in the order every table and plot shows them (and the benchmark
+#: runs them: the plugin right after the default, while the inventories are new).
+CONFIGURATIONS = ("default", "plugin", "extender-node-names", "extender-noop", "extender-nodes")
 LABELS = {
     "default": "default profile (ImageLocality included)",
-    "extender-nodes": "+ layersched extender, full `Nodes`",
+    "plugin": "LayerLocality Score plugin in kube-scheduler",
     "extender-node-names": "+ layersched extender, `NodeNames` + live watch",
+    "extender-noop": "+ no-op extender (zeros at once), `NodeNames`",
+    "extender-nodes": "+ layersched extender, full `Nodes`",
 }
-#: Targets from issue 12, as ratios to the default profile within one run.
-TARGET_THROUGHPUT_RATIO = 0.8
-TARGET_P99_RATIO = 1.5
+#: The native Score plugin (issue 24), as kube-scheduler registers it.
+PLUGIN_NAME = "LayerLocality"
 MS_PER_S = 1000.0
-#: A burst created in at least this share of its span was limited by the client.
-CLIENT_BOUND_SHARE = 0.9
 MIB = 1024 * 1024
+#: Frames shown per profile table, and kept per profile in the results.
+PROFILE_TOP_FRAMES = 12
+PROFILE_KEPT_FRAMES = 40
+#: Packages under this share of the samples are left out of the profile's summary line.
+PROFILE_MIN_PACKAGE_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class Target:
+    """Issue 24's target for one configuration, as ratios to the default within one run."""
+
+    config: str
+    #: Drain throughput at least this share of the default's.
+    throughput_ratio_min: float
+    #: Steady-phase p99 at most this multiple of the default's.
+    p99_ratio_max: float
+
+
+TARGETS = (
+    # a native plugin runs in kube-scheduler's own Score workers: near the default
+    Target("plugin", 0.95, 1.2),
+    # an HTTP hop and JSON per pod, serial after the plugins (measured after profiling)
+    Target("extender-node-names", 0.8, 2.0),
+)
 
 
 @dataclass(frozen=True)
@@ -139,6 +169,278 @@ def latency_stats(latencies_s: Sequence[float]) -> dict[str, float | int | None]
     }
 
 
+# ---------------------------------------------------------------- the drain
+
+
+#: The event kube-scheduler records once a binding succeeded (``finishBinding``).
+SCHEDULED_REASON = "Scheduled"
+
+
+def event_time_s(text: str) -> float:
+    """An API ``MicroTime`` (``2026-11-24T00:10:00.123456Z``) in seconds since the epoch."""
+    stamp = datetime.fromisoformat(text)
+    if stamp.tzinfo is None:
+        raise ValueError(f"event time {text!r} has no time zone (MicroTime is UTC, ending in Z)")
+    return stamp.timestamp()
+
+
+def binding_times_s(
+    events: Iterable[Mapping[str, Any]], names: Collection[str]
+) -> dict[str, float]:
+    """When kube-scheduler bound each pod of ``names``, from its ``Scheduled`` events
+    (``events.k8s.io/v1``): ``eventTime`` is taken on the scheduler's own clock, in
+    microseconds, right after the binding call returned. The earliest event of a pod wins
+    (a pod is bound once; a second event would be a later series update)."""
+    wanted = set(names)
+    times: dict[str, float] = {}
+    for event in events:
+        regarding = event.get("regarding") or {}
+        name = regarding.get("name")
+        stamp = event.get("eventTime")
+        if (
+            event.get("reason") != SCHEDULED_REASON
+            or regarding.get("kind") != "Pod"
+            or name not in wanted
+            or not stamp
+        ):
+            continue
+        at_s = event_time_s(stamp)
+        times[name] = min(at_s, times.get(name, at_s))
+    return times
+
+
+def drain_rate(times_s: Iterable[float]) -> float | None:
+    """Pods bound per second between the first and the last binding.
+
+    ``n`` bindings span ``n - 1`` intervals, so the rate is ``(n - 1) / (last - first)``;
+    the scheduler's start-up (informer sync before the first binding) and the client that
+    created the pods (all of them before the scheduler started) are outside that span.
+    None with fewer than two bindings or no time between them."""
+    ordered = sorted(times_s)
+    if len(ordered) < 2 or ordered[-1] <= ordered[0]:
+        return None
+    return (len(ordered) - 1) / (ordered[-1] - ordered[0])
+
+
+def per_pod_ms(pods_per_s: float | None) -> float | None:
+    """What one pod costs the drain, in milliseconds (``1000 / rate``)."""
+    return MS_PER_S / pods_per_s if pods_per_s else None
+
+
+def hop_split_ms(rows: Mapping[str, Any]) -> dict[str, float] | None:
+    """The extender's cost per pod, split by the no-op extender's drain rate.
+
+    ``hop_ms``: what the HTTP hop alone adds (kube-scheduler encoding the request, the
+    call, an answer of zeros); ``layersched_ms``: what layersched's answer adds on top
+    (its decoding, resolving and scoring). Both from ``1000 / rate`` differences, so
+    each can be negative within noise."""
+    rates = {c: (rows.get(c) or {}).get("pods_per_s") for c in CONFIGURATIONS}
+    base, noop, names = (
+        per_pod_ms(rates[c]) for c in ("default", "extender-noop", "extender-node-names")
+    )
+    if base is None or noop is None or names is None:
+        return None
+    return {
+        "default_ms": round(base, 2),
+        "hop_ms": round(noop - base, 2),
+        "layersched_ms": round(names - noop, 2),
+    }
+
+
+# ---------------------------------------------------------------- profiles
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A py-spy ``raw`` (collapsed stacks) profile: samples per frame and per thread."""
+
+    samples: int
+    #: Samples whose innermost frame is this one (the frame itself was running).
+    self_samples: Mapping[str, int]
+    #: Samples with this frame anywhere on the stack (counted once per stack).
+    total_samples: Mapping[str, int]
+    threads: Mapping[str, int]
+
+
+_PY_SPY_COUNTS = re.compile(r"Samples: (?P<samples>\d+) Errors: (?P<errors>\d+)")
+
+
+def py_spy_counts(log: str) -> tuple[int, int] | None:
+    """``(samples, errors)`` from py-spy's last ``Samples: N Errors: M`` line, if any."""
+    found = list(_PY_SPY_COUNTS.finditer(log))
+    if not found:
+        return None
+    return int(found[-1]["samples"]), int(found[-1]["errors"])
+
+
+def _thread_name(frame: str) -> str:
+    """``thread (0x7f…): MainThread`` -> ``MainThread``; a pool's workers are one line
+    (``ThreadPoolExecutor-0_3`` -> ``ThreadPoolExecutor-0``)."""
+    name = frame.partition("): ")[2] or frame
+    base, _, index = name.rpartition("_")
+    return base if base and index.isdigit() else name
+
+
+def collapsed_profile(text: str) -> Profile:
+    """Read py-spy's ``--format raw`` output: one ``frame;frame;… count`` line per distinct
+    stack, outermost frame first (with ``--threads``, a ``thread (…): name`` frame)."""
+    self_samples: dict[str, int] = {}
+    total_samples: dict[str, int] = {}
+    threads: dict[str, int] = {}
+    samples = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        stack, _, count_text = line.rstrip().rpartition(" ")
+        if not stack or not count_text.isdigit():
+            raise ValueError(f"profile line {number}: expected 'frame;frame;... count': {line!r}")
+        count = int(count_text)
+        frames = stack.split(";")
+        thread = "all"
+        if frames[0].startswith("thread ("):
+            thread = _thread_name(frames.pop(0))
+        samples += count
+        threads[thread] = threads.get(thread, 0) + count
+        if not frames:
+            continue
+        self_samples[frames[-1]] = self_samples.get(frames[-1], 0) + count
+        for frame in set(frames):
+            total_samples[frame] = total_samples.get(frame, 0) + count
+    return Profile(samples, self_samples, total_samples, threads)
+
+
+def _top(
+    counts: Mapping[str, int], samples: int, keep: int, totals: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """The ``keep`` frames with the most samples, with their share (and, given ``totals``,
+    their total share too)."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:keep]
+    top: list[dict[str, Any]] = []
+    for frame, n in ranked:
+        entry: dict[str, Any] = {"frame": frame, "samples": n, "share": round(n / samples, 4)}
+        if totals is not None:
+            entry["total_share"] = round(totals[frame] / samples, 4)
+        top.append(entry)
+    return top
+
+
+def frame_package(frame: str) -> str:
+    """Where a py-spy frame's code lives: ``f (aiohttp/web_protocol.py:438)`` -> ``aiohttp``;
+    layersched's own code by subpackage (``layersched/core/inventory.py`` ->
+    ``layersched.core``); a top-level module by its name (``ssl.py`` -> ``ssl``)."""
+    location = frame.rpartition(" (")[2].rstrip(")")
+    path = location.rpartition(":")[0] or location
+    parts = [part for part in path.split("/") if part]
+    if not parts:
+        return "?"
+    if parts[0] == "layersched" and len(parts) > len(("layersched", "module.py")):
+        return f"layersched.{parts[1]}"
+    return parts[0].removesuffix(".py")
+
+
+def package_shares(profile: Profile) -> dict[str, float]:
+    """Self samples per package (:func:`frame_package`) as shares of all samples, largest
+    first: what kind of work the process's time went to."""
+    counts: dict[str, int] = {}
+    for frame, n in profile.self_samples.items():
+        package = frame_package(frame)
+        counts[package] = counts.get(package, 0) + n
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return {package: round(n / profile.samples, 4) for package, n in ranked}
+
+
+def profile_summary(profile: Profile, keep: int = PROFILE_KEPT_FRAMES) -> dict[str, Any]:
+    """What the results keep of a profile: self time by package, and its top frames by
+    self and by total samples."""
+    if not profile.samples:
+        return {"samples": 0, "threads": {}, "packages": {}, "self": [], "total": []}
+    return {
+        "samples": profile.samples,
+        "threads": dict(sorted(profile.threads.items(), key=lambda item: -item[1])),
+        "packages": package_shares(profile),
+        "self": _top(profile.self_samples, profile.samples, keep, profile.total_samples),
+        "total": _top(profile.total_samples, profile.samples, keep),
+    }
+
+
+#: One row of ``go tool pprof -top``: flat, flat%, sum%, cum, cum%, function.
+_PPROF_ROW = re.compile(
+    r"^\s*(?P<flat>[\d.]+)(?P<flat_unit>[a-z]*)\s+(?P<flat_pct>[\d.]+)%\s+[\d.]+%\s+"
+    r"(?P<cum>[\d.]+)(?P<cum_unit>[a-z]*)\s+(?P<cum_pct>[\d.]+)%\s+(?P<function>\S.*)$"
+)
+_PPROF_TOTAL = re.compile(r"of (?P<total>[\d.]+)(?P<unit>[a-z]+) total")
+_PPROF_UNITS_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "": 1.0}
+#: Package paths shortened in Go function names (the vendor tree, the module).
+_GO_PREFIXES = ("k8s.io/kubernetes/vendor/", "k8s.io/kubernetes/")
+
+
+#: Where kube-scheduler 1.20's CPU goes, by stage: (stage, function as ``pprof_top`` names
+#: it). Each function's cumulative share is its stage's share of the scheduler's CPU
+#: (filter and score run in parallel workers, binding and events in goroutines of their
+#: own: none of them is under ``scheduleOne``).
+GO_LANDMARKS = (
+    ("scheduling cycle (serial part)", "pkg/scheduler.(*Scheduler).scheduleOne"),
+    ("filter plugins", "pkg/scheduler/framework/runtime.(*frameworkImpl).RunFilterPlugins"),
+    ("score plugins", "pkg/scheduler/framework/runtime.(*frameworkImpl).runScorePlugin"),
+    ("extender call", "pkg/scheduler/core.(*HTTPExtender).Prioritize"),
+    ("binding", "pkg/scheduler.(*Scheduler).bind"),
+    ("informers' event handlers", "k8s.io/client-go/tools/cache.(*processorListener).run"),
+    ("garbage collector", "runtime.gcBgMarkWorker"),
+)
+#: Functions kept from kube-scheduler's profile, by cumulative and by flat time.
+GO_KEPT_FUNCTIONS = 25
+
+
+def pprof_top(text: str) -> dict[str, Any]:
+    """``go tool pprof -top`` text: the total CPU seconds sampled and each listed function's
+    flat and cumulative shares of it, in the order pprof listed them."""
+    total = _PPROF_TOTAL.search(text)
+    functions = []
+    for line in text.splitlines():
+        row = _PPROF_ROW.match(line)
+        if row is None:
+            continue
+        name = row["function"].strip()
+        for prefix in _GO_PREFIXES:
+            name = name.removeprefix(prefix)
+        functions.append(
+            {
+                "function": name,
+                "flat_share": round(float(row["flat_pct"]) / 100, 4),
+                "cum_share": round(float(row["cum_pct"]) / 100, 4),
+            }
+        )
+    return {
+        "cpu_s": (
+            round(float(total["total"]) * _PPROF_UNITS_S[total["unit"]], 3) if total else None
+        ),
+        "functions": functions,
+    }
+
+
+def go_profile_summary(top: Mapping[str, Any], keep: int = GO_KEPT_FUNCTIONS) -> dict[str, Any]:
+    """What the results keep of kube-scheduler's profile (``pprof_top`` of every node pprof
+    lists): the stages' shares, and the top functions by cumulative and by flat time."""
+    functions = top["functions"]
+    by_name = {entry["function"]: entry for entry in functions}
+    return {
+        "cpu_s": top["cpu_s"],
+        "stages": [
+            {
+                "stage": stage,
+                "function": function,
+                "cum_share": (by_name.get(function) or {}).get("cum_share"),
+            }
+            for stage, function in GO_LANDMARKS
+        ],
+        "by_cum": sorted(functions, key=lambda e: -e["cum_share"])[:keep],
+        "by_flat": sorted(functions, key=lambda e: -e["flat_share"])[:keep],
+    }
+
+
+# ---------------------------------------------------------------- verdicts and text
+
+
 def pull_bytes(wanted: Mapping[str, int], held: Iterable[str] | set[str]) -> int:
     """Bytes of the pod's distinct layers (``digest -> size``) the node does not hold."""
     present = held if isinstance(held, set) else set(held)
@@ -158,23 +460,66 @@ def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
+def target_verdicts(rows: Mapping[str, Any]) -> dict[str, str]:
+    """Whether each configuration with a target met it at one N, in words (rows that did
+    not run, or a run without the default, give no verdict)."""
+    base = rows.get("default")
+    verdicts: dict[str, str] = {}
+    if not base or base.get("skipped"):
+        return verdicts
+    for target in TARGETS:
+        row = rows.get(target.config)
+        if not row or row.get("skipped") or row.get("plugin_name", PLUGIN_NAME) != PLUGIN_NAME:
+            continue  # not run, or a stand-in plugin checking the row's machinery
+        throughput = ratio(row["pods_per_s"], base["pods_per_s"])
+        p99 = ratio(row["p99_ms"], base["p99_ms"])
+        throughput_ok = throughput is not None and throughput >= target.throughput_ratio_min
+        p99_ok = p99 is not None and p99 <= target.p99_ratio_max
+        verdicts[target.config] = (
+            f"drain throughput {throughput}x default (target >= {target.throughput_ratio_min}x: "
+            f"{'met' if throughput_ok else 'MISSED'}), p99 {p99}x default "
+            f"(target <= {target.p99_ratio_max}x: {'met' if p99_ok else 'MISSED'})"
+        )
+    return verdicts
+
+
+def _algorithm_mean_ms(row: Mapping[str, Any]) -> float | None:
+    """Mean of ``scheduler_scheduling_algorithm_duration_seconds`` over the drain (filter,
+    score and the extender: the serial part of a scheduling cycle; binding runs aside)."""
+    series = row["scheduler_metrics"]["drain"]["scheduling_algorithm"]
+    return series[0]["mean_ms"] if series else None
+
+
+def _answer_mean_ms(row: Mapping[str, Any]) -> float | None:
+    """The extender's own mean time per ``prioritize`` over the drain (its histogram)."""
+    requests = (row.get("extender_metrics") or {}).get("drain", {}).get("requests", {})
+    return (requests.get("prioritize") or {}).get("mean_ms")
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     """The README block: one row per N and configuration, generated from the results."""
     settings = results["settings"]
-    lines = [
+    lines = []
+    if settings.get("development"):
+        note = settings["development"].rstrip(".")
+        lines += [f"**Development run, not the final table:** {note}.", ""]
+    lines += [
         f"Generated by `make bench-scheduler` from `bench/results/scheduler.json`: the real "
         f"kube-scheduler {settings['kubernetes_version']} with etcd and kube-apiserver and no "
-        f"kubelets, fake Ready nodes with {settings['images_per_node']} corpus images each, "
-        f"a burst of {settings['burst_pods']} pods for throughput and "
-        f"{settings['steady_pods']} pods at {settings['steady_rate_pods_per_s']:g} pods/s "
-        f"for latency (creation to binding, seen by a watch), on a shared "
-        f"{results['machine']['cpus']}-core machine; run time "
+        f"kubelets, fake Ready nodes with {settings['images_per_node']} corpus images each. "
+        f"Throughput: {settings['drain_pods']:,} pods queued before kube-scheduler starts, "
+        f"drained (pods/s between the first and the last binding, from kube-scheduler's "
+        f"`Scheduled` events). Latency: {settings['steady_pods']:,} pods at "
+        f"{settings['steady_rate_pods_per_s']:g} pods/s (creation to binding, seen by a "
+        f"watch). On a {results['machine']['cpus']}-core machine, load average "
+        f"{results['machine']['load_average_1m_at_start']:g} at the start and "
+        f"{results['machine']['load_average_1m_at_end']:g} at the end; run time "
         f"{results['run_time_s'] / 60:.1f} min.",
         "",
-        "| nodes | configuration | pods/s (burst) | vs default | p50 (steady) | p99 (steady) "
-        "| p99 vs default | algorithm mean | pull per pod "
-        "| CPU s: scheduler / extender / apiserver / etcd |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| nodes | configuration | drain pods/s | vs default | p50 (steady) | p99 (steady) "
+        "| p99 vs default | algorithm mean | extender answer | pull per pod "
+        "| CPU s in the drain: scheduler / extender / apiserver / etcd |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     notes: list[str] = []
     for n in results["node_counts"]:
@@ -185,99 +530,210 @@ def markdown(results: Mapping[str, Any]) -> str:
             if row is None:
                 continue
             if row.get("skipped"):
-                lines.append(f"| {n:,} | {LABELS[config]} | not run: {row['skipped']} ||||||||")
+                lines.append(f"| {n:,} | {LABELS[config]} | not run: {row['skipped']} |||||||||")
                 continue
-            cpu = row["resources"]
+            cpu = row["resources"]["drain"]
             cpu_text = " / ".join(
                 _fmt(cpu.get(proc, {}).get("cpu_s"), digits=1)
                 for proc in ("kube-scheduler", "extender", "kube-apiserver", "etcd")
             )
+            label = LABELS[config]
+            if row.get("plugin_name", PLUGIN_NAME) != PLUGIN_NAME:
+                label = (
+                    f"stand-in Score plugin `{row['plugin_name']}` (checks the plugin row's "
+                    f"machinery; not {PLUGIN_NAME})"
+                )
             lines.append(
-                f"| {n:,} | {LABELS[config]} | {_fmt(row['pods_per_s'])} "
+                f"| {n:,} | {label} | {_fmt(row['pods_per_s'])} "
                 f"| {_fmt(ratio(row['pods_per_s'], base.get('pods_per_s')), 'x', 2)} "
                 f"| {_fmt(row['p50_ms'], ' ms', 0)} | {_fmt(row['p99_ms'], ' ms', 0)} "
                 f"| {_fmt(ratio(row['p99_ms'], base.get('p99_ms')), 'x', 2)} "
                 f"| {_fmt(_algorithm_mean_ms(row), ' ms')} "
+                f"| {_fmt(_answer_mean_ms(row), ' ms', 2)} "
                 f"| {_fmt(row['decision']['mean_pull_mib'], ' MiB')} | {cpu_text} |"
             )
-            burst = row["burst"]
-            if burst["created_in_s"] >= CLIENT_BOUND_SHARE * burst["span_s"]:
+            for kind in ("drain", "steady"):
+                phase = row[kind]
+                if not phase["complete"]:
+                    notes.append(
+                        f"- **{n:,} nodes, {config}:** {kind}: {phase['bound']} of "
+                        f"{phase['pods']} pods bound within the phase timeout (the rate is "
+                        "over the bound pods)."
+                    )
+            drain = row["drain"]
+            if drain["binding_source"] != "events":
                 notes.append(
-                    f"- **{n:,} nodes, {config}:** the burst was bound as fast as the client "
-                    f"created it ({burst['created_in_s']:g} s of {burst['span_s']:g} s): "
-                    "its pods/s is the client's rate, a lower bound on the scheduler's; "
-                    "the algorithm mean is the scheduler's own serial cost per pod."
+                    f"- **{n:,} nodes, {config}:** the drain rate is the watch's "
+                    f"({drain['events']} `Scheduled` events of {drain['bound']} bindings were "
+                    "found)."
                 )
-            partial = row.get("partial")
-            if partial:
-                notes.append(f"- **{n:,} nodes, {config}:** {partial}")
     lines.append("")
     targets = results.get("targets", {})
     for n in results["node_counts"]:
-        verdict = targets.get(str(n))
-        if verdict:
-            lines.append(f"- **{n:,} nodes, `NodeNames` targets:** {verdict}")
+        for config, verdict in targets.get(str(n), {}).items():
+            lines.append(f"- **{n:,} nodes, `{config}` targets:** {verdict}")
+    for n in results["node_counts"]:
+        split = hop_split_ms(results[str(n)])
+        if split:
+            lines.append(
+                f"- **{n:,} nodes, each pod's cost in the drain** (1,000 / pods/s): default "
+                f"{split['default_ms']:g} ms; the extender hop alone (no-op extender) adds "
+                f"{split['hop_ms']:g} ms; layersched's answer adds {split['layersched_ms']:g} "
+                "ms more."
+            )
     lines.extend(notes)
     return "\n".join(lines)
 
 
-def _algorithm_mean_ms(row: Mapping[str, Any]) -> float | None:
-    """Mean of ``scheduler_scheduling_algorithm_duration_seconds`` (filter, score and
-    the extender: the serial part of a scheduling cycle; binding runs aside)."""
-    series = row["scheduler_metrics"]["scheduling_algorithm"]
-    return series[0]["mean_ms"] if series else None
+def _frame_text(frame: str) -> str:
+    """A frame for a Markdown table cell (pipes escaped, code-formatted)."""
+    return "`" + frame.replace("|", "\\|").replace("`", "'") + "`"
 
 
-def target_verdict(rows: Mapping[str, Any]) -> str | None:
-    """Whether ``NodeNames`` met the issue's ratios at one N, in words."""
-    base, names = rows.get("default"), rows.get("extender-node-names")
-    if not base or not names or names.get("skipped"):
-        return None
-    throughput = ratio(names["pods_per_s"], base["pods_per_s"])
-    p99 = ratio(names["p99_ms"], base["p99_ms"])
-    throughput_ok = throughput is not None and throughput >= TARGET_THROUGHPUT_RATIO
-    p99_ok = p99 is not None and p99 <= TARGET_P99_RATIO
-    return (
-        f"throughput {throughput}x default (target >= {TARGET_THROUGHPUT_RATIO}x: "
-        f"{'met' if throughput_ok else 'MISSED'}), p99 {p99}x default "
-        f"(target <= {TARGET_P99_RATIO}x: {'met' if p99_ok else 'MISSED'})"
-    )
+def gil_share(samples: int, prof: Mapping[str, Any]) -> float:
+    """Share of the drain the extender ran Python: ``--gil`` samples over the samples the
+    rate gives in the drain's span (the extender idles before the first request and after
+    the last, so samples outside the span are few)."""
+    expected = prof["rate_hz"] * (prof["drain"]["span_s"] or prof["sampled_s"])
+    return samples / expected if expected else 0.0
+
+
+def profile_markdown(results: Mapping[str, Any]) -> str:
+    """The docs block: each profiled configuration's top frames, from the results."""
+    profiles = results.get("profiles") or {}
+    if not any(profiles.values()):
+        return "No profile was taken in this run (`--profile ''`)."
+    settings = results["settings"]
+    lines = [
+        f"Generated by `make bench-scheduler` from `bench/results/scheduler.json`: "
+        f"`py-spy record --rate {settings['profile_rate_hz']} --function --threads --gil "
+        f"--nonblocking` attached to the extender for one extra drain of "
+        f"{settings['drain_pods']:,} pods (not a measured row). `--gil` keeps the samples of "
+        "the thread holding the GIL, i.e. running Python, so a thread waiting on a socket is "
+        "never counted; shares are of those samples. *Self*: the frame itself was running; "
+        "*total*: the frame was anywhere on the stack."
+    ]
+    if settings.get("development"):
+        lines += ["", f"**Development run:** {settings['development'].rstrip('.')}."]
+    for n in results["node_counts"]:
+        for config, prof in (profiles.get(str(n)) or {}).items():
+            lines += ["", f"#### {n:,} nodes, `{config}`", ""]
+            if prof.get("skipped"):
+                lines.append(f"Not profiled: {prof['skipped']}")
+                continue
+            summary = prof["extender"]
+            threads = ", ".join(
+                f"{name} {count / summary['samples']:.0%}"
+                for name, count in summary["threads"].items()
+            )
+            lines += [
+                f"{summary['samples']:,} samples; the GIL was held "
+                f"{gil_share(summary['samples'], prof):.0%} of the drain (first to last "
+                f"binding, {prof['drain']['span_s']:g} s); drain with the profiler attached "
+                f"{_fmt(prof['drain']['pods_per_s'])} pods/s (unprofiled: "
+                f"{_fmt((results[str(n)].get(config) or {}).get('pods_per_s'))}); "
+                f"{prof.get('sample_errors', '?')} samples lost. Threads: {threads}.",
+                "",
+                "Self time by package: "
+                + ", ".join(
+                    f"{package} {share:.0%}"
+                    for package, share in summary["packages"].items()
+                    if share >= PROFILE_MIN_PACKAGE_SHARE
+                )
+                + ".",
+                "",
+                "| frame (by self time) | self | total |",
+                "|---|---:|---:|",
+            ]
+            for entry in summary["self"][:PROFILE_TOP_FRAMES]:
+                lines.append(
+                    f"| {_frame_text(entry['frame'])} | {entry['share']:.1%} "
+                    f"| {entry['total_share']:.1%} |"
+                )
+            # frames on every sample's stack are the entry chain (runpy, main, the event
+            # loop's run_forever): true of any program, so left out
+            below_root = [e for e in summary["total"] if e["samples"] < summary["samples"]]
+            lines += ["", "| frame (by total time, entry chain left out) | total |", "|---|---:|"]
+            lines += [
+                f"| {_frame_text(entry['frame'])} | {entry['share']:.1%} |"
+                for entry in below_root[:PROFILE_TOP_FRAMES]
+            ]
+            lines += ["", *_go_profile_lines(prof.get("kube_scheduler") or {})]
+    return "\n".join(lines)
+
+
+def _go_profile_lines(go: Mapping[str, Any]) -> list[str]:
+    """kube-scheduler's side of the same drain (Go's CPU profile): by stage, and its top
+    functions by flat (self) time."""
+    if go.get("skipped"):
+        return [f"kube-scheduler's CPU profile: not taken ({go['skipped']})."]
+    summary = go.get("summary")
+    if not summary:
+        return ["kube-scheduler's CPU profile: not taken."]
+    lines = [
+        f"kube-scheduler in the same drain (`/debug/pprof/profile` for {go['seconds']} s from "
+        f"the first binding, {_fmt(summary['cpu_s'], digits=2)} CPU s sampled), by stage "
+        "(cumulative share of its CPU; `-`: under pprof's cut-off):",
+        "",
+        "| stage | function | cum |",
+        "|---|---|---:|",
+    ]
+    lines += [
+        f"| {entry['stage']} | {_frame_text(entry['function'])} "
+        f"| {'-' if entry['cum_share'] is None else format(entry['cum_share'], '.1%')} |"
+        for entry in summary["stages"]
+    ]
+    lines += ["", "| function (by flat time) | flat | cum |", "|---|---:|---:|"]
+    lines += [
+        f"| {_frame_text(entry['function'])} | {entry['flat_share']:.1%} "
+        f"| {entry['cum_share']:.1%} |"
+        for entry in summary["by_flat"][:PROFILE_TOP_FRAMES]
+    ]
+    return lines
 
 
 def plot(results: Mapping[str, Any], path: Path) -> None:
-    """Throughput and steady-rate latency per configuration and N, one PNG."""
+    """Drain throughput and steady-rate latency per configuration and N, one PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     node_counts = [str(n) for n in results["node_counts"]]
-    fig, (ax_rate, ax_latency) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax_rate, ax_latency) = plt.subplots(1, 2, figsize=(12, 4.4))
     width = 0.8 / len(CONFIGURATIONS)
     positions = np.arange(len(node_counts))
+    colors = plt.get_cmap("tab10")
     for i, config in enumerate(CONFIGURATIONS):
         rows = [results[n].get(config) or {} for n in node_counts]
         rates = [r.get("pods_per_s") or 0.0 for r in rows]
         p50 = [r.get("p50_ms") or 0.0 for r in rows]
         p99 = [r.get("p99_ms") or 0.0 for r in rows]
-        x = positions + (i - 1) * width
-        ax_rate.bar(x, rates, width, label=config)
-        ax_latency.bar(x, p99, width, label=f"{config} p99", alpha=0.45)
-        ax_latency.bar(x, p50, width * 0.5, label=f"{config} p50")
+        x = positions + (i - (len(CONFIGURATIONS) - 1) / 2) * width
+        color = colors(i)
+        ax_rate.bar(x, rates, width, label=config, color=color)
+        # one color per configuration: p99 wide and pale, p50 narrow and solid
+        ax_latency.bar(x, p99, width, label=f"{config} p99", color=color, alpha=0.35)
+        ax_latency.bar(x, p50, width * 0.5, label=f"{config} p50", color=color)
+        for xi, row in zip(x, rows, strict=True):
+            if not row.get("pods_per_s"):
+                ax_rate.text(xi, 0, " not run", rotation=90, ha="center", va="bottom", fontsize=7)
     for ax in (ax_rate, ax_latency):
         ax.set_xticks(positions, [f"{int(n):,} nodes" for n in node_counts])
-    ax_rate.set_ylabel("pods bound per second (burst)")
+    ax_rate.set_ylabel("pods bound per second (queue drain)")
     ax_rate.set_title("Throughput")
     ax_rate.legend(fontsize=8)
     ax_latency.set_yscale("log")
     ax_latency.set_ylabel("creation -> bound, ms (steady rate)")
     ax_latency.set_title("Scheduling latency")
-    ax_latency.legend(fontsize=7, ncol=2)
-    fig.suptitle(
+    ax_latency.legend(fontsize=6, ncol=2)
+    title = (
         f"kube-scheduler {results['settings']['kubernetes_version']} with and without "
-        "layersched (no kubelets, shared 2-core machine)",
-        fontsize=10,
+        f"layersched (no kubelets, {results['machine']['cpus']}-core machine)"
     )
+    if results["settings"].get("development"):
+        title += " - DEVELOPMENT RUN"
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

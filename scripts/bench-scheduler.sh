@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
-# Scheduler throughput with the real kube-scheduler (issue 12): results in bench/results/.
+# Scheduler throughput (queue drain) and latency with the real kube-scheduler (issues 12, 24):
+# results in bench/results/, the README and docs/bench-scheduler.md.
 set -o errexit -o nounset -o pipefail
 exec "${VENV:-.venv}/bin/python" bench/bench_scheduler.py "$@"

@@ -1,18 +1,25 @@
-"""The scheduler benchmark's pure parts (bench/scheduler_report.py, bench/bench_scheduler.py)
-and the README block generated from the committed bench/results/scheduler.json."""
+"""The scheduler benchmark's pure parts (bench/scheduler_report.py, bench/bench_scheduler.py),
+the no-op extender (bench/noop_extender.py, in process), and the README and docs blocks
+generated from the committed bench/results/scheduler.json."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_scheduler as bench  # noqa: E402
+import noop_extender as noop  # noqa: E402
 import scheduler_report as report  # noqa: E402
 from corpus import workload  # noqa: E402
 
@@ -100,25 +107,6 @@ def test_latency_stats_percentiles() -> None:
     assert report.latency_stats([])["p99_ms"] is None
 
 
-@pytest.mark.parametrize(
-    ("names", "verdict"),
-    [
-        # 90 / 100 = 0.9x >= 0.8; 150 / 100 = 1.5x <= 1.5
-        ({"pods_per_s": 90.0, "p99_ms": 150.0}, ("met", "met")),
-        # 70 / 100 = 0.7x < 0.8; 200 / 100 = 2.0x > 1.5
-        ({"pods_per_s": 70.0, "p99_ms": 200.0}, ("MISSED", "MISSED")),
-    ],
-    ids=["both-met", "both-missed"],
-)
-def test_target_verdict(names: dict[str, float], verdict: tuple[str, str]) -> None:
-    rows = {"default": {"pods_per_s": 100.0, "p99_ms": 100.0}, "extender-node-names": names}
-    text = report.target_verdict(rows)
-    assert text is not None
-    assert f"{report.TARGET_THROUGHPUT_RATIO}x: {verdict[0]}" in text
-    assert f"{report.TARGET_P99_RATIO}x: {verdict[1]}" in text
-    assert report.target_verdict({"default": rows["default"]}) is None
-
-
 def test_fake_node_is_ready_with_room_and_the_corpus_images() -> None:
     load = workload(200)
     item = load.node_list(1, 20, seed=1)["items"][0]
@@ -142,8 +130,8 @@ def test_inventory_document_matches_the_node_images() -> None:
     assert parsed.layer_digests() == set(bench.node_layers(load, item))
 
 
-def test_scheduler_configuration_per_mode(tmp_path: Path) -> None:
-    plane = bench.ControlPlane(
+def _plane(tmp_path: Path) -> bench.ControlPlane:
+    return bench.ControlPlane(
         address="10.0.0.1",
         api_server="https://10.0.0.1:6443",
         kubeconfig=tmp_path / "k",
@@ -155,13 +143,614 @@ def test_scheduler_configuration_per_mode(tmp_path: Path) -> None:
         bin_dir=tmp_path,
         pidfiles={},
     )
+
+
+def test_scheduler_configuration_per_mode(tmp_path: Path) -> None:
+    plane = _plane(tmp_path)
     assert "extenders" not in bench.scheduler_config(plane, "default")
     full = bench.scheduler_config(plane, "extender-nodes")["extenders"][0]
     names = bench.scheduler_config(plane, "extender-node-names")["extenders"][0]
+    zeros = bench.scheduler_config(plane, "extender-noop")["extenders"][0]
     assert full["nodeCacheCapable"] is False
     assert names["nodeCacheCapable"] is True
+    # the no-op extender gets exactly the request layersched's NodeNames extender gets
+    assert zeros == names
     assert "--watch" in bench.extender_argv(plane, "extender-node-names", tmp_path / "l")
     assert "--watch" not in bench.extender_argv(plane, "extender-nodes", tmp_path / "l")
+    assert str(bench.NOOP_EXTENDER) in bench.extender_argv(plane, "extender-noop", tmp_path / "l")
+
+
+def test_the_plugin_row_takes_the_deploy_generators_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plugin row's profile comes from layersched.deploy's generator, with the
+    scheduler's kubeconfig for the plugin's informer and a staleness bound the run cannot
+    reach; the rest of the configuration is every row's."""
+    calls: list[tuple[Any, str]] = []
+
+    @dataclasses.dataclass
+    class Args:  # the generator's args type, as issue 24 defines it
+        kubeconfig: str | None = None
+        inventory_max_age_s: int = 1800
+        inventory_sync_timeout_s: int = 30
+
+    def generate(args: Args, scheduler_name: str) -> dict[str, Any]:
+        calls.append((args, scheduler_name))
+        return {"profiles": [{"schedulerName": scheduler_name, "plugins": {"score": "x"}}]}
+
+    monkeypatch.setattr(bench.deploy, "plugin_scheduler_config", generate, raising=False)
+    monkeypatch.setattr(bench.deploy, "PluginArgs", Args, raising=False)
+    plane = _plane(tmp_path)
+    doc = bench.scheduler_config(plane, "plugin")
+    [(args, name)] = calls
+    assert name == "default-scheduler"  # the benchmark's pods name no scheduler
+    assert args.kubeconfig == str(plane.scheduler_kubeconfig)
+    # a day: the inventories are created once, and a slow run lasts about an hour at most
+    assert args.inventory_max_age_s == bench.PLUGIN_INVENTORY_MAX_AGE_S == 86_400
+    # listing 5,000 inventories at start-up may take minutes on a loaded machine
+    assert args.inventory_sync_timeout_s == bench.PLUGIN_INVENTORY_SYNC_TIMEOUT_S == 600
+    assert doc["profiles"] == [{"schedulerName": "default-scheduler", "plugins": {"score": "x"}}]
+    assert "extenders" not in doc
+    default = bench.scheduler_config(plane, "default")
+    assert {k: v for k, v in doc.items() if k != "profiles"} == {
+        k: v for k, v in default.items() if k != "profiles"
+    }
+
+
+def test_the_plugin_row_with_this_checkouts_generator(tmp_path: Path) -> None:
+    """Before issue 24's Go plugin lands, layersched.deploy has no generator for it: the
+    row says so (and is not run). Once it has landed, its real profile enables
+    LayerLocality at preScore and score, with the benchmark's args."""
+    plane = _plane(tmp_path)
+    if not hasattr(bench.deploy, "plugin_scheduler_config"):
+        with pytest.raises(bench.PluginUnavailable, match="no plugin_scheduler_config"):
+            bench.scheduler_config(plane, "plugin")
+        return
+    [profile] = bench.scheduler_config(plane, "plugin")["profiles"]
+    assert profile["schedulerName"] == "default-scheduler"
+    enabled = {point: [p["name"] for p in v["enabled"]] for point, v in profile["plugins"].items()}
+    assert enabled["preScore"] == ["LayerLocality"] and enabled["score"] == ["LayerLocality"]
+    [plugin_config] = profile["pluginConfig"]
+    assert plugin_config["args"]["kubeConfigPath"] == str(plane.scheduler_kubeconfig)
+    assert plugin_config["args"]["inventoryMaxAgeSeconds"] == bench.PLUGIN_INVENTORY_MAX_AGE_S
+    assert (
+        plugin_config["args"]["inventorySyncTimeoutSeconds"]
+        == bench.PLUGIN_INVENTORY_SYNC_TIMEOUT_S
+    )
+
+
+def test_a_stand_in_plugin_is_enabled_at_score_beside_the_defaults(tmp_path: Path) -> None:
+    [profile] = bench.scheduler_config(_plane(tmp_path), "plugin", "NodeResourcesMostAllocated")[
+        "profiles"
+    ]
+    assert profile == {
+        "schedulerName": "default-scheduler",
+        "plugins": {"score": {"enabled": [{"name": "NodeResourcesMostAllocated", "weight": 1}]}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("content", "absent"),
+    [
+        # a Go binary registering the plugin carries its name as a string constant
+        (b"\x7fELF...imagelocality...LayerLocality...", False),
+        # the stock build: ImageLocality and friends, no LayerLocality
+        (b"\x7fELF...ImageLocality...NodeResourcesFit...", True),
+    ],
+    ids=["plugin-built-in", "stock-build"],
+)
+def test_plugin_absent_looks_for_the_registered_name(
+    tmp_path: Path, content: bytes, absent: bool
+) -> None:
+    binary = tmp_path / "kube-scheduler"
+    binary.write_bytes(content)
+    reason = bench.plugin_absent(binary, "LayerLocality", "the test's kube-scheduler")
+    assert (reason is not None) == absent
+    if reason:
+        assert reason.startswith("the test's kube-scheduler has no LayerLocality Score plugin")
+        assert "make kubernetes" in reason
+
+
+def test_plugin_absent_names_a_missing_binary(tmp_path: Path) -> None:
+    reason = bench.plugin_absent(tmp_path / "nope")
+    assert reason is not None
+    assert str(tmp_path / "nope") in reason
+    assert "make kubernetes" in reason
+
+
+def test_the_stopped_process_is_explained_by_its_last_error_line(tmp_path: Path) -> None:
+    log = tmp_path / "kube-scheduler.log"
+    log.write_text(
+        'I1124 00:00:01 "Starting Kubernetes Scheduler"\n'
+        'E1124 00:00:02 couldn\'t create scheduler: plugin "LayerLocality" does not exist\n'
+        "I1124 00:00:02 exiting\n"
+    )
+    assert bench._last_line(log).endswith('plugin "LayerLocality" does not exist')
+    log.write_text("just one line\n")
+    assert bench._last_line(log) == "just one line"
+    assert bench._last_line(tmp_path / "missing.log") == "no log"
+
+
+# ------------------------------------------------------------------ the drain
+
+
+@pytest.mark.parametrize(
+    ("times_s", "expected"),
+    [
+        # 5 bindings over 2 s: 4 intervals / 2 s = 2 pods/s (not 5 / 2)
+        ([10.0, 10.5, 11.0, 11.5, 12.0], 2.0),
+        # order does not matter: first 1.0, last 1.25, 3 intervals / 0.25 s = 12
+        ([1.25, 1.0, 1.1, 1.2], 12.0),
+        # one binding spans nothing
+        ([3.0], None),
+        # no time between the first and the last
+        ([3.0, 3.0], None),
+        ([], None),
+    ],
+    ids=["even", "unsorted", "one", "no-span", "none"],
+)
+def test_drain_rate_between_the_first_and_the_last_binding(
+    times_s: list[float], expected: float | None
+) -> None:
+    assert report.drain_rate(times_s) == (pytest.approx(expected) if expected else None)
+
+
+def test_event_time_is_microseconds_since_the_epoch() -> None:
+    # 0.000250 s apart, on the scheduler's clock (MicroTime); a double near 1.8e9 s
+    # resolves 2**-22 s (0.24 us), far below the milliseconds a drain is read in
+    later = report.event_time_s("2026-11-24T00:10:00.000250Z")
+    earlier = report.event_time_s("2026-11-24T00:10:00.000000Z")
+    assert later - earlier == pytest.approx(0.00025, abs=1e-6)
+    # 2026-11-24T00:10:00Z: 20,781 days after the epoch, + 600 s
+    assert report.event_time_s("2026-11-24T00:10:00Z") == 20_781 * 86_400 + 600
+    with pytest.raises(ValueError, match="no time zone"):
+        report.event_time_s("2026-11-24T00:10:00")
+
+
+def _event(
+    pod: str, at: str | None, reason: str = "Scheduled", kind: str = "Pod"
+) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "reason": reason,
+        "regarding": {"kind": kind, "name": pod, "namespace": "bench"},
+    }
+    if at is not None:
+        event["eventTime"] = f"2026-11-24T00:10:{at}Z"
+    return event
+
+
+def test_binding_times_from_scheduled_events() -> None:
+    events = [
+        _event("a", "01.000000"),
+        # a second event for a (a series update): the earliest is the binding
+        _event("a", "05.000000"),
+        _event("b", "02.500000"),
+        # not a binding, not a pod, not one of ours, no time: all ignored
+        _event("c", "03.000000", reason="FailedScheduling"),
+        _event("d", "03.000000", kind="Node"),
+        _event("other", "03.000000"),
+        _event("e", None),
+    ]
+    times = report.binding_times_s(events, ["a", "b", "c", "d", "e"])
+    assert set(times) == {"a", "b"}
+    assert times["b"] - times["a"] == pytest.approx(1.5)
+
+
+def _watch(bound_at: dict[str, float]) -> bench.BindWatch:
+    watch = bench.BindWatch(api=None)  # type: ignore[arg-type]  # never started
+    watch.bound_at.update(bound_at)
+    return watch
+
+
+def test_drain_result_takes_the_events_when_every_binding_has_one() -> None:
+    names = ["p0", "p1", "p2", "p3"]
+    phase = bench.Phase(names, {n: 100.0 + i * 0.1 for i, n in enumerate(names)}, complete=True)
+    # the watch saw them 0.5 s apart: 3 / 1.5 = 2 pods/s
+    watch = _watch({n: 200.0 + i * 0.5 for i, n in enumerate(names)})
+    # the scheduler bound them 0.25 s apart, from 1000.0: 3 / 0.75 = 4 pods/s
+    events = {n: 1000.0 + i * 0.25 for i, n in enumerate(names)}
+    result = bench.drain_result(phase, watch, events, started_at_s=998.0)
+    assert result["binding_source"] == "events"
+    assert result["pods_per_s"] == pytest.approx(4.0)
+    assert result["pods_per_s_watch"] == pytest.approx(2.0)
+    assert result["span_s"] == pytest.approx(0.75)
+    # started at 998.0, first binding at 1000.0
+    assert result["start_to_first_binding_s"] == pytest.approx(2.0)
+    # created 0.1 s apart: 0.3 s in all
+    assert result["created_in_s"] == pytest.approx(0.3)
+    # one event missing: the watch's rate stands in, and says so
+    result = bench.drain_result(phase, watch, dict(list(events.items())[:3]), 998.0)
+    assert result["binding_source"] == "watch"
+    assert result["pods_per_s"] == pytest.approx(2.0)
+    assert result["events"] == 3
+
+
+def test_drain_result_counts_only_bound_pods() -> None:
+    names = ["p0", "p1", "p2"]
+    phase = bench.Phase(names, dict.fromkeys(names, 0.0), complete=False)
+    watch = _watch({"p0": 1.0, "p1": 2.0})  # p2 never bound
+    result = bench.drain_result(phase, watch, {"p0": 50.0, "p1": 50.5}, 49.0)
+    assert (result["pods"], result["bound"], result["complete"]) == (3, 2, False)
+    # two bindings 0.5 s apart: 1 / 0.5 = 2 pods/s, from the events (one per bound pod)
+    assert result["binding_source"] == "events"
+    assert result["pods_per_s"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("rates", "expected"),
+    [
+        # 1000/100 = 10 ms; 1000/80 = 12.5 ms; 1000/50 = 20 ms: hop 2.5 ms, ours 7.5 ms
+        ((100.0, 80.0, 50.0), {"default_ms": 10.0, "hop_ms": 2.5, "layersched_ms": 7.5}),
+        # noise can make our answer look free: 1000/250 - 1000/200 = -1 ms
+        ((400.0, 200.0, 250.0), {"default_ms": 2.5, "hop_ms": 2.5, "layersched_ms": -1.0}),
+        # the no-op row did not run: no split
+        ((100.0, None, 50.0), None),
+    ],
+    ids=["split", "negative-within-noise", "no-noop"],
+)
+def test_hop_split_per_pod(
+    rates: tuple[float | None, ...], expected: dict[str, float] | None
+) -> None:
+    configs = ("default", "extender-noop", "extender-node-names")
+    rows = {c: {"pods_per_s": r} for c, r in zip(configs, rates, strict=True) if r is not None}
+    assert report.hop_split_ms(rows) == expected
+
+
+# ------------------------------------------------------------------ targets
+
+
+@pytest.mark.parametrize(
+    ("config", "row", "verdict"),
+    [
+        # plugin: 96 / 100 = 0.96x >= 0.95; 120 / 100 = 1.2x <= 1.2
+        ("plugin", {"pods_per_s": 96.0, "p99_ms": 120.0}, ("met", "met")),
+        # plugin: 94 / 100 = 0.94x < 0.95; 121 / 100 = 1.21x > 1.2
+        ("plugin", {"pods_per_s": 94.0, "p99_ms": 121.0}, ("MISSED", "MISSED")),
+        # NodeNames: 80 / 100 = 0.8x >= 0.8; 200 / 100 = 2.0x <= 2.0
+        ("extender-node-names", {"pods_per_s": 80.0, "p99_ms": 200.0}, ("met", "met")),
+        # NodeNames: 0.61x < 0.8; 250 / 100 = 2.5x > 2.0
+        ("extender-node-names", {"pods_per_s": 61.0, "p99_ms": 250.0}, ("MISSED", "MISSED")),
+    ],
+    ids=["plugin-met", "plugin-missed", "names-met", "names-missed"],
+)
+def test_target_verdicts(config: str, row: dict[str, float], verdict: tuple[str, str]) -> None:
+    target = next(t for t in report.TARGETS if t.config == config)
+    rows = {"default": {"pods_per_s": 100.0, "p99_ms": 100.0}, config: row}
+    text = report.target_verdicts(rows)[config]
+    assert f">= {target.throughput_ratio_min}x: {verdict[0]}" in text
+    assert f"<= {target.p99_ratio_max}x: {verdict[1]}" in text
+
+
+def test_no_verdict_without_the_row_or_the_default() -> None:
+    base = {"pods_per_s": 100.0, "p99_ms": 100.0}
+    # a skipped plugin row gives no verdict, the NodeNames row still does
+    rows = {"default": base, "plugin": {"skipped": "no plugin"}, "extender-node-names": base}
+    assert set(report.target_verdicts(rows)) == {"extender-node-names"}
+    assert report.target_verdicts({"extender-node-names": base}) == {}
+    assert report.target_verdicts({"default": {"skipped": "x"}, "plugin": base}) == {}
+
+
+# ------------------------------------------------------------------ profiles
+
+# Two threads; the main thread's request handler (3 samples) and resolver (1), a worker
+# (2); `walk` recursive in one stack.
+_RUN, _HANDLE = "run (aiohttp/web.py:1)", "handle (layersched/extender/_server.py:9)"
+_SCORE, _WALK = "score (layersched/core/inventory.py:5)", "walk (layersched/core/layers.py:7)"
+PROFILE = (
+    f"thread (0x1): MainThread;{_RUN};{_HANDLE};{_SCORE} 3\n"
+    f"thread (0x1): MainThread;{_RUN};decode (msgspec.py:2) 1\n"
+    f"thread (0x2): ThreadPoolExecutor-0_0;{_WALK};{_WALK} 2\n"
+)
+
+
+def test_collapsed_profile_self_and_total_samples() -> None:
+    profile = report.collapsed_profile(PROFILE)
+    assert profile.samples == 6
+    assert profile.threads == {"MainThread": 4, "ThreadPoolExecutor-0": 2}
+    score = "score (layersched/core/inventory.py:5)"
+    walk = "walk (layersched/core/layers.py:7)"
+    assert profile.self_samples == {score: 3, "decode (msgspec.py:2)": 1, walk: 2}
+    # run is on 4 samples' stacks, never innermost; walk's recursion counts once
+    assert profile.total_samples["run (aiohttp/web.py:1)"] == 4
+    assert "run (aiohttp/web.py:1)" not in profile.self_samples
+    assert profile.total_samples[walk] == 2
+
+
+def test_py_spy_counts_from_its_log() -> None:
+    log = (
+        "py-spy> Sampling process 250 times a second. Press Control-C to exit.\n"
+        "py-spy> Wrote raw flamegraph data to 'x.txt'. Samples: 400 Errors: 3\n"
+    )
+    assert report.py_spy_counts(log) == (400, 3)
+    assert report.py_spy_counts("py-spy> Error: Permission denied\n") is None
+
+
+def test_collapsed_profile_rejects_a_line_without_a_count() -> None:
+    with pytest.raises(ValueError, match="profile line 2"):
+        report.collapsed_profile("a;b 1\na;b\n")
+
+
+@pytest.mark.parametrize(
+    ("frame", "package"),
+    [
+        ("f (aiohttp/web_protocol.py:438)", "aiohttp"),
+        # layersched's own code by subpackage: core (scoring) apart from the extender
+        ("ClusterInventory.layer_holders (layersched/core/inventory.py:535)", "layersched.core"),
+        ("_json (layersched/extender/_server.py:78)", "layersched.extender"),
+        ("x (layersched/__init__.py:3)", "layersched"),
+        ("SSLSocket.read (ssl.py:1158)", "ssl"),
+        ("__init__ (<string>:2)", "<string>"),
+    ],
+    ids=["library", "layersched-core", "layersched-extender", "layersched-top", "module", "exec"],
+)
+def test_frame_package(frame: str, package: str) -> None:
+    assert report.frame_package(frame) == package
+
+
+def test_profile_summary_shares() -> None:
+    summary = report.profile_summary(report.collapsed_profile(PROFILE), keep=2)
+    # self: score 3/6, walk 2/6, decode 1/6 (cut by keep=2)
+    assert [(e["frame"].split()[0], e["share"]) for e in summary["self"]] == [
+        ("score", 0.5),
+        ("walk", 0.3333),
+    ]
+    # each self frame carries its total share: score is on 3 of 6 stacks, walk on 2
+    assert [e["total_share"] for e in summary["self"]] == [0.5, 0.3333]
+    # by package: layersched.core 5/6 (score + walk), msgspec 1/6
+    assert summary["packages"] == {"layersched.core": 0.8333, "msgspec": 0.1667}
+    assert report.profile_summary(report.collapsed_profile(""))["samples"] == 0
+
+
+# What `go tool pprof -top -cum` prints (shortened from a kube-scheduler profile).
+_VENDOR, _MODULE = "k8s.io/kubernetes/vendor/", "k8s.io/kubernetes/"
+PPROF_TOP = (
+    "File: kube-scheduler\n"
+    "Type: cpu\n"
+    "Duration: 5s, Total samples = 660ms (13.20%)\n"
+    "Showing nodes accounting for 500ms, 75.76% of 660ms total\n"
+    "      flat  flat%   sum%        cum   cum%\n"
+    f"         0     0%     0%      160ms 24.24%  {_VENDOR}k8s.io/client-go/util/workqueue.Run\n"
+    f"      50ms  7.58%  7.58%       80ms 12.12%  {_MODULE}pkg/scheduler/core.(*E).Prioritize\n"
+    "    1.20ms  0.18%  7.76%     1.20ms  0.18%  encoding/json.Marshal\n"
+)
+
+
+def test_pprof_top_reads_shares_and_shortens_names() -> None:
+    top = report.pprof_top(PPROF_TOP)
+    # "of 660ms total"
+    assert top["cpu_s"] == pytest.approx(0.66)
+    # the vendor tree and the module prefix are cut; shares are pprof's percentages
+    assert [(f["function"], f["flat_share"], f["cum_share"]) for f in top["functions"]] == [
+        ("k8s.io/client-go/util/workqueue.Run", 0.0, 0.2424),
+        ("pkg/scheduler/core.(*E).Prioritize", 0.0758, 0.1212),
+        ("encoding/json.Marshal", 0.0018, 0.0018),
+    ]
+    assert report.pprof_top("no profile here") == {"cpu_s": None, "functions": []}
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def _row(rate: float, p99_ms: float, **extra: Any) -> dict[str, Any]:
+    phase = {"pods": 10, "bound": 10, "complete": True}
+    return {
+        "drain": {**phase, "events": 10, "binding_source": "events", "pods_per_s": rate},
+        "steady": phase,
+        "pods_per_s": rate,
+        "p50_ms": p99_ms / 2,
+        "p99_ms": p99_ms,
+        "resources": {"drain": {"kube-scheduler": {"cpu_s": 1.5}, "kube-apiserver": {"cpu_s": 2}}},
+        "scheduler_metrics": {"drain": {"scheduling_algorithm": [{"mean_ms": 4.25}]}},
+        "decision": {"mean_pull_mib": 22.5},
+        **extra,
+    }
+
+
+def _results() -> dict[str, Any]:
+    names = _row(
+        160.0,
+        90.0,
+        extender_metrics={"drain": {"requests": {"prioritize": {"mean_ms": 1.234}}}},
+    )
+    rows = {
+        "default": _row(200.0, 50.0),
+        "plugin": {"skipped": "no LayerLocality in this kube-scheduler"},
+        "extender-node-names": names,
+        "extender-noop": _row(190.0, 60.0),
+        "extender-nodes": _row(20.0, 5000.0),
+    }
+    rows["extender-nodes"]["drain"] |= {"complete": False, "bound": 7, "binding_source": "watch"}
+    return {
+        "machine": {"cpus": 2, "load_average_1m_at_start": 0.5, "load_average_1m_at_end": 1.5},
+        "settings": {
+            "kubernetes_version": "v1.20.2",
+            "images_per_node": 50,
+            "drain_pods": 10,
+            "steady_pods": 10,
+            "steady_rate_pods_per_s": 20.0,
+            "profile_rate_hz": 100,
+            "development": None,
+        },
+        "node_counts": [500],
+        "500": rows,
+        "targets": {"500": report.target_verdicts(rows)},
+        "profiles": {},
+        "run_time_s": 90.0,
+    }
+
+
+def test_markdown_rows_ratios_and_notes() -> None:
+    text = report.markdown(_results())
+    lines = text.splitlines()
+    [names] = [line for line in lines if line.startswith("| 500 | + layersched extender, `No")]
+    # 160 / 200 = 0.80x; p99 90 / 50 = 1.80x; the extender's own mean 1.23 ms
+    assert "| 160.0 | 0.80x |" in names
+    assert "| 1.80x | 4.2 ms | 1.23 ms | 22.5 MiB | 1.5 / - / 2.0 / - |" in names
+    assert "not run: no LayerLocality in this kube-scheduler" in text
+    assert "`extender-node-names` targets:** drain throughput 0.8x default" in text
+    # 1000/200 = 5 ms; noop 1000/190 = 5.26 ms (+0.26); names 1000/160 = 6.25 ms (+0.99)
+    assert "default 5 ms; the extender hop alone (no-op extender) adds 0.26 ms" in text
+    assert "layersched's answer adds 0.99 ms more" in text
+    assert "drain: 7 of 10 pods bound" in text
+    assert "the drain rate is the watch's" in text
+    assert "Development run" not in text
+    results = _results()
+    results["settings"]["development"] = "500 nodes only, load average 9"
+    assert report.markdown(results).startswith(
+        "**Development run, not the final table:** 500 nodes only, load average 9"
+    )
+
+
+def test_a_stand_in_plugin_row_says_so_and_gets_no_verdict() -> None:
+    """``--plugin-name`` checks the plugin row's machinery with a plugin 1.20 has; the
+    row must never read as LayerLocality's."""
+    results = _results()
+    results["500"]["plugin"] = _row(199.0, 51.0, plugin_name="NodeResourcesMostAllocated")
+    text = report.markdown(results)
+    assert (
+        "| stand-in Score plugin `NodeResourcesMostAllocated` (checks the plugin row's "
+        "machinery; not LayerLocality) | 199.0 | 0.99x" in text
+    )
+    assert "plugin" not in report.target_verdicts(results["500"])
+    results["500"]["plugin"]["plugin_name"] = "LayerLocality"
+    assert "| LayerLocality Score plugin in kube-scheduler | 199.0 |" in report.markdown(results)
+    assert "plugin" in report.target_verdicts(results["500"])
+
+
+def test_profile_markdown_from_the_results() -> None:
+    results = _results()
+    assert "No profile was taken" in report.profile_markdown(results)
+    summary = report.profile_summary(report.collapsed_profile(PROFILE))
+    results["profiles"] = {
+        "500": {
+            "extender-node-names": {
+                "drain": {"span_s": 0.05, "pods_per_s": 150.0},
+                "sampled_s": 2.0,
+                "rate_hz": 100,
+                "sample_errors": 2,
+                "extender": summary,
+            }
+        }
+    }
+    text = report.profile_markdown(results)
+    # 6 samples in a 0.05 s drain at 100 Hz (5 expected): the GIL held 120%; unprofiled 160
+    assert "6 samples; the GIL was held 120% of the drain" in text
+    assert "attached 150.0 pods/s (unprofiled: 160.0); 2 samples lost." in text
+    assert "Self time by package: layersched.core 83%, msgspec 17%." in text
+    assert "| `score (layersched/core/inventory.py:5)` | 50.0% | 50.0% |" in text
+    # run is on 4 of 6 stacks; no frame is on all 6 here, so none is left out
+    assert "| `run (aiohttp/web.py:1)` | 66.7% |" in text
+    # a frame on every stack (the entry chain) is left out of the total table only
+    rooted = report.collapsed_profile(
+        f"main (m.py:1);{_RUN};{_SCORE} 3\nmain (m.py:1);{_RUN};decode (msgspec.py:2) 1\n"
+    )
+    results["profiles"]["500"]["extender-node-names"]["extender"] = report.profile_summary(rooted)
+    text = report.profile_markdown(results)
+    assert "| `main (m.py:1)` |" not in text
+    # run too is on all 4 stacks; score on 3 of 4
+    assert "| `run (aiohttp/web.py:1)` |" not in text
+    assert "| `score (layersched/core/inventory.py:5)` | 75.0% |" in text
+
+
+def test_go_profile_summary_stages_and_tops() -> None:
+    top = report.pprof_top(PPROF_TOP)
+    # pretend the fixture's Prioritize is kube-scheduler's real extender call
+    top["functions"][1]["function"] = "pkg/scheduler/core.(*HTTPExtender).Prioritize"
+    summary = report.go_profile_summary(top, keep=2)
+    stages = {e["stage"]: e["cum_share"] for e in summary["stages"]}
+    assert stages["extender call"] == 0.1212
+    # a stage under pprof's cut-off has no share, rather than 0
+    assert stages["garbage collector"] is None
+    assert [e["function"] for e in summary["by_cum"]] == [
+        "k8s.io/client-go/util/workqueue.Run",
+        "pkg/scheduler/core.(*HTTPExtender).Prioritize",
+    ]
+    # by flat: Prioritize 7.58%, then json.Marshal 0.18% (Run has no flat time)
+    assert [e["flat_share"] for e in summary["by_flat"]] == [0.0758, 0.0018]
+
+
+def test_profile_markdown_shows_kube_schedulers_side() -> None:
+    results = _results()
+    top = report.pprof_top(PPROF_TOP)
+    top["functions"][1]["function"] = "pkg/scheduler/core.(*HTTPExtender).Prioritize"
+    profile: dict[str, Any] = {
+        "drain": {"span_s": 1.0, "pods_per_s": 150.0},
+        "sampled_s": 2.0,
+        "rate_hz": 100,
+        "extender": report.profile_summary(report.collapsed_profile(PROFILE)),
+        "kube_scheduler": {"seconds": 5, "summary": report.go_profile_summary(top)},
+    }
+    results["profiles"] = {"500": {"extender-node-names": profile}}
+    text = report.profile_markdown(results)
+    assert "(`/debug/pprof/profile` for 5 s from the first binding, 0.66 CPU s sampled)" in text
+    assert "| extender call | `pkg/scheduler/core.(*HTTPExtender).Prioritize` | 12.1% |" in text
+    assert "| garbage collector | `runtime.gcBgMarkWorker` | - |" in text
+    assert "| `pkg/scheduler/core.(*HTTPExtender).Prioritize` | 7.6% | 12.1% |" in text
+    profile["kube_scheduler"] = {"skipped": "`go` is not on PATH"}
+    assert "CPU profile: not taken (`go` is not on PATH)." in report.profile_markdown(results)
+
+
+@pytest.mark.parametrize(
+    ("drain", "expected_s"),
+    [
+        # from the first binding: 10.2 s of drain -> 11, + a 3 s margin = 14
+        ({"start_to_first_binding_s": 1.4, "span_s": 10.2}, 14),
+        # a row that did not run: the margin alone
+        (None, 3),
+    ],
+    ids=["from-the-row", "no-row"],
+)
+def test_kube_scheduler_profile_covers_the_measured_drain(
+    drain: dict[str, float] | None, expected_s: int
+) -> None:
+    assert bench._profile_s({"drain": drain} if drain else None) == expected_s
+
+
+# ------------------------------------------------------------------ the no-op extender
+
+
+@pytest.mark.parametrize(
+    ("args", "hosts"),
+    [
+        ({"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["n1", "n2"]}, ["n1", "n2"]),
+        (
+            {"Pod": None, "Nodes": {"items": [{"metadata": {"name": "a"}, "status": {}}]}},
+            ["a"],
+        ),
+        ({"Pod": {}, "NodeNames": None, "Nodes": None}, []),
+    ],
+    ids=["node-names", "full-nodes", "no-nodes"],
+)
+def test_noop_extender_answers_zero_for_every_node(args: dict[str, Any], hosts: list[str]) -> None:
+    answer = json.loads(noop.zero_scores(json.dumps(args).encode()))
+    assert answer == [{"Host": h, "Score": 0} for h in hosts]
+
+
+def test_noop_extender_serves_the_protocol() -> None:
+    async def scenario() -> None:
+        async with TestClient(TestServer(noop.create_app())) as client:
+            body = {"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["n1"]}
+            response = await client.post("/prioritize", data=json.dumps(body))
+            assert response.status == 200
+            assert await response.json() == [{"Host": "n1", "Score": 0}]
+            response = await client.post("/prioritize", data=b"{not json")
+            assert response.status == 400
+            assert "malformed ExtenderArgs" in (await response.json())["Error"]
+            assert (await client.get("/healthz")).status == 200
+            # read the way the benchmark reads layersched's extender
+            metrics = await (await client.get("/metrics")).text()
+            series = report.histograms(metrics, "layersched_extender_request_duration_seconds")
+            assert series[(("verb", "prioritize"),)].count == 1
+
+    asyncio.run(scenario())
+
+
+def test_noop_extender_rejects_a_wrong_shape() -> None:
+    with pytest.raises(msgspec.ValidationError):
+        noop.zero_scores(b'{"NodeNames": "n1"}')
+
+
+# ------------------------------------------------------------------ committed results
 
 
 def test_readme_block_is_generated_from_the_committed_results() -> None:
@@ -175,3 +764,19 @@ def test_readme_block_is_generated_from_the_committed_results() -> None:
             if row and not row.get("skipped"):
                 assert row["pods_per_s"] > 0
                 assert row["p50_ms"] <= row["p99_ms"]
+                assert row["drain"]["binding_source"] in ("events", "watch")
+
+
+def test_docs_profile_block_is_generated_from_the_committed_results() -> None:
+    results = json.loads((ROOT / "bench" / "results" / "scheduler.json").read_text())
+    docs = ROOT / "docs" / "bench-scheduler.md"
+    assert generated.read_block(docs, report.PROFILE_BLOCK) == report.profile_markdown(results)
+
+
+def test_the_results_hold_every_configuration_at_every_node_count() -> None:
+    """A row that did not run says why (never a silent gap)."""
+    results = json.loads((ROOT / "bench" / "results" / "scheduler.json").read_text())
+    for n in results["node_counts"]:
+        assert set(results[str(n)]) == set(report.CONFIGURATIONS)
+        for row in results[str(n)].values():
+            assert row.get("skipped") or row.get("pods_per_s")

@@ -35,18 +35,16 @@ from layersched.deploy._stack import (
     CONTAINERD_SOCKET,
     StackSpec,
     agent_daemonset,
-    extender_container,
+    extender_args,
     stack_objects,
-    stack_spec_for,
 )
 from layersched.deploy._tree import KUSTOMIZATION, ImageRef, overlay_images
+from layersched.deploy._versions import UPSTREAM_KUBE_SCHEDULER
 from layersched.deploy._workloads import AGENT_NAME, CRIO_SOCKET_PATH
 from layersched.deploy._yaml import to_yaml, to_yaml_stream
 
 #: kind 0.23's node image runs Kubernetes 1.30 (the kind stack's default).
 KIND_KUBERNETES_VERSION = "v1.30.0"
-#: Where upstream publishes kube-scheduler, one tag per Kubernetes release.
-UPSTREAM_KUBE_SCHEDULER = "registry.k8s.io/kube-scheduler"
 #: The overlay's files besides its kustomization.
 VERSION_PATCHES = "kubernetes-version.yaml"
 KIND_PATCHES = "kind.yaml"
@@ -99,17 +97,7 @@ def version_patches(
     """
     kubernetes_minor(kubernetes_version)  # a clear error for a malformed version
     old = _by_key(base)
-    new = _by_key(
-        stack_spec_for(
-            kubernetes_version,
-            namespace=base.namespace,
-            scheduler_name=base.scheduler_name,
-            replicas=base.replicas,
-            strategy=base.strategy,
-            extender_args=base.extender_args,
-            scheduler_verbosity=base.scheduler_verbosity,
-        )
-    )
+    new = _by_key(base.for_version(kubernetes_version))
     if old.keys() != new.keys():
         raise InputError(
             f"Kubernetes {kubernetes_version}: the install would hold other objects than "
@@ -144,10 +132,12 @@ def _target_meta(key: _Key) -> dict[str, str]:
 def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
     """The testbed's own patches: the extender trusts the plain-HTTP registry, the agent
     reads CRI-O, and layersched's containers pull ``Always`` (the tag is re-pushed)."""
+    # The testbed's images all come from its own plain-HTTP registry: the only one allowed.
     trusting = replace(
-        spec, extender_args=(*spec.extender_args, "--insecure-registry", target.registry)
+        spec,
+        allowed_registries=(target.registry,),
+        extender_args=(*spec.extender_args, "--insecure-registry", target.registry),
     )
-    extender = extender_container(trusting)
     base_agent = agent_daemonset(spec)["spec"]["template"]["spec"]
     [base_volume] = [v for v in base_agent["volumes"] if v["hostPath"]["path"] == CONTAINERD_SOCKET]
     crio_socket = f"unix://{CRIO_SOCKET_PATH}"
@@ -163,7 +153,11 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
             "template": {
                 "spec": {
                     "containers": [
-                        {"name": "extender", "imagePullPolicy": "Always", "args": extender["args"]}
+                        {
+                            "name": "extender",
+                            "imagePullPolicy": "Always",
+                            "args": extender_args(trusting),
+                        }
                     ]
                 }
             }

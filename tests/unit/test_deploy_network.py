@@ -219,10 +219,10 @@ def test_overlay_for_a_version_pins_the_pushed_image_and_upstreams_scheduler(
     # building the image is the image builder's (tests/integration/test_stack_images.py);
     # here: what the command writes around the digest it gets back
     digest = "sha256:" + "b" * 64
-    built: list[str] = []
+    built: list[tuple[str, object]] = []
 
-    def push(registry: str, **_: object) -> PushedImage:
-        built.append(registry)
+    def push(registry: str, **options: object) -> PushedImage:
+        built.append((registry, options["insecure"]))
         return PushedImage(
             ImageRef(f"{registry}/layersched/layersched", digest=digest), 1, (1,), 0.1
         )
@@ -232,7 +232,8 @@ def test_overlay_for_a_version_pins_the_pushed_image_and_upstreams_scheduler(
     argv = ["deploy", "overlay", "--registry", "reg.example:5000", "--out", str(out)]
     argv += ["--kubernetes-version", "1.34.2", "--kube-scheduler-image", "mirror.example/ks"]
     assert main(argv) == 0, capsys.readouterr().err
-    assert built == ["reg.example:5000"]
+    # over TLS: a cluster's registry is secure unless --insecure-registry says otherwise
+    assert built == [("reg.example:5000", False)]
     root = yaml.safe_load((out / "kustomization.yaml").read_text())
     assert root["images"] == [
         {

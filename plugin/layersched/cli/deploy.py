@@ -96,6 +96,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         add_image_options(q)
         if name == "overlay":
             q.add_argument("--out", type=Path, required=True, help="the install's directory")
+            q.add_argument(
+                "--insecure-registry",
+                action="store_true",
+                help="with --kubernetes-version: push over plain HTTP (a testbed's registry; "
+                "default there: HTTPS, with the system's CAs)",
+            )
             add_install_options(q)
         q.set_defaults(handler=_overlay if name == "overlay" else _images)
 
@@ -381,7 +387,8 @@ def _overlay(args: argparse.Namespace) -> int:
     with console.status("building the layersched image") as status:
         layersched = push_layersched_image(
             args.registry,
-            insecure=not args.secure_registry,
+            # a cluster of one's own: TLS unless plain HTTP is asked for by name
+            insecure=args.insecure_registry,
             progress=lambda message: status.update(message),
         )
     write_tree(

@@ -70,11 +70,12 @@ INTERNAL_IPV4: tuple[str, ...] = (
 #: RFC 6052's well-known NAT64 prefix: ``64:ff9b::a.b.c.d`` reaches IPv4 ``a.b.c.d``.
 NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
 #: The same for IPv6: unique-local (holds AWS's fd00:ec2::254), link-local, loopback,
-#: IPv4-mapped, the local-use NAT64 prefix (its layout is the operator's), and the NAT64
-#: forms of every IPv4 range above.
+#: the local-use NAT64 prefix (its layout is the operator's), and the NAT64 forms of every
+#: IPv4 range above. (IPv4-mapped ``::ffff:a.b.c.d`` is no wire address: a connection to
+#: one leaves as IPv4, under the IPv4 rule; the API server reads such a block as IPv4 and
+#: refuses it inside ``::/0``, as the v1.20.2 dry run showed.)
 INTERNAL_IPV6: tuple[str, ...] = (
     "::1/128",
-    "::ffff:0:0/96",
     "fc00::/7",
     "fe80::/10",
     "64:ff9b:1::/48",

@@ -1,8 +1,10 @@
 """``deploy/`` as files: the kustomization the install command applies, and overlays.
 
 :func:`base_tree` is what ``deploy/`` holds (``layersched deploy render`` writes it and
-a test holds the directory to it). Everything is kustomize v2.0.3 syntax, the version
-built into kubectl 1.20 (``kubectl apply -k``); newer kustomize reads it too.
+a test holds the directory to it), and, for another :class:`StackSpec` and images, the
+install for another Kubernetes version. Everything is kustomize v2.0.3 syntax, the version
+built into kubectl 1.20 (``kubectl apply -k``), which newer kustomize reads too; a tree for
+1.21 or newer lists ``stack/`` under ``resources:`` (kustomize v5 warns on ``bases:``).
 
 :func:`local_testbed_overlay` adapts the install to the Docker-free local testbed, whose
 nodes are network namespaces on one host: there is no kube-proxy and no cluster DNS,
@@ -10,7 +12,7 @@ and pod IPs are not routed to the host, so the stack's pods use the node's netwo
 (``hostNetwork``) and reach the API server at its real address; each node's containerd
 socket lives under the testbed's state dir, so the agent mounts exactly its own node's
 socket (``subPathExpr``); the extender may fetch manifests from the testbed's plain-HTTP
-registry.
+registry, the only one it may contact.
 """
 
 from __future__ import annotations

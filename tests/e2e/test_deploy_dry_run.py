@@ -24,7 +24,7 @@ from layersched.deploy import NAMESPACE, base_tree, stack_objects
 from layersched.testbed.deploy_stack import Kubectl
 from layersched.testbed.local import TestbedSettings, default_state_dir, require_root
 from tests.fixtures import prereq
-from tests.fixtures.testbed import testbed_up as up_testbed
+from tests.fixtures.testbed import testbed_up
 
 pytestmark = [pytest.mark.e2e]
 
@@ -39,7 +39,7 @@ def kubectl() -> Iterator[Kubectl]:
     except TestbedError as err:
         prereq.missing(f"local testbed unavailable: {err}")
     settings = TestbedSettings(state_dir=default_state_dir())
-    with up_testbed(settings, refresh=False) as inventory:
+    with testbed_up(settings, refresh=False) as inventory:
         yield Kubectl(inventory.cluster.kubectl, inventory.cluster.kubeconfig)
 
 

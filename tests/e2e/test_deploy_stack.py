@@ -14,6 +14,7 @@ name, so it is paused (SIGSTOP) while the deployed one is installed, and resumed
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -32,9 +33,10 @@ import httpx
 import pytest
 import tenacity
 
-from layersched.core.errors import TestbedError
+from layersched.core.errors import KubeError, TestbedError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import AGENT_NAME, LAYER_LOCALITY_SCHEDULER, NAMESPACE
+from layersched.kube import NODE_LAYERS_PATH, KubeClient, KubeConfig, pod_path
 from layersched.testbed.cluster.driver import ClusterDriver
 from layersched.testbed.deploy_stack import (
     DEPLOYED_SCORE_SOURCE,
@@ -305,6 +307,72 @@ def test_agents_publish_every_nodes_layers(stack: Stack) -> None:
         # each node holds at least the stack's own images, read from containerd's store
         assert obj["source"] == "content-store", name
         assert obj["layers"], name
+
+
+#: The service accounts of the scheduler pod's two containers, as the API names them.
+SCHEDULER_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{LAYER_LOCALITY_SCHEDULER}"
+EXTENDER_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{LAYER_LOCALITY_SCHEDULER}-extender"
+EXTENDER_TOKEN_SECRET = f"{LAYER_LOCALITY_SCHEDULER}-extender-token"
+
+
+def _can(kubectl: Kubectl, account: str, *request: str) -> bool:
+    """``kubectl auth can-i`` as ``account``: the API server's SubjectAccessReview."""
+    answer = kubectl.run("auth", "can-i", *request, "--as", account, check=False).strip()
+    assert answer in ("yes", "no"), answer
+    return answer == "yes"
+
+
+@pytest.mark.parametrize(
+    ("request_", "extender", "scheduler"),
+    [
+        # what kube-scheduler needs and the extender must never hold
+        (("create", "pods", "--subresource=binding", "-n", "default"), False, True),
+        (("delete", "pods", "-n", "default"), False, True),
+        (("create", "bindings", "-n", "default"), False, True),
+        (("get", "secrets", "-n", NAMESPACE), False, False),
+        # what the extender's --watch needs, and kube-scheduler no longer gets
+        (("list", "nodelayerinventories.layersched.io"), True, False),
+        (("watch", "nodes"), True, True),
+    ],
+    ids=["bind", "delete-pod", "binding", "secrets", "inventories", "nodes"],
+)
+def test_each_account_holds_only_its_rights(
+    stack: Stack, request_: tuple[str, ...], extender: bool, scheduler: bool
+) -> None:
+    assert _can(stack.kubectl, EXTENDER_ACCOUNT, *request_) is extender
+    assert _can(stack.kubectl, SCHEDULER_ACCOUNT, *request_) is scheduler
+
+
+def test_the_extenders_token_is_refused_a_pod_deletion(stack: Stack) -> None:
+    # the token the extender's container mounts (the Secret the token controller filled),
+    # used for real: reading inventories works, deleting a pod is refused (403 before any
+    # lookup: the pod need not exist). The token is never printed.
+    secret = _get(stack.kubectl, "-n", NAMESPACE, "secret", EXTENDER_TOKEN_SECRET)
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    cluster = stack.inventory.cluster
+    config = KubeConfig(cluster.api_server, ca_file=cluster.ca_file, token=token, origin="extender")
+    with KubeClient(config) as kube:
+        assert isinstance(kube.get(NODE_LAYERS_PATH).get("items"), list)
+        with pytest.raises(KubeError) as refused:
+            kube.delete(pod_path("default", "layersched-no-such-pod"))
+    assert refused.value.status == 403
+
+
+def test_the_extender_runs_on_its_own_token(stack: Stack) -> None:
+    # the scheduler's account may not list inventories (above), yet each extender listed
+    # them to turn ready: it reads with the extender's token, not the pod's
+    assert not _can(stack.kubectl, SCHEDULER_ACCOUNT, "list", "nodelayerinventories.layersched.io")
+    for pod in _scheduler_pods(stack.kubectl):
+        ready = {c["name"]: c["ready"] for c in pod["status"]["containerStatuses"]}
+        assert ready["extender"], pod["metadata"]["name"]
+        spec = pod["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        mounts = {
+            c["name"]: {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+            for c in spec["containers"]
+        }
+        path = "/var/run/secrets/kubernetes.io/serviceaccount"
+        assert mounts["kube-scheduler"][path] != mounts["extender"][path]
 
 
 def test_seed_scenario_through_the_deployed_stack(stack: Stack) -> None:

@@ -43,7 +43,7 @@ def _render(tmp_path: Path, target: KindTarget) -> dict[tuple[str, str], dict[st
     return {(o["kind"], o["metadata"]["name"]): o for o in _kustomize.kustomize(overlay)}
 
 
-@pytest.mark.parametrize("version", ["v1.30.0", "v1.24.17", "v1.22.6"])
+@pytest.mark.parametrize("version", ["v1.36.3", "v1.34.0", "v1.30.0", "v1.24.17", "v1.22.6"])
 def test_overlay_renders_the_generators_install_for_the_version(
     version: str, tmp_path: Path
 ) -> None:

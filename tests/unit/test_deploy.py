@@ -23,6 +23,7 @@ from layersched.deploy import (
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
     SCHEDULER_RULES,
+    SERVICE_ACCOUNT_DIR,
     ImageRef,
     LeaderElectionSpec,
     LocalTestbedTarget,
@@ -34,8 +35,10 @@ from layersched.deploy import (
     stale_files,
 )
 from layersched.kube import node_layers_crd
+from tests.fixtures.rbac import Grant, grants
 
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+EXTENDER_ACCOUNT = f"{LAYER_LOCALITY_SCHEDULER}-extender"
 
 #: system:kube-scheduler and system:volume-scheduler as a v1.20.2 API server serves
 #: them (kubectl get clusterrole -o json on the local testbed, 2026-11-23).
@@ -107,18 +110,6 @@ UPSTREAM_1_20_RULES = [
         "verbs": ["get", "list", "patch", "update", "watch"],
     },
 ]
-
-
-def _grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
-    """(group, resource, verb, name or '*') for every permission the rules give."""
-    return {
-        (group, resource, verb, name)
-        for rule in rules
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-        for name in rule.get("resourceNames", ["*"])
-    }
 
 
 def _objects() -> list[dict[str, Any]]:
@@ -214,8 +205,8 @@ def test_leader_election_timing_is_checked(
 
 
 def test_scheduler_rbac_mirrors_upstream_without_the_default_schedulers_lease() -> None:
-    ours = _grants(list(SCHEDULER_RULES))
-    upstream = _grants(UPSTREAM_1_20_RULES)
+    ours = grants(list(SCHEDULER_RULES))
+    upstream = grants(UPSTREAM_1_20_RULES)
     # nothing beyond what upstream gives kube-scheduler
     assert ours <= upstream, sorted(ours - upstream)
     # and everything of it except the default scheduler's lease/endpoints
@@ -227,7 +218,7 @@ def test_scheduler_rbac_mirrors_upstream_without_the_default_schedulers_lease() 
     # leases: only in our namespace, and only our own by name (plus create)
     role = _find("Role", f"{LAYER_LOCALITY_SCHEDULER}-leader-election")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert _grants(role["rules"]) == {
+    assert grants(role["rules"]) == {
         ("coordination.k8s.io", "leases", "create", "*"),
         ("coordination.k8s.io", "leases", "get", LAYER_LOCALITY_SCHEDULER),
         ("coordination.k8s.io", "leases", "update", LAYER_LOCALITY_SCHEDULER),
@@ -235,7 +226,7 @@ def test_scheduler_rbac_mirrors_upstream_without_the_default_schedulers_lease() 
 
 
 def test_agent_rbac_is_its_node_and_its_objects() -> None:
-    assert _grants(list(AGENT_RULES)) == {
+    assert grants(list(AGENT_RULES)) == {
         ("", "nodes", "get", "*"),
         ("layersched.io", "nodelayerinventories", "get", "*"),
         ("layersched.io", "nodelayerinventories", "create", "*"),
@@ -245,16 +236,112 @@ def test_agent_rbac_is_its_node_and_its_objects() -> None:
 
 def test_extender_rbac_reads_nodes_and_inventories_only() -> None:
     role = _find("ClusterRole", f"layersched:{LAYER_LOCALITY_SCHEDULER}:extender")
-    assert _grants(role["rules"]) == {
+    assert grants(role["rules"]) == {
         (group, resource, verb, "*")
         for group, resource in (("", "nodes"), ("layersched.io", "nodelayerinventories"))
         for verb in ("get", "list", "watch")
     }
-    # bound to the scheduler's service account, whose pod the sidecar shares
+    # bound to the extender's own service account, not to the scheduler pod's
     binding = _find("ClusterRoleBinding", f"layersched:{LAYER_LOCALITY_SCHEDULER}:extender")
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": LAYER_LOCALITY_SCHEDULER, "namespace": NAMESPACE}
+        {"kind": "ServiceAccount", "name": EXTENDER_ACCOUNT, "namespace": NAMESPACE}
     ]
+
+
+def _accountgrants(account: str) -> set[tuple[str, str, str, str]]:
+    """Everything the install lets ``account`` do: the rules of every role bound to it (the
+    one outside role, upstream's authentication reader, reads one ConfigMap)."""
+    objects = _objects()
+    roles = {
+        (o["kind"], o["metadata"]["name"]): o["rules"]
+        for o in objects
+        if o["kind"] in ("Role", "ClusterRole")
+    }
+    found: set[Grant] = set()
+    for binding in (o for o in objects if o["kind"].endswith("Binding")):
+        if {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} not in binding[
+            "subjects"
+        ]:
+            continue
+        ref = binding["roleRef"]
+        if ref["name"] == "extension-apiserver-authentication-reader":
+            found.add(("", "configmaps", "get", "extension-apiserver-authentication"))
+            continue
+        found |= grants(roles[(ref["kind"], ref["name"])])
+    return found
+
+
+#: What lets a credential move, evict or delete pods, or read secrets (and so other
+#: credentials): none of it may reach the extender.
+POD_POWER = {
+    ("", "pods", "delete"),
+    ("", "pods", "deletecollection"),
+    ("", "pods", "create"),
+    ("", "pods", "update"),
+    ("", "pods", "patch"),
+    ("", "pods/binding", "create"),
+    ("", "bindings", "create"),
+    ("", "pods/eviction", "create"),
+    ("", "pods/status", "update"),
+    ("", "pods/status", "patch"),
+    ("", "secrets", "get"),
+    ("", "secrets", "list"),
+    ("", "serviceaccounts/token", "create"),
+}
+
+
+def test_the_extenders_credential_cannot_bind_or_delete_pods() -> None:
+    extender = _accountgrants(EXTENDER_ACCOUNT)
+    # read-only on Nodes and inventories, nothing else
+    assert {verb for _, _, verb, _ in extender} == {"get", "list", "watch"}
+    assert {(g, r) for g, r, _, _ in extender} == {
+        ("", "nodes"),
+        ("layersched.io", "nodelayerinventories"),
+    }
+    assert not {(g, r, v) for g, r, v, _ in extender} & POD_POWER
+    # the control: kube-scheduler's own account can bind and delete (so the check bites)
+    scheduler = {(g, r, v) for g, r, v, _ in _accountgrants(LAYER_LOCALITY_SCHEDULER)}
+    assert {("", "pods/binding", "create"), ("", "pods", "delete")} <= scheduler
+
+
+def test_each_container_mounts_only_its_own_credential() -> None:
+    pod = _pod_specs()[LAYER_LOCALITY_SCHEDULER]
+    # no token for the whole pod, and no shared process namespace through which one
+    # container could read another's files (/proc/PID/root)
+    assert pod["automountServiceAccountToken"] is False
+    assert not pod.get("shareProcessNamespace")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {
+        c["name"]: {m["name"]: m["mountPath"] for m in c["volumeMounts"]} for c in pod["containers"]
+    }
+    credentials = {
+        name
+        for name, v in volumes.items()
+        if "secret" in v
+        or any("serviceAccountToken" in s for s in v.get("projected", {}).get("sources", []))
+    }
+    by_container = {c: set(m) & credentials for c, m in mounts.items()}
+    # kube-scheduler: a projected token of the pod's own account (bound to the pod,
+    # expiring); the extender: its own account's token Secret; never each other's
+    [scheduler_volume] = by_container["kube-scheduler"]
+    [extender_volume] = by_container["extender"]
+    assert scheduler_volume != extender_volume
+    projected = volumes[scheduler_volume]["projected"]["sources"]
+    assert any("serviceAccountToken" in s for s in projected)
+    assert pod["serviceAccountName"] == LAYER_LOCALITY_SCHEDULER
+    secret_name = volumes[extender_volume]["secret"]["secretName"]
+    [secret] = [o for o in _objects() if o["kind"] == "Secret"]
+    assert secret["metadata"]["name"] == secret_name
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": EXTENDER_ACCOUNT
+    }
+    # both where in-cluster clients look for their credentials
+    for container, volume in (("kube-scheduler", scheduler_volume), ("extender", extender_volume)):
+        assert mounts[container][volume] == SERVICE_ACCOUNT_DIR
+    # the extender's account is never mounted into a pod by itself
+    account = _find("ServiceAccount", EXTENDER_ACCOUNT)
+    assert account["automountServiceAccountToken"] is False
 
 
 def test_every_binding_names_a_role_and_account_of_the_stack() -> None:
@@ -348,9 +435,10 @@ def test_network_policies_select_the_stacks_pods() -> None:
     # nothing reaches the agent (its probes come from its node, which a policy cannot
     # refuse); only the scheduler's authenticated metrics port is open
     assert selected[AGENT_NAME]["spec"]["ingress"] == []
-    assert selected[LAYER_LOCALITY_SCHEDULER]["spec"]["ingress"] == [
-        {"ports": [{"protocol": "TCP", "port": 10259}]}
-    ]
+    scheduler = selected[LAYER_LOCALITY_SCHEDULER]["spec"]
+    assert scheduler["ingress"] == [{"ports": [{"protocol": "TCP", "port": 10259}]}]
+    # and the scheduler pods' egress is a policy too
+    assert scheduler["policyTypes"] == ["Ingress", "Egress"]
 
 
 def _target() -> LocalTestbedTarget:
@@ -393,7 +481,11 @@ def test_local_testbed_overlay() -> None:
         "subPathExpr": "$(NODE_NAME)/containerd.sock",
     }
     containers = {c["name"]: c for c in scheduler["spec"]["template"]["spec"]["containers"]}
-    assert "--insecure-registry" in containers["extender"]["args"]
+    args = containers["extender"]["args"]
+    assert "--insecure-registry" in args
+    # the testbed's images all come from its registry: the only one the extender may contact
+    allowed = [args[i + 1] for i, a in enumerate(args) if a == "--allow-registry"]
+    assert allowed == ["10.250.62.1:5000"]
     # both of the pod's API clients (kube-scheduler, the --watch extender) reach the API
     for name in ("kube-scheduler", "extender"):
         assert {"name": "KUBERNETES_SERVICE_HOST", "value": "10.250.62.1"} in containers[name][

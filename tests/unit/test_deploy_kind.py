@@ -57,8 +57,9 @@ def test_pdb_api_follows_the_version(version: str, pdb: str) -> None:
     [
         # v1.20's system:kube-scheduler is what deploy/ mirrors.
         ("v1.20.2", set()),
-        ("v1.21.14", set()),
-        # From 1.22 kube-scheduler also watches Namespaces, CSIDrivers, CSIStorageCapacities.
+        # From 1.21 kube-scheduler also watches CSIDrivers and CSIStorageCapacities
+        # (tests/fixtures/kube_scheduler_rbac.json has every minor), from 1.22 Namespaces.
+        ("v1.21.14", {"csidrivers", "csistoragecapacities"}),
         ("v1.22.6", {"namespaces", "csidrivers", "csistoragecapacities"}),
         ("v1.30.0", {"namespaces", "csidrivers", "csistoragecapacities"}),
     ],
@@ -153,3 +154,19 @@ def test_kind_patches_agent_reads_crio_only() -> None:
     assert [v for v in pod["volumes"] if v.get("$patch")] == [
         {"name": "containerd-socket", "$patch": "delete"}
     ]
+
+
+def test_a_workloads_version_difference_is_a_json_patch_field_by_field() -> None:
+    # from 1.31 kube-scheduler's probes ask /livez and /readyz: the Deployment's patch names
+    # those fields only, so kind's own strategic-merge patch of the same Deployment (the
+    # extender's args) does not conflict with it in kustomize
+    merges, json_patches = version_patches(StackSpec(), "v1.31.0")
+    assert "Deployment" not in {m["kind"] for m in merges}
+    [deployment] = [p for p in json_patches if p["target"]["kind"] == "Deployment"]
+    ops = {(op["op"], op["path"], op["value"]) for op in deployment["operations"]}
+    container = "/spec/template/spec/containers/0"
+    assert ops == {
+        ("replace", f"{container}/startupProbe/httpGet/path", "/livez"),
+        ("replace", f"{container}/livenessProbe/httpGet/path", "/livez"),
+        ("replace", f"{container}/readinessProbe/httpGet/path", "/readyz"),
+    }

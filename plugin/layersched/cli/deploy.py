@@ -1,63 +1,157 @@
-"""``layersched deploy``: write ``deploy/``, build and push its images, write an overlay.
+"""``layersched deploy``: write ``deploy/`` or an install for a Kubernetes version, build and
+push its images, write an install to apply.
 
-``render`` writes (or with ``--check`` compares) the kustomization in ``deploy/``;
-``images`` builds the layersched and kube-scheduler images without Docker and pushes
-them; ``overlay`` does that too and writes an overlay of ``deploy/`` that pins them by
-digest, so that ``kubectl apply -k DIR`` installs and ``kubectl delete -k DIR`` removes.
-(The local testbed's overlay, with its patches: ``layersched testbed overlay``.)
+``render`` writes (or with ``--check`` compares) ``deploy/``, the local testbed's v1.20.2
+install; with ``--kubernetes-version 1.X[.Y]|auto`` it writes the install for that
+minor into ``--dir``. ``images`` builds the layersched and kube-scheduler images without
+Docker and pushes them; ``overlay`` does that too and writes an overlay of ``deploy/`` that
+pins them by digest; with ``--kubernetes-version`` it builds and pushes the layersched
+image only (kube-scheduler is upstream's) and writes that minor's install, pinned, into
+``--out``. Either way ``kubectl apply -k DIR`` installs and ``kubectl delete -k DIR``
+removes. (The local testbed's overlay, with its patches: ``layersched testbed overlay``.)
 See docs/deploy.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from layersched.builds import kubernetes_build
-from layersched.core.errors import InputError
-from layersched.deploy import base_tree, stale_files, write_tree
+from layersched.core.errors import InputError, KubeError
+from layersched.deploy import (
+    AUTO,
+    DEFAULT_ALLOWED_REGISTRIES,
+    NEWEST_MINOR,
+    OLDEST_MINOR,
+    UPSTREAM_KUBE_SCHEDULER,
+    EgressPeer,
+    EgressSpec,
+    ImageRef,
+    KubernetesVersion,
+    StackSpec,
+    base_tree,
+    parse_kubernetes_version,
+    stale_files,
+    upstream_kube_scheduler,
+    write_tree,
+)
 from layersched.images.push import (
     DEPLOY_DIR,
     PushedImage,
     PushedStack,
     build_and_push,
+    push_layersched_image,
     write_overlay,
 )
+from layersched.kube import VERSION_PATH, KubeClient, load_kubeconfig, namespace_path
 
 EXIT_OK = 0
 EXIT_STALE = 1
 KUBE_SCHEDULER = "kube-scheduler"
+#: The ``kubernetes`` Service in ``default``: its endpoints are the API server's addresses.
+API_SERVICE_NAMESPACE = "default"
+API_SERVICE = "kubernetes"
+HTTPS_PORT = 443
+DEFAULT_KUBECONFIG = Path.home() / ".kube" / "config"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``deploy`` subcommand and its actions."""
     p = sub.add_parser(
         "deploy",
-        help="the install: deploy/ (kustomize), its images (no Docker), overlays",
-        description="Generate deploy/, build and push its images, write an overlay to apply.",
+        help="the install: deploy/ and per-version installs (kustomize), images (no Docker)",
+        description="Generate deploy/ or a Kubernetes version's install, build and push its "
+        "images, write an install to apply.",
     )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    p_render = actions.add_parser("render", help="write deploy/ from layersched.deploy")
-    p_render.add_argument("--dir", type=Path, default=DEPLOY_DIR, help="default: deploy/")
+    p_render = actions.add_parser(
+        "render", help="write deploy/, or with --kubernetes-version that version's install"
+    )
+    p_render.add_argument(
+        "--dir",
+        type=Path,
+        help="where to write (default: deploy/; required with --kubernetes-version)",
+    )
     p_render.add_argument(
         "--check", action="store_true", help="only compare; exit 1 if a file is stale"
     )
+    add_install_options(p_render)
     p_render.set_defaults(handler=_render)
 
     for name, helptext in (
         ("images", "build the layersched and kube-scheduler images and push them"),
-        ("overlay", "build and push the images, then write an overlay of deploy/ to apply"),
+        ("overlay", "build and push the images, then write an install to apply"),
     ):
         q = actions.add_parser(name, help=helptext)
         q.add_argument("--registry", required=True, help="HOST:PORT to push to")
         add_image_options(q)
         if name == "overlay":
-            q.add_argument("--out", type=Path, required=True, help="the overlay's directory")
+            q.add_argument("--out", type=Path, required=True, help="the install's directory")
+            q.add_argument(
+                "--insecure-registry",
+                action="store_true",
+                help="with --kubernetes-version: push over plain HTTP (a testbed's registry; "
+                "default there: HTTPS, with the system's CAs)",
+            )
+            add_install_options(q)
         q.set_defaults(handler=_overlay if name == "overlay" else _images)
+
+
+def add_install_options(q: argparse.ArgumentParser) -> None:
+    """The Kubernetes version an install is rendered for, and what it may reach."""
+    q.add_argument(
+        "--kubernetes-version",
+        metavar="1.X[.Y]|auto",
+        help=f"render the install for this Kubernetes version (1.{OLDEST_MINOR}-1.{NEWEST_MINOR}; "
+        "without a patch, the newest we know of); 'auto' reads it from the cluster of "
+        "--kubeconfig. Without it: deploy/, the local testbed's v1.20.2 install",
+    )
+    q.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="the cluster --kubernetes-version auto reads (default: $KUBECONFIG, else "
+        "~/.kube/config)",
+    )
+    q.add_argument(
+        "--kube-scheduler-image",
+        metavar="REPOSITORY",
+        default=UPSTREAM_KUBE_SCHEDULER,
+        help="where the nodes pull kube-scheduler from: upstream's or a mirror of its tags "
+        "(default: %(default)s; the tag is the version's)",
+    )
+    q.add_argument(
+        "--allow-registry",
+        action="append",
+        metavar="HOST[:PORT]",
+        help="a registry the extender may resolve pod images from (repeatable; default: "
+        f"{' '.join(DEFAULT_ALLOWED_REGISTRIES)}); images from others get neutral scores",
+    )
+    q.add_argument(
+        "--api-server",
+        action="append",
+        default=[],
+        metavar="ADDRESS:PORT",
+        help="the API server's address as the pods reach it, for the scheduler pods' egress "
+        "policy (repeatable; with --kubernetes-version auto: read from the cluster; "
+        "without either: any address on 443 and 6443)",
+    )
+    q.add_argument(
+        "--registry-address",
+        action="append",
+        default=[],
+        metavar="ADDRESS[/PREFIX]:PORT",
+        help="a registry on an internal address the extender must reach (repeatable; public "
+        "addresses on 443 are open anyway)",
+    )
 
 
 def add_image_options(q: argparse.ArgumentParser) -> None:
@@ -76,16 +170,139 @@ def add_image_options(q: argparse.ArgumentParser) -> None:
     q.add_argument("--json", action="store_true", help="print what was pushed as JSON")
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterFacts:
+    """What ``--kubernetes-version auto`` reads from the cluster."""
+
+    version: KubernetesVersion
+    #: The API server's endpoints and the ``kubernetes`` Service's cluster IP on 443.
+    api_server: tuple[EgressPeer, ...]
+
+
+def _kubeconfig(given: Path | None) -> Path:
+    if given is not None:
+        return given
+    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    return Path(env) if env else DEFAULT_KUBECONFIG
+
+
+def _peer(address: str, port: int) -> EgressPeer:
+    network = ipaddress.ip_network(address)
+    return EgressPeer(str(network), port)
+
+
+def api_server_peers(endpoints: dict[str, Any], service: dict[str, Any]) -> tuple[EgressPeer, ...]:
+    """The addresses a pod reaches the API server at: ``default/kubernetes``' endpoints (its
+    ``https`` port) and, for network plugins that match before the Service is translated,
+    its cluster IP on 443."""
+    peers: list[EgressPeer] = []
+    try:
+        for subset in endpoints.get("subsets") or []:
+            ports = [p["port"] for p in subset.get("ports") or [] if p.get("name") == "https"]
+            for address in subset.get("addresses") or []:
+                peers += [_peer(address["ip"], int(port)) for port in ports]
+        cluster_ip = (service.get("spec") or {}).get("clusterIP")
+        if cluster_ip:
+            peers.append(_peer(cluster_ip, HTTPS_PORT))
+    except (KeyError, TypeError, ValueError) as err:
+        raise KubeError(
+            f"reading the API server's addresses from {API_SERVICE_NAMESPACE}/{API_SERVICE}: "
+            f"unexpected answer ({err}); pass --api-server ADDRESS:PORT instead"
+        ) from None
+    return tuple(dict.fromkeys(peers))
+
+
+def read_cluster(kubeconfig: Path) -> ClusterFacts:
+    """The server's version (``/version``) and addresses, through ``kubeconfig``."""
+    config = load_kubeconfig(str(kubeconfig))
+    base = f"{namespace_path(API_SERVICE_NAMESPACE)}"
+    with KubeClient(config) as kube:
+        version = str(kube.get(VERSION_PATH).get("gitVersion", ""))
+        endpoints = kube.get(f"{base}/endpoints/{API_SERVICE}")
+        service = kube.get(f"{base}/services/{API_SERVICE}")
+    return ClusterFacts(
+        parse_kubernetes_version(version, f"the cluster's version ({kubeconfig})"),
+        api_server_peers(endpoints, service),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Install:
+    """An install for one Kubernetes version: its objects' spec and kube-scheduler's image."""
+
+    spec: StackSpec
+    kube_scheduler: ImageRef
+
+
+def install_for(args: argparse.Namespace) -> Install | None:
+    """The install the options ask for; None without ``--kubernetes-version`` (deploy/)."""
+    if args.kubernetes_version is None:
+        given = [
+            flag
+            for flag, value in (
+                ("--allow-registry", args.allow_registry),
+                ("--api-server", args.api_server),
+                ("--registry-address", args.registry_address),
+                ("--kubeconfig", args.kubeconfig),
+            )
+            if value
+        ]
+        if args.kube_scheduler_image != UPSTREAM_KUBE_SCHEDULER:
+            given.append("--kube-scheduler-image")
+        if given:
+            raise InputError(
+                f"{', '.join(given)} shape an install for a Kubernetes version: pass "
+                "--kubernetes-version 1.X[.Y] or auto too (without it, deploy/ is rendered, "
+                "the local testbed's)"
+            )
+        return None
+    api_server = tuple(EgressPeer.parse(a, "--api-server") for a in args.api_server)
+    registries = tuple(EgressPeer.parse(a, "--registry-address") for a in args.registry_address)
+    if args.kubernetes_version == AUTO:
+        facts = read_cluster(_kubeconfig(args.kubeconfig))
+        version = facts.version
+        api_server = api_server or facts.api_server
+    else:
+        version = parse_kubernetes_version(args.kubernetes_version)
+    allowed = tuple(args.allow_registry or DEFAULT_ALLOWED_REGISTRIES)
+    spec = StackSpec(
+        allowed_registries=allowed, egress=EgressSpec(api_server, registries)
+    ).for_version(version.tag)
+    return Install(spec, upstream_kube_scheduler(version, args.kube_scheduler_image))
+
+
 def _render(args: argparse.Namespace) -> int:
-    files = base_tree()
+    install = install_for(args)
+    if install is None:
+        directory: Path = args.dir or DEPLOY_DIR
+        files = base_tree()
+    else:
+        if args.dir is None:
+            raise InputError(
+                "--kubernetes-version renders an install of your own: give its directory "
+                "with --dir (deploy/ is the local testbed's)"
+            )
+        directory = args.dir
+        files = base_tree(install.spec, kube_scheduler_image=install.kube_scheduler)
+        print(f"Kubernetes {install.spec.kubernetes_version}: {_summary(install)}")
     if args.check:
-        stale = stale_files(args.dir, files)
+        stale = stale_files(directory, files)
         for name in stale:
-            print(f"{args.dir / name} is stale: run `layersched deploy render`")
+            print(f"{directory / name} is stale: run `layersched deploy render`")
         return EXIT_STALE if stale else EXIT_OK
-    for name in write_tree(args.dir, files):
-        print(f"wrote {args.dir / name}")
+    for name in write_tree(directory, files):
+        print(f"wrote {directory / name}")
     return EXIT_OK
+
+
+def _summary(install: Install) -> str:
+    spec = install.spec
+    ref = install.kube_scheduler
+    api = ", ".join(f"{p.cidr}:{p.port}" for p in spec.egress.api_server) or "any address"
+    return (
+        f"{spec.scheduler_api_version}, kube-scheduler {ref.name}:{ref.tag}, extender allowed "
+        f"{', '.join(spec.allowed_registries)}, API server egress to {api}"
+    )
 
 
 def _kube_scheduler_bin(args: argparse.Namespace) -> Path:
@@ -114,26 +331,32 @@ def push_images(args: argparse.Namespace, registry: str) -> PushedStack:
         )
 
 
+def _one(image: PushedImage) -> dict[str, object]:
+    return {
+        "image": f"{image.ref.name}@{image.ref.digest}",
+        "size_bytes": image.size_bytes,
+        "layer_sizes_bytes": list(image.layer_sizes_bytes),
+        "build_s": round(image.build_s, 2),
+    }
+
+
 def _describe(pushed: PushedStack) -> dict[str, dict[str, object]]:
-    def one(image: PushedImage) -> dict[str, object]:
-        return {
-            "image": f"{image.ref.name}@{image.ref.digest}",
-            "size_bytes": image.size_bytes,
-            "layer_sizes_bytes": list(image.layer_sizes_bytes),
-            "build_s": round(image.build_s, 2),
-        }
-
-    return {"layersched": one(pushed.layersched), "kube-scheduler": one(pushed.kube_scheduler)}
+    return {"layersched": _one(pushed.layersched), "kube-scheduler": _one(pushed.kube_scheduler)}
 
 
-def print_pushed(args: argparse.Namespace, pushed: PushedStack) -> None:
-    """What was pushed: one line per image, or JSON with ``--json``."""
-    described = _describe(pushed)
+def _print_described(args: argparse.Namespace, described: dict[str, dict[str, object]]) -> None:
     if args.json:
         print(json.dumps(described, indent=2))
         return
     for name, image in described.items():
-        print(f"{name}: {image['image']} ({image['size_bytes']:,} B compressed)")
+        size = image.get("size_bytes")
+        pushed = f" ({size:,} B compressed)" if isinstance(size, int) else " (not built here)"
+        print(f"{name}: {image['image']}{pushed}")
+
+
+def print_pushed(args: argparse.Namespace, pushed: PushedStack) -> None:
+    """What was pushed: one line per image, or JSON with ``--json``."""
+    _print_described(args, _describe(pushed))
 
 
 def print_install(out: Path) -> None:
@@ -147,8 +370,40 @@ def _images(args: argparse.Namespace) -> int:
 
 
 def _overlay(args: argparse.Namespace) -> int:
-    pushed = push_images(args, args.registry)
-    write_overlay(args.out, pushed)
-    print_pushed(args, pushed)
+    install = install_for(args)  # a bad version or address fails before any build
+    if install is None:
+        pushed = push_images(args, args.registry)
+        write_overlay(args.out, pushed)
+        print_pushed(args, pushed)
+        print_install(args.out)
+        return EXIT_OK
+    if args.kube_scheduler_bin is not None:
+        raise InputError(
+            "--kube-scheduler-bin packages the local testbed's kube-scheduler: with "
+            "--kubernetes-version the install runs upstream's image (--kube-scheduler-image "
+            "names a mirror)"
+        )
+    console = Console(stderr=True)
+    with console.status("building the layersched image") as status:
+        layersched = push_layersched_image(
+            args.registry,
+            # a cluster of one's own: TLS unless plain HTTP is asked for by name
+            insecure=args.insecure_registry,
+            progress=lambda message: status.update(message),
+        )
+    write_tree(
+        args.out,
+        base_tree(
+            install.spec,
+            layersched_image=layersched.ref,
+            kube_scheduler_image=install.kube_scheduler,
+        ),
+    )
+    ref = install.kube_scheduler
+    _print_described(
+        args,
+        {"layersched": _one(layersched), "kube-scheduler": {"image": f"{ref.name}:{ref.tag}"}},
+    )
+    print(f"Kubernetes {install.spec.kubernetes_version}: {_summary(install)}")
     print_install(args.out)
     return EXIT_OK

@@ -2,10 +2,11 @@
 
 Pure generators (no API access): the ``KubeSchedulerConfiguration`` of the second
 scheduler (:func:`extender_scheduler_config`, with leader election on its own Lease),
-the workloads of the kind testbed, and the whole install (:func:`stack_objects`) that
-``deploy/`` holds as a kustomization (:func:`base_tree`, written by ``layersched deploy
-render`` and held equal by a test). The kind testbed, its Pulumi program and
-``deploy/`` all build their objects here.
+the workloads of the kind testbed, and the whole install (:func:`stack_objects`) for any
+Kubernetes minor from 1.20 to 1.36 (:meth:`StackSpec.for_version`, what each minor changes
+in :mod:`layersched.deploy._versions`), as a kustomization (:func:`base_tree`): ``deploy/``
+is the local testbed's v1.20.2 one, written by ``layersched deploy render`` and held equal
+by a test. The kind testbed, its Pulumi program and ``deploy/`` all build their objects here.
 """
 
 from layersched.deploy._kind import (
@@ -14,10 +15,19 @@ from layersched.deploy._kind import (
     kind_overlay,
     version_patches,
 )
+from layersched.deploy._network import (
+    INTERNAL_IPV4,
+    INTERNAL_IPV6,
+    EgressPeer,
+    EgressSpec,
+    network_policies,
+)
 from layersched.deploy._rbac import (
     AUTH_READER_NAMESPACE,
     AUTH_READER_ROLE,
     SCHEDULER_CLUSTER_ROLES,
+    SCHEDULER_RULES,
+    scheduler_rules,
 )
 from layersched.deploy._scheduler_config import (
     DEFAULT_SCHEDULER,
@@ -39,17 +49,16 @@ from layersched.deploy._scheduler_config import (
 from layersched.deploy._stack import (
     AGENT_RULES,
     CONTAINERD_SOCKET,
+    DEFAULT_ALLOWED_REGISTRIES,
     EXTENDER_RULES,
     KUBE_SCHEDULER_IMAGE,
     KUBERNETES_VERSION,
     LAYERSCHED_IMAGE,
-    SCHEDULER_RULES,
+    SERVICE_ACCOUNT_DIR,
     StackSpec,
     agent_daemonset,
-    pdb_api_version,
     scheduler_config,
     scheduler_deployment,
-    scheduler_rules,
     stack_objects,
     stack_spec_for,
 )
@@ -62,7 +71,19 @@ from layersched.deploy._tree import (
     local_testbed_overlay,
     overlay_images,
     stale_files,
+    upstream_kube_scheduler,
     write_tree,
+)
+from layersched.deploy._versions import (
+    AUTO,
+    NEWEST_MINOR,
+    OLDEST_MINOR,
+    SUPPORTED_MINORS,
+    UPSTREAM_KUBE_SCHEDULER,
+    KubernetesVersion,
+    parse_kubernetes_version,
+    pdb_api_version,
+    scheduler_probe_paths,
 )
 from layersched.deploy._workloads import (
     AGENT_NAME,
@@ -81,12 +102,16 @@ __all__ = [
     "AGENT_RULES",
     "AUTH_READER_NAMESPACE",
     "AUTH_READER_ROLE",
+    "AUTO",
     "CONTAINERD_SOCKET",
     "CRIO_SOCKET_PATH",
+    "DEFAULT_ALLOWED_REGISTRIES",
     "DEFAULT_SCHEDULER",
     "EXTENDER_PORT",
     "EXTENDER_RULES",
     "HEALTHZ_PATH",
+    "INTERNAL_IPV4",
+    "INTERNAL_IPV6",
     "INTREE_SCHEDULER",
     "KIND_KUBERNETES_VERSION",
     "KUBERNETES_VERSION",
@@ -99,13 +124,21 @@ __all__ = [
     "LAYERSCHED_IMAGE",
     "LAYER_LOCALITY_SCHEDULER",
     "NAMESPACE",
+    "NEWEST_MINOR",
+    "OLDEST_MINOR",
     "RYAX_PLUGIN_NAME",
     "SCHEDULER_CLUSTER_ROLES",
     "SCHEDULER_CONFIG_FILE",
     "SCHEDULER_RULES",
+    "SERVICE_ACCOUNT_DIR",
+    "SUPPORTED_MINORS",
+    "UPSTREAM_KUBE_SCHEDULER",
+    "EgressPeer",
+    "EgressSpec",
     "ExtenderSpec",
     "ImageRef",
     "KindTarget",
+    "KubernetesVersion",
     "LeaderElectionSpec",
     "LocalTestbedTarget",
     "StackSpec",
@@ -119,18 +152,22 @@ __all__ = [
     "kustomization",
     "labels",
     "local_testbed_overlay",
+    "network_policies",
     "overlay_images",
+    "parse_kubernetes_version",
     "pdb_api_version",
     "scheduler_api_version_for",
     "scheduler_config",
     "scheduler_deployment",
     "scheduler_deployment_spec",
+    "scheduler_probe_paths",
     "scheduler_rules",
     "stack_objects",
     "stack_spec_for",
     "stale_files",
     "to_yaml",
     "to_yaml_stream",
+    "upstream_kube_scheduler",
     "version_patches",
     "write_tree",
 ]

@@ -8,11 +8,13 @@ Kubernetes (1.30 by default) on CRI-O. The overlay changes only what differs:
   for the cluster's version (:func:`layersched.deploy.stack_spec_for`) gets a patch, so
   the overlay cannot drift from the generator. Today that is the scheduler's
   ``KubeSchedulerConfiguration`` (its API), its ClusterRole (what kube-scheduler watches
-  after 1.20) and the PodDisruptionBudget's API (``policy/v1``); kube-scheduler's image
-  is ``registry.k8s.io/kube-scheduler:<version>``;
+  after 1.20), the PodDisruptionBudget's API (``policy/v1``) and, from 1.31,
+  kube-scheduler's probes; kube-scheduler's image is
+  ``registry.k8s.io/kube-scheduler:<version>``;
 * **images**: layersched's from the testbed registry (``kind-registry:5000``), pulled
   ``Always`` as the testbed re-pushes the same tag; the extender reads manifests from
-  that plain-HTTP registry (``--insecure-registry``);
+  that plain-HTTP registry (``--insecure-registry``), the only one it may contact
+  (``--allow-registry``);
 * **the agent reads CRI-O**, not containerd: its containers/storage metadata, mounted
   read-only (``--crio-storage``), and CRI-O's socket (``--cri``) for images the storage
   does not explain.
@@ -35,18 +37,16 @@ from layersched.deploy._stack import (
     CONTAINERD_SOCKET,
     StackSpec,
     agent_daemonset,
-    extender_container,
+    extender_args,
     stack_objects,
-    stack_spec_for,
 )
 from layersched.deploy._tree import KUSTOMIZATION, ImageRef, overlay_images
+from layersched.deploy._versions import UPSTREAM_KUBE_SCHEDULER
 from layersched.deploy._workloads import AGENT_NAME, CRIO_SOCKET_PATH
 from layersched.deploy._yaml import to_yaml, to_yaml_stream
 
 #: kind 0.23's node image runs Kubernetes 1.30 (the kind stack's default).
 KIND_KUBERNETES_VERSION = "v1.30.0"
-#: Where upstream publishes kube-scheduler, one tag per Kubernetes release.
-UPSTREAM_KUBE_SCHEDULER = "registry.k8s.io/kube-scheduler"
 #: The overlay's files besides its kustomization.
 VERSION_PATCHES = "kubernetes-version.yaml"
 KIND_PATCHES = "kind.yaml"
@@ -87,6 +87,40 @@ def _by_key(spec: StackSpec) -> dict[_Key, dict[str, Any]]:
     return {_key(obj): obj for group in stack_objects(spec).values() for obj in group}
 
 
+#: Kinds the kind testbed patches too (kind_patches): their version differences go as JSON
+#: patch operations on the fields that differ, since kustomize refuses two strategic-merge
+#: patches that touch the same object's same list differently.
+WORKLOAD_KINDS = ("Deployment", "DaemonSet")
+
+
+def _pointer(key: str) -> str:
+    """``key`` as one JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def leaf_operations(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
+    """JSON patch operations turning ``before`` into ``after``, each as deep as the two
+    still have the same shape (maps key by key, lists of one length item by item)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        ops: list[dict[str, Any]] = [
+            {"op": "remove", "path": f"{path}/{_pointer(k)}"} for k in before if k not in after
+        ]
+        for k, v in after.items():
+            if k not in before:
+                ops.append({"op": "add", "path": f"{path}/{_pointer(k)}", "value": v})
+            elif before[k] != v:
+                ops += leaf_operations(before[k], v, f"{path}/{_pointer(k)}")
+        return ops
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        return [
+            op
+            for i, (b, a) in enumerate(zip(before, after, strict=True))
+            if b != a
+            for op in leaf_operations(b, a, f"{path}/{i}")
+        ]
+    return [{"op": "replace", "path": path, "value": after}]
+
+
 def version_patches(
     base: StackSpec, kubernetes_version: str
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -95,21 +129,13 @@ def version_patches(
 
     A strategic-merge patch names its target by the base's apiVersion, and carries each
     top-level field that differs whole (a ClusterRole's ``rules``, a ConfigMap's ``data``);
-    a changed apiVersion is a JSON patch, the only kind that can rewrite it.
+    a changed apiVersion is a JSON patch, the only kind that can rewrite it; so is a
+    workload's difference (kube-scheduler's probes from 1.31), field by field
+    (:data:`WORKLOAD_KINDS`).
     """
     kubernetes_minor(kubernetes_version)  # a clear error for a malformed version
     old = _by_key(base)
-    new = _by_key(
-        stack_spec_for(
-            kubernetes_version,
-            namespace=base.namespace,
-            scheduler_name=base.scheduler_name,
-            replicas=base.replicas,
-            strategy=base.strategy,
-            extender_args=base.extender_args,
-            scheduler_verbosity=base.scheduler_verbosity,
-        )
-    )
+    new = _by_key(base.for_version(kubernetes_version))
     if old.keys() != new.keys():
         raise InputError(
             f"Kubernetes {kubernetes_version}: the install would hold other objects than "
@@ -121,16 +147,23 @@ def version_patches(
         after = new[key]
         fields = {f: v for f, v in after.items() if f not in ("apiVersion", "kind", "metadata")}
         changed = {f: v for f, v in fields.items() if before.get(f) != v}
-        if changed:
+        operations: list[dict[str, Any]] = []
+        if key[0] in WORKLOAD_KINDS:
+            for field, value in changed.items():
+                operations += leaf_operations(before.get(field), value, f"/{_pointer(field)}")
+        elif changed:
             merges.append({"apiVersion": before["apiVersion"], "kind": key[0],
                            "metadata": _target_meta(key), **changed})  # fmt: skip
         if before["apiVersion"] != after["apiVersion"]:
+            operations.append(
+                {"op": "replace", "path": "/apiVersion", "value": after["apiVersion"]}
+            )
+        if operations:
             group, _, version = before["apiVersion"].rpartition("/")
             target = {"group": group, "version": version, "kind": key[0], "name": key[1]}
             if key[2] is not None:
                 target["namespace"] = key[2]
-            operation = {"op": "replace", "path": "/apiVersion", "value": after["apiVersion"]}
-            json_patches.append({"target": target, "operations": [operation]})
+            json_patches.append({"target": target, "operations": operations})
     return merges, json_patches
 
 
@@ -144,10 +177,12 @@ def _target_meta(key: _Key) -> dict[str, str]:
 def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
     """The testbed's own patches: the extender trusts the plain-HTTP registry, the agent
     reads CRI-O, and layersched's containers pull ``Always`` (the tag is re-pushed)."""
+    # The testbed's images all come from its own plain-HTTP registry: the only one allowed.
     trusting = replace(
-        spec, extender_args=(*spec.extender_args, "--insecure-registry", target.registry)
+        spec,
+        allowed_registries=(target.registry,),
+        extender_args=(*spec.extender_args, "--insecure-registry", target.registry),
     )
-    extender = extender_container(trusting)
     base_agent = agent_daemonset(spec)["spec"]["template"]["spec"]
     [base_volume] = [v for v in base_agent["volumes"] if v["hostPath"]["path"] == CONTAINERD_SOCKET]
     crio_socket = f"unix://{CRIO_SOCKET_PATH}"
@@ -163,7 +198,11 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
             "template": {
                 "spec": {
                     "containers": [
-                        {"name": "extender", "imagePullPolicy": "Always", "args": extender["args"]}
+                        {
+                            "name": "extender",
+                            "imagePullPolicy": "Always",
+                            "args": extender_args(trusting),
+                        }
                     ]
                 }
             }

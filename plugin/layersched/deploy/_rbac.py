@@ -1,16 +1,93 @@
-"""RBAC of the kind stack's optional patched in-tree scheduler (no part of ``deploy/``).
+"""RBAC of the install's kube-scheduler, per Kubernetes minor, and of the kind stack's
+optional patched in-tree scheduler.
 
-It binds upstream's own roles for a scheduler (``system:kube-scheduler``,
-``system:volume-scheduler``) and may read the authentication ConfigMap in
-``kube-system``, exactly what kubeadm grants the default scheduler; its leader election
-is off, so their lease rules go unused. The install's own RBAC (the second scheduler's
-ClusterRole and Lease Role, the agent's) is :mod:`layersched.deploy._stack`'s.
+**The second scheduler's ClusterRole** (:func:`scheduler_rules`) is what upstream's
+bootstrap policy grants a kube-scheduler of that minor, with its default feature gates:
+the ClusterRoles ``system:kube-scheduler`` and ``system:volume-scheduler`` that
+``plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`` defines, **minus** the
+default scheduler's own leader election (the Lease and the Endpoints named
+``kube-scheduler`` in ``kube-system``, and from 1.31 ``leasecandidates``, which only
+coordinated leader election uses, a gate off by default): the second scheduler elects its
+leader on a Lease of its own, which a Role in its namespace covers. kube-scheduler waits
+for every informer it starts, so a forbidden list stalls it: the rules follow what each
+minor watches. Where each minor's rules were read (upstream's 1.20 tree; for newer minors
+the forks that vendor kubernetes; 1.21 and 1.22 inferred) is written per minor in
+tests/fixtures/kube_scheduler_rbac.json, and tests/unit/test_deploy_versions.py holds
+:func:`scheduler_rules` to it for every minor from 1.20 to 1.36.
+
+The kind stack's in-tree scheduler (no part of ``deploy/``) binds upstream's own roles
+(:data:`SCHEDULER_CLUSTER_ROLES`) and may read the authentication ConfigMap in
+``kube-system``, exactly what kubeadm grants the default scheduler.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from layersched.deploy._versions import parse_kubernetes_version
 
 #: Upstream's bootstrap ClusterRoles for a kube-scheduler.
 SCHEDULER_CLUSTER_ROLES = ("system:kube-scheduler", "system:volume-scheduler")
 #: Role (in kube-system) that lets a component read the client-CA ConfigMap for authn.
 AUTH_READER_NAMESPACE = "kube-system"
 AUTH_READER_ROLE = "extension-apiserver-authentication-reader"
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+READ = ("get", "list", "watch")
+#: upstream's ``ReadUpdate``.
+READ_UPDATE = (*READ, "update", "patch")
+
+
+def rule(
+    groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str], **extra: Any
+) -> dict[str, Any]:
+    """One RBAC PolicyRule (``extra``: ``resourceNames``)."""
+    return {"apiGroups": list(groups), "resources": list(resources), **extra, "verbs": list(verbs)}
+
+
+#: 1.20's ``system:kube-scheduler`` and ``system:volume-scheduler`` without the default
+#: scheduler's Lease and Endpoints: what every minor from 1.20 on grants.
+SCHEDULER_RULES: tuple[dict[str, Any], ...] = (
+    rule(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
+    rule([""], ["nodes"], READ),
+    rule([""], ["pods"], ["delete", *READ]),
+    rule([""], ["bindings", "pods/binding"], ["create"]),
+    rule([""], ["pods/status"], ["patch", "update"]),
+    rule([""], ["replicationcontrollers", "services"], READ),
+    rule(["apps", "extensions"], ["replicasets"], READ),
+    rule(["apps"], ["statefulsets"], READ),
+    rule(["policy"], ["poddisruptionbudgets"], READ),
+    rule([""], ["persistentvolumeclaims", "persistentvolumes"], ["patch", "update", *READ]),
+    rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+    rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+    rule(["storage.k8s.io"], ["csinodes", "storageclasses"], READ),
+)
+#: What upstream's roles gained after 1.20, by the first minor that grants it (with that
+#: minor's default feature gates):
+#:
+#: * 1.21: CSIDrivers and CSIStorageCapacities (volume binding with storage capacity;
+#:   the CSIStorageCapacity gate is on by default from 1.21, unconditional from 1.24);
+#: * 1.22: Namespaces (pod affinity's ``namespaceSelector``, the gate on from 1.22);
+#: * 1.32: VolumeAttachments (CSI volume limits count attached volumes);
+#: * 1.34: dynamic resource allocation, GA and on by default: DeviceClasses and
+#:   ResourceSlices to read, ResourceClaims and their status to allocate, Pods'
+#:   finalizers to update;
+#: * 1.36: ResourceClaims to create and delete (DRAExtendedResource, beta and on), their
+#:   ``binding`` subresource (DRAResourceClaimGranularStatusAuthorization, beta and on).
+SCHEDULER_RULES_SINCE: tuple[tuple[int, dict[str, Any]], ...] = (
+    (21, rule(["storage.k8s.io"], ["csidrivers", "csistoragecapacities"], READ)),
+    (22, rule([""], ["namespaces"], READ)),
+    (32, rule(["storage.k8s.io"], ["volumeattachments"], READ)),
+    (34, rule(["resource.k8s.io"], ["deviceclasses", "resourceslices"], READ)),
+    (34, rule(["resource.k8s.io"], ["resourceclaims", "resourceclaims/status"], READ_UPDATE)),
+    (34, rule([""], ["pods/finalizers"], ["update"])),
+    (36, rule(["resource.k8s.io"], ["resourceclaims"], ["create", "delete"])),
+    (36, rule(["resource.k8s.io"], ["resourceclaims/binding"], ["update", "patch"])),
+)
+
+
+def scheduler_rules(kubernetes_version: str) -> list[dict[str, Any]]:
+    """The second scheduler's ClusterRole rules for a cluster of ``kubernetes_version``."""
+    minor = parse_kubernetes_version(kubernetes_version, "kubernetesVersion").minor
+    return [*SCHEDULER_RULES, *(r for since, r in SCHEDULER_RULES_SINCE if minor >= since)]

@@ -1,4 +1,5 @@
-"""The install: every Kubernetes object of ``deploy/``, as plain object bodies.
+"""The install: every Kubernetes object of ``deploy/``, as plain object bodies, per
+Kubernetes version.
 
 One namespace (``layersched``) holds the stack:
 
@@ -9,15 +10,20 @@ One namespace (``layersched``) holds the stack:
   ``127.0.0.1`` (why a sidecar: docs/deploy.md); a PodDisruptionBudget keeps one pod up;
 * the agent DaemonSet, the only pod that mounts the runtime's socket, publishing each
   node's ``NodeLayerInventory``;
-* least-privilege RBAC: the scheduler's ClusterRole mirrors upstream's
-  ``system:kube-scheduler`` and ``system:volume-scheduler`` (v1.20) except that its
-  Lease rights are a Role on its own Lease; the extender sidecar (same service
-  account) may also read ``NodeLayerInventory`` objects, which it watches with the
-  Nodes (``--watch``, so kube-scheduler sends node names only); the agent may read
-  Nodes and write ``NodeLayerInventory`` objects, nothing else;
-* NetworkPolicies: nothing may connect to the agent (its kubelet's probes come from the
-  node, which NetworkPolicy always allows), and only the scheduler's authenticated
-  metrics port is open on the scheduler pods.
+* least-privilege RBAC, and **two credentials in the scheduler pod**: the pod mounts no
+  service-account token of its own (``automountServiceAccountToken: false``);
+  kube-scheduler's container mounts a projected, expiring token of the pod's service
+  account (``layer-locality``: upstream's kube-scheduler rules for the version,
+  :mod:`layersched.deploy._rbac`, and a Role on its own Lease), and the extender's
+  container mounts the token of a service account of its own
+  (``layer-locality-extender``: read Nodes and ``NodeLayerInventory`` objects, nothing
+  else), from a ``kubernetes.io/service-account-token`` Secret. The extender parses
+  registry and inventory JSON that others write; it holds nothing that can bind, evict or
+  delete a pod (why this design: docs/deploy.md). The agent may read Nodes and write
+  ``NodeLayerInventory`` objects, nothing else;
+* NetworkPolicies (:mod:`layersched.deploy._network`): nothing may connect to the
+  agent; only kube-scheduler's authenticated metrics port is open on the scheduler pods,
+  which may connect to DNS, the API server and registries only.
 
 Pure data: tests check it without a cluster, ``deploy/`` is written from it
 (:mod:`layersched.deploy._tree`) and held equal to it by a test.
@@ -25,22 +31,28 @@ Pure data: tests check it without a cluster, ``deploy/`` is written from it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from layersched.agent import LIVEZ_PATH as AGENT_LIVEZ_PATH
 from layersched.agent import READYZ_PATH as AGENT_READYZ_PATH
-from layersched.deploy._rbac import AUTH_READER_NAMESPACE, AUTH_READER_ROLE
+from layersched.deploy._network import EgressSpec, network_policies
+from layersched.deploy._rbac import (
+    AUTH_READER_NAMESPACE,
+    AUTH_READER_ROLE,
+    RBAC_GROUP,
+    rule,
+    scheduler_rules,
+)
 from layersched.deploy._scheduler_config import (
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     LAYER_LOCALITY_SCHEDULER,
     ExtenderSpec,
     LeaderElectionSpec,
     extender_scheduler_config,
-    kubernetes_minor,
     scheduler_api_version_for,
 )
+from layersched.deploy._versions import pdb_api_version, scheduler_probe_paths
 from layersched.deploy._workloads import (
     AGENT_NAME,
     EXTENDER_PORT,
@@ -62,6 +74,7 @@ KUBE_SCHEDULER_IMAGE = "kube-scheduler"
 #: What the base kustomization points them at (``layersched deploy images`` pushes them).
 DEFAULT_LAYERSCHED_IMAGE = "localhost:5000/layersched/layersched"
 DEFAULT_KUBE_SCHEDULER_IMAGE = "localhost:5000/layersched/kube-scheduler"
+#: ``deploy/``'s version: the local testbed's, the one version checked live.
 KUBERNETES_VERSION = "v1.20.2"
 #: The extender sidecar: kube-scheduler calls it on loopback.
 EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
@@ -69,7 +82,23 @@ EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
 #: content store and image events through it.
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 SCHEDULER_REPLICAS = 2
-RBAC_GROUP = "rbac.authorization.k8s.io"
+#: The registries ``deploy/``'s extender may resolve images from (``--allow-registry``):
+#: the public ones most images come from. An install names its own
+#: (``layersched deploy render|overlay --allow-registry``); images from any other
+#: registry get neutral layer scores, and the extender sends that registry nothing.
+DEFAULT_ALLOWED_REGISTRIES = ("docker.io", "registry.k8s.io", "ghcr.io", "quay.io")
+#: Where a container reads its service-account credentials (client-go's in-cluster
+#: config, layersched.kube's): ``token``, ``ca.crt``, ``namespace``.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: The kubelet's own lifetime for a pod's projected token (its ``kube-api-access``
+#: volume): an hour and 7 s; the kubelet renews it at 80%, and kube-scheduler's client
+#: re-reads the file every minute.
+PROJECTED_TOKEN_EXPIRATION_S = 3607
+#: What every container may read of its credential files: owner and the pod's fsGroup.
+CREDENTIAL_FILE_MODE = 0o440
+#: Published by kube-controller-manager in every namespace (RootCAConfigMap, on by
+#: default from 1.20): the cluster's CA for the projected token's volume.
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 
 # Resources, from bench/results/extender.json (2 cores): with --watch the extender's
 # resident memory is 299 MB (peak 337 MB) holding 5,000 nodes' inventories while 47
@@ -98,17 +127,13 @@ READY_PERIOD_S = 5
 STARTUP_PERIOD_S = 2
 STARTUP_FAILURES = 30
 LIVENESS_FAILURES = 3
-#: kube-scheduler 1.20 serves /healthz only (with its leader-election check).
-SCHEDULER_HEALTH_PATH = "/healthz"
 LIVEZ_PATH = "/livez"
 READYZ_PATH = "/readyz"
 #: kube-scheduler's own fault tolerance: a pod killed mid-cycle has its pods retried
 #: by the new leader; a PDB keeps one of the two pods through voluntary disruptions.
 PDB_MIN_AVAILABLE = 1
-#: policy/v1 PodDisruptionBudget is served from 1.21; 1.20 has v1beta1 only (removed in 1.25).
-PDB_API_VERSION = "policy/v1beta1"
-PDB_API_VERSION_V1 = "policy/v1"
-PDB_V1_SINCE_MINOR = (1, 21)
+#: Egress without the cluster's addresses: DNS, 443 and 6443 anywhere, public 443.
+DEFAULT_EGRESS = EgressSpec()
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,26 +150,37 @@ class StackSpec:
     extender_args: tuple[str, ...] = ()
     scheduler_verbosity: int = 2
     #: The cluster's Kubernetes version, where objects differ between versions (the
-    #: PodDisruptionBudget's API, kube-scheduler's RBAC); ``scheduler_api_version`` and
-    #: the kube-scheduler image follow it too (:func:`stack_spec_for`).
+    #: PodDisruptionBudget's API, kube-scheduler's RBAC and probes);
+    #: ``scheduler_api_version`` follows it too (:func:`stack_spec_for`).
     kubernetes_version: str = KUBERNETES_VERSION
+    #: The registries the extender may contact (``--allow-registry``, one each).
+    allowed_registries: tuple[str, ...] = DEFAULT_ALLOWED_REGISTRIES
+    #: Where the scheduler pods may connect (their egress NetworkPolicy).
+    egress: EgressSpec = DEFAULT_EGRESS
+
+    @property
+    def extender_account(self) -> str:
+        """The extender's own service account (read-only)."""
+        return f"{self.scheduler_name}-extender"
+
+    @property
+    def extender_token_secret(self) -> str:
+        """The Secret that holds the extender account's token."""
+        return f"{self.extender_account}-token"
+
+    def for_version(self, kubernetes_version: str) -> StackSpec:
+        """The same install for a cluster of ``kubernetes_version``: its scheduler reads the
+        newest ``KubeSchedulerConfiguration`` API that kube-scheduler serves."""
+        return replace(
+            self,
+            kubernetes_version=kubernetes_version,
+            scheduler_api_version=scheduler_api_version_for(kubernetes_version),
+        )
 
 
 def stack_spec_for(kubernetes_version: str, **fields: Any) -> StackSpec:
-    """A :class:`StackSpec` for a cluster of ``kubernetes_version``, its scheduler reading
-    the newest ``KubeSchedulerConfiguration`` API that kube-scheduler serves."""
-    return StackSpec(
-        kubernetes_version=kubernetes_version,
-        scheduler_api_version=scheduler_api_version_for(kubernetes_version),
-        **fields,
-    )
-
-
-def pdb_api_version(kubernetes_version: str) -> str:
-    """``policy/v1`` from Kubernetes 1.21 on (the only one from 1.25), else ``policy/v1beta1``."""
-    if kubernetes_minor(kubernetes_version) >= PDB_V1_SINCE_MINOR:
-        return PDB_API_VERSION_V1
-    return PDB_API_VERSION
+    """A :class:`StackSpec` of ``fields`` for a cluster of ``kubernetes_version``."""
+    return StackSpec(**fields).for_version(kubernetes_version)
 
 
 def _meta(name: str, component: str, namespace: str | None = None) -> dict[str, Any]:
@@ -158,56 +194,11 @@ def _http_get(path: str, port: int | str, scheme: str = "HTTP") -> dict[str, Any
     return {"path": path, "port": port, "scheme": scheme}
 
 
-def _rule(
-    groups: Sequence[str], resources: Sequence[str], verbs: Sequence[str], **extra: Any
-) -> dict[str, Any]:
-    return {"apiGroups": list(groups), "resources": list(resources), **extra, "verbs": list(verbs)}
-
-
-READ = ("get", "list", "watch")
-
-#: ``system:kube-scheduler`` and ``system:volume-scheduler`` as Kubernetes v1.20 define
-#: them (``kubectl get clusterrole system:kube-scheduler -o yaml``), without their
-#: rights on the ``kube-scheduler`` Lease and Endpoints (the default scheduler's): the
-#: second scheduler's own Lease is a Role in its namespace (:func:`lease_role`).
-SCHEDULER_RULES: tuple[dict[str, Any], ...] = (
-    _rule(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
-    _rule([""], ["nodes"], READ),
-    _rule([""], ["pods"], ["delete", *READ]),
-    _rule([""], ["bindings", "pods/binding"], ["create"]),
-    _rule([""], ["pods/status"], ["patch", "update"]),
-    _rule([""], ["replicationcontrollers", "services"], READ),
-    _rule(["apps", "extensions"], ["replicasets"], READ),
-    _rule(["apps"], ["statefulsets"], READ),
-    _rule(["policy"], ["poddisruptionbudgets"], READ),
-    _rule([""], ["persistentvolumeclaims", "persistentvolumes"], ["patch", "update", *READ]),
-    _rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
-    _rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
-    _rule(["storage.k8s.io"], ["csinodes", "storageclasses"], READ),
-)
-#: What upstream's ``system:kube-scheduler`` gained after v1.20, by the minor that needs
-#: it: kube-scheduler waits for every informer it starts, so a forbidden list stalls it.
-#: Namespaces (pod affinity's ``namespaceSelector``), CSIDrivers and CSIStorageCapacities
-#: (volume limits and storage capacity), all watched from 1.22 on.
-SCHEDULER_RULES_SINCE: tuple[tuple[tuple[int, int], dict[str, Any]], ...] = (
-    ((1, 22), _rule([""], ["namespaces"], READ)),
-    ((1, 22), _rule(["storage.k8s.io"], ["csidrivers", "csistoragecapacities"], READ)),
-)
-
-
-def scheduler_rules(kubernetes_version: str = KUBERNETES_VERSION) -> list[dict[str, Any]]:
-    """The scheduler ClusterRole's rules for a cluster of ``kubernetes_version``."""
-    minor = kubernetes_minor(kubernetes_version)
-    return [*SCHEDULER_RULES, *(rule for since, rule in SCHEDULER_RULES_SINCE if minor >= since)]
-
-
 #: The agent: its Node (for the object's owner reference) and the objects it applies
 #: server-side: the same rules the testbed's agents get (:mod:`layersched.kube`).
 AGENT_RULES: tuple[dict[str, Any], ...] = tuple(agent_rules())
-#: The extender sidecar's ``--watch``: list and watch Nodes and NodeLayerInventory
-#: objects (the same rules the testbed's extender gets). It runs under the scheduler's
-#: service account; the rules are a ClusterRole of their own so that an audit sees what
-#: the extender, not kube-scheduler, needs.
+#: The extender's ``--watch``: list and watch Nodes and NodeLayerInventory objects (the
+#: same rules the testbed's extender gets), under its own service account.
 EXTENDER_RULES: tuple[dict[str, Any], ...] = tuple(extender_rules())
 
 
@@ -220,8 +211,8 @@ def lease_role(spec: StackSpec) -> dict[str, Any]:
             f"{spec.scheduler_name}-leader-election", spec.scheduler_name, spec.namespace
         ),
         "rules": [
-            _rule(["coordination.k8s.io"], ["leases"], ["create"]),
-            _rule(
+            rule(["coordination.k8s.io"], ["leases"], ["create"]),
+            rule(
                 ["coordination.k8s.io"],
                 ["leases"],
                 ["get", "update"],
@@ -260,8 +251,18 @@ def scheduler_config(spec: StackSpec) -> dict[str, Any]:
     )
 
 
+#: The scheduler pod's two credential volumes.
+SCHEDULER_CREDENTIALS_VOLUME = "kube-api-access"
+EXTENDER_CREDENTIALS_VOLUME = "extender-api-access"
+
+
+def _credentials_mount(volume: str) -> dict[str, Any]:
+    return {"name": volume, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}
+
+
 def scheduler_container(spec: StackSpec) -> dict[str, Any]:
     probe_port = KUBE_SCHEDULER_SECURE_PORT
+    live, ready = scheduler_probe_paths(spec.kubernetes_version)
     return {
         "name": "kube-scheduler",
         "image": KUBE_SCHEDULER_IMAGE,
@@ -273,17 +274,17 @@ def scheduler_container(spec: StackSpec) -> dict[str, Any]:
         ],
         "ports": [{"name": "metrics", "containerPort": KUBE_SCHEDULER_SECURE_PORT}],
         "startupProbe": {
-            "httpGet": _http_get(SCHEDULER_HEALTH_PATH, probe_port, "HTTPS"),
+            "httpGet": _http_get(live, probe_port, "HTTPS"),
             "periodSeconds": STARTUP_PERIOD_S,
             "failureThreshold": STARTUP_FAILURES,
         },
         "livenessProbe": {
-            "httpGet": _http_get(SCHEDULER_HEALTH_PATH, probe_port, "HTTPS"),
+            "httpGet": _http_get(live, probe_port, "HTTPS"),
             "periodSeconds": PROBE_PERIOD_S,
             "failureThreshold": LIVENESS_FAILURES,
         },
         "readinessProbe": {
-            "httpGet": _http_get(SCHEDULER_HEALTH_PATH, probe_port, "HTTPS"),
+            "httpGet": _http_get(ready, probe_port, "HTTPS"),
             "periodSeconds": READY_PERIOD_S,
         },
         "resources": SCHEDULER_RESOURCES,
@@ -292,18 +293,27 @@ def scheduler_container(spec: StackSpec) -> dict[str, Any]:
             {"name": "config", "mountPath": SCHEDULER_CONFIG_DIR, "readOnly": True},
             # kube-scheduler writes its self-signed serving certificate here.
             {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 (an emptyDir)
+            _credentials_mount(SCHEDULER_CREDENTIALS_VOLUME),
         ],
     }
 
 
-def extender_container(spec: StackSpec) -> dict[str, Any]:
+def extender_args(spec: StackSpec) -> list[str]:
+    """The extender's arguments: ``--watch`` (node names only), the strategy, the allowed
+    registries, then ``spec.extender_args``."""
     argv = ["extender", "--host", "0.0.0.0", "--port", str(EXTENDER_PORT), "--watch"]
-    argv += ["--strategy", spec.strategy, "--log-level", "debug", *spec.extender_args]
+    argv += ["--strategy", spec.strategy, "--log-level", "debug"]
+    for registry in spec.allowed_registries:
+        argv += ["--allow-registry", registry]
+    return [*argv, *spec.extender_args]
+
+
+def extender_container(spec: StackSpec) -> dict[str, Any]:
     return {
         "name": "extender",
         "image": LAYERSCHED_IMAGE,
         "imagePullPolicy": "IfNotPresent",
-        "args": argv,
+        "args": extender_args(spec),
         "ports": [{"name": "extender", "containerPort": EXTENDER_PORT}],
         "startupProbe": {
             "httpGet": _http_get(READYZ_PATH, "extender"),
@@ -321,8 +331,51 @@ def extender_container(spec: StackSpec) -> dict[str, Any]:
         },
         "resources": EXTENDER_RESOURCES,
         "securityContext": restricted(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108 (an emptyDir)
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 (an emptyDir)
+            _credentials_mount(EXTENDER_CREDENTIALS_VOLUME),
+        ],
     }
+
+
+def credential_volumes(spec: StackSpec) -> list[dict[str, Any]]:
+    """kube-scheduler's token (projected: the pod's account, bound to the pod, expiring)
+    and the extender's (its own account's token Secret), each with the CA and namespace,
+    laid out as the service-account directory every in-cluster client reads."""
+    namespace_file = {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+    return [
+        {
+            "name": SCHEDULER_CREDENTIALS_VOLUME,
+            "projected": {
+                "defaultMode": CREDENTIAL_FILE_MODE,
+                "sources": [
+                    {
+                        "serviceAccountToken": {
+                            "path": "token",
+                            "expirationSeconds": PROJECTED_TOKEN_EXPIRATION_S,
+                        }
+                    },
+                    {
+                        "configMap": {
+                            "name": ROOT_CA_CONFIGMAP,
+                            "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                        }
+                    },
+                    {"downwardAPI": {"items": [namespace_file]}},
+                ],
+            },
+        },
+        {
+            "name": EXTENDER_CREDENTIALS_VOLUME,
+            "secret": {
+                "secretName": spec.extender_token_secret,
+                "defaultMode": CREDENTIAL_FILE_MODE,
+                # Named keys: the kubelet waits until the token controller has filled
+                # them in rather than start the extender without a token.
+                "items": [{"key": key, "path": key} for key in ("token", "ca.crt", "namespace")],
+            },
+        },
+    ]
 
 
 def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
@@ -344,6 +397,9 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
                 "metadata": {"labels": selector},
                 "spec": {
                     "serviceAccountName": spec.scheduler_name,
+                    # No token for the whole pod: each container mounts its own
+                    # (credential_volumes), so the extender never sees kube-scheduler's.
+                    "automountServiceAccountToken": False,
                     # Scheduling the scheduler must not depend on itself.
                     "schedulerName": "default-scheduler",
                     "priorityClassName": "system-cluster-critical",
@@ -365,6 +421,7 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
                     "volumes": [
                         {"name": "config", "configMap": {"name": f"{spec.scheduler_name}-config"}},
                         {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+                        *credential_volumes(spec),
                     ],
                 },
             },
@@ -439,35 +496,45 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
     }
 
 
-def network_policies(spec: StackSpec) -> list[dict[str, Any]]:
-    """Ingress: the scheduler's secure metrics port only; nothing to the agent.
+def _account(name: str, component: str, namespace: str, automount: bool) -> dict[str, Any]:
+    account: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(name, component, namespace),
+    }
+    if not automount:
+        account["automountServiceAccountToken"] = False
+    return account
 
-    The agent's health port needs no rule: its only client is the kubelet probing from
-    the pod's own node, and traffic from the node a pod runs on is always allowed,
-    whatever the policy (Kubernetes' NetworkPolicy documentation). No other pod may
-    reach it.
 
-    Egress stays open: kube-scheduler and the agent call the API server, and the
-    extender calls the registries the cluster's images come from.
-    """
-
-    def policy(name: str, component: str, ingress: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": _meta(name, component, spec.namespace),
-            "spec": {
-                "podSelector": {"matchLabels": labels(component)},
-                "policyTypes": ["Ingress"],
-                "ingress": ingress,
-            },
-        }
-
-    metrics = [{"ports": [{"protocol": "TCP", "port": KUBE_SCHEDULER_SECURE_PORT}]}]
+def extender_credentials(spec: StackSpec) -> list[dict[str, Any]]:
+    """The extender's service account (never automounted: only its Secret's token is
+    used, by the extender's container) and that Secret, which the token controller fills
+    in with a token, the cluster's CA and the namespace. It is not listed in the account's
+    ``secrets``, so 1.29+'s cleaner of unused legacy tokens leaves it alone (it only
+    removes the auto-generated ones, listed there, and none a pod mounts)."""
+    account = spec.extender_account
     return [
-        policy(spec.scheduler_name, spec.scheduler_name, metrics),
-        policy(AGENT_NAME, AGENT_NAME, []),
+        _account(account, spec.scheduler_name, spec.namespace, automount=False),
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                **_meta(spec.extender_token_secret, spec.scheduler_name, spec.namespace),
+                "annotations": {"kubernetes.io/service-account.name": account},
+            },
+            "type": "kubernetes.io/service-account-token",
+        },
     ]
+
+
+def _admission_objects(spec: StackSpec) -> list[dict[str, Any]]:
+    """Per-node write authority on ``NodeLayerInventory`` objects (issue 23), per version: a
+    ValidatingAdmissionPolicy from 1.30, a webhook on 1.20. The hook for
+    ``layersched.deploy._admission.admission_objects(spec)``: its objects go into
+    ``admission.yaml`` (written only when there are any)."""
+    del spec
+    return []
 
 
 def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -477,17 +544,13 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
     cluster_role = f"layersched:{name}"
     extender_role = f"layersched:{name}:extender"
     agent_role = f"layersched:{AGENT_NAME}"
-    return {
+    groups = {
         "namespace.yaml": [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(namespace, "layersched")}
         ],
         "crd.yaml": [node_layers_crd()],
         "rbac.yaml": [
-            {
-                "apiVersion": "v1",
-                "kind": "ServiceAccount",
-                "metadata": _meta(name, name, namespace),
-            },
+            _account(name, name, namespace, automount=True),
             {
                 "apiVersion": f"{RBAC_GROUP}/v1",
                 "kind": "ClusterRole",
@@ -497,6 +560,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
             _binding(
                 "ClusterRoleBinding", cluster_role, "ClusterRole", cluster_role, name, spec, None
             ),
+            *extender_credentials(spec),
             {
                 "apiVersion": f"{RBAC_GROUP}/v1",
                 "kind": "ClusterRole",
@@ -504,7 +568,13 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
                 "rules": list(EXTENDER_RULES),
             },
             _binding(
-                "ClusterRoleBinding", extender_role, "ClusterRole", extender_role, name, spec, None
+                "ClusterRoleBinding",
+                extender_role,
+                "ClusterRole",
+                extender_role,
+                spec.extender_account,
+                spec,
+                None,
             ),
             lease_role(spec),
             _binding(
@@ -526,11 +596,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
                 spec,
                 AUTH_READER_NAMESPACE,
             ),
-            {
-                "apiVersion": "v1",
-                "kind": "ServiceAccount",
-                "metadata": _meta(AGENT_NAME, AGENT_NAME, namespace),
-            },
+            _account(AGENT_NAME, AGENT_NAME, namespace, automount=True),
             {
                 "apiVersion": f"{RBAC_GROUP}/v1",
                 "kind": "ClusterRole",
@@ -560,5 +626,9 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
             },
         ],
         "agent.yaml": [agent_daemonset(spec)],
-        "network-policy.yaml": network_policies(spec),
+        "network-policy.yaml": network_policies(namespace, name, spec.egress),
     }
+    admission = _admission_objects(spec)
+    if admission:
+        groups["admission.yaml"] = admission
+    return groups

@@ -1,8 +1,10 @@
 """``deploy/`` as files: the kustomization the install command applies, and overlays.
 
 :func:`base_tree` is what ``deploy/`` holds (``layersched deploy render`` writes it and
-a test holds the directory to it). Everything is kustomize v2.0.3 syntax, the version
-built into kubectl 1.20 (``kubectl apply -k``); newer kustomize reads it too.
+a test holds the directory to it), and, for another :class:`StackSpec` and images, the
+install for another Kubernetes version. Everything is kustomize v2.0.3 syntax, the version
+built into kubectl 1.20 (``kubectl apply -k``), which newer kustomize reads too; a tree for
+1.21 or newer lists ``stack/`` under ``resources:`` (kustomize v5 warns on ``bases:``).
 
 :func:`local_testbed_overlay` adapts the install to the Docker-free local testbed, whose
 nodes are network namespaces on one host: there is no kube-proxy and no cluster DNS,
@@ -10,7 +12,7 @@ and pod IPs are not routed to the host, so the stack's pods use the node's netwo
 (``hostNetwork``) and reach the API server at its real address; each node's containerd
 socket lives under the testbed's state dir, so the agent mounts exactly its own node's
 socket (``subPathExpr``); the extender may fetch manifests from the testbed's plain-HTTP
-registry.
+registry, the only one it may contact.
 """
 
 from __future__ import annotations
@@ -30,8 +32,13 @@ from layersched.deploy._stack import (
     KUBERNETES_VERSION,
     LAYERSCHED_IMAGE,
     StackSpec,
-    extender_container,
+    extender_args,
     stack_objects,
+)
+from layersched.deploy._versions import (
+    UPSTREAM_KUBE_SCHEDULER,
+    KubernetesVersion,
+    parse_kubernetes_version,
 )
 from layersched.deploy._workloads import AGENT_NAME
 from layersched.deploy._yaml import to_yaml, to_yaml_stream
@@ -50,6 +57,8 @@ FILE_ORDER = (
     "scheduler.yaml",
     "agent.yaml",
     "network-policy.yaml",
+    # Only where the version has objects for it (layersched.deploy._stack's hook).
+    "admission.yaml",
 )
 #: The stack without the CRD, as its own kustomization: a cluster that already has the
 #: CRD from elsewhere (the local testbed applies it at bring-up) installs only this, so
@@ -88,24 +97,44 @@ DEFAULT_IMAGES = (
     ImageRef(DEFAULT_LAYERSCHED_IMAGE, tag=__version__),
     ImageRef(DEFAULT_KUBE_SCHEDULER_IMAGE, tag=KUBERNETES_VERSION),
 )
+#: kubectl 1.20's kustomize (v2.0.3) takes a directory only in ``bases:``; 1.21's (v4)
+#: takes it in ``resources:`` too, and kustomize v5 (kubectl 1.27+) warns on ``bases:``.
+RESOURCES_TAKE_DIRECTORIES_SINCE_MINOR = 21
 
 
-def base_tree(spec: StackSpec | None = None) -> dict[str, str]:
-    """``deploy/``: the CRD and the kustomization of ``stack/`` (everything else, one file per
-    group of objects), with the images' default references. Keys are paths in ``deploy/``."""
+def upstream_kube_scheduler(
+    version: KubernetesVersion, repository: str = UPSTREAM_KUBE_SCHEDULER
+) -> ImageRef:
+    """kube-scheduler of ``version`` from upstream's registry, or a mirror of its tags."""
+    return ImageRef(repository, tag=version.tag)
+
+
+def base_tree(
+    spec: StackSpec | None = None,
+    layersched_image: ImageRef = DEFAULT_IMAGES[0],
+    kube_scheduler_image: ImageRef = DEFAULT_IMAGES[1],
+) -> dict[str, str]:
+    """The install as a kustomization: the CRD and ``stack/`` (everything else, one file per
+    group of objects, itself a kustomization), with the images' references. Keys are
+    paths in the tree. Without arguments: ``deploy/`` (the local testbed's v1.20.2, images
+    pushed by ``layersched deploy images`` to ``localhost:5000``)."""
+    spec = spec or StackSpec()
     groups = stack_objects(spec)
-    stack_files = [name for name in FILE_ORDER if name != CRD_FILE]
+    stack_files = [name for name in FILE_ORDER if name != CRD_FILE and name in groups]
     files = {f"{STACK_DIR}/{name}": HEADER + to_yaml_stream(groups[name]) for name in stack_files}
     files[f"{STACK_DIR}/{KUSTOMIZATION}"] = kustomization({"resources": stack_files})
     files[CRD_FILE] = HEADER + to_yaml_stream(groups[CRD_FILE])
-    layersched, scheduler = DEFAULT_IMAGES
+    minor = parse_kubernetes_version(spec.kubernetes_version, "kubernetesVersion").minor
+    if minor >= RESOURCES_TAKE_DIRECTORIES_SINCE_MINOR:
+        sources: dict[str, Any] = {"resources": [STACK_DIR, CRD_FILE]}
+    else:
+        sources = {"bases": [STACK_DIR], "resources": [CRD_FILE]}
     files[KUSTOMIZATION] = kustomization(
         {
-            "bases": [STACK_DIR],
-            "resources": [CRD_FILE],
+            **sources,
             "images": [
-                layersched.kustomize(LAYERSCHED_IMAGE),
-                scheduler.kustomize(KUBE_SCHEDULER_IMAGE),
+                layersched_image.kustomize(LAYERSCHED_IMAGE),
+                kube_scheduler_image.kustomize(KUBE_SCHEDULER_IMAGE),
             ],
         }
     )
@@ -154,8 +183,13 @@ def local_testbed_overlay(
         {"name": "KUBERNETES_SERVICE_HOST", "value": target.api_host},
         {"name": "KUBERNETES_SERVICE_PORT", "value": str(target.api_port)},
     ]
-    extender = extender_container(
-        replace(spec, extender_args=("--insecure-registry", target.registry))
+    # The testbed's images all come from its own plain-HTTP registry: the only one allowed.
+    extender = extender_args(
+        replace(
+            spec,
+            allowed_registries=(target.registry,),
+            extender_args=("--insecure-registry", target.registry),
+        )
     )
     scheduler_patch = {
         "apiVersion": "apps/v1",
@@ -168,7 +202,7 @@ def local_testbed_overlay(
                     "dnsPolicy": "Default",  # the testbed runs no cluster DNS
                     "containers": [
                         {"name": "kube-scheduler", "env": api_env},
-                        {"name": "extender", "args": extender["args"], "env": api_env},
+                        {"name": "extender", "args": extender, "env": api_env},
                     ],
                 }
             }

@@ -70,6 +70,23 @@ def _push(
     )
 
 
+def push_layersched_image(
+    registry: str,
+    *,
+    insecure: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> PushedImage:
+    """Build the layersched image and push it to ``registry`` (an install whose
+    kube-scheduler is upstream's needs only this one)."""
+    say = progress or (lambda _message: None)
+    started = time.monotonic()
+    layersched = build_layersched_image(progress=say)
+    layersched_s = time.monotonic() - started
+    say(f"pushing to {registry}")
+    with RegistryClient(insecure_hosts=(registry,) if insecure else ()) as client:
+        return _push(client, registry, LAYERSCHED_REPOSITORY, __version__, layersched, layersched_s)
+
+
 def build_and_push(
     registry: str,
     kube_scheduler_bin: Path,
@@ -79,16 +96,13 @@ def build_and_push(
 ) -> PushedStack:
     """Build both images (:mod:`layersched.images.build`) and push them to ``registry``."""
     say = progress or (lambda _message: None)
-    started = time.monotonic()
-    layersched = build_layersched_image(progress=say)
-    layersched_s = time.monotonic() - started
+    layersched = push_layersched_image(registry, insecure=insecure, progress=say)
     started = time.monotonic()
     scheduler = build_kube_scheduler_image(kube_scheduler_bin, KUBERNETES_VERSION)
     scheduler_s = time.monotonic() - started
-    say(f"pushing to {registry}")
     with RegistryClient(insecure_hosts=(registry,) if insecure else ()) as client:
         return PushedStack(
-            _push(client, registry, LAYERSCHED_REPOSITORY, __version__, layersched, layersched_s),
+            layersched,
             _push(
                 client,
                 registry,

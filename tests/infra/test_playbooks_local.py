@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from layersched.builds import CACHE_DIR_ENV, kubernetes_build
+from layersched.builds import CACHE_DIR_ENV, kubernetes_build, plugin_sources_sha256
 from tests.fixtures import prereq
 
 pytestmark = pytest.mark.infra
@@ -61,13 +61,17 @@ def test_syntax_check(playbook: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _playbook_vars(cache_dir: str | None) -> dict[str, object]:
+def _playbook_vars(
+    cache_dir: str | None, expression: str | None = None, *extra: str
+) -> dict[str, object]:
     """What ``playbooks/vars/kubernetes.yml`` evaluates to, as Ansible itself templates it."""
-    expression = (
+    expression = expression or (
         "{{ {'id': kubernetes_build_id, 'version': kubernetes_version, "
         "'binaries': kubernetes_binaries, 'bin_dir': kubernetes_bin_dir, "
         "'cache_dir': kubernetes_cache_dir, 'pause': kubernetes_pause_version, "
-        "'source_version': kubernetes_source_version} | to_json }}"
+        "'source_version': kubernetes_source_version, 'tree_dir': kubernetes_tree_dir, "
+        "'plugin_target': kubernetes_scheduler_plugin_target, "
+        "'plugin_sha256': kubernetes_scheduler_plugin_sha256} | to_json }}"
     )
     env = {k: v for k, v in os.environ.items() if k != CACHE_DIR_ENV}
     if cache_dir is not None:
@@ -84,6 +88,7 @@ def _playbook_vars(cache_dir: str | None) -> dict[str, object]:
             f"@{PLAYBOOKS / 'vars' / 'kubernetes.yml'}",
             "-e",
             f"ansible_python_interpreter={sys.executable}",
+            *extra,
             "-m",
             "ansible.builtin.debug",
             "-a",
@@ -119,4 +124,31 @@ def test_playbooks_derive_the_build_paths_as_the_cli_does(
         "cache_dir": str(build.cache_dir()),
         "pause": build.pause_version,
         "source_version": build.source_version,
+        "tree_dir": str(build.tree_dir()),
+        "plugin_target": build.scheduler_plugin.target,
+        "plugin_sha256": build.plugin_sha256,
     }
+
+
+def test_playbooks_hash_any_plugin_module_as_the_cli_does(tmp_path: Path) -> None:
+    # the awkward cases, on a module of its own: files deep down, tests and test data
+    # (left out), names that sort differently by path and by parts, bytes past ASCII
+    files = {
+        "go.mod": "module x\n",
+        "a/b/c/d/e/deep.go": "package e\n",
+        "a/b.go": "package a // é\n",
+        "a-b/c.go": "package ab\n",
+        "a/b_test.go": "package a\n",
+        "a/testdata/t.go": "package t\n",
+        "main.go": "package main\n\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    rendered = _playbook_vars(
+        None,
+        "{{ {'sha256': kubernetes_scheduler_plugin_sha256} | to_json }}",
+        "-e",
+        f"kubernetes_scheduler_plugin_dir={tmp_path}",
+    )
+    assert rendered == {"sha256": plugin_sources_sha256(tmp_path)}

@@ -6,7 +6,11 @@ One namespace (``layersched``) holds the stack:
 * the second scheduler ``layer-locality``: a Deployment of two kube-scheduler pods with
   leader election on a Lease of its own, its ``KubeSchedulerConfiguration`` in a
   ConfigMap, and the extender as a **sidecar** that kube-scheduler reaches on
-  ``127.0.0.1`` (why a sidecar: docs/deploy.md); a PodDisruptionBudget keeps one pod up;
+  ``127.0.0.1`` (why a sidecar: docs/deploy.md); a PodDisruptionBudget keeps one pod up.
+  On Kubernetes 1.20 the spec may ask for the **plugin** instead
+  (``StackSpec(scheduler=SCHEDULER_PLUGIN)``): layersched's kube-scheduler build with the
+  LayerLocality score plugin in the profile, no sidecar (docs/deploy.md says which to
+  choose);
 * the agent DaemonSet, the only pod that mounts the runtime's socket, publishing each
   node's ``NodeLayerInventory``;
 * least-privilege RBAC: the scheduler's ClusterRole mirrors upstream's
@@ -28,14 +32,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from layersched.core.errors import InputError
 from layersched.deploy._rbac import AUTH_READER_NAMESPACE, AUTH_READER_ROLE
 from layersched.deploy._scheduler_config import (
     KUBE_SCHEDULER_CONFIG_V1BETA1,
+    LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_SCHEDULER,
+    PLUGIN_KUBERNETES_MINOR,
     ExtenderSpec,
     LeaderElectionSpec,
+    PluginArgs,
     extender_scheduler_config,
     kubernetes_minor,
+    plugin_scheduler_config,
     scheduler_api_version_for,
 )
 from layersched.deploy._workloads import (
@@ -67,6 +76,11 @@ EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 SCHEDULER_REPLICAS = 2
 RBAC_GROUP = "rbac.authorization.k8s.io"
+#: How the second scheduler scores layers: the extender sidecar (every version), or the
+#: LayerLocality plugin built into layersched's kube-scheduler (1.20 only).
+SCHEDULER_EXTENDER = "extender"
+SCHEDULER_PLUGIN = "plugin"
+SCHEDULER_KINDS = (SCHEDULER_EXTENDER, SCHEDULER_PLUGIN)
 
 # Resources, from bench/results/extender.json (2 cores): with --watch the extender's
 # resident memory is 299 MB (peak 337 MB) holding 5,000 nodes' inventories while 47
@@ -125,6 +139,25 @@ class StackSpec:
     #: PodDisruptionBudget's API, kube-scheduler's RBAC); ``scheduler_api_version`` and
     #: the kube-scheduler image follow it too (:func:`stack_spec_for`).
     kubernetes_version: str = KUBERNETES_VERSION
+    #: ``extender`` (a sidecar) or ``plugin`` (LayerLocality in kube-scheduler; 1.20 only).
+    scheduler: str = SCHEDULER_EXTENDER
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULER_KINDS:
+            raise InputError(f"scheduler {self.scheduler!r}: choose {' or '.join(SCHEDULER_KINDS)}")
+        minor = kubernetes_minor(self.kubernetes_version)
+        if self.scheduler == SCHEDULER_PLUGIN and minor != PLUGIN_KUBERNETES_MINOR:
+            built = ".".join(map(str, PLUGIN_KUBERNETES_MINOR))
+            raise InputError(
+                f"scheduler {SCHEDULER_PLUGIN!r} on Kubernetes {self.kubernetes_version}: the "
+                f"{LAYER_LOCALITY_PLUGIN} plugin is built into kube-scheduler {built} only; use "
+                f"{SCHEDULER_EXTENDER!r}, which serves every version (docs/deploy.md)"
+            )
+
+    @property
+    def plugin(self) -> bool:
+        """Whether LayerLocality scores in kube-scheduler (no extender sidecar)."""
+        return self.scheduler == SCHEDULER_PLUGIN
 
 
 def stack_spec_for(kubernetes_version: str, **fields: Any) -> StackSpec:
@@ -248,13 +281,28 @@ def _binding(
 
 def scheduler_config(spec: StackSpec) -> dict[str, Any]:
     """The ``KubeSchedulerConfiguration``: the extender on loopback, sent node names only
-    (its ``--watch`` inventory has the layers), leader election on."""
+    (its ``--watch`` inventory has the layers), or the LayerLocality plugin (its watch
+    runs as the pod's service account); leader election on."""
+    if spec.plugin:
+        return plugin_scheduler_config(
+            PluginArgs(),
+            scheduler_name=spec.scheduler_name,
+            api_version=spec.scheduler_api_version,
+            leader_election=LeaderElectionSpec(spec.scheduler_name, spec.namespace),
+        )
     return extender_scheduler_config(
         ExtenderSpec(EXTENDER_URL, node_cache_capable=True),
         scheduler_name=spec.scheduler_name,
         api_version=spec.scheduler_api_version,
         leader_election=LeaderElectionSpec(spec.scheduler_name, spec.namespace),
     )
+
+
+def plugin_readme_block() -> str:
+    """The plugin README's ready-to-use configuration: the plugin install's (1.20, in a pod
+    of the ``layersched`` namespace, leader election on its own Lease)."""
+    config = scheduler_config(StackSpec(scheduler=SCHEDULER_PLUGIN))
+    return f"```yaml\n{to_yaml(config)}```"
 
 
 def scheduler_container(spec: StackSpec) -> dict[str, Any]:
@@ -323,7 +371,11 @@ def extender_container(spec: StackSpec) -> dict[str, Any]:
 
 
 def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
-    """kube-scheduler and its extender sidecar, ``spec.replicas`` pods, one leader."""
+    """kube-scheduler and its extender sidecar (none with the plugin), ``spec.replicas``
+    pods, one leader."""
+    containers = [scheduler_container(spec)]
+    if not spec.plugin:
+        containers.append(extender_container(spec))
     selector = labels(spec.scheduler_name)
     return {
         "apiVersion": "apps/v1",
@@ -358,7 +410,7 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
                             ]
                         }
                     },
-                    "containers": [scheduler_container(spec), extender_container(spec)],
+                    "containers": containers,
                     "volumes": [
                         {"name": "config", "configMap": {"name": f"{spec.scheduler_name}-config"}},
                         {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
@@ -444,7 +496,8 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
     spec = spec or StackSpec()
     name, namespace = spec.scheduler_name, spec.namespace
     cluster_role = f"layersched:{name}"
-    extender_role = f"layersched:{name}:extender"
+    # what reads the agents' objects: the extender sidecar, or the plugin
+    extender_role = f"layersched:{name}:{spec.scheduler}"
     agent_role = f"layersched:{AGENT_NAME}"
     return {
         "namespace.yaml": [

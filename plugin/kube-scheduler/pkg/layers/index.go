@@ -220,6 +220,10 @@ func (ix *Index) remember(image *Image) {
 	if element, ok := ix.known[image.Digest]; ok && sameImage(element.Value.(*knownImage).source, image) {
 		return
 	}
+	// a copy of its own: the entries must not keep the whole inventory it came in alive
+	source := new(Image)
+	*source = *image
+	image = source
 	for _, name := range append(append([]string(nil), image.Names...), image.Digest) {
 		for _, lookup := range LookupNames(name) {
 			if element, ok := ix.known[lookup]; ok {

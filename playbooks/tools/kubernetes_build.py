@@ -9,16 +9,29 @@
     whose suite is exactly C are taken, and S replaces it: the containerd download
     (role containerd_download) reads ``deb`` lines for ``sid`` from the same archive.
 
-``make --tree T --log L --timeout-s N -- WHAT...``
+``make --tree T --log L --timeout-s N [--plugin SRC=IMPORT] -- WHAT...``
     Build ``WHAT`` in tree T as Debian's ``debian/rules`` does: GOPATH=T/.go with
     ``.go/src/k8s.io/kubernetes`` linked to T, CGO_ENABLED=0, upstream's Makefile.
-    Output goes to L, one line per line, so a caller can follow it. On failure it prints
-    which step failed, where the log is and the log's last lines, and exits 1.
+    ``--plugin`` first copies the Go module in SRC (its ``.go`` files and ``go.mod``) into
+    the tree's ``vendor/IMPORT``, so that WHAT can name ``vendor/IMPORT/cmd/...`` and
+    build it against the tree's vendored packages. Output goes to L, one line per line,
+    so a caller can follow it. On failure it prints which step failed, where the log is
+    and the log's last lines, and exits 1.
+
+``gotest --tree T --plugin SRC=IMPORT [--race] -- ARGS...``
+    Copy the module as ``make --plugin`` does, then run ``go test ARGS`` in the GOPATH,
+    cache and flags of the tree's own build (packages as ``./vendor/IMPORT/...``), so the
+    packages ``make`` compiled are not compiled again; its output on stdout; exits with
+    go test's status. ``--race`` builds with cgo for the race detector.
+
+Both hold a lock on the tree while they copy and compile, so a build and a test never
+see each other's copy of the module.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import subprocess
@@ -30,6 +43,10 @@ APT_SOURCES_LIST = Path("/etc/apt/sources.list")
 APT_SOURCES_DIR = Path("/etc/apt/sources.list.d")
 #: Log lines quoted in a failure message.
 LOG_TAIL_LINES = 25
+#: Held (flock) by a build or a test of a tree while the module is copied in and compiled.
+LOCK_FILE = ".layersched-build.lock"
+#: What of a plugin module is copied into the tree (sources, tests, the module file).
+PLUGIN_FILES = ("*.go", "go.mod")
 _ONE_LINE = re.compile(
     r"^deb\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s+(?P<comps>.+)$"
 )
@@ -125,9 +142,8 @@ def cmd_sources(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_make(args: argparse.Namespace) -> int:
-    tree = Path(args.tree).resolve()
-    log = Path(args.log)
+def _gopath(tree: Path) -> Path:
+    """The tree's GOPATH link (``.go/src/k8s.io/kubernetes`` -> tree), made or fixed."""
     gopath = tree / ".go"
     link = gopath / "src" / "k8s.io" / "kubernetes"
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -135,19 +151,69 @@ def cmd_make(args: argparse.Namespace) -> int:
         link.unlink()  # a tree copied or moved: point GOPATH at this one, not the old
     if not link.is_symlink():
         link.symlink_to(tree)
+    return link
+
+
+def _go_env(tree: Path, cache: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
-            "GOPATH": str(gopath),
-            "GOCACHE": str(tree.parent / "go-build-cache"),
+            "GOPATH": str(tree / ".go"),
+            "GOCACHE": str(cache),
             "CGO_ENABLED": "0",
             "GOPROXY": "off",
+            # GOPATH mode, as the tree's own scripts build (hack/lib/init.sh)
+            "GO111MODULE": "off",
+            "GOFLAGS": "",
             "HOME": str(tree.parent),
         }
     )
+    return env
+
+
+class _Locked:
+    """An exclusive flock on the tree for the life of the ``with`` block."""
+
+    def __init__(self, tree: Path) -> None:
+        self.path = tree / LOCK_FILE
+
+    def __enter__(self) -> None:
+        self.handle = self.path.open("w")
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+
+    def __exit__(self, *_: object) -> None:
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+def _place_plugin(tree: Path, plugin: str) -> None:
+    """Copy module SRC into the tree's vendor/IMPORT (``SRC=IMPORT``), deleting what the
+    module no longer has."""
+    source, sep, import_path = plugin.partition("=")
+    if not sep or not source or not import_path or ".." in Path(import_path).parts:
+        raise SystemExit(f"--plugin {plugin!r}: write SOURCE_DIR=IMPORT_PATH")
+    if not (Path(source) / "go.mod").is_file():
+        raise SystemExit(
+            f"--plugin {plugin!r}: {source} holds no go.mod: is it the module's directory?"
+        )
+    dest = tree / "vendor" / import_path
+    dest.mkdir(parents=True, exist_ok=True)
+    argv = ["rsync", "--recursive", "--checksum", "--delete", "--delete-excluded"]
+    argv += ["--prune-empty-dirs", "--include=*/"]
+    argv += [f"--include={pattern}" for pattern in PLUGIN_FILES] + ["--exclude=*"]
+    subprocess.run([*argv, f"{source.rstrip('/')}/", f"{dest}/"], check=True)
+
+
+def cmd_make(args: argparse.Namespace) -> int:
+    tree = Path(args.tree).resolve()
+    log = Path(args.log)
+    link = _gopath(tree)
+    env = _go_env(tree, tree.parent / "go-build-cache")
     argv = ["make", f"WHAT={' '.join(args.what)}"]
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
+    with _Locked(tree), log.open("w") as out:
+        if args.plugin:
+            _place_plugin(tree, args.plugin)
         out.write(f"$ {' '.join(argv)}  (in {link})\n")
         out.flush()
         try:
@@ -178,6 +244,40 @@ def cmd_make(args: argparse.Namespace) -> int:
     return 1
 
 
+#: The tree's own build GOPATH (hack/lib/golang.sh: _output/local/go, its cache in it).
+TREE_BUILD_GOPATH = ("_output", "local", "go")
+#: What the tree's make passes every build of a static binary (kube-scheduler is one):
+#: ``go test`` with the same GOPATH, cache and flags compiles the packages make built
+#: already (client-go, the scheduler) from make's cache instead of again.
+TREE_BUILD_FLAGS = ("-installsuffix", "static", "-tags", "selinux,notest,")
+
+
+def cmd_gotest(args: argparse.Namespace) -> int:
+    tree = Path(args.tree).resolve()
+    gopath = tree.joinpath(*TREE_BUILD_GOPATH)
+    link = gopath / "src" / "k8s.io" / "kubernetes"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(tree)
+    env = _go_env(tree, gopath / "cache")
+    env["GOPATH"] = str(gopath)
+    # the go tool takes the package's import path from $PWD when it names the working
+    # directory: the GOPATH link, not the tree it resolves to
+    env["PWD"] = str(link)
+    if args.race:
+        env["CGO_ENABLED"] = "1"
+    with _Locked(tree):
+        _place_plugin(tree, args.plugin)
+        argv = ["go", "test", *TREE_BUILD_FLAGS, *args.go_args]
+        print(f"$ {' '.join(argv)}  (in {link})", flush=True)
+        try:
+            done = subprocess.run(argv, cwd=link, env=env, stdin=subprocess.DEVNULL, check=False)
+            return done.returncode
+        except OSError as err:
+            print(f"cannot run go: {err} (apt-get install golang-go)", file=sys.stderr)
+            return 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -189,9 +289,16 @@ def main() -> int:
     p_make.add_argument("--tree", required=True)
     p_make.add_argument("--log", required=True)
     p_make.add_argument("--timeout-s", type=int, default=7200)
+    p_make.add_argument("--plugin", help="SOURCE_DIR=IMPORT_PATH: a Go module to build in the tree")
     p_make.add_argument("what", nargs="+")
+    p_test = sub.add_parser("gotest")
+    p_test.add_argument("--tree", required=True)
+    p_test.add_argument("--plugin", required=True, help="SOURCE_DIR=IMPORT_PATH")
+    p_test.add_argument("--race", action="store_true", help="cgo on, for go test -race")
+    p_test.add_argument("go_args", nargs="+")
     args = parser.parse_args()
-    return cmd_sources(args) if args.command == "sources" else cmd_make(args)
+    handlers = {"sources": cmd_sources, "make": cmd_make, "gotest": cmd_gotest}
+    return handlers[args.command](args)
 
 
 if __name__ == "__main__":

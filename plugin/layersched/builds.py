@@ -2,12 +2,19 @@
 containerd 2.x download.
 
 ``make kubernetes`` builds the testbeds' Kubernetes from Debian's source package and
-caches the binaries under ``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin``. The
-build's identity (version, build ID) is written once, in ``kubernetes-build.yml``
-beside this module; the CLI's defaults, the tests and the benchmarks take it and its
-paths from here, and ``playbooks/vars/kubernetes.yml`` derives the same paths from the
-same file (``tests/unit/test_builds.py`` holds the two derivations equal and fails if
-any other file spells a build ID or a build path by hand).
+caches the binaries under ``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin``; the
+source tree they are built in (and the compiler's caches) under
+``$LAYERSCHED_CACHE_DIR/kubernetes/<tree ID>``. The build's identity (version, build
+ID) is written once, in ``kubernetes-build.yml`` beside this module; the CLI's defaults,
+the tests and the benchmarks take it and its paths from here, and
+``playbooks/vars/kubernetes.yml`` derives the same paths from the same file
+(``tests/unit/test_builds.py`` holds the two derivations equal and fails if any other
+file spells a build ID or a build path by hand).
+
+The kube-scheduler built is layersched's own module (``plugin/kube-scheduler``):
+upstream's kube-scheduler with the LayerLocality score plugin. A hash of its sources is
+part of the build ID, computed here and in the playbooks' vars the same way, so a changed
+plugin never reuses an old binary.
 
 ``make containerd`` downloads Debian's containerd 2.x binary package (never installing
 it) and unpacks it under ``$LAYERSCHED_CACHE_DIR/containerd/<version>``; its identity is
@@ -17,6 +24,7 @@ fixture) and by ``playbooks/vars/containerd.yml`` (the role that downloads it).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -42,11 +50,55 @@ CONTAINERD_COMMAND = "make containerd"
 #: Inside a download's cache dir: the unpacked package, and the Debian version unpacked.
 CONTAINERD_TREE = "root"
 CONTAINERD_STAMP = ".stamp"
+#: The repository root (the plugin's sources are named relative to it).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Hex digits of the plugin's source hash in the build ID.
+PLUGIN_HASH_CHARS = 12
+GO_SOURCE_SUFFIX = ".go"
+GO_TEST_SUFFIX = "_test.go"
+GO_TESTDATA = "testdata"
 
 
 def cache_root() -> Path:
     """``$LAYERSCHED_CACHE_DIR``, else ``/var/cache/layersched``."""
     return Path(os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_ROOT)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerPlugin:
+    """The Go module the kube-scheduler binary is built from (upstream's, plus a plugin)."""
+
+    #: The binary it builds (one of the build's binaries).
+    binary: str
+    #: Its directory, relative to the repository root.
+    source: str
+    #: Its module path: it is compiled at ``vendor/<import_path>`` in the tree.
+    import_path: str
+    #: Its main package, relative to the module.
+    main: str
+
+    def directory(self, repo: Path = REPO_ROOT) -> Path:
+        """Where the module's sources are in this checkout."""
+        return repo / self.source
+
+    @property
+    def target(self) -> str:
+        """What the tree's ``make WHAT=...`` builds for it."""
+        return f"vendor/{self.import_path}/{self.main}"
+
+
+def plugin_sources_sha256(directory: Path) -> str:
+    """The hash of a Go module's sources, as ``playbooks/vars/kubernetes.yml`` computes it:
+    one line ``<relative path> <sha256 of the file>`` per ``.go`` file that is no test
+    (nor under ``testdata/``), sorted by path, each ending in a newline, hashed."""
+    lines = []
+    for path in directory.rglob(f"*{GO_SOURCE_SUFFIX}"):
+        relative = path.relative_to(directory).as_posix()
+        if relative.endswith(GO_TEST_SUFFIX) or GO_TESTDATA in relative.split("/"):
+            continue
+        lines.append((relative, hashlib.sha256(path.read_bytes()).hexdigest()))
+    text = "".join(f"{relative} {digest}\n" for relative, digest in sorted(lines))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +114,33 @@ class KubernetesBuild:
     pause_version: str
     #: What the build changes on top of the source package (part of the build ID).
     revision: str
+    #: The module kube-scheduler is built from, and the hash of its sources.
+    scheduler_plugin: SchedulerPlugin
+    plugin_sha256: str
+
+    @property
+    def tree_id(self) -> str:
+        """What the source tree is: ``<source version>+<revision>`` (the plugin is copied
+        into it at each build, so one tree serves every version of the plugin)."""
+        return f"{self.source_version}+{self.revision}"
 
     @property
     def build_id(self) -> str:
-        """The cache key: ``<source version>+<revision>``."""
-        return f"{self.source_version}+{self.revision}"
+        """The binaries' cache key: ``<tree ID>+plugin.<hash of the plugin's sources>``."""
+        return f"{self.tree_id}+plugin.{self.plugin_sha256[:PLUGIN_HASH_CHARS]}"
+
+    def tree_dir(self, root: Path | None = None) -> Path:
+        """``<cache root>/kubernetes/<tree ID>``: the source tree and the compiler's caches."""
+        return (root or cache_root()) / "kubernetes" / self.tree_id
+
+    def source_tree(self, root: Path | None = None) -> Path:
+        """The unpacked source tree: ``<tree dir>/src/<package>-<upstream version>``
+        (dpkg-source drops the Debian revision), as the kubernetes_build role unpacks it."""
+        upstream = self.source_version.rpartition("-")[0] or self.source_version
+        return self.tree_dir(root) / "src" / f"{self.source_package}-{upstream}"
 
     def cache_dir(self, root: Path | None = None) -> Path:
-        """``<cache root>/kubernetes/<build ID>``: sources, logs and binaries."""
+        """``<cache root>/kubernetes/<build ID>``: the binaries and the build's log."""
         return (root or cache_root()) / "kubernetes" / self.build_id
 
     def bin_dir(self, root: Path | None = None) -> Path:
@@ -116,17 +187,54 @@ def _binaries(record: Any, where: str) -> tuple[str, ...]:
     return tuple(binaries)
 
 
-def parse_kubernetes_build(record: Any) -> KubernetesBuild:
-    """Read ``kubernetes-build.yml``'s mapping."""
+def _scheduler_plugin(record: dict[str, Any], binaries: tuple[str, ...]) -> SchedulerPlugin:
+    raw = record.get("scheduler_plugin")
+    if not isinstance(raw, dict):
+        raise InputError(
+            f"{KUBERNETES_BUILD_FILE}: scheduler_plugin must be a mapping "
+            "(binary, source, import_path, main)"
+        )
+    plugin = SchedulerPlugin(
+        binary=_text(raw, "binary"),
+        source=_text(raw, "source"),
+        import_path=_text(raw, "import_path"),
+        main=_text(raw, "main"),
+    )
+    if plugin.binary not in binaries:
+        raise InputError(
+            f"{KUBERNETES_BUILD_FILE}: scheduler_plugin.binary {plugin.binary!r} is not one "
+            f"of the binaries ({', '.join(binaries)})"
+        )
+    return plugin
+
+
+def parse_kubernetes_build(record: Any, repo: Path = REPO_ROOT) -> KubernetesBuild:
+    """Read ``kubernetes-build.yml``'s mapping; the plugin's sources are read from ``repo``."""
     binaries = _binaries(record, KUBERNETES_BUILD_FILE)
+    texts = {
+        key: _text(record, key)
+        for key in (
+            "source_package",
+            "source_version",
+            "version",
+            "source_codename",
+            "pause_version",
+            "revision",
+        )
+    }
+    plugin = _scheduler_plugin(record, binaries)
+    directory = plugin.directory(repo)
+    if not (directory / "go.mod").is_file():
+        raise InputError(
+            f"{KUBERNETES_BUILD_FILE}: scheduler_plugin.source {plugin.source!r}: no Go module "
+            f"at {directory}: the build's identity hashes the plugin's sources, so run from "
+            "a checkout of the repository"
+        )
     return KubernetesBuild(
-        source_package=_text(record, "source_package"),
-        source_version=_text(record, "source_version"),
-        version=_text(record, "version"),
-        source_codename=_text(record, "source_codename"),
+        **texts,
         binaries=binaries,
-        pause_version=_text(record, "pause_version"),
-        revision=_text(record, "revision"),
+        scheduler_plugin=plugin,
+        plugin_sha256=plugin_sources_sha256(directory),
     )
 
 

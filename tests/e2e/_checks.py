@@ -3,7 +3,9 @@
 The local e2e (real containerd nodes) and the kind e2e (kube-scheduler + CRI-O) produce
 the same report schema (``layersched.testbed.scenario.report``); both check it here, so
 neither can drift weaker than the other. Sizes come from the report's ``layers``
-(blob bytes as pushed); Img1 = L1+L2+L3 and Img2 = L1+L2+L4.
+(blob bytes as pushed); Img1 = L1+L2+L3 and Img2 = L1+L2+L4. The local testbed runs
+layer-locality twice, through the extender and through the LayerLocality plugin
+(``layer-locality-plugin``), and both columns pass the same checks.
 """
 
 from __future__ import annotations
@@ -12,12 +14,20 @@ import os
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import numpy as np
 import pytest
 
+from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
+from layersched.core.layers import Layer
+from layersched.core.pod import PodImages
+from layersched.core.strategies.layer_locality import LayerLocality
+from layersched.deploy import LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN
 from layersched.testbed.scenario import P1, P1_AGAIN, P2
 
 STRATEGIES = ("layer-locality", "image-locality")
 LAYER_LOCALITY, IMAGE_LOCALITY = STRATEGIES
+#: The local testbed's: layer-locality through the extender and through the plugin.
+LOCAL_STRATEGIES = (LAYER_LOCALITY, LAYER_LOCALITY_PLUGIN, IMAGE_LOCALITY)
 #: Trials per strategy, each from empty caches.
 TRIALS_ENV = "LAYERSCHED_E2E_TRIALS"
 DEFAULT_TRIALS = 5
@@ -81,17 +91,21 @@ def _trials(report: Mapping[str, Any], strategy: str) -> list[Mapping[str, Any]]
 
 
 def check_report(
-    report: Mapping[str, Any], driver: str, trials: int, nodes: Collection[str] | None
+    report: Mapping[str, Any],
+    driver: str,
+    trials: int,
+    nodes: Collection[str] | None,
+    strategies: Collection[str] = STRATEGIES,
 ) -> None:
     """Driver, strategies, trial count, and placements that respect whole-node pods."""
     assert report["driver"] == driver
-    assert set(report["strategies"]) == set(STRATEGIES)
+    assert set(report["strategies"]) == set(strategies)
     assert set(report["layers"]) >= {*IMG1_LAYERS, *IMG2_LAYERS}
     listed = report_nodes(report)
     if nodes is not None and listed is not None:
         assert listed == set(nodes), f"report lists {listed}, testbed has {set(nodes)}"
     known = set(nodes) if nodes is not None else listed
-    for strategy in STRATEGIES:
+    for strategy in strategies:
         runs = _trials(report, strategy)
         assert len(runs) == trials, f"{strategy}: {len(runs)} trials, expected {trials}"
         for i, t in enumerate(runs):
@@ -117,12 +131,12 @@ def _empty_nodes(trial: Mapping[str, Any]) -> dict[str, int]:
     return {n: s for n, s in trial["scores_t3"].items() if n != p2_node}
 
 
-def check_layer_locality(report: Mapping[str, Any]) -> None:
+def check_layer_locality(report: Mapping[str, Any], strategy: str = LAYER_LOCALITY) -> None:
     """P1-again goes to P2's node every trial, because it scored strictly higher, and
     pulls only L3 (plus manifest and config) at about the link-limited time."""
     l3 = layer_bytes(report, "L3")
     max_bytes = l3 * (1 + BYTES_TOLERANCE) + METADATA_ALLOWANCE_BYTES
-    for i, t in enumerate(_trials(report, LAYER_LOCALITY)):
+    for i, t in enumerate(_trials(report, strategy)):
         p2_node = t["placements"][P2]
         assert t["placements"][P1_AGAIN] == p2_node, f"trial {i}: {t}"
         # Not a tie won by the seeded pick (5 such wins in a row happen 1 in 32 times):
@@ -157,7 +171,7 @@ def check_pull_times_against_the_link(report: Mapping[str, Any]) -> None:
     come from two independent sources; ``bytes`` over the node's link rate is the least
     time they could have taken (tbf's bucket lets 10 ms through early: 5% slack).
     """
-    for strategy in STRATEGIES:
+    for strategy in report["strategies"]:
         for i, t in enumerate(_trials(report, strategy)):
             for p in t["pulls"]:
                 rate = _rate_bits_per_s(report, p["node"])
@@ -177,7 +191,7 @@ def check_real_cluster(
     assert components.get("kubernetes") == kubernetes_version, components
     assert components.get("kubelet") == kubernetes_version, components
     runs = 0
-    for strategy in STRATEGIES:
+    for strategy in report["strategies"]:
         for i, t in enumerate(_trials(report, strategy)):
             runs += strategy == LAYER_LOCALITY
             expected = dict.fromkeys((P1, P2, P1_AGAIN), schedulers[strategy])
@@ -196,7 +210,7 @@ def check_pull_bytes(report: Mapping[str, Any]) -> None:
     img1 = layer_bytes(report, *IMG1_LAYERS)
     img2 = layer_bytes(report, *IMG2_LAYERS)
     l3 = layer_bytes(report, "L3")
-    for strategy in STRATEGIES:
+    for strategy in report["strategies"]:
         for i, t in enumerate(_trials(report, strategy)):
             where = f"{strategy} trial {i}"
             for pod, whole in ((P1, img1), (P2, img2)):
@@ -209,3 +223,40 @@ def check_pull_bytes(report: Mapping[str, Any]) -> None:
             else:
                 # an empty node pulls all of Img1
                 assert img1 <= again <= img1 + METADATA_ALLOWANCE_BYTES, f"{where}: {again}"
+
+
+def core_scores_t3(report: Mapping[str, Any], trial: Mapping[str, Any]) -> dict[str, int]:
+    """What layersched's Python core scores the nodes scored at t3 (0..100): P2's node holds
+    Img2 (L1, L2, L4), every other scored node none of the scenario's layers."""
+    layers = {
+        label: Layer(str(entry["digest"]), int(entry["size"]))
+        for label, entry in report["layers"].items()
+    }
+    img2 = tuple(layers[label] for label in IMG2_LAYERS)
+    p2_node = trial["placements"][P2]
+    scored = sorted(trial["scores_t3"])
+    inventory = ClusterInventory.build(
+        NodeInfo(
+            name=node,
+            images=(NodeImage(("Img2",), sum(x.size_bytes for x in img2), img2),)
+            if node == p2_node
+            else (),
+        )
+        for node in scored
+    )
+
+    img1 = tuple(layers[label] for label in IMG1_LAYERS)
+    result = LayerLocality().score(
+        PodImages.of("Img1"), img1, inventory, np.arange(len(scored), dtype=np.int64)
+    )
+    return result.as_dict(inventory)
+
+
+def check_plugin_scores_are_the_cores(
+    report: Mapping[str, Any], strategy: str = LAYER_LOCALITY_PLUGIN
+) -> None:
+    """The LayerLocality plugin's real t3 scores (kube-scheduler's -v=10 lines) are the
+    Python core's for the same layers: floor(100 x (L1+L2) / (L1+L2+L3)) on P2's node, 0
+    on the empty ones."""
+    for i, t in enumerate(_trials(report, strategy)):
+        assert t["scores_t3"] == core_scores_t3(report, t), f"trial {i}: {t['scores_t3']}"

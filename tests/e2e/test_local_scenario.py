@@ -1,8 +1,9 @@
 """The seed's two-image, three-node scenario on the local testbed's real cluster.
 
 Real registry, real containerd nodes behind rate-limited links, a real Kubernetes
-v1.20.2 control plane (two kube-schedulers: upstream image-locality, and the default
-plugins plus the layersched extender) and real kubelets; nothing is simulated. Needs
+v1.20.2 control plane (three kube-schedulers: upstream image-locality, the default
+plugins plus the layersched extender, and the default plugins plus layersched's
+LayerLocality score plugin) and real kubelets; nothing is simulated. Needs
 root on Linux, else it skips with the reason. ``LAYERSCHED_E2E_TRIALS`` sets the trials
 per strategy (default 5). The report and plot go to a temp dir (see conftest.py), never
 over the committed ``reports/``; the table is printed at the end of the run.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -36,8 +38,11 @@ from layersched.testbed.local import (
     up,
 )
 from tests.e2e._checks import (
+    LAYER_LOCALITY_PLUGIN,
+    LOCAL_STRATEGIES,
     check_image_locality_tie,
     check_layer_locality,
+    check_plugin_scores_are_the_cores,
     check_pull_bytes,
     check_pull_times_against_the_link,
     check_real_cluster,
@@ -52,7 +57,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 #: (report, the testbed's node names, trials per strategy, inventory)
 Run = tuple[dict[str, Any], set[str], int, TestbedInventory]
 
-#: The scenario runs K trials x 2 strategies, each pulling ~100 MiB at 20 Mbit/s.
+#: The scenario runs K trials x 3 strategies, each pulling ~100 MiB at 20 Mbit/s.
 SCENARIO_TIMEOUT_S = 40 * 60
 
 
@@ -81,7 +86,7 @@ def scenario_run(
 
 def test_report_has_every_trial(scenario_run: Run) -> None:
     report, nodes, trials, _ = scenario_run
-    check_report(report, "local", trials, nodes)
+    check_report(report, "local", trials, nodes, LOCAL_STRATEGIES)
 
 
 def test_the_real_schedulers_and_kubelets_ran_it(scenario_run: Run) -> None:
@@ -99,6 +104,31 @@ def test_layer_locality_reuses_p2s_node_every_trial(
     scenario_run: Run,
 ) -> None:
     check_layer_locality(scenario_run[0])
+
+
+def test_the_plugin_reuses_p2s_node_every_trial(scenario_run: Run) -> None:
+    # the same checks as the extender's column, on the LayerLocality plugin's scheduler
+    check_layer_locality(scenario_run[0], LAYER_LOCALITY_PLUGIN)
+
+
+def test_the_plugins_real_scores_are_the_python_cores(scenario_run: Run) -> None:
+    check_plugin_scores_are_the_cores(scenario_run[0])
+
+
+def test_the_plugin_indexed_every_nodes_inventory(scenario_run: Run) -> None:
+    _report, nodes, _, inventory = scenario_run
+    cluster = inventory.cluster
+    daemon = next(d for d in cluster.control_plane if d.name == "scheduler-layer-locality-plugin")
+    context = ssl.create_default_context(cafile=cluster.ca_file)
+    context.load_cert_chain(cluster.admin_cert, cluster.admin_key)
+    metrics = httpx.get(
+        daemon.health_url.replace("/healthz", "/metrics"), verify=context, timeout=API_TIMEOUT_S
+    ).text
+    # every node's agent published, the plugin watched them all, and never scored a node
+    # without one (the metric is registered only once the plugin starts: 0.0 if absent)
+    assert _metric(metrics, "layersched_layer_locality_inventory_nodes") == len(nodes)
+    assert _metric(metrics, "layersched_layer_locality_nodes_without_inventory_total") == 0
+    assert _metric(metrics, "layersched_layer_locality_invalid_inventories_total") == 0
 
 
 def test_image_locality_ties_p2s_node_and_the_empty_one(
@@ -184,8 +214,8 @@ def test_the_inventory_is_fresher_than_node_status(scenario_run: Run) -> None:
     trials = scenario_run[2]
     inventory_lag = report["inventory_lag_s"]
     status_lag = report["status_images_lag_s"]
-    # one measurement per trial of either strategy: P2's pull
-    assert inventory_lag["count"] == 2 * trials
+    # one measurement per trial of every strategy: P2's pull
+    assert inventory_lag["count"] == len(report["strategies"]) * trials
     assert inventory_lag["max"] <= INVENTORY_LAG_BOUND_S
     assert inventory_lag["mean"] < status_lag["mean"]
 

@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from layersched.builds import CACHE_DIR_ENV, containerd_download, kubernetes_build
+from layersched.builds import (
+    CACHE_DIR_ENV,
+    containerd_download,
+    kubernetes_build,
+    plugin_sources_sha256,
+)
 from tests.fixtures import prereq
 
 pytestmark = pytest.mark.infra
@@ -69,7 +74,9 @@ KUBERNETES_VARS = (
     "{{ {'id': kubernetes_build_id, 'version': kubernetes_version, "
     "'binaries': kubernetes_binaries, 'bin_dir': kubernetes_bin_dir, "
     "'cache_dir': kubernetes_cache_dir, 'pause': kubernetes_pause_version, "
-    "'source_version': kubernetes_source_version} | to_json }}"
+    "'source_version': kubernetes_source_version, 'tree_dir': kubernetes_tree_dir, "
+    "'plugin_target': kubernetes_scheduler_plugin_target, "
+    "'plugin_sha256': kubernetes_scheduler_plugin_sha256} | to_json }}"
 )
 #: What playbooks/vars/containerd.yml derives.
 CONTAINERD_VARS = (
@@ -81,7 +88,10 @@ CONTAINERD_VARS = (
 
 
 def _playbook_vars(
-    cache_dir: str | None, vars_file: str = "kubernetes.yml", expression: str = KUBERNETES_VARS
+    cache_dir: str | None,
+    vars_file: str = "kubernetes.yml",
+    expression: str = KUBERNETES_VARS,
+    *extra: str,
 ) -> dict[str, object]:
     """What ``playbooks/vars/<vars_file>`` evaluates to, as Ansible itself templates it."""
     env = {k: v for k, v in os.environ.items() if k != CACHE_DIR_ENV}
@@ -99,6 +109,7 @@ def _playbook_vars(
             f"@{PLAYBOOKS / 'vars' / vars_file}",
             "-e",
             f"ansible_python_interpreter={sys.executable}",
+            *extra,
             "-m",
             "ansible.builtin.debug",
             "-a",
@@ -125,6 +136,9 @@ def _kubernetes_paths() -> dict[str, object]:
         "cache_dir": str(build.cache_dir()),
         "pause": build.pause_version,
         "source_version": build.source_version,
+        "tree_dir": str(build.tree_dir()),
+        "plugin_target": build.scheduler_plugin.target,
+        "plugin_sha256": build.plugin_sha256,
     }
 
 
@@ -193,3 +207,28 @@ def test_a_second_containerd_download_changes_nothing() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     recap = done.stdout[done.stdout.index("PLAY RECAP") :]
     assert "changed=0" in recap and "failed=0" in recap, recap
+
+
+def test_playbooks_hash_any_plugin_module_as_the_cli_does(tmp_path: Path) -> None:
+    # the awkward cases, on a module of its own: files deep down, tests and test data
+    # (left out), names that sort differently by path and by parts, bytes past ASCII
+    files = {
+        "go.mod": "module x\n",
+        "a/b/c/d/e/deep.go": "package e\n",
+        "a/b.go": "package a // é\n",
+        "a-b/c.go": "package ab\n",
+        "a/b_test.go": "package a\n",
+        "a/testdata/t.go": "package t\n",
+        "main.go": "package main\n\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    rendered = _playbook_vars(
+        None,
+        "kubernetes.yml",
+        "{{ {'sha256': kubernetes_scheduler_plugin_sha256} | to_json }}",
+        "-e",
+        f"kubernetes_scheduler_plugin_dir={tmp_path}",
+    )
+    assert rendered == {"sha256": plugin_sources_sha256(tmp_path)}

@@ -9,6 +9,7 @@ hid a broken deploy e2e once: this test fails on any.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterator
@@ -21,12 +22,14 @@ from layersched.builds import (
     CONTAINERD_DOWNLOAD_FILE,
     DEFAULT_CACHE_ROOT,
     KUBERNETES_BUILD_FILE,
+    PLUGIN_HASH_CHARS,
     KubernetesBuild,
     cache_root,
     containerd_download,
     kubernetes_build,
     parse_containerd_download,
     parse_kubernetes_build,
+    plugin_sources_sha256,
 )
 from layersched.core.errors import InputError
 
@@ -60,12 +63,52 @@ def _files() -> Iterator[Path]:
                 yield path
 
 
-def test_the_build_id_is_the_source_version_and_the_revision() -> None:
+def test_the_build_id_is_the_tree_and_the_plugins_sources() -> None:
     build = kubernetes_build()
-    assert build.build_id == f"{build.source_version}+{build.revision}"
+    assert build.tree_id == f"{build.source_version}+{build.revision}"
+    plugin_hash = plugin_sources_sha256(build.scheduler_plugin.directory())
+    assert build.build_id == f"{build.tree_id}+plugin.{plugin_hash[:PLUGIN_HASH_CHARS]}"
     # the tree the source package carries is what the binaries print
     assert f"really{build.version.lstrip('v')}" in build.source_version
     assert "kube-scheduler" in build.binaries and "kubectl" in build.binaries
+    # kube-scheduler is the plugin module's command, built at vendor/<module> in the tree
+    plugin = build.scheduler_plugin
+    assert plugin.binary == "kube-scheduler"
+    assert (plugin.directory() / "go.mod").read_text().count(f"module {plugin.import_path}\n") == 1
+    assert (plugin.directory() / plugin.main / "main.go").is_file()
+    assert plugin.target == f"vendor/{plugin.import_path}/{plugin.main}"
+
+
+def _module(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_the_plugin_hash_covers_what_the_binary_is_built_from(tmp_path: Path) -> None:
+    base = {"go.mod": "module x\n", "cmd/a/main.go": "package main\n", "pkg/b/b.go": "package b\n"}
+    before = plugin_sources_sha256(_module(tmp_path / "m1", base))
+    # the sha256 of "cmd/a/main.go <sha256 of its bytes>\npkg/b/b.go <...>\n"
+    lines = "".join(
+        f"{name} {hashlib.sha256(base[name].encode()).hexdigest()}\n"
+        for name in ("cmd/a/main.go", "pkg/b/b.go")
+    )
+    assert before == hashlib.sha256(lines.encode()).hexdigest()
+    # tests, test data, the README and go.mod do not go into the binary: same hash
+    extra = {
+        **base,
+        "pkg/b/b_test.go": "package b\n",
+        "pkg/b/testdata/x.go": "package x\n",
+        "README.md": "# x\n",
+        "go.mod": "module x\n\ngo 1.19\n",
+    }
+    assert plugin_sources_sha256(_module(tmp_path / "m2", extra)) == before
+    # one byte of a source changes it, as does a new source file
+    changed = {**base, "pkg/b/b.go": "package b \n"}
+    assert plugin_sources_sha256(_module(tmp_path / "m3", changed)) != before
+    added = {**base, "pkg/c/c.go": "package c\n"}
+    assert plugin_sources_sha256(_module(tmp_path / "m4", added)) != before
 
 
 def test_paths_follow_the_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -73,6 +116,10 @@ def test_paths_follow_the_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
     assert cache_root() == DEFAULT_CACHE_ROOT
     assert build.bin_dir() == DEFAULT_CACHE_ROOT / "kubernetes" / build.build_id / "bin"
+    # one tree per source version and overrides, whatever the plugin
+    assert build.tree_dir() == DEFAULT_CACHE_ROOT / "kubernetes" / build.tree_id
+    upstream = build.source_version.rpartition("-")[0]
+    assert build.source_tree() == build.tree_dir() / "src" / f"kubernetes-{upstream}"
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
     assert build.binary("kubectl") == tmp_path / "kubernetes" / build.build_id / "bin" / "kubectl"
     # an empty variable is no setting (as the playbooks read it)
@@ -91,25 +138,44 @@ def test_a_missing_binary_says_how_to_build_it(tmp_path: Path) -> None:
     assert build.missing("kube-scheduler", "kubectl", root=tmp_path) == [bin_dir / "kubectl"]
 
 
+_GOOD = {
+    "binaries": ["kube-scheduler"],
+    "source_package": "kubernetes",
+    "source_version": "1",
+    "version": "v1",
+    "source_codename": "x",
+    "pause_version": "1",
+    "revision": "r",
+    "scheduler_plugin": {
+        "binary": "kube-scheduler",
+        "source": "plugin/kube-scheduler",
+        "import_path": "layersched.io/kube-scheduler",
+        "main": "cmd/kube-scheduler",
+    },
+}
+
+
 @pytest.mark.parametrize(
     ("record", "message"),
     [
         ([], "expected a mapping"),
         ({"binaries": "kubectl"}, "binaries must be a list"),
+        ({**_GOOD, "source_version": ""}, "source_version must be a non-empty string"),
+        ({**_GOOD, "scheduler_plugin": "x"}, "scheduler_plugin must be a mapping"),
+        ({**_GOOD, "binaries": ["kubectl"]}, "'kube-scheduler' is not one of the binaries"),
         (
-            {
-                "binaries": [],
-                "source_package": "kubernetes",
-                "source_version": "",
-                "version": "v1",
-                "source_codename": "x",
-                "pause_version": "1",
-                "revision": "r",
-            },
-            "source_version must be a non-empty string",
+            {**_GOOD, "scheduler_plugin": {**_GOOD["scheduler_plugin"], "source": "nowhere"}},  # type: ignore[dict-item]
+            "no Go module at .*nowhere: the build's identity hashes",
         ),
     ],
-    ids=["not-a-mapping", "binaries-not-a-list", "empty-version"],
+    ids=[
+        "not-a-mapping",
+        "binaries-not-a-list",
+        "empty-version",
+        "plugin-not-a-mapping",
+        "plugin-binary-not-built",
+        "plugin-module-missing",
+    ],
 )
 def test_a_malformed_record_names_the_field(record: object, message: str) -> None:
     with pytest.raises(InputError, match=message):

@@ -11,8 +11,11 @@ import pytest
 
 from tests.e2e._checks import (
     DEFAULT_TRIALS,
+    LAYER_LOCALITY_PLUGIN,
+    LOCAL_STRATEGIES,
     check_image_locality_tie,
     check_layer_locality,
+    check_plugin_scores_are_the_cores,
     check_pull_bytes,
     check_pull_times_against_the_link,
     check_real_cluster,
@@ -220,3 +223,61 @@ def test_a_pull_faster_than_its_link_fails() -> None:
     _image_trial(report)["pulls"][0].update(seconds=10.0)
     with pytest.raises(AssertionError, match="faster than its link"):
         check_pull_times_against_the_link(report)
+
+
+# ------------------------------------------------------- the local testbed's plugin column
+def _local_report() -> dict[str, Any]:
+    """A local run: layer-locality through the extender and through the plugin too."""
+    report = _report()
+    # the plugin's scale is 0-100: P2's node holds L1+L2 of L1+L2+L3 = 40 of 44 MiB:
+    # floor(100 * 40 / 44) = 90; the empty node 0
+    report["strategies"][LAYER_LOCALITY_PLUGIN] = {
+        "trials": [
+            _trial("n2", "n3", "n3", {"n1": 0, "n3": 90}),
+            _trial("n1", "n2", "n2", {"n2": 90, "n3": 0}),
+        ]
+    }
+    return report
+
+
+def test_a_good_local_report_passes_for_the_plugin_too() -> None:
+    report = _local_report()
+    check_report(report, "local", 2, {"n1", "n2", "n3"}, LOCAL_STRATEGIES)
+    check_layer_locality(report, LAYER_LOCALITY_PLUGIN)
+    check_plugin_scores_are_the_cores(report)
+    check_pull_bytes(report)
+    check_pull_times_against_the_link(report)
+
+
+def test_the_plugin_column_is_required_where_the_testbed_runs_it() -> None:
+    with pytest.raises(AssertionError):
+        check_report(_report(), "local", 2, {"n1", "n2", "n3"}, LOCAL_STRATEGIES)
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [
+        # 91 would be rounding, not the core's floor
+        {"n1": 0, "n3": 91},
+        # the extender's 0-10 scale is not the plugin's
+        {"n1": 0, "n3": 9},
+        # an empty node scoring above 0
+        {"n1": 1, "n3": 90},
+    ],
+    ids=["rounded", "extender-scale", "empty-node-scored"],
+)
+def test_plugin_scores_other_than_the_cores_fail(scores: dict[str, int]) -> None:
+    report = _local_report()
+    report["strategies"][LAYER_LOCALITY_PLUGIN]["trials"][0]["scores_t3"] = scores
+    with pytest.raises(AssertionError):
+        check_plugin_scores_are_the_cores(report)
+
+
+def test_a_plugin_trial_on_the_empty_node_fails_like_the_extenders() -> None:
+    report = _local_report()
+    trial = report["strategies"][LAYER_LOCALITY_PLUGIN]["trials"][1]
+    report["strategies"][LAYER_LOCALITY_PLUGIN]["trials"][1] = _trial(
+        "n1", "n2", "n3", trial["scores_t3"]
+    )
+    with pytest.raises(AssertionError):
+        check_layer_locality(report, LAYER_LOCALITY_PLUGIN)

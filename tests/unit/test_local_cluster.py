@@ -16,7 +16,11 @@ import pytest
 
 from layersched.core.errors import TestbedError
 from layersched.testbed.cluster import extender_decision, plugin_scores, scheduled_by
+from layersched.testbed.cluster.driver import PodRun
+from layersched.testbed.hosts import LocalHost
 from layersched.testbed.local._cluster import (
+    LAYER_LOCALITY_PLUGIN,
+    FileBackend,
     RegistryAccessLog,
     extender_requests,
     file_end,
@@ -207,3 +211,28 @@ def test_bytes_since_with_no_log_yet_is_zero(tmp_path: Path) -> None:
     log = RegistryAccessLog(tmp_path / "missing.log", settle_poll_s=0.001)
     assert log.mark() == 0
     assert log.bytes_since(0, "10.0.0.2") == 0
+
+
+def test_the_plugin_strategys_scores_come_from_its_schedulers_log(tmp_path: Path) -> None:
+    # layer-locality-plugin: the LayerLocality line of its own scheduler's -v=10 log, after
+    # the mark taken before the pod was created (an earlier pod of the same name is ignored)
+    log = tmp_path / "scheduler-layer-locality-plugin.log"
+    access = tmp_path / "access.log"
+    access.write_text("")
+    line = "I1124 generic_scheduler.go:504] Plugin {plugin} scores on " + POD + " => [{scores}]\n"
+    log.write_text(line.format(plugin="LayerLocality", scores="{n1 5}"))
+    backend = FileBackend(
+        "local",
+        schedulers={LAYER_LOCALITY_PLUGIN: "layer-locality-plugin"},
+        control_plane=LocalHost(),
+        access_log=str(access),
+        score_logs={LAYER_LOCALITY_PLUGIN: str(log)},
+        extender_url="http://127.0.0.1:1",
+        nodes={},
+    )
+    mark = backend.mark()
+    with log.open("a") as out:
+        out.write(line.format(plugin="ImageLocality", scores="{n1 0} {n3 0}"))
+        out.write(line.format(plugin="LayerLocality", scores="{n1 0} {n3 90}"))
+    run = PodRun(POD, "uid", LAYER_LOCALITY_PLUGIN, {}, [], [], mark)
+    assert backend.scores(run) == {"n1": 0, "n3": 90}

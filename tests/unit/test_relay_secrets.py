@@ -198,14 +198,16 @@ def test_messages_without_secrets_are_unchanged() -> None:
 
 
 def _upstream_proto(version: str) -> str:
-    root = kubernetes_build().cache_dir() / "src"
-    found = sorted(root.glob(f"*/staging/src/k8s.io/cri-api/pkg/apis/runtime/{version}/api.proto"))
-    if not found:
+    proto = (
+        kubernetes_build().source_tree()
+        / f"staging/src/k8s.io/cri-api/pkg/apis/runtime/{version}/api.proto"
+    )
+    if not proto.is_file():
         prereq.missing(
-            f"the CRI {version} api.proto of the Kubernetes build is not under {root}: "
+            f"the CRI {version} api.proto of the Kubernetes build is not at {proto}: "
             "run make kubernetes"
         )
-    return found[0].read_text()
+    return proto.read_text()
 
 
 def _messages(proto: str) -> dict[str, dict[int, tuple[str, str]]]:

@@ -1,11 +1,15 @@
 """``KubeSchedulerConfiguration`` for the second and third schedulers.
 
-The one generator of these files: ``deploy/`` (the install), the kind testbed's
-Pulumi program and the docs' examples all use it. The default scheduler stays
-untouched: it is the ImageLocality baseline. The second scheduler
-(``layer-locality``) is the same kube-scheduler with one profile and the
-layersched extender; the third (``layer-locality-intree``) is the patched
-kube-scheduler with the Ryax in-tree score plugin instead.
+The one generator of these files: ``deploy/`` (the install), the local testbed's
+three scheduler processes (:func:`testbed_scheduler_configs`, written by ``layersched
+deploy scheduler-configs``), the kind testbed's Pulumi program, the plugin's README and
+the docs' examples all use it. The default scheduler stays untouched: it is the
+ImageLocality baseline. The second scheduler (``layer-locality``) is the same
+kube-scheduler with one profile and the layersched extender; or, on Kubernetes 1.20,
+the layersched-built kube-scheduler with the LayerLocality score plugin in its profile
+instead (:func:`plugin_scheduler_config`, ``plugin/kube-scheduler``). The
+``layer-locality-intree`` scheduler is the Ryax-patched kube-scheduler with its
+in-tree score plugin.
 
 Leader election, when asked for (:class:`LeaderElectionSpec`), takes a Lease of
 the scheduler's own name in its own namespace: it never competes with the
@@ -50,6 +54,21 @@ _KUBERNETES_VERSION = re.compile(r"^v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?(?
 DEFAULT_SCHEDULER = "default-scheduler"
 LAYER_LOCALITY_SCHEDULER = "layer-locality"
 INTREE_SCHEDULER = "layer-locality-intree"
+IMAGE_LOCALITY_SCHEDULER = "image-locality"
+#: The local testbed's third process: layer-locality through the LayerLocality plugin.
+LAYER_LOCALITY_PLUGIN_SCHEDULER = "layer-locality-plugin"
+
+#: layersched's score plugin (plugin/kube-scheduler/pkg/layerlocality: ``Name``).
+LAYER_LOCALITY_PLUGIN = "LayerLocality"
+#: The one kube-scheduler minor the plugin is built for (its adapter is 1.20's framework:
+#: docs/kube-scheduler-plugin.md); every other version takes the extender.
+PLUGIN_KUBERNETES_MINOR = (1, 20)
+#: The plugin's args, as plugin/kube-scheduler/pkg/layerlocality/args.go bounds them.
+PLUGIN_STRATEGY = "layer-locality"
+DEFAULT_INVENTORY_MAX_AGE_S = 1800
+MAX_INVENTORY_MAX_AGE_S = 7 * 24 * 3600
+DEFAULT_INVENTORY_SYNC_TIMEOUT_S = 30
+MAX_INVENTORY_SYNC_TIMEOUT_S = 600
 
 #: The Ryax fork registers its plugin under this name (``names.ImageLayersLocality``).
 RYAX_PLUGIN_NAME = "ImageLayersLocality"
@@ -219,6 +238,184 @@ def extender_scheduler_config(
         }
     ]
     return config
+
+
+@dataclass(frozen=True, slots=True)
+class PluginArgs:
+    """The LayerLocality plugin's ``pluginConfig`` args (``layerlocality.Args`` in Go, which
+    decodes them strictly and validates them again at start-up)."""
+
+    #: Scale each present layer by (nodes holding it / all nodes), against node heating.
+    spread: bool = False
+    #: How old a node's NodeLayerInventory may be and still count (0: no bound).
+    inventory_max_age_s: int = DEFAULT_INVENTORY_MAX_AGE_S
+    #: How long start-up waits for the first list of NodeLayerInventory objects.
+    inventory_sync_timeout_s: int = DEFAULT_INVENTORY_SYNC_TIMEOUT_S
+    #: Credentials to watch NodeLayerInventory with; None: the pod's service account.
+    kubeconfig: str | None = None
+
+    def to_config(self) -> dict[str, Any]:
+        """The ``args`` mapping (the Go field names)."""
+        for name, value, most in (
+            ("inventoryMaxAgeSeconds", self.inventory_max_age_s, MAX_INVENTORY_MAX_AGE_S),
+            (
+                "inventorySyncTimeoutSeconds",
+                self.inventory_sync_timeout_s,
+                MAX_INVENTORY_SYNC_TIMEOUT_S,
+            ),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+                raise InputError(
+                    f"{LAYER_LOCALITY_PLUGIN} args: {name} {value!r} must be a whole number of "
+                    f"seconds from 0 to {most}"
+                )
+        args: dict[str, Any] = {
+            "strategy": PLUGIN_STRATEGY,
+            "spread": self.spread,
+            "inventoryMaxAgeSeconds": self.inventory_max_age_s,
+            "inventorySyncTimeoutSeconds": self.inventory_sync_timeout_s,
+        }
+        if self.kubeconfig is not None:
+            if not self.kubeconfig:
+                raise InputError(
+                    f"{LAYER_LOCALITY_PLUGIN} args: kubeconfig is empty: give the scheduler's "
+                    "kubeconfig path, or None for the pod's service account"
+                )
+            args["kubeConfigPath"] = self.kubeconfig
+        return args
+
+
+def plugin_scheduler_config(
+    args: PluginArgs | None = None,
+    scheduler_name: str = LAYER_LOCALITY_SCHEDULER,
+    weight: int = 1,
+    api_version: str = KUBE_SCHEDULER_CONFIG_V1BETA1,
+    leader_election: LeaderElectionSpec | None = None,
+) -> dict[str, Any]:
+    """The second scheduler as layersched builds it for Kubernetes 1.20: the default
+    plugins plus LayerLocality at preScore and score (kube-scheduler 1.20 enables a plugin
+    per extension point), with its args; no extender."""
+    if api_version != KUBE_SCHEDULER_CONFIG_V1BETA1:
+        raise InputError(
+            f"the {LAYER_LOCALITY_PLUGIN} plugin is built into kube-scheduler v1.20 only, which "
+            f"reads {KUBE_SCHEDULER_CONFIG_V1BETA1}, not {api_version}: use the extender "
+            "(extender_scheduler_config) for other Kubernetes versions"
+        )
+    if weight < 1:
+        raise InputError(f"plugin weight {weight} must be at least 1")
+    config = _base(api_version, scheduler_name, leader_election)
+    plugin = {"name": LAYER_LOCALITY_PLUGIN}
+    config["profiles"][0]["plugins"] = {
+        "preScore": {"enabled": [plugin]},
+        "score": {"enabled": [{**plugin, "weight": weight}]},
+    }
+    config["profiles"][0]["pluginConfig"] = [
+        {"name": LAYER_LOCALITY_PLUGIN, "args": (args or PluginArgs()).to_config()}
+    ]
+    return config
+
+
+def image_locality_scheduler_config(
+    scheduler_name: str = IMAGE_LOCALITY_SCHEDULER,
+    api_version: str = KUBE_SCHEDULER_CONFIG_V1BETA1,
+) -> dict[str, Any]:
+    """The baseline process: upstream's plugins only, two profiles. ``default-scheduler``
+    schedules everything that names no scheduler; ``scheduler_name`` keeps every filter but
+    scores with ImageLocality alone (seed 000's configuration), so its decisions are
+    upstream's image locality and nothing else."""
+    config = _base(api_version, DEFAULT_SCHEDULER, None)
+    config["profiles"].append(
+        {
+            "schedulerName": scheduler_name,
+            "plugins": {
+                "score": {
+                    "disabled": [{"name": "*"}],
+                    "enabled": [{"name": IMAGE_LOCALITY_PLUGIN, "weight": 1}],
+                }
+            },
+        }
+    )
+    return config
+
+
+#: Where 1.20 serves plain-HTTP health and metrics once a config file is given (the
+#: fields exist up to v1beta2; v1beta3 dropped them with the insecure port).
+_INSECURE_BIND_API_VERSIONS = (KUBE_SCHEDULER_CONFIG_V1BETA1, KUBE_SCHEDULER_CONFIG_V1BETA2)
+
+
+def for_process(config: dict[str, Any], kubeconfig: str, insecure_bind: str) -> dict[str, Any]:
+    """``config`` for a scheduler process outside a pod (the local testbed's): its
+    kubeconfig, and its plain-HTTP health and metrics address (``HOST:PORT``: 1.20 always
+    serves them once a config file is given, and its default ``0.0.0.0:10251`` would clash
+    with the next scheduler's; port 0 is refused)."""
+    if config["apiVersion"] not in _INSECURE_BIND_API_VERSIONS:
+        raise InputError(
+            f"{config['apiVersion']} has no healthzBindAddress: a process of kube-scheduler "
+            f"1.22 or newer serves health on its secure port only"
+        )
+    host, _, port = insecure_bind.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"bind address {insecure_bind!r}: write HOST:PORT, e.g. 10.250.50.1:10251")
+    return {
+        "apiVersion": config["apiVersion"],
+        "kind": config["kind"],
+        "clientConnection": {"kubeconfig": kubeconfig},
+        "leaderElection": config["leaderElection"],
+        "healthzBindAddress": insecure_bind,
+        "metricsBindAddress": insecure_bind,
+        **{k: v for k, v in config.items() if k not in ("apiVersion", "kind", "leaderElection")},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class TestbedSchedulers:
+    """The local testbed's three kube-scheduler processes: where each serves plain-HTTP
+    health (``HOST:PORT``) and its (first non-default) profile's name."""
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    #: The scheduler's kubeconfig (the plugin watches NodeLayerInventory with it too).
+    kubeconfig: str
+    #: The extender kube-scheduler calls, and how long it waits (it is ignorable).
+    extender_url: str
+    extender_timeout_s: float
+    image_locality_bind: str
+    layer_locality_bind: str
+    plugin_bind: str
+    image_locality: str = IMAGE_LOCALITY_SCHEDULER
+    layer_locality: str = LAYER_LOCALITY_SCHEDULER
+    plugin: str = LAYER_LOCALITY_PLUGIN_SCHEDULER
+
+
+def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, Any]]:
+    """The local testbed's scheduler configurations, by process: ``image-locality``
+    (upstream's ImageLocality baseline and the default scheduler), ``layer-locality`` (the
+    default plugins and the extender, in NodeNames mode: extenders are global to a 1.20
+    process, hence a process of its own) and ``layer-locality-plugin`` (the default plugins
+    and LayerLocality, reading the agents' NodeLayerInventory objects itself). In the seed
+    scenario the default plugins tie at t3 (both candidate nodes are empty, identical and
+    hold no image of the pod by name), so the layer score is what separates them."""
+    api = KUBE_SCHEDULER_CONFIG_V1BETA1
+    extender = ExtenderSpec(
+        spec.extender_url, http_timeout_s=spec.extender_timeout_s, node_cache_capable=True
+    )
+    return {
+        IMAGE_LOCALITY_SCHEDULER: for_process(
+            image_locality_scheduler_config(spec.image_locality, api),
+            spec.kubeconfig,
+            spec.image_locality_bind,
+        ),
+        LAYER_LOCALITY_SCHEDULER: for_process(
+            extender_scheduler_config(extender, spec.layer_locality, api),
+            spec.kubeconfig,
+            spec.layer_locality_bind,
+        ),
+        LAYER_LOCALITY_PLUGIN_SCHEDULER: for_process(
+            plugin_scheduler_config(PluginArgs(kubeconfig=spec.kubeconfig), spec.plugin),
+            spec.kubeconfig,
+            spec.plugin_bind,
+        ),
+    }
 
 
 def intree_scheduler_config(

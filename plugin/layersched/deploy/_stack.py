@@ -7,7 +7,11 @@ One namespace (``layersched``) holds the stack:
 * the second scheduler ``layer-locality``: a Deployment of two kube-scheduler pods with
   leader election on a Lease of its own, its ``KubeSchedulerConfiguration`` in a
   ConfigMap, and the extender as a **sidecar** that kube-scheduler reaches on
-  ``127.0.0.1`` (why a sidecar: docs/deploy.md); a PodDisruptionBudget keeps one pod up;
+  ``127.0.0.1`` (why a sidecar: docs/deploy.md); a PodDisruptionBudget keeps one pod up.
+  On Kubernetes 1.20 the spec may ask for the **plugin** instead
+  (``StackSpec(scheduler=SCHEDULER_PLUGIN)``): layersched's kube-scheduler build with the
+  LayerLocality score plugin in the profile, no sidecar (docs/deploy.md says which to
+  choose);
 * the agent DaemonSet, the only pod that mounts the runtime's socket, publishing each
   node's ``NodeLayerInventory``;
 * least-privilege RBAC, and **two credentials in the scheduler pod**: the pod mounts no
@@ -36,6 +40,7 @@ from typing import Any
 
 from layersched.agent import LIVEZ_PATH as AGENT_LIVEZ_PATH
 from layersched.agent import READYZ_PATH as AGENT_READYZ_PATH
+from layersched.core.errors import InputError
 from layersched.deploy._network import EgressSpec, network_policies
 from layersched.deploy._rbac import (
     AUTH_READER_NAMESPACE,
@@ -46,10 +51,15 @@ from layersched.deploy._rbac import (
 )
 from layersched.deploy._scheduler_config import (
     KUBE_SCHEDULER_CONFIG_V1BETA1,
+    LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_SCHEDULER,
+    PLUGIN_KUBERNETES_MINOR,
     ExtenderSpec,
     LeaderElectionSpec,
+    PluginArgs,
     extender_scheduler_config,
+    kubernetes_minor,
+    plugin_scheduler_config,
     scheduler_api_version_for,
 )
 from layersched.deploy._versions import pdb_api_version, scheduler_probe_paths
@@ -99,6 +109,11 @@ CREDENTIAL_FILE_MODE = 0o440
 #: Published by kube-controller-manager in every namespace (RootCAConfigMap, on by
 #: default from 1.20): the cluster's CA for the projected token's volume.
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+#: How the second scheduler scores layers: the extender sidecar (every version), or the
+#: LayerLocality plugin built into layersched's kube-scheduler (1.20 only).
+SCHEDULER_EXTENDER = "extender"
+SCHEDULER_PLUGIN = "plugin"
+SCHEDULER_KINDS = (SCHEDULER_EXTENDER, SCHEDULER_PLUGIN)
 
 # Resources, from bench/results/extender.json (2 cores): with --watch the extender's
 # resident memory is 299 MB (peak 337 MB) holding 5,000 nodes' inventories while 47
@@ -157,6 +172,8 @@ class StackSpec:
     allowed_registries: tuple[str, ...] = DEFAULT_ALLOWED_REGISTRIES
     #: Where the scheduler pods may connect (their egress NetworkPolicy).
     egress: EgressSpec = DEFAULT_EGRESS
+    #: ``extender`` (a sidecar) or ``plugin`` (LayerLocality in kube-scheduler; 1.20 only).
+    scheduler: str = SCHEDULER_EXTENDER
 
     @property
     def extender_account(self) -> str:
@@ -176,6 +193,23 @@ class StackSpec:
             kubernetes_version=kubernetes_version,
             scheduler_api_version=scheduler_api_version_for(kubernetes_version),
         )
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULER_KINDS:
+            raise InputError(f"scheduler {self.scheduler!r}: choose {' or '.join(SCHEDULER_KINDS)}")
+        minor = kubernetes_minor(self.kubernetes_version)
+        if self.scheduler == SCHEDULER_PLUGIN and minor != PLUGIN_KUBERNETES_MINOR:
+            built = ".".join(map(str, PLUGIN_KUBERNETES_MINOR))
+            raise InputError(
+                f"scheduler {SCHEDULER_PLUGIN!r} on Kubernetes {self.kubernetes_version}: the "
+                f"{LAYER_LOCALITY_PLUGIN} plugin is built into kube-scheduler {built} only; use "
+                f"{SCHEDULER_EXTENDER!r}, which serves every version (docs/deploy.md)"
+            )
+
+    @property
+    def plugin(self) -> bool:
+        """Whether LayerLocality scores in kube-scheduler (no extender sidecar)."""
+        return self.scheduler == SCHEDULER_PLUGIN
 
 
 def stack_spec_for(kubernetes_version: str, **fields: Any) -> StackSpec:
@@ -242,13 +276,28 @@ def _binding(
 
 def scheduler_config(spec: StackSpec) -> dict[str, Any]:
     """The ``KubeSchedulerConfiguration``: the extender on loopback, sent node names only
-    (its ``--watch`` inventory has the layers), leader election on."""
+    (its ``--watch`` inventory has the layers), or the LayerLocality plugin (its watch
+    runs as the pod's service account); leader election on."""
+    if spec.plugin:
+        return plugin_scheduler_config(
+            PluginArgs(),
+            scheduler_name=spec.scheduler_name,
+            api_version=spec.scheduler_api_version,
+            leader_election=LeaderElectionSpec(spec.scheduler_name, spec.namespace),
+        )
     return extender_scheduler_config(
         ExtenderSpec(EXTENDER_URL, node_cache_capable=True),
         scheduler_name=spec.scheduler_name,
         api_version=spec.scheduler_api_version,
         leader_election=LeaderElectionSpec(spec.scheduler_name, spec.namespace),
     )
+
+
+def plugin_readme_block() -> str:
+    """The plugin README's ready-to-use configuration: the plugin install's (1.20, in a pod
+    of the ``layersched`` namespace, leader election on its own Lease)."""
+    config = scheduler_config(StackSpec(scheduler=SCHEDULER_PLUGIN))
+    return f"```yaml\n{to_yaml(config)}```"
 
 
 #: The scheduler pod's two credential volumes.
@@ -340,10 +389,11 @@ def extender_container(spec: StackSpec) -> dict[str, Any]:
 
 def credential_volumes(spec: StackSpec) -> list[dict[str, Any]]:
     """kube-scheduler's token (projected: the pod's account, bound to the pod, expiring)
-    and the extender's (its own account's token Secret), each with the CA and namespace,
-    laid out as the service-account directory every in-cluster client reads."""
+    and, unless the plugin scores, the extender's (its own account's token Secret), each
+    with the CA and namespace, laid out as the service-account directory every in-cluster
+    client reads."""
     namespace_file = {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
-    return [
+    volumes = [
         {
             "name": SCHEDULER_CREDENTIALS_VOLUME,
             "projected": {
@@ -365,6 +415,11 @@ def credential_volumes(spec: StackSpec) -> list[dict[str, Any]]:
                 ],
             },
         },
+    ]
+    if spec.plugin:  # no extender: kube-scheduler's plugin reads as the pod's account
+        return volumes
+    return [
+        *volumes,
         {
             "name": EXTENDER_CREDENTIALS_VOLUME,
             "secret": {
@@ -379,7 +434,11 @@ def credential_volumes(spec: StackSpec) -> list[dict[str, Any]]:
 
 
 def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
-    """kube-scheduler and its extender sidecar, ``spec.replicas`` pods, one leader."""
+    """kube-scheduler and its extender sidecar (none with the plugin), ``spec.replicas``
+    pods, one leader."""
+    containers = [scheduler_container(spec)]
+    if not spec.plugin:
+        containers.append(extender_container(spec))
     selector = labels(spec.scheduler_name)
     return {
         "apiVersion": "apps/v1",
@@ -417,7 +476,7 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
                             ]
                         }
                     },
-                    "containers": [scheduler_container(spec), extender_container(spec)],
+                    "containers": containers,
                     "volumes": [
                         {"name": "config", "configMap": {"name": f"{spec.scheduler_name}-config"}},
                         {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
@@ -542,7 +601,10 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
     spec = spec or StackSpec()
     name, namespace = spec.scheduler_name, spec.namespace
     cluster_role = f"layersched:{name}"
-    extender_role = f"layersched:{name}:extender"
+    # what reads the agents' objects: the extender sidecar (an account of its own), or
+    # the plugin (in kube-scheduler, as the pod's account)
+    extender_role = f"layersched:{name}:{spec.scheduler}"
+    reader_account = name if spec.plugin else spec.extender_account
     agent_role = f"layersched:{AGENT_NAME}"
     groups = {
         "namespace.yaml": [
@@ -560,7 +622,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
             _binding(
                 "ClusterRoleBinding", cluster_role, "ClusterRole", cluster_role, name, spec, None
             ),
-            *extender_credentials(spec),
+            *([] if spec.plugin else extender_credentials(spec)),
             {
                 "apiVersion": f"{RBAC_GROUP}/v1",
                 "kind": "ClusterRole",
@@ -572,7 +634,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
                 extender_role,
                 "ClusterRole",
                 extender_role,
-                spec.extender_account,
+                reader_account,
                 spec,
                 None,
             ),

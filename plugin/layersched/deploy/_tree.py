@@ -183,14 +183,17 @@ def local_testbed_overlay(
         {"name": "KUBERNETES_SERVICE_HOST", "value": target.api_host},
         {"name": "KUBERNETES_SERVICE_PORT", "value": str(target.api_port)},
     ]
-    # The testbed's images all come from its own plain-HTTP registry: the only one allowed.
-    extender = extender_args(
-        replace(
-            spec,
-            allowed_registries=(target.registry,),
-            extender_args=("--insecure-registry", target.registry),
+    containers: list[dict[str, Any]] = [{"name": "kube-scheduler", "env": api_env}]
+    if not spec.plugin:  # the plugin reads no registry: only the sidecar needs the testbed's
+        # The testbed's images all come from its own plain-HTTP registry: the only one allowed.
+        extender = extender_args(
+            replace(
+                spec,
+                allowed_registries=(target.registry,),
+                extender_args=("--insecure-registry", target.registry),
+            )
         )
-    )
+        containers.append({"name": "extender", "args": extender, "env": api_env})
     scheduler_patch = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -200,10 +203,7 @@ def local_testbed_overlay(
                 "spec": {
                     "hostNetwork": True,
                     "dnsPolicy": "Default",  # the testbed runs no cluster DNS
-                    "containers": [
-                        {"name": "kube-scheduler", "env": api_env},
-                        {"name": "extender", "args": extender, "env": api_env},
-                    ],
+                    "containers": containers,
                 }
             }
         },

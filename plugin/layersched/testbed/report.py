@@ -99,6 +99,7 @@ DEFAULT_REPORT = "reports/scenario.json"
 #: How the README names each strategy's scheduler.
 _SCHEDULER_TEXT = {
     "layer-locality": "default plugins + layersched extender",
+    "layer-locality-plugin": "default plugins + layersched's LayerLocality score plugin",
     "image-locality": "upstream ImageLocality only",
 }
 #: What the e2e allows P1-again (L3 only) over the link-limited time: 1.15x + 1 s.

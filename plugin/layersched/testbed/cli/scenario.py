@@ -23,6 +23,7 @@ from layersched import _generated as generated
 from layersched.core.errors import InputError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.deploy import LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN
 from layersched.testbed.cli.testbed import add_image_options, layer_sizes
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.local import default_state_dir, load_inventory, require_root
@@ -46,7 +47,8 @@ from layersched.testbed.scenario_images import build_and_push_scenario, load_spe
 
 LOCAL, CLOUD = "local", "cloud"
 DEFAULT_TRIALS = 5
-DEFAULT_STRATEGIES = (LAYER_LOCALITY, IMAGE_LOCALITY)
+#: Those of these the testbed runs (a testbed brought up before the plugin has two).
+DEFAULT_STRATEGIES = (LAYER_LOCALITY, LAYER_LOCALITY_PLUGIN, IMAGE_LOCALITY)
 DEFAULT_REPORT = Path("reports/scenario.json")
 BEGIN, END = generated.markers(BLOCK)
 
@@ -66,7 +68,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="append",
         dest="strategies",
         metavar="NAME",
-        help=f"strategy to run (repeatable; default: {', '.join(DEFAULT_STRATEGIES)})",
+        help=f"strategy to run (repeatable; default: those of {', '.join(DEFAULT_STRATEGIES)} "
+        "the testbed runs)",
     )
     p.add_argument(
         "--driver",
@@ -162,13 +165,15 @@ def _cloud(args: argparse.Namespace, sizes: dict[str, int], console: Console) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run the scenario and write the report."""
-    strategies: list[str] = args.strategies or list(DEFAULT_STRATEGIES)
     for target in args.markdown_into:
         generated.read_block(target, BLOCK)  # a missing marker fails now, not after the run
     sizes = layer_sizes(args.size)
     console = Console(stderr=True)
     started = time.monotonic()
     testbed = (_cloud if args.driver == CLOUD else _local)(args, sizes, console)
+    strategies: list[str] = args.strategies or [
+        s for s in DEFAULT_STRATEGIES if s in testbed.backend.schedulers
+    ]
     try:
         return _run(args, testbed, strategies, console, started)
     finally:

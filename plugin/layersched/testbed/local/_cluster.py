@@ -7,6 +7,8 @@ see comes from its files and sockets:
 * ``image-locality`` scores: the real ImageLocality plugin's, from the ``-v=10`` log of
   the image-locality kube-scheduler;
 * ``layer-locality`` scores: the layersched extender's own answer, from its decision log;
+* ``layer-locality-plugin`` scores: the real LayerLocality plugin's, from the ``-v=10`` log
+  of the kube-scheduler that runs it;
 * emptying a node's cache: CRI ``RemoveImage`` on the node's containerd.
 """
 
@@ -25,6 +27,8 @@ from layersched.core.errors import CRIError, TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.cri import CRIClient
+from layersched.deploy import LAYER_LOCALITY_PLUGIN as LAYER_LOCALITY_PLUGIN_NAME
+from layersched.deploy import LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN
 from layersched.testbed.cluster._measure import extender_decision, plugin_scores
 from layersched.testbed.cluster.driver import NotYet, PodRun, wait_for
 from layersched.testbed.hosts import Host, LocalHost
@@ -41,6 +45,13 @@ IMAGE_LOCALITY_PLUGIN = "ImageLocality"
 SCORE_SOURCES = {
     LAYER_LOCALITY: "layersched extender answer to kube-scheduler (0-10, weight 1: x10)",
     IMAGE_LOCALITY: "kube-scheduler ImageLocality plugin, from its -v=10 log (0-100)",
+    LAYER_LOCALITY_PLUGIN: "kube-scheduler LayerLocality plugin (layersched's build), "
+    "from its -v=10 log (0-100)",
+}
+#: The strategies whose scores a kube-scheduler plugin logs, and that plugin's name.
+PLUGIN_OF_STRATEGY = {
+    IMAGE_LOCALITY: IMAGE_LOCALITY_PLUGIN,
+    LAYER_LOCALITY_PLUGIN: LAYER_LOCALITY_PLUGIN_NAME,
 }
 #: A registry log line is written when its response completes; wait for quiet.
 LOG_SETTLE_POLL_S = 0.2
@@ -220,8 +231,9 @@ class FileBackend:
                 f"{', '.join(self._score_logs)}"
             )
         lines = self.control_plane.lines_since(path, mark.logs[run.strategy])
-        if run.strategy == IMAGE_LOCALITY:
-            found = plugin_scores(lines, IMAGE_LOCALITY_PLUGIN, run.key)
+        plugin = PLUGIN_OF_STRATEGY.get(run.strategy)
+        if plugin is not None:
+            found = plugin_scores(lines, plugin, run.key)
         else:
             found = extender_decision(lines, run.key)
         if found is None:
@@ -282,15 +294,19 @@ class LocalBackend(FileBackend):
         self.inventory = inventory
         cluster = inventory.cluster
         here = LocalHost()
+        score_logs = {
+            LAYER_LOCALITY: cluster.extender.log,
+            IMAGE_LOCALITY: cluster.schedulers[IMAGE_LOCALITY].log,
+        }
+        plugin_scheduler = cluster.schedulers.get(LAYER_LOCALITY_PLUGIN)
+        if plugin_scheduler is not None:  # testbeds brought up before the plugin have none
+            score_logs[LAYER_LOCALITY_PLUGIN] = plugin_scheduler.log
         super().__init__(
             DRIVER_NAME,
             schedulers={strategy: s.name for strategy, s in cluster.schedulers.items()},
             control_plane=here,
             access_log=inventory.registry.access_log,
-            score_logs={
-                LAYER_LOCALITY: cluster.extender.log,
-                IMAGE_LOCALITY: cluster.schedulers[IMAGE_LOCALITY].log,
-            },
+            score_logs=score_logs,
             extender_url=cluster.extender.url,
             nodes={n.name: NodeAccess(here, n.cri_socket) for n in inventory.nodes},
         )

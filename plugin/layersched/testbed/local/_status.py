@@ -218,6 +218,7 @@ def _control_plane_status(cluster: ClusterInfo) -> list[VersionedStatus]:
         "kube-controller-manager": "kube-controller-manager",
         "scheduler-image-locality": "kube-scheduler",
         "scheduler-layer-locality": "kube-scheduler",
+        "scheduler-layer-locality-plugin": "kube-scheduler",
     }
     for daemon in cluster.control_plane:
         pid = pid_alive(Path(daemon.pidfile))

@@ -1,0 +1,121 @@
+package layerlocality
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+// StrategyLayerLocality is the one strategy the plugin runs: the Python core's
+// layer-locality. Pull-time needs registry calls and stays the extender's; image-locality
+// is upstream's ImageLocality plugin.
+const StrategyLayerLocality = "layer-locality"
+
+// Bounds and defaults of the args.
+const (
+	// DefaultInventoryMaxAgeSeconds is three of the agent's heartbeats (it re-applies an
+	// unchanged object every 600 s, refreshing observedAt): an agent that missed three
+	// has stopped, and its node's layers are no longer known.
+	DefaultInventoryMaxAgeSeconds int64 = 1800
+	// MaxInventoryMaxAgeSeconds is a week: past that, turn the bound off with 0.
+	MaxInventoryMaxAgeSeconds int64 = 7 * 24 * 3600
+	// DefaultInventorySyncTimeoutSeconds bounds how long start-up waits for the first
+	// list of NodeLayerInventory objects before scheduling starts without them.
+	DefaultInventorySyncTimeoutSeconds int64 = 30
+	MaxInventorySyncTimeoutSeconds     int64 = 600
+)
+
+// Args are LayerLocality's args in a KubeSchedulerConfiguration profile's pluginConfig.
+type Args struct {
+	// Strategy is the scoring rule: "layer-locality" (the default and the only one).
+	Strategy string `json:"strategy,omitempty"`
+	// Spread scales each present layer by (nodes holding it / all nodes), as upstream
+	// ImageLocality scales images, so that a layer found on one node in a thousand does
+	// not drag every pod to that node ("node heating"). Default false: on small clusters
+	// it blurs the signal.
+	Spread bool `json:"spread,omitempty"`
+	// InventoryMaxAgeSeconds is how old a node's NodeLayerInventory (its observedAt) may
+	// be and still count; an older one scores the node 0, as if it had none. 0 turns the
+	// bound off. Default 1800.
+	InventoryMaxAgeSeconds *int64 `json:"inventoryMaxAgeSeconds,omitempty"`
+	// InventorySyncTimeoutSeconds is how long the plugin waits at start-up for the first
+	// list of NodeLayerInventory objects. Default 30.
+	InventorySyncTimeoutSeconds *int64 `json:"inventorySyncTimeoutSeconds,omitempty"`
+	// KubeConfigPath holds the credentials to list and watch NodeLayerInventory objects
+	// with; empty: the pod's service account (in-cluster). kube-scheduler 1.20 gives a
+	// plugin no client configuration of its own (framework.Handle has no KubeConfig()),
+	// so, as scheduler-plugins' plugins of that era, it is told where the file is.
+	KubeConfigPath string `json:"kubeConfigPath,omitempty"`
+}
+
+// DecodeArgs reads the plugin's args (nil: every default), strictly: an unknown field is
+// an error naming it, then defaults and validates them.
+func DecodeArgs(obj runtime.Object) (*Args, error) {
+	args := &Args{}
+	switch typed := obj.(type) {
+	case nil:
+	case *runtime.Unknown:
+		if typed == nil {
+			break
+		}
+		raw := typed.Raw
+		if typed.ContentType == runtime.ContentTypeYAML {
+			converted, err := yaml.YAMLToJSON(raw)
+			if err != nil {
+				return nil, fmt.Errorf("%s args: %v", Name, err)
+			}
+			raw = converted
+		}
+		if len(bytes.TrimSpace(raw)) > 0 {
+			decoder := json.NewDecoder(bytes.NewReader(raw))
+			decoder.DisallowUnknownFields()
+			if err := decoder.Decode(args); err != nil {
+				return nil, fmt.Errorf("%s args: %v (fields: strategy, spread, inventoryMaxAgeSeconds, inventorySyncTimeoutSeconds, kubeConfigPath)", Name, err)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%s args: got %T, expected the plugin's args", Name, obj)
+	}
+	SetDefaults(args)
+	if errs := Validate(args); len(errs) > 0 {
+		return nil, fmt.Errorf("%s args: %v", Name, errs.ToAggregate())
+	}
+	return args, nil
+}
+
+// SetDefaults fills what the args leave out.
+func SetDefaults(args *Args) {
+	if args.Strategy == "" {
+		args.Strategy = StrategyLayerLocality
+	}
+	if args.InventoryMaxAgeSeconds == nil {
+		value := DefaultInventoryMaxAgeSeconds
+		args.InventoryMaxAgeSeconds = &value
+	}
+	if args.InventorySyncTimeoutSeconds == nil {
+		value := DefaultInventorySyncTimeoutSeconds
+		args.InventorySyncTimeoutSeconds = &value
+	}
+}
+
+// Validate checks defaulted args, each error naming its field and the allowed values.
+func Validate(args *Args) field.ErrorList {
+	var errs field.ErrorList
+	if args.Strategy != StrategyLayerLocality {
+		errs = append(errs, field.NotSupported(field.NewPath("strategy"), args.Strategy,
+			[]string{StrategyLayerLocality}))
+	}
+	within := func(path string, value *int64, max int64) {
+		if value != nil && (*value < 0 || *value > max) {
+			errs = append(errs, field.Invalid(field.NewPath(path), *value,
+				fmt.Sprintf("must be between 0 and %d seconds", max)))
+		}
+	}
+	within("inventoryMaxAgeSeconds", args.InventoryMaxAgeSeconds, MaxInventoryMaxAgeSeconds)
+	within("inventorySyncTimeoutSeconds", args.InventorySyncTimeoutSeconds, MaxInventorySyncTimeoutSeconds)
+	return errs
+}

@@ -1,0 +1,55 @@
+package layerlocality
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// The plugin's metrics, on kube-scheduler's own /metrics.
+const (
+	metricsNamespace = "layersched"
+	metricsSubsystem = "layer_locality"
+	// ReasonMissing and ReasonStale label a node scored without an inventory.
+	ReasonMissing = "missing"
+	ReasonStale   = "stale"
+)
+
+var (
+	nodesWithoutInventory = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "nodes_without_inventory_total",
+		Help:           "Nodes scored 0 because they had no NodeLayerInventory (reason missing: no agent, or a malformed object) or an older one than inventoryMaxAgeSeconds (reason stale), one count per node scored.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	podImagesUnknown = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "pod_images_unknown_total",
+		Help:           "Pod images no node's agent published: their layers count neither present nor needed (the plugin makes no registry call).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	invalidInventories = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "invalid_inventories_total",
+		Help:           "NodeLayerInventory objects ignored as malformed (an index out of range, a bad digest or size); the node then has no inventory.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	inventoryNodes = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "inventory_nodes",
+		Help:           "Nodes whose NodeLayerInventory the plugin holds.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	registerMetrics sync.Once
+)
+
+func register() {
+	registerMetrics.Do(func() {
+		legacyregistry.MustRegister(nodesWithoutInventory, podImagesUnknown, invalidInventories, inventoryNodes)
+	})
+}

@@ -1,0 +1,339 @@
+package layerlocality
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"layersched.io/kube-scheduler/pkg/layers"
+)
+
+func digest(label string) string {
+	return fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(label)))
+}
+
+// The seed scenario's images: Img1 = L1+L2+L3, Img2 = L1+L2+L4 (bytes).
+var (
+	l1, l2, l3, l4 = layers.Layer{Digest: digest("L1"), SizeBytes: 40}, layers.Layer{Digest: digest("L2"), SizeBytes: 30},
+		layers.Layer{Digest: digest("L3"), SizeBytes: 20}, layers.Layer{Digest: digest("L4"), SizeBytes: 10}
+	img1 = layers.Image{Names: []string{"reg:5000/img1:1"}, Digest: "sha256:img1", Layers: []layers.Layer{l1, l2, l3}}
+	img2 = layers.Image{Names: []string{"reg:5000/img2:1"}, Digest: "sha256:img2", Layers: []layers.Layer{l1, l2, l4}}
+	now  = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+)
+
+// snapshot is the scheduler's node snapshot, as the framework hands it to plugins.
+type snapshot struct {
+	nodes map[string]*framework.NodeInfo
+}
+
+func newSnapshot(names ...string) *snapshot {
+	s := &snapshot{nodes: map[string]*framework.NodeInfo{}}
+	for _, name := range names {
+		info := framework.NewNodeInfo()
+		_ = info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		s.nodes[name] = info
+	}
+	return s
+}
+
+func (s *snapshot) NodeInfos() framework.NodeInfoLister { return s }
+func (s *snapshot) List() ([]*framework.NodeInfo, error) {
+	list := make([]*framework.NodeInfo, 0, len(s.nodes))
+	for _, info := range s.nodes {
+		list = append(list, info)
+	}
+	return list, nil
+}
+func (s *snapshot) HavePodsWithAffinityList() ([]*framework.NodeInfo, error) { return nil, nil }
+func (s *snapshot) HavePodsWithRequiredAntiAffinityList() ([]*framework.NodeInfo, error) {
+	return nil, nil
+}
+func (s *snapshot) Get(name string) (*framework.NodeInfo, error) {
+	if info, ok := s.nodes[name]; ok {
+		return info, nil
+	}
+	return nil, fmt.Errorf("node %q not found", name)
+}
+
+// plugin is LayerLocality over the seed's index: N1 holds Img1, N2 Img2, N3 nothing,
+// "old" Img1 observed two hours ago; N4 (in the snapshot) published no object.
+func plugin(t *testing.T, rawArgs string) (*LayerLocality, *snapshot) {
+	t.Helper()
+	args, err := DecodeArgs(&runtime.Unknown{Raw: []byte(rawArgs), ContentType: runtime.ContentTypeJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := layers.NewIndex()
+	index.Upsert(&layers.Inventory{Node: "N1", Images: []layers.Image{img1}, ObservedAt: now})
+	index.Upsert(&layers.Inventory{Node: "N2", Images: []layers.Image{img2}, ObservedAt: now})
+	index.Upsert(&layers.Inventory{Node: "N3", ObservedAt: now})
+	index.Upsert(&layers.Inventory{Node: "old", Images: []layers.Image{img1}, ObservedAt: now.Add(-2 * time.Hour)})
+	nodes := newSnapshot("N1", "N2", "N3", "N4", "old")
+	pl := newPlugin(args, index, func() framework.SharedLister { return nodes })
+	pl.now = func() time.Time { return now }
+	return pl, nodes
+}
+
+func pod(init []string, containers ...string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}}
+	for i, image := range init {
+		p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: fmt.Sprintf("i%d", i), Image: image})
+	}
+	for i, image := range containers {
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: fmt.Sprintf("c%d", i), Image: image})
+	}
+	return p
+}
+
+func score(t *testing.T, pl *LayerLocality, p *v1.Pod, nodes ...string) map[string]int64 {
+	t.Helper()
+	state := framework.NewCycleState()
+	if status := pl.PreScore(context.Background(), state, p, nil); !status.IsSuccess() {
+		t.Fatal(status.AsError())
+	}
+	got := map[string]int64{}
+	for _, node := range nodes {
+		value, status := pl.Score(context.Background(), state, p, node)
+		if !status.IsSuccess() {
+			t.Fatal(status.AsError())
+		}
+		got[node] = value
+	}
+	return got
+}
+
+func TestScores(t *testing.T) {
+	cases := []struct {
+		name string
+		args string
+		pod  *v1.Pod
+		want map[string]int64
+	}{
+		{
+			// t3: total 90; N1 90 -> 100; N2 L1+L2 = 70 -> floor(7000/90) = 77; N3 0;
+			// N4 published nothing -> 0; "old" is 2 h old, past the default 30 min -> 0
+			name: "P1-again",
+			args: `{}`,
+			pod:  pod(nil, "reg:5000/img1:1"),
+			want: map[string]int64{"N1": 100, "N2": 77, "N3": 0, "N4": 0, "old": 0},
+		},
+		{
+			// without an age bound "old" counts: 100
+			name: "no age bound",
+			args: `{"inventoryMaxAgeSeconds": 0}`,
+			pod:  pod(nil, "reg:5000/img1:1"),
+			want: map[string]int64{"old": 100},
+		},
+		{
+			// init container Img2, then Img1: distinct L1 L2 L4 L3 = 100 bytes;
+			// N1 holds 90 -> 90, N2 80 -> 80
+			name: "init containers",
+			args: `{}`,
+			pod:  pod([]string{"reg:5000/img2:1"}, "reg:5000/img1:1", "reg:5000/img1:1"),
+			want: map[string]int64{"N1": 90, "N2": 80},
+		},
+		{
+			// the snapshot has 5 nodes; fresh holders only ("old" is stale): L1 and L2
+			// on N1, N2 -> x2/5; L3 on N1 -> x1/5. N1: 16+12+4 = 32 -> floor(3200/90) = 35;
+			// N2: 28 -> floor(2800/90) = 31
+			name: "spread",
+			args: `{"spread": true}`,
+			pod:  pod(nil, "reg:5000/img1:1"),
+			want: map[string]int64{"N1": 35, "N2": 31, "N3": 0},
+		},
+		{
+			// no image known: 0 everywhere
+			name: "unknown",
+			args: `{}`,
+			pod:  pod(nil, "nowhere:1"),
+			want: map[string]int64{"N1": 0, "N2": 0},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pl, _ := plugin(t, c.args)
+			nodes := make([]string, 0, len(c.want))
+			for node := range c.want {
+				nodes = append(nodes, node)
+			}
+			if got := score(t, pl, c.pod, nodes...); fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("scores %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestANodeWithoutInventoryCountsInTheMetric(t *testing.T) {
+	pl, _ := plugin(t, `{}`)
+	missing, _ := testutil.GetCounterMetricValue(nodesWithoutInventory.WithLabelValues(ReasonMissing))
+	stale, _ := testutil.GetCounterMetricValue(nodesWithoutInventory.WithLabelValues(ReasonStale))
+	score(t, pl, pod(nil, "reg:5000/img1:1"), "N1", "N4", "N4", "old")
+	afterMissing, _ := testutil.GetCounterMetricValue(nodesWithoutInventory.WithLabelValues(ReasonMissing))
+	afterStale, _ := testutil.GetCounterMetricValue(nodesWithoutInventory.WithLabelValues(ReasonStale))
+	// N4 scored twice without an object, "old" once stale, N1 not counted
+	if afterMissing-missing != 2 || afterStale-stale != 1 {
+		t.Errorf("missing +%v, stale +%v; want +2, +1", afterMissing-missing, afterStale-stale)
+	}
+}
+
+func TestScoreWithoutPreScoreSaysHowToFixTheConfiguration(t *testing.T) {
+	pl, _ := plugin(t, `{}`)
+	_, status := pl.Score(context.Background(), framework.NewCycleState(), pod(nil, "x:1"), "N1")
+	if status.IsSuccess() || !strings.Contains(status.Message(), "enable LayerLocality at preScore") {
+		t.Errorf("status %v", status)
+	}
+}
+
+func TestScoreRunsOnSixteenWorkers(t *testing.T) {
+	// kube-scheduler scores nodes on 16 goroutines sharing one CycleState
+	pl, _ := plugin(t, `{}`)
+	state := framework.NewCycleState()
+	p := pod(nil, "reg:5000/img1:1")
+	if status := pl.PreScore(context.Background(), state, p, nil); !status.IsSuccess() {
+		t.Fatal(status.AsError())
+	}
+	var wg sync.WaitGroup
+	errors := make(chan string, 16)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				if got, _ := pl.Score(context.Background(), state, p, "N2"); got != 77 {
+					errors <- fmt.Sprintf("N2 scored %d", got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errors)
+	for err := range errors {
+		t.Error(err)
+	}
+}
+
+func TestDecodeArgs(t *testing.T) {
+	cases := []struct {
+		name, raw, contentType, message string
+		want                            Args
+	}{
+		{name: "defaults", raw: ``, want: Args{Strategy: StrategyLayerLocality}},
+		{name: "every field", raw: `{"strategy":"layer-locality","spread":true,"inventoryMaxAgeSeconds":0,
+			"inventorySyncTimeoutSeconds":5,"kubeConfigPath":"/etc/k"}`,
+			want: Args{Strategy: StrategyLayerLocality, Spread: true, KubeConfigPath: "/etc/k"}},
+		{name: "yaml", raw: "spread: true\n", contentType: runtime.ContentTypeYAML,
+			want: Args{Strategy: StrategyLayerLocality, Spread: true}},
+		// strict: a misspelt field is named, not ignored
+		{name: "unknown field", raw: `{"spred": true}`, message: `unknown field "spred"`},
+		{name: "other strategy", raw: `{"strategy":"pull-time"}`, message: `strategy: Unsupported value: "pull-time"`},
+		{name: "negative age", raw: `{"inventoryMaxAgeSeconds":-1}`, message: "inventoryMaxAgeSeconds: Invalid value: -1"},
+		{name: "age past a week", raw: `{"inventoryMaxAgeSeconds":604801}`, message: "between 0 and 604800"},
+		{name: "sync past 10 min", raw: `{"inventorySyncTimeoutSeconds":601}`, message: "inventorySyncTimeoutSeconds"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args, err := DecodeArgs(&runtime.Unknown{Raw: []byte(c.raw), ContentType: c.contentType})
+			if c.message != "" {
+				if err == nil || !strings.Contains(err.Error(), c.message) {
+					t.Fatalf("error %v, want one containing %q", err, c.message)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if args.Strategy != c.want.Strategy || args.Spread != c.want.Spread || args.KubeConfigPath != c.want.KubeConfigPath {
+				t.Errorf("args %+v, want %+v", args, c.want)
+			}
+			if args.InventoryMaxAgeSeconds == nil || args.InventorySyncTimeoutSeconds == nil {
+				t.Errorf("not defaulted: %+v", args)
+			}
+		})
+	}
+	// nil args: every default
+	args, err := DecodeArgs(nil)
+	if err != nil || *args.InventoryMaxAgeSeconds != DefaultInventoryMaxAgeSeconds || *args.InventorySyncTimeoutSeconds != DefaultInventorySyncTimeoutSeconds {
+		t.Errorf("nil args: %+v, %v", args, err)
+	}
+}
+
+// GeneratedConfigsEnv names a JSON object of KubeSchedulerConfigurations layersched's
+// generator wrote (tests/integration/test_kube_scheduler_plugin.py sets it).
+const GeneratedConfigsEnv = "LAYERSCHED_GENERATED_CONFIGS"
+
+func TestArgsFromTheGenerator(t *testing.T) {
+	path := os.Getenv(GeneratedConfigsEnv)
+	if path == "" {
+		t.Skip(GeneratedConfigsEnv + " is not set: tests/integration/test_kube_scheduler_plugin.py " +
+			"writes the generator's configurations and runs this test with it")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var configs map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &configs); err != nil {
+		t.Fatal(err)
+	}
+	for name, document := range configs {
+		// decoded and validated as kube-scheduler 1.20 loads its --config file
+		object, _, err := scheme.Codecs.UniversalDecoder().Decode(document, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: kube-scheduler 1.20 refuses it: %v", name, err)
+		}
+		cfg, ok := object.(*config.KubeSchedulerConfiguration)
+		if !ok {
+			t.Fatalf("%s: decoded a %T", name, object)
+		}
+		if errs := validation.ValidateKubeSchedulerConfiguration(cfg); len(errs) > 0 {
+			t.Fatalf("%s: invalid: %v", name, errs.ToAggregate())
+		}
+		found := false
+		for _, profile := range cfg.Profiles {
+			for _, pluginConfig := range profile.PluginConfig {
+				if pluginConfig.Name != Name {
+					continue
+				}
+				found = true
+				if _, err := DecodeArgs(pluginConfig.Args); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+				if !enabled(profile.Plugins.PreScore, Name) || !enabled(profile.Plugins.Score, Name) {
+					t.Errorf("%s: %s is not enabled at both preScore and score", name, Name)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no pluginConfig for %s", name, Name)
+		}
+	}
+	t.Logf("decoded %d generated configurations", len(configs))
+}
+
+func enabled(set *config.PluginSet, name string) bool {
+	if set == nil {
+		return false
+	}
+	for _, plugin := range set.Enabled {
+		if plugin.Name == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,159 @@
+package layers
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// holders is who holds layer digest, by name, as the index says.
+func holders(ix *Index, layer Layer) []string {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	id, ok := ix.layerID[layer.Digest]
+	if !ok {
+		return nil
+	}
+	names := []string{}
+	for _, node := range ix.layers[id].holders {
+		names = append(names, ix.nodes[node].name)
+	}
+	return names
+}
+
+func TestEveryEventKeepsBothDirectionsOfTheIndex(t *testing.T) {
+	ix := seedIndex()
+	if got := fmt.Sprint(holders(ix, l1), holders(ix, l3), holders(ix, l4)); got != "[N1 N2] [N1] [N2]" {
+		t.Fatalf("after the seed: %s", got)
+	}
+	// N2 evicts Img2 and pulls Img1: L4 has no holder left and is forgotten
+	ix.Upsert(&Inventory{Node: "N2", Images: []Image{img1}, ObservedAt: observed})
+	if got := fmt.Sprint(holders(ix, l3), holders(ix, l4)); got != "[N1 N2] []" {
+		t.Errorf("after N2's update: %s", got)
+	}
+	// N1's object is deleted: its layers lose it as a holder
+	if !ix.Remove("N1") || ix.Remove("N1") {
+		t.Errorf("Remove reports what it removed")
+	}
+	if got := fmt.Sprint(holders(ix, l1), holders(ix, l3)); got != "[N2] [N2]" {
+		t.Errorf("after N1's removal: %s", got)
+	}
+	// a full list: N3 and N5 only; N2 was not listed, so it is gone
+	ix.Replace([]*Inventory{{Node: "N3", ObservedAt: observed}, {Node: "N5", Images: []Image{img2}, ObservedAt: observed}})
+	if ix.Nodes() != 2 || fmt.Sprint(holders(ix, l1), holders(ix, l3)) != "[N5] []" {
+		t.Errorf("after a relist: %d nodes, L1 %v, L3 %v", ix.Nodes(), holders(ix, l1), holders(ix, l3))
+	}
+	// the images stay known by name after their nodes went (the Python extender's memory)
+	if _, ok := ix.ImageLayers("reg:5000/img1:1"); !ok {
+		t.Errorf("Img1 forgotten")
+	}
+}
+
+func TestAReusedLayerIDIsNotMistakenForTheOldLayer(t *testing.T) {
+	ix := seedIndex()
+	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img2:1"}), nil, observed, 0)
+	// after PreScore, L4's only holder drops it, and a new layer takes L4's id
+	l5 := Layer{digest("L5"), 10}
+	ix.Upsert(&Inventory{Node: "N2", Images: []Image{{Names: []string{"x:1"}, Digest: "sha256:x", Layers: []Layer{l1, l2, l5}}}, ObservedAt: observed})
+	// N2 holds L1+L2 = 70 of 80, not L4: floor(7000/80) = 87, not 100
+	if score, _ := ix.Score(prepared, "N2", observed, 0); score != 87 {
+		t.Errorf("N2 scored %d, want 87", score)
+	}
+}
+
+func TestAMovedTagFollowsThePythonExtendersMemory(t *testing.T) {
+	moved := Image{Names: []string{"reg:5000/img1:1"}, Digest: "sha256:other", Layers: []Layer{l4}}
+	ix := NewIndex()
+	ix.Upsert(&Inventory{Node: "a", Images: []Image{img1}})
+	ix.Upsert(&Inventory{Node: "b", Images: []Image{moved}})
+	// "img1:1" now names the image b published
+	if layers, _ := ix.ImageLayers("reg:5000/img1:1"); fmt.Sprint(layers) != fmt.Sprint([]Layer{l4}) {
+		t.Errorf("after b: %v", layers)
+	}
+	// a republishes the very image it published: its digest already stands for it, so
+	// nothing is remembered again and the tag keeps naming b's image (the extender skips
+	// an image whose digest maps to it already)
+	ix.Upsert(&Inventory{Node: "c", Images: []Image{img1}})
+	if layers, _ := ix.ImageLayers("reg:5000/img1:1"); fmt.Sprint(layers) != fmt.Sprint([]Layer{l4}) {
+		t.Errorf("after c: %v", layers)
+	}
+	// the same digest under another name is another image: remembered
+	renamed := Image{Names: []string{"reg:5000/img1:2"}, Digest: img1.Digest, Layers: img1.Layers}
+	ix.Upsert(&Inventory{Node: "d", Images: []Image{renamed}})
+	if _, ok := ix.ImageLayers("reg:5000/img1:2"); !ok {
+		t.Errorf("img1:2 not remembered")
+	}
+}
+
+func TestTheMemoryOfImagesIsBounded(t *testing.T) {
+	ix := NewIndex()
+	ix.maxKnown = 4
+	for i := 0; i < 3; i++ {
+		// each image adds 2 keys: "app:i" (tagged: no ":latest" form) and its digest
+		image := Image{Names: []string{fmt.Sprintf("app:%d", i)}, Digest: fmt.Sprintf("sha256:%d", i), Layers: []Layer{l1}}
+		ix.Upsert(&Inventory{Node: fmt.Sprintf("n%d", i), Images: []Image{image}})
+	}
+	// 6 keys were remembered, 4 are kept: the oldest (app:0, its digest) are gone
+	if ix.knownLRU.Len() != 4 || len(ix.known) != 4 {
+		t.Fatalf("%d remembered", len(ix.known))
+	}
+	for name, want := range map[string]bool{"app:0": false, "sha256:0": false, "app:1": true, "app:2": true} {
+		if _, ok := ix.ImageLayers(name); ok != want {
+			t.Errorf("%s known: %v, want %v", name, ok, want)
+		}
+	}
+}
+
+func TestScoresAreReadWhileEventsArrive(t *testing.T) {
+	// 16 readers (kube-scheduler's Score workers) and one writer (the watch); with
+	// `go test -race` this also proves the locking
+	ix := seedIndex()
+	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img1:1"}), nil, observed, 0)
+	stop := make(chan struct{})
+	var writer sync.WaitGroup
+	writer.Add(1)
+	go func() {
+		defer writer.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			images := []Image{img1}
+			if i%2 == 1 {
+				images = []Image{img2}
+			}
+			ix.Upsert(&Inventory{Node: "N2", Images: images, ObservedAt: observed})
+			ix.Upsert(&Inventory{Node: fmt.Sprintf("churn-%d", i%50), Images: images, ObservedAt: observed})
+		}
+	}()
+	var readers sync.WaitGroup
+	failures := make(chan string, 16)
+	for w := 0; w < 16; w++ {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			deadline := time.Now().Add(200 * time.Millisecond)
+			for time.Now().Before(deadline) {
+				// N2 holds Img1 (100) or Img2 (77), never anything in between
+				if score, _ := ix.Score(prepared, "N2", observed, 0); score != 100 && score != 77 {
+					failures <- fmt.Sprintf("N2 scored %d", score)
+					return
+				}
+				if score, _ := ix.Score(prepared, "N1", observed, 0); score != 100 {
+					failures <- fmt.Sprintf("N1 scored %d", score)
+					return
+				}
+			}
+		}()
+	}
+	readers.Wait()
+	close(stop)
+	writer.Wait()
+	close(failures)
+	for failure := range failures {
+		t.Error(failure)
+	}
+}

@@ -1,0 +1,140 @@
+// Package layers is the LayerLocality plugin's scheduler-independent core: the
+// NodeLayerInventory wire format, the index every watch event updates, a pod's layers
+// and the layer-locality arithmetic, the same as the Python core's
+// (layersched.core.strategies.layer_locality). It imports the standard library only:
+// the kube-scheduler adapter (package layerlocality) is the one part bound to a
+// scheduler framework version, and package inventorywatch the one part bound to
+// client-go.
+package layers
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// The custom resource the layersched node agents publish, one per node, named after it
+// (plugin/layersched/core/nodelayers.py writes it, plugin/layersched/kube/_crd.py
+// defines it).
+const (
+	Group    = "layersched.io"
+	Version  = "v1alpha1"
+	Resource = "nodelayerinventories"
+	Kind     = "NodeLayerInventory"
+)
+
+// digestPattern is the Python core's layer digest check (core/layers.py _DIGEST) and the
+// CRD schema's pattern: an algorithm, a colon and at least 32 hex digits.
+var digestPattern = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$`)
+
+// Layer is one compressed layer: its blob digest and its compressed size.
+type Layer struct {
+	Digest    string
+	SizeBytes int64
+}
+
+// Image is one image a node holds: its names, its manifest digest and its layers in
+// manifest order.
+type Image struct {
+	Names  []string
+	Digest string
+	Layers []Layer
+}
+
+// Inventory is one parsed NodeLayerInventory: what a node's runtime holds.
+type Inventory struct {
+	// Node is the object's name: the node it describes.
+	Node   string
+	Images []Image
+	// ObservedAt is when the agent last read the runtime; zero when the object does not
+	// say (or says it in a form that is not RFC 3339).
+	ObservedAt time.Time
+}
+
+// wireInventory mirrors the object as the API serves it; numbers stay raw JSON so that a
+// size or an index written as 1.0, 1e3 or "1" is refused, as the Python core refuses
+// anything but an integer.
+type wireInventory struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	ObservedAt string      `json:"observedAt"`
+	Layers     []wireLayer `json:"layers"`
+	Images     []wireImage `json:"images"`
+}
+
+type wireLayer struct {
+	Digest    *string         `json:"digest"`
+	SizeBytes json.RawMessage `json:"sizeBytes"`
+}
+
+type wireImage struct {
+	Names  []string          `json:"names"`
+	Digest *string           `json:"digest"`
+	Layers []json.RawMessage `json:"layers"`
+}
+
+// DecodeInventory reads one NodeLayerInventory object (JSON), with the checks of the
+// Python core's parse_document (core/nodelayers.py) that the CRD schema cannot express:
+// an image's layer indexes must point into the node's layer table. The error names the
+// node and the field, and says the agent that wrote it is at fault.
+func DecodeInventory(data []byte) (*Inventory, error) {
+	var wire wireInventory
+	if err := json.Unmarshal(data, &wire); err != nil {
+		return nil, fmt.Errorf("decoding a %s: %v", Kind, err)
+	}
+	if wire.Metadata.Name == "" {
+		return nil, fmt.Errorf("a %s without metadata.name: the object is named after its node", Kind)
+	}
+	where := fmt.Sprintf("%s %q", Kind, wire.Metadata.Name)
+	table := make([]Layer, len(wire.Layers))
+	for i, raw := range wire.Layers {
+		if raw.Digest == nil || !digestPattern.MatchString(*raw.Digest) {
+			got := "nothing"
+			if raw.Digest != nil {
+				got = strconv.Quote(*raw.Digest)
+			}
+			return nil, fmt.Errorf("%s: layers[%d].digest is %s, not a digest ('sha256:' and 64 hex digits)", where, i, got)
+		}
+		size, ok := integer(raw.SizeBytes)
+		if !ok || size < 0 {
+			return nil, fmt.Errorf("%s: layers[%d].sizeBytes %q must be a non-negative integer (bytes)", where, i, raw.SizeBytes)
+		}
+		table[i] = Layer{Digest: *raw.Digest, SizeBytes: size}
+	}
+	inventory := &Inventory{Node: wire.Metadata.Name, Images: make([]Image, len(wire.Images))}
+	for i, raw := range wire.Images {
+		if raw.Digest == nil || *raw.Digest == "" {
+			return nil, fmt.Errorf("%s: images[%d].digest is missing: the image's manifest digest", where, i)
+		}
+		image := Image{Names: raw.Names, Digest: *raw.Digest, Layers: make([]Layer, len(raw.Layers))}
+		for j, number := range raw.Layers {
+			index, ok := integer(number)
+			if !ok || index < 0 || index >= int64(len(table)) {
+				return nil, fmt.Errorf(
+					"%s: images[%d].layers[%d] = %s: not an index into layers (0..%d): the agent that wrote it is broken",
+					where, i, j, number, len(table)-1)
+			}
+			image.Layers[j] = table[index]
+		}
+		inventory.Images[i] = image
+	}
+	if observed, err := time.Parse(time.RFC3339, wire.ObservedAt); err == nil {
+		inventory.ObservedAt = observed
+	}
+	return inventory, nil
+}
+
+// integer reads a JSON integer literal (no fraction, no exponent, no quotes) that fits an
+// int64.
+func integer(raw json.RawMessage) (int64, bool) {
+	text := string(bytes.TrimSpace(raw))
+	if text == "" || (text[0] != '-' && (text[0] < '0' || text[0] > '9')) {
+		return 0, false
+	}
+	value, err := strconv.ParseInt(text, 10, 64)
+	return value, err == nil
+}

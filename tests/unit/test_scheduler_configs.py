@@ -1,0 +1,282 @@
+"""Every KubeSchedulerConfiguration layersched writes comes from one generator
+(``layersched.deploy``): the install's, the LayerLocality plugin's (its README, the
+install's plugin mode) and the local testbed's three processes, which the
+``k8s_control_plane`` role writes from ``layersched deploy scheduler-configs`` (no Jinja
+template of its own).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from layersched import _generated as generated
+from layersched.cli.deploy import PLUGIN_README_BLOCK, plugin_readme
+from layersched.cli.main import EXIT_USAGE, main
+from layersched.core.errors import InputError
+from layersched.deploy import (
+    IMAGE_LOCALITY_SCHEDULER,
+    KUBE_SCHEDULER_CONFIG_V1,
+    KUBE_SCHEDULER_CONFIG_V1BETA1,
+    LAYER_LOCALITY_PLUGIN,
+    LAYER_LOCALITY_PLUGIN_SCHEDULER,
+    LAYER_LOCALITY_SCHEDULER,
+    SCHEDULER_PLUGIN,
+    PluginArgs,
+    StackSpec,
+    TestbedSchedulers,
+    base_tree,
+    for_process,
+    image_locality_scheduler_config,
+    local_testbed_overlay,
+    plugin_readme_block,
+    plugin_scheduler_config,
+    scheduler_config,
+    stack_objects,
+)
+from layersched.deploy import (
+    testbed_scheduler_configs as generate_testbed_configs,
+)
+from tests.unit.test_deploy import _target
+
+ROLE = Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "k8s_control_plane"
+KUBECONFIG = "/state/control-plane/kube-scheduler.kubeconfig"
+SPEC = TestbedSchedulers(
+    kubeconfig=KUBECONFIG,
+    extender_url="http://10.250.71.1:8888",
+    extender_timeout_s=5.0,
+    image_locality_bind="10.250.71.1:10251",
+    layer_locality_bind="10.250.71.1:10252",
+    plugin_bind="10.250.71.1:10253",
+)
+
+
+def _profile(config: dict[str, Any], name: str) -> dict[str, Any]:
+    [profile] = [p for p in config["profiles"] if p["schedulerName"] == name]
+    return profile
+
+
+def test_the_plugin_profile_enables_layer_locality_at_prescore_and_score() -> None:
+    config = plugin_scheduler_config(PluginArgs(spread=True, kubeconfig=KUBECONFIG))
+    profile = _profile(config, LAYER_LOCALITY_SCHEDULER)
+    # kube-scheduler 1.20 enables a plugin per extension point; the default plugins stay
+    assert profile["plugins"] == {
+        "preScore": {"enabled": [{"name": LAYER_LOCALITY_PLUGIN}]},
+        "score": {"enabled": [{"name": LAYER_LOCALITY_PLUGIN, "weight": 1}]},
+    }
+    # the Go field names (plugin/kube-scheduler/pkg/layerlocality/args.go), every field
+    assert profile["pluginConfig"] == [
+        {
+            "name": LAYER_LOCALITY_PLUGIN,
+            "args": {
+                "strategy": "layer-locality",
+                "spread": True,
+                "inventoryMaxAgeSeconds": 1800,
+                "inventorySyncTimeoutSeconds": 30,
+                "kubeConfigPath": KUBECONFIG,
+            },
+        }
+    ]
+    assert "extenders" not in config
+    # in a pod: no kubeConfigPath, the plugin uses the service account
+    assert "kubeConfigPath" not in PluginArgs().to_config()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: PluginArgs(inventory_max_age_s=-1).to_config(), "inventoryMaxAgeSeconds -1"),
+        (
+            lambda: PluginArgs(inventory_max_age_s=7 * 24 * 3600 + 1).to_config(),
+            "from 0 to 604800",
+        ),
+        (lambda: PluginArgs(inventory_sync_timeout_s=601).to_config(), "SyncTimeoutSeconds 601"),
+        (lambda: PluginArgs(kubeconfig="").to_config(), "kubeconfig is empty"),
+        (
+            lambda: plugin_scheduler_config(api_version=KUBE_SCHEDULER_CONFIG_V1),
+            "built into kube-scheduler v1.20 only.*use the extender",
+        ),
+        (lambda: plugin_scheduler_config(weight=0), "weight 0 must be at least 1"),
+        (
+            lambda: StackSpec(scheduler=SCHEDULER_PLUGIN, kubernetes_version="v1.30.0"),
+            "built into kube-scheduler 1.20 only; use 'extender'",
+        ),
+        (lambda: StackSpec(scheduler="sidecar"), "choose extender or plugin"),
+    ],
+    ids=[
+        "negative-age",
+        "age-past-a-week",
+        "sync-past-10-min",
+        "empty-kubeconfig",
+        "plugin-on-v1",
+        "zero-weight",
+        "plugin-install-on-1.30",
+        "unknown-scheduler-kind",
+    ],
+)
+def test_the_plugin_is_refused_where_it_cannot_run(make: Any, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        make()
+
+
+def test_the_testbeds_three_processes() -> None:
+    configs = generate_testbed_configs(SPEC)
+    assert list(configs) == [
+        IMAGE_LOCALITY_SCHEDULER,
+        LAYER_LOCALITY_SCHEDULER,
+        LAYER_LOCALITY_PLUGIN_SCHEDULER,
+    ]
+    for name, config in configs.items():
+        # each process outside a pod: its kubeconfig, no lease, its own plain-HTTP port
+        assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1BETA1, name
+        assert config["clientConnection"] == {"kubeconfig": KUBECONFIG}, name
+        assert config["leaderElection"] == {"leaderElect": False}, name
+        assert config["healthzBindAddress"] == config["metricsBindAddress"], name
+    image, extender, plugin = configs.values()
+    # the baseline: the default scheduler and ImageLocality alone
+    assert [p["schedulerName"] for p in image["profiles"]] == [
+        "default-scheduler",
+        "image-locality",
+    ]
+    assert _profile(image, "image-locality")["plugins"]["score"] == {
+        "disabled": [{"name": "*"}],
+        "enabled": [{"name": "ImageLocality", "weight": 1}],
+    }
+    # the extender in NodeNames mode, ignorable, 5 s
+    [entry] = extender["extenders"]
+    assert entry["urlPrefix"] == "http://10.250.71.1:8888"
+    assert (entry["nodeCacheCapable"], entry["ignorable"], entry["httpTimeout"]) == (
+        True,
+        True,
+        "5s",
+    )
+    # the plugin watches with the scheduler's own kubeconfig
+    args = _profile(plugin, LAYER_LOCALITY_PLUGIN_SCHEDULER)["pluginConfig"][0]["args"]
+    assert args["kubeConfigPath"] == KUBECONFIG
+    assert [c["healthzBindAddress"] for c in configs.values()] == [
+        "10.250.71.1:10251",
+        "10.250.71.1:10252",
+        "10.250.71.1:10253",
+    ]
+
+
+def test_a_process_config_needs_an_api_with_the_insecure_port_and_a_port() -> None:
+    with pytest.raises(InputError, match="has no healthzBindAddress"):
+        for_process(
+            image_locality_scheduler_config(api_version=KUBE_SCHEDULER_CONFIG_V1), "k", "h:1"
+        )
+    with pytest.raises(InputError, match="write HOST:PORT"):
+        for_process(image_locality_scheduler_config(), "k", "10.250.71.1")
+
+
+def test_the_cli_prints_the_generators_configs(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "deploy",
+        "scheduler-configs",
+        f"--kubeconfig={KUBECONFIG}",
+        "--extender-url=http://10.250.71.1:8888",
+        "--extender-timeout-s=5",
+        "--image-locality-bind=10.250.71.1:10251",
+        "--layer-locality-bind=10.250.71.1:10252",
+        "--plugin-bind=10.250.71.1:10253",
+        "--plugin-name=my-plugin",
+    ]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    expected = generate_testbed_configs(replace(SPEC, plugin="my-plugin"))
+    # one YAML file per process, under a header saying it is generated, exactly the generator's
+    assert {name: yaml.safe_load(text) for name, text in printed.items()} == expected
+    assert all(text.startswith("# Generated by layersched.deploy") for text in printed.values())
+
+
+def test_the_role_writes_the_generators_files_and_has_no_template_of_its_own() -> None:
+    assert not list(ROLE.rglob("scheduler-*.j2")), "scheduler templates are back in the role"
+    tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
+    [render] = [t for t in tasks if t["name"] == "Render the scheduler configurations"]
+    argv = render["ansible.builtin.command"]["argv"]
+    assert argv[1:5] == ["-m", "layersched.cli.main", "deploy", "scheduler-configs"]
+    [write] = [t for t in tasks if t["name"] == "Write the scheduler configurations"]
+    assert "k8s_control_plane_scheduler_configs.stdout" in write["ansible.builtin.copy"]["content"]
+    # the processes it loops over are the generator's, and each one is started
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["k8s_control_plane_schedulers"] == list(generate_testbed_configs(SPEC))
+    components = set(defaults["k8s_control_plane_components"])
+    assert {f"scheduler-{name}" for name in defaults["k8s_control_plane_schedulers"]} <= components
+
+
+def test_the_install_renders_the_plugin_on_1_20() -> None:
+    spec = StackSpec(scheduler=SCHEDULER_PLUGIN)
+    objects = stack_objects(spec)
+    [deployment] = [o for o in objects["scheduler.yaml"] if o["kind"] == "Deployment"]
+    # kube-scheduler alone: no extender sidecar
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["kube-scheduler"]
+    [configmap] = [o for o in objects["scheduler.yaml"] if o["kind"] == "ConfigMap"]
+    config = yaml.safe_load(configmap["data"]["scheduler-config.yaml"])
+    assert config == scheduler_config(spec)
+    assert _profile(config, LAYER_LOCALITY_SCHEDULER)["pluginConfig"][0]["name"] == "LayerLocality"
+    assert config["leaderElection"]["leaderElect"] is True
+    # the rights to read the inventories are named for what reads them
+    roles = [o for o in objects["rbac.yaml"] if o["kind"] == "ClusterRole"]
+    assert "layersched:layer-locality:plugin" in {r["metadata"]["name"] for r in roles}
+    assert "layersched:layer-locality:extender" not in {r["metadata"]["name"] for r in roles}
+    # ... and bound to the pod's own account: no extender account, token Secret or volume
+    [binding] = [
+        o
+        for o in objects["rbac.yaml"]
+        if o["kind"] == "ClusterRoleBinding"
+        and o["roleRef"]["name"] == "layersched:layer-locality:plugin"
+    ]
+    assert [s["name"] for s in binding["subjects"]] == [spec.scheduler_name]
+    names = {o["metadata"]["name"] for o in objects["rbac.yaml"]}
+    assert spec.extender_account not in names and spec.extender_token_secret not in names
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert not any("secret" in v for v in volumes), volumes
+    # the default install is unchanged: the extender
+    assert "extenders" in scheduler_config(StackSpec())
+    assert base_tree() != base_tree(spec)
+
+
+def test_the_local_testbed_overlay_of_the_plugin_install_patches_no_sidecar() -> None:
+    files = local_testbed_overlay(_target(), "../../deploy", StackSpec(scheduler=SCHEDULER_PLUGIN))
+    scheduler, _agent = yaml.safe_load_all(files["local-testbed.yaml"])
+    containers = scheduler["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["kube-scheduler"]
+
+
+def test_the_plugin_readme_holds_the_generators_configuration() -> None:
+    block = generated.read_block(plugin_readme(), PLUGIN_README_BLOCK)
+    assert block == plugin_readme_block(), "run .venv/bin/layersched deploy render"
+    config = yaml.safe_load(block.removeprefix("```yaml\n").removesuffix("```"))
+    assert config == scheduler_config(StackSpec(scheduler=SCHEDULER_PLUGIN))
+    # ready to use: no placeholder
+    assert not any(word in block for word in ("REPLACE", "TODO", "<", "CHANGEME"))
+
+
+def test_render_refuses_to_write_the_plugin_install_over_deploy(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["deploy", "render", "--scheduler", "plugin"]) == EXIT_USAGE
+    assert "give a --dir of its own" in capsys.readouterr().err
+
+
+def test_render_refuses_the_plugin_with_an_upstream_version(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # --kubernetes-version installs upstream's kube-scheduler image, which has no plugin
+    argv = ["deploy", "render", "--scheduler", "plugin", "--dir", str(tmp_path)]
+    assert main([*argv, "--kubernetes-version", "1.20"]) == EXIT_USAGE
+    assert "not upstream's image" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_render_writes_the_plugin_install_elsewhere(tmp_path: Path) -> None:
+    assert main(["deploy", "render", "--scheduler", "plugin", "--dir", str(tmp_path)]) == 0
+    written = yaml.safe_load_all((tmp_path / "stack" / "scheduler.yaml").read_text())
+    [deployment] = [o for o in written if o and o["kind"] == "Deployment"]
+    assert len(deployment["spec"]["template"]["spec"]["containers"]) == 1

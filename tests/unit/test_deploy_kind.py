@@ -111,9 +111,25 @@ def test_version_patches_reject_a_bad_version() -> None:
 def test_kind_overlay_files() -> None:
     files = kind_overlay(TARGET, "../../deploy")
     assert set(files) == {
-        "kustomization.yaml", "kind.yaml", "kubernetes-version.yaml", "json-patch-0.yaml"
+        "kustomization.yaml", "kind.yaml", "kubernetes-version.yaml", "json-patch-0.yaml",
+        "admission.yaml",
     }  # fmt: skip
     kustomization = yaml.safe_load(files["kustomization.yaml"])
+    # kind's 1.30 holds per-node write authority as a policy, deploy/'s 1.20 as a webhook:
+    # the policy is added and every webhook object deleted
+    assert kustomization["resources"] == ["admission.yaml"]
+    assert [o["kind"] for o in yaml.safe_load_all(files["admission.yaml"])] == [
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
+    ]  # fmt: skip
+    deleted = [
+        p["kind"] for p in yaml.safe_load_all(files["kubernetes-version.yaml"])
+        if p.get("$patch") == "delete"
+    ]  # fmt: skip
+    assert deleted == [
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+        "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy",
+        "ValidatingWebhookConfiguration",
+    ]  # fmt: skip
     # The whole of deploy/ (the CRD too: nothing else installs it on kind).
     assert kustomization["bases"] == ["../../deploy"]
     assert kustomization["images"] == [

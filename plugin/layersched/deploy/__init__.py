@@ -5,9 +5,22 @@ scheduler (:func:`extender_scheduler_config`, with leader election on its own Le
 the workloads of the kind testbed, and the whole install (:func:`stack_objects`) that
 ``deploy/`` holds as a kustomization (:func:`base_tree`, written by ``layersched deploy
 render`` and held equal by a test). The kind testbed, its Pulumi program and
-``deploy/`` all build their objects here.
+``deploy/`` all build their objects here, per-node write authority included (a
+ValidatingAdmissionPolicy from Kubernetes 1.30, the ``layersched admission`` webhook
+before: :func:`admission_objects`, whose TLS an overlay issues: :func:`overlay_tls`).
 """
 
+from layersched.deploy._admission import (
+    POLICY_NAME,
+    WEBHOOK_NAME,
+    WEBHOOK_SERVICE,
+    admission_objects,
+    admission_overlay,
+    overlay_tls,
+    policy_expressions,
+    uses_policy,
+    webhook_dns_names,
+)
 from layersched.deploy._kind import (
     KIND_KUBERNETES_VERSION,
     KindTarget,
@@ -53,10 +66,13 @@ from layersched.deploy._stack import (
     stack_objects,
     stack_spec_for,
 )
+from layersched.deploy._tls import WebhookTls, issue_webhook_tls, still_usable
 from layersched.deploy._tree import (
+    ADMISSION_PRIVATE_FILES,
     KUSTOMIZATION,
     ImageRef,
     LocalTestbedTarget,
+    admission_overlay_files,
     base_tree,
     kustomization,
     local_testbed_overlay,
@@ -77,6 +93,7 @@ from layersched.deploy._workloads import (
 from layersched.deploy._yaml import to_yaml, to_yaml_stream
 
 __all__ = [
+    "ADMISSION_PRIVATE_FILES",
     "AGENT_NAME",
     "AGENT_RULES",
     "AUTH_READER_NAMESPACE",
@@ -99,28 +116,38 @@ __all__ = [
     "LAYERSCHED_IMAGE",
     "LAYER_LOCALITY_SCHEDULER",
     "NAMESPACE",
+    "POLICY_NAME",
     "RYAX_PLUGIN_NAME",
     "SCHEDULER_CLUSTER_ROLES",
     "SCHEDULER_CONFIG_FILE",
     "SCHEDULER_RULES",
+    "WEBHOOK_NAME",
+    "WEBHOOK_SERVICE",
     "ExtenderSpec",
     "ImageRef",
     "KindTarget",
     "LeaderElectionSpec",
     "LocalTestbedTarget",
     "StackSpec",
+    "WebhookTls",
+    "admission_objects",
+    "admission_overlay",
+    "admission_overlay_files",
     "agent_daemonset",
     "base_tree",
     "extender_scheduler_config",
     "go_duration",
     "intree_scheduler_config",
+    "issue_webhook_tls",
     "kind_overlay",
     "kubernetes_minor",
     "kustomization",
     "labels",
     "local_testbed_overlay",
     "overlay_images",
+    "overlay_tls",
     "pdb_api_version",
+    "policy_expressions",
     "scheduler_api_version_for",
     "scheduler_config",
     "scheduler_deployment",
@@ -129,8 +156,11 @@ __all__ = [
     "stack_objects",
     "stack_spec_for",
     "stale_files",
+    "still_usable",
     "to_yaml",
     "to_yaml_stream",
+    "uses_policy",
     "version_patches",
+    "webhook_dns_names",
     "write_tree",
 ]

@@ -29,6 +29,7 @@ from typing import Any
 
 from layersched.agent import DEFAULT_CRIO_STORAGE
 from layersched.core.errors import InputError
+from layersched.deploy._admission import admission_objects, uses_policy
 from layersched.deploy._scheduler_config import kubernetes_minor
 from layersched.deploy._stack import (
     AGENT_HEALTH_ARGS,
@@ -83,8 +84,35 @@ def _key(obj: dict[str, Any]) -> _Key:
     return obj["kind"], meta["name"], meta.get("namespace")
 
 
-def _by_key(spec: StackSpec) -> dict[_Key, dict[str, Any]]:
-    return {_key(obj): obj for group in stack_objects(spec).values() for obj in group}
+#: deploy/'s file of per-node write authority: a webhook before 1.30, a policy from 1.30,
+#: so other objects (:func:`admission_change`), not patches of the same ones.
+ADMISSION_FILE = "admission.yaml"
+ADMISSION_RESOURCES = "admission.yaml"
+
+
+def _by_key(spec: StackSpec, *, admission: bool = True) -> dict[_Key, dict[str, Any]]:
+    return {
+        _key(obj): obj
+        for name, group in stack_objects(spec).items()
+        if admission or name != ADMISSION_FILE
+        for obj in group
+    }
+
+
+def admission_change(
+    base: StackSpec, kubernetes_version: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Where ``base`` and ``kubernetes_version`` hold per-node write authority differently
+    (the webhook before 1.30, the policy from 1.30): (strategic-merge patches deleting
+    ``base``'s objects, the version's objects to add). Nothing when both use the same."""
+    if uses_policy(base.kubernetes_version) == uses_policy(kubernetes_version):
+        return [], []
+    deletions = [
+        {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "$patch": "delete",
+         "metadata": _target_meta(_key(obj))}
+        for obj in admission_objects(base)
+    ]  # fmt: skip
+    return deletions, admission_objects(replace(base, kubernetes_version=kubernetes_version))
 
 
 def version_patches(
@@ -98,7 +126,9 @@ def version_patches(
     a changed apiVersion is a JSON patch, the only kind that can rewrite it.
     """
     kubernetes_minor(kubernetes_version)  # a clear error for a malformed version
-    old = _by_key(base)
+    # per-node write authority may be other objects in that version: admission_change
+    same_admission = uses_policy(base.kubernetes_version) == uses_policy(kubernetes_version)
+    old = _by_key(base, admission=same_admission)
     new = _by_key(
         stack_spec_for(
             kubernetes_version,
@@ -108,7 +138,8 @@ def version_patches(
             strategy=base.strategy,
             extender_args=base.extender_args,
             scheduler_verbosity=base.scheduler_verbosity,
-        )
+        ),
+        admission=same_admission,
     )
     if old.keys() != new.keys():
         raise InputError(
@@ -149,7 +180,9 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
     )
     extender = extender_container(trusting)
     base_agent = agent_daemonset(spec)["spec"]["template"]["spec"]
-    [base_volume] = [v for v in base_agent["volumes"] if v["hostPath"]["path"] == CONTAINERD_SOCKET]
+    [base_volume] = [
+        v for v in base_agent["volumes"] if v.get("hostPath", {}).get("path") == CONTAINERD_SOCKET
+    ]
     crio_socket = f"unix://{CRIO_SOCKET_PATH}"
     agent_args = [
         "agent", "--publish", "--node-name", "$(NODE_NAME)",
@@ -217,12 +250,17 @@ def kind_overlay(target: KindTarget, base: str, spec: StackSpec | None = None) -
     ``deploy/`` was rendered from (its default)."""
     spec = spec or StackSpec()
     merges, json_patches = version_patches(spec, target.kubernetes_version)
+    deletions, additions = admission_change(spec, target.kubernetes_version)
+    merges += deletions
     files = {KIND_PATCHES: HEADER + to_yaml_stream(kind_patches(target, spec))}
     body: dict[str, Any] = {
         "bases": [base],
         "images": overlay_images(target.layersched_image, target.kube_scheduler_image),
         "patchesStrategicMerge": [KIND_PATCHES],
     }
+    if additions:
+        files[ADMISSION_RESOURCES] = HEADER + to_yaml_stream(additions)
+        body["resources"] = [ADMISSION_RESOURCES]
     if merges:
         files[VERSION_PATCHES] = HEADER + to_yaml_stream(merges)
         body["patchesStrategicMerge"].append(VERSION_PATCHES)

@@ -49,6 +49,7 @@ from layersched.deploy._workloads import (
     NONROOT_UID,
     SCHEDULER_CONFIG_DIR,
     SCHEDULER_CONFIG_FILE,
+    bound_token_volume,
     labels,
     restricted,
 )
@@ -388,6 +389,9 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
     readiness shows (and holds a rolling update on) an agent that cannot publish.
     """
     selector = labels(AGENT_NAME)
+    # its token bound to the pod, so that the API server knows the agent's node
+    # (per-node write authority: layersched.deploy._admission)
+    token_volume, token_mount = bound_token_volume()
     argv = ["agent", "--publish", "--node-name", "$(NODE_NAME)", "--containerd", CONTAINERD_SOCKET]
     argv += AGENT_HEALTH_ARGS
     container = {
@@ -411,7 +415,10 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
         },
         "resources": AGENT_RESOURCES,
         "securityContext": restricted(uid=0),
-        "volumeMounts": [{"name": "containerd-socket", "mountPath": CONTAINERD_SOCKET}],
+        "volumeMounts": [
+            {"name": "containerd-socket", "mountPath": CONTAINERD_SOCKET},
+            token_mount,
+        ],
     }
     return {
         "apiVersion": "apps/v1",
@@ -424,13 +431,15 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
                 "metadata": {"labels": selector},
                 "spec": {
                     "serviceAccountName": AGENT_NAME,
+                    "automountServiceAccountToken": False,
                     "priorityClassName": "system-node-critical",
                     "containers": [container],
                     "volumes": [
                         {
                             "name": "containerd-socket",
                             "hostPath": {"path": CONTAINERD_SOCKET, "type": "Socket"},
-                        }
+                        },
+                        token_volume,
                     ],
                     "tolerations": [{"operator": "Exists"}],
                 },
@@ -472,6 +481,8 @@ def network_policies(spec: StackSpec) -> list[dict[str, Any]]:
 
 def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any]]]:
     """Every object of the install, grouped by the ``deploy/`` file it goes into."""
+    from layersched.deploy._admission import admission_objects  # it builds on this module
+
     spec = spec or StackSpec()
     name, namespace = spec.scheduler_name, spec.namespace
     cluster_role = f"layersched:{name}"
@@ -560,5 +571,6 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
             },
         ],
         "agent.yaml": [agent_daemonset(spec)],
+        "admission.yaml": admission_objects(spec),
         "network-policy.yaml": network_policies(spec),
     }

@@ -99,3 +99,53 @@ def scheduler_deployment_spec(
             },
         },
     }
+
+
+#: Where a pod's service-account credentials are mounted (the path in-cluster clients read).
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_VOLUME = "service-account-token"
+#: The bound token's lifetime: the kubelet renews it at 80 % of this, and
+#: layersched.kube re-reads the file on every request.
+TOKEN_EXPIRATION_S = 3600
+
+
+def bound_token_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A projected service-account token bound to the pod, with the cluster's CA and the
+    namespace, as the volume and its mount (at :data:`SERVICE_ACCOUNT_DIR`).
+
+    Kubernetes 1.21+ mounts exactly this by default; 1.20 mounts the service account's
+    legacy Secret token instead, which is bound to no pod, so the API server cannot say
+    which pod (and so which node) sent a request. A pod that needs its node known
+    (the agent: ``layersched.admission``) sets ``automountServiceAccountToken: false``
+    and mounts this. The CA comes from the ``kube-root-ca.crt`` ConfigMap every
+    namespace has (the controller-manager's RootCAConfigMap: beta and on by default
+    in 1.20, GA in 1.21).
+    """
+    volume = {
+        "name": SERVICE_ACCOUNT_VOLUME,
+        "projected": {
+            "sources": [
+                {
+                    "serviceAccountToken": {
+                        "path": "token",
+                        "expirationSeconds": TOKEN_EXPIRATION_S,
+                    }
+                },
+                {
+                    "configMap": {
+                        "name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    }
+                },
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+                        ]
+                    }
+                },
+            ],
+        },
+    }
+    mount = {"name": SERVICE_ACCOUNT_VOLUME, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}
+    return volume, mount

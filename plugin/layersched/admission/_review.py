@@ -268,8 +268,9 @@ def decide(request: AdmissionRequest, agents: AgentIdentities, lookup: ClusterLo
     write is refused, with a message saying it could not be checked.
     """
     resource = request.resource
-    if (resource.group, resource.resource, request.subResource) != (GROUP, PLURAL, ""):
-        # the webhook is registered for NodeLayerInventory objects only
+    if (resource.group, resource.resource) != (GROUP, PLURAL):
+        # the webhook is registered for NodeLayerInventory objects only (any subresource
+        # one may gain is held to the same rule)
         return allow("not-inventory")
     if request.operation not in CHECKED_OPERATIONS:
         return allow("not-checked-operation")

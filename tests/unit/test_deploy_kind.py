@@ -16,12 +16,14 @@ from layersched.deploy import (
     ImageRef,
     KindTarget,
     StackSpec,
+    issue_webhook_tls,
     kind_overlay,
     pdb_api_version,
     scheduler_rules,
     stack_objects,
     stack_spec_for,
     version_patches,
+    webhook_dns_names,
 )
 
 TARGET = KindTarget("kind-registry:5000", ImageRef("kind-registry:5000/layersched", tag="dev"))
@@ -150,8 +152,14 @@ def test_kind_overlay_files() -> None:
 
 def test_kind_overlay_for_deploys_version_has_no_version_patches() -> None:
     target = KindTarget(TARGET.registry, TARGET.layersched_image, kubernetes_version="v1.20.2")
-    files = kind_overlay(target, "../deploy")
-    assert set(files) == {"kustomization.yaml", "kind.yaml"}
+    # 1.20 runs the admission webhook: without its TLS there is no overlay to write
+    with pytest.raises(InputError, match="the admission webhook needs its TLS"):
+        kind_overlay(target, "../deploy")
+    tls = issue_webhook_tls(webhook_dns_names("layersched"))
+    files = kind_overlay(target, "../deploy", tls=tls)
+    assert set(files) == {
+        "kustomization.yaml", "kind.yaml", "admission-tls.yaml", "admission-ca-bundle.yaml"
+    }  # fmt: skip
     assert yaml.safe_load(files["kustomization.yaml"])["images"][1]["newTag"] == "v1.20.2"
 
 

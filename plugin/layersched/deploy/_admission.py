@@ -62,7 +62,14 @@ from layersched.core.nodelayers import GROUP, KIND, PLURAL
 from layersched.deploy._scheduler_config import kubernetes_minor
 from layersched.deploy._stack import LAYERSCHED_IMAGE, StackSpec, pdb_api_version
 from layersched.deploy._tls import WebhookTls, issue_webhook_tls, still_usable
-from layersched.deploy._workloads import AGENT_NAME, NONROOT_UID, labels, restricted
+from layersched.deploy._workloads import (
+    AGENT_NAME,
+    NONROOT_UID,
+    labels,
+    one_pod_at_a_time,
+    restricted,
+    spread_over_nodes,
+)
 
 #: ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1) is GA, on by default, and
 #: tokens carry their node from this minor on.
@@ -298,10 +305,7 @@ def webhook_deployment(spec: StackSpec, image: str) -> dict[str, Any]:
         "spec": {
             "replicas": WEBHOOK_REPLICAS,
             "selector": {"matchLabels": selector},
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
-            },
+            "strategy": one_pod_at_a_time(),
             "template": {
                 "metadata": {"labels": selector},
                 "spec": {
@@ -309,19 +313,7 @@ def webhook_deployment(spec: StackSpec, image: str) -> dict[str, Any]:
                     "schedulerName": "default-scheduler",
                     "priorityClassName": "system-cluster-critical",
                     "securityContext": {"runAsNonRoot": True, "fsGroup": NONROOT_UID},
-                    "affinity": {
-                        "podAntiAffinity": {
-                            "preferredDuringSchedulingIgnoredDuringExecution": [
-                                {
-                                    "weight": 100,
-                                    "podAffinityTerm": {
-                                        "labelSelector": {"matchLabels": selector},
-                                        "topologyKey": "kubernetes.io/hostname",
-                                    },
-                                }
-                            ]
-                        }
-                    },
+                    "affinity": spread_over_nodes(selector),
                     "containers": [container],
                     "volumes": [
                         {

@@ -40,7 +40,13 @@ from layersched.deploy._stack import (
     stack_objects,
     stack_spec_for,
 )
-from layersched.deploy._tree import KUSTOMIZATION, ImageRef, overlay_images
+from layersched.deploy._tls import WebhookTls
+from layersched.deploy._tree import (
+    KUSTOMIZATION,
+    ImageRef,
+    admission_overlay_files,
+    overlay_images,
+)
 from layersched.deploy._workloads import AGENT_NAME, CRIO_SOCKET_PATH
 from layersched.deploy._yaml import to_yaml, to_yaml_stream
 
@@ -244,11 +250,20 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
     return [scheduler_patch, agent_patch]
 
 
-def kind_overlay(target: KindTarget, base: str, spec: StackSpec | None = None) -> dict[str, str]:
+def kind_overlay(
+    target: KindTarget,
+    base: str,
+    spec: StackSpec | None = None,
+    tls: WebhookTls | None = None,
+) -> dict[str, str]:
     """An overlay of ``base`` (the path of ``deploy/`` relative to the overlay, or absolute)
     for one kind testbed: the whole install, the CRD included. ``spec`` is what
-    ``deploy/`` was rendered from (its default)."""
+    ``deploy/`` was rendered from (its default). A kind cluster before Kubernetes 1.30
+    runs the admission webhook, whose TLS ``tls`` is (:func:`overlay_tls`); from 1.30
+    the policy needs none."""
     spec = spec or StackSpec()
+    version_spec = replace(spec, kubernetes_version=target.kubernetes_version)
+    admission_files, admission_fields = admission_overlay_files(version_spec, tls)
     merges, json_patches = version_patches(spec, target.kubernetes_version)
     deletions, additions = admission_change(spec, target.kubernetes_version)
     merges += deletions
@@ -261,6 +276,10 @@ def kind_overlay(target: KindTarget, base: str, spec: StackSpec | None = None) -
     if additions:
         files[ADMISSION_RESOURCES] = HEADER + to_yaml_stream(additions)
         body["resources"] = [ADMISSION_RESOURCES]
+    files.update(admission_files)
+    body["resources"] = [*body.get("resources", []), *admission_fields.get("resources", [])]
+    if not body["resources"]:
+        del body["resources"]
     if merges:
         files[VERSION_PATCHES] = HEADER + to_yaml_stream(merges)
         body["patchesStrategicMerge"].append(VERSION_PATCHES)
@@ -272,6 +291,8 @@ def kind_overlay(target: KindTarget, base: str, spec: StackSpec | None = None) -
             files[name] = HEADER + json.dumps(patch["operations"], indent=2) + "\n"
             entries.append({"target": patch["target"], "path": name})
         body["patchesJson6902"] = entries
+    if admission_fields:
+        body.setdefault("patchesJson6902", []).extend(admission_fields["patchesJson6902"])
     files[KUSTOMIZATION] = HEADER + to_yaml(
         {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **body}
     )

@@ -51,7 +51,9 @@ from layersched.deploy._workloads import (
     SCHEDULER_CONFIG_FILE,
     bound_token_volume,
     labels,
+    one_pod_at_a_time,
     restricted,
+    spread_over_nodes,
 )
 from layersched.deploy._yaml import to_yaml
 from layersched.kube import agent_rules, extender_rules, node_layers_crd
@@ -337,10 +339,7 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
             "replicas": spec.replicas,
             "selector": {"matchLabels": selector},
             # Replace one pod at a time: the other keeps (or takes) the lease.
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
-            },
+            "strategy": one_pod_at_a_time(),
             "template": {
                 "metadata": {"labels": selector},
                 "spec": {
@@ -349,19 +348,7 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
                     "schedulerName": "default-scheduler",
                     "priorityClassName": "system-cluster-critical",
                     "securityContext": {"runAsNonRoot": True, "fsGroup": NONROOT_UID},
-                    "affinity": {
-                        "podAntiAffinity": {
-                            "preferredDuringSchedulingIgnoredDuringExecution": [
-                                {
-                                    "weight": 100,
-                                    "podAffinityTerm": {
-                                        "labelSelector": {"matchLabels": selector},
-                                        "topologyKey": "kubernetes.io/hostname",
-                                    },
-                                }
-                            ]
-                        }
-                    },
+                    "affinity": spread_over_nodes(selector),
                     "containers": [scheduler_container(spec), extender_container(spec)],
                     "volumes": [
                         {"name": "config", "configMap": {"name": f"{spec.scheduler_name}-config"}},

@@ -40,6 +40,25 @@ def labels(name: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "layersched"}
 
 
+def spread_over_nodes(selector: dict[str, str]) -> dict[str, Any]:
+    """A pod's affinity: replicas of ``selector`` on different nodes where possible (a node
+    lost takes one replica, not all)."""
+    term = {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"}
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
+        }
+    }
+
+
+def one_pod_at_a_time() -> dict[str, Any]:
+    """A Deployment's strategy replacing one pod at a time, never above its replicas: the
+    others keep serving (and a leader's lease)."""
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+
+
 def _http_probe(path: str, port: int | str, period_s: int, scheme: str = "HTTP") -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": port, "scheme": scheme}, "periodSeconds": period_s}
 

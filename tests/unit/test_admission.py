@@ -370,3 +370,27 @@ def test_a_key_that_does_not_match_is_a_clear_error(tmp_path: Path) -> None:
 
     with pytest.raises(AdmissionError, match="--tls-key-file"):
         ReloadingTls(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        # no agent identity at all: every write would be allowed, so it is refused
+        (["--agent-group", ""], "no agent identities"),
+        (["--agent-service-account", "layersched-agent"], "write NAMESPACE/NAME"),
+        (["--agent-service-account", "a/b/c"], "write NAMESPACE/NAME"),
+        (["--port", "0"], "--port 0"),
+        (["--max-request-bytes", "100"], "at least 16384"),
+        (["--review-timeout-s", "0.5"], "more than 1.0"),
+    ],
+    ids=["no-agents", "account-without-namespace", "account-with-two-slashes", "port",
+         "tiny-body", "timeout-below-a-lookup"],
+)  # fmt: skip
+def test_the_command_refuses_settings_that_cannot_work(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from layersched.cli.main import EXIT_USAGE, main
+
+    code = main(["admission", "--tls-cert-file", "c.pem", "--tls-key-file", "k.pem", *args])
+    assert code == EXIT_USAGE
+    assert says in capsys.readouterr().err

@@ -9,7 +9,7 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-echo "installing layersched (editable) and its dev/infra/sim extras into $venv ..."
-"$venv/bin/python" -m pip install --quiet --editable '.[dev,infra,sim]'
+echo "installing layersched (editable) and its dev/infra/sim/deploy extras into $venv ..."
+"$venv/bin/python" -m pip install --quiet --editable '.[dev,infra,sim,deploy]'
 touch "$venv/.installed"
 echo "ready: $venv/bin/layersched"

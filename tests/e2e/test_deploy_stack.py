@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -32,11 +33,28 @@ from typing import Any
 import httpx
 import pytest
 import tenacity
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from layersched.core.errors import KubeError, TestbedError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
-from layersched.deploy import AGENT_NAME, LAYER_LOCALITY_SCHEDULER, NAMESPACE
-from layersched.kube import NODE_LAYERS_PATH, KubeClient, KubeConfig, pod_path
+from layersched.deploy import (
+    AGENT_NAME,
+    LAYER_LOCALITY_SCHEDULER,
+    NAMESPACE,
+    SERVICE_ACCOUNT_VOLUME,
+    WEBHOOK_SERVICE,
+)
+from layersched.kube import (
+    NODE_LAYERS_PATH,
+    KubeClient,
+    KubeConfig,
+    load_kubeconfig,
+    node_layers_path,
+    pod_path,
+)
 from layersched.testbed.cluster.driver import ClusterDriver
 from layersched.testbed.deploy_stack import (
     DEPLOYED_SCORE_SOURCE,
@@ -65,7 +83,10 @@ TRIALS_ENV = "LAYERSCHED_E2E_DEPLOY_TRIALS"
 DEFAULT_TRIALS = 2
 PART_OF = "app.kubernetes.io/part-of=layersched"
 #: Cluster-scoped kinds and the kube-system RoleBinding the install creates.
-CLUSTER_KINDS = "namespace,customresourcedefinition,clusterrole,clusterrolebinding"
+CLUSTER_KINDS = (
+    "namespace,customresourcedefinition,clusterrole,clusterrolebinding,"
+    "validatingwebhookconfiguration"
+)
 HOST_SCHEDULER = "scheduler-layer-locality"
 #: kube-scheduler 1.20's plain-HTTP metrics (in the node's network: hostNetwork).
 SCHEDULER_METRICS_PORT = 10251
@@ -223,7 +244,11 @@ def deployed_stack(
             wait_rollout(
                 kubectl,
                 NAMESPACE,
-                [f"deployment/{LAYER_LOCALITY_SCHEDULER}", f"daemonset/{AGENT_NAME}"],
+                [
+                    f"deployment/{WEBHOOK_SERVICE}",
+                    f"deployment/{LAYER_LOCALITY_SCHEDULER}",
+                    f"daemonset/{AGENT_NAME}",
+                ],
             ),
             1,
         )
@@ -373,6 +398,159 @@ def test_the_extender_runs_on_its_own_token(stack: Stack) -> None:
         }
         path = "/var/run/secrets/kubernetes.io/serviceaccount"
         assert mounts["kube-scheduler"][path] != mounts["extender"][path]
+
+
+# --------------------------------------------------------------------- per-node authority
+#: What the webhook answers n1's agent for n2's object (the API's 403 carries it).
+OTHER_NODE_REFUSAL = (
+    'admission webhook "agent-node.layersched.io" denied the request: the layersched agent '
+    "on node 'n1' may write only its own node's NodeLayerInventory ('n1'), not 'n2'"
+)
+#: A layer as large as the CRD admits (2^40 bytes): the poison of issue 23, within schema.
+POISON_SIZE_BYTES = 2**40
+
+
+def _agent_token_file(stack: Stack, node: str) -> Path:
+    """The DaemonSet agent's projected token on ``node``, where its kubelet mounted it."""
+    [pod] = _get(
+        stack.kubectl, "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={AGENT_NAME}",
+        "--field-selector", f"spec.nodeName={node}",
+    )["items"]  # fmt: skip
+    [info] = [n for n in stack.inventory.nodes if n.name == node]
+    volume = f"volumes/kubernetes.io~projected/{SERVICE_ACCOUNT_VOLUME}/token"
+    return Path(info.kubelet_root_dir) / "pods" / pod["metadata"]["uid"] / volume
+
+
+def _legacy_agent_token(stack: Stack) -> str:
+    """The token of the agents' service account's legacy Secret (1.20 makes one; no pod
+    mounts it): bound to no pod."""
+    secrets = _get(stack.kubectl, "secrets", "-n", NAMESPACE)["items"]
+    [secret] = [
+        s for s in secrets
+        if s["type"] == "kubernetes.io/service-account-token"
+        and s["metadata"]["annotations"]["kubernetes.io/service-account.name"] == AGENT_NAME
+    ]  # fmt: skip
+    return base64.b64decode(secret["data"]["token"]).decode()
+
+
+def _client_certificate_for(stack: Stack, user: str, group: str, directory: Path) -> KubeConfig:
+    """A client certificate for ``user`` in ``group`` from the testbed's CA (real
+    credentials the API server authenticates, as the testbed issues its agents')."""
+    pki = Path(stack.inventory.cluster.ca_file).parent
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, group),
+        x509.NameAttribute(NameOID.COMMON_NAME, user),
+    ])  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    cert_file, key_file = directory / "client.crt", directory / "client.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.touch(mode=0o600)
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return KubeConfig(
+        server=stack.inventory.cluster.api_server,
+        ca_file=stack.inventory.cluster.ca_file,
+        cert_file=str(cert_file),
+        key_file=str(key_file),
+        origin=f"test certificate of {user}",
+    )
+
+
+def _poisoned(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` (a node's published object) claiming nginx:1.25 as one huge layer."""
+    digest = "sha256:" + "e" * 64
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "metadata": {
+            "name": obj["metadata"]["name"],
+            "ownerReferences": obj["metadata"].get("ownerReferences", []),
+        },
+        "layers": [{"digest": digest, "sizeBytes": POISON_SIZE_BYTES}],
+        "images": [{"names": ["nginx:1.25"], "digest": digest, "layers": [0]}],
+    }
+
+
+def _own(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as its agent applies it (what the agent publishes, unchanged)."""
+    keep = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+    meta = obj["metadata"]
+    return {**keep, "metadata": {"name": meta["name"], "ownerReferences": meta["ownerReferences"]}}
+
+
+def _refused(kube: KubeClient, document: dict[str, Any]) -> KubeError:
+    name = document["metadata"]["name"]
+    with pytest.raises(KubeError) as refused:
+        kube.apply(node_layers_path(name), document, "layersched-agent")
+    return refused.value
+
+
+def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path: Path) -> None:
+    # Issue 23's attack on the real 1.20 API server, with node n1's real credentials:
+    # the DaemonSet agent's projected token (bound to its pod on n1) and the testbed's
+    # host-side agent certificate (layersched:agent:n1). Each may apply n1's object and
+    # is refused n2's, with the webhook's message; the agents' legacy token (bound to no
+    # pod) is refused even its own node's, and a certificate for a node that does not
+    # exist is refused for that node.
+    objects = {
+        i["metadata"]["name"]: i
+        for i in _get(stack.kubectl, "nodelayerinventories.layersched.io")["items"]
+    }
+    assert {"n1", "n2"} <= set(objects)
+    n2_before = objects["n2"]
+    api, ca = stack.inventory.cluster.api_server, stack.inventory.cluster.ca_file
+    token_file = _agent_token_file(stack, "n1")
+    n1_credentials = {
+        "daemonset-token": KubeConfig(
+            server=api, ca_file=ca, token_file=str(token_file), origin="n1's agent pod"
+        ),
+        "host-agent-certificate": load_kubeconfig(
+            str(Path(stack.inventory.state_dir) / "control-plane" / "agent-n1.kubeconfig")
+        ),
+    }
+    for what, config in n1_credentials.items():
+        with KubeClient(config) as kube:
+            refusal = _refused(kube, _poisoned(objects["n2"]))
+            assert refusal.status == 403, (what, str(refusal))
+            assert OTHER_NODE_REFUSAL in str(refusal), (what, str(refusal))
+            kube.apply(node_layers_path("n1"), _own(objects["n1"]), "layersched-agent")
+    with KubeClient(KubeConfig(server=api, ca_file=ca, token=_legacy_agent_token(stack))) as kube:
+        refusal = _refused(kube, _own(objects["n1"]))
+        assert refusal.status == 403 and "not bound to a pod" in str(refusal), str(refusal)
+    ghost = _client_certificate_for(stack, "layersched:agent:ghost", "layersched:agents", tmp_path)
+    with KubeClient(ghost) as kube:
+        document = _poisoned(objects["n1"])
+        document["metadata"] = {
+            "name": "ghost",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "ghost", "uid": "x"}],
+        }
+        refusal = _refused(kube, document)
+        assert refusal.status == 403 and "Node 'ghost' does not exist" in str(refusal), str(refusal)
+    # n2's object is as n2's agent wrote it
+    after = _get(stack.kubectl, "nodelayerinventories.layersched.io", "n2")
+    assert after["layers"] == n2_before["layers"]
+    assert "ghost" not in stack.kubectl.run(
+        "get", "nodelayerinventories.layersched.io", "-o", "name"
+    )
 
 
 def test_seed_scenario_through_the_deployed_stack(stack: Stack) -> None:

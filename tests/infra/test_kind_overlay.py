@@ -17,8 +17,10 @@ from layersched.deploy import (
     ImageRef,
     KindTarget,
     kind_overlay,
+    overlay_tls,
     stack_objects,
     stack_spec_for,
+    uses_policy,
     write_tree,
 )
 from tests.fixtures import prereq
@@ -39,7 +41,8 @@ def _kubectl() -> None:
 
 def _render(tmp_path: Path, target: KindTarget) -> dict[tuple[str, str], dict[str, Any]]:
     overlay = tmp_path / "overlay"
-    write_tree(overlay, kind_overlay(target, os.path.relpath(DEPLOY_DIR, overlay)))
+    tls = overlay_tls(overlay, stack_spec_for(target.kubernetes_version))
+    write_tree(overlay, kind_overlay(target, os.path.relpath(DEPLOY_DIR, overlay), tls=tls))
     return {(o["kind"], o["metadata"]["name"]): o for o in _kustomize.kustomize(overlay)}
 
 
@@ -54,6 +57,20 @@ def test_overlay_renders_the_generators_install_for_the_version(
         for group in stack_objects(stack_spec_for(version)).values()
         for o in group
     }
+    webhook = not uses_policy(version)
+    if webhook:
+        # before 1.30 the webhook: the overlay adds its TLS Secret and caBundle, and the
+        # layersched image is the kind registry's
+        secret = rendered.pop(("Secret", "layersched-admission-tls"))
+        assert secret["type"] == "kubernetes.io/tls"
+        config = rendered[("ValidatingWebhookConfiguration", "layersched-agent-node")]
+        [hook] = config["webhooks"]
+        assert hook["clientConfig"].pop("caBundle") == secret["data"]["ca.crt"]
+        [admission] = rendered[("Deployment", "layersched-admission")]["spec"]["template"]["spec"][
+            "containers"
+        ]
+        assert admission["image"] == "kind-registry:5000/layersched:dev"
+        admission["image"] = "layersched"
     assert rendered.keys() == expected.keys()
     for key, obj in expected.items():
         if key not in KIND_PATCHED:
@@ -76,8 +93,12 @@ def test_agent_mounts_crio_not_containerd(tmp_path: Path) -> None:
     pod = agent["spec"]["template"]["spec"]
     [container] = pod["containers"]
     mounts = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
-    assert mounts == {"/var/run/crio/crio.sock": False, "/var/lib/containers/storage": True}
-    paths = sorted(v["hostPath"]["path"] for v in pod["volumes"])
+    # the runtime's socket and storage, and the agent's pod-bound token: nothing else
+    assert mounts == {
+        "/var/run/crio/crio.sock": False, "/var/lib/containers/storage": True,
+        "/var/run/secrets/kubernetes.io/serviceaccount": True,
+    }  # fmt: skip
+    paths = sorted(v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v)
     assert paths == ["/var/lib/containers/storage", "/var/run/crio/crio.sock"]
     # Still the hardened container deploy/ defines: no capabilities, read-only root.
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}

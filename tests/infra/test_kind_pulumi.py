@@ -20,7 +20,13 @@ import pulumi
 import pytest
 import yaml
 
-from layersched.deploy import AGENT_RULES, SCHEDULER_RULES, stack_objects
+from layersched.deploy import (
+    AGENT_RULES,
+    KIND_KUBERNETES_VERSION,
+    SCHEDULER_RULES,
+    stack_objects,
+    stack_spec_for,
+)
 from layersched.testbed.kind import CRIO_SOCKET, REGISTRIES_DROPIN_NODE_PATH
 from tests.fixtures import prereq
 from tests.infra import _kustomize
@@ -201,7 +207,7 @@ def test_install_is_deploy_with_the_kind_overlay(tmp_path: Path) -> None:
             obj["kind"],
             "/".join(filter(None, [obj["metadata"].get("namespace"), obj["metadata"]["name"]])),
         )
-        for group in stack_objects().values()
+        for group in stack_objects(stack_spec_for(KIND_KUBERNETES_VERSION)).values()
         for obj in group
     }
     assert installed == expected
@@ -255,10 +261,17 @@ def test_workloads_run_kind_images_and_crio(graph: Graph) -> None:
     assert args[args.index("--crio-storage") + 1] == "/var/lib/containers/storage"
     assert args[args.index("--cri") + 1] == "unix:///var/run/crio/crio.sock"
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    # CRI-O's socket and its storage (read-only), never containerd's.
-    assert set(mounts) == {"/var/run/crio/crio.sock", "/var/lib/containers/storage"}
+    # CRI-O's socket and its storage (read-only), never containerd's; the pod-bound token.
+    assert set(mounts) == {
+        "/var/run/crio/crio.sock", "/var/lib/containers/storage",
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+    }  # fmt: skip
     assert mounts["/var/lib/containers/storage"]["readOnly"] is True
-    volumes = {v["name"]: v["hostPath"] for v in agent["spec"]["template"]["spec"]["volumes"]}
+    volumes = {
+        v["name"]: v["hostPath"]
+        for v in agent["spec"]["template"]["spec"]["volumes"]
+        if "hostPath" in v
+    }
     assert sorted(p["path"] for p in volumes.values()) == [
         "/var/lib/containers/storage", "/var/run/crio/crio.sock"
     ]  # fmt: skip

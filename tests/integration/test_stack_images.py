@@ -143,7 +143,8 @@ def test_the_image_carries_the_product_and_not_the_harness(
     package = root / SITE_PACKAGES / "layersched"
     present = {p.name for p in package.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert {"testbed", "sim"}.isdisjoint(present), present
-    product = {"core", "registry", "kube", "cri", "containerd", "extender", "agent", "relay"}
+    product = {"core", "registry", "kube", "cri", "containerd"}
+    product |= {"extender", "agent", "relay", "admission"}
     assert product | {"deploy", "images", "cli"} <= present, present
     if os.geteuid() != 0 or shutil.which("chroot") is None:
         return  # the listing above is the check; running it needs chroot (root)
@@ -158,4 +159,4 @@ def test_the_image_carries_the_product_and_not_the_harness(
     assert done.returncode == 0, done.stderr
     # argparse lists each subcommand on a line of its own, indented four spaces
     commands = re.findall(r"^    ([a-z-]+)(?:\s|$)", done.stdout, re.M)
-    assert commands == ["score", "extender", "agent", "relay", "inventory", "deploy"]
+    assert commands == ["score", "extender", "agent", "relay", "admission", "inventory", "deploy"]

@@ -5,6 +5,7 @@ Regenerate after changing the generator: ``.venv/bin/layersched deploy render``.
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,12 @@ from layersched.deploy import (
     LocalTestbedTarget,
     StackSpec,
     base_tree,
+    issue_webhook_tls,
     local_testbed_overlay,
     scheduler_config,
     stack_objects,
     stale_files,
+    webhook_dns_names,
 )
 from layersched.kube import node_layers_crd
 from tests.fixtures.rbac import Grant, grants
@@ -455,7 +458,8 @@ def _target() -> LocalTestbedTarget:
 
 
 def test_local_testbed_overlay() -> None:
-    files = local_testbed_overlay(_target(), "../../deploy")
+    tls = issue_webhook_tls(webhook_dns_names(NAMESPACE))
+    files = local_testbed_overlay(_target(), "../../deploy", StackSpec(), tls)
     kustomization = yaml.safe_load(files["kustomization.yaml"])
     # the stack without the CRD: the testbed applies the CRD itself
     assert kustomization["bases"] == ["../../deploy/stack"]
@@ -472,7 +476,20 @@ def test_local_testbed_overlay() -> None:
             "newTag": "v1.20.2",
         },
     ]
-    scheduler, agent = yaml.safe_load_all(files["local-testbed.yaml"])
+    scheduler, agent, admission = yaml.safe_load_all(files["local-testbed.yaml"])
+    # the admission webhook (1.20): its TLS Secret and caBundle, on the node's network
+    assert kustomization["resources"] == ["admission-tls.yaml"]
+    [ca_patch] = kustomization["patchesJson6902"]
+    assert ca_patch["target"]["kind"] == "ValidatingWebhookConfiguration"
+    [operation] = yaml.safe_load(files[ca_patch["path"]])
+    assert operation["path"] == "/webhooks/0/clientConfig/caBundle"
+    assert base64.b64decode(operation["value"]) == tls.ca_bundle_pem
+    secret = yaml.safe_load(files["admission-tls.yaml"])
+    assert base64.b64decode(secret["data"]["tls.key"]) == tls.key_pem
+    assert admission["metadata"]["name"] == "layersched-admission"
+    assert admission["spec"]["template"]["spec"]["hostNetwork"] is True
+    with pytest.raises(InputError, match="the admission webhook needs its TLS"):
+        local_testbed_overlay(_target(), "../../deploy")
     [mount] = agent["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
     # each agent mounts its own node's socket only
     assert mount == {

@@ -16,12 +16,14 @@ from layersched.deploy import (
     ImageRef,
     KindTarget,
     StackSpec,
+    issue_webhook_tls,
     kind_overlay,
     pdb_api_version,
     scheduler_rules,
     stack_objects,
     stack_spec_for,
     version_patches,
+    webhook_dns_names,
 )
 
 TARGET = KindTarget("kind-registry:5000", ImageRef("kind-registry:5000/layersched", tag="dev"))
@@ -112,9 +114,25 @@ def test_version_patches_reject_a_bad_version() -> None:
 def test_kind_overlay_files() -> None:
     files = kind_overlay(TARGET, "../../deploy")
     assert set(files) == {
-        "kustomization.yaml", "kind.yaml", "kubernetes-version.yaml", "json-patch-0.yaml"
+        "kustomization.yaml", "kind.yaml", "kubernetes-version.yaml", "json-patch-0.yaml",
+        "admission.yaml",
     }  # fmt: skip
     kustomization = yaml.safe_load(files["kustomization.yaml"])
+    # kind's 1.30 holds per-node write authority as a policy, deploy/'s 1.20 as a webhook:
+    # the policy is added and every webhook object deleted
+    assert kustomization["resources"] == ["admission.yaml"]
+    assert [o["kind"] for o in yaml.safe_load_all(files["admission.yaml"])] == [
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
+    ]  # fmt: skip
+    deleted = [
+        p["kind"] for p in yaml.safe_load_all(files["kubernetes-version.yaml"])
+        if p.get("$patch") == "delete"
+    ]  # fmt: skip
+    assert deleted == [
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+        "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy",
+        "ValidatingWebhookConfiguration",
+    ]  # fmt: skip
     # The whole of deploy/ (the CRD too: nothing else installs it on kind).
     assert kustomization["bases"] == ["../../deploy"]
     assert kustomization["images"] == [
@@ -135,8 +153,14 @@ def test_kind_overlay_files() -> None:
 
 def test_kind_overlay_for_deploys_version_has_no_version_patches() -> None:
     target = KindTarget(TARGET.registry, TARGET.layersched_image, kubernetes_version="v1.20.2")
-    files = kind_overlay(target, "../deploy")
-    assert set(files) == {"kustomization.yaml", "kind.yaml"}
+    # 1.20 runs the admission webhook: without its TLS there is no overlay to write
+    with pytest.raises(InputError, match="the admission webhook needs its TLS"):
+        kind_overlay(target, "../deploy")
+    tls = issue_webhook_tls(webhook_dns_names("layersched"))
+    files = kind_overlay(target, "../deploy", tls=tls)
+    assert set(files) == {
+        "kustomization.yaml", "kind.yaml", "admission-tls.yaml", "admission-ca-bundle.yaml"
+    }  # fmt: skip
     assert yaml.safe_load(files["kustomization.yaml"])["images"][1]["newTag"] == "v1.20.2"
 
 

@@ -26,6 +26,7 @@ from layersched.deploy import (
     LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_PLUGIN_SCHEDULER,
     LAYER_LOCALITY_SCHEDULER,
+    NAMESPACE,
     SCHEDULER_PLUGIN,
     PluginArgs,
     StackSpec,
@@ -33,11 +34,13 @@ from layersched.deploy import (
     base_tree,
     for_process,
     image_locality_scheduler_config,
+    issue_webhook_tls,
     local_testbed_overlay,
     plugin_readme_block,
     plugin_scheduler_config,
     scheduler_config,
     stack_objects,
+    webhook_dns_names,
 )
 from layersched.deploy import (
     testbed_scheduler_configs as generate_testbed_configs,
@@ -243,8 +246,13 @@ def test_the_install_renders_the_plugin_on_1_20() -> None:
 
 
 def test_the_local_testbed_overlay_of_the_plugin_install_patches_no_sidecar() -> None:
-    files = local_testbed_overlay(_target(), "../../deploy", StackSpec(scheduler=SCHEDULER_PLUGIN))
-    scheduler, _agent = yaml.safe_load_all(files["local-testbed.yaml"])
+    tls = issue_webhook_tls(webhook_dns_names(NAMESPACE))
+    spec = StackSpec(scheduler=SCHEDULER_PLUGIN)
+    files = local_testbed_overlay(_target(), "../../deploy", spec, tls)
+    [scheduler] = [
+        d for d in yaml.safe_load_all(files["local-testbed.yaml"]) if d["kind"] == "Deployment"
+        and d["metadata"]["name"] == spec.scheduler_name
+    ]  # fmt: skip
     containers = scheduler["spec"]["template"]["spec"]["containers"]
     assert [c["name"] for c in containers] == ["kube-scheduler"]
 

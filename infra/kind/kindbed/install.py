@@ -20,11 +20,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from layersched.deploy import (
+    ADMISSION_PRIVATE_FILES,
     AGENT_NAME,
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
     KindTarget,
     kind_overlay,
+    overlay_tls,
+    stack_spec_for,
     write_tree,
 )
 
@@ -69,8 +72,10 @@ class LayerschedInstall(pulumi.ComponentResource):
         self.namespace = NAMESPACE
         self.scheduler_name = LAYER_LOCALITY_SCHEDULER
         # Relative, as `kubectl apply -k` users write it; kustomize resolves it from the overlay.
-        files = kind_overlay(target, os.path.relpath(deploy_dir, overlay_dir))
-        write_tree(overlay_dir, files)
+        # Before Kubernetes 1.30 the admission webhook's TLS, issued once per overlay dir.
+        tls = overlay_tls(overlay_dir, stack_spec_for(target.kubernetes_version))
+        files = kind_overlay(target, os.path.relpath(deploy_dir, overlay_dir), tls=tls)
+        write_tree(overlay_dir, files, private=ADMISSION_PRIVATE_FILES)
         directory = k8s.kustomize.Directory(
             f"{name}-kustomize",
             directory=str(overlay_dir),

@@ -169,7 +169,13 @@ class Publisher:
         owner = self._owner_reference()
         if owner is not None:
             document["metadata"]["ownerReferences"] = [owner]
-        self.kube.apply(node_layers_path(self.node), document, FIELD_MANAGER)
+        try:
+            self.kube.apply(node_layers_path(self.node), document, FIELD_MANAGER)
+        except KubeError:
+            # read the Node again next time: the admission rule holds the object to its
+            # Node's current uid, which a re-registered Node has changed
+            self._owner = None
+            raise
         self.stats.applies += 1
         self.stats.last_hash = digest
         self.stats.last_applied_at = time.monotonic()

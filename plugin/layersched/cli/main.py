@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "extender",
     "agent",
     "relay",
+    "admission",
     "inventory",
     "deploy",
 )

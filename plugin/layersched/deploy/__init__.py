@@ -6,9 +6,23 @@ the workloads of the kind testbed, and the whole install (:func:`stack_objects`)
 Kubernetes minor from 1.20 to 1.36 (:meth:`StackSpec.for_version`, what each minor changes
 in :mod:`layersched.deploy._versions`), as a kustomization (:func:`base_tree`): ``deploy/``
 is the local testbed's v1.20.2 one, written by ``layersched deploy render`` and held equal
-by a test. The kind testbed, its Pulumi program and ``deploy/`` all build their objects here.
+by a test. The kind testbed, its Pulumi program and ``deploy/`` all build their objects here,
+per-node write authority included (a ValidatingAdmissionPolicy from Kubernetes 1.30, the
+``layersched admission`` webhook before: :func:`admission_objects`, whose TLS an overlay
+issues: :func:`overlay_tls`).
 """
 
+from layersched.deploy._admission import (
+    POLICY_NAME,
+    WEBHOOK_NAME,
+    WEBHOOK_SERVICE,
+    admission_objects,
+    admission_overlay,
+    overlay_tls,
+    policy_expressions,
+    uses_policy,
+    webhook_dns_names,
+)
 from layersched.deploy._kind import (
     KIND_KUBERNETES_VERSION,
     KindTarget,
@@ -67,7 +81,6 @@ from layersched.deploy._stack import (
     SCHEDULER_EXTENDER,
     SCHEDULER_KINDS,
     SCHEDULER_PLUGIN,
-    SERVICE_ACCOUNT_DIR,
     StackSpec,
     agent_daemonset,
     plugin_readme_block,
@@ -76,10 +89,13 @@ from layersched.deploy._stack import (
     stack_objects,
     stack_spec_for,
 )
+from layersched.deploy._tls import WebhookTls, issue_webhook_tls, still_usable
 from layersched.deploy._tree import (
+    ADMISSION_PRIVATE_FILES,
     KUSTOMIZATION,
     ImageRef,
     LocalTestbedTarget,
+    admission_overlay_files,
     base_tree,
     kustomization,
     local_testbed_overlay,
@@ -106,12 +122,15 @@ from layersched.deploy._workloads import (
     HEALTHZ_PATH,
     NAMESPACE,
     SCHEDULER_CONFIG_FILE,
+    SERVICE_ACCOUNT_DIR,
+    SERVICE_ACCOUNT_VOLUME,
     labels,
     scheduler_deployment_spec,
 )
 from layersched.deploy._yaml import to_yaml, to_yaml_stream
 
 __all__ = [
+    "ADMISSION_PRIVATE_FILES",
     "AGENT_NAME",
     "AGENT_RULES",
     "AUTH_READER_NAMESPACE",
@@ -144,6 +163,7 @@ __all__ = [
     "NEWEST_MINOR",
     "OLDEST_MINOR",
     "PLUGIN_KUBERNETES_MINOR",
+    "POLICY_NAME",
     "RYAX_PLUGIN_NAME",
     "SCHEDULER_CLUSTER_ROLES",
     "SCHEDULER_CONFIG_FILE",
@@ -152,8 +172,11 @@ __all__ = [
     "SCHEDULER_PLUGIN",
     "SCHEDULER_RULES",
     "SERVICE_ACCOUNT_DIR",
+    "SERVICE_ACCOUNT_VOLUME",
     "SUPPORTED_MINORS",
     "UPSTREAM_KUBE_SCHEDULER",
+    "WEBHOOK_NAME",
+    "WEBHOOK_SERVICE",
     "EgressPeer",
     "EgressSpec",
     "ExtenderSpec",
@@ -165,6 +188,10 @@ __all__ = [
     "PluginArgs",
     "StackSpec",
     "TestbedSchedulers",
+    "WebhookTls",
+    "admission_objects",
+    "admission_overlay",
+    "admission_overlay_files",
     "agent_daemonset",
     "base_tree",
     "extender_scheduler_config",
@@ -172,6 +199,7 @@ __all__ = [
     "go_duration",
     "image_locality_scheduler_config",
     "intree_scheduler_config",
+    "issue_webhook_tls",
     "kind_overlay",
     "kubernetes_minor",
     "kustomization",
@@ -179,10 +207,12 @@ __all__ = [
     "local_testbed_overlay",
     "network_policies",
     "overlay_images",
+    "overlay_tls",
     "parse_kubernetes_version",
     "pdb_api_version",
     "plugin_readme_block",
     "plugin_scheduler_config",
+    "policy_expressions",
     "scheduler_api_version_for",
     "scheduler_config",
     "scheduler_deployment",
@@ -192,10 +222,13 @@ __all__ = [
     "stack_objects",
     "stack_spec_for",
     "stale_files",
+    "still_usable",
     "testbed_scheduler_configs",
     "to_yaml",
     "to_yaml_stream",
     "upstream_kube_scheduler",
+    "uses_policy",
     "version_patches",
+    "webhook_dns_names",
     "write_tree",
 ]

@@ -31,6 +31,7 @@ from typing import Any
 
 from layersched.agent import DEFAULT_CRIO_STORAGE
 from layersched.core.errors import InputError
+from layersched.deploy._admission import admission_objects, uses_policy
 from layersched.deploy._scheduler_config import kubernetes_minor
 from layersched.deploy._stack import (
     AGENT_HEALTH_ARGS,
@@ -40,7 +41,13 @@ from layersched.deploy._stack import (
     extender_args,
     stack_objects,
 )
-from layersched.deploy._tree import KUSTOMIZATION, ImageRef, overlay_images
+from layersched.deploy._tls import WebhookTls
+from layersched.deploy._tree import (
+    KUSTOMIZATION,
+    ImageRef,
+    admission_overlay_files,
+    overlay_images,
+)
 from layersched.deploy._versions import UPSTREAM_KUBE_SCHEDULER
 from layersched.deploy._workloads import AGENT_NAME, CRIO_SOCKET_PATH
 from layersched.deploy._yaml import to_yaml, to_yaml_stream
@@ -83,8 +90,35 @@ def _key(obj: dict[str, Any]) -> _Key:
     return obj["kind"], meta["name"], meta.get("namespace")
 
 
-def _by_key(spec: StackSpec) -> dict[_Key, dict[str, Any]]:
-    return {_key(obj): obj for group in stack_objects(spec).values() for obj in group}
+#: deploy/'s file of per-node write authority: a webhook before 1.30, a policy from 1.30,
+#: so other objects (:func:`admission_change`), not patches of the same ones.
+ADMISSION_FILE = "admission.yaml"
+ADMISSION_RESOURCES = "admission.yaml"
+
+
+def _by_key(spec: StackSpec, *, admission: bool = True) -> dict[_Key, dict[str, Any]]:
+    return {
+        _key(obj): obj
+        for name, group in stack_objects(spec).items()
+        if admission or name != ADMISSION_FILE
+        for obj in group
+    }
+
+
+def admission_change(
+    base: StackSpec, kubernetes_version: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Where ``base`` and ``kubernetes_version`` hold per-node write authority differently
+    (the webhook before 1.30, the policy from 1.30): (strategic-merge patches deleting
+    ``base``'s objects, the version's objects to add). Nothing when both use the same."""
+    if uses_policy(base.kubernetes_version) == uses_policy(kubernetes_version):
+        return [], []
+    deletions = [
+        {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "$patch": "delete",
+         "metadata": _target_meta(_key(obj))}
+        for obj in admission_objects(base)
+    ]  # fmt: skip
+    return deletions, admission_objects(base.for_version(kubernetes_version))
 
 
 #: Kinds the kind testbed patches too (kind_patches): their version differences go as JSON
@@ -134,8 +168,10 @@ def version_patches(
     (:data:`WORKLOAD_KINDS`).
     """
     kubernetes_minor(kubernetes_version)  # a clear error for a malformed version
-    old = _by_key(base)
-    new = _by_key(base.for_version(kubernetes_version))
+    # per-node write authority may be other objects in that version: admission_change
+    same_admission = uses_policy(base.kubernetes_version) == uses_policy(kubernetes_version)
+    old = _by_key(base, admission=same_admission)
+    new = _by_key(base.for_version(kubernetes_version), admission=same_admission)
     if old.keys() != new.keys():
         raise InputError(
             f"Kubernetes {kubernetes_version}: the install would hold other objects than "
@@ -184,7 +220,9 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
         extender_args=(*spec.extender_args, "--insecure-registry", target.registry),
     )
     base_agent = agent_daemonset(spec)["spec"]["template"]["spec"]
-    [base_volume] = [v for v in base_agent["volumes"] if v["hostPath"]["path"] == CONTAINERD_SOCKET]
+    [base_volume] = [
+        v for v in base_agent["volumes"] if v.get("hostPath", {}).get("path") == CONTAINERD_SOCKET
+    ]
     crio_socket = f"unix://{CRIO_SOCKET_PATH}"
     agent_args = [
         "agent", "--publish", "--node-name", "$(NODE_NAME)",
@@ -250,18 +288,36 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
     return [scheduler_patch, agent_patch]
 
 
-def kind_overlay(target: KindTarget, base: str, spec: StackSpec | None = None) -> dict[str, str]:
+def kind_overlay(
+    target: KindTarget,
+    base: str,
+    spec: StackSpec | None = None,
+    tls: WebhookTls | None = None,
+) -> dict[str, str]:
     """An overlay of ``base`` (the path of ``deploy/`` relative to the overlay, or absolute)
     for one kind testbed: the whole install, the CRD included. ``spec`` is what
-    ``deploy/`` was rendered from (its default)."""
+    ``deploy/`` was rendered from (its default). A kind cluster before Kubernetes 1.30
+    runs the admission webhook, whose TLS ``tls`` is (:func:`overlay_tls`); from 1.30
+    the policy needs none."""
     spec = spec or StackSpec()
+    version_spec = replace(spec, kubernetes_version=target.kubernetes_version)
+    admission_files, admission_fields = admission_overlay_files(version_spec, tls)
     merges, json_patches = version_patches(spec, target.kubernetes_version)
+    deletions, additions = admission_change(spec, target.kubernetes_version)
+    merges += deletions
     files = {KIND_PATCHES: HEADER + to_yaml_stream(kind_patches(target, spec))}
     body: dict[str, Any] = {
         "bases": [base],
         "images": overlay_images(target.layersched_image, target.kube_scheduler_image),
         "patchesStrategicMerge": [KIND_PATCHES],
     }
+    if additions:
+        files[ADMISSION_RESOURCES] = HEADER + to_yaml_stream(additions)
+        body["resources"] = [ADMISSION_RESOURCES]
+    files.update(admission_files)
+    body["resources"] = [*body.get("resources", []), *admission_fields.get("resources", [])]
+    if not body["resources"]:
+        del body["resources"]
     if merges:
         files[VERSION_PATCHES] = HEADER + to_yaml_stream(merges)
         body["patchesStrategicMerge"].append(VERSION_PATCHES)
@@ -273,6 +329,8 @@ def kind_overlay(target: KindTarget, base: str, spec: StackSpec | None = None) -
             files[name] = HEADER + json.dumps(patch["operations"], indent=2) + "\n"
             entries.append({"target": patch["target"], "path": name})
         body["patchesJson6902"] = entries
+    if admission_fields:
+        body.setdefault("patchesJson6902", []).extend(admission_fields["patchesJson6902"])
     files[KUSTOMIZATION] = HEADER + to_yaml(
         {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", **body}
     )

@@ -65,14 +65,20 @@ from layersched.deploy._scheduler_config import (
 from layersched.deploy._versions import pdb_api_version, scheduler_probe_paths
 from layersched.deploy._workloads import (
     AGENT_NAME,
+    CREDENTIAL_FILE_MODE,
     EXTENDER_PORT,
     KUBE_SCHEDULER_SECURE_PORT,
     NAMESPACE,
     NONROOT_UID,
     SCHEDULER_CONFIG_DIR,
     SCHEDULER_CONFIG_FILE,
+    SERVICE_ACCOUNT_VOLUME,
+    bound_token_volume,
+    credentials_mount,
     labels,
+    one_pod_at_a_time,
     restricted,
+    spread_over_nodes,
 )
 from layersched.deploy._yaml import to_yaml
 from layersched.kube import agent_rules, extender_rules, node_layers_crd
@@ -97,18 +103,6 @@ SCHEDULER_REPLICAS = 2
 #: (``layersched deploy render|overlay --allow-registry``); images from any other
 #: registry get neutral layer scores, and the extender sends that registry nothing.
 DEFAULT_ALLOWED_REGISTRIES = ("docker.io", "registry.k8s.io", "ghcr.io", "quay.io")
-#: Where a container reads its service-account credentials (client-go's in-cluster
-#: config, layersched.kube's): ``token``, ``ca.crt``, ``namespace``.
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-#: The kubelet's own lifetime for a pod's projected token (its ``kube-api-access``
-#: volume): an hour and 7 s; the kubelet renews it at 80%, and kube-scheduler's client
-#: re-reads the file every minute.
-PROJECTED_TOKEN_EXPIRATION_S = 3607
-#: What every container may read of its credential files: owner and the pod's fsGroup.
-CREDENTIAL_FILE_MODE = 0o440
-#: Published by kube-controller-manager in every namespace (RootCAConfigMap, on by
-#: default from 1.20): the cluster's CA for the projected token's volume.
-ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 #: How the second scheduler scores layers: the extender sidecar (every version), or the
 #: LayerLocality plugin built into layersched's kube-scheduler (1.20 only).
 SCHEDULER_EXTENDER = "extender"
@@ -301,12 +295,8 @@ def plugin_readme_block() -> str:
 
 
 #: The scheduler pod's two credential volumes.
-SCHEDULER_CREDENTIALS_VOLUME = "kube-api-access"
+SCHEDULER_CREDENTIALS_VOLUME = SERVICE_ACCOUNT_VOLUME
 EXTENDER_CREDENTIALS_VOLUME = "extender-api-access"
-
-
-def _credentials_mount(volume: str) -> dict[str, Any]:
-    return {"name": volume, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}
 
 
 def scheduler_container(spec: StackSpec) -> dict[str, Any]:
@@ -342,7 +332,7 @@ def scheduler_container(spec: StackSpec) -> dict[str, Any]:
             {"name": "config", "mountPath": SCHEDULER_CONFIG_DIR, "readOnly": True},
             # kube-scheduler writes its self-signed serving certificate here.
             {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 (an emptyDir)
-            _credentials_mount(SCHEDULER_CREDENTIALS_VOLUME),
+            credentials_mount(SCHEDULER_CREDENTIALS_VOLUME),
         ],
     }
 
@@ -382,7 +372,7 @@ def extender_container(spec: StackSpec) -> dict[str, Any]:
         "securityContext": restricted(),
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 (an emptyDir)
-            _credentials_mount(EXTENDER_CREDENTIALS_VOLUME),
+            credentials_mount(EXTENDER_CREDENTIALS_VOLUME),
         ],
     }
 
@@ -392,30 +382,7 @@ def credential_volumes(spec: StackSpec) -> list[dict[str, Any]]:
     and, unless the plugin scores, the extender's (its own account's token Secret), each
     with the CA and namespace, laid out as the service-account directory every in-cluster
     client reads."""
-    namespace_file = {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
-    volumes = [
-        {
-            "name": SCHEDULER_CREDENTIALS_VOLUME,
-            "projected": {
-                "defaultMode": CREDENTIAL_FILE_MODE,
-                "sources": [
-                    {
-                        "serviceAccountToken": {
-                            "path": "token",
-                            "expirationSeconds": PROJECTED_TOKEN_EXPIRATION_S,
-                        }
-                    },
-                    {
-                        "configMap": {
-                            "name": ROOT_CA_CONFIGMAP,
-                            "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                        }
-                    },
-                    {"downwardAPI": {"items": [namespace_file]}},
-                ],
-            },
-        },
-    ]
+    volumes = [bound_token_volume(SCHEDULER_CREDENTIALS_VOLUME)[0]]
     if spec.plugin:  # no extender: kube-scheduler's plugin reads as the pod's account
         return volumes
     return [
@@ -448,10 +415,7 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
             "replicas": spec.replicas,
             "selector": {"matchLabels": selector},
             # Replace one pod at a time: the other keeps (or takes) the lease.
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
-            },
+            "strategy": one_pod_at_a_time(),
             "template": {
                 "metadata": {"labels": selector},
                 "spec": {
@@ -463,19 +427,7 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
                     "schedulerName": "default-scheduler",
                     "priorityClassName": "system-cluster-critical",
                     "securityContext": {"runAsNonRoot": True, "fsGroup": NONROOT_UID},
-                    "affinity": {
-                        "podAntiAffinity": {
-                            "preferredDuringSchedulingIgnoredDuringExecution": [
-                                {
-                                    "weight": 100,
-                                    "podAffinityTerm": {
-                                        "labelSelector": {"matchLabels": selector},
-                                        "topologyKey": "kubernetes.io/hostname",
-                                    },
-                                }
-                            ]
-                        }
-                    },
+                    "affinity": spread_over_nodes(selector),
                     "containers": containers,
                     "volumes": [
                         {"name": "config", "configMap": {"name": f"{spec.scheduler_name}-config"}},
@@ -504,6 +456,9 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
     readiness shows (and holds a rolling update on) an agent that cannot publish.
     """
     selector = labels(AGENT_NAME)
+    # its token bound to the pod, so that the API server knows the agent's node
+    # (per-node write authority: layersched.deploy._admission)
+    token_volume, token_mount = bound_token_volume()
     argv = ["agent", "--publish", "--node-name", "$(NODE_NAME)", "--containerd", CONTAINERD_SOCKET]
     argv += AGENT_HEALTH_ARGS
     container = {
@@ -527,7 +482,10 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
         },
         "resources": AGENT_RESOURCES,
         "securityContext": restricted(uid=0),
-        "volumeMounts": [{"name": "containerd-socket", "mountPath": CONTAINERD_SOCKET}],
+        "volumeMounts": [
+            {"name": "containerd-socket", "mountPath": CONTAINERD_SOCKET},
+            token_mount,
+        ],
     }
     return {
         "apiVersion": "apps/v1",
@@ -540,13 +498,15 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
                 "metadata": {"labels": selector},
                 "spec": {
                     "serviceAccountName": AGENT_NAME,
+                    "automountServiceAccountToken": False,
                     "priorityClassName": "system-node-critical",
                     "containers": [container],
                     "volumes": [
                         {
                             "name": "containerd-socket",
                             "hostPath": {"path": CONTAINERD_SOCKET, "type": "Socket"},
-                        }
+                        },
+                        token_volume,
                     ],
                     "tolerations": [{"operator": "Exists"}],
                 },
@@ -587,17 +547,10 @@ def extender_credentials(spec: StackSpec) -> list[dict[str, Any]]:
     ]
 
 
-def _admission_objects(spec: StackSpec) -> list[dict[str, Any]]:
-    """Per-node write authority on ``NodeLayerInventory`` objects (issue 23), per version: a
-    ValidatingAdmissionPolicy from 1.30, a webhook on 1.20. The hook for
-    ``layersched.deploy._admission.admission_objects(spec)``: its objects go into
-    ``admission.yaml`` (written only when there are any)."""
-    del spec
-    return []
-
-
 def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any]]]:
     """Every object of the install, grouped by the ``deploy/`` file it goes into."""
+    from layersched.deploy._admission import admission_objects  # it builds on this module
+
     spec = spec or StackSpec()
     name, namespace = spec.scheduler_name, spec.namespace
     cluster_role = f"layersched:{name}"
@@ -688,9 +641,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
             },
         ],
         "agent.yaml": [agent_daemonset(spec)],
+        "admission.yaml": admission_objects(spec),
         "network-policy.yaml": network_policies(namespace, name, spec.egress),
     }
-    admission = _admission_objects(spec)
-    if admission:
-        groups["admission.yaml"] = admission
     return groups

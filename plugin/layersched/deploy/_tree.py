@@ -12,18 +12,20 @@ and pod IPs are not routed to the host, so the stack's pods use the node's netwo
 (``hostNetwork``) and reach the API server at its real address; each node's containerd
 socket lives under the testbed's state dir, so the agent mounts exactly its own node's
 socket (``subPathExpr``); the extender may fetch manifests from the testbed's plain-HTTP
-registry, the only one it may contact.
+registry, the only one it may contact; the admission webhook (before Kubernetes 1.30) gets
+its TLS and the node's network.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from layersched import __version__
 from layersched.core.errors import InputError
+from layersched.deploy._admission import TLS_FILE, WEBHOOK_SERVICE, admission_overlay
 from layersched.deploy._stack import (
     CONTAINERD_SOCKET,
     DEFAULT_KUBE_SCHEDULER_IMAGE,
@@ -35,6 +37,7 @@ from layersched.deploy._stack import (
     extender_args,
     stack_objects,
 )
+from layersched.deploy._tls import WebhookTls
 from layersched.deploy._versions import (
     UPSTREAM_KUBE_SCHEDULER,
     KubernetesVersion,
@@ -56,15 +59,16 @@ FILE_ORDER = (
     "rbac.yaml",
     "scheduler.yaml",
     "agent.yaml",
-    "network-policy.yaml",
-    # Only where the version has objects for it (layersched.deploy._stack's hook).
     "admission.yaml",
+    "network-policy.yaml",
 )
 #: The stack without the CRD, as its own kustomization: a cluster that already has the
 #: CRD from elsewhere (the local testbed applies it at bring-up) installs only this, so
 #: removing the stack never takes the CRD and every node's objects with it.
 STACK_DIR = "stack"
 CRD_FILE = "crd.yaml"
+#: Mode of an overlay file holding a private key.
+PRIVATE_MODE = 0o600
 
 
 def kustomization(body: Mapping[str, Any]) -> str:
@@ -173,12 +177,34 @@ class LocalTestbedTarget:
     kube_scheduler_image: ImageRef
 
 
+def admission_overlay_files(
+    spec: StackSpec, tls: WebhookTls | None
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The files and kustomization fields an overlay adds for per-node write authority
+    (:func:`layersched.deploy._admission.admission_overlay`), as text. Write them with
+    ``private=ADMISSION_PRIVATE_FILES``."""
+    documents, fields = admission_overlay(spec, tls)
+    return {name: HEADER + to_yaml(document) for name, document in documents.items()}, fields
+
+
+#: The overlay files holding a private key.
+ADMISSION_PRIVATE_FILES = frozenset({TLS_FILE})
+
+
 def local_testbed_overlay(
-    target: LocalTestbedTarget, base: str, spec: StackSpec | None = None
+    target: LocalTestbedTarget,
+    base: str,
+    spec: StackSpec | None = None,
+    tls: WebhookTls | None = None,
 ) -> dict[str, str]:
     """An overlay of ``base`` (the path of ``deploy/`` relative to the overlay) for one local
-    testbed. It installs ``deploy/stack`` only: the testbed applies the CRD itself."""
+    testbed. It installs ``deploy/stack`` only: the testbed applies the CRD itself.
+
+    Before Kubernetes 1.30 ``tls`` is the admission webhook's (:func:`overlay_tls`); its
+    pods use the node's network too, and the testbed's API server reaches them through
+    the Service's endpoints (``--enable-aggregator-routing``: it has no kube-proxy)."""
     spec = spec or StackSpec()
+    admission_files, admission_fields = admission_overlay_files(spec, tls)
     api_env = [
         {"name": "KUBERNETES_SERVICE_HOST", "value": target.api_host},
         {"name": "KUBERNETES_SERVICE_PORT", "value": str(target.api_port)},
@@ -240,10 +266,29 @@ def local_testbed_overlay(
             }
         },
     }
+    patches = [scheduler_patch, agent_patch]
+    if admission_files:
+        patches.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": WEBHOOK_SERVICE, "namespace": spec.namespace},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "hostNetwork": True,
+                            "dnsPolicy": "Default",  # the testbed runs no cluster DNS
+                            "containers": [{"name": "admission", "env": api_env}],
+                        }
+                    }
+                },
+            }
+        )
     return {
         KUSTOMIZATION: kustomization(
             {
                 "bases": [f"{base}/{STACK_DIR}"],
+                **admission_fields,
                 "images": [
                     *overlay_images(
                         target.layersched_image, target.kube_scheduler_image, of_stack=True
@@ -252,17 +297,27 @@ def local_testbed_overlay(
                 "patchesStrategicMerge": ["local-testbed.yaml"],
             }
         ),
-        "local-testbed.yaml": HEADER + to_yaml_stream([scheduler_patch, agent_patch]),
+        "local-testbed.yaml": HEADER + to_yaml_stream(patches),
+        **admission_files,
     }
 
 
-def write_tree(directory: Path, files: Mapping[str, str]) -> list[str]:
-    """Write ``files`` under ``directory``; returns the names whose content changed."""
+def write_tree(
+    directory: Path, files: Mapping[str, str], private: Collection[str] = ()
+) -> list[str]:
+    """Write ``files`` under ``directory``; returns the names whose content changed.
+
+    The names in ``private`` (a private key's Secret) are readable by their owner only
+    (0600), from the moment they are created.
+    """
     changed: list[str] = []
     try:
         for name, text in sorted(files.items()):
             path = directory / name
             path.parent.mkdir(parents=True, exist_ok=True)
+            if name in private:
+                path.touch(mode=PRIVATE_MODE)
+                path.chmod(PRIVATE_MODE)
             if path.exists() and path.read_text(encoding="utf-8") == text:
                 continue
             path.write_text(text, encoding="utf-8")

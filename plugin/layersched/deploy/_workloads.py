@@ -40,6 +40,25 @@ def labels(name: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "layersched"}
 
 
+def spread_over_nodes(selector: dict[str, str]) -> dict[str, Any]:
+    """A pod's affinity: replicas of ``selector`` on different nodes where possible (a node
+    lost takes one replica, not all)."""
+    term = {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"}
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
+        }
+    }
+
+
+def one_pod_at_a_time() -> dict[str, Any]:
+    """A Deployment's strategy replacing one pod at a time, never above its replicas: the
+    others keep serving (and a leader's lease)."""
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+
+
 def _http_probe(path: str, port: int | str, period_s: int, scheme: str = "HTTP") -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": port, "scheme": scheme}, "periodSeconds": period_s}
 
@@ -99,3 +118,56 @@ def scheduler_deployment_spec(
             },
         },
     }
+
+
+#: Where a container reads its service-account credentials (client-go's in-cluster
+#: config, layersched.kube's): ``token``, ``ca.crt``, ``namespace``.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: The kubelet's own name for the projected token volume it mounts by default (1.21+).
+SERVICE_ACCOUNT_VOLUME = "kube-api-access"
+#: The kubelet's own lifetime for that token: an hour and 7 s; the kubelet renews it at
+#: 80 %, layersched.kube re-reads the file on every request and kube-scheduler's client
+#: every minute.
+TOKEN_EXPIRATION_S = 3607
+#: What every container may read of its credential files: owner and the pod's fsGroup.
+CREDENTIAL_FILE_MODE = 0o440
+#: Published by kube-controller-manager in every namespace (RootCAConfigMap: beta and on
+#: by default in 1.20, GA in 1.21): the cluster's CA for the projected token's volume.
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+
+
+def credentials_mount(volume: str) -> dict[str, Any]:
+    """Mount ``volume`` read-only where in-cluster clients look for their credentials."""
+    return {"name": volume, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}
+
+
+def bound_token_volume(
+    name: str = SERVICE_ACCOUNT_VOLUME,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A projected service-account token bound to the pod, with the cluster's CA and the
+    namespace, as the volume ``name`` and its mount (at :data:`SERVICE_ACCOUNT_DIR`).
+
+    Kubernetes 1.21+ mounts exactly this by default; 1.20 mounts the service account's
+    legacy Secret token instead, which is bound to no pod and never expires, so the API
+    server cannot say which pod (and so which node) sent a request. A pod that needs its
+    node known (the agent: ``layersched.admission``), or a short-lived credential (the
+    scheduler), sets ``automountServiceAccountToken: false`` and mounts this.
+    """
+    namespace_file = {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+    volume = {
+        "name": name,
+        "projected": {
+            "defaultMode": CREDENTIAL_FILE_MODE,
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": TOKEN_EXPIRATION_S}},
+                {
+                    "configMap": {
+                        "name": ROOT_CA_CONFIGMAP,
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    }
+                },
+                {"downwardAPI": {"items": [namespace_file]}},
+            ],
+        },
+    }
+    return volume, credentials_mount(name)

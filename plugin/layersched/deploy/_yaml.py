@@ -22,7 +22,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def to_yaml(document: dict[str, Any]) -> str:
+def to_yaml(document: dict[str, Any] | list[Any]) -> str:
     """One YAML document, keys in insertion order (what a human would write)."""
     return yaml.dump(document, Dumper=_Dumper, sort_keys=False)
 

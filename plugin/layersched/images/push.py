@@ -16,11 +16,15 @@ from pathlib import Path
 
 from layersched import __version__
 from layersched.deploy import (
+    ADMISSION_PRIVATE_FILES,
     KUBERNETES_VERSION,
     KUSTOMIZATION,
     ImageRef,
+    StackSpec,
+    admission_overlay_files,
     kustomization,
     overlay_images,
+    overlay_tls,
     write_tree,
 )
 from layersched.images.build import (
@@ -119,14 +123,22 @@ def relative_base(base: Path, overlay: Path) -> str:
     return os.path.relpath(base.resolve(), overlay.resolve())
 
 
-def write_overlay(out: Path, images: PushedStack, base: Path = DEPLOY_DIR) -> list[str]:
-    """An overlay of ``base`` that only pins the images to the pushed digests."""
+def write_overlay(
+    out: Path, images: PushedStack, base: Path = DEPLOY_DIR, spec: StackSpec | None = None
+) -> list[str]:
+    """An overlay of ``base`` that pins the images to the pushed digests and, before
+    Kubernetes 1.30, carries the admission webhook's TLS (issued here, or kept from an
+    earlier overlay in ``out`` while it is good: :func:`layersched.deploy.overlay_tls`)."""
+    spec = spec or StackSpec()
+    admission_files, admission_fields = admission_overlay_files(spec, overlay_tls(out, spec))
     files = {
         KUSTOMIZATION: kustomization(
             {
                 "bases": [relative_base(base, out)],
+                **admission_fields,
                 "images": overlay_images(images.layersched.ref, images.kube_scheduler.ref),
             }
-        )
+        ),
+        **admission_files,
     }
-    return write_tree(out, files)
+    return write_tree(out, files, private=ADMISSION_PRIVATE_FILES)

@@ -5,8 +5,8 @@
 * the **extender** lists and watches Nodes and NodeLayerInventory objects.
 
 Neither may read Secrets, Pods or anything else. Kubernetes RBAC cannot confine an agent
-to its own node's object (``resourceNames`` would need a role per node): what a
-compromised agent could do with that, and how it is bounded, is in docs/inventory.md.
+to its own node's object (``resourceNames`` would need a role per node): admission does
+(:mod:`layersched.admission`, installed by ``deploy/``; docs/inventory.md, trust model).
 """
 
 from __future__ import annotations

@@ -23,9 +23,12 @@ import httpx
 from layersched.core.errors import InputError, TestbedError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
+    ADMISSION_PRIVATE_FILES,
     LAYER_LOCALITY_SCHEDULER,
     LocalTestbedTarget,
+    StackSpec,
     local_testbed_overlay,
+    overlay_tls,
     write_tree,
 )
 from layersched.images.push import DEPLOY_DIR, PushedStack, relative_base
@@ -60,9 +63,13 @@ def local_target(inventory: TestbedInventory, images: PushedStack) -> LocalTestb
 def write_local_overlay(
     out: Path, inventory: TestbedInventory, images: PushedStack, base: Path = DEPLOY_DIR
 ) -> list[str]:
-    """The local testbed's overlay of ``base`` (images by digest, the testbed's patches)."""
-    files = local_testbed_overlay(local_target(inventory, images), relative_base(base, out))
-    return write_tree(out, files)
+    """The local testbed's overlay of ``base`` (images by digest, the testbed's patches,
+    the admission webhook's TLS: issued, or kept from an earlier overlay in ``out``)."""
+    spec = StackSpec()
+    files = local_testbed_overlay(
+        local_target(inventory, images), relative_base(base, out), spec, overlay_tls(out, spec)
+    )
+    return write_tree(out, files, private=ADMISSION_PRIVATE_FILES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,417 @@
+"""The webhook server: ``POST /validate`` (AdmissionReview v1) over HTTPS, on aiohttp.
+
+Bounded by construction: at most ``max_concurrent_reviews`` reviews are worked on (past
+that, 503 before the body is read: the API server then applies the webhook's
+``failurePolicy``), a body is at most ``max_request_bytes`` (413) and must arrive within
+``body_timeout_s`` (408), and a review's lookups must finish within ``review_timeout_s``
+(else the write is refused as unchecked). The serving certificate is re-read when its
+files change (a renewed Secret), without a restart. ``/livez``, ``/readyz`` (the API
+server answered once) and ``/metrics`` are served on the same port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import signal
+import ssl
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from layersched.admission._lookup import ApiLookup
+from layersched.admission._review import (
+    ADMISSION_API_VERSION,
+    ADMISSION_KIND,
+    AdmissionReview,
+    AgentIdentities,
+    ClusterLookup,
+    Verdict,
+    decide,
+    refuse,
+    response,
+)
+from layersched.core.errors import LayerschedError
+
+log = logging.getLogger("layersched.admission")
+
+#: The path the ValidatingWebhookConfiguration calls.
+VALIDATE_PATH = "/validate"
+LIVEZ_PATH = "/livez"
+READYZ_PATH = "/readyz"
+METRICS_PATH = "/metrics"
+#: Largest AdmissionReview read (``--max-request-bytes``). An UPDATE carries the object
+#: and the old object; the API server takes request bodies of at most 3 MiB and etcd
+#: stores objects of at most 1.5 MiB, so a review is below ~5 MiB of JSON: 8 MiB leaves
+#: headroom and bounds memory at 8 MiB x the concurrent reviews.
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+#: Reviews worked on at once (``--max-concurrent-reviews``): each may wait on two API
+#: lookups; agents write a few times a minute each, and most lookups are cached.
+MAX_CONCURRENT_REVIEWS = 8
+#: The API server calls with ``timeoutSeconds`` (deploy/: 5 s); answer well before it.
+REVIEW_TIMEOUT_S = 3.0
+BODY_TIMEOUT_S = 2.0
+#: How often the serving certificate's files are checked for a renewal.
+TLS_RELOAD_PERIOD_S = 60.0
+#: How long SIGTERM waits for reviews in flight.
+SHUTDOWN_GRACE_S = 5.0
+#: The readiness check's retry interval (GET /version until the API answers).
+READY_RETRY_S = 2.0
+HTTP_OK = 200
+HTTP_BAD_REQUEST = 400
+HTTP_TIMEOUT = 408
+HTTP_TOO_LARGE = 413
+HTTP_UNAVAILABLE = 503
+LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+_ENCODER = msgspec.json.Encoder()
+_REVIEW = msgspec.json.Decoder(AdmissionReview)
+
+
+class AdmissionError(LayerschedError):
+    """The admission server could not start or keep serving."""
+
+
+class AdmissionMetrics:
+    """Prometheus metrics of one server (its own registry, so tests can run several)."""
+
+    def __init__(self, lookup: ApiLookup | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.reviews = Counter(
+            "layersched_admission_reviews",
+            "AdmissionReviews answered, by operation and result (allowed, refused: the "
+            "per-node rule said no, error: it could not be checked).",
+            ["operation", "result"],
+            registry=self.registry,
+        )
+        self.refusals = Counter(
+            "layersched_admission_refusals",
+            "Writes refused, by why (other-node, node-missing, unbound-token, ...).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.rejected_requests = Counter(
+            "layersched_admission_rejected_requests",
+            "HTTP requests not answered with a review (overloaded, too large, malformed, "
+            "slow body), by HTTP status.",
+            ["code"],
+            registry=self.registry,
+        )
+        self.latency_s = Histogram(
+            "layersched_admission_review_seconds",
+            "Time to answer one AdmissionReview, body read included.",
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.in_progress = Gauge(
+            "layersched_admission_reviews_in_progress",
+            "Reviews being worked on.",
+            registry=self.registry,
+        )
+        self.tls_reloads = Counter(
+            "layersched_admission_tls_reloads",
+            "Times the serving certificate was re-read after its files changed.",
+            registry=self.registry,
+        )
+        if lookup is not None:
+            lookups = Gauge(
+                "layersched_admission_lookups",
+                "API lookups (source=api) and cache hits (source=cache), by kind.",
+                ["kind", "source"],
+                registry=self.registry,
+            )
+            for kind in ("pod", "node"):
+                lookups.labels(kind, "api").set_function(
+                    lambda k=kind: lookup.stats.api_calls[k]  # type: ignore[misc]
+                )
+                lookups.labels(kind, "cache").set_function(
+                    lambda k=kind: lookup.stats.cache_hits[k]  # type: ignore[misc]
+                )
+            cached = Gauge(
+                "layersched_admission_cached",
+                "Entries in the lookup caches, by kind.",
+                ["kind"],
+                registry=self.registry,
+            )
+            cached.labels("pod").set_function(lambda: lookup.sizes()[0])
+            cached.labels("node").set_function(lambda: lookup.sizes()[1])
+
+
+class ReloadingTls:
+    """A server TLS context (TLS 1.2+) whose certificate is re-read when its files change."""
+
+    def __init__(self, cert_file: str, key_file: str) -> None:
+        self.cert_file, self.key_file = cert_file, key_file
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._fingerprint = ""
+        self.reload()
+
+    def _read_fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        for path in (self.cert_file, self.key_file):
+            digest.update(Path(path).read_bytes())
+        return digest.hexdigest()
+
+    def reload(self) -> bool:
+        """Load the files if they changed; True when they were (re)loaded. Raises
+        :class:`AdmissionError` when they cannot be read or do not match."""
+        try:
+            fingerprint = self._read_fingerprint()
+            if fingerprint == self._fingerprint:
+                return False
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as err:
+            raise AdmissionError(
+                f"loading the serving certificate {self.cert_file!r} and key {self.key_file!r}: "
+                f"{err}: pass a PEM certificate with --tls-cert-file and its PEM key with "
+                "--tls-key-file (deploy/ mounts them from the Secret layersched-admission-tls)"
+            ) from None
+        self._fingerprint = fingerprint
+        return True
+
+
+@dataclass
+class _State:
+    agents: AgentIdentities
+    lookup: ClusterLookup
+    metrics: AdmissionMetrics
+    pool: ThreadPoolExecutor
+    limit: int
+    review_timeout_s: float
+    body_timeout_s: float
+    busy: int = 0
+    ready: bool = False
+    ready_why: str = "the API server has not answered yet"
+
+
+STATE_KEY: web.AppKey[_State] = web.AppKey("state", _State)
+
+
+def _json(body: object, status: int = HTTP_OK) -> web.Response:
+    return web.Response(body=_ENCODER.encode(body), status=status, content_type="application/json")
+
+
+def _rejected(state: _State, status: int, message: str) -> web.Response:
+    state.metrics.rejected_requests.labels(str(status)).inc()
+    log.warning("review request not answered: %d %s", status, message)
+    return _json({"error": message}, status)
+
+
+def _decode(body: bytes) -> AdmissionReview:
+    """The review; DecodeError on anything that is not one (JSON nested 100,000 deep and
+    strings that are not UTF-8 included)."""
+    try:
+        review = _REVIEW.decode(body)
+    except RecursionError:
+        raise msgspec.DecodeError("JSON nested too deeply") from None
+    except UnicodeDecodeError as err:
+        raise msgspec.DecodeError(f"a string is not valid UTF-8 ({err.reason})") from None
+    if (review.apiVersion, review.kind) != (ADMISSION_API_VERSION, ADMISSION_KIND):
+        raise msgspec.DecodeError(
+            f"expected {ADMISSION_KIND} {ADMISSION_API_VERSION}, got {review.kind!r} "
+            f"{review.apiVersion!r}: set admissionReviewVersions: [v1] in the webhook"
+        )
+    if review.request is None:
+        raise msgspec.DecodeError(f"the {ADMISSION_KIND} has no request")
+    return review
+
+
+async def _validate(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    if state.busy >= state.limit:
+        return _rejected(
+            state,
+            HTTP_UNAVAILABLE,
+            f"overloaded: {state.busy} reviews in progress; raise --max-concurrent-reviews "
+            "or run more replicas",
+        )
+    started = time.perf_counter()
+    state.busy += 1
+    state.metrics.in_progress.inc()
+    try:
+        try:
+            body = await asyncio.wait_for(request.read(), state.body_timeout_s)
+        except web.HTTPRequestEntityTooLarge as err:
+            return _rejected(
+                state,
+                HTTP_TOO_LARGE,
+                f"AdmissionReview too large ({(err.text or '').rstrip('.')}): raise "
+                "--max-request-bytes if NodeLayerInventory objects are this large",
+            )
+        except TimeoutError:
+            return _rejected(
+                state, HTTP_TIMEOUT, f"the body did not arrive within {state.body_timeout_s} s"
+            )
+        try:
+            review = _decode(body)
+        except msgspec.DecodeError as err:
+            return _rejected(state, HTTP_BAD_REQUEST, f"not an AdmissionReview: {err}")
+        assert review.request is not None  # _decode checked
+        loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(state.pool, decide, review.request, state.agents, state.lookup)
+        try:
+            verdict: Verdict = await asyncio.wait_for(work, state.review_timeout_s)
+        except TimeoutError:
+            verdict = refuse(
+                "lookup-timeout",
+                f"could not check the layersched agent's node within {state.review_timeout_s} s "
+                "(the API server is slow to answer the admission server): retry",
+                500,
+            )
+        state.metrics.reviews.labels(review.request.operation, verdict.result).inc()
+        if not verdict.allowed:
+            state.metrics.refusals.labels(verdict.reason).inc()
+            log.info(
+                "refused %s %s by %s: %s",
+                review.request.operation,
+                review.request.name or "(unnamed)",
+                review.request.userInfo.username,
+                verdict.message,
+            )
+        return _json(response(review, verdict))
+    finally:
+        state.busy -= 1
+        state.metrics.in_progress.dec()
+        state.metrics.latency_s.observe(time.perf_counter() - started)
+
+
+async def _livez(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    return web.Response(
+        status=HTTP_OK if state.ready else HTTP_UNAVAILABLE,
+        text=("ok" if state.ready else state.ready_why) + "\n",
+    )
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    registry = request.app[STATE_KEY].metrics.registry
+    return web.Response(
+        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+def create_app(
+    agents: AgentIdentities,
+    lookup: ClusterLookup,
+    metrics: AdmissionMetrics,
+    *,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+    max_concurrent_reviews: int = MAX_CONCURRENT_REVIEWS,
+    review_timeout_s: float = REVIEW_TIMEOUT_S,
+    body_timeout_s: float = BODY_TIMEOUT_S,
+) -> web.Application:
+    """The aiohttp application (its thread pool is closed with the app)."""
+    app = web.Application(client_max_size=max_request_bytes)
+    pool = ThreadPoolExecutor(max_concurrent_reviews, thread_name_prefix="layersched-admission")
+    app[STATE_KEY] = _State(
+        agents, lookup, metrics, pool, max_concurrent_reviews, review_timeout_s, body_timeout_s
+    )
+
+    async def close_pool(_app: web.Application) -> None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    app.on_cleanup.append(close_pool)
+    app.router.add_post(VALIDATE_PATH, _validate)
+    app.router.add_get(LIVEZ_PATH, _livez)
+    app.router.add_get(READYZ_PATH, _readyz)
+    app.router.add_get(METRICS_PATH, _metrics)
+    return app
+
+
+async def _become_ready(state: _State, probe: Callable[[], object]) -> None:
+    """Call ``probe`` (GET /version) until it succeeds; then /readyz answers 200."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            await loop.run_in_executor(state.pool, probe)
+        except LayerschedError as err:
+            state.ready_why = f"the API server did not answer: {err}"
+            log.warning("not ready: %s", state.ready_why)
+            await asyncio.sleep(READY_RETRY_S)
+            continue
+        state.ready = True
+        log.info("ready: the API server answered")
+        return
+
+
+async def _reload_tls(tls: ReloadingTls, metrics: AdmissionMetrics) -> None:
+    while True:
+        await asyncio.sleep(TLS_RELOAD_PERIOD_S)
+        try:
+            if tls.reload():
+                metrics.tls_reloads.inc()
+                log.info("serving certificate %s re-read (it changed)", tls.cert_file)
+        except AdmissionError as err:
+            # keep serving the certificate held: a half-written renewal fixes itself
+            log.error("%s", err)
+
+
+async def serve(
+    app: web.Application,
+    host: str,
+    port: int,
+    tls: ReloadingTls,
+    probe: Callable[[], object],
+    on_listening: Callable[[str], None] | None = None,
+    *,
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+) -> None:
+    """Serve ``app`` over HTTPS until SIGTERM/SIGINT; ready once ``probe`` succeeds."""
+    state = app[STATE_KEY]
+    runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_grace_s
+    )
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port, ssl_context=tls.context).start()
+    except OSError as err:
+        await runner.cleanup()
+        raise AdmissionError(
+            f"cannot listen on {host}:{port} ({err.strerror}): is another process using the "
+            "port? choose another one with --port"
+        ) from None
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    if on_listening is not None:
+        on_listening(f"https://{host}:{port}")
+    tasks = [
+        asyncio.ensure_future(_become_ready(state, probe)),
+        asyncio.ensure_future(_reload_tls(tls, state.metrics)),
+    ]
+    try:
+        await stop.wait()
+        log.info(
+            "stopping on signal: %d reviews in flight get up to %.1f s",
+            state.busy,
+            shutdown_grace_s,
+        )
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await runner.cleanup()

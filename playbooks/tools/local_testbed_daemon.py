@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -110,11 +111,22 @@ def scan(match: str, executables: list[str]) -> set[int]:
     return found
 
 
+#: Lines that say why a Go program died: klog's fatal lines, a panic, a runtime fatal error.
+CAUSE = re.compile(r"^(?:F\d{4} |panic: |fatal error: )")
+CAUSE_LINES = 5
+
+
 def tail(path: Path) -> str:
+    """The log's first lines that say why the program died (a crash's goroutine dump
+    buries them), then its last lines."""
     try:
-        return "".join(path.read_text(errors="replace").splitlines(True)[-LOG_TAIL_LINES:])
+        lines = path.read_text(errors="replace").splitlines(True)
     except OSError:
         return ""
+    last = lines[-LOG_TAIL_LINES:]
+    causes = [line for line in lines[: len(lines) - len(last)] if CAUSE.match(line)]
+    head = "".join(causes[:CAUSE_LINES])
+    return (f"{head}...\n" if head else "") + "".join(last)
 
 
 def ready(ready_socket: Path | None, ready_tcp: str | None) -> bool:

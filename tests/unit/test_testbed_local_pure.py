@@ -606,3 +606,25 @@ def test_net_tool_teardown_of_a_link_gone_meanwhile(
     else:
         net.remove("lsux")
         assert net.actions[-1] == "lsux-n1 went away with its namespace"
+
+
+def test_a_crashed_daemons_excerpt_starts_with_why_it_died(tmp_path: Path) -> None:
+    # a Go crash prints its cause, then thousands of goroutine lines: the tail alone (what
+    # a failed bring-up used to show) named only the last goroutine
+    tool = _tool("local_testbed_daemon")
+    log = tmp_path / "kubelet.log"
+    dump = [f"goroutine {i} [chan send]:\n\tsome/file.go:{i} +0x1\n" for i in range(500)]
+    log.write_text(
+        "I1124 02:52:06.053955    3195 server.go:416] Version: v1.20.2\n"
+        "E1124 02:52:11.573651    3195 server.go:1165] Failed to set rlimit: not permitted\n"
+        "F1124 02:52:12.000001    3195 kubelet.go:1296] Failed to start ContainerManager: boom\n"
+        + "".join(dump)
+    )
+    excerpt = tool.tail(log)
+    assert excerpt.startswith("F1124 02:52:12.000001")
+    assert "Failed to start ContainerManager: boom" in excerpt
+    assert "goroutine 499" in excerpt  # and still the tail
+    assert "rlimit" not in excerpt  # not every error line: what killed it
+    # a log without a crash: the tail alone, as before
+    log.write_text("".join(f"I line {i}\n" for i in range(100)))
+    assert tool.tail(log) == "".join(f"I line {i}\n" for i in range(100 - tool.LOG_TAIL_LINES, 100))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from layersched.core.errors import InputError
 from layersched.core.errors import TestbedError as BedError  # not a test class
 from layersched.testbed.kind import (
     go_duration_seconds,
@@ -51,7 +52,7 @@ def test_go_duration_seconds(text: str, seconds: float) -> None:
     "text", ["", "1.5", "fast", "1.5 s"], ids=["empty", "no-unit", "word", "space"]
 )
 def test_go_duration_seconds_rejects(text: str) -> None:
-    with pytest.raises(BedError, match="Go duration"):
+    with pytest.raises(InputError, match="Go duration"):
         go_duration_seconds(text)
 
 

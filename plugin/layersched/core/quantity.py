@@ -1,5 +1,6 @@
-"""Kubernetes resource quantities ("500m", "2", "4Gi", "1G"), enough for requests and
-allocatable when the cluster driver sizes whole-node pods."""
+"""Kubernetes resource quantities ("500m", "2", "4Gi", "1G"): pods' requests and nodes'
+allocatable, as ``layersched estimate`` weighs them and the testbed's driver sizes
+whole-node pods."""
 
 from __future__ import annotations
 

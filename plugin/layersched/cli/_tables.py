@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 #: What one step of the binary units is.
 _KIB = 1024
@@ -32,9 +33,24 @@ def size(size_bytes: int | float) -> str:
         if abs(value) < _KIB or unit == _UNITS[-1]:
             if unit == "B":
                 return f"{int(value)} B"
-            return f"{value:.3g} {unit}" if abs(value) >= 100 else f"{value:.1f} {unit}"
+            if abs(value) >= _THREE_DIGITS:  # 100 to 1023: no decimal ("1000 KiB", not 1e+03)
+                return f"{value:.0f} {unit}"
+            return f"{value:.1f} {unit}"
         value /= _KIB
     raise AssertionError("unreachable")
+
+
+#: Seconds in a minute and an hour (durations print in the largest unit that fits).
+_MINUTE_S = 60.0
+_HOUR_S = 3600.0
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` in the largest unit up to hours, one decimal: ``17.8 s``, ``2.5 min``."""
+    for unit, scale in (("h", _HOUR_S), ("min", _MINUTE_S)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.1f} {unit}"
+    return f"{seconds:.1f} s"
 
 
 def middle(text: str, width: int) -> str:
@@ -58,27 +74,58 @@ def console(width: int | None = None) -> Console:
     return Console(width=width or terminal_width(), soft_wrap=False)
 
 
-def fit_column(
-    names: Sequence[str], width: int, others: Sequence[Sequence[str]], title: str
-) -> int:
-    """The width left for a table's first column of ``names`` next to columns whose cells
-    are ``others`` (each column's header first), in a table ``width`` wide with rich's
-    default box (a border and 3 characters between columns)."""
+def fit_columns(
+    shrinkable: Sequence[Sequence[str]], width: int, others: Sequence[Sequence[str]]
+) -> list[int]:
+    """The widths of the ``shrinkable`` columns (each a header and its cells) next to
+    columns that keep their width (``others``), in a table ``width`` wide with rich's
+    default box: the room left is shared out, a column that needs less than its share
+    leaving the rest to the others (each keeps at least an ellipsis and two characters)."""
     fixed = sum(max(len(cell) for cell in column) for column in others)
-    borders = 3 * (len(others) + 1) + 1
-    wanted = max([len(title), *(len(name) for name in names)])
-    return max(min(wanted, width - fixed - borders), len(ELLIPSIS) + 2)
+    borders = 3 * (len(shrinkable) + len(others)) + 1
+    room = width - fixed - borders
+    wanted = [max(len(cell) for cell in column) for column in shrinkable]
+    widths = [0] * len(wanted)
+    pending = sorted(range(len(wanted)), key=lambda i: wanted[i])
+    while pending:
+        share = max(room, 0) // len(pending)
+        i = pending.pop(0)
+        widths[i] = max(min(wanted[i], share), len(ELLIPSIS) + 2)
+        room -= widths[i]
+    return widths
 
 
-def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> Table:
-    """A table whose first column is shortened in the middle to fit ``width``; the other
-    columns are right-aligned and never wrap."""
-    columns = [[header, *(row[i] for row in rows)] for i, header in enumerate(headers)][1:]
-    first = fit_column([row[0] for row in rows], width, columns, headers[0])
+def table(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    shrink: Sequence[int] = (0,),
+) -> Table:
+    """A table whose ``shrink`` columns (names, left-aligned; the first by default) are
+    shortened in the middle to fit ``width``; the other columns are right-aligned and
+    never wrap."""
+    columns = [[header, *(row[i] for row in rows)] for i, header in enumerate(headers)]
+    widths = dict(
+        zip(
+            shrink,
+            fit_columns(
+                [columns[i] for i in shrink],
+                width,
+                [column for i, column in enumerate(columns) if i not in shrink],
+            ),
+            strict=True,
+        )
+    )
     out = Table(title=title, title_justify="left")
-    out.add_column(headers[0], no_wrap=True, max_width=first)
-    for header in headers[1:]:
-        out.add_column(header, justify="right", no_wrap=True)
+    for i, header in enumerate(headers):
+        if i in widths:
+            out.add_column(header, no_wrap=True, max_width=widths[i])
+        else:
+            out.add_column(header, justify="right", no_wrap=True)
     for row in rows:
-        out.add_row(middle(row[0], first), *row[1:])
+        # Text, not markup: a name from the cluster must print as it is ("[b]" included)
+        out.add_row(
+            *(Text(middle(cell, widths[i]) if i in widths else cell) for i, cell in enumerate(row))
+        )
     return out

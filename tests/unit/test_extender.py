@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from array import array
 import json
 import logging
 import re
 import threading
 import time
+from array import array
 from collections.abc import Awaitable, Callable
 from typing import Any
 

@@ -166,7 +166,12 @@ def run(args: argparse.Namespace) -> int:
     namespaces = frozenset(args.namespace) if args.namespace else None
     progress_console = Console(stderr=True)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=progress_console, transient=True) as progress:
+    with Progress(
+        *columns,
+        console=progress_console,
+        transient=True,
+        disable=not progress_console.is_terminal,
+    ) as progress:
         with KubeClient(load_config(args.kubeconfig)) as kube:
             server = kube.config.server
             nodes = _read_nodes(kube, progress)

@@ -197,6 +197,10 @@ def ask(url: str, key: str, uid: str, source: str) -> Lookup:
             client.stream("GET", endpoint, params={"pod": key}) as response,
         ):
             body = _bounded_body(response)
+    except _TooLarge as err:
+        lookup.reached = True
+        lookup.notes.append(f"{source}: {err}, not read")
+        return lookup
     except httpx.HTTPError as err:
         lookup.notes.append(f"{source}: unreachable ({type(err).__name__}: {err})")
         return lookup
@@ -221,13 +225,17 @@ def ask(url: str, key: str, uid: str, source: str) -> Lookup:
     return lookup
 
 
+class _TooLarge(Exception):
+    """An answer past MAX_ANSWER_BYTES (not read to its end)."""
+
+
 def _bounded_body(response: httpx.Response) -> bytes:
     chunks: list[bytes] = []
     read = 0
     for chunk in response.iter_bytes():
         read += len(chunk)
         if read > MAX_ANSWER_BYTES:
-            raise httpx.DecodingError(f"answer larger than {MAX_ANSWER_BYTES} bytes")
+            raise _TooLarge(f"an answer larger than {MAX_ANSWER_BYTES} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 

@@ -75,8 +75,9 @@ PODS_RESOURCE = "pods"
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 #: The taint a cordoned node is treated as carrying (upstream's node.kubernetes.io/unschedulable).
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
-#: Kinds of moments in the sweep through time, in the order they apply at one second.
-_LEAVE, _PULLED, _ARRIVE = 0, 1, 2
+#: Kinds of moments in the sweep through time, in the order they apply at one second (a
+#: pod's image counts as in use only after the pods arriving that second, itself first).
+_LEAVE, _ARRIVE, _PULLED = 0, 1, 2
 #: Why a pod is not weighed (the estimate lists how many of each).
 SKIP_PINNED = "pinned to its node (DaemonSet or static pod): no scheduler chose it"
 SKIP_NODE_GONE = "its node is no longer in the cluster"
@@ -665,8 +666,8 @@ def estimate(
     masks: dict[object, BoolArray] = {}
     rows: list[_Row] = []
     layers_of: dict[int, set[str]] = {}
-    # A sweep through time. At the same second: pods leave first, then the images of pods
-    # that pulled become in use, then pods arrive.
+    # A sweep through time. At the same second: pods leave first, then pods arrive, then
+    # the images of pods that pulled become in use.
     timeline: list[tuple[float, int, int]] = []
     for i, pod in enumerate(pods):
         if pod.node not in index:

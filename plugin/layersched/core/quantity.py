@@ -39,3 +39,5 @@ def parse_quantity(text: str, where: str) -> Decimal:
         return Decimal(match.group(1)) * _SUFFIX[match.group(2)]
     except InvalidOperation:
         raise InputError(f"{where}: {text!r} is not a number") from None
+    except ArithmeticError:  # decimal.Overflow: an exponent past Decimal's (1e999999999)
+        raise InputError(f"{where}: {text!r} is out of range") from None

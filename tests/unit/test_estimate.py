@@ -408,6 +408,15 @@ def test_a_gpu_pod_fits_only_nodes_with_gpus() -> None:
     assert (pod.feasible_nodes, pod.best_node, pod.avoidable_bytes) == (1, "gpu", 0)
 
 
+def test_a_resource_no_node_offers_fits_only_where_it_ran() -> None:
+    # a pod asking for a resource named by no node's allocatable (a hostile pod could name
+    # thousands): the resource list stays the nodes' own, and the pod fits only its node
+    nodes = [_node("n1", IMG1), _node("n2")]
+    requests = {"pods": 1000, "example.com/unobtainium": 1000, "example.com/none": 0}
+    (pod,) = _run(nodes, [_pod("odd", "n2", T0, IMG1, requests=requests)]).pods
+    assert (pod.feasible_nodes, pod.best_node) == (1, "n2")
+
+
 # ------------------------------------------------------------------ reading objects
 
 

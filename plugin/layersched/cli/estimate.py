@@ -42,9 +42,14 @@ from layersched.core.estimate import (
     ran_images,
 )
 from layersched.core.events import PULLED_REASON
-from layersched.core.inventory import NodeImage, names_resolver
+from layersched.core.inventory import NodeImage, NodeInfo, names_resolver
 from layersched.core.layers import Layer, LayerSource
-from layersched.core.objects import decode_placed_pod, decode_schedulable_node, node_info
+from layersched.core.objects import (
+    SchedulableNode,
+    decode_placed_pod,
+    decode_schedulable_node,
+    node_info,
+)
 from layersched.core.strategies.args import DEFAULT_BANDWIDTH_BITS_PER_S
 from layersched.kube import (
     ALL_EVENTS_PATH,
@@ -218,7 +223,7 @@ def _pages(
     progress.remove_task(task)
 
 
-def _read_nodes(kube: KubeClient, progress: Progress) -> list[tuple[Any, Any]]:
+def _read_nodes(kube: KubeClient, progress: Progress) -> list[tuple[SchedulableNode, NodeInfo]]:
     """(decoded node, its inventory entry without layers) of every Node."""
     found = []
     for i, item in enumerate(_pages(kube, progress, NODES_PATH, "nodes")):
@@ -287,7 +292,10 @@ def _resolving(progress: Progress, what: str, total: int) -> Callable[[], None]:
 
 
 def _resolve_nodes(
-    nodes: Sequence[tuple[Any, Any]], source: LayerSource, progress: Progress, notes: list[str]
+    nodes: Sequence[tuple[SchedulableNode, NodeInfo]],
+    source: LayerSource,
+    progress: Progress,
+    notes: list[str],
 ) -> list[NodeFacts]:
     """Every node with the layers of its images (each distinct image resolved once)."""
     resolve = names_resolver(source)

@@ -592,10 +592,19 @@ class _Usage:
         self.used = np.zeros_like(self.allocatable)
 
     def vector(self, requests: Mapping[str, int]) -> IntArray:
+        """The requests of the resources some node offers, as a vector."""
         out = np.zeros(len(self.resources), dtype=np.int64)
         for name, value in requests.items():
-            out[self.row[name]] = value
+            row = self.row.get(name)
+            if row is not None:
+                out[row] = value
         return out
+
+    def offered(self, requests: Mapping[str, int]) -> bool:
+        """Whether some node offers every resource ``requests`` asks for (a pod asking
+        for one no node offers fits only where it ran, and on nodes reporting no
+        allocatable)."""
+        return all(value <= 0 or name in self.row for name, value in requests.items())
 
     def fits(self, request: IntArray) -> BoolArray:
         free = self.allocatable - self.used
@@ -656,7 +665,10 @@ def estimate(
     inventory = ClusterInventory.build(node.info for node in nodes)
     history = _History(nodes, pulls, index)
     in_use = _InUse(len(nodes))
-    resources = sorted({name for pod in pods for name in pod.requests} | {PODS_RESOURCE})
+    # the resources some node offers (bounded by the nodes, not by what pods ask for); a
+    # pod asking for one no node offers fits only where it ran
+    offered = {name for node in nodes for name in node.info.allocatable}
+    resources = sorted(offered | {PODS_RESOURCE})
     usage = _Usage(nodes, resources, problems)
     window = [p for p in pods if in_window(p, since_s, until_s, namespaces)]
     observed = _observed(window, pulls)
@@ -702,7 +714,10 @@ def estimate(
                     static = masks[signature] = np.fromiter(
                         (node_admits(pod, n) for n in nodes), dtype=bool, count=len(nodes)
                     )
-                feasible = static & usage.fits(requests[i])
+                if usage.offered(pod.requests):
+                    feasible = static & usage.fits(requests[i])
+                else:  # it asks for what no node offers: only unlimited nodes take it
+                    feasible = static & usage.unlimited
                 feasible[node] = True  # it ran there
                 held = _Held(inventory, history, in_use, at_s)
                 rows.append(_weigh(pod, node, feasible, held, observed.get(pod.uid)))

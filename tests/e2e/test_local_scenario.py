@@ -10,6 +10,7 @@ over the committed ``reports/``; the table is printed at the end of the run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -231,8 +232,11 @@ def _explain(inventory: TestbedInventory, *extra: str) -> str:
     return _cli(inventory, "explain", "pod", SCENARIO_POD, "--extender-url", url, *extra)
 
 
-def _trial(report: dict[str, Any], inventory: TestbedInventory, strategy: str) -> dict[str, Any]:
-    """One more trial of ``strategy`` through the scenario's own driver, as a report's."""
+@contextlib.contextmanager
+def _driver(
+    report: dict[str, Any], inventory: TestbedInventory
+) -> Iterator[tuple[ClusterDriver, ScenarioImages]]:
+    """The scenario's own driver on the testbed, and the report's images."""
     images = ScenarioImages(
         report["images"]["Img1"],
         report["images"]["Img2"],
@@ -240,10 +244,18 @@ def _trial(report: dict[str, Any], inventory: TestbedInventory, strategy: str) -
     )
     backend = LocalBackend(inventory)
     try:
-        driver = ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2))
-        return asdict(run_trial(driver, images, strategy))
+        yield (
+            ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2)),
+            images,
+        )
     finally:
         backend.close()
+
+
+def _trial(report: dict[str, Any], inventory: TestbedInventory, strategy: str) -> dict[str, Any]:
+    """One more trial of ``strategy`` through the scenario's own driver, as a report's."""
+    with _driver(report, inventory) as (driver, images):
+        return asdict(run_trial(driver, images, strategy))
 
 
 def _fits(output: str, what: str, results: Path) -> None:
@@ -295,19 +307,27 @@ def test_explain_tells_who_placed_p1_again_and_why(
     explained = json.loads(_explain(inventory, "--format", "json"))
     assert explained["scheduler"] == IMAGE_LOCALITY and explained["verdict"] == "not_ours"
     assert explained["scheduled_by"] == IMAGE_LOCALITY
-    # a layer-locality trial: the extender scored P1-again; P2's node held L1+L2
-    trial = _trial(report, inventory, LAYER_LOCALITY)
+    ran = explained["node"]  # it pulled all of Img1 there
+    # P1-again again, through layer-locality (a pod, not a trial: seconds, not minutes):
+    # P1's node is full; the extender scored the node holding all of Img1 against P2's
+    # (L1+L2) or an empty one, and kube-scheduler bound it to the first
+    with _driver(report, inventory) as (driver, images):
+        driver.delete(P1_AGAIN)
+        placed = driver.schedule(P1_AGAIN, images.img1, LAYER_LOCALITY)
     explained = json.loads(_explain(inventory, "--format", "json"))
     assert explained["verdict"] == "scored", explained
-    assert explained["node"] == trial["placements"][P1_AGAIN] == trial["placements"][P2]
-    chosen = next(node for node in explained["nodes"] if node["chosen"])
+    assert explained["node"] == placed.node == ran
     img1 = layer_bytes(report, *IMG1_LAYERS)
-    assert chosen["present_bytes"] == layer_bytes(report, "L1", "L2")
-    assert chosen["missing_bytes"] == layer_bytes(report, "L3")
-    assert chosen["total_bytes"] == img1
-    others = [node for node in explained["nodes"] if not node["chosen"]]
-    assert others and all(node["missing_bytes"] == img1 for node in others)
-    assert chosen["score"] > max(node["score"] for node in others)
+    chosen = next(node for node in explained["nodes"] if node["chosen"])
+    assert (chosen["present_bytes"], chosen["missing_bytes"], chosen["total_bytes"]) == (
+        img1,
+        0,
+        img1,
+    )
+    (other,) = [node for node in explained["nodes"] if not node["chosen"]]
+    assert other["present_bytes"] in (layer_bytes(report, "L1", "L2"), 0), other
+    assert other["missing_bytes"] == img1 - other["present_bytes"]
+    assert chosen["score"] > other["score"]
     _fits(_explain(inventory), "explain pod", scenario_report_dir)
 
 

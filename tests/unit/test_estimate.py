@@ -172,6 +172,27 @@ def test_a_running_pod_keeps_its_image_whatever_a_later_repull_says() -> None:
     assert by_pod["ns/b"].pulled_bytes == 0
 
 
+def test_a_pull_far_quicker_than_its_bytes_moved_nothing() -> None:
+    # imagePullPolicy: Always after the pod that pulled Img1 on n1 was deleted: the new
+    # one "pulled" in 0.1 s what took 20 s before (44 MiB at 2.2 MiB/s, the rate seen on
+    # the other pulls): a manifest check; Img1 was there, nothing was avoidable
+    nodes = [_node("n1", IMG1), _node("n2", IMG2), _node("n3")]
+    pods = [_pod("p2", "n2", T0, IMG2, whole=False), _pod("new", "n1", T0 + 100, IMG1, whole=False)]
+    pulls = [
+        _pull("n2", "p2", T0 + 20, IMG2),
+        _pull("n1", "old", T0 + 60, IMG1),  # the deleted pod's real pull
+        _pull("n1", "new", T0 + 101, IMG1, 0.1),
+    ]
+    result = _run(nodes, pods, pulls)
+    new = next(p for p in result.pods if p.pod == "ns/new")
+    assert (new.pulled_bytes, new.best_node, new.avoidable_bytes) == (0, "n1", 0)
+    assert any("counted as moving nothing" in note for note in result.approximations)
+    # the same pull taking 20 s moved the image: then n2's L1+L2 were avoidable
+    slow = [*pulls[:2], _pull("n1", "new", T0 + 120, IMG1)]
+    new = next(p for p in _run(nodes, pods, slow).pods if p.pod == "ns/new")
+    assert (new.best_node, new.avoidable_bytes) == ("n2", L1.size_bytes + L2.size_bytes)
+
+
 def test_pods_without_requests_fit_anywhere_and_nodes_without_images_hold_nothing() -> None:
     nodes = [_node("bare"), _node("n2", IMG2)]
     pods = [_pod("job", "bare", T0, IMG1, whole=False, requests={})]

@@ -16,8 +16,9 @@ pods that would have pulled less.
 **What a node held when the pod started** is reconstructed, not recorded anywhere: a node
 holds now what its ``status.images`` lists, and an image the kubelet pulled there at or
 after the pod's start (a ``Pulled`` event that really pulled) was not there before that
-pull. A layer held through another image with no such pull counts as held. An image
-removed since is not seen (``status.images`` lists the present only, and is capped at 50
+pull, unless a pod running there then used it; a pull far quicker than its bytes at the
+rate seen elsewhere moved nothing (``imagePullPolicy: Always``). A layer held through
+another image with no such pull counts as held. An image removed since is not seen (``status.images`` lists the present only, and is capped at 50
 images per node by default). :attr:`Estimate.approximations` says, in words, every such
 approximation the data at hand forced.
 
@@ -75,6 +76,9 @@ PODS_RESOURCE = "pods"
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 #: The taint a cordoned node is treated as carrying (upstream's node.kubernetes.io/unschedulable).
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+#: A timed pull that took less than this share of the time its bytes take at the rate
+#: observed on the other pulls moved nothing (a manifest check): the image was there.
+IDLE_PULL_SHARE = 0.1
 #: Kinds of moments in the sweep through time, in the order they apply at one second (a
 #: pod's image counts as in use only after the pods arriving that second, itself first).
 _LEAVE, _ARRIVE, _PULLED = 0, 1, 2
@@ -662,66 +666,24 @@ def estimate(
     the caller made, reported with the others."""
     index = {node.info.name: i for i, node in enumerate(nodes)}
     problems: list[str] = []
-    inventory = ClusterInventory.build(node.info for node in nodes)
-    history = _History(nodes, pulls, index)
-    in_use = _InUse(len(nodes))
-    # the resources some node offers (bounded by the nodes, not by what pods ask for); a
-    # pod asking for one no node offers fits only where it ran
-    offered = {name for node in nodes for name in node.info.allocatable}
-    resources = sorted(offered | {PODS_RESOURCE})
-    usage = _Usage(nodes, resources, problems)
     window = [p for p in pods if in_window(p, since_s, until_s, namespaces)]
     observed = _observed(window, pulls)
-    weighed = {id(pod) for pod in window if not _skip_reason(pod)}
     skipped = [(p.key, _skip_reason(p)) for p in window if _skip_reason(p) and p.node in index]
     skipped += [(p.key, SKIP_NODE_GONE) for p in window if p.node not in index]
-    masks: dict[object, BoolArray] = {}
-    rows: list[_Row] = []
-    layers_of: dict[int, set[str]] = {}
-    # A sweep through time. At the same second: pods leave first, then pods arrive, then
-    # the images of pods that pulled become in use.
-    timeline: list[tuple[float, int, int]] = []
-    for i, pod in enumerate(pods):
-        if pod.node not in index:
-            continue
-        timeline.append((pod.started_s, _ARRIVE, i))
-        if pod.finished_s is not None:
-            timeline.append((pod.finished_s, _LEAVE, i))
-        if id(pod) in weighed:
-            seen = observed.get(pod.uid)
-            pulled_at = seen.last_at_s if seen is not None and seen.last_at_s else pod.started_s
-            timeline.append((max(pulled_at, pod.started_s), _PULLED, i))
-    timeline.sort()
-    requests = {i: usage.vector(pods[i].requests) for _, _, i in timeline}
-    for at_s, kind, i in timeline:
-        pod = pods[i]
-        node = index[pod.node]
-        if kind == _LEAVE:
-            usage.add(node, requests[i], -1)
-            if i in layers_of:
-                in_use.change(node, layers_of.pop(i), -1)
-        elif kind == _PULLED:
-            if pod.finished_s is None or pod.finished_s > at_s:
-                layers_of[i] = {
-                    layer.digest for layers in (pod.image_layers or {}).values() for layer in layers
-                }
-                in_use.change(node, layers_of[i], 1)
-        else:
-            if id(pod) in weighed:
-                signature = (pod.node_selector, pod.affinity, pod.tolerations)
-                static = masks.get(signature)
-                if static is None:
-                    static = masks[signature] = np.fromiter(
-                        (node_admits(pod, n) for n in nodes), dtype=bool, count=len(nodes)
-                    )
-                if usage.offered(pod.requests):
-                    feasible = static & usage.fits(requests[i])
-                else:  # it asks for what no node offers: only unlimited nodes take it
-                    feasible = static & usage.unlimited
-                feasible[node] = True  # it ran there
-                held = _Held(inventory, history, in_use, at_s)
-                rows.append(_weigh(pod, node, feasible, held, observed.get(pod.uid)))
-            usage.add(node, requests[i], 1)
+    sweep = _Sweep(nodes, pods, index, window, observed, problems)
+    rows = sweep.run(_History(nodes, pulls, index))
+    # A pull far quicker than its bytes at the rate seen elsewhere moved nothing: the image
+    # was there (imagePullPolicy: Always re-pulls on every start). Its pod's pull is then
+    # no arrival of the image, and the pods are weighed again without it.
+    idle = _idle_pulls(rows)
+    extra = list(notes)
+    if idle:
+        rows = sweep.run(_History(nodes, [p for p in pulls if p.pod_uid not in idle], index))
+        extra.append(
+            f"{len(idle)} pod(s) pulled in under {IDLE_PULL_SHARE:.0%} of the time their "
+            "bytes take at the rate seen elsewhere: their pulls are counted as moving "
+            "nothing (the image was there; imagePullPolicy: Always pulls on every start)"
+        )
     rates = _rates(nodes, index, rows, default_bits_per_s)
     estimates = [_timed(row, nodes, index, rates) for row in rows]
     estimates.sort(key=lambda e: (-e.avoidable_bytes, e.started_s, e.pod))
@@ -732,9 +694,113 @@ def estimate(
         pods=estimates,
         skipped=skipped,
         rates={nodes[i].info.name: rate for i, rate in enumerate(rates)},
-        approximations=_approximations(window, observed, rates, notes, problems),
+        approximations=_approximations(window, observed, rates, extra, problems),
         totals=_totals(estimates),
     )
+
+
+class _Sweep:
+    """The pods of the window weighed in time order, against one history of the nodes."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeFacts],
+        pods: Sequence[PodFacts],
+        index: Mapping[str, int],
+        window: Sequence[PodFacts],
+        observed: Mapping[str, _Observed],
+        problems: list[str],
+    ) -> None:
+        self.nodes, self.pods, self.index, self.observed = nodes, pods, index, observed
+        self.inventory = ClusterInventory.build(node.info for node in nodes)
+        # the resources some node offers (bounded by the nodes, not by what pods ask for);
+        # a pod asking for one no node offers fits only where it ran
+        offered = {name for node in nodes for name in node.info.allocatable}
+        self.resources = sorted(offered | {PODS_RESOURCE})
+        self.problems = problems
+        self.weighed = {id(pod) for pod in window if not _skip_reason(pod)}
+        self.masks: dict[object, BoolArray] = {}
+        # At the same second: pods leave first, then pods arrive, then the images of pods
+        # that pulled become in use.
+        timeline: list[tuple[float, int, int]] = []
+        for i, pod in enumerate(pods):
+            if pod.node not in index:
+                continue
+            timeline.append((pod.started_s, _ARRIVE, i))
+            if pod.finished_s is not None:
+                timeline.append((pod.finished_s, _LEAVE, i))
+            if id(pod) in self.weighed:
+                seen = observed.get(pod.uid)
+                pulled_at = seen.last_at_s if seen is not None and seen.last_at_s else 0.0
+                timeline.append((max(pulled_at, pod.started_s), _PULLED, i))
+        timeline.sort()
+        self.timeline = timeline
+
+    def _static(self, pod: PodFacts) -> BoolArray:
+        signature = (pod.node_selector, pod.affinity, pod.tolerations)
+        static = self.masks.get(signature)
+        if static is None:
+            static = self.masks[signature] = np.fromiter(
+                (node_admits(pod, n) for n in self.nodes), dtype=bool, count=len(self.nodes)
+            )
+        return static
+
+    def run(self, history: _History) -> list[_Row]:
+        """Every weighed pod's row, in the order they started."""
+        pods, index = self.pods, self.index
+        usage = _Usage(self.nodes, self.resources, self.problems)
+        in_use = _InUse(len(self.nodes))
+        requests = {i: usage.vector(pods[i].requests) for _, _, i in self.timeline}
+        layers_of: dict[int, set[str]] = {}
+        rows: list[_Row] = []
+        for at_s, kind, i in self.timeline:
+            pod = pods[i]
+            node = index[pod.node]
+            if kind == _LEAVE:
+                usage.add(node, requests[i], -1)
+                if i in layers_of:
+                    in_use.change(node, layers_of.pop(i), -1)
+            elif kind == _PULLED:
+                if pod.finished_s is None or pod.finished_s > at_s:
+                    layers_of[i] = {
+                        layer.digest
+                        for layers in (pod.image_layers or {}).values()
+                        for layer in layers
+                    }
+                    in_use.change(node, layers_of[i], 1)
+            else:
+                if id(pod) in self.weighed:
+                    static = self._static(pod)
+                    if usage.offered(pod.requests):
+                        feasible = static & usage.fits(requests[i])
+                    else:  # it asks for what no node offers: only unlimited nodes take it
+                        feasible = static & usage.unlimited
+                    feasible[node] = True  # it ran there
+                    held = _Held(self.inventory, history, in_use, at_s)
+                    rows.append(_weigh(pod, node, feasible, held, self.observed.get(pod.uid)))
+                usage.add(node, requests[i], 1)
+        return rows
+
+
+def _idle_pulls(rows: Sequence[_Row]) -> set[str]:
+    """The pods (uids) whose timed pulls took under IDLE_PULL_SHARE of the time their
+    bytes take at the rate observed on the other pods' pulls."""
+    samples = [
+        (row.pod.uid, row.pulled_bytes, row.observed.seconds)
+        for row in rows
+        if row.observed is not None and row.observed.timed and row.pulled_bytes > 0
+    ]
+    total_bytes = sum(b for _, b, _ in samples)
+    total_s = sum(s for _, _, s in samples)
+    idle = set()
+    for uid, pulled, seconds in samples:
+        other_s = total_s - seconds
+        if other_s <= 0:
+            continue
+        rate = (total_bytes - pulled) / other_s
+        if rate > 0 and seconds < IDLE_PULL_SHARE * pulled / rate:
+            idle.add(uid)
+    return idle
 
 
 def in_window(

@@ -34,19 +34,14 @@ from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.local import TestbedInventory, require_root, up
 from layersched.testbed.local._cluster import LocalBackend
 from layersched.testbed.scenario import P1_AGAIN, P2, ScenarioImages, run_trial
+from tests.e2e import _checks as checks
 from tests.e2e._checks import (
-    IMAGE_LOCALITY,
-    IMG1_LAYERS,
-    LAYER_LOCALITY,
-    METADATA_ALLOWANCE_BYTES,
     check_image_locality_tie,
     check_layer_locality,
     check_pull_bytes,
     check_pull_times_against_the_link,
     check_real_cluster,
     check_report,
-    layer_bytes,
-    pull,
     trials_from_env,
 )
 from tests.fixtures import prereq
@@ -82,6 +77,149 @@ def scenario_run(
         report = json.loads(report_path.read_text())
         record_scenario_report(report_path, report)
         yield report, nodes, trials, inventory
+
+
+# ----------------------------------------------------- estimate and explain (issue 25)
+# Both read the cluster as a user would, through the CLI, right after the scenario: before
+# the tests below, which disturb the cluster (images removed, an agent killed, the API
+# server restarted). Their own trials and pods change nothing those read.
+#: estimate's P1-again avoidable bytes and layer-locality's measured saving agree this well.
+ESTIMATE_TOLERANCE = 0.10
+#: An image-locality trial puts P1-again on P2's node half the time (a tie): then nothing
+#: was avoidable and the agreement is 0 = 0. Up to this many more trials are run, through
+#: the scenario's own driver, until one puts it on a node without L1+L2.
+MAX_EXTRA_TRIALS = 6
+#: A CLI run reads a handful of objects and resolves two images.
+CLI_TIMEOUT_S = 120
+TERMINAL_COLUMNS = 80
+SCENARIO_POD = "layersched-scenario/p1-again"
+
+
+def _cli(inventory: TestbedInventory, *argv: str) -> str:
+    """``layersched ARGV`` against the testbed as a user runs it (80 columns); its output."""
+    cmd = [sys.executable, "-m", "layersched.cli.main", *argv]
+    cmd += ["--kubeconfig", inventory.cluster.kubeconfig]
+    env = {**os.environ, "COLUMNS": str(TERMINAL_COLUMNS)}
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=env, check=False
+    )
+    assert done.returncode == 0, f"{' '.join(argv)} failed: {done.stderr}"
+    return done.stdout
+
+
+def _estimate(inventory: TestbedInventory, *extra: str) -> str:
+    registry = inventory.registry.host
+    return _cli(inventory, "estimate", "--insecure-registry", registry, *extra)
+
+
+def _explain(inventory: TestbedInventory, *extra: str) -> str:
+    url = inventory.cluster.extender.url
+    return _cli(inventory, "explain", "pod", SCENARIO_POD, "--extender-url", url, *extra)
+
+
+@contextlib.contextmanager
+def _driver(
+    report: dict[str, Any], inventory: TestbedInventory
+) -> Iterator[tuple[ClusterDriver, ScenarioImages]]:
+    """The scenario's own driver on the testbed, and the report's images."""
+    images = ScenarioImages(
+        report["images"]["Img1"],
+        report["images"]["Img2"],
+        {label: (layer["digest"], layer["size"]) for label, layer in report["layers"].items()},
+    )
+    backend = LocalBackend(inventory)
+    try:
+        yield (
+            ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2)),
+            images,
+        )
+    finally:
+        backend.close()
+
+
+def _trial(report: dict[str, Any], inventory: TestbedInventory, strategy: str) -> dict[str, Any]:
+    """One more trial of ``strategy`` through the scenario's own driver, as a report's."""
+    with _driver(report, inventory) as (driver, images):
+        return asdict(run_trial(driver, images, strategy))
+
+
+def _fits(output: str, what: str, results: Path) -> None:
+    """``output`` is within the terminal; it is printed and kept beside the report."""
+    print(f"\n$ layersched {what}\n{output}")
+    (results / f"{what.split()[0]}.txt").write_text(output)
+    width = max(len(line) for line in output.splitlines())
+    assert width <= TERMINAL_COLUMNS, f"{what}: {width} columns"
+
+
+def test_estimate_agrees_with_what_layer_locality_saved(
+    scenario_run: Run, scenario_report_dir: Path
+) -> None:
+    report, _, _, inventory = scenario_run
+    # the cluster as the scenario's last trial left it (its P1 and P1-again still run),
+    # when that was an image-locality trial; else, and while it tied to P2's node, more
+    last = list(report["strategies"])[-1]
+    trial = report["strategies"][last]["trials"][-1] if last == checks.IMAGE_LOCALITY else None
+    extra = 0
+    while extra < MAX_EXTRA_TRIALS and (
+        trial is None or trial["placements"][P1_AGAIN] == trial["placements"][P2]
+    ):
+        trial = _trial(report, inventory, checks.IMAGE_LOCALITY)
+        extra += 1
+    assert trial is not None
+    output = _estimate(inventory, "--namespace", "layersched-scenario", "--format", "json")
+    pods = {pod["pod"]: pod for pod in json.loads(output)["pods"]}
+    again = pods[SCENARIO_POD]
+    assert again["node"] == trial["placements"][P1_AGAIN], (again, trial)
+    # what layer-locality measurably saved: P1-again's bytes here against its bytes
+    # under layer-locality (the registry's access log, every trial of the report)
+    layer_locality = [
+        checks.pull(t, P1_AGAIN)["bytes"]
+        for t in report["strategies"][checks.LAYER_LOCALITY]["trials"]
+    ]
+    saved = checks.pull(trial, P1_AGAIN)["bytes"] - sum(layer_locality) / len(layer_locality)
+    print(
+        f"P1-again: estimate {again['avoidable_bytes']} B avoidable, layer-locality saved "
+        f"{saved:.0f} B ({extra} extra image-locality trials)"
+    )
+    if trial["placements"][P1_AGAIN] == trial["placements"][P2]:
+        # every extra trial tied towards P2's node (1 in 2**MAX_EXTRA_TRIALS): nothing to save
+        assert again["avoidable_bytes"] == 0 and abs(saved) <= checks.METADATA_ALLOWANCE_BYTES
+    else:
+        assert again["best_node"] == trial["placements"][P2]
+        assert abs(again["avoidable_bytes"] - saved) <= ESTIMATE_TOLERANCE * saved
+    _fits(_estimate(inventory), "estimate", scenario_report_dir)
+
+
+def test_explain_tells_who_placed_p1_again_and_why(
+    scenario_run: Run, scenario_report_dir: Path
+) -> None:
+    report, _, _, inventory = scenario_run
+    # image-locality placed the P1-again running now: not us, and explain says so
+    explained = json.loads(_explain(inventory, "--format", "json"))
+    assert explained["scheduler"] == checks.IMAGE_LOCALITY and explained["verdict"] == "not_ours"
+    assert explained["scheduled_by"] == checks.IMAGE_LOCALITY
+    ran = explained["node"]  # it pulled all of Img1 there
+    # P1-again again, through layer-locality (a pod, not a trial: seconds, not minutes):
+    # P1's node is full; the extender scored the node holding all of Img1 against P2's
+    # (L1+L2) or an empty one, and kube-scheduler bound it to the first
+    with _driver(report, inventory) as (driver, images):
+        driver.delete(P1_AGAIN)
+        placed = driver.schedule(P1_AGAIN, images.img1, checks.LAYER_LOCALITY)
+    explained = json.loads(_explain(inventory, "--format", "json"))
+    assert explained["verdict"] == "scored", explained
+    assert explained["node"] == placed.node == ran
+    img1 = checks.layer_bytes(report, *checks.IMG1_LAYERS)
+    chosen = next(node for node in explained["nodes"] if node["chosen"])
+    assert (chosen["present_bytes"], chosen["missing_bytes"], chosen["total_bytes"]) == (
+        img1,
+        0,
+        img1,
+    )
+    (other,) = [node for node in explained["nodes"] if not node["chosen"]]
+    assert other["present_bytes"] in (checks.layer_bytes(report, "L1", "L2"), 0), other
+    assert other["missing_bytes"] == img1 - other["present_bytes"]
+    assert chosen["score"] > other["score"]
+    _fits(_explain(inventory), "explain pod", scenario_report_dir)
 
 
 def test_report_has_every_trial(scenario_run: Run) -> None:
@@ -193,142 +331,6 @@ def test_the_inventory_is_fresher_than_node_status(scenario_run: Run) -> None:
     assert inventory_lag["count"] == 2 * trials
     assert inventory_lag["max"] <= INVENTORY_LAG_BOUND_S
     assert inventory_lag["mean"] < status_lag["mean"]
-
-
-# ----------------------------------------------------- estimate and explain (issue 25)
-# Both read the cluster as a user would, through the CLI. They come before the tests below,
-# which disturb the cluster (images removed, an agent killed, the API server restarted).
-#: estimate's P1-again avoidable bytes and layer-locality's measured saving agree this well.
-ESTIMATE_TOLERANCE = 0.10
-#: An image-locality trial puts P1-again on P2's node half the time (a tie): then nothing
-#: was avoidable and the agreement is 0 = 0. Up to this many more trials are run, through
-#: the scenario's own driver, until one puts it on a node without L1+L2.
-MAX_EXTRA_TRIALS = 6
-#: A CLI run reads a handful of objects and resolves two images.
-CLI_TIMEOUT_S = 120
-TERMINAL_COLUMNS = 80
-SCENARIO_POD = "layersched-scenario/p1-again"
-
-
-def _cli(inventory: TestbedInventory, *argv: str) -> str:
-    """``layersched ARGV`` against the testbed as a user runs it (80 columns); its output."""
-    cmd = [sys.executable, "-m", "layersched.cli.main", *argv]
-    cmd += ["--kubeconfig", inventory.cluster.kubeconfig]
-    env = {**os.environ, "COLUMNS": str(TERMINAL_COLUMNS)}
-    done = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=env, check=False
-    )
-    assert done.returncode == 0, f"{' '.join(argv)} failed: {done.stderr}"
-    return done.stdout
-
-
-def _estimate(inventory: TestbedInventory, *extra: str) -> str:
-    registry = inventory.registry.host
-    return _cli(inventory, "estimate", "--insecure-registry", registry, *extra)
-
-
-def _explain(inventory: TestbedInventory, *extra: str) -> str:
-    url = inventory.cluster.extender.url
-    return _cli(inventory, "explain", "pod", SCENARIO_POD, "--extender-url", url, *extra)
-
-
-@contextlib.contextmanager
-def _driver(
-    report: dict[str, Any], inventory: TestbedInventory
-) -> Iterator[tuple[ClusterDriver, ScenarioImages]]:
-    """The scenario's own driver on the testbed, and the report's images."""
-    images = ScenarioImages(
-        report["images"]["Img1"],
-        report["images"]["Img2"],
-        {label: (layer["digest"], layer["size"]) for label, layer in report["layers"].items()},
-    )
-    backend = LocalBackend(inventory)
-    try:
-        yield (
-            ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2)),
-            images,
-        )
-    finally:
-        backend.close()
-
-
-def _trial(report: dict[str, Any], inventory: TestbedInventory, strategy: str) -> dict[str, Any]:
-    """One more trial of ``strategy`` through the scenario's own driver, as a report's."""
-    with _driver(report, inventory) as (driver, images):
-        return asdict(run_trial(driver, images, strategy))
-
-
-def _fits(output: str, what: str, results: Path) -> None:
-    """``output`` is within the terminal; it is printed and kept beside the report."""
-    print(f"\n$ layersched {what}\n{output}")
-    (results / f"{what.split()[0]}.txt").write_text(output)
-    width = max(len(line) for line in output.splitlines())
-    assert width <= TERMINAL_COLUMNS, f"{what}: {width} columns"
-
-
-def test_estimate_agrees_with_what_layer_locality_saved(
-    scenario_run: Run, scenario_report_dir: Path
-) -> None:
-    report, _, _, inventory = scenario_run
-    # the cluster as the last image-locality trial left it: its P1 and P1-again still run
-    trial = report["strategies"][IMAGE_LOCALITY]["trials"][-1]
-    extra = 0
-    while trial["placements"][P1_AGAIN] == trial["placements"][P2] and extra < MAX_EXTRA_TRIALS:
-        trial = _trial(report, inventory, IMAGE_LOCALITY)
-        extra += 1
-    output = _estimate(inventory, "--namespace", "layersched-scenario", "--format", "json")
-    pods = {pod["pod"]: pod for pod in json.loads(output)["pods"]}
-    again = pods[SCENARIO_POD]
-    assert again["node"] == trial["placements"][P1_AGAIN], (again, trial)
-    # what layer-locality measurably saved: P1-again's bytes here against its bytes
-    # under layer-locality (the registry's access log, every trial of the report)
-    layer_locality = [
-        pull(t, P1_AGAIN)["bytes"] for t in report["strategies"][LAYER_LOCALITY]["trials"]
-    ]
-    saved = pull(trial, P1_AGAIN)["bytes"] - sum(layer_locality) / len(layer_locality)
-    print(
-        f"P1-again: estimate {again['avoidable_bytes']} B avoidable, layer-locality saved "
-        f"{saved:.0f} B ({extra} extra image-locality trials)"
-    )
-    if trial["placements"][P1_AGAIN] == trial["placements"][P2]:
-        # every extra trial tied towards P2's node (1 in 2**MAX_EXTRA_TRIALS): nothing to save
-        assert again["avoidable_bytes"] == 0 and abs(saved) <= METADATA_ALLOWANCE_BYTES
-    else:
-        assert again["best_node"] == trial["placements"][P2]
-        assert abs(again["avoidable_bytes"] - saved) <= ESTIMATE_TOLERANCE * saved
-    _fits(_estimate(inventory), "estimate", scenario_report_dir)
-
-
-def test_explain_tells_who_placed_p1_again_and_why(
-    scenario_run: Run, scenario_report_dir: Path
-) -> None:
-    report, _, _, inventory = scenario_run
-    # image-locality placed the P1-again running now: not us, and explain says so
-    explained = json.loads(_explain(inventory, "--format", "json"))
-    assert explained["scheduler"] == IMAGE_LOCALITY and explained["verdict"] == "not_ours"
-    assert explained["scheduled_by"] == IMAGE_LOCALITY
-    ran = explained["node"]  # it pulled all of Img1 there
-    # P1-again again, through layer-locality (a pod, not a trial: seconds, not minutes):
-    # P1's node is full; the extender scored the node holding all of Img1 against P2's
-    # (L1+L2) or an empty one, and kube-scheduler bound it to the first
-    with _driver(report, inventory) as (driver, images):
-        driver.delete(P1_AGAIN)
-        placed = driver.schedule(P1_AGAIN, images.img1, LAYER_LOCALITY)
-    explained = json.loads(_explain(inventory, "--format", "json"))
-    assert explained["verdict"] == "scored", explained
-    assert explained["node"] == placed.node == ran
-    img1 = layer_bytes(report, *IMG1_LAYERS)
-    chosen = next(node for node in explained["nodes"] if node["chosen"])
-    assert (chosen["present_bytes"], chosen["missing_bytes"], chosen["total_bytes"]) == (
-        img1,
-        0,
-        img1,
-    )
-    (other,) = [node for node in explained["nodes"] if not node["chosen"]]
-    assert other["present_bytes"] in (layer_bytes(report, "L1", "L2"), 0), other
-    assert other["missing_bytes"] == img1 - other["present_bytes"]
-    assert chosen["score"] > other["score"]
-    _fits(_explain(inventory), "explain pod", scenario_report_dir)
 
 
 def test_an_image_removed_leaves_the_inventory_promptly(scenario_run: Run) -> None:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 #: What one step of the binary units is.
 _KIB = 1024
@@ -74,24 +73,19 @@ def console(width: int | None = None) -> Console:
     return Console(width=width or terminal_width(), soft_wrap=False)
 
 
-def fit_columns(
-    shrinkable: Sequence[Sequence[str]], width: int, others: Sequence[Sequence[str]]
-) -> list[int]:
-    """The widths of the ``shrinkable`` columns (each a header and its cells) next to
-    columns that keep their width (``others``), in a table ``width`` wide with rich's
-    default box: the room left is shared out, a column that needs less than its share
-    leaving the rest to the others (each keeps at least an ellipsis and two characters)."""
-    fixed = sum(max(len(cell) for cell in column) for column in others)
-    borders = 3 * (len(shrinkable) + len(others)) + 1
-    room = width - fixed - borders
-    wanted = [max(len(cell) for cell in column) for column in shrinkable]
-    widths = [0] * len(wanted)
-    pending = sorted(range(len(wanted)), key=lambda i: wanted[i])
-    while pending:
-        share = max(room, 0) // len(pending)
-        i = pending.pop(0)
-        widths[i] = max(min(wanted[i], share), len(ELLIPSIS) + 2)
-        room -= widths[i]
+def fit_columns(columns: Sequence[Sequence[str]], width: int, shrink: Sequence[int]) -> list[int]:
+    """Each column's width (its header and cells given per column) in a table ``width`` wide
+    with rich's default box (a border and 3 characters between columns): the columns
+    ``shrink`` give up room, the widest first, until the table fits."""
+    widths = [max(len(cell) for cell in column) for column in columns]
+    room = width - (3 * (len(columns) - 1) + 4)
+    floor = len(ELLIPSIS) + 3
+    while sum(widths) > room:
+        candidates = [i for i in shrink if widths[i] > floor]
+        if not candidates:
+            break  # as narrow as it goes: rich folds what is left
+        widest = max(candidates, key=lambda i: widths[i])
+        widths[widest] -= 1
     return widths
 
 
@@ -100,32 +94,24 @@ def table(
     headers: Sequence[str],
     rows: Sequence[Sequence[str]],
     width: int,
+    *,
     shrink: Sequence[int] = (0,),
+    left: Sequence[int] = (0,),
 ) -> Table:
-    """A table whose ``shrink`` columns (names, left-aligned; the first by default) are
-    shortened in the middle to fit ``width``; the other columns are right-aligned and
-    never wrap."""
+    """A table that fits ``width``: the columns ``shrink`` (the first by default) are
+    shortened in the middle, the widest first; no column wraps. Columns ``left`` are
+    left-aligned, the rest right."""
     columns = [[header, *(row[i] for row in rows)] for i, header in enumerate(headers)]
-    widths = dict(
-        zip(
-            shrink,
-            fit_columns(
-                [columns[i] for i in shrink],
-                width,
-                [column for i, column in enumerate(columns) if i not in shrink],
-            ),
-            strict=True,
-        )
-    )
+    widths = fit_columns(columns, width, shrink)
     out = Table(title=title, title_justify="left")
     for i, header in enumerate(headers):
-        if i in widths:
-            out.add_column(header, no_wrap=True, max_width=widths[i])
-        else:
-            out.add_column(header, justify="right", no_wrap=True)
-    for row in rows:
-        # Text, not markup: a name from the cluster must print as it is ("[b]" included)
-        out.add_row(
-            *(Text(middle(cell, widths[i]) if i in widths else cell) for i, cell in enumerate(row))
+        out.add_column(
+            middle(header, widths[i]),
+            justify="left" if i in left else "right",
+            no_wrap=True,
+            max_width=widths[i],
+            min_width=min(widths[i], len(header)),
         )
+    for row in rows:
+        out.add_row(*(middle(cell, widths[i]) for i, cell in enumerate(row)))
     return out

@@ -425,7 +425,7 @@ def print_estimate(result: Estimate, server: str, since: str, top: int, out: Con
     headers = ("pod", "ran on", "pulled", "best node", "avoidable", "time")
     title = f"layer-aware placement, pods started in the last {since} on {server}"
     if rows:
-        out.print(table(title, headers, rows, out.width, shrink=(0, 1, 3)))
+        out.print(table(title, headers, rows, out.width, shrink=(0, 1, 3), left=(0, 1, 3)))
     else:
         out.print(title, markup=False)
     if len(result.pods) > len(shown):

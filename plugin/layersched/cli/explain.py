@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import msgspec
 from rich.console import Console
+from rich.markup import escape
 
 from layersched.cli._portforward import find_kubectl, port_forward
 from layersched.cli._tables import console, size, table
@@ -412,7 +413,7 @@ def print_explanation(explained: dict[str, Any], out: Console) -> None:
         )
         rows = [
             (
-                n["node"],
+                escape(n["node"]),  # the extender's words: printed, never read as markup
                 "?" if n["present_bytes"] is None else size(n["present_bytes"]),
                 "?"
                 if n["present_bytes"] is None

@@ -18,8 +18,9 @@ holds now what its ``status.images`` lists, and an image the kubelet pulled ther
 after the pod's start (a ``Pulled`` event that really pulled) was not there before that
 pull, unless a pod running there then used it; a pull far quicker than its bytes at the
 rate seen elsewhere moved nothing (``imagePullPolicy: Always``). A layer held through
-another image with no such pull counts as held. An image removed since is not seen (``status.images`` lists the present only, and is capped at 50
-images per node by default). :attr:`Estimate.approximations` says, in words, every such
+another image with no such pull counts as held. An image removed since is not seen
+(``status.images`` lists the present only, and is capped at 50 images per node by
+default). :attr:`Estimate.approximations` says, in words, every such
 approximation the data at hand forced.
 
 **Time.** A pod's pull time where it ran is the kubelet's own measure (its ``Pulled``

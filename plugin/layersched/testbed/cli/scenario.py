@@ -19,7 +19,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from layersched import _generated as generated
-from layersched.cli._io import read_document
 from layersched.core.errors import InputError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
@@ -99,7 +98,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "no root, no testbed",
     )
     add_image_options(p)
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run_or_print)
 
 
 def _positive_int(text: str) -> int:
@@ -167,23 +166,8 @@ def _cloud(args: argparse.Namespace, sizes: dict[str, int], console: Console) ->
     return _Testbed(testbed.kubeconfig, backend, images, extender_url, rates)
 
 
-def print_saved(path: Path, console: Console) -> None:
-    """The table of the report saved at ``path``; InputError naming it when it is none."""
-    document = read_document(str(path), "scenario report")
-    try:
-        print_table(document, console)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-        raise InputError(
-            f"{path}: not a scenario report ({type(err).__name__}: {err}): give the JSON "
-            "`layersched scenario --report` wrote, e.g. reports/scenario.json"
-        ) from None
-
-
 def run(args: argparse.Namespace) -> int:
-    """Run the scenario and write the report (or print a saved one)."""
-    if args.from_report is not None:
-        print_saved(args.from_report, Console())
-        return 0
+    """Run the scenario and write the report."""
     strategies: list[str] = args.strategies or list(DEFAULT_STRATEGIES)
     for target in args.markdown_into:
         generated.read_block(target, BLOCK)  # a missing marker fails now, not after the run
@@ -244,3 +228,25 @@ def _run(
         console.print(f"results block written into {target}")
     console.print(f"report: {args.report}  plot: {png}")
     return 0
+
+
+def run_or_print(args: argparse.Namespace) -> int:
+    """Print the saved report ``--from-report`` names, or run the scenario."""
+    if args.from_report is None:
+        return run(args)
+    print_saved(args.from_report, Console())
+    return 0
+
+
+def print_saved(path: Path, console: Console) -> None:
+    """The table of the report saved at ``path``; InputError naming it when it is none."""
+    from layersched.cli._io import read_document
+
+    document = read_document(str(path), "scenario report")
+    try:
+        print_table(document, console)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        raise InputError(
+            f"{path}: not a scenario report ({type(err).__name__}: {err}): give the JSON "
+            "`layersched scenario --report` wrote, e.g. reports/scenario.json"
+        ) from None

@@ -67,7 +67,6 @@ from layersched.testbed.deploy_stack import (
 from layersched.testbed.local import (
     TestbedInventory,
     TestbedSettings,
-    default_state_dir,
     require_root,
 )
 from layersched.testbed.local._cluster import extender_requests
@@ -75,7 +74,7 @@ from layersched.testbed.scenario import report, run_scenario
 from layersched.testbed.scenario_images import build_and_push_scenario
 from tests.e2e._checks import check_layer_locality
 from tests.fixtures import prereq
-from tests.fixtures.testbed import NOTHING_LEFT, leftovers, testbed_up
+from tests.fixtures.testbed import NOTHING_LEFT, leftovers, testbed_settings, testbed_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -290,7 +289,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         require_root()
     except TestbedError as err:
         prereq.missing(f"local testbed unavailable: {err}")
-    settings = TestbedSettings(state_dir=default_state_dir())
+    settings = testbed_settings()
     with deployed_stack(settings, tmp_path_factory.mktemp("deploy")) as stack:
         yield stack
 
@@ -573,6 +572,7 @@ def test_seed_scenario_through_the_deployed_stack(stack: Stack) -> None:
         score_sources={LAYER_LOCALITY: DEPLOYED_SCORE_SOURCE},
     )
     stack.measurements["scenario"] = {
+        "layers": doc["layers"],
         "trials": trials,
         "placements": [t["placements"] for t in doc["strategies"][LAYER_LOCALITY]["trials"]],
         "scores_t3": [t["scores_t3"] for t in doc["strategies"][LAYER_LOCALITY]["trials"]],
@@ -585,6 +585,34 @@ def test_seed_scenario_through_the_deployed_stack(stack: Stack) -> None:
             f"trial {i}: {t['scheduler']}"
         )
     check_layer_locality(doc)
+
+
+#: explain reads a pod, its events, the install's pods, and asks each scheduler pod's
+#: extender through a port-forward of its own.
+EXPLAIN_TIMEOUT_S = 120
+
+
+def test_explain_reaches_the_deployed_extender_through_port_forward(stack: Stack) -> None:
+    # the last trial's P1-again, scored by the deployed sidecar; explain finds the scheduler
+    # pods and asks each through kubectl port-forward (the cluster's own kubectl)
+    inventory = stack.inventory
+    cmd = [sys.executable, "-m", "layersched.cli.main", "explain", "pod"]
+    cmd += ["layersched-scenario/p1-again", "--kubeconfig", inventory.cluster.kubeconfig]
+    cmd += ["--kubectl", inventory.cluster.kubectl, "--format", "json"]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=EXPLAIN_TIMEOUT_S, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    explained = json.loads(done.stdout)
+    assert explained["verdict"] == "scored", explained
+    pods = {p["metadata"]["name"] for p in _scheduler_pods(stack.kubectl)}
+    namespace, answered_by = explained["extender"].split("/", 1)
+    assert namespace == NAMESPACE and answered_by in pods
+    chosen = next(node for node in explained["nodes"] if node["chosen"])
+    layers = stack.measurements["scenario"]["layers"]
+    assert chosen["missing_bytes"] == layers["L3"]["size"]
+    assert chosen["present_bytes"] == layers["L1"]["size"] + layers["L2"]["size"]
+    print(f"explain through the port-forward: {explained['extender']}: {chosen}")
 
 
 def _ha_pod(name: str) -> dict[str, Any]:

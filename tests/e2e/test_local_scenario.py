@@ -11,6 +11,7 @@ over the committed ``reports/``; the table is printed at the end of the run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +32,11 @@ import yaml
 from layersched.core.errors import KubeError, TestbedError
 from layersched.cri import CRIClient
 from layersched.kube import NODE_LAYERS_PATH, KubeClient, load_kubeconfig, node_layers_path
-from layersched.testbed.local import (
-    TestbedInventory,
-    TestbedSettings,
-    default_state_dir,
-    require_root,
-    up,
-)
+from layersched.testbed.cluster import ClusterDriver
+from layersched.testbed.local import TestbedInventory, require_root, up
+from layersched.testbed.local._cluster import LocalBackend
+from layersched.testbed.scenario import P1_AGAIN, P2, ScenarioImages, run_trial
+from tests.e2e import _checks as checks
 from tests.e2e._checks import (
     LAYER_LOCALITY_PLUGIN,
     LOCAL_STRATEGIES,
@@ -50,7 +50,7 @@ from tests.e2e._checks import (
     trials_from_env,
 )
 from tests.fixtures import prereq
-from tests.fixtures.testbed import testbed_up
+from tests.fixtures.testbed import testbed_settings, testbed_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -73,7 +73,7 @@ def scenario_run(
         prereq.missing(f"local testbed unavailable: {err}")
     trials = trials_from_env()
     report_path = scenario_report_dir / "scenario.json"
-    with testbed_up(TestbedSettings(state_dir=default_state_dir())) as inventory:
+    with testbed_up(testbed_settings()) as inventory:
         nodes = {node.name for node in inventory.nodes}
         cmd = [sys.executable, "-m", "layersched.cli.main", "scenario"]
         cmd += ["--trials", str(trials), "--report", str(report_path)]
@@ -82,6 +82,149 @@ def scenario_run(
         report = json.loads(report_path.read_text())
         record_scenario_report(report_path, report)
         yield report, nodes, trials, inventory
+
+
+# ----------------------------------------------------- estimate and explain (issue 25)
+# Both read the cluster as a user would, through the CLI, right after the scenario: before
+# the tests below, which disturb the cluster (images removed, an agent killed, the API
+# server restarted). Their own trials and pods change nothing those read.
+#: estimate's P1-again avoidable bytes and layer-locality's measured saving agree this well.
+ESTIMATE_TOLERANCE = 0.10
+#: An image-locality trial puts P1-again on P2's node half the time (a tie): then nothing
+#: was avoidable and the agreement is 0 = 0. Up to this many more trials are run, through
+#: the scenario's own driver, until one puts it on a node without L1+L2.
+MAX_EXTRA_TRIALS = 6
+#: A CLI run reads a handful of objects and resolves two images.
+CLI_TIMEOUT_S = 120
+TERMINAL_COLUMNS = 80
+SCENARIO_POD = "layersched-scenario/p1-again"
+
+
+def _cli(inventory: TestbedInventory, *argv: str) -> str:
+    """``layersched ARGV`` against the testbed as a user runs it (80 columns); its output."""
+    cmd = [sys.executable, "-m", "layersched.cli.main", *argv]
+    cmd += ["--kubeconfig", inventory.cluster.kubeconfig]
+    env = {**os.environ, "COLUMNS": str(TERMINAL_COLUMNS)}
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=env, check=False
+    )
+    assert done.returncode == 0, f"{' '.join(argv)} failed: {done.stderr}"
+    return done.stdout
+
+
+def _estimate(inventory: TestbedInventory, *extra: str) -> str:
+    registry = inventory.registry.host
+    return _cli(inventory, "estimate", "--insecure-registry", registry, *extra)
+
+
+def _explain(inventory: TestbedInventory, *extra: str) -> str:
+    url = inventory.cluster.extender.url
+    return _cli(inventory, "explain", "pod", SCENARIO_POD, "--extender-url", url, *extra)
+
+
+@contextlib.contextmanager
+def _driver(
+    report: dict[str, Any], inventory: TestbedInventory
+) -> Iterator[tuple[ClusterDriver, ScenarioImages]]:
+    """The scenario's own driver on the testbed, and the report's images."""
+    images = ScenarioImages(
+        report["images"]["Img1"],
+        report["images"]["Img2"],
+        {label: (layer["digest"], layer["size"]) for label, layer in report["layers"].items()},
+    )
+    backend = LocalBackend(inventory)
+    try:
+        yield (
+            ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2)),
+            images,
+        )
+    finally:
+        backend.close()
+
+
+def _trial(report: dict[str, Any], inventory: TestbedInventory, strategy: str) -> dict[str, Any]:
+    """One more trial of ``strategy`` through the scenario's own driver, as a report's."""
+    with _driver(report, inventory) as (driver, images):
+        return asdict(run_trial(driver, images, strategy))
+
+
+def _fits(output: str, what: str, results: Path) -> None:
+    """``output`` is within the terminal; it is printed and kept beside the report."""
+    print(f"\n$ layersched {what}\n{output}")
+    (results / f"{what.split()[0]}.txt").write_text(output)
+    width = max(len(line) for line in output.splitlines())
+    assert width <= TERMINAL_COLUMNS, f"{what}: {width} columns"
+
+
+def test_estimate_agrees_with_what_layer_locality_saved(
+    scenario_run: Run, scenario_report_dir: Path
+) -> None:
+    report, _, _, inventory = scenario_run
+    # the cluster as the scenario's last trial left it (its P1 and P1-again still run),
+    # when that was an image-locality trial; else, and while it tied to P2's node, more
+    last = list(report["strategies"])[-1]
+    trial = report["strategies"][last]["trials"][-1] if last == checks.IMAGE_LOCALITY else None
+    extra = 0
+    while extra < MAX_EXTRA_TRIALS and (
+        trial is None or trial["placements"][P1_AGAIN] == trial["placements"][P2]
+    ):
+        trial = _trial(report, inventory, checks.IMAGE_LOCALITY)
+        extra += 1
+    assert trial is not None
+    output = _estimate(inventory, "--namespace", "layersched-scenario", "--format", "json")
+    pods = {pod["pod"]: pod for pod in json.loads(output)["pods"]}
+    again = pods[SCENARIO_POD]
+    assert again["node"] == trial["placements"][P1_AGAIN], (again, trial)
+    # what layer-locality measurably saved: P1-again's bytes here against its bytes
+    # under layer-locality (the registry's access log, every trial of the report)
+    layer_locality = [
+        checks.pull(t, P1_AGAIN)["bytes"]
+        for t in report["strategies"][checks.LAYER_LOCALITY]["trials"]
+    ]
+    saved = checks.pull(trial, P1_AGAIN)["bytes"] - sum(layer_locality) / len(layer_locality)
+    print(
+        f"P1-again: estimate {again['avoidable_bytes']} B avoidable, layer-locality saved "
+        f"{saved:.0f} B ({extra} extra image-locality trials)"
+    )
+    if trial["placements"][P1_AGAIN] == trial["placements"][P2]:
+        # every extra trial tied towards P2's node (1 in 2**MAX_EXTRA_TRIALS): nothing to save
+        assert again["avoidable_bytes"] == 0 and abs(saved) <= checks.METADATA_ALLOWANCE_BYTES
+    else:
+        assert again["best_node"] == trial["placements"][P2]
+        assert abs(again["avoidable_bytes"] - saved) <= ESTIMATE_TOLERANCE * saved
+    _fits(_estimate(inventory), "estimate", scenario_report_dir)
+
+
+def test_explain_tells_who_placed_p1_again_and_why(
+    scenario_run: Run, scenario_report_dir: Path
+) -> None:
+    report, _, _, inventory = scenario_run
+    # image-locality placed the P1-again running now: not us, and explain says so
+    explained = json.loads(_explain(inventory, "--format", "json"))
+    assert explained["scheduler"] == checks.IMAGE_LOCALITY and explained["verdict"] == "not_ours"
+    assert explained["scheduled_by"] == checks.IMAGE_LOCALITY
+    ran = explained["node"]  # it pulled all of Img1 there
+    # P1-again again, through layer-locality (a pod, not a trial: seconds, not minutes):
+    # P1's node is full; the extender scored the node holding all of Img1 against P2's
+    # (L1+L2) or an empty one, and kube-scheduler bound it to the first
+    with _driver(report, inventory) as (driver, images):
+        driver.delete(P1_AGAIN)
+        placed = driver.schedule(P1_AGAIN, images.img1, checks.LAYER_LOCALITY)
+    explained = json.loads(_explain(inventory, "--format", "json"))
+    assert explained["verdict"] == "scored", explained
+    assert explained["node"] == placed.node == ran
+    img1 = checks.layer_bytes(report, *checks.IMG1_LAYERS)
+    chosen = next(node for node in explained["nodes"] if node["chosen"])
+    assert (chosen["present_bytes"], chosen["missing_bytes"], chosen["total_bytes"]) == (
+        img1,
+        0,
+        img1,
+    )
+    (other,) = [node for node in explained["nodes"] if not node["chosen"]]
+    assert other["present_bytes"] in (checks.layer_bytes(report, "L1", "L2"), 0), other
+    assert other["missing_bytes"] == img1 - other["present_bytes"]
+    assert chosen["score"] > other["score"]
+    _fits(_explain(inventory), "explain pod", scenario_report_dir)
 
 
 def test_report_has_every_trial(scenario_run: Run) -> None:
@@ -249,7 +392,7 @@ def test_a_restarted_agent_republishes_without_duplicates(scenario_run: Run) -> 
         os.kill(pid, signal.SIGKILL)
         assert kube.delete(node_layers_path(agent.node)) is True
         # the testbed's bring-up is the DaemonSet: it starts what is not running
-        result = up(TestbedSettings(state_dir=Path(inventory.state_dir)))
+        result = up(testbed_settings(Path(inventory.state_dir)))
         assert result.ok, f"testbed up failed: see {result.log_path}"
         after = kube.get(node_layers_path(agent.node))
         published, _ = kube.list(NODE_LAYERS_PATH)
@@ -305,7 +448,7 @@ def test_an_api_server_restart_is_ridden_out(scenario_run: Run) -> None:
     _wait(stale, RESYNC_TIMEOUT_S)
     # it keeps answering NodeNames requests from what it holds
     assert {node: _held(inventory, node) for node in nodes} == held_before
-    result = up(TestbedSettings(state_dir=Path(inventory.state_dir)))
+    result = up(testbed_settings(Path(inventory.state_dir)))
     assert result.ok, f"testbed up failed: see {result.log_path}"
 
     def watching() -> None:

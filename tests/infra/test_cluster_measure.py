@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from layersched.core.errors import TestbedError as BedError  # not a test class
+from layersched.core.errors import InputError
 from layersched.testbed.cluster import (
     go_duration_seconds,
     node_reports_image,
@@ -45,7 +45,7 @@ def test_go_duration_seconds(text: str, seconds: float) -> None:
     "text", ["", "1.5", "fast", "1.5 s"], ids=["empty", "no-unit", "word", "space"]
 )
 def test_go_duration_seconds_rejects(text: str) -> None:
-    with pytest.raises(BedError, match="Go duration"):
+    with pytest.raises(InputError, match="Go duration"):
         go_duration_seconds(text)
 
 

@@ -193,6 +193,32 @@ def test_pull_time_options(
     assert json.loads(out) == expected
 
 
+def test_the_pull_time_table_explains_its_score(
+    files: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # n3 pulls 44 MiB over a labelled 10 Mbit/s: 46137344 * 8 / 1e7 + 1 s = 37.9 s; n2
+    # pulls 4 MiB at the default 100 Mbit/s: 0.34 + 1 = 1.34 s; n1 nothing: 1 s
+    nodes = json.loads(Path(files["nodes"]).read_text())
+    nodes["items"][2]["metadata"]["labels"] = {"layersched.io/bandwidth-bits-per-s": "1e7"}
+    labelled = tmp_path / "labelled.json"
+    labelled.write_text(json.dumps(nodes))
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(
+        capsys, "score", "--nodes", str(labelled), "--pod", files["pod"], "--strategy",
+        "pull-time", "--layers", files["layers"],
+    )  # fmt: skip
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 80, out
+    assert "Mbit/s" in out and "est. pull" in out
+    row = {line.split()[1]: line for line in out.splitlines() if line.startswith("│ n")}
+    # floor(100 * 1 / 37.9) = 2; floor(100 * 1 / 1.34) = 74
+    assert "10" in row["n3"] and "37.9 s" in row["n3"] and row["n3"].rstrip(" │").endswith("2")
+    assert "100" in row["n2"] and "1.3 s" in row["n2"] and row["n2"].rstrip(" │").endswith("74")
+    assert "1.0 s" in row["n1"] and row["n1"].rstrip(" │").endswith("100")
+
+
 def test_image_locality_resolves_no_layers_and_warns_about_none(
     files: dict[str, str], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -13,6 +13,7 @@ import logging
 import re
 import threading
 import time
+from array import array
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -314,6 +315,66 @@ def test_debug_decisions_hold_each_pods_latest_answer(tmp_path: Any) -> None:
     # a neutral answer says why
     assert p2["neutral"] == "pod_unresolved" and p2["scores"] == {"N1": 0}
     assert listing == {"pods": ["default/p1", "default/p2"]}
+    # the bytes that explain the scores: N1 holds all of Img1 (L1+L2+L3 = 90 MB), N2 its
+    # L1+L2 (50 MB); a neutral answer has none
+    assert p1["strategy"] == "layer-locality"
+    assert p1["bytes"] == {
+        "N1": {"present_bytes": 90 * MB, "total_bytes": 90 * MB},
+        "N2": {"present_bytes": 50 * MB, "total_bytes": 90 * MB},
+    }
+    assert p2["bytes"] == {} and p2["strategy"] == ""
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # full Nodes: each node of the request, in its order; N3 holds nothing of 90 MB
+        (
+            {"Nodes": {"items": NODES}},
+            {"N1": (90 * MB, 90 * MB), "N2": (50 * MB, 90 * MB), "N3": (0, 90 * MB)},
+        ),
+        # a name the held inventory does not know scores 0 and holds nothing of nothing
+        (
+            {"NodeNames": ["N2", "ghost", "N1"]},
+            {"N2": (50 * MB, 90 * MB), "ghost": (0, 0), "N1": (90 * MB, 90 * MB)},
+        ),
+    ],
+    ids=["nodes", "unknown-node-name"],
+)
+def test_decisions_keep_each_nodes_held_and_needed_bytes(
+    tmp_path: Any, body: dict[str, Any], expected: dict[str, tuple[int, int]]
+) -> None:
+    extender = _extender(tmp_path)
+    pod = _pod("img1:1")
+    pod["metadata"]["uid"] = "uid-1"
+    seen: list[tuple[int, Any]] = []
+
+    async def scenario(call: Call) -> None:
+        seen.append(await call("POST", "/prioritize", {"Pod": pod, **body}))
+        seen.append(await call("GET", "/debug/decisions?pod=default/p1", None))
+
+    _serve(extender, scenario)
+    (status, answer), (_, decision) = seen
+    assert status == 200
+    assert list(decision["bytes"]) == [entry["Host"] for entry in answer]  # answer's order
+    assert {
+        node: (held["present_bytes"], held["total_bytes"])
+        for node, held in decision["bytes"].items()
+    } == expected
+
+
+def test_decisions_bound_bytes_with_scores() -> None:
+    # the per-node bytes ride on the score budget: two pods of 3 nodes fit in 6 scores,
+    # a third evicts the oldest, held bytes and all
+    decisions = Decisions(max_pods=10, max_scores=6)
+    answer = [HostPriority(n, 1) for n in ("a", "b", "c")]
+    for name in ("p1", "p2", "p3"):
+        meta = ObjectMeta(name=name, namespace="ns", uid=name)
+        held = ("layer-locality", array("q", [1, 2, 3]), array("q", [4, 4, 4]))
+        decisions.record(meta, "NodeNames", answer, "", held)
+    assert decisions.pods() == ["ns/p2", "ns/p3"]
+    kept = decisions.get("ns/p3")
+    assert kept is not None and kept.held()["c"] == {"present_bytes": 3, "total_bytes": 4}
 
 
 def test_decisions_forget_the_oldest_pods_first() -> None:

@@ -34,13 +34,13 @@ from layersched.testbed.scenario import (
     ids=["cores", "millicores", "Gi", "G", "fraction"],
 )
 def test_parse_quantity(text: str, value: Decimal) -> None:
-    from layersched.testbed.quantity import parse_quantity
+    from layersched.core.quantity import parse_quantity
 
     assert parse_quantity(text, "x") == value
 
 
 def test_bad_quantity_names_the_field() -> None:
-    from layersched.testbed.quantity import parse_quantity
+    from layersched.core.quantity import parse_quantity
 
     with pytest.raises(InputError, match=r"node n1 allocatable.memory: '4 GB'"):
         parse_quantity("4 GB", "node n1 allocatable.memory")

@@ -32,9 +32,24 @@ def size(size_bytes: int | float) -> str:
         if abs(value) < _KIB or unit == _UNITS[-1]:
             if unit == "B":
                 return f"{int(value)} B"
-            return f"{value:.3g} {unit}" if abs(value) >= 100 else f"{value:.1f} {unit}"
+            if abs(value) >= _THREE_DIGITS:  # 100 to 1023: no decimal ("1000 KiB", not 1e+03)
+                return f"{value:.0f} {unit}"
+            return f"{value:.1f} {unit}"
         value /= _KIB
     raise AssertionError("unreachable")
+
+
+#: Seconds in a minute and an hour (durations print in the largest unit that fits).
+_MINUTE_S = 60.0
+_HOUR_S = 3600.0
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` in the largest unit up to hours, one decimal: ``17.8 s``, ``2.5 min``."""
+    for unit, scale in (("h", _HOUR_S), ("min", _MINUTE_S)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.1f} {unit}"
+    return f"{seconds:.1f} s"
 
 
 def middle(text: str, width: int) -> str:

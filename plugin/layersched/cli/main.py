@@ -24,6 +24,8 @@ from layersched.core.errors import InputError, LayerschedError
 #: Subcommand modules under ``layersched.cli``, in help order.
 COMMANDS: tuple[str, ...] = (
     "score",
+    "estimate",
+    "explain",
     "extender",
     "agent",
     "relay",

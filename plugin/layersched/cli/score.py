@@ -15,14 +15,15 @@ from layersched.cli._sources import (
     open_layer_source,
     strategy_from_args,
 )
-from layersched.cli._tables import console, size, table
+from layersched.cli._tables import console, duration, size, table
 from layersched.core.errors import LayerResolutionError
 from layersched.core.inventory import ClusterInventory, InventoryBuilder
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import add_node_object, decode_node_list, decode_pod, pod_images
-from layersched.core.strategies import NodeScores, resolve_pod_layers
+from layersched.core.strategies import NodeScores, Strategy, resolve_pod_layers
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.core.strategies.pull_time import NAME as PULL_TIME
+from layersched.core.strategies.pull_time import PullTime, node_bandwidth_bits_per_s
 from layersched.registry import DEFAULT_DEADLINE_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 
@@ -48,6 +49,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 log = logging.getLogger(__name__)
+#: The pull-time table prints bandwidths in Mbit/s (decimal, as links are sold).
+BITS_PER_MEGABIT = 1e6
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,28 +76,37 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(result.as_dict(inventory)))
     else:
-        _print_table(result, inventory, args.strategy, pod.name)
+        _print_table(result, inventory, strategy, pod.name)
     return 0
 
 
-def _print_table(result: NodeScores, inventory: ClusterInventory, strategy: str, pod: str) -> None:
-    by_layer = strategy in (LAYER_LOCALITY, PULL_TIME)
+def _print_table(
+    result: NodeScores, inventory: ClusterInventory, strategy: Strategy, pod: str
+) -> None:
+    by_layer = strategy.name in (LAYER_LOCALITY, PULL_TIME)
     present_label = "held" if by_layer else "matched (scaled)"
     total_label = "needed" if by_layer else "upper threshold"
     rows = [
-        (
-            inventory.nodes[int(idx)].name,
-            size(int(present)),
-            size(result.total_bytes),
-            str(int(score)),
-        )
-        for idx, present, score in zip(
-            result.nodes, result.present_bytes, result.scores, strict=True
-        )
+        [inventory.nodes[int(idx)].name, size(int(present)), size(result.total_bytes)]
+        for idx, present in zip(result.nodes, result.present_bytes, strict=True)
     ]
+    headers = ["node", present_label, total_label]
+    if isinstance(strategy, PullTime) and result.total_bytes > 0:
+        # what the score is made of: each node's bandwidth and the pull it predicts there
+        estimates_s = strategy.estimates_s(
+            inventory, result.nodes, result.present_bytes, result.total_bytes
+        )
+        default = strategy.default_bandwidth_bits_per_s
+        for row, idx, estimate_s in zip(rows, result.nodes, estimates_s, strict=True):
+            node = inventory.nodes[int(idx)]
+            bandwidth = node_bandwidth_bits_per_s(node, default)
+            row += [f"{bandwidth / BITS_PER_MEGABIT:.4g}", duration(float(estimate_s))]
+        headers += ["Mbit/s", "est. pull"]
+    for row, score in zip(rows, result.scores, strict=True):
+        row.append(str(int(score)))
+    headers.append("score 0-100")
     out = console()
-    headers = ("node", present_label, total_label, "score 0-100")
-    out.print(table(f"{strategy} scores for pod {pod}", headers, rows, out.width))
+    out.print(table(f"{strategy.name} scores for pod {pod}", headers, rows, out.width))
     if inventory.unresolved_images:
         out.print(
             f"[yellow]{inventory.unresolved_images} node image(s) ignored: their layers are "

@@ -132,3 +132,20 @@ def parse_or_none(text: str) -> ImageReference | None:
         return ImageReference.parse(text)
     except ImageReferenceError:
         return None
+
+
+def listed_name_matches(name: str, wanted: ImageReference) -> bool:
+    """Whether ``name``, as a runtime lists an image (``status.images[*].names``), names
+    the image ``wanted`` refers to.
+
+    Names compare as references, so ``debian:12`` matches CRI-O's
+    ``docker.io/library/debian:12``. A reference pinned by digest matches the
+    listed ``repo@digest`` name; otherwise the tag (default ``latest``) must match.
+    A name no parser accepts (``<none>@<none>``) matches nothing.
+    """
+    have = parse_or_none(name)
+    if have is None or (have.domain, have.path) != (wanted.domain, wanted.path):
+        return False
+    if wanted.digest is not None:
+        return have.digest == wanted.digest
+    return have.digest is None and have.tag == (wanted.tag or DEFAULT_TAG)

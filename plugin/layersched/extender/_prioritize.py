@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -44,8 +45,9 @@ MAX_LOGGED_UNRESOLVED_IMAGES = 10_000
 #: Distinct (node, image) problems in request node data logged, likewise.
 MAX_LOGGED_INVALID_NODE_DATA = 10_000
 #: Answers kept for ``/debug/decisions`` (the latest per pod; the oldest pods go first),
-#: and the node scores they may hold in all (about 100 bytes each: at 5,000 nodes that is
-#: the latest 20 pods, 10 MB; on a small cluster the pod count is the bound).
+#: and the node scores they may hold in all (about 120 bytes each with the node's held
+#: and needed bytes: at 5,000 nodes that is the latest 20 pods, 12 MB; on a small
+#: cluster the pod count is the bound).
 MAX_DECISIONS = 1_024
 MAX_DECISION_SCORES = 100_000
 
@@ -62,9 +64,30 @@ class Decision(msgspec.Struct, frozen=True):
     #: Why every score is 0 (``not_ready``, ``pod_unresolved``, ``overloaded``), or "".
     neutral: str
     answer: list[HostPriority]
+    #: The strategy that scored it, and per node of ``answer`` (same order) the bytes of
+    #: the pod the node held and the pod's bytes (its strategy's own measure: for
+    #: image-locality the spread-scaled image sizes and the upper threshold); empty when
+    #: neutral. 8 bytes an entry (``array``), not a Python int each.
+    strategy: str = ""
+    present_bytes: array[int] = msgspec.field(default_factory=lambda: array("q"))
+    total_bytes: array[int] = msgspec.field(default_factory=lambda: array("q"))
 
     def scores(self) -> dict[str, int]:
         return {entry.Host: entry.Score for entry in self.answer}
+
+    def held(self) -> dict[str, dict[str, int]]:
+        """``{node: {"present_bytes", "total_bytes"}}`` (empty for a neutral answer)."""
+        return {
+            entry.Host: {"present_bytes": present, "total_bytes": total}
+            for entry, present, total in zip(
+                self.answer, self.present_bytes, self.total_bytes, strict=False
+            )
+        }
+
+
+#: What a scored answer adds to its Decision: the strategy, and per node the held and
+#: needed bytes.
+Held = tuple[str, "array[int]", "array[int]"]
 
 
 class Decisions:
@@ -81,14 +104,23 @@ class Decisions:
         self._scores = 0
 
     def record(
-        self, meta: ObjectMeta, mode: str, answer: list[HostPriority], neutral: str = ""
+        self,
+        meta: ObjectMeta,
+        mode: str,
+        answer: list[HostPriority],
+        neutral: str = "",
+        held: Held | None = None,
     ) -> list[HostPriority]:
-        """Remember ``answer`` for the pod of ``meta``; returns ``answer``."""
+        """Remember ``answer`` for the pod of ``meta`` (with ``held``: the strategy and each
+        node's held and needed bytes, in ``answer``'s order); returns ``answer``."""
         key = pod_name(meta)
         earlier = self._by_pod.pop(key, None)
         if earlier is not None:
             self._scores -= len(earlier.answer)
-        self._by_pod[key] = Decision(key, meta.uid, time.time(), mode, neutral, answer)
+        strategy, present, total = held if held is not None else ("", array("q"), array("q"))
+        self._by_pod[key] = Decision(
+            key, meta.uid, time.time(), mode, neutral, answer, strategy, present, total
+        )
         self._scores += len(answer)
         # the newest answer stays even when it alone is over the score budget
         while len(self._by_pod) > 1 and (
@@ -202,13 +234,13 @@ class Extender:
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         """Scores 0..10 for every requested node, in request order (recorded for
         ``/debug/decisions``)."""
-        answer, neutral = await self._prioritize(args)
+        answer, neutral, held = await self._prioritize(args)
         assert args.Pod is not None  # _prioritize refused a request without one
         mode = "Nodes" if args.Nodes is not None else "NodeNames"
-        return self.decisions.record(args.Pod.metadata, mode, answer, neutral)
+        return self.decisions.record(args.Pod.metadata, mode, answer, neutral, held)
 
-    async def _prioritize(self, args: ExtenderArgs) -> tuple[list[HostPriority], str]:
-        """The answer, and why it is all zeros ("" when it was scored)."""
+    async def _prioritize(self, args: ExtenderArgs) -> tuple[list[HostPriority], str, Held | None]:
+        """The answer, why it is all zeros ("" when it was scored), and what explains it."""
         if args.Pod is None:
             raise InputError(_NO_POD)
         pod = pod_images(args.Pod, f"pod {pod_name(args.Pod.metadata)!r}")
@@ -226,7 +258,7 @@ class Extender:
             names = args.NodeNames
             inventory = self.provider.current()
             if inventory is None:
-                return self._neutral(names, "not_ready", pod), "not_ready"
+                return self._neutral(names, "not_ready", pod), "not_ready", None
             if self.platforms is not None:
                 node_keys = self.provider.platform_keys
             candidates, missing = self._indices(inventory, names)
@@ -242,16 +274,18 @@ class Extender:
             )
             for key, resolved in zip(keys, answers, strict=True):
                 if resolved is None:
-                    return self._neutral(names, "pod_unresolved", pod), "pod_unresolved"
+                    return self._neutral(names, "pod_unresolved", pod), "pod_unresolved", None
                 layers[key] = pod_layers(pod.pulled, resolved.__getitem__)
         if inventory is None:
             assert args.Nodes is not None
             inventory = self._request_inventory(args, node_keys)
+        totals = np.full(len(candidates), 0, dtype=np.int64)
         if groups is None:
             result = self.strategy.score(
                 pod, next(iter(layers.values()), ()), inventory, candidates
             )
             parts = [result]
+            totals[:] = result.total_bytes
         else:
             result, parts = self.strategy.score_groups(
                 pod,
@@ -259,12 +293,15 @@ class Extender:
                 inventory,
                 candidates,
             )
+            for positions, part in zip(groups.values(), parts, strict=True):
+                totals[positions] = part.total_bytes
         if missing:
             self._note_unknown(missing)
         if log.isEnabledFor(logging.DEBUG):
             for part in parts:
                 self._log_decision(pod, inventory, part)
-        return _answer(names, inventory, result, bool(missing)), ""
+        answer = _answer(names, inventory, result, bool(missing))
+        return answer, "", _held(self.strategy.name, names, inventory, result, totals, missing)
 
     def _platform_groups(
         self, node_keys: Sequence[str] | None, candidates: IndexArray
@@ -448,3 +485,28 @@ def _answer(
         idx = index_of(name)
         answer.append(HostPriority(name, 0 if idx is None else by_index[idx]))
     return answer
+
+
+def _held(
+    strategy: str,
+    names: Sequence[str],
+    inventory: ClusterInventory,
+    result: NodeScores,
+    totals: IndexArray,
+    missing: Sequence[str],
+) -> Held:
+    """Per node of the answer (``names``' order) the bytes held and needed, for
+    ``/debug/decisions``; a node unknown to the inventory holds nothing of nothing."""
+    present, needed = result.present_bytes, totals
+    if missing:
+        at = {idx: i for i, idx in enumerate(result.nodes.tolist())}
+        present = np.zeros(len(names), dtype=np.int64)
+        needed = np.zeros(len(names), dtype=np.int64)
+        for i, idx in enumerate(map(inventory.index_of, names)):
+            row = at.get(idx) if idx is not None else None
+            if row is not None:
+                present[i], needed[i] = result.present_bytes[row], totals[row]
+    held_bytes, total_bytes = array("q"), array("q")
+    held_bytes.frombytes(np.ascontiguousarray(present, dtype=np.int64).tobytes())
+    total_bytes.frombytes(np.ascontiguousarray(needed, dtype=np.int64).tobytes())
+    return strategy, held_bytes, total_bytes

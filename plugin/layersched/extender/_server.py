@@ -241,8 +241,9 @@ async def _inventory(request: web.Request) -> web.Response:
 
 async def _decisions(request: web.Request) -> web.Response:
     """``/debug/decisions?pod=NAMESPACE/NAME``: the extender's latest answer for a pod
-    (its uid, when, the mode, why it was neutral if it was, and each node's 0..10 score);
-    without ``pod``, the pods it remembers, most recent last."""
+    (its uid, when, the mode, why it was neutral if it was, each node's 0..10 score, and
+    the strategy with each node's held and needed bytes); without ``pod``, the pods it
+    remembers, most recent last."""
     decisions = request.app[EXTENDER_KEY].decisions
     pod = request.query.get("pod")
     if pod is None:
@@ -263,6 +264,8 @@ async def _decisions(request: web.Request) -> web.Response:
             "mode": decision.mode,
             "neutral": decision.neutral,
             "scores": decision.scores(),
+            "strategy": decision.strategy,
+            "bytes": decision.held(),
         }
     )
 

@@ -20,6 +20,7 @@ from layersched.kube._client import (
 from layersched.kube._config import KubeConfig, in_cluster_config, load_config, load_kubeconfig
 from layersched.kube._crd import CRD_NAME, node_layers_crd
 from layersched.kube._paths import (
+    ALL_EVENTS_PATH,
     ALL_PODS_PATH,
     CRD_PATH,
     NAMESPACES_PATH,
@@ -47,6 +48,7 @@ from layersched.kube._rbac import (
 
 __all__ = [
     "AGENT_ROLE",
+    "ALL_EVENTS_PATH",
     "ALL_PODS_PATH",
     "CRD_NAME",
     "CRD_PATH",

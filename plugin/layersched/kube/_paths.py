@@ -19,6 +19,8 @@ NODES_PATH = "/api/v1/nodes"
 NAMESPACES_PATH = "/api/v1/namespaces"
 #: Every pod of every namespace (list/watch only).
 ALL_PODS_PATH = "/api/v1/pods"
+#: Every core/v1 Event of every namespace (list/watch only).
+ALL_EVENTS_PATH = "/api/v1/events"
 NODE_LAYERS_PATH = f"/apis/{API_VERSION}/{PLURAL}"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 #: The API server's build (``gitVersion``, e.g. ``v1.20.2``).

@@ -94,8 +94,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"replace the text between '{BEGIN}' and '{END}' in FILE with the results "
         "block (repeatable; checked before the scenario runs)",
     )
+    p.add_argument(
+        "--from-report",
+        type=Path,
+        metavar="REPORT.json",
+        help="print the table of a saved report (e.g. reports/scenario.json) and stop: "
+        "no root, no testbed",
+    )
     add_image_options(p)
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run_or_print)
 
 
 def _positive_int(text: str) -> int:
@@ -233,3 +240,25 @@ def _run(
         console.print(f"results block written into {target}")
     console.print(f"report: {args.report}  plot: {png}")
     return 0
+
+
+def run_or_print(args: argparse.Namespace) -> int:
+    """Print the saved report ``--from-report`` names, or run the scenario."""
+    if args.from_report is None:
+        return run(args)
+    print_saved(args.from_report, Console())
+    return 0
+
+
+def print_saved(path: Path, console: Console) -> None:
+    """The table of the report saved at ``path``; InputError naming it when it is none."""
+    from layersched.cli._io import read_document
+
+    document = read_document(str(path), "scenario report")
+    try:
+        print_table(document, console)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        raise InputError(
+            f"{path}: not a scenario report ({type(err).__name__}: {err}): give the JSON "
+            "`layersched scenario --report` wrote, e.g. reports/scenario.json"
+        ) from None

@@ -20,6 +20,7 @@ from layersched.cli.deploy import add_image_options as add_push_options
 from layersched.cli.deploy import print_install, print_pushed, push_images
 from layersched.core.errors import InputError
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform
+from layersched.core.quantity import parse_quantity
 from layersched.testbed.deploy_stack import write_local_overlay
 from layersched.testbed.local import (
     DEFAULT_NET_BASE,
@@ -36,7 +37,6 @@ from layersched.testbed.local import (
     up,
 )
 from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE, write_pause_archive
-from layersched.testbed.quantity import parse_quantity
 from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, build_and_push_scenario, load_spec
 
 #: The CLI takes link rates in Mbit/s (decimal, as tc and link vendors count).

@@ -35,6 +35,7 @@ import tenacity
 from layersched.core.errors import KubeError, TestbedError
 from layersched.core.inventory import ClusterInventory
 from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
+from layersched.core.quantity import parse_quantity
 from layersched.core.strategies import get_strategy
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.kube import (
@@ -60,7 +61,6 @@ from layersched.testbed.cluster._measure import (
     pull_event_for,
     scheduled_by,
 )
-from layersched.testbed.quantity import parse_quantity
 from layersched.testbed.scenario import Placement, Pull
 
 log = logging.getLogger(__name__)
@@ -399,6 +399,11 @@ class ClusterDriver:
         )
         node = wait_for(lambda: self._bound_node(name), BIND_TIMEOUT_S)
         event = wait_for(lambda: self._pull_event(name, uid), PULL_TIMEOUT_S, STATUS_POLL_S)
+        if event.seconds is None:
+            raise TestbedError(
+                f"pod {name}: the kubelet's Pulled event gives no duration (kubelets before "
+                "1.19): the scenario needs a kubelet that times its pulls"
+            )
         self._watch_listing(pod, node, image)
         address = self._node_address(node)
         size_bytes = 0

@@ -1,5 +1,6 @@
-"""Kubernetes resource quantities ("500m", "2", "4Gi", "1G"), enough for requests and
-allocatable when the cluster driver sizes whole-node pods."""
+"""Kubernetes resource quantities ("500m", "2", "4Gi", "1G"): pods' requests and nodes'
+allocatable, as ``layersched estimate`` weighs them and the testbed's driver sizes
+whole-node pods."""
 
 from __future__ import annotations
 
@@ -38,3 +39,5 @@ def parse_quantity(text: str, where: str) -> Decimal:
         return Decimal(match.group(1)) * _SUFFIX[match.group(2)]
     except InvalidOperation:
         raise InputError(f"{where}: {text!r} is not a number") from None
+    except ArithmeticError:  # decimal.Overflow: an exponent past Decimal's (1e999999999)
+        raise InputError(f"{where}: {text!r} is out of range") from None

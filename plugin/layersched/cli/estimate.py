@@ -1,0 +1,498 @@
+"""``layersched estimate``: what layer-aware placement would have saved on a live cluster.
+
+Read-only, against any cluster of any version, with nothing installed: it lists the
+Nodes (``status.images``), the pods bound to them and the kubelets' ``Pulled`` events
+through the API (page by page: it never holds a whole list), resolves the layers of the
+images involved through their registries (or ``--layers``, the same options as ``layersched
+score``), and weighs every pod that started in the window (:mod:`layersched.core.estimate`
+says how, and what it approximates). Out: a table that fits the terminal, ``--format
+json`` (exact bytes), and ``--plot FILE.png`` (matplotlib, only imported when asked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import logging
+import re
+import textwrap
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+
+from layersched.cli._sources import add_layer_source_options, open_layer_source
+from layersched.cli._tables import console, duration, size, table
+from layersched.core.errors import InputError, LayerResolutionError
+from layersched.core.estimate import (
+    Estimate,
+    NodeFacts,
+    PodFacts,
+    PullFacts,
+    estimate,
+    in_window,
+    node_facts,
+    pod_facts,
+    pull_facts,
+    ran_images,
+)
+from layersched.core.events import PULLED_REASON
+from layersched.core.inventory import NodeImage, NodeInfo, names_resolver
+from layersched.core.layers import Layer, LayerSource
+from layersched.core.objects import (
+    SchedulableNode,
+    decode_placed_pod,
+    decode_schedulable_node,
+    node_info,
+)
+from layersched.core.strategies.args import DEFAULT_BANDWIDTH_BITS_PER_S
+from layersched.kube import (
+    ALL_EVENTS_PATH,
+    ALL_PODS_PATH,
+    NODES_PATH,
+    KubeClient,
+    load_config,
+    selector,
+)
+from layersched.registry import DEFAULT_DEADLINE_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+
+log = logging.getLogger(__name__)
+
+#: The API server keeps events an hour by default (--event-ttl): a longer window still
+#: weighs its pods, with their pull times estimated (the output says so).
+DEFAULT_WINDOW = "1h"
+#: Rows of the table (the pods that would have saved most); --format json has them all.
+DEFAULT_TOP = 20
+#: Pods the plot shows at most (one bar pair each).
+PLOT_PODS = 30
+_WINDOW = re.compile(r"^(?P<value>\d+(?:\.\d+)?)(?P<unit>s|m|h|d)$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: Only bound pods take part (a pending pod pulled nothing yet).
+BOUND_PODS = "spec.nodeName!="
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``estimate`` subcommand."""
+    p = sub.add_parser(
+        "estimate",
+        help="what layer-aware placement would have saved on a live cluster (read-only)",
+        description="For every pod that started in the window: the bytes it pulled where it "
+        "ran against the best node it fitted on then, and the totals. Needs only read "
+        "access to nodes, pods and events (and the images' registries, or --layers).",
+    )
+    p.add_argument("--kubeconfig", metavar="FILE", help="API credentials (default: in-cluster)")
+    p.add_argument(
+        "--since",
+        default=DEFAULT_WINDOW,
+        metavar="DURATION",
+        help="weigh the pods started this long ago or later: 90s, 30m, 6h, 2d "
+        "(default: %(default)s; the API keeps events about an hour by default)",
+    )
+    p.add_argument(
+        "--namespace",
+        action="append",
+        metavar="NS",
+        help="weigh only pods of this namespace (repeatable; default: all). Every pod "
+        "still takes its node's resources",
+    )
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument(
+        "--top",
+        type=int,
+        default=DEFAULT_TOP,
+        metavar="N",
+        help="table rows: the N pods that would have saved most (default: %(default)s)",
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="also draw the pods' bytes (pulled vs best node) into FILE (needs matplotlib: "
+        "pip install 'layersched[sim]')",
+    )
+    p.add_argument(
+        "--default-bandwidth-bits-per-s",
+        type=float,
+        default=DEFAULT_BANDWIDTH_BITS_PER_S,
+        metavar="BITS_PER_S",
+        help="pull rate of a node when no pull was observed anywhere and it has no "
+        "bandwidth label (default: %(default)s)",
+    )
+    add_layer_source_options(
+        p,
+        registry_timeout_s=DEFAULT_TIMEOUT_S,
+        registry_retries=DEFAULT_RETRIES,
+        registry_deadline_s=DEFAULT_DEADLINE_S,
+    )
+    p.set_defaults(handler=run)
+
+
+def window_seconds(text: str) -> float:
+    """``90s``, ``30m``, ``6h``, ``2d`` in seconds; InputError otherwise."""
+    match = _WINDOW.match(text.strip())
+    if match is None or float(match["value"]) <= 0:
+        raise InputError(
+            f"--since {text!r}: expected a positive duration with a unit, e.g. 90s, 30m, 6h, 2d"
+        )
+    return float(match["value"]) * _UNIT_S[match["unit"]]
+
+
+def _check(args: argparse.Namespace) -> float:
+    """The window in seconds, once every option is valid (before any API call)."""
+    window_s = window_seconds(args.since)
+    if args.top < 0:
+        raise InputError(f"--top {args.top}: must be 0 or more")
+    if not args.default_bandwidth_bits_per_s > 0:
+        raise InputError(
+            f"--default-bandwidth-bits-per-s {args.default_bandwidth_bits_per_s}: must be > 0"
+        )
+    if args.plot is not None:
+        if importlib.util.find_spec("matplotlib") is None:
+            raise InputError(
+                "--plot needs matplotlib, which is not installed: pip install "
+                "'layersched[sim]' (or matplotlib), or drop --plot"
+            )
+        if not args.plot.parent.is_dir():
+            raise InputError(f"--plot {args.plot}: no directory {args.plot.parent}")
+    return window_s
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the cluster, weigh its recent pods, print (and plot)."""
+    window_s = _check(args)
+    source = open_layer_source(args, cached=True)
+    until_s = time.time()
+    since_s = until_s - window_s
+    namespaces = frozenset(args.namespace) if args.namespace else None
+    progress_console = Console(stderr=True)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(
+        *columns,
+        console=progress_console,
+        transient=True,
+        disable=not progress_console.is_terminal,
+    ) as progress:
+        with KubeClient(load_config(args.kubeconfig)) as kube:
+            server = kube.config.server
+            nodes = _read_nodes(kube, progress)
+            pods, ran = _read_pods(kube, progress, since_s, until_s, namespaces)
+            pulls = _read_pulls(kube, progress, since_s, {p.uid: p.node for p in pods})
+        notes: list[str] = []
+        facts = _resolve_nodes(nodes, source, progress, notes)
+        pods = _resolve_pods(pods, ran, source, progress, since_s, until_s, namespaces)
+        task = progress.add_task("weighing the pods", total=None)
+        result = estimate(
+            facts,
+            pods,
+            pulls,
+            since_s=since_s,
+            until_s=until_s,
+            default_bits_per_s=args.default_bandwidth_bits_per_s,
+            namespaces=namespaces,
+            notes=notes,
+        )
+        progress.remove_task(task)
+    if args.format == "json":
+        print(json.dumps(as_document(result, server, args.since), indent=2))
+    else:
+        print_estimate(result, server, args.since, args.top, console())
+    if args.plot is not None:
+        plot(result, args.plot)
+        progress_console.print(f"plot: {args.plot}")
+    return 0
+
+
+# ------------------------------------------------------------------ reading the cluster
+
+
+def _pages(
+    kube: KubeClient, progress: Progress, path: str, what: str, field_selector: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """The items of a collection, page by page, counted on a progress line."""
+    task = progress.add_task(f"reading {what}", total=None)
+    seen = 0
+    for page, _ in kube.list_pages(path, field_selector=field_selector):
+        seen += len(page)
+        progress.update(task, description=f"reading {what}: {seen}")
+        yield from page
+    progress.remove_task(task)
+
+
+def _read_nodes(kube: KubeClient, progress: Progress) -> list[tuple[SchedulableNode, NodeInfo]]:
+    """(decoded node, its inventory entry without layers) of every Node."""
+    found = []
+    for i, item in enumerate(_pages(kube, progress, NODES_PATH, "nodes")):
+        where = f"{NODES_PATH}: items[{i}]"
+        problems: list[str] = []
+        try:
+            node = decode_schedulable_node(item, where)
+            info = node_info(node, where, problems)
+        except InputError as err:
+            log.warning("ignoring a node: %s", err)
+            continue
+        for problem in problems:
+            log.warning("%s", problem)
+        found.append((node, info))
+    return found
+
+
+def _read_pods(
+    kube: KubeClient,
+    progress: Progress,
+    since_s: float,
+    until_s: float,
+    namespaces: frozenset[str] | None,
+) -> tuple[list[PodFacts], dict[str, dict[str, str]]]:
+    """Every bound pod's facts, and for those weighed, what their runtimes ran (by uid)."""
+    pods: list[PodFacts] = []
+    ran: dict[str, dict[str, str]] = {}
+    problems: list[str] = []
+    items = _pages(kube, progress, ALL_PODS_PATH, "pods", field_selector=BOUND_PODS)
+    for i, item in enumerate(items):
+        try:
+            pod = decode_placed_pod(item, f"{ALL_PODS_PATH}: items[{i}]")
+        except InputError as err:
+            log.warning("ignoring a pod: %s", err)
+            continue
+        facts = pod_facts(pod, problems)
+        if facts is None:
+            continue
+        pods.append(facts)
+        if in_window(facts, since_s, until_s, namespaces):
+            ran[facts.uid] = ran_images(pod)
+    for problem in problems:
+        log.warning("%s", problem)
+    return pods, ran
+
+
+def _read_pulls(
+    kube: KubeClient, progress: Progress, since_s: float, node_of: dict[str, str]
+) -> list[PullFacts]:
+    """The kubelets' pull reports of the window."""
+    found = []
+    pulled = selector({"reason": PULLED_REASON})
+    for event in _pages(kube, progress, ALL_EVENTS_PATH, "Pulled events", field_selector=pulled):
+        facts = pull_facts(event, node_of)
+        if facts is not None and facts.at_s >= since_s:
+            found.append(facts)
+    return found
+
+
+# ---------------------------------------------------------------------- layers
+
+
+def _resolving(progress: Progress, what: str, total: int) -> Callable[[], None]:
+    task = progress.add_task(f"resolving {what}", total=total)
+    return lambda: progress.advance(task)
+
+
+def _resolve_nodes(
+    nodes: Sequence[tuple[SchedulableNode, NodeInfo]],
+    source: LayerSource,
+    progress: Progress,
+    notes: list[str],
+) -> list[NodeFacts]:
+    """Every node with the layers of its images (each distinct image resolved once)."""
+    resolve = names_resolver(source)
+    distinct = {image.names for _, info in nodes for image in info.images if image.names}
+    step = _resolving(progress, "the nodes' images", len(distinct))
+    layers: dict[tuple[str, ...], tuple[Layer, ...] | None] = {}
+    unknown = 0
+    for names in distinct:
+        try:
+            layers[names] = resolve(names)
+        except LayerResolutionError as err:
+            layers[names] = None
+            unknown += 1
+            log.warning("node image %r: its layers are unknown (%s)", names[0], err)
+        step()
+    if unknown:
+        notes.append(
+            f"{unknown} of {len(distinct)} node image(s) have unknown layers (named in the "
+            "warnings): the nodes holding them count as not holding their layers"
+        )
+    facts = []
+    for node, info in nodes:
+        images = tuple(
+            NodeImage(image.names, image.size_bytes, layers.get(image.names))
+            for image in info.images
+        )
+        facts.append(node_facts(node, dataclasses.replace(info, images=images)))
+    return facts
+
+
+def _resolve_pods(
+    pods: list[PodFacts],
+    ran: dict[str, dict[str, str]],
+    source: LayerSource,
+    progress: Progress,
+    since_s: float,
+    until_s: float,
+    namespaces: frozenset[str] | None,
+) -> list[PodFacts]:
+    """The pods, those weighed with the layers of their images (by the digest their runtime
+    ran, else by their reference)."""
+    weighed = [
+        i
+        for i, pod in enumerate(pods)
+        if not pod.pinned and in_window(pod, since_s, until_s, namespaces)
+    ]
+    references = {(image, ran[pods[i].uid].get(image)) for i in weighed for image in pods[i].images}
+    step = _resolving(progress, "the pods' images", len(references))
+    resolved: dict[tuple[str, str | None], tuple[Layer, ...] | str] = {}
+    for image, by_digest in references:
+        resolved[(image, by_digest)] = _resolve_image(source, image, by_digest)
+        step()
+    out = list(pods)
+    for i in weighed:
+        pod = pods[i]
+        found: dict[str, tuple[Layer, ...]] = {}
+        why = ""
+        for image in pod.images:
+            layers = resolved[(image, ran[pod.uid].get(image))]
+            if isinstance(layers, str):
+                why = why or f"{image}: {layers}"
+            else:
+                found[image] = layers
+        out[i] = dataclasses.replace(pod, image_layers=None if why else found, unresolved=why)
+    return out
+
+
+def _resolve_image(
+    source: LayerSource, image: str, by_digest: str | None
+) -> tuple[Layer, ...] | str:
+    """The layers of ``image`` (the digest it ran from first), or why they are unknown."""
+    reason = ""
+    for reference in (by_digest, image):
+        if reference is None:
+            continue
+        try:
+            return source.resolve(reference)
+        except LayerResolutionError as err:
+            reason = str(err)
+    return reason
+
+
+# ---------------------------------------------------------------------- output
+
+
+def as_document(result: Estimate, server: str, since: str) -> dict[str, Any]:
+    """The estimate as JSON: exact bytes and seconds, every pod."""
+    totals = result.totals
+    return {
+        "cluster": server,
+        "window": {"since": since, "since_s": result.since_s, "until_s": result.until_s},
+        "nodes": result.nodes,
+        "totals": {
+            **dataclasses.asdict(totals),
+            "affected_share": totals.affected_share,
+            "avoidable_share": totals.avoidable_share,
+        },
+        "pods": [dataclasses.asdict(pod) for pod in result.pods],
+        "skipped": [{"pod": pod, "reason": reason} for pod, reason in result.skipped],
+        "rates": {
+            node: {"bytes_per_s": rate.bytes_per_s, "source": rate.source}
+            for node, rate in result.rates.items()
+        },
+        "approximations": result.approximations,
+    }
+
+
+def _percent(share: float) -> str:
+    return f"{100 * share:.0f}%"
+
+
+def print_estimate(result: Estimate, server: str, since: str, top: int, out: Console) -> None:
+    """The table of the pods that would have saved most, the totals, the approximations."""
+    totals = result.totals
+    shown = result.pods[:top]
+    rows = [
+        (
+            pod.pod,
+            pod.node,
+            size(pod.pulled_bytes),
+            pod.best_node if pod.avoidable_bytes else "(same)",
+            size(pod.avoidable_bytes),
+            duration(pod.avoidable_s),
+        )
+        for pod in shown
+    ]
+    headers = ("pod", "ran on", "pulled", "best node", "avoidable", "time")
+    title = f"layer-aware placement, pods started in the last {since} on {server}"
+    if rows:
+        out.print(table(title, headers, rows, out.width, shrink=(0, 1, 3), left=(0, 1, 3)))
+    else:
+        out.print(title, markup=False)
+    if len(result.pods) > len(shown):
+        out.print(f"… and {len(result.pods) - len(shown)} more pods (--top, or --format json)")
+    skipped: dict[str, int] = {}
+    for _, reason in result.skipped:
+        kind = reason.split(":", 1)[0]
+        skipped[kind] = skipped.get(kind, 0) + 1
+    weighed = f"{totals.pods} pods weighed on {result.nodes} nodes"
+    if skipped:
+        weighed += " (not weighed: " + ", ".join(f"{n} {k}" for k, n in skipped.items()) + ")"
+    out.print(weighed, markup=False)
+    out.print(
+        f"pulled {size(totals.pulled_bytes)} in {duration(totals.pull_s)}; on the best "
+        f"feasible nodes {size(totals.best_pulled_bytes)}"
+    )
+    out.print(
+        f"[bold]avoidable: {size(totals.avoidable_bytes)} "
+        f"({_percent(totals.avoidable_share)} of the bytes) and "
+        f"{duration(totals.avoidable_s)} of pull time; {totals.pods_affected} of "
+        f"{totals.pods} pods ({_percent(totals.affected_share)}) would have pulled less[/bold]"
+    )
+    out.print("approximated:")
+    for note in result.approximations:
+        text = textwrap.fill(note, out.width - 1, initial_indent=" - ", subsequent_indent="   ")
+        out.print(text, markup=False)  # a note may quote the cluster's own strings
+
+
+def plot(result: Estimate, path: Path) -> None:
+    """Each pod's bytes pulled where it ran against on its best feasible node (the pods
+    that would have saved most), the totals in the title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pods = result.pods[:PLOT_PODS]
+    mib = 1024 * 1024
+    figure, axes = plt.subplots(figsize=(9, 1.5 + 0.35 * max(len(pods), 1)))
+    positions = list(range(len(pods)))
+    axes.barh(
+        [p + 0.2 for p in positions],
+        [pod.pulled_bytes / mib for pod in pods],
+        height=0.4,
+        label="pulled where it ran",
+        color="tab:gray",
+    )
+    axes.barh(
+        [p - 0.2 for p in positions],
+        [pod.best_pulled_bytes / mib for pod in pods],
+        height=0.4,
+        label="on the best feasible node",
+        color="tab:blue",
+    )
+    axes.set_yticks(positions, [pod.pod for pod in pods])
+    axes.invert_yaxis()
+    axes.set_xlabel("MiB pulled")
+    totals = result.totals
+    axes.set_title(
+        f"avoidable: {size(totals.avoidable_bytes)} ({_percent(totals.avoidable_share)}), "
+        f"{duration(totals.avoidable_s)}; {totals.pods_affected} of {totals.pods} pods"
+    )
+    axes.legend(loc="lower right")
+    figure.tight_layout()
+    try:
+        figure.savefig(path)
+    except OSError as err:
+        raise InputError(f"--plot {path}: cannot write it ({err.strerror})") from None
+    finally:
+        plt.close(figure)

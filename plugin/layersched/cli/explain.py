@@ -1,0 +1,430 @@
+"""``layersched explain pod NS/NAME``: why a pod landed where it did.
+
+It reads the pod and its ``Scheduled`` event through the API (the node chosen, and by
+which scheduler), and the extender's latest answer for it (``/debug/decisions``: each
+candidate node's score, the bytes of the pod it held and those it lacked). The
+extender is reached through ``kubectl port-forward`` to each running scheduler pod of
+the install (:mod:`layersched.cli._portforward` says why not the API's pod proxy), or at
+``--extender-url`` (the local testbed's host process, or a port-forward of your own).
+
+It says plainly when the pod was placed without us: its ``schedulerName`` is not the
+layersched scheduler's, the extender was unreachable or had no answer for it (the
+scheduler's extender is ``ignorable``: it then places by its own plugins alone), or the
+extender answered neutrally (and why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import msgspec
+from rich.console import Console
+from rich.markup import escape
+
+from layersched.cli._portforward import find_kubectl, port_forward
+from layersched.cli._tables import console, size, table
+from layersched.core.errors import InputError, KubeError
+from layersched.core.events import SCHEDULED_REASON, scheduled_event
+from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
+from layersched.deploy import EXTENDER_PORT, LAYER_LOCALITY_SCHEDULER, NAMESPACE, labels
+from layersched.kube import (
+    HTTP_NOT_FOUND,
+    KubeClient,
+    checked_name,
+    events_path,
+    load_config,
+    pod_path,
+    pods_path,
+    selector,
+)
+
+#: The extender answers /debug/decisions from memory, in milliseconds.
+EXTENDER_TIMEOUT_S = 5.0
+#: An answer for one pod is a few hundred bytes a node: 5,000 nodes fit in a few MiB.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+#: Scheduler pods asked at most (one is the leader; the others stand by).
+MAX_SCHEDULER_PODS = 8
+#: What the extender's verdicts mean (``Decision.neutral``).
+NEUTRAL_REASONS = {
+    "not_ready": "its layer inventory was not loaded yet",
+    "pod_unresolved": "the pod's image layers could not be resolved within its deadline "
+    "(a registry slow or unreachable from the extender)",
+    "overloaded": "it was past its concurrency limit (--max-concurrent-requests)",
+}
+#: The verdicts (``--format json``'s ``verdict``).
+SCORED = "scored"
+NEUTRAL = "neutral"
+NOT_OURS = "not_ours"
+PENDING = "pending"
+NO_ANSWER = "no_answer"
+UNREACHABLE = "unreachable"
+
+
+class DecisionDoc(msgspec.Struct):
+    """What ``/debug/decisions?pod=`` answers (older extenders: no strategy, no bytes)."""
+
+    pod: str
+    uid: str
+    at_s: float
+    mode: str
+    neutral: str
+    scores: dict[str, int]
+    strategy: str = ""
+    bytes: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
+
+
+@dataclass
+class Lookup:
+    """What asking the extender(s) found: the answer for this very pod (its uid), and
+    what every place asked said otherwise."""
+
+    decision: DecisionDoc | None = None
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+    reached: bool = False
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``explain`` subcommand."""
+    p = sub.add_parser(
+        "explain",
+        help="why a pod landed where it did: each node's score, held and missing bytes",
+    )
+    kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    pod = kinds.add_parser(
+        "pod",
+        help="the extender's decision for one pod, and the node chosen",
+        description="Reads the pod and its Scheduled event through the API, and the "
+        "extender's latest answer for it (through kubectl port-forward to the install's "
+        "scheduler pods, or at --extender-url).",
+    )
+    pod.add_argument("pod", metavar="NAMESPACE/NAME")
+    pod.add_argument("--kubeconfig", metavar="FILE", help="API credentials (default: in-cluster)")
+    pod.add_argument(
+        "--extender-url",
+        metavar="URL",
+        help="ask the extender here instead (e.g. the local testbed's, or a port-forward "
+        "of your own: http://127.0.0.1:8888)",
+    )
+    pod.add_argument(
+        "--extender-namespace",
+        default=NAMESPACE,
+        metavar="NS",
+        help="namespace of the install's scheduler pods (default: %(default)s)",
+    )
+    pod.add_argument(
+        "--scheduler-name",
+        default=LAYER_LOCALITY_SCHEDULER,
+        metavar="NAME",
+        help="the schedulerName that calls layersched's extender (default: %(default)s)",
+    )
+    pod.add_argument(
+        "--kubectl",
+        metavar="PATH",
+        help="kubectl for the port-forward (default: kubectl on PATH)",
+    )
+    pod.add_argument("--format", choices=("table", "json"), default="table")
+    pod.set_defaults(handler=run)
+
+
+def parse_pod_key(text: str) -> tuple[str, str]:
+    """``NAMESPACE/NAME`` as (namespace, name), both valid object names."""
+    namespace, sep, name = text.partition("/")
+    if not sep or not namespace or not name:
+        raise InputError(f"pod {text[:80]!r}: give it as NAMESPACE/NAME, e.g. default/web-1")
+    try:
+        return checked_name(namespace, "namespace"), checked_name(name, "pod")
+    except KubeError as err:
+        raise InputError(str(err)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Explain one pod's placement."""
+    namespace, name = parse_pod_key(args.pod)
+    key = f"{namespace}/{name}"
+    with KubeClient(load_config(args.kubeconfig)) as kube:
+        pod = _read_pod(kube, namespace, name)
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        uid = str(meta.get("uid") or "")
+        fields = selector({"involvedObject.name": name, "reason": SCHEDULED_REASON})
+        events, _ = kube.list(events_path(namespace), field_selector=fields)
+        scheduled = scheduled_event(events, uid)
+        if args.extender_url:
+            lookup = ask(args.extender_url, key, uid, args.extender_url)
+        else:
+            lookup = _ask_install(kube, args, key, uid)
+    explained = explain(
+        key=key,
+        uid=uid,
+        scheduler=str(spec.get("schedulerName") or ""),
+        node=str(spec.get("nodeName") or ""),
+        scheduled=scheduled,
+        ours=args.scheduler_name,
+        lookup=lookup,
+    )
+    if args.format == "json":
+        print(json.dumps(explained, indent=2))
+    else:
+        print_explanation(explained, console())
+    return 0
+
+
+def _read_pod(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
+    try:
+        return kube.get(pod_path(namespace, name))
+    except KubeError as err:
+        if err.status == HTTP_NOT_FOUND:
+            raise KubeError(
+                f"pod {namespace}/{name} does not exist (kubectl -n {namespace} get pods): "
+                "a pod deleted since cannot be explained"
+            ) from None
+        raise
+
+
+def ask(url: str, key: str, uid: str, source: str) -> Lookup:
+    """The extender at ``url``'s latest answer for pod ``key``, kept only if it is about
+    this very pod (``uid``: names repeat, uids do not)."""
+    lookup = Lookup()
+    endpoint = f"{url.rstrip('/')}/debug/decisions"
+    try:
+        with (
+            httpx.Client(timeout=EXTENDER_TIMEOUT_S) as client,
+            client.stream("GET", endpoint, params={"pod": key}) as response,
+        ):
+            body = _bounded_body(response)
+    except _TooLarge as err:
+        lookup.reached = True
+        lookup.notes.append(f"{source}: {err}, not read")
+        return lookup
+    except httpx.HTTPError as err:
+        lookup.notes.append(f"{source}: unreachable ({type(err).__name__}: {err})")
+        return lookup
+    lookup.reached = True
+    if response.status_code == httpx.codes.NOT_FOUND:
+        lookup.notes.append(f"{source}: no answer for {key} is remembered")
+        return lookup
+    if response.status_code != httpx.codes.OK:
+        lookup.notes.append(f"{source}: answered {response.status_code} (is /debug served?)")
+        return lookup
+    try:
+        decision = msgspec.json.decode(body, type=DecisionDoc)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as err:
+        lookup.notes.append(f"{source}: an answer that is not a decision ({err})")
+        return lookup
+    if decision.uid != uid:
+        lookup.notes.append(
+            f"{source}: only an earlier pod of that name (uid {decision.uid[:36]}) was scored"
+        )
+        return lookup
+    lookup.decision, lookup.source = decision, source
+    return lookup
+
+
+class _TooLarge(Exception):
+    """An answer past MAX_ANSWER_BYTES (not read to its end)."""
+
+
+def _bounded_body(response: httpx.Response) -> bytes:
+    chunks: list[bytes] = []
+    read = 0
+    for chunk in response.iter_bytes():
+        read += len(chunk)
+        if read > MAX_ANSWER_BYTES:
+            raise _TooLarge(f"an answer larger than {MAX_ANSWER_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _ask_install(kube: KubeClient, args: argparse.Namespace, key: str, uid: str) -> Lookup:
+    """Ask the extender sidecar of every running scheduler pod of the install; the one
+    that scored this pod (the leader at the time) answers for its uid."""
+    namespace = args.extender_namespace
+    pods, _ = kube.list(pods_path(namespace), label_selector=selector(labels(args.scheduler_name)))
+    running = [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running"
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+    ][:MAX_SCHEDULER_PODS]
+    found = Lookup()
+    if not running:
+        found.notes.append(
+            f"no running {args.scheduler_name} scheduler pod in namespace {namespace} "
+            "(is layersched installed? kubectl apply -k deploy/)"
+        )
+        return found
+    kubectl = find_kubectl(args.kubectl)
+    for item in running:
+        pod = str((item.get("metadata") or {}).get("name") or "")
+        source = f"{namespace}/{pod}"
+        try:
+            with port_forward(
+                kubectl, namespace, pod, EXTENDER_PORT, kubeconfig=args.kubeconfig
+            ) as url:
+                lookup = ask(url, key, uid, source)
+        except KubeError as err:
+            found.notes.append(f"{source}: {err}")
+            continue
+        found.notes.extend(lookup.notes)
+        found.reached = found.reached or lookup.reached
+        if lookup.decision is not None and (
+            found.decision is None or lookup.decision.at_s > found.decision.at_s
+        ):
+            found.decision, found.source = lookup.decision, lookup.source
+    return found
+
+
+# ---------------------------------------------------------------------- the verdict
+
+
+def explain(
+    *,
+    key: str,
+    uid: str,
+    scheduler: str,
+    node: str,
+    scheduled: tuple[str, str, float | None] | None,
+    ours: str,
+    lookup: Lookup,
+) -> dict[str, Any]:
+    """The explanation as a document (``--format json``): the verdict and why, the node
+    chosen, and each candidate node's score and bytes when the extender scored it."""
+    decision = lookup.decision
+    verdict, why = _verdict(scheduler, node, ours, lookup)
+    nodes: list[dict[str, Any]] = []
+    if decision is not None and verdict in (SCORED, PENDING):
+        for host, score in decision.scores.items():
+            held = decision.bytes.get(host, {})
+            present = int(held.get("present_bytes", 0))
+            total = int(held.get("total_bytes", 0))
+            nodes.append(
+                {
+                    "node": host,
+                    "score": score,
+                    "present_bytes": present if held else None,
+                    "total_bytes": total if held else None,
+                    "missing_bytes": max(total - present, 0) if held else None,
+                    "chosen": host == node,
+                }
+            )
+        nodes.sort(key=lambda n: (-n["score"], -(n["present_bytes"] or 0), n["node"]))
+    return {
+        "pod": key,
+        "uid": uid,
+        "scheduler": scheduler,
+        "node": node,
+        "scheduled_by": scheduled[0] if scheduled else None,
+        "scheduled_at_s": scheduled[2] if scheduled else None,
+        "verdict": verdict,
+        "why": why,
+        "extender": lookup.source or None,
+        "decision": None
+        if decision is None
+        else {
+            "at_s": decision.at_s,
+            "mode": decision.mode,
+            "neutral": decision.neutral,
+            "strategy": decision.strategy or None,
+        },
+        "nodes": nodes,
+        "notes": lookup.notes,
+    }
+
+
+def _verdict(scheduler: str, node: str, ours: str, lookup: Lookup) -> tuple[str, str]:
+    decision = lookup.decision
+    if scheduler != ours:
+        return NOT_OURS, (
+            f"placed without us: its schedulerName is {scheduler or 'default-scheduler'!r}, "
+            f"which does not call layersched's extender (set schedulerName: {ours})"
+        )
+    if decision is None:
+        if not lookup.reached:
+            return UNREACHABLE, (
+                "placed without us: the extender could not be reached, and kube-scheduler "
+                "(its extender is ignorable) then scores with its own plugins alone"
+            )
+        return NO_ANSWER, (
+            "placed without us, or the answer is gone: the extender has no answer for this "
+            "pod (kube-scheduler does not score when one node fits; the extender keeps the "
+            "latest 1,024 pods and forgets on restart)"
+        )
+    if decision.neutral:
+        reason = NEUTRAL_REASONS.get(decision.neutral, "no reason it knows")
+        return NEUTRAL, (
+            f"placed without us: the extender answered 0 for every node "
+            f"({decision.neutral}: {reason}), so kube-scheduler's own plugins decided"
+        )
+    if not node:
+        return PENDING, "scored by the extender, not bound to a node yet"
+    if node not in decision.scores:
+        return SCORED, (
+            f"scored by the extender, but {node} was not among the nodes it was asked about"
+        )
+    best = max(decision.scores.values())
+    if decision.scores[node] < best:
+        return SCORED, (
+            f"scored by the extender; {node} was not its highest score ({best}/10): "
+            "kube-scheduler's other scores outweighed it"
+        )
+    return SCORED, "scored by the extender; the node chosen had its highest score"
+
+
+# ---------------------------------------------------------------------- printing
+
+
+def _when(at_s: float | None) -> str:
+    if at_s is None:
+        return "?"
+    return datetime.fromtimestamp(at_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def print_explanation(explained: dict[str, Any], out: Console) -> None:
+    """The explanation for a terminal: the verdict, then the node table when scored."""
+    node = explained["node"] or "(not bound)"
+    out.print(f"pod {explained['pod']} (uid {explained['uid']})", markup=False)
+    by = explained["scheduled_by"]
+    out.print(
+        f"scheduler {explained['scheduler'] or 'default-scheduler'}; node {node}"
+        + (f", bound by {by} at {_when(explained['scheduled_at_s'])}" if by else ""),
+        markup=False,
+    )
+    out.print(explained["why"], style="bold", markup=False)
+    decision = explained["decision"]
+    nodes: Sequence[dict[str, Any]] = explained["nodes"]
+    if decision is not None and nodes:
+        strategy = decision["strategy"] or "?"
+        out.print(
+            f"extender answer ({explained['extender']}) at {_when(decision['at_s'])}, "
+            f"{decision['mode']} mode, strategy {strategy}",
+            markup=False,
+        )
+        by_layer = strategy != IMAGE_LOCALITY
+        headers = (
+            ("node", "held", "missing", "score 0-10", "")
+            if by_layer
+            else ("node", "matched (scaled)", "threshold", "score 0-10", "")
+        )
+        rows = [
+            (
+                escape(n["node"]),  # the extender's words: printed, never read as markup
+                "?" if n["present_bytes"] is None else size(n["present_bytes"]),
+                "?"
+                if n["present_bytes"] is None
+                else size(n["missing_bytes"] if by_layer else n["total_bytes"]),
+                str(n["score"]),
+                "chosen" if n["chosen"] else "",
+            )
+            for n in nodes
+        ]
+        out.print(table(f"nodes scored for {explained['pod']}", headers, rows, out.width))
+        if any(n["present_bytes"] is None for n in nodes):
+            out.print("(this extender reports scores only: upgrade it for held/missing bytes)")
+    for note in explained["notes"]:
+        out.print(f" - {note}", markup=False)  # notes quote the extender's and kubectl's words

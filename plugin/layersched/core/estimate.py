@@ -1,0 +1,1006 @@
+"""What layer-aware placement would have saved on a live cluster: ``layersched estimate``'s
+what-if, pure. The CLI reads the cluster and resolves layers; this module decides.
+
+For every pod that started in the window (and was placed by a scheduler: DaemonSet and
+static pods are pinned to their node), it compares
+
+* **what it pulled where it ran**: the bytes of its distinct layers its node did not hold
+  when it started, and
+* **what it would have pulled on the best feasible node**: the least such bytes over the
+  nodes it fitted on at that moment (the node's allocatable minus the requests of the pods
+  running there then, its node selector, required node affinity, taints and cordon),
+
+and sums the difference over the window: bytes and pull time avoidable, and the share of
+pods that would have pulled less.
+
+**What a node held when the pod started** is reconstructed, not recorded anywhere: a node
+holds now what its ``status.images`` lists, and an image the kubelet pulled there at or
+after the pod's start (a ``Pulled`` event that really pulled) was not there before that
+pull, unless a pod running there then used it; a pull far quicker than its bytes at the
+rate seen elsewhere moved nothing (``imagePullPolicy: Always``). A layer held through
+another image with no such pull counts as held. An image removed since is not seen
+(``status.images`` lists the present only, and is capped at 50 images per node by
+default). :attr:`Estimate.approximations` says, in words, every such
+approximation the data at hand forced.
+
+**Time.** A pod's pull time where it ran is the kubelet's own measure (its ``Pulled``
+events) when they are still kept (the API server keeps events an hour by default), else
+its bytes over its node's rate. A node's rate is the bytes over the seconds of the pulls
+observed on it, else its ``layersched.io/bandwidth-bits-per-s`` label or annotation, else
+the rate observed over the whole cluster, else the default.
+
+Each pod is weighed alone against the history that happened: moving one pod would have
+changed what later pods found, which no estimate from the past can know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from layersched.core.errors import InputError
+from layersched.core.events import (
+    PULLED_REASON,
+    PullEvent,
+    event_time_s,
+    involved_uid,
+    parse_pull_event,
+    parse_time_s,
+    reporting_host,
+)
+from layersched.core.inventory import ClusterInventory, NodeInfo
+from layersched.core.layers import Layer
+from layersched.core.objects import (
+    Affinity,
+    NodeSelectorRequirement,
+    PlacedPod,
+    SchedulableNode,
+    pod_images,
+    pod_name,
+)
+from layersched.core.quantity import parse_quantity
+from layersched.core.reference import ImageReference, listed_name_matches, parse_or_none
+from layersched.core.strategies import pod_layers
+from layersched.core.strategies.pull_time import BITS_PER_BYTE, node_bandwidth_bits_per_s
+
+#: Quantities are kept in thousandths (``500m`` CPU is 500, ``1`` pod is 1000), capped here
+#: so that a hostile ``1e999`` neither overflows the int64 arrays nor builds a giant int.
+MILLI = 1000
+MAX_MILLI_UNITS = 2**62
+#: Every pod takes one of a node's ``pods`` slots (upstream counts it so).
+PODS_RESOURCE = "pods"
+#: Taint effects that keep a pod off a node (PreferNoSchedule only discourages).
+BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+#: The taint a cordoned node is treated as carrying (upstream's node.kubernetes.io/unschedulable).
+UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+#: A timed pull that took less than this share of the time its bytes take at the rate
+#: observed on the other pulls moved nothing (a manifest check): the image was there.
+IDLE_PULL_SHARE = 0.1
+#: Kinds of moments in the sweep through time, in the order they apply at one second (a
+#: pod's image counts as in use only after the pods arriving that second, itself first).
+_LEAVE, _ARRIVE, _PULLED = 0, 1, 2
+#: Why a pod is not weighed (the estimate lists how many of each).
+SKIP_PINNED = "pinned to its node (DaemonSet or static pod): no scheduler chose it"
+SKIP_NODE_GONE = "its node is no longer in the cluster"
+SKIP_UNRESOLVED = "its layers are unknown"
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+#: A node selector requirement, hashable: (key, operator, values).
+Requirement = tuple[str, str, tuple[str, ...]]
+#: A node selector term: (label requirements, field requirements).
+Term = tuple[tuple[Requirement, ...], tuple[Requirement, ...]]
+#: A toleration, hashable: (key, operator, value, effect).
+Tolerance = tuple[str, str, str, str]
+#: A taint: (key, value, effect).
+TaintTuple = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """A node as placement saw it: its inventory entry (names, labels, allocatable,
+    images with their layers when known), its taints and its cordon."""
+
+    info: NodeInfo
+    taints: tuple[TaintTuple, ...] = ()
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    """A pod bound to a node, as placement saw it."""
+
+    key: str
+    uid: str
+    node: str
+    scheduler: str
+    #: Every image the kubelet pulls for it (init containers, containers, image volumes).
+    images: tuple[str, ...]
+    #: Epoch seconds: when the kubelet took the pod (``status.startTime``), and when it
+    #: stopped holding its node's resources (None: still running).
+    started_s: float
+    finished_s: float | None
+    #: Effective requests in thousandths of a unit, ``pods`` included.
+    requests: Mapping[str, int] = field(default_factory=dict)
+    node_selector: tuple[tuple[str, str], ...] = ()
+    #: Required node affinity terms (ORed), None when it has none.
+    affinity: tuple[Term, ...] | None = None
+    tolerations: tuple[Tolerance, ...] = ()
+    #: Why its node was not a scheduler's choice ("" when it was).
+    pinned: str = ""
+    #: The layers of each of ``images`` (filled for pods in the window; None: unknown).
+    image_layers: Mapping[str, tuple[Layer, ...]] | None = None
+    #: Why its layers are unknown.
+    unresolved: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PullFacts:
+    """One kubelet ``Pulled`` event: on which node, about which pod, when (its end)."""
+
+    node: str
+    pod_uid: str
+    at_s: float
+    event: PullEvent
+
+
+@dataclass(frozen=True, slots=True)
+class PodEstimate:
+    """What one pod pulled where it ran, against the best feasible node."""
+
+    pod: str
+    uid: str
+    node: str
+    scheduler: str
+    started_s: float
+    images: tuple[str, ...]
+    #: The bytes of its distinct layers.
+    total_bytes: int
+    pulled_bytes: int
+    #: Seconds its pulls took where it ran, and whether the kubelet measured them
+    #: (``observed``) or they are its bytes over the node's rate (``estimated``).
+    pull_s: float
+    pull_s_source: str
+    #: Nodes it fitted on when it started (its own included).
+    feasible_nodes: int
+    best_node: str
+    best_pulled_bytes: int
+    avoidable_bytes: int
+    avoidable_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRate:
+    """A node's pull rate, and where it comes from (``observed``, ``label``,
+    ``cluster``, ``default``)."""
+
+    bytes_per_s: float
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """The window's sums over the pods weighed."""
+
+    pods: int
+    pods_affected: int
+    pulled_bytes: int
+    best_pulled_bytes: int
+    avoidable_bytes: int
+    pull_s: float
+    avoidable_s: float
+
+    @property
+    def affected_share(self) -> float:
+        return self.pods_affected / self.pods if self.pods else 0.0
+
+    @property
+    def avoidable_share(self) -> float:
+        return self.avoidable_bytes / self.pulled_bytes if self.pulled_bytes else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """The what-if over a window."""
+
+    since_s: float
+    until_s: float
+    nodes: int
+    pods: list[PodEstimate]
+    #: (pod, why it was not weighed)
+    skipped: list[tuple[str, str]]
+    rates: dict[str, NodeRate]
+    approximations: list[str]
+    totals: Totals
+
+
+# ---------------------------------------------------------------- reading objects
+
+
+def milli_units(value: str, where: str) -> int:
+    """A quantity in thousandths of a unit, rounded up and capped (InputError if it is no
+    quantity)."""
+    if len(value) > 64:
+        raise InputError(f"{where}: {value[:64]!r}… is not a Kubernetes quantity")
+    quantity = parse_quantity(value, where) * MILLI
+    if quantity >= MAX_MILLI_UNITS:
+        return MAX_MILLI_UNITS
+    if quantity <= 0:
+        return 0
+    return int(quantity.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def effective_requests(
+    containers: Iterable[Mapping[str, str]],
+    init_containers: Iterable[Mapping[str, str]] = (),
+    overhead: Mapping[str, str] | None = None,
+    where: str = "pod",
+    problems: list[str] | None = None,
+) -> dict[str, int]:
+    """Upstream's pod request: per resource, the larger of the containers' sum and the
+    largest init container's, plus the pod overhead; and one ``pods`` slot. A malformed
+    quantity counts 0 (described in ``problems``)."""
+
+    def read(requests: Mapping[str, str], what: str) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for name, value in requests.items():
+            try:
+                found[name] = milli_units(str(value), f"{where}: {what} {name}")
+            except InputError as err:
+                if problems is not None:
+                    problems.append(str(err))
+        return found
+
+    total: dict[str, int] = {}
+    for i, requests in enumerate(containers):
+        for name, value in read(requests, f"containers[{i}]").items():
+            total[name] = min(total.get(name, 0) + value, MAX_MILLI_UNITS)
+    for i, requests in enumerate(init_containers):
+        for name, value in read(requests, f"initContainers[{i}]").items():
+            total[name] = max(total.get(name, 0), value)
+    for name, value in read(overhead or {}, "overhead").items():
+        total[name] = min(total.get(name, 0) + value, MAX_MILLI_UNITS)
+    total[PODS_RESOURCE] = total.get(PODS_RESOURCE, 0) + MILLI
+    return total
+
+
+#: Kinds of owners whose pods are pinned to a node (no scheduler chose it).
+PINNING_OWNERS = frozenset({"DaemonSet"})
+#: Set by the kubelet on the API's mirror of a static pod.
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+#: Phases in which a pod holds no resources any more.
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+#: A runtime's ``imageID`` may carry a scheme (``docker-pullable://repo@sha256:…``).
+_SCHEME = "://"
+
+
+def _requirements(entries: Iterable[NodeSelectorRequirement] | None) -> tuple[Requirement, ...]:
+    return tuple((r.key, r.operator, tuple(r.values or ())) for r in entries or ())
+
+
+def _terms(affinity: Affinity | None) -> tuple[Term, ...] | None:
+    node = affinity.nodeAffinity if affinity is not None else None
+    required = node.requiredDuringSchedulingIgnoredDuringExecution if node is not None else None
+    if required is None:
+        return None
+    return tuple(
+        (_requirements(term.matchExpressions), _requirements(term.matchFields))
+        for term in required.nodeSelectorTerms or ()
+    )
+
+
+def ran_image(status: str) -> str | None:
+    """The reference a container status's ``imageID`` names by digest
+    (``repo@sha256:…``), or None when it names none (a bare ``sha256:`` image id)."""
+    text = status.split(_SCHEME, 1)[1] if _SCHEME in status else status
+    ref = parse_or_none(text)
+    return text if ref is not None and ref.digest is not None else None
+
+
+def pod_facts(pod: PlacedPod, problems: list[str] | None = None) -> PodFacts | None:
+    """A bound pod's facts, or None when it is not bound or not started yet (or is no
+    usable pod: described in ``problems``)."""
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    key = pod_name(meta) or "pod"
+    if spec is None or not spec.nodeName or status is None:
+        return None
+    started_s = parse_time_s(status.startTime)
+    if started_s is None:
+        return None
+    try:
+        images = pod_images(pod, f"pod {key}").pulled
+    except InputError as err:
+        if problems is not None:
+            problems.append(str(err))
+        return None
+    finished_s: float | None = None
+    if status.phase in FINISHED_PHASES:
+        ends = [
+            parse_time_s(s.state.terminated.finishedAt)
+            for s in (*(status.containerStatuses or ()), *(status.initContainerStatuses or ()))
+            if s.state is not None and s.state.terminated is not None
+        ]
+        finished_s = max((t for t in ends if t is not None), default=started_s)
+    pinned = ""
+    if any(owner.kind in PINNING_OWNERS for owner in meta.ownerReferences or ()):
+        pinned = "DaemonSet"
+    elif MIRROR_ANNOTATION in (meta.annotations or {}):
+        pinned = "static pod"
+    requests = effective_requests(
+        [(c.resources.requests or {}) if c.resources else {} for c in spec.containers or ()],
+        [(c.resources.requests or {}) if c.resources else {} for c in spec.initContainers or ()],
+        spec.overhead,
+        f"pod {key}",
+        problems,
+    )
+    return PodFacts(
+        key=key,
+        uid=meta.uid,
+        node=spec.nodeName,
+        scheduler=spec.schedulerName,
+        images=images,
+        started_s=started_s,
+        finished_s=finished_s,
+        requests=requests,
+        node_selector=tuple(sorted((spec.nodeSelector or {}).items())),
+        affinity=_terms(spec.affinity),
+        tolerations=tuple((t.key, t.operator, t.value, t.effect) for t in spec.tolerations or ()),
+        pinned=pinned,
+    )
+
+
+def ran_images(pod: PlacedPod) -> dict[str, str]:
+    """Each container image of ``pod`` -> the reference by digest its runtime ran it from
+    (``status.containerStatuses[].imageID``), where the runtime names one."""
+    spec, status = pod.spec, pod.status
+    if spec is None or status is None:
+        return {}
+    by_name = {
+        s.name: s.imageID
+        for s in (*(status.containerStatuses or ()), *(status.initContainerStatuses or ()))
+    }
+    found: dict[str, str] = {}
+    for container in (*(spec.initContainers or ()), *(spec.containers or ())):
+        ran = ran_image(by_name.get(container.name, ""))
+        if ran is not None:
+            found.setdefault(container.image, ran)
+    return found
+
+
+def node_facts(node: SchedulableNode, info: NodeInfo) -> NodeFacts:
+    """A node's facts: ``info`` (its inventory entry, images with their layers) with the
+    taints and cordon of ``node``."""
+    return NodeFacts(
+        info=info,
+        taints=tuple((t.key, t.value, t.effect) for t in node.spec.taints or ()),
+        unschedulable=node.spec.unschedulable,
+    )
+
+
+def pull_facts(event: Mapping[str, Any], node_of: Mapping[str, str]) -> PullFacts | None:
+    """A ``Pulled`` event's facts (its node: the reporting kubelet's, else the pod's in
+    ``node_of`` by uid), or None when it is no readable pull report."""
+    if event.get("reason") != PULLED_REASON:
+        return None
+    message = event.get("message")
+    parsed = parse_pull_event(message) if isinstance(message, str) else None
+    at_s = event_time_s(event, last=True)
+    uid = involved_uid(event)
+    node = reporting_host(event) or node_of.get(uid, "")
+    if parsed is None or at_s is None or not node:
+        return None
+    return PullFacts(node=node, pod_uid=uid, at_s=at_s, event=parsed)
+
+
+# ------------------------------------------------------------------- feasibility
+
+
+def _requirement_holds(requirement: Requirement, value: str | None) -> bool:
+    _key, operator, values = requirement
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            have, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False  # an unknown operator matches nothing, as upstream's selector errors
+
+
+def _term_holds(term: Term, node: NodeInfo) -> bool:
+    expressions, fields = term
+    if not expressions and not fields:
+        return False  # an empty term matches no node (upstream)
+    labels = node.labels
+    if not all(_requirement_holds(r, labels.get(r[0])) for r in expressions):
+        return False
+    return all(
+        _requirement_holds(r, node.name if r[0] == "metadata.name" else None) for r in fields
+    )
+
+
+def _tolerates(tolerations: Sequence[Tolerance], taint: TaintTuple) -> bool:
+    key, value, effect = taint
+    for t_key, operator, t_value, t_effect in tolerations:
+        if t_effect and t_effect != effect:
+            continue
+        if operator == "Exists":
+            if not t_key or t_key == key:
+                return True
+        elif t_key == key and t_value == value:  # "Equal" (or empty: Equal)
+            return True
+    return False
+
+
+def node_admits(pod: PodFacts, node: NodeFacts) -> bool:
+    """Whether ``pod``'s node selector, required node affinity and tolerations admit
+    ``node`` (resources aside)."""
+    labels = node.info.labels
+    if any(labels.get(key) != value for key, value in pod.node_selector):
+        return False
+    if pod.affinity is not None and not any(_term_holds(t, node.info) for t in pod.affinity):
+        return False
+    taints = list(node.taints)
+    if node.unschedulable:
+        taints.append((UNSCHEDULABLE_TAINT_KEY, "", "NoSchedule"))
+    return all(
+        _tolerates(pod.tolerations, taint) for taint in taints if taint[2] in BLOCKING_EFFECTS
+    )
+
+
+# -------------------------------------------------------------------- the what-if
+
+
+@dataclass
+class _Observed:
+    """A pod's own Pulled events."""
+
+    seconds: float = 0.0
+    timed: bool = False
+    present: set[str] = field(default_factory=set)
+    #: When its last pull ended (0: none).
+    last_at_s: float = 0.0
+
+
+class _History:
+    """When layers arrived on nodes: for a (node, layer) held now only through images the
+    kubelet pulled in the window, the earliest time one of those images was last pulled.
+    Held at ``t`` when that time is before ``t``; layers held through another image are
+    held throughout."""
+
+    def __init__(
+        self, nodes: Sequence[NodeFacts], pulls: Sequence[PullFacts], index: Mapping[str, int]
+    ) -> None:
+        # node -> (registry, repository) -> [(reference, end of the pull)]
+        by_node: dict[int, dict[tuple[str, str], list[tuple[ImageReference, float]]]] = {}
+        for pull in pulls:
+            ref = parse_or_none(pull.event.image) if pull.event.pulled else None
+            if ref is not None and pull.node in index:
+                repos = by_node.setdefault(index[pull.node], {})
+                repos.setdefault((ref.domain, ref.path), []).append((ref, pull.at_s))
+        parsed: dict[str, ImageReference | None] = {}
+        since: dict[str, list[tuple[int, float]]] = {}
+        for idx, repos in by_node.items():
+            base: set[str] = set()
+            late: dict[str, float] = {}
+            for image in nodes[idx].info.images:
+                last = _last_pull(image.names, repos, parsed)
+                digests = {layer.digest for layer in image.layers or ()}
+                if last is None:
+                    base |= digests
+                    continue
+                for digest in digests:
+                    late[digest] = min(late.get(digest, last), last)
+            for digest, at in late.items():
+                if digest not in base:
+                    since.setdefault(digest, []).append((idx, at))
+        self._since = {
+            digest: (
+                np.fromiter((i for i, _ in entries), dtype=np.int64, count=len(entries)),
+                np.fromiter((t for _, t in entries), dtype=np.float64, count=len(entries)),
+            )
+            for digest, entries in since.items()
+        }
+
+    def arrived_after(self, digest: str, at_s: float) -> IntArray:
+        """The nodes holding ``digest`` now that did not hold it yet at ``at_s``."""
+        entry = self._since.get(digest)
+        if entry is None:
+            return np.empty(0, dtype=np.int64)
+        nodes, since = entry
+        return nodes[since >= at_s]
+
+
+def _last_pull(
+    names: Sequence[str],
+    repos: Mapping[tuple[str, str], Sequence[tuple[ImageReference, float]]],
+    parsed: dict[str, ImageReference | None],
+) -> float | None:
+    """When the kubelet last pulled the image listed as ``names`` (None: not in the
+    window); ``parsed`` remembers each name's parse (names repeat on every node)."""
+    last: float | None = None
+    for name in names:
+        if name not in parsed:
+            parsed[name] = parse_or_none(name)
+        have = parsed[name]
+        if have is None:
+            continue
+        for ref, at in repos.get((have.domain, have.path), ()):
+            if listed_name_matches(name, ref) and (last is None or at > last):
+                last = at
+    return last
+
+
+class _InUse:
+    """The layers of the images that weighed pods running on each node use: a running
+    container's image is never garbage-collected, so its layers are held meanwhile
+    (whatever a later ``imagePullPolicy: Always`` re-pull makes the history say)."""
+
+    def __init__(self, node_count: int) -> None:
+        self._count = node_count
+        #: layer digest -> node -> running pods using it
+        self._users: dict[str, dict[int, int]] = {}
+
+    def change(self, node: int, digests: Iterable[str], delta: int) -> None:
+        for digest in digests:
+            users = self._users.setdefault(digest, {})
+            users[node] = users.get(node, 0) + delta
+            if users[node] <= 0:
+                del users[node]
+
+    def holders(self, digest: str) -> IntArray:
+        users = self._users.get(digest)
+        if not users:
+            return np.empty(0, dtype=np.int64)
+        return np.fromiter(users, dtype=np.int64, count=len(users))
+
+
+class _Usage:
+    """Requests of the pods running on each node, as time moves forward."""
+
+    def __init__(self, nodes: Sequence[NodeFacts], resources: Sequence[str], problems: list[str]):
+        self.resources = list(resources)
+        self.row = {name: i for i, name in enumerate(self.resources)}
+        count = len(nodes)
+        self.allocatable = np.zeros((len(self.resources), count), dtype=np.int64)
+        #: Nodes that report no allocatable at all: not limited (nothing to compare with).
+        self.unlimited = np.zeros(count, dtype=bool)
+        for j, node in enumerate(nodes):
+            allocatable = node.info.allocatable
+            if not allocatable:
+                self.unlimited[j] = True
+                continue
+            for name, value in allocatable.items():
+                row = self.row.get(name)
+                if row is None:
+                    continue
+                try:
+                    self.allocatable[row, j] = milli_units(
+                        str(value), f"node {node.info.name!r} allocatable.{name}"
+                    )
+                except InputError as err:
+                    problems.append(str(err))
+                    self.unlimited[j] = True
+        self.used = np.zeros_like(self.allocatable)
+
+    def vector(self, requests: Mapping[str, int]) -> IntArray:
+        """The requests of the resources some node offers, as a vector."""
+        out = np.zeros(len(self.resources), dtype=np.int64)
+        for name, value in requests.items():
+            row = self.row.get(name)
+            if row is not None:
+                out[row] = value
+        return out
+
+    def offered(self, requests: Mapping[str, int]) -> bool:
+        """Whether some node offers every resource ``requests`` asks for (a pod asking
+        for one no node offers fits only where it ran, and on nodes reporting no
+        allocatable)."""
+        return all(value <= 0 or name in self.row for name, value in requests.items())
+
+    def fits(self, request: IntArray) -> BoolArray:
+        free = self.allocatable - self.used
+        fitting: BoolArray = np.all(free >= request[:, None], axis=0) | self.unlimited
+        return fitting
+
+    def add(self, node: int, request: IntArray, sign: int) -> None:
+        self.used[:, node] += sign * request
+
+
+def _observed(pods: Iterable[PodFacts], pulls: Iterable[PullFacts]) -> dict[str, _Observed]:
+    wanted = {pod.uid for pod in pods}
+    found: dict[str, _Observed] = {}
+    for pull in pulls:
+        if pull.pod_uid not in wanted:
+            continue
+        seen = found.setdefault(pull.pod_uid, _Observed())
+        seen.last_at_s = max(seen.last_at_s, pull.at_s)
+        if not pull.event.pulled:
+            seen.present.add(pull.event.image)
+        elif pull.event.seconds is not None:
+            seen.seconds += pull.event.seconds
+            seen.timed = True
+    return found
+
+
+@dataclass
+class _Row:
+    """A weighed pod before its times are known (rates need every pod's bytes first)."""
+
+    pod: PodFacts
+    total_bytes: int
+    pulled_bytes: int
+    best: int
+    best_pulled_bytes: int
+    feasible: int
+    observed: _Observed | None
+
+
+def estimate(
+    nodes: Sequence[NodeFacts],
+    pods: Sequence[PodFacts],
+    pulls: Sequence[PullFacts],
+    *,
+    since_s: float,
+    until_s: float,
+    default_bits_per_s: float,
+    namespaces: Collection[str] | None = None,
+    notes: Sequence[str] = (),
+) -> Estimate:
+    """The what-if over pods of ``namespaces`` (default: all) that started in
+    ``[since_s, until_s]`` (see the module docstring). ``pods`` are every pod bound to a
+    node (those running before the window, or in other namespaces, take their nodes'
+    resources); only those weighed need ``image_layers``. ``notes`` are approximations
+    the caller made, reported with the others."""
+    index = {node.info.name: i for i, node in enumerate(nodes)}
+    problems: list[str] = []
+    window = [p for p in pods if in_window(p, since_s, until_s, namespaces)]
+    observed = _observed(window, pulls)
+    skipped = [(p.key, _skip_reason(p)) for p in window if _skip_reason(p) and p.node in index]
+    skipped += [(p.key, SKIP_NODE_GONE) for p in window if p.node not in index]
+    sweep = _Sweep(nodes, pods, index, window, observed, problems)
+    rows = sweep.run(_History(nodes, pulls, index))
+    # A pull far quicker than its bytes at the rate seen elsewhere moved nothing: the image
+    # was there (imagePullPolicy: Always re-pulls on every start). Its pod's pull is then
+    # no arrival of the image, and the pods are weighed again without it.
+    idle = _idle_pulls(rows)
+    extra = list(notes)
+    if idle:
+        rows = sweep.run(_History(nodes, [p for p in pulls if p.pod_uid not in idle], index))
+        extra.append(
+            f"{len(idle)} pod(s) pulled in under {IDLE_PULL_SHARE:.0%} of the time their "
+            "bytes take at the rate seen elsewhere: their pulls are counted as moving "
+            "nothing (the image was there; imagePullPolicy: Always pulls on every start)"
+        )
+    rates = _rates(nodes, index, rows, default_bits_per_s)
+    estimates = [_timed(row, nodes, index, rates) for row in rows]
+    estimates.sort(key=lambda e: (-e.avoidable_bytes, e.started_s, e.pod))
+    return Estimate(
+        since_s=since_s,
+        until_s=until_s,
+        nodes=len(nodes),
+        pods=estimates,
+        skipped=skipped,
+        rates={nodes[i].info.name: rate for i, rate in enumerate(rates)},
+        approximations=_approximations(window, observed, rates, extra, problems),
+        totals=_totals(estimates),
+    )
+
+
+class _Sweep:
+    """The pods of the window weighed in time order, against one history of the nodes."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeFacts],
+        pods: Sequence[PodFacts],
+        index: Mapping[str, int],
+        window: Sequence[PodFacts],
+        observed: Mapping[str, _Observed],
+        problems: list[str],
+    ) -> None:
+        self.nodes, self.pods, self.index, self.observed = nodes, pods, index, observed
+        self.inventory = ClusterInventory.build(node.info for node in nodes)
+        # the resources some node offers (bounded by the nodes, not by what pods ask for);
+        # a pod asking for one no node offers fits only where it ran
+        offered = {name for node in nodes for name in node.info.allocatable}
+        self.resources = sorted(offered | {PODS_RESOURCE})
+        self.problems = problems
+        self.weighed = {id(pod) for pod in window if not _skip_reason(pod)}
+        self.masks: dict[object, BoolArray] = {}
+        # At the same second: pods leave first, then pods arrive, then the images of pods
+        # that pulled become in use.
+        timeline: list[tuple[float, int, int]] = []
+        for i, pod in enumerate(pods):
+            if pod.node not in index:
+                continue
+            timeline.append((pod.started_s, _ARRIVE, i))
+            if pod.finished_s is not None:
+                timeline.append((pod.finished_s, _LEAVE, i))
+            if id(pod) in self.weighed:
+                seen = observed.get(pod.uid)
+                pulled_at = seen.last_at_s if seen is not None and seen.last_at_s else 0.0
+                timeline.append((max(pulled_at, pod.started_s), _PULLED, i))
+        timeline.sort()
+        self.timeline = timeline
+
+    def _static(self, pod: PodFacts) -> BoolArray:
+        signature = (pod.node_selector, pod.affinity, pod.tolerations)
+        static = self.masks.get(signature)
+        if static is None:
+            static = self.masks[signature] = np.fromiter(
+                (node_admits(pod, n) for n in self.nodes), dtype=bool, count=len(self.nodes)
+            )
+        return static
+
+    def run(self, history: _History) -> list[_Row]:
+        """Every weighed pod's row, in the order they started."""
+        pods, index = self.pods, self.index
+        usage = _Usage(self.nodes, self.resources, self.problems)
+        in_use = _InUse(len(self.nodes))
+        requests = {i: usage.vector(pods[i].requests) for _, _, i in self.timeline}
+        layers_of: dict[int, set[str]] = {}
+        rows: list[_Row] = []
+        for at_s, kind, i in self.timeline:
+            pod = pods[i]
+            node = index[pod.node]
+            if kind == _LEAVE:
+                usage.add(node, requests[i], -1)
+                if i in layers_of:
+                    in_use.change(node, layers_of.pop(i), -1)
+            elif kind == _PULLED:
+                if pod.finished_s is None or pod.finished_s > at_s:
+                    layers_of[i] = {
+                        layer.digest
+                        for layers in (pod.image_layers or {}).values()
+                        for layer in layers
+                    }
+                    in_use.change(node, layers_of[i], 1)
+            else:
+                if id(pod) in self.weighed:
+                    static = self._static(pod)
+                    if usage.offered(pod.requests):
+                        feasible = static & usage.fits(requests[i])
+                    else:  # it asks for what no node offers: only unlimited nodes take it
+                        feasible = static & usage.unlimited
+                    feasible[node] = True  # it ran there
+                    held = _Held(self.inventory, history, in_use, at_s)
+                    rows.append(_weigh(pod, node, feasible, held, self.observed.get(pod.uid)))
+                usage.add(node, requests[i], 1)
+        return rows
+
+
+def _idle_pulls(rows: Sequence[_Row]) -> set[str]:
+    """The pods (uids) whose timed pulls took under IDLE_PULL_SHARE of the time their
+    bytes take at the rate observed on the other pods' pulls."""
+    samples = [
+        (row.pod.uid, row.pulled_bytes, row.observed.seconds)
+        for row in rows
+        if row.observed is not None and row.observed.timed and row.pulled_bytes > 0
+    ]
+    total_bytes = sum(b for _, b, _ in samples)
+    total_s = sum(s for _, _, s in samples)
+    idle = set()
+    for uid, pulled, seconds in samples:
+        other_s = total_s - seconds
+        if other_s <= 0:
+            continue
+        rate = (total_bytes - pulled) / other_s
+        if rate > 0 and seconds < IDLE_PULL_SHARE * pulled / rate:
+            idle.add(uid)
+    return idle
+
+
+def in_window(
+    pod: PodFacts, since_s: float, until_s: float, namespaces: Collection[str] | None = None
+) -> bool:
+    """Whether ``pod`` is weighed: started in ``[since_s, until_s]``, in ``namespaces``
+    (None: any)."""
+    if not since_s <= pod.started_s <= until_s:
+        return False
+    return namespaces is None or pod.key.partition("/")[0] in namespaces
+
+
+def _skip_reason(pod: PodFacts) -> str:
+    if pod.pinned:
+        return SKIP_PINNED
+    if pod.image_layers is None:
+        return f"{SKIP_UNRESOLVED}: {pod.unresolved}" if pod.unresolved else SKIP_UNRESOLVED
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """Which nodes held a layer at one moment: those holding it now through an image not
+    pulled since, and those where a running pod used it."""
+
+    inventory: ClusterInventory
+    history: _History
+    in_use: _InUse
+    at_s: float
+
+    def mask(self, digest: str) -> BoolArray:
+        held = np.zeros(self.inventory.node_count, dtype=bool)
+        held[self.inventory.layer_holders(digest)] = True
+        held[self.history.arrived_after(digest, self.at_s)] = False
+        held[self.in_use.holders(digest)] = True
+        return held
+
+
+def _weigh(
+    pod: PodFacts, own: int, feasible: BoolArray, held: _Held, seen: _Observed | None
+) -> _Row:
+    """What ``pod`` pulled on node ``own``, and what the best of the ``feasible`` nodes
+    would have pulled (the node layer-locality scores highest: the most bytes held)."""
+    image_layers = pod.image_layers or {}
+    layers = pod_layers(pod.images, lambda image: image_layers.get(image, ()))
+    total = sum(layer.size_bytes for layer in layers)
+    present = np.zeros(len(feasible), dtype=np.int64)
+    masks = {}
+    for layer in layers:
+        masks[layer.digest] = mask = held.mask(layer.digest)
+        present[mask] += layer.size_bytes
+    pulled = total - int(present[own])
+    if seen is not None and seen.present:
+        # the kubelet found these images on its node: it pulled none of their layers
+        kept = {
+            layer.digest
+            for image in pod.images
+            if image in seen.present
+            for layer in image_layers.get(image, ())
+        }
+        pulled -= sum(
+            layer.size_bytes
+            for layer in layers
+            if layer.digest in kept and not masks[layer.digest][own]
+        )
+        present[own] = total - pulled
+    candidates = np.flatnonzero(feasible)
+    missing = total - present[candidates]
+    position = int(np.argmin(missing))
+    # a tie with where it ran: it ran on a best node
+    best = own if int(missing[position]) == pulled else int(candidates[position])
+    return _Row(
+        pod=pod,
+        total_bytes=total,
+        pulled_bytes=pulled,
+        best=best,
+        best_pulled_bytes=int(total - present[best]),
+        feasible=len(candidates),
+        observed=seen,
+    )
+
+
+def _rates(
+    nodes: Sequence[NodeFacts],
+    index: Mapping[str, int],
+    rows: Sequence[_Row],
+    default_bits_per_s: float,
+) -> list[NodeRate]:
+    """Each node's pull rate (see the module docstring)."""
+    pulled = np.zeros(len(nodes), dtype=np.float64)
+    seconds = np.zeros(len(nodes), dtype=np.float64)
+    for row in rows:
+        seen = row.observed
+        if seen is not None and seen.timed and seen.seconds > 0 and row.pulled_bytes > 0:
+            ran = index[row.pod.node]
+            pulled[ran] += row.pulled_bytes
+            seconds[ran] += seen.seconds
+    cluster = float(pulled.sum() / seconds.sum()) if seconds.sum() > 0 else 0.0
+    rates = []
+    for i, node in enumerate(nodes):
+        if seconds[i] > 0:
+            rates.append(NodeRate(float(pulled[i] / seconds[i]), "observed"))
+            continue
+        label = node_bandwidth_bits_per_s(node.info, 0.0)
+        if label > 0:
+            rates.append(NodeRate(label / BITS_PER_BYTE, "label"))
+        elif cluster > 0:
+            rates.append(NodeRate(cluster, "cluster"))
+        else:
+            rates.append(NodeRate(default_bits_per_s / BITS_PER_BYTE, "default"))
+    return rates
+
+
+def _timed(
+    row: _Row, nodes: Sequence[NodeFacts], index: Mapping[str, int], rates: Sequence[NodeRate]
+) -> PodEstimate:
+    own = index[row.pod.node]
+    seen = row.observed
+    if seen is not None and seen.timed:
+        pull_s, source = seen.seconds, "observed"
+    else:
+        pull_s, source = row.pulled_bytes / rates[own].bytes_per_s, "estimated"
+    avoidable = row.pulled_bytes - row.best_pulled_bytes
+    best_s = row.best_pulled_bytes / rates[row.best].bytes_per_s
+    return PodEstimate(
+        pod=row.pod.key,
+        uid=row.pod.uid,
+        node=row.pod.node,
+        scheduler=row.pod.scheduler,
+        started_s=row.pod.started_s,
+        images=row.pod.images,
+        total_bytes=row.total_bytes,
+        pulled_bytes=row.pulled_bytes,
+        pull_s=pull_s,
+        pull_s_source=source,
+        feasible_nodes=row.feasible,
+        best_node=nodes[row.best].info.name,
+        best_pulled_bytes=row.best_pulled_bytes,
+        avoidable_bytes=avoidable,
+        avoidable_s=max(0.0, pull_s - best_s) if avoidable > 0 else 0.0,
+    )
+
+
+def _totals(estimates: Sequence[PodEstimate]) -> Totals:
+    return Totals(
+        pods=len(estimates),
+        pods_affected=sum(e.avoidable_bytes > 0 for e in estimates),
+        pulled_bytes=sum(e.pulled_bytes for e in estimates),
+        best_pulled_bytes=sum(e.best_pulled_bytes for e in estimates),
+        avoidable_bytes=sum(e.avoidable_bytes for e in estimates),
+        pull_s=sum(e.pull_s for e in estimates),
+        avoidable_s=sum(e.avoidable_s for e in estimates),
+    )
+
+
+#: Said of every estimate: what no cluster's API records.
+ALWAYS_APPROXIMATED = (
+    "what a node held when a pod started is its status.images now (at most 50 images "
+    "by default), less the images the kubelet pulled there since, plus the images of the "
+    "pods running there then: an image removed since is not seen",
+    "each pod is weighed alone against what happened: placing it elsewhere would have "
+    "changed what later pods found",
+    "feasibility is requests against allocatable, node selector, required node affinity, "
+    "taints and cordon (as they are now); pod (anti-)affinity, topology spread, ports and "
+    "volumes are not weighed, and pods deleted since no longer take resources",
+)
+
+
+def _approximations(
+    window: Sequence[PodFacts],
+    observed: Mapping[str, _Observed],
+    rates: Sequence[NodeRate],
+    notes: Sequence[str],
+    problems: Sequence[str],
+) -> list[str]:
+    found = list(ALWAYS_APPROXIMATED)
+    untimed = sum(
+        1
+        for pod in window
+        if not pod.pinned and not (pod.uid in observed and observed[pod.uid].timed)
+    )
+    if untimed:
+        found.append(
+            f"{untimed} pod(s) have no timed Pulled event left (the API keeps events about "
+            "an hour by default): their pull time is their bytes over their node's rate"
+        )
+    sources: dict[str, int] = {}
+    for rate in rates:
+        sources[rate.source] = sources.get(rate.source, 0) + 1
+    for source, what in (
+        ("label", "their bandwidth label"),
+        ("cluster", "the rate observed over the whole cluster"),
+        ("default", "the default bandwidth (no pull was observed)"),
+    ):
+        if sources.get(source):
+            found.append(f"{sources[source]} node(s) pull at {what}")
+    found.extend(notes)
+    if problems:
+        found.append(
+            f"{len(problems)} malformed quantity(ies) counted as 0 or unlimited, e.g. {problems[0]}"
+        )
+    return found

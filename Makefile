@@ -22,7 +22,7 @@ kubernetes: venv ## Build (or find cached) Kubernetes v1.20.2 from Debian's sour
 containerd: venv ## Download (or find cached) containerd 2.x for the integration tests (never installed)
 	@scripts/containerd.sh
 
-lint: venv ## ruff, mypy --strict on plugin/, import-linter, ansible-lint (production)
+lint: venv ## ruff, mypy --strict on plugin/, import-linter, test modules collect, ansible-lint
 	@scripts/lint.sh
 
 unit: venv ## Unit tests (nothing outside the process)

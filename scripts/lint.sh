@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Lint gate: ruff, mypy --strict, import-linter, ansible-lint (production profile).
+# Lint gate: ruff, mypy --strict, import-linter, every test module collects,
+# ansible-lint (production profile).
 # With LAYERSCHED_STAGE_LOG set (.ci/run sets it), the duration is appended there.
 set -o errexit -o nounset -o pipefail
 bin=${VENV:-.venv}/bin
@@ -9,6 +10,13 @@ lint() {
   echo "== ruff format"; "$bin/ruff" format --check plugin tests bench infra playbooks/tools scripts
   echo "== mypy --strict"; "$bin/mypy"
   echo "== import-linter"; "$bin/lint-imports"
+  # every test module imports: a renamed module fails here in seconds, not after the
+  # unit stage (the integration suite is only collected after the Kubernetes build)
+  echo "== pytest --collect-only (every suite)"
+  "$bin/python" -m pytest --collect-only -q -p no:cacheprovider tests >/dev/null || {
+    "$bin/python" -m pytest --collect-only -q -p no:cacheprovider tests | tail -20
+    return 1
+  }
   if [ -d playbooks ] && compgen -G "playbooks/*.yml" >/dev/null; then
     echo "== ansible-lint (production)"
     PATH="$bin:$PATH" "$bin/ansible-lint" --profile production --offline playbooks

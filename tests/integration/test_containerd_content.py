@@ -17,15 +17,14 @@ from collections.abc import Iterator
 import pytest
 import tenacity
 
-from layersched.agent import ChangeSignal, Publisher, publish_loop, watch_events
-from layersched.cli._publish import _reader as agent_reader
+from layersched.agent import ChangeSignal, NodeImagesReader, Publisher, publish_loop, watch_events
 from layersched.containerd import ContainerdClient, ContentStoreReader
 from layersched.core.nodelayers import build_document, parse_document
 from layersched.cri import CRIClient
 from tests.fixtures.containerd import RUNTIMES, ContainerdProcess
 from tests.fixtures.registry import RegistryProcess
 from tests.integration.test_cri import IMG1, IMG2, Pushed, cri, pushed
-from tests.unit.test_agent_publish import RecordingKube
+from tests.unit.test_agent_publisher import RecordingKube
 
 pytestmark = pytest.mark.integration
 __all__ = ["cri", "pushed"]  # the fixtures, shared with test_cri
@@ -147,7 +146,7 @@ def test_a_pull_reaches_the_published_inventory(
         threading.Thread(target=watch_events, args=(recorded, signal, QUIET_PERIOD_S)),
         threading.Thread(
             target=publish_loop,
-            args=(agent_reader(ContentStoreReader(store), None, None, None), publisher, signal),
+            args=(NodeImagesReader([ContentStoreReader(store)]).read, publisher, signal),
             kwargs={"resync_s": QUIET_PERIOD_S},
         ),
     ]

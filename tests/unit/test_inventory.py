@@ -436,3 +436,27 @@ def test_empty_snapshot() -> None:
     assert snapshot.node_count == 0
     assert snapshot.layer_holders(L1.digest).tolist() == []
     assert np.array_equal(snapshot.image_holders("img1:1"), np.empty(0, dtype=np.int64))
+
+
+def test_a_live_inventory_reuses_the_ids_of_layers_no_node_holds() -> None:
+    # a node republishing fresh digests 200 times, 50 layers each (issue 23: a node
+    # republishing fresh digests raised the extender's memory without bound): the
+    # per-layer tables hold the 50 current layers (plus the ids freed by the last round,
+    # reused by the next), never one entry per digest ever seen (10,000 before)
+    inventory = ClusterInventory()
+    inventory.add_node(NodeInfo("other", (NodeImage(("base:1",), MB, (L1,)),)))
+    for round_ in range(200):
+        layers = tuple(Layer(f"sha256:{round_ * 50 + i + 1000:064x}", MB) for i in range(50))
+        inventory.upsert_node(NodeInfo("n1", (NodeImage(("app:1",), 50 * MB, layers),)))
+        # every query still answers for the layers held now
+        assert inventory.layer_holders(layers[0].digest).tolist() == [1]
+        assert inventory.layer_size(layers[-1].digest) == MB
+    assert len(inventory._layer_size) <= 1 + 50 + 50  # "other"'s, n1's, and freed ids
+    assert inventory.layer_count == 1 + 50
+    assert inventory.layer_holders(f"sha256:{1000:064x}").tolist() == []  # round 0's
+    assert inventory.layer_size(f"sha256:{1000:064x}") is None
+    # the node goes: only "other"'s layer is left, and its answers are intact
+    inventory.remove_node("n1")
+    assert inventory.layer_count == 1
+    assert inventory.layer_holders(L1.digest).tolist() == [0]
+    assert set(inventory.node_layer_digests(0)) == {L1.digest}

@@ -405,6 +405,9 @@ class ClusterInventory:
         self._layer_holders: list[array[int]] = []
         self._layer_holders_arr: dict[int, IndexArray] = {}
         self._node_layers: list[array[int]] = []
+        #: Layer ids whose last holder went: reused by the next new layer, so a live
+        #: inventory whose nodes keep publishing fresh digests does not grow without bound.
+        self._free_lids: list[int] = []
         # upstream image states, keyed by name exactly as reported
         self._name_holders: dict[str, set[int]] = {}
         self._name_size: dict[str, int] = {}
@@ -546,6 +549,8 @@ class ClusterInventory:
                 for name in image.names:
                     self.add_image_name(idx, name, image.size_bytes)
         self._layer_holders_arr.clear()
+        for lid in range(len(digests)):  # layers of a shared slot cache no node here holds
+            self._free_if_unheld(lid)
 
     def add_node(self, node: NodeInfo, source: LayerSource | None = None) -> int:
         """Add ``node`` (its names, and its layers from (b)/(c) or ``source``)."""
@@ -594,6 +599,7 @@ class ClusterInventory:
         for lid in held - new_layers:
             _discard(self._layer_holders[lid], idx)
             self._layer_holders_arr.pop(lid, None)
+            self._free_if_unheld(lid)
         for lid in new_layers - held:
             _insert(self._layer_holders[lid], idx)
             self._layer_holders_arr.pop(lid, None)
@@ -625,6 +631,7 @@ class ClusterInventory:
         for lid in self._node_layers[idx]:
             _discard(self._layer_holders[lid], idx)
             self._layer_holders_arr.pop(lid, None)
+            self._free_if_unheld(lid)
         for image in self._nodes[idx].images:
             for image_name in image.names:
                 self.remove_image_name(idx, image_name)
@@ -670,12 +677,34 @@ class ClusterInventory:
     def _layer(self, layer: Layer) -> int:
         lid = self._layer_id.get(layer.digest)
         if lid is None:
-            lid = len(self._layer_size)
+            if self._free_lids:  # an id no node holds any more
+                lid = self._free_lids.pop()
+                self._layer_size[lid] = layer.size_bytes
+                self._layer_digest[lid] = layer.digest
+            else:
+                lid = len(self._layer_size)
+                self._layer_size.append(layer.size_bytes)
+                self._layer_digest.append(layer.digest)
+                self._layer_holders.append(_ids())
             self._layer_id[layer.digest] = lid
-            self._layer_size.append(layer.size_bytes)
-            self._layer_digest.append(layer.digest)
-            self._layer_holders.append(_ids())
         return lid
+
+    def _free_if_unheld(self, lid: int) -> None:
+        """Forget layer id ``lid`` once no node holds it (its id is reused)."""
+        if self._layer_holders[lid] or not self._layer_digest[lid]:
+            return
+        del self._layer_id[self._layer_digest[lid]]
+        self._layer_digest[lid] = ""
+        self._layer_size[lid] = 0
+        self._layer_holders_arr.pop(lid, None)
+        self._free_lids.append(lid)
+
+    @property
+    def layer_count(self) -> int:
+        """Distinct layers the inventory knows (unpacked: exactly those some node holds)."""
+        if self._packed is not None:
+            return self._packed.layer_count
+        return len(self._layer_id)
 
     def add_layers(self, node: int, layers: Iterable[Layer]) -> None:
         """Record that node index ``node`` holds ``layers``."""
@@ -698,6 +727,7 @@ class ClusterInventory:
             lid = self._layer_id.get(digest)
             if lid is not None and _discard(held, lid):
                 _discard(self._layer_holders[lid], node)
+                self._free_if_unheld(lid)
                 self._layer_holders_arr.pop(lid, None)
 
     def add_image_name(self, node: int, name: str, size_bytes: int) -> None:
@@ -724,7 +754,7 @@ class ClusterInventory:
 
     # ---------------------------------------------------------------- queries
     def layer_size(self, digest: str) -> int | None:
-        """Known compressed size of a layer, if any node holds or held it."""
+        """Known compressed size of a layer, if any node holds it."""
         packed = self._packed
         if packed is not None:
             lid = packed.lid(digest)

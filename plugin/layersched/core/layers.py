@@ -20,6 +20,14 @@ from layersched.core.reference import normalized_image_name, parse_or_none
 
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
 
+#: The largest layer or image size read from anywhere (a registry manifest, a
+#: NodeLayerInventory, ``status.images``, an annotation, ``--layers``): 1 TiB. No real
+#: layer comes near it (the largest public images are tens of GB in all), and capping
+#: every size at read keeps sums far from int64: 65,536 layers at the cap sum to 2^56,
+#: and ``100 * present`` is still below 2^63 (the strategies also guard their sums
+#: themselves, see ``layersched.core.strategies.base.overflow_shift``).
+MAX_SIZE_BYTES = 1 << 40
+
 
 @dataclass(frozen=True, slots=True)
 class Layer:
@@ -63,9 +71,14 @@ def check_digest(digest: object, where: str) -> str:
 
 
 def check_size(size: object, where: str) -> int:
-    """Validate a layer size in bytes (a non-negative integer)."""
+    """Validate a layer or image size in bytes: an integer from 0 to :data:`MAX_SIZE_BYTES`."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise InputError(f"{where}: size {size!r} must be a non-negative integer (bytes)")
+    if size > MAX_SIZE_BYTES:
+        raise InputError(
+            f"{where}: size {size} bytes is over the {MAX_SIZE_BYTES}-byte (1 TiB) cap on a "
+            "layer or image: no real one is that large, so the data is wrong or hostile"
+        )
     return size
 
 

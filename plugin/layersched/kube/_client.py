@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
+import msgspec
 
 from layersched.core.errors import KubeError
 from layersched.kube._config import KubeConfig
@@ -28,6 +29,11 @@ WATCH_TIMEOUT_S = 300
 WATCH_READ_SLACK_S = 30.0
 #: Objects per list page (the API server's own default limit for paged lists is 500).
 DEFAULT_PAGE_SIZE = 500
+#: The largest list page :meth:`KubeClient.list_raw_pages` reads by default: an object
+#: may hold 1.5 MiB (etcd's default request limit), so counting objects alone does not
+#: bound a page (100 objects of 1 MiB are 100 MiB of JSON). 8 MiB holds one object of
+#: the largest size the API server accepts (3 MiB) with room to spare.
+DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 HTTP_GONE = 410
@@ -47,6 +53,8 @@ class WatchEvent:
 
     type: str
     object: dict[str, Any]
+    #: Length of the event's JSON line (0: not known), to skip objects over a size cap.
+    size_bytes: int = 0
 
     @property
     def resource_version(self) -> str:
@@ -156,6 +164,68 @@ class KubeClient:
                 return
             params = {"limit": str(page_size), "continue": str(token)}
 
+    def list_raw_pages(
+        self,
+        path: str,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    ) -> Iterator[tuple[builtins.list[msgspec.Raw], str]]:
+        """A collection page by page, each object as its raw JSON (undecoded: a caller may
+        skip one by its length), with the list's resourceVersion.
+
+        No page read is longer than ``max_page_bytes``: a page that would be is dropped
+        while it arrives and asked for again with half as many objects (the API cannot
+        limit a page by bytes), and the next page's ``limit`` aims at half the bound from
+        the bytes per object seen so far. KubeError when a single object is over it.
+        """
+        limit, token, what = page_size, "", f"listing {path}"
+        while True:
+            params = {"limit": str(limit)} | ({"continue": token} if token else {})
+            body = self._read_capped(path, what, params, max_page_bytes)
+            if body is None:
+                if limit == 1:
+                    raise KubeError(
+                        f"{what}: one object is larger than {max_page_bytes} bytes, more than "
+                        "the API server stores by default: delete it, or raise the page bound"
+                    )
+                limit = max(1, limit // 2)
+                continue
+            try:
+                page = msgspec.json.decode(body, type=_RawList)
+            except msgspec.DecodeError as err:
+                raise KubeError(f"{what}: the API answered a malformed list ({err})") from None
+            items = page.items or []
+            yield items, page.metadata.resourceVersion
+            token = page.metadata.continue_
+            if not token:
+                return
+            per_object_bytes = max(1, len(body) // max(1, len(items)))
+            limit = max(1, min(page_size, max_page_bytes // (2 * per_object_bytes)))
+
+    def _read_capped(
+        self, path: str, what: str, params: Mapping[str, str], max_bytes: int
+    ) -> bytes | None:
+        """GET ``path``'s body, or None as soon as it passes ``max_bytes``."""
+        try:
+            with self._http.stream("GET", path, params=params, headers=self._headers()) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    message = f"{what}: {response.status_code} {_status_message(response)}"
+                    if response.status_code == HTTP_GONE:
+                        raise Gone(message)
+                    raise KubeError(message, response.status_code)
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        return None
+                return bytes(body)
+        except httpx.HTTPError as err:
+            raise KubeError(
+                f"{what}: the API server at {self.config.server} did not answer ({err}): "
+                "is it running and reachable?"
+            ) from None
+
     def create(self, path: str, document: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``document`` to the collection ``path``; KubeError 409 if it exists."""
         return self._request(
@@ -238,4 +308,16 @@ def _event(line: str, what: str) -> WatchEvent:
         if code == HTTP_GONE:
             raise Gone(message)
         raise KubeError(message, int(code) if isinstance(code, int) else 0)
-    return WatchEvent(kind, obj)
+    return WatchEvent(kind, obj, len(line))
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _RawList(msgspec.Struct):
+    """A list response with its items left undecoded."""
+
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[msgspec.Raw] | None = None

@@ -29,22 +29,25 @@ from layersched.core.nodelayers import HeldImage, NodeLayers
 #: Estimated bytes held for each distinct layer the pools keep, beyond its digest's
 #: characters: the Layer, its digest and size objects, the pool entry, and the
 #: inventory's per-layer tables (id map, size, digest, holders array and its cache).
-LAYER_ENTRY_BYTES = 700
+LAYER_ENTRY_BYTES = 480
 #: ... for each distinct image entry: the HeldImage, its NodeImage twin, their tuples
 #: and pool entries, beyond its names and layer slots.
-IMAGE_ENTRY_BYTES = 700
-#: ... for each name of a distinct image entry, beyond its characters: the string
-#: object and the pod-image votes keyed by it (a name is looked up as written,
-#: normalised, and by digest).
-NAME_BYTES = 900
-#: ... for each slot of a tuple (an image's layers, a node's images).
+IMAGE_ENTRY_BYTES = 400
+#: ... for each name of a distinct image entry (its digest too), beyond its characters:
+#: the string object and the pod-image votes keyed by it.
+NAME_BYTES = 800
+#: ... for each name of a distinct status image (no votes are keyed by those).
+STATUS_NAME_BYTES = 300
+#: ... for each slot of a tuple (an image's layers).
 SLOT_BYTES = 8
-#: ... for each reference an object holds: a distinct layer of the node (the node's and
-#: the layer's sorted id arrays, the transient sets of an update), an image or a name of
-#: it (the node's image tuples, the inventory's name-holder sets).
-REF_BYTES = 120
+#: ... for each distinct layer of an object (the node's and the layer's sorted id arrays).
+LAYER_REF_BYTES = 16
+#: ... for each image of an object (the slots of its node's image tuples).
+IMAGE_REF_BYTES = 32
+#: ... for each name of each image of an object (the inventory's name-holder sets).
+NAME_REF_BYTES = 64
 #: ... for each object: its parsed form, its node's inventory entry, its bookkeeping.
-OBJECT_BYTES = 2_000
+OBJECT_BYTES = 3_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +94,10 @@ class InventoryPools:
         """Distinct image entries held (published images and Nodes' status images)."""
         return len(self._images) + len(self._status)
 
-    def hold_layers(self, parsed: NodeLayers) -> Held | None:
+    def hold_layers(self, parsed: NodeLayers, replacing_bytes: int = 0) -> Held | None:
         """Intern ``parsed``'s images and layers and charge them; None (nothing held)
-        when that would take the pools past the budget."""
+        when that would take the pools past the budget (``replacing_bytes``: the charge
+        of the object it replaces, released once it is applied)."""
         with self._lock:
             cost = OBJECT_BYTES
             held_layers: dict[int, Layer] = {}  # pooled layers this object holds, by id
@@ -109,7 +113,7 @@ class InventoryPools:
                         if id(shared) not in held_layers:
                             held_layers[id(shared)] = shared
                             self._layers[shared][1] += 1
-                            cost += REF_BYTES
+                            cost += LAYER_REF_BYTES
                     layers.append(shared)
                 entry = self._images.get(HeldImage(image.names, image.digest, tuple(layers)))
                 if entry is None:
@@ -121,11 +125,11 @@ class InventoryPools:
                 entry[2] += 1
                 images.append(entry[0])
                 twins.append(entry[1])
-                cost += (REF_BYTES + 2 * SLOT_BYTES) * (1 + len(image.names))
+                cost += IMAGE_REF_BYTES + NAME_REF_BYTES * len(image.names)
             cost += sum(LAYER_ENTRY_BYTES + len(layer.digest) for layer in held_layers.values()
                         if self._layers[layer][1] == 1)  # fmt: skip
             held = Held(tuple(images), tuple(twins), cost)
-            if self.held_bytes + cost > self.max_bytes:
+            if self.held_bytes - replacing_bytes + cost > self.max_bytes:
                 self._release(held, charged=False)
                 return None
             self.held_bytes += cost
@@ -150,13 +154,13 @@ class InventoryPools:
                 if entry is None:
                     entry = self._status[image] = [image, 0]
                     cost += IMAGE_ENTRY_BYTES + SLOT_BYTES * len(image.layers or ())
-                    cost += sum(NAME_BYTES + len(name) for name in image.names)
+                    cost += sum(STATUS_NAME_BYTES + len(name) for name in image.names)
                     cost += sum(
                         LAYER_ENTRY_BYTES + len(layer.digest) for layer in image.layers or ()
                     )
                 entry[1] += 1
                 pooled.append(entry[0])
-                cost += (REF_BYTES + 2 * SLOT_BYTES) * (1 + len(image.names))
+                cost += IMAGE_REF_BYTES + NAME_REF_BYTES * len(image.names)
             held = Held((), tuple(pooled), cost)
             if self.held_bytes + cost > self.max_bytes:
                 self._release(held, charged=False)

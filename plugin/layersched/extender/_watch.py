@@ -69,7 +69,14 @@ from layersched.extender._pools import NOTHING, Held, InventoryPools
 from layersched.extender._providers import held_images
 from layersched.extender._timers import TimerHeap
 from layersched.extender._trust import DEFAULT_IMAGE_QUORUM, ImageVotes, ballots
-from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, Gone, KubeClient, node_layers_path
+from layersched.kube import (
+    NODE_LAYERS_PATH,
+    NODES_PATH,
+    Gone,
+    KubeClient,
+    WatchEvent,
+    node_layers_path,
+)
 from layersched.kube._crd import MAX_LAYERS_PER_IMAGE
 
 log = logging.getLogger(__name__)
@@ -530,7 +537,8 @@ class WatchInventoryProvider:
                 f"{parsed.observed_at or '(never: no observedAt)'}, more than "
                 f"{self.max_age_s:.0f} s ago: scoring the node as if it had no agent",
             )
-        held = self._pools.hold_layers(parsed)
+        replaced = self._layers.get(name)  # released once this one is applied
+        held = self._pools.hold_layers(parsed, replaced.held.cost_bytes if replaced else 0)
         if held is None:
             return Ignored(
                 OVER_BUDGET,
@@ -621,21 +629,7 @@ class WatchInventoryProvider:
                         state.since = time.monotonic()
                     state.connected = True
                     for event in kube.watch(path, state.resource_version):
-                        state.events += 1
-                        if event.resource_version:
-                            state.resource_version = event.resource_version
-                        if event.type == "BOOKMARK":
-                            continue
-                        name = _name(event.object)
-                        if not name:
-                            continue
-                        if event.type == "DELETED":
-                            self._post(self._apply, kind, name, None)
-                            continue
-                        parsed = self._parse(kind, event.object, event.size_bytes)
-                        self._post(self._apply, kind, name, parsed)
-                        if isinstance(parsed, ParsedNode):
-                            self._note_node(name, parsed.info)
+                        self._on_event(kind, state, event)
                         pause_s = RETRY_FIRST_S
                 # the server ended the watch (its timeout): resume from where it was
             except Gone as err:
@@ -653,6 +647,25 @@ class WatchInventoryProvider:
                 self._log_failure(f"watching {kind}", err, pause_s)
                 self._stop.wait(pause_s)
                 pause_s = min(RETRY_MAX_S, pause_s * 2)
+
+    def _on_event(self, kind: str, state: WatchState, event: WatchEvent) -> None:
+        """One watch event: parsed here, applied on the loop (nothing of it stays on the
+        watch thread once posted)."""
+        state.events += 1
+        if event.resource_version:
+            state.resource_version = event.resource_version
+        if event.type == "BOOKMARK":
+            return
+        name = _name(event.object)
+        if not name:
+            return
+        if event.type == "DELETED":
+            self._post(self._apply, kind, name, None)
+            return
+        parsed = self._parse(kind, event.object, event.size_bytes)
+        self._post(self._apply, kind, name, parsed)
+        if isinstance(parsed, ParsedNode):
+            self._note_node(name, parsed.info)
 
     @staticmethod
     def _disconnected(state: WatchState, err: BaseException) -> None:

@@ -22,11 +22,16 @@ from typing import Any
 import pytest
 import tenacity
 
+from layersched.agent import DEFAULT_HEARTBEAT_S
 from layersched.core.inventory import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodelayers import MAX_IMAGES, MAX_LAYERS, HeldImage
 from layersched.extender import WatchInventoryProvider
-from layersched.extender._watch import MAX_OBJECT_BYTES
+from layersched.extender._watch import (
+    AGENT_HEARTBEAT_S,
+    DEFAULT_INVENTORY_MAX_AGE_S,
+    MAX_OBJECT_BYTES,
+)
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, WatchEvent
 from layersched.kube._crd import MAX_LAYERS_PER_IMAGE
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, node, started
@@ -152,6 +157,13 @@ def test_a_stale_inventory_counts_as_missing(loop: RunningLoop) -> None:
     api.put(NODE_LAYERS_PATH, event("MODIFIED", layers("n2", IMG)))
     assert_holders(loop, provider, BASE, ["n2"])
     assert metric(provider, "layersched_extender_watch_stale_inventories") == 1
+
+
+def test_the_default_maximum_age_is_three_agent_heartbeats() -> None:
+    # the extender cannot import the agent (sibling adapters): the period is repeated
+    # there, and held equal here
+    assert AGENT_HEARTBEAT_S == DEFAULT_HEARTBEAT_S
+    assert DEFAULT_INVENTORY_MAX_AGE_S == 3 * DEFAULT_HEARTBEAT_S
 
 
 # ----------------------------------------------------------------------------- caps

@@ -27,6 +27,8 @@ from layersched.core.inventory import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodelayers import MAX_IMAGES, MAX_LAYERS, HeldImage
 from layersched.extender import WatchInventoryProvider
+from layersched.extender import _memory as memory_module
+from layersched.extender import _watch as watch_module
 from layersched.extender._watch import (
     AGENT_HEARTBEAT_S,
     DEFAULT_INVENTORY_MAX_AGE_S,
@@ -34,6 +36,7 @@ from layersched.extender._watch import (
 )
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, WatchEvent
 from layersched.kube._crd import MAX_LAYERS_PER_IMAGE
+from tests.fixtures import prereq
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, node, started
 
 CONVERGE_TIMEOUT_S = 10.0
@@ -511,3 +514,26 @@ def test_the_budget_refuses_objects_past_it(loop: RunningLoop) -> None:
     released()
     api.put(NODE_LAYERS_PATH, event("ADDED", layers("n39", *_shape("fresh-layers", 39))))
     assert_holders(loop, provider, fresh_image(39, layer_count=400).layers[0], ["n39"])
+
+
+def test_a_burst_of_objects_is_followed_by_a_trim(
+    loop: RunningLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # after objects of more than TRIM_AFTER_BYTES were parsed (or released), glibc is
+    # told to return its free pages (on glibc; elsewhere there is nothing to do)
+    monkeypatch.setattr(watch_module, "TRIM_PERIOD_S", 0.1)
+    monkeypatch.setattr(watch_module, "TRIM_AFTER_BYTES", 100_000)
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("n1")]
+    provider = started(api, loop.loop)
+    assert provider.trims == 0
+    for r in range(20):
+        api.put(NODE_LAYERS_PATH, event("MODIFIED", layers("n1", fresh_image(9_000 + r, 200))))
+    if not memory_module.available():
+        prereq.unavailable("the C library is not glibc: there is nothing to trim")
+
+    @converging
+    def trimmed() -> None:
+        assert provider.trims >= 1
+
+    trimmed()

@@ -16,6 +16,7 @@ import pytest
 
 from layersched.core.errors import InputError
 from layersched.core.inventory import (
+    COMPACT_SLACK,
     ClusterInventory,
     InventoryBuilder,
     NodeImage,
@@ -460,3 +461,60 @@ def test_a_live_inventory_reuses_the_ids_of_layers_no_node_holds() -> None:
     assert inventory.layer_count == 1
     assert inventory.layer_holders(L1.digest).tolist() == [0]
     assert set(inventory.node_layer_digests(0)) == {L1.digest}
+
+
+def test_a_live_inventory_compacts_its_tables_after_heavy_churn() -> None:
+    # 30 nodes with layers of their own and one shared base; one node republishes 600
+    # times 20 fresh layers, another drops and regains names: more than COMPACT_SLACK
+    # ids and names are freed, the tables are renumbered, and every query still answers
+    # exactly as an inventory built from the final nodes does
+    rng = random.Random(23)
+
+    def layer(n: int) -> Layer:
+        return Layer(f"sha256:{n:064x}", 1_000 + n)
+
+    base = layer(1)
+    nodes = {
+        f"n{i}": NodeInfo(
+            f"n{i}",
+            (
+                NodeImage(
+                    (f"app{i}:1", "base:1"),
+                    MB,
+                    (base, *(layer(100 + 10 * i + j) for j in range(5))),
+                ),
+            ),
+        )
+        for i in range(30)
+    }
+    live = ClusterInventory()
+    for node_info in nodes.values():
+        live.add_node(node_info)
+    for round_ in range(600):
+        fresh = tuple(layer(10_000 + 20 * round_ + j) for j in range(20))
+        names = (f"churn-{round_}:1",)
+        nodes["n3"] = NodeInfo("n3", (NodeImage(names, MB, (base, *fresh)),))
+        live.upsert_node(nodes["n3"])
+        if round_ % 50 == 0:  # a node leaves and comes back (indices move)
+            gone = f"n{rng.randrange(30)}"
+            live.remove_node(gone)
+            live.add_node(nodes[gone])
+    assert len(live._layer_size) < 31 * 6 + 20 + COMPACT_SLACK + 1
+    assert len(live._free_lids) <= len(live._layer_id) + COMPACT_SLACK
+    reference = ClusterInventory()
+    for node_info in nodes.values():
+        reference.add_node(node_info)
+    for node_info in nodes.values():
+        idx, ref = live.index_of(node_info.name), reference.index_of(node_info.name)
+        assert idx is not None and ref is not None
+        assert set(live.node_layer_digests(idx)) == set(reference.node_layer_digests(ref))
+        assert live.node_image_names(idx) == reference.node_image_names(ref)
+        for image in node_info.images:
+            for held in image.layers or ():
+                names = {live.nodes[int(i)].name for i in live.layer_holders(held.digest)}
+                want = {reference.nodes[int(i)].name for i in reference.layer_holders(held.digest)}
+                assert names == want
+                assert live.layer_size(held.digest) == held.size_bytes
+    assert live.layer_count == reference.layer_count
+    assert live.image_state("base:1") == reference.image_state("base:1")
+    assert live.image_state("churn-0:1") is None

@@ -31,6 +31,8 @@ from layersched.extender import (
     Platforms,
     StaticInventoryProvider,
     WatchInventoryProvider,
+    exec_with_glibc_malloc,
+    limit_malloc_arenas,
     make_extender,
     serve,
     tls_context,
@@ -192,7 +194,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_MAX_INVENTORY_BYTES,
         metavar="BYTES",
         help="with --watch: the memory the watched objects may hold (estimated); objects "
-        "past it are refused and counted (default: %(default)s = 192 MiB)",
+        "past it are refused and counted (default: %(default)s = 256 MiB)",
     )
     p.add_argument(
         "--resolve-timeout-s",
@@ -273,6 +275,10 @@ def _listening(url: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT."""
     _check(args)
+    # glibc's malloc and fewer heaps, before any thread: freed memory goes back to the
+    # system (extender/_memory.py); a re-executed process comes back here, and goes on
+    exec_with_glibc_malloc()
+    limit_malloc_arenas()
     strategy = strategy_from_args(args)
     source: LayerSource = open_layer_source(args) if strategy.needs_layers else NoLayerSource()
     # each node's images (and a pod on it) are resolved for the node's platform: one

@@ -11,6 +11,7 @@ and ``/debug/decisions`` (to local clients only, unless ``--debug-endpoints``).
 See ``docs/extender.md``.
 """
 
+from layersched.extender._memory import exec_with_glibc_malloc, limit_malloc_arenas
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
 from layersched.extender._providers import InventoryProvider, StaticInventoryProvider
@@ -60,6 +61,8 @@ __all__ = [
     "WatchInventoryProvider",
     "create_app",
     "create_health_app",
+    "exec_with_glibc_malloc",
+    "limit_malloc_arenas",
     "make_extender",
     "serve",
     "tls_context",

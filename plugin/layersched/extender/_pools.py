@@ -18,7 +18,7 @@ agent; the memory held never passes the budget, whatever the objects say.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,9 @@ IMAGE_REF_BYTES = 32
 NAME_REF_BYTES = 64
 #: ... for each object: its parsed form, its node's inventory entry, its bookkeeping.
 OBJECT_BYTES = 3_000
+#: The pools' dicts are rebuilt once this many more entries were dropped than are held
+#: (a Python dict never shrinks by itself: after a flood it would keep its peak size).
+COMPACT_SLACK = 4_096
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,8 @@ class InventoryPools:
         self.max_bytes = max_bytes
         #: Estimated bytes held by every object kept now (never above ``max_bytes``).
         self.held_bytes = 0
+        #: Estimated bytes released in all (a counter).
+        self.released_bytes = 0
         self._lock = threading.Lock()
         #: value -> [shared object, references]
         self._layers: dict[Layer, list[Any]] = {}
@@ -83,6 +88,8 @@ class InventoryPools:
         self._images: dict[HeldImage, list[Any]] = {}
         #: status image value -> [shared NodeImage, references]
         self._status: dict[NodeImage, list[Any]] = {}
+        #: Entries dropped since the dicts were last rebuilt.
+        self._dropped = 0
 
     @property
     def layers(self) -> int:
@@ -172,32 +179,37 @@ class InventoryPools:
         """Drop ``held``'s references and charge (entries go with their last holder)."""
         with self._lock:
             self._release(held, charged=True)
-
-    def release_all(self, helds: Iterable[Held]) -> None:
-        with self._lock:
-            for held in helds:
-                self._release(held, charged=True)
+            self.released_bytes += held.cost_bytes
 
     def _release(self, held: Held, *, charged: bool) -> None:
         if charged:
             self.held_bytes -= held.cost_bytes
+        dropped = 0
         if held.images:
             seen: set[int] = set()
             for image in held.images:
                 for layer in image.layers:
                     if id(layer) not in seen:
                         seen.add(id(layer))
-                        _unref(self._layers, layer, 1)
-                _unref(self._images, image, 2)
+                        dropped += _unref(self._layers, layer, 1)
+                dropped += _unref(self._images, image, 2)
         else:
             for status in held.node_images:
-                _unref(self._status, status, 1)
+                dropped += _unref(self._status, status, 1)
+        self._dropped += dropped
+        if self._dropped > len(self._layers) + len(self._images) + COMPACT_SLACK:
+            self._layers, self._images = dict(self._layers), dict(self._images)
+            self._status = dict(self._status)
+            self._dropped = 0
 
 
-def _unref(pool: dict[Any, list[Any]], value: object, slot: int) -> None:
+def _unref(pool: dict[Any, list[Any]], value: object, slot: int) -> int:
+    """Drop one reference to ``value``'s entry; 1 if that was its last (it is gone)."""
     entry = pool.get(value)
     if entry is None:  # pragma: no cover - a bug: every release matches a hold
-        return
+        return 0
     entry[slot] -= 1
-    if entry[slot] <= 0:
-        del pool[value]
+    if entry[slot] > 0:
+        return 0
+    del pool[value]
+    return 1

@@ -27,9 +27,13 @@ from layersched.core.reference import normalized_image_name
 
 #: Nodes that must publish the same layers for a pod image by default.
 DEFAULT_IMAGE_QUORUM = 2
-#: Lookup names remembered (image names are few thousand per cluster; the cache only
-#: saves re-normalising them on every republish).
-LOOKUP_CACHE_SIZE = 65_536
+#: Lookup names remembered: the image names of a cluster (a few thousand) fit, and the
+#: cache only saves re-normalising them on every republish; kept small, as what it
+#: holds is never released (a flood of fresh names only churns it).
+LOOKUP_CACHE_SIZE = 8_192
+#: The tally is rebuilt once this many more names were dropped than are held (a Python
+#: dict never shrinks by itself).
+COMPACT_SLACK = 4_096
 
 #: What a node says an image is: its manifest digest and its layers.
 Answer = tuple[str, tuple[Layer, ...]]
@@ -73,6 +77,7 @@ class ImageVotes:
             raise ValueError("the image quorum is at least 1")
         self.quorum = quorum
         self._tally: dict[tuple[str, str], dict[Answer, int]] = {}
+        self._dropped = 0
         #: Pod images some node published but without a quorum (or with two answers at
         #: it): answered by the registry instead.
         self.without_quorum = 0
@@ -96,9 +101,12 @@ class ImageVotes:
                 answers.pop(answer, None)
                 if not answers:
                     del self._tally[(key, lookup)]
+                    self._dropped += 1
         for key, lookup, answer in new - old:
             answers = self._tally.setdefault((key, lookup), {})
             answers[answer] = answers.get(answer, 0) + 1
+        if self._dropped > len(self._tally) + COMPACT_SLACK:
+            self._tally, self._dropped = dict(self._tally), 0
 
     def layers(self, image: str, key: str) -> tuple[Layer, ...] | None:
         """The layers of pod image ``image`` for platform ``key`` when ``quorum`` nodes

@@ -64,6 +64,7 @@ from layersched.core.nodelayers import (
     parse_document,
 )
 from layersched.core.objects import decode_node, node_info
+from layersched.extender import _memory
 from layersched.extender._platforms import Platforms
 from layersched.extender._pools import NOTHING, Held, InventoryPools
 from layersched.extender._providers import held_images
@@ -105,17 +106,26 @@ LIST_PAGE_BYTES = 4 * 1024 * 1024
 MAX_OBJECT_BYTES = DEFAULT_MAX_OBJECT_BYTES + 256 * 1024
 #: Status images kept per Node (kubelet reports 50 by default; more are dropped).
 MAX_STATUS_IMAGES = 1_000
-#: What the watch may hold in all (an estimate, see _pools.py): 5,000 nodes of the
-#: benchmark corpus (50 images each, 2,000 distinct images, 7,689 distinct layers) are
-#: charged about 96 MB; past the budget further objects are refused and counted.
-DEFAULT_MAX_INVENTORY_BYTES = 192 * 1024 * 1024
+#: What the watch may hold in all (an estimate, see _pools.py; the real memory is 0.5 to
+#: 0.9 of it): 5,000 nodes and their objects of the benchmark corpus (50 images each,
+#: 2,000 distinct images, 7,689 distinct layers) are charged 143 MB. Past the budget,
+#: objects are refused and counted. With the process's own ~200 MB at most (code, layer
+#: cache, request bodies), the extender stays within its 512 MiB container limit.
+DEFAULT_MAX_INVENTORY_BYTES = 256 * 1024 * 1024
 #: Names of objects whose Node did not exist, remembered so that the object is read
 #: again (one GET) if the Node appears; the least recent go first.
 MAX_ORPHANS = 10_000
-#: Distinct warnings about ignored objects logged; a repeated one is counted only.
-MAX_LOGGED_IGNORED = 10_000
+#: Warnings about ignored objects: the first of each kind in this period is logged in
+#: full, the others are counted and summed up in one line when the period ends. A flood
+#: of hostile objects then costs a few log lines, and nothing is kept per message (a
+#: string kept per object would pin memory the objects' garbage is freed from).
+IGNORED_LOG_PERIOD_S = 60.0
 #: A watch disconnected for longer than this makes /readyz answer 503.
 DEFAULT_UNREADY_AFTER_S = 300.0
+#: Every so often, if objects of this many bytes were parsed or released since the last
+#: time, glibc is told to return its free pages (RSS then follows what is held).
+TRIM_PERIOD_S = 5.0
+TRIM_AFTER_BYTES = 16 * 1024 * 1024
 #: The only keys of a Node's labels and annotations the watch keeps (pull-time's
 #: bandwidth): a node's other metadata is neither scored nor held.
 KEPT_METADATA_PREFIX = "layersched.io/"
@@ -234,7 +244,10 @@ class WatchInventoryProvider:
         self._ignored = {
             (kind, reason): 0 for kind in (NODES, LAYERS) for reason in IGNORED_REASONS
         }
-        self._logged_ignored: OrderedDict[str, None] = OrderedDict()
+        self._log_lock = threading.Lock()
+        self._log_period_end_s = 0.0
+        #: kinds of warning logged in this period -> how many more were not
+        self._log_suppressed: dict[str, int] = {}
         # node-image resolutions (worker thread writes, loop reads)
         self._resolved: OrderedDict[str, tuple[Layer, ...] | None] = OrderedDict()
         self.state = {NODES: WatchState(), LAYERS: WatchState()}
@@ -259,6 +272,12 @@ class WatchInventoryProvider:
         self._worker: threading.Thread | None = None
         #: Called on the loop after a node's entry changed (tests and metrics hook in).
         self.on_change: Callable[[str], None] | None = None
+        #: Bytes of objects parsed or released since glibc last returned free pages
+        #: (approximate: several threads add to it).
+        self._churn_bytes = 0
+        self._released_at_trim = 0
+        #: Times glibc returned free pages.
+        self.trims = 0
 
     # ------------------------------------------------------------ provider API
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -301,6 +320,7 @@ class WatchInventoryProvider:
                 name=f"watch-{kind}",
                 daemon=True,
             ).start()
+        self._timers.schedule("trim", time.monotonic() + TRIM_PERIOD_S, self._trim)
         inventory = self._inventory
         assert inventory is not None
         log.info(
@@ -383,8 +403,8 @@ class WatchInventoryProvider:
             ),
             (
                 "layersched_extender_watch_timers",
-                "Deadlines pending (agent grace, staleness), all on one thread.",
-                len(self._timers),
+                "Nodes' deadlines pending (agent grace, staleness), all on one thread.",
+                self._node_deadlines(),
             ),
         )
         for name, documentation, value in gauges:
@@ -463,13 +483,17 @@ class WatchInventoryProvider:
             "voted": len(self._voted),
             "stale": len(self._stale),
             "orphans": len(self._orphans),
-            "timers": len(self._timers),
+            "timers": self._node_deadlines(),
             "timer_heap": self._timers.heap_entries,
             "pooled_layers": self._pools.layers,
             "pooled_images": self._pools.images,
             "votes": len(self._votes),
             "held_bytes": self._pools.held_bytes,
         }
+
+    def _node_deadlines(self) -> int:
+        """Deadlines pending for nodes (not the housekeeping's own)."""
+        return len(self._timers) - (1 if self._timers.scheduled("trim") else 0)
 
     # ------------------------------------------------------------ watch threads
     def _parse(
@@ -479,6 +503,7 @@ class WatchInventoryProvider:
         of the pools taken, or why it is ignored. Nothing an object holds can raise
         through here: whatever a decoder did not foresee ignores that object only."""
         name = name or _name(obj)
+        self._churn_bytes += size_bytes
         what = "node" if kind == NODES else "the layers published for node"
         try:
             if kind == NODES:
@@ -495,14 +520,15 @@ class WatchInventoryProvider:
         problems: list[str] = []
         info = node_info(node, f"Node watch: node {name!r}", problems)
         for problem in problems:
-            self._log_ignored(problem)
+            self._log_ignored(MALFORMED, problem)
         key = self.platforms.key(node) if self.platforms is not None else ""
         images: tuple[NodeImage, ...] = info.images
         if size_bytes > MAX_OBJECT_BYTES or len(images) > MAX_STATUS_IMAGES:
             self._log_ignored(
+                TOO_LARGE,
                 f"node {name}: its status images are ignored: the Node is {size_bytes} bytes "
                 f"with {len(images)} images (caps: {MAX_OBJECT_BYTES} bytes, "
-                f"{MAX_STATUS_IMAGES} images)"
+                f"{MAX_STATUS_IMAGES} images)",
             )
             images = ()
         labels = _kept(info.labels)
@@ -511,7 +537,9 @@ class WatchInventoryProvider:
         extra_bytes += 64 * len(info.annotation_layers)
         held = self._pools.hold_status(images, extra_bytes)
         if held is None:  # over the budget: the node stays a candidate, without its images
-            self._log_ignored(f"node {name}: its status images are over --max-inventory-bytes")
+            self._log_ignored(
+                OVER_BUDGET, f"node {name}: its status images are over --max-inventory-bytes"
+            )
             held = NOTHING
         info = dataclasses.replace(
             info, images=held.node_images, labels=labels, annotations=annotations, allocatable={}
@@ -559,6 +587,19 @@ class WatchInventoryProvider:
         except (TypeError, ValueError, OverflowError):
             return 0.0
         return min(observed_s, time.time()) + self.max_age_s
+
+    def _trim(self) -> None:
+        """On the timer thread, every TRIM_PERIOD_S: after a burst of objects parsed or
+        released, have glibc return its free pages, so that RSS follows what is held;
+        and sum up the warnings of ignored objects of a period that ended."""
+        self._flush_ignored()
+        released_bytes = self._pools.released_bytes
+        churn_bytes = self._churn_bytes + released_bytes - self._released_at_trim
+        if churn_bytes > TRIM_AFTER_BYTES:
+            self._churn_bytes, self._released_at_trim = 0, released_bytes
+            if _memory.trim():
+                self.trims += 1
+        self._timers.schedule("trim", time.monotonic() + TRIM_PERIOD_S, self._trim)
 
     def _drop(self, parsed: Parsed | None) -> None:
         """Give back what a parsed object held of the pools (it is not kept)."""
@@ -815,7 +856,7 @@ class WatchInventoryProvider:
                 self._remember_orphan(name)
                 log.debug("%s", parsed.message)
             else:
-                self._log_ignored(parsed.message)
+                self._log_ignored(parsed.reason, parsed.message)
         if kind == NODES:
             self._apply_node(name, parsed if isinstance(parsed, ParsedNode) else None)
         else:
@@ -887,8 +928,9 @@ class WatchInventoryProvider:
         self.expired += 1
         self._ignored[(LAYERS, STALE)] += 1
         self._log_ignored(
+            STALE,
             f"node {name}: its NodeLayerInventory was observed at {held.observed_at}, more "
-            f"than {self.max_age_s:.0f} s ago: scoring the node as if it had no agent"
+            f"than {self.max_age_s:.0f} s ago: scoring the node as if it had no agent",
         )
         self._refresh(name)
         self._pools.release(held.held)
@@ -900,15 +942,35 @@ class WatchInventoryProvider:
         while len(self._orphans) > MAX_ORPHANS:
             self._orphans.popitem(last=False)
 
-    def _log_ignored(self, message: str) -> None:
-        """Warn once per distinct message (the most recent ones remembered)."""
-        if message in self._logged_ignored:
-            self._logged_ignored.move_to_end(message)
-            return
-        self._logged_ignored[message] = None
-        while len(self._logged_ignored) > MAX_LOGGED_IGNORED:
-            self._logged_ignored.popitem(last=False)
+    def _log_ignored(self, kind: str, message: str) -> None:
+        """Warn about an ignored object (or part of one): the first of ``kind`` in each
+        period in full, the rest counted (:meth:`_flush_ignored` sums them up)."""
+        with self._log_lock:
+            if time.monotonic() >= self._log_period_end_s:
+                self._flush_ignored_locked()
+            if kind in self._log_suppressed:
+                self._log_suppressed[kind] += 1
+                return
+            self._log_suppressed[kind] = 0
         log.warning("%s", message)
+
+    def _flush_ignored(self) -> None:
+        with self._log_lock:
+            if time.monotonic() >= self._log_period_end_s:
+                self._flush_ignored_locked()
+
+    def _flush_ignored_locked(self) -> None:
+        more = {kind: count for kind, count in self._log_suppressed.items() if count}
+        if more:
+            log.warning(
+                "%d more objects (or parts of objects) ignored in the last %.0f s: %s (see "
+                "layersched_extender_watch_ignored_objects_total)",
+                sum(more.values()),
+                IGNORED_LOG_PERIOD_S,
+                ", ".join(f"{count} {kind}" for kind, count in sorted(more.items())),
+            )
+        self._log_suppressed = {}
+        self._log_period_end_s = time.monotonic() + IGNORED_LOG_PERIOD_S
 
     def _vote(self, name: str, key: str, published: HeldLayers | None) -> None:
         """The node's votes on pod images follow its held object."""

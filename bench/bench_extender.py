@@ -94,8 +94,9 @@ HOSTILE_FRESH_IMAGES = 10
 #: Names per hostile image of the other shape (the agent's cap) and their length.
 HOSTILE_NAMES_PER_IMAGE = 8
 HOSTILE_NAME_CHARS = 90
-#: How long each phase settles after the extender applied it, and how often RSS is read.
-SETTLE_S = 3.0
+#: How long each phase settles after the extender applied it (two of the watch's 5 s
+#: housekeeping periods: a burst is trimmed within one), and how often RSS is read.
+SETTLE_S = 12.0
 SAMPLE_S = 0.2
 #: Each phase must be applied within this (1,000 objects of 1 MiB on a loaded 2-core box).
 PHASE_TIMEOUT_S = 600.0
@@ -562,14 +563,29 @@ def _watch_memory_case(
                     "relists": metrics.get(
                         'layersched_extender_watch_relists_total{resource="nodelayerinventories"}'
                     ),
+                    "memory_trims": metrics.get("layersched_extender_watch_memory_trims_total"),
+                    "malloc_in_use_mib": round(
+                        metrics.get('layersched_extender_malloc_bytes{state="in_use"}', 0) / 2**20,
+                        1,
+                    ),
+                    "malloc_free_mib": round(
+                        metrics.get('layersched_extender_malloc_bytes{state="free"}', 0) / 2**20, 1
+                    ),
                 }
 
+            environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+            allocator = [e.decode() for e in environ if e.startswith((b"PYTHONMALLOC", b"MALLOC_"))]
             api.streaming.set()
             _run_requests(port, bodies, len(bodies), PHASE_REQUESTS, progress, "warm-up")
             time.sleep(SETTLE_S)
             phases["baseline"] = _memory_mb(proc.pid)["VmRSS"]
-            detail["baseline"] = {"vm_rss_mib": phases["baseline"]} | {
-                "held_bytes": _metrics(port).get("layersched_extender_watch_held_bytes")
+            metrics = _metrics(port)
+            detail["baseline"] = {
+                "vm_rss_mib": phases["baseline"],
+                "held_bytes": metrics.get("layersched_extender_watch_held_bytes"),
+                "malloc_in_use_mib": round(
+                    metrics.get('layersched_extender_malloc_bytes{state="in_use"}', 0) / 2**20, 1
+                ),
             }
             phase("hostile", [("hostile", name, k) for k, name in enumerate(targets)])
             phase("deleted", [("delete", name, 0) for name in targets])
@@ -590,6 +606,7 @@ def _watch_memory_case(
         "vm_hwm_mib": hwm,
         "phases_mib": phases,
         "after_deletion_vs_baseline": round(back / baseline, 3),
+        "allocator": allocator,
         "hostile_objects": HOSTILE_OBJECTS,
         "hostile_object_bytes": hostile_bytes,
         "phases": detail,

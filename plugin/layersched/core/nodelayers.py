@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -195,12 +195,20 @@ def _list(value: object, where: str) -> list[Any]:
     return value
 
 
-def parse_document(document: Any, origin: str, pool: dict[str, Layer] | None = None) -> NodeLayers:
+def parse_document(
+    document: Any,
+    origin: str,
+    pool: dict[str, Layer] | None = None,
+    intern: Callable[[str], str] = sys.intern,
+) -> NodeLayers:
     """Read a ``NodeLayerInventory`` object; InputError naming the node and field if it is
-    malformed (an index out of range, a bad digest or size).
+    malformed (an index out of range, a bad digest or size; sizes are capped by
+    ``check_size`` at ``layersched.core.layers.MAX_SIZE_BYTES``).
 
     ``pool`` shares one :class:`Layer` per digest across objects (a base layer on 5,000
-    nodes is then one object, not 5,000): the watching extender passes one."""
+    nodes is then one object, not 5,000); ``intern`` shares image names (the watching
+    extender pools whole images instead, and interns nothing an object it may refuse
+    names)."""
     if not isinstance(document, dict):
         raise InputError(f"{origin}: expected a {KIND} object")
     meta = document.get("metadata")
@@ -240,7 +248,7 @@ def parse_document(document: Any, origin: str, pool: dict[str, Layer] | None = N
                     f"(0..{len(table) - 1}): the agent that wrote it is broken"
                 )
             layers.append(table[index])
-        images.append(HeldImage(tuple(sys.intern(n) for n in names), digest, tuple(layers)))
+        images.append(HeldImage(tuple(intern(n) for n in names), digest, tuple(layers)))
     return NodeLayers(
         node=node,
         images=tuple(images),

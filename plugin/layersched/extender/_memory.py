@@ -59,9 +59,12 @@ def available() -> bool:
 
 
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
-    """Let glibc make at most ``arenas`` heaps; True if it took the setting."""
+    """Let glibc make at most ``arenas`` heaps (unless ``MALLOC_ARENA_MAX`` says how
+    many already); True if it took the setting."""
     libc = _glibc()
-    return libc is not None and bool(libc.mallopt(M_ARENA_MAX, arenas))
+    if libc is None or "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    return bool(libc.mallopt(M_ARENA_MAX, arenas))
 
 
 def trim() -> bool:
@@ -82,3 +85,27 @@ def exec_with_glibc_malloc() -> None:
     sys.stderr.flush()
     # this very program again, with the same arguments: no shell, no other program
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environment)  # noqa: S606
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33 and later)."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def malloc_bytes() -> tuple[int, int] | None:
+    """(bytes in use, bytes free but kept) in glibc's heaps, or None (not glibc >= 2.33).
+    In use is what the process really holds; RSS above it is freed memory not returned."""
+    libc = _glibc()
+    info = getattr(libc, "mallinfo2", None) if libc is not None else None
+    if info is None:
+        return None
+    info.restype = _MallInfo2
+    stats = info()
+    return int(stats.uordblks + stats.hblkhd), int(stats.fordblks)

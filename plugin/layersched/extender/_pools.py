@@ -101,6 +101,19 @@ class InventoryPools:
         """Distinct image entries held (published images and Nodes' status images)."""
         return len(self._images) + len(self._status)
 
+    def fits(self, layer_count: int, images: int, names: int, replacing_bytes: int = 0) -> bool:
+        """Whether an object of ``layer_count`` distinct layers and ``images`` images of
+        ``names`` names in all can fit: its own references are charged whatever it
+        brings into the pools, so an object whose references alone would pass the budget
+        is refused before it is even parsed."""
+        least = (
+            OBJECT_BYTES
+            + LAYER_REF_BYTES * layer_count
+            + IMAGE_REF_BYTES * images
+            + NAME_REF_BYTES * names
+        )
+        return self.held_bytes - replacing_bytes + least <= self.max_bytes
+
     def hold_layers(self, parsed: NodeLayers, replacing_bytes: int = 0) -> Held | None:
         """Intern ``parsed``'s images and layers and charge them; None (nothing held)
         when that would take the pools past the budget (``replacing_bytes``: the charge

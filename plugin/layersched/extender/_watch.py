@@ -424,6 +424,11 @@ class WatchInventoryProvider:
                 self.expired,
             ),
             (
+                "layersched_extender_watch_memory_trims",
+                "Times glibc was told to return freed pages after a burst of objects.",
+                self.trims,
+            ),
+            (
                 "layersched_extender_watch_pod_images_without_quorum",
                 "Pod images some node published whose layers fewer than --image-quorum nodes "
                 "agree on (or two answers did): resolved through the registry.",
@@ -434,6 +439,17 @@ class WatchInventoryProvider:
             counter = CounterMetricFamily(name, documentation)
             counter.add_metric([], float(value))
             yield counter
+        heap = _memory.malloc_bytes()
+        if heap is not None:
+            malloc = GaugeMetricFamily(
+                "layersched_extender_malloc_bytes",
+                "glibc's heaps: bytes in use (what the process holds) and free but kept "
+                "(returned to the system by malloc_trim after a burst).",
+                labels=["state"],
+            )
+            malloc.add_metric(["in_use"], float(heap[0]))
+            malloc.add_metric(["free"], float(heap[1]))
+            yield malloc
 
     def ready(self) -> tuple[bool, str]:
         """(ready, why): ready once both collections were listed and while no watch has
@@ -556,24 +572,34 @@ class WatchInventoryProvider:
         over = _over_limits(document)
         if over:
             return Ignored(TOO_LARGE, f"{what}: {over}")
-        parsed = parse_document(document, "NodeLayerInventory watch")
-        fresh_until_s = self._fresh_until(parsed.observed_at)
+        observed_at = document.get("observedAt") if isinstance(document, dict) else None
+        observed_at = observed_at if isinstance(observed_at, str) else ""
+        fresh_until_s = self._fresh_until(observed_at)
         if fresh_until_s <= time.time():
             return Ignored(
                 STALE,
                 f"node {name}: its NodeLayerInventory was observed at "
-                f"{parsed.observed_at or '(never: no observedAt)'}, more than "
+                f"{observed_at or '(never: no observedAt)'}, more than "
                 f"{self.max_age_s:.0f} s ago: scoring the node as if it had no agent",
             )
         replaced = self._layers.get(name)  # released once this one is applied
-        held = self._pools.hold_layers(parsed, replaced.held.cost_bytes if replaced else 0)
+        replacing_bytes = replaced.held.cost_bytes if replaced is not None else 0
+        if not self._pools.fits(*_counts(document), replacing_bytes):
+            return self._over_budget(what)  # refused before parsing: nothing is made
+        # names are shared by pooling whole images: interning a hostile object's names
+        # would grow the interpreter's table for good
+        parsed = parse_document(document, "NodeLayerInventory watch", intern=str)
+        held = self._pools.hold_layers(parsed, replacing_bytes)
         if held is None:
-            return Ignored(
-                OVER_BUDGET,
-                f"{what}: holding it would take the inventory past --max-inventory-bytes "
-                f"({self._pools.max_bytes} bytes)",
-            )
-        return HeldLayers(name, held, fresh_until_s, parsed.observed_at)
+            return self._over_budget(what)
+        return HeldLayers(name, held, fresh_until_s, observed_at)
+
+    def _over_budget(self, what: str) -> Ignored:
+        return Ignored(
+            OVER_BUDGET,
+            f"{what}: holding it would take the inventory past --max-inventory-bytes "
+            f"({self._pools.max_bytes} bytes)",
+        )
 
     def _is_node(self, name: str) -> bool:
         """Whether Node ``name`` exists (as the first list, or the loop, last saw)."""
@@ -838,7 +864,10 @@ class WatchInventoryProvider:
         """A full list: apply what differs from what is held, drop what is gone."""
         for name, parsed in items.items():
             self._apply(kind, name, parsed)
-        held = set(self._nodes) if kind == NODES else set(self._layers) | self._stale
+        if kind == NODES:
+            held = set(self._nodes)
+        else:  # the objects held, and those ignored whose names are remembered
+            held = set(self._layers) | self._stale | set(self._orphans)
         for gone in held - set(items):
             self._apply(kind, gone, None)
         self.state[kind].synced = True
@@ -1064,6 +1093,21 @@ def _over_limits(document: object) -> str:
             if isinstance(refs, list) and len(refs) > MAX_LAYERS_PER_IMAGE:
                 return f"images[{i}] has {len(refs)} layers, over the cap of {MAX_LAYERS_PER_IMAGE}"
     return ""
+
+
+def _counts(document: Mapping[str, Any]) -> tuple[int, int, int]:
+    """A NodeLayerInventory's layers, images and names, counted without parsing it."""
+    layers, images = document.get("layers"), document.get("images")
+    names = 0
+    if isinstance(images, list):
+        for image in images:
+            listed = image.get("names") if isinstance(image, dict) else None
+            names += len(listed) if isinstance(listed, list) else 0
+    return (
+        len(layers) if isinstance(layers, list) else 0,
+        len(images) if isinstance(images, list) else 0,
+        names,
+    )
 
 
 def _describe(err: BaseException) -> str:

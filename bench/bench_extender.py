@@ -16,6 +16,13 @@ Cases (issue 2, "Performance"), on a realistic synthetic inventory
   under the same targets.
 * ``inventory_object_bytes``: the size of a node's NodeLayerInventory with 50 to 1,000
   corpus images (etcd's request limit is 1.5 MiB).
+* ``watch_memory_hostile``: (issue 23) the RSS of a ``--watch`` extender fed the 5,000
+  nodes, then 1,000 hostile NodeLayerInventory objects of 1 MiB each replacing 1,000
+  nodes' own (half of fresh layers, half of long image names: what costs the extender
+  most per byte), then their deletion, then the agents' own objects again. It must stay
+  under the container limit (512 MiB) throughout and come back within 10% of its
+  baseline. Its results also go to ``bench/results/extender_memory.json``; ``--only
+  watch-memory`` runs it alone.
 
 Latency is client-observed: a keep-alive HTTP/1.1 connection, the clock around
 send-request-to-last-byte, after a warm-up. Results go to
@@ -36,6 +43,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -56,6 +64,7 @@ from layersched.core.layers import Layer
 from layersched.core.nodelayers import HeldImage, build_document
 
 RESULTS = Path(__file__).resolve().parent / "results" / "extender.json"
+MEMORY_RESULTS = RESULTS.with_name("extender_memory.json")
 LOOPBACK = "127.0.0.1"
 #: Targets from the issue.
 TARGET_NODE_NAMES_P99_MS = 5.0
@@ -73,6 +82,26 @@ WATCH_UPDATES_PER_S = 50.0
 #: Images per node for the object-size table.
 OBJECT_SIZE_IMAGES = (50, 100, 300, 500, 1000)
 KB_PER_MB = 1024
+#: The memory case: deploy/'s limit on the extender container, how close to its baseline
+#: its RSS must come back, and the hostile objects (issue 23).
+CONTAINER_LIMIT_MIB = 512
+RETURN_TOLERANCE = 0.10
+HOSTILE_OBJECTS = 1000
+HOSTILE_OBJECT_BYTES = 1024 * 1024
+#: Layers per hostile image (the CRD's per-image cap) and hostile images of fresh layers.
+HOSTILE_LAYERS_PER_IMAGE = 1000
+HOSTILE_FRESH_IMAGES = 10
+#: Names per hostile image of the other shape (the agent's cap) and their length.
+HOSTILE_NAMES_PER_IMAGE = 8
+HOSTILE_NAME_CHARS = 90
+#: How long each phase settles after the extender applied it (two of the watch's 5 s
+#: housekeeping periods: a burst is trimmed within one), and how often RSS is read.
+SETTLE_S = 12.0
+SAMPLE_S = 0.2
+#: Each phase must be applied within this (1,000 objects of 1 MiB on a loaded 2-core box).
+PHASE_TIMEOUT_S = 600.0
+#: NodeNames requests after each phase: the extender still answers.
+PHASE_REQUESTS = 200
 
 
 def _free_port() -> int:
@@ -212,6 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="inventory updates streamed during the watch case",
     )
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--only",
+        choices=["watch-memory"],
+        help="run only this case (its results go to bench/results/extender_memory.json)",
+    )
     args = parser.parse_args(argv)
     console = Console(stderr=True)
     run_started = time.monotonic()
@@ -248,6 +282,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
         nodes_path.write_bytes(msgspec.json.encode(held_doc))
         argv_common = ["--layers", str(layers_path)]
+        memory = _watch_memory_case(
+            load, held_doc, pod_json, names_json, Path(tmp), argv_common, progress
+        )
+        memory["machine"] = results["machine"] | {
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2)
+        }
+        MEMORY_RESULTS.write_text(json.dumps(memory, indent=2) + "\n")
+        console.print(f"memory case: {MEMORY_RESULTS}: pass={memory['pass']}")
+        if args.only == "watch-memory":
+            return 0 if memory["pass"] else 1
+        results["watch_memory_hostile"] = {
+            key: memory[key] for key in ("pass", "peak_rss_mib", "limit_mib", "phases_mib")
+        }
         started = time.perf_counter()
         with _extender([*argv_common, "--nodes", str(nodes_path)], Path(tmp) / "held.log") as (
             port,
@@ -384,6 +431,194 @@ def _watch_case(
         "target_rss_mb": TARGET_RSS_MB,
     }
     return result
+
+
+def _hostile_document(node: str, k: int) -> dict[str, Any]:
+    """A 1 MiB NodeLayerInventory for ``node`` that costs the extender the most it can:
+    even ``k``, images of fresh layers (10 x 1,000, the per-image cap); odd ``k``, images
+    of 8 long fresh names each on two layers. Every digest and name is new."""
+    if k % 2 == 0:
+        images = [
+            HeldImage(
+                (f"hostile/fresh-{k}-{i}:1",),
+                f"sha256:{k:032x}{i:032x}",
+                tuple(
+                    Layer(f"sha256:{k:024x}{i:08x}{j:032x}", 1_000 + j)
+                    for j in range(HOSTILE_LAYERS_PER_IMAGE)
+                ),
+            )
+            for i in range(HOSTILE_FRESH_IMAGES)
+        ]
+    else:
+        shared = (Layer("sha256:" + "e" * 64, 1_000), Layer("sha256:" + "f" * 64, 2_000))
+        per_image = HOSTILE_NAMES_PER_IMAGE * (HOSTILE_NAME_CHARS + 3) + 90
+        images = [
+            HeldImage(
+                tuple(
+                    f"hostile.example.com/{k}/{i}/{m}:".ljust(HOSTILE_NAME_CHARS, "x")
+                    for m in range(HOSTILE_NAMES_PER_IMAGE)
+                ),
+                f"sha256:{k:032x}{i:032x}",
+                shared,
+            )
+            for i in range(HOSTILE_OBJECT_BYTES // per_image)
+        ]
+    return build_document(
+        node, images, runtime="hostile", source="content-store", max_object_bytes=10**9
+    )
+
+
+def _metrics(port: int) -> dict[str, float]:
+    """The extender's /metrics samples, by name with labels."""
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=HTTP_TIMEOUT_S)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            samples[key] = float(value)
+    return samples
+
+
+def _watch_memory_case(
+    load: Workload,
+    held_doc: dict[str, Any],
+    pod_json: list[bytes],
+    names_json: bytes,
+    tmp: Path,
+    argv_common: list[str],
+    progress: Progress,
+) -> dict[str, Any]:
+    """RSS of a --watch extender through a flood of hostile objects and their removal."""
+    nodes = held_doc["items"]
+    documents = {}
+    for node in nodes:
+        name = node["metadata"]["name"]
+        documents[name] = build_document(
+            name, _held_images(load, node), runtime="bench", source="content-store"
+        )
+    targets = [nodes[i * len(nodes) // HOSTILE_OBJECTS]["metadata"]["name"]
+               for i in range(HOSTILE_OBJECTS)]  # fmt: skip
+    sample = _hostile_document(targets[0], 0), _hostile_document(targets[1], 1)
+    hostile_bytes = [len(json.dumps(d, separators=(",", ":"))) for d in sample]
+    api = FakeApi(tmp, nodes, list(documents.values()), None, 1.0)  # a scripted watch
+    api.start()
+    samples: list[float] = []
+    bodies = [b'{"Pod":' + p + b',"NodeNames":' + names_json + b"}" for p in pod_json]
+    phases: dict[str, float] = {}
+    detail: dict[str, Any] = {}
+    try:
+        argv = [*argv_common, "--watch", "--kubeconfig", str(api.kubeconfig())]
+        with _extender(argv, tmp / "watch-memory.log") as (port, proc):
+            stop = threading.Event()
+
+            def sampler() -> None:
+                while not stop.wait(SAMPLE_S):
+                    samples.append(_memory_mb(proc.pid).get("VmRSS", 0.0))
+
+            thread = threading.Thread(target=sampler, daemon=True)
+            thread.start()
+            events_key = 'layersched_extender_watch_events_total{resource="nodelayerinventories"}'
+
+            def phase(label: str, events: list[tuple[str, str, int]]) -> None:
+                expected = _metrics(port).get(events_key, 0.0) + len(events)
+
+                def generate() -> Iterator[dict[str, Any]]:
+                    for kind, name, k in events:
+                        if kind == "hostile":
+                            yield {"type": "MODIFIED", "object": _hostile_document(name, k)}
+                        elif kind == "delete":
+                            yield {"type": "DELETED", "object": {"metadata": {"name": name}}}
+                        else:
+                            yield {"type": "MODIFIED", "object": documents[name]}
+
+                task = progress.add_task(f"memory: {label}", total=len(events))
+                api.play(generate())
+                deadline = time.monotonic() + PHASE_TIMEOUT_S
+                while (seen := _metrics(port).get(events_key, 0.0)) < expected:
+                    progress.update(task, completed=len(events) - (expected - seen))
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"memory case: {label}: not applied in time")
+                    time.sleep(0.5)
+                progress.update(task, completed=len(events))
+                time.sleep(SETTLE_S)  # the loop applies what the watch thread received
+                _run_requests(port, bodies, 0, PHASE_REQUESTS, progress, f"requests: {label}")
+                phases[label] = _memory_mb(proc.pid)["VmRSS"]
+                metrics = _metrics(port)
+                detail[label] = {
+                    "vm_rss_mib": phases[label],
+                    "nodes_with_layers": metrics.get("layersched_extender_watch_nodes_with_layers"),
+                    "held_bytes": metrics.get("layersched_extender_watch_held_bytes"),
+                    "pooled_layers": metrics.get("layersched_extender_watch_pooled_layers"),
+                    "pooled_images": metrics.get("layersched_extender_watch_pooled_images"),
+                    "ignored": {
+                        key.split('reason="')[1].rstrip('"}'): value
+                        for key, value in metrics.items()
+                        if key.startswith("layersched_extender_watch_ignored_objects_total")
+                        and "nodelayerinventories" in key
+                        and value
+                    },
+                    "relists": metrics.get(
+                        'layersched_extender_watch_relists_total{resource="nodelayerinventories"}'
+                    ),
+                    "memory_trims": metrics.get("layersched_extender_watch_memory_trims_total"),
+                    "malloc_in_use_mib": round(
+                        metrics.get('layersched_extender_malloc_bytes{state="in_use"}', 0) / 2**20,
+                        1,
+                    ),
+                    "malloc_free_mib": round(
+                        metrics.get('layersched_extender_malloc_bytes{state="free"}', 0) / 2**20, 1
+                    ),
+                }
+
+            environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+            allocator = [e.decode() for e in environ if e.startswith((b"PYTHONMALLOC", b"MALLOC_"))]
+            api.streaming.set()
+            _run_requests(port, bodies, len(bodies), PHASE_REQUESTS, progress, "warm-up")
+            time.sleep(SETTLE_S)
+            phases["baseline"] = _memory_mb(proc.pid)["VmRSS"]
+            metrics = _metrics(port)
+            detail["baseline"] = {
+                "vm_rss_mib": phases["baseline"],
+                "held_bytes": metrics.get("layersched_extender_watch_held_bytes"),
+                "malloc_in_use_mib": round(
+                    metrics.get('layersched_extender_malloc_bytes{state="in_use"}', 0) / 2**20, 1
+                ),
+            }
+            phase("hostile", [("hostile", name, k) for k, name in enumerate(targets)])
+            phase("deleted", [("delete", name, 0) for name in targets])
+            phase("republished", [("own", name, 0) for name in targets])
+            stop.set()
+            thread.join()
+            hwm = _memory_mb(proc.pid)["VmHWM"]
+    finally:
+        api.stop()
+    baseline = phases["baseline"]
+    peak = max(hwm, *samples) if samples else hwm
+    back = phases["deleted"]
+    return {
+        "pass": peak < CONTAINER_LIMIT_MIB and back <= baseline * (1 + RETURN_TOLERANCE),
+        "limit_mib": CONTAINER_LIMIT_MIB,
+        "return_tolerance": RETURN_TOLERANCE,
+        "peak_rss_mib": peak,
+        "vm_hwm_mib": hwm,
+        "phases_mib": phases,
+        "after_deletion_vs_baseline": round(back / baseline, 3),
+        "allocator": allocator,
+        "hostile_objects": HOSTILE_OBJECTS,
+        "hostile_object_bytes": hostile_bytes,
+        "phases": detail,
+        "note": (
+            "MiB as /proc reports them (VmRSS, VmHWM in KiB / 1024). peak_rss_mib is the "
+            "largest of VmHWM (the whole run, the initial list included) and RSS sampled "
+            f"every {SAMPLE_S} s. Hostile objects replace 1,000 nodes' own; even ones "
+            "hold 10,000 fresh layers, odd ones ~1,400 images of 8 fresh 90-character names"
+        ),
+    }
 
 
 def _object_sizes(load: Workload) -> dict[str, Any]:

@@ -3,8 +3,10 @@
 It serves, over HTTPS with a throwaway CA, what ``layersched extender --watch`` reads:
 the Node list and the NodeLayerInventory list (paged as the real API pages), and a
 watch on each that streams MODIFIED events at a steady rate while the benchmark
-measures. It is a load generator, not a cluster: the real API server is exercised on
-the local testbed (tests/e2e) and by ``make bench-scheduler``.
+measures, or, with :meth:`FakeApi.play`, the events of a script as fast as the extender
+takes them (the memory case: hostile objects, then their deletion). It is a load
+generator, not a cluster: the real API server is exercised on the local testbed
+(tests/e2e) and by ``make bench-scheduler``.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import queue
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,8 @@ LAYERS = "/apis/layersched.io/v1alpha1/nodelayerinventories"
 PAGE = 500
 #: How often a waiting watch checks whether the bench has started streaming.
 STREAM_POLL_S = 0.05
+#: Scripted events generated ahead of the watch (each may be 1 MiB: a few at a time).
+SCRIPT_AHEAD = 4
 
 
 def _certificate(directory: Path, host: str) -> tuple[Path, Path]:
@@ -72,7 +77,7 @@ class FakeApi:
         directory: Path,
         nodes: list[dict[str, Any]],
         layers: list[dict[str, Any]],
-        update: Callable[[int], dict[str, Any]],
+        update: Callable[[int], dict[str, Any]] | None,
         updates_per_s: float,
         host: str = "127.0.0.1",
     ) -> None:
@@ -81,6 +86,10 @@ class FakeApi:
         self.update, self.updates_per_s = update, updates_per_s
         self.sent = 0
         self.streaming = threading.Event()
+        #: Scripted layers events (see play) when there is no steady ``update`` stream.
+        self._script: queue.Queue[dict[str, Any] | None] | None = (
+            queue.Queue(maxsize=SCRIPT_AHEAD) if update is None else None
+        )
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -127,6 +136,8 @@ class FakeApi:
         if path != LAYERS:
             await asyncio.sleep(timeout_s)
             return response
+        if self._script is not None:
+            return await self._play(request, response, timeout_s)
         # The extender opens this watch as soon as it has listed, which may be before the
         # bench starts streaming: wait on this very connection until it does (or the
         # watch times out), so that every measured request runs while updates flow.
@@ -136,11 +147,48 @@ class FakeApi:
                 return response
             await asyncio.sleep(STREAM_POLL_S)
         period_s = 1.0 / self.updates_per_s
+        assert self.update is not None
         while self.streaming.is_set():
             event = {"type": "MODIFIED", "object": self.update(self.sent)}
             await response.write(json.dumps(event).encode() + b"\n")
             self.sent += 1
             await asyncio.sleep(period_s)
+        return response
+
+    def play(self, events: Iterable[dict[str, Any]]) -> threading.Thread:
+        """Stream ``events`` (watch events, generated lazily, a few ahead) on the layers
+        watch. The list does not follow them (1,000 objects of 1 MiB would be gigabytes
+        here): a relist would undo the script, and the memory case checks none happened.
+        Returns the producing thread (done once every event is queued; ``sent`` counts
+        those written)."""
+        script = self._script
+        if script is None:
+            raise ValueError("FakeApi.play needs a FakeApi made without an update stream")
+
+        def produce() -> None:
+            for event in events:
+                script.put(event)
+
+        thread = threading.Thread(target=produce, name="fake-api-script", daemon=True)
+        thread.start()
+        return thread
+
+    async def _play(
+        self, request: web.Request, response: web.StreamResponse, timeout_s: float
+    ) -> web.StreamResponse:
+        assert self._script is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            try:
+                event = self._script.get_nowait()
+            except queue.Empty:
+                await asyncio.sleep(STREAM_POLL_S)
+                continue
+            if event is None:
+                continue
+            await response.write(json.dumps(event).encode() + b"\n")
+            self.sent += 1
         return response
 
     def start(self) -> None:

@@ -135,11 +135,34 @@ def _one_line_failure(argv: list[str]) -> str:
         (("--max-concurrent-requests", "0"), "--max-concurrent-requests 0: must be at least 1"),
         (("--max-request-bytes", "10"), "--max-request-bytes 10: must be at least 4096"),
         (("--shutdown-grace-s", "-1"), "--shutdown-grace-s -1.0: must be >= 0 seconds"),
+        (("--request-read-timeout-s", "0"), "--request-read-timeout-s 0.0: must be > 0 seconds"),
+        # the health port: a port, and not the verbs' one
+        (("--health-port", "70000"), "--health-port 70000: choose a TCP port between 1 and"),
+        (("--health-port", "{port}"), "is --port: choose another port"),
+        # the watch's bounds
+        (("--image-quorum", "0"), "--image-quorum 0: must be at least 1 node"),
+        (("--inventory-max-age-s", "0"), "--inventory-max-age-s 0.0: must be > 0 seconds"),
+        (("--max-inventory-bytes", "1000"), "--max-inventory-bytes 1000: must be at least"),
     ],
-    ids=["key-only", "ca-without-tls", "missing-files", "zero-concurrency", "tiny-body", "grace"],
+    ids=[
+        "key-only",
+        "ca-without-tls",
+        "missing-files",
+        "zero-concurrency",
+        "tiny-body",
+        "grace",
+        "read-timeout",
+        "health-port-range",
+        "health-port-is-port",
+        "quorum",
+        "max-age",
+        "inventory-bytes",
+    ],
 )
 def test_bad_transport_flags_are_a_one_line_error(flags: tuple[str, ...], fragment: str) -> None:
-    assert fragment in _one_line_failure(extender_argv(free_port(), *flags))
+    port = free_port()
+    flags = tuple(flag.replace("{port}", str(port)) for flag in flags)
+    assert fragment in _one_line_failure(extender_argv(port, *flags))
 
 
 # ------------------------------------------------------------------- graceful shutdown
@@ -317,39 +340,79 @@ def test_text_logs_have_timestamps_and_keep_their_lines(
     wait=tenacity.wait_fixed(0.05),
     reraise=True,
 )
-def _assert_in_progress(url: str, working: int, shedding: int) -> None:
+def _assert_in_progress(url: str, **states: int) -> None:
     """The server has taken up the held requests (its in-progress gauge says so)."""
     text = httpx.get(f"{url}/metrics", timeout=HTTP_TIMEOUT_S).text
-    assert f'layersched_extender_requests_in_progress{{state="working"}} {working}.0' in text
-    assert f'layersched_extender_requests_in_progress{{state="shedding"}} {shedding}.0' in text
+    for state, count in states.items():
+        assert f'layersched_extender_requests_in_progress{{state="{state}"}} {count}.0' in text
 
 
-def test_flood_past_twice_the_limit_is_a_fast_503(files: dict[str, Path], tmp_path: Path) -> None:
-    # --max-concurrent-requests 1: one request being read holds the slot, a second being
-    # read is answered neutrally once complete; a third finds both busy and gets 503 with
-    # Retry-After at once, its body unread. The held requests still complete: 200 and
-    # neutral zeros for the shed one.
+def test_bodies_being_read_hold_no_place_and_a_read_flood_is_a_fast_503(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    # --max-concurrent-requests 1 (so 2 bodies read at once): two requests whose bodies
+    # are still arriving are being read, and hold no place to be worked on; a third finds
+    # both read places taken and gets 503 with Retry-After at once, its body unread. The
+    # held requests then complete and both are scored (200, the seed scores): neither was
+    # shed because the other was slow to send (before issue 23 the first held the only
+    # place while it trickled, and the second got neutral zeros).
     body = json.dumps(NODE_NAMES_BODY).encode()
     extra = (*_common(files), "--max-concurrent-requests", "1")
     with running_extender(tmp_path / "extender.log", *extra) as (url, _):
         port = int(url.rsplit(":", 1)[1])
         with _start_request(port, body, hold_back_bytes=1) as first:
-            _assert_in_progress(url, working=1, shedding=0)
+            _assert_in_progress(url, reading=1, working=0)
             with _start_request(port, body, hold_back_bytes=1) as second:
-                _assert_in_progress(url, working=1, shedding=1)
+                _assert_in_progress(url, reading=2, working=0)
                 flood = httpx.post(f"{url}/prioritize", content=body, timeout=HTTP_TIMEOUT_S)
                 assert flood.status_code == 503
                 assert flood.headers["Retry-After"] == "1"
                 assert "overloaded" in flood.json()["Error"]
                 second.sendall(body[-1:])
                 status, answer = _read_response(second)
-                assert (status, json.loads(answer)) == (
-                    200,
-                    [{"Host": n, "Score": 0} for n in ("N1", "N2", "N3")],
-                )
+                assert (status, json.loads(answer)) == (200, SEED_SCORES)
             first.sendall(body[-1:])
             status, answer = _read_response(first)
             assert (status, json.loads(answer)) == (200, SEED_SCORES)
         metrics = httpx.get(f"{url}/metrics", timeout=HTTP_TIMEOUT_S).text
-    assert 'layersched_extender_overloaded_requests_total{verb="prioritize"} 2.0' in metrics
+    assert 'layersched_extender_overloaded_requests_total{verb="prioritize"} 1.0' in metrics
+    assert "neutral_answers_total" not in metrics or 'reason="overloaded"' not in metrics
+
+
+def test_past_the_limit_a_request_is_answered_neutrally_at_once(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    # --max-concurrent-requests 1: a request being worked on (its pod image takes 3 s at
+    # the registry) holds the only place; a second, complete request is answered at once
+    # with neutral zeros (no resolution, no scoring), counted as overloaded
+    with slow_registry(3.0, SLOW_LAYERS) as registry:
+        address = f"{LOOPBACK}:{registry.server_port}"
+        extra = (
+            "--nodes", _slow_nodes(tmp_path, address),
+            "--resolve-timeout-s", "10",
+            "--registry-timeout-s", "10",
+            "--max-concurrent-requests", "1",
+        )  # fmt: skip
+        with running_extender(tmp_path / "extender.log", *extra) as (url, _):
+            port = int(url.rsplit(":", 1)[1])
+            registry.started.clear()
+            with _start_request(port, _slow_pod_body(address)) as slow:
+                assert registry.started.wait(HTTP_TIMEOUT_S), "the pod image is not resolving"
+                _assert_in_progress(url, working=1)
+                started = time.monotonic()
+                shed = httpx.post(
+                    f"{url}/prioritize",
+                    json={"Pod": POD, "NodeNames": ["N1", "N2"]},
+                    timeout=HTTP_TIMEOUT_S,
+                )
+                assert time.monotonic() - started < 1.0
+                assert shed.status_code == 200
+                assert shed.json() == [{"Host": "N1", "Score": 0}, {"Host": "N2", "Score": 0}]
+                status, answer = _read_response(slow)
+                assert (status, json.loads(answer)) == (
+                    200,
+                    [{"Host": "N1", "Score": 10}, {"Host": "N2", "Score": 0}],
+                )
+            metrics = httpx.get(f"{url}/metrics", timeout=HTTP_TIMEOUT_S).text
+    assert 'layersched_extender_overloaded_requests_total{verb="prioritize"} 1.0' in metrics
     assert 'layersched_extender_neutral_answers_total{reason="overloaded"} 1.0' in metrics

@@ -187,10 +187,12 @@ def test_hostile_runtime_contents_publish_an_object_the_api_accepts(tmp_path: Pa
     assert api.refused == []
     stored = api.objects["n1"]
     assert [i.names for i in parse_document(stored, "test").images] == [("reg/honest:1",)]
-    # the three the CRD would refuse are counted; the digest with a newline never got
-    # past the reader (a layer digest is checked where it is read)
-    assert stored["omittedByReason"] == {"layerCount": 1, "layerSize": 1, "nameLength": 1}
-    assert "not a digest" in reader.read().problems["reg/newline:1"]
+    # the two the CRD would refuse are counted; the digest with a newline and the 2^62-byte
+    # layer never got past the reader (digests and sizes are checked where they are read)
+    assert stored["omittedByReason"] == {"layerCount": 1, "nameLength": 1}
+    problems = reader.read().problems
+    assert "not a digest" in problems["reg/newline:1"]
+    assert "1099511627776-byte cap" in problems["reg/huge:1"]
 
 
 def test_an_object_the_api_refuses_says_which_crd_to_apply(

@@ -1184,3 +1184,32 @@ def test_malformed_nodes_file_is_refused(
     provider = StaticInventoryProvider(_nodes_file(tmp_path, nodes), SOURCE)
     with pytest.raises(InputError, match=re.escape(message)):
         provider.load()
+
+
+@pytest.mark.parametrize("strategy", ["layer-locality", "pull-time"])
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        # the reproduction: two 2^62-byte layers wrap int64 negative
+        (2**62, 2**62),
+        # a larger total: numpy raised OverflowError (a 500 and a traceback per request)
+        (2**63, 2**63),
+        (10**30, 1),
+    ],
+    ids=["two-2^62", "two-2^63", "1e30"],
+)
+def test_hostile_layer_sizes_are_scored_not_a_500(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture, strategy: str, sizes: tuple[int, ...]
+) -> None:
+    # a layer source that hands out sizes no reader would accept (the readers cap them
+    # at 1 TiB; this source bypasses them, as a buggy plugin could): a full-Nodes request
+    # where N1 holds the pod's image (its status image resolves through the same source)
+    # is scored: N1 10, N2 0; nothing fails, nothing is logged as a bug
+    layers = tuple(Layer(_digest(f"h{i}"), size) for i, size in enumerate(sizes))
+    source = StaticLayerSource({"huge:1": layers})
+    extender = make_extender(get_strategy(strategy), source)
+    nodes = [_node("N1", "huge:1"), _node("N2")]
+    body = {"Pod": _pod("huge:1"), "Nodes": {"items": nodes}}
+    status, answer = _request(tmp_path, extender, "POST", "/prioritize", body)
+    assert (status, answer) == (200, [{"Host": "N1", "Score": 10}, {"Host": "N2", "Score": 0}])
+    assert "Traceback" not in caplog.text and "a bug" not in caplog.text

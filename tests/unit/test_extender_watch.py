@@ -8,7 +8,6 @@ API server is exercised end to end on the local testbed (tests/e2e)."""
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -18,76 +17,17 @@ import tenacity
 
 from layersched.core.errors import KubeError
 from layersched.core.layers import Layer, StaticLayerSource
-from layersched.core.nodelayers import HeldImage, build_document
+from layersched.core.nodelayers import HeldImage
 from layersched.extender import WatchInventoryProvider
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, Gone, WatchEvent
+from tests.fixtures.fake_kube import FakeApi, digest, layers, node, started
 
 CONVERGE_TIMEOUT_S = 5.0
 POLL_S = 0.02
-END = object()
-
-
-def digest(n: int) -> str:
-    return f"sha256:{n:064x}"
-
 
 BASE = Layer(digest(1), 30_000_000)
 APP = Layer(digest(2), 1_000_000)
-
-
-def node(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "resourceVersion": "1"}, "status": {"images": []}}
-
-
-def layers(name: str, *images: HeldImage) -> dict[str, Any]:
-    document = build_document(name, images, runtime="containerd", source="content-store")
-    document["metadata"]["resourceVersion"] = "1"
-    return document
-
-
 IMG = HeldImage(("reg/app:1",), digest(100), (BASE, APP))
-
-
-class FakeApi:
-    """Collections with scripted lists and watch streams (one queue per collection)."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, list[dict[str, Any]]] = {NODES_PATH: [], NODE_LAYERS_PATH: []}
-        self.streams: dict[str, queue.Queue[object]] = {
-            NODES_PATH: queue.Queue(),
-            NODE_LAYERS_PATH: queue.Queue(),
-        }
-        self.lists = 0
-
-    def client(self) -> FakeClient:
-        return FakeClient(self)
-
-
-class FakeClient:
-    def __init__(self, api: FakeApi) -> None:
-        self.api = api
-
-    def __enter__(self) -> FakeClient:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        pass
-
-    def list_pages(self, path: str, page_size: int) -> Iterator[tuple[list[dict[str, Any]], str]]:
-        self.api.lists += 1
-        items = list(self.api.items[path])
-        for start in range(0, max(len(items), 1), page_size):
-            yield items[start : start + page_size], "10"
-
-    def watch(self, path: str, version: str) -> Iterator[WatchEvent]:
-        while True:
-            item = self.api.streams[path].get()
-            if item is END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            assert isinstance(item, WatchEvent)
-            yield item
 
 
 @pytest.fixture
@@ -123,13 +63,6 @@ def assert_holders(
     assert on_loop(loop, holders) == expected
 
 
-def started(api: FakeApi, loop: asyncio.AbstractEventLoop) -> WatchInventoryProvider:
-    provider = WatchInventoryProvider(api.client, None)  # type: ignore[arg-type]
-    provider.bind_loop(loop)
-    provider.load()
-    return provider
-
-
 def test_list_then_watch_applies_each_change(loop: asyncio.AbstractEventLoop) -> None:
     api = FakeApi()
     api.items[NODES_PATH] = [node("n1"), node("n2")]
@@ -140,13 +73,16 @@ def test_list_then_watch_applies_each_change(loop: asyncio.AbstractEventLoop) ->
     # n2's agent publishes after a pull
     api.streams[NODE_LAYERS_PATH].put(WatchEvent("ADDED", layers("n2", IMG)))
     assert_holders(loop, provider, ["n1", "n2"])
+    # two nodes agree on the image (the default quorum): pod images resolve from the
+    # inventory, by name and by digest
+    assert on_loop(loop, lambda: provider.image_layers("reg/app:1")) == IMG.layers
+    assert on_loop(loop, lambda: provider.image_layers(f"reg/app@{IMG.digest}")) == IMG.layers
+    assert on_loop(loop, lambda: provider.image_layers("reg/other:1")) is None
     # the image is removed from n1: its agent republishes an empty object
     api.streams[NODE_LAYERS_PATH].put(WatchEvent("MODIFIED", layers("n1")))
     assert_holders(loop, provider, ["n2"])
-    # pod images resolve from the inventory, by name and by digest
-    assert provider.image_layers("reg/app:1") == IMG.layers
-    assert provider.image_layers(f"reg/app@{IMG.digest}") == IMG.layers
-    assert provider.image_layers("reg/other:1") is None
+    # one node's word is not enough for a pod image: the registry is asked
+    assert on_loop(loop, lambda: provider.image_layers("reg/app:1")) is None
     # a node deleted: gone from the inventory, whatever its layers say
     api.streams[NODES_PATH].put(WatchEvent("DELETED", node("n2")))
     assert_holders(loop, provider, [])
@@ -235,6 +171,6 @@ def test_an_agent_publishing_within_the_grace_costs_no_registry_call(
     provider.load()
     api.streams[NODE_LAYERS_PATH].put(WatchEvent("ADDED", layers("n1", IMG)))
     assert_holders(loop, provider, ["n1"])
-    provider.agent_grace_s = 0  # the grace is over: what its timer does now
-    provider._grace_over("n1")
+    provider.agent_grace_s = 0  # the grace is over: what its timer has the worker do
+    assert provider._warm("n1") is False
     assert provider.node_image_resolutions == 0

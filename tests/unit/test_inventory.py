@@ -16,6 +16,7 @@ import pytest
 
 from layersched.core.errors import InputError
 from layersched.core.inventory import (
+    COMPACT_SLACK,
     ClusterInventory,
     InventoryBuilder,
     NodeImage,
@@ -436,3 +437,84 @@ def test_empty_snapshot() -> None:
     assert snapshot.node_count == 0
     assert snapshot.layer_holders(L1.digest).tolist() == []
     assert np.array_equal(snapshot.image_holders("img1:1"), np.empty(0, dtype=np.int64))
+
+
+def test_a_live_inventory_reuses_the_ids_of_layers_no_node_holds() -> None:
+    # a node republishing fresh digests 200 times, 50 layers each (issue 23: a node
+    # republishing fresh digests raised the extender's memory without bound): the
+    # per-layer tables hold the 50 current layers (plus the ids freed by the last round,
+    # reused by the next), never one entry per digest ever seen (10,000 before)
+    inventory = ClusterInventory()
+    inventory.add_node(NodeInfo("other", (NodeImage(("base:1",), MB, (L1,)),)))
+    for round_ in range(200):
+        layers = tuple(Layer(f"sha256:{round_ * 50 + i + 1000:064x}", MB) for i in range(50))
+        inventory.upsert_node(NodeInfo("n1", (NodeImage(("app:1",), 50 * MB, layers),)))
+        # every query still answers for the layers held now
+        assert inventory.layer_holders(layers[0].digest).tolist() == [1]
+        assert inventory.layer_size(layers[-1].digest) == MB
+    assert len(inventory._layer_size) <= 1 + 50 + 50  # "other"'s, n1's, and freed ids
+    assert inventory.layer_count == 1 + 50
+    assert inventory.layer_holders(f"sha256:{1000:064x}").tolist() == []  # round 0's
+    assert inventory.layer_size(f"sha256:{1000:064x}") is None
+    # the node goes: only "other"'s layer is left, and its answers are intact
+    inventory.remove_node("n1")
+    assert inventory.layer_count == 1
+    assert inventory.layer_holders(L1.digest).tolist() == [0]
+    assert set(inventory.node_layer_digests(0)) == {L1.digest}
+
+
+def test_a_live_inventory_compacts_its_tables_after_heavy_churn() -> None:
+    # 30 nodes with layers of their own and one shared base; one node republishes 600
+    # times 20 fresh layers, another drops and regains names: more than COMPACT_SLACK
+    # ids and names are freed, the tables are renumbered, and every query still answers
+    # exactly as an inventory built from the final nodes does
+    rng = random.Random(23)
+
+    def layer(n: int) -> Layer:
+        return Layer(f"sha256:{n:064x}", 1_000 + n)
+
+    base = layer(1)
+    nodes = {
+        f"n{i}": NodeInfo(
+            f"n{i}",
+            (
+                NodeImage(
+                    (f"app{i}:1", "base:1"),
+                    MB,
+                    (base, *(layer(100 + 10 * i + j) for j in range(5))),
+                ),
+            ),
+        )
+        for i in range(30)
+    }
+    live = ClusterInventory()
+    for node_info in nodes.values():
+        live.add_node(node_info)
+    for round_ in range(600):
+        fresh = tuple(layer(10_000 + 20 * round_ + j) for j in range(20))
+        names = (f"churn-{round_}:1",)
+        nodes["n3"] = NodeInfo("n3", (NodeImage(names, MB, (base, *fresh)),))
+        live.upsert_node(nodes["n3"])
+        if round_ % 50 == 0:  # a node leaves and comes back (indices move)
+            gone = f"n{rng.randrange(30)}"
+            live.remove_node(gone)
+            live.add_node(nodes[gone])
+    assert len(live._layer_size) < 31 * 6 + 20 + COMPACT_SLACK + 1
+    assert len(live._free_lids) <= len(live._layer_id) + COMPACT_SLACK
+    reference = ClusterInventory()
+    for node_info in nodes.values():
+        reference.add_node(node_info)
+    for node_info in nodes.values():
+        idx, ref = live.index_of(node_info.name), reference.index_of(node_info.name)
+        assert idx is not None and ref is not None
+        assert set(live.node_layer_digests(idx)) == set(reference.node_layer_digests(ref))
+        assert live.node_image_names(idx) == reference.node_image_names(ref)
+        for image in node_info.images:
+            for held in image.layers or ():
+                names = {live.nodes[int(i)].name for i in live.layer_holders(held.digest)}
+                want = {reference.nodes[int(i)].name for i in reference.layer_holders(held.digest)}
+                assert names == want
+                assert live.layer_size(held.digest) == held.size_bytes
+    assert live.layer_count == reference.layer_count
+    assert live.image_state("base:1") == reference.image_state("base:1")
+    assert live.image_state("churn-0:1") is None

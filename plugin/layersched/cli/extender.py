@@ -19,13 +19,20 @@ from layersched.core.layers import LayerSource, NoLayerSource
 from layersched.core.manifest import Platform
 from layersched.extender import (
     DEFAULT_AGENT_GRACE_S,
+    DEFAULT_IMAGE_QUORUM,
+    DEFAULT_INVENTORY_MAX_AGE_S,
+    DEFAULT_MAX_INVENTORY_BYTES,
     DEFAULT_RESOLVE_TIMEOUT_S,
     MAX_CONCURRENT_REQUESTS,
     MAX_REQUEST_BYTES,
+    REQUEST_READ_TIMEOUT_S,
     SHUTDOWN_GRACE_S,
+    HealthListener,
     Platforms,
     StaticInventoryProvider,
     WatchInventoryProvider,
+    exec_with_glibc_malloc,
+    limit_malloc_arenas,
     make_extender,
     serve,
     tls_context,
@@ -34,6 +41,11 @@ from layersched.kube import KubeClient, load_config
 
 #: Smallest --max-request-bytes accepted: below this not even a small pod fits.
 MIN_REQUEST_BYTES = 4096
+#: Smallest --max-inventory-bytes accepted: below this not even a few nodes fit.
+MIN_INVENTORY_BYTES = 1024 * 1024
+#: Where --health-port listens by default: every address, so the kubelet's probes (to
+#: the pod IP) reach it while the verbs stay on loopback.
+DEFAULT_HEALTH_HOST = "0.0.0.0"  # health and metrics only, by design
 #: Highest TCP port number.
 MAX_PORT = 65_535
 #: Parallel layer resolutions against registries.
@@ -58,12 +70,32 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "See docs/extender.md for the KubeSchedulerConfiguration."
         ),
     )
-    p.add_argument("--port", type=int, required=True, help="TCP port to listen on")
+    p.add_argument("--port", type=int, required=True, help="TCP port of the verbs")
     p.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to listen on (default: %(default)s, loopback; in a pod pass the pod IP, "
-        "e.g. --host $(POD_IP) from the downward API)",
+        help="address of the verbs (default: %(default)s, loopback: kube-scheduler in the "
+        "same pod; probes and metrics go to --health-port)",
+    )
+    p.add_argument(
+        "--health-port",
+        type=int,
+        metavar="PORT",
+        help="also serve /livez, /readyz, /healthz and /metrics on this port (plain HTTP), "
+        "for probes and scrapes while the verbs stay on loopback (default: on the verb "
+        "port only)",
+    )
+    p.add_argument(
+        "--health-host",
+        default=DEFAULT_HEALTH_HOST,
+        metavar="ADDRESS",
+        help="address of --health-port (default: %(default)s)",
+    )
+    p.add_argument(
+        "--debug-endpoints",
+        action="store_true",
+        help="serve /debug/inventory and /debug/decisions to every client (default: only to "
+        "clients in the extender's own network namespace: loopback, port-forward, sidecars)",
     )
     p.add_argument(
         "--tls-cert-file",
@@ -83,8 +115,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=MAX_REQUEST_BYTES,
         metavar="BYTES",
-        help="larger request bodies get 413 (default: %(default)s = 64 MiB, 5,000 nodes with "
-        "50 images each and 1.5x headroom)",
+        help="larger request bodies get 413 (default: %(default)s = 4 MiB, a NodeNames request "
+        "of a 1.5 MiB pod and 5,000 names with headroom; full-Nodes deployments pass "
+        "67108864)",
+    )
+    p.add_argument(
+        "--request-read-timeout-s",
+        type=float,
+        default=REQUEST_READ_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a request body not in within this gets 408 and its connection is closed "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--max-concurrent-requests",
@@ -129,6 +170,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="SECONDS",
         help="with --watch: a node that published no NodeLayerInventory for this long has "
         "its status.images resolved through the registry instead (default: %(default)s)",
+    )
+    p.add_argument(
+        "--image-quorum",
+        type=int,
+        default=DEFAULT_IMAGE_QUORUM,
+        metavar="K",
+        help="with --watch: a pod image's layers come from the agents' objects only when at "
+        "least K nodes publish the same layers for it, else from the registry "
+        "(default: %(default)s; 1 trusts any one node's word)",
+    )
+    p.add_argument(
+        "--inventory-max-age-s",
+        type=float,
+        default=DEFAULT_INVENTORY_MAX_AGE_S,
+        metavar="SECONDS",
+        help="with --watch: a NodeLayerInventory observed longer ago than this counts as "
+        "missing (default: %(default)s, three agent heartbeats)",
+    )
+    p.add_argument(
+        "--max-inventory-bytes",
+        type=int,
+        default=DEFAULT_MAX_INVENTORY_BYTES,
+        metavar="BYTES",
+        help="with --watch: the memory the watched objects may hold (estimated); objects "
+        "past it are refused and counted (default: %(default)s = 256 MiB)",
     )
     p.add_argument(
         "--resolve-timeout-s",
@@ -177,6 +243,25 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--agent-grace-s {args.agent_grace_s}: must be >= 0 seconds")
     if args.kubeconfig is not None and not args.watch:
         raise InputError("--kubeconfig is for --watch: pass --watch too, or drop it")
+    if args.health_port is not None and not 0 < args.health_port <= MAX_PORT:
+        raise InputError(
+            f"--health-port {args.health_port}: choose a TCP port between 1 and {MAX_PORT}"
+        )
+    if args.health_port == args.port:
+        raise InputError(f"--health-port {args.health_port} is --port: choose another port")
+    if not args.request_read_timeout_s > 0:
+        raise InputError(
+            f"--request-read-timeout-s {args.request_read_timeout_s}: must be > 0 seconds"
+        )
+    if args.image_quorum < 1:
+        raise InputError(f"--image-quorum {args.image_quorum}: must be at least 1 node")
+    if not args.inventory_max_age_s > 0:
+        raise InputError(f"--inventory-max-age-s {args.inventory_max_age_s}: must be > 0 seconds")
+    if args.max_inventory_bytes < MIN_INVENTORY_BYTES:
+        raise InputError(
+            f"--max-inventory-bytes {args.max_inventory_bytes}: must be at least "
+            f"{MIN_INVENTORY_BYTES} (1 MiB)"
+        )
     if args.client_ca_file is not None and args.tls_cert_file is None:
         raise InputError(
             "--client-ca-file verifies clients over TLS: pass --tls-cert-file and --tls-key-file"
@@ -190,6 +275,10 @@ def _listening(url: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT."""
     _check(args)
+    # glibc's malloc and fewer heaps, before any thread: freed memory goes back to the
+    # system (extender/_memory.py); a re-executed process comes back here, and goes on
+    exec_with_glibc_malloc()
+    limit_malloc_arenas()
     strategy = strategy_from_args(args)
     source: LayerSource = open_layer_source(args) if strategy.needs_layers else NoLayerSource()
     # each node's images (and a pod on it) are resolved for the node's platform: one
@@ -202,7 +291,13 @@ def run(args: argparse.Namespace) -> int:
     if args.watch:
         config = load_config(args.kubeconfig)  # fails here, early, without credentials
         provider = WatchInventoryProvider(
-            lambda: KubeClient(config), node_source, platforms, agent_grace_s=args.agent_grace_s
+            lambda: KubeClient(config),
+            node_source,
+            platforms,
+            agent_grace_s=args.agent_grace_s,
+            image_quorum=args.image_quorum,
+            max_age_s=args.inventory_max_age_s,
+            max_inventory_bytes=args.max_inventory_bytes,
         )
     else:
         provider = StaticInventoryProvider(args.nodes, node_source, platforms)
@@ -228,7 +323,14 @@ def run(args: argparse.Namespace) -> int:
             tls=tls,
             max_request_bytes=args.max_request_bytes,
             max_concurrent_requests=args.max_concurrent_requests,
+            read_timeout_s=args.request_read_timeout_s,
             shutdown_grace_s=args.shutdown_grace_s,
+            health=(
+                HealthListener(args.health_host, args.health_port)
+                if args.health_port is not None
+                else None
+            ),
+            debug_endpoints=args.debug_endpoints,
         )
     )
     return 0

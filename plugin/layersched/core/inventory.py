@@ -222,11 +222,20 @@ class Inventory(Protocol):
 #: Node and layer ids in the inventory's two-way maps: 32-bit, 4 bytes an entry (a Python
 #: set spends about 60 bytes an entry; at 5,000 nodes the maps held 108 MB as sets).
 _ID_TYPECODE = "i"
+#: A live inventory renumbers its layer ids (and rebuilds the maps keyed by layer or
+#: name) once this many more entries were freed than are held: its tables then follow
+#: what its nodes hold now, not the most they ever held (Python lists and dicts never
+#: shrink by themselves). Amortised, each freed entry costs O(1).
+COMPACT_SLACK = 4_096
 
 
 def _ids(values: Iterable[int] = ()) -> array[int]:
     """A sorted, duplicate-free array of ids."""
     return array(_ID_TYPECODE, sorted(set(values)))
+
+
+#: The holders of a freed layer id (never changed: a reused id gets an array of its own).
+_NO_IDS = _ids()
 
 
 def _has(ids: array[int], value: int) -> bool:
@@ -405,6 +414,11 @@ class ClusterInventory:
         self._layer_holders: list[array[int]] = []
         self._layer_holders_arr: dict[int, IndexArray] = {}
         self._node_layers: list[array[int]] = []
+        #: Layer ids whose last holder went: reused by the next new layer, so a live
+        #: inventory whose nodes keep publishing fresh digests does not grow without bound.
+        self._free_lids: list[int] = []
+        #: Image names forgotten since the name maps were last rebuilt.
+        self._names_freed = 0
         # upstream image states, keyed by name exactly as reported
         self._name_holders: dict[str, set[int]] = {}
         self._name_size: dict[str, int] = {}
@@ -546,6 +560,9 @@ class ClusterInventory:
                 for name in image.names:
                     self.add_image_name(idx, name, image.size_bytes)
         self._layer_holders_arr.clear()
+        for lid in range(len(digests)):  # layers of a shared slot cache no node here holds
+            self._free_if_unheld(lid)
+        self._compact_layers()
 
     def add_node(self, node: NodeInfo, source: LayerSource | None = None) -> int:
         """Add ``node`` (its names, and its layers from (b)/(c) or ``source``)."""
@@ -594,6 +611,7 @@ class ClusterInventory:
         for lid in held - new_layers:
             _discard(self._layer_holders[lid], idx)
             self._layer_holders_arr.pop(lid, None)
+            self._free_if_unheld(lid)
         for lid in new_layers - held:
             _insert(self._layer_holders[lid], idx)
             self._layer_holders_arr.pop(lid, None)
@@ -613,6 +631,7 @@ class ClusterInventory:
             self.node_facts += 1
         self._nodes[idx] = node
         self.generation += 1
+        self._compact_layers()
         return idx
 
     def remove_node(self, name: str) -> bool:
@@ -625,6 +644,7 @@ class ClusterInventory:
         for lid in self._node_layers[idx]:
             _discard(self._layer_holders[lid], idx)
             self._layer_holders_arr.pop(lid, None)
+            self._free_if_unheld(lid)
         for image in self._nodes[idx].images:
             for image_name in image.names:
                 self.remove_image_name(idx, image_name)
@@ -651,6 +671,7 @@ class ClusterInventory:
         self.generation += 1
         self.membership += 1
         self.node_facts += 1
+        self._compact_layers()
         return True
 
     def _resolve(self, image: NodeImage, source: LayerSource | None) -> tuple[Layer, ...] | None:
@@ -670,12 +691,56 @@ class ClusterInventory:
     def _layer(self, layer: Layer) -> int:
         lid = self._layer_id.get(layer.digest)
         if lid is None:
-            lid = len(self._layer_size)
+            if self._free_lids:  # an id no node holds any more
+                lid = self._free_lids.pop()
+                self._layer_size[lid] = layer.size_bytes
+                self._layer_digest[lid] = layer.digest
+                self._layer_holders[lid] = _ids()
+            else:
+                lid = len(self._layer_size)
+                self._layer_size.append(layer.size_bytes)
+                self._layer_digest.append(layer.digest)
+                self._layer_holders.append(_ids())
             self._layer_id[layer.digest] = lid
-            self._layer_size.append(layer.size_bytes)
-            self._layer_digest.append(layer.digest)
-            self._layer_holders.append(_ids())
         return lid
+
+    def _free_if_unheld(self, lid: int) -> None:
+        """Forget layer id ``lid`` once no node holds it (its id is reused)."""
+        if self._layer_holders[lid] or not self._layer_digest[lid]:
+            return
+        del self._layer_id[self._layer_digest[lid]]
+        self._layer_digest[lid] = ""
+        self._layer_size[lid] = 0
+        self._layer_holders[lid] = _NO_IDS  # a fresh array when the id is reused
+        self._layer_holders_arr.pop(lid, None)
+        self._free_lids.append(lid)
+
+    def _compact_layers(self) -> None:
+        """Once many more layer ids are free than held: renumber the held layers 0..n-1
+        in their order (so every node's sorted id array stays sorted), and drop the freed
+        ids' table entries. Called at the end of a change, never amid one."""
+        if len(self._free_lids) <= len(self._layer_id) + COMPACT_SLACK:
+            return
+        held = [lid for lid, digest in enumerate(self._layer_digest) if digest]
+        mapping = np.full(len(self._layer_digest), -1, dtype=np.int32)
+        mapping[held] = np.arange(len(held), dtype=np.int32)
+        self._layer_digest = [self._layer_digest[lid] for lid in held]
+        self._layer_size = [self._layer_size[lid] for lid in held]
+        self._layer_holders = [self._layer_holders[lid] for lid in held]
+        self._layer_id = {digest: lid for lid, digest in enumerate(self._layer_digest)}
+        for node, ids in enumerate(self._node_layers):
+            if ids:
+                renumbered = mapping[np.frombuffer(ids, dtype=np.int32)]
+                self._node_layers[node] = array(_ID_TYPECODE, renumbered.tobytes())
+        self._layer_holders_arr = {}
+        self._free_lids = []
+
+    @property
+    def layer_count(self) -> int:
+        """Distinct layers the inventory knows (unpacked: exactly those some node holds)."""
+        if self._packed is not None:
+            return self._packed.layer_count
+        return len(self._layer_id)
 
     def add_layers(self, node: int, layers: Iterable[Layer]) -> None:
         """Record that node index ``node`` holds ``layers``."""
@@ -698,7 +763,9 @@ class ClusterInventory:
             lid = self._layer_id.get(digest)
             if lid is not None and _discard(held, lid):
                 _discard(self._layer_holders[lid], node)
+                self._free_if_unheld(lid)
                 self._layer_holders_arr.pop(lid, None)
+        self._compact_layers()
 
     def add_image_name(self, node: int, name: str, size_bytes: int) -> None:
         """Record an image state name on a node (upstream keeps the first size seen)."""
@@ -721,10 +788,16 @@ class ClusterInventory:
             if not holders:
                 del self._name_holders[name]
                 del self._name_size[name]
+                self._names_freed += 1
+                if self._names_freed > len(self._name_holders) + COMPACT_SLACK:
+                    self._name_holders = dict(self._name_holders)
+                    self._name_size = dict(self._name_size)
+                    self._name_holders_arr = dict(self._name_holders_arr)
+                    self._names_freed = 0
 
     # ---------------------------------------------------------------- queries
     def layer_size(self, digest: str) -> int | None:
-        """Known compressed size of a layer, if any node holds or held it."""
+        """Known compressed size of a layer, if any node holds it."""
         packed = self._packed
         if packed is not None:
             lid = packed.lid(digest)

@@ -25,6 +25,14 @@ from layersched.core.reference import normalized_image_name, parse_or_none
 DIGEST_PATTERN = r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$"
 _DIGEST = re.compile(DIGEST_PATTERN)
 
+#: The largest layer or image size read from anywhere (a registry manifest, a
+#: NodeLayerInventory, ``status.images``, an annotation, ``--layers``): 1 TiB. No real
+#: layer comes near it (the largest public images are tens of GB in all), and capping
+#: every size at read keeps sums far from int64: 65,536 layers at the cap sum to 2^56,
+#: and ``100 * present`` is still below 2^63 (the strategies also guard their sums
+#: themselves, see ``layersched.core.strategies.base.overflow_shift``).
+MAX_SIZE_BYTES = 1 << 40
+
 
 @dataclass(frozen=True, slots=True)
 class Layer:
@@ -72,14 +80,15 @@ def check_digest(digest: object, where: str) -> str:
     return digest
 
 
-def check_size(size: object, where: str, max_bytes: int | None = None) -> int:
-    """Validate a layer size in bytes (a non-negative integer, at most ``max_bytes``)."""
+def check_size(size: object, where: str, max_bytes: int = MAX_SIZE_BYTES) -> int:
+    """Validate a layer or image size in bytes: an integer from 0 to ``max_bytes``
+    (:data:`MAX_SIZE_BYTES` unless a reader caps lower)."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise InputError(f"{where}: size {size!r} must be a non-negative integer (bytes)")
-    if max_bytes is not None and size > max_bytes:
+    if size > max_bytes:
         raise InputError(
-            f"{where}: size {size} is past the cap of {max_bytes} bytes per layer: the "
-            "writer is broken or hostile"
+            f"{where}: size {size} bytes is over the {max_bytes}-byte cap on a layer or "
+            "image: no real one is that large, so the data is wrong or hostile"
         )
     return size
 

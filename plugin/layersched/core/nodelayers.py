@@ -22,14 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from layersched.core.errors import InputError
 from layersched.core.inventory import NodeImage
-from layersched.core.layers import Layer, check_digest, check_size, is_digest
+from layersched.core.layers import MAX_SIZE_BYTES, Layer, check_digest, check_size, is_digest
 
 GROUP = "layersched.io"
 VERSION = "v1alpha1"
@@ -68,10 +68,11 @@ class Limits:
     #: Characters per image name: a valid reference is at most 255 (repository) + 1 + 128
     #: (tag), or + 1 + 71 (a sha256 digest), so 512 leaves room for any real name.
     max_name_chars: int = 512
-    #: Bytes per layer, 1 TiB: far past any real layer, and it keeps sums in int64: one
-    #: object's 20,000 layers add up to under 2^55, 2^8 times short of overflowing (two
-    #: 2^62-byte layers already wrap a numpy int64 sum negative).
-    max_layer_size_bytes: int = 2**40
+    #: Bytes per layer, 1 TiB (the cap every size read has, ``core.layers.MAX_SIZE_BYTES``):
+    #: far past any real layer, and it keeps sums in int64: one object's 20,000 layers add
+    #: up to under 2^55, 2^8 times short of overflowing (two 2^62-byte layers already wrap
+    #: a numpy int64 sum negative).
+    max_layer_size_bytes: int = MAX_SIZE_BYTES
     #: Characters of ``runtime`` (name://version, as the runtime reports it).
     max_runtime_chars: int = 128
 
@@ -363,12 +364,20 @@ def _list(value: object, where: str) -> list[Any]:
     return value
 
 
-def parse_document(document: Any, origin: str, pool: dict[str, Layer] | None = None) -> NodeLayers:
+def parse_document(
+    document: Any,
+    origin: str,
+    pool: dict[str, Layer] | None = None,
+    intern: Callable[[str], str] = sys.intern,
+) -> NodeLayers:
     """Read a ``NodeLayerInventory`` object; InputError naming the node and field if it is
-    malformed (an index out of range, a bad digest or size).
+    malformed (an index out of range, a bad digest or size; sizes are capped by
+    ``check_size`` at ``layersched.core.layers.MAX_SIZE_BYTES``).
 
     ``pool`` shares one :class:`Layer` per digest across objects (a base layer on 5,000
-    nodes is then one object, not 5,000): the watching extender passes one."""
+    nodes is then one object, not 5,000); ``intern`` shares image names (the watching
+    extender pools whole images instead, and interns nothing an object it may refuse
+    names)."""
     if not isinstance(document, dict):
         raise InputError(f"{origin}: expected a {KIND} object")
     meta = document.get("metadata")
@@ -408,7 +417,7 @@ def parse_document(document: Any, origin: str, pool: dict[str, Layer] | None = N
                     f"(0..{len(table) - 1}): the agent that wrote it is broken"
                 )
             layers.append(table[index])
-        images.append(HeldImage(tuple(sys.intern(n) for n in names), digest, tuple(layers)))
+        images.append(HeldImage(tuple(intern(n) for n in names), digest, tuple(layers)))
     return NodeLayers(
         node=node,
         images=tuple(images),

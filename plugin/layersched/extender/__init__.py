@@ -6,10 +6,12 @@ kube-scheduler calls it with ``ExtenderArgs`` (full ``Nodes`` or, when
 NodeLayerInventory objects, :class:`WatchInventoryProvider`) and adds its 0–10 scores
 to its own. Verbs: ``POST /prioritize``, ``POST /filter`` (passes every node),
 ``GET /livez``, ``GET /readyz`` (200 once the inventory is loaded; ``/healthz`` is the
-same), ``GET /metrics``, ``GET /debug/inventory?node=NAME``.
+same), ``GET /metrics`` (also on ``--health-port``), ``GET /debug/inventory?node=NAME``
+and ``/debug/decisions`` (to local clients only, unless ``--debug-endpoints``).
 See ``docs/extender.md``.
 """
 
+from layersched.extender._memory import exec_with_glibc_malloc, limit_malloc_arenas
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
 from layersched.extender._providers import InventoryProvider, StaticInventoryProvider
@@ -18,32 +20,49 @@ from layersched.extender._server import (
     DEFAULT_RESOLVE_TIMEOUT_S,
     MAX_CONCURRENT_REQUESTS,
     MAX_REQUEST_BYTES,
+    REQUEST_READ_TIMEOUT_S,
     SHUTDOWN_GRACE_S,
     ExtenderError,
+    HealthListener,
     create_app,
+    create_health_app,
     make_extender,
     serve,
     tls_context,
 )
-from layersched.extender._watch import DEFAULT_AGENT_GRACE_S, WatchInventoryProvider
+from layersched.extender._trust import DEFAULT_IMAGE_QUORUM
+from layersched.extender._watch import (
+    DEFAULT_AGENT_GRACE_S,
+    DEFAULT_INVENTORY_MAX_AGE_S,
+    DEFAULT_MAX_INVENTORY_BYTES,
+    WatchInventoryProvider,
+)
 from layersched.extender._wire import MAX_EXTENDER_PRIORITY
 
 __all__ = [
     "DEFAULT_AGENT_GRACE_S",
+    "DEFAULT_IMAGE_QUORUM",
+    "DEFAULT_INVENTORY_MAX_AGE_S",
+    "DEFAULT_MAX_INVENTORY_BYTES",
     "DEFAULT_RESOLVE_TIMEOUT_S",
     "MAX_CONCURRENT_REQUESTS",
     "MAX_EXTENDER_PRIORITY",
     "MAX_REQUEST_BYTES",
+    "REQUEST_READ_TIMEOUT_S",
     "SCORE_DIVISOR",
     "SHUTDOWN_GRACE_S",
     "DeadlineResolver",
     "Extender",
     "ExtenderError",
+    "HealthListener",
     "InventoryProvider",
     "Platforms",
     "StaticInventoryProvider",
     "WatchInventoryProvider",
     "create_app",
+    "create_health_app",
+    "exec_with_glibc_malloc",
+    "limit_malloc_arenas",
     "make_extender",
     "serve",
     "tls_context",

@@ -34,6 +34,9 @@ from layersched.extender._wire import (
 )
 
 log = logging.getLogger("layersched.extender")
+#: The pod's bytes a decision records saturate here (only an explanation: a hostile size
+#: past int64 was scored in units, ``core.strategies.base.overflow_shift``).
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 #: Framework scores (0..100) become extender scores (0..10) by integer division.
 SCORE_DIVISOR = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
@@ -285,7 +288,7 @@ class Extender:
                 pod, next(iter(layers.values()), ()), inventory, candidates
             )
             parts = [result]
-            totals[:] = result.total_bytes
+            totals[:] = min(result.total_bytes, _INT64_MAX)
         else:
             result, parts = self.strategy.score_groups(
                 pod,
@@ -294,7 +297,7 @@ class Extender:
                 candidates,
             )
             for positions, part in zip(groups.values(), parts, strict=True):
-                totals[positions] = part.total_bytes
+                totals[positions] = min(part.total_bytes, _INT64_MAX)
         if missing:
             self._note_unknown(missing)
         if log.isEnabledFor(logging.DEBUG):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import ipaddress
 import logging
 import signal
 import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -28,18 +30,28 @@ from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs, Names
 
 log = logging.getLogger("layersched.extender")
 
-#: Largest request accepted by default (``--max-request-bytes``). kube-scheduler sends
-#: at most the nodes it scores: with the adaptive percentageOfNodesToScore never more
-#: than 781 (at 3,125 nodes), and 5,000 (Kubernetes' supported maximum) when it is set
-#: to 100. A v1 Node with 50 images is ~8.6 KB of JSON (bench corpus: 42.8 MB for
-#: 5,000 nodes), so 64 MiB holds the largest request with 1.5x headroom for fatter
-#: node objects. See docs/extender.md.
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: Largest request accepted by default (``--max-request-bytes``), sized for ``NodeNames``
+#: requests (``nodeCacheCapable: true``, the deployment's mode): a Pod of at most 1.5 MiB
+#: (etcd's default request limit bounds the object kube-scheduler sends) and 5,000 names
+#: (Kubernetes' supported maximum) of at most 253 characters, quoted and separated: 1.28
+#: MB. 4 MiB holds both with 1.4x headroom. Full-``Nodes`` requests are far larger (42.8
+#: MB at 5,000 nodes of 50 images): such a deployment passes ``--max-request-bytes
+#: 67108864``. See docs/extender.md.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
 #: Requests worked on at once by default (``--max-concurrent-requests``): one
 #: kube-scheduler sends one at a time; more is another scheduler or a flood. Past the
 #: limit a request is answered at once without work (neutral scores, every node
-#: passing); past twice the limit, with 503 before its body is read (memory bound).
+#: passing). Bodies are read before a request takes a place, and at most twice the limit
+#: are read at once; past that, 503 before reading (memory bound).
 MAX_CONCURRENT_REQUESTS = 4
+#: How long a request's body may take to arrive by default (``--request-read-timeout-s``):
+#: kube-scheduler writes its body at once, in milliseconds; a client that trickles it
+#: (a slow-loris) is answered 408 and cut off, and never holds a place meanwhile.
+REQUEST_READ_TIMEOUT_S = 5.0
+#: After answering a request whose body was not read to its end (413, 408, 503), the rest
+#: is read and dropped for at most this long, so that the client can read the answer;
+#: then the connection closes (aiohttp's default is 10 s).
+LINGERING_S = 1.0
 #: How long SIGTERM waits for in-flight requests by default (``--shutdown-grace-s``):
 #: an answer takes milliseconds; kube-scheduler's recommended httpTimeout is 1 s.
 SHUTDOWN_GRACE_S = 5.0
@@ -54,7 +66,9 @@ DEFAULT_RESOLVE_TIMEOUT_S = 0.2
 GC_THRESHOLDS = (50_000, 20, 100)
 HTTP_OK = 200
 HTTP_BAD_REQUEST = 400
+HTTP_FORBIDDEN = 403
 HTTP_NOT_FOUND = 404
+HTTP_REQUEST_TIMEOUT = 408
 HTTP_TOO_LARGE = 413
 HTTP_SERVER_ERROR = 500
 HTTP_UNAVAILABLE = 503
@@ -84,14 +98,22 @@ def _error(verb: str, message: str, status: int) -> web.Response:
 
 
 class _Gate:
-    """How many verb requests are being answered, against ``--max-concurrent-requests``."""
+    """How many verb requests are being read and answered, against the limits."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, read_timeout_s: float = REQUEST_READ_TIMEOUT_S) -> None:
         self.limit = limit
+        #: Bodies being read (at most twice ``limit``): a request takes a place to be
+        #: worked on only once its body is in, so a slow client holds none.
+        self.reading = 0
+        self.read_timeout_s = read_timeout_s
         #: Requests being worked on (at most ``limit``).
         self.busy = 0
         #: Requests being answered without work because ``busy`` was at the limit.
         self.shedding = 0
+
+    @property
+    def read_limit(self) -> int:
+        return 2 * self.limit
 
 
 #: The key under which the app keeps its concurrency gate.
@@ -103,11 +125,14 @@ Answer = Callable[[Extender, bytes], Awaitable[object]]
 def _verb(
     name: str, answer: Answer, shed: Callable[[Extender, bytes], object]
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """A handler for extender verb ``name``: decode, answer, time, count, map errors to 4xx/5xx.
+    """A handler for extender verb ``name``: read the body (within the read deadline),
+    decode, answer, time, count, map errors to 4xx/5xx.
 
-    Past the concurrency limit, ``shed`` answers instead (no resolution, no
-    scoring: neutral scores or every node passing), counted as overloaded;
-    past twice the limit the body is not even read (503).
+    The body is read before the request takes a place: past twice the concurrency limit
+    of bodies being read, 503 before reading; a body not in within the deadline, 408 (and
+    the connection is closed). Then, past the concurrency limit, ``shed`` answers instead
+    (no resolution, no scoring: neutral scores or every node passing), counted as
+    overloaded.
     """
 
     async def handler(request: web.Request) -> web.Response:
@@ -115,58 +140,51 @@ def _verb(
         gate = request.app[GATE_KEY]
         metrics = extender.metrics
         started = time.perf_counter()
-        overloaded = gate.busy >= gate.limit
-        if overloaded and gate.shedding >= gate.limit:
+        if gate.reading >= gate.read_limit:
             metrics.overloaded.labels(name).inc()
             response = _error(
                 name,
-                f"overloaded: {gate.busy} requests in progress and {gate.shedding} more being "
-                "answered neutrally; raise --max-concurrent-requests if this is one scheduler",
+                f"overloaded: {gate.reading} request bodies are being read; raise "
+                "--max-concurrent-requests if this is one scheduler",
                 HTTP_UNAVAILABLE,
             )
             response.headers["Retry-After"] = str(OVERLOAD_RETRY_AFTER_S)
             metrics.requests.labels(name, str(response.status)).inc()
             return response
-        if overloaded:
-            gate.shedding += 1
-        else:
-            gate.busy += 1
+        gate.reading += 1
         try:
-            body = await request.read()
-            if overloaded:
-                metrics.overloaded.labels(name).inc()
-                response = _json(shed(extender, body))
-            else:
-                response = _json(await answer(extender, body))
-        except web.HTTPRequestEntityTooLarge as err:
-            response = _error(
-                name,
-                f"request body too large ({(err.text or '').rstrip('.')}): send NodeNames "
-                "(nodeCacheCapable: true) instead of full Nodes, or raise --max-request-bytes",
-                HTTP_TOO_LARGE,
+            body: bytes | None = await asyncio.wait_for(request.read(), gate.read_timeout_s)
+        except TimeoutError:
+            body, response = (
+                None,
+                _error(
+                    name,
+                    f"the request body did not arrive within {gate.read_timeout_s:g} s "
+                    "(--request-read-timeout-s)",
+                    HTTP_REQUEST_TIMEOUT,
+                ),
             )
-        except msgspec.DecodeError as err:
-            response = _error(name, f"malformed ExtenderArgs: {err}", HTTP_BAD_REQUEST)
-        except InputError as err:
-            response = _error(name, str(err), HTTP_BAD_REQUEST)
-        except LayerschedError as err:
-            log.error("%s failed: %s", name, err)
-            response = _error(name, str(err), HTTP_SERVER_ERROR)
+            response.force_close()
+        except web.HTTPRequestEntityTooLarge as err:
+            body, response = (
+                None,
+                _error(
+                    name,
+                    f"request body too large ({(err.text or '').rstrip('.')}): send NodeNames "
+                    "(nodeCacheCapable: true) instead of full Nodes, or raise --max-request-bytes",
+                    HTTP_TOO_LARGE,
+                ),
+            )
         except ConnectionResetError:
             # the client hung up before sending its whole body: nobody reads an answer
-            response = _error(name, "the client closed the connection", HTTP_CLIENT_CLOSED)
-        except Exception as err:
-            # a bug: answered as JSON, counted and logged with its traceback (not aiohttp's
-            # bare 500, which the metrics never saw)
-            log.exception(
-                "%s failed unexpectedly (a bug: please report it with the traceback)", name
+            body, response = (
+                None,
+                _error(name, "the client closed the connection", HTTP_CLIENT_CLOSED),
             )
-            response = _error(name, f"internal error ({type(err).__name__})", HTTP_SERVER_ERROR)
         finally:
-            if overloaded:
-                gate.shedding -= 1
-            else:
-                gate.busy -= 1
+            gate.reading -= 1
+        if body is not None:
+            response = await _answer(name, extender, gate, body, answer, shed)
         if response.status != HTTP_OK:
             log.info("%s: %d %s", name, response.status, response.text)
         metrics.latency_s.labels(name).observe(time.perf_counter() - started)
@@ -174,6 +192,44 @@ def _verb(
         return response
 
     return handler
+
+
+async def _answer(
+    name: str,
+    extender: Extender,
+    gate: _Gate,
+    body: bytes,
+    answer: Answer,
+    shed: Callable[[Extender, bytes], object],
+) -> web.Response:
+    """Work on a request whose body is in (or shed it past the concurrency limit)."""
+    overloaded = gate.busy >= gate.limit
+    if overloaded:
+        gate.shedding += 1
+    else:
+        gate.busy += 1
+    try:
+        if overloaded:
+            extender.metrics.overloaded.labels(name).inc()
+            return _json(shed(extender, body))
+        return _json(await answer(extender, body))
+    except msgspec.DecodeError as err:
+        return _error(name, f"malformed ExtenderArgs: {err}", HTTP_BAD_REQUEST)
+    except InputError as err:
+        return _error(name, str(err), HTTP_BAD_REQUEST)
+    except LayerschedError as err:
+        log.error("%s failed: %s", name, err)
+        return _error(name, str(err), HTTP_SERVER_ERROR)
+    except Exception as err:
+        # a bug: answered as JSON, counted and logged with its traceback (not aiohttp's
+        # bare 500, which the metrics never saw)
+        log.exception("%s failed unexpectedly (a bug: please report it with the traceback)", name)
+        return _error(name, f"internal error ({type(err).__name__})", HTTP_SERVER_ERROR)
+    finally:
+        if overloaded:
+            gate.shedding -= 1
+        else:
+            gate.busy -= 1
 
 
 T = TypeVar("T")
@@ -306,25 +362,90 @@ def create_app(
     *,
     max_request_bytes: int = MAX_REQUEST_BYTES,
     max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
+    read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
+    debug_endpoints: bool = False,
 ) -> web.Application:
-    """The aiohttp application serving ``extender`` (bodies above ``max_request_bytes`` get
-    413; past ``max_concurrent_requests`` requests are answered without work)."""
+    """The aiohttp application serving ``extender``'s verbs (bodies above
+    ``max_request_bytes`` get 413, bodies slower than ``read_timeout_s`` 408; past
+    ``max_concurrent_requests`` requests are answered without work), its health and
+    metrics, and ``/debug/*`` (to local clients only, unless ``debug_endpoints``)."""
     app = web.Application(client_max_size=max_request_bytes)
     app[EXTENDER_KEY] = extender
-    gate = _Gate(max_concurrent_requests)
+    gate = _Gate(max_concurrent_requests, read_timeout_s)
     app[GATE_KEY] = gate
     in_progress = extender.metrics.in_progress
+    in_progress.labels("reading").set_function(lambda: gate.reading)
     in_progress.labels("working").set_function(lambda: gate.busy)
     in_progress.labels("shedding").set_function(lambda: gate.shedding)
     app.router.add_post("/prioritize", _verb("prioritize", _prioritize, _shed_prioritize))
     app.router.add_post("/filter", _verb("filter", _filter, _shed_filter))
+    _add_health_routes(app, debug_endpoints)
+    return app
+
+
+def create_health_app(extender: Extender, *, debug_endpoints: bool = False) -> web.Application:
+    """The application of ``--health-port``: ``/livez``, ``/readyz``, ``/healthz`` and
+    ``/metrics`` (and ``/debug/*``, to local clients only unless ``debug_endpoints``), so
+    that probes and scrapes reach the pod while the verbs stay on loopback. Its bodies
+    are bounded like any GET's (aiohttp's 1 MiB default)."""
+    app = web.Application()
+    app[EXTENDER_KEY] = extender
+    _add_health_routes(app, debug_endpoints)
+    return app
+
+
+def _add_health_routes(app: web.Application, debug_endpoints: bool) -> None:
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/debug/inventory", _inventory)
-    app.router.add_get("/debug/decisions", _decisions)
     app.router.add_get("/metrics", _metrics)
-    return app
+    app.router.add_get("/debug/inventory", _debug(_inventory, debug_endpoints))
+    app.router.add_get("/debug/decisions", _debug(_decisions, debug_endpoints))
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def _debug(handler: Handler, open_to_all: bool) -> Handler:
+    """``handler`` for local clients only (unless ``open_to_all``): /debug/* tells which
+    images each node holds and what was answered for each pod."""
+    if open_to_all:
+        return handler
+
+    async def guarded(request: web.Request) -> web.Response:
+        if not is_local_client(request):
+            return _error(
+                request.path.removeprefix("/"),
+                "served to clients in the extender's own network namespace only (loopback, "
+                "kubectl port-forward, a sidecar): start the extender with --debug-endpoints "
+                "to serve it to others",
+                HTTP_FORBIDDEN,
+            )
+        return await handler(request)
+
+    return guarded
+
+
+def is_local_client(request: web.Request) -> bool:
+    """Whether the client is in the extender's own network namespace: it connected from
+    loopback, or from the very address it connected to (the kernel drops packets from
+    outside that claim a local source address, so no remote client can)."""
+    transport = request.transport
+    if transport is None:
+        return False
+    peer = transport.get_extra_info("peername")
+    local = transport.get_extra_info("sockname")
+    if not isinstance(peer, tuple) or not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return True
+    return isinstance(local, tuple) and bool(local) and str(local[0]) == str(peer[0])
 
 
 def _load_in_thread(provider: InventoryProvider) -> asyncio.Future[None]:
@@ -384,6 +505,25 @@ def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None
     return context
 
 
+@dataclass(frozen=True, slots=True)
+class HealthListener:
+    """Where ``/livez``, ``/readyz``, ``/healthz`` and ``/metrics`` are served besides the
+    verb port (``--health-host``, ``--health-port``): plain HTTP, for probes and scrapes."""
+
+    host: str
+    port: int
+
+
+async def _listen(runner: web.AppRunner, host: str, port: int, flag: str, **site: Any) -> None:
+    try:
+        await web.TCPSite(runner, host, port, **site).start()
+    except OSError as err:
+        raise ExtenderError(
+            f"cannot listen on {host}:{port} ({err.strerror}): is another process using "
+            f"the port? choose another one with {flag}"
+        ) from None
+
+
 async def serve(
     extender: Extender,
     host: str,
@@ -393,38 +533,62 @@ async def serve(
     tls: ssl.SSLContext | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
     max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
+    read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+    health: HealthListener | None = None,
+    debug_endpoints: bool = False,
 ) -> None:
     """Serve until SIGTERM/SIGINT; load the provider's inventory meanwhile (503 until then).
 
-    On the signal the listening socket closes at once, and requests in flight
-    get up to ``shutdown_grace_s`` to finish. Raises :class:`ExtenderError` if
-    the port cannot be bound, and the provider's LayerschedError if the
-    inventory cannot be loaded.
+    On the signal the listening sockets close at once, and requests in flight get up to
+    ``shutdown_grace_s`` to finish. ``health``: a second listener for probes and metrics.
+    Raises :class:`ExtenderError` if a port cannot be bound, and the provider's
+    LayerschedError if the inventory cannot be loaded.
     """
     app = create_app(
         extender,
         max_request_bytes=max_request_bytes,
         max_concurrent_requests=max_concurrent_requests,
+        read_timeout_s=read_timeout_s,
+        debug_endpoints=debug_endpoints,
     )
-    runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_grace_s
-    )
-    await runner.setup()
+    runners = [
+        web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=shutdown_grace_s,
+            lingering_time=LINGERING_S,
+        )
+    ]
+    if health is not None:
+        runners.append(
+            web.AppRunner(
+                create_health_app(extender, debug_endpoints=debug_endpoints),
+                handle_signals=False,
+                access_log=None,
+                shutdown_timeout=shutdown_grace_s,
+                lingering_time=LINGERING_S,
+            )
+        )
     try:
-        await web.TCPSite(runner, host, port, ssl_context=tls).start()
-    except OSError as err:
-        await runner.cleanup()
-        raise ExtenderError(
-            f"cannot listen on {host}:{port} ({err.strerror}): is another process using "
-            "the port? choose another one with --port"
-        ) from None
+        for runner in runners:
+            await runner.setup()
+        await _listen(runners[0], host, port, "--port", ssl_context=tls)
+        if health is not None:
+            await _listen(runners[1], health.host, health.port, "--health-port")
+    except ExtenderError:
+        for runner in runners:
+            await runner.cleanup()
+        raise
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     if on_listening is not None:
         on_listening(f"{'https' if tls is not None else 'http'}://{host}:{port}")
+        if health is not None:
+            on_listening(f"http://{health.host}:{health.port} (health and metrics)")
     gc.set_threshold(*GC_THRESHOLDS)
     extender.provider.bind_loop(loop)  # a watching provider applies its changes on this loop
     loading = _load_in_thread(extender.provider)
@@ -439,12 +603,13 @@ async def serve(
         gate = app[GATE_KEY]
         log.info(
             "stopping on signal: no new connections; %d requests in flight get up to %.1f s",
-            gate.busy + gate.shedding,
+            gate.reading + gate.busy + gate.shedding,
             shutdown_grace_s,
         )
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         stopping.cancel()
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
         extender.close()

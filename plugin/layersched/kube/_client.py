@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
+import msgspec
 
 from layersched.core.errors import KubeError
 from layersched.kube._config import KubeConfig
@@ -36,6 +37,11 @@ DEFAULT_PAGE_SIZE = 500
 DEFAULT_LOG_LIMIT_BYTES = 16 * 1024 * 1024
 HTTP_UNAUTHORIZED = 401
 HTTP_FORBIDDEN = 403
+#: The largest list page :meth:`KubeClient.list_raw_pages` reads by default: an object
+#: may hold 1.5 MiB (etcd's default request limit), so counting objects alone does not
+#: bound a page (100 objects of 1 MiB are 100 MiB of JSON). 8 MiB holds one object of
+#: the largest size the API server accepts (3 MiB) with room to spare.
+DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 HTTP_GONE = 410
@@ -70,6 +76,8 @@ class WatchEvent:
 
     type: str
     object: dict[str, Any]
+    #: Length of the event's JSON line (0: not known), to skip objects over a size cap.
+    size_bytes: int = 0
 
     @property
     def resource_version(self) -> str:
@@ -221,6 +229,62 @@ class KubeClient:
                 return
             params = {**query, "continue": str(token)}
 
+    def list_raw_pages(
+        self,
+        path: str,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+    ) -> Iterator[tuple[builtins.list[msgspec.Raw], str]]:
+        """A collection page by page, each object as its raw JSON (undecoded: a caller may
+        skip one by its length), with the list's resourceVersion.
+
+        No page read is longer than ``max_page_bytes``: a page that would be is dropped
+        while it arrives and asked for again with half as many objects (the API cannot
+        limit a page by bytes), and the next page's ``limit`` aims at half the bound from
+        the bytes per object seen so far. KubeError when a single object is over it.
+        """
+        limit, token, what = page_size, "", f"listing {path}"
+        while True:
+            params = {"limit": str(limit)} | ({"continue": token} if token else {})
+            body = self._read_capped(path, what, params, max_page_bytes)
+            if body is None:
+                if limit == 1:
+                    raise KubeError(
+                        f"{what}: one object is larger than {max_page_bytes} bytes, more than "
+                        "the API server stores by default: delete it, or raise the page bound"
+                    )
+                limit = max(1, limit // 2)
+                continue
+            try:
+                page = msgspec.json.decode(body, type=_RawList)
+            except msgspec.DecodeError as err:
+                raise KubeError(f"{what}: the API answered a malformed list ({err})") from None
+            items = page.items or []
+            yield items, page.metadata.resourceVersion
+            token = page.metadata.continue_
+            if not token:
+                return
+            per_object_bytes = max(1, len(body) // max(1, len(items)))
+            limit = max(1, min(page_size, max_page_bytes // (2 * per_object_bytes)))
+
+    def _read_capped(
+        self, path: str, what: str, params: Mapping[str, str], max_bytes: int
+    ) -> bytes | None:
+        """GET ``path``'s body, or None as soon as it passes ``max_bytes``."""
+        try:
+            with self._http.stream("GET", path, params=params, headers=self._headers()) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _failure(response, what)
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        return None
+                return bytes(body)
+        except httpx.HTTPError as err:
+            raise self._unreachable(what, err) from None
+
     def create(self, path: str, document: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``document`` to the collection ``path``; KubeError 409 if it exists."""
         return self._request("POST", path, f"creating in {path}", document=document)
@@ -346,4 +410,16 @@ def _event(line: str, what: str) -> WatchEvent:
         if code == HTTP_GONE:
             raise Gone(message)
         raise KubeError(message, int(code) if isinstance(code, int) else 0)
-    return WatchEvent(kind, obj)
+    return WatchEvent(kind, obj, len(line))
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _RawList(msgspec.Struct):
+    """A list response with its items left undecoded."""
+
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[msgspec.Raw] | None = None

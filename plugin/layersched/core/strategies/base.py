@@ -25,6 +25,11 @@ from layersched.core.pod import PodImages
 
 #: Framework scores run from 0 to MAX_NODE_SCORE (upstream ``framework.MaxNodeScore``).
 MAX_NODE_SCORE = 100
+#: The largest byte sum the strategies keep in int64: ``MAX_NODE_SCORE * sum`` must not
+#: wrap (2^63 / 100 is about 2^56.3). Readers cap every size at 1 TiB
+#: (``layersched.core.layers.MAX_SIZE_BYTES``), so only a pod of more than 65,536
+#: terabyte layers comes near it; :func:`overflow_shift` handles it anyway.
+MAX_EXACT_SUM_BYTES = 1 << 56
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,27 @@ def resolve_pod_layers(pod: PodImages, source: LayerSource | None) -> tuple[Laye
             f"pod {pod.name!r}: no layer source to resolve its images: pass --layers or a registry"
         )
     return pod_layers(pod.pulled, source.resolve)
+
+
+def overflow_shift(total_bytes: int) -> int:
+    """How many bits to shift every size right so that sums up to ``total_bytes`` stay
+    under :data:`MAX_EXACT_SUM_BYTES` (0, exact, for every pod whose sizes were read
+    through the capped readers; otherwise sizes count in units of ``2**shift`` bytes,
+    and a score may differ from the exact one by rounding, never wrap or raise)."""
+    shift = 0
+    while (total_bytes >> shift) > MAX_EXACT_SUM_BYTES:
+        shift += 1
+    return shift
+
+
+def unshift(units: IndexArray, shift: int) -> IndexArray:
+    """Sums counted in units of ``2**shift`` bytes back in bytes, saturating at int64's
+    maximum (only an explanation: the scores were computed in units)."""
+    if shift == 0:
+        return units
+    ceiling = np.iinfo(np.int64).max >> shift
+    unshifted: IndexArray = np.minimum(units, ceiling) << shift
+    return unshifted
 
 
 def zeros(candidates: IndexArray) -> IndexArray:

@@ -162,18 +162,21 @@ class ImageLocality(PerNodeStrategy):
         total_num_nodes = inventory.node_count
         sums = np.zeros(total_num_nodes, dtype=np.int64)
         images = self.images(pod)
+        # a v1 Pod has at least one container; the guard only keeps the division defined
+        num_containers = max(self.threshold_count(pod), 1)
+        max_threshold = MAX_CONTAINER_THRESHOLD_BYTES * num_containers
         for image in images:
             name = normalized_image_name(image)
             state = inventory.image_state(name)
             if state is None:
                 continue
             size_bytes, num_nodes = state
-            sums[inventory.image_holders(name)] += _scaled_image_score(
-                size_bytes, num_nodes, total_num_nodes
-            )
+            # each term and each running sum clamped at the upper threshold: the final
+            # clamp gives the same score (terms are non-negative), and no sum can wrap
+            term = min(_scaled_image_score(size_bytes, num_nodes, total_num_nodes), max_threshold)
+            holders = inventory.image_holders(name)
+            sums[holders] = np.minimum(sums[holders] + term, max_threshold)
         present = sums[candidates]
-        # a v1 Pod has at least one container; the guard only keeps the division defined
-        num_containers = max(self.threshold_count(pod), 1)
         return NodeScores(
             nodes=candidates,
             scores=_calculate_priority(present, num_containers),

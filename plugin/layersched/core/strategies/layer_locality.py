@@ -25,6 +25,8 @@ from layersched.core.strategies.base import (
     MAX_NODE_SCORE,
     NodeScores,
     PerNodeStrategy,
+    overflow_shift,
+    unshift,
     zeros,
 )
 
@@ -53,23 +55,27 @@ class LayerLocality(PerNodeStrategy):
         inventory: Inventory,
         candidates: IndexArray,
     ) -> NodeScores:
-        total_bytes = sum(layer.size_bytes for layer in layers)
+        # sizes in units of 2**shift bytes (1 for any pod read through the capped readers):
+        # every sum below stays under 2^56, so 100 * present cannot wrap int64
+        shift = overflow_shift(sum(layer.size_bytes for layer in layers))
+        sizes = [layer.size_bytes >> shift for layer in layers]
+        total_bytes = sum(sizes)
         if total_bytes == 0:
             return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
         node_count = inventory.node_count
         if self.spread:
             weighted = np.zeros(node_count, dtype=np.float64)
-            for layer in layers:
+            for layer, size in zip(layers, sizes, strict=True):
                 holders = inventory.layer_holders(layer.digest)
                 if len(holders):
-                    weighted[holders] += layer.size_bytes * len(holders) / node_count
+                    weighted[holders] += size * len(holders) / node_count
             chosen = weighted[candidates]
             scores = np.floor(MAX_NODE_SCORE * chosen / total_bytes).astype(np.int64)
             present = np.floor(chosen).astype(np.int64)
         else:
             acc = np.zeros(node_count, dtype=np.int64)
-            for layer in layers:
-                acc[inventory.layer_holders(layer.digest)] += layer.size_bytes
+            for layer, size in zip(layers, sizes, strict=True):
+                acc[inventory.layer_holders(layer.digest)] += size
             present = acc[candidates]
             scores = (MAX_NODE_SCORE * present) // total_bytes
-        return NodeScores(candidates, scores, present, total_bytes)
+        return NodeScores(candidates, scores, unshift(present, shift), total_bytes << shift)

@@ -43,7 +43,14 @@ from layersched.core.strategies.args import (
     DEFAULT_OVERHEAD_S,
     PullTimeArgs,
 )
-from layersched.core.strategies.base import MAX_NODE_SCORE, NodeScores, PlatformGroup, zeros
+from layersched.core.strategies.base import (
+    MAX_NODE_SCORE,
+    NodeScores,
+    PlatformGroup,
+    overflow_shift,
+    unshift,
+    zeros,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,11 +126,12 @@ def _bandwidths(inventory: Inventory, default_bits_per_s: float) -> FloatArray:
     return arr
 
 
-def _present_bytes(inventory: Inventory, layers: Sequence[Layer]) -> IndexArray:
-    """Bytes of ``layers`` each node (by index) already holds."""
+def _present_units(inventory: Inventory, layers: Sequence[Layer], shift: int) -> IndexArray:
+    """Bytes of ``layers`` each node (by index) already holds, in units of ``2**shift``
+    bytes (see :func:`~layersched.core.strategies.base.overflow_shift`)."""
     acc = np.zeros(inventory.node_count, dtype=np.int64)
     for layer in layers:
-        acc[inventory.layer_holders(layer.digest)] += layer.size_bytes
+        acc[inventory.layer_holders(layer.digest)] += layer.size_bytes >> shift
     return acc
 
 
@@ -161,9 +169,14 @@ class PullTime:
         self, inventory: Inventory, candidates: IndexArray, present: IndexArray, total: int
     ) -> FloatArray:
         """Estimated start time per candidate, given its present bytes of ``total``."""
+        # in floats: a difference of byte counts never wraps, whatever their size
+        return self._estimates_s(inventory, candidates, float(total) - present.astype(np.float64))
+
+    def _estimates_s(
+        self, inventory: Inventory, candidates: IndexArray, missing_bytes: FloatArray
+    ) -> FloatArray:
         bandwidth = _bandwidths(inventory, float(self.default_bandwidth_bits_per_s))[candidates]
-        missing_bits = (total - present).astype(np.float64) * BITS_PER_BYTE
-        estimate: FloatArray = missing_bits / bandwidth + self.overhead_s
+        estimate: FloatArray = missing_bytes * BITS_PER_BYTE / bandwidth + self.overhead_s
         return estimate
 
     def score(
@@ -176,8 +189,12 @@ class PullTime:
         total_bytes = sum(layer.size_bytes for layer in layers)
         if total_bytes == 0:  # nothing to pull anywhere: no preference, as layer-locality
             return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
-        present = _present_bytes(inventory, layers)[candidates]
-        estimate = self.estimates_s(inventory, candidates, present, total_bytes)
+        shift = overflow_shift(total_bytes)  # 0 for sizes read through the capped readers
+        total_units = sum(layer.size_bytes >> shift for layer in layers)
+        present_units = _present_units(inventory, layers, shift)[candidates]
+        missing_bytes = (total_units - present_units).astype(np.float64) * float(1 << shift)
+        estimate = self._estimates_s(inventory, candidates, missing_bytes)
+        present = unshift(present_units, shift)
         return NodeScores(candidates, _ratio_scores(estimate), present, total_bytes)
 
     def score_groups(

@@ -1,0 +1,228 @@
+"""The live inventory's shared objects: one per distinct value, counted, within a budget.
+
+5,000 nodes list the same few thousand images and layers, so the watch keeps one
+:class:`~layersched.core.layers.Layer` per distinct layer and one image entry per distinct
+image, shared by every node's parsed object. Each is counted by the objects holding it
+and dropped with the last of them: a node that republishes fresh digests releases the
+old ones (before issue 23 the pools only grew).
+
+What the pools hold is also **bounded by construction**. Every object the watch keeps
+(a NodeLayerInventory, a Node's status images) is charged an estimate of the memory it
+adds: the distinct layers and image entries it brings into the pools, and what its own
+references cost. The estimate's constants were measured with tracemalloc on CPython 3.11
+(``tests/unit/test_extender_budget.py`` holds them to it). An object that would take the
+total past ``max_bytes`` is refused, counted, and its node falls back as if it had no
+agent; the memory held never passes the budget, whatever the objects say.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from layersched.core.inventory import NodeImage
+from layersched.core.layers import Layer
+from layersched.core.nodelayers import HeldImage, NodeLayers
+
+#: Estimated bytes held for each distinct layer the pools keep, beyond its digest's
+#: characters: the Layer, its digest and size objects, the pool entry, and the
+#: inventory's per-layer tables (id map, size, digest, holders array and its cache).
+LAYER_ENTRY_BYTES = 480
+#: ... for each distinct image entry: the HeldImage, its NodeImage twin, their tuples
+#: and pool entries, beyond its names and layer slots.
+IMAGE_ENTRY_BYTES = 400
+#: ... for each name of a distinct image entry (its digest too), beyond its characters:
+#: the string object and the pod-image votes keyed by it.
+NAME_BYTES = 800
+#: ... for each name of a distinct status image (no votes are keyed by those).
+STATUS_NAME_BYTES = 300
+#: ... for each slot of a tuple (an image's layers).
+SLOT_BYTES = 8
+#: ... for each distinct layer of an object (the node's and the layer's sorted id arrays).
+LAYER_REF_BYTES = 16
+#: ... for each image of an object (the slots of its node's image tuples).
+IMAGE_REF_BYTES = 32
+#: ... for each name of each image of an object (the inventory's name-holder sets).
+NAME_REF_BYTES = 64
+#: ... for each object: its parsed form, its node's inventory entry, its bookkeeping.
+OBJECT_BYTES = 3_000
+#: The pools' dicts are rebuilt once this many more entries were dropped than are held
+#: (a Python dict never shrinks by itself: after a flood it would keep its peak size).
+COMPACT_SLACK = 4_096
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What one object holds of the pools: its distinct entries, and its charge."""
+
+    #: A NodeLayerInventory's images (pooled HeldImages), or () for a Node.
+    images: tuple[HeldImage, ...]
+    #: The inventory entries of those images (a NodeLayerInventory), or a Node's status
+    #: images (pooled NodeImages).
+    node_images: tuple[NodeImage, ...]
+    cost_bytes: int
+
+
+NOTHING = Held((), (), 0)
+
+
+class InventoryPools:
+    """Pooled layers and image entries with reference counts, and the memory budget.
+
+    Thread-safe: the watch threads intern what they parse, and the event loop releases
+    what it replaces.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        #: Estimated bytes held by every object kept now (never above ``max_bytes``).
+        self.held_bytes = 0
+        #: Estimated bytes released in all (a counter).
+        self.released_bytes = 0
+        self._lock = threading.Lock()
+        #: value -> [shared object, references]
+        self._layers: dict[Layer, list[Any]] = {}
+        #: value -> [shared HeldImage, its NodeImage twin, references]
+        self._images: dict[HeldImage, list[Any]] = {}
+        #: status image value -> [shared NodeImage, references]
+        self._status: dict[NodeImage, list[Any]] = {}
+        #: Entries dropped since the dicts were last rebuilt.
+        self._dropped = 0
+
+    @property
+    def layers(self) -> int:
+        """Distinct layers held."""
+        return len(self._layers)
+
+    @property
+    def images(self) -> int:
+        """Distinct image entries held (published images and Nodes' status images)."""
+        return len(self._images) + len(self._status)
+
+    def fits(self, layer_count: int, images: int, names: int, replacing_bytes: int = 0) -> bool:
+        """Whether an object of ``layer_count`` distinct layers and ``images`` images of
+        ``names`` names in all can fit: its own references are charged whatever it
+        brings into the pools, so an object whose references alone would pass the budget
+        is refused before it is even parsed."""
+        least = (
+            OBJECT_BYTES
+            + LAYER_REF_BYTES * layer_count
+            + IMAGE_REF_BYTES * images
+            + NAME_REF_BYTES * names
+        )
+        return self.held_bytes - replacing_bytes + least <= self.max_bytes
+
+    def hold_layers(self, parsed: NodeLayers, replacing_bytes: int = 0) -> Held | None:
+        """Intern ``parsed``'s images and layers and charge them; None (nothing held)
+        when that would take the pools past the budget (``replacing_bytes``: the charge
+        of the object it replaces, released once it is applied)."""
+        with self._lock:
+            cost = OBJECT_BYTES
+            held_layers: dict[int, Layer] = {}  # pooled layers this object holds, by id
+            pooled_of: dict[int, Layer] = {}  # the document's layer objects -> pooled
+            images: list[HeldImage] = []
+            twins: list[NodeImage] = []
+            for image in dict.fromkeys(parsed.images):  # a repeated entry counts once
+                layers = []
+                for layer in image.layers:
+                    shared = pooled_of.get(id(layer))
+                    if shared is None:
+                        shared = pooled_of[id(layer)] = self._layer(layer)
+                        if id(shared) not in held_layers:
+                            held_layers[id(shared)] = shared
+                            self._layers[shared][1] += 1
+                            cost += LAYER_REF_BYTES
+                    layers.append(shared)
+                entry = self._images.get(HeldImage(image.names, image.digest, tuple(layers)))
+                if entry is None:
+                    pooled = HeldImage(image.names, image.digest, tuple(layers))
+                    twin = NodeImage(pooled.names, pooled.size_bytes, pooled.layers)
+                    entry = self._images[pooled] = [pooled, twin, 0]
+                    cost += IMAGE_ENTRY_BYTES + SLOT_BYTES * len(layers)
+                    cost += sum(NAME_BYTES + len(name) for name in (*image.names, image.digest))
+                entry[2] += 1
+                images.append(entry[0])
+                twins.append(entry[1])
+                cost += IMAGE_REF_BYTES + NAME_REF_BYTES * len(image.names)
+            cost += sum(LAYER_ENTRY_BYTES + len(layer.digest) for layer in held_layers.values()
+                        if self._layers[layer][1] == 1)  # fmt: skip
+            held = Held(tuple(images), tuple(twins), cost)
+            if self.held_bytes - replacing_bytes + cost > self.max_bytes:
+                self._release(held, charged=False)
+                return None
+            self.held_bytes += cost
+            return held
+
+    def _layer(self, layer: Layer) -> Layer:
+        """The pooled object equal to ``layer`` (made with no references)."""
+        entry = self._layers.get(layer)
+        if entry is None:
+            entry = self._layers[layer] = [layer, 0]
+        shared: Layer = entry[0]
+        return shared
+
+    def hold_status(self, images: Sequence[NodeImage], extra_bytes: int = 0) -> Held | None:
+        """Intern a Node's status images and charge them (``extra_bytes``: what else the
+        Node's parsed form keeps, its labels and annotations); None over the budget."""
+        with self._lock:
+            cost = OBJECT_BYTES + extra_bytes
+            pooled: list[NodeImage] = []
+            for image in dict.fromkeys(images):
+                entry = self._status.get(image)
+                if entry is None:
+                    entry = self._status[image] = [image, 0]
+                    cost += IMAGE_ENTRY_BYTES + SLOT_BYTES * len(image.layers or ())
+                    cost += sum(STATUS_NAME_BYTES + len(name) for name in image.names)
+                    cost += sum(
+                        LAYER_ENTRY_BYTES + len(layer.digest) for layer in image.layers or ()
+                    )
+                entry[1] += 1
+                pooled.append(entry[0])
+                cost += IMAGE_REF_BYTES + NAME_REF_BYTES * len(image.names)
+            held = Held((), tuple(pooled), cost)
+            if self.held_bytes + cost > self.max_bytes:
+                self._release(held, charged=False)
+                return None
+            self.held_bytes += cost
+            return held
+
+    def release(self, held: Held) -> None:
+        """Drop ``held``'s references and charge (entries go with their last holder)."""
+        with self._lock:
+            self._release(held, charged=True)
+            self.released_bytes += held.cost_bytes
+
+    def _release(self, held: Held, *, charged: bool) -> None:
+        if charged:
+            self.held_bytes -= held.cost_bytes
+        dropped = 0
+        if held.images:
+            seen: set[int] = set()
+            for image in held.images:
+                for layer in image.layers:
+                    if id(layer) not in seen:
+                        seen.add(id(layer))
+                        dropped += _unref(self._layers, layer, 1)
+                dropped += _unref(self._images, image, 2)
+        else:
+            for status in held.node_images:
+                dropped += _unref(self._status, status, 1)
+        self._dropped += dropped
+        if self._dropped > len(self._layers) + len(self._images) + COMPACT_SLACK:
+            self._layers, self._images = dict(self._layers), dict(self._images)
+            self._status = dict(self._status)
+            self._dropped = 0
+
+
+def _unref(pool: dict[Any, list[Any]], value: object, slot: int) -> int:
+    """Drop one reference to ``value``'s entry; 1 if that was its last (it is gone)."""
+    entry = pool.get(value)
+    if entry is None:  # pragma: no cover - a bug: every release matches a hold
+        return 0
+    entry[slot] -= 1
+    if entry[slot] > 0:
+        return 0
+    del pool[value]
+    return 1

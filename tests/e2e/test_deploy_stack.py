@@ -42,6 +42,8 @@ from layersched.core.errors import KubeError, TestbedError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
     AGENT_NAME,
+    EXTENDER_HEALTH_PORT,
+    EXTENDER_PORT,
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
     SERVICE_ACCOUNT_VOLUME,
@@ -89,7 +91,6 @@ CLUSTER_KINDS = (
 HOST_SCHEDULER = "scheduler-layer-locality"
 #: kube-scheduler 1.20's plain-HTTP metrics (in the node's network: hostNetwork).
 SCHEDULER_METRICS_PORT = 10251
-EXTENDER_PORT = 8888
 _MASTER = re.compile(
     r'^leader_election_master_status\{name="(?P<name>[^"]+)"\} (?P<value>\S+)$', re.M
 )
@@ -187,7 +188,9 @@ def _is_leader(pod: dict[str, Any]) -> bool:
 
 
 def _extender_url(pod: dict[str, Any]) -> str:
-    return f"http://{pod['status']['podIP']}:{EXTENDER_PORT}"
+    """The sidecar's health port (probes and /metrics, on the pod's IP: the node's, under
+    hostNetwork); its verbs and /debug answer on the pod's loopback only."""
+    return f"http://{pod['status']['podIP']}:{EXTENDER_HEALTH_PORT}"
 
 
 def _write_measurements(measurements: dict[str, Any], fallback: Path) -> None:
@@ -316,6 +319,20 @@ def test_rolled_out_with_one_leader(stack: Stack) -> None:
     # the default scheduler's lease is not ours to touch
     agents = _get(stack.kubectl, "-n", NAMESPACE, "daemonset", AGENT_NAME)["status"]
     assert agents["numberReady"] == len(stack.inventory.nodes)
+
+
+def test_the_extenders_verbs_and_debug_stay_inside_its_pod(stack: Stack) -> None:
+    # the sidecar's health port answers the kubelet's probes and /metrics on the pod's IP;
+    # its verbs (kube-scheduler calls them over loopback) and /debug are not reachable
+    # from outside the pod, only through a port-forward (explain's test below)
+    for pod in _scheduler_pods(stack.kubectl):
+        health = _extender_url(pod)
+        assert httpx.get(f"{health}/readyz", timeout=5.0).status_code == httpx.codes.OK
+        assert "layersched_extender" in httpx.get(f"{health}/metrics", timeout=5.0).text
+        assert httpx.get(f"{health}/debug/decisions", timeout=5.0).status_code in {403, 404}
+        verbs = f"http://{pod['status']['podIP']}:{EXTENDER_PORT}"
+        with pytest.raises(httpx.ConnectError):
+            httpx.post(f"{verbs}/prioritize", content=b"{}", timeout=5.0)
 
 
 def test_agents_publish_every_nodes_layers(stack: Stack) -> None:
@@ -556,7 +573,7 @@ def test_seed_scenario_through_the_deployed_stack(stack: Stack) -> None:
     inventory = stack.inventory
     images = build_and_push_scenario(inventory.registry.host)
     backend = DeployedBackend(
-        inventory, lambda: [_extender_url(p) for p in _scheduler_pods(stack.kubectl)]
+        inventory, lambda: [p["metadata"]["name"] for p in _scheduler_pods(stack.kubectl)]
     )
     driver = ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2))
     trials = _trials()

@@ -45,7 +45,8 @@ DERIVERS = {
 #: Text files worth reading (code, configuration, docs); data and binaries are not.
 TEXT_SUFFIXES = {".py", ".sh", ".yml", ".yaml", ".j2", ".md", ".toml", ".cfg", ".go", ".txt"}
 TEXT_NAMES = {"Makefile", "run", "Dockerfile"}
-SKIPPED_DIRS = {"__pycache__", "node_modules", "_gen"}
+#: Generated or built trees (``build/`` and ``dist/``: setuptools' output, git-ignored)
+SKIPPED_DIRS = {"__pycache__", "node_modules", "_gen", "build", "dist"}
 
 
 def _files() -> Iterator[Path]:

@@ -4,7 +4,7 @@ It reads the pod and its ``Scheduled`` event through the API (the node chosen, a
 which scheduler), and the extender's latest answer for it (``/debug/decisions``: each
 candidate node's score, the bytes of the pod it held and those it lacked). The
 extender is reached through ``kubectl port-forward`` to each running scheduler pod of
-the install (:mod:`layersched.cli._portforward` says why not the API's pod proxy), or at
+the install (:mod:`layersched.kube._portforward` says why not the API's pod proxy), or at
 ``--extender-url`` (the local testbed's host process, or a port-forward of your own).
 
 It says plainly when the pod was placed without us: its ``schedulerName`` is not the
@@ -27,7 +27,6 @@ import msgspec
 from rich.console import Console
 from rich.markup import escape
 
-from layersched.cli._portforward import find_kubectl, port_forward
 from layersched.cli._tables import console, size, table
 from layersched.core.errors import InputError, KubeError
 from layersched.core.events import SCHEDULED_REASON, scheduled_event
@@ -38,9 +37,11 @@ from layersched.kube import (
     KubeClient,
     checked_name,
     events_path,
+    find_kubectl,
     load_config,
     pod_path,
     pods_path,
+    port_forward,
     selector,
 )
 
@@ -259,7 +260,7 @@ def _ask_install(kube: KubeClient, args: argparse.Namespace, key: str, uid: str)
             "(is layersched installed? kubectl apply -k deploy/)"
         )
         return found
-    kubectl = find_kubectl(args.kubectl)
+    kubectl = find_kubectl(args.kubectl, "give --extender-url URL")
     for item in running:
         pod = str((item.get("metadata") or {}).get("name") or "")
         source = f"{namespace}/{pod}"

@@ -118,6 +118,7 @@ from layersched.deploy._versions import (
 from layersched.deploy._workloads import (
     AGENT_NAME,
     CRIO_SOCKET_PATH,
+    EXTENDER_HEALTH_PORT,
     EXTENDER_PORT,
     HEALTHZ_PATH,
     NAMESPACE,
@@ -140,6 +141,7 @@ __all__ = [
     "CRIO_SOCKET_PATH",
     "DEFAULT_ALLOWED_REGISTRIES",
     "DEFAULT_SCHEDULER",
+    "EXTENDER_HEALTH_PORT",
     "EXTENDER_PORT",
     "EXTENDER_RULES",
     "HEALTHZ_PATH",

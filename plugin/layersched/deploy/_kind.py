@@ -217,7 +217,14 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
     trusting = replace(
         spec,
         allowed_registries=(target.registry,),
-        extender_args=(*spec.extender_args, "--insecure-registry", target.registry),
+        # the scenario reads each decision from the sidecar's debug log
+        extender_args=(
+            *spec.extender_args,
+            "--insecure-registry",
+            target.registry,
+            "--log-level",
+            "debug",
+        ),
     )
     base_agent = agent_daemonset(spec)["spec"]["template"]["spec"]
     [base_volume] = [

@@ -66,6 +66,7 @@ from layersched.deploy._versions import pdb_api_version, scheduler_probe_paths
 from layersched.deploy._workloads import (
     AGENT_NAME,
     CREDENTIAL_FILE_MODE,
+    EXTENDER_HEALTH_PORT,
     EXTENDER_PORT,
     KUBE_SCHEDULER_SECURE_PORT,
     NAMESPACE,
@@ -340,8 +341,10 @@ def scheduler_container(spec: StackSpec) -> dict[str, Any]:
 def extender_args(spec: StackSpec) -> list[str]:
     """The extender's arguments: ``--watch`` (node names only), the strategy, the allowed
     registries, then ``spec.extender_args``."""
-    argv = ["extender", "--host", "0.0.0.0", "--port", str(EXTENDER_PORT), "--watch"]
-    argv += ["--strategy", spec.strategy, "--log-level", "debug"]
+    argv = ["extender", "--host", "127.0.0.1", "--port", str(EXTENDER_PORT)]
+    argv += ["--health-host", "$(POD_IP)", "--health-port", str(EXTENDER_HEALTH_PORT)]
+    # info: what changed and what failed, never a line per node per pod (debug)
+    argv += ["--watch", "--strategy", spec.strategy, "--log-level", "info"]
     for registry in spec.allowed_registries:
         argv += ["--allow-registry", registry]
     return [*argv, *spec.extender_args]
@@ -353,19 +356,22 @@ def extender_container(spec: StackSpec) -> dict[str, Any]:
         "image": LAYERSCHED_IMAGE,
         "imagePullPolicy": "IfNotPresent",
         "args": extender_args(spec),
-        "ports": [{"name": "extender", "containerPort": EXTENDER_PORT}],
+        # the verbs answer on loopback only (kube-scheduler is in the same pod); the
+        # kubelet probes the health port on the pod's IP
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": "health", "containerPort": EXTENDER_HEALTH_PORT}],
         "startupProbe": {
-            "httpGet": _http_get(READYZ_PATH, "extender"),
+            "httpGet": _http_get(READYZ_PATH, "health"),
             "periodSeconds": STARTUP_PERIOD_S,
             "failureThreshold": STARTUP_FAILURES,
         },
         "livenessProbe": {
-            "httpGet": _http_get(LIVEZ_PATH, "extender"),
+            "httpGet": _http_get(LIVEZ_PATH, "health"),
             "periodSeconds": PROBE_PERIOD_S,
             "failureThreshold": LIVENESS_FAILURES,
         },
         "readinessProbe": {
-            "httpGet": _http_get(READYZ_PATH, "extender"),
+            "httpGet": _http_get(READYZ_PATH, "health"),
             "periodSeconds": READY_PERIOD_S,
         },
         "resources": EXTENDER_RESOURCES,

@@ -14,6 +14,9 @@ NAMESPACE = "layersched"
 AGENT_NAME = "layersched-agent"
 #: The extender's HTTP port (unprivileged, so the container runs as non-root).
 EXTENDER_PORT = 8888
+#: The extender's probes and metrics (``--health-port``) on the pod's IP, apart from its
+#: verbs, which stay on loopback.
+EXTENDER_HEALTH_PORT = 8890
 HEALTHZ_PATH = "/healthz"
 #: kube-scheduler serves /healthz on its secure port; /healthz is always allowed unauthenticated.
 KUBE_SCHEDULER_SECURE_PORT = 10259

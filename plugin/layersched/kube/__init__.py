@@ -2,8 +2,9 @@
 
 The one Kubernetes client of layersched: the node agent publishes ``NodeLayerInventory``
 objects with it, the extender lists and watches Nodes and those objects, the relay reads
-its Node and ConfigMap, and the testbeds' scenario drivers create pods and read their
-events and logs. It is
+its Node and ConfigMap, ``explain`` and the testbeds' scenario drivers create pods and
+read their events and logs, and reach a pod's own port through ``kubectl port-forward``
+(:func:`port_forward`). It is
 deliberately small (JSON over httpx, no generated client) so the images stay lean; the
 ``kubernetes`` package is not a dependency (an import-linter contract keeps it out).
 """
@@ -37,6 +38,7 @@ from layersched.kube._paths import (
     pods_path,
     selector,
 )
+from layersched.kube._portforward import FORWARD_TIMEOUT_S, find_kubectl, port_forward
 from layersched.kube._rbac import (
     AGENT_ROLE,
     EXTENDER_ROLE,
@@ -55,6 +57,7 @@ __all__ = [
     "DEFAULT_LOG_LIMIT_BYTES",
     "DEFAULT_TIMEOUT_S",
     "EXTENDER_ROLE",
+    "FORWARD_TIMEOUT_S",
     "HTTP_CONFLICT",
     "HTTP_NOT_FOUND",
     "NAMESPACES_PATH",
@@ -69,6 +72,7 @@ __all__ = [
     "checked_name",
     "events_path",
     "extender_rules",
+    "find_kubectl",
     "in_cluster_config",
     "load_config",
     "load_kubeconfig",
@@ -80,6 +84,7 @@ __all__ = [
     "pod_log_path",
     "pod_path",
     "pods_path",
+    "port_forward",
     "rbac_objects",
     "selector",
 ]

@@ -20,11 +20,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from layersched.core.errors import InputError, TestbedError
+from layersched.core.errors import InputError, KubeError, TestbedError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
     ADMISSION_PRIVATE_FILES,
+    EXTENDER_PORT,
     LAYER_LOCALITY_SCHEDULER,
+    NAMESPACE,
     LocalTestbedTarget,
     StackSpec,
     local_testbed_overlay,
@@ -32,6 +34,7 @@ from layersched.deploy import (
     write_tree,
 )
 from layersched.images.push import DEPLOY_DIR, PushedStack, relative_base
+from layersched.kube import port_forward
 from layersched.testbed.cluster.driver import NotYet, PodRun
 from layersched.testbed.local import TestbedInventory
 from layersched.testbed.local._cluster import LocalBackend
@@ -155,11 +158,11 @@ class DeployedBackend(LocalBackend):
     """
 
     def __init__(
-        self, inventory: TestbedInventory, extender_urls: Callable[[], Sequence[str]]
+        self, inventory: TestbedInventory, scheduler_pods: Callable[[], Sequence[str]]
     ) -> None:
         super().__init__(inventory)
         self.schedulers = {LAYER_LOCALITY: LAYER_LOCALITY_SCHEDULER}
-        self._extender_urls = extender_urls
+        self._scheduler_pods = scheduler_pods
 
     def scores(self, run: PodRun) -> dict[str, int]:
         if run.strategy != LAYER_LOCALITY:
@@ -167,12 +170,20 @@ class DeployedBackend(LocalBackend):
                 f"strategy {run.strategy!r}: the deployed stack runs {LAYER_LOCALITY}"
             )
         notes = []
-        # Only the leader's extender is asked; which one that is, the answers tell.
-        for url in self._extender_urls():
+        cluster = self.inventory.cluster
+        # Only the leader's extender is asked; which one that is, the answers tell. Its
+        # verbs and /debug answer on the pod's loopback only: a port-forward, as explain.
+        for pod in self._scheduler_pods():
+            url = f"{NAMESPACE}/{pod}"
             try:
-                response = httpx.get(
-                    f"{url}/debug/decisions", params={"pod": run.key}, timeout=DECISIONS_TIMEOUT_S
-                )
+                with port_forward(
+                    cluster.kubectl, NAMESPACE, pod, EXTENDER_PORT, kubeconfig=cluster.kubeconfig
+                ) as local:
+                    response = httpx.get(
+                        f"{local}/debug/decisions",
+                        params={"pod": run.key},
+                        timeout=DECISIONS_TIMEOUT_S,
+                    )
                 if response.status_code == httpx.codes.NOT_FOUND:
                     notes.append(f"{url}: no answer for it")
                     continue
@@ -182,7 +193,14 @@ class DeployedBackend(LocalBackend):
                     notes.append(f"{url}: only an earlier pod of that name")
                     continue
                 return {str(node): int(score) for node, score in decision["scores"].items()}
-            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as err:
+            except (
+                KubeError,
+                httpx.HTTPError,
+                ValueError,
+                KeyError,
+                TypeError,
+                AttributeError,
+            ) as err:
                 notes.append(f"{url}: {err}")
         seen = "; ".join(notes) or "none running"
         raise NotYet(f"no deployed extender has answered for pod {run.key} (uid {run.uid}): {seen}")

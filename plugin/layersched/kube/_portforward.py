@@ -34,9 +34,9 @@ _FORWARDING = re.compile(r"^Forwarding from 127\.0\.0\.1:(?P<port>\d+) -> \d+")
 MAX_ERROR_CHARS = 400
 
 
-def find_kubectl(given: str | None) -> str:
+def find_kubectl(given: str | None, alternative: str = "") -> str:
     """``given`` (a path or a name on PATH), else ``kubectl`` on PATH; InputError saying
-    what to do when there is none."""
+    what to do when there is none (``alternative``: another way, e.g. a CLI option)."""
     if given is not None:
         found = shutil.which(given) if "/" not in given else given
         if found is None or not Path(found).is_file():
@@ -45,8 +45,8 @@ def find_kubectl(given: str | None) -> str:
     found = shutil.which("kubectl")
     if found is None:
         raise InputError(
-            "no kubectl on PATH: explain reaches the deployed extender through kubectl "
-            "port-forward; install kubectl, pass --kubectl PATH, or give --extender-url URL"
+            "no kubectl on PATH: the extender's pod is reached through kubectl port-forward; "
+            "install kubectl, pass --kubectl PATH" + (f", or {alternative}" if alternative else "")
         )
     return found
 

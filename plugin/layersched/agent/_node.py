@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from layersched.agent._readers import CRIImageLike
 from layersched.core.errors import InputError
 from layersched.core.inventory import annotation_layers
 
@@ -35,19 +36,12 @@ _HOSTNAME_LABEL = "kubernetes.io/hostname"
 _OS = "linux"
 
 
-class AgentImage(Protocol):
-    """What the agent reads from one runtime image (``layersched.cri.CRIImage`` fits)."""
+class AgentImage(CRIImageLike, Protocol):
+    """What the agent reads from one runtime image for a Node's ``status.images``: what
+    the readers need, and its size (``layersched.cri.CRIImage`` fits)."""
 
     @property
-    def id(self) -> str: ...
-    @property
-    def repo_tags(self) -> Sequence[str]: ...
-    @property
-    def repo_digests(self) -> Sequence[str]: ...
-    @property
     def size_bytes(self) -> int: ...
-    @property
-    def annotations(self) -> Mapping[str, str]: ...
 
 
 def _names(image: AgentImage) -> list[str]:

@@ -216,6 +216,12 @@ BLOCKS = (
     Block("docs/inventory.md", "extender-watch", EXTENDER_RESULTS, extender_watch_markdown),
     Block("docs/deploy.md", "extender-hop", HOP_RESULTS, extender_hop_markdown),
     Block("README.md", scenario_report.BLOCK, scenario_report.DEFAULT_REPORT, _scenario),
+    Block(
+        "docs/kube-scheduler-plugin.md",
+        scenario_report.BLOCK,
+        scenario_report.DEFAULT_REPORT,
+        _scenario,
+    ),
     Block("README.md", sim_report.BLOCK, sim_report.DEFAULT_REPORT, _sim_summary),
     Block("docs/simulator.md", sim_report.BLOCK, sim_report.DEFAULT_REPORT, _sim_full),
     Block(

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes containerd lint unit integration infra e2e test ci-fresh bench bench-scheduler testbed testbed-down simulate proto clean
+.PHONY: help venv kubernetes containerd lint unit integration infra e2e test ci-fresh bench bench-scheduler testbed testbed-down simulate figures proto clean
 
 help: ## List the targets, what they write and how long they last took
 	@python3 scripts/help.py
@@ -16,7 +16,7 @@ venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI
 $(VENV)/.installed: pyproject.toml
 	@scripts/venv.sh $(VENV)
 
-kubernetes: venv ## Build (or find cached) Kubernetes v1.20.2 from Debian's source (~10 min cold)
+kubernetes: venv ## Build (or find cached) Kubernetes v1.20.2 from Debian's source (cold: tens of minutes on 2 cores, docs/testbed-local.md; cached: seconds)
 	@scripts/kubernetes.sh
 
 containerd: venv ## Download (or find cached) containerd 2.x for the integration tests (never installed)
@@ -34,7 +34,7 @@ integration: venv ## Integration tests against real docker-registry / containerd
 infra: venv ## kind/Pulumi/Ansible checks that run without a cluster (mocks, syntax-check)
 	@scripts/pytest.sh infra tests/infra
 
-e2e: venv ## The seed scenario end to end on the $(DRIVER) testbed
+e2e: venv ## The seed scenario end to end on the DRIVER=local (default), kind or cloud testbed
 	@scripts/pytest.sh e2e tests/e2e
 
 test: lint unit integration infra e2e ## Everything CI runs: lint, unit, integration, infra, e2e
@@ -42,13 +42,13 @@ test: lint unit integration infra e2e ## Everything CI runs: lint, unit, integra
 ci-fresh: ## Rehearse CI on a fresh machine: clone HEAD, empty caches, new venv, .ci/run
 	@scripts/ci-fresh.sh
 
-bench: venv ## The extender's benchmarks (latency, memory, watch) {last: bench/results/extender.json#run_time_s}
+bench: venv ## The extender's benchmarks (latency, memory, watch): bench/results/extender.json and the blocks generated from it {last: bench/results/extender.json#run_time_s}
 	@scripts/bench.sh
 
 bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency, 500 and 5,000 fake nodes (root) {last: bench/results/scheduler.json#run_time_s}
 	@scripts/bench-scheduler.sh
 
-testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table {last: reports/scenario.json#run_time_s}
+testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table; writes reports/scenario.json, .png and the README block {last: reports/scenario.json#run_time_s}
 	@scripts/testbed.sh up
 
 testbed-down: venv ## DRIVER=local (default), kind or cloud: tear the testbed down (safe to run twice)
@@ -56,6 +56,9 @@ testbed-down: venv ## DRIVER=local (default), kind or cloud: tear the testbed do
 
 simulate: venv ## Scale simulation: plots, README/doc results {last: reports/simulation.json#run_time_s}
 	@scripts/simulate.sh
+
+figures: venv ## Rewrite every measured figure in README.md and docs/ from bench/results/ and reports/ (runs nothing)
+	@$(PY) bench/figures.py
 
 proto: venv ## Regenerate the gRPC message code: CRI (cri/api.proto) and containerd (containerd/protos/)
 	@scripts/proto.sh

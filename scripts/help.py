@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TARGET = re.compile(r"^([a-zA-Z_-]+):[^#]*## (.*)$")
+TARGET = re.compile(r"^([a-zA-Z0-9_-]+):[^#]*## (.*)$")
 LAST = re.compile(r"\s*\{last: ([^#}]+)#([^}]+)\}\s*$")
 SECONDS_PER_MINUTE = 60
 

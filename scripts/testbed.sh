@@ -39,6 +39,8 @@ case "$action" in
     read -r -a scenario_args <<<"${LAYERSCHED_SCENARIO_ARGS:-}"
     # The committed report's block in the README is regenerated with it.
     "$layersched" scenario --markdown-into README.md "${scenario_args[@]}"
+    # ...and every other block quoting reports/ or bench/results/ (docs copies, run time)
+    "${VENV:-.venv}/bin/python" bench/figures.py
     echo "explore: ${layersched} testbed status; tear down: make testbed-down" >&2
     ;;
   down)

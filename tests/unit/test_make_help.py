@@ -23,7 +23,9 @@ def test_every_target_is_listed_aligned_and_without_make_syntax(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = _help(capsys)
-    targets = re.findall(r"^([a-zA-Z_-]+):[^#\n]*## ", (REPO / "Makefile").read_text(), re.M)
+    targets = re.findall(r"^([a-zA-Z0-9_-]+):[^#\n]*## ", (REPO / "Makefile").read_text(), re.M)
+    # e2e has a digit in its name: a letters-only pattern once dropped it from both lists
+    assert "e2e" in targets
     lines = out.splitlines()
     assert [line.split()[0] for line in lines] == targets
     # one column for the texts, however long a target's name (bench-scheduler once broke it)

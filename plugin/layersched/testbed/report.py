@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,15 @@ def _scores_text(trials: list[Mapping[str, Any]]) -> str:
     return ", ".join(f"{a} vs {b}" for a, b in pairs)
 
 
+def _bytes_range(sizes: Iterable[int]) -> str:
+    """Exact bytes and MiB, one value when every pull moved the same bytes."""
+    values = sorted(sizes)
+    lo, hi = values[0], values[-1]
+    if lo == hi:
+        return f"{lo:,} bytes ({lo / MIB:.2f} MiB)"
+    return f"{lo:,}-{hi:,} bytes ({lo / MIB:.2f}-{hi / MIB:.2f} MiB)"
+
+
 def markdown(report: Mapping[str, Any], source: str = DEFAULT_REPORT) -> str:
     """The README's scenario block: one row per strategy, then what was measured."""
     components = report.get("components") or {}
@@ -165,11 +174,9 @@ def markdown(report: Mapping[str, Any], source: str = DEFAULT_REPORT) -> str:
     if empty:
         lo = min(p["seconds"] for p in empty)
         hi = max(p["seconds"] for p in empty)
-        lo_b = min(p["bytes"] for p in empty) / 1e6
-        hi_b = max(p["bytes"] for p in empty) / 1e6
         lines.append(
-            f"- Pulls from an empty cache moved the whole image: {lo_b:.2f}-{hi_b:.2f} MB "
-            f"in {lo:.1f}-{hi:.1f} s."
+            "- Pulls from an empty cache moved the whole image: "
+            f"{_bytes_range(p['bytes'] for p in empty)} in {lo:.1f}-{hi:.1f} s."
         )
     for strategy, data in report["strategies"].items():
         if data.get("scores_t3_source"):

@@ -45,6 +45,7 @@ from layersched.core.errors import InputError
 from layersched.core.inventory import ClusterInventory
 from layersched.core.objects import node_info, nodes_from_document
 from layersched.core.pod import PodImages
+from layersched.core.strategies.args import ImageLocalityArgs
 from layersched.core.strategies.image_locality import ImageLocality
 from layersched.kube import (
     NODES_PATH,
@@ -311,8 +312,8 @@ def _port(
 ) -> dict[str, int]:
     candidates, missing = inventory.indices_of(nodes)
     assert not missing, f"the scheduler scored nodes the API does not list: {missing}"
-    strategy = ImageLocality(kubernetes_minor=minor)
-    return strategy.score(pod, inventory, candidates).as_dict(inventory)
+    strategy = ImageLocality(ImageLocalityArgs(kubernetes_minor=minor))
+    return strategy.score(pod, (), inventory, candidates).as_dict(inventory)
 
 
 def _settle(core: KubeClient, log: Path, batch: Batch) -> int:

@@ -45,6 +45,8 @@ from layersched.core.layers import Layer
 from layersched.core.nodelayers import API_VERSION, KIND, HeldImage, parse_document
 from layersched.core.pod import PodImages
 from layersched.core.reference import normalized_image_name
+from layersched.core.strategies.args import LayerLocalityArgs
+from layersched.core.strategies.base import resolve_pod_layers
 from layersched.core.strategies.layer_locality import LayerLocality
 from layersched.deploy import (
     TestbedSchedulers,
@@ -235,7 +237,8 @@ def _python_scores(case: dict[str, Any]) -> dict[str, int]:
     main = tuple(i for i in case["containers"] if published.find(i) is not None)
     pod = PodImages(name=case["id"], init_containers=init, containers=main)
     candidates = np.arange(len(case["nodes"]), dtype=np.int64)
-    result = LayerLocality(spread=case["spread"]).score(pod, inventory, candidates, published)
+    strategy = LayerLocality(LayerLocalityArgs(spread=case["spread"]))
+    result = strategy.score(pod, resolve_pod_layers(pod, published), inventory, candidates)
     return result.as_dict(inventory)
 
 

@@ -29,6 +29,7 @@ from layersched.testbed.local._inventory import (
     REPO_ROOT,
     default_state_dir,
 )
+from layersched.testbed.local._listeners import foreign_listeners
 
 #: Where the testbed's playbooks live.
 PLAYBOOKS_DIR = REPO_ROOT / "playbooks"
@@ -294,12 +295,31 @@ def up(settings: TestbedSettings, console: Console | None = None) -> PlaybookRes
     settings.check()
     state_dir = settings.state_dir.resolve()
     _check_recorded_settings(state_dir)
+    _check_addresses_free(settings, state_dir)
     return run_playbook(
         UP_PLAYBOOK,
         settings.extra_vars(),
         state_dir / "ansible-up.log",
         title="testbed up",
         console=console,
+    )
+
+
+def _check_addresses_free(settings: TestbedSettings, state_dir: Path) -> None:
+    """TestbedError naming them when processes of another testbed (or anything else)
+    listen on this testbed's bridge address: ``up`` would start a second control plane
+    beside theirs and fail late ("certificate signed by unknown authority")."""
+    address = f"{settings.net_base}.1"
+    foreign = foreign_listeners(address, state_dir)
+    if not foreign:
+        return
+    held = "; ".join(f"port {f.port}: pid {f.pid} ({f.command or '?'})" for f in foreign)
+    raise TestbedError(
+        f"testbed up: {address} is already in use by processes that are not this "
+        f"testbed's ({state_dir}): {held}. Another testbed with net base "
+        f"{settings.net_base} is running, or one a killed run left behind: take it down "
+        "(`layersched testbed down --state-dir ITS_DIR`, its directory is in the command "
+        "lines above), or choose another --net-base"
     )
 
 

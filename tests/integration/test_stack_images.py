@@ -159,4 +159,7 @@ def test_the_image_carries_the_product_and_not_the_harness(
     assert done.returncode == 0, done.stderr
     # argparse lists each subcommand on a line of its own, indented four spaces
     commands = re.findall(r"^    ([a-z-]+)(?:\s|$)", done.stdout, re.M)
-    assert commands == ["score", "extender", "agent", "relay", "admission", "inventory", "deploy"]
+    assert commands == [
+        "score", "estimate", "explain", "extender", "agent", "relay", "admission", "inventory",
+        "deploy",
+    ]  # fmt: skip

@@ -23,7 +23,7 @@ from layersched.core.errors import TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.testbed.hosts import SSHHost, SSHTarget
-from layersched.testbed.local._cluster import FileBackend, NodeAccess
+from layersched.testbed.local._cluster import LAYER_LOCALITY_PLUGIN, FileBackend, NodeAccess
 from layersched.testbed.scenario import ScenarioImages
 from layersched.testbed.scenario_images import ScenarioSpec, build_and_push_scenario
 
@@ -124,6 +124,12 @@ def remote_backend(testbed: RemoteTestbed) -> FileBackend:
         score_logs={
             LAYER_LOCALITY: testbed.extender_log,
             IMAGE_LOCALITY: testbed.schedulers[IMAGE_LOCALITY].log,
+            # the plugin's scores are in its kube-scheduler's log (a cluster built with it)
+            **{
+                strategy: s.log
+                for strategy, s in testbed.schedulers.items()
+                if strategy == LAYER_LOCALITY_PLUGIN
+            },
         },
         extender_url=testbed.extender_url,
         nodes=nodes,

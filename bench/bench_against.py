@@ -1,0 +1,160 @@
+"""The extender against an earlier version of itself, alternating in one run.
+
+Machines are noisy, so a regression check compares two versions within one run, not
+two runs: rounds alternate new and old (``new, old, old, new, new, old, …``, so neither
+side always goes first), each round a fresh extender process of that version serving
+the benchmark's NodeNames case (5,000 nodes held, 200 pods cycled: ``bench_extender``'s
+workload and client), and the latencies of each side are pooled. ``--against DIR`` is a
+checkout of the earlier version (``git worktree add DIR REV``); its extender runs from
+that tree's ``plugin/`` on this venv. Results: ``bench/results/extender_against.json``.
+
+    .venv/bin/python bench/bench_against.py --against /tmp/old --label-old d05a4a3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+from bench_extender import (
+    HELD_NODES,
+    IMAGES,
+    IMAGES_PER_NODE,
+    PODS,
+    RESULTS,
+    _extender,
+    _run_requests,
+    _stats,
+)
+from corpus import workload
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+AGAINST_RESULTS = RESULTS.with_name("extender_against.json")
+#: Rounds per side, and measured requests per round (after as many warm-up ones).
+DEFAULT_ROUNDS = 6
+DEFAULT_REQUESTS = 1000
+NEW, OLD = "new", "old"
+
+
+@contextlib.contextmanager
+def _python_path(tree: Path | None) -> Iterator[None]:
+    """Children started in the block import layersched from ``tree/plugin`` (None: the
+    venv's own, this checkout's)."""
+    before = os.environ.get("PYTHONPATH")
+    if tree is not None:
+        os.environ["PYTHONPATH"] = str(tree / "plugin")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+def _order(rounds: int) -> list[str]:
+    """ABBA order: each side goes first as often as the other."""
+    order: list[str] = []
+    for i in range(rounds):
+        order += [NEW, OLD] if i % 2 == 0 else [OLD, NEW]
+    return order
+
+
+def _commit(tree: Path) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or "?"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", type=Path, required=True, help="checkout of the old version")
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="rounds per side")
+    parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS, help="per round")
+    parser.add_argument("--output", type=Path, default=AGAINST_RESULTS)
+    args = parser.parse_args()
+    old_tree = args.against.resolve()
+    if not (old_tree / "plugin" / "layersched" / "__init__.py").is_file():
+        parser.error(f"--against {old_tree}: no plugin/layersched there: give a checkout")
+    console = Console(stderr=True)
+    load = workload(IMAGES)
+    pod_json = [msgspec.json.encode(p) for p in load.pods(PODS)]
+    held_doc = load.node_list(HELD_NODES, IMAGES_PER_NODE, seed=1)
+    names = msgspec.json.encode([item["metadata"]["name"] for item in held_doc["items"]])
+    bodies = [b'{"Pod":' + p + b',"NodeNames":' + names + b"}" for p in pod_json]
+    latencies: dict[str, list[float]] = {NEW: [], OLD: []}
+    answers: dict[str, list[bytes]] = {NEW: [], OLD: []}
+    rounds: list[dict[str, Any]] = []
+    started = time.monotonic()
+    load_start = os.getloadavg()[0]
+    with (
+        tempfile.TemporaryDirectory(prefix="layersched-against-") as tmp,
+        Progress(console=console) as progress,
+    ):
+        layers_path, nodes_path = Path(tmp) / "layers.json", Path(tmp) / "nodes.json"
+        layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
+        nodes_path.write_bytes(msgspec.json.encode(held_doc))
+        argv = ["--layers", str(layers_path), "--nodes", str(nodes_path)]
+        for n, side in enumerate(_order(args.rounds)):
+            with (
+                _python_path(old_tree if side == OLD else None),
+                _extender(argv, Path(tmp) / f"{n}-{side}.log") as (port, _),
+            ):
+                got, said = _run_requests(
+                    port, bodies, len(bodies), args.requests, progress, f"round {n + 1} {side}"
+                )
+            latencies[side] += got
+            answers[side] = answers[side] or said
+            rounds.append({"side": side} | _stats(got))
+    same = answers[NEW] == answers[OLD]
+    result: dict[str, Any] = {
+        "case": f"NodeNames × {HELD_NODES:,} nodes, {PODS} pods cycled (bench_extender)",
+        "old": {"tree": str(old_tree), "commit": _commit(old_tree)},
+        "new": {"commit": _commit(Path(__file__).resolve().parents[1])},
+        "order": "ABBA by round (new first in even rounds)",
+        "rounds_per_side": args.rounds,
+        "requests_per_round": args.requests,
+        "same_answers": same,
+        NEW: _stats(latencies[NEW]),
+        OLD: _stats(latencies[OLD]),
+        "rounds": rounds,
+        "load_average_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+        "run_time_s": round(time.monotonic() - started, 1),
+    }
+    for stat in ("p50_ms", "p99_ms"):
+        result[f"{stat}_new_over_old"] = round(result[NEW][stat] / result[OLD][stat], 3)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    table = Table("side", "requests", "p50 ms", "p99 ms", "mean ms")
+    for side in (NEW, OLD):
+        s = result[side]
+        table.add_row(
+            side, str(s["requests"]), str(s["p50_ms"]), str(s["p99_ms"]), str(s["mean_ms"])
+        )
+    console.print(table)
+    console.print(
+        f"new/old: p50 {result['p50_ms_new_over_old']}, p99 {result['p99_ms_new_over_old']}; "
+        f"same answers: {same}; {args.output}"
+    )
+    per_round = np.array([r["p50_ms"] for r in rounds])
+    console.print(f"round p50s: {per_round.round(3).tolist()}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

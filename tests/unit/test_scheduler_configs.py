@@ -173,6 +173,9 @@ def test_the_testbeds_three_processes() -> None:
     # the plugin watches with the scheduler's own kubeconfig
     args = _profile(plugin, LAYER_LOCALITY_PLUGIN_SCHEDULER)["pluginConfig"][0]["args"]
     assert args["kubeConfigPath"] == KUBECONFIG
+    # quorum 1 on the testbed only: the seed scenario's Img1 is on one node when P1-again
+    # is scheduled, and the plugin has no registry to fall back on (deploy/ keeps 2)
+    assert args["imageQuorum"] == 1 != PluginArgs().image_quorum
     assert [c["healthzBindAddress"] for c in configs.values()] == [
         "10.250.71.1:10251",
         "10.250.71.1:10252",

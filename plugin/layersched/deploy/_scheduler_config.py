@@ -405,6 +405,12 @@ class TestbedSchedulers:
     image_locality: str = IMAGE_LOCALITY_SCHEDULER
     layer_locality: str = LAYER_LOCALITY_SCHEDULER
     plugin: str = LAYER_LOCALITY_PLUGIN_SCHEDULER
+    #: The plugin's imageQuorum on the testbed: 1, not deploy/'s 2. The seed scenario's
+    #: Img1 is held by one node only (P1's) when P1-again is scheduled, and the plugin has
+    #: no registry to fall back on as the extender has, so at 2 P1-again would score 0
+    #: everywhere and the plugin's column would measure nothing. The testbed's agents are
+    #: its own host processes, each held to its node by the admission webhook.
+    plugin_image_quorum: int = 1
 
 
 def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, Any]]:
@@ -431,7 +437,10 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             spec.layer_locality_bind,
         ),
         LAYER_LOCALITY_PLUGIN_SCHEDULER: for_process(
-            plugin_scheduler_config(PluginArgs(kubeconfig=spec.kubeconfig), spec.plugin),
+            plugin_scheduler_config(
+                PluginArgs(kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum),
+                spec.plugin,
+            ),
             spec.kubeconfig,
             spec.plugin_bind,
         ),

@@ -9,16 +9,18 @@ under the build's lock, as ``make kubernetes`` does.
 The differential test generates pods and NodeLayerInventory objects (1,200 random cases
 and the hidden-parity shapes: shared layers, repeated images, init containers, spread,
 digest and untagged references, a moved tag, a repeated or resized layer, a malformed
-object, sizes past 2^53 under spread), scores them with layersched's Python core, writes
-both to JSON, and runs the Go side's ``TestParityWithThePythonCore`` on it: every node
-score of every case must be equal.
+object, a size over the 1 TiB cap, holders x size past 2^53 under spread, and the trust
+shapes: a lying node, colluders, quorums 1 to 3), scores them with layersched's Python
+core, writes both to JSON, and runs the Go side's ``TestParityWithThePythonCore`` on it:
+every node score of every case must be equal.
 
 The Python side is the core's ``LayerLocality`` over a ``ClusterInventory`` of the parsed
-objects (``parse_document``). A pod image is looked up among the images the objects
-published, by name or digest, with the extender's rule (``extender/_watch.py``:
-``_lookup_names`` and ``_remember``, mirrored in :func:`_lookup_names` and
-:class:`_Published` below); an image no object published is left out of the pod on both
-sides (the plugin makes no registry call; the extender would ask a registry).
+objects (``parse_document``). A pod image's layers are the extender's own rule
+(``extender/_trust.py``, used as is: each node's ``ballots`` into an ``ImageVotes`` of the
+case's quorum): a quorum of nodes must agree on one (digest, layers) under one of its
+lookup names, and no other answer may reach the quorum. An image without such agreement
+is left out of the pod on both sides (the plugin makes no registry call; the extender
+would ask a registry).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import random
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +44,8 @@ from layersched.builds import REPO_ROOT, kubernetes_build
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.inventory import ClusterInventory, NodeInfo
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import API_VERSION, KIND, HeldImage, parse_document
+from layersched.core.nodelayers import API_VERSION, KIND, parse_document
 from layersched.core.pod import PodImages
-from layersched.core.reference import normalized_image_name
 from layersched.core.strategies.args import LayerLocalityArgs
 from layersched.core.strategies.base import resolve_pod_layers
 from layersched.core.strategies.layer_locality import LayerLocality
@@ -55,6 +56,7 @@ from layersched.deploy import (
 from layersched.deploy import (
     testbed_scheduler_configs as generate_testbed_configs,
 )
+from layersched.extender._trust import DEFAULT_IMAGE_QUORUM, Ballot, ImageVotes, ballots
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -179,42 +181,23 @@ def test_go_and_the_python_core_agree_on_every_score(tree: Path, tmp_path: Path)
 
 
 # ---------------------------------------------------------------- the Python reference
-def _lookup_names(image: str) -> tuple[str, ...]:
-    """The extender's ``_lookup_names``: as written, normalised, and a digest alone."""
-    names = [image]
-    normalized = normalized_image_name(image)
-    if normalized != image:
-        names.append(normalized)
-    if "@" in image:
-        names.append(image.rpartition("@")[2])
-    return tuple(names)
+#: The platform key every node votes under (the plugin has no platforms: one key).
+_PLATFORM = ""
 
 
-class _Published:
-    """What the agents' objects say each image name stands for, as the extender remembers
-    it (``_refresh``/``_remember``): every name and the digest of each image, in
-    publication order, skipping an image whose digest already stands for that very image."""
+class _Agreed:
+    """A pod image's layers by the extender's rule: what a quorum of nodes agree on."""
 
-    def __init__(self, images: Sequence[HeldImage]) -> None:
-        self.known: dict[str, HeldImage] = {}
-        for image in images:
-            if self.known.get(image.digest) == image:
-                continue
-            for name in (*image.names, image.digest):
-                for lookup in _lookup_names(name):
-                    self.known[lookup] = image
+    def __init__(self, votes: ImageVotes) -> None:
+        self.votes = votes
 
     def find(self, image: str) -> tuple[Layer, ...] | None:
-        for lookup in _lookup_names(image):
-            held = self.known.get(lookup)
-            if held is not None:
-                return held.layers
-        return None
+        return self.votes.layers(image, _PLATFORM)
 
     def resolve(self, image: str) -> tuple[Layer, ...]:
         layers = self.find(image)
         if layers is None:
-            raise LayerResolutionError(f"{image!r} was published by no agent")
+            raise LayerResolutionError(f"{image!r}: no quorum of nodes agrees on its layers")
         return layers
 
 
@@ -227,7 +210,14 @@ def _python_scores(case: dict[str, Any]) -> dict[str, int]:
             case["valid"].append(True)
         except InputError:
             case["valid"].append(False)
-    published = _Published([image for layers in parsed for image in layers.images])
+    # each object replaces its node's votes, as an update does in the extender and in Go
+    votes = ImageVotes(case["quorum"])
+    cast: dict[str, set[Ballot]] = {}
+    for layers in parsed:
+        new = ballots(_PLATFORM, layers.images)
+        votes.change(cast.get(layers.node, set()), new)
+        cast[layers.node] = new
+    published = _Agreed(votes)
     by_node = {layers.node: layers for layers in parsed}
     inventory = ClusterInventory.build(
         NodeInfo(name=node, images=by_node[node].node_images() if node in by_node else ())
@@ -277,14 +267,18 @@ def _document(node: str, images: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def _case(
     case_id: str,
     nodes: Sequence[str],
-    holdings: dict[str, Sequence[dict[str, Any]]],
+    holdings: Mapping[str, Sequence[dict[str, Any]]],
     init: Sequence[str],
     containers: Sequence[str],
     spread: bool,
+    quorum: int = 1,
 ) -> dict[str, Any]:
+    """A case; ``quorum`` is the image quorum both sides resolve with (1 for the
+    arithmetic shapes, whose images each one node publishes)."""
     return {
         "id": case_id,
         "spread": spread,
+        "quorum": quorum,
         "nodes": list(nodes),
         "inventories": [_document(node, images) for node, images in holdings.items()],
         "init": list(init),
@@ -354,21 +348,64 @@ def _shapes() -> Iterator[dict[str, Any]]:
     yield broken
     # an image nobody published: left out; the rest scores
     yield _case("unknown-image", nodes, seed, [], ["reg:5000/img1:1", "nowhere:1"], False)
-    # 5,000 nodes, sizes past 2^53 once multiplied by the holders: Python's int / int is
-    # the float nearest the exact quotient, not a float product divided
-    huge = _image("reg:5000/huge:1", [(_digest("huge"), 895117579861552), l2])
-    many = [f"m{i:04d}" for i in range(5000)]
-    holdings = {node: [huge] for node in many[:1258]}
-    holdings[many[1258]] = [img2]
-    yield _case("spread-5000-nodes", many, holdings, [], ["reg:5000/huge:1"], True)
+    # a size over the 1 TiB cap: the object is refused on both sides (the node then has
+    # none), and the image it alone published is unknown
+    over = _image("reg:5000/over:1", [(_digest("over"), (1 << 40) + 1), l2])
+    yield _case(
+        "size-over-1-TiB",
+        nodes,
+        {"n1": [over], "n2": [img2]},
+        [],
+        ["reg:5000/over:1", "reg:5000/img2:1"],
+        False,
+    )
+    # 9,000 nodes, sizes at the 1 TiB cap past 2^53 once multiplied by 8,200 holders:
+    # Python's int / int is the float nearest the exact quotient, not a float product
+    # divided; the default quorum is reached by thousands
+    huge = _image("reg:5000/huge:1", [(_digest("huge"), (1 << 40) - 12_345), l2])
+    many = [f"m{i:04d}" for i in range(9000)]
+    holdings = {node: [huge] for node in many[:8200]}
+    holdings[many[8200]] = [img2]
+    yield _case(
+        "spread-9000-nodes",
+        many,
+        holdings,
+        [],
+        ["reg:5000/huge:1"],
+        True,
+        quorum=DEFAULT_IMAGE_QUORUM,
+    )
+    yield from _trust_shapes(img1, img2)
+
+
+def _trust_shapes(img1: dict[str, Any], img2: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Issue 23's attack on the plugin: a node publishes a pod image's name and digest as
+    one huge layer only it holds (last writer, so "last writer wins" would score it 100)."""
+    lie = dict(img1, layers=[(_digest("lie"), 1 << 40)])
+    nodes = ["h1", "h2", "liar", "liar2"]
+    pod = ["reg:5000/img1:1"]
+    for quorum, holdings, case_id in (
+        # K=2, one honest holder: neither answer has 2 nodes -> unknown, all 0
+        (2, {"h1": [img1], "liar": [lie]}, "liar-one-holder-k2"),
+        # K=2, two honest holders agree: they score 100, the liar 0
+        (2, {"h1": [img1], "h2": [img1, img2], "liar": [lie]}, "liar-two-holders-k2"),
+        # colluders: two answers at the quorum -> unknown, all 0
+        (2, {"h1": [img1], "h2": [img1], "liar": [lie], "liar2": [lie]}, "colluders-k2"),
+        # K=1 alone: one node's word (the old behaviour); with a liar: two answers -> 0
+        (1, {"h1": [img1], "h2": [img2]}, "single-publisher-k1"),
+        (1, {"h1": [img1], "liar": [lie]}, "liar-k1"),
+        # K=3: two honest holders are not enough
+        (3, {"h1": [img1], "h2": [img1], "liar": [lie]}, "two-holders-k3"),
+    ):
+        yield _case(case_id, nodes, holdings, [], pod, False, quorum=quorum)
 
 
 _SIZES = (
     (0.05, 0, 0),
     (0.45, 1, 4096),
     (0.35, 1 << 20, 500 << 20),
-    (0.13, 500 << 20, 1 << 40),
-    (0.02, 1 << 45, 1 << 50),
+    (0.13, 500 << 20, 1 << 38),
+    (0.02, 1 << 38, 1 << 40),  # up to the 1 TiB cap, inclusive
 )
 
 
@@ -407,6 +444,16 @@ def _random_case(rng: random.Random, number: int) -> dict[str, Any]:
         for node in nodes
         if rng.random() < 0.85
     }
+    if rng.random() < 0.3:  # liars: one, or colluders, claim an image is one huge layer
+        victim = rng.choice(images)
+        digest = victim["digest"] if rng.random() < 0.5 else _digest(f"lie {number}")
+        lie = dict(victim, digest=digest, layers=[(_digest(f"lie {number}"), _size(rng))])
+        for liar in range(rng.choice((1, 1, 2))):
+            nodes.append(f"liar{liar}")
+            holdings[f"liar{liar}"] = [
+                lie,
+                *rng.sample(images, rng.randint(0, min(2, len(images)))),
+            ]
 
     def reference(image: dict[str, Any]) -> str:
         pick = rng.random()
@@ -423,7 +470,8 @@ def _random_case(rng: random.Random, number: int) -> dict[str, Any]:
     containers = [reference(rng.choice(images)) for _ in range(rng.randint(1, 4))]
     if rng.random() < 0.1:
         containers.append("nowhere.example/unknown:1")
-    case = _case(f"random-{number}", nodes, holdings, init, containers, rng.random() < 0.5)
+    quorum = rng.choice((1, 2, 2, 3))
+    case = _case(f"random-{number}", nodes, holdings, init, containers, rng.random() < 0.5, quorum)
     if rng.random() < 0.02 and case["inventories"]:
         case["inventories"][0]["layers"].append({"digest": "sha256:short", "sizeBytes": 1})
     return case

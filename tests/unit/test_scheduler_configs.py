@@ -45,6 +45,7 @@ from layersched.deploy import (
 from layersched.deploy import (
     testbed_scheduler_configs as generate_testbed_configs,
 )
+from layersched.extender._trust import DEFAULT_IMAGE_QUORUM
 from tests.unit.test_deploy import _target
 
 ROLE = Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "k8s_control_plane"
@@ -81,6 +82,7 @@ def test_the_plugin_profile_enables_layer_locality_at_prescore_and_score() -> No
                 "spread": True,
                 "inventoryMaxAgeSeconds": 1800,
                 "inventorySyncTimeoutSeconds": 30,
+                "imageQuorum": 2,
                 "kubeConfigPath": KUBECONFIG,
             },
         }
@@ -88,6 +90,13 @@ def test_the_plugin_profile_enables_layer_locality_at_prescore_and_score() -> No
     assert "extenders" not in config
     # in a pod: no kubeConfigPath, the plugin uses the service account
     assert "kubeConfigPath" not in PluginArgs().to_config()
+
+
+def test_the_plugins_image_quorum_defaults_to_the_extenders() -> None:
+    # one trust rule, two schedulers: the rendered plugin args resolve a pod image with the
+    # extender's quorum (extender/_trust.py), and a chosen quorum is rendered as given
+    assert PluginArgs().to_config()["imageQuorum"] == DEFAULT_IMAGE_QUORUM == 2
+    assert PluginArgs(image_quorum=3).to_config()["imageQuorum"] == 3
 
 
 @pytest.mark.parametrize(
@@ -100,6 +109,8 @@ def test_the_plugin_profile_enables_layer_locality_at_prescore_and_score() -> No
         ),
         (lambda: PluginArgs(inventory_sync_timeout_s=601).to_config(), "SyncTimeoutSeconds 601"),
         (lambda: PluginArgs(kubeconfig="").to_config(), "kubeconfig is empty"),
+        # a quorum of 0 would let no node at all speak for an image: refused, as in Go
+        (lambda: PluginArgs(image_quorum=0).to_config(), "imageQuorum 0 must be .* from 1"),
         (
             lambda: plugin_scheduler_config(api_version=KUBE_SCHEDULER_CONFIG_V1),
             "built into kube-scheduler v1.20 only.*use the extender",
@@ -116,6 +127,7 @@ def test_the_plugin_profile_enables_layer_locality_at_prescore_and_score() -> No
         "age-past-a-week",
         "sync-past-10-min",
         "empty-kubeconfig",
+        "zero-quorum",
         "plugin-on-v1",
         "zero-weight",
         "plugin-install-on-1.30",
@@ -161,6 +173,9 @@ def test_the_testbeds_three_processes() -> None:
     # the plugin watches with the scheduler's own kubeconfig
     args = _profile(plugin, LAYER_LOCALITY_PLUGIN_SCHEDULER)["pluginConfig"][0]["args"]
     assert args["kubeConfigPath"] == KUBECONFIG
+    # quorum 1 on the testbed only: the seed scenario's Img1 is on one node when P1-again
+    # is scheduled, and the plugin has no registry to fall back on (deploy/ keeps 2)
+    assert args["imageQuorum"] == 1 != PluginArgs().image_quorum
     assert [c["healthzBindAddress"] for c in configs.values()] == [
         "10.250.71.1:10251",
         "10.250.71.1:10252",

@@ -69,6 +69,11 @@ DEFAULT_INVENTORY_MAX_AGE_S = 1800
 MAX_INVENTORY_MAX_AGE_S = 7 * 24 * 3600
 DEFAULT_INVENTORY_SYNC_TIMEOUT_S = 30
 MAX_INVENTORY_SYNC_TIMEOUT_S = 600
+#: Nodes that must publish the same layers for a pod image: the extender's
+#: ``--image-quorum`` default (extender/_trust.py DEFAULT_IMAGE_QUORUM, which a unit test
+#: holds this to; not imported, as rendering must not load the extender's server).
+DEFAULT_IMAGE_QUORUM = 2
+MAX_IMAGE_QUORUM = 100_000
 
 #: The Ryax fork registers its plugin under this name (``names.ImageLayersLocality``).
 RYAX_PLUGIN_NAME = "ImageLayersLocality"
@@ -251,6 +256,9 @@ class PluginArgs:
     inventory_max_age_s: int = DEFAULT_INVENTORY_MAX_AGE_S
     #: How long start-up waits for the first list of NodeLayerInventory objects.
     inventory_sync_timeout_s: int = DEFAULT_INVENTORY_SYNC_TIMEOUT_S
+    #: Distinct nodes that must publish the same (manifest digest, layers) under a pod
+    #: image's name for the plugin to use them (docs/inventory.md, "Trust model").
+    image_quorum: int = DEFAULT_IMAGE_QUORUM
     #: Credentials to watch NodeLayerInventory with; None: the pod's service account.
     kubeconfig: str | None = None
 
@@ -269,11 +277,23 @@ class PluginArgs:
                     f"{LAYER_LOCALITY_PLUGIN} args: {name} {value!r} must be a whole number of "
                     f"seconds from 0 to {most}"
                 )
+        quorum = self.image_quorum
+        if (
+            isinstance(quorum, bool)
+            or not isinstance(quorum, int)
+            or not 1 <= quorum <= MAX_IMAGE_QUORUM
+        ):
+            raise InputError(
+                f"{LAYER_LOCALITY_PLUGIN} args: imageQuorum {quorum!r} must be a whole number "
+                f"of nodes from 1 to {MAX_IMAGE_QUORUM} (1 trusts any single node's word "
+                "for an image's layers)"
+            )
         args: dict[str, Any] = {
             "strategy": PLUGIN_STRATEGY,
             "spread": self.spread,
             "inventoryMaxAgeSeconds": self.inventory_max_age_s,
             "inventorySyncTimeoutSeconds": self.inventory_sync_timeout_s,
+            "imageQuorum": quorum,
         }
         if self.kubeconfig is not None:
             if not self.kubeconfig:
@@ -385,6 +405,12 @@ class TestbedSchedulers:
     image_locality: str = IMAGE_LOCALITY_SCHEDULER
     layer_locality: str = LAYER_LOCALITY_SCHEDULER
     plugin: str = LAYER_LOCALITY_PLUGIN_SCHEDULER
+    #: The plugin's imageQuorum on the testbed: 1, not deploy/'s 2. The seed scenario's
+    #: Img1 is held by one node only (P1's) when P1-again is scheduled, and the plugin has
+    #: no registry to fall back on as the extender has, so at 2 P1-again would score 0
+    #: everywhere and the plugin's column would measure nothing. The testbed's agents are
+    #: its own host processes, each held to its node by the admission webhook.
+    plugin_image_quorum: int = 1
 
 
 def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, Any]]:
@@ -411,7 +437,10 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             spec.layer_locality_bind,
         ),
         LAYER_LOCALITY_PLUGIN_SCHEDULER: for_process(
-            plugin_scheduler_config(PluginArgs(kubeconfig=spec.kubeconfig), spec.plugin),
+            plugin_scheduler_config(
+                PluginArgs(kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum),
+                spec.plugin,
+            ),
             spec.kubeconfig,
             spec.plugin_bind,
         ),

@@ -59,7 +59,7 @@ func eventually(t *testing.T, what string, check func() bool) {
 }
 
 func holds(index *layers.Index, node, image string) bool {
-	prepared := index.Prepare(index.ResolvePod([]string{image}), nil, time.Time{}, 0)
+	prepared := index.Prepare(index.ResolvePod([]string{image}, time.Time{}, 0), nil, time.Time{}, 0)
 	score, state := index.Score(prepared, node, time.Time{}, 0)
 	return state == layers.Scored && score == layers.MaxNodeScore
 }
@@ -68,7 +68,8 @@ func TestTheIndexFollowsEveryEvent(t *testing.T) {
 	client := fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{GroupVersionResource: layers.Kind + "List"},
 		object("n1", "a:1", false, "L1", "L2"), object("n2", "b:1", true, "L3"))
-	index := layers.NewIndex()
+	// quorum 1: each node's own image resolves from its object alone
+	index := layers.NewIndex(1)
 	var mu sync.Mutex
 	invalid := []string{}
 	stop := make(chan struct{})
@@ -130,7 +131,7 @@ func TestWaitForSyncGivesUp(t *testing.T) {
 	})
 	stop := make(chan struct{})
 	defer close(stop)
-	watch := Start(client, layers.NewIndex(), Hooks{}, stop)
+	watch := Start(client, layers.NewIndex(1), Hooks{}, stop)
 	started := time.Now()
 	if watch.WaitForSync(200*time.Millisecond) || watch.HasSynced() {
 		t.Fatal("synced without a list")

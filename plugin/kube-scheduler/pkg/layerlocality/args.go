@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"layersched.io/kube-scheduler/pkg/layers"
 )
 
 // StrategyLayerLocality is the one strategy the plugin runs: the Python core's
@@ -27,6 +29,12 @@ const (
 	// list of NodeLayerInventory objects before scheduling starts without them.
 	DefaultInventorySyncTimeoutSeconds int64 = 30
 	MaxInventorySyncTimeoutSeconds     int64 = 600
+	// DefaultImageQuorum is how many distinct nodes must publish the same layers for a
+	// pod image (the extender's --image-quorum default).
+	DefaultImageQuorum int64 = layers.DefaultImageQuorum
+	// MaxImageQuorum bounds the arg (an int32 node count would do; a quorum past a
+	// cluster's size only turns resolution off).
+	MaxImageQuorum int64 = 100_000
 )
 
 // Args are LayerLocality's args in a KubeSchedulerConfiguration profile's pluginConfig.
@@ -45,6 +53,12 @@ type Args struct {
 	// InventorySyncTimeoutSeconds is how long the plugin waits at start-up for the first
 	// list of NodeLayerInventory objects. Default 30.
 	InventorySyncTimeoutSeconds *int64 `json:"inventorySyncTimeoutSeconds,omitempty"`
+	// ImageQuorum is how many distinct nodes (with a fresh inventory) must publish the
+	// same manifest digest and layers under a pod image's name for the plugin to use
+	// them; with fewer, or with two answers that many nodes give, the image counts as
+	// unknown. The extender's --image-quorum (docs/inventory.md, "Trust model"); 1
+	// trusts any single node. Default 2.
+	ImageQuorum *int64 `json:"imageQuorum,omitempty"`
 	// KubeConfigPath holds the credentials to list and watch NodeLayerInventory objects
 	// with; empty: the pod's service account (in-cluster). kube-scheduler 1.20 gives a
 	// plugin no client configuration of its own (framework.Handle has no KubeConfig()),
@@ -74,7 +88,7 @@ func DecodeArgs(obj runtime.Object) (*Args, error) {
 			decoder := json.NewDecoder(bytes.NewReader(raw))
 			decoder.DisallowUnknownFields()
 			if err := decoder.Decode(args); err != nil {
-				return nil, fmt.Errorf("%s args: %v (fields: strategy, spread, inventoryMaxAgeSeconds, inventorySyncTimeoutSeconds, kubeConfigPath)", Name, err)
+				return nil, fmt.Errorf("%s args: %v (fields: strategy, spread, inventoryMaxAgeSeconds, inventorySyncTimeoutSeconds, imageQuorum, kubeConfigPath)", Name, err)
 			}
 		}
 	default:
@@ -100,6 +114,10 @@ func SetDefaults(args *Args) {
 		value := DefaultInventorySyncTimeoutSeconds
 		args.InventorySyncTimeoutSeconds = &value
 	}
+	if args.ImageQuorum == nil {
+		value := DefaultImageQuorum
+		args.ImageQuorum = &value
+	}
 }
 
 // Validate checks defaulted args, each error naming its field and the allowed values.
@@ -117,5 +135,9 @@ func Validate(args *Args) field.ErrorList {
 	}
 	within("inventoryMaxAgeSeconds", args.InventoryMaxAgeSeconds, MaxInventoryMaxAgeSeconds)
 	within("inventorySyncTimeoutSeconds", args.InventorySyncTimeoutSeconds, MaxInventorySyncTimeoutSeconds)
+	if args.ImageQuorum != nil && (*args.ImageQuorum < 1 || *args.ImageQuorum > MaxImageQuorum) {
+		errs = append(errs, field.Invalid(field.NewPath("imageQuorum"), *args.ImageQuorum,
+			fmt.Sprintf("must be between 1 and %d nodes (1 trusts any single node's word for an image)", MaxImageQuorum)))
+	}
 	return errs
 }

@@ -28,7 +28,14 @@ var (
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
 		Name:           "pod_images_unknown_total",
-		Help:           "Pod images no node's agent published: their layers count neither present nor needed (the plugin makes no registry call).",
+		Help:           "Pod images no quorum of nodes agrees on (imageQuorum; unpublished, or published without a quorum): their layers count neither present nor needed (the plugin makes no registry call).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	podImagesWithoutQuorum = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "pod_images_without_quorum_total",
+		Help:           "Pod images some node published, but which fewer than imageQuorum nodes agree on, or two answers of which reach it (one of pod_images_unknown_total): a lying node shows here.",
 		StabilityLevel: metrics.ALPHA,
 	})
 	invalidInventories = metrics.NewCounter(&metrics.CounterOpts{
@@ -50,6 +57,6 @@ var (
 
 func register() {
 	registerMetrics.Do(func() {
-		legacyregistry.MustRegister(nodesWithoutInventory, podImagesUnknown, invalidInventories, inventoryNodes)
+		legacyregistry.MustRegister(nodesWithoutInventory, podImagesUnknown, podImagesWithoutQuorum, invalidInventories, inventoryNodes)
 	})
 }

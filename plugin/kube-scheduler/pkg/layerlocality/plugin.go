@@ -94,10 +94,14 @@ func (s *preScoreState) Clone() framework.StateData {
 // lookup.
 func (pl *LayerLocality) PreScore(_ context.Context, state *framework.CycleState, pod *v1.Pod, _ []*v1.Node) *framework.Status {
 	now := pl.now()
-	podLayers := pl.index.ResolvePod(podImages(pod))
+	podLayers := pl.index.ResolvePod(podImages(pod), now, pl.maxAge)
 	if len(podLayers.Unknown) > 0 {
 		podImagesUnknown.Add(float64(len(podLayers.Unknown)))
-		klog.V(4).Infof("%s: pod %s/%s: no agent published %v: scoring its other images' layers", Name, pod.Namespace, pod.Name, podLayers.Unknown)
+		klog.V(4).Infof("%s: pod %s/%s: no quorum of %d nodes agrees on %v (published without one: %v): scoring its other images' layers",
+			Name, pod.Namespace, pod.Name, *pl.args.ImageQuorum, podLayers.Unknown, podLayers.WithoutQuorum)
+	}
+	if len(podLayers.WithoutQuorum) > 0 {
+		podImagesWithoutQuorum.Add(float64(len(podLayers.WithoutQuorum)))
 	}
 	var spread *layers.Spread
 	if pl.args.Spread {
@@ -155,18 +159,24 @@ func podImages(pod *v1.Pod) []string {
 	return images
 }
 
-// One index and one watch per kube-scheduler process and credentials, whichever profiles
-// enable the plugin.
+// One index and one watch per kube-scheduler process, credentials and image quorum,
+// whichever profiles enable the plugin.
+type sharedKey struct {
+	kubeConfigPath string
+	imageQuorum    int64
+}
+
 var (
 	sharedMu sync.Mutex
-	shared   = map[string]*layers.Index{}
+	shared   = map[sharedKey]*layers.Index{}
 )
 
 func sharedIndex(args *Args) (*layers.Index, error) {
 	register()
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
-	if index, ok := shared[args.KubeConfigPath]; ok {
+	key := sharedKey{args.KubeConfigPath, *args.ImageQuorum}
+	if index, ok := shared[key]; ok {
 		return index, nil
 	}
 	config, err := restConfig(args.KubeConfigPath)
@@ -177,7 +187,7 @@ func sharedIndex(args *Args) (*layers.Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: a client for NodeLayerInventory objects: %w", Name, err)
 	}
-	index := layers.NewIndex()
+	index := layers.NewIndex(int(*args.ImageQuorum))
 	watch := inventorywatch.Start(client, index, inventorywatch.Hooks{
 		Invalid: func(string, error) { invalidInventories.Inc() },
 		Applied: func() { inventoryNodes.Set(float64(index.Nodes())) },
@@ -189,7 +199,7 @@ func sharedIndex(args *Args) (*layers.Index, error) {
 		klog.Warningf("%s: no list of NodeLayerInventory objects within %s (is the CRD installed, and may this scheduler list %s.%s?): nodes score 0 until it comes",
 			Name, timeout, layers.Resource, layers.Group)
 	}
-	shared[args.KubeConfigPath] = index
+	shared[key] = index
 	return index, nil
 }
 

@@ -78,7 +78,9 @@ func plugin(t *testing.T, rawArgs string) (*LayerLocality, *snapshot) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	index := layers.NewIndex()
+	// quorum 1 whatever the args say: each seed image is published by one node (the
+	// quorum itself is pkg/layers' votes_test.go)
+	index := layers.NewIndex(1)
 	index.Upsert(&layers.Inventory{Node: "N1", Images: []layers.Image{img1}, ObservedAt: now})
 	index.Upsert(&layers.Inventory{Node: "N2", Images: []layers.Image{img2}, ObservedAt: now})
 	index.Upsert(&layers.Inventory{Node: "N3", ObservedAt: now})
@@ -245,6 +247,9 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "negative age", raw: `{"inventoryMaxAgeSeconds":-1}`, message: "inventoryMaxAgeSeconds: Invalid value: -1"},
 		{name: "age past a week", raw: `{"inventoryMaxAgeSeconds":604801}`, message: "between 0 and 604800"},
 		{name: "sync past 10 min", raw: `{"inventorySyncTimeoutSeconds":601}`, message: "inventorySyncTimeoutSeconds"},
+		// a quorum of 0 would resolve an image nobody published: refused
+		{name: "quorum 0", raw: `{"imageQuorum":0}`, message: "imageQuorum: Invalid value: 0"},
+		{name: "quorum 3", raw: `{"imageQuorum":3}`, want: Args{Strategy: StrategyLayerLocality, ImageQuorum: int64p(3)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -258,7 +263,12 @@ func TestDecodeArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if args.Strategy != c.want.Strategy || args.Spread != c.want.Spread || args.KubeConfigPath != c.want.KubeConfigPath {
+			wantQuorum := DefaultImageQuorum
+			if c.want.ImageQuorum != nil {
+				wantQuorum = *c.want.ImageQuorum
+			}
+			if args.Strategy != c.want.Strategy || args.Spread != c.want.Spread || args.KubeConfigPath != c.want.KubeConfigPath ||
+				args.ImageQuorum == nil || *args.ImageQuorum != wantQuorum {
 				t.Errorf("args %+v, want %+v", args, c.want)
 			}
 			if args.InventoryMaxAgeSeconds == nil || args.InventorySyncTimeoutSeconds == nil {
@@ -271,6 +281,10 @@ func TestDecodeArgs(t *testing.T) {
 	if err != nil || *args.InventoryMaxAgeSeconds != DefaultInventoryMaxAgeSeconds || *args.InventorySyncTimeoutSeconds != DefaultInventorySyncTimeoutSeconds {
 		t.Errorf("nil args: %+v, %v", args, err)
 	}
+}
+
+func int64p(value int64) *int64 {
+	return &value
 }
 
 // GeneratedConfigsEnv names a JSON object of KubeSchedulerConfigurations layersched's

@@ -1,25 +1,21 @@
 package layers
 
 import (
-	"container/list"
 	"sort"
 	"sync"
 	"time"
 )
 
-// MaxKnownImages bounds the image names remembered from the agents' objects (the Python
-// extender's MAX_KNOWN_IMAGES): the least recently published go first.
-const MaxKnownImages = 100_000
-
 // noLayer marks a pod layer that no node holds.
 const noLayer = -1
 
 // Index is what every NodeLayerInventory event updates and every Score reads: which
-// layers each node holds, which nodes hold each layer, and which layers each published
-// image name stands for. Writers (the watch) take the write lock for one node's change;
+// layers each node holds, which nodes hold each layer, and, for each published image
+// name, which nodes vote for which answer (see votes.go). Writers (the watch) take the write lock for one node's change;
 // readers (PreScore, and Score from kube-scheduler's parallel workers) share the read
 // lock, so a reader never sees half a change. It holds no API object: only ids, the
-// layer digests, and the images remembered by name.
+// layer digests, and the votes of the objects it holds (they leave with their object, so
+// its memory is bounded by what the objects held now say).
 type Index struct {
 	mu sync.RWMutex
 
@@ -31,10 +27,10 @@ type Index struct {
 	layers     []layerEntry
 	freeLayers []int32
 
-	known    map[string]*list.Element
-	knownLRU *list.List
-	// maxKnown is MaxKnownImages (smaller in tests).
-	maxKnown int
+	// quorum is how many distinct nodes must give the same answer for a pod image.
+	quorum int
+	// tally is, by lookup name, the answers nodes give for it, by answer key.
+	tally map[string]map[string]*answer
 }
 
 type nodeEntry struct {
@@ -43,6 +39,8 @@ type nodeEntry struct {
 	layers     []int32
 	observedAt time.Time
 	live       bool
+	// ballots are the node's votes, one per (lookup name, answer).
+	ballots []ballot
 }
 
 type layerEntry struct {
@@ -51,21 +49,18 @@ type layerEntry struct {
 	holders []int32
 }
 
-// knownImage is what an image name stands for, and the published image it came from
-// (the Python extender's _known entry).
-type knownImage struct {
-	name   string
-	source *Image
-}
-
-// NewIndex is an empty index.
-func NewIndex() *Index {
+// NewIndex is an empty index resolving a pod image only when quorum distinct nodes
+// publish the same answer for it (DefaultImageQuorum unless the args say otherwise;
+// 1 trusts any single node). A quorum below 1 is a caller's error: it panics.
+func NewIndex(quorum int) *Index {
+	if quorum < 1 {
+		panic("layers.NewIndex: the image quorum is at least 1")
+	}
 	return &Index{
-		nodeID:   map[string]int32{},
-		layerID:  map[string]int32{},
-		known:    map[string]*list.Element{},
-		knownLRU: list.New(),
-		maxKnown: MaxKnownImages,
+		nodeID:  map[string]int32{},
+		layerID: map[string]int32{},
+		quorum:  quorum,
+		tally:   map[string]map[string]*answer{},
 	}
 }
 
@@ -85,8 +80,7 @@ func (ix *Index) Upsert(inventory *Inventory) {
 }
 
 // Remove forgets a node's inventory (its object was deleted, or is malformed); false when
-// the index held none. The images it published stay known by name, as in the Python
-// extender: a pod may still use them.
+// the index held none. Its votes for images go with it.
 func (ix *Index) Remove(node string) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -111,9 +105,6 @@ func (ix *Index) Replace(inventories []*Inventory) {
 }
 
 func (ix *Index) upsert(inventory *Inventory) {
-	for i := range inventory.Images {
-		ix.remember(&inventory.Images[i])
-	}
 	seen := map[string]bool{}
 	var held []int32
 	for _, image := range inventory.Images {
@@ -148,6 +139,7 @@ func (ix *Index) upsert(inventory *Inventory) {
 	}
 	node.layers = held
 	node.observedAt = inventory.ObservedAt
+	ix.vote(id, inventory.Images)
 }
 
 func (ix *Index) remove(name string) bool {
@@ -158,6 +150,7 @@ func (ix *Index) remove(name string) bool {
 	for _, layer := range ix.nodes[id].layers {
 		ix.dropHolder(layer, id)
 	}
+	ix.vote(id, nil)
 	delete(ix.nodeID, name)
 	ix.nodes[id] = nodeEntry{}
 	ix.freeNodes = append(ix.freeNodes, id)
@@ -211,71 +204,6 @@ func (ix *Index) dropHolder(layer, node int32) {
 		*entry = layerEntry{}
 		ix.freeLayers = append(ix.freeLayers, layer)
 	}
-}
-
-// remember records what image's names and digest stand for, unless the digest already
-// stands for this very image: the Python extender's _refresh/_remember, which compares
-// the pooled image by identity, hence by equality of (names, digest, layers).
-func (ix *Index) remember(image *Image) {
-	if element, ok := ix.known[image.Digest]; ok && sameImage(element.Value.(*knownImage).source, image) {
-		return
-	}
-	// a copy of its own: the entries must not keep the whole inventory it came in alive
-	source := new(Image)
-	*source = *image
-	image = source
-	for _, name := range append(append([]string(nil), image.Names...), image.Digest) {
-		for _, lookup := range LookupNames(name) {
-			if element, ok := ix.known[lookup]; ok {
-				element.Value.(*knownImage).source = image
-				ix.knownLRU.MoveToBack(element)
-				continue
-			}
-			ix.known[lookup] = ix.knownLRU.PushBack(&knownImage{name: lookup, source: image})
-		}
-	}
-	for ix.knownLRU.Len() > ix.maxKnown {
-		oldest := ix.knownLRU.Front()
-		ix.knownLRU.Remove(oldest)
-		delete(ix.known, oldest.Value.(*knownImage).name)
-	}
-}
-
-func sameImage(a, b *Image) bool {
-	if a == b {
-		return true
-	}
-	if a.Digest != b.Digest || len(a.Names) != len(b.Names) || len(a.Layers) != len(b.Layers) {
-		return false
-	}
-	for i := range a.Names {
-		if a.Names[i] != b.Names[i] {
-			return false
-		}
-	}
-	for i := range a.Layers {
-		if a.Layers[i] != b.Layers[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// ImageLayers are the layers of pod image name when some node's agent published it (by
-// name or by digest); false when none did.
-func (ix *Index) ImageLayers(image string) ([]Layer, bool) {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	return ix.imageLayers(image)
-}
-
-func (ix *Index) imageLayers(image string) ([]Layer, bool) {
-	for _, lookup := range LookupNames(image) {
-		if element, ok := ix.known[lookup]; ok {
-			return element.Value.(*knownImage).source.Layers, true
-		}
-	}
-	return nil, false
 }
 
 // fresh says whether a node's inventory counts at now: observed within maxAge (0: no

@@ -44,15 +44,18 @@ func TestEveryEventKeepsBothDirectionsOfTheIndex(t *testing.T) {
 	if ix.Nodes() != 2 || fmt.Sprint(holders(ix, l1), holders(ix, l3)) != "[N5] []" {
 		t.Errorf("after a relist: %d nodes, L1 %v, L3 %v", ix.Nodes(), holders(ix, l1), holders(ix, l3))
 	}
-	// the images stay known by name after their nodes went (the Python extender's memory)
-	if _, ok := ix.ImageLayers("reg:5000/img1:1"); !ok {
-		t.Errorf("Img1 forgotten")
+	// votes leave with their objects: no node held now publishes Img1, N5 publishes Img2
+	if _, why := ix.ImageLayers("reg:5000/img1:1", observed, 0); why != Unpublished {
+		t.Errorf("Img1 still resolved (%v) after its publishers went", why)
+	}
+	if _, why := ix.ImageLayers("reg:5000/img2:1", observed, 0); why != Agreed {
+		t.Errorf("Img2: %v", why)
 	}
 }
 
 func TestAReusedLayerIDIsNotMistakenForTheOldLayer(t *testing.T) {
 	ix := seedIndex()
-	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img2:1"}), nil, observed, 0)
+	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img2:1"}, observed, 0), nil, observed, 0)
 	// after PreScore, L4's only holder drops it, and a new layer takes L4's id
 	l5 := Layer{digest("L5"), 10}
 	ix.Upsert(&Inventory{Node: "N2", Images: []Image{{Names: []string{"x:1"}, Digest: "sha256:x", Layers: []Layer{l1, l2, l5}}}, ObservedAt: observed})
@@ -62,54 +65,11 @@ func TestAReusedLayerIDIsNotMistakenForTheOldLayer(t *testing.T) {
 	}
 }
 
-func TestAMovedTagFollowsThePythonExtendersMemory(t *testing.T) {
-	moved := Image{Names: []string{"reg:5000/img1:1"}, Digest: "sha256:other", Layers: []Layer{l4}}
-	ix := NewIndex()
-	ix.Upsert(&Inventory{Node: "a", Images: []Image{img1}})
-	ix.Upsert(&Inventory{Node: "b", Images: []Image{moved}})
-	// "img1:1" now names the image b published
-	if layers, _ := ix.ImageLayers("reg:5000/img1:1"); fmt.Sprint(layers) != fmt.Sprint([]Layer{l4}) {
-		t.Errorf("after b: %v", layers)
-	}
-	// a republishes the very image it published: its digest already stands for it, so
-	// nothing is remembered again and the tag keeps naming b's image (the extender skips
-	// an image whose digest maps to it already)
-	ix.Upsert(&Inventory{Node: "c", Images: []Image{img1}})
-	if layers, _ := ix.ImageLayers("reg:5000/img1:1"); fmt.Sprint(layers) != fmt.Sprint([]Layer{l4}) {
-		t.Errorf("after c: %v", layers)
-	}
-	// the same digest under another name is another image: remembered
-	renamed := Image{Names: []string{"reg:5000/img1:2"}, Digest: img1.Digest, Layers: img1.Layers}
-	ix.Upsert(&Inventory{Node: "d", Images: []Image{renamed}})
-	if _, ok := ix.ImageLayers("reg:5000/img1:2"); !ok {
-		t.Errorf("img1:2 not remembered")
-	}
-}
-
-func TestTheMemoryOfImagesIsBounded(t *testing.T) {
-	ix := NewIndex()
-	ix.maxKnown = 4
-	for i := 0; i < 3; i++ {
-		// each image adds 2 keys: "app:i" (tagged: no ":latest" form) and its digest
-		image := Image{Names: []string{fmt.Sprintf("app:%d", i)}, Digest: fmt.Sprintf("sha256:%d", i), Layers: []Layer{l1}}
-		ix.Upsert(&Inventory{Node: fmt.Sprintf("n%d", i), Images: []Image{image}})
-	}
-	// 6 keys were remembered, 4 are kept: the oldest (app:0, its digest) are gone
-	if ix.knownLRU.Len() != 4 || len(ix.known) != 4 {
-		t.Fatalf("%d remembered", len(ix.known))
-	}
-	for name, want := range map[string]bool{"app:0": false, "sha256:0": false, "app:1": true, "app:2": true} {
-		if _, ok := ix.ImageLayers(name); ok != want {
-			t.Errorf("%s known: %v, want %v", name, ok, want)
-		}
-	}
-}
-
 func TestScoresAreReadWhileEventsArrive(t *testing.T) {
 	// 16 readers (kube-scheduler's Score workers) and one writer (the watch); with
 	// `go test -race` this also proves the locking
 	ix := seedIndex()
-	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img1:1"}), nil, observed, 0)
+	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img1:1"}, observed, 0), nil, observed, 0)
 	stop := make(chan struct{})
 	var writer sync.WaitGroup
 	writer.Add(1)

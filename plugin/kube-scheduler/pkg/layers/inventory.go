@@ -26,6 +26,12 @@ const (
 	Kind     = "NodeLayerInventory"
 )
 
+// MaxSizeBytes caps every layer size read, 1 TiB: the Python core's MAX_SIZE_BYTES
+// (core/layers.py check_size), which parse_document applies to a NodeLayerInventory. No
+// real layer is that large; the cap keeps every sum far from int64, and an object over it
+// is refused whole, as the Python core refuses it.
+const MaxSizeBytes int64 = 1 << 40
+
 // digestPattern is the Python core's layer digest check (core/layers.py _DIGEST) and the
 // CRD schema's pattern: an algorithm, a colon and at least 32 hex digits.
 var digestPattern = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$`)
@@ -102,6 +108,10 @@ func DecodeInventory(data []byte) (*Inventory, error) {
 		size, ok := integer(raw.SizeBytes)
 		if !ok || size < 0 {
 			return nil, fmt.Errorf("%s: layers[%d].sizeBytes %q must be a non-negative integer (bytes)", where, i, raw.SizeBytes)
+		}
+		if size > MaxSizeBytes {
+			return nil, fmt.Errorf("%s: layers[%d].sizeBytes %d is over the %d-byte cap on a layer: no real one is that large, so the agent that wrote it is broken or hostile",
+				where, i, size, MaxSizeBytes)
 		}
 		table[i] = Layer{Digest: *raw.Digest, SizeBytes: size}
 	}

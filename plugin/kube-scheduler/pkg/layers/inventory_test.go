@@ -63,6 +63,8 @@ func TestDecodeInventoryRefusesWhatTheAgentCannotHaveMeant(t *testing.T) {
 		{"exponent size", string(document("n1", layer("1e3"), "")), "must be a non-negative integer"},
 		{"quoted size", string(document("n1", layer(`"12"`), "")), "must be a non-negative integer"},
 		{"missing size", string(document("n1", fmt.Sprintf(`{"digest":%q}`, l1), "")), "sizeBytes"},
+		// 1 TiB + 1: over the Python core's cap, so both refuse the object (issue 23)
+		{"size over 1 TiB", string(document("n1", layer("1099511627777"), "")), "over the 1099511627776-byte cap"},
 		{"index out of range", string(document("n1", layer("1"), image("1"))), "images[0].layers[0] = 1: not an index into layers (0..0)"},
 		{"negative index", string(document("n1", layer("1"), image("-1"))), "not an index"},
 		{"boolean index", string(document("n1", layer("1"), image("true"))), "not an index"},

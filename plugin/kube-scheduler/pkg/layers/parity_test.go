@@ -15,6 +15,8 @@ const ParityCasesEnv = "LAYERSCHED_PARITY_CASES"
 type parityCase struct {
 	ID     string `json:"id"`
 	Spread bool   `json:"spread"`
+	// Quorum is the image quorum both sides resolve pod images with (0: the default).
+	Quorum int `json:"quorum"`
 	// Nodes are the cluster's nodes (the spread's node count), with or without an object.
 	Nodes []string `json:"nodes"`
 	// Inventories are the NodeLayerInventory objects in the order they are applied, and
@@ -65,7 +67,11 @@ func TestParityWithThePythonCore(t *testing.T) {
 
 func scoreParityCase(c parityCase) []string {
 	var differences []string
-	ix := NewIndex()
+	quorum := c.Quorum
+	if quorum == 0 {
+		quorum = DefaultImageQuorum
+	}
+	ix := NewIndex(quorum)
 	for i, document := range c.Inventories {
 		inventory, err := DecodeInventory(document)
 		if (err == nil) != c.Valid[i] {
@@ -79,7 +85,7 @@ func scoreParityCase(c parityCase) []string {
 	if c.Spread {
 		spread = &Spread{Nodes: len(c.Nodes)}
 	}
-	prepared := ix.Prepare(ix.ResolvePod(c.Images), spread, observed, 0)
+	prepared := ix.Prepare(ix.ResolvePod(c.Images, observed, 0), spread, observed, 0)
 	nodes := append([]string(nil), c.Nodes...)
 	sort.Strings(nodes)
 	for _, node := range nodes {

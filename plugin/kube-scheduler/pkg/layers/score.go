@@ -21,22 +21,28 @@ type PodLayers struct {
 	// int64 (only a hostile object says so) and the pod is then not scored.
 	TotalBytes int64
 	Overflow   bool
-	// Unknown are the pod's images no agent published: the plugin makes no registry call,
-	// so their layers count neither as present nor as needed.
-	Unknown []string
+	// Unknown are the pod's images no quorum of nodes agrees on (see votes.go): the
+	// plugin makes no registry call, so their layers count neither as present nor as
+	// needed. WithoutQuorum are those of them some node did publish.
+	Unknown       []string
+	WithoutQuorum []string
 }
 
-// ResolvePod is the pod's layers from the images the agents published, looked up by
-// name or digest as the Python extender's image_layers does.
-func (ix *Index) ResolvePod(images []string) PodLayers {
+// ResolvePod is the pod's layers from the images a quorum of agents agree on (nodes
+// whose inventory is fresh at now within maxAge), looked up by name or digest as the
+// Python extender's image_layers does.
+func (ix *Index) ResolvePod(images []string, now time.Time, maxAge time.Duration) PodLayers {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	var pod PodLayers
 	seen := map[string]bool{}
 	for _, image := range images {
-		layers, ok := ix.imageLayers(image)
-		if !ok {
+		layers, resolution := ix.imageLayers(image, now, maxAge)
+		if resolution != Agreed {
 			pod.Unknown = append(pod.Unknown, image)
+			if resolution == WithoutQuorum {
+				pod.WithoutQuorum = append(pod.WithoutQuorum, image)
+			}
 			continue
 		}
 		for _, layer := range layers {

@@ -17,8 +17,11 @@ var (
 
 // seedIndex: N1 holds Img1 (P1 runs there), N2 holds Img2 (P2 ran there), N3 published
 // an empty inventory, N4 has none (no agent).
+//
+// Quorum 1: each image is published by one node, and these tests are about the
+// arithmetic; votes_test.go holds the quorum.
 func seedIndex() *Index {
-	ix := NewIndex()
+	ix := NewIndex(1)
 	ix.Upsert(&Inventory{Node: "N1", Images: []Image{img1}, ObservedAt: observed})
 	ix.Upsert(&Inventory{Node: "N2", Images: []Image{img2}, ObservedAt: observed})
 	ix.Upsert(&Inventory{Node: "N3", ObservedAt: observed})
@@ -26,7 +29,7 @@ func seedIndex() *Index {
 }
 
 func scores(ix *Index, images []string, spread *Spread, nodes ...string) map[string]int64 {
-	prepared := ix.Prepare(ix.ResolvePod(images), spread, observed, 0)
+	prepared := ix.Prepare(ix.ResolvePod(images, observed, 0), spread, observed, 0)
 	got := map[string]int64{}
 	for _, node := range nodes {
 		got[node], _ = ix.Score(prepared, node, observed, 0)
@@ -103,7 +106,7 @@ func TestWhyANodeScoresZero(t *testing.T) {
 	stale := observed.Add(-time.Hour)
 	ix.Upsert(&Inventory{Node: "old", Images: []Image{img1}, ObservedAt: stale})
 	ix.Upsert(&Inventory{Node: "undated", Images: []Image{img1}})
-	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img1:1"}), nil, observed, 0)
+	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img1:1"}, observed, 0), nil, observed, 0)
 	maxAge := 30 * time.Minute
 	cases := []struct {
 		node  string
@@ -172,7 +175,7 @@ func TestArithmeticMatchesPython(t *testing.T) {
 }
 
 func TestAPodWhoseLayersWeighNothingOrOverflowIsSkipped(t *testing.T) {
-	ix := NewIndex()
+	ix := NewIndex(1)
 	empty := Layer{digest("empty"), 0}
 	huge := Layer{digest("huge"), math.MaxInt64}
 	ix.Upsert(&Inventory{Node: "n", ObservedAt: observed, Images: []Image{
@@ -180,7 +183,7 @@ func TestAPodWhoseLayersWeighNothingOrOverflowIsSkipped(t *testing.T) {
 		{Names: []string{"huge:1"}, Digest: "sha256:h", Layers: []Layer{huge, l1}},
 	}})
 	for _, image := range []string{"empty:1", "huge:1"} {
-		pod := ix.ResolvePod([]string{image})
+		pod := ix.ResolvePod([]string{image}, observed, 0)
 		prepared := ix.Prepare(pod, nil, observed, 0)
 		if !prepared.Skip() {
 			t.Errorf("%s: not skipped (%+v)", image, pod)

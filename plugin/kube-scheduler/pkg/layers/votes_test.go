@@ -1,0 +1,167 @@
+package layers
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The attack: nginx:1.25 is L1+L2+L3 (90 bytes); the liar publishes it as one
+// layer of 10^15 bytes, which only it holds.
+var (
+	nginx = Image{Names: []string{"nginx:1.25"}, Digest: "sha256:nginx", Layers: []Layer{l1, l2, l3}}
+	lie   = Image{Names: []string{"nginx:1.25"}, Digest: "sha256:nginx", Layers: []Layer{{digest("huge"), 1_000_000_000_000_000}}}
+)
+
+// nginxScores publishes each node's images in order, then scores an nginx pod on every
+// node (and says how the image resolved).
+func nginxScores(quorum int, published ...holding) (map[string]int64, Resolution) {
+	ix := NewIndex(quorum)
+	nodes := []string{}
+	for _, p := range published {
+		ix.Upsert(&Inventory{Node: p.node, Images: p.images, ObservedAt: observed})
+		nodes = append(nodes, p.node)
+	}
+	_, why := ix.ImageLayers("nginx:1.25", observed, 0)
+	return scores(ix, []string{"nginx:1.25"}, nil, nodes...), why
+}
+
+type holding = struct {
+	node   string
+	images []Image
+}
+
+func TestOneNodeCannotAttractEveryPodOfAnImage(t *testing.T) {
+	cases := []struct {
+		name      string
+		quorum    int
+		published []holding
+		want      map[string]int64
+		why       Resolution
+	}{
+		{
+			// the liar writes last; one honest holder: neither answer has 2 nodes, the
+			// image is Unknown and nobody is attracted (today: liar 100, honest 0)
+			name:      "one liar, one honest holder, K=2",
+			quorum:    2,
+			published: []holding{{"honest1", []Image{nginx}}, {"liar", []Image{lie}}},
+			want:      map[string]int64{"honest1": 0, "liar": 0},
+			why:       WithoutQuorum,
+		},
+		{
+			// two honest holders agree on L1+L2+L3 (90 bytes): both score 90/90 -> 100;
+			// the liar holds none of them -> 0
+			name:      "one liar, two honest holders, K=2",
+			quorum:    2,
+			published: []holding{{"honest1", []Image{nginx}}, {"honest2", []Image{nginx}}, {"liar", []Image{lie}}},
+			want:      map[string]int64{"honest1": 100, "honest2": 100, "liar": 0},
+			why:       Agreed,
+		},
+		{
+			// colluders: two liars reach the quorum as the two honest holders do; two
+			// answers at the quorum -> trust neither
+			name:   "two answers with a quorum each, K=2",
+			quorum: 2,
+			published: []holding{{"honest1", []Image{nginx}}, {"honest2", []Image{nginx}},
+				{"liar1", []Image{lie}}, {"liar2", []Image{lie}}},
+			want: map[string]int64{"honest1": 0, "honest2": 0, "liar1": 0, "liar2": 0},
+			why:  WithoutQuorum,
+		},
+		{
+			// K=1, one node: the old behaviour, its word resolves the image
+			name:      "K=1, a single publisher",
+			quorum:    1,
+			published: []holding{{"only", []Image{nginx}}, {"other", []Image{img2}}},
+			// other holds L1+L2 = 70 of 90 -> floor(7000/90) = 77
+			want: map[string]int64{"only": 100, "other": 77},
+			why:  Agreed,
+		},
+		{
+			// K=1 with a liar: two answers at quorum 1 -> neither (never last-writer-wins)
+			name:      "K=1, two answers",
+			quorum:    1,
+			published: []holding{{"honest1", []Image{nginx}}, {"liar", []Image{lie}}},
+			want:      map[string]int64{"honest1": 0, "liar": 0},
+			why:       WithoutQuorum,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, why := nginxScores(c.quorum, c.published...)
+			if fmt.Sprint(got) != fmt.Sprint(c.want) || why != c.why {
+				t.Errorf("scores %v (%v), want %v (%v)", got, why, c.want, c.why)
+			}
+		})
+	}
+}
+
+func TestANodeVotesOncePerNameAndAnswer(t *testing.T) {
+	// the liar lists the image twice, under two names that normalise alike: still one vote
+	ix := NewIndex(2)
+	twice := Image{Names: []string{"nginx", "nginx:latest"}, Digest: lie.Digest, Layers: lie.Layers}
+	ix.Upsert(&Inventory{Node: "liar", Images: []Image{twice, twice}, ObservedAt: observed})
+	if _, why := ix.ImageLayers("nginx", observed, 0); why != WithoutQuorum {
+		t.Errorf("one node's duplicates resolved the image: %v", why)
+	}
+}
+
+func TestVotesLeaveWithTheirObject(t *testing.T) {
+	ix := NewIndex(2)
+	ix.Upsert(&Inventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&Inventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed})
+	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != Agreed {
+		t.Fatalf("two holders: %v", why)
+	}
+	// b's object is replaced by one without nginx: one vote left, below the quorum
+	ix.Upsert(&Inventory{Node: "b", Images: []Image{img2}, ObservedAt: observed})
+	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != WithoutQuorum {
+		t.Errorf("after b's replacement: %v", why)
+	}
+	// c agrees with a: the quorum is back; then a's object is deleted
+	ix.Upsert(&Inventory{Node: "c", Images: []Image{nginx}, ObservedAt: observed})
+	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != Agreed {
+		t.Errorf("after c: %v", why)
+	}
+	ix.Remove("a")
+	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != WithoutQuorum {
+		t.Errorf("after a's deletion: %v", why)
+	}
+	// a liar's answer leaves with its object too: a fresh pair of liars, then one goes
+	ix.Upsert(&Inventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&Inventory{Node: "x", Images: []Image{lie}, ObservedAt: observed})
+	ix.Upsert(&Inventory{Node: "y", Images: []Image{lie}, ObservedAt: observed})
+	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != WithoutQuorum {
+		t.Errorf("two answers at quorum: %v", why)
+	}
+	ix.Remove("y")
+	if layers, why := ix.ImageLayers("nginx:1.25", observed, 0); why != Agreed || fmt.Sprint(layers) != fmt.Sprint(nginx.Layers) {
+		t.Errorf("after y's deletion: %v %v", layers, why)
+	}
+	// every object gone: nothing is held for any name (memory follows the objects)
+	for _, node := range []string{"a", "b", "c", "x"} {
+		ix.Remove(node)
+	}
+	if len(ix.tally) != 0 {
+		t.Errorf("%d lookup names still tallied with no object held", len(ix.tally))
+	}
+}
+
+func TestAStaleInventoryDoesNotVote(t *testing.T) {
+	ix := NewIndex(2)
+	ix.Upsert(&Inventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&Inventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed.Add(-2 * time.Hour)})
+	if _, why := ix.ImageLayers("nginx:1.25", observed, time.Hour); why != WithoutQuorum {
+		t.Errorf("b's two-hour-old object voted under a one-hour bound: %v", why)
+	}
+	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != Agreed {
+		t.Errorf("without a bound: %v", why)
+	}
+}
+
+func TestACraftedDigestCannotJoinAnotherAnswer(t *testing.T) {
+	// with a naive "digest|layer|size" key, this digest would spell the honest answer's key
+	crafted := Image{Names: nginx.Names, Digest: answerKey(&nginx), Layers: nil}
+	if answerKey(&crafted) == answerKey(&nginx) {
+		t.Fatal("two answers share a key")
+	}
+}

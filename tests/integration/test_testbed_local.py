@@ -143,6 +143,7 @@ def test_status_reports_every_component_healthy(testbed: TestbedInventory) -> No
         "kube-controller-manager",
         "scheduler-image-locality",
         "scheduler-layer-locality",
+        "scheduler-layer-locality-plugin",
         "layersched extender (layer-locality)",
         "kubelet n1",
         "kubelet n2",

@@ -297,6 +297,52 @@ def test_the_pools_release_what_no_object_holds(loop: RunningLoop) -> None:
     assert _live(Layer, generated) == 0
 
 
+def test_nodes_falling_back_share_one_resolved_status_image(loop: RunningLoop) -> None:
+    # 20 nodes without an agent report the same two status images, which the
+    # "registry" resolves: every node's inventory entry is the same resolved object per
+    # image (one per pooled status image, made once), not one per node (after a flood,
+    # 1,000 nodes falling back made 50,000, each pinning the flood's freed pages). When
+    # the last node holding an image goes, its resolved twin goes with the pool entry.
+    app, db = Layer(digest(60), 5 * MB), Layer(digest(61), 7 * MB)
+    source = StaticLayerSource({"reg/fallback-app:1": (app,), "reg/fallback-db:1": (db,)})
+    api = FakeApi()
+    names = sorted(f"n{i}" for i in range(20))
+    api.items[NODES_PATH] = [
+        node(n, ("reg/fallback-app:1", 5 * MB), ("reg/fallback-db:1", 7 * MB)) for n in names
+    ]
+    provider = started(api, loop.loop, source=source, agent_grace_s=0)
+    assert_holders(loop, provider, app, names)
+    assert_holders(loop, provider, db, names)
+
+    def images() -> list[tuple[NodeImage, ...]]:
+        inventory = provider.current()
+        assert inventory is not None
+        return [tuple(node_info.images) for node_info in inventory.nodes]
+
+    held = loop.call(images)
+    assert len(held) == 20
+    by_name = {image.names[0]: image for image in held[0]}
+    assert by_name["reg/fallback-app:1"].layers == (app,) and by_name[
+        "reg/fallback-db:1"
+    ].layers == (db,)
+    for node_images in held:
+        assert all(image is by_name[image.names[0]] for image in node_images)
+    assert (
+        _live(NodeImage, {"reg/fallback-app:1", "reg/fallback-db:1"}) == 4
+    )  # two pooled, two resolved
+    # every node goes: nothing of the images is left, resolved or not
+    for n in names:
+        api.put(NODES_PATH, event("DELETED", node(n)))
+
+    @converging
+    def emptied() -> None:
+        assert loop.call(provider.tracked)["pooled_images"] == 0
+
+    emptied()
+    del held, by_name, node_images
+    assert _live(NodeImage, {"reg/fallback-app:1", "reg/fallback-db:1"}) == 0
+
+
 # ------------------------------------------------------------------------ threads
 def test_one_timer_thread_for_every_node_without_an_agent(loop: RunningLoop) -> None:
     # 300 nodes without an agent wait out their grace (60 s) before the registry is

@@ -518,3 +518,78 @@ def test_a_live_inventory_compacts_its_tables_after_heavy_churn() -> None:
     assert live.layer_count == reference.layer_count
     assert live.image_state("base:1") == reference.image_state("base:1")
     assert live.image_state("churn-0:1") is None
+
+
+def test_compaction_after_a_flood_moves_only_the_flood_survivors_ids() -> None:
+    # 40 nodes hold 3 layers each of a cluster's 60 (ids 0..59, given first); 10 nodes
+    # then take 1,000 fresh layers each (ids 60..10,059) and drop them again. The
+    # tables are cut back to the 60 held layers, and a node that never held a fresh
+    # layer keeps its very id array: a compaction reallocates nothing of what the
+    # cluster held before the flood (small live arrays made amid the flood's freed
+    # memory would keep its pages resident)
+    def layer(n: int) -> Layer:
+        return Layer(f"sha256:{n:064x}", 1_000 + n)
+
+    def node(i: int, fresh: int | None = None) -> NodeInfo:
+        own = tuple(layer(3 * (i % 20) + j) for j in range(3))
+        extra = (
+            () if fresh is None else tuple(layer(100_000 + 1_000 * fresh + j) for j in range(1_000))
+        )
+        return NodeInfo(f"n{i}", (NodeImage((f"app{i}:1",), MB, (*own, *extra)),))
+
+    live = ClusterInventory()
+    for i in range(40):
+        live.add_node(node(i))
+    calm = {i: live._node_layers[i] for i in range(10, 40)}  # never flooded
+    for i in range(10):
+        live.upsert_node(node(i, fresh=i))
+    assert live.layer_count == 60 + 10_000
+    assert live.compactions == 0
+    for i in range(10):
+        live.upsert_node(node(i))
+    # the compaction came once 8,000 ids were free (over 2,060 held + the slack):
+    # the tables follow what is held (within the slack), not the flood's peak
+    assert live.compactions == 1
+    assert live.layer_count == 60
+    assert len(live._layer_size) == len(live._layer_digest) == len(live._layer_holders)
+    assert len(live._layer_size) == 60 + 2 * 1_000  # 2,060 then, 2,000 freed since
+    assert len(live._free_lids) == 2_000 <= live.layer_count + COMPACT_SLACK
+    assert all(live._node_layers[i] is ids for i, ids in calm.items())
+    # and every answer is the one of an inventory built from the final nodes
+    reference = ClusterInventory()
+    for i in range(40):
+        reference.add_node(node(i))
+    for i in range(40):
+        assert set(live.node_layer_digests(i)) == set(reference.node_layer_digests(i))
+        assert list(live._node_layers[i]) == sorted(live._node_layers[i])
+    for n in range(60):
+        assert live.layer_holders(layer(n).digest).tolist() == (
+            reference.layer_holders(layer(n).digest).tolist()
+        )
+        assert live.layer_size(layer(n).digest) == 1_000 + n
+    assert live.layer_holders(layer(100_000).digest).tolist() == []
+
+
+def test_compaction_moves_a_surviving_fresh_layer_into_a_freed_id() -> None:
+    # n0 holds base layers 0..4999 (ids 0..4999), n1 one fresh layer (id 5000); n0 then
+    # drops all but one base layer: the compaction moves n1's layer to a freed id below
+    # the held count, rewrites n1's array (and only it), and both answer as before
+    def layer(n: int) -> Layer:
+        return Layer(f"sha256:{n:064x}", 1_000 + n)
+
+    live = ClusterInventory()
+    live.add_node(
+        NodeInfo("n0", (NodeImage(("base:1",), MB, tuple(layer(n) for n in range(5_000))),))
+    )
+    live.add_node(NodeInfo("n1", (NodeImage(("fresh:1",), MB, (layer(9_999),)),)))
+    live.upsert_node(NodeInfo("n0", (NodeImage(("base:1",), MB, (layer(4_321),)),)))
+    assert live.compactions == 1
+    assert len(live._layer_size) == live.layer_count == 2
+    assert sorted(live._node_layers[0]) + sorted(live._node_layers[1]) != []
+    assert {int(lid) for ids in live._node_layers for lid in ids} == {0, 1}
+    assert set(live.node_layer_digests(0)) == {layer(4_321).digest}
+    assert set(live.node_layer_digests(1)) == {layer(9_999).digest}
+    assert live.layer_holders(layer(9_999).digest).tolist() == [1]
+    assert live.layer_size(layer(9_999).digest) == 1_000 + 9_999
+    assert live.node_holds_layer(1, layer(9_999).digest)
+    assert not live.node_holds_layer(0, layer(9_999).digest)

@@ -222,7 +222,7 @@ class Inventory(Protocol):
 #: Node and layer ids in the inventory's two-way maps: 32-bit, 4 bytes an entry (a Python
 #: set spends about 60 bytes an entry; at 5,000 nodes the maps held 108 MB as sets).
 _ID_TYPECODE = "i"
-#: A live inventory renumbers its layer ids (and rebuilds the maps keyed by layer or
+#: A live inventory compacts its layer ids (and rebuilds the maps keyed by layer or
 #: name) once this many more entries were freed than are held: its tables then follow
 #: what its nodes hold now, not the most they ever held (Python lists and dicts never
 #: shrink by themselves). Amortised, each freed entry costs O(1).
@@ -429,6 +429,8 @@ class ClusterInventory:
         self._packed: _Packed | None = None
         self.unresolved_images = 0
         self.warnings: list[str] = []
+        #: Times the layer tables were compacted (see _compact_layers).
+        self.compactions = 0
         #: Bumped by every change (caches keyed on the inventory compare it).
         self.generation = 0
         #: Bumped when node indices change (a node added or removed).
@@ -716,24 +718,33 @@ class ClusterInventory:
         self._free_lids.append(lid)
 
     def _compact_layers(self) -> None:
-        """Once many more layer ids are free than held: renumber the held layers 0..n-1
-        in their order (so every node's sorted id array stays sorted), and drop the freed
-        ids' table entries. Called at the end of a change, never amid one."""
+        """Once many more layer ids are free than held: move the held layers whose ids
+        are past the held count into the free ids below it, and cut the tables to that
+        count (their dict rebuilt: a dict never shrinks). Every other id stays, so only
+        the nodes holding a moved layer get a new id array: after a flood of fresh layers
+        is dropped, the layers the cluster held before it keep their ids and no node's
+        array is reallocated (5,000 small arrays made amid the flood's freed memory would
+        pin its pages: glibc returns only whole free pages). Called at the end of a
+        change, never amid one."""
         if len(self._free_lids) <= len(self._layer_id) + COMPACT_SLACK:
             return
-        held = [lid for lid, digest in enumerate(self._layer_digest) if digest]
-        mapping = np.full(len(self._layer_digest), -1, dtype=np.int32)
-        mapping[held] = np.arange(len(held), dtype=np.int32)
-        self._layer_digest = [self._layer_digest[lid] for lid in held]
-        self._layer_size = [self._layer_size[lid] for lid in held]
-        self._layer_holders = [self._layer_holders[lid] for lid in held]
+        count = len(self._layer_id)
+        digests, sizes, holders = self._layer_digest, self._layer_size, self._layer_holders
+        free = sorted(lid for lid in self._free_lids if lid < count)
+        moved = [lid for lid in range(count, len(digests)) if digests[lid]]
+        mapping = dict(zip(moved, free, strict=True))
+        touched: set[int] = set()
+        for old, new in mapping.items():
+            digests[new], sizes[new], holders[new] = digests[old], sizes[old], holders[old]
+            touched.update(holders[new])
+        for node in touched:
+            self._node_layers[node] = _ids(mapping.get(lid, lid) for lid in self._node_layers[node])
+        self._layer_digest, self._layer_size = digests[:count], sizes[:count]
+        self._layer_holders = holders[:count]
         self._layer_id = {digest: lid for lid, digest in enumerate(self._layer_digest)}
-        for node, ids in enumerate(self._node_layers):
-            if ids:
-                renumbered = mapping[np.frombuffer(ids, dtype=np.int32)]
-                self._node_layers[node] = array(_ID_TYPECODE, renumbered.tobytes())
         self._layer_holders_arr = {}
         self._free_lids = []
+        self.compactions += 1
 
     @property
     def layer_count(self) -> int:

@@ -86,7 +86,7 @@ class InventoryPools:
         self._layers: dict[Layer, list[Any]] = {}
         #: value -> [shared HeldImage, its NodeImage twin, references]
         self._images: dict[HeldImage, list[Any]] = {}
-        #: status image value -> [shared NodeImage, references]
+        #: status image value -> [shared NodeImage, references, its resolved twin?]
         self._status: dict[NodeImage, list[Any]] = {}
         #: Entries dropped since the dicts were last rebuilt.
         self._dropped = 0
@@ -187,6 +187,21 @@ class InventoryPools:
                 return None
             self.held_bytes += cost
             return held
+
+    def resolved_status(self, image: NodeImage, layers: tuple[Layer, ...]) -> NodeImage:
+        """Status image ``image`` with the ``layers`` the registry gave it: one object
+        for every node holding the pooled ``image`` (it goes with the pool's entry), not
+        one per node. 1,000 nodes falling back to their status images after a flood made
+        50,000 of them, each small and long-lived amid the flood's freed memory."""
+        with self._lock:
+            entry = self._status.get(image)
+            if entry is None or entry[0] is not image:  # not pooled: nothing to share
+                return NodeImage(image.names, image.size_bytes, layers)
+            twin: NodeImage | None = entry[2] if len(entry) > 2 else None
+            if twin is None or twin.layers is not layers:
+                twin = NodeImage(image.names, image.size_bytes, layers)
+                entry[2:] = [twin]
+            return twin
 
     def release(self, held: Held) -> None:
         """Drop ``held``'s references and charge (entries go with their last holder)."""

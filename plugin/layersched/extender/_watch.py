@@ -822,7 +822,7 @@ class WatchInventoryProvider:
     def _warm(self, name: str) -> bool:
         """On the worker: resolve the status images of a node without published layers
         through the layer source (the registry), so the loop finds them resolved. True
-        when something new was resolved (the node is then refreshed)."""
+        when some of its images have layers (the node is then refreshed)."""
         with self._grace_lock:
             info = self._latest.get(name)
             first_s = self._first_seen.get(name)
@@ -832,14 +832,17 @@ class WatchInventoryProvider:
             return False  # its grace timer comes back for it
         fresh = False
         for image in info.images:
-            if image.layers is not None or not image.names or image.names[0] in self._resolved:
+            if image.layers is not None or not image.names:
                 continue
-            layers, warning = resolve_node_image(image, self._source, self._resolver)
-            self.node_image_resolutions += 1
-            if warning is not None:
-                log.warning(warning)
-            self._resolved[image.names[0]] = layers
-            fresh = fresh or layers is not None
+            if image.names[0] not in self._resolved:
+                layers, warning = resolve_node_image(image, self._source, self._resolver)
+                self.node_image_resolutions += 1
+                if warning is not None:
+                    log.warning(warning)
+                self._resolved[image.names[0]] = layers
+            # resolved now or for another node: this node may have been refreshed before
+            # (its images names only), and nothing else would refresh it
+            fresh = fresh or self._resolved.get(image.names[0]) is not None
         while len(self._resolved) > MAX_RESOLVED:
             self._resolved.popitem(last=False)
         return fresh
@@ -1062,7 +1065,7 @@ class WatchInventoryProvider:
         if image.layers is not None or not image.names:
             return image
         layers = self._resolved.get(image.names[0])
-        return image if layers is None else NodeImage(image.names, image.size_bytes, layers)
+        return image if layers is None else self._pools.resolved_status(image, layers)
 
 
 def _name(obj: object) -> str:

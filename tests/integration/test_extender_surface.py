@@ -262,17 +262,22 @@ def test_a_trickling_body_is_cut_off_and_holds_no_place(
             assert said.startswith(b"HTTP/1.1 408")
 
 
-def test_the_extender_runs_on_glibc_malloc_unless_told_otherwise(
+def test_the_allocator_is_pymalloc_unless_glibc_is_asked_for(
     files: dict[str, Path], tmp_path: Path
 ) -> None:
-    # the process re-executes itself (same PID, same arguments) with PYTHONMALLOC=malloc
-    # and MALLOC_ARENA_MAX=2, so that memory freed after a flood goes back to the system
-    # (extender/_memory.py); a PYTHONMALLOC set by the operator is kept as it is
+    # by default the extender stays on CPython's pymalloc (the fastest requests); with
+    # --allocator glibc it re-executes itself (same PID, same arguments) with
+    # PYTHONMALLOC=malloc and MALLOC_ARENA_MAX=2, so that memory freed after a flood goes
+    # back to the system (extender/_memory.py); a PYTHONMALLOC set by the operator is kept
     def environment(pid: int) -> dict[str, str]:
         raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         return dict(item.decode().partition("=")[::2] for item in raw if item)
 
-    with running_extender(tmp_path / "default.log", *_common(files)) as (url, proc):
+    with running_extender(tmp_path / "default.log", *_common(files)) as (_, proc):
+        env = environment(proc.pid)
+        assert "PYTHONMALLOC" not in env and "MALLOC_ARENA_MAX" not in env
+    glibc = (*_common(files), "--allocator", "glibc")
+    with running_extender(tmp_path / "glibc.log", *glibc) as (url, proc):
         env = environment(proc.pid)
         assert (env.get("PYTHONMALLOC"), env.get("MALLOC_ARENA_MAX")) == ("malloc", "2")
         answer = httpx.post(
@@ -283,7 +288,7 @@ def test_the_extender_runs_on_glibc_malloc_unless_told_otherwise(
         assert answer.json() == SEED_SCORES
     os.environ["PYTHONMALLOC"] = "pymalloc"
     try:
-        with running_extender(tmp_path / "chosen.log", *_common(files)) as (_, proc):
+        with running_extender(tmp_path / "chosen.log", *glibc) as (_, proc):
             env = environment(proc.pid)
             assert env.get("PYTHONMALLOC") == "pymalloc" and "MALLOC_ARENA_MAX" not in env
     finally:

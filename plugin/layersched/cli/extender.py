@@ -18,13 +18,16 @@ from layersched.core.errors import InputError
 from layersched.core.layers import LayerSource, NoLayerSource
 from layersched.core.manifest import Platform
 from layersched.extender import (
+    ALLOCATORS,
     DEFAULT_AGENT_GRACE_S,
     DEFAULT_IMAGE_QUORUM,
     DEFAULT_INVENTORY_MAX_AGE_S,
     DEFAULT_MAX_INVENTORY_BYTES,
     DEFAULT_RESOLVE_TIMEOUT_S,
+    GLIBC,
     MAX_CONCURRENT_REQUESTS,
     MAX_REQUEST_BYTES,
+    PYMALLOC,
     REQUEST_READ_TIMEOUT_S,
     SHUTDOWN_GRACE_S,
     HealthListener,
@@ -189,6 +192,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "missing (default: %(default)s, three agent heartbeats)",
     )
     p.add_argument(
+        "--allocator",
+        choices=ALLOCATORS,
+        default=PYMALLOC,
+        help="CPython's allocator: pymalloc (default) answers fastest; glibc re-executes "
+        "on glibc's malloc, which returns memory freed after a flood of large objects to "
+        "the system, at about twice the cost per request (docs/extender.md, Memory)",
+    )
+    p.add_argument(
         "--max-inventory-bytes",
         type=int,
         default=DEFAULT_MAX_INVENTORY_BYTES,
@@ -275,9 +286,10 @@ def _listening(url: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT."""
     _check(args)
-    # glibc's malloc and fewer heaps, before any thread: freed memory goes back to the
-    # system (extender/_memory.py); a re-executed process comes back here, and goes on
-    exec_with_glibc_malloc()
+    # on request, glibc's malloc, before any thread: freed memory goes back to the system
+    # (extender/_memory.py); a re-executed process comes back here, and goes on
+    if args.allocator == GLIBC:
+        exec_with_glibc_malloc()
     limit_malloc_arenas()
     strategy = strategy_from_args(args)
     source: LayerSource = open_layer_source(args) if strategy.needs_layers else NoLayerSource()

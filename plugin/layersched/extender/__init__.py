@@ -11,7 +11,13 @@ and ``/debug/decisions`` (to local clients only, unless ``--debug-endpoints``).
 See ``docs/extender.md``.
 """
 
-from layersched.extender._memory import exec_with_glibc_malloc, limit_malloc_arenas
+from layersched.extender._memory import (
+    ALLOCATORS,
+    GLIBC,
+    PYMALLOC,
+    exec_with_glibc_malloc,
+    limit_malloc_arenas,
+)
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
 from layersched.extender._providers import InventoryProvider, StaticInventoryProvider
@@ -40,14 +46,17 @@ from layersched.extender._watch import (
 from layersched.extender._wire import MAX_EXTENDER_PRIORITY
 
 __all__ = [
+    "ALLOCATORS",
     "DEFAULT_AGENT_GRACE_S",
     "DEFAULT_IMAGE_QUORUM",
     "DEFAULT_INVENTORY_MAX_AGE_S",
     "DEFAULT_MAX_INVENTORY_BYTES",
     "DEFAULT_RESOLVE_TIMEOUT_S",
+    "GLIBC",
     "MAX_CONCURRENT_REQUESTS",
     "MAX_EXTENDER_PRIORITY",
     "MAX_REQUEST_BYTES",
+    "PYMALLOC",
     "REQUEST_READ_TIMEOUT_S",
     "SCORE_DIVISOR",
     "SHUTDOWN_GRACE_S",

@@ -11,13 +11,18 @@ the objects were gone, measured on CPython 3.11 with glibc 2.36:
 * glibc's malloc keeps freed pages in its heaps (one per thread that allocated, up to 8
   per core) until told otherwise.
 
-So the extender runs on glibc's malloc, which returns free pages anywhere in a heap:
-:func:`exec_with_glibc_malloc` re-executes the process with ``PYTHONMALLOC=malloc`` and
-``MALLOC_ARENA_MAX=2`` unless they are set already (set ``PYTHONMALLOC`` yourself to
-choose otherwise), :func:`limit_malloc_arenas` caps the heaps when it is not re-executed,
-and :func:`trim` (``malloc_trim(0)``) returns free pages after a burst. The same run then
-came back within 6 % of its baseline. All are no-ops where glibc is absent (musl,
-macOS). ``bench/bench_extender.py``'s ``watch_memory_hostile`` case measures the effect.
+So ``--allocator glibc`` runs the extender on glibc's malloc, which returns free pages
+anywhere in a heap: :func:`exec_with_glibc_malloc` re-executes the process with
+``PYTHONMALLOC=malloc`` and ``MALLOC_ARENA_MAX=2`` unless ``PYTHONMALLOC`` is set
+already. It is not the default: every small allocation of a request then costs more, and
+a ``NodeNames`` request at 5,000 nodes took about twice as long (p50 1.79 against 0.95 ms,
+``bench/bench_against.py``), while after a hostile flood and its deletion neither
+allocator comes back within 10 % of its baseline (``bench/results/extender_memory.json``;
+docs/inventory.md). :func:`limit_malloc_arenas` caps glibc's heaps in either case (CPython
+takes objects over 512 bytes from glibc even under pymalloc), and :func:`trim`
+(``malloc_trim(0)``) returns free pages after a burst. All are no-ops where glibc is
+absent (musl, macOS). ``bench/bench_extender.py``'s ``watch_memory_hostile`` case
+measures the effect.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ log = logging.getLogger(__name__)
 M_ARENA_MAX = -8
 #: Heaps glibc may make: the event loop's and one shared by the other threads.
 MALLOC_ARENAS = 2
+#: ``--allocator``'s choices: CPython's own small-object allocator, or glibc's malloc.
+PYMALLOC, GLIBC = "pymalloc", "glibc"
+ALLOCATORS = (PYMALLOC, GLIBC)
 #: What :func:`exec_with_glibc_malloc` sets (unless set already).
 MALLOC_ENVIRONMENT = {"PYTHONMALLOC": "malloc", "MALLOC_ARENA_MAX": str(MALLOC_ARENAS)}
 

@@ -16,6 +16,7 @@ from layersched.core.errors import TestbedError
 from layersched.kube import (
     ALL_PODS_PATH,
     NAMESPACES_PATH,
+    NODE_LAYERS_PATH,
     NODES_PATH,
     VERSION_PATH,
     events_path,
@@ -27,6 +28,7 @@ from layersched.testbed.cluster.driver import (
     SCENARIO_NAMESPACE,
     ClusterDriver,
     PodRun,
+    held_layers,
     listed_repository,
     still_running,
 )
@@ -282,28 +284,60 @@ class InventoryBackend(RecordingBackend):
         return self.inventory.pop(0) if len(self.inventory) > 1 else self.inventory[0]
 
 
+#: A container the kubelet is creating from its pulled image.
+_CREATING = {"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}
+
+
 @pytest.mark.parametrize(
-    ("statuses", "running"),
+    ("statuses", "phase", "running", "creating_is_stopped"),
     [
         # the kubelet has not reported the container yet: it may be starting
-        ([{"name": "main"}], ["main"]),
-        ([{"name": "main", "state": {"running": {}}}], ["main"]),
-        ([{"name": "main", "state": {"terminated": {"exitCode": 0}}}], []),
-        # never started (ContainerCreating, ErrImagePull): holds nothing
-        ([{"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}], []),
+        ([{"name": "main"}], None, ["main"], False),
+        ([{"name": "main", "state": {"running": {}}}], "Running", ["main"], True),
+        ([{"name": "main", "state": {"terminated": {"exitCode": 0}}}], "Succeeded", [], False),
+        # will never start (its pull failed): holds nothing
+        (
+            [{"name": "main", "state": {"waiting": {"reason": "ErrImagePull"}}}],
+            "Pending",
+            [],
+            False,
+        ),
+        # being created from its pulled image: may start, pins the layers (a reset waits)
+        ([_CREATING], "Pending", ["main"], False),
+        # ... unless the caller keeps the image anyway (deleting P2)
+        ([_CREATING], "Pending", [], True),
+        # kubelet 1.20 fails a pod deleted mid-creation and leaves it "creating" for a minute
+        ([_CREATING], "Failed", [], False),
+        # a waiting state without a reason: treated as being created
+        ([{"name": "main", "state": {"waiting": {}}}], None, ["main"], False),
         (
             [
-                {"name": "a", "state": {"waiting": {}}},
+                {"name": "a", "state": {"waiting": {"reason": "ImagePullBackOff"}}},
                 {"name": "b", "state": {"running": {}}},
             ],
+            "Running",
             ["b"],
+            False,
         ),
-        ([], []),  # no container status at all: nothing runs
+        ([], None, [], False),  # no container status at all: nothing runs
     ],
-    ids=["unreported", "running", "terminated", "waiting", "mixed", "none"],
+    ids=[
+        "unreported",
+        "running",
+        "terminated",
+        "pull-failed",
+        "creating",
+        "creating-image-kept",
+        "failed-while-creating",
+        "waiting-no-reason",
+        "mixed",
+        "none",
+    ],
 )
-def test_still_running(statuses: list[dict[str, Any]], running: list[str]) -> None:
-    assert still_running(statuses) == running
+def test_still_running(
+    statuses: list[dict[str, Any]], phase: str | None, running: list[str], creating_is_stopped: bool
+) -> None:
+    assert still_running(statuses, phase, creating_is_stopped=creating_is_stopped) == running
 
 
 @pytest.mark.parametrize(
@@ -319,12 +353,23 @@ def test_listed_repository(name: str, repository: str) -> None:
     assert listed_repository(name) == repository
 
 
+#: The container states the table below names: a waiting container's reason matters.
+_STATES: dict[str, dict[str, Any]] = {
+    "terminated": {"terminated": {"exitCode": 0}},
+    "running": {"running": {}},
+    "waiting": {"waiting": {"reason": "ErrImagePull"}},
+    "creating": {"waiting": {"reason": "ContainerCreating"}},
+}
+
+
 def _terminating(*states: str) -> dict[str, Any]:
     """A deleted pod the API still holds, its containers in these states."""
     return {
         "metadata": {"name": "p1", "deletionTimestamp": "2026-11-24T00:00:00Z"},
         "status": {
-            "containerStatuses": [{"name": f"c{i}", "state": {s: {}}} for i, s in enumerate(states)]
+            "containerStatuses": [
+                {"name": f"c{i}", "state": _STATES[s]} for i, s in enumerate(states)
+            ]
         },
     }
 
@@ -336,14 +381,23 @@ def _terminating(*states: str) -> dict[str, Any]:
         # sandbox: once every container has terminated the driver stops waiting for that
         ("terminated",),
         ("terminated", "terminated"),
-        # a container that never started (its pull or creation cut short by the deletion)
-        # holds nothing: the kubelet starts nothing for a deleted pod
+        # a container that will never start (its pull failed) holds nothing: the kubelet
+        # starts nothing for a deleted pod
         ("waiting",),
         ("terminated", "waiting"),
         # a container still running is waited for (here past the timeout: then forced too)
         ("terminated", "running"),
+        # so is one being created from its pulled image: it pins the image's layers
+        ("creating",),
     ],
-    ids=["stopped", "all-stopped", "never-started", "stopped-and-never-started", "one-running"],
+    ids=[
+        "stopped",
+        "all-stopped",
+        "never-started",
+        "stopped-and-never-started",
+        "one-running",
+        "being-created",
+    ],
 )
 def test_a_deleted_pod_whose_containers_stopped_is_not_waited_for(
     states: tuple[str, ...], api: StandInApi, monkeypatch: pytest.MonkeyPatch
@@ -366,7 +420,7 @@ def test_a_deleted_pod_whose_containers_stopped_is_not_waited_for(
     _driver(api).delete_by_name("p1")
     assert deleted == ["1", "0"]
     polls = api.sent("GET", pod_path(NS, "p1"))
-    if "running" not in states:
+    if not {"running", "creating"} & set(states):
         assert len(polls) <= 2  # seen stopped at once, forced, gone: no minute-long wait
 
 
@@ -380,3 +434,41 @@ def test_a_pod_gone_after_its_graceful_deletion_is_not_forced(api: StandInApi) -
     api.route("DELETE", pod_path(NS, "p1"), delete)  # then GET answers 404: gone
     _driver(api).delete_by_name("p1")
     assert deleted == ["1"]
+
+
+L1, L3, PAUSE = ("sha256:" + c * 64 for c in "13p")
+
+
+def _inventory(node: str, *digests: str) -> dict[str, Any]:
+    return {"metadata": {"name": node}, "layers": [{"digest": d, "sizeBytes": 1} for d in digests]}
+
+
+@pytest.mark.parametrize(
+    ("node", "held"),
+    [
+        # n1 lists L1 and L3 with no image naming them: pinned, a pull would skip them
+        ("n1", [L1, L3]),
+        ("n2", []),  # only the pause image's layer: not the scenario's
+        ("n3", []),  # no inventory published for it: nothing known to be held
+    ],
+    ids=["pinned", "clean", "no-inventory"],
+)
+def test_held_layers(node: str, held: list[str]) -> None:
+    inventories = [_inventory("n1", L3, PAUSE, L1), _inventory("n2", PAUSE)]
+    assert held_layers(inventories, node, [L1, L3]) == held
+
+
+def test_reset_waits_until_no_agent_lists_a_scenario_layer(
+    api: StandInApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a container created from the image while it was removed pins its layers: the reset
+    # fails, naming the node and the layers, rather than let the next pull skip them
+    monkeypatch.setattr("layersched.testbed.cluster.driver.IMAGE_GONE_TIMEOUT_S", 1.0)
+    api.route("GET", pods_path(NS), items([]))
+    api.route("GET", NODES_PATH, items([_node("w1", "10.0.0.1")]))
+    api.route("GET", NODE_LAYERS_PATH, items([_inventory("w1", L3)]))
+    driver = ClusterDriver(str(api.kubeconfig), RecordingBackend(), (IMAGE,), layer_digests=[L3])
+    with pytest.raises(
+        TestbedError, match=rf"node w1's agent still lists scenario layers \['{L3}'\]"
+    ):
+        driver.reset()

@@ -241,7 +241,12 @@ def _run(
     tags: list[str],
 ) -> int:
     backend, images = testbed.backend, testbed.images
-    driver = ClusterDriver(testbed.kubeconfig, backend, (images.img1, images.img2))
+    driver = ClusterDriver(
+        testbed.kubeconfig,
+        backend,
+        (images.img1, images.img2),
+        layer_digests=[digest for digest, _size in images.layers.values()],
+    )
     extender_before = extender_requests(testbed.extender_url)
     columns = (
         TextColumn("{task.description}"),

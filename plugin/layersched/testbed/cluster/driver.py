@@ -50,6 +50,7 @@ from layersched.kube import (
     HTTP_CONFLICT,
     HTTP_NOT_FOUND,
     NAMESPACES_PATH,
+    NODE_LAYERS_PATH,
     NODES_PATH,
     VERSION_PATH,
     KubeClient,
@@ -89,9 +90,11 @@ DELETE_GRACE_S = 1
 #: The strategies that read ``status.images`` to score (kube-scheduler's ImageLocality);
 #: the others read the agents' NodeLayerInventory.
 READS_NODE_STATUS = frozenset({IMAGE_LOCALITY})
-#: Container states (``containerStatuses[].state``) in which a container holds nothing:
-#: ended, or never started (``waiting``: the kubelet starts nothing for a deleted pod).
-STOPPED_STATES = frozenset({"terminated", "waiting"})
+#: The ``waiting`` reason of a container the kubelet is creating right now (its image
+#: pulled): it may still start, and its snapshot pins the image's layers.
+CREATING_REASON = "ContainerCreating"
+#: Pod phases in which nothing of the pod runs any more.
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 #: Pod deletion waits for the kubelet and the runtime to stop the sandbox (a second or
 #: two); past this the pod is deleted with no grace period (see delete_by_name).
 DELETE_TIMEOUT_S = 60.0
@@ -137,16 +140,39 @@ def pod_name(scenario_pod: str) -> str:
     return scenario_pod.lower()
 
 
-def still_running(statuses: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The containers of a deleted pod that may still hold its node: those ``running``
-    or with no state reported yet. ``terminated`` ones have ended, and ``waiting`` ones
-    never started (their pull or creation was cut short): the kubelet starts nothing for
-    a pod being deleted, so neither is worth waiting for."""
-    return [
-        str(status.get("name", "?"))
-        for status in statuses
-        if not STOPPED_STATES & set(status.get("state") or {})
-    ]
+def still_running(
+    statuses: Sequence[Mapping[str, Any]],
+    phase: str | None = None,
+    *,
+    creating_is_stopped: bool = False,
+) -> list[str]:
+    """The containers of a deleted pod that may still run, or still pin its image's layers:
+    those ``running``, with no state reported yet, or ``waiting`` as ``ContainerCreating``
+    (the kubelet may be creating it from the pulled image this moment; a reset that
+    removed the image meanwhile would leave the layers' snapshots behind, pinned by it)
+    unless ``creating_is_stopped``. ``terminated`` ones have ended; ``waiting`` for any
+    other reason (``ErrImagePull``, ``ImagePullBackOff``, ``CreateContainerError``) never
+    starts: the kubelet starts nothing for a pod being deleted.
+
+    A pod in a terminal ``phase`` (``Succeeded``, ``Failed``) runs nothing, whatever its
+    container statuses say: kubelet 1.20 fails a pod deleted while its container was
+    being created and leaves that container ``waiting`` as ``ContainerCreating`` until
+    its sandbox is collected, up to a minute later.
+    """
+    if phase in FINISHED_PHASES:
+        return []
+    running = []
+    for status in statuses:
+        state = status.get("state") or {}
+        if "terminated" in state:
+            continue
+        waiting = state.get("waiting")
+        if waiting is not None and "running" not in state:
+            creating = (waiting or {}).get("reason", CREATING_REASON) == CREATING_REASON
+            if not creating or creating_is_stopped:
+                continue
+        running.append(str(status.get("name", "?")))
+    return running
 
 
 def listed_repository(name: str) -> str:
@@ -155,6 +181,21 @@ def listed_repository(name: str) -> str:
     name = name.partition("@")[0]
     head, slash, last = name.rpartition("/")
     return f"{head}{slash}{last.partition(':')[0]}"
+
+
+def held_layers(
+    inventories: Sequence[Mapping[str, Any]], node: str, digests: Sequence[str]
+) -> list[str]:
+    """Which of ``digests`` the agent's NodeLayerInventory of ``node`` still lists (among
+    ``inventories``, the listed objects): layers no image names any more, pinned by a
+    container created from them, are still there, and a pull would skip them."""
+    wanted = set(digests)
+    for inventory in inventories:
+        if (inventory.get("metadata") or {}).get("name") != node:
+            continue
+        listed = {str(layer.get("digest")) for layer in inventory.get("layers") or []}
+        return sorted(wanted & listed)
+    return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,8 +377,11 @@ class ClusterDriver:
         *,
         namespace: str = SCENARIO_NAMESPACE,
         is_worker: Callable[[Mapping[str, Any]], bool] | None = None,
+        layer_digests: Sequence[str] = (),
     ) -> None:
         self.backend = backend
+        #: The scenario's layers: a reset waits until no agent's inventory lists one.
+        self.layer_digests = tuple(layer_digests)
         self.name = backend.name
         self.scenario_images = tuple(scenario_images)
         self.namespace = namespace
@@ -422,6 +466,7 @@ class ClusterDriver:
 
     def _check_images_gone(self, upcoming: Sequence[str], repositories: set[str]) -> None:
         listed = getattr(self.backend, "inventory_images", None)
+        inventories = self._kube.list(NODE_LAYERS_PATH)[0] if self.layer_digests else []
         for node in self._workers(self._nodes()):
             name = node["metadata"]["name"]
             left = [i for i in upcoming if node_reports_image(node, i)]
@@ -439,6 +484,13 @@ class ClusterDriver:
                 raise NotYet(
                     f"the extender's inventory still lists {sorted(held)} on node {name}: "
                     "is its layersched agent running?"
+                )
+            layers = held_layers(inventories, name, self.layer_digests)
+            if layers:
+                raise NotYet(
+                    f"node {name}'s agent still lists scenario layers {layers} after their "
+                    "images were removed: a container created from them pins them (see "
+                    f"crictl ps -a on {name}), and a pull there would skip them"
                 )
 
     def schedule(self, pod: str, image: str, strategy: str) -> Placement:
@@ -618,8 +670,12 @@ class ClusterDriver:
         return round(lag_s, 2)
 
     def delete(self, pod: str) -> None:
-        """Delete ``pod``; the runtime keeps its image (and layers) in the node's store."""
-        self.delete_by_name(pod_name(pod))
+        """Delete ``pod``; the runtime keeps its image (and layers) in the node's store.
+
+        A container still being created is not waited for: the image stays either way,
+        which is all the scenario keeps of the pod (the next reset removes the sandbox).
+        """
+        self.delete_by_name(pod_name(pod), creating_is_stopped=True)
 
     def delete_all(self, names: Sequence[str]) -> None:
         """Delete the pods called ``names`` at once, then wait for each (as
@@ -628,7 +684,7 @@ class ClusterDriver:
         for name in deleted:
             self._finish_delete(name)
 
-    def delete_by_name(self, name: str) -> None:
+    def delete_by_name(self, name: str, *, creating_is_stopped: bool = False) -> None:
         """Delete the pod called ``name`` and wait until it is gone.
 
         A short grace period first, not 0: with 0 the API forgets the pod at once while its
@@ -642,7 +698,7 @@ class ClusterDriver:
         within ``DELETE_TIMEOUT_S`` also gets a forced deletion, logged.
         """
         if self._delete_gracefully(name):
-            self._finish_delete(name)
+            self._finish_delete(name, creating_is_stopped=creating_is_stopped)
 
     def _delete_gracefully(self, name: str) -> bool:
         """Ask for ``name``'s deletion with the short grace period; False if it was gone."""
@@ -651,12 +707,16 @@ class ClusterDriver:
         except KubeError as err:
             raise TestbedError(f"deleting pod {name}: {err}") from err
 
-    def _finish_delete(self, name: str) -> None:
+    def _finish_delete(self, name: str, *, creating_is_stopped: bool = False) -> None:
         """Wait until ``name``'s containers stopped, then delete it with no grace period."""
         path = pod_path(self.namespace, name)
         started = time.monotonic()
         try:
-            stopped = wait_for(lambda: self._check_stopped(name), DELETE_TIMEOUT_S, STOP_POLL_S)
+            stopped = wait_for(
+                lambda: self._check_stopped(name, creating_is_stopped),
+                DELETE_TIMEOUT_S,
+                STOP_POLL_S,
+            )
         except NotYet:
             log.warning(
                 "pod %s: containers still running %.0f s after its deletion: deleting it "
@@ -679,7 +739,7 @@ class ClusterDriver:
             time.monotonic() - halted,
         )
 
-    def _check_stopped(self, name: str) -> bool:
+    def _check_stopped(self, name: str, creating_is_stopped: bool = False) -> bool:
         """True when the pod is gone, False when it is still there but none of its
         containers runs (:func:`still_running`); NotYet while one does."""
         try:
@@ -688,8 +748,12 @@ class ClusterDriver:
             if err.status == HTTP_NOT_FOUND:
                 return True
             raise
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        running = still_running(statuses)
+        status = pod.get("status") or {}
+        running = still_running(
+            status.get("containerStatuses") or [],
+            status.get("phase"),
+            creating_is_stopped=creating_is_stopped,
+        )
         if running:
             raise NotYet(
                 f"pod {name} is still stopping (containers {running or 'unreported'}): check "

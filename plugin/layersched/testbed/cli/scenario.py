@@ -15,6 +15,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,7 +145,10 @@ class _Testbed:
 
 
 def _local(
-    args: argparse.Namespace, sizes: dict[str, int], console: Console, tags: list[str]
+    args: argparse.Namespace,
+    sizes: dict[str, int],
+    console: Console,
+    tags: Sequence[str] = (),
 ) -> _Testbed:
     require_root()
     state_dir: Path = args.state_dir or default_state_dir()
@@ -164,7 +168,10 @@ def _local(
 
 
 def _cloud(
-    args: argparse.Namespace, sizes: dict[str, int], console: Console, tags: list[str]
+    args: argparse.Namespace,
+    sizes: dict[str, int],
+    console: Console,
+    tags: Sequence[str] = (),
 ) -> _Testbed:
     if args.state_dir is None:
         raise InputError(

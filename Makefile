@@ -48,7 +48,7 @@ bench: venv ## The extender's benchmarks (latency, memory, watch): bench/results
 bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency, 500 and 5,000 fake nodes (root) {last: bench/results/scheduler.json#run_time_s}
 	@scripts/bench-scheduler.sh
 
-testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table; writes reports/scenario.json, .png and the README block {last: reports/scenario.json#run_time_s}
+testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table; writes reports/scenario.json, .png and the README block {last: reports/scenario.json#make_testbed_s}
 	@scripts/testbed.sh up
 
 testbed-down: venv ## DRIVER=local (default), kind or cloud: tear the testbed down (safe to run twice)

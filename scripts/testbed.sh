@@ -5,7 +5,7 @@
 #   scripts/testbed.sh down
 # `layersched scenario` builds and pushes the scenario images itself (once), then writes
 # reports/scenario.json and reports/scenario.png. LAYERSCHED_SCENARIO_ARGS passes it
-# options, e.g. LAYERSCHED_SCENARIO_ARGS="--trials 3 --size L3=8Mi".
+# options, e.g. LAYERSCHED_SCENARIO_ARGS="--trials 5 --size L3=8Mi".
 # DRIVER=local (default): real registry + containerd nodes in network namespaces on this
 # host (needs root on Linux). DRIVER=kind: hands over to scripts/kind.sh. DRIVER=cloud:
 # hands over to scripts/cloud.sh (AWS VMs from infra/cloud, Ansible over SSH).
@@ -35,6 +35,9 @@ esac
 
 case "$action" in
   up)
+    # the report records the whole run, bring-up included (make help shows it)
+    LAYERSCHED_TESTBED_STARTED_S=$(date +%s)
+    export LAYERSCHED_TESTBED_STARTED_S
     "$layersched" testbed up "$@"
     read -r -a scenario_args <<<"${LAYERSCHED_SCENARIO_ARGS:-}"
     # The committed report's block in the README is regenerated with it.

@@ -5,6 +5,7 @@ scores, image removal) is a recording backend; the real cluster runs in tests/e2
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from layersched.core.errors import TestbedError
 from layersched.kube import (
     ALL_PODS_PATH,
     NAMESPACES_PATH,
+    NODE_LAYERS_PATH,
     NODES_PATH,
     VERSION_PATH,
     events_path,
@@ -22,7 +24,14 @@ from layersched.kube import (
     pod_path,
     pods_path,
 )
-from layersched.testbed.cluster.driver import SCENARIO_NAMESPACE, ClusterDriver, PodRun
+from layersched.testbed.cluster.driver import (
+    SCENARIO_NAMESPACE,
+    ClusterDriver,
+    PodRun,
+    held_layers,
+    listed_repository,
+    still_running,
+)
 from tests.fixtures.kube_api import Answer, Request, StandInApi, items, ok, status
 
 NS = SCENARIO_NAMESPACE
@@ -183,6 +192,39 @@ def test_schedule_submits_waits_and_measures(api: StandInApi) -> None:
     )
     # w2 listed the image from the start: the status lag is (close to) nothing
     assert 0 <= driver.settle("P1") < 1
+    assert 0 <= driver.settle("P1", "image-locality") < 1
+
+
+def test_settle_waits_for_status_images_only_where_the_strategy_reads_it(
+    api: StandInApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # w2 never lists the image in status.images (a kubelet that lags)
+    monkeypatch.setattr("layersched.testbed.cluster.driver.IMAGE_LISTED_TIMEOUT_S", 3.0)
+    nodes = [_node("w1", "10.0.0.1"), _node("w2", "10.0.0.2")]
+    api.route("GET", NODES_PATH, items(nodes))
+    api.route("GET", node_path("w2"), ok(nodes[1]))
+    api.route("GET", ALL_PODS_PATH, items([]))
+    api.route("POST", pods_path(NS), lambda r: ok({**r.json(), "metadata": {"uid": UID}}))
+    api.route("GET", pod_path(NS, "p1"), ok({"spec": {"nodeName": "w2"}}))
+    pulled = 'Successfully pulled image "reg.test/img1:v1" in 1.5s'
+    found = {
+        "Pulled": [_event("Pulled", UID, "2026-11-23T04:50:02Z", message=pulled)],
+        "Scheduled": [
+            _event("Scheduled", UID, "2026-11-23T04:50:01Z", reportingComponent=SCHEDULER)
+        ],
+    }
+    api.route(
+        "GET",
+        events_path(NS),
+        lambda r: items(found[r.query["fieldSelector"].rpartition("reason=")[2]]),
+    )
+    driver = _driver(api)
+    driver.schedule("P1", IMAGE, SCHEDULER)
+    # layer-locality scores from the agents' inventory: status.images is not waited for
+    assert driver.settle("P1", "layer-locality") is None
+    # image-locality reads status.images: waited for, and the kubelet's lag is the error
+    with pytest.raises(TestbedError, match=re.escape(f"does not list {IMAGE} in status.images")):
+        driver.settle("P1", "image-locality")
 
 
 def test_reset_deletes_the_scenario_pods_and_empties_the_workers(api: StandInApi) -> None:
@@ -206,12 +248,128 @@ def test_reset_deletes_the_scenario_pods_and_empties_the_workers(api: StandInApi
     assert [a[1] for a in backend.asked] == [("w1", (IMAGE,), NS), ("w2", (IMAGE,), NS)]
 
 
+def test_reset_empties_every_image_the_run_pulled_and_waits_for_the_inventory(
+    api: StandInApi,
+) -> None:
+    # w1 still lists an earlier trial's tag in status.images (the kubelet lags): no
+    # matter, the next trial uses another name; the inventory drops it after one look
+    trial_ref = "reg.test/img1:trial-r-02"
+    api.route("GET", pods_path(NS), items([]))
+    api.route("GET", NODES_PATH, items([_node("w1", "10.0.0.1", ["reg.test/img1:trial-r-01"])]))
+    backend = InventoryBackend(
+        inventory=[["reg.test/img1@sha256:" + "a" * 64, "pause:3.4"], ["pause:3.4"]]
+    )
+    driver = _driver(api, backend)
+    driver._used.append("reg.test/img1:trial-r-01")  # what the last trial's pods pulled
+
+    driver.reset([trial_ref])
+
+    [(_, removed)] = [a for a in backend.asked if a[0] == "remove_images"]
+    assert removed == ("w1", (IMAGE, trial_ref, "reg.test/img1:trial-r-01"), NS)
+    # asked twice: the first answer still held an image of the repository
+    assert [a for a in backend.asked if a[0] == "inventory_images"] == [
+        ("inventory_images", "w1"),
+        ("inventory_images", "w1"),
+    ]
+
+
+@dataclass
+class InventoryBackend(RecordingBackend):
+    """A backend whose extender inventory answers these image lists, one per look."""
+
+    inventory: list[list[str]] = field(default_factory=list)
+
+    def inventory_images(self, node: str) -> list[str]:
+        self.asked.append(("inventory_images", node))
+        return self.inventory.pop(0) if len(self.inventory) > 1 else self.inventory[0]
+
+
+#: A container the kubelet is creating from its pulled image.
+_CREATING = {"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}
+
+
+@pytest.mark.parametrize(
+    ("statuses", "phase", "running", "creating_is_stopped"),
+    [
+        # the kubelet has not reported the container yet: it may be starting
+        ([{"name": "main"}], None, ["main"], False),
+        ([{"name": "main", "state": {"running": {}}}], "Running", ["main"], True),
+        ([{"name": "main", "state": {"terminated": {"exitCode": 0}}}], "Succeeded", [], False),
+        # will never start (its pull failed): holds nothing
+        (
+            [{"name": "main", "state": {"waiting": {"reason": "ErrImagePull"}}}],
+            "Pending",
+            [],
+            False,
+        ),
+        # being created from its pulled image: may start, pins the layers (a reset waits)
+        ([_CREATING], "Pending", ["main"], False),
+        # ... unless the caller keeps the image anyway (deleting P2)
+        ([_CREATING], "Pending", [], True),
+        # kubelet 1.20 fails a pod deleted mid-creation and leaves it "creating" for a minute
+        ([_CREATING], "Failed", [], False),
+        # a waiting state without a reason: treated as being created
+        ([{"name": "main", "state": {"waiting": {}}}], None, ["main"], False),
+        (
+            [
+                {"name": "a", "state": {"waiting": {"reason": "ImagePullBackOff"}}},
+                {"name": "b", "state": {"running": {}}},
+            ],
+            "Running",
+            ["b"],
+            False,
+        ),
+        ([], None, [], False),  # no container status at all: nothing runs
+    ],
+    ids=[
+        "unreported",
+        "running",
+        "terminated",
+        "pull-failed",
+        "creating",
+        "creating-image-kept",
+        "failed-while-creating",
+        "waiting-no-reason",
+        "mixed",
+        "none",
+    ],
+)
+def test_still_running(
+    statuses: list[dict[str, Any]], phase: str | None, running: list[str], creating_is_stopped: bool
+) -> None:
+    assert still_running(statuses, phase, creating_is_stopped=creating_is_stopped) == running
+
+
+@pytest.mark.parametrize(
+    ("name", "repository"),
+    [
+        ("reg:5000/s/img1:trial-r-01", "reg:5000/s/img1"),  # a port is no tag
+        ("reg:5000/s/img1@sha256:" + "a" * 64, "reg:5000/s/img1"),  # the runtime's digest name
+        ("pause:3.4", "pause"),
+    ],
+    ids=["tag", "digest", "short"],
+)
+def test_listed_repository(name: str, repository: str) -> None:
+    assert listed_repository(name) == repository
+
+
+#: The container states the table below names: a waiting container's reason matters.
+_STATES: dict[str, dict[str, Any]] = {
+    "terminated": {"terminated": {"exitCode": 0}},
+    "running": {"running": {}},
+    "waiting": {"waiting": {"reason": "ErrImagePull"}},
+    "creating": {"waiting": {"reason": "ContainerCreating"}},
+}
+
+
 def _terminating(*states: str) -> dict[str, Any]:
     """A deleted pod the API still holds, its containers in these states."""
     return {
         "metadata": {"name": "p1", "deletionTimestamp": "2026-11-24T00:00:00Z"},
         "status": {
-            "containerStatuses": [{"name": f"c{i}", "state": {s: {}}} for i, s in enumerate(states)]
+            "containerStatuses": [
+                {"name": f"c{i}", "state": _STATES[s]} for i, s in enumerate(states)
+            ]
         },
     }
 
@@ -223,10 +381,23 @@ def _terminating(*states: str) -> dict[str, Any]:
         # sandbox: once every container has terminated the driver stops waiting for that
         ("terminated",),
         ("terminated", "terminated"),
+        # a container that will never start (its pull failed) holds nothing: the kubelet
+        # starts nothing for a deleted pod
+        ("waiting",),
+        ("terminated", "waiting"),
         # a container still running is waited for (here past the timeout: then forced too)
         ("terminated", "running"),
+        # so is one being created from its pulled image: it pins the image's layers
+        ("creating",),
     ],
-    ids=["stopped", "all-stopped", "one-running"],
+    ids=[
+        "stopped",
+        "all-stopped",
+        "never-started",
+        "stopped-and-never-started",
+        "one-running",
+        "being-created",
+    ],
 )
 def test_a_deleted_pod_whose_containers_stopped_is_not_waited_for(
     states: tuple[str, ...], api: StandInApi, monkeypatch: pytest.MonkeyPatch
@@ -249,7 +420,7 @@ def test_a_deleted_pod_whose_containers_stopped_is_not_waited_for(
     _driver(api).delete_by_name("p1")
     assert deleted == ["1", "0"]
     polls = api.sent("GET", pod_path(NS, "p1"))
-    if "running" not in states:
+    if not {"running", "creating"} & set(states):
         assert len(polls) <= 2  # seen stopped at once, forced, gone: no minute-long wait
 
 
@@ -263,3 +434,41 @@ def test_a_pod_gone_after_its_graceful_deletion_is_not_forced(api: StandInApi) -
     api.route("DELETE", pod_path(NS, "p1"), delete)  # then GET answers 404: gone
     _driver(api).delete_by_name("p1")
     assert deleted == ["1"]
+
+
+L1, L3, PAUSE = ("sha256:" + c * 64 for c in "13p")
+
+
+def _inventory(node: str, *digests: str) -> dict[str, Any]:
+    return {"metadata": {"name": node}, "layers": [{"digest": d, "sizeBytes": 1} for d in digests]}
+
+
+@pytest.mark.parametrize(
+    ("node", "held"),
+    [
+        # n1 lists L1 and L3 with no image naming them: pinned, a pull would skip them
+        ("n1", [L1, L3]),
+        ("n2", []),  # only the pause image's layer: not the scenario's
+        ("n3", []),  # no inventory published for it: nothing known to be held
+    ],
+    ids=["pinned", "clean", "no-inventory"],
+)
+def test_held_layers(node: str, held: list[str]) -> None:
+    inventories = [_inventory("n1", L3, PAUSE, L1), _inventory("n2", PAUSE)]
+    assert held_layers(inventories, node, [L1, L3]) == held
+
+
+def test_reset_waits_until_no_agent_lists_a_scenario_layer(
+    api: StandInApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a container created from the image while it was removed pins its layers: the reset
+    # fails, naming the node and the layers, rather than let the next pull skip them
+    monkeypatch.setattr("layersched.testbed.cluster.driver.IMAGE_GONE_TIMEOUT_S", 1.0)
+    api.route("GET", pods_path(NS), items([]))
+    api.route("GET", NODES_PATH, items([_node("w1", "10.0.0.1")]))
+    api.route("GET", NODE_LAYERS_PATH, items([_inventory("w1", L3)]))
+    driver = ClusterDriver(str(api.kubeconfig), RecordingBackend(), (IMAGE,), layer_digests=[L3])
+    with pytest.raises(
+        TestbedError, match=rf"node w1's agent still lists scenario layers \['{L3}'\]"
+    ):
+        driver.reset()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from layersched.core.errors import InputError
+from layersched.core.errors import InputError, TestbedError
 from layersched.testbed.local._cluster import RegistryAccessLog
 from layersched.testbed.report import link_optimum_s, plot, print_table
 from layersched.testbed.scenario import (
@@ -16,9 +16,14 @@ from layersched.testbed.scenario import (
     Placement,
     Pull,
     ScenarioImages,
+    plan_trials,
     report,
+    repository_of,
+    retag,
     run_scenario,
     run_trial,
+    trial_images,
+    trial_tag,
 )
 
 
@@ -65,27 +70,32 @@ class _ScriptedDriver:
 
     name = "scripted"
 
-    def __init__(self) -> None:
+    def __init__(self, nodes: tuple[str, ...] = ("n1", "n2", "n3")) -> None:
         self.calls: list[str] = []
         self.busy: dict[str, str] = {}
+        self.nodes = nodes
 
-    def reset(self) -> None:
-        self.calls.append("reset")
+    def reset(self, images: tuple[str, ...] | None = None) -> None:
+        self.calls.append(f"reset {' '.join(images or ())}")
         self.busy.clear()
 
-    def schedule(self, pod: str, image: str, strategy: str) -> Placement:
-        self.calls.append(f"schedule {pod} {image}")
-        free = [n for n in ("n1", "n2", "n3") if n not in self.busy.values()]
+    def submit(self, pod: str, image: str, strategy: str) -> Placement:
+        self.calls.append(f"submit {pod} {image}")
+        free = [n for n in self.nodes if n not in self.busy.values()] or [self.nodes[0]]
         self.busy[pod] = free[0]
         scores = dict.fromkeys(free, 0)
         return Placement(free[0], scores, Pull(pod, free[0], 1, 0.5))
+
+    def complete(self, submitted: Placement) -> Placement:
+        self.calls.append(f"complete {submitted.pull.pod}")
+        return submitted
 
     def delete(self, pod: str) -> None:
         self.calls.append(f"delete {pod}")
         del self.busy[pod]
 
-    def settle(self, pod: str) -> float:
-        self.calls.append(f"settle {pod}")
+    def settle(self, pod: str, strategy: str) -> float:
+        self.calls.append(f"settle {pod} {strategy}")
         return 12.5
 
 
@@ -94,14 +104,20 @@ def test_trial_runs_the_four_steps_in_order() -> None:
     images = ScenarioImages("img1", "img2", {"L3": ("sha256:" + "3" * 64, 4)})
     trial = run_trial(driver, images, "layer-locality")
     assert driver.calls == [
-        "reset",
-        "schedule P1 img1",
-        "schedule P2 img2",
+        # the reset waits until no node lists this trial's images
+        "reset img1 img2",
+        # P2 is submitted once P1 is bound (its node is full): the two pulls overlap
+        "submit P1 img1",
+        "submit P2 img2",
+        "complete P1",
+        "complete P2",
         "delete P2",
-        # P1-again is scored only once P2's node lists Img2
-        "settle P2",
-        "schedule P1-again img1",
+        # P1-again is scored only once P2's node lists Img2 where the strategy looks
+        "settle P2 layer-locality",
+        "submit P1-again img1",
+        "complete P1-again",
     ]
+    assert trial.images == {"Img1": "img1", "Img2": "img2"}
     assert trial.status_lag_s == {"P2": 12.5}
     # P2 freed n2, so the first free node for P1-again is n2 again
     assert trial.placements == {"P1": "n1", "P2": "n2", "P1-again": "n2"}
@@ -164,3 +180,92 @@ def test_every_step_of_a_trial_is_timed_and_the_report_sums_them() -> None:
     for phase in PHASES:
         total = sum(trial.phase_s[phase] for trial in trials)
         assert doc["phases_s"][phase]["total"] == round(total, 1)
+
+
+def test_p1_and_p2_on_one_node_is_an_error_not_a_measurement() -> None:
+    # Overlapping pulls are honest only on two nodes (two links): one node would share
+    # its link between them, so the trial refuses to report such pull times.
+    driver = _ScriptedDriver(nodes=("n1",))
+    images = ScenarioImages("img1", "img2", {})
+    with pytest.raises(TestbedError, match="both landed on node n1"):
+        run_trial(driver, images, "layer-locality")
+
+
+@pytest.mark.parametrize(
+    ("run_id", "number", "expected"),
+    [
+        # the run's start time and the trial's number over the whole run, two digits
+        ("20261124031500", 7, "trial-20261124031500-07"),
+        # more than 99 trials: the number just grows
+        ("r1", 123, "trial-r1-123"),
+    ],
+    ids=["two-digits", "three-digits"],
+)
+def test_trial_tag(run_id: str, number: int, expected: str) -> None:
+    assert trial_tag(run_id, number) == expected
+
+
+@pytest.mark.parametrize(
+    ("run_id", "number", "match"),
+    [
+        ("x", 0, "at least 1"),  # numbers start at 1, as plan_trials counts
+        ("a/b", 1, "not a valid OCI tag"),  # '/' would change the repository
+        ("x" * 130, 1, "not a valid OCI tag"),  # tags are at most 128 characters
+    ],
+    ids=["zero", "slash", "too-long"],
+)
+def test_trial_tag_refuses(run_id: str, number: int, match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        trial_tag(run_id, number)
+
+
+@pytest.mark.parametrize(
+    ("ref", "repository"),
+    [
+        # a registry with a port: its colon is not a tag's
+        ("10.250.50.1:5000/scenario/img1:v1", "10.250.50.1:5000/scenario/img1"),
+        ("10.250.50.1:5000/scenario/img1", "10.250.50.1:5000/scenario/img1"),
+        ("debian:12", "debian"),  # as written: no docker.io/library/ added
+    ],
+    ids=["port-and-tag", "port-no-tag", "short-name"],
+)
+def test_repository_of(ref: str, repository: str) -> None:
+    assert repository_of(ref) == repository
+    assert retag(ref, "t1") == f"{repository}:t1"
+
+
+def test_a_reference_pinned_by_digest_cannot_be_retagged() -> None:
+    with pytest.raises(InputError, match="pinned by digest"):
+        retag("reg:5000/img1@sha256:" + "a" * 64, "t1")
+
+
+def test_trial_images_keep_the_layers_and_change_the_tag() -> None:
+    layers = {"L1": ("sha256:" + "1" * 64, 10)}
+    images = ScenarioImages("reg:5000/s/img1:v1", "reg:5000/s/img2:v1", layers)
+    tagged = trial_images(images, "trial-r-01")
+    assert (tagged.img1, tagged.img2) == (
+        "reg:5000/s/img1:trial-r-01",
+        "reg:5000/s/img2:trial-r-01",
+    )
+    assert tagged.layers == layers
+
+
+def test_plan_trials_numbers_every_trial_of_the_run_in_order() -> None:
+    # (strategy, index within it, number over the run): a strategy's trials in a row
+    assert plan_trials(["a", "b"], 2) == [("a", 0, 1), ("a", 1, 2), ("b", 0, 3), ("b", 1, 4)]
+
+
+def test_run_scenario_gives_each_trial_its_images() -> None:
+    driver = _ScriptedDriver()
+    images = ScenarioImages("r/img1:v1", "r/img2:v1", {})
+    results = run_scenario(
+        driver,
+        images,
+        ["a", "b"],
+        2,
+        images_of=lambda number: trial_images(images, f"t{number}"),
+    )
+    # every trial reset for, pulled and recorded its own tag (numbered over the run)
+    resets = [call for call in driver.calls if call.startswith("reset")]
+    assert resets == [f"reset r/img1:t{n} r/img2:t{n}" for n in (1, 2, 3, 4)]
+    assert [t.images["Img1"] for t in results["b"]] == ["r/img1:t3", "r/img1:t4"]

@@ -13,7 +13,7 @@ registry through an SSH tunnel.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import msgspec
@@ -144,15 +144,17 @@ def push_scenario_images(
     *,
     spec: ScenarioSpec | None = None,
     console: Console | None = None,
+    tags: Sequence[str] = (),
 ) -> ScenarioImages:
     """Build the scenario images and push them to the control-plane host's registry
-    through an SSH tunnel; the references name the registry as the nodes reach it."""
+    through an SSH tunnel (also tagged ``tags``); the references name the registry as the
+    nodes reach it."""
     address, _, port = testbed.registry.rpartition(":")
     if not address or not port.isdigit():
         raise TestbedError(f"remote testbed: registry {testbed.registry!r} is not ADDRESS:PORT")
     tunnel = backend.control_plane.tcp(address, int(port))
     return build_and_push_scenario(
-        testbed.registry, sizes, spec=spec, console=console, push_address=tunnel
+        testbed.registry, sizes, spec=spec, console=console, push_address=tunnel, tags=tags
     )
 
 

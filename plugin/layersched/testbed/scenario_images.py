@@ -15,7 +15,7 @@ images still share exactly L1 and L2, and L3 and L4 stay one file each.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -198,10 +198,12 @@ def build_and_push_scenario(
     spec: ScenarioSpec | None = None,
     console: Console | None = None,
     push_address: str | None = None,
+    tags: Sequence[str] = (),
 ) -> ScenarioImages:
     """Build Img1 and Img2 and push them to the plain-HTTP registry ``registry_addr``.
 
-    ``sizes`` overrides layer content sizes by label (``{"L1": 8 << 20}``).
+    ``sizes`` overrides layer content sizes by label (``{"L1": 8 << 20}``). Each image is
+    also tagged every one of ``tags`` (a manifest each: the blobs are there already).
     ``push_address`` is where this machine reaches that registry when it differs (an
     SSH tunnel's local end); the references returned still name ``registry_addr``, the
     address the nodes pull from.
@@ -217,6 +219,8 @@ def build_and_push_scenario(
             path = f"{image.repository}:{image.tag}"
             push_image(client, f"{via}/{path}", built.images[label])
             refs[label] = f"{registry_addr}/{path}"
+            for tag in tags:
+                push_image(client, f"{via}/{image.repository}:{tag}", built.images[label])
     return ScenarioImages(
         img1=refs[IMG1],
         img2=refs[IMG2],

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,14 +45,29 @@ from layersched.testbed.remote import (
     remote_testbed_path,
 )
 from layersched.testbed.report import BLOCK, markdown, plot, print_table
-from layersched.testbed.scenario import ScenarioImages, Trial, report, run_scenario
+from layersched.testbed.scenario import (
+    ScenarioImages,
+    Trial,
+    report,
+    run_scenario,
+    trial_images,
+    trial_tag,
+)
 from layersched.testbed.scenario_images import build_and_push_scenario, load_spec
 
 LOCAL, CLOUD = "local", "cloud"
-DEFAULT_TRIALS = 5
+#: Three per strategy keep ``make testbed`` within 10 minutes (reset, P1+P2 at once,
+#: P1-again: about 30 s a trial for the layer-aware strategies, 50 s for image-locality,
+#: which waits for status.images and pulls all of Img1 half the time).
+DEFAULT_TRIALS = 3
 #: Those of these the testbed runs (a testbed brought up before the plugin has two).
 DEFAULT_STRATEGIES = (LAYER_LOCALITY, LAYER_LOCALITY_PLUGIN, IMAGE_LOCALITY)
 DEFAULT_REPORT = Path("reports/scenario.json")
+#: Set by ``scripts/testbed.sh up`` (Unix seconds) before the testbed comes up: the report
+#: then records the whole ``make testbed`` (``make_testbed_s``), bring-up included.
+STARTED_ENV = "LAYERSCHED_TESTBED_STARTED_S"
+#: A make testbed lasting longer than this is a stale or mistyped start time.
+MAX_MAKE_TESTBED_S = 24 * 3600.0
 BEGIN, END = generated.markers(BLOCK)
 
 
@@ -126,14 +144,19 @@ class _Testbed:
     node_rates: dict[str, int]
 
 
-def _local(args: argparse.Namespace, sizes: dict[str, int], console: Console) -> _Testbed:
+def _local(
+    args: argparse.Namespace,
+    sizes: dict[str, int],
+    console: Console,
+    tags: Sequence[str] = (),
+) -> _Testbed:
     require_root()
     state_dir: Path = args.state_dir or default_state_dir()
     inventory = load_inventory(state_dir)
     if not inventory.nodes:
         raise InputError(f"{state_dir}: the testbed inventory lists no nodes")
     images = build_and_push_scenario(
-        inventory.registry.host, sizes, spec=load_spec(args.spec), console=console
+        inventory.registry.host, sizes, spec=load_spec(args.spec), console=console, tags=tags
     )
     return _Testbed(
         kubeconfig=inventory.cluster.kubeconfig,
@@ -144,7 +167,12 @@ def _local(args: argparse.Namespace, sizes: dict[str, int], console: Console) ->
     )
 
 
-def _cloud(args: argparse.Namespace, sizes: dict[str, int], console: Console) -> _Testbed:
+def _cloud(
+    args: argparse.Namespace,
+    sizes: dict[str, int],
+    console: Console,
+    tags: Sequence[str] = (),
+) -> _Testbed:
     if args.state_dir is None:
         raise InputError(
             "--driver cloud needs --state-dir (the directory remote-testbed.json is in, "
@@ -161,7 +189,7 @@ def _cloud(args: argparse.Namespace, sizes: dict[str, int], console: Console) ->
     backend = remote_backend(testbed)
     try:
         images = push_scenario_images(
-            testbed, backend, sizes, spec=load_spec(args.spec), console=console
+            testbed, backend, sizes, spec=load_spec(args.spec), console=console, tags=tags
         )
         extender_url = backend.extender_url
     except BaseException:
@@ -170,19 +198,43 @@ def _cloud(args: argparse.Namespace, sizes: dict[str, int], console: Console) ->
     return _Testbed(testbed.kubeconfig, backend, images, extender_url, rates)
 
 
+def make_testbed_s(started: str | None, now_s: float) -> float | None:
+    """Seconds since ``started`` (``$LAYERSCHED_TESTBED_STARTED_S``, Unix seconds), or None
+    when it is unset; InputError naming the variable when it is no plausible start."""
+    if started is None:
+        return None
+    try:
+        value = float(started)
+    except ValueError:
+        value = math.nan
+    took_s = now_s - value
+    if not math.isfinite(took_s) or not 0 <= took_s <= MAX_MAKE_TESTBED_S:
+        raise InputError(
+            f"{STARTED_ENV}={started!r}: expected the Unix time (seconds) make testbed "
+            "started at, within the last day; unset it to run the scenario alone"
+        )
+    return round(took_s, 1)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the scenario and write the report."""
+    make_testbed_s(os.environ.get(STARTED_ENV), time.time())  # a bad value fails now
     for target in args.markdown_into:
         generated.read_block(target, BLOCK)  # a missing marker fails now, not after the run
     sizes = layer_sizes(args.size)
     console = Console(stderr=True)
     started = time.monotonic()
-    testbed = (_cloud if args.driver == CLOUD else _local)(args, sizes, console)
+    # Each trial pulls a tag of its own (the same layers): no node ever listed that name,
+    # so a reset never waits for the kubelets to notice the last trial's removal.
+    run_id = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+    most = args.trials * len(args.strategies or DEFAULT_STRATEGIES)
+    tags = [trial_tag(run_id, number) for number in range(1, most + 1)]
+    testbed = (_cloud if args.driver == CLOUD else _local)(args, sizes, console, tags)
     strategies: list[str] = args.strategies or [
         s for s in DEFAULT_STRATEGIES if s in testbed.backend.schedulers
     ]
     try:
-        return _run(args, testbed, strategies, console, started)
+        return _run(args, testbed, strategies, console, started, tags)
     finally:
         testbed.backend.close()
 
@@ -193,9 +245,15 @@ def _run(
     strategies: list[str],
     console: Console,
     started: float,
+    tags: list[str],
 ) -> int:
     backend, images = testbed.backend, testbed.images
-    driver = ClusterDriver(testbed.kubeconfig, backend, (images.img1, images.img2))
+    driver = ClusterDriver(
+        testbed.kubeconfig,
+        backend,
+        (images.img1, images.img2),
+        layer_digests=[digest for digest, _size in images.layers.values()],
+    )
     extender_before = extender_requests(testbed.extender_url)
     columns = (
         TextColumn("{task.description}"),
@@ -213,7 +271,14 @@ def _run(
                 description=f"{strategy} trial {i + 1}: P1-again on {trial.placements['P1-again']}",
             )
 
-        trials = run_scenario(driver, images, strategies, args.trials, on_trial)
+        trials = run_scenario(
+            driver,
+            images,
+            strategies,
+            args.trials,
+            on_trial,
+            images_of=lambda number: trial_images(images, tags[number - 1]),
+        )
     extender_after = extender_requests(testbed.extender_url)
     # The headline rate is the slowest link (identical nodes: the one rate); every
     # node's own rate is recorded too, for heterogeneous testbeds (--node-rate).
@@ -229,7 +294,10 @@ def _run(
     )
     # Proof that the real kube-scheduler called the extender: its own request counter.
     doc["extender_prioritize_requests"] = extender_after - extender_before
-    doc["run_time_s"] = round(time.monotonic() - started, 1)  # images and trials: `make help`
+    doc["run_time_s"] = round(time.monotonic() - started, 1)  # images and trials
+    whole_s = make_testbed_s(os.environ.get(STARTED_ENV), time.time())
+    if whole_s is not None:
+        doc["make_testbed_s"] = whole_s  # bring-up, images and trials: `make help`
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     png = args.report.with_suffix(".png")

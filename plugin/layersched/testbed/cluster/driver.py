@@ -11,9 +11,16 @@ The driver submits pods through the Kubernetes API and reads back what happened:
 * **Scores** and the other things only a testbed can see (a registry log, a scheduler
   log, how to empty a node's image cache) come from a :class:`Backend`.
 * **Status lag**: :meth:`ClusterDriver.settle` waits until a pod's node lists its image
-  in ``status.images`` and says how long that took after the pull. kube-scheduler and
-  the extender score from Node status, which the kubelet refreshes about every 30 s, so
-  without the wait P1-again could be scored against a node whose cache looks empty.
+  where the strategy looks, and says how long ``status.images`` took after the pull.
+  kube-scheduler's ImageLocality scores from Node status, which the kubelet refreshes
+  about every 30 s, so without the wait an image-locality P1-again could be scored
+  against a node whose cache looks empty; the layer-aware strategies read the agents'
+  inventory instead (a fraction of a second), and wait for that only.
+* **Reset**: every image of the scenario's repositories is removed from every worker
+  (CRI), and the driver waits until the extender's inventory lists none of them and
+  no node's ``status.images`` lists the next trial's references. A trial with a tag of
+  its own (:func:`layersched.testbed.scenario.trial_images`) never waits for the
+  kubelet to notice a removal: no node ever listed that name.
 
 Each pod requests a whole node (the least free allocatable over the workers), so there
 is one scenario pod per node, as in the seed.
@@ -43,6 +50,7 @@ from layersched.kube import (
     HTTP_CONFLICT,
     HTTP_NOT_FOUND,
     NAMESPACES_PATH,
+    NODE_LAYERS_PATH,
     NODES_PATH,
     VERSION_PATH,
     KubeClient,
@@ -61,7 +69,7 @@ from layersched.testbed.cluster._measure import (
     pull_event_for,
     scheduled_by,
 )
-from layersched.testbed.scenario import Placement, Pull
+from layersched.testbed.scenario import Placement, Pull, repository_of
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +87,14 @@ PULL_TIMEOUT_S = 300.0
 BIND_TIMEOUT_S = 60.0
 #: Seconds a deleted scenario pod gets to stop (its program exits on SIGTERM at once).
 DELETE_GRACE_S = 1
+#: The strategies that read ``status.images`` to score (kube-scheduler's ImageLocality);
+#: the others read the agents' NodeLayerInventory.
+READS_NODE_STATUS = frozenset({IMAGE_LOCALITY})
+#: The ``waiting`` reason of a container the kubelet is creating right now (its image
+#: pulled): it may still start, and its snapshot pins the image's layers.
+CREATING_REASON = "ContainerCreating"
+#: Pod phases in which nothing of the pod runs any more.
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 #: Pod deletion waits for the kubelet and the runtime to stop the sandbox (a second or
 #: two); past this the pod is deleted with no grace period (see delete_by_name).
 DELETE_TIMEOUT_S = 60.0
@@ -89,6 +105,10 @@ IMAGE_LISTED_TIMEOUT_S = 90.0
 POLL_S = 1.0
 #: Status lag is measured at this resolution.
 STATUS_POLL_S = 0.25
+#: A stopping pod and an emptied cache are polled this often: a kubelet stops a pod's
+#: containers in about a second, an agent republishes within 0.2 s, and each poll
+#: a second late cost every trial that second.
+STOP_POLL_S = 0.25
 #: The extender inventory's lag is measured at this resolution.
 INVENTORY_POLL_S = 0.05
 #: The registry logs a request when its response completes, just before the
@@ -118,6 +138,77 @@ def wait_for(check: Callable[[], _T], timeout_s: float, poll_s: float = POLL_S) 
 def pod_name(scenario_pod: str) -> str:
     """The scenario's pod label (``P1-again``) as a Kubernetes name (``p1-again``)."""
     return scenario_pod.lower()
+
+
+def still_running(
+    statuses: Sequence[Mapping[str, Any]],
+    phase: str | None = None,
+    *,
+    creating_is_stopped: bool = False,
+) -> list[str]:
+    """The containers of a deleted pod that may still run, or still pin its image's layers:
+    those ``running``, with no state reported yet, or ``waiting`` as ``ContainerCreating``
+    (the kubelet may be creating it from the pulled image this moment; a reset that
+    removed the image meanwhile would leave the layers' snapshots behind, pinned by it)
+    unless ``creating_is_stopped``. ``terminated`` ones have ended; ``waiting`` for any
+    other reason (``ErrImagePull``, ``ImagePullBackOff``, ``CreateContainerError``) never
+    starts: the kubelet starts nothing for a pod being deleted.
+
+    A pod in a terminal ``phase`` (``Succeeded``, ``Failed``) runs nothing, whatever its
+    container statuses say: kubelet 1.20 fails a pod deleted while its container was
+    being created and leaves that container ``waiting`` as ``ContainerCreating`` until
+    its sandbox is collected, up to a minute later.
+    """
+    if phase in FINISHED_PHASES:
+        return []
+    running = []
+    for status in statuses:
+        state = status.get("state") or {}
+        if "terminated" in state:
+            continue
+        waiting = state.get("waiting")
+        if waiting is not None and "running" not in state:
+            creating = (waiting or {}).get("reason", CREATING_REASON) == CREATING_REASON
+            if not creating or creating_is_stopped:
+                continue
+        running.append(str(status.get("name", "?")))
+    return running
+
+
+def listed_repository(name: str) -> str:
+    """The repository of an image name as a runtime lists it (``repo:tag`` or
+    ``repo@sha256:…``), for matching every tag of the scenario's images."""
+    name = name.partition("@")[0]
+    head, slash, last = name.rpartition("/")
+    return f"{head}{slash}{last.partition(':')[0]}"
+
+
+def held_layers(
+    inventories: Sequence[Mapping[str, Any]], node: str, digests: Sequence[str]
+) -> list[str]:
+    """Which of ``digests`` the agent's NodeLayerInventory of ``node`` still lists (among
+    ``inventories``, the listed objects): layers no image names any more, pinned by a
+    container created from them, are still there, and a pull would skip them."""
+    wanted = set(digests)
+    for inventory in inventories:
+        if (inventory.get("metadata") or {}).get("name") != node:
+            continue
+        listed = {str(layer.get("digest")) for layer in inventory.get("layers") or []}
+        return sorted(wanted & listed)
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """A pod :meth:`ClusterDriver.submit` created and saw bound, and the thread waiting
+    for its ``Pulled`` event (``pulled`` holds the event, or the error)."""
+
+    pod: str
+    image: str
+    node: str
+    run: PodRun
+    watcher: threading.Thread
+    pulled: dict[str, PullEvent | BaseException]
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +256,8 @@ class Backend(Protocol):
         ...
 
     def remove_images(self, node: str, images: Sequence[str], namespace: str) -> None:
-        """Remove ``images`` from ``node``'s runtime (absent ones are fine).
+        """Remove ``images``, and every other tag of their repositories, from ``node``'s
+        runtime (absent ones are fine).
 
         The pods of ``namespace`` are already deleted through the API, but their dead
         containers (which the kubelet garbage-collects only every minute) still pin the
@@ -285,8 +377,11 @@ class ClusterDriver:
         *,
         namespace: str = SCENARIO_NAMESPACE,
         is_worker: Callable[[Mapping[str, Any]], bool] | None = None,
+        layer_digests: Sequence[str] = (),
     ) -> None:
         self.backend = backend
+        #: The scenario's layers: a reset waits until no agent's inventory lists one.
+        self.layer_digests = tuple(layer_digests)
         self.name = backend.name
         self.scenario_images = tuple(scenario_images)
         self.namespace = namespace
@@ -296,6 +391,8 @@ class ClusterDriver:
         self._kube = KubeClient(load_kubeconfig(str(kubeconfig)))
         #: pod -> the thread timing its node's listing of its image, and its result.
         self._listing: dict[str, tuple[threading.Thread, dict[str, float | BaseException]]] = {}
+        #: Images of the pods submitted since the last reset (reset removes them).
+        self._used: list[str] = []
         #: pod -> the thread timing the extender inventory's listing of its image.
         self._inventory_listing: dict[
             str, tuple[threading.Thread, dict[str, float | BaseException]]
@@ -338,36 +435,70 @@ class ClusterDriver:
         return dict(sorted(versions.items()))
 
     # ------------------------------------------------------------------ Driver
-    def reset(self) -> None:
-        """Delete every scenario pod, then remove the scenario images from every worker
-        and wait until no node lists them in ``status.images``."""
-        for pod in self._scenario_pods():
-            self.delete_by_name(pod["metadata"]["name"])
+    def reset(self, images: Sequence[str] | None = None) -> None:
+        """Delete every scenario pod, remove every image of the scenario's repositories
+        from every worker, and wait until the extender's inventory lists none of them and
+        no node lists ``images`` (the next trial's; default: the driver's) in
+        ``status.images``."""
+        upcoming = self.scenario_images if images is None else tuple(images)
+        started = time.monotonic()
+        pods = [pod["metadata"]["name"] for pod in self._scenario_pods()]
+        self.delete_all(pods)
+        deleted = time.monotonic()
+        removed = tuple(dict.fromkeys((*self.scenario_images, *upcoming, *self._used)))
         for node in self._workers(self._nodes()):
-            self.backend.remove_images(
-                node["metadata"]["name"], self.scenario_images, self.namespace
-            )
-        wait_for(self._check_images_gone, IMAGE_GONE_TIMEOUT_S)
+            self.backend.remove_images(node["metadata"]["name"], removed, self.namespace)
+        emptied = time.monotonic()
+        repositories = {repository_of(ref) for ref in removed}
+        wait_for(
+            lambda: self._check_images_gone(upcoming, repositories),
+            IMAGE_GONE_TIMEOUT_S,
+            STOP_POLL_S,
+        )
+        self._used.clear()
+        log.info(
+            "reset: %d pods deleted in %.1f s, caches emptied in %.1f s, seen empty after %.1f s",
+            len(pods),
+            deleted - started,
+            emptied - deleted,
+            time.monotonic() - emptied,
+        )
 
-    def _check_images_gone(self) -> None:
-        holds = getattr(self.backend, "inventory_holds", None)
+    def _check_images_gone(self, upcoming: Sequence[str], repositories: set[str]) -> None:
+        listed = getattr(self.backend, "inventory_images", None)
+        inventories = self._kube.list(NODE_LAYERS_PATH)[0] if self.layer_digests else []
         for node in self._workers(self._nodes()):
             name = node["metadata"]["name"]
-            left = [i for i in self.scenario_images if node_reports_image(node, i)]
+            left = [i for i in upcoming if node_reports_image(node, i)]
             if left:
                 raise NotYet(
                     f"node {name} still reports {sorted(left)} in "
                     "status.images: is its kubelet running?"
                 )
-            held = [i for i in self.scenario_images if holds is not None and holds(name, i)]
+            held = [
+                i
+                for i in (listed(name) if listed is not None else ())
+                if listed_repository(i) in repositories
+            ]
             if held:
                 raise NotYet(
                     f"the extender's inventory still lists {sorted(held)} on node {name}: "
                     "is its layersched agent running?"
                 )
+            layers = held_layers(inventories, name, self.layer_digests)
+            if layers:
+                raise NotYet(
+                    f"node {name}'s agent still lists scenario layers {layers} after their "
+                    "images were removed: a container created from them pins them (see "
+                    f"crictl ps -a on {name}), and a pull there would skip them"
+                )
 
     def schedule(self, pod: str, image: str, strategy: str) -> Placement:
         """Submit ``pod`` for ``strategy``'s scheduler, wait for its pull, measure it."""
+        return self.complete(self.submit(pod, image, strategy))
+
+    def submit(self, pod: str, image: str, strategy: str) -> Submitted:
+        """Create ``pod`` for ``strategy``'s scheduler and wait until it is bound."""
         try:
             scheduler = self.backend.schedulers[strategy]
         except KeyError:
@@ -397,14 +528,44 @@ class ClusterDriver:
             candidates=candidates,
             mark=mark,
         )
+        self._used.append(image)
         node = wait_for(lambda: self._bound_node(name), BIND_TIMEOUT_S)
-        event = wait_for(lambda: self._pull_event(name, uid), PULL_TIMEOUT_S, STATUS_POLL_S)
+        pulled: dict[str, PullEvent | BaseException] = {}
+
+        def watch_pull() -> None:
+            # Polled from here, not from complete(): while another pod's pull is waited
+            # for, this one's listing lags are still timed from its own Pulled event.
+            try:
+                pulled["event"] = wait_for(
+                    lambda: self._pull_event(name, uid), PULL_TIMEOUT_S, STATUS_POLL_S
+                )
+            except Exception as err:  # noqa: BLE001 - handed to complete(), raised there
+                pulled["error"] = err
+                return
+            self._watch_listing(pod, node, image)
+
+        watcher = threading.Thread(target=watch_pull, name=f"pull-{pod}", daemon=True)
+        watcher.start()
+        return Submitted(pod, image, node, run, watcher, pulled)
+
+    def complete(self, submitted: Submitted) -> Placement:
+        """Wait for the pull of a pod :meth:`submit` bound; measure it and its scores."""
+        pod, node, run = submitted.pod, submitted.node, submitted.run
+        name, uid, mark = pod_name(pod), run.uid, run.mark
+        submitted.watcher.join()
+        event = submitted.pulled.get("event")
+        if not isinstance(event, PullEvent):
+            error = submitted.pulled.get("error")
+            raise (
+                error
+                if isinstance(error, BaseException)
+                else TestbedError(f"pod {name}: its pull was not watched")
+            )
         if event.seconds is None:
             raise TestbedError(
                 f"pod {name}: the kubelet's Pulled event gives no duration (kubelets before "
                 "1.19): the scenario needs a kubelet that times its pulls"
             )
-        self._watch_listing(pod, node, image)
         address = self._node_address(node)
         size_bytes = 0
         if event.pulled:
@@ -484,13 +645,22 @@ class ClusterDriver:
         assert isinstance(lag_s, float)
         return round(lag_s, 2)
 
-    def settle(self, pod: str) -> float:
-        """Wait until ``pod``'s node lists its image in ``status.images``; the seconds from
-        the pull's ``Pulled`` event (seen within 0.25 s) until the node listed it."""
+    def settle(self, pod: str, strategy: str | None = None) -> float | None:
+        """Wait until ``pod``'s node lists its image where ``strategy`` looks; the seconds
+        from the pull's ``Pulled`` event (seen within 0.25 s) until ``status.images``
+        listed it.
+
+        image-locality (and no strategy named) waits for ``status.images``. The
+        layer-aware strategies score from the extender's inventory, which
+        :meth:`inventory_lag` waits for: the status lag is returned only if already
+        measured, else None (not waited for).
+        """
         try:
             thread, result = self._listing[pod]
         except KeyError:
             raise TestbedError(f"pod {pod} was not scheduled by this driver") from None
+        if strategy is not None and strategy not in READS_NODE_STATUS and thread.is_alive():
+            return None  # not what this strategy reads: not waited for
         thread.join()
         error = result.get("error")
         if isinstance(error, BaseException):
@@ -500,10 +670,21 @@ class ClusterDriver:
         return round(lag_s, 2)
 
     def delete(self, pod: str) -> None:
-        """Delete ``pod``; the runtime keeps its image (and layers) in the node's store."""
-        self.delete_by_name(pod_name(pod))
+        """Delete ``pod``; the runtime keeps its image (and layers) in the node's store.
 
-    def delete_by_name(self, name: str) -> None:
+        A container still being created is not waited for: the image stays either way,
+        which is all the scenario keeps of the pod (the next reset removes the sandbox).
+        """
+        self.delete_by_name(pod_name(pod), creating_is_stopped=True)
+
+    def delete_all(self, names: Sequence[str]) -> None:
+        """Delete the pods called ``names`` at once, then wait for each (as
+        :meth:`delete_by_name`): their kubelets stop them in parallel."""
+        deleted = [name for name in names if self._delete_gracefully(name)]
+        for name in deleted:
+            self._finish_delete(name)
+
+    def delete_by_name(self, name: str, *, creating_is_stopped: bool = False) -> None:
         """Delete the pod called ``name`` and wait until it is gone.
 
         A short grace period first, not 0: with 0 the API forgets the pod at once while its
@@ -516,14 +697,26 @@ class ClusterDriver:
         collector removes its sandbox later. A kubelet that has not stopped the containers
         within ``DELETE_TIMEOUT_S`` also gets a forced deletion, logged.
         """
-        path = pod_path(self.namespace, name)
+        if self._delete_gracefully(name):
+            self._finish_delete(name, creating_is_stopped=creating_is_stopped)
+
+    def _delete_gracefully(self, name: str) -> bool:
+        """Ask for ``name``'s deletion with the short grace period; False if it was gone."""
         try:
-            if not self._kube.delete(path, grace_period_s=DELETE_GRACE_S):
-                return  # already gone
+            return self._kube.delete(pod_path(self.namespace, name), grace_period_s=DELETE_GRACE_S)
         except KubeError as err:
             raise TestbedError(f"deleting pod {name}: {err}") from err
+
+    def _finish_delete(self, name: str, *, creating_is_stopped: bool = False) -> None:
+        """Wait until ``name``'s containers stopped, then delete it with no grace period."""
+        path = pod_path(self.namespace, name)
+        started = time.monotonic()
         try:
-            stopped = wait_for(lambda: self._check_stopped(name), DELETE_TIMEOUT_S)
+            stopped = wait_for(
+                lambda: self._check_stopped(name, creating_is_stopped),
+                DELETE_TIMEOUT_S,
+                STOP_POLL_S,
+            )
         except NotYet:
             log.warning(
                 "pod %s: containers still running %.0f s after its deletion: deleting it "
@@ -532,29 +725,35 @@ class ClusterDriver:
                 DELETE_TIMEOUT_S,
             )
             stopped = False
-        if stopped:
-            return  # gone already (its sandbox was collected meanwhile)
-        try:
-            self._kube.delete(path, grace_period_s=0)
-        except KubeError as err:
-            raise TestbedError(f"deleting pod {name} with no grace period: {err}") from err
-        wait_for(lambda: self._check_gone(name), DELETE_TIMEOUT_S)
+        halted = time.monotonic()
+        if not stopped:  # else gone already (its sandbox was collected meanwhile)
+            try:
+                self._kube.delete(path, grace_period_s=0)
+            except KubeError as err:
+                raise TestbedError(f"deleting pod {name} with no grace period: {err}") from err
+            wait_for(lambda: self._check_gone(name), DELETE_TIMEOUT_S, STOP_POLL_S)
+        log.info(
+            "pod %s: stopped %.1f s after its deletion, gone %.1f s later",
+            name,
+            halted - started,
+            time.monotonic() - halted,
+        )
 
-    def _check_stopped(self, name: str) -> bool:
-        """True when the pod is gone, False when it is still there but every one of its
-        containers has terminated; NotYet while a container still runs."""
+    def _check_stopped(self, name: str, creating_is_stopped: bool = False) -> bool:
+        """True when the pod is gone, False when it is still there but none of its
+        containers runs (:func:`still_running`); NotYet while one does."""
         try:
             pod = self._kube.get(pod_path(self.namespace, name))
         except KubeError as err:
             if err.status == HTTP_NOT_FOUND:
                 return True
             raise
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        running = [
-            status.get("name", "?")
-            for status in statuses
-            if "terminated" not in (status.get("state") or {})
-        ]
+        status = pod.get("status") or {}
+        running = still_running(
+            status.get("containerStatuses") or [],
+            status.get("phase"),
+            creating_is_stopped=creating_is_stopped,
+        )
         if running:
             raise NotYet(
                 f"pod {name} is still stopping (containers {running or 'unreported'}): check "

@@ -9,7 +9,8 @@ see comes from its files and sockets:
 * ``layer-locality`` scores: the layersched extender's own answer, from its decision log;
 * ``layer-locality-plugin`` scores: the real LayerLocality plugin's, from the ``-v=10`` log
   of the kube-scheduler that runs it;
-* emptying a node's cache: CRI ``RemoveImage`` on the node's containerd.
+* emptying a node's cache: CRI ``RemoveImage`` on the node's containerd, for every image
+  of the scenario's repositories (each trial may have pulled a tag of its own).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from layersched.cri import CRIClient
 from layersched.deploy import LAYER_LOCALITY_PLUGIN as LAYER_LOCALITY_PLUGIN_NAME
 from layersched.deploy import LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN
 from layersched.testbed.cluster._measure import extender_decision, plugin_scores
-from layersched.testbed.cluster.driver import NotYet, PodRun, wait_for
+from layersched.testbed.cluster.driver import NotYet, PodRun, listed_repository, wait_for
 from layersched.testbed.hosts import Host, LocalHost
 from layersched.testbed.hosts import file_end as file_end  # re-exported
 from layersched.testbed.hosts import lines_since as lines_since  # re-exported
@@ -243,14 +244,19 @@ class FileBackend:
     def inventory_holds(self, node: str, image: str) -> bool:
         """Whether the extender's live inventory lists ``image`` on ``node`` now (what it
         scores with: the agents' NodeLayerInventory, watched)."""
+        return image in self.inventory_images(node)
+
+    def inventory_images(self, node: str) -> list[str]:
+        """The images the extender's live inventory lists on ``node`` now (none when it
+        has no inventory of that node)."""
         url = f"{self.extender_url}/debug/inventory"
         try:
             response = httpx.get(url, params={"node": node}, timeout=METRICS_TIMEOUT_S)
         except httpx.HTTPError as err:
             raise NotYet(f"asking the extender for node {node}'s inventory: {err}") from err
         if response.status_code != httpx.codes.OK:
-            return False
-        return image in (response.json().get("images") or [])
+            return []
+        return [str(image) for image in response.json().get("images") or []]
 
     def remove_images(self, node: str, images: Sequence[str], namespace: str) -> None:
         try:
@@ -261,13 +267,22 @@ class FileBackend:
             ) from None
         endpoint = f"unix://{access.host.unix_socket(access.cri_socket)}"
         with CRIClient(endpoint, timeout_s=CRI_TIMEOUT_S) as cri:
+            repositories = {listed_repository(image) for image in images}
 
             def empty() -> None:
                 # The kubelet may be stopping the same sandbox right now: try again.
                 try:
                     for sandbox in cri.list_pod_sandboxes({POD_NAMESPACE_LABEL: namespace}):
                         cri.remove_pod_sandbox(sandbox)
-                    for image in images:
+                    held = [
+                        held.id
+                        for held in cri.list_images()
+                        if any(
+                            listed_repository(name) in repositories
+                            for name in (*held.repo_tags, *held.repo_digests)
+                        )
+                    ]
+                    for image in (*images, *held):
                         cri.remove_image(image)
                 except CRIError as err:
                     raise NotYet(f"emptying node {node}'s image cache: {err}") from err

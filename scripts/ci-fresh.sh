@@ -2,8 +2,8 @@
 # make ci-fresh: rehearse CI on a fresh machine without a new machine. Clones the
 # committed HEAD into a new directory (no venv, no .testbed, no untracked files) and runs
 # `.ci/run` there with every cache empty: LAYERSCHED_CACHE_DIR (the Kubernetes build, the
-# image layers) and pip's download cache point into that directory. What it cannot undo
-# is the apt packages already installed on this machine. The directory is kept (with
+# image layers), pip's download cache and Go's build cache (GOCACHE) point into that
+# directory. What it cannot undo is the apt packages already installed on this machine. The directory is kept (with
 # ci.log) when the run fails, and removed when it passes unless KEEP=1.
 set -o errexit -o nounset -o pipefail
 repo=$(git rev-parse --show-toplevel)
@@ -27,7 +27,9 @@ status=0
 (
   cd "$work/src"
   unset VIRTUAL_ENV LAYERSCHED_TESTBED_DIR
+  # Go's build cache too: a fresh machine compiles Kubernetes from nothing
   export LAYERSCHED_CACHE_DIR="$work/cache" PIP_CACHE_DIR="$work/pip-cache"
+  export GOCACHE="$work/go-cache"
   bash .ci/run
 ) 2>&1 | tee "$work/ci.log" || status=$?
 elapsed=$((SECONDS - started))

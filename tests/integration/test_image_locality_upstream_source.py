@@ -45,13 +45,13 @@ _QUOTED = re.compile(r'"([^"]*)"')
 
 def _source_file() -> Path:
     build = kubernetes_build()
-    found = sorted(build.cache_dir().glob(f"src/*/{GO_TEST}"))
-    if not found:
+    source = build.source_tree() / GO_TEST
+    if not source.is_file():
         prereq.missing(
-            f"the Kubernetes {build.version} source tree is not in {build.cache_dir()}: "
+            f"the Kubernetes {build.version} source tree is not in {build.source_tree()}: "
             f"run `{BUILD_COMMAND}`"
         )
-    return found[0]
+    return source
 
 
 def _score(text: str) -> int:

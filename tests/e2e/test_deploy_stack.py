@@ -259,7 +259,8 @@ def deployed_stack(
 
 #: A testbed of its own for the failure test: another prefix, /24 and state dir.
 FAILURE_PREFIX = "lsfx"
-FAILURE_NET_BASE = "10.250.61"
+#: (10.250.61 is the SSH roles test's: a /24 no other test uses)
+FAILURE_NET_BASE = "10.250.62"
 
 
 def test_a_failed_setup_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -335,7 +335,7 @@ def _wait(check: Callable[[], None], timeout_s: float) -> None:
 
 
 def test_layer_locality_ran_on_node_names_fed_by_agents(scenario_run: Run) -> None:
-    _report, nodes, trials, inventory = scenario_run
+    _report, nodes, _trials, inventory = scenario_run
     config_path = Path(inventory.state_dir) / "control-plane" / "scheduler-layer-locality.yaml"
     config = yaml.safe_load(config_path.read_text())
     assert [e["nodeCacheCapable"] for e in config["extenders"]] == [True]
@@ -343,8 +343,11 @@ def test_layer_locality_ran_on_node_names_fed_by_agents(scenario_run: Run) -> No
     # every node's layers came from its agent: not one node image went to a registry
     assert _metric(metrics, "layersched_extender_watch_nodes_with_layers") == len(nodes)
     assert _metric(metrics, "layersched_extender_watch_node_image_resolutions_total") == 0
-    # P1-again's image was on P1's node: resolved from the inventory, every trial
-    assert _metric(metrics, "layersched_extender_pod_images_from_inventory_total") >= trials
+    # P1-again's image is on one node (P1's) when it is scored: under the image quorum
+    # (--image-quorum 2, docs/inventory.md "Trust model") one node's word does not make a
+    # pod image's layers, so the registry resolves it, and the inventory answers only once
+    # two nodes agree (an image-locality trial may have pulled Img1 to a second node): how
+    # often it did is not fixed, so no count of pod_images_from_inventory is asserted
     with _admin(inventory) as kube:
         published, _ = kube.list(NODE_LAYERS_PATH)
     assert sorted(o["metadata"]["name"] for o in published) == sorted(nodes)

@@ -20,9 +20,11 @@ import datetime
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -272,19 +274,25 @@ def test_a_failed_setup_leaves_nothing_behind(tmp_path: Path) -> None:
         require_root()
     except TestbedError as err:
         prereq.missing(f"local testbed unavailable: {err}")
+    # a short state dir: pytest's tmp_path for this test is so long that the kubelet's
+    # pod-resources socket path passed sun_path's 107 bytes (the kubelet exited at start)
+    short = Path(tempfile.mkdtemp(prefix="lsfx-", dir="/tmp"))
     settings = TestbedSettings(
-        state_dir=tmp_path / "state",
+        state_dir=short / "state",
         node_count=1,
         prefix=FAILURE_PREFIX,
         net_base=FAILURE_NET_BASE,
     )
     missing = tmp_path / "nowhere" / "kube-scheduler"
-    with (
-        pytest.raises(AssertionError, match="--kube-scheduler-bin"),
-        deployed_stack(settings, tmp_path, ("--kube-scheduler-bin", str(missing))),
-    ):
-        pytest.fail("the setup must fail before yielding")
-    assert leftovers(settings.state_dir.resolve(), FAILURE_PREFIX) == NOTHING_LEFT
+    try:
+        with (
+            pytest.raises(AssertionError, match="--kube-scheduler-bin"),
+            deployed_stack(settings, tmp_path, ("--kube-scheduler-bin", str(missing))),
+        ):
+            pytest.fail("the setup must fail before yielding")
+        assert leftovers(settings.state_dir.resolve(), FAILURE_PREFIX) == NOTHING_LEFT
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 
 from layersched.core.errors import TestbedError
 from layersched.testbed.local import TestbedSettings
-from layersched.testbed.local._ansible import _check_addresses_free
+from layersched.testbed.local._ansible import _check_addresses_free, check_socket_paths
 from layersched.testbed.local._listeners import foreign_listeners
 
 
@@ -57,3 +57,13 @@ def test_up_refuses_an_address_in_use_and_names_the_holder(listening: int, tmp_p
     assert f"port {listening}: pid {os.getpid()}" in message
     assert "layersched testbed down --state-dir" in message
     assert "--net-base" in message
+
+
+def test_a_state_dir_too_long_for_the_kubelets_socket_is_refused() -> None:
+    # the kubelet's pod-resources socket sits under the state dir; past sun_path's 107
+    # bytes the kubelet exits at start and the node never registers (the deploy e2e's
+    # failure test, under pytest's long tmp_path, met exactly that)
+    long_dir = Path("/tmp") / ("x" * 60) / "state"
+    with pytest.raises(TestbedError, match="too long: the kubelet's socket"):
+        check_socket_paths(TestbedSettings(state_dir=long_dir, prefix="lsxx"))
+    check_socket_paths(TestbedSettings(state_dir=Path("/tmp/short/state"), prefix="lsxx"))

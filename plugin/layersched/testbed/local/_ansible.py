@@ -45,6 +45,10 @@ DEFAULT_NODE_COUNT = 3
 DEFAULT_RATE_BITS_PER_S = 20_000_000
 DEFAULT_PREFIX = "lstb"
 DEFAULT_NET_BASE = "10.250.50"
+#: A Unix socket's path holds at most 107 bytes (sun_path is 108, with its NUL); the
+#: deepest socket a node has under the state dir is the kubelet's pod-resources one.
+MAX_SOCKET_PATH_BYTES = 107
+DEEPEST_SOCKET = "kubelet/root/pod-resources/kubelet.sock"
 #: Linux link names have at most 15 characters; PREFIX-nNNN must fit.
 MAX_PREFIX_CHARS = 5
 #: The node addresses are BASE.(10+K) in one /24.
@@ -295,6 +299,7 @@ def up(settings: TestbedSettings, console: Console | None = None) -> PlaybookRes
     settings.check()
     state_dir = settings.state_dir.resolve()
     _check_recorded_settings(state_dir)
+    check_socket_paths(settings)
     _check_addresses_free(settings, state_dir)
     return run_playbook(
         UP_PLAYBOOK,
@@ -303,6 +308,20 @@ def up(settings: TestbedSettings, console: Console | None = None) -> PlaybookRes
         title="testbed up",
         console=console,
     )
+
+
+def check_socket_paths(settings: TestbedSettings) -> None:
+    """TestbedError when the state dir is too long for the nodes' Unix sockets: the
+    kubelet's pod-resources socket is the deepest under it, and a path past sun_path
+    makes the kubelet exit at start (255), so the node never registers."""
+    state_dir = settings.state_dir.resolve()
+    deepest = state_dir / "nodes" / f"n{settings.node_count}" / DEEPEST_SOCKET
+    if len(str(deepest).encode()) > MAX_SOCKET_PATH_BYTES:
+        raise TestbedError(
+            f"state dir {state_dir}: too long: the kubelet's socket {deepest} would be "
+            f"{len(str(deepest).encode())} bytes, past the {MAX_SOCKET_PATH_BYTES} a Unix "
+            "socket path may have; use a shorter state dir"
+        )
 
 
 def _check_addresses_free(settings: TestbedSettings, state_dir: Path) -> None:

@@ -7,11 +7,13 @@ There is no systemd here, and the daemons must outlive the playbook run.
 the network namespace changes, so mounts such as the cgroup hierarchies stay visible),
 stdin closed, stderr appended to ``--log`` (stdout too, unless ``--stdout-log``), and
 records its pid in ``--pidfile``. It then waits until ``--ready-socket`` exists or
-``--ready-tcp`` accepts a connection. Nothing is done when the pidfile names a live
-process whose command line contains ``--match``. When the pidfile is lost or stale but
-such a process still runs (the same executable, or one of ``--executable``, with
-``--match`` in its command line: the same scan ``stop`` does), it is adopted: its pid
-is written to the pidfile and no second daemon is started on the same root.
+``--ready-tcp`` accepts a connection. Nothing is done when the pidfile names a live,
+ready process whose command line contains ``--match``; a live one that is not ready (a
+daemon shutting down after SIGTERM) is waited for until it is ready or gone. When the
+pidfile is lost or stale but such a process still runs (the same executable, or one of
+``--executable``, with ``--match`` in its command line: the same scan ``stop`` does),
+it is adopted: its pid is written to the pidfile and no second daemon is started on
+the same root.
 
 ``stop`` sends SIGTERM to the pidfile's process and to every process whose executable
 is one of ``--executable`` and whose command line contains ``--match`` (the fallback for
@@ -142,9 +144,30 @@ def ready(ready_socket: Path | None, ready_tcp: str | None) -> bool:
     return True
 
 
+def settled(pid: int, args: argparse.Namespace) -> bool:
+    """Whether the running ``pid`` is (or becomes) ready; False once it has exited.
+
+    A daemon that was just sent SIGTERM still runs while it shuts down (kube-apiserver
+    drains its requests first, its port already closed): taking it for the running
+    daemon left nothing to serve once it exited. So a live process that is not ready
+    is waited for, up to ``--ready-timeout-s``, until it is ready or gone.
+    """
+    deadline = time.monotonic() + args.ready_timeout_s
+    while alive(pid):
+        if ready(args.ready_socket, args.ready_tcp):
+            return True
+        if time.monotonic() > deadline:
+            raise DaemonError(
+                f"{args.name} (pid {pid}) runs but is not ready after {args.ready_timeout_s} s; "
+                f"see {args.log}:\n{tail(args.log) if args.log else ''}"
+            )
+        time.sleep(POLL_INTERVAL_S)
+    return False
+
+
 def start(args: argparse.Namespace) -> dict[str, object]:
     pid = pidfile_pid(args.pidfile, args.match)
-    if pid is not None:
+    if pid is not None and settled(pid, args):
         return {"changed": False, "pids": [pid]}
     if not args.argv or args.pidfile is None or args.log is None:
         raise DaemonError("start needs --pidfile, --log and the command after --")
@@ -154,7 +177,7 @@ def start(args: argparse.Namespace) -> dict[str, object]:
             f"{args.name}: several processes {running} already run with {args.match!r}; "
             "tear the testbed down (layersched testbed down) and bring it up again"
         )
-    if running:
+    if running and settled(running[0], args):
         args.pidfile.write_text(f"{running[0]}\n")
         return {"changed": True, "pids": running, "adopted": True}
     # nsenter switches the network namespace only. `ip netns exec` would also remount

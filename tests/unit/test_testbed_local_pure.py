@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -628,3 +629,70 @@ def test_a_crashed_daemons_excerpt_starts_with_why_it_died(tmp_path: Path) -> No
     # a log without a crash: the tail alone, as before
     log.write_text("".join(f"I line {i}\n" for i in range(100)))
     assert tool.tail(log) == "".join(f"I line {i}\n" for i in range(100 - tool.LOG_TAIL_LINES, 100))
+
+
+def test_start_replaces_a_daemon_that_is_shutting_down(tmp_path: Path) -> None:
+    # The e2e's API server restart: SIGTERM, then `testbed up`. The old kube-apiserver
+    # still ran (draining, its port closed), `start` took it for the running daemon,
+    # and once it exited nothing served: "connection refused" until the readiness
+    # wait gave up. A live process that is not ready is now waited for until it is
+    # ready or gone, and a gone one is replaced.
+    tool = _tool("local_testbed_daemon")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    marker = f"lstest-{tmp_path.name}"
+    pidfile, log = tmp_path / "d.pid", tmp_path / "d.log"
+    # the "shutting down" daemon: alive for a moment, never listening
+    dying = subprocess.Popen(
+        [sys.executable, "-c", "import time, sys; time.sleep(1.0)", marker],
+        start_new_session=True,
+    )
+    pidfile.write_text(f"{dying.pid}\n")
+    server = (
+        "import socket, sys, time\n"
+        f"s = socket.create_server(('127.0.0.1', {port}))\n"
+        "time.sleep(60)\n"
+    )
+    argv = ["start", "--name", "d", "--match", marker, "--pidfile", str(pidfile),
+            "--log", str(log), "--ready-tcp", f"127.0.0.1:{port}", "--ready-timeout-s", "20",
+            "--", sys.executable, "-c", server, marker]  # fmt: skip
+    try:
+        assert tool.main(argv) == 0
+        dying.wait(timeout=5)
+        replaced = int(pidfile.read_text())
+        assert replaced != dying.pid
+        assert tool.alive(replaced)
+        assert tool.ready(None, f"127.0.0.1:{port}")
+        # a second start finds it ready and changes nothing
+        assert tool.main(argv) == 0
+        assert int(pidfile.read_text()) == replaced
+    finally:
+        dying.kill()
+        tool.main(["stop", "--name", "d", "--match", marker, "--pidfile", str(pidfile),
+                   "--executable", Path(sys.executable).name])  # fmt: skip
+
+
+def test_start_gives_up_on_a_live_daemon_that_never_becomes_ready(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tool = _tool("local_testbed_daemon")
+    marker = f"lstest-{tmp_path.name}"
+    pidfile, log = tmp_path / "d.pid", tmp_path / "d.log"
+    log.write_text("I still draining\n")
+    stuck = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", marker], start_new_session=True
+    )
+    pidfile.write_text(f"{stuck.pid}\n")
+    args = ["start", "--name", "d", "--match", marker, "--pidfile", str(pidfile),
+            "--log", str(log), "--ready-tcp", "127.0.0.1:9", "--ready-timeout-s", "0.5",
+            "--", sys.executable, "-c", "pass", marker]  # fmt: skip
+    try:
+        assert tool.main(args) == 1
+        err = capsys.readouterr().err
+        assert f"d (pid {stuck.pid}) runs but is not ready after 0.5 s" in err
+        assert "I still draining" in err  # the log's tail says why
+        assert int(pidfile.read_text()) == stuck.pid  # and nothing second was started
+    finally:
+        stuck.kill()
+        stuck.wait()

@@ -40,6 +40,7 @@ import http.client
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -557,10 +558,10 @@ def _watch_memory_case(
                     "pooled_layers": metrics.get("layersched_extender_watch_pooled_layers"),
                     "pooled_images": metrics.get("layersched_extender_watch_pooled_images"),
                     "ignored": {
-                        key.split('reason="')[1].rstrip('"}'): value
+                        re.search(r'reason="([^"]*)"', key)[1]: value  # type: ignore[index]
                         for key, value in metrics.items()
                         if key.startswith("layersched_extender_watch_ignored_objects_total")
-                        and "nodelayerinventories" in key
+                        and 'resource="nodelayerinventories"' in key
                         and value
                     },
                     "relists": metrics.get(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -631,6 +633,20 @@ def test_a_crashed_daemons_excerpt_starts_with_why_it_died(tmp_path: Path) -> No
     assert tool.tail(log) == "".join(f"I line {i}\n" for i in range(100 - tool.LOG_TAIL_LINES, 100))
 
 
+def _free_port_outside_the_ephemeral_range() -> int:
+    """A free loopback port below the kernel's ephemeral range, where no client socket
+    of this host (nor the probe's own, by a TCP self-connect) can take it meanwhile."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in range(max(1024, low - 8000) + os.getpid() % 4000, low):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free loopback port below {low}")
+
+
 def test_start_replaces_a_daemon_that_is_shutting_down(tmp_path: Path) -> None:
     # The e2e's API server restart: SIGTERM, then `testbed up`. The old kube-apiserver
     # still ran (draining, its port closed), `start` took it for the running daemon,
@@ -638,10 +654,8 @@ def test_start_replaces_a_daemon_that_is_shutting_down(tmp_path: Path) -> None:
     # wait gave up. A live process that is not ready is now waited for until it is
     # ready or gone, and a gone one is replaced.
     tool = _tool("local_testbed_daemon")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    marker = f"lstest-{tmp_path.name}"
+    port = _free_port_outside_the_ephemeral_range()
+    marker = f"lstest-{os.getpid()}-{time.monotonic_ns()}"
     pidfile, log = tmp_path / "d.pid", tmp_path / "d.log"
     # the "shutting down" daemon: alive for a moment, never listening
     dying = subprocess.Popen(
@@ -677,7 +691,7 @@ def test_start_gives_up_on_a_live_daemon_that_never_becomes_ready(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tool = _tool("local_testbed_daemon")
-    marker = f"lstest-{tmp_path.name}"
+    marker = f"lstest-{os.getpid()}-{time.monotonic_ns()}"
     pidfile, log = tmp_path / "d.pid", tmp_path / "d.log"
     log.write_text("I still draining\n")
     stuck = subprocess.Popen(

@@ -23,6 +23,7 @@ from layersched import __version__
 from tests.fixtures.extender import (
     LOOPBACK,
     Pki,
+    assert_in_progress,
     extender_argv,
     free_port,
     make_pki,
@@ -32,9 +33,6 @@ from tests.fixtures.extender import (
 from tests.integration.test_extender_process import LAYERS, POD, files
 
 __all__ = ["files"]  # the fixture, shared with test_extender_process
-
-#: A held request is taken up by the server within milliseconds on an idle machine.
-IN_PROGRESS_TIMEOUT_S = 10.0
 
 pytestmark = pytest.mark.integration
 
@@ -335,18 +333,6 @@ def test_text_logs_have_timestamps_and_keep_their_lines(
 
 
 # ---------------------------------------------------------------------- request limits
-@tenacity.retry(
-    stop=tenacity.stop_after_delay(IN_PROGRESS_TIMEOUT_S),
-    wait=tenacity.wait_fixed(0.05),
-    reraise=True,
-)
-def _assert_in_progress(url: str, **states: int) -> None:
-    """The server has taken up the held requests (its in-progress gauge says so)."""
-    text = httpx.get(f"{url}/metrics", timeout=HTTP_TIMEOUT_S).text
-    for state, count in states.items():
-        assert f'layersched_extender_requests_in_progress{{state="{state}"}} {count}.0' in text
-
-
 def test_bodies_being_read_hold_no_place_and_a_read_flood_is_a_fast_503(
     files: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -361,9 +347,9 @@ def test_bodies_being_read_hold_no_place_and_a_read_flood_is_a_fast_503(
     with running_extender(tmp_path / "extender.log", *extra) as (url, _):
         port = int(url.rsplit(":", 1)[1])
         with _start_request(port, body, hold_back_bytes=1) as first:
-            _assert_in_progress(url, reading=1, working=0)
+            assert_in_progress(url, reading=1, working=0)
             with _start_request(port, body, hold_back_bytes=1) as second:
-                _assert_in_progress(url, reading=2, working=0)
+                assert_in_progress(url, reading=2, working=0)
                 flood = httpx.post(f"{url}/prioritize", content=body, timeout=HTTP_TIMEOUT_S)
                 assert flood.status_code == 503
                 assert flood.headers["Retry-After"] == "1"
@@ -398,7 +384,7 @@ def test_past_the_limit_a_request_is_answered_neutrally_at_once(
             registry.started.clear()
             with _start_request(port, _slow_pod_body(address)) as slow:
                 assert registry.started.wait(HTTP_TIMEOUT_S), "the pod image is not resolving"
-                _assert_in_progress(url, working=1)
+                assert_in_progress(url, working=1)
                 started = time.monotonic()
                 shed = httpx.post(
                     f"{url}/prioritize",

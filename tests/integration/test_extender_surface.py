@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from tests.fixtures import prereq
-from tests.fixtures.extender import LOOPBACK, free_port, running_extender
+from tests.fixtures.extender import LOOPBACK, assert_in_progress, free_port, running_extender
 from tests.integration.test_extender_process import POD, files
 
 __all__ = ["files"]  # the fixture, shared with test_extender_process
@@ -244,7 +244,7 @@ def test_a_trickling_body_is_cut_off_and_holds_no_place(
     with running_extender(tmp_path / "extender.log", *extra) as (url, _):
         port = int(url.rsplit(":", 1)[1])
         with _trickle(port, body) as slow:
-            time.sleep(0.3)  # the server is reading it
+            assert_in_progress(url, reading=1)  # the server is reading it
             answer = httpx.post(f"{url}/prioritize", content=body, timeout=HTTP_TIMEOUT_S)
             assert answer.json() == SEED_SCORES
             took_s, said = _cut_off_within(slow, body, deadline_s=10.0)

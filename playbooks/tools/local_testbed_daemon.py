@@ -42,6 +42,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 #: How often readiness and exit are polled; the daemons start in well under a second.
@@ -144,6 +145,24 @@ def ready(ready_socket: Path | None, ready_tcp: str | None) -> bool:
     return True
 
 
+#: What :func:`await_ready` saw: the daemon ready, gone, or neither by the deadline.
+READY, GONE, LATE = "ready", "gone", "late"
+
+
+def await_ready(args: argparse.Namespace, running: Callable[[], bool]) -> str:
+    """Poll until the daemon is ready (READY), stops ``running`` (GONE), or
+    ``--ready-timeout-s`` passes (LATE)."""
+    deadline = time.monotonic() + args.ready_timeout_s
+    while True:
+        if ready(args.ready_socket, args.ready_tcp):
+            return READY if running() else GONE
+        if not running():
+            return GONE
+        if time.monotonic() > deadline:
+            return LATE
+        time.sleep(POLL_INTERVAL_S)
+
+
 def settled(pid: int, args: argparse.Namespace) -> bool:
     """Whether the running ``pid`` is (or becomes) ready; False once it has exited.
 
@@ -152,17 +171,13 @@ def settled(pid: int, args: argparse.Namespace) -> bool:
     daemon left nothing to serve once it exited. So a live process that is not ready
     is waited for, up to ``--ready-timeout-s``, until it is ready or gone.
     """
-    deadline = time.monotonic() + args.ready_timeout_s
-    while alive(pid):
-        if ready(args.ready_socket, args.ready_tcp):
-            return True
-        if time.monotonic() > deadline:
-            raise DaemonError(
-                f"{args.name} (pid {pid}) runs but is not ready after {args.ready_timeout_s} s; "
-                f"see {args.log}:\n{tail(args.log) if args.log else ''}"
-            )
-        time.sleep(POLL_INTERVAL_S)
-    return False
+    seen = await_ready(args, lambda: alive(pid))
+    if seen == LATE:
+        raise DaemonError(
+            f"{args.name} (pid {pid}) runs but is not ready after {args.ready_timeout_s} s; "
+            f"see {args.log}:\n{tail(args.log) if args.log else ''}"
+        )
+    return seen == READY
 
 
 def start(args: argparse.Namespace) -> dict[str, object]:
@@ -195,20 +210,18 @@ def start(args: argparse.Namespace) -> dict[str, object]:
             argv, stdin=devnull, stdout=out, stderr=log, start_new_session=True, close_fds=True
         )
     args.pidfile.write_text(f"{proc.pid}\n")
-    deadline = time.monotonic() + args.ready_timeout_s
-    while not ready(args.ready_socket, args.ready_tcp):
-        if proc.poll() is not None:
-            raise DaemonError(
-                f"{args.name} exited with {proc.returncode} while starting; "
-                f"see {args.log}:\n{tail(args.log)}"
-            )
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise DaemonError(
-                f"{args.name} not ready after {args.ready_timeout_s} s (killed); "
-                f"see {args.log}:\n{tail(args.log)}"
-            )
-        time.sleep(POLL_INTERVAL_S)
+    seen = await_ready(args, lambda: proc.poll() is None)
+    if seen == GONE:
+        raise DaemonError(
+            f"{args.name} exited with {proc.returncode} while starting; "
+            f"see {args.log}:\n{tail(args.log)}"
+        )
+    if seen == LATE:
+        proc.kill()
+        raise DaemonError(
+            f"{args.name} not ready after {args.ready_timeout_s} s (killed); "
+            f"see {args.log}:\n{tail(args.log)}"
+        )
     return {"changed": True, "pids": [proc.pid]}
 
 

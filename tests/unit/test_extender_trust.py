@@ -25,7 +25,7 @@ from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodelayers import HeldImage
 from layersched.core.strategies import get_strategy
 from layersched.extender import WatchInventoryProvider, make_extender
-from layersched.extender._wire import ExtenderArgs
+from layersched.extender._wire import ExtenderArgs, HostPriority
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, node, started
 
@@ -82,7 +82,8 @@ def prioritize(loop: RunningLoop, extender: Any, pod_image: str, names: list[str
     }
     args = msgspec.json.decode(msgspec.json.encode(body), type=ExtenderArgs)
     future = asyncio.run_coroutine_threadsafe(extender.prioritize(args), loop.loop)
-    return {entry.Host: entry.Score for entry in future.result(timeout=5)}
+    answer = msgspec.json.decode(future.result(timeout=5), type=list[HostPriority])
+    return {entry.Host: entry.Score for entry in answer}
 
 
 @tenacity.retry(

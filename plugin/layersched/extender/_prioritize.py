@@ -56,7 +56,14 @@ MAX_DECISION_SCORES = 100_000
 
 
 class Decision(msgspec.Struct, frozen=True):
-    """One ``/prioritize`` answer, as kube-scheduler received it."""
+    """One ``/prioritize`` answer, as kube-scheduler received it.
+
+    Held compactly, as the JSON document sent (one allocation), not as a list of 5,000
+    answer objects and the request's 5,000 name strings. Those were
+    200,000 small objects for the latest 20 pods, made anew by every request; the few
+    made during a flood of large objects outlived it and kept the allocator's memory
+    from going back to the system (docs/inventory.md, "Freed memory").
+    """
 
     pod: str
     uid: str
@@ -66,8 +73,11 @@ class Decision(msgspec.Struct, frozen=True):
     mode: str
     #: Why every score is 0 (``not_ready``, ``pod_unresolved``, ``overloaded``), or "".
     neutral: str
-    answer: list[HostPriority]
-    #: The strategy that scored it, and per node of ``answer`` (same order) the bytes of
+    #: The answer as kube-scheduler received it: a JSON array of ``{Host, Score}``.
+    answer: bytes
+    #: The nodes in ``answer``.
+    nodes: int
+    #: The strategy that scored it, and per node of the answer (same order) the bytes of
     #: the pod the node held and the pod's bytes (its strategy's own measure: for
     #: image-locality the spread-scaled image sizes and the upper threshold); empty when
     #: neutral. 8 bytes an entry (``array``), not a Python int each.
@@ -75,17 +85,25 @@ class Decision(msgspec.Struct, frozen=True):
     present_bytes: array[int] = msgspec.field(default_factory=lambda: array("q"))
     total_bytes: array[int] = msgspec.field(default_factory=lambda: array("q"))
 
+    def hosts(self) -> list[HostPriority]:
+        hosts: list[HostPriority] = _ANSWER.decode(self.answer)
+        return hosts
+
     def scores(self) -> dict[str, int]:
-        return {entry.Host: entry.Score for entry in self.answer}
+        return {entry.Host: entry.Score for entry in self.hosts()}
 
     def held(self) -> dict[str, dict[str, int]]:
         """``{node: {"present_bytes", "total_bytes"}}`` (empty for a neutral answer)."""
         return {
             entry.Host: {"present_bytes": present, "total_bytes": total}
             for entry, present, total in zip(
-                self.answer, self.present_bytes, self.total_bytes, strict=False
+                self.hosts(), self.present_bytes, self.total_bytes, strict=False
             )
         }
+
+
+_ANSWER = msgspec.json.Decoder(list[HostPriority])
+_ENCODER = msgspec.json.Encoder()
 
 
 #: What a scored answer adds to its Decision: the strategy, and per node the held and
@@ -113,16 +131,27 @@ class Decisions:
         answer: list[HostPriority],
         neutral: str = "",
         held: Held | None = None,
-    ) -> list[HostPriority]:
+    ) -> msgspec.Raw:
         """Remember ``answer`` for the pod of ``meta`` (with ``held``: the strategy and each
-        node's held and needed bytes, in ``answer``'s order); returns ``answer``."""
+        node's held and needed bytes, in ``answer``'s order); returns ``answer`` encoded
+        (the server sends it as is: it is encoded once)."""
         key = pod_name(meta)
         earlier = self._by_pod.pop(key, None)
         if earlier is not None:
-            self._scores -= len(earlier.answer)
+            self._scores -= earlier.nodes
         strategy, present, total = held if held is not None else ("", array("q"), array("q"))
+        encoded = _ENCODER.encode(answer)
         self._by_pod[key] = Decision(
-            key, meta.uid, time.time(), mode, neutral, answer, strategy, present, total
+            key,
+            meta.uid,
+            time.time(),
+            mode,
+            neutral,
+            encoded,
+            len(answer),
+            strategy=strategy,
+            present_bytes=present,
+            total_bytes=total,
         )
         self._scores += len(answer)
         # the newest answer stays even when it alone is over the score budget
@@ -130,8 +159,8 @@ class Decisions:
             len(self._by_pod) > self._max_pods or self._scores > self._max_scores
         ):
             _, oldest = self._by_pod.popitem(last=False)
-            self._scores -= len(oldest.answer)
-        return answer
+            self._scores -= oldest.nodes
+        return msgspec.Raw(encoded)
 
     def get(self, pod: str) -> Decision | None:
         return self._by_pod.get(pod)
@@ -228,15 +257,19 @@ class Extender:
                 return {image: layers for image, layers in known.items() if layers is not None}
         return await self._resolver(key).resolve_pod(images)
 
+    def cached_bytes(self) -> int:
+        """Estimated bytes the resolvers' layer caches hold."""
+        return sum(resolver.cache.cost_bytes for resolver in list(self._resolvers.values()))
+
     def close(self) -> None:
         """Stop every resolver's workers."""
         for resolver in self._resolvers.values():
             resolver.close()
 
     # ------------------------------------------------------------- prioritize
-    async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
+    async def prioritize(self, args: ExtenderArgs) -> msgspec.Raw:
         """Scores 0..10 for every requested node, in request order (recorded for
-        ``/debug/decisions``)."""
+        ``/debug/decisions``): a JSON array of ``{Host, Score}``, encoded."""
         answer, neutral, held = await self._prioritize(args)
         assert args.Pod is not None  # _prioritize refused a request without one
         mode = "Nodes" if args.Nodes is not None else "NodeNames"
@@ -332,7 +365,7 @@ class Extender:
             positions.setdefault(key, []).append(position)
         return {key: np.asarray(p, dtype=np.int64) for key, p in positions.items()}
 
-    def overloaded(self, args: NamesOnlyArgs) -> list[HostPriority]:
+    def overloaded(self, args: NamesOnlyArgs) -> msgspec.Raw:
         """Neutral scores at once, for a request past the concurrency limit (no resolution,
         no scoring: the pod is placed by kube-scheduler's own plugins)."""
         if args.Pod is None:

@@ -23,6 +23,7 @@ from layersched.extender import (
     DEFAULT_IMAGE_QUORUM,
     DEFAULT_INVENTORY_MAX_AGE_S,
     DEFAULT_MAX_INVENTORY_BYTES,
+    DEFAULT_RECYCLE_EXCESS_BYTES,
     DEFAULT_RESOLVE_TIMEOUT_S,
     GLIBC,
     MAX_CONCURRENT_REQUESTS,
@@ -32,11 +33,13 @@ from layersched.extender import (
     SHUTDOWN_GRACE_S,
     HealthListener,
     Platforms,
+    Recycler,
     StaticInventoryProvider,
     WatchInventoryProvider,
     exec_with_glibc_malloc,
     limit_malloc_arenas,
     make_extender,
+    recycled_before,
     serve,
     tls_context,
 )
@@ -200,6 +203,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the system, at about twice the cost per request (docs/extender.md, Memory)",
     )
     p.add_argument(
+        "--recycle-excess-mib",
+        type=int,
+        default=DEFAULT_RECYCLE_EXCESS_BYTES // 2**20,
+        metavar="MIB",
+        help="with --watch: re-execute the extender (same PID, its listening sockets kept "
+        "open) once its resident memory stays this far, and a fifth of a fresh process's, "
+        "above what a fresh process holding as much needs: the residue the allocator "
+        "keeps after a burst (at most every 10 min; neutral scores until the inventory "
+        "is listed again; 0: never; default: %(default)s)",
+    )
+    p.add_argument(
         "--max-inventory-bytes",
         type=int,
         default=DEFAULT_MAX_INVENTORY_BYTES,
@@ -273,6 +287,10 @@ def _check(args: argparse.Namespace) -> None:
             f"--max-inventory-bytes {args.max_inventory_bytes}: must be at least "
             f"{MIN_INVENTORY_BYTES} (1 MiB)"
         )
+    if args.recycle_excess_mib < 0:
+        raise InputError(
+            f"--recycle-excess-mib {args.recycle_excess_mib}: must be >= 0 (0: never recycle)"
+        )
     if args.client_ca_file is not None and args.tls_cert_file is None:
         raise InputError(
             "--client-ca-file verifies clients over TLS: pass --tls-cert-file and --tls-key-file"
@@ -300,7 +318,12 @@ def run(args: argparse.Namespace) -> int:
     # a strategy without layers (image-locality) reads names only: resolve nothing
     node_source = source if strategy.needs_layers else None
     provider: StaticInventoryProvider | WatchInventoryProvider
+    recycler: Recycler | None = None
     if args.watch:
+        count, last_at_s = recycled_before()
+        recycler = Recycler(
+            min_excess_bytes=args.recycle_excess_mib * 2**20, count=count, last_at_s=last_at_s
+        )
         config = load_config(args.kubeconfig)  # fails here, early, without credentials
         provider = WatchInventoryProvider(
             lambda: KubeClient(config),
@@ -343,6 +366,7 @@ def run(args: argparse.Namespace) -> int:
                 else None
             ),
             debug_endpoints=args.debug_endpoints,
+            recycler=recycler,
         )
     )
     return 0

@@ -13,10 +13,13 @@ See ``docs/extender.md``.
 
 from layersched.extender._memory import (
     ALLOCATORS,
+    DEFAULT_RECYCLE_EXCESS_BYTES,
     GLIBC,
     PYMALLOC,
+    Recycler,
     exec_with_glibc_malloc,
     limit_malloc_arenas,
+    recycled_before,
 )
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
@@ -51,6 +54,7 @@ __all__ = [
     "DEFAULT_IMAGE_QUORUM",
     "DEFAULT_INVENTORY_MAX_AGE_S",
     "DEFAULT_MAX_INVENTORY_BYTES",
+    "DEFAULT_RECYCLE_EXCESS_BYTES",
     "DEFAULT_RESOLVE_TIMEOUT_S",
     "GLIBC",
     "MAX_CONCURRENT_REQUESTS",
@@ -66,6 +70,7 @@ __all__ = [
     "HealthListener",
     "InventoryProvider",
     "Platforms",
+    "Recycler",
     "StaticInventoryProvider",
     "WatchInventoryProvider",
     "create_app",
@@ -73,6 +78,7 @@ __all__ = [
     "exec_with_glibc_malloc",
     "limit_malloc_arenas",
     "make_extender",
+    "recycled_before",
     "serve",
     "tls_context",
 ]

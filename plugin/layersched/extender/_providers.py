@@ -63,6 +63,10 @@ class InventoryProvider(Protocol):
         """Metrics of the provider's own (a watch's), or None."""
         ...
 
+    def held_bytes(self) -> int:
+        """Estimated bytes what the provider keeps holds (0: a file, loaded once)."""
+        ...
+
 
 def held_images(inventory: ClusterInventory | None, node: str) -> list[str] | None:
     """The image names ``inventory`` holds for ``node`` (None: no inventory, unknown node)."""
@@ -128,6 +132,9 @@ class StaticInventoryProvider:
 
     def collector(self) -> Collector | None:
         return None
+
+    def held_bytes(self) -> int:
+        return 0
 
     def load(self) -> None:
         if self.path is None:

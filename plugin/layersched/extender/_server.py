@@ -6,7 +6,9 @@ import asyncio
 import gc
 import ipaddress
 import logging
+import os
 import signal
+import socket
 import ssl
 import threading
 import time
@@ -21,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from layersched.core.errors import InputError, LayerschedError
 from layersched.core.layers import LayerSource
 from layersched.core.strategies import Strategy
+from layersched.extender import _memory
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import MAX_DECISIONS, Extender
@@ -76,6 +79,13 @@ HTTP_UNAVAILABLE = 503
 HTTP_CLIENT_CLOSED = 499
 #: Retry-After of a 503 answered to a flood, in seconds.
 OVERLOAD_RETRY_AFTER_S = 1
+#: Connections the kernel queues on a listening socket (asyncio's default): they wait
+#: there while the extender re-executes itself (extender/_memory.py, Recycler).
+LISTEN_BACKLOG = 100
+#: Before re-executing, the requests in flight get this long to finish ...
+RECYCLE_GRACE_S = 1.0
+#: ... checked this often.
+DRAIN_POLL_S = 0.01
 
 _ENCODER = msgspec.json.Encoder()
 _ARGS = msgspec.json.Decoder(ExtenderArgs)
@@ -477,6 +487,41 @@ async def _until(event: asyncio.Event) -> None:
     await event.wait()
 
 
+async def _until_recycle(extender: Extender, recycler: _memory.Recycler | None) -> None:
+    """Return once ``recycler`` wants a recycle (never without one): every check period,
+    this process's resident memory against what it holds (the provider's objects and
+    the layer caches)."""
+    if recycler is None or not recycler.enabled:
+        await asyncio.Event().wait()
+        return
+    while True:
+        await asyncio.sleep(_memory.RECYCLE_CHECK_PERIOD_S)
+        held = extender.provider.held_bytes() + extender.cached_bytes()
+        if recycler.check(_memory.rss_bytes(), held):
+            return
+
+
+async def _recycle(
+    gate: _Gate, sockets: dict[str, list[socket.socket]], recycler: _memory.Recycler
+) -> None:
+    """Re-execute with the listening sockets, once the requests in flight are answered
+    (up to RECYCLE_GRACE_S; they are cut after that, and kube-scheduler, whose extender
+    is ignorable, scores those pods without us)."""
+    _stop_accepting(sockets)
+    deadline = time.monotonic() + RECYCLE_GRACE_S
+    while gate.reading + gate.busy + gate.shedding and time.monotonic() < deadline:
+        await asyncio.sleep(DRAIN_POLL_S)
+    log.warning(
+        "recycling: resident memory is %d MiB over what a fresh process holding this "
+        "inventory needs (bound %d MiB): memory freed after a burst is kept by the "
+        "allocator; re-executing with the listening sockets (the new process answers "
+        "neutral scores until it has listed the inventory)",
+        recycler.excess_bytes // 2**20,
+        recycler.bound_bytes() // 2**20,
+    )
+    _memory.reexec(sockets, recycler)
+
+
 def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
     """A server TLS context (TLS 1.2 or later) for kube-scheduler's extender ``tlsConfig``.
 
@@ -514,14 +559,53 @@ class HealthListener:
     port: int
 
 
-async def _listen(runner: web.AppRunner, host: str, port: int, flag: str, **site: Any) -> None:
+def _bind(host: str, port: int, flag: str) -> list[socket.socket]:
+    """Listening sockets for ``host``:``port`` (one per address the name resolves to, as
+    asyncio's own server binds them)."""
     try:
-        await web.TCPSite(runner, host, port, **site).start()
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
     except OSError as err:
+        raise ExtenderError(
+            f"cannot listen on {host}:{port} ({err}): check the host given with {flag}"
+        ) from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+    except OSError as err:
+        for sock in sockets:
+            sock.close()
         raise ExtenderError(
             f"cannot listen on {host}:{port} ({err.strerror}): is another process using "
             f"the port? choose another one with {flag}"
         ) from None
+    return sockets
+
+
+async def _listen(
+    runner: web.AppRunner, sockets: list[socket.socket], **site: Any
+) -> list[socket.socket]:
+    for sock in sockets:
+        await web.SockSite(runner, sock, **site).start()
+    return sockets
+
+
+def _stop_accepting(sockets: dict[str, list[socket.socket]]) -> None:
+    """Stop taking connections from ``sockets`` but keep them open (new connections wait
+    in the kernel's backlog for whichever process serves them next)."""
+    loop = asyncio.get_running_loop()
+    for listeners in sockets.values():
+        for sock in listeners:
+            loop.remove_reader(sock.fileno())
 
 
 async def serve(
@@ -537,11 +621,15 @@ async def serve(
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
     health: HealthListener | None = None,
     debug_endpoints: bool = False,
+    recycler: _memory.Recycler | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; load the provider's inventory meanwhile (503 until then).
 
     On the signal the listening sockets close at once, and requests in flight get up to
     ``shutdown_grace_s`` to finish. ``health``: a second listener for probes and metrics.
+    ``recycler``: once it wants a recycle, the process re-executes itself with its
+    listening sockets (extender/_memory.py); a re-executed process serves the sockets it
+    was handed.
     Raises :class:`ExtenderError` if a port cannot be bound, and the provider's
     LayerschedError if the inventory cannot be loaded.
     """
@@ -572,15 +660,28 @@ async def serve(
             )
         )
     try:
+        inherited = _memory.inherited_sockets()
+    except ValueError as err:
+        raise ExtenderError(str(err)) from None
+    os.environ.pop(_memory.SOCKETS_ENV, None)  # not handed on to anything else
+    sockets: dict[str, list[socket.socket]] = {}
+    try:
         for runner in runners:
             await runner.setup()
-        await _listen(runners[0], host, port, "--port", ssl_context=tls)
+        sockets["verb"] = await _listen(
+            runners[0], inherited.get("verb") or _bind(host, port, "--port"), ssl_context=tls
+        )
         if health is not None:
-            await _listen(runners[1], health.host, health.port, "--health-port")
+            sockets["health"] = await _listen(
+                runners[1],
+                inherited.get("health") or _bind(health.host, health.port, "--health-port"),
+            )
     except ExtenderError:
         for runner in runners:
             await runner.cleanup()
         raise
+    if recycler is not None and recycler.enabled:
+        extender.metrics.registry.register(recycler)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -593,13 +694,26 @@ async def serve(
     extender.provider.bind_loop(loop)  # a watching provider applies its changes on this loop
     loading = _load_in_thread(extender.provider)
     stopping: asyncio.Future[None] = asyncio.ensure_future(_until(stop))
+    recycling: asyncio.Future[None] | None = None
     try:
         await asyncio.wait([loading, stopping], return_when=asyncio.FIRST_COMPLETED)
         if loading.done():
             loading.result()  # raises the load error
+            if recycler is not None:
+                recycler.loaded()
+                if recycler.ready_after_s is not None:
+                    log.info(
+                        "recycled (re-execution %d): the inventory is listed again, %.1f s "
+                        "after the recycle was decided",
+                        recycler.count,
+                        recycler.ready_after_s,
+                    )
             gc.collect()
             gc.freeze()  # the inventory lives as long as the process: keep the collector off it
-            await stopping
+            recycling = asyncio.ensure_future(_until_recycle(extender, recycler))
+            await asyncio.wait([stopping, recycling], return_when=asyncio.FIRST_COMPLETED)
+            if recycling.done() and not stopping.done() and recycler is not None:
+                await _recycle(app[GATE_KEY], sockets, recycler)
         gate = app[GATE_KEY]
         log.info(
             "stopping on signal: no new connections; %d requests in flight get up to %.1f s",
@@ -610,6 +724,8 @@ async def serve(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         stopping.cancel()
+        if recycling is not None:
+            recycling.cancel()
         for runner in runners:
             await runner.cleanup()
         extender.close()

@@ -475,6 +475,10 @@ class WatchInventoryProvider:
         """The watches' metrics (this provider is a prometheus_client collector)."""
         return self
 
+    def held_bytes(self) -> int:
+        """Estimated bytes the watched objects hold (the pools' charge)."""
+        return self._pools.held_bytes
+
     def image_layers(self, image: str, key: str = "") -> tuple[Layer, ...] | None:
         """Layers of pod image ``image`` for platform ``key`` when at least the quorum of
         nodes publish the same layers for it (and no other answer has a quorum too);

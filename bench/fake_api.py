@@ -69,6 +69,10 @@ def _certificate(directory: Path, host: str) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+#: A scripted watch event, and what a list shows for its object once it is written.
+Scripted = tuple[dict[str, Any], "dict[str, Any] | Callable[[], dict[str, Any]] | None"]
+
+
 class FakeApi:
     """Serves ``objects[path]`` and streams ``updates()`` on the layers watch."""
 
@@ -83,11 +87,20 @@ class FakeApi:
     ) -> None:
         self.directory, self.host = directory, host
         self.objects = {NODES: nodes, LAYERS: layers}
+        #: What a list of the layers shows once scripted events were streamed: by name,
+        #: the object, or how to make it again (a hostile object of 1 MiB is not kept).
+        self._listed: dict[str, dict[str, Any] | Callable[[], dict[str, Any]]] = {
+            layer["metadata"]["name"]: layer for layer in layers
+        }
         self.update, self.updates_per_s = update, updates_per_s
         self.sent = 0
+        #: Bumped by every list of the layers: a scripted watch opened before it stops
+        #: taking events (its watcher re-executed and listed anew: what it would be sent
+        #: now is lost on a dead connection, after the new list was taken).
+        self._generation = 0
         self.streaming = threading.Event()
         #: Scripted layers events (see play) when there is no steady ``update`` stream.
-        self._script: queue.Queue[dict[str, Any] | None] | None = (
+        self._script: queue.Queue[Scripted | None] | None = (
             queue.Queue(maxsize=SCRIPT_AHEAD) if update is None else None
         )
         self.port = 0
@@ -123,9 +136,14 @@ class FakeApi:
             return await self._watch(request, path)
         start = int(request.query.get("continue") or 0)
         page = int(request.query.get("limit") or PAGE)  # the client's limit, as the API does
-        items = self.objects[path][start : start + page]
+        objects: list[Any] = self.objects[path]
+        if path == LAYERS and self._script is not None:
+            objects = list(self._listed.values())
+            if start == 0:
+                self._generation += 1
+        items = [item() if callable(item) else item for item in objects[start : start + page]]
         meta: dict[str, Any] = {"resourceVersion": "1"}
-        if start + page < len(self.objects[path]):
+        if start + page < len(objects):
             meta["continue"] = str(start + page)
         return web.json_response({"items": items, "metadata": meta})
 
@@ -155,12 +173,13 @@ class FakeApi:
             await asyncio.sleep(period_s)
         return response
 
-    def play(self, events: Iterable[dict[str, Any]]) -> threading.Thread:
+    def play(self, events: Iterable[Scripted]) -> threading.Thread:
         """Stream ``events`` (watch events, generated lazily, a few ahead) on the layers
-        watch. The list does not follow them (1,000 objects of 1 MiB would be gigabytes
-        here): a relist would undo the script, and the memory case checks none happened.
-        Returns the producing thread (done once every event is queued; ``sent`` counts
-        those written)."""
+        watch. Each comes with what a list shows for its object once it is written: the
+        object, how to make it again (1,000 hostile objects of 1 MiB are not kept: they
+        would be gigabytes), or None (deleted); so an extender that lists again (after
+        re-executing itself) sees what the watch said. Returns the producing thread (done
+        once every event is queued; ``sent`` counts those written)."""
         script = self._script
         if script is None:
             raise ValueError("FakeApi.play needs a FakeApi made without an update stream")
@@ -179,7 +198,8 @@ class FakeApi:
         assert self._script is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while loop.time() < deadline:
+        generation = self._generation
+        while loop.time() < deadline and generation == self._generation:
             try:
                 event = self._script.get_nowait()
             except queue.Empty:
@@ -187,8 +207,19 @@ class FakeApi:
                 continue
             if event is None:
                 continue
-            await response.write(json.dumps(event).encode() + b"\n")
+            watched, listed = event
+            name = watched["object"]["metadata"]["name"]
+            # a list follows, and the event counts as sent, even if this write fails: its
+            # watcher is gone, and whoever lists next sees it
+            if listed is None:
+                self._listed.pop(name, None)
+            else:
+                self._listed[name] = listed
             self.sent += 1
+            try:
+                await response.write(json.dumps(watched).encode() + b"\n")
+            except ConnectionResetError:  # the extender re-executed itself
+                break
         return response
 
     def start(self) -> None:

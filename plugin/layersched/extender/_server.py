@@ -82,10 +82,11 @@ OVERLOAD_RETRY_AFTER_S = 1
 #: Connections the kernel queues on a listening socket (asyncio's default): they wait
 #: there while the extender re-executes itself (extender/_memory.py, Recycler).
 LISTEN_BACKLOG = 100
-#: Before re-executing, the requests in flight get this long to finish ...
+#: Before re-executing, a request on a connection just accepted gets this long to reach
+#: its handler, ...
+RECYCLE_SETTLE_S = 0.05
+#: ... and the requests in flight this long to finish.
 RECYCLE_GRACE_S = 1.0
-#: ... checked this often.
-DRAIN_POLL_S = 0.01
 
 _ENCODER = msgspec.json.Encoder()
 _ARGS = msgspec.json.Decoder(ExtenderArgs)
@@ -502,15 +503,21 @@ async def _until_recycle(extender: Extender, recycler: _memory.Recycler | None) 
 
 
 async def _recycle(
-    gate: _Gate, sockets: dict[str, list[socket.socket]], recycler: _memory.Recycler
+    runners: list[web.AppRunner],
+    sockets: dict[str, list[socket.socket]],
+    recycler: _memory.Recycler,
 ) -> None:
-    """Re-execute with the listening sockets, once the requests in flight are answered
-    (up to RECYCLE_GRACE_S; they are cut after that, and kube-scheduler, whose extender
-    is ignorable, scores those pods without us)."""
+    """Re-execute with the listening sockets: stop accepting (new connections wait in
+    the backlog for the new process), let requests on connections just accepted reach
+    their handler, close idle keep-alive connections, and give the requests in flight up
+    to RECYCLE_GRACE_S (cut after that: kube-scheduler, whose extender is ignorable,
+    scores those pods without us)."""
     _stop_accepting(sockets)
-    deadline = time.monotonic() + RECYCLE_GRACE_S
-    while gate.reading + gate.busy + gate.shedding and time.monotonic() < deadline:
-        await asyncio.sleep(DRAIN_POLL_S)
+    await asyncio.sleep(RECYCLE_SETTLE_S)
+    servers = [runner.server for runner in runners if runner.server is not None]
+    for server in servers:
+        server.pre_shutdown()
+    await asyncio.gather(*(server.shutdown(RECYCLE_GRACE_S) for server in servers))
     log.warning(
         "recycling: resident memory is %d MiB over what a fresh process holding this "
         "inventory needs (bound %d MiB): memory freed after a burst is kept by the "
@@ -713,7 +720,7 @@ async def serve(
             recycling = asyncio.ensure_future(_until_recycle(extender, recycler))
             await asyncio.wait([stopping, recycling], return_when=asyncio.FIRST_COMPLETED)
             if recycling.done() and not stopping.done() and recycler is not None:
-                await _recycle(app[GATE_KEY], sockets, recycler)
+                await _recycle(runners, sockets, recycler)
         gate = app[GATE_KEY]
         log.info(
             "stopping on signal: no new connections; %d requests in flight get up to %.1f s",

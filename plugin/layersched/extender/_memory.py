@@ -30,7 +30,7 @@ outlived it pins the memory around it (a pymalloc arena, a glibc page). So a
 **re-executes itself** (:func:`reexec`: same PID, same arguments, its listening sockets
 handed over open, so kube-scheduler's connections wait in their backlog rather than being
 refused). The fresh process answers neutral scores until it has listed the inventory
-again, then holds only what a fresh process holds: after the hostile flood, 0.972 × the
+again, then holds only what a fresh process holds: after the hostile flood, 0.974 × the
 baseline, with 8.4 s of neutral answers (``bench/results/extender_memory.json``).
 """
 

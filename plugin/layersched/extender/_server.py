@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -526,7 +527,13 @@ async def _recycle(
         recycler.excess_bytes // 2**20,
         recycler.bound_bytes() // 2**20,
     )
-    _memory.reexec(sockets, recycler)
+    try:
+        _memory.reexec(sockets, recycler)
+    except OSError as err:  # the process then exits, and its container starts afresh
+        raise ExtenderError(
+            f"re-executing {sys.executable} for a recycle failed ({err.strerror}): the "
+            "extender stops; --recycle-excess-mib 0 turns recycling off"
+        ) from None
 
 
 def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:

@@ -121,10 +121,14 @@ def exec_with_glibc_malloc() -> None:
     does nothing."""
     if "PYTHONMALLOC" in os.environ or not available():
         return
-    environment = {**MALLOC_ENVIRONMENT, **os.environ}
+    _execute_again({**MALLOC_ENVIRONMENT, **os.environ})
+
+
+def _execute_again(environment: Mapping[str, str]) -> NoReturn:
+    """This very program again (same PID), with the same arguments, in ``environment``:
+    no shell, no other program. Raises OSError if the interpreter cannot be executed."""
     sys.stdout.flush()
     sys.stderr.flush()
-    # this very program again, with the same arguments: no shell, no other program
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environment)  # noqa: S606
 
 
@@ -171,8 +175,8 @@ class Recycler:
     and the layer caches') at the first check after the inventory was listed. A fresh
     process holding ``held`` bytes then needs at most ``reference RSS + max(0, held -
     reference held)``; what is resident beyond that is memory freed but kept by the
-    allocator. A flood that is still held is
-    no excess (its bytes are held); once it is released, the excess is what it left.
+    allocator. A flood that is still held is no excess (its bytes are held); once it is
+    released, the excess is what it left.
     """
 
     #: 0: never recycle.
@@ -320,7 +324,4 @@ def reexec(sockets: Mapping[str, Sequence[socket.socket]], recycler: Recycler) -
     )
     environment[RECYCLED_ENV] = f"{recycler.count + 1},{time.time():.3f}"
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # this very program again, with the same arguments: no shell, no other program
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environment)  # noqa: S606
+    _execute_again(environment)

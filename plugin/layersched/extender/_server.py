@@ -489,13 +489,10 @@ async def _until(event: asyncio.Event) -> None:
     await event.wait()
 
 
-async def _until_recycle(extender: Extender, recycler: _memory.Recycler | None) -> None:
-    """Return once ``recycler`` wants a recycle (never without one): every check period,
-    this process's resident memory against what it holds (the provider's objects and
-    the layer caches)."""
-    if recycler is None or not recycler.enabled:
-        await asyncio.Event().wait()
-        return
+async def _until_recycle(extender: Extender, recycler: _memory.Recycler) -> None:
+    """Return once ``recycler`` wants a recycle: every check period, this process's
+    resident memory against what it holds (the provider's objects and the layer
+    caches)."""
     while True:
         await asyncio.sleep(_memory.RECYCLE_CHECK_PERIOD_S)
         held = extender.provider.held_bytes() + extender.cached_bytes()
@@ -724,10 +721,13 @@ async def serve(
                     )
             gc.collect()
             gc.freeze()  # the inventory lives as long as the process: keep the collector off it
-            recycling = asyncio.ensure_future(_until_recycle(extender, recycler))
-            await asyncio.wait([stopping, recycling], return_when=asyncio.FIRST_COMPLETED)
-            if recycling.done() and not stopping.done() and recycler is not None:
-                await _recycle(runners, sockets, recycler)
+            if recycler is not None and recycler.enabled:
+                recycling = asyncio.ensure_future(_until_recycle(extender, recycler))
+                await asyncio.wait([stopping, recycling], return_when=asyncio.FIRST_COMPLETED)
+                if recycling.done() and not stopping.done():
+                    await _recycle(runners, sockets, recycler)
+            else:
+                await stopping
         gate = app[GATE_KEY]
         log.info(
             "stopping on signal: no new connections; %d requests in flight get up to %.1f s",

@@ -17,8 +17,9 @@ import asyncio
 import json
 import sys
 import threading
-import time
 from pathlib import Path
+
+import tenacity
 
 from layersched.core.layers import StaticLayerSource
 from layersched.core.strategies import get_strategy
@@ -35,13 +36,23 @@ RESIDUE_BYTES = 24 * 1024 * 1024
 #: ... the bound it has to pass (the re-executed process's is out of reach).
 FIRST_BOUND_BYTES = 8 * 1024 * 1024
 NEVER_BYTES = 1 << 50
+#: The first check (the reference) comes one check period after the load.
+REFERENCE_TIMEOUT_S = 30.0
 
 _kept: list[bytearray] = []
 
 
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(REFERENCE_TIMEOUT_S),
+    wait=tenacity.wait_fixed(0.05),
+    reraise=True,
+)
+def _await_reference(recycler: Recycler) -> None:
+    assert recycler.reference is not None, "the recycler has not measured its reference"
+
+
 def _stage_residue(recycler: Recycler) -> None:
-    while recycler.reference is None:
-        time.sleep(0.05)
+    _await_reference(recycler)
     _kept.append(bytearray(b"\x01") * RESIDUE_BYTES)  # written: resident
 
 

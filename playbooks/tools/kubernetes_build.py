@@ -47,6 +47,13 @@ LOG_TAIL_LINES = 25
 LOCK_FILE = ".layersched-build.lock"
 #: What of a plugin module is copied into the tree (sources, tests, the module file).
 PLUGIN_FILES = ("*.go", "go.mod")
+#: Debian's Go (golang-go, 1.19 on bookworm): the toolchain the 1.20 tree builds with.
+#: It goes first on PATH, since the machine's own ``go`` may be a newer toolchain
+#: (/usr/local/go) that rejects this GOPATH-mode tree.
+DEBIAN_GO_BIN = Path("/usr/lib/go/bin")
+#: The build tag that selects the plugin's adapter for the 1.20 framework (the module's
+#: other files are for 1.35 and later); the tree's make appends GOFLAGS' -tags to its own.
+TREE_TAG = "k8s120"
 _ONE_LINE = re.compile(
     r"^deb\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s+(?P<comps>.+)$"
 )
@@ -155,16 +162,24 @@ def _gopath(tree: Path) -> Path:
 
 
 def _go_env(tree: Path, cache: Path) -> dict[str, str]:
+    if not (DEBIAN_GO_BIN / "go").is_file():
+        raise SystemExit(
+            f"Debian's Go is missing ({DEBIAN_GO_BIN / 'go'}): the Kubernetes 1.20 tree builds"
+            " with it, not the machine's newer go (apt-get install golang-go)"
+        )
     env = dict(os.environ)
     env.update(
         {
+            "PATH": f"{DEBIAN_GO_BIN}{os.pathsep}{env.get('PATH', '')}",
+            "GOROOT": str(DEBIAN_GO_BIN.parent.resolve()),
+            "GOTOOLCHAIN": "local",
             "GOPATH": str(tree / ".go"),
             "GOCACHE": str(cache),
             "CGO_ENABLED": "0",
             "GOPROXY": "off",
             # GOPATH mode, as the tree's own scripts build (hack/lib/init.sh)
             "GO111MODULE": "off",
-            "GOFLAGS": "",
+            "GOFLAGS": f"-tags={TREE_TAG}",
             "HOME": str(tree.parent),
         }
     )
@@ -249,7 +264,7 @@ TREE_BUILD_GOPATH = ("_output", "local", "go")
 #: What the tree's make passes every build of a static binary (kube-scheduler is one):
 #: ``go test`` with the same GOPATH, cache and flags compiles the packages make built
 #: already (client-go, the scheduler) from make's cache instead of again.
-TREE_BUILD_FLAGS = ("-installsuffix", "static", "-tags", "selinux,notest,")
+TREE_BUILD_FLAGS = ("-installsuffix", "static", "-tags", f"selinux,notest,{TREE_TAG}")
 
 
 def cmd_gotest(args: argparse.Namespace) -> int:

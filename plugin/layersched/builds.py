@@ -50,6 +50,13 @@ CONTAINERD_COMMAND = "make containerd"
 #: Inside a download's cache dir: the unpacked package, and the Debian version unpacked.
 CONTAINERD_TREE = "root"
 CONTAINERD_STAMP = ".stamp"
+#: Kubernetes built from its Go modules: the data file, beside this module, and what builds it.
+KUBERNETES_MODULES_FILE = "kubernetes-modules.yml"
+MODULES_COMMAND = "make kubernetes-modules"
+#: The module path every Kubernetes release is required under.
+KUBERNETES_MODULE = "k8s.io/kubernetes"
+#: Inside a module build's bin dir: the build ID the binaries were built for.
+MODULES_STAMP = ".stamp"
 #: The repository root (the plugin's sources are named relative to it).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Hex digits of the plugin's source hash in the build ID.
@@ -315,3 +322,131 @@ def containerd_download() -> ContainerdDownload:
     """The containerd 2.x the integration tests run beside the system's 1.6."""
     text = resources.files("layersched").joinpath(CONTAINERD_DOWNLOAD_FILE).read_text("utf-8")
     return parse_containerd_download(yaml.safe_load(text))
+
+
+def module_sources_sha256(directory: Path) -> str:
+    """The hash of what a Go module build compiles: ``go.mod``, ``go.sum`` and every
+    ``.go`` file that is no test, as ``plugin_sources_sha256`` lines them up."""
+    lines = [
+        (name, hashlib.sha256((directory / name).read_bytes()).hexdigest())
+        for name in ("go.mod", "go.sum")
+        if (directory / name).is_file()
+    ]
+    lines.append(("sources", plugin_sources_sha256(directory)))
+    text = "".join(f"{name} {digest}\n" for name, digest in lines)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def required_version(go_mod: str, module: str = KUBERNETES_MODULE) -> str | None:
+    """The version ``go.mod`` requires ``module`` at, or None when it does not."""
+    for line in go_mod.splitlines():
+        words = line.split("//", 1)[0].split()
+        if words[:1] == ["require"]:
+            words = words[1:]
+        if len(words) == 2 and words[0] == module:
+            return words[1]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleBuild:
+    """What ``make kubernetes-modules`` builds from layersched's Go module, and where."""
+
+    #: The module's directory, relative to the repository root.
+    module: str
+    #: The Kubernetes release its go.mod pins (``v1.37.2``): what ``--version`` prints.
+    version: str
+    binaries: tuple[str, ...]
+    #: The hash of go.mod, go.sum and the sources (part of the build ID).
+    sources_sha256: str
+
+    def directory(self, repo: Path = REPO_ROOT) -> Path:
+        """Where the module is in this checkout."""
+        return repo / self.module
+
+    @property
+    def minor(self) -> str:
+        """``1.37`` of ``v1.37.2``."""
+        return ".".join(self.version.lstrip("v").split(".")[:2])
+
+    @property
+    def build_id(self) -> str:
+        """The binaries' cache key: ``<version>+src.<hash of go.mod, go.sum, sources>``."""
+        return f"{self.version}+src.{self.sources_sha256[:PLUGIN_HASH_CHARS]}"
+
+    def cache_dir(self, root: Path | None = None) -> Path:
+        """``<cache root>/kubernetes/<build ID>``: the binaries and the build's log."""
+        return (root or cache_root()) / "kubernetes" / self.build_id
+
+    def go_cache_dir(self, root: Path | None = None) -> Path:
+        """``<cache root>/go``: the Go module cache (``mod``) and build cache (``build``),
+        shared by every build (both are keyed by content already)."""
+        return (root or cache_root()) / "go"
+
+    def bin_dir(self, root: Path | None = None) -> Path:
+        """Where the built binaries are."""
+        return self.cache_dir(root) / "bin"
+
+    def binary(self, name: str, root: Path | None = None) -> Path:
+        """The path of binary ``name``."""
+        return self.bin_dir(root) / name
+
+    def built(self, root: Path | None = None) -> bool:
+        """Every binary is there, stamped with this build ID."""
+        try:
+            stamp = (self.bin_dir(root) / MODULES_STAMP).read_text("utf-8").strip()
+        except OSError:
+            return False
+        return stamp == self.build_id and all(
+            self.binary(name, root).is_file() for name in self.binaries
+        )
+
+    def require(self, root: Path | None = None) -> Path:
+        """The bin dir once the build is complete; else an InputError saying how to build."""
+        if not self.built(root):
+            raise InputError(
+                f"Kubernetes {self.version} from Go modules (build {self.build_id}) is not "
+                f"built in {self.bin_dir(root)}: run `{MODULES_COMMAND}` (caches under "
+                f"{self.cache_dir(root).parent}; {CACHE_DIR_ENV} moves it)"
+            )
+        return self.bin_dir(root)
+
+
+def parse_kubernetes_modules(record: Any, repo: Path = REPO_ROOT) -> ModuleBuild:
+    """Read ``kubernetes-modules.yml``'s mapping; the release and the sources' hash are read
+    from the module in ``repo``."""
+    binaries = _binaries(record, KUBERNETES_MODULES_FILE)
+    module = _text(record, "module", KUBERNETES_MODULES_FILE)
+    directory = repo / module
+    try:
+        go_mod = (directory / "go.mod").read_text("utf-8")
+    except OSError as err:
+        raise InputError(
+            f"{KUBERNETES_MODULES_FILE}: module {module!r}: no go.mod at {directory} ({err}): "
+            "run from a checkout of the repository"
+        ) from err
+    version = required_version(go_mod)
+    if version is None:
+        raise InputError(
+            f"{directory / 'go.mod'} requires no {KUBERNETES_MODULE}: pin a release with "
+            f"`python3 {module}/hack/pin_kubernetes.py v1.MINOR.PATCH`"
+        )
+    for name in binaries:
+        if not (directory / "cmd" / name).is_dir():
+            raise InputError(
+                f"{KUBERNETES_MODULES_FILE}: binary {name!r} has no main at "
+                f"{directory / 'cmd' / name}"
+            )
+    return ModuleBuild(
+        module=module,
+        version=version,
+        binaries=binaries,
+        sources_sha256=module_sources_sha256(directory),
+    )
+
+
+@cache
+def kubernetes_modules() -> ModuleBuild:
+    """The Kubernetes build from Go modules this checkout pins."""
+    text = resources.files("layersched").joinpath(KUBERNETES_MODULES_FILE).read_text("utf-8")
+    return parse_kubernetes_modules(yaml.safe_load(text))

@@ -1,19 +1,17 @@
-// Command kube-scheduler is upstream's kube-scheduler v1.20.2, unchanged (every in-tree
-// plugin, every flag), with layersched's LayerLocality score plugin registered out of
-// tree, as kubernetes-sigs/scheduler-plugins registers its own. A profile that does not
-// enable LayerLocality runs upstream's code only. This file mirrors the tree's
-// cmd/kube-scheduler/scheduler.go, with the one added option.
+//go:build !k8s120
+
+// Command kube-scheduler is upstream's kube-scheduler, unchanged (every in-tree plugin,
+// every flag), with layersched's LayerLocality score plugin registered out of tree, as
+// kubernetes-sigs/scheduler-plugins registers its own. A profile that does not enable
+// LayerLocality runs upstream's code only. The release is the one go.mod pins
+// (hack/pin_kubernetes.py); main_k8s120.go is the same command for the 1.20 tree.
 package main
 
 import (
-	"math/rand"
 	"os"
-	"time"
 
-	"github.com/spf13/pflag"
-
-	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/logs"
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as upstream's command
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version" // for version metric registration
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
@@ -22,15 +20,6 @@ import (
 )
 
 func main() {
-	rand.Seed(time.Now().UnixNano())
-
 	command := app.NewSchedulerCommand(app.WithPlugin(layerlocality.Name, layerlocality.New))
-
-	pflag.CommandLine.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
-	logs.InitLogs()
-	defer logs.FlushLogs()
-
-	if err := command.Execute(); err != nil {
-		os.Exit(1)
-	}
+	os.Exit(cli.Run(command))
 }

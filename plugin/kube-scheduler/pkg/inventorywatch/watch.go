@@ -67,7 +67,7 @@ func Start(client dynamic.Interface, index *layers.Index, hooks Hooks, stop <-ch
 	}
 	expected := &unstructured.Unstructured{}
 	expected.SetGroupVersionKind(GroupVersionResource.GroupVersion().WithKind(layers.Kind))
-	reflector := cache.NewNamedReflector("LayerLocality NodeLayerInventory", lw, expected, &store{w}, 0)
+	reflector := cache.NewNamedReflector("LayerLocality NodeLayerInventory", pagedListWatch{lw}, expected, &store{w}, 0)
 	go reflector.Run(stop)
 	return w
 }
@@ -88,6 +88,15 @@ func (w *Watch) WaitForSync(timeout time.Duration) bool {
 func (w *Watch) HasSynced() bool {
 	return atomic.LoadInt32(&w.synced) == 1
 }
+
+// pagedListWatch declines the WatchList semantics (client-go 1.35+ streams the initial
+// state through a watch by default): the Reflector would then gather every object, raw,
+// in a temporary store before handing them over at once, where listPages parses and
+// drops each page and keeps the parsed inventories only. client-go 1.20 never asks.
+type pagedListWatch struct{ *cache.ListWatch }
+
+// IsWatchListSemanticsUnSupported tells client-go's Reflector to list, not stream.
+func (pagedListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 // listPages reads every object, ListPageSize at a time, parsing each page before the
 // next is fetched; the result holds parsed inventories only.

@@ -1,23 +1,25 @@
-// Package layerlocality is the LayerLocality score plugin for kube-scheduler 1.20: the
-// thin adapter between the scheduling framework of that release and package layers,
-// which holds everything else (the index, the pod's layers, the arithmetic). It is the
-// one package to rewrite for another framework version (docs/kube-scheduler-plugin.md).
+// Package layerlocality is the LayerLocality score plugin: a thin adapter between the
+// scheduling framework and package layers, which holds everything else (the index, the
+// pod's layers, the arithmetic).
+//
+// What does not depend on the framework's types lives in this file. Each framework
+// generation has one adapter file: framework.go for kube-scheduler 1.35 and later
+// (k8s.io/kube-scheduler/framework: Score takes a NodeInfo, the factory a context,
+// SignPod keeps opportunistic batching on), and framework_k8s120.go, built with the
+// k8s120 tag, for the 1.20 tree (docs/kube-scheduler-plugin.md).
 package layerlocality
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"layersched.io/kube-scheduler/pkg/inventorywatch"
 	"layersched.io/kube-scheduler/pkg/layers"
@@ -26,125 +28,86 @@ import (
 // Name is the plugin's name in a KubeSchedulerConfiguration.
 const Name = "LayerLocality"
 
-// stateKey is where PreScore leaves the pod's prepared layers for Score.
-const stateKey framework.StateKey = Name
-
 // userAgent names the plugin's API requests in the API server's logs and audit.
 const userAgent = "kube-scheduler/LayerLocality"
 
-// LayerLocality scores a node by the bytes of the pod's layers it already holds, read
-// from the NodeLayerInventory objects the layersched agents publish.
-type LayerLocality struct {
+// scorer is the plugin's work, whatever the framework: the pod's layers prepared once
+// per cycle, then one read-only lookup per node.
+type scorer struct {
 	args   *Args
 	maxAge time.Duration
 	index  *layers.Index
-	// nodes is the scheduler's snapshot of the cluster's nodes (the spread's node count).
-	nodes func() framework.SharedLister
-	now   func() time.Time
+	now    func() time.Time
 }
 
-var (
-	_ framework.PreScorePlugin = &LayerLocality{}
-	_ framework.ScorePlugin    = &LayerLocality{}
-)
-
-// New is the plugin factory kube-scheduler calls once per profile that enables it.
-func New(obj runtime.Object, handle framework.Handle) (framework.Plugin, error) {
-	args, err := DecodeArgs(obj)
-	if err != nil {
-		return nil, err
-	}
-	index, err := sharedIndex(args)
-	if err != nil {
-		return nil, err
-	}
-	return newPlugin(args, index, handle.SnapshotSharedLister), nil
-}
-
-func newPlugin(args *Args, index *layers.Index, nodes func() framework.SharedLister) *LayerLocality {
+func newScorer(args *Args, index *layers.Index) scorer {
 	register()
-	return &LayerLocality{
+	return scorer{
 		args:   args,
 		maxAge: time.Duration(*args.InventoryMaxAgeSeconds) * time.Second,
 		index:  index,
-		nodes:  nodes,
 		now:    time.Now,
 	}
 }
 
-// Name is the plugin's name.
-func (pl *LayerLocality) Name() string {
-	return Name
-}
-
 // preScoreState is the pod's layers, ready for every node, and the moment the cycle
-// judges inventories' age at.
+// judges inventories' age at. It is never modified after PreScore.
 type preScoreState struct {
 	prepared *layers.Prepared
 	now      time.Time
 }
 
-// Clone: the state is never modified after PreScore.
-func (s *preScoreState) Clone() framework.StateData {
-	return s
+// nodeSet is what the spread needs of the scheduler's snapshot: how many nodes it holds,
+// and whether it holds a given one.
+type nodeSet struct {
+	count    int
+	contains func(node string) bool
 }
 
-// PreScore computes the pod's distinct layers once, from the images the agents
-// published; a pod none of whose layers is known is scored 0 everywhere without any
-// lookup.
-func (pl *LayerLocality) PreScore(_ context.Context, state *framework.CycleState, pod *v1.Pod, _ []*v1.Node) *framework.Status {
-	now := pl.now()
-	podLayers := pl.index.ResolvePod(podImages(pod), now, pl.maxAge)
+// prepare computes the pod's distinct layers once, from the images the agents published;
+// a pod none of whose layers is known is scored 0 everywhere without any lookup. nodes
+// is called only when the args ask for the spread.
+func (s *scorer) prepare(pod *v1.Pod, nodes func() (nodeSet, error)) (*preScoreState, error) {
+	now := s.now()
+	podLayers := s.index.ResolvePod(podImages(pod), now, s.maxAge)
 	if len(podLayers.Unknown) > 0 {
 		podImagesUnknown.Add(float64(len(podLayers.Unknown)))
 		klog.V(4).Infof("%s: pod %s/%s: no quorum of %d nodes agrees on %v (published without one: %v): scoring its other images' layers",
-			Name, pod.Namespace, pod.Name, *pl.args.ImageQuorum, podLayers.Unknown, podLayers.WithoutQuorum)
+			Name, pod.Namespace, pod.Name, *s.args.ImageQuorum, podLayers.Unknown, podLayers.WithoutQuorum)
 	}
 	if len(podLayers.WithoutQuorum) > 0 {
 		podImagesWithoutQuorum.Add(float64(len(podLayers.WithoutQuorum)))
 	}
 	var spread *layers.Spread
-	if pl.args.Spread {
-		lister := pl.nodes().NodeInfos()
-		all, err := lister.List()
+	if s.args.Spread {
+		set, err := nodes()
 		if err != nil {
-			return framework.AsStatus(fmt.Errorf("listing the snapshot's nodes for the spread: %w", err))
+			return nil, fmt.Errorf("listing the snapshot's nodes for the spread: %w", err)
 		}
-		spread = &layers.Spread{Nodes: len(all), Counts: func(node string) bool {
-			_, err := lister.Get(node)
-			return err == nil
-		}}
+		spread = &layers.Spread{Nodes: set.count, Counts: set.contains}
 	}
-	prepared := pl.index.Prepare(podLayers, spread, now, pl.maxAge)
+	prepared := s.index.Prepare(podLayers, spread, now, s.maxAge)
 	klog.V(5).Infof("%s: pod %s/%s: %d distinct layers, %d bytes", Name, pod.Namespace, pod.Name, len(podLayers.Layers), prepared.TotalBytes())
-	state.Write(stateKey, &preScoreState{prepared: prepared, now: now})
-	return nil
+	return &preScoreState{prepared: prepared, now: now}, nil
 }
 
-// Score is a read-only lookup into the index (kube-scheduler runs it on 16 workers in
+// score is a read-only lookup into the index (kube-scheduler runs it on 16 workers in
 // parallel): no API call, no lock but the index's read lock.
-func (pl *LayerLocality) Score(_ context.Context, state *framework.CycleState, _ *v1.Pod, nodeName string) (int64, *framework.Status) {
-	data, err := state.Read(stateKey)
-	if err != nil {
-		return 0, framework.AsStatus(fmt.Errorf("%s: no PreScore state (enable %s at preScore as well as score): %w", Name, Name, err))
-	}
-	prepared, ok := data.(*preScoreState)
-	if !ok {
-		return 0, framework.AsStatus(fmt.Errorf("%s: PreScore state of type %T", Name, data))
-	}
-	score, why := pl.index.Score(prepared.prepared, nodeName, prepared.now, pl.maxAge)
+func (s *scorer) score(state *preScoreState, nodeName string) int64 {
+	score, why := s.index.Score(state.prepared, nodeName, state.now, s.maxAge)
 	switch why {
 	case layers.NoInventory:
 		nodesWithoutInventory.WithLabelValues(ReasonMissing).Inc()
 	case layers.Stale:
 		nodesWithoutInventory.WithLabelValues(ReasonStale).Inc()
 	}
-	return score, nil
+	return score
 }
 
-// ScoreExtensions: scores are already 0..MaxNodeScore, nothing to normalise.
-func (pl *LayerLocality) ScoreExtensions() framework.ScoreExtensions {
-	return nil
+// noStateError is Score's error when PreScore left nothing: a configuration that enables
+// the plugin at score but not at preScore.
+func noStateError(err error) error {
+	return fmt.Errorf("%s: no PreScore state (enable %s at preScore as well as score): %w", Name, Name, err)
 }
 
 // podImages are the pod's images in upstream order: init containers, then containers.
@@ -171,7 +134,10 @@ var (
 	shared   = map[sharedKey]*layers.Index{}
 )
 
-func sharedIndex(args *Args) (*layers.Index, error) {
+// sharedIndex is the process's index for these args, its watch started on first use.
+// fallback is the client configuration when the args name no kubeconfig (nil: the pod's
+// service account).
+func sharedIndex(args *Args, fallback *rest.Config) (*layers.Index, error) {
 	register()
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
@@ -179,7 +145,7 @@ func sharedIndex(args *Args) (*layers.Index, error) {
 	if index, ok := shared[key]; ok {
 		return index, nil
 	}
-	config, err := restConfig(args.KubeConfigPath)
+	config, err := restConfig(args.KubeConfigPath, fallback)
 	if err != nil {
 		return nil, err
 	}
@@ -203,8 +169,11 @@ func sharedIndex(args *Args) (*layers.Index, error) {
 	return index, nil
 }
 
-func restConfig(path string) (*rest.Config, error) {
+func restConfig(path string, fallback *rest.Config) (*rest.Config, error) {
 	if path == "" {
+		if fallback != nil {
+			return rest.CopyConfig(fallback), nil
+		}
 		config, err := rest.InClusterConfig()
 		if err != nil {
 			return nil, fmt.Errorf("%s: not in a pod (%v): set the plugin's kubeConfigPath arg to the scheduler's kubeconfig", Name, err)

@@ -1,7 +1,6 @@
 package layerlocality
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -15,10 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/component-base/metrics/testutil"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"layersched.io/kube-scheduler/pkg/layers"
 )
@@ -36,43 +31,30 @@ var (
 	now  = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 )
 
-// snapshot is the scheduler's node snapshot, as the framework hands it to plugins.
-type snapshot struct {
-	nodes map[string]*framework.NodeInfo
-}
-
-func newSnapshot(names ...string) *snapshot {
-	s := &snapshot{nodes: map[string]*framework.NodeInfo{}}
+// snapshot is the scheduler's node snapshot, as the spread reads it.
+func snapshot(names ...string) func() (nodeSet, error) {
+	set := map[string]bool{}
 	for _, name := range names {
-		info := framework.NewNodeInfo()
-		_ = info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-		s.nodes[name] = info
+		set[name] = true
 	}
-	return s
+	return func() (nodeSet, error) {
+		return nodeSet{count: len(set), contains: func(node string) bool { return set[node] }}, nil
+	}
 }
 
-func (s *snapshot) NodeInfos() framework.NodeInfoLister { return s }
-func (s *snapshot) List() ([]*framework.NodeInfo, error) {
-	list := make([]*framework.NodeInfo, 0, len(s.nodes))
-	for _, info := range s.nodes {
-		list = append(list, info)
-	}
-	return list, nil
+func errorf(format string, args ...interface{}) error {
+	return fmt.Errorf(format, args...)
 }
-func (s *snapshot) HavePodsWithAffinityList() ([]*framework.NodeInfo, error) { return nil, nil }
-func (s *snapshot) HavePodsWithRequiredAntiAffinityList() ([]*framework.NodeInfo, error) {
-	return nil, nil
-}
-func (s *snapshot) Get(name string) (*framework.NodeInfo, error) {
-	if info, ok := s.nodes[name]; ok {
-		return info, nil
-	}
-	return nil, fmt.Errorf("node %q not found", name)
+
+// profileUse is one profile's LayerLocality in a decoded configuration.
+type profileUse struct {
+	args    runtime.Object
+	enabled bool
 }
 
 // plugin is LayerLocality over the seed's index: N1 holds Img1, N2 Img2, N3 nothing,
 // "old" Img1 observed two hours ago; N4 (in the snapshot) published no object.
-func plugin(t *testing.T, rawArgs string) (*LayerLocality, *snapshot) {
+func plugin(t *testing.T, rawArgs string) *LayerLocality {
 	t.Helper()
 	args, err := DecodeArgs(&runtime.Unknown{Raw: []byte(rawArgs), ContentType: runtime.ContentTypeJSON})
 	if err != nil {
@@ -85,10 +67,9 @@ func plugin(t *testing.T, rawArgs string) (*LayerLocality, *snapshot) {
 	index.Upsert(&layers.Inventory{Node: "N2", Images: []layers.Image{img2}, ObservedAt: now})
 	index.Upsert(&layers.Inventory{Node: "N3", ObservedAt: now})
 	index.Upsert(&layers.Inventory{Node: "old", Images: []layers.Image{img1}, ObservedAt: now.Add(-2 * time.Hour)})
-	nodes := newSnapshot("N1", "N2", "N3", "N4", "old")
-	pl := newPlugin(args, index, func() framework.SharedLister { return nodes })
+	pl := &LayerLocality{scorer: newScorer(args, index), nodes: snapshot("N1", "N2", "N3", "N4", "old")}
 	pl.now = func() time.Time { return now }
-	return pl, nodes
+	return pl
 }
 
 func pod(init []string, containers ...string) *v1.Pod {
@@ -104,17 +85,9 @@ func pod(init []string, containers ...string) *v1.Pod {
 
 func score(t *testing.T, pl *LayerLocality, p *v1.Pod, nodes ...string) map[string]int64 {
 	t.Helper()
-	state := framework.NewCycleState()
-	if status := pl.PreScore(context.Background(), state, p, nil); !status.IsSuccess() {
-		t.Fatal(status.AsError())
-	}
-	got := map[string]int64{}
-	for _, node := range nodes {
-		value, status := pl.Score(context.Background(), state, p, node)
-		if !status.IsSuccess() {
-			t.Fatal(status.AsError())
-		}
-		got[node] = value
+	got, message := cycle(pl, p, true, nodes...)
+	if message != "" {
+		t.Fatal(message)
 	}
 	return got
 }
@@ -168,7 +141,7 @@ func TestScores(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			pl, _ := plugin(t, c.args)
+			pl := plugin(t, c.args)
 			nodes := make([]string, 0, len(c.want))
 			for node := range c.want {
 				nodes = append(nodes, node)
@@ -181,7 +154,7 @@ func TestScores(t *testing.T) {
 }
 
 func TestANodeWithoutInventoryCountsInTheMetric(t *testing.T) {
-	pl, _ := plugin(t, `{}`)
+	pl := plugin(t, `{}`)
 	missing, _ := testutil.GetCounterMetricValue(nodesWithoutInventory.WithLabelValues(ReasonMissing))
 	stale, _ := testutil.GetCounterMetricValue(nodesWithoutInventory.WithLabelValues(ReasonStale))
 	score(t, pl, pod(nil, "reg:5000/img1:1"), "N1", "N4", "N4", "old")
@@ -194,30 +167,27 @@ func TestANodeWithoutInventoryCountsInTheMetric(t *testing.T) {
 }
 
 func TestScoreWithoutPreScoreSaysHowToFixTheConfiguration(t *testing.T) {
-	pl, _ := plugin(t, `{}`)
-	_, status := pl.Score(context.Background(), framework.NewCycleState(), pod(nil, "x:1"), "N1")
-	if status.IsSuccess() || !strings.Contains(status.Message(), "enable LayerLocality at preScore") {
-		t.Errorf("status %v", status)
+	pl := plugin(t, `{}`)
+	_, message := cycle(pl, pod(nil, "x:1"), false, "N1")
+	if !strings.Contains(message, "enable LayerLocality at preScore") {
+		t.Errorf("%s: Score without PreScore said %q", frameworkRelease, message)
 	}
 }
 
 func TestScoreRunsOnSixteenWorkers(t *testing.T) {
-	// kube-scheduler scores nodes on 16 goroutines sharing one CycleState
-	pl, _ := plugin(t, `{}`)
-	state := framework.NewCycleState()
+	// kube-scheduler scores nodes on 16 goroutines; each cycle here shares its state
+	// between its nodes, as the framework's does
+	pl := plugin(t, `{}`)
 	p := pod(nil, "reg:5000/img1:1")
-	if status := pl.PreScore(context.Background(), state, p, nil); !status.IsSuccess() {
-		t.Fatal(status.AsError())
-	}
 	var wg sync.WaitGroup
 	errors := make(chan string, 16)
 	for w := 0; w < 16; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < 1000; i++ {
-				if got, _ := pl.Score(context.Background(), state, p, "N2"); got != 77 {
-					errors <- fmt.Sprintf("N2 scored %d", got)
+			for i := 0; i < 200; i++ {
+				if got, message := cycle(pl, p, true, "N2", "N2", "N2", "N2", "N2"); got["N2"] != 77 {
+					errors <- fmt.Sprintf("N2 scored %d (%s)", got["N2"], message)
 					return
 				}
 			}
@@ -306,48 +276,21 @@ func TestArgsFromTheGenerator(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, document := range configs {
-		// decoded and validated as kube-scheduler 1.20 loads its --config file
-		object, _, err := scheme.Codecs.UniversalDecoder().Decode(document, nil, nil)
+		uses, err := decodeConfig(document)
 		if err != nil {
-			t.Fatalf("%s: kube-scheduler 1.20 refuses it: %v", name, err)
+			t.Fatalf("%s: %s refuses it: %v", name, frameworkRelease, err)
 		}
-		cfg, ok := object.(*config.KubeSchedulerConfiguration)
-		if !ok {
-			t.Fatalf("%s: decoded a %T", name, object)
-		}
-		if errs := validation.ValidateKubeSchedulerConfiguration(cfg); len(errs) > 0 {
-			t.Fatalf("%s: invalid: %v", name, errs.ToAggregate())
-		}
-		found := false
-		for _, profile := range cfg.Profiles {
-			for _, pluginConfig := range profile.PluginConfig {
-				if pluginConfig.Name != Name {
-					continue
-				}
-				found = true
-				if _, err := DecodeArgs(pluginConfig.Args); err != nil {
-					t.Errorf("%s: %v", name, err)
-				}
-				if !enabled(profile.Plugins.PreScore, Name) || !enabled(profile.Plugins.Score, Name) {
-					t.Errorf("%s: %s is not enabled at both preScore and score", name, Name)
-				}
-			}
-		}
-		if !found {
+		if len(uses) == 0 {
 			t.Errorf("%s: no pluginConfig for %s", name, Name)
+		}
+		for _, use := range uses {
+			if _, err := DecodeArgs(use.args); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+			if !use.enabled {
+				t.Errorf("%s: %s is not enabled at both preScore and score", name, Name)
+			}
 		}
 	}
 	t.Logf("decoded %d generated configurations", len(configs))
-}
-
-func enabled(set *config.PluginSet, name string) bool {
-	if set == nil {
-		return false
-	}
-	for _, plugin := range set.Enabled {
-		if plugin.Name == name {
-			return true
-		}
-	}
-	return false
 }

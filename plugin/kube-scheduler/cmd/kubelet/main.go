@@ -1,0 +1,16 @@
+//go:build !k8s120
+
+// Command kubelet is upstream's kubelet, unchanged, from the Kubernetes release this
+// module's go.mod pins (hack/pin_kubernetes.py): the testbed's control plane and nodes
+// run the same release as the scheduler layersched builds, from the same module graph.
+package main
+
+import (
+	"context"
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kubelet/app"
+)
+
+func main() { os.Exit(cli.Run(app.NewKubeletCommand(context.Background()))) }

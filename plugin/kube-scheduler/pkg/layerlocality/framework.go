@@ -1,0 +1,114 @@
+//go:build !k8s120
+
+package layerlocality
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// stateKey is where PreScore leaves the pod's prepared layers for Score.
+const stateKey fwk.StateKey = Name
+
+// SignerName keys the plugin's fragment of a pod's signature: the pod's container and
+// init-container images, the only pod fields the score reads.
+const SignerName = "layersched.io/LayerLocality: v1.Pod.Spec.{InitContainers,Containers}.Image"
+
+// LayerLocality scores a node by the bytes of the pod's layers it already holds, read
+// from the NodeLayerInventory objects the layersched agents publish.
+type LayerLocality struct {
+	scorer
+	// nodes is the scheduler's snapshot of the cluster's nodes (the spread's node count).
+	nodes func() (nodeSet, error)
+}
+
+var (
+	_ fwk.PreScorePlugin = &LayerLocality{}
+	_ fwk.ScorePlugin    = &LayerLocality{}
+	// Without SignPod, opportunistic batching (KEP-5598) is off for the whole profile.
+	_ fwk.SignPlugin = &LayerLocality{}
+)
+
+// New is the plugin factory kube-scheduler calls once per profile that enables it. With
+// no kubeConfigPath in the args, the plugin lists NodeLayerInventory objects with the
+// scheduler's own client configuration.
+func New(_ context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, error) {
+	args, err := DecodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	index, err := sharedIndex(args, handle.KubeConfig())
+	if err != nil {
+		return nil, err
+	}
+	return &LayerLocality{scorer: newScorer(args, index), nodes: snapshotNodes(handle)}, nil
+}
+
+// snapshotNodes reads the scheduler's snapshot of this cycle.
+func snapshotNodes(handle fwk.Handle) func() (nodeSet, error) {
+	return func() (nodeSet, error) {
+		lister := handle.SnapshotSharedLister().NodeInfos()
+		all, err := lister.List()
+		if err != nil {
+			return nodeSet{}, err
+		}
+		return nodeSet{count: len(all), contains: func(node string) bool {
+			_, err := lister.Get(node)
+			return err == nil
+		}}, nil
+	}
+}
+
+// Name is the plugin's name.
+func (pl *LayerLocality) Name() string {
+	return Name
+}
+
+// Clone: the state is never modified after PreScore.
+func (s *preScoreState) Clone() fwk.StateData {
+	return s
+}
+
+// SignPod returns the one pod field the score depends on: its container and
+// init-container images, sorted and without repeats (the score counts distinct layers,
+// so neither order nor repetition changes it). Pods that sign alike may share one
+// scoring result under opportunistic batching; the node side (the inventories) is the
+// scheduler's snapshot's concern, as for every plugin.
+func (pl *LayerLocality) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	images := podImages(pod)
+	slices.Sort(images)
+	return []fwk.SignFragment{{Key: SignerName, Value: slices.Compact(images)}}, nil
+}
+
+// PreScore prepares the pod's layers once for every node.
+func (pl *LayerLocality) PreScore(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	prepared, err := pl.prepare(pod, pl.nodes)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	state.Write(stateKey, prepared)
+	return nil
+}
+
+// Score looks the node up in the index.
+func (pl *LayerLocality) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return 0, fwk.AsStatus(noStateError(err))
+	}
+	prepared, ok := data.(*preScoreState)
+	if !ok {
+		return 0, fwk.AsStatus(noStateError(fmt.Errorf("state of type %T", data)))
+	}
+	return pl.score(prepared, nodeInfo.Node().Name), nil
+}
+
+// ScoreExtensions: scores are already 0..MaxNodeScore, nothing to normalise.
+func (pl *LayerLocality) ScoreExtensions() fwk.ScoreExtensions {
+	return nil
+}

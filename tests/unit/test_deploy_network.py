@@ -185,7 +185,71 @@ def test_render_auto_refuses_an_unsupported_cluster(
     argv = ["deploy", "render", "--kubernetes-version", "auto", "--dir", str(tmp_path / "d")]
     code = main([*argv, "--kubeconfig", str(kube_api.kubeconfig)])
     assert code == EXIT_USAGE
-    assert "rendered for Kubernetes 1.20 to 1.36" in capsys.readouterr().err
+    assert "rendered for Kubernetes 1.20 to 1.37" in capsys.readouterr().err
+
+
+def test_render_auto_names_the_fix_for_a_patch_newer_than_known(
+    kube_api: StandInApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a cluster already on a patch this table does not know yet: no guess at an image tag,
+    # the minor alone renders the newest release known (older by a patch: within skew)
+    _stand_in(kube_api, "v1.36.4")
+    argv = ["deploy", "render", "--kubernetes-version", "auto", "--dir", str(tmp_path / "d")]
+    code = main([*argv, "--kubeconfig", str(kube_api.kubeconfig)])
+    assert code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "'v1.36.4': 1.36.4 is not a Kubernetes release" in err
+    assert "pass --kubernetes-version 1.36 for it" in err and "Traceback" not in err
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    ("version", "tag"),
+    [
+        # the newest minor, without a patch: the release layersched builds
+        ("1.37", "v1.37.2"),
+        # and its newest patch, given
+        ("v1.37.2", "v1.37.2"),
+    ],
+    ids=["1.37", "v1.37.2"],
+)
+def test_render_writes_the_1_37_install(
+    version: str, tag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "install"
+    argv = ["deploy", "render", "--kubernetes-version", version, "--dir", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert f"Kubernetes {tag}: kubescheduler.config.k8s.io/v1," in printed
+    root = yaml.safe_load((out / "kustomization.yaml").read_text())
+    [scheduler_image] = [i for i in root["images"] if i["name"] == "kube-scheduler"]
+    assert scheduler_image["newTag"] == tag
+    roles = [
+        d
+        for d in yaml.safe_load_all((out / "stack" / "rbac.yaml").read_text())
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "layersched:layer-locality"
+    ]
+    # 1.37's kube-scheduler watches DeviceTaintRules (DRADeviceTaintRules, GA and on)
+    assert any("devicetaintrules" in r["resources"] for r in roles[0]["rules"])
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        # no v1.36.99 exists: there would be no kube-scheduler image of that tag
+        ("1.36.99", "the newest 1.36 release we know is v1.36.3"),
+        ("1.37.3", "the newest 1.37 release we know is v1.37.2"),
+    ],
+    ids=["1.36.99", "1.37.3"],
+)
+def test_render_refuses_a_patch_that_is_no_release(
+    version: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["deploy", "render", "--kubernetes-version", version, "--dir", str(tmp_path / "d")]
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"--kubernetes-version '{version}'" in err and message in err
+    assert "Traceback" not in err and not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize(

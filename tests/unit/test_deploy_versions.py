@@ -1,6 +1,6 @@
-"""The install for every Kubernetes minor from 1.20 to 1.36, checked against that minor.
+"""The install for every Kubernetes minor from 1.20 to 1.37, checked against that minor.
 
-* 1.25-1.36: every object strictly against the minor's own OpenAPI schema (PyPI
+* 1.25-1.37: every object strictly against the minor's own OpenAPI schema (PyPI
   ``kubernetes-validate``: an unknown field fails);
 * every minor: each object's API served by that minor (a table with its sources, below),
   since 1.20-1.24 have no schema there; 1.21-1.24 also against 1.25's strict schema
@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from layersched.builds import kubernetes_modules
 from layersched.core.errors import InputError
 from layersched.deploy import (
     KUBE_SCHEDULER_CONFIG_V1,
@@ -120,8 +121,12 @@ def _find(minor: str, kind: str, name: str) -> dict[str, Any]:
         # what a managed cluster's /version says: the provider's suffix is dropped
         ("v1.31.5-eks-a737599", KubernetesVersion(31, 5)),
         ("v1.36.1+k3s1", KubernetesVersion(36, 1)),
+        # the newest minor: its newest patch is the release layersched builds (v1.37.2)
+        ("1.37", KubernetesVersion(37, 2)),
+        # the newest release of a minor is a release
+        ("1.36.3", KubernetesVersion(36, 3)),
     ],
-    ids=["minor", "patch", "v-prefix", "eks-suffix", "k3s-suffix"],
+    ids=["minor", "patch", "v-prefix", "eks-suffix", "k3s-suffix", "newest-minor", "newest-patch"],
 )
 def test_versions_parse(text: str, expected: KubernetesVersion) -> None:
     assert parse_kubernetes_version(text) == expected
@@ -131,13 +136,19 @@ def test_versions_parse(text: str, expected: KubernetesVersion) -> None:
     ("text", "message"),
     [
         # older than the oldest config API the generator writes
-        ("1.19", "1.20 to 1.36"),
+        ("1.19", "1.20 to 1.37"),
         # newer than anything checked
-        ("1.37.0", "1.20 to 1.36"),
-        ("2.0", "1.20 to 1.36"),
+        ("1.38.0", "1.20 to 1.37"),
+        ("2.0", "1.20 to 1.37"),
         ("latest", "is not a Kubernetes version"),
+        # a patch past the minor's newest release: no kube-scheduler image has that tag
+        (
+            "1.36.99",
+            "1.36.99 is not a Kubernetes release: the newest 1.36 release we know is v1.36.3",
+        ),
+        ("v1.37.3", "the newest 1.37 release we know is v1.37.2; pass --kubernetes-version 1.37"),
     ],
-    ids=["too-old", "too-new", "major-2", "word"],
+    ids=["too-old", "too-new", "major-2", "word", "patch-past-1.36", "patch-past-1.37"],
 )
 def test_versions_outside_the_range_are_refused(text: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
@@ -181,8 +192,9 @@ def test_every_minor_renders_a_tree(minor: str) -> None:
         # kube-scheduler serves /livez and /readyz from 1.31
         ("1.31", KUBE_SCHEDULER_CONFIG_V1, "policy/v1", ("/livez", "/readyz")),
         ("1.36", KUBE_SCHEDULER_CONFIG_V1, "policy/v1", ("/livez", "/readyz")),
+        ("1.37", KUBE_SCHEDULER_CONFIG_V1, "policy/v1", ("/livez", "/readyz")),
     ],
-    ids=["1.20", "1.21", "1.22", "1.23", "1.24", "1.25", "1.30", "1.31", "1.36"],
+    ids=["1.20", "1.21", "1.22", "1.23", "1.24", "1.25", "1.30", "1.31", "1.36", "1.37"],
 )
 def test_what_each_minor_renders(
     minor: str, config_api: str, pdb_api: str, probes: tuple[str, str]
@@ -342,9 +354,10 @@ def test_older_minors_fields_pass_the_oldest_schema(minor: str) -> None:
     ids=["deployment", "crd", "network-policy"],
 )
 def test_the_strict_schema_catches_unknown_fields(kind: str, change: Any, message: str) -> None:
-    [obj] = [copy.deepcopy(o) for o in _objects("1.36") if o["kind"] == kind][:1]
+    newest = f"1.{NEWEST_MINOR}"
+    [obj] = [copy.deepcopy(o) for o in _objects(newest) if o["kind"] == kind][:1]
     change(obj)
-    found = _schema_errors(obj, "1.36")
+    found = _schema_errors(obj, newest)
     assert found is not None and message in found
 
 
@@ -358,7 +371,30 @@ def test_a_removed_api_has_no_schema() -> None:
 
 def test_the_range_ends_where_the_checks_end() -> None:
     # every minor rendered has a config fixture entry and an RBAC fixture entry, and the
-    # newest is the newest kubernetes-validate checks here (1.37 is in alpha upstream)
-    assert (OLDEST_MINOR, NEWEST_MINOR) == (20, 36)
+    # newest (1.37, released 2026-08-26) is the newest kubernetes-validate checks here
+    assert (OLDEST_MINOR, NEWEST_MINOR) == (20, 37)
     assert all(served_by(m) for m in ALL_MINORS)
     assert set(_rbac_fixture()) == set(ALL_MINORS)
+    assert _validate().latest_version().split(".")[:2] == ["1", str(NEWEST_MINOR)]
+
+
+def test_the_newest_minors_default_patch_is_the_release_layersched_builds() -> None:
+    # `--kubernetes-version 1.37` renders for the release plugin/kube-scheduler/go.mod pins
+    # (what `make kubernetes-modules` builds and the testbeds run): v1.37.2 both
+    built = kubernetes_modules()
+    newest = parse_kubernetes_version(f"1.{NEWEST_MINOR}")
+    assert built.minor == f"1.{NEWEST_MINOR}"
+    assert newest.tag == built.version
+    # and no patch past it is taken for a release
+    with pytest.raises(InputError, match=f"the newest 1.{NEWEST_MINOR} release we know is"):
+        parse_kubernetes_version(f"1.{NEWEST_MINOR}.{newest.patch + 1}")
+
+
+def test_1_37_grants_what_its_scheduler_watches_on_top_of_1_36() -> None:
+    # DRADeviceTaintRules goes GA and on in 1.37: kube-scheduler's DRA plugin watches
+    # DeviceTaintRules, and a forbidden list would stall its informers' sync
+    added = grants(scheduler_rules("1.37")) - grants(scheduler_rules("1.36"))
+    assert added == {
+        ("resource.k8s.io", "devicetaintrules", v, "*") for v in ("get", "list", "watch")
+    }
+    assert grants(scheduler_rules("1.36")) <= grants(scheduler_rules("1.37"))

@@ -3,7 +3,7 @@
 Pure generators (no API access): the ``KubeSchedulerConfiguration`` of the second
 scheduler (:func:`extender_scheduler_config`, with leader election on its own Lease),
 the workloads of the kind testbed, and the whole install (:func:`stack_objects`) for any
-Kubernetes minor from 1.20 to 1.36 (:meth:`StackSpec.for_version`, what each minor changes
+Kubernetes minor from 1.20 to 1.37 (:meth:`StackSpec.for_version`, what each minor changes
 in :mod:`layersched.deploy._versions`), as a kustomization (:func:`base_tree`): ``deploy/``
 is the local testbed's v1.20.2 one, written by ``layersched deploy render`` and held equal
 by a test. The kind testbed, its Pulumi program and ``deploy/`` all build their objects here,

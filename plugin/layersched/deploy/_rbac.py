@@ -10,10 +10,11 @@ default scheduler's own leader election (the Lease and the Endpoints named
 coordinated leader election uses, a gate off by default): the second scheduler elects its
 leader on a Lease of its own, which a Role in its namespace covers. kube-scheduler waits
 for every informer it starts, so a forbidden list stalls it: the rules follow what each
-minor watches. Where each minor's rules were read (upstream's 1.20 tree; for newer minors
-the forks that vendor kubernetes; 1.21 and 1.22 inferred) is written per minor in
+minor watches. Where each minor's rules were read (upstream's 1.20 tree; for 1.23 to 1.36
+the forks that vendor kubernetes; 1.37 upstream's v1.37.2 module, the release layersched
+builds; 1.21 and 1.22 inferred) is written per minor in
 tests/fixtures/kube_scheduler_rbac.json, and tests/unit/test_deploy_versions.py holds
-:func:`scheduler_rules` to it for every minor from 1.20 to 1.36.
+:func:`scheduler_rules` to it for every minor from 1.20 to 1.37.
 
 The kind stack's in-tree scheduler (no part of ``deploy/``) binds upstream's own roles
 (:data:`SCHEDULER_CLUSTER_ROLES`) and may read the authentication ConfigMap in
@@ -74,7 +75,11 @@ SCHEDULER_RULES: tuple[dict[str, Any], ...] = (
 #:   ResourceSlices to read, ResourceClaims and their status to allocate, Pods'
 #:   finalizers to update;
 #: * 1.36: ResourceClaims to create and delete (DRAExtendedResource, beta and on), their
-#:   ``binding`` subresource (DRAResourceClaimGranularStatusAuthorization, beta and on).
+#:   ``binding`` subresource (DRAResourceClaimGranularStatusAuthorization, beta and on);
+#: * 1.37: DeviceTaintRules to read (DRADeviceTaintRules goes GA and on: the scheduler's
+#:   DRA plugin then watches them, to keep pods off devices a rule taints). Workload
+#:   scheduling's PodGroups (GenericWorkload, beta) and CompositePodGroups (alpha) stay
+#:   behind gates that are off.
 SCHEDULER_RULES_SINCE: tuple[tuple[int, dict[str, Any]], ...] = (
     (21, rule(["storage.k8s.io"], ["csidrivers", "csistoragecapacities"], READ)),
     (22, rule([""], ["namespaces"], READ)),
@@ -84,6 +89,7 @@ SCHEDULER_RULES_SINCE: tuple[tuple[int, dict[str, Any]], ...] = (
     (34, rule([""], ["pods/finalizers"], ["update"])),
     (36, rule(["resource.k8s.io"], ["resourceclaims"], ["create", "delete"])),
     (36, rule(["resource.k8s.io"], ["resourceclaims/binding"], ["update", "patch"])),
+    (37, rule(["resource.k8s.io"], ["devicetaintrules"], READ)),
 )
 
 

@@ -27,15 +27,19 @@ from layersched.core.errors import InputError
 
 #: The minors the generator renders (all of major 1).
 OLDEST_MINOR = 20
-NEWEST_MINOR = 36
+NEWEST_MINOR = 37
 SUPPORTED_MINORS = tuple(range(OLDEST_MINOR, NEWEST_MINOR + 1))
 #: The newest patch release of each minor we know of: the newest ``v0.<minor>.<patch>`` tag
 #: of the kube-scheduler staging repository (kubernetes/kube-scheduler, read 2026-11-23;
-#: the same tags tests/fixtures/kube_scheduler_config_fields.json was read from). A
-#: version given without a patch (``1.30``) gets this one.
+#: 1.37's from the Go module proxy, which serves k8s.io/kube-scheduler up to v0.37.2,
+#: 2026-11-25; the same tags tests/fixtures/kube_scheduler_config_fields.json was read
+#: from). A version given without a patch (``1.30``) gets this one; a patch past it is no
+#: release (yet) and is refused. The newest minor's is the release layersched builds and
+#: runs from Go modules (``layersched.builds.kubernetes_modules().version``, v1.37.2): a
+#: unit test holds the two equal.
 NEWEST_PATCH: dict[int, int] = {
     20: 15, 21: 14, 22: 17, 23: 17, 24: 17, 25: 16, 26: 15, 27: 16, 28: 15,
-    29: 15, 30: 14, 31: 14, 32: 13, 33: 13, 34: 10, 35: 7, 36: 3,
+    29: 15, 30: 14, 31: 14, 32: 13, 33: 13, 34: 10, 35: 7, 36: 3, 37: 2,
 }  # fmt: skip
 #: The minor whose kube-scheduler first serves ``/livez`` and ``/readyz`` (and lets them
 #: through its authorizer unauthenticated, with ``/healthz``): 1.31's
@@ -77,7 +81,8 @@ class KubernetesVersion:
 
 def parse_kubernetes_version(text: str, what: str = "--kubernetes-version") -> KubernetesVersion:
     """``1.30``, ``1.30.4``, ``v1.30.4`` or a server's ``v1.30.4-eks-a737599`` (the suffix is
-    dropped). Without a patch: :data:`NEWEST_PATCH`'s. Outside 1.20-1.36: an InputError."""
+    dropped). Without a patch: :data:`NEWEST_PATCH`'s. Outside 1.20-1.37, or a patch newer
+    than the newest release of its minor we know of: an InputError."""
     match = _VERSION.match(text.strip())
     if match is None:
         raise InputError(
@@ -90,7 +95,18 @@ def parse_kubernetes_version(text: str, what: str = "--kubernetes-version") -> K
             f"{what} {text!r}: the install is rendered for Kubernetes 1.{OLDEST_MINOR} to "
             f"1.{NEWEST_MINOR}; choose one of those"
         )
-    patch = int(match["patch"]) if match["patch"] is not None else NEWEST_PATCH[minor]
+    newest = NEWEST_PATCH[minor]
+    if match["patch"] is None:
+        return KubernetesVersion(minor, newest)
+    patch = int(match["patch"])
+    if patch > newest:
+        # no kube-scheduler image of that tag to pull (or a release newer than this table:
+        # the newest one known renders for it, within kube-scheduler's skew)
+        raise InputError(
+            f"{what} {text!r}: 1.{minor}.{patch} is not a Kubernetes release: the newest "
+            f"1.{minor} release we know is v1.{minor}.{newest}; pass --kubernetes-version "
+            f"1.{minor} for it, or a patch from 1.{minor}.0 to 1.{minor}.{newest}"
+        )
     return KubernetesVersion(minor, patch)
 
 

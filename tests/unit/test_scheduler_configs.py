@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from layersched import _generated as generated
+from layersched.builds import kubernetes_modules
 from layersched.cli.deploy import PLUGIN_README_BLOCK, plugin_readme
 from layersched.cli.main import EXIT_USAGE, main
 from layersched.core.errors import InputError
@@ -23,11 +24,13 @@ from layersched.deploy import (
     IMAGE_LOCALITY_SCHEDULER,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
+    KUBE_SCHEDULER_CONFIG_V1BETA3,
     LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_PLUGIN_SCHEDULER,
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
     SCHEDULER_PLUGIN,
+    LeaderElectionSpec,
     PluginArgs,
     StackSpec,
     TestbedSchedulers,
@@ -46,6 +49,7 @@ from layersched.deploy import (
     testbed_scheduler_configs as generate_testbed_configs,
 )
 from layersched.extender._trust import DEFAULT_IMAGE_QUORUM
+from tests.fixtures.kube_scheduler_fields import config_problems
 from tests.unit.test_deploy import _target
 
 ROLE = Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "k8s_control_plane"
@@ -111,9 +115,30 @@ def test_the_plugins_image_quorum_defaults_to_the_extenders() -> None:
         (lambda: PluginArgs(kubeconfig="").to_config(), "kubeconfig is empty"),
         # a quorum of 0 would let no node at all speak for an image: refused, as in Go
         (lambda: PluginArgs(image_quorum=0).to_config(), "imageQuorum 0 must be .* from 1"),
+        # v1beta3 is 1.23-1.28's: no build of the plugin reads it
         (
-            lambda: plugin_scheduler_config(api_version=KUBE_SCHEDULER_CONFIG_V1),
-            "built into kube-scheduler v1.20 only.*use the extender",
+            lambda: plugin_scheduler_config(api_version=KUBE_SCHEDULER_CONFIG_V1BETA3),
+            r"built into kube-scheduler 1.20 \(reading .*v1beta1\) and 1.35 to 1.37 \(reading "
+            r".*/v1\) only.*use the extender",
+        ),
+        # 1.30 reads v1 too, but its framework is not the one the 1.35+ adapter is for
+        (
+            lambda: plugin_scheduler_config(
+                api_version=KUBE_SCHEDULER_CONFIG_V1, kubernetes_version="v1.30.0"
+            ),
+            r"'v1.30.0'.*none for 1.21 to 1.34.*use the extender",
+        ),
+        # past the newest minor the generator knows: no build, nothing checked
+        (
+            lambda: plugin_scheduler_config(
+                api_version=KUBE_SCHEDULER_CONFIG_V1, kubernetes_version="1.38"
+            ),
+            r"'1.38': the LayerLocality plugin is built into .* to 1.37 .* only: use the extender",
+        ),
+        # the 1.37 build reads v1 only
+        (
+            lambda: plugin_scheduler_config(kubernetes_version="v1.37.2"),
+            "reads kubescheduler.config.k8s.io/v1, not kubescheduler.config.k8s.io/v1beta1",
         ),
         (lambda: plugin_scheduler_config(weight=0), "weight 0 must be at least 1"),
         (
@@ -128,7 +153,10 @@ def test_the_plugins_image_quorum_defaults_to_the_extenders() -> None:
         "sync-past-10-min",
         "empty-kubeconfig",
         "zero-quorum",
-        "plugin-on-v1",
+        "plugin-on-v1beta3",
+        "plugin-for-1.30",
+        "plugin-for-1.38",
+        "plugin-1.37-on-v1beta1",
         "zero-weight",
         "plugin-install-on-1.30",
         "unknown-scheduler-kind",
@@ -137,6 +165,42 @@ def test_the_plugins_image_quorum_defaults_to_the_extenders() -> None:
 def test_the_plugin_is_refused_where_it_cannot_run(make: Any, message: str) -> None:
     with pytest.raises(InputError, match=message):
         make()
+
+
+@pytest.mark.parametrize("minor", ["1.35", "1.36", "1.37"])
+def test_the_plugin_profile_for_the_1_35_framework_reads_v1(minor: str) -> None:
+    # kube-scheduler 1.35+ reads v1 only; naming the plugin at preScore and score beside
+    # the default plugins' multiPoint is still how v1 enables a plugin at chosen points
+    config = plugin_scheduler_config(
+        api_version=KUBE_SCHEDULER_CONFIG_V1,
+        kubernetes_version=minor,
+        leader_election=LeaderElectionSpec(LAYER_LOCALITY_SCHEDULER, NAMESPACE),
+    )
+    assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1
+    profile = _profile(config, LAYER_LOCALITY_SCHEDULER)
+    assert profile["plugins"] == {
+        "preScore": {"enabled": [{"name": LAYER_LOCALITY_PLUGIN}]},
+        "score": {"enabled": [{"name": LAYER_LOCALITY_PLUGIN, "weight": 1}]},
+    }
+    # every field is one kube-scheduler of that minor declares (its config/v1/types.go)
+    assert config_problems(config, minor) == []
+
+
+def test_the_module_builds_release_is_one_the_plugin_config_is_rendered_for() -> None:
+    # plugin/kube-scheduler/go.mod pins the release `make kubernetes-modules` builds the
+    # plugin into (v1.37.2); the generator renders its configuration, and without a
+    # version v1 stands for that build
+    built = kubernetes_modules()
+    lease = LeaderElectionSpec(LAYER_LOCALITY_SCHEDULER, NAMESPACE)
+    config = plugin_scheduler_config(
+        api_version=KUBE_SCHEDULER_CONFIG_V1,
+        leader_election=lease,
+        kubernetes_version=built.version,
+    )
+    assert config == plugin_scheduler_config(
+        api_version=KUBE_SCHEDULER_CONFIG_V1, leader_election=lease
+    )
+    assert config_problems(config, built.minor) == []
 
 
 def test_the_testbeds_three_processes() -> None:

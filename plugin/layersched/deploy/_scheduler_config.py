@@ -5,9 +5,9 @@ three scheduler processes (:func:`testbed_scheduler_configs`, written by ``layer
 deploy scheduler-configs``), the kind testbed's Pulumi program, the plugin's README and
 the docs' examples all use it. The default scheduler stays untouched: it is the
 ImageLocality baseline. The second scheduler (``layer-locality``) is the same
-kube-scheduler with one profile and the layersched extender; or, on Kubernetes 1.20,
-the layersched-built kube-scheduler with the LayerLocality score plugin in its profile
-instead (:func:`plugin_scheduler_config`, ``plugin/kube-scheduler``). The
+kube-scheduler with one profile and the layersched extender; or a layersched-built
+kube-scheduler (1.20, or 1.35 and later) with the LayerLocality score plugin in its
+profile instead (:func:`plugin_scheduler_config`, ``plugin/kube-scheduler``). The
 ``layer-locality-intree`` scheduler is the Ryax-patched kube-scheduler with its
 in-tree score plugin.
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layersched.core.errors import InputError
+from layersched.deploy._versions import NEWEST_MINOR
 
 KUBE_SCHEDULER_CONFIG_V1 = "kubescheduler.config.k8s.io/v1"
 #: Kubernetes 1.22 (the Ryax fork's base) only serves the beta API.
@@ -60,9 +61,18 @@ LAYER_LOCALITY_PLUGIN_SCHEDULER = "layer-locality-plugin"
 
 #: layersched's score plugin (plugin/kube-scheduler/pkg/layerlocality: ``Name``).
 LAYER_LOCALITY_PLUGIN = "LayerLocality"
-#: The one kube-scheduler minor the plugin is built for (its adapter is 1.20's framework:
-#: docs/kube-scheduler-plugin.md); every other version takes the extender.
+#: The kube-scheduler minor of the plugin's first build, the local testbed's v1.20.2 (its
+#: adapter is 1.20's framework, built under the ``k8s120`` tag:
+#: docs/kube-scheduler-plugin.md); it reads ``v1beta1``. The install's plugin mode
+#: (``StackSpec(scheduler="plugin")``) renders for this build only.
 PLUGIN_KUBERNETES_MINOR = (1, 20)
+#: The first minor whose scheduler framework (``k8s.io/kube-scheduler/framework``, Score
+#: with a NodeInfo, SignPod) the plugin's other adapter is written for. layersched builds
+#: it into kube-scheduler from Go modules at the release plugin/kube-scheduler/go.mod pins
+#: (``layersched.builds.kubernetes_modules()``, v1.37.2; another 1.35+ release is a re-pin
+#: with hack/pin_kubernetes.py), which reads ``v1``. 1.21 to 1.34 have no build of the
+#: plugin: the extender serves them.
+PLUGIN_FRAMEWORK_SINCE_MINOR = (1, 35)
 #: The plugin's args, as plugin/kube-scheduler/pkg/layerlocality/args.go bounds them.
 PLUGIN_STRATEGY = "layer-locality"
 DEFAULT_INVENTORY_MAX_AGE_S = 1800
@@ -305,22 +315,62 @@ class PluginArgs:
         return args
 
 
+def _plugin_builds() -> str:
+    since = ".".join(map(str, PLUGIN_FRAMEWORK_SINCE_MINOR))
+    return (
+        f"kube-scheduler {'.'.join(map(str, PLUGIN_KUBERNETES_MINOR))} (reading "
+        f"{KUBE_SCHEDULER_CONFIG_V1BETA1}) and {since} to 1.{NEWEST_MINOR} (reading "
+        f"{KUBE_SCHEDULER_CONFIG_V1})"
+    )
+
+
+def _check_plugin_build(api_version: str, kubernetes_version: str | None) -> None:
+    """That a layersched kube-scheduler build with the plugin reads ``api_version`` (and is
+    ``kubernetes_version``, when given); else an InputError naming the extender."""
+    extender = "use the extender (extender_scheduler_config), which serves every version"
+    if api_version not in (KUBE_SCHEDULER_CONFIG_V1BETA1, KUBE_SCHEDULER_CONFIG_V1):
+        raise InputError(
+            f"the {LAYER_LOCALITY_PLUGIN} plugin is built into {_plugin_builds()} only, not "
+            f"into a kube-scheduler that reads {api_version}: {extender}"
+        )
+    if kubernetes_version is None:
+        return
+    version = kubernetes_minor(kubernetes_version)
+    built = version == PLUGIN_KUBERNETES_MINOR or (
+        PLUGIN_FRAMEWORK_SINCE_MINOR <= version <= (1, NEWEST_MINOR)
+    )
+    if not built:
+        gap = PLUGIN_KUBERNETES_MINOR < version < PLUGIN_FRAMEWORK_SINCE_MINOR
+        raise InputError(
+            f"kubernetesVersion {kubernetes_version!r}: the {LAYER_LOCALITY_PLUGIN} plugin is "
+            f"built into {_plugin_builds()} only{' (none for 1.21 to 1.34)' if gap else ''}: "
+            f"{extender}"
+        )
+    reads = scheduler_api_version_for(kubernetes_version)
+    if api_version != reads:
+        raise InputError(
+            f"kubernetesVersion {kubernetes_version!r}: kube-scheduler of that version reads "
+            f"{reads}, not {api_version}: render the plugin's configuration with {reads}"
+        )
+
+
 def plugin_scheduler_config(
     args: PluginArgs | None = None,
     scheduler_name: str = LAYER_LOCALITY_SCHEDULER,
     weight: int = 1,
     api_version: str = KUBE_SCHEDULER_CONFIG_V1BETA1,
     leader_election: LeaderElectionSpec | None = None,
+    kubernetes_version: str | None = None,
 ) -> dict[str, Any]:
-    """The second scheduler as layersched builds it for Kubernetes 1.20: the default
-    plugins plus LayerLocality at preScore and score (kube-scheduler 1.20 enables a plugin
-    per extension point), with its args; no extender."""
-    if api_version != KUBE_SCHEDULER_CONFIG_V1BETA1:
-        raise InputError(
-            f"the {LAYER_LOCALITY_PLUGIN} plugin is built into kube-scheduler v1.20 only, which "
-            f"reads {KUBE_SCHEDULER_CONFIG_V1BETA1}, not {api_version}: use the extender "
-            "(extender_scheduler_config) for other Kubernetes versions"
-        )
+    """The second scheduler as layersched's kube-scheduler builds run it: the default
+    plugins plus LayerLocality at preScore and score, with its args; no extender.
+
+    Two builds carry the plugin: v1.20.2, which reads ``v1beta1`` (and enables a plugin per
+    extension point), and the 1.35+ one from Go modules, which reads ``v1`` (where enabling
+    it at preScore and score still holds, beside the default plugins' ``multiPoint``).
+    ``kubernetes_version``, when given, is the build's release: it must be one of theirs
+    and read ``api_version``."""
+    _check_plugin_build(api_version, kubernetes_version)
     if weight < 1:
         raise InputError(f"plugin weight {weight} must be at least 1")
     config = _base(api_version, scheduler_name, leader_election)

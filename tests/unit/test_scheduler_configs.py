@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from layersched import _generated as generated
-from layersched.builds import kubernetes_modules
 from layersched.cli.deploy import PLUGIN_README_BLOCK, plugin_readme
 from layersched.cli.main import EXIT_USAGE, main
 from layersched.core.errors import InputError
@@ -51,6 +50,7 @@ from layersched.deploy import (
 from layersched.extender._trust import DEFAULT_IMAGE_QUORUM
 from tests.fixtures.kube_scheduler_fields import config_problems
 from tests.unit.test_deploy import _target
+from tests.unit.test_deploy_versions import built_release
 
 ROLE = Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "k8s_control_plane"
 KUBECONFIG = "/state/control-plane/kube-scheduler.kubeconfig"
@@ -190,17 +190,18 @@ def test_the_module_builds_release_is_one_the_plugin_config_is_rendered_for() ->
     # plugin/kube-scheduler/go.mod pins the release `make kubernetes-modules` builds the
     # plugin into (v1.37.2); the generator renders its configuration, and without a
     # version v1 stands for that build
-    built = kubernetes_modules()
+    built = built_release()
     lease = LeaderElectionSpec(LAYER_LOCALITY_SCHEDULER, NAMESPACE)
     config = plugin_scheduler_config(
         api_version=KUBE_SCHEDULER_CONFIG_V1,
         leader_election=lease,
-        kubernetes_version=built.version,
+        kubernetes_version=built,
     )
     assert config == plugin_scheduler_config(
         api_version=KUBE_SCHEDULER_CONFIG_V1, leader_election=lease
     )
-    assert config_problems(config, built.minor) == []
+    minor = ".".join(built.lstrip("v").split(".")[:2])
+    assert config_problems(config, minor) == []
 
 
 def test_the_testbeds_three_processes() -> None:

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes kubernetes-modules containerd lint unit integration infra e2e test ci-fresh bench bench-scheduler testbed testbed-down simulate figures proto clean
+.PHONY: help venv kubernetes containerd lint unit integration infra e2e test ci-fresh bench bench-scheduler testbed testbed-down simulate figures proto clean
 
 help: ## List the targets, what they write and how long they last took
 	@python3 scripts/help.py
@@ -16,11 +16,8 @@ venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI
 $(VENV)/.installed: pyproject.toml
 	@scripts/venv.sh $(VENV)
 
-kubernetes: venv ## Build (or find cached) Kubernetes v1.20.2 from Debian's source (cold: tens of minutes on 2 cores, docs/testbed-local.md; cached: seconds)
-	@scripts/kubernetes.sh
-
-kubernetes-modules: venv ## Build (or find cached) Kubernetes from its Go modules, the release plugin/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl (cold: about 8 min on 2 cores; cached: seconds)
-	@$(PY) scripts/kubernetes_modules.py
+kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release plugin/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: about 8 min on 2 cores; cached: seconds; a changed plugin: under a minute)
+	@$(PY) scripts/kubernetes_build.py
 
 containerd: venv ## Download (or find cached) containerd 2.x for the integration tests (never installed)
 	@scripts/containerd.sh

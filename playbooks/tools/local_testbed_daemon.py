@@ -5,11 +5,12 @@ There is no systemd here, and the daemons must outlive the playbook run.
 
 ``start`` runs ARGV in a new session (in network namespace ``--netns`` when given: only
 the network namespace changes, so mounts such as the cgroup hierarchies stay visible),
-stdin closed, stderr appended to ``--log`` (stdout too, unless ``--stdout-log``), and
-records its pid in ``--pidfile``. It then waits until ``--ready-socket`` exists or
-``--ready-tcp`` accepts a connection. Nothing is done when the pidfile names a live,
-ready process whose command line contains ``--match``; a live one that is not ready (a
-daemon shutting down after SIGTERM) is waited for until it is ready or gone. When the
+stdin closed, stderr appended to ``--log`` (stdout too, unless ``--stdout-log``), each
+``--path`` directory first on its PATH, and records its pid in ``--pidfile``. It then
+waits until ``--ready-socket`` exists or ``--ready-tcp`` accepts a connection. Nothing
+is done when the pidfile names a live, ready process whose command line contains
+``--match``; a live one that is not ready (a daemon shutting down after SIGTERM) is
+waited for until it is ready or gone. When the
 pidfile is lost or stale but such a process still runs (the same executable, or one of
 ``--executable``, with ``--match`` in its command line: the same scan ``stop`` does),
 it is adopted: its pid is written to the pidfile and no second daemon is started on
@@ -206,8 +207,17 @@ def start(args: argparse.Namespace) -> dict[str, object]:
         (args.stdout_log or args.log).open("ab") as out,
         Path(os.devnull).open("rb") as devnull,
     ):
+        env = dict(os.environ)
+        if args.path:
+            env["PATH"] = os.pathsep.join([*args.path, env.get("PATH", "")])
         proc = subprocess.Popen(
-            argv, stdin=devnull, stdout=out, stderr=log, start_new_session=True, close_fds=True
+            argv,
+            stdin=devnull,
+            stdout=out,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
         )
     args.pidfile.write_text(f"{proc.pid}\n")
     seen = await_ready(args, lambda: proc.poll() is None)
@@ -259,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, help="stderr (and stdout) log")
     parser.add_argument("--stdout-log", type=Path, help="separate stdout log")
     parser.add_argument("--netns", help="network namespace to start in")
+    parser.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        help="a directory put first on the daemon's PATH (containerd finds its shim there)",
+    )
     parser.add_argument("--ready-socket", type=Path, help="unix socket that appears when ready")
     parser.add_argument("--ready-tcp", metavar="HOST:PORT", help="accepts connections when ready")
     parser.add_argument("--ready-timeout-s", type=float, default=30.0)

@@ -1,25 +1,23 @@
 """Builds cached outside the repository: the cache root, the Kubernetes build, and the
 containerd 2.x download.
 
-``make kubernetes`` builds the testbeds' Kubernetes from Debian's source package and
-caches the binaries under ``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin``; the
-source tree they are built in (and the compiler's caches) under
-``$LAYERSCHED_CACHE_DIR/kubernetes/<tree ID>``. The build's identity (version, build
-ID) is written once, in ``kubernetes-build.yml`` beside this module; the CLI's defaults,
-the tests and the benchmarks take it and its paths from here, and
-``playbooks/vars/kubernetes.yml`` derives the same paths from the same file
-(``tests/unit/test_builds.py`` holds the two derivations equal and fails if any other
-file spells a build ID or a build path by hand).
-
-The kube-scheduler built is layersched's own module (``plugin/kube-scheduler``):
-upstream's kube-scheduler with the LayerLocality score plugin. A hash of its sources is
-part of the build ID, computed here and in the playbooks' vars the same way, so a changed
-plugin never reuses an old binary.
+``make kubernetes`` builds Kubernetes from its Go modules, the way out-of-tree schedulers
+do: every component is a small main in layersched's Go module (``plugin/kube-scheduler``;
+upstream's command unchanged, the scheduler with the LayerLocality plugin registered),
+compiled with the go command against the release that module's ``go.mod`` pins. The
+binaries are cached under ``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin`` and Go's
+module and build caches under ``$LAYERSCHED_CACHE_DIR/go``. The build's identity is
+``kubernetes-build.yml`` beside this module (the module and the binaries) plus the module
+itself: the release is read from its ``go.mod`` and the build ID hashes its ``go.mod``,
+``go.sum`` and sources, so a changed plugin or a new pin never reuses an old binary. The
+CLI's defaults, the tests and the benchmarks take it and its paths from here, and
+``playbooks/vars/kubernetes.yml`` derives the same paths from the same files
+(``tests/infra/test_playbooks_local.py`` holds the two derivations equal).
 
 ``make containerd`` downloads Debian's containerd 2.x binary package (never installing
 it) and unpacks it under ``$LAYERSCHED_CACHE_DIR/containerd/<version>``; its identity is
-``containerd-download.yml`` beside this module, read here (the integration tests'
-fixture) and by ``playbooks/vars/containerd.yml`` (the role that downloads it).
+``containerd-download.yml`` beside this module, read here (the testbed's nodes and the
+integration tests) and by ``playbooks/vars/containerd.yml`` (the role that downloads it).
 """
 
 from __future__ import annotations
@@ -50,16 +48,16 @@ CONTAINERD_COMMAND = "make containerd"
 #: Inside a download's cache dir: the unpacked package, and the Debian version unpacked.
 CONTAINERD_TREE = "root"
 CONTAINERD_STAMP = ".stamp"
-#: Kubernetes built from its Go modules: the data file, beside this module, and what builds it.
-KUBERNETES_MODULES_FILE = "kubernetes-modules.yml"
-MODULES_COMMAND = "make kubernetes-modules"
 #: The module path every Kubernetes release is required under.
 KUBERNETES_MODULE = "k8s.io/kubernetes"
-#: Inside a module build's bin dir: the build ID the binaries were built for.
-MODULES_STAMP = ".stamp"
+#: Inside a build's bin dir: the build ID the binaries were built for.
+BUILD_STAMP = ".stamp"
+#: What of a Go module besides its sources the build ID hashes, and where its mains are.
+GO_MODULE_FILES = ("go.mod", "go.sum")
+GO_MAINS = "cmd"
 #: The repository root (the plugin's sources are named relative to it).
 REPO_ROOT = Path(__file__).resolve().parents[2]
-#: Hex digits of the plugin's source hash in the build ID.
+#: Hex digits of the module's hash in the build ID.
 PLUGIN_HASH_CHARS = 12
 GO_SOURCE_SUFFIX = ".go"
 GO_TEST_SUFFIX = "_test.go"
@@ -71,33 +69,10 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_ROOT)
 
 
-@dataclass(frozen=True, slots=True)
-class SchedulerPlugin:
-    """The Go module the kube-scheduler binary is built from (upstream's, plus a plugin)."""
-
-    #: The binary it builds (one of the build's binaries).
-    binary: str
-    #: Its directory, relative to the repository root.
-    source: str
-    #: Its module path: it is compiled at ``vendor/<import_path>`` in the tree.
-    import_path: str
-    #: Its main package, relative to the module.
-    main: str
-
-    def directory(self, repo: Path = REPO_ROOT) -> Path:
-        """Where the module's sources are in this checkout."""
-        return repo / self.source
-
-    @property
-    def target(self) -> str:
-        """What the tree's ``make WHAT=...`` builds for it."""
-        return f"vendor/{self.import_path}/{self.main}"
-
-
-def plugin_sources_sha256(directory: Path) -> str:
-    """The hash of a Go module's sources, as ``playbooks/vars/kubernetes.yml`` computes it:
-    one line ``<relative path> <sha256 of the file>`` per ``.go`` file that is no test
-    (nor under ``testdata/``), sorted by path, each ending in a newline, hashed."""
+def go_sources_sha256(directory: Path) -> str:
+    """The hash of a Go module's sources: one line ``<relative path> <sha256 of the file>``
+    per ``.go`` file that is no test (nor under ``testdata/``), sorted by path, each ending
+    in a newline, hashed (``playbooks/vars/kubernetes.yml`` computes the same)."""
     lines = []
     for path in directory.rglob(f"*{GO_SOURCE_SUFFIX}"):
         relative = path.relative_to(directory).as_posix()
@@ -108,60 +83,89 @@ def plugin_sources_sha256(directory: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def module_sha256(directory: Path) -> str:
+    """The hash of what a build compiles from a Go module: one line ``<name> <sha256>``
+    for ``go.mod``, ``go.sum`` and the sources (:func:`go_sources_sha256`), hashed."""
+    lines = [
+        (name, hashlib.sha256((directory / name).read_bytes()).hexdigest())
+        for name in GO_MODULE_FILES
+    ]
+    lines.append(("sources", go_sources_sha256(directory)))
+    text = "".join(f"{name} {digest}\n" for name, digest in lines)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def required_version(go_mod: str, module: str = KUBERNETES_MODULE) -> str | None:
+    """The version ``go.mod`` requires ``module`` at, or None when it does not."""
+    for line in go_mod.splitlines():
+        words = line.split("//", 1)[0].split()
+        if words[:1] == ["require"]:
+            words = words[1:]
+        if len(words) == 2 and words[0] == module:
+            return words[1]
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class KubernetesBuild:
-    """What ``make kubernetes`` builds, and where it caches it."""
+    """What ``make kubernetes`` builds from layersched's Go module, and where it caches it."""
 
-    source_package: str
-    source_version: str
-    #: What the binaries' ``--version`` prints (``v1.20.2``).
+    #: The module's directory, relative to the repository root.
+    module: str
+    #: The Kubernetes release its go.mod pins (``v1.37.2``): what ``--version`` prints.
     version: str
-    source_codename: str
     binaries: tuple[str, ...]
-    pause_version: str
-    #: What the build changes on top of the source package (part of the build ID).
-    revision: str
-    #: The module kube-scheduler is built from, and the hash of its sources.
-    scheduler_plugin: SchedulerPlugin
-    plugin_sha256: str
+    #: The hash of go.mod, go.sum and the sources (part of the build ID).
+    module_sha256: str
+
+    def directory(self, repo: Path = REPO_ROOT) -> Path:
+        """Where the module is in this checkout."""
+        return repo / self.module
 
     @property
-    def tree_id(self) -> str:
-        """What the source tree is: ``<source version>+<revision>`` (the plugin is copied
-        into it at each build, so one tree serves every version of the plugin)."""
-        return f"{self.source_version}+{self.revision}"
+    def minor(self) -> tuple[int, int]:
+        """``(1, 37)`` of ``v1.37.2``."""
+        major, minor = self.version.lstrip("v").split(".")[:2]
+        return int(major), int(minor)
 
     @property
     def build_id(self) -> str:
-        """The binaries' cache key: ``<tree ID>+plugin.<hash of the plugin's sources>``."""
-        return f"{self.tree_id}+plugin.{self.plugin_sha256[:PLUGIN_HASH_CHARS]}"
-
-    def tree_dir(self, root: Path | None = None) -> Path:
-        """``<cache root>/kubernetes/<tree ID>``: the source tree and the compiler's caches."""
-        return (root or cache_root()) / "kubernetes" / self.tree_id
-
-    def source_tree(self, root: Path | None = None) -> Path:
-        """The unpacked source tree: ``<tree dir>/src/<package>-<upstream version>``
-        (dpkg-source drops the Debian revision), as the kubernetes_build role unpacks it."""
-        upstream = self.source_version.rpartition("-")[0] or self.source_version
-        return self.tree_dir(root) / "src" / f"{self.source_package}-{upstream}"
+        """The binaries' cache key: ``<version>+src.<hash of go.mod, go.sum, sources>``."""
+        return f"{self.version}+src.{self.module_sha256[:PLUGIN_HASH_CHARS]}"
 
     def cache_dir(self, root: Path | None = None) -> Path:
-        """``<cache root>/kubernetes/<build ID>``: the binaries and the build's log."""
+        """``<cache root>/kubernetes/<build ID>``: the binaries and the build's stamp."""
         return (root or cache_root()) / "kubernetes" / self.build_id
 
+    def go_cache_dir(self, root: Path | None = None) -> Path:
+        """``<cache root>/go``: the Go module cache (``mod``) and build cache (``build``),
+        shared by every build (Go keys both by content already)."""
+        return (root or cache_root()) / "go"
+
     def bin_dir(self, root: Path | None = None) -> Path:
-        """Where the built binaries (and the pause program) are."""
+        """Where the built binaries are."""
         return self.cache_dir(root) / "bin"
 
     def binary(self, name: str, root: Path | None = None) -> Path:
         """The path of binary ``name`` (``kube-scheduler``, ``kubectl``, ``pause`` …)."""
         return self.bin_dir(root) / name
 
+    def stamped(self, root: Path | None = None) -> bool:
+        """The bin dir's stamp names this build (written once every binary was built)."""
+        try:
+            stamp = (self.bin_dir(root) / BUILD_STAMP).read_text("utf-8").strip()
+        except OSError:
+            return False
+        return stamp == self.build_id
+
     def missing(self, *names: str, root: Path | None = None) -> list[Path]:
-        """Those of binaries ``names`` (default: every one built) that are not there."""
-        wanted = names or (*self.binaries, "pause")
-        return [path for path in (self.binary(n, root) for n in wanted) if not path.is_file()]
+        """Those of binaries ``names`` (default: every one built) that are not there; the
+        stamp too, when it does not name this build."""
+        wanted = names or self.binaries
+        absent = [path for path in (self.binary(n, root) for n in wanted) if not path.is_file()]
+        if not self.stamped(root):
+            absent.append(self.bin_dir(root) / BUILD_STAMP)
+        return absent
 
     def require(self, *names: str, root: Path | None = None) -> Path:
         """The bin dir, once every binary of ``names`` is there; else an InputError saying
@@ -194,54 +198,33 @@ def _binaries(record: Any, where: str) -> tuple[str, ...]:
     return tuple(binaries)
 
 
-def _scheduler_plugin(record: dict[str, Any], binaries: tuple[str, ...]) -> SchedulerPlugin:
-    raw = record.get("scheduler_plugin")
-    if not isinstance(raw, dict):
-        raise InputError(
-            f"{KUBERNETES_BUILD_FILE}: scheduler_plugin must be a mapping "
-            "(binary, source, import_path, main)"
-        )
-    plugin = SchedulerPlugin(
-        binary=_text(raw, "binary"),
-        source=_text(raw, "source"),
-        import_path=_text(raw, "import_path"),
-        main=_text(raw, "main"),
-    )
-    if plugin.binary not in binaries:
-        raise InputError(
-            f"{KUBERNETES_BUILD_FILE}: scheduler_plugin.binary {plugin.binary!r} is not one "
-            f"of the binaries ({', '.join(binaries)})"
-        )
-    return plugin
-
-
 def parse_kubernetes_build(record: Any, repo: Path = REPO_ROOT) -> KubernetesBuild:
-    """Read ``kubernetes-build.yml``'s mapping; the plugin's sources are read from ``repo``."""
+    """Read ``kubernetes-build.yml``'s mapping; the release and the module's hash are read
+    from the module in ``repo``."""
     binaries = _binaries(record, KUBERNETES_BUILD_FILE)
-    texts = {
-        key: _text(record, key)
-        for key in (
-            "source_package",
-            "source_version",
-            "version",
-            "source_codename",
-            "pause_version",
-            "revision",
-        )
-    }
-    plugin = _scheduler_plugin(record, binaries)
-    directory = plugin.directory(repo)
-    if not (directory / "go.mod").is_file():
+    module = _text(record, "module")
+    directory = repo / module
+    try:
+        go_mod = (directory / "go.mod").read_text("utf-8")
+    except OSError as err:
         raise InputError(
-            f"{KUBERNETES_BUILD_FILE}: scheduler_plugin.source {plugin.source!r}: no Go module "
-            f"at {directory}: the build's identity hashes the plugin's sources, so run from "
-            "a checkout of the repository"
+            f"{KUBERNETES_BUILD_FILE}: module {module!r}: no go.mod at {directory} ({err}): "
+            "the build's identity hashes the module, so run from a checkout of the repository"
+        ) from err
+    version = required_version(go_mod)
+    if version is None:
+        raise InputError(
+            f"{directory / 'go.mod'} requires no {KUBERNETES_MODULE}: pin a release with "
+            f"`python3 {module}/hack/pin_kubernetes.py v1.MINOR.PATCH`"
         )
+    for name in binaries:
+        if not (directory / GO_MAINS / name).is_dir():
+            raise InputError(
+                f"{KUBERNETES_BUILD_FILE}: binary {name!r} has no main at "
+                f"{directory / GO_MAINS / name}: add cmd/{name}/main.go or drop the name"
+            )
     return KubernetesBuild(
-        **texts,
-        binaries=binaries,
-        scheduler_plugin=plugin,
-        plugin_sha256=plugin_sources_sha256(directory),
+        module=module, version=version, binaries=binaries, module_sha256=module_sha256(directory)
     )
 
 
@@ -322,131 +305,3 @@ def containerd_download() -> ContainerdDownload:
     """The containerd 2.x the integration tests run beside the system's 1.6."""
     text = resources.files("layersched").joinpath(CONTAINERD_DOWNLOAD_FILE).read_text("utf-8")
     return parse_containerd_download(yaml.safe_load(text))
-
-
-def module_sources_sha256(directory: Path) -> str:
-    """The hash of what a Go module build compiles: ``go.mod``, ``go.sum`` and every
-    ``.go`` file that is no test, as ``plugin_sources_sha256`` lines them up."""
-    lines = [
-        (name, hashlib.sha256((directory / name).read_bytes()).hexdigest())
-        for name in ("go.mod", "go.sum")
-        if (directory / name).is_file()
-    ]
-    lines.append(("sources", plugin_sources_sha256(directory)))
-    text = "".join(f"{name} {digest}\n" for name, digest in lines)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def required_version(go_mod: str, module: str = KUBERNETES_MODULE) -> str | None:
-    """The version ``go.mod`` requires ``module`` at, or None when it does not."""
-    for line in go_mod.splitlines():
-        words = line.split("//", 1)[0].split()
-        if words[:1] == ["require"]:
-            words = words[1:]
-        if len(words) == 2 and words[0] == module:
-            return words[1]
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class ModuleBuild:
-    """What ``make kubernetes-modules`` builds from layersched's Go module, and where."""
-
-    #: The module's directory, relative to the repository root.
-    module: str
-    #: The Kubernetes release its go.mod pins (``v1.37.2``): what ``--version`` prints.
-    version: str
-    binaries: tuple[str, ...]
-    #: The hash of go.mod, go.sum and the sources (part of the build ID).
-    sources_sha256: str
-
-    def directory(self, repo: Path = REPO_ROOT) -> Path:
-        """Where the module is in this checkout."""
-        return repo / self.module
-
-    @property
-    def minor(self) -> str:
-        """``1.37`` of ``v1.37.2``."""
-        return ".".join(self.version.lstrip("v").split(".")[:2])
-
-    @property
-    def build_id(self) -> str:
-        """The binaries' cache key: ``<version>+src.<hash of go.mod, go.sum, sources>``."""
-        return f"{self.version}+src.{self.sources_sha256[:PLUGIN_HASH_CHARS]}"
-
-    def cache_dir(self, root: Path | None = None) -> Path:
-        """``<cache root>/kubernetes/<build ID>``: the binaries and the build's log."""
-        return (root or cache_root()) / "kubernetes" / self.build_id
-
-    def go_cache_dir(self, root: Path | None = None) -> Path:
-        """``<cache root>/go``: the Go module cache (``mod``) and build cache (``build``),
-        shared by every build (both are keyed by content already)."""
-        return (root or cache_root()) / "go"
-
-    def bin_dir(self, root: Path | None = None) -> Path:
-        """Where the built binaries are."""
-        return self.cache_dir(root) / "bin"
-
-    def binary(self, name: str, root: Path | None = None) -> Path:
-        """The path of binary ``name``."""
-        return self.bin_dir(root) / name
-
-    def built(self, root: Path | None = None) -> bool:
-        """Every binary is there, stamped with this build ID."""
-        try:
-            stamp = (self.bin_dir(root) / MODULES_STAMP).read_text("utf-8").strip()
-        except OSError:
-            return False
-        return stamp == self.build_id and all(
-            self.binary(name, root).is_file() for name in self.binaries
-        )
-
-    def require(self, root: Path | None = None) -> Path:
-        """The bin dir once the build is complete; else an InputError saying how to build."""
-        if not self.built(root):
-            raise InputError(
-                f"Kubernetes {self.version} from Go modules (build {self.build_id}) is not "
-                f"built in {self.bin_dir(root)}: run `{MODULES_COMMAND}` (caches under "
-                f"{self.cache_dir(root).parent}; {CACHE_DIR_ENV} moves it)"
-            )
-        return self.bin_dir(root)
-
-
-def parse_kubernetes_modules(record: Any, repo: Path = REPO_ROOT) -> ModuleBuild:
-    """Read ``kubernetes-modules.yml``'s mapping; the release and the sources' hash are read
-    from the module in ``repo``."""
-    binaries = _binaries(record, KUBERNETES_MODULES_FILE)
-    module = _text(record, "module", KUBERNETES_MODULES_FILE)
-    directory = repo / module
-    try:
-        go_mod = (directory / "go.mod").read_text("utf-8")
-    except OSError as err:
-        raise InputError(
-            f"{KUBERNETES_MODULES_FILE}: module {module!r}: no go.mod at {directory} ({err}): "
-            "run from a checkout of the repository"
-        ) from err
-    version = required_version(go_mod)
-    if version is None:
-        raise InputError(
-            f"{directory / 'go.mod'} requires no {KUBERNETES_MODULE}: pin a release with "
-            f"`python3 {module}/hack/pin_kubernetes.py v1.MINOR.PATCH`"
-        )
-    for name in binaries:
-        if not (directory / "cmd" / name).is_dir():
-            raise InputError(
-                f"{KUBERNETES_MODULES_FILE}: binary {name!r} has no main at "
-                f"{directory / 'cmd' / name}"
-            )
-    return ModuleBuild(
-        module=module,
-        version=version,
-        binaries=binaries,
-        sources_sha256=module_sources_sha256(directory),
-    )
-
-
-@cache
-def kubernetes_modules() -> ModuleBuild:
-    """The Kubernetes build from Go modules this checkout pins."""
-    text = resources.files("layersched").joinpath(KUBERNETES_MODULES_FILE).read_text("utf-8")
-    return parse_kubernetes_modules(yaml.safe_load(text))

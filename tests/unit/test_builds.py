@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from layersched.builds import (
+    BUILD_STAMP,
     CACHE_DIR_ENV,
     CONTAINERD_DOWNLOAD_FILE,
     DEFAULT_CACHE_ROOT,
@@ -26,10 +27,12 @@ from layersched.builds import (
     KubernetesBuild,
     cache_root,
     containerd_download,
+    go_sources_sha256,
     kubernetes_build,
+    module_sha256,
     parse_containerd_download,
     parse_kubernetes_build,
-    plugin_sources_sha256,
+    required_version,
 )
 from layersched.core.errors import InputError
 
@@ -64,20 +67,20 @@ def _files() -> Iterator[Path]:
                 yield path
 
 
-def test_the_build_id_is_the_tree_and_the_plugins_sources() -> None:
+def test_the_build_id_is_the_pinned_release_and_the_modules_hash() -> None:
     build = kubernetes_build()
-    assert build.tree_id == f"{build.source_version}+{build.revision}"
-    plugin_hash = plugin_sources_sha256(build.scheduler_plugin.directory())
-    assert build.build_id == f"{build.tree_id}+plugin.{plugin_hash[:PLUGIN_HASH_CHARS]}"
-    # the tree the source package carries is what the binaries print
-    assert f"really{build.version.lstrip('v')}" in build.source_version
-    assert "kube-scheduler" in build.binaries and "kubectl" in build.binaries
-    # kube-scheduler is the plugin module's command, built at vendor/<module> in the tree
-    plugin = build.scheduler_plugin
-    assert plugin.binary == "kube-scheduler"
-    assert (plugin.directory() / "go.mod").read_text().count(f"module {plugin.import_path}\n") == 1
-    assert (plugin.directory() / plugin.main / "main.go").is_file()
-    assert plugin.target == f"vendor/{plugin.import_path}/{plugin.main}"
+    module = build.directory()
+    go_mod = (module / "go.mod").read_text()
+    # the release is go.mod's require, nowhere else
+    assert required_version(go_mod) == build.version
+    assert re.fullmatch(r"v1\.\d+\.\d+", build.version)
+    assert build.build_id == f"{build.version}+src.{module_sha256(module)[:PLUGIN_HASH_CHARS]}"
+    assert build.minor == tuple(int(p) for p in build.version[1:].split(".")[:2])
+    # every binary is a main of the module: the scheduler (with the plugin) among them
+    for name in ("kube-scheduler", "kubelet", "kubectl", "etcd", "pause"):
+        assert name in build.binaries
+        assert (module / "cmd" / name / "main.go").is_file()
+    assert (module / "go.sum").is_file()
 
 
 def _module(root: Path, files: dict[str, str]) -> Path:
@@ -87,29 +90,66 @@ def _module(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def test_the_plugin_hash_covers_what_the_binary_is_built_from(tmp_path: Path) -> None:
+def test_the_sources_hash_covers_what_the_binary_is_built_from(tmp_path: Path) -> None:
     base = {"go.mod": "module x\n", "cmd/a/main.go": "package main\n", "pkg/b/b.go": "package b\n"}
-    before = plugin_sources_sha256(_module(tmp_path / "m1", base))
+    before = go_sources_sha256(_module(tmp_path / "m1", base))
     # the sha256 of "cmd/a/main.go <sha256 of its bytes>\npkg/b/b.go <...>\n"
     lines = "".join(
         f"{name} {hashlib.sha256(base[name].encode()).hexdigest()}\n"
         for name in ("cmd/a/main.go", "pkg/b/b.go")
     )
     assert before == hashlib.sha256(lines.encode()).hexdigest()
-    # tests, test data, the README and go.mod do not go into the binary: same hash
+    # tests, test data and the README do not go into the binary: same hash
     extra = {
         **base,
         "pkg/b/b_test.go": "package b\n",
         "pkg/b/testdata/x.go": "package x\n",
         "README.md": "# x\n",
-        "go.mod": "module x\n\ngo 1.19\n",
     }
-    assert plugin_sources_sha256(_module(tmp_path / "m2", extra)) == before
+    assert go_sources_sha256(_module(tmp_path / "m2", extra)) == before
     # one byte of a source changes it, as does a new source file
     changed = {**base, "pkg/b/b.go": "package b \n"}
-    assert plugin_sources_sha256(_module(tmp_path / "m3", changed)) != before
+    assert go_sources_sha256(_module(tmp_path / "m3", changed)) != before
     added = {**base, "pkg/c/c.go": "package c\n"}
-    assert plugin_sources_sha256(_module(tmp_path / "m4", added)) != before
+    assert go_sources_sha256(_module(tmp_path / "m4", added)) != before
+
+
+def test_the_module_hash_covers_the_pin_too(tmp_path: Path) -> None:
+    base = {"go.mod": "module x\n", "go.sum": "", "cmd/a/main.go": "package main\n"}
+    before = module_sha256(_module(tmp_path / "m1", base))
+    # "go.mod <sha>\ngo.sum <sha>\nsources <go_sources_sha256>\n", hashed
+    lines = (
+        "".join(
+            f"{name} {hashlib.sha256(base[name].encode()).hexdigest()}\n"
+            for name in ("go.mod", "go.sum")
+        )
+        + f"sources {go_sources_sha256(tmp_path / 'm1')}\n"
+    )
+    assert before == hashlib.sha256(lines.encode()).hexdigest()
+    # a new pin (go.mod) or a new checksum (go.sum) is another build
+    repinned = {**base, "go.mod": "module x\n\nrequire k8s.io/kubernetes v1.37.3\n"}
+    assert module_sha256(_module(tmp_path / "m2", repinned)) != before
+    resummed = {**base, "go.sum": "k8s.io/kubernetes v1.37.2 h1:x=\n"}
+    assert module_sha256(_module(tmp_path / "m3", resummed)) != before
+
+
+@pytest.mark.parametrize(
+    ("go_mod", "version"),
+    [
+        ("module x\n\nrequire k8s.io/kubernetes v1.37.2\n", "v1.37.2"),
+        (
+            "module x\n\nrequire (\n\tk8s.io/api v0.37.2\n"
+            "\tk8s.io/kubernetes v1.36.3 // indirect\n)\n",
+            "v1.36.3",
+        ),
+        # a replace names it too, but only the require pins it
+        ("module x\n\nreplace k8s.io/api => k8s.io/api v0.37.2\n", None),
+        ("module x\n", None),
+    ],
+    ids=["single-require", "require-block", "replace-only", "none"],
+)
+def test_the_release_is_read_from_the_require(go_mod: str, version: str | None) -> None:
+    assert required_version(go_mod) == version
 
 
 def test_paths_follow_the_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -117,10 +157,8 @@ def test_paths_follow_the_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
     assert cache_root() == DEFAULT_CACHE_ROOT
     assert build.bin_dir() == DEFAULT_CACHE_ROOT / "kubernetes" / build.build_id / "bin"
-    # one tree per source version and overrides, whatever the plugin
-    assert build.tree_dir() == DEFAULT_CACHE_ROOT / "kubernetes" / build.tree_id
-    upstream = build.source_version.rpartition("-")[0]
-    assert build.source_tree() == build.tree_dir() / "src" / f"kubernetes-{upstream}"
+    # Go's own caches, shared by every build, under the same root
+    assert build.go_cache_dir() == DEFAULT_CACHE_ROOT / "go"
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
     assert build.binary("kubectl") == tmp_path / "kubernetes" / build.build_id / "bin" / "kubectl"
     # an empty variable is no setting (as the playbooks read it)
@@ -135,25 +173,17 @@ def test_a_missing_binary_says_how_to_build_it(tmp_path: Path) -> None:
     assert str(build.binary("kube-scheduler", tmp_path)) in str(caught.value)
     (bin_dir := build.bin_dir(tmp_path)).mkdir(parents=True)
     (bin_dir / "kube-scheduler").write_bytes(b"")
+    # a binary without the stamp of this build is an older build's: not taken
+    with pytest.raises(InputError, match=re.escape(str(bin_dir / BUILD_STAMP))):
+        build.require("kube-scheduler", root=tmp_path)
+    (bin_dir / BUILD_STAMP).write_text("v1.0.0+src.000000000000\n")
+    assert build.missing("kube-scheduler", root=tmp_path) == [bin_dir / BUILD_STAMP]
+    (bin_dir / BUILD_STAMP).write_text(f"{build.build_id}\n")
     assert build.require("kube-scheduler", root=tmp_path) == bin_dir
     assert build.missing("kube-scheduler", "kubectl", root=tmp_path) == [bin_dir / "kubectl"]
 
 
-_GOOD = {
-    "binaries": ["kube-scheduler"],
-    "source_package": "kubernetes",
-    "source_version": "1",
-    "version": "v1",
-    "source_codename": "x",
-    "pause_version": "1",
-    "revision": "r",
-    "scheduler_plugin": {
-        "binary": "kube-scheduler",
-        "source": "plugin/kube-scheduler",
-        "import_path": "layersched.io/kube-scheduler",
-        "main": "cmd/kube-scheduler",
-    },
-}
+_GOOD = {"binaries": ["kube-scheduler"], "module": "plugin/kube-scheduler"}
 
 
 @pytest.mark.parametrize(
@@ -161,32 +191,26 @@ _GOOD = {
     [
         ([], "expected a mapping"),
         ({"binaries": "kubectl"}, "binaries must be a list"),
-        ({**_GOOD, "source_version": ""}, "source_version must be a non-empty string"),
-        ({**_GOOD, "scheduler_plugin": "x"}, "scheduler_plugin must be a mapping"),
-        ({**_GOOD, "binaries": ["kubectl"]}, "'kube-scheduler' is not one of the binaries"),
-        (
-            {**_GOOD, "scheduler_plugin": {**_GOOD["scheduler_plugin"], "source": "nowhere"}},  # type: ignore[dict-item]
-            "no Go module at .*nowhere: the build's identity hashes",
-        ),
+        ({**_GOOD, "module": ""}, "module must be a non-empty string"),
+        ({**_GOOD, "module": "nowhere"}, "no go.mod at .*nowhere"),
+        ({**_GOOD, "binaries": ["kube-proxy"]}, "binary 'kube-proxy' has no main at"),
     ],
-    ids=[
-        "not-a-mapping",
-        "binaries-not-a-list",
-        "empty-version",
-        "plugin-not-a-mapping",
-        "plugin-binary-not-built",
-        "plugin-module-missing",
-    ],
+    ids=["not-a-mapping", "binaries-not-a-list", "empty-module", "module-missing", "no-main"],
 )
 def test_a_malformed_record_names_the_field(record: object, message: str) -> None:
     with pytest.raises(InputError, match=message):
         parse_kubernetes_build(record)
 
 
+def test_a_module_without_a_pin_says_how_to_pin(tmp_path: Path) -> None:
+    _module(tmp_path / "m", {"go.mod": "module x\n", "go.sum": "", "cmd/kubelet/main.go": ""})
+    with pytest.raises(InputError, match=r"requires no k8s.io/kubernetes: pin a release"):
+        parse_kubernetes_build({"binaries": ["kubelet"], "module": "m"}, repo=tmp_path)
+
+
 def _hand_spelled(build: KubernetesBuild) -> list[re.Pattern[str]]:
     return [
-        re.compile(re.escape(build.source_version)),
-        re.compile(re.escape(build.revision)),
+        re.compile(re.escape(build.build_id)),
         # the cache's layout: <root>/kubernetes/<build ID>/bin
         re.compile(r"/var/cache/layersched/kubernetes"),
         re.compile(r"""["']kubernetes["']\s*/\s*\w*build"""),

@@ -527,7 +527,7 @@ def test_image_ref_needs_a_tag_or_a_digest(ref: ImageRef, message: str) -> None:
     ("argv", "message"),
     [
         # the default binary is the build cache's: named, with how to build it
-        ((), "is not built: .*kube-scheduler missing: run `make kubernetes`"),
+        ((), "is not built: .*kube-scheduler.* missing: run `make kubernetes`"),
         (("--kube-scheduler-bin", "/nowhere/kube-scheduler"), "--kube-scheduler-bin"),
     ],
     ids=["default-not-built", "given-missing"],

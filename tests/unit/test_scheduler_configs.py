@@ -54,10 +54,17 @@ from tests.unit.test_deploy_versions import built_release
 
 ROLE = Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "k8s_control_plane"
 KUBECONFIG = "/state/control-plane/kube-scheduler.kubeconfig"
+#: The testbed's processes as the build runs them (its release: v1 configurations, no
+#: plain-HTTP port) and, for the generator's older branch, as 1.20 ran them.
 SPEC = TestbedSchedulers(
     kubeconfig=KUBECONFIG,
     extender_url="http://10.250.71.1:8888",
     extender_timeout_s=5.0,
+    kubernetes_version=built_release(),
+)
+SPEC_1_20 = replace(
+    SPEC,
+    kubernetes_version="v1.20.2",
     image_locality_bind="10.250.71.1:10251",
     layer_locality_bind="10.250.71.1:10252",
     plugin_bind="10.250.71.1:10253",
@@ -204,19 +211,22 @@ def test_the_module_builds_release_is_one_the_plugin_config_is_rendered_for() ->
     assert config_problems(config, minor) == []
 
 
-def test_the_testbeds_three_processes() -> None:
-    configs = generate_testbed_configs(SPEC)
+@pytest.mark.parametrize("spec", [SPEC, SPEC_1_20], ids=["built-release", "1.20"])
+def test_the_testbeds_three_processes(spec: TestbedSchedulers) -> None:
+    configs = generate_testbed_configs(spec)
     assert list(configs) == [
         IMAGE_LOCALITY_SCHEDULER,
         LAYER_LOCALITY_SCHEDULER,
         LAYER_LOCALITY_PLUGIN_SCHEDULER,
     ]
+    api = KUBE_SCHEDULER_CONFIG_V1BETA1 if spec is SPEC_1_20 else KUBE_SCHEDULER_CONFIG_V1
     for name, config in configs.items():
-        # each process outside a pod: its kubeconfig, no lease, its own plain-HTTP port
-        assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1BETA1, name
+        # each process outside a pod: its kubeconfig, no lease; 1.20's own plain-HTTP
+        # port, a current release's health on its secure port only
+        assert config["apiVersion"] == api, name
         assert config["clientConnection"] == {"kubeconfig": KUBECONFIG}, name
         assert config["leaderElection"] == {"leaderElect": False}, name
-        assert config["healthzBindAddress"] == config["metricsBindAddress"], name
+        assert config.get("healthzBindAddress") == config.get("metricsBindAddress"), name
     image, extender, plugin = configs.values()
     # the baseline: the default scheduler and ImageLocality alone
     assert [p["schedulerName"] for p in image["profiles"]] == [
@@ -241,11 +251,16 @@ def test_the_testbeds_three_processes() -> None:
     # quorum 1 on the testbed only: the seed scenario's Img1 is on one node when P1-again
     # is scheduled, and the plugin has no registry to fall back on (deploy/ keeps 2)
     assert args["imageQuorum"] == 1 != PluginArgs().image_quorum
-    assert [c["healthzBindAddress"] for c in configs.values()] == [
-        "10.250.71.1:10251",
-        "10.250.71.1:10252",
-        "10.250.71.1:10253",
-    ]
+    binds = [c.get("healthzBindAddress") for c in configs.values()]
+    if spec is SPEC_1_20:
+        assert binds == ["10.250.71.1:10251", "10.250.71.1:10252", "10.250.71.1:10253"]
+    else:
+        assert binds == [None, None, None]
+        # no field the release's kube-scheduler does not know, none of a wrong type (the
+        # fixture calls the defaulted connection and lease fields "missing": left out)
+        minor = ".".join(spec.kubernetes_version.lstrip("v").split(".")[:2])
+        for config in configs.values():
+            assert [p for p in config_problems(config, minor) if "but missing" not in p] == []
 
 
 def test_a_process_config_needs_an_api_with_the_insecure_port_and_a_port() -> None:
@@ -255,6 +270,9 @@ def test_a_process_config_needs_an_api_with_the_insecure_port_and_a_port() -> No
         )
     with pytest.raises(InputError, match="write HOST:PORT"):
         for_process(image_locality_scheduler_config(), "k", "10.250.71.1")
+    # 1.20 without an address would serve on 0.0.0.0:10251, clashing with the next process
+    with pytest.raises(InputError, match="give the process's plain-HTTP health"):
+        for_process(image_locality_scheduler_config(), "k")
 
 
 def test_the_cli_prints_the_generators_configs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -264,9 +282,6 @@ def test_the_cli_prints_the_generators_configs(capsys: pytest.CaptureFixture[str
         f"--kubeconfig={KUBECONFIG}",
         "--extender-url=http://10.250.71.1:8888",
         "--extender-timeout-s=5",
-        "--image-locality-bind=10.250.71.1:10251",
-        "--layer-locality-bind=10.250.71.1:10252",
-        "--plugin-bind=10.250.71.1:10253",
         "--plugin-name=my-plugin",
     ]
     assert main(argv) == 0

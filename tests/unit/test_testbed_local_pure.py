@@ -559,12 +559,12 @@ def test_apt_sources_derive_from_the_machines_archive(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    tool = _tool("kubernetes_build")
+    tool = _tool("apt_sources")
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list.d" / "debian.sources").write_text(DEBIAN_SOURCES)
     monkeypatch.setattr(tool, "APT_SOURCES_LIST", tmp_path / "sources.list")
     monkeypatch.setattr(tool, "APT_SOURCES_DIR", tmp_path / "sources.list.d")
-    monkeypatch.setattr(sys, "argv", ["kubernetes_build.py", "sources", *argv])
+    monkeypatch.setattr(sys, "argv", ["apt_sources.py", "sources", *argv])
     assert tool.main() == 0
     assert capsys.readouterr().out.splitlines() == expected
 

@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console
 
 from layersched import _generated as generated
-from layersched.builds import REPO_ROOT, kubernetes_build
+from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError, KubeError
 from layersched.deploy import (
     AUTO,
@@ -123,12 +123,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_configs.add_argument(
         "--extender-timeout-s", type=float, required=True, help="kube-scheduler's httpTimeout"
     )
+    p_configs.add_argument(
+        "--kubernetes-version",
+        help="the testbed's Kubernetes release, which sets the configurations' API "
+        "(default: the release `make kubernetes` builds)",
+    )
     for process in ("image-locality", "layer-locality", "plugin"):
         p_configs.add_argument(
             f"--{process}-bind",
-            required=True,
             metavar="HOST:PORT",
-            help=f"where the {process} process serves plain-HTTP health and metrics",
+            help=f"where the {process} process serves plain-HTTP health and metrics "
+            "(kube-scheduler 1.21 and older only; newer ones serve them on the secure port)",
         )
         p_configs.add_argument(f"--{process}-name", help=f"the {process} profile's name")
     p_configs.set_defaults(handler=_scheduler_configs)
@@ -381,7 +386,7 @@ def _render_plugin(args: argparse.Namespace, install: Install | None) -> int:
 
 def plugin_readme() -> Path:
     """The LayerLocality plugin's README (beside its Go module)."""
-    return REPO_ROOT / kubernetes_build().scheduler_plugin.source / "README.md"
+    return kubernetes_build().directory() / "README.md"
 
 
 def _scheduler_configs(args: argparse.Namespace) -> int:
@@ -398,6 +403,7 @@ def _scheduler_configs(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         extender_url=args.extender_url,
         extender_timeout_s=args.extender_timeout_s,
+        kubernetes_version=args.kubernetes_version or kubernetes_build().version,
         image_locality_bind=args.image_locality_bind,
         layer_locality_bind=args.layer_locality_bind,
         plugin_bind=args.plugin_bind,

@@ -413,34 +413,47 @@ def image_locality_scheduler_config(
 _INSECURE_BIND_API_VERSIONS = (KUBE_SCHEDULER_CONFIG_V1BETA1, KUBE_SCHEDULER_CONFIG_V1BETA2)
 
 
-def for_process(config: dict[str, Any], kubeconfig: str, insecure_bind: str) -> dict[str, Any]:
+def for_process(
+    config: dict[str, Any], kubeconfig: str, insecure_bind: str | None = None
+) -> dict[str, Any]:
     """``config`` for a scheduler process outside a pod (the local testbed's): its
-    kubeconfig, and its plain-HTTP health and metrics address (``HOST:PORT``: 1.20 always
-    serves them once a config file is given, and its default ``0.0.0.0:10251`` would clash
-    with the next scheduler's; port 0 is refused)."""
-    if config["apiVersion"] not in _INSECURE_BIND_API_VERSIONS:
+    kubeconfig and, up to ``v1beta2``, its plain-HTTP health and metrics address
+    (``HOST:PORT``: 1.20 always serves them once a config file is given, and its default
+    ``0.0.0.0:10251`` would clash with the next scheduler's; port 0 is refused). From
+    ``v1beta3`` on, health and metrics are on the secure port only: no address."""
+    insecure = config["apiVersion"] in _INSECURE_BIND_API_VERSIONS
+    if insecure and insecure_bind is None:
+        raise InputError(
+            f"{config['apiVersion']}: give the process's plain-HTTP health and metrics "
+            "address (HOST:PORT); kube-scheduler 1.20 serves them on 0.0.0.0:10251 otherwise"
+        )
+    if not insecure and insecure_bind is not None:
         raise InputError(
             f"{config['apiVersion']} has no healthzBindAddress: a process of kube-scheduler "
             f"1.22 or newer serves health on its secure port only"
         )
-    host, _, port = insecure_bind.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"bind address {insecure_bind!r}: write HOST:PORT, e.g. 10.250.50.1:10251")
-    return {
+    head = {
         "apiVersion": config["apiVersion"],
         "kind": config["kind"],
         "clientConnection": {"kubeconfig": kubeconfig},
         "leaderElection": config["leaderElection"],
-        "healthzBindAddress": insecure_bind,
-        "metricsBindAddress": insecure_bind,
-        **{k: v for k, v in config.items() if k not in ("apiVersion", "kind", "leaderElection")},
     }
+    if insecure_bind is not None:
+        host, _, port = insecure_bind.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InputError(
+                f"bind address {insecure_bind!r}: write HOST:PORT, e.g. 10.250.50.1:10251"
+            )
+        head |= {"healthzBindAddress": insecure_bind, "metricsBindAddress": insecure_bind}
+    rest = {k: v for k, v in config.items() if k not in ("apiVersion", "kind", "leaderElection")}
+    return head | rest
 
 
 @dataclass(frozen=True, slots=True)
 class TestbedSchedulers:
-    """The local testbed's three kube-scheduler processes: where each serves plain-HTTP
-    health (``HOST:PORT``) and its (first non-default) profile's name."""
+    """The local testbed's three kube-scheduler processes: the Kubernetes release they
+    are (which sets the configuration's API), where each serves plain-HTTP health
+    (``HOST:PORT``, up to 1.21 only) and its (first non-default) profile's name."""
 
     __test__ = False  # not a pytest test class, whatever its name says
 
@@ -449,9 +462,11 @@ class TestbedSchedulers:
     #: The extender kube-scheduler calls, and how long it waits (it is ignorable).
     extender_url: str
     extender_timeout_s: float
-    image_locality_bind: str
-    layer_locality_bind: str
-    plugin_bind: str
+    #: The testbed's Kubernetes release (``v1.37.2``).
+    kubernetes_version: str
+    image_locality_bind: str | None = None
+    layer_locality_bind: str | None = None
+    plugin_bind: str | None = None
     image_locality: str = IMAGE_LOCALITY_SCHEDULER
     layer_locality: str = LAYER_LOCALITY_SCHEDULER
     plugin: str = LAYER_LOCALITY_PLUGIN_SCHEDULER
@@ -471,7 +486,7 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
     and LayerLocality, reading the agents' NodeLayerInventory objects itself). In the seed
     scenario the default plugins tie at t3 (both candidate nodes are empty, identical and
     hold no image of the pod by name), so the layer score is what separates them."""
-    api = KUBE_SCHEDULER_CONFIG_V1BETA1
+    api = scheduler_api_version_for(spec.kubernetes_version)
     extender = ExtenderSpec(
         spec.extender_url, http_timeout_s=spec.extender_timeout_s, node_cache_capable=True
     )
@@ -490,6 +505,8 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             plugin_scheduler_config(
                 PluginArgs(kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum),
                 spec.plugin,
+                api_version=api,
+                kubernetes_version=spec.kubernetes_version,
             ),
             spec.kubeconfig,
             spec.plugin_bind,

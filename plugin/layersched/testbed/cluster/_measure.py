@@ -6,9 +6,11 @@
   it sent to one node's address. This is what crossed the link, not what the
   manifest says.
 
-* Scores: kube-scheduler's own ``-v=10`` line for a plugin,
-  ``Plugin ImageLocality scores on NS/NAME => [{n2 0} {n3 0}]`` (1.20's format: a Go
-  ``%v`` of ``[]NodeScore``), and the layersched extender's decision log (``-vv``):
+* Scores: kube-scheduler's own ``-v=10`` lines for a plugin: 1.20's one line per pod,
+  ``Plugin ImageLocality scores on NS/NAME => [{n2 0} {n3 0}]`` (a Go ``%v`` of
+  ``[]NodeScore``), or a current release's structured line per node,
+  ``"Plugin scored node for pod" pod="NS/NAME" plugin="ImageLocality" node="n2" score=0``;
+  and the layersched extender's decision log (``-vv``):
   ``pod NS/NAME (STRATEGY):`` then one ``  NODE: present P / total T bytes -> S/100 -> s/10``
   line per node, ``s`` being what it answered; or ``pod NS/NAME: neutral scores for N
   nodes (reason)`` when it answered 0 everywhere.
@@ -85,6 +87,10 @@ _PLUGIN_SCORES = re.compile(
     r"Plugin (?P<plugin>\S+) scores on (?P<pod>\S+/\S+) => \[(?P<scores>[^\]]*)\]"
 )
 _NODE_SCORE = re.compile(r"\{(?P<node>\S+) (?P<score>-?\d+)\}")
+_PLUGIN_NODE_SCORE = re.compile(
+    r'"Plugin scored node for pod" pod="(?P<pod>[^"]+)" plugin="(?P<plugin>[^"]+)" '
+    r'node="(?P<node>[^"]+)" score=(?P<score>-?\d+)'
+)
 _DECISION_HEAD = re.compile(r"pod (?P<pod>\S+/\S+) \((?P<strategy>[^)]+)\):$")
 _DECISION_LINE = re.compile(
     r"^\s+(?P<node>\S+): present \d+ / total \d+ bytes -> \d+/100 -> (?P<score>\d+)/10$"
@@ -93,13 +99,22 @@ _NEUTRAL = re.compile(r"pod (?P<pod>\S+/\S+): neutral scores for \d+ nodes \((?P
 
 
 def plugin_scores(log_lines: Iterable[str], plugin: str, pod: str) -> dict[str, int] | None:
-    """The last scores kube-scheduler logged for ``plugin`` on ``pod`` (``NS/NAME``).
+    """The last scores kube-scheduler logged for ``plugin`` on ``pod`` (``NS/NAME``), in
+    either release's form. A node scored again starts the next scheduling attempt's scores
+    (a current release logs one line per node, each attempt's in a run).
 
     Returns None when no such line is in ``log_lines`` (kube-scheduler logs them at
     ``-v=10`` only, and only for nodes that passed filtering).
     """
     found: dict[str, int] | None = None
     for line in log_lines:
+        if (match := _PLUGIN_NODE_SCORE.search(line)) is not None:
+            if match["plugin"] != plugin or match["pod"] != pod:
+                continue
+            if found is None or match["node"] in found:
+                found = {}
+            found[match["node"]] = int(match["score"])
+            continue
         match = _PLUGIN_SCORES.search(line)
         if match is None or match["plugin"] != plugin or match["pod"] != pod:
             continue

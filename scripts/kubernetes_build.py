@@ -1,8 +1,8 @@
-"""make kubernetes-modules: build (or find cached) Kubernetes from its Go modules.
+"""make kubernetes: build (or find cached) Kubernetes from its Go modules.
 
-Every binary of ``plugin/layersched/kubernetes-modules.yml`` is ``go build``-t from
+Every binary of ``plugin/layersched/kubernetes-build.yml`` is ``go build``-t from
 layersched's Go module (``cmd/<name>``), against the release its ``go.mod`` pins, into
-``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin`` (layersched.builds.ModuleBuild). The
+``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin`` (layersched.builds.KubernetesBuild). The
 Go module and build caches live under ``$LAYERSCHED_CACHE_DIR/go``, outside the
 repository. With every binary there and stamped with the build ID nothing runs; a changed
 plugin recompiles only what changed (warm: well under a minute). Prints a line per binary
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from layersched.builds import MODULES_STAMP, ModuleBuild, cache_root, kubernetes_modules
+from layersched.builds import BUILD_STAMP, KubernetesBuild, cache_root, kubernetes_build
 from layersched.core.errors import LayerschedError
 
 #: The newer toolchain of this project's machines, tried when PATH's go is too old
@@ -66,7 +66,7 @@ def find_go(needed: str) -> tuple[str, str]:
     )
 
 
-def ldflags(build: ModuleBuild) -> str:
+def ldflags(build: KubernetesBuild) -> str:
     """What ``--version`` prints: the pinned release (upstream's build stamps the same)."""
     major, minor = build.version.lstrip("v").split(".")[:2]
     stamp = {
@@ -79,7 +79,7 @@ def ldflags(build: ModuleBuild) -> str:
     return f"-s -w {flags}"
 
 
-def build_all(build: ModuleBuild) -> int:
+def build_all(build: KubernetesBuild) -> int:
     module = build.directory()
     needed_match = _GO_DIRECTIVE.search((module / "go.mod").read_text("utf-8"))
     go, go_version = find_go(needed_match[1] if needed_match else "1.26")
@@ -98,7 +98,7 @@ def build_all(build: ModuleBuild) -> int:
     }
     with (bin_dir / LOCK).open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if build.built():
+        if not build.missing():
             print(f"Kubernetes {build.version} from Go modules: cached in {bin_dir}")
             return 0
         print(
@@ -107,7 +107,7 @@ def build_all(build: ModuleBuild) -> int:
             flush=True,
         )
         started = time.monotonic()
-        (bin_dir / MODULES_STAMP).unlink(missing_ok=True)
+        (bin_dir / BUILD_STAMP).unlink(missing_ok=True)
         for name in build.binaries:
             began = time.monotonic()
             argv = [go, "build", "-trimpath", "-ldflags", ldflags(build)]
@@ -120,16 +120,16 @@ def build_all(build: ModuleBuild) -> int:
                 print(f"building {name} failed (go build in {module}):\n{tail}", file=sys.stderr)
                 return 1
             print(f"  {name}: {time.monotonic() - began:.0f} s", flush=True)
-        (bin_dir / MODULES_STAMP).write_text(f"{build.build_id}\n", "utf-8")
+        (bin_dir / BUILD_STAMP).write_text(f"{build.build_id}\n", "utf-8")
         print(f"built in {time.monotonic() - started:.0f} s")
     return 0
 
 
 def main() -> int:
     try:
-        build = kubernetes_modules()
+        build = kubernetes_build()
     except LayerschedError as err:
-        print(f"make kubernetes-modules: {err}", file=sys.stderr)
+        print(f"make kubernetes: {err}", file=sys.stderr)
         return 2
     print(f"cache root: {cache_root()}")
     return build_all(build)

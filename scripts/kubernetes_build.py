@@ -12,58 +12,19 @@ with its duration; a failure names the binary and ends with the compiler's last 
 from __future__ import annotations
 
 import fcntl
-import os
-import re
-import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from layersched.builds import BUILD_STAMP, KubernetesBuild, cache_root, kubernetes_build
+from layersched.builds import BUILD_STAMP, KubernetesBuild, cache_root, find_go, kubernetes_build
 from layersched.core.errors import LayerschedError
 
-#: The newer toolchain of this project's machines, tried when PATH's go is too old
-#: (Debian's 1.19, which the 1.20 tree builds with, may come first on PATH).
-FALLBACK_GO = Path("/usr/local/go/bin/go")
 #: Where the module's mains are.
 MAINS = "cmd"
 #: Compiler output quoted when a binary fails.
 TAIL_LINES = 30
 #: Held while building, so two builds never write the same bin dir.
 LOCK = ".build.lock"
-_GO_DIRECTIVE = re.compile(r"^go\s+(\d+(?:\.\d+)*)\s*$", re.MULTILINE)
-
-
-def _version_key(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
-
-
-def _go_version(go: str) -> str:
-    done = subprocess.run(
-        [go, "env", "GOVERSION"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "GOTOOLCHAIN": "local"},
-    )
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
-def find_go(needed: str) -> tuple[str, str]:
-    """A go command at least as new as ``needed`` (go.mod's go line), and its version."""
-    tried = []
-    for candidate in (shutil.which("go"), str(FALLBACK_GO)):
-        if not candidate or not Path(candidate).is_file():
-            continue
-        version = _go_version(candidate)
-        tried.append(f"{candidate} ({version or 'no answer'})")
-        if version and _version_key(version) >= _version_key(needed):
-            return candidate, version
-    raise SystemExit(
-        f"the module needs Go {needed} or later; found {', '.join(tried) or 'no go'}: "
-        f"install Go {needed}+ (this project's machines have it at {FALLBACK_GO})"
-    )
 
 
 def ldflags(build: KubernetesBuild) -> str:
@@ -81,21 +42,11 @@ def ldflags(build: KubernetesBuild) -> str:
 
 def build_all(build: KubernetesBuild) -> int:
     module = build.directory()
-    needed_match = _GO_DIRECTIVE.search((module / "go.mod").read_text("utf-8"))
-    go, go_version = find_go(needed_match[1] if needed_match else "1.26")
+    go, go_version = find_go(build.go_version_needed())
     bin_dir = build.bin_dir()
     bin_dir.mkdir(parents=True, exist_ok=True)
     go_cache = build.go_cache_dir()
-    env = {
-        **os.environ,
-        "GOMODCACHE": str(go_cache / "mod"),
-        "GOCACHE": str(go_cache / "build"),
-        "GOPATH": str(go_cache / "path"),
-        # the module cache stays removable by anyone (rm -rf), not read-only
-        "GOFLAGS": "-modcacherw",
-        "GOTOOLCHAIN": "local",
-        "CGO_ENABLED": "0",
-    }
+    env = build.go_env()
     with (bin_dir / LOCK).open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not build.missing():
@@ -128,11 +79,11 @@ def build_all(build: KubernetesBuild) -> int:
 def main() -> int:
     try:
         build = kubernetes_build()
+        print(f"cache root: {cache_root()}")
+        return build_all(build)
     except LayerschedError as err:
         print(f"make kubernetes: {err}", file=sys.stderr)
         return 2
-    print(f"cache root: {cache_root()}")
-    return build_all(build)
 
 
 if __name__ == "__main__":

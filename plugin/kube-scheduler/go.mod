@@ -2,8 +2,7 @@
 // plugin registered out of tree, and upstream's other components (kube-apiserver,
 // kube-controller-manager, kubelet, kubectl) from the same release, each a small main.
 // The release is pinned below; the replace block is generated from its own go.mod by
-// hack/pin_kubernetes.py (never edited by hand). The 1.20 tree still builds the k8s120
-// variant of the plugin in GOPATH mode, where this file is not read (README.md).
+// hack/pin_kubernetes.py (never edited by hand). `make kubernetes` builds every cmd/.
 module layersched.io/kube-scheduler
 
 go 1.26.0

@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -55,6 +58,9 @@ BUILD_STAMP = ".stamp"
 #: What of a Go module besides its sources the build ID hashes, and where its mains are.
 GO_MODULE_FILES = ("go.mod", "go.sum")
 GO_MAINS = "cmd"
+#: The newer toolchain of this project's machines, tried when PATH's go is too old.
+FALLBACK_GO = Path("/usr/local/go/bin/go")
+_GO_DIRECTIVE = re.compile(r"^go\s+(\d+(?:\.\d+)*)\s*$", re.MULTILINE)
 #: The repository root (the plugin's sources are named relative to it).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Hex digits of the module's hash in the build ID.
@@ -146,6 +152,26 @@ class KubernetesBuild:
         """Where the built binaries are."""
         return self.cache_dir(root) / "bin"
 
+    def go_version_needed(self, repo: Path = REPO_ROOT) -> str:
+        """The module's ``go`` line: the oldest toolchain that builds it."""
+        match = _GO_DIRECTIVE.search((self.directory(repo) / "go.mod").read_text("utf-8"))
+        return match[1] if match else "1.26"
+
+    def go_env(self, root: Path | None = None) -> dict[str, str]:
+        """The environment every go command of the build runs with: the module and build
+        caches under :meth:`go_cache_dir`, a removable module cache, the local toolchain
+        only (no download of another), static binaries."""
+        cache = self.go_cache_dir(root)
+        return {
+            **os.environ,
+            "GOMODCACHE": str(cache / "mod"),
+            "GOCACHE": str(cache / "build"),
+            "GOPATH": str(cache / "path"),
+            "GOFLAGS": "-modcacherw",
+            "GOTOOLCHAIN": "local",
+            "CGO_ENABLED": "0",
+        }
+
     def binary(self, name: str, root: Path | None = None) -> Path:
         """The path of binary ``name`` (``kube-scheduler``, ``kubectl``, ``pause`` …)."""
         return self.bin_dir(root) / name
@@ -179,6 +205,41 @@ class KubernetesBuild:
                 f"{CACHE_DIR_ENV} moves it)"
             )
         return self.bin_dir(root)
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def _go_version(go: str) -> str:
+    try:
+        done = subprocess.run(
+            [go, "env", "GOVERSION"],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "GOTOOLCHAIN": "local"},
+        )
+    except OSError:
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def find_go(needed: str) -> tuple[str, str]:
+    """A go command at least as new as ``needed`` (a go.mod's go line), and its version:
+    PATH's, else :data:`FALLBACK_GO`; an InputError naming what was found otherwise."""
+    tried = []
+    for candidate in (shutil.which("go"), str(FALLBACK_GO)):
+        if not candidate or not Path(candidate).is_file():
+            continue
+        version = _go_version(candidate)
+        tried.append(f"{candidate} ({version or 'no answer'})")
+        if version and _version_key(version) >= _version_key(needed):
+            return candidate, version
+    raise InputError(
+        f"the Kubernetes build needs Go {needed} or later; found {', '.join(tried) or 'no go'}:"
+        f" install Go {needed}+ (this project's machines have it at {FALLBACK_GO})"
+    )
 
 
 def _text(record: dict[str, Any], key: str, where: str = KUBERNETES_BUILD_FILE) -> str:

@@ -19,8 +19,9 @@ import pytest
 from layersched.builds import (
     CACHE_DIR_ENV,
     containerd_download,
+    go_sources_sha256,
     kubernetes_build,
-    plugin_sources_sha256,
+    module_sha256,
 )
 from tests.fixtures import prereq
 
@@ -72,11 +73,9 @@ def test_syntax_check(playbook: str) -> None:
 #: What playbooks/vars/kubernetes.yml derives, as one JSON object.
 KUBERNETES_VARS = (
     "{{ {'id': kubernetes_build_id, 'version': kubernetes_version, "
+    "'minor': kubernetes_minor | int, "
     "'binaries': kubernetes_binaries, 'bin_dir': kubernetes_bin_dir, "
-    "'cache_dir': kubernetes_cache_dir, 'pause': kubernetes_pause_version, "
-    "'source_version': kubernetes_source_version, 'tree_dir': kubernetes_tree_dir, "
-    "'plugin_target': kubernetes_scheduler_plugin_target, "
-    "'plugin_sha256': kubernetes_scheduler_plugin_sha256} | to_json }}"
+    "'cache_dir': kubernetes_cache_dir, 'module_sha256': kubernetes_module_sha256} | to_json }}"
 )
 #: What playbooks/vars/containerd.yml derives.
 CONTAINERD_VARS = (
@@ -131,14 +130,11 @@ def _kubernetes_paths() -> dict[str, object]:
     return {
         "id": build.build_id,
         "version": build.version,
+        "minor": build.minor[1],
         "binaries": list(build.binaries),
         "bin_dir": str(build.bin_dir()),
         "cache_dir": str(build.cache_dir()),
-        "pause": build.pause_version,
-        "source_version": build.source_version,
-        "tree_dir": str(build.tree_dir()),
-        "plugin_target": build.scheduler_plugin.target,
-        "plugin_sha256": build.plugin_sha256,
+        "module_sha256": build.module_sha256,
     }
 
 
@@ -209,11 +205,13 @@ def test_a_second_containerd_download_changes_nothing() -> None:
     assert "changed=0" in recap and "failed=0" in recap, recap
 
 
-def test_playbooks_hash_any_plugin_module_as_the_cli_does(tmp_path: Path) -> None:
+def test_playbooks_hash_any_module_as_the_cli_does(tmp_path: Path) -> None:
     # the awkward cases, on a module of its own: files deep down, tests and test data
-    # (left out), names that sort differently by path and by parts, bytes past ASCII
+    # (left out), names that sort differently by path and by parts, bytes past ASCII;
+    # go.mod and go.sum go into the module's hash, besides the sources
     files = {
-        "go.mod": "module x\n",
+        "go.mod": "module x\n\nrequire k8s.io/kubernetes v1.37.2\n",
+        "go.sum": "k8s.io/kubernetes v1.37.2 h1:x=\n",
         "a/b/c/d/e/deep.go": "package e\n",
         "a/b.go": "package a // é\n",
         "a-b/c.go": "package ab\n",
@@ -227,8 +225,13 @@ def test_playbooks_hash_any_plugin_module_as_the_cli_does(tmp_path: Path) -> Non
     rendered = _playbook_vars(
         None,
         "kubernetes.yml",
-        "{{ {'sha256': kubernetes_scheduler_plugin_sha256} | to_json }}",
+        "{{ {'sources': kubernetes_module_sources_sha256, 'module': kubernetes_module_sha256,"
+        " 'version': kubernetes_version} | to_json }}",
         "-e",
-        f"kubernetes_scheduler_plugin_dir={tmp_path}",
+        f"kubernetes_module_dir={tmp_path}",
     )
-    assert rendered == {"sha256": plugin_sources_sha256(tmp_path)}
+    assert rendered == {
+        "sources": go_sources_sha256(tmp_path),
+        "module": module_sha256(tmp_path),
+        "version": "v1.37.2",
+    }

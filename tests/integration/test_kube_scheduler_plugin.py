@@ -1,10 +1,9 @@
 """The LayerLocality kube-scheduler plugin (``plugin/kube-scheduler``): its Go tests, run in
 the build's own setup, and a differential test against layersched's Python core.
 
-The Go module compiles only inside the cached Kubernetes v1.20.2 tree (GOPATH mode, the
-tree's ``vendor/``; there is no Go module proxy), so the tests run through
-``playbooks/tools/kubernetes_build.py gotest``, which copies the module into the tree
-under the build's lock, as ``make kubernetes`` does.
+The tests run ``go test`` in the Go module with the build's toolchain and caches
+(``layersched.builds``: the module cache ``make kubernetes`` filled, so nothing is
+downloaded again and the scheduler's packages are compiled once).
 
 The differential test generates pods and NodeLayerInventory objects (1,200 random cases
 and the hidden-parity shapes: shared layers, repeated images, init containers, spread,
@@ -27,11 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +37,7 @@ import numpy as np
 import pytest
 import yaml
 
-from layersched.builds import REPO_ROOT, kubernetes_build
+from layersched.builds import find_go, kubernetes_build
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.inventory import ClusterInventory, NodeInfo
 from layersched.core.layers import Layer
@@ -61,7 +58,6 @@ from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TOOL = REPO_ROOT / "playbooks" / "tools" / "kubernetes_build.py"
 #: The Go test reading the cases, and the environment variables naming its inputs.
 PARITY_TEST = "TestParityWithThePythonCore"
 PARITY_ENV = "LAYERSCHED_PARITY_CASES"
@@ -72,41 +68,45 @@ RANDOM_CASES = 1_200
 MIN_CASES = 1_000
 SEED = 20261124
 #: A cold compile of the module's dependencies (client-go, the scheduler framework) takes
-#: minutes on 2 cores; later runs reuse the tree's test cache.
+#: minutes on 2 cores; later runs reuse the build's cache.
 GO_TEST_TIMEOUT_S = 1800
 _PARITY_LINE = re.compile(r"parity: (?P<cases>\d+) cases, (?P<scores>\d+) node scores, all equal")
 
 
 # --------------------------------------------------------------------- running go test
-def _plugin_arg() -> str:
-    plugin = kubernetes_build().scheduler_plugin
-    return f"{plugin.directory()}={plugin.import_path}"
-
-
 def _package(relative: str) -> str:
-    return f"./vendor/{kubernetes_build().scheduler_plugin.import_path}/{relative}"
+    return f"./{relative}"
 
 
 @pytest.fixture(scope="module")
 def tree() -> Path:
-    """The cached Kubernetes source tree the module compiles in."""
-    path = kubernetes_build().source_tree()
-    if not (path / "Makefile").is_file():
-        prereq.missing(f"the Kubernetes source tree is not cached at {path}: run `make kubernetes`")
-    return path
+    """The Go module, once a go command new enough for it is found."""
+    build = kubernetes_build()
+    try:
+        find_go(build.go_version_needed())
+    except InputError as err:
+        prereq.missing(str(err))
+    return build.directory()
 
 
 def _go_test(
-    tree: Path, *args: str, race: bool = False, env: dict[str, str] | None = None
+    module: Path, *args: str, race: bool = False, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, str(TOOL), "gotest", "--tree", str(tree), "--plugin", _plugin_arg()]
-    argv += ["--race"] if race else []
+    build = kubernetes_build()
+    go, _ = find_go(build.go_version_needed())
+    go_env = {**build.go_env(), **(env or {})}
+    if race:
+        go_env["CGO_ENABLED"] = "1"  # the race detector needs cgo
+    # -trimpath, as make kubernetes compiles: the packages it compiled come from the cache
+    argv = [go, "test", "-trimpath", *(["-race"] if race else []), *args]
+    print(f"$ {' '.join(argv)}  (in {module})")
     done = subprocess.run(
-        [*argv, "--", *args],
+        argv,
+        cwd=module,
         capture_output=True,
         text=True,
         timeout=GO_TEST_TIMEOUT_S,
-        env={**os.environ, **(env or {})},
+        env=go_env,
         check=False,
     )
     print(done.stdout[-20_000:], done.stderr[-5_000:])
@@ -137,7 +137,7 @@ def test_the_index_is_race_free_under_parallel_scores(tree: Path) -> None:
     # 16 Score readers and the watch's writer (TestScoresAreReadWhileEventsArrive), under
     # the race detector (the index is the one shared state; the packages above it only
     # call it, and compiling client-go with -race would take minutes)
-    done = _go_test(tree, "-race", "-count=1", _package("pkg/layers"), race=True)
+    done = _go_test(tree, "-count=1", _package("pkg/layers"), race=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "WARNING: DATA RACE" not in done.stdout + done.stderr
 

@@ -1,5 +1,3 @@
-//go:build !k8s120
-
 // Command kube-apiserver is upstream's kube-apiserver, unchanged, from the Kubernetes release this
 // module's go.mod pins (hack/pin_kubernetes.py): the testbed's control plane and nodes
 // run the same release as the scheduler layersched builds, from the same module graph.

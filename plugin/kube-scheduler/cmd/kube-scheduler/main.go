@@ -1,10 +1,8 @@
-//go:build !k8s120
-
 // Command kube-scheduler is upstream's kube-scheduler, unchanged (every in-tree plugin,
 // every flag), with layersched's LayerLocality score plugin registered out of tree, as
 // kubernetes-sigs/scheduler-plugins registers its own. A profile that does not enable
 // LayerLocality runs upstream's code only. The release is the one go.mod pins
-// (hack/pin_kubernetes.py); main_k8s120.go is the same command for the 1.20 tree.
+// (hack/pin_kubernetes.py).
 package main
 
 import (

@@ -1,4 +1,4 @@
-//go:build !k8s120 && linux
+//go:build linux
 
 // Command pause is the process of every pod sandbox on the testbed's nodes: it holds the
 // pod's namespaces open and does nothing else. Our own, in Go, so that the testbed's

@@ -92,7 +92,7 @@ func (w *Watch) HasSynced() bool {
 // pagedListWatch declines the WatchList semantics (client-go 1.35+ streams the initial
 // state through a watch by default): the Reflector would then gather every object, raw,
 // in a temporary store before handing them over at once, where listPages parses and
-// drops each page and keeps the parsed inventories only. client-go 1.20 never asks.
+// drops each page and keeps the parsed inventories only.
 type pagedListWatch struct{ *cache.ListWatch }
 
 // IsWatchListSemanticsUnSupported tells client-go's Reflector to list, not stream.

@@ -60,9 +60,8 @@ type Args struct {
 	// trusts any single node. Default 2.
 	ImageQuorum *int64 `json:"imageQuorum,omitempty"`
 	// KubeConfigPath holds the credentials to list and watch NodeLayerInventory objects
-	// with; empty: the pod's service account (in-cluster). kube-scheduler 1.20 gives a
-	// plugin no client configuration of its own (framework.Handle has no KubeConfig()),
-	// so, as scheduler-plugins' plugins of that era, it is told where the file is.
+	// with; empty: kube-scheduler's own client configuration (framework.Handle's
+	// KubeConfig(): its --kubeconfig, or its pod's service account).
 	KubeConfigPath string `json:"kubeConfigPath,omitempty"`
 }
 

@@ -1,5 +1,3 @@
-//go:build !k8s120
-
 package layerlocality
 
 import (

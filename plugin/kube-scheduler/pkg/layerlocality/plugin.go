@@ -2,11 +2,10 @@
 // scheduling framework and package layers, which holds everything else (the index, the
 // pod's layers, the arithmetic).
 //
-// What does not depend on the framework's types lives in this file. Each framework
-// generation has one adapter file: framework.go for kube-scheduler 1.35 and later
-// (k8s.io/kube-scheduler/framework: Score takes a NodeInfo, the factory a context,
-// SignPod keeps opportunistic batching on), and framework_k8s120.go, built with the
-// k8s120 tag, for the 1.20 tree (docs/kube-scheduler-plugin.md).
+// What does not depend on the framework's types lives in this file; framework.go is the
+// adapter for kube-scheduler 1.35 and later (k8s.io/kube-scheduler/framework: Score takes
+// a NodeInfo, the factory a context, SignPod keeps opportunistic batching on). Another
+// framework generation is another adapter file (docs/kube-scheduler-plugin.md).
 package layerlocality
 
 import (

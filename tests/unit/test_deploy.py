@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 import yaml
 
-from layersched.builds import CACHE_DIR_ENV
+from layersched.builds import CACHE_DIR_ENV, required_version
 from layersched.cli.main import EXIT_USAGE, build_parser, main
 from layersched.core.errors import InputError
 from layersched.deploy import (
     AGENT_NAME,
     AGENT_RULES,
     CONTAINERD_SOCKET,
-    KUBE_SCHEDULER_CONFIG_V1BETA1,
+    KUBERNETES_VERSION,
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
     SCHEDULER_RULES,
@@ -32,16 +32,26 @@ from layersched.deploy import (
     base_tree,
     issue_webhook_tls,
     local_testbed_overlay,
+    scheduler_api_version_for,
     scheduler_config,
     stack_objects,
+    stack_spec_for,
     stale_files,
     webhook_dns_names,
 )
 from layersched.kube import node_layers_crd
 from tests.fixtures.rbac import Grant, grants
 
-DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEPLOY_DIR = REPO_ROOT / "deploy"
+#: layersched's Go module: its go.mod pins the Kubernetes release ``make kubernetes`` builds.
+GO_MOD = REPO_ROOT / "plugin" / "kube-scheduler" / "go.mod"
 EXTENDER_ACCOUNT = f"{LAYER_LOCALITY_SCHEDULER}-extender"
+#: The newest minor whose install holds per-node write authority with the admission
+#: webhook (its own account, roles and bindings); from 1.30, deploy/'s included, a policy.
+WEBHOOK_VERSION = "1.29"
+#: Kinds that grant a role to subjects (a ValidatingAdmissionPolicyBinding binds a policy).
+RBAC_BINDINGS = ("RoleBinding", "ClusterRoleBinding")
 
 #: system:kube-scheduler and system:volume-scheduler as a v1.20.2 API server serves
 #: them (kubectl get clusterrole -o json on the local testbed, 2026-11-23).
@@ -115,8 +125,8 @@ UPSTREAM_1_20_RULES = [
 ]
 
 
-def _objects() -> list[dict[str, Any]]:
-    return [obj for group in stack_objects().values() for obj in group]
+def _objects(spec: StackSpec | None = None) -> list[dict[str, Any]]:
+    return [obj for group in stack_objects(spec).values() for obj in group]
 
 
 def _find(kind: str, name: str) -> dict[str, Any]:
@@ -144,8 +154,10 @@ def test_kustomization_lists_every_object_file_and_both_images() -> None:
     tree = base_tree()
     root = yaml.safe_load(tree["kustomization.yaml"])
     stack = yaml.safe_load(tree["stack/kustomization.yaml"])
-    # the root is the CRD plus stack/ (which a cluster with the CRD can install alone)
-    assert root["bases"] == ["stack"] and root["resources"] == ["crd.yaml"]
+    # the root is the CRD plus stack/ (which a cluster with the CRD can install alone),
+    # both under resources: as kustomize takes a directory from kubectl 1.21 on (1.20's
+    # bases: is test_deploy_versions.py's)
+    assert "bases" not in root and root["resources"] == ["stack", "crd.yaml"]
     listed = {"crd.yaml", *(f"stack/{name}" for name in stack["resources"])}
     assert listed == set(tree) - {"kustomization.yaml", "stack/kustomization.yaml"}
     assert {i["name"] for i in root["images"]} == {"layersched", "kube-scheduler"}
@@ -155,13 +167,25 @@ def test_kustomization_lists_every_object_file_and_both_images() -> None:
             assert {"apiVersion", "kind", "metadata"} <= set(doc), name
 
 
+def test_deploys_version_is_the_release_the_testbed_builds() -> None:
+    # deploy/ is the local testbed's install: the Kubernetes release `make kubernetes`
+    # builds from plugin/kube-scheduler/go.mod, whose kube-scheduler deploy/ runs
+    built = required_version(GO_MOD.read_text("utf-8"))
+    assert built is not None, f"{GO_MOD} pins no k8s.io/kubernetes"
+    assert built == KUBERNETES_VERSION
+    root = yaml.safe_load(base_tree()["kustomization.yaml"])
+    [scheduler_image] = [i for i in root["images"] if i["name"] == "kube-scheduler"]
+    assert scheduler_image["newTag"] == built
+
+
 def test_the_crd_is_the_kube_modules() -> None:
     assert stack_objects()["crd.yaml"] == [node_layers_crd()]
 
 
 def test_scheduler_config_leader_election_on_its_own_lease() -> None:
     config = scheduler_config(StackSpec())
-    assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1BETA1
+    # the newest API deploy/'s kube-scheduler reads (v1 for 1.37)
+    assert config["apiVersion"] == scheduler_api_version_for(KUBERNETES_VERSION)
     assert config["leaderElection"] == {
         "leaderElect": True,
         "resourceLock": "leases",
@@ -261,7 +285,7 @@ def _accountgrants(account: str) -> set[tuple[str, str, str, str]]:
         if o["kind"] in ("Role", "ClusterRole")
     }
     found: set[Grant] = set()
-    for binding in (o for o in objects if o["kind"].endswith("Binding")):
+    for binding in (o for o in objects if o["kind"] in RBAC_BINDINGS):
         if {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} not in binding[
             "subjects"
         ]:
@@ -347,13 +371,21 @@ def test_each_container_mounts_only_its_own_credential() -> None:
     assert account["automountServiceAccountToken"] is False
 
 
-def test_every_binding_names_a_role_and_account_of_the_stack() -> None:
-    objects = _objects()
+@pytest.mark.parametrize(
+    "spec",
+    # deploy/'s install, and one with the admission webhook (its account and roles)
+    [StackSpec(), stack_spec_for(WEBHOOK_VERSION)],
+    ids=["deploy", f"webhook-{WEBHOOK_VERSION}"],
+)
+def test_every_binding_names_a_role_and_account_of_the_stack(spec: StackSpec) -> None:
+    objects = _objects(spec)
     roles = {
         (o["kind"], o["metadata"]["name"]) for o in objects if o["kind"] in ("Role", "ClusterRole")
     }
     accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
-    for binding in (o for o in objects if o["kind"].endswith("Binding")):
+    bindings = [o for o in objects if o["kind"] in RBAC_BINDINGS]
+    assert bindings
+    for binding in bindings:
         ref = binding["roleRef"]
         # the one outside role: upstream's authentication reader in kube-system
         if ref["name"] != "extension-apiserver-authentication-reader":
@@ -453,13 +485,15 @@ def _target() -> LocalTestbedTarget:
         layersched_image=ImageRef(
             "10.250.62.1:5000/layersched/layersched", digest="sha256:" + "a" * 64
         ),
-        kube_scheduler_image=ImageRef("10.250.62.1:5000/layersched/kube-scheduler", tag="v1.20.2"),
+        kube_scheduler_image=ImageRef(
+            "10.250.62.1:5000/layersched/kube-scheduler", tag=KUBERNETES_VERSION
+        ),
     )
 
 
 def test_local_testbed_overlay() -> None:
-    tls = issue_webhook_tls(webhook_dns_names(NAMESPACE))
-    files = local_testbed_overlay(_target(), "../../deploy", StackSpec(), tls)
+    # deploy/'s version holds per-node write authority as a policy: no TLS to give
+    files = local_testbed_overlay(_target(), "../../deploy")
     kustomization = yaml.safe_load(files["kustomization.yaml"])
     # the stack without the CRD: the testbed applies the CRD itself
     assert kustomization["bases"] == ["../../deploy/stack"]
@@ -473,23 +507,13 @@ def test_local_testbed_overlay() -> None:
         {
             "name": "kube-scheduler",
             "newName": "10.250.62.1:5000/layersched/kube-scheduler",
-            "newTag": "v1.20.2",
+            "newTag": KUBERNETES_VERSION,
         },
     ]
-    scheduler, agent, admission = yaml.safe_load_all(files["local-testbed.yaml"])
-    # the admission webhook (1.20): its TLS Secret and caBundle, on the node's network
-    assert kustomization["resources"] == ["admission-tls.yaml"]
-    [ca_patch] = kustomization["patchesJson6902"]
-    assert ca_patch["target"]["kind"] == "ValidatingWebhookConfiguration"
-    [operation] = yaml.safe_load(files[ca_patch["path"]])
-    assert operation["path"] == "/webhooks/0/clientConfig/caBundle"
-    assert base64.b64decode(operation["value"]) == tls.ca_bundle_pem
-    secret = yaml.safe_load(files["admission-tls.yaml"])
-    assert base64.b64decode(secret["data"]["tls.key"]) == tls.key_pem
-    assert admission["metadata"]["name"] == "layersched-admission"
-    assert admission["spec"]["template"]["spec"]["hostNetwork"] is True
-    with pytest.raises(InputError, match="the admission webhook needs its TLS"):
-        local_testbed_overlay(_target(), "../../deploy")
+    # nothing of the webhook's: no Secret, no caBundle, no Deployment on the node's network
+    assert set(files) == {"kustomization.yaml", "local-testbed.yaml"}
+    assert "resources" not in kustomization and "patchesJson6902" not in kustomization
+    scheduler, agent = yaml.safe_load_all(files["local-testbed.yaml"])
     [mount] = agent["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
     # each agent mounts its own node's socket only
     assert mount == {
@@ -508,6 +532,28 @@ def test_local_testbed_overlay() -> None:
         assert {"name": "KUBERNETES_SERVICE_HOST", "value": "10.250.62.1"} in containers[name][
             "env"
         ]
+
+
+def test_the_local_testbed_overlay_before_1_30_runs_the_webhook_on_the_nodes_network() -> None:
+    # an install rendered for 1.29 (`layersched deploy render --kubernetes-version 1.29`)
+    spec = stack_spec_for(WEBHOOK_VERSION)
+    tls = issue_webhook_tls(webhook_dns_names(NAMESPACE))
+    files = local_testbed_overlay(_target(), "../../deploy", spec, tls)
+    kustomization = yaml.safe_load(files["kustomization.yaml"])
+    _, _, admission = yaml.safe_load_all(files["local-testbed.yaml"])
+    # the admission webhook: its TLS Secret and caBundle, on the node's network
+    assert kustomization["resources"] == ["admission-tls.yaml"]
+    [ca_patch] = kustomization["patchesJson6902"]
+    assert ca_patch["target"]["kind"] == "ValidatingWebhookConfiguration"
+    [operation] = yaml.safe_load(files[ca_patch["path"]])
+    assert operation["path"] == "/webhooks/0/clientConfig/caBundle"
+    assert base64.b64decode(operation["value"]) == tls.ca_bundle_pem
+    secret = yaml.safe_load(files["admission-tls.yaml"])
+    assert base64.b64decode(secret["data"]["tls.key"]) == tls.key_pem
+    assert admission["metadata"]["name"] == "layersched-admission"
+    assert admission["spec"]["template"]["spec"]["hostNetwork"] is True
+    with pytest.raises(InputError, match="the admission webhook needs its TLS"):
+        local_testbed_overlay(_target(), "../../deploy", spec)
 
 
 @pytest.mark.parametrize(

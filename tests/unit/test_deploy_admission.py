@@ -1,6 +1,7 @@
 """deploy/'s per-node write authority: the objects per Kubernetes version, the agent's
-bound token, least privilege of the webhook, and the TLS an overlay issues (kept while
-good, renewed with the old CA still trusted, its key written 0600)."""
+bound token, least privilege of the webhook (before 1.30: deploy/'s 1.37 holds the rule
+as a policy), and the TLS an overlay issues for it (kept while good, renewed with the old
+CA still trusted, its key written 0600)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cryptography import x509
 from layersched.deploy import (
     ADMISSION_PRIVATE_FILES,
     AGENT_NAME,
+    KUBERNETES_VERSION,
     NAMESPACE,
     WEBHOOK_SERVICE,
     ImageRef,
@@ -35,6 +37,8 @@ from layersched.images.push import PushedImage, PushedStack, write_overlay
 
 NAMES = webhook_dns_names(NAMESPACE)
 NOW = datetime.datetime(2026, 11, 24, tzinfo=datetime.UTC)
+#: The install for the newest minor that runs the admission webhook (1.30+ has the policy).
+WEBHOOK_SPEC = stack_spec_for("1.29")
 
 
 def _by_kind(objects: list[dict]) -> dict[str, list[dict]]:
@@ -47,14 +51,15 @@ def _by_kind(objects: list[dict]) -> dict[str, list[dict]]:
 @pytest.mark.parametrize(
     ("version", "kinds"),
     [
-        # 1.20 (the testbed) to 1.29: the webhook and what it needs
+        # 1.20 to 1.29: the webhook and what it needs
         ("v1.20.2", {"ValidatingWebhookConfiguration", "Deployment", "Service"}),
         ("1.29", {"ValidatingWebhookConfiguration", "Deployment", "Service"}),
-        # 1.30+: the policy alone, nothing runs
+        # 1.30+ (deploy/'s 1.37 too): the policy alone, nothing runs
         ("1.30", {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}),
         ("1.36", {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}),
+        (KUBERNETES_VERSION, {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}),
     ],
-    ids=["1.20", "1.29", "1.30", "1.36"],
+    ids=["1.20", "1.29", "1.30", "1.36", "deploy"],
 )
 def test_the_rule_is_held_by_what_each_version_can_run(version: str, kinds: set[str]) -> None:
     objects = stack_objects(stack_spec_for(version))["admission.yaml"]
@@ -64,7 +69,7 @@ def test_the_rule_is_held_by_what_each_version_can_run(version: str, kinds: set[
 
 
 def test_the_webhook_fails_closed_on_creates_and_updates_only() -> None:
-    [config] = _by_kind(admission_objects(StackSpec()))["ValidatingWebhookConfiguration"]
+    [config] = _by_kind(admission_objects(WEBHOOK_SPEC))["ValidatingWebhookConfiguration"]
     [hook] = config["webhooks"]
     assert hook["failurePolicy"] == "Fail"
     assert hook["sideEffects"] == "None"
@@ -76,12 +81,12 @@ def test_the_webhook_fails_closed_on_creates_and_updates_only() -> None:
     assert hook["clientConfig"]["service"] == {
         "name": WEBHOOK_SERVICE, "namespace": NAMESPACE, "path": "/validate", "port": 443,
     }  # fmt: skip
-    # deploy/ carries no caBundle: the overlay issues it
+    # the install carries no caBundle: the overlay issues it
     assert "caBundle" not in hook["clientConfig"]
 
 
 def test_the_webhook_may_get_pods_of_its_namespace_and_nodes_nothing_else() -> None:
-    kinds = _by_kind(admission_objects(StackSpec()))
+    kinds = _by_kind(admission_objects(WEBHOOK_SPEC))
     [cluster_role] = kinds["ClusterRole"]
     assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
     [role] = kinds["Role"]
@@ -143,7 +148,7 @@ def _pushed() -> PushedStack:
 
 def test_an_overlay_issues_tls_once_and_keeps_it(tmp_path: Path) -> None:
     out = tmp_path / "overlay"
-    write_overlay(out, _pushed(), base=tmp_path / "deploy")
+    write_overlay(out, _pushed(), base=tmp_path / "deploy", spec=WEBHOOK_SPEC)
     secret_file = out / "admission-tls.yaml"
     # the private key's file is the owner's alone
     assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
@@ -156,12 +161,12 @@ def test_an_overlay_issues_tls_once_and_keeps_it(tmp_path: Path) -> None:
     }  # fmt: skip
     first = secret_file.read_text()
     # written again: the same certificate (no rotation, no window of distrust)
-    assert write_overlay(out, _pushed(), base=tmp_path / "deploy") == []
+    assert write_overlay(out, _pushed(), base=tmp_path / "deploy", spec=WEBHOOK_SPEC) == []
     assert secret_file.read_text() == first
 
 
 def test_a_renewal_keeps_the_old_ca_in_the_bundle(tmp_path: Path) -> None:
-    spec = StackSpec()
+    spec = WEBHOOK_SPEC
     files, _ = admission_overlay_files(spec, issue_webhook_tls(NAMES, now=NOW))
     write_tree(tmp_path, files, private=ADMISSION_PRIVATE_FILES)
     old = overlay_tls(tmp_path, spec, now=NOW)
@@ -185,6 +190,15 @@ def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     return True
 
 
+def test_deploys_overlay_names_the_pushed_images_and_carries_no_tls(tmp_path: Path) -> None:
+    # deploy/'s version holds the rule as a policy: the overlay is its kustomization alone
+    out = tmp_path / "overlay"
+    assert write_overlay(out, _pushed(), base=tmp_path / "deploy") == ["kustomization.yaml"]
+    kustomization = yaml.safe_load((out / "kustomization.yaml").read_text())
+    assert "resources" not in kustomization and "patchesJson6902" not in kustomization
+    assert [i["digest"] for i in kustomization["images"]] == ["sha256:" + "c" * 64] * 2
+
+
 def test_from_1_30_an_overlay_carries_no_tls(tmp_path: Path) -> None:
     spec = stack_spec_for("1.31")
     assert overlay_tls(tmp_path, spec) is None
@@ -194,7 +208,7 @@ def test_from_1_30_an_overlay_carries_no_tls(tmp_path: Path) -> None:
 
 def test_the_secret_in_the_overlay_is_the_issued_tls(tmp_path: Path) -> None:
     tls = issue_webhook_tls(NAMES, now=NOW)
-    files, _ = admission_overlay_files(StackSpec(), tls)
+    files, _ = admission_overlay_files(WEBHOOK_SPEC, tls)
     secret = yaml.safe_load(files["admission-tls.yaml"])
     assert secret["type"] == "kubernetes.io/tls"
     assert secret["metadata"] == {

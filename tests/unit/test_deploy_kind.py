@@ -10,15 +10,19 @@ import yaml
 
 from layersched.core.errors import InputError
 from layersched.deploy import (
-    KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
+    KUBERNETES_VERSION,
+    LAYERSCHED_IMAGE,
+    NAMESPACE,
     SCHEDULER_RULES,
     ImageRef,
     KindTarget,
     StackSpec,
+    admission_objects,
     issue_webhook_tls,
     kind_overlay,
     pdb_api_version,
+    scheduler_api_version_for,
     scheduler_rules,
     stack_objects,
     stack_spec_for,
@@ -40,7 +44,7 @@ def _objects(spec: StackSpec) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize(
     ("version", "pdb"),
     [
-        # The local testbed's cluster: policy/v1 is not served before 1.21.
+        # policy/v1 is not served before 1.21.
         ("v1.20.2", "policy/v1beta1"),
         # policy/v1 arrives in 1.21; v1beta1 goes in 1.25.
         ("v1.21.0", "policy/v1"),
@@ -57,7 +61,7 @@ def test_pdb_api_follows_the_version(version: str, pdb: str) -> None:
 @pytest.mark.parametrize(
     ("version", "added"),
     [
-        # v1.20's system:kube-scheduler is what deploy/ mirrors.
+        # v1.20's system:kube-scheduler is SCHEDULER_RULES, what every minor grants.
         ("v1.20.2", set()),
         # From 1.21 kube-scheduler also watches CSIDrivers and CSIStorageCapacities
         # (tests/fixtures/kube_scheduler_rbac.json has every minor), from 1.22 Namespaces.
@@ -76,18 +80,35 @@ def test_scheduler_rules_follow_the_version(version: str, added: set[str]) -> No
 
 
 def test_the_default_spec_is_deploys_version() -> None:
-    # deploy/ is the v1.20.2 render: stack_spec_for of that version changes nothing.
-    assert stack_spec_for("v1.20.2") == StackSpec()
-    assert StackSpec().scheduler_api_version == KUBE_SCHEDULER_CONFIG_V1BETA1
+    # deploy/ is the KUBERNETES_VERSION render: stack_spec_for of that version changes nothing
+    assert StackSpec().kubernetes_version == KUBERNETES_VERSION
+    assert stack_spec_for(KUBERNETES_VERSION) == StackSpec()
+    assert StackSpec().scheduler_api_version == scheduler_api_version_for(KUBERNETES_VERSION)
 
 
 def test_no_patches_for_deploys_own_version() -> None:
-    assert version_patches(StackSpec(), "v1.20.2") == ([], [])
+    assert version_patches(StackSpec(), KUBERNETES_VERSION) == ([], [])
 
 
 def test_version_patches_for_1_30() -> None:
+    # kind's default: 1.30 reads v1 and policy/v1 as deploy/'s 1.37 does, but its
+    # kube-scheduler watches less and serves /healthz only
     merges, json_patches = version_patches(StackSpec(), "v1.30.0")
     # Named by the base's apiVersion, as a strategic-merge patch must match its target.
+    [role] = merges
+    assert (role["apiVersion"], role["kind"], role["metadata"]["name"]) == (
+        "rbac.authorization.k8s.io/v1", "ClusterRole", "layersched:layer-locality",
+    )  # fmt: skip
+    assert role["rules"] == scheduler_rules("v1.30.0")
+    # Only the changed field travels: the ClusterRole's rules, not its metadata's labels.
+    assert set(role) == {"apiVersion", "kind", "metadata", "rules"}
+    # the probes: a workload's difference (test_a_workloads_version_difference_...)
+    assert [p["target"]["kind"] for p in json_patches] == ["Deployment"]
+
+
+def test_version_patches_for_1_20() -> None:
+    # the oldest minor: another KubeSchedulerConfiguration API and PodDisruptionBudget API
+    merges, json_patches = version_patches(StackSpec(), "v1.20.15")
     targets = {(m["apiVersion"], m["kind"], m["metadata"]["name"]) for m in merges}
     assert targets == {
         ("v1", "ConfigMap", "layer-locality-config"),
@@ -95,15 +116,18 @@ def test_version_patches_for_1_30() -> None:
     }
     configmap = next(m for m in merges if m["kind"] == "ConfigMap")
     config = yaml.safe_load(configmap["data"]["scheduler-config.yaml"])
-    assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1
+    assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1BETA1
     # Only the changed field travels: the ConfigMap's data, not its metadata's labels.
     assert set(configmap) == {"apiVersion", "kind", "metadata", "data"}
-    [pdb] = json_patches
+    # A changed apiVersion is a JSON patch, named by the base's (deploy/'s policy/v1).
+    [pdb] = [p for p in json_patches if p["target"]["kind"] == "PodDisruptionBudget"]
     assert pdb["target"] == {
-        "group": "policy", "version": "v1beta1", "kind": "PodDisruptionBudget",
+        "group": "policy", "version": "v1", "kind": "PodDisruptionBudget",
         "name": "layer-locality", "namespace": "layersched",
     }  # fmt: skip
-    assert pdb["operations"] == [{"op": "replace", "path": "/apiVersion", "value": "policy/v1"}]
+    assert pdb["operations"] == [
+        {"op": "replace", "path": "/apiVersion", "value": "policy/v1beta1"}
+    ]
 
 
 def test_version_patches_reject_a_bad_version() -> None:
@@ -115,24 +139,13 @@ def test_kind_overlay_files() -> None:
     files = kind_overlay(TARGET, "../../deploy")
     assert set(files) == {
         "kustomization.yaml", "kind.yaml", "kubernetes-version.yaml", "json-patch-0.yaml",
-        "admission.yaml",
     }  # fmt: skip
     kustomization = yaml.safe_load(files["kustomization.yaml"])
-    # kind's 1.30 holds per-node write authority as a policy, deploy/'s 1.20 as a webhook:
-    # the policy is added and every webhook object deleted
-    assert kustomization["resources"] == ["admission.yaml"]
-    assert [o["kind"] for o in yaml.safe_load_all(files["admission.yaml"])] == [
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
-    ]  # fmt: skip
-    deleted = [
-        p["kind"] for p in yaml.safe_load_all(files["kubernetes-version.yaml"])
-        if p.get("$patch") == "delete"
-    ]  # fmt: skip
-    assert deleted == [
-        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-        "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy",
-        "ValidatingWebhookConfiguration",
-    ]  # fmt: skip
+    # kind's 1.30 holds per-node write authority as a policy, as deploy/'s 1.37 does:
+    # nothing added, nothing deleted
+    assert "resources" not in kustomization
+    [role] = yaml.safe_load_all(files["kubernetes-version.yaml"])
+    assert role["kind"] == "ClusterRole" and "$patch" not in role
     # The whole of deploy/ (the CRD too: nothing else installs it on kind).
     assert kustomization["bases"] == ["../../deploy"]
     assert kustomization["images"] == [
@@ -144,24 +157,56 @@ def test_kind_overlay_files() -> None:
     assert kustomization["patchesStrategicMerge"] == ["kind.yaml", "kubernetes-version.yaml"]
     [entry] = kustomization["patchesJson6902"]
     assert entry["path"] == "json-patch-0.yaml"
+    assert entry["target"]["kind"] == "Deployment"
     # The JSON patch file is the operations (JSON, which is YAML under the header comment).
-    assert yaml.safe_load(files["json-patch-0.yaml"]) == [
-        {"op": "replace", "path": "/apiVersion", "value": "policy/v1"}
-    ]
+    [deployment] = version_patches(StackSpec(), TARGET.kubernetes_version)[1]
+    assert yaml.safe_load(files["json-patch-0.yaml"]) == deployment["operations"]
     json.loads("".join(ln for ln in files["json-patch-0.yaml"].splitlines() if ln[:1] != "#"))
 
 
 def test_kind_overlay_for_deploys_version_has_no_version_patches() -> None:
-    target = KindTarget(TARGET.registry, TARGET.layersched_image, kubernetes_version="v1.20.2")
-    # 1.20 runs the admission webhook: without its TLS there is no overlay to write
+    target = KindTarget(
+        TARGET.registry, TARGET.layersched_image, kubernetes_version=KUBERNETES_VERSION
+    )
+    # the policy, as in deploy/: no TLS to give
+    files = kind_overlay(target, "../deploy")
+    assert set(files) == {"kustomization.yaml", "kind.yaml"}
+    kustomization = yaml.safe_load(files["kustomization.yaml"])
+    assert kustomization["patchesStrategicMerge"] == ["kind.yaml"]
+    assert "patchesJson6902" not in kustomization and "resources" not in kustomization
+    assert kustomization["images"][1]["newTag"] == KUBERNETES_VERSION
+
+
+def test_a_kind_cluster_before_1_30_runs_the_webhook_instead_of_the_policy() -> None:
+    target = KindTarget(TARGET.registry, TARGET.layersched_image, kubernetes_version="v1.29.0")
+    # 1.29 runs the admission webhook: without its TLS there is no overlay to write
     with pytest.raises(InputError, match="the admission webhook needs its TLS"):
         kind_overlay(target, "../deploy")
-    tls = issue_webhook_tls(webhook_dns_names("layersched"))
-    files = kind_overlay(target, "../deploy", tls=tls)
+    files = kind_overlay(target, "../deploy", tls=issue_webhook_tls(webhook_dns_names(NAMESPACE)))
     assert set(files) == {
-        "kustomization.yaml", "kind.yaml", "admission-tls.yaml", "admission-ca-bundle.yaml"
+        "kustomization.yaml", "kind.yaml", "kubernetes-version.yaml", "json-patch-0.yaml",
+        "admission.yaml", "admission-tls.yaml", "admission-ca-bundle.yaml",
     }  # fmt: skip
-    assert yaml.safe_load(files["kustomization.yaml"])["images"][1]["newTag"] == "v1.20.2"
+    kustomization = yaml.safe_load(files["kustomization.yaml"])
+    # the webhook's objects are added, with its TLS Secret and caBundle ...
+    assert kustomization["resources"] == ["admission.yaml", "admission-tls.yaml"]
+    added = list(yaml.safe_load_all(files["admission.yaml"]))
+    assert added == admission_objects(stack_spec_for("v1.29.0"))
+    assert kustomization["patchesJson6902"][-1]["target"]["kind"] == (
+        "ValidatingWebhookConfiguration"
+    )
+    # ... and deploy/'s policy and its binding deleted
+    deleted = [
+        p["kind"] for p in yaml.safe_load_all(files["kubernetes-version.yaml"])
+        if p.get("$patch") == "delete"
+    ]  # fmt: skip
+    assert deleted == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    # the webhook's image placeholder, which deploy/ resolves for its own objects only,
+    # is the testbed's layersched image too
+    [webhook] = [o for o in added if o["kind"] == "Deployment"]
+    assert webhook["spec"]["template"]["spec"]["containers"][0]["image"] == LAYERSCHED_IMAGE
+    assert {"name": LAYERSCHED_IMAGE, "newName": "kind-registry:5000/layersched",
+            "newTag": "dev"} in kustomization["images"]  # fmt: skip
 
 
 def test_kind_patches_agent_reads_crio_only() -> None:
@@ -181,16 +226,32 @@ def test_kind_patches_agent_reads_crio_only() -> None:
 
 
 def test_a_workloads_version_difference_is_a_json_patch_field_by_field() -> None:
-    # from 1.31 kube-scheduler's probes ask /livez and /readyz: the Deployment's patch names
-    # those fields only, so kind's own strategic-merge patch of the same Deployment (the
-    # extender's args) does not conflict with it in kustomize
-    merges, json_patches = version_patches(StackSpec(), "v1.31.0")
+    # before 1.31 kube-scheduler's probes ask /healthz, deploy/'s 1.37 /livez and /readyz:
+    # the Deployment's patch names those fields only, so kind's own strategic-merge patch
+    # of the same Deployment (the extender's args) does not conflict with it in kustomize
+    merges, json_patches = version_patches(StackSpec(), "v1.30.0")
     assert "Deployment" not in {m["kind"] for m in merges}
     [deployment] = [p for p in json_patches if p["target"]["kind"] == "Deployment"]
-    ops = {(op["op"], op["path"], op["value"]) for op in deployment["operations"]}
     container = "/spec/template/spec/containers/0"
+    # the container is named by its index: a test of its name comes first, so kustomize
+    # refuses the patch rather than change another container's probes
+    assert deployment["operations"][0] == {
+        "op": "test", "path": f"{container}/name", "value": "kube-scheduler",
+    }  # fmt: skip
+    ops = {(op["op"], op["path"], op["value"]) for op in deployment["operations"][1:]}
     assert ops == {
-        ("replace", f"{container}/startupProbe/httpGet/path", "/livez"),
-        ("replace", f"{container}/livenessProbe/httpGet/path", "/livez"),
-        ("replace", f"{container}/readinessProbe/httpGet/path", "/readyz"),
+        ("replace", f"{container}/startupProbe/httpGet/path", "/healthz"),
+        ("replace", f"{container}/livenessProbe/httpGet/path", "/healthz"),
+        ("replace", f"{container}/readinessProbe/httpGet/path", "/healthz"),
     }
+
+
+def test_kinds_scheduler_patch_keeps_the_containers_order() -> None:
+    # kustomize's strategic merge puts a patch's list items first: kind's patch lists the
+    # base's containers in their order (kube-scheduler by name alone), so the version's
+    # JSON patches, applied after it, find kube-scheduler at its index
+    scheduler, _ = yaml.safe_load_all(kind_overlay(TARGET, "../deploy")["kind.yaml"])
+    patched = scheduler["spec"]["template"]["spec"]["containers"]
+    base = _objects(StackSpec())["Deployment/layer-locality"]["spec"]["template"]["spec"]
+    assert [c["name"] for c in patched] == [c["name"] for c in base["containers"]]
+    assert patched[0] == {"name": "kube-scheduler"}

@@ -190,7 +190,7 @@ def test_every_minor_renders_a_tree(minor: str) -> None:
 @pytest.mark.parametrize(
     ("minor", "config_api", "pdb_api", "probes"),
     [
-        # 1.20-1.21: only v1beta1 (the local testbed's); policy/v1 arrives in 1.21
+        # 1.20-1.21: only v1beta1; policy/v1 arrives in 1.21
         ("1.20", KUBE_SCHEDULER_CONFIG_V1BETA1, "policy/v1beta1", ("/healthz", "/healthz")),
         ("1.21", KUBE_SCHEDULER_CONFIG_V1BETA1, "policy/v1", ("/healthz", "/healthz")),
         # 1.22 adds v1beta2, 1.23 v1beta3, 1.25 v1 (the newest served is chosen)
@@ -258,8 +258,8 @@ def test_the_field_check_catches_mistakes(change: Any, problem: str) -> None:
 
 
 def test_a_config_api_the_minor_does_not_serve_is_refused() -> None:
-    # v1beta1 went in 1.23: a 1.30 scheduler would not start
-    config = scheduler_config(StackSpec())
+    # v1beta1 (1.20's) went in 1.23: a 1.30 scheduler would not start
+    config = scheduler_config(_spec("1.20"))
     assert config_problems(config, "1.30") == [
         "kube-scheduler 1.30 does not read v1beta1 (it reads: v1)"
     ]

@@ -24,6 +24,7 @@ from layersched.deploy import (
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA3,
+    KUBERNETES_VERSION,
     LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_PLUGIN_SCHEDULER,
     LAYER_LOCALITY_SCHEDULER,
@@ -150,7 +151,7 @@ def test_the_plugins_image_quorum_defaults_to_the_extenders() -> None:
         (lambda: plugin_scheduler_config(weight=0), "weight 0 must be at least 1"),
         (
             lambda: StackSpec(scheduler=SCHEDULER_PLUGIN, kubernetes_version="v1.30.0"),
-            "built into kube-scheduler 1.20 only; use 'extender'",
+            "built for kube-scheduler 1.35 and newer only; use 'extender'",
         ),
         (lambda: StackSpec(scheduler="sidecar"), "choose extender or plugin"),
     ],
@@ -307,7 +308,7 @@ def test_the_role_writes_the_generators_files_and_has_no_template_of_its_own() -
     assert {f"scheduler-{name}" for name in defaults["k8s_control_plane_schedulers"]} <= components
 
 
-def test_the_install_renders_the_plugin_on_1_20() -> None:
+def test_the_install_renders_the_plugin_on_deploys_version() -> None:
     spec = StackSpec(scheduler=SCHEDULER_PLUGIN)
     objects = stack_objects(spec)
     [deployment] = [o for o in objects["scheduler.yaml"] if o["kind"] == "Deployment"]
@@ -317,6 +318,10 @@ def test_the_install_renders_the_plugin_on_1_20() -> None:
     [configmap] = [o for o in objects["scheduler.yaml"] if o["kind"] == "ConfigMap"]
     config = yaml.safe_load(configmap["data"]["scheduler-config.yaml"])
     assert config == scheduler_config(spec)
+    # what the 1.35+ build of deploy/'s release reads: v1, every field one it declares
+    assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1
+    minor = ".".join(KUBERNETES_VERSION.lstrip("v").split(".")[:2])
+    assert config_problems(config, minor) == []
     assert _profile(config, LAYER_LOCALITY_SCHEDULER)["pluginConfig"][0]["name"] == "LayerLocality"
     assert config["leaderElection"]["leaderElect"] is True
     # the rights to read the inventories are named for what reads them

@@ -5,11 +5,11 @@ scheduler (:func:`extender_scheduler_config`, with leader election on its own Le
 the workloads of the kind testbed, and the whole install (:func:`stack_objects`) for any
 Kubernetes minor from 1.20 to 1.37 (:meth:`StackSpec.for_version`, what each minor changes
 in :mod:`layersched.deploy._versions`), as a kustomization (:func:`base_tree`): ``deploy/``
-is the local testbed's v1.20.2 one, written by ``layersched deploy render`` and held equal
-by a test. The kind testbed, its Pulumi program and ``deploy/`` all build their objects here,
-per-node write authority included (a ValidatingAdmissionPolicy from Kubernetes 1.30, the
-``layersched admission`` webhook before: :func:`admission_objects`, whose TLS an overlay
-issues: :func:`overlay_tls`).
+is the local testbed's (:data:`KUBERNETES_VERSION`, v1.37.2), written by ``layersched
+deploy render`` and held equal by a test. The kind testbed, its Pulumi program and
+``deploy/`` all build their objects here, per-node write authority included (a
+ValidatingAdmissionPolicy from Kubernetes 1.30, the ``layersched admission`` webhook
+before: :func:`admission_objects`, whose TLS an overlay issues: :func:`overlay_tls`).
 """
 
 from layersched.deploy._admission import (

@@ -1,16 +1,19 @@
 """The kind overlay: ``deploy/`` as the kind + CRI-O testbed installs it.
 
-``deploy/`` is rendered for the local testbed's Kubernetes v1.20.2; kind runs a newer
-Kubernetes (1.30 by default) on CRI-O. The overlay changes only what differs:
+``deploy/`` is rendered for the local testbed's Kubernetes (:data:`KUBERNETES_VERSION
+<layersched.deploy.KUBERNETES_VERSION>`, v1.37.2); kind runs another (1.30 by default) on
+CRI-O. The overlay changes only what differs:
 
 * **the Kubernetes version**: every object whose body differs between
   ``stack_objects(StackSpec())`` (what ``deploy/`` holds) and the same install rendered
   for the cluster's version (:func:`layersched.deploy.stack_spec_for`) gets a patch, so
-  the overlay cannot drift from the generator. Today that is the scheduler's
-  ``KubeSchedulerConfiguration`` (its API), its ClusterRole (what kube-scheduler watches
-  after 1.20), the PodDisruptionBudget's API (``policy/v1``) and, from 1.31,
-  kube-scheduler's probes; kube-scheduler's image is
-  ``registry.k8s.io/kube-scheduler:<version>``;
+  the overlay cannot drift from the generator; none for ``deploy/``'s own version. For
+  kind's 1.30 that is the scheduler's ClusterRole (what 1.30's kube-scheduler watches)
+  and kube-scheduler's probes (``/healthz``: ``/livez`` and ``/readyz`` come in 1.31);
+  older versions also read another ``KubeSchedulerConfiguration`` API (before 1.25) and
+  PodDisruptionBudget API (before 1.21), and before 1.30 the admission webhook holds
+  per-node write authority instead of the policy (:func:`admission_change`).
+  kube-scheduler's image is ``registry.k8s.io/kube-scheduler:<version>``;
 * **images**: layersched's from the testbed registry (``kind-registry:5000``), pulled
   ``Always`` as the testbed re-pushes the same tag; the extender reads manifests from
   that plain-HTTP registry (``--insecure-registry``), the only one it may contact
@@ -19,8 +22,10 @@ Kubernetes (1.30 by default) on CRI-O. The overlay changes only what differs:
   read-only (``--crio-storage``), and CRI-O's socket (``--cri``) for images the storage
   does not explain.
 
-Leader election stays on, as in ``deploy/``. Everything is kustomize v2.0.3 syntax (kubectl
-1.20's) that newer kustomize reads too (kubectl 1.30's, Pulumi's ``kustomize.Directory``).
+Leader election stays on, as in ``deploy/``. The overlay itself is kustomize v2.0.3 syntax
+(kubectl 1.20's) that newer kustomize reads too; ``deploy/`` (1.37's) lists ``stack/``
+under ``resources:``, which kustomize reads from v4 (kubectl 1.21, Pulumi's
+``kustomize.Directory``).
 """
 
 from __future__ import annotations
@@ -36,9 +41,11 @@ from layersched.deploy._scheduler_config import kubernetes_minor
 from layersched.deploy._stack import (
     AGENT_HEALTH_ARGS,
     CONTAINERD_SOCKET,
+    LAYERSCHED_IMAGE,
     StackSpec,
     agent_daemonset,
     extender_args,
+    scheduler_deployment,
     stack_objects,
 )
 from layersched.deploy._tls import WebhookTls
@@ -134,7 +141,11 @@ def _pointer(key: str) -> str:
 
 def leaf_operations(before: Any, after: Any, path: str = "") -> list[dict[str, Any]]:
     """JSON patch operations turning ``before`` into ``after``, each as deep as the two
-    still have the same shape (maps key by key, lists of one length item by item)."""
+    still have the same shape (maps key by key, lists of one length item by item).
+
+    A list item with a ``name`` (a container) is addressed by its index, which another
+    patch of the same object may have moved: its operations start with a ``test`` of that
+    name, so kustomize refuses the patch rather than change another item."""
     if isinstance(before, dict) and isinstance(after, dict):
         ops: list[dict[str, Any]] = [
             {"op": "remove", "path": f"{path}/{_pointer(k)}"} for k in before if k not in after
@@ -150,9 +161,17 @@ def leaf_operations(before: Any, after: Any, path: str = "") -> list[dict[str, A
             op
             for i, (b, a) in enumerate(zip(before, after, strict=True))
             if b != a
-            for op in leaf_operations(b, a, f"{path}/{i}")
+            for op in _name_test(b, a, f"{path}/{i}") + leaf_operations(b, a, f"{path}/{i}")
         ]
     return [{"op": "replace", "path": path, "value": after}]
+
+
+def _name_test(before: Any, after: Any, path: str) -> list[dict[str, Any]]:
+    """A ``test`` that the item at ``path`` is still the one named ``before['name']``."""
+    named = isinstance(before, dict) and isinstance(after, dict) and "name" in before
+    if named and before["name"] == after.get("name"):
+        return [{"op": "test", "path": f"{path}/name", "value": before["name"]}]
+    return []
 
 
 def version_patches(
@@ -235,6 +254,11 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
         "agent", "--publish", "--node-name", "$(NODE_NAME)",
         "--crio-storage", target.crio_storage, "--cri", crio_socket, *AGENT_HEALTH_ARGS,
     ]  # fmt: skip
+    extender = {"name": "extender", "imagePullPolicy": "Always", "args": extender_args(trusting)}
+    # kustomize's strategic merge puts a patch's list items first, the base's others after:
+    # the patch lists the base's containers in their order (the others by name alone), so
+    # the version's JSON patches, applied after it, find kube-scheduler at its index
+    base_containers = scheduler_deployment(spec)["spec"]["template"]["spec"]["containers"]
     scheduler_patch = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -243,11 +267,8 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
             "template": {
                 "spec": {
                     "containers": [
-                        {
-                            "name": "extender",
-                            "imagePullPolicy": "Always",
-                            "args": extender_args(trusting),
-                        }
+                        extender if c["name"] == extender["name"] else {"name": c["name"]}
+                        for c in base_containers
                     ]
                 }
             }
@@ -295,6 +316,15 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
     return [scheduler_patch, agent_patch]
 
 
+def _container_images(objects: list[dict[str, Any]]) -> set[str]:
+    return {
+        container["image"]
+        for obj in objects
+        if obj["kind"] in WORKLOAD_KINDS
+        for container in obj["spec"]["template"]["spec"]["containers"]
+    }
+
+
 def kind_overlay(
     target: KindTarget,
     base: str,
@@ -321,6 +351,10 @@ def kind_overlay(
     if additions:
         files[ADMISSION_RESOURCES] = HEADER + to_yaml_stream(additions)
         body["resources"] = [ADMISSION_RESOURCES]
+        # the webhook (before 1.30) names layersched's image by its placeholder, which
+        # deploy/ resolves for its own objects only
+        if LAYERSCHED_IMAGE in _container_images(additions):
+            body["images"].append(target.layersched_image.kustomize(LAYERSCHED_IMAGE))
     files.update(admission_files)
     body["resources"] = [*body.get("resources", []), *admission_fields.get("resources", [])]
     if not body["resources"]:

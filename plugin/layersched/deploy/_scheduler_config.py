@@ -31,7 +31,7 @@ KUBE_SCHEDULER_CONFIG_V1 = "kubescheduler.config.k8s.io/v1"
 #: Kubernetes 1.22 (the Ryax fork's base) only serves the beta API.
 KUBE_SCHEDULER_CONFIG_V1BETA2 = "kubescheduler.config.k8s.io/v1beta2"
 KUBE_SCHEDULER_CONFIG_V1BETA3 = "kubescheduler.config.k8s.io/v1beta3"
-#: Kubernetes 1.19 to 1.21 (the local testbed's v1.20.2) read only this one.
+#: Kubernetes 1.19 to 1.21 read only this one.
 KUBE_SCHEDULER_CONFIG_V1BETA1 = "kubescheduler.config.k8s.io/v1beta1"
 KUBE_SCHEDULER_API_VERSIONS = (
     KUBE_SCHEDULER_CONFIG_V1,
@@ -61,15 +61,16 @@ LAYER_LOCALITY_PLUGIN_SCHEDULER = "layer-locality-plugin"
 
 #: layersched's score plugin (plugin/kube-scheduler/pkg/layerlocality: ``Name``).
 LAYER_LOCALITY_PLUGIN = "LayerLocality"
-#: The kube-scheduler minor of the plugin's first build, the local testbed's v1.20.2 (its
-#: adapter is 1.20's framework, built under the ``k8s120`` tag:
-#: docs/kube-scheduler-plugin.md); it reads ``v1beta1``. The install's plugin mode
-#: (``StackSpec(scheduler="plugin")``) renders for this build only.
+#: The kube-scheduler minor of the plugin's first build, v1.20.2, which reads ``v1beta1``
+#: (its adapter and ``k8s120`` build tag went with the local testbed's 1.20 build);
+#: :func:`plugin_scheduler_config` still renders for it. The install's plugin mode
+#: (``StackSpec(scheduler="plugin")``) renders for the 1.35+ build only
+#: (:data:`PLUGIN_FRAMEWORK_SINCE_MINOR`).
 PLUGIN_KUBERNETES_MINOR = (1, 20)
 #: The first minor whose scheduler framework (``k8s.io/kube-scheduler/framework``, Score
 #: with a NodeInfo, SignPod) the plugin's other adapter is written for. layersched builds
 #: it into kube-scheduler from Go modules at the release plugin/kube-scheduler/go.mod pins
-#: (``layersched.builds.kubernetes_modules()``, v1.37.2; another 1.35+ release is a re-pin
+#: (``layersched.builds.kubernetes_build()``, v1.37.2; another 1.35+ release is a re-pin
 #: with hack/pin_kubernetes.py), which reads ``v1``. 1.21 to 1.34 have no build of the
 #: plugin: the extender serves them.
 PLUGIN_FRAMEWORK_SINCE_MINOR = (1, 35)
@@ -474,18 +475,20 @@ class TestbedSchedulers:
     #: Img1 is held by one node only (P1's) when P1-again is scheduled, and the plugin has
     #: no registry to fall back on as the extender has, so at 2 P1-again would score 0
     #: everywhere and the plugin's column would measure nothing. The testbed's agents are
-    #: its own host processes, each held to its node by the admission webhook.
+    #: its own host processes, each held to its node by per-node write authority
+    #: (:mod:`layersched.deploy._admission`).
     plugin_image_quorum: int = 1
 
 
 def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, Any]]:
     """The local testbed's scheduler configurations, by process: ``image-locality``
     (upstream's ImageLocality baseline and the default scheduler), ``layer-locality`` (the
-    default plugins and the extender, in NodeNames mode: extenders are global to a 1.20
-    process, hence a process of its own) and ``layer-locality-plugin`` (the default plugins
-    and LayerLocality, reading the agents' NodeLayerInventory objects itself). In the seed
-    scenario the default plugins tie at t3 (both candidate nodes are empty, identical and
-    hold no image of the pod by name), so the layer score is what separates them."""
+    default plugins and the extender, in NodeNames mode: extenders are global to a
+    kube-scheduler process, hence a process of its own) and ``layer-locality-plugin`` (the
+    default plugins and LayerLocality, reading the agents' NodeLayerInventory objects
+    itself). In the seed scenario the default plugins tie at t3 (both candidate nodes are
+    empty, identical and hold no image of the pod by name), so the layer score is what
+    separates them."""
     api = scheduler_api_version_for(spec.kubernetes_version)
     extender = ExtenderSpec(
         spec.extender_url, http_timeout_s=spec.extender_timeout_s, node_cache_capable=True

@@ -8,7 +8,7 @@ One namespace (``layersched``) holds the stack:
   leader election on a Lease of its own, its ``KubeSchedulerConfiguration`` in a
   ConfigMap, and the extender as a **sidecar** that kube-scheduler reaches on
   ``127.0.0.1`` (why a sidecar: docs/deploy.md); a PodDisruptionBudget keeps one pod up.
-  On Kubernetes 1.20 the spec may ask for the **plugin** instead
+  On Kubernetes 1.35 and newer the spec may ask for the **plugin** instead
   (``StackSpec(scheduler=SCHEDULER_PLUGIN)``): layersched's kube-scheduler build with the
   LayerLocality score plugin in the profile, no sidecar (docs/deploy.md says which to
   choose);
@@ -50,10 +50,10 @@ from layersched.deploy._rbac import (
     scheduler_rules,
 )
 from layersched.deploy._scheduler_config import (
-    KUBE_SCHEDULER_CONFIG_V1BETA1,
+    KUBE_SCHEDULER_CONFIG_V1,
     LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_SCHEDULER,
-    PLUGIN_KUBERNETES_MINOR,
+    PLUGIN_FRAMEWORK_SINCE_MINOR,
     ExtenderSpec,
     LeaderElectionSpec,
     PluginArgs,
@@ -91,8 +91,9 @@ KUBE_SCHEDULER_IMAGE = "kube-scheduler"
 #: What the base kustomization points them at (``layersched deploy images`` pushes them).
 DEFAULT_LAYERSCHED_IMAGE = "localhost:5000/layersched/layersched"
 DEFAULT_KUBE_SCHEDULER_IMAGE = "localhost:5000/layersched/kube-scheduler"
-#: ``deploy/``'s version: the local testbed's, the one version checked live.
-KUBERNETES_VERSION = "v1.20.2"
+#: ``deploy/``'s version: the local testbed's (the release ``make kubernetes`` builds, held
+#: equal to it by tests/unit/test_deploy.py), the one version checked live.
+KUBERNETES_VERSION = "v1.37.2"
 #: The extender sidecar: kube-scheduler calls it on loopback.
 EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
 #: containerd's socket on a node (its default ``grpc.address``); the agent reads its
@@ -105,7 +106,7 @@ SCHEDULER_REPLICAS = 2
 #: registry get neutral layer scores, and the extender sends that registry nothing.
 DEFAULT_ALLOWED_REGISTRIES = ("docker.io", "registry.k8s.io", "ghcr.io", "quay.io")
 #: How the second scheduler scores layers: the extender sidecar (every version), or the
-#: LayerLocality plugin built into layersched's kube-scheduler (1.20 only).
+#: LayerLocality plugin built into layersched's kube-scheduler (1.35 and newer).
 SCHEDULER_EXTENDER = "extender"
 SCHEDULER_PLUGIN = "plugin"
 SCHEDULER_KINDS = (SCHEDULER_EXTENDER, SCHEDULER_PLUGIN)
@@ -152,7 +153,7 @@ class StackSpec:
 
     namespace: str = NAMESPACE
     scheduler_name: str = LAYER_LOCALITY_SCHEDULER
-    scheduler_api_version: str = KUBE_SCHEDULER_CONFIG_V1BETA1
+    scheduler_api_version: str = KUBE_SCHEDULER_CONFIG_V1
     replicas: int = SCHEDULER_REPLICAS
     #: ``--strategy`` of the extender.
     strategy: str = "layer-locality"
@@ -167,7 +168,7 @@ class StackSpec:
     allowed_registries: tuple[str, ...] = DEFAULT_ALLOWED_REGISTRIES
     #: Where the scheduler pods may connect (their egress NetworkPolicy).
     egress: EgressSpec = DEFAULT_EGRESS
-    #: ``extender`` (a sidecar) or ``plugin`` (LayerLocality in kube-scheduler; 1.20 only).
+    #: ``extender`` (a sidecar) or ``plugin`` (LayerLocality in kube-scheduler; 1.35+).
     scheduler: str = SCHEDULER_EXTENDER
 
     @property
@@ -193,12 +194,12 @@ class StackSpec:
         if self.scheduler not in SCHEDULER_KINDS:
             raise InputError(f"scheduler {self.scheduler!r}: choose {' or '.join(SCHEDULER_KINDS)}")
         minor = kubernetes_minor(self.kubernetes_version)
-        if self.scheduler == SCHEDULER_PLUGIN and minor != PLUGIN_KUBERNETES_MINOR:
-            built = ".".join(map(str, PLUGIN_KUBERNETES_MINOR))
+        if self.scheduler == SCHEDULER_PLUGIN and minor < PLUGIN_FRAMEWORK_SINCE_MINOR:
+            since = ".".join(map(str, PLUGIN_FRAMEWORK_SINCE_MINOR))
             raise InputError(
                 f"scheduler {SCHEDULER_PLUGIN!r} on Kubernetes {self.kubernetes_version}: the "
-                f"{LAYER_LOCALITY_PLUGIN} plugin is built into kube-scheduler {built} only; use "
-                f"{SCHEDULER_EXTENDER!r}, which serves every version (docs/deploy.md)"
+                f"{LAYER_LOCALITY_PLUGIN} plugin is built for kube-scheduler {since} and newer "
+                f"only; use {SCHEDULER_EXTENDER!r}, which serves every version (docs/deploy.md)"
             )
 
     @property
@@ -289,7 +290,7 @@ def scheduler_config(spec: StackSpec) -> dict[str, Any]:
 
 
 def plugin_readme_block() -> str:
-    """The plugin README's ready-to-use configuration: the plugin install's (1.20, in a pod
+    """The plugin README's ready-to-use configuration: the plugin install's (in a pod
     of the ``layersched`` namespace, leader election on its own Lease)."""
     config = scheduler_config(StackSpec(scheduler=SCHEDULER_PLUGIN))
     return f"```yaml\n{to_yaml(config)}```"

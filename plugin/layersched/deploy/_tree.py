@@ -2,9 +2,10 @@
 
 :func:`base_tree` is what ``deploy/`` holds (``layersched deploy render`` writes it and
 a test holds the directory to it), and, for another :class:`StackSpec` and images, the
-install for another Kubernetes version. Everything is kustomize v2.0.3 syntax, the version
-built into kubectl 1.20 (``kubectl apply -k``), which newer kustomize reads too; a tree for
-1.21 or newer lists ``stack/`` under ``resources:`` (kustomize v5 warns on ``bases:``).
+install for another Kubernetes version. A tree for 1.21 or newer (``deploy/``'s 1.37
+included) lists ``stack/`` under ``resources:`` (kustomize v5 warns on ``bases:``); 1.20's
+is kustomize v2.0.3 syntax, the version built into kubectl 1.20 (``kubectl apply -k``),
+which lists it under ``bases:``.
 
 :func:`local_testbed_overlay` adapts the install to the Docker-free local testbed, whose
 nodes are network namespaces on one host: there is no kube-proxy and no cluster DNS,
@@ -120,8 +121,9 @@ def base_tree(
 ) -> dict[str, str]:
     """The install as a kustomization: the CRD and ``stack/`` (everything else, one file per
     group of objects, itself a kustomization), with the images' references. Keys are
-    paths in the tree. Without arguments: ``deploy/`` (the local testbed's v1.20.2, images
-    pushed by ``layersched deploy images`` to ``localhost:5000``)."""
+    paths in the tree. Without arguments: ``deploy/`` (the local testbed's
+    :data:`KUBERNETES_VERSION`, images pushed by ``layersched deploy images`` to
+    ``localhost:5000``)."""
     spec = spec or StackSpec()
     groups = stack_objects(spec)
     stack_files = [name for name in FILE_ORDER if name != CRD_FILE and name in groups]

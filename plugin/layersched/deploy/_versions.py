@@ -8,7 +8,8 @@ chooses (docs/deploy.md has the matrix):
   (:func:`layersched.deploy.scheduler_api_version_for`);
 * the PodDisruptionBudget API: ``policy/v1`` from 1.21 (:func:`pdb_api_version`);
 * kube-scheduler's image: upstream's ``registry.k8s.io/kube-scheduler:v1.X.Y`` (or a
-  mirror of it); the image built here from Debian's 1.20.2 source is the local testbed's;
+  mirror of it); the local testbed's is built from layersched's Go module
+  (``plugin/kube-scheduler``) at v1.37.2, with the LayerLocality plugin;
 * kube-scheduler's RBAC: upstream's bootstrap policy of that minor
   (:mod:`layersched.deploy._rbac`);
 * kube-scheduler's probes: ``/healthz`` up to 1.30; ``/livez`` and ``/readyz`` from 1.31
@@ -35,8 +36,8 @@ SUPPORTED_MINORS = tuple(range(OLDEST_MINOR, NEWEST_MINOR + 1))
 #: 2026-11-25; the same tags tests/fixtures/kube_scheduler_config_fields.json was read
 #: from). A version given without a patch (``1.30``) gets this one; a patch past it is no
 #: release (yet) and is refused. The newest minor's is the release layersched builds and
-#: runs from Go modules (``layersched.builds.kubernetes_modules().version``, v1.37.2): a
-#: unit test holds the two equal.
+#: runs from Go modules (``make kubernetes``: ``layersched.builds.kubernetes_build().version``,
+#: v1.37.2, what plugin/kube-scheduler/go.mod pins): a unit test holds the two equal.
 NEWEST_PATCH: dict[int, int] = {
     20: 15, 21: 14, 22: 17, 23: 17, 24: 17, 25: 16, 26: 15, 27: 16, 28: 15,
     29: 15, 30: 14, 31: 14, 32: 13, 33: 13, 34: 10, 35: 7, 36: 3, 37: 2,

@@ -50,6 +50,7 @@ from layersched.deploy import (
     NAMESPACE,
     SERVICE_ACCOUNT_VOLUME,
     WEBHOOK_SERVICE,
+    uses_policy,
 )
 from layersched.kube import (
     NODE_LAYERS_PATH,
@@ -74,6 +75,7 @@ from layersched.testbed.local import (
     require_root,
 )
 from layersched.testbed.local._cluster import extender_requests
+from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE
 from layersched.testbed.scenario import report, run_scenario
 from layersched.testbed.scenario_images import build_and_push_scenario
 from tests.e2e._checks import check_layer_locality
@@ -92,10 +94,8 @@ CLUSTER_KINDS = (
 )
 HOST_SCHEDULER = "scheduler-layer-locality"
 #: kube-scheduler 1.20's plain-HTTP metrics (in the node's network: hostNetwork).
-SCHEDULER_METRICS_PORT = 10251
-_MASTER = re.compile(
-    r'^leader_election_master_status\{name="(?P<name>[^"]+)"\} (?P<value>\S+)$', re.M
-)
+#: What client-go's elector logs when it takes the Lease (both its log formats).
+_ACQUIRED = re.compile(r"successfully acquired lease", re.I)
 _NEUTRAL = re.compile(r"^layersched_extender_neutral_answers_total\{[^}]*\} (?P<value>\S+)$", re.M)
 HA_NAMESPACE = "layersched-ha"
 HA_PODS = 30
@@ -178,15 +178,33 @@ def _scheduler_pods(kubectl: Kubectl) -> list[dict[str, Any]]:
     ]
 
 
-def _is_leader(pod: dict[str, Any]) -> bool:
-    url = f"http://{pod['status']['podIP']}:{SCHEDULER_METRICS_PORT}/metrics"
-    try:
-        text = httpx.get(url, timeout=2.0).text
-    except httpx.HTTPError:
-        return False
-    # kube-scheduler 1.20 labels its elector "kube-scheduler" whatever the Lease's name;
-    # there is one elector per process
-    return any(float(m["value"]) == 1 for m in _MASTER.finditer(text))
+def _is_leader(kubectl: Kubectl, pod: dict[str, Any]) -> bool:
+    """Whether the pod's running kube-scheduler holds the Lease: it logged acquiring it
+    (client-go's elector; a replica that loses the lease exits, so its next container's
+    log starts afresh). The Lease's holder names the host, which the replicas share on
+    the testbed (its pods use the node's network), and kube-scheduler 1.22+ serves its
+    election metric only on its authenticated port."""
+    log = kubectl.run(
+        "logs", "-n", NAMESPACE, pod["metadata"]["name"], "-c", "kube-scheduler", check=False
+    )
+    return _ACQUIRED.search(log) is not None
+
+
+def _the_leader(kubectl: Kubectl) -> dict[str, Any]:
+    """The one scheduler pod that holds the Lease, once one does (after a rollout the new
+    replicas may wait out an earlier holder's lease)."""
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(FAILOVER_TIMEOUT_S),
+        wait=tenacity.wait_fixed(1),
+        reraise=True,
+    )
+    def one() -> dict[str, Any]:
+        leaders = [p for p in _scheduler_pods(kubectl) if _is_leader(kubectl, p)]
+        assert len(leaders) == 1, f"leaders: {[p['metadata']['name'] for p in leaders]}"
+        return leaders[0]
+
+    return one()
 
 
 def _extender_url(pod: dict[str, Any]) -> str:
@@ -249,7 +267,12 @@ def deployed_stack(
                 kubectl,
                 NAMESPACE,
                 [
-                    f"deployment/{WEBHOOK_SERVICE}",
+                    # the webhook before 1.30; from 1.30 the policy, which runs nothing
+                    *(
+                        []
+                        if uses_policy(inventory.cluster.kubernetes_version)
+                        else [f"deployment/{WEBHOOK_SERVICE}"]
+                    ),
                     f"deployment/{LAYER_LOCALITY_SCHEDULER}",
                     f"daemonset/{AGENT_NAME}",
                 ],
@@ -319,7 +342,11 @@ def test_rolled_out_with_one_leader(stack: Stack) -> None:
         reraise=True,
     )
     def one_leader() -> None:
-        leaders = [p["metadata"]["name"] for p in _scheduler_pods(stack.kubectl) if _is_leader(p)]
+        leaders = [
+            p["metadata"]["name"]
+            for p in _scheduler_pods(stack.kubectl)
+            if _is_leader(stack.kubectl, p)
+        ]
         assert len(leaders) == 1, f"leaders: {leaders}"
 
     one_leader()
@@ -426,11 +453,17 @@ def test_the_extender_runs_on_its_own_token(stack: Stack) -> None:
 
 
 # --------------------------------------------------------------------- per-node authority
-#: What the webhook answers n1's agent for n2's object (the API's 403 carries it).
+#: What the webhook (before 1.30) answers n1's agent for n2's object (the API's 403
+#: carries it).
 OTHER_NODE_REFUSAL = (
     'admission webhook "agent-node.layersched.io" denied the request: the layersched agent '
     "on node 'n1' may write only its own node's NodeLayerInventory ('n1'), not 'n2'"
 )
+#: What the ValidatingAdmissionPolicy (1.30 and later) answers: its message names the
+#: identity (and, for a token, the node its pod runs on) before this.
+POLICY_OTHER_NODE_REFUSAL = "may write only its own node's NodeLayerInventory, not n2"
+#: How long the garbage collector may take to delete an object whose owner Node is absent.
+ORPHAN_GC_TIMEOUT_S = 90.0
 #: A layer as large as the CRD admits (2^40 bytes): the poison of issue 23, within schema.
 POISON_SIZE_BYTES = 2**40
 
@@ -447,15 +480,38 @@ def _agent_token_file(stack: Stack, node: str) -> Path:
 
 
 def _legacy_agent_token(stack: Stack) -> str:
-    """The token of the agents' service account's legacy Secret (1.20 makes one; no pod
-    mounts it): bound to no pod."""
-    secrets = _get(stack.kubectl, "secrets", "-n", NAMESPACE)["items"]
-    [secret] = [
-        s for s in secrets
-        if s["type"] == "kubernetes.io/service-account-token"
-        and s["metadata"]["annotations"]["kubernetes.io/service-account.name"] == AGENT_NAME
-    ]  # fmt: skip
-    return base64.b64decode(secret["data"]["token"]).decode()
+    """A token of the agents' service account bound to no pod: the account's legacy Secret
+    (1.20 makes one; a later release makes one when asked, by a Secret of that type
+    naming the account, which the token controller fills)."""
+
+    def secrets() -> list[dict[str, Any]]:
+        return [
+            s for s in _get(stack.kubectl, "secrets", "-n", NAMESPACE)["items"]
+            if s["type"] == "kubernetes.io/service-account-token"
+            and s["metadata"]["annotations"]["kubernetes.io/service-account.name"] == AGENT_NAME
+        ]  # fmt: skip
+
+    if not secrets():
+        stack.kubectl.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/service-account-token",
+                "metadata": {
+                    "name": f"{AGENT_NAME}-legacy-token",
+                    "namespace": NAMESPACE,
+                    "annotations": {"kubernetes.io/service-account.name": AGENT_NAME},
+                },
+            }
+        )
+
+    @tenacity.retry(stop=tenacity.stop_after_delay(30), wait=tenacity.wait_fixed(1), reraise=True)
+    def filled() -> str:
+        [secret] = secrets()
+        assert secret.get("data", {}).get("token"), "the token controller has not filled it"
+        return str(secret["data"]["token"])
+
+    return base64.b64decode(filled()).decode()
 
 
 def _client_certificate_for(stack: Stack, user: str, group: str, directory: Path) -> KubeConfig:
@@ -530,11 +586,12 @@ def _refused(kube: KubeClient, document: dict[str, Any]) -> KubeError:
 
 
 def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path: Path) -> None:
-    # Issue 23's attack on the real 1.20 API server, with node n1's real credentials:
-    # the DaemonSet agent's projected token (bound to its pod on n1) and the testbed's
+    # Issue 23's attack on the real API server, with node n1's real credentials: the
+    # DaemonSet agent's projected token (bound to its pod on n1) and the testbed's
     # host-side agent certificate (layersched:agent:n1). Each may apply n1's object and
-    # is refused n2's, with the webhook's message; the agents' legacy token (bound to no
-    # pod) is refused even its own node's, and a certificate for a node that does not
+    # is refused n2's, with the webhook's message (before 1.30) or the policy's; the
+    # agents' legacy token (bound to no pod) is refused even its own node's, and a
+    # certificate for a node that does not
     # exist is refused for that node.
     objects = {
         i["metadata"]["name"]: i
@@ -552,15 +609,21 @@ def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path:
             str(Path(stack.inventory.state_dir) / "control-plane" / "agent-n1.kubeconfig")
         ),
     }
+    policy = uses_policy(stack.inventory.cluster.kubernetes_version)
     for what, config in n1_credentials.items():
         with KubeClient(config) as kube:
             refusal = _refused(kube, _poisoned(objects["n2"]))
             assert refusal.status == 403, (what, str(refusal))
-            assert OTHER_NODE_REFUSAL in str(refusal), (what, str(refusal))
+            expected = POLICY_OTHER_NODE_REFUSAL if policy else OTHER_NODE_REFUSAL
+            assert expected in str(refusal), (what, str(refusal))
+            if policy and what == "daemonset-token":
+                # the node is the token's own claim (its pod's node), not the caller's word
+                assert "on node n1 may write" in str(refusal), str(refusal)
             kube.apply(node_layers_path("n1"), _own(objects["n1"]), "layersched-agent")
     with KubeClient(KubeConfig(server=api, ca_file=ca, token=_legacy_agent_token(stack))) as kube:
         refusal = _refused(kube, _own(objects["n1"]))
-        assert refusal.status == 403 and "not bound to a pod" in str(refusal), str(refusal)
+        bound = "names no node" if policy else "not bound to a pod"
+        assert refusal.status == 403 and bound in str(refusal), str(refusal)
     ghost = _client_certificate_for(stack, "layersched:agent:ghost", "layersched:agents", tmp_path)
     with KubeClient(ghost) as kube:
         document = _poisoned(objects["n1"])
@@ -568,8 +631,24 @@ def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path:
             "name": "ghost",
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "ghost", "uid": "x"}],
         }
-        refusal = _refused(kube, document)
-        assert refusal.status == 403 and "Node 'ghost' does not exist" in str(refusal), str(refusal)
+        if not policy:
+            refusal = _refused(kube, document)
+            assert refusal.status == 403 and "Node 'ghost' does not exist" in str(refusal)
+        else:
+            # CEL reads no other object: the policy admits the name's own object, owned by
+            # its Node, and the garbage collector deletes it, that Node being absent
+            kube.apply(node_layers_path("ghost"), document, "layersched-agent")
+
+            @tenacity.retry(
+                stop=tenacity.stop_after_delay(ORPHAN_GC_TIMEOUT_S),
+                wait=tenacity.wait_fixed(2),
+                reraise=True,
+            )
+            def collected() -> None:
+                names = stack.kubectl.run("get", "nodelayerinventories.layersched.io", "-o", "name")
+                assert "ghost" not in names, "the ghost node's object outlives its absent owner"
+
+            collected()
     # n2's object is as n2's agent wrote it
     after = _get(stack.kubectl, "nodelayerinventories.layersched.io", "n2")
     assert after["layers"] == n2_before["layers"]
@@ -653,7 +732,7 @@ def _ha_pod(name: str) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "pause",
-                    "image": "layersched.local/pause:3.4",
+                    "image": DEFAULT_PAUSE_IMAGE,
                     "imagePullPolicy": "Never",
                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
                 }
@@ -767,7 +846,7 @@ def test_extender_restart_mid_stream(stack: Stack) -> None:
     kubelet restarts it; the new one lists the inventory again and scores the rest."""
     kubectl = stack.kubectl
     with _ha_namespace(kubectl):
-        [leader] = [p for p in _scheduler_pods(kubectl) if _is_leader(p)]
+        leader = _the_leader(kubectl)
         url = _extender_url(leader)
         before = _container(leader, "extender")
         container_id = before["containerID"].partition("://")[2]
@@ -797,7 +876,9 @@ def test_extender_restart_mid_stream(stack: Stack) -> None:
         stream.join()
         items = stream.all_bound_once()
         # the same leader bound them all: only its extender restarted
-        assert _is_leader(leader), "the leader changed: this test restarts the extender only"
+        assert _is_leader(kubectl, leader), (
+            "the leader changed: this test restarts the extender only"
+        )
         answered_after, neutral_after = _neutral_and_answered(url)
         # the restarted extender scored pods of the stream, with inventory, not only zeros
         assert answered_after - neutral_after > 0, (answered_after, neutral_after)
@@ -822,9 +903,9 @@ def test_leader_failover_during_a_stream_of_pods(stack: Stack) -> None:
     every pod is bound exactly once."""
     kubectl = stack.kubectl
     with _ha_namespace(kubectl):
+        leader = _the_leader(kubectl)
         pods = _scheduler_pods(kubectl)
-        [leader] = [p for p in pods if _is_leader(p)]
-        [standby] = [p for p in pods if p is not leader]
+        [standby] = [p for p in pods if p["metadata"]["name"] != leader["metadata"]["name"]]
         killed = leader["metadata"]["name"]
         killed_containers = [
             c["containerID"].partition("://")[2] for c in leader["status"]["containerStatuses"]
@@ -849,7 +930,7 @@ def test_leader_failover_during_a_stream_of_pods(stack: Stack) -> None:
             running = [c for c in killed_containers if _container_pids(c)]
             assert not running, f"the deleted leader's containers still run: {running}"
             survivors = [p for p in _scheduler_pods(kubectl) if p["metadata"]["name"] != killed]
-            leaders = [p for p in survivors if _is_leader(p)]
+            leaders = [p for p in survivors if _is_leader(kubectl, p)]
             lease = _get(kubectl, "-n", NAMESPACE, "lease", LAYER_LOCALITY_SCHEDULER)
             assert len(leaders) == 1, (
                 f"no surviving leader yet among {[p['metadata']['name'] for p in survivors]}; "

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from layersched.cli.main import main as cli_main
 from layersched.core.errors import InputError
@@ -17,6 +18,7 @@ from layersched.core.manifest import DEFAULT_PLATFORM, Platform
 from layersched.images.oci import oci_archive
 from layersched.testbed.idle_program import idle_program
 from layersched.testbed.pause_image import (
+    DEFAULT_PAUSE_IMAGE,
     build_pause_image,
     check_static_executable,
     write_pause_archive,
@@ -132,3 +134,10 @@ def test_cli_errors_are_one_line(
     assert message in err
     assert len(err.splitlines()) == 1
     assert not (tmp_path / "t").exists()
+
+
+def test_the_default_name_is_the_local_testbeds_sandbox_image() -> None:
+    # the e2e tests start pods of it, which must find it on every node, imported
+    vars_file = Path(__file__).resolve().parents[2] / "playbooks" / "vars" / "testbed-local.yml"
+    settings = yaml.safe_load(vars_file.read_text())
+    assert settings["testbed_pause_image"] == DEFAULT_PAUSE_IMAGE

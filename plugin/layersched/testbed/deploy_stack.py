@@ -150,11 +150,10 @@ class DeployedBackend(LocalBackend):
     """The local testbed with ``deploy/`` installed: ``layer-locality`` is the deployed
     scheduler, and its scores are what the deployed extender answered kube-scheduler.
 
-    On this testbed the kubelets (one host, several nodes) share ``/var/log/pods`` and
-    each garbage-collects the others' pod log directories, so ``kubectl logs`` of the
-    extender is not reliable here; the extender's ``/debug/decisions`` keeps its latest
-    answer per pod instead, with the pod's uid. Bytes, cache emptying and versions are
-    the local testbed's.
+    The extender's ``/debug/decisions`` keeps its latest answer per pod, with the pod's
+    uid: what it answered for a pod, whichever replica it is (before each node's kubelet
+    had a pod log directory of its own, ``kubectl logs`` lost them here). Bytes, cache
+    emptying and versions are the local testbed's.
     """
 
     def __init__(

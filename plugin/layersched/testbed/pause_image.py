@@ -32,8 +32,10 @@ from layersched.images.oci import (
 
 #: Where the binary sits in the image, and the image's entrypoint.
 PAUSE_PATH = "/pause"
-#: A name the testbed's kubelets can use as their sandbox image.
-DEFAULT_PAUSE_IMAGE = "layersched.local/pause:3.2"
+#: The local testbed's sandbox image (``testbed_pause_image`` in
+#: playbooks/vars/testbed-local.yml, held equal by tests/unit/test_pause_image.py): every
+#: node holds it, imported, so a pod of it starts with nothing to pull.
+DEFAULT_PAUSE_IMAGE = "layersched.local/pause:1"
 
 # ELF64 little-endian header fields (System V gABI).
 _ELF_MAGIC = b"\x7fELF"

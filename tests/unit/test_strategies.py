@@ -16,7 +16,7 @@ from layersched.core.strategies import (
     resolve_pod_layers,
     strategy_args,
 )
-from layersched.core.strategies.args import parse_kubernetes_minor
+from layersched.core.strategies.args import NEWEST_KUBERNETES_MINOR, parse_kubernetes_minor
 from layersched.core.strategies.image_locality import _scaled_image_score
 
 MB = 1024 * 1024
@@ -176,9 +176,9 @@ def test_image_locality_per_kubernetes_minor(
 
 
 def test_image_locality_defaults_to_the_newest_release() -> None:
-    # no minor given: 1.36, where init containers count, as from 1.30 (17, not 1.20's 23)
+    # no minor given: 1.37, where init containers count, as from 1.30 (17, not 1.20's 23)
     assert scores("image-locality", INIT_POD, INIT_NODES) == {"a": 0, "b": 17}
-    assert get_strategy("image-locality").kubernetes_minor == (1, 36)
+    assert get_strategy("image-locality").kubernetes_minor == (1, 37) == NEWEST_KUBERNETES_MINOR
 
 
 #: A container image and an image volume (KEP-4639), both on node b of two.

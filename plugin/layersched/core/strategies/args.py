@@ -26,8 +26,8 @@ KubernetesMinor = tuple[int, int]
 OLDEST_KUBERNETES_MINOR: KubernetesMinor = (1, 20)
 #: The newest minor whose ImageLocality the port knows (image volumes raise the threshold).
 NEWEST_KUBERNETES_MINOR: KubernetesMinor = (1, 37)
-#: The default: the newest released minor (1.37 is in alpha).
-DEFAULT_KUBERNETES_MINOR: KubernetesMinor = (1, 36)
+#: The default: the newest released minor (1.37, released 2026-08-26; the testbed's).
+DEFAULT_KUBERNETES_MINOR: KubernetesMinor = (1, 37)
 #: A common edge uplink; with no node labelled, any value gives the same ranking.
 DEFAULT_BANDWIDTH_BITS_PER_S = 100_000_000
 #: Creating and starting a container costs about a second even with every layer

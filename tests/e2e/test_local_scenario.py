@@ -1,9 +1,9 @@
 """The seed's two-image, three-node scenario on the local testbed's real cluster.
 
 Real registry, real containerd nodes behind rate-limited links, a real Kubernetes
-v1.20.2 control plane (three kube-schedulers: upstream image-locality, the default
-plugins plus the layersched extender, and the default plugins plus layersched's
-LayerLocality score plugin) and real kubelets; nothing is simulated. Needs
+control plane of the release ``make kubernetes`` builds (three kube-schedulers: upstream
+image-locality, the default plugins plus the layersched extender, and the default plugins
+plus layersched's LayerLocality score plugin) and real kubelets; nothing is simulated. Needs
 root on Linux, else it skips with the reason. ``LAYERSCHED_E2E_TRIALS`` sets the trials
 per strategy (default 5). The report and plot go to a temp dir (see conftest.py), never
 over the committed ``reports/``; the table is printed at the end of the run.

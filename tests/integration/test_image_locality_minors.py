@@ -32,7 +32,6 @@ import json
 import os
 import random
 import re
-import shutil
 import subprocess
 import time
 from collections import Counter
@@ -47,9 +46,12 @@ from layersched.builds import (
     PLUGIN_HASH_CHARS,
     REPO_ROOT,
     cache_root,
+    find_go,
+    kubernetes_build,
     module_sha256,
     required_version,
 )
+from layersched.core.errors import InputError
 from layersched.core.inventory import ClusterInventory
 from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
 from layersched.core.pod import PodImages
@@ -69,9 +71,6 @@ MINORS: tuple[KubernetesMinor, ...] = ((1, 35), (1, 36), (1, 37))
 #: The port's modes each minor is also compared with: they must disagree somewhere.
 OTHER_MODES: tuple[KubernetesMinor, ...] = ((1, 20), *MINORS)
 PROGRAM = "imagelocality-reference"
-#: The newer toolchain of this project's machines, when PATH's go is too old (Debian's).
-FALLBACK_GO = Path("/usr/local/go/bin/go")
-MIN_GO = (1, 26)
 #: A cold build compiles part of Kubernetes: about 2-2.5 min per minor on 2 busy cores.
 BUILD_TIMEOUT_S = 1800
 RUN_TIMEOUT_S = 600
@@ -87,47 +86,22 @@ BOUNDARY_NODES = 11
 BOUNDARY_HOLDERS = 3
 #: Messages list at most this many mismatches.
 SHOWN = 20
-_GO_VERSION = re.compile(r"go(\d+)\.(\d+)")
 
 
 # --------------------------------------------------------------------------------- go
 def _find_go() -> str:
-    """A go command of at least MIN_GO (PATH's first, then FALLBACK_GO)."""
-    tried = []
-    for candidate in (shutil.which("go"), str(FALLBACK_GO)):
-        if not candidate or not Path(candidate).is_file():
-            continue
-        done = subprocess.run(
-            [candidate, "env", "GOVERSION"],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "GOTOOLCHAIN": "local"},
-        )
-        match = _GO_VERSION.match(done.stdout.strip())
-        tried.append(f"{candidate} ({done.stdout.strip() or 'no answer'})")
-        if match and (int(match[1]), int(match[2])) >= MIN_GO:
-            return candidate
-    wanted = ".".join(map(str, MIN_GO))
-    prereq.missing(
-        f"Go {wanted}+ is needed to build upstream's ImageLocality; found "
-        f"{', '.join(tried) or 'no go on PATH'}: install Go {wanted}+ (this project's machines "
-        f"have it at {FALLBACK_GO})"
-    )
+    """The Kubernetes build's go command (Go 1.26+: PATH's, else /usr/local/go's)."""
+    build = kubernetes_build()
+    try:
+        go, _ = find_go(build.go_version_needed())
+    except InputError as err:
+        prereq.missing(f"building upstream's ImageLocality: {err}")
+    return go
 
 
 def _go_env() -> dict[str, str]:
     # the module and build caches the Kubernetes build uses (`make kubernetes`)
-    go_cache = cache_root() / "go"
-    return {
-        **os.environ,
-        "GOMODCACHE": str(go_cache / "mod"),
-        "GOCACHE": str(go_cache / "build"),
-        "GOPATH": str(go_cache / "path"),
-        "GOFLAGS": "-modcacherw",
-        "GOTOOLCHAIN": "local",
-        "CGO_ENABLED": "0",
-    }
+    return kubernetes_build().go_env()
 
 
 def _run_go(go: str, module: Path, *args: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -31,13 +32,22 @@ import yaml
 
 from layersched.core.errors import KubeError, TestbedError
 from layersched.cri import CRIClient
-from layersched.kube import NODE_LAYERS_PATH, KubeClient, load_kubeconfig, node_layers_path
+from layersched.kube import (
+    NODE_LAYERS_PATH,
+    KubeClient,
+    load_kubeconfig,
+    node_layers_path,
+    pod_path,
+    pods_path,
+)
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.local import TestbedInventory, require_root, up
 from layersched.testbed.local._cluster import LocalBackend
+from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE
 from layersched.testbed.scenario import P1_AGAIN, P2, ScenarioImages, run_trial
 from tests.e2e import _checks as checks
 from tests.e2e._checks import (
+    LAYER_LOCALITY,
     LAYER_LOCALITY_PLUGIN,
     LOCAL_STRATEGIES,
     check_image_locality_tie,
@@ -272,6 +282,111 @@ def test_the_plugin_indexed_every_nodes_inventory(scenario_run: Run) -> None:
     assert _metric(metrics, "layersched_layer_locality_inventory_nodes") == len(nodes)
     assert _metric(metrics, "layersched_layer_locality_nodes_without_inventory_total") == 0
     assert _metric(metrics, "layersched_layer_locality_invalid_inventories_total") == 0
+
+
+def _scheduler_metrics(inventory: TestbedInventory, daemon_name: str) -> str:
+    """A testbed scheduler's /metrics, read with the admin's certificate."""
+    cluster = inventory.cluster
+    daemon = next(d for d in cluster.control_plane if d.name == daemon_name)
+    context = ssl.create_default_context(cafile=cluster.ca_file)
+    context.load_cert_chain(cluster.admin_cert, cluster.admin_key)
+    url = daemon.health_url.replace("/healthz", "/metrics")
+    return httpx.get(url, verify=context, timeout=API_TIMEOUT_S).text
+
+
+def _batch_attempts(metrics: str, profile: str) -> dict[str, float]:
+    """scheduler_batch_attempts_total of ``profile``, by result: ``no_hint``, or, where the
+    profile signs pods and the previous pod of the same signature left scores to reuse,
+    ``hint_used`` / ``hint_not_used``."""
+    pattern = re.compile(
+        r'^scheduler_batch_attempts_total\{profile="'
+        + re.escape(profile)
+        + r'",result="([^"]+)"\} (\S+)$',
+        re.M,
+    )
+    return {result: float(value) for result, value in pattern.findall(metrics)}
+
+
+#: Where the batch pods run.
+NAMESPACE = "default"
+#: Pods that fit one per node (each takes the same host port, and asks nothing else: the
+#: scenario's pods may still hold the nodes' CPU), so that after one is bound to the best
+#: node the next can reuse the rest of the ranking (KEP-5598's condition).
+BATCH_PODS = 3
+BATCH_HOST_PORT = 29_999
+BATCH_TIMEOUT_S = 60.0
+
+
+def _schedule_alike_pods(inventory: TestbedInventory, scheduler: str) -> None:
+    """BATCH_PODS pods of one signature (the sandbox image every node holds) through
+    ``scheduler``, created at once; returns once all are bound, and deletes them."""
+    names = [f"batch-{scheduler}-{i}" for i in range(BATCH_PODS)]
+    with _admin(inventory) as kube:
+        for name in names:
+            kube.create(
+                pods_path(NAMESPACE),
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name, "namespace": NAMESPACE},
+                    "spec": {
+                        "schedulerName": scheduler,
+                        "terminationGracePeriodSeconds": 0,
+                        "automountServiceAccountToken": False,
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": DEFAULT_PAUSE_IMAGE,
+                                "imagePullPolicy": "Never",
+                                "ports": [
+                                    {"containerPort": BATCH_HOST_PORT, "hostPort": BATCH_HOST_PORT}
+                                ],
+                            }
+                        ],
+                    },
+                },
+            )
+        try:
+
+            @tenacity.retry(
+                stop=tenacity.stop_after_delay(BATCH_TIMEOUT_S),
+                wait=tenacity.wait_fixed(0.5),
+                reraise=True,
+            )
+            def bound() -> None:
+                for name in names:
+                    assert kube.get(pod_path(NAMESPACE, name))["spec"].get("nodeName"), name
+
+            bound()
+        finally:
+            for name in names:
+                kube.delete(pod_path(NAMESPACE, name), grace_period_s=0)
+
+
+def test_batching_stays_on_with_the_plugin(scenario_run: Run) -> None:
+    # Opportunistic batching (KEP-5598, on by default from 1.35) reuses a pod's ranking
+    # for the next pod of the same signature, but only in a profile whose every Filter
+    # and Score plugin signs pods. LayerLocality signs them: its profile gives hints. The
+    # extender's profile, which batching does not serve, gives none (the control)
+    _report, _, _, inventory = scenario_run
+    counted = {}
+    for daemon, profile in (
+        ("scheduler-layer-locality-plugin", LAYER_LOCALITY_PLUGIN),
+        ("scheduler-layer-locality", LAYER_LOCALITY),
+    ):
+        before = _batch_attempts(_scheduler_metrics(inventory, daemon), profile)
+        _schedule_alike_pods(inventory, profile)
+        after = _batch_attempts(_scheduler_metrics(inventory, daemon), profile)
+        counted[profile] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    print(f"batch attempts per profile: {counted}")
+    plugin, extender = counted[LAYER_LOCALITY_PLUGIN], counted[LAYER_LOCALITY]
+    assert plugin.get("hint_used", 0) + plugin.get("hint_not_used", 0) > 0, plugin
+    assert extender.get("hint_used", 0) + extender.get("hint_not_used", 0) == 0, extender
+    # and the framework never said it turned signing off for the plugin's profile
+    log = Path(inventory.cluster.schedulers[LAYER_LOCALITY_PLUGIN].log).read_text()
+    profile = f'profile="{LAYER_LOCALITY_PLUGIN}"'
+    disabled = [line for line in log.splitlines() if "Disabling signatures" in line]
+    assert not [line for line in disabled if profile in line], disabled
 
 
 def test_image_locality_ties_p2s_node_and_the_empty_one(

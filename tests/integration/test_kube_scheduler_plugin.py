@@ -149,9 +149,7 @@ def test_the_generators_plugin_args_decode_in_go(tree: Path, tmp_path: Path) -> 
             kubeconfig="/state/control-plane/kube-scheduler.kubeconfig",
             extender_url="http://10.250.71.1:8888",
             extender_timeout_s=5.0,
-            image_locality_bind="10.250.71.1:10251",
-            layer_locality_bind="10.250.71.1:10252",
-            plugin_bind="10.250.71.1:10253",
+            kubernetes_version=kubernetes_build().version,
         )
     )
     readme = yaml.safe_load(plugin_readme_block().removeprefix("```yaml\n").removesuffix("```"))

@@ -388,3 +388,16 @@ def test_render_writes_the_plugin_install_elsewhere(tmp_path: Path) -> None:
     written = yaml.safe_load_all((tmp_path / "stack" / "scheduler.yaml").read_text())
     [deployment] = [o for o in written if o and o["kind"] == "Deployment"]
     assert len(deployment["spec"]["template"]["spec"]["containers"]) == 1
+
+
+def test_the_testbeds_plugin_process_lets_pods_be_batched() -> None:
+    # 1.37's PodTopologySpread signs no pod under its system default constraints, so
+    # batching (KEP-5598) would never run: the testbed's plugin process turns them off
+    plugin = generate_testbed_configs(SPEC)[LAYER_LOCALITY_PLUGIN_SCHEDULER]
+    [spread] = [
+        c for c in plugin["profiles"][0]["pluginConfig"] if c["name"] == "PodTopologySpread"
+    ]
+    assert spread["args"] == {"defaultingType": "List", "defaultConstraints": []}
+    # 1.20's v1beta1 had no batching: nothing added there
+    old = generate_testbed_configs(SPEC_1_20)[LAYER_LOCALITY_PLUGIN_SCHEDULER]
+    assert [c["name"] for c in old["profiles"][0]["pluginConfig"]] == [LAYER_LOCALITY_PLUGIN]

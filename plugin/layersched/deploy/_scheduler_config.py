@@ -505,16 +505,41 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             spec.layer_locality_bind,
         ),
         LAYER_LOCALITY_PLUGIN_SCHEDULER: for_process(
-            plugin_scheduler_config(
-                PluginArgs(kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum),
-                spec.plugin,
-                api_version=api,
-                kubernetes_version=spec.kubernetes_version,
+            _batchable(
+                plugin_scheduler_config(
+                    PluginArgs(kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum),
+                    spec.plugin,
+                    api_version=api,
+                    kubernetes_version=spec.kubernetes_version,
+                )
             ),
             spec.kubeconfig,
             spec.plugin_bind,
         ),
     }
+
+
+#: The upstream plugin whose system default constraints make every pod unsignable.
+POD_TOPOLOGY_SPREAD_PLUGIN = "PodTopologySpread"
+
+
+def _batchable(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with PodTopologySpread's system default constraints off, from ``v1``
+    (kube-scheduler 1.35+): with them, that plugin refuses to sign any pod without
+    constraints of its own ("pods with default topology constraints are not signable"),
+    so opportunistic batching (KEP-5598) never runs and the testbed could not show that
+    LayerLocality keeps it on. The defaults only spread pods of one Service or controller
+    across zones and hosts; the scenario's pods have none."""
+    if config["apiVersion"] != KUBE_SCHEDULER_CONFIG_V1:
+        return config
+    for profile in config["profiles"]:
+        profile.setdefault("pluginConfig", []).append(
+            {
+                "name": POD_TOPOLOGY_SPREAD_PLUGIN,
+                "args": {"defaultingType": "List", "defaultConstraints": []},
+            }
+        )
+    return config
 
 
 def intree_scheduler_config(

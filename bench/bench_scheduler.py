@@ -68,7 +68,7 @@ from corpus import Workload, workload
 
 from layersched import _generated as generated
 from layersched import deploy
-from layersched.builds import kubernetes_build
+from layersched.builds import FALLBACK_GO, kubernetes_build
 from layersched.core.errors import KubeError, LayerschedError, TestbedError
 from layersched.core.nodelayers import HeldImage, build_document
 from layersched.deploy import DEFAULT_SCHEDULER, KUBE_SCHEDULER_CONFIG_V1BETA1
@@ -884,11 +884,11 @@ class GoProfile:
     def result(self) -> dict[str, Any]:
         """pprof's top functions by flat and by cumulative time, or why there are none."""
         self._thread.join(timeout=self.seconds + 2 * HTTP_TIMEOUT_S)
-        go = shutil.which("go")
+        go = shutil.which("go") or (str(FALLBACK_GO) if FALLBACK_GO.is_file() else None)
         if self.error or go is None:
             return {
                 "skipped": self.error
-                or "`go` is not on PATH (Debian's golang-go, which `make kubernetes` uses)"
+                or f"no `go` on PATH nor at {FALLBACK_GO} (the Go `make kubernetes` builds with)"
             }
         # every node above pprof's default cut-off (0.5% of the samples), by cumulative time
         argv = [go, "tool", "pprof", "-top", "-cum", f"-nodecount={PPROF_NODES}", str(self.output)]

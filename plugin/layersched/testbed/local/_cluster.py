@@ -189,8 +189,11 @@ class FileBackend:
         score_logs: Mapping[str, str],
         extender_url: str,
         nodes: Mapping[str, NodeAccess],
+        etcd: str = "etcd",
     ) -> None:
         self.name = name
+        #: The control plane's etcd program (the Kubernetes build's), asked its version.
+        self.etcd = etcd
         self.schedulers = dict(schedulers)
         self.control_plane = control_plane
         self._registry = RegistryAccessLog(Path(access_log), host=control_plane)
@@ -290,7 +293,7 @@ class FileBackend:
             wait_for(empty, REMOVE_TIMEOUT_S)
 
     def components(self) -> dict[str, str]:
-        output = self.control_plane.run(["etcd", "--version"], "asking etcd for its version")
+        output = self.control_plane.run([self.etcd, "--version"], "asking etcd for its version")
         match = _ETCD_VERSION.search(output)
         return {"etcd": match[1]} if match else {}
 
@@ -324,4 +327,5 @@ class LocalBackend(FileBackend):
             score_logs=score_logs,
             extender_url=cluster.extender.url,
             nodes={n.name: NodeAccess(here, n.cri_socket) for n in inventory.nodes},
+            etcd=f"{cluster.bin_dir}/etcd",
         )

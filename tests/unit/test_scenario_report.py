@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from layersched import _generated as generated
+from layersched.builds import kubernetes_build
 from layersched.cli.main import main
 from layersched.testbed.report import BLOCK, markdown
 
@@ -26,7 +27,10 @@ def test_the_committed_report_comes_from_the_real_cluster() -> None:
     # which versions ran it and which scheduler bound every pod.
     report = json.loads((ROOT / "reports/scenario.json").read_text())
     assert report["driver"] == "local"
-    assert report["components"]["kubernetes"].startswith("v1.20.")
+    # the build the testbed runs (plugin/kube-scheduler/go.mod pins it), on containerd 2.x
+    assert report["components"]["kubernetes"] == kubernetes_build().version
+    assert report["components"]["kubelet"] == kubernetes_build().version
+    assert report["components"]["containerd"].startswith("2.")
     for strategy, data in report["strategies"].items():
         for trial in data["trials"]:
             assert set(trial["scheduler"].values()) == {strategy}, trial

@@ -184,7 +184,7 @@ def markdown(report: Mapping[str, Any], source: str = DEFAULT_REPORT) -> str:
     lag = report.get("status_images_lag_s")
     if lag:
         lines.append(
-            f"- `status.images` lag after a pull (kubelet 1.20 lists images every 30 s): "
+            f"- `status.images` lag after a pull (the kubelet lists images every 30 s): "
             f"mean {lag['mean']:.1f} s, max {lag['max']:.1f} s over {lag['count']} pulls."
         )
     fresh = report.get("inventory_lag_s")

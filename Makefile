@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release plugin/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: about 8 min on 2 cores; cached: seconds; a changed plugin: under a minute)
 	@$(PY) scripts/kubernetes_build.py
 
-containerd: venv ## Download (or find cached) containerd 2.x for the integration tests (never installed)
+containerd: venv ## Download (or find cached) containerd 2.x, the testbed nodes' runtime (never installed)
 	@scripts/containerd.sh
 
 lint: venv ## ruff, mypy --strict on plugin/, import-linter, test modules collect, ansible-lint

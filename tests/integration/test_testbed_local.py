@@ -69,8 +69,11 @@ EXTENDER_STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
 #: A pod on a real kubelet: sandbox, CNI, image pull and start take a few seconds.
 POD_RUNNING_TIMEOUT_S = 120.0
-#: Where kubelet 1.20 writes container logs (a fixed path, outside the state dir).
+#: The kubelet's default pod log directory (outside the state dir), which the testbed's
+#: kubelets no longer use: each writes under its node's own (podLogsDir).
 POD_LOGS = Path("/var/log/pods")
+#: Where a testbed node's kubelet writes container logs, under the node's directory.
+NODE_POD_LOGS = ("kubelet", "pod-logs")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -190,11 +193,15 @@ def test_a_pod_runs_on_a_real_kubelet(
     testbed: TestbedInventory, running_pod: dict[str, Any]
 ) -> None:
     # Bound by the default scheduler, given an address from its node's pod network
-    # (10.244.K.0/24), and its logs where kubelet 1.20 writes them.
+    # (10.244.K.0/24), and its logs in its node's own pod log directory, none in the
+    # host's shared one (where the other nodes' kubelets would delete them)
     assert running_pod["spec"]["nodeName"] == "n1"
     assert running_pod["status"]["podIP"].startswith("10.244.1.")
     uid = running_pod["metadata"]["uid"]
-    assert [p.name for p in POD_LOGS.glob(f"*_{uid}")] == [f"default_it-pod_{uid}"]
+    [n1] = [n for n in testbed.nodes if n.name == "n1"]
+    node_logs = Path(n1.dir).joinpath(*NODE_POD_LOGS)
+    assert [p.name for p in node_logs.glob(f"*_{uid}")] == [f"default_it-pod_{uid}"]
+    assert list(POD_LOGS.glob(f"*_{uid}")) == []
 
 
 def test_registry_answers_v2(testbed: TestbedInventory) -> None:

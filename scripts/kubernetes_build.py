@@ -16,11 +16,16 @@ import subprocess
 import sys
 import time
 
-from layersched.builds import BUILD_STAMP, KubernetesBuild, cache_root, find_go, kubernetes_build
+from layersched.builds import (
+    BUILD_STAMP,
+    GO_MAINS,
+    KubernetesBuild,
+    cache_root,
+    find_go,
+    kubernetes_build,
+)
 from layersched.core.errors import LayerschedError
 
-#: Where the module's mains are.
-MAINS = "cmd"
 #: Compiler output quoted when a binary fails.
 TAIL_LINES = 30
 #: Held while building, so two builds never write the same bin dir.
@@ -62,7 +67,7 @@ def build_all(build: KubernetesBuild) -> int:
         for name in build.binaries:
             began = time.monotonic()
             argv = [go, "build", "-trimpath", "-ldflags", ldflags(build)]
-            argv += ["-o", str(bin_dir / name), f"./{MAINS}/{name}"]
+            argv += ["-o", str(bin_dir / name), f"./{GO_MAINS}/{name}"]
             done = subprocess.run(
                 argv, cwd=module, env=env, capture_output=True, text=True, check=False
             )

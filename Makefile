@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes containerd lint unit integration infra e2e test ci-fresh bench bench-scheduler testbed testbed-down simulate figures proto clean
+.PHONY: help venv kubernetes containerd lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf testbed testbed-down simulate figures proto clean
 
 help: ## List the targets, what they write and how long they last took
 	@python3 scripts/help.py
@@ -47,6 +47,9 @@ bench: venv ## The extender's benchmarks (latency, memory, watch): bench/results
 
 bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency, 500 and 5,000 fake nodes (root) {last: bench/results/scheduler.json#run_time_s}
 	@scripts/bench-scheduler.sh
+
+bench-perf: venv ## Upstream's scheduler_perf with LayerLocality out of tree, in process (etcd from make kubernetes), 3 rounds: bench/results/scheduler_perf.json {last: bench/results/scheduler_perf.json#run_time_s}
+	@$(PY) bench/bench_scheduler_perf.py
 
 testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table; writes reports/scenario.json, .png and the README block {last: reports/scenario.json#make_testbed_s}
 	@scripts/testbed.sh up

@@ -32,15 +32,16 @@ var (
 	_ fwk.SignPlugin = &LayerLocality{}
 )
 
-// New is the plugin factory kube-scheduler calls once per profile that enables it. With
-// no kubeConfigPath in the args, the plugin lists NodeLayerInventory objects with the
-// scheduler's own client configuration.
-func New(_ context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, error) {
+// New is the plugin factory kube-scheduler calls once per profile that enables it, with
+// the scheduler's context (the inventories' watch ends with it). With no kubeConfigPath
+// in the args, the plugin lists NodeLayerInventory objects with the scheduler's own
+// client configuration.
+func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, error) {
 	args, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
-	index, err := sharedIndex(args, handle.KubeConfig())
+	index, err := sharedIndex(ctx, args, handle.KubeConfig())
 	if err != nil {
 		return nil, err
 	}

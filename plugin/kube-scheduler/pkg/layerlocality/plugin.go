@@ -9,12 +9,12 @@
 package layerlocality
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -121,9 +121,14 @@ func podImages(pod *v1.Pod) []string {
 	return images
 }
 
-// One index and one watch per kube-scheduler process, credentials and image quorum,
-// whichever profiles enable the plugin.
+// One index and one watch per scheduler, credentials and image quorum, whichever
+// profiles enable the plugin. A scheduler is its context's Done channel (a context
+// itself may not be comparable): the profiles of one kube-scheduler share it, and a
+// process that runs one scheduler after another (upstream's scheduler_perf, one API
+// server per workload) gets a fresh watch on each scheduler's API server, stopped with
+// the scheduler.
 type sharedKey struct {
+	scheduler      <-chan struct{}
 	kubeConfigPath string
 	imageQuorum    int64
 }
@@ -133,14 +138,14 @@ var (
 	shared   = map[sharedKey]*layers.Index{}
 )
 
-// sharedIndex is the process's index for these args, its watch started on first use.
-// fallback is the client configuration when the args name no kubeconfig (nil: the pod's
-// service account).
-func sharedIndex(args *Args, fallback *rest.Config) (*layers.Index, error) {
+// sharedIndex is the scheduler's index for these args, its watch started on first use
+// and stopped when the scheduler's context ends. fallback is the client configuration
+// when the args name no kubeconfig (nil: the pod's service account).
+func sharedIndex(ctx context.Context, args *Args, fallback *rest.Config) (*layers.Index, error) {
 	register()
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
-	key := sharedKey{args.KubeConfigPath, *args.ImageQuorum}
+	key := sharedKey{ctx.Done(), args.KubeConfigPath, *args.ImageQuorum}
 	if index, ok := shared[key]; ok {
 		return index, nil
 	}
@@ -156,7 +161,13 @@ func sharedIndex(args *Args, fallback *rest.Config) (*layers.Index, error) {
 	watch := inventorywatch.Start(client, index, inventorywatch.Hooks{
 		Invalid: func(string, error) { invalidInventories.Inc() },
 		Applied: func() { inventoryNodes.Set(float64(index.Nodes())) },
-	}, wait.NeverStop)
+	}, ctx.Done())
+	go func() {
+		<-ctx.Done()
+		sharedMu.Lock()
+		defer sharedMu.Unlock()
+		delete(shared, key)
+	}()
 	timeout := time.Duration(*args.InventorySyncTimeoutSeconds) * time.Second
 	if watch.WaitForSync(timeout) {
 		klog.Infof("%s: %d nodes' NodeLayerInventory indexed", Name, index.Nodes())

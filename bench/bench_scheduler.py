@@ -63,18 +63,27 @@ from rich.console import Console
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import provenance
 import scheduler_report as report
 from corpus import Workload, workload
 
 from layersched import _generated as generated
-from layersched import deploy
 from layersched.builds import FALLBACK_GO, kubernetes_build
 from layersched.core.errors import KubeError, LayerschedError, TestbedError
 from layersched.core.nodelayers import HeldImage, build_document
-from layersched.deploy import DEFAULT_SCHEDULER, KUBE_SCHEDULER_CONFIG_V1BETA1
+from layersched.deploy import (
+    DEFAULT_SCHEDULER,
+    ExtenderSpec,
+    PluginArgs,
+    batchable,
+    default_scheduler_config,
+    extender_scheduler_config,
+    for_process,
+    plugin_scheduler_config,
+    scheduler_api_version_for,
+)
 from layersched.kube import NODE_LAYERS_PATH, KubeClient, extender_rules, load_kubeconfig
-from layersched.testbed.local import down, require_root
-from layersched.testbed.local._ansible import PLAYBOOKS_DIR, run_playbook
+from layersched.testbed.local import PLAYBOOKS_DIR, down, require_root, run_playbook
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "scheduler.json"
@@ -97,11 +106,21 @@ NODE_CPU, NODE_MEMORY, NODE_PODS = "64", "256Gi", "1000"
 #: Small requests, so that NodeResourcesFit/BalancedAllocation do their usual work.
 POD_CPU, POD_MEMORY = "10m", "16Mi"
 NAMESPACE = "bench"
-#: kube-scheduler's client rate limit (1.20 defaults to 50 qps, which would cap binding
-#: at ~50 pods/s for every configuration alike); scheduler_perf raises it the same way.
+#: kube-scheduler's client rate limit (the default, 50 qps, would cap binding at ~50 pods/s
+#: for every configuration alike); scheduler_perf raises it the same way.
 SCHEDULER_CLIENT_QPS = 5000
 #: As the testbed deploys the extender (k8s_control_plane_extender_timeout).
-EXTENDER_HTTP_TIMEOUT = "5s"
+EXTENDER_HTTP_TIMEOUT_S = 5.0
+#: kube-scheduler (1.25+) serves health, metrics and pprof on its secure port only; the
+#: benchmark reads them anonymously, so these paths skip authorization (with no
+#: authentication kubeconfig, a request is anonymous and only such paths are allowed).
+SCHEDULER_OPEN_PATHS = "/healthz,/readyz,/livez,/metrics,/debug/pprof/*"
+#: TLS verification of the benchmark's reads of its own processes: kube-scheduler serves
+#: a certificate it signed itself at start-up (no CA to check it against), on the
+#: benchmark's own bridge; what is read is metrics and profiles, nothing is sent.
+SELF_SIGNED = False
+#: Rounds per configuration, alternating (every configuration once per round).
+DEFAULT_ROUNDS = 3
 PLUGIN_NAME = report.PLUGIN_NAME
 #: The configurations whose processes need the NodeLayerInventory objects.
 INVENTORY_CONFIGURATIONS = ("plugin", "extender-node-names")
@@ -518,7 +537,9 @@ def _process(
             f"{name} exited with {proc.returncode} ({_last_line(log)}); see {log}"
         )
         try:
-            assert httpx.get(ready, timeout=5.0).status_code == httpx.codes.OK
+            # kube-scheduler's certificate is its own self-signed one (SELF_SIGNED)
+            response = httpx.get(ready, timeout=5.0, verify=SELF_SIGNED)
+            assert response.status_code == httpx.codes.OK
         except httpx.HTTPError as err:
             raise AssertionError(f"{name} not ready at {ready}: {err}") from err
 
@@ -574,19 +595,18 @@ def plugin_profile(plane: ControlPlane, plugin_name: str = PLUGIN_NAME) -> dict[
             "schedulerName": DEFAULT_SCHEDULER,
             "plugins": {"score": {"enabled": [{"name": plugin_name, "weight": 1}]}},
         }
-    generate = getattr(deploy, "plugin_scheduler_config", None)
-    plugin_args = getattr(deploy, "PluginArgs", None)
-    if generate is None or plugin_args is None:
-        raise PluginUnavailable(
-            "layersched.deploy has no plugin_scheduler_config/PluginArgs: the generator of "
-            f"the {PLUGIN_NAME} scheduler's configuration comes with issue 24's Go plugin"
-        )
-    args = plugin_args(
+    args = PluginArgs(
         kubeconfig=str(plane.scheduler_kubeconfig),
         inventory_max_age_s=PLUGIN_INVENTORY_MAX_AGE_S,
         inventory_sync_timeout_s=PLUGIN_INVENTORY_SYNC_TIMEOUT_S,
     )
-    config = generate(args, scheduler_name=DEFAULT_SCHEDULER)
+    version = kubernetes_build().version
+    config = plugin_scheduler_config(
+        args,
+        scheduler_name=DEFAULT_SCHEDULER,
+        api_version=scheduler_api_version_for(version),
+        kubernetes_version=version,
+    )
     profile: dict[str, Any] = config["profiles"][0]
     return profile
 
@@ -594,34 +614,49 @@ def plugin_profile(plane: ControlPlane, plugin_name: str = PLUGIN_NAME) -> dict[
 def scheduler_config(
     plane: ControlPlane, config: str, plugin_name: str = PLUGIN_NAME
 ) -> dict[str, Any]:
-    """The KubeSchedulerConfiguration (v1beta1, as 1.20 reads) of one configuration."""
-    doc: dict[str, Any] = {
-        "apiVersion": KUBE_SCHEDULER_CONFIG_V1BETA1,
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {
-            "kubeconfig": str(plane.scheduler_kubeconfig),
-            "qps": SCHEDULER_CLIENT_QPS,
-            "burst": SCHEDULER_CLIENT_QPS,
-        },
-        "leaderElection": {"leaderElect": False},
-        "healthzBindAddress": f"{plane.address}:{SCHEDULER_METRICS_PORT}",
-        "metricsBindAddress": f"{plane.address}:{SCHEDULER_METRICS_PORT}",
-        "profiles": [{"schedulerName": DEFAULT_SCHEDULER}],
-    }
+    """The KubeSchedulerConfiguration of one configuration, from layersched's generator
+    (``layersched.deploy``): upstream's default profile, the plugin's profile or the
+    extender's, under the default scheduler's name, for a process (its kubeconfig and
+    client rate). Every row's profile has PodTopologySpread's system default constraints
+    off (``deploy.batchable``, upstream's batching configuration): with them, 1.35+ signs
+    no pod and opportunistic batching (KEP-5598) never runs, in any row."""
+    version = kubernetes_build().version
+    api_version = scheduler_api_version_for(version)
     if config == "plugin":
-        doc["profiles"] = [plugin_profile(plane, plugin_name)]
-    if config in EXTENDER_NODE_CACHE_CAPABLE:
-        doc["extenders"] = [
-            {
-                "urlPrefix": f"http://{plane.address}:{EXTENDER_PORT}",
-                "prioritizeVerb": "prioritize",
-                "weight": 1,
-                "nodeCacheCapable": EXTENDER_NODE_CACHE_CAPABLE[config],
-                "httpTimeout": EXTENDER_HTTP_TIMEOUT,
-                "ignorable": True,
-            }
-        ]
-    return doc
+        doc = {
+            "apiVersion": api_version,
+            "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False},
+            "profiles": [plugin_profile(plane, plugin_name)],
+        }
+    elif config in EXTENDER_NODE_CACHE_CAPABLE:
+        extender = ExtenderSpec(
+            f"http://{plane.address}:{EXTENDER_PORT}",
+            http_timeout_s=EXTENDER_HTTP_TIMEOUT_S,
+            node_cache_capable=EXTENDER_NODE_CACHE_CAPABLE[config],
+        )
+        doc = extender_scheduler_config(extender, DEFAULT_SCHEDULER, api_version)
+    else:
+        doc = default_scheduler_config(DEFAULT_SCHEDULER, api_version)
+    return for_process(
+        batchable(doc), str(plane.scheduler_kubeconfig), client_qps=SCHEDULER_CLIENT_QPS
+    )
+
+
+def scheduler_argv(
+    binary: Path, config_path: Path, plane: ControlPlane, cert_dir: Path
+) -> list[str]:
+    """kube-scheduler serving health, metrics and pprof on the benchmark's port (HTTPS,
+    its own self-signed certificate in ``cert_dir``; the open paths need no credentials)."""
+    return [
+        str(binary),
+        f"--config={config_path}",
+        f"--bind-address={plane.address}",
+        f"--secure-port={SCHEDULER_METRICS_PORT}",
+        f"--cert-dir={cert_dir}",
+        f"--authorization-always-allow-paths={SCHEDULER_OPEN_PATHS}",
+        "--v=1",
+    ]
 
 
 def extender_argv(plane: ControlPlane, config: str, layers_path: Path) -> list[str]:
@@ -664,7 +699,7 @@ def plugin_absent(binary: Path, plugin_name: str = PLUGIN_NAME, what: str = "") 
 
 
 def scrape(url: str) -> str:
-    response = httpx.get(url, timeout=HTTP_TIMEOUT_S)
+    response = httpx.get(url, timeout=HTTP_TIMEOUT_S, verify=SELF_SIGNED)
     _check(response, f"scraping {url}")
     return response.text
 
@@ -874,7 +909,10 @@ class GoProfile:
     def _fetch(self) -> None:
         try:
             response = httpx.get(
-                self.url, params={"seconds": self.seconds}, timeout=self.seconds + HTTP_TIMEOUT_S
+                self.url,
+                params={"seconds": self.seconds},
+                timeout=self.seconds + HTTP_TIMEOUT_S,
+                verify=SELF_SIGNED,
             )
             response.raise_for_status()
             self.output.write_bytes(response.content)
@@ -932,9 +970,21 @@ class Scrapes:
     extender: dict[str, str] = field(default_factory=dict)
 
 
-def measure(
-    ctx: Context, n: int, config: str, seed: int, profile: bool = False, profile_s: int = 0
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Run:
+    """One configuration's run: at ``n`` nodes, with the pods of ``seed``, in round
+    ``round_``; with ``profile``, the profiled drain (kube-scheduler's profile lasting
+    ``profile_s`` seconds)."""
+
+    n: int
+    config: str
+    seed: int
+    round_: int = 0
+    profile: bool = False
+    profile_s: int = 0
+
+
+def measure(ctx: Context, run: Run) -> dict[str, Any]:
     """Start the configuration's extender, queue the drain's pods, start kube-scheduler,
     drain, then run the steady phase on the same scheduler; stop them.
 
@@ -942,13 +992,15 @@ def measure(
     profiles itself for ``profile_s`` seconds from its start, and the steady phase is
     skipped: the result is the profiles and the (perturbed) drain."""
     plane = ctx.plane
-    tag = f"{config}-{n}" + ("-profiled" if profile else "")
+    n, config, seed, profile, profile_s = run.n, run.config, run.seed, run.profile, run.profile_s
+    tag = f"{config}-{n}-r{run.round_}" + ("-profiled" if profile else "")
     config_path = ctx.log_dir / f"scheduler-{tag}.yaml"
     config_path.write_text(
         yaml.safe_dump(scheduler_config(plane, config, ctx.plugin_name), sort_keys=False)
     )
     binary = ctx.plugin_binary if config == "plugin" else plane.bin_dir / "kube-scheduler"
-    metrics_url = f"http://{plane.address}:{SCHEDULER_METRICS_PORT}/metrics"
+    scheduler_url = f"https://{plane.address}:{SCHEDULER_METRICS_PORT}"
+    metrics_url = f"{scheduler_url}/metrics"
     extender_url = f"http://{plane.address}:{EXTENDER_PORT}"
     has_extender = config in EXTENDER_NODE_CACHE_CAPABLE
     scrapes = Scrapes()
@@ -998,9 +1050,9 @@ def measure(
         started_at_s = time.time()
         pids["kube-scheduler"] = stack.enter_context(
             _process(
-                [str(binary), f"--config={config_path}", "--secure-port=0", "--v=1"],
+                scheduler_argv(binary, config_path, plane, ctx.log_dir / "scheduler-certs"),
                 ctx.log_dir / f"kube-scheduler-{tag}.log",
-                f"http://{plane.address}:{SCHEDULER_METRICS_PORT}/healthz",
+                f"{scheduler_url}/healthz",
                 "kube-scheduler",
             )
         )
@@ -1011,7 +1063,7 @@ def measure(
             # from the first binding: its start-up (listing 5,000 nodes) is not the drain
             wait_bound(watch, names, ctx.phase_timeout_s, at_least=1)
             go_profile = GoProfile(
-                f"http://{plane.address}:{SCHEDULER_METRICS_PORT}/debug/pprof/profile",
+                f"{scheduler_url}/debug/pprof/profile",
                 profile_s,
                 ctx.log_dir / f"kube-scheduler-{tag}.pprof",
             )
@@ -1234,6 +1286,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--steady-pods", type=int, default=500, help="pods at --steady-rate")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        help="alternating rounds (every configuration once per round); a verdict needs "
+        f"{report.MIN_ROUNDS} (default: %(default)s)",
+    )
+    parser.add_argument(
         "--steady-rate", type=float, default=20.0, help="pods/s of the steady phase (latency)"
     )
     parser.add_argument(
@@ -1308,10 +1367,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--configurations/--profile: unknown {', '.join(unknown)} (--profile takes "
             f"extender configurations: {', '.join(EXTENDER_NODE_CACHE_CAPABLE)})"
         )
-    if args.drain_pods < MIN_DRAIN_PODS or args.steady_pods < 1:
+    if args.drain_pods < MIN_DRAIN_PODS or args.steady_pods < 1 or args.rounds < 1:
         parser.error(
             f"--drain-pods needs at least {MIN_DRAIN_PODS} pods (a rate spans two bindings) "
-            "and --steady-pods at least 1"
+            "and --steady-pods and --rounds at least 1"
         )
     try:
         require_root()
@@ -1363,15 +1422,13 @@ def run(
     layers_path = args.log_dir / "layers.json"
     layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
     profiled = [c for c in _csv(args.profile) if c in configs]
+    record = provenance.start(kubernetes_build().version)
     results: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_average_1m_at_start": round(os.getloadavg()[0], 2),
-        },
+        "provenance": record,
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "settings": {
             "kubernetes_version": kubernetes_build().version,
+            "rounds": args.rounds,
             "images": len(load.corpus.images),
             "images_per_node": IMAGES_PER_NODE,
             "drain_pods": args.drain_pods,
@@ -1379,7 +1436,7 @@ def run(
             "steady_rate_pods_per_s": args.steady_rate,
             "warmup_pods": WARMUP_PODS,
             "scheduler_client_qps": SCHEDULER_CLIENT_QPS,
-            "extender_http_timeout": EXTENDER_HTTP_TIMEOUT,
+            "extender_http_timeout_s": EXTENDER_HTTP_TIMEOUT_S,
             "pod_requests": {"cpu": POD_CPU, "memory": POD_MEMORY},
             "phase_timeout_s": args.phase_timeout_s,
             "profile_rate_hz": PROFILE_RATE_HZ,
@@ -1441,30 +1498,42 @@ def run(
                     console, progress, plugin_binary, args.plugin_name,
                 )  # fmt: skip
                 seed = 10 * (i + 1)  # the same pods for every configuration at one N
-                rows: dict[str, Any] = {}
-                for config in configs:
-                    if config == "plugin" and absent:
-                        console.log(f"[yellow]{n} nodes, plugin: not run: {absent}[/yellow]")
-                        rows[config] = {"skipped": absent}
-                        continue
-                    rows[config] = _row(ctx, n, config, seed)
-                    if not rows[config].get("skipped"):
-                        console.log(
-                            f"{n} nodes, {config}: drain {rows[config]['pods_per_s']} pods/s, "
-                            f"steady p50 {rows[config]['p50_ms']} ms, "
-                            f"p99 {rows[config]['p99_ms']} ms"
-                        )
+                measured: dict[str, list[dict[str, Any]]] = {config: [] for config in configs}
+                for r in range(args.rounds):
+                    # every configuration once per round, the order rotated each round
+                    shift = r % len(configs)
+                    for config in configs[shift:] + configs[:shift]:
+                        if config == "plugin" and absent:
+                            console.log(f"[yellow]{n} nodes, plugin: not run: {absent}[/yellow]")
+                            measured[config].append({"round": r, "skipped": absent})
+                            continue
+                        load_before = provenance.sample_load(record)
+                        row = _row(ctx, Run(n, config, seed, round_=r))
+                        row["round"] = r
+                        row["load_average_1m"] = [load_before, provenance.sample_load(record)]
+                        measured[config].append(row)
+                        if not row.get("skipped"):
+                            console.log(
+                                f"{n} nodes, round {r + 1}, {config}: drain {row['pods_per_s']} "
+                                f"pods/s, steady p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms"
+                            )
+                rows = {config: report.summarise_rounds(measured[config]) for config in configs}
                 results[str(n)] = rows
                 results["profiles"][str(n)] = {
-                    config: _row(ctx, n, config, seed, True, _profile_s(rows.get(config)))
+                    config: _row(
+                        ctx, Run(n, config, seed, profile=True, profile_s=_profile_s(rows[config]))
+                    )
                     for config in profiled
                 }
     finally:
         if not args.keep:
             _export_logs(args)
             down(args.state_dir, args.prefix, console=console)
-    results["targets"] = {str(n): report.target_verdicts(results[str(n)]) for n in node_counts}
-    results["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    results["provenance"] = provenance.finish(record)
+    busy = report.overloaded_by(results["provenance"])
+    results["targets"] = {
+        str(n): report.target_verdicts(results[str(n)], busy) for n in node_counts
+    }
     results["run_time_s"] = round(time.perf_counter() - started, 1)
     return results
 
@@ -1478,15 +1547,13 @@ def _profile_s(row: Mapping[str, Any] | None) -> int:
     return math.ceil(span_s) + PPROF_MIN_S
 
 
-def _row(
-    ctx: Context, n: int, config: str, seed: int, profile: bool = False, profile_s: int = 0
-) -> dict[str, Any]:
+def _row(ctx: Context, run: Run) -> dict[str, Any]:
     """One configuration measured (or profiled); a failure leaves the others' rows standing."""
     try:
-        return measure(ctx, n, config, seed, profile=profile, profile_s=profile_s)
+        return measure(ctx, run)
     except (LayerschedError, httpx.HTTPError) as err:
-        what = "profile" if profile else "row"
-        ctx.console.log(f"[red]{n} nodes, {config} ({what}): {err}[/red]")
+        what = "profile" if run.profile else f"round {run.round_ + 1}"
+        ctx.console.log(f"[red]{run.n} nodes, {run.config} ({what}): {err}[/red]")
         delete_pods(ctx.api)
         delete_events(ctx.api)
         return {"skipped": str(err)}

@@ -274,19 +274,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 provenance.sample_load(record)
                 rounds.append(parse_items(doc))
+                # after every round: an interrupted run keeps the rounds it completed
+                results = {
+                    "provenance": provenance.finish(dict(record)),
+                    "rounds": len(rounds),
+                    "rounds_asked": args.rounds,
+                    "workloads_run": workloads,
+                    "profiles": profiles,
+                    "workloads": summarise(rounds, workloads, profiles),
+                    "run_time_s": round(time.monotonic() - started, 1),
+                }
+                args.output.parent.mkdir(parents=True, exist_ok=True)
+                args.output.write_text(json.dumps(results, indent=2) + "\n")
     except InputError as err:
         print(f"bench-perf: {err}", file=sys.stderr)
         return 1
-    results = {
-        "provenance": provenance.finish(record),
-        "rounds": args.rounds,
-        "workloads_run": workloads,
-        "profiles": profiles,
-        "workloads": summarise(rounds, workloads, profiles),
-        "run_time_s": round(time.monotonic() - started, 1),
-    }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(markdown(results))
     return 0
 

@@ -27,7 +27,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 
-from layersched.extender._metrics import LATENCY_BUCKETS_S
+from layersched.extender import LATENCY_BUCKETS_S
 
 #: The verb kube-scheduler is configured to call (``prioritizeVerb``).
 PRIORITIZE_PATH = "/prioritize"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import provenance
 from prometheus_client.parser import text_string_to_metric_families
 
 #: The README block this module writes (``<!-- scheduler:begin -->``), and the block of
@@ -57,6 +58,9 @@ class Target:
     #: Steady-phase p99 at most this multiple of the default's.
     p99_ratio_max: float
 
+
+#: Rounds a verdict or a cost needs (fewer: no spread to judge the effect against).
+MIN_ROUNDS = 3
 
 TARGETS = (
     # a native plugin runs in kube-scheduler's own Score workers: near the default
@@ -227,24 +231,180 @@ def per_pod_ms(pods_per_s: float | None) -> float | None:
     return MS_PER_S / pods_per_s if pods_per_s else None
 
 
-def hop_split_ms(rows: Mapping[str, Any]) -> dict[str, float] | None:
+def _round_values(row: Mapping[str, Any] | None, key: str) -> list[float | None]:
+    """A row's ``key`` (``pods_per_s``, ``p99_ms``) in each round, in round order."""
+    if not row or row.get("skipped"):
+        return []
+    rounds = row.get("rounds")
+    if rounds is None:  # a single measurement, before rounds
+        return [row.get(key)]
+    return [r.get(key) for r in rounds]
+
+
+def cost_ms(row: Mapping[str, Any] | None, base: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What ``row`` adds to each pod's drain cost over ``base`` (``1000 / rate``), round by
+    round (the rounds alternate, so round ``r`` of both ran side by side).
+
+    A cost is *resolved* when every one of at least :data:`MIN_ROUNDS` rounds shows it
+    (each round's difference is positive): then its median and range are given.
+    Otherwise the difference is within the rounds' noise and no number is given. A
+    negative cost is never reported: a configuration that does strictly more work
+    cannot be faster, so a negative difference is noise."""
+    diffs = []
+    for mine, theirs in zip(
+        _round_values(row, "pods_per_s"), _round_values(base, "pods_per_s"), strict=False
+    ):
+        a, b = per_pod_ms(mine), per_pod_ms(theirs)
+        if a is not None and b is not None:
+            diffs.append(a - b)
+    if len(diffs) < MIN_ROUNDS or min(diffs) <= 0:
+        return {"resolved": False, "rounds": len(diffs)}
+    return {
+        "resolved": True,
+        "rounds": len(diffs),
+        "median_ms": round(float(np.median(diffs)), 2),
+        "range_ms": [round(min(diffs), 2), round(max(diffs), 2)],
+    }
+
+
+def hop_split_ms(rows: Mapping[str, Any]) -> dict[str, Any] | None:
     """The extender's cost per pod, split by the no-op extender's drain rate.
 
-    ``hop_ms``: what the HTTP hop alone adds (kube-scheduler encoding the request, the
-    call, an answer of zeros); ``layersched_ms``: what layersched's answer adds on top
-    (its decoding, resolving and scoring). Both from ``1000 / rate`` differences, so
-    each can be negative within noise."""
-    rates = {c: (rows.get(c) or {}).get("pods_per_s") for c in CONFIGURATIONS}
-    base, noop, names = (
-        per_pod_ms(rates[c]) for c in ("default", "extender-noop", "extender-node-names")
-    )
+    ``hop``: what the HTTP hop alone adds over the default (kube-scheduler encoding the
+    request, the call, an answer of zeros); ``layersched``: what layersched's answer adds
+    on top (its decoding, resolving and scoring); each a :func:`cost_ms`.
+    ``default_ms``: the default's cost per pod at its median rate. None when a row is
+    missing."""
+    base, noop, names = (rows.get(c) for c in ("default", "extender-noop", "extender-node-names"))
     if base is None or noop is None or names is None:
         return None
+    if any(r.get("skipped") or not r.get("pods_per_s") for r in (base, noop, names)):
+        return None
     return {
-        "default_ms": round(base, 2),
-        "hop_ms": round(noop - base, 2),
-        "layersched_ms": round(names - noop, 2),
+        "default_ms": round(MS_PER_S / base["pods_per_s"], 2),
+        "hop": cost_ms(noop, base),
+        "layersched": cost_ms(names, noop),
     }
+
+
+def summarise_rounds(measured: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One configuration's rounds as one row: the median of the drain rate and of the
+    steady p50 and p99, their ranges, and every round's figures; the other details
+    (resources, metrics, decisions) are the median round's (by drain rate). A round that
+    failed is listed with its reason; a configuration none of whose rounds ran is
+    skipped with the first reason."""
+    ran = [r for r in measured if not r.get("skipped")]
+    if not ran:
+        return {"skipped": measured[0]["skipped"] if measured else "no round ran"}
+    rates = [r["pods_per_s"] for r in ran if r.get("pods_per_s") is not None]
+    ordered = sorted(ran, key=lambda r: r.get("pods_per_s") or 0.0)
+    summary = dict(ordered[len(ordered) // 2])
+
+    def median(key: str) -> float | None:
+        values = [r[key] for r in ran if r.get(key) is not None]
+        return round(float(np.median(values)), 1) if values else None
+
+    def spread(key: str) -> list[float] | None:
+        values = [r[key] for r in ran if r.get(key) is not None]
+        return [min(values), max(values)] if values else None
+
+    summary |= {
+        "pods_per_s": median("pods_per_s") if rates else None,
+        "p50_ms": median("p50_ms"),
+        "p99_ms": median("p99_ms"),
+        "pods_per_s_range": spread("pods_per_s"),
+        "p99_ms_range": spread("p99_ms"),
+        "rounds": [
+            {
+                key: r.get(key)
+                for key in ("round", "pods_per_s", "p50_ms", "p99_ms", "load_average_1m", "skipped")
+                if key in r
+            }
+            for r in measured
+        ],
+    }
+    return summary
+
+
+def _ratios(row: Mapping[str, Any], base: Mapping[str, Any], key: str) -> list[float]:
+    """``row``'s ``key`` over the default's, round by round (rounds both ran)."""
+    return [
+        mine / theirs
+        for mine, theirs in zip(_round_values(row, key), _round_values(base, key), strict=False)
+        if mine is not None and theirs
+    ]
+
+
+def target_verdicts(
+    rows: Mapping[str, Any], overloaded_by: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Whether each configuration with a target met it at one N, from its per-round ratios
+    to the default (rows that did not run, or a run without the default, give none).
+
+    ``met``: every round's ratio is on the target's side; ``missed``: every round's is
+    past it; ``inconclusive`` otherwise (the spread straddles the target: the effect is
+    within the noise), with fewer than :data:`MIN_ROUNDS` rounds, or when
+    ``overloaded_by`` says why the machine was too busy for any verdict."""
+    base = rows.get("default")
+    verdicts: dict[str, dict[str, Any]] = {}
+    if not base or base.get("skipped"):
+        return verdicts
+    for target in TARGETS:
+        row = rows.get(target.config)
+        if not row or row.get("skipped") or row.get("plugin_name", PLUGIN_NAME) != PLUGIN_NAME:
+            continue  # not run, or a stand-in plugin checking the row's machinery
+        throughput, p99 = _ratios(row, base, "pods_per_s"), _ratios(row, base, "p99_ms")
+        entry: dict[str, Any] = {
+            "throughput_ratio_min": target.throughput_ratio_min,
+            "p99_ratio_max": target.p99_ratio_max,
+            "rounds": min(len(throughput), len(p99)),
+        }
+        for name, values in (("throughput_ratio", throughput), ("p99_ratio", p99)):
+            if values:
+                entry[name] = round(float(np.median(values)), 2)
+                entry[f"{name}_range"] = [round(min(values), 2), round(max(values), 2)]
+        why = []
+        if overloaded_by:
+            why.append(overloaded_by)
+        if entry["rounds"] < MIN_ROUNDS:
+            why.append(f"{entry['rounds']} round(s) of both, fewer than {MIN_ROUNDS}")
+        if not why:
+            met_rate = min(throughput) >= target.throughput_ratio_min
+            missed_rate = max(throughput) < target.throughput_ratio_min
+            met_p99 = max(p99) <= target.p99_ratio_max
+            missed_p99 = min(p99) > target.p99_ratio_max
+            if missed_rate or missed_p99:
+                entry["verdict"] = "missed"
+            elif met_rate and met_p99:
+                entry["verdict"] = "met"
+            else:
+                why.append("the rounds' spread straddles a target: the effect is within the noise")
+        if why:
+            entry["verdict"] = "inconclusive"
+            entry["why"] = "; ".join(why)
+        verdicts[target.config] = entry
+    return verdicts
+
+
+def verdict_text(config: str, verdict: Mapping[str, Any]) -> str:
+    """One line of the README: the ratios with their spread, then the verdict (none but
+    *inconclusive* when there is no verdict to give)."""
+
+    def ratio_text(name: str) -> str:
+        if name not in verdict:
+            return "-"
+        low, high = verdict[f"{name}_range"]
+        spread = f" (rounds {low:g}-{high:g}x)" if low != high else ""
+        return f"{verdict[name]:g}x{spread}"
+
+    text = (
+        f"drain throughput {ratio_text('throughput_ratio')} of the default (target >= "
+        f"{verdict['throughput_ratio_min']:g}x), steady p99 {ratio_text('p99_ratio')} "
+        f"(target <= {verdict['p99_ratio_max']:g}x), {verdict['rounds']} rounds: "
+    )
+    if verdict["verdict"] == "inconclusive":
+        return text + f"**inconclusive** ({verdict['why']}); no verdict."
+    return text + f"**{verdict['verdict']}**."
 
 
 # ---------------------------------------------------------------- profiles
@@ -460,27 +620,33 @@ def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
-def target_verdicts(rows: Mapping[str, Any]) -> dict[str, str]:
-    """Whether each configuration with a target met it at one N, in words (rows that did
-    not run, or a run without the default, give no verdict)."""
-    base = rows.get("default")
-    verdicts: dict[str, str] = {}
-    if not base or base.get("skipped"):
-        return verdicts
-    for target in TARGETS:
-        row = rows.get(target.config)
-        if not row or row.get("skipped") or row.get("plugin_name", PLUGIN_NAME) != PLUGIN_NAME:
-            continue  # not run, or a stand-in plugin checking the row's machinery
-        throughput = ratio(row["pods_per_s"], base["pods_per_s"])
-        p99 = ratio(row["p99_ms"], base["p99_ms"])
-        throughput_ok = throughput is not None and throughput >= target.throughput_ratio_min
-        p99_ok = p99 is not None and p99 <= target.p99_ratio_max
-        verdicts[target.config] = (
-            f"drain throughput {throughput}x default (target >= {target.throughput_ratio_min}x: "
-            f"{'met' if throughput_ok else 'MISSED'}), p99 {p99}x default "
-            f"(target <= {target.p99_ratio_max}x: {'met' if p99_ok else 'MISSED'})"
+def overloaded_by(record: Mapping[str, Any] | None) -> str | None:
+    """Why a run is inconclusive by its load (the load average over the cores at a sample),
+    or None."""
+    if not record or not provenance.overloaded(record):
+        return None
+    return (
+        f"the load average reached {record.get('load_average_1m_max')} on "
+        f"{record['machine']['cpus']} cores (other processes shared the machine)"
+    )
+
+
+def _range(values: Sequence[float] | None, digits: int = 1) -> str:
+    """`` (low-high)`` after a median, when there were rounds to span."""
+    if not values or values[0] == values[1]:
+        return ""
+    return f" ({values[0]:,.{digits}f}-{values[1]:,.{digits}f})"
+
+
+def _cost_text(cost: Mapping[str, Any]) -> str:
+    """A :func:`cost_ms` in words: never a negative number."""
+    if not cost["resolved"]:
+        return (
+            f"adds no cost the {cost['rounds']} round(s) resolve (some round shows none, or "
+            f"fewer than {MIN_ROUNDS} rounds: within the noise)"
         )
-    return verdicts
+    low, high = cost["range_ms"]
+    return f"adds {cost['median_ms']:g} ms (rounds {low:g}-{high:g} ms)"
 
 
 def _algorithm_mean_ms(row: Mapping[str, Any]) -> float | None:
@@ -499,10 +665,19 @@ def _answer_mean_ms(row: Mapping[str, Any]) -> float | None:
 def markdown(results: Mapping[str, Any]) -> str:
     """The README block: one row per N and configuration, generated from the results."""
     settings = results["settings"]
+    record = results.get("provenance")
     lines = []
     if settings.get("development"):
         note = settings["development"].rstrip(".")
         lines += [f"**Development run, not the final table:** {note}.", ""]
+    busy = overloaded_by(record)
+    if busy:
+        lines += [
+            f"**Inconclusive run:** {busy}. The figures are what was measured; no target "
+            "verdict is given.",
+            "",
+        ]
+    rounds = settings.get("rounds", 1)
     lines += [
         f"Generated by `make bench-scheduler` from `bench/results/scheduler.json`: the real "
         f"kube-scheduler {settings['kubernetes_version']} with etcd and kube-apiserver and no "
@@ -511,10 +686,9 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"drained (pods/s between the first and the last binding, from kube-scheduler's "
         f"`Scheduled` events). Latency: {settings['steady_pods']:,} pods at "
         f"{settings['steady_rate_pods_per_s']:g} pods/s (creation to binding, seen by a "
-        f"watch). On a {results['machine']['cpus']}-core machine, load average "
-        f"{results['machine']['load_average_1m_at_start']:g} at the start and "
-        f"{results['machine']['load_average_1m_at_end']:g} at the end; run time "
-        f"{results['run_time_s'] / 60:.1f} min.",
+        f"watch). {rounds} alternating round(s) per configuration (every configuration once "
+        "per round, the order rotated each round): the medians, and the rounds' range in "
+        f"brackets. Run time {results['run_time_s'] / 60:.1f} min. " + provenance.describe(record),
         "",
         "| nodes | configuration | drain pods/s | vs default | p50 (steady) | p99 (steady) "
         "| p99 vs default | algorithm mean | extender answer | pull per pod "
@@ -544,9 +718,11 @@ def markdown(results: Mapping[str, Any]) -> str:
                     f"machinery; not {PLUGIN_NAME})"
                 )
             lines.append(
-                f"| {n:,} | {label} | {_fmt(row['pods_per_s'])} "
+                f"| {n:,} | {label} | {_fmt(row['pods_per_s'])}"
+                f"{_range(row.get('pods_per_s_range'))} "
                 f"| {_fmt(ratio(row['pods_per_s'], base.get('pods_per_s')), 'x', 2)} "
-                f"| {_fmt(row['p50_ms'], ' ms', 0)} | {_fmt(row['p99_ms'], ' ms', 0)} "
+                f"| {_fmt(row['p50_ms'], ' ms', 0)} | {_fmt(row['p99_ms'], ' ms', 0)}"
+                f"{_range(row.get('p99_ms_range'), digits=0)} "
                 f"| {_fmt(ratio(row['p99_ms'], base.get('p99_ms')), 'x', 2)} "
                 f"| {_fmt(_algorithm_mean_ms(row), ' ms')} "
                 f"| {_fmt(_answer_mean_ms(row), ' ms', 2)} "
@@ -568,18 +744,17 @@ def markdown(results: Mapping[str, Any]) -> str:
                     "found)."
                 )
     lines.append("")
-    targets = results.get("targets", {})
     for n in results["node_counts"]:
-        for config, verdict in targets.get(str(n), {}).items():
-            lines.append(f"- **{n:,} nodes, `{config}` targets:** {verdict}")
+        for config, verdict in target_verdicts(results[str(n)], busy).items():
+            lines.append(f"- **{n:,} nodes, `{config}` targets:** {verdict_text(config, verdict)}")
     for n in results["node_counts"]:
         split = hop_split_ms(results[str(n)])
         if split:
             lines.append(
                 f"- **{n:,} nodes, each pod's cost in the drain** (1,000 / pods/s): default "
-                f"{split['default_ms']:g} ms; the extender hop alone (no-op extender) adds "
-                f"{split['hop_ms']:g} ms; layersched's answer adds {split['layersched_ms']:g} "
-                "ms more."
+                f"{split['default_ms']:g} ms; the extender hop alone (no-op extender) "
+                f"{_cost_text(split['hop'])}; layersched's answer on top of the hop "
+                f"{_cost_text(split['layersched'])}."
             )
     lines.extend(notes)
     return "\n".join(lines)
@@ -729,10 +904,13 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     ax_latency.legend(fontsize=6, ncol=2)
     title = (
         f"kube-scheduler {results['settings']['kubernetes_version']} with and without "
-        f"layersched (no kubelets, {results['machine']['cpus']}-core machine)"
+        f"layersched (no kubelets, "
+        f"{(results.get('provenance') or {}).get('machine', {}).get('cpus', '?')}-core machine)"
     )
     if results["settings"].get("development"):
         title += " - DEVELOPMENT RUN"
+    if overloaded_by(results.get("provenance")):
+        title += " - INCONCLUSIVE (load over the cores)"
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

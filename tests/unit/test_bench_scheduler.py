@@ -5,7 +5,6 @@ generated from the committed bench/results/scheduler.json."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ import scheduler_report as report  # noqa: E402
 from corpus import workload  # noqa: E402
 
 from layersched import _generated as generated  # noqa: E402
+from layersched import deploy  # noqa: E402
 from layersched.core.nodelayers import parse_document  # noqa: E402
 
 # Buckets 0.1, 0.2, 0.4, +Inf with 10 observations: 4 under 0.1, 4 in (0.1, 0.2], 2 in
@@ -155,77 +155,82 @@ def test_scheduler_configuration_per_mode(tmp_path: Path) -> None:
     assert names["nodeCacheCapable"] is True
     # the no-op extender gets exactly the request layersched's NodeNames extender gets
     assert zeros == names
+    assert names["httpTimeout"] == "5s" and names["ignorable"] is True
     assert "--watch" in bench.extender_argv(plane, "extender-node-names", tmp_path / "l")
     assert "--watch" not in bench.extender_argv(plane, "extender-nodes", tmp_path / "l")
     assert str(bench.NOOP_EXTENDER) in bench.extender_argv(plane, "extender-noop", tmp_path / "l")
 
 
-def test_the_plugin_row_takes_the_deploy_generators_profile(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("config", report.CONFIGURATIONS)
+def test_every_row_is_the_generators_configuration_for_the_build(
+    tmp_path: Path, config: str
 ) -> None:
-    """The plugin row's profile comes from layersched.deploy's generator, with the
-    scheduler's kubeconfig for the plugin's informer and a staleness bound the run cannot
-    reach; the rest of the configuration is every row's."""
-    calls: list[tuple[Any, str]] = []
-
-    @dataclasses.dataclass
-    class Args:  # the generator's args type, as issue 24 defines it
-        kubeconfig: str | None = None
-        inventory_max_age_s: int = 1800
-        inventory_sync_timeout_s: int = 30
-
-    def generate(args: Args, scheduler_name: str) -> dict[str, Any]:
-        calls.append((args, scheduler_name))
-        return {"profiles": [{"schedulerName": scheduler_name, "plugins": {"score": "x"}}]}
-
-    monkeypatch.setattr(bench.deploy, "plugin_scheduler_config", generate, raising=False)
-    monkeypatch.setattr(bench.deploy, "PluginArgs", Args, raising=False)
+    """Each row's file is what layersched.deploy renders for a process of the build's
+    release (v1 for 1.37), with the client rate raised and batching possible in every row
+    alike; nothing of it is written by the benchmark itself."""
     plane = _plane(tmp_path)
-    doc = bench.scheduler_config(plane, "plugin")
-    [(args, name)] = calls
-    assert name == "default-scheduler"  # the benchmark's pods name no scheduler
-    assert args.kubeconfig == str(plane.scheduler_kubeconfig)
-    # a day: the inventories are created once, and a slow run lasts about an hour at most
-    assert args.inventory_max_age_s == bench.PLUGIN_INVENTORY_MAX_AGE_S == 86_400
-    # listing 5,000 inventories at start-up may take minutes on a loaded machine
-    assert args.inventory_sync_timeout_s == bench.PLUGIN_INVENTORY_SYNC_TIMEOUT_S == 600
-    assert doc["profiles"] == [{"schedulerName": "default-scheduler", "plugins": {"score": "x"}}]
-    assert "extenders" not in doc
-    default = bench.scheduler_config(plane, "default")
-    assert {k: v for k, v in doc.items() if k != "profiles"} == {
-        k: v for k, v in default.items() if k != "profiles"
+    doc = bench.scheduler_config(plane, config)
+    version = bench.kubernetes_build().version
+    assert doc["apiVersion"] == deploy.scheduler_api_version_for(version)
+    assert doc["clientConnection"] == {
+        "kubeconfig": str(plane.scheduler_kubeconfig),
+        "qps": bench.SCHEDULER_CLIENT_QPS,
+        "burst": bench.SCHEDULER_CLIENT_QPS,
     }
+    [profile] = doc["profiles"]
+    assert profile["schedulerName"] == "default-scheduler"  # the pods name no scheduler
+    # PodTopologySpread's system defaults off in every row: pods can be signed, batched
+    assert {
+        "name": "PodTopologySpread",
+        "args": {"defaultingType": "List", "defaultConstraints": []},
+    } in profile["pluginConfig"]
+    if config == "default":
+        assert deploy.batchable(deploy.default_scheduler_config())["profiles"] == doc["profiles"]
 
 
-def test_the_plugin_row_with_this_checkouts_generator(tmp_path: Path) -> None:
-    """Before issue 24's Go plugin lands, layersched.deploy has no generator for it: the
-    row says so (and is not run). Once it has landed, its real profile enables
-    LayerLocality at preScore and score, with the benchmark's args."""
+def test_the_plugin_row_is_the_generators_plugin_profile(tmp_path: Path) -> None:
+    """The plugin row's profile is layersched.deploy's plugin_scheduler_config (the install's
+    plugin mode), with the scheduler's kubeconfig for the plugin's informer and a staleness
+    bound the run cannot reach: LayerLocality at preScore and score beside the defaults."""
     plane = _plane(tmp_path)
-    if not hasattr(bench.deploy, "plugin_scheduler_config"):
-        with pytest.raises(bench.PluginUnavailable, match="no plugin_scheduler_config"):
-            bench.scheduler_config(plane, "plugin")
-        return
+    version = bench.kubernetes_build().version
+    expected = deploy.plugin_scheduler_config(
+        deploy.PluginArgs(
+            kubeconfig=str(plane.scheduler_kubeconfig),
+            inventory_max_age_s=bench.PLUGIN_INVENTORY_MAX_AGE_S,
+            inventory_sync_timeout_s=bench.PLUGIN_INVENTORY_SYNC_TIMEOUT_S,
+        ),
+        "default-scheduler",
+        api_version=deploy.scheduler_api_version_for(version),
+        kubernetes_version=version,
+    )
     [profile] = bench.scheduler_config(plane, "plugin")["profiles"]
-    assert profile["schedulerName"] == "default-scheduler"
+    assert profile == deploy.batchable(expected)["profiles"][0]
     enabled = {point: [p["name"] for p in v["enabled"]] for point, v in profile["plugins"].items()}
     assert enabled["preScore"] == ["LayerLocality"] and enabled["score"] == ["LayerLocality"]
-    [plugin_config] = profile["pluginConfig"]
+    [plugin_config] = [c for c in profile["pluginConfig"] if c["name"] == "LayerLocality"]
     assert plugin_config["args"]["kubeConfigPath"] == str(plane.scheduler_kubeconfig)
-    assert plugin_config["args"]["inventoryMaxAgeSeconds"] == bench.PLUGIN_INVENTORY_MAX_AGE_S
-    assert (
-        plugin_config["args"]["inventorySyncTimeoutSeconds"]
-        == bench.PLUGIN_INVENTORY_SYNC_TIMEOUT_S
-    )
+    # a day: the inventories are created once, and a slow run lasts hours at most
+    assert plugin_config["args"]["inventoryMaxAgeSeconds"] == 86_400
+    # listing 5,000 inventories at start-up may take minutes on a loaded machine
+    assert plugin_config["args"]["inventorySyncTimeoutSeconds"] == 600
+
+
+def test_kube_scheduler_serves_the_benchmarks_reads_on_its_secure_port(tmp_path: Path) -> None:
+    # 1.25+ has no insecure port: metrics and pprof on the secure port, open to the bench
+    argv = bench.scheduler_argv(Path("/k"), tmp_path / "c.yaml", _plane(tmp_path), tmp_path)
+    assert f"--secure-port={bench.SCHEDULER_METRICS_PORT}" in argv
+    [paths] = [a for a in argv if a.startswith("--authorization-always-allow-paths=")]
+    assert {"/healthz", "/metrics", "/debug/pprof/*"} <= set(paths.split("=", 1)[1].split(","))
 
 
 def test_a_stand_in_plugin_is_enabled_at_score_beside_the_defaults(tmp_path: Path) -> None:
     [profile] = bench.scheduler_config(_plane(tmp_path), "plugin", "NodeResourcesMostAllocated")[
         "profiles"
     ]
-    assert profile == {
-        "schedulerName": "default-scheduler",
-        "plugins": {"score": {"enabled": [{"name": "NodeResourcesMostAllocated", "weight": 1}]}},
+    assert profile["schedulerName"] == "default-scheduler"
+    assert profile["plugins"] == {
+        "score": {"enabled": [{"name": "NodeResourcesMostAllocated", "weight": 1}]}
     }
 
 
@@ -376,53 +381,95 @@ def test_drain_result_counts_only_bound_pods() -> None:
     assert result["pods_per_s"] == pytest.approx(2.0)
 
 
+def _rounds(rates: list[float], p99s: list[float] | None = None) -> dict[str, Any]:
+    """A configuration's row from its rounds (as the benchmark summarises them)."""
+    p99s = p99s or [100.0] * len(rates)
+    return report.summarise_rounds(
+        [
+            {"round": r, "pods_per_s": rate, "p50_ms": p99 / 2, "p99_ms": p99}
+            for r, (rate, p99) in enumerate(zip(rates, p99s, strict=True))
+        ]
+    )
+
+
+def test_rounds_are_summarised_by_their_median_and_range() -> None:
+    row = _rounds([90.0, 110.0, 100.0], [30.0, 10.0, 20.0])
+    assert row["pods_per_s"] == 100.0 and row["pods_per_s_range"] == [90.0, 110.0]
+    assert row["p99_ms"] == 20.0 and row["p99_ms_range"] == [10.0, 30.0]
+    assert [r["pods_per_s"] for r in row["rounds"]] == [90.0, 110.0, 100.0]
+    # a round that failed is listed; a configuration whose every round failed is skipped
+    failed = report.summarise_rounds([{"round": 0, "skipped": "boom"}])
+    assert failed == {"skipped": "boom"}
+
+
 @pytest.mark.parametrize(
-    ("rates", "expected"),
+    ("rates", "hop", "ours"),
     [
-        # 1000/100 = 10 ms; 1000/80 = 12.5 ms; 1000/50 = 20 ms: hop 2.5 ms, ours 7.5 ms
-        ((100.0, 80.0, 50.0), {"default_ms": 10.0, "hop_ms": 2.5, "layersched_ms": 7.5}),
-        # noise can make our answer look free: 1000/250 - 1000/200 = -1 ms
-        ((400.0, 200.0, 250.0), {"default_ms": 2.5, "hop_ms": 2.5, "layersched_ms": -1.0}),
-        # the no-op row did not run: no split
-        ((100.0, None, 50.0), None),
+        # per round: 1000/100 = 10 ms; 1000/80 = 12.5 ms; 1000/50 = 20 ms: hop 2.5, ours 7.5
+        (([100.0] * 3, [80.0] * 3, [50.0] * 3), 2.5, 7.5),
+        # one round shows our answer faster than the zeros (1000/250 < 1000/200): noise, so
+        # no cost is given for it, and never a negative one
+        (([400.0] * 3, [200.0] * 3, [190.0, 250.0, 190.0]), 2.5, None),
+        # two rounds only: no spread to judge an effect against
+        (([100.0] * 2, [80.0] * 2, [50.0] * 2), None, None),
     ],
-    ids=["split", "negative-within-noise", "no-noop"],
+    ids=["split", "negative-round-is-noise", "too-few-rounds"],
 )
 def test_hop_split_per_pod(
-    rates: tuple[float | None, ...], expected: dict[str, float] | None
+    rates: tuple[list[float], ...], hop: float | None, ours: float | None
 ) -> None:
     configs = ("default", "extender-noop", "extender-node-names")
-    rows = {c: {"pods_per_s": r} for c, r in zip(configs, rates, strict=True) if r is not None}
-    assert report.hop_split_ms(rows) == expected
+    rows = {c: _rounds(r) for c, r in zip(configs, rates, strict=True)}
+    split = report.hop_split_ms(rows)
+    assert split is not None
+    assert split["hop"].get("median_ms") == hop and split["hop"]["resolved"] is (hop is not None)
+    assert split["layersched"].get("median_ms") == ours
+    assert split["layersched"]["resolved"] is (ours is not None)
+    del rows["extender-noop"]
+    assert report.hop_split_ms(rows) is None  # the no-op row did not run: no split
 
 
 # ------------------------------------------------------------------ targets
 
 
 @pytest.mark.parametrize(
-    ("config", "row", "verdict"),
+    ("config", "rates", "p99s", "verdict"),
     [
-        # plugin: 96 / 100 = 0.96x >= 0.95; 120 / 100 = 1.2x <= 1.2
-        ("plugin", {"pods_per_s": 96.0, "p99_ms": 120.0}, ("met", "met")),
-        # plugin: 94 / 100 = 0.94x < 0.95; 121 / 100 = 1.21x > 1.2
-        ("plugin", {"pods_per_s": 94.0, "p99_ms": 121.0}, ("MISSED", "MISSED")),
-        # NodeNames: 80 / 100 = 0.8x >= 0.8; 200 / 100 = 2.0x <= 2.0
-        ("extender-node-names", {"pods_per_s": 80.0, "p99_ms": 200.0}, ("met", "met")),
-        # NodeNames: 0.61x < 0.8; 250 / 100 = 2.5x > 2.0
-        ("extender-node-names", {"pods_per_s": 61.0, "p99_ms": 250.0}, ("MISSED", "MISSED")),
+        # plugin: every round >= 0.95x (0.96, 0.97, 0.98) and p99 <= 1.2x: met
+        ("plugin", [96.0, 97.0, 98.0], [110.0, 120.0, 100.0], "met"),
+        # plugin: every round < 0.95x: missed, whatever the p99
+        ("plugin", [90.0, 91.0, 94.0], [100.0] * 3, "missed"),
+        # plugin: the rounds straddle 0.95x (0.93 .. 0.99): the effect is within the noise
+        ("plugin", [93.0, 97.0, 99.0], [100.0] * 3, "inconclusive"),
+        # NodeNames: 0.8x .. 0.85x and p99 2.0x at most: met
+        ("extender-node-names", [80.0, 85.0, 82.0], [200.0, 150.0, 190.0], "met"),
+        # NodeNames: p99 2.5x in every round: missed
+        ("extender-node-names", [90.0] * 3, [250.0] * 3, "missed"),
     ],
-    ids=["plugin-met", "plugin-missed", "names-met", "names-missed"],
+    ids=["plugin-met", "plugin-missed", "plugin-straddles", "names-met", "names-p99-missed"],
 )
-def test_target_verdicts(config: str, row: dict[str, float], verdict: tuple[str, str]) -> None:
-    target = next(t for t in report.TARGETS if t.config == config)
-    rows = {"default": {"pods_per_s": 100.0, "p99_ms": 100.0}, config: row}
-    text = report.target_verdicts(rows)[config]
-    assert f">= {target.throughput_ratio_min}x: {verdict[0]}" in text
-    assert f"<= {target.p99_ratio_max}x: {verdict[1]}" in text
+def test_target_verdicts(config: str, rates: list[float], p99s: list[float], verdict: str) -> None:
+    rows = {"default": _rounds([100.0] * 3, [100.0] * 3), config: _rounds(rates, p99s)}
+    got = report.target_verdicts(rows)[config]
+    assert got["verdict"] == verdict
+    text = report.verdict_text(config, got)
+    if verdict == "inconclusive":
+        assert "no verdict" in text and "met" not in text and "missed" not in text
+    else:
+        assert text.endswith(f"**{verdict}**.")
+
+
+def test_an_overloaded_machine_or_too_few_rounds_gives_no_verdict() -> None:
+    rows = {"default": _rounds([100.0] * 3), "plugin": _rounds([99.0] * 3)}
+    assert report.target_verdicts(rows)["plugin"]["verdict"] == "met"
+    busy = report.target_verdicts(rows, "the load average reached 9.1 on 2 cores")["plugin"]
+    assert busy["verdict"] == "inconclusive" and "9.1 on 2 cores" in busy["why"]
+    one = {"default": _rounds([100.0]), "plugin": _rounds([99.0])}
+    assert report.target_verdicts(one)["plugin"]["verdict"] == "inconclusive"
 
 
 def test_no_verdict_without_the_row_or_the_default() -> None:
-    base = {"pods_per_s": 100.0, "p99_ms": 100.0}
+    base = _rounds([100.0] * 3)
     # a skipped plugin row gives no verdict, the NodeNames row still does
     rows = {"default": base, "plugin": {"skipped": "no plugin"}, "extender-node-names": base}
     assert set(report.target_verdicts(rows)) == {"extender-node-names"}
@@ -546,24 +593,41 @@ def _row(rate: float, p99_ms: float, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _results() -> dict[str, Any]:
-    names = _row(
-        160.0,
+def _measured(rates: list[float], p99_ms: float, **extra: Any) -> dict[str, Any]:
+    """A configuration's summary over rounds of ``_row``s at ``rates`` (same p99)."""
+    return report.summarise_rounds(
+        [_row(rate, p99_ms, round=r, **extra) for r, rate in enumerate(rates)]
+    )
+
+
+def _results(load_max: float = 1.5) -> dict[str, Any]:
+    names = _measured(
+        [160.0, 150.0, 170.0],
         90.0,
         extender_metrics={"drain": {"requests": {"prioritize": {"mean_ms": 1.234}}}},
     )
     rows = {
-        "default": _row(200.0, 50.0),
+        "default": _measured([200.0, 190.0, 210.0], 50.0),
         "plugin": {"skipped": "no LayerLocality in this kube-scheduler"},
         "extender-node-names": names,
-        "extender-noop": _row(190.0, 60.0),
-        "extender-nodes": _row(20.0, 5000.0),
+        "extender-noop": _measured([190.0, 180.0, 215.0], 60.0),
+        "extender-nodes": _measured([20.0, 20.0, 20.0], 5000.0),
     }
     rows["extender-nodes"]["drain"] |= {"complete": False, "bound": 7, "binding_source": "watch"}
     return {
-        "machine": {"cpus": 2, "load_average_1m_at_start": 0.5, "load_average_1m_at_end": 1.5},
+        "provenance": {
+            "commit": "0123456789abcdef",
+            "dirty": False,
+            "date": "2026-11-27T09:00:00+00:00",
+            "machine": {"cpus": 2, "memory_gib": 23.0, "model": "Test CPU", "kernel": "6"},
+            "kubernetes_version": "v1.37.2",
+            "load_average_1m_at_start": 0.5,
+            "load_average_1m_max": load_max,
+            "load_average_1m_at_end": 1.0,
+        },
         "settings": {
-            "kubernetes_version": "v1.20.2",
+            "kubernetes_version": "v1.37.2",
+            "rounds": 3,
             "images_per_node": 50,
             "drain_pods": 10,
             "steady_pods": 10,
@@ -573,7 +637,6 @@ def _results() -> dict[str, Any]:
         },
         "node_counts": [500],
         "500": rows,
-        "targets": {"500": report.target_verdicts(rows)},
         "profiles": {},
         "run_time_s": 90.0,
     }
@@ -583,22 +646,44 @@ def test_markdown_rows_ratios_and_notes() -> None:
     text = report.markdown(_results())
     lines = text.splitlines()
     [names] = [line for line in lines if line.startswith("| 500 | + layersched extender, `No")]
-    # 160 / 200 = 0.80x; p99 90 / 50 = 1.80x; the extender's own mean 1.23 ms
-    assert "| 160.0 | 0.80x |" in names
+    # medians: 160 / 200 = 0.80x, the rounds' range beside; p99 90 / 50 = 1.80x
+    assert "| 160.0 (150.0-170.0) | 0.80x |" in names
     assert "| 1.80x | 4.2 ms | 1.23 ms | 22.5 MiB | 1.5 / - / 2.0 / - |" in names
     assert "not run: no LayerLocality in this kube-scheduler" in text
-    assert "`extender-node-names` targets:** drain throughput 0.8x default" in text
-    # 1000/200 = 5 ms; noop 1000/190 = 5.26 ms (+0.26); names 1000/160 = 6.25 ms (+0.99)
-    assert "default 5 ms; the extender hop alone (no-op extender) adds 0.26 ms" in text
-    assert "layersched's answer adds 0.99 ms more" in text
+    assert "commit `0123456789ab`" in text and "2 CPUs (Test CPU)" in text
+    # NodeNames: per round 0.8, 0.79, 0.81 of the default: straddles 0.8x, so no verdict
+    assert "`extender-node-names` targets:** drain throughput 0.8x (rounds 0.79-0.81x)" in text
+    assert "**inconclusive** (the rounds' spread straddles a target" in text
+    # per round: the no-op costs 1000/190 - 1000/200 = 0.26, 0.28, -0.12 ms: not resolved;
+    # ours 1000/160 - 1000/190 = 0.99 ms, 1.11 ms, 1.23 ms: resolved, median 1.11 ms
+    assert "the extender hop alone (no-op extender) adds no cost the 3 round(s) resolve" in text
+    assert "layersched's answer on top of the hop adds 1.11 ms (rounds 0.99-1.23 ms)" in text
     assert "drain: 7 of 10 pods bound" in text
     assert "the drain rate is the watch's" in text
-    assert "Development run" not in text
+    assert "Development run" not in text and "Inconclusive run" not in text
     results = _results()
     results["settings"]["development"] = "500 nodes only, load average 9"
     assert report.markdown(results).startswith(
         "**Development run, not the final table:** 500 nodes only, load average 9"
     )
+
+
+def test_an_overloaded_run_is_labelled_inconclusive_and_prints_no_verdict() -> None:
+    text = report.markdown(_results(load_max=4.5))
+    assert text.startswith("**Inconclusive run:** the load average reached 4.5 on 2 cores")
+    verdicts = [line for line in text.splitlines() if "targets:**" in line]
+    assert verdicts and all("no verdict" in line for line in verdicts)
+    assert "**met**" not in text and "**missed**" not in text
+
+
+def test_no_negative_cost_is_ever_printed() -> None:
+    # the no-op extender faster than the default in every round: a negative cost is noise
+    results = _results()
+    results["500"]["extender-noop"] = _measured([220.0, 230.0, 240.0], 60.0)
+    text = report.markdown(results)
+    [cost] = [line for line in text.splitlines() if "each pod's cost" in line]
+    assert "adds no cost the 3 round(s) resolve" in cost
+    assert " -" not in cost.replace(" - ", "")
 
 
 def test_a_stand_in_plugin_row_says_so_and_gets_no_verdict() -> None:

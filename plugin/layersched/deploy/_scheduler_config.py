@@ -221,6 +221,14 @@ def _base(
     }
 
 
+def default_scheduler_config(
+    scheduler_name: str = DEFAULT_SCHEDULER, api_version: str = KUBE_SCHEDULER_CONFIG_V1
+) -> dict[str, Any]:
+    """Upstream's default profile under ``scheduler_name``, nothing of layersched's: the
+    baseline a benchmark compares the other configurations with."""
+    return _base(api_version, scheduler_name, None)
+
+
 def extender_scheduler_config(
     extender: ExtenderSpec,
     scheduler_name: str = LAYER_LOCALITY_SCHEDULER,
@@ -415,13 +423,18 @@ _INSECURE_BIND_API_VERSIONS = (KUBE_SCHEDULER_CONFIG_V1BETA1, KUBE_SCHEDULER_CON
 
 
 def for_process(
-    config: dict[str, Any], kubeconfig: str, insecure_bind: str | None = None
+    config: dict[str, Any],
+    kubeconfig: str,
+    insecure_bind: str | None = None,
+    client_qps: int | None = None,
 ) -> dict[str, Any]:
     """``config`` for a scheduler process outside a pod (the local testbed's): its
     kubeconfig and, up to ``v1beta2``, its plain-HTTP health and metrics address
     (``HOST:PORT``: 1.20 always serves them once a config file is given, and its default
     ``0.0.0.0:10251`` would clash with the next scheduler's; port 0 is refused). From
-    ``v1beta3`` on, health and metrics are on the secure port only: no address."""
+    ``v1beta3`` on, health and metrics are on the secure port only: no address.
+    ``client_qps``: the API client's rate and burst, when the default (50 qps) would cap
+    binding (a benchmark's drain; upstream's scheduler_perf raises it the same way)."""
     insecure = config["apiVersion"] in _INSECURE_BIND_API_VERSIONS
     if insecure and insecure_bind is None:
         raise InputError(
@@ -436,7 +449,8 @@ def for_process(
     head = {
         "apiVersion": config["apiVersion"],
         "kind": config["kind"],
-        "clientConnection": {"kubeconfig": kubeconfig},
+        "clientConnection": {"kubeconfig": kubeconfig}
+        | ({"qps": client_qps, "burst": client_qps} if client_qps is not None else {}),
         "leaderElection": config["leaderElection"],
     }
     if insecure_bind is not None:
@@ -505,7 +519,7 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             spec.layer_locality_bind,
         ),
         LAYER_LOCALITY_PLUGIN_SCHEDULER: for_process(
-            _batchable(
+            batchable(
                 plugin_scheduler_config(
                     PluginArgs(kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum),
                     spec.plugin,
@@ -523,7 +537,7 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
 POD_TOPOLOGY_SPREAD_PLUGIN = "PodTopologySpread"
 
 
-def _batchable(config: dict[str, Any]) -> dict[str, Any]:
+def batchable(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` with PodTopologySpread's system default constraints off, from ``v1``
     (kube-scheduler 1.35+): with them, that plugin refuses to sign any pod without
     constraints of its own ("pods with default topology constraints are not signable"),

@@ -21,6 +21,7 @@ from layersched.extender._memory import (
     limit_malloc_arenas,
     recycled_before,
 )
+from layersched.extender._metrics import LATENCY_BUCKETS_S
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
 from layersched.extender._providers import InventoryProvider, StaticInventoryProvider
@@ -57,6 +58,7 @@ __all__ = [
     "DEFAULT_RECYCLE_EXCESS_BYTES",
     "DEFAULT_RESOLVE_TIMEOUT_S",
     "GLIBC",
+    "LATENCY_BUCKETS_S",
     "MAX_CONCURRENT_REQUESTS",
     "MAX_EXTENDER_PRIORITY",
     "MAX_REQUEST_BYTES",

@@ -14,10 +14,12 @@ from layersched.testbed.local._ansible import (
     DEFAULT_NODE_COUNT,
     DEFAULT_PREFIX,
     DEFAULT_RATE_BITS_PER_S,
+    PLAYBOOKS_DIR,
     PlaybookResult,
     TestbedSettings,
     down,
     require_root,
+    run_playbook,
     up,
 )
 from layersched.testbed.local._inventory import (
@@ -51,6 +53,7 @@ __all__ = [
     "DEFAULT_NODE_COUNT",
     "DEFAULT_PREFIX",
     "DEFAULT_RATE_BITS_PER_S",
+    "PLAYBOOKS_DIR",
     "DEFAULT_STATE_DIR",
     "STATE_DIR_ENV",
     "ClusterInfo",
@@ -75,6 +78,7 @@ __all__ = [
     "pid_alive",
     "probe",
     "require_root",
+    "run_playbook",
     "tbf_rate_bits_per_s",
     "up",
 ]

@@ -55,6 +55,19 @@ def pki(tmp_path: Path) -> Pki:
     return make_pki(tmp_path)
 
 
+#: How a server refusing a client certificate shows to httpx: with TLS 1.3 the client's
+#: handshake completes and the server hangs up before any HTTP answer
+#: (RemoteProtocolError, or ReadError when the alert arrives first); with TLS 1.2 the
+#: handshake itself fails (ConnectError caused by ssl.SSLError). A timeout or a refused
+#: TCP connection is none of these: it would mean nothing listened, not a refusal.
+TLS_REFUSALS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectError)
+
+
+def _assert_tls_refusal(err: BaseException) -> None:
+    if isinstance(err, httpx.ConnectError):
+        assert isinstance(err.__context__, ssl.SSLError), f"not a TLS refusal: {err!r}"
+
+
 def _client_context(pki: Pki, cert: Path | None, key: Path | None) -> ssl.SSLContext:
     """What kube-scheduler's tlsConfig {caFile, certFile, keyFile} builds."""
     context = ssl.create_default_context(cafile=str(pki.ca_cert))
@@ -77,7 +90,9 @@ def test_tls_serves_https_only(files: dict[str, Path], pki: Pki, tmp_path: Path)
         )
         assert (answer.status_code, answer.json()) == (200, SEED_SCORES)
         plain = url.replace("https://", "http://")
-        with pytest.raises(httpx.HTTPError):
+        # the TLS server hangs up on plain HTTP without an answer: not a timeout, not a
+        # refused connection (either would mean nothing listened there)
+        with pytest.raises(httpx.RemoteProtocolError, match="without sending a response"):
             httpx.post(f"{plain}/prioritize", json=NODE_NAMES_BODY, timeout=HTTP_TIMEOUT_S)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=STOP_TIMEOUT_S) == 0
@@ -101,13 +116,14 @@ def test_client_certificates_are_verified(files: dict[str, Path], pki: Pki, tmp_
         assert (answer.status_code, answer.json()) == (200, SEED_SCORES)
         for cert, key in ((None, None), (pki.other_client_cert, pki.other_client_key)):
             context = _client_context(pki, cert, key)
-            with pytest.raises((httpx.HTTPError, ssl.SSLError)):
+            with pytest.raises(TLS_REFUSALS) as refused:
                 httpx.post(
                     f"{url}/prioritize",
                     json=NODE_NAMES_BODY,
                     verify=context,
                     timeout=HTTP_TIMEOUT_S,
                 )
+            _assert_tls_refusal(refused.value)
 
 
 def _one_line_failure(argv: list[str]) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import provenance
 from bench_extender import (
     HELD_NODES,
     IMAGES,
@@ -74,7 +75,7 @@ def _order(rounds: int) -> list[str]:
 
 def _commit(tree: Path) -> str:
     done = subprocess.run(
-        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+        ["git", "-C", str(tree), "rev-parse", "HEAD"],
         capture_output=True,
         text=True,
         check=False,
@@ -102,7 +103,7 @@ def main() -> int:
     answers: dict[str, list[bytes]] = {NEW: [], OLD: []}
     rounds: list[dict[str, Any]] = []
     started = time.monotonic()
-    load_start = os.getloadavg()[0]
+    record = provenance.start(None)
     with (
         tempfile.TemporaryDirectory(prefix="layersched-against-") as tmp,
         Progress(console=console) as progress,
@@ -124,9 +125,14 @@ def main() -> int:
             rounds.append({"side": side} | _stats(got))
     same = answers[NEW] == answers[OLD]
     result: dict[str, Any] = {
+        "provenance": provenance.finish(record),
         "case": f"NodeNames × {HELD_NODES:,} nodes, {PODS} pods cycled (bench_extender)",
-        "old": {"tree": str(old_tree), "commit": _commit(old_tree)},
-        "new": {"commit": _commit(Path(__file__).resolve().parents[1])},
+        # what was compared: kept apart from the two sides' statistics ("new", "old"),
+        # which would otherwise overwrite it
+        "compared": {
+            NEW: {"commit": _commit(Path(__file__).resolve().parents[1])},
+            OLD: {"tree": str(old_tree), "commit": _commit(old_tree)},
+        },
         "order": "ABBA by round (new first in even rounds)",
         "rounds_per_side": args.rounds,
         "requests_per_round": args.requests,
@@ -134,7 +140,6 @@ def main() -> int:
         NEW: _stats(latencies[NEW]),
         OLD: _stats(latencies[OLD]),
         "rounds": rounds,
-        "load_average_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         "run_time_s": round(time.monotonic() - started, 1),
     }
     for stat in ("p50_ms", "p99_ms"):

@@ -61,6 +61,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import provenance
 from corpus import Workload, digest_reference, workload
 from fake_api import FakeApi, Scripted
 
@@ -265,7 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     held_doc = load.node_list(HELD_NODES, IMAGES_PER_NODE, seed=1)
     names_json = msgspec.json.encode([item["metadata"]["name"] for item in held_doc["items"]])
     full_json = msgspec.json.encode(load.node_list(FULL_NODES, IMAGES_PER_NODE, seed=3))
+    record = provenance.start(None)
     results: dict[str, Any] = {
+        "provenance": record,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -364,6 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["full_nodes_500"] = full
 
     results["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    results["provenance"] = provenance.finish(record)
     results["run_time_s"] = round(time.monotonic() - run_started, 1)  # for `make help`
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")

@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 import tenacity
 
+from bench import provenance
 from bench.corpus import workload
 from layersched.testbed.local import load_inventory
 
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     pod = load.pods(1)[0]
     nodes = load.node_list(NODES, IMAGES_PER_NODE, seed=3)
     names = [n["metadata"]["name"] for n in nodes["items"]]
+    record = provenance.start(None)
     results: dict[str, Any] = {
         "nodes": NODES,
         "images_per_node": IMAGES_PER_NODE,
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
     results["load_average_1m"] = round(os.getloadavg()[0], 2)
     results["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    results["provenance"] = provenance.finish(record)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import provenance
 
 from layersched.cri import CRIClient
 
@@ -108,11 +112,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
     parser.add_argument("--output", type=Path, default=Path("bench/results/relay.json"))
     args = parser.parse_args()
+    record = provenance.start(None)
     report: dict[str, Any] = {"paired": paired(args.runtime, args.relay, args.calls)}
     for path in args.dump:
         report.setdefault("dump", {})[str(path)] = from_dump(path)
     if args.pid:
         report["memory"] = memory(args.pid)
+    report["provenance"] = provenance.finish(record)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

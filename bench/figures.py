@@ -8,7 +8,10 @@ listed here so that one command rewrites every block and one test holds them all
 
     make figures     # .venv/bin/python bench/figures.py: rewrite every block from its results file
 
-``tests/unit/test_figures.py`` fails when a block differs from its results file. Sizes read
+``tests/unit/test_figures.py`` fails when a block differs from its results file. Each results
+file's provenance (``bench/provenance.py``: the commit it was measured at, its date, machine
+and load) is printed by ``make figures`` against HEAD, so a stale file says so where its
+figures are regenerated; a file recording none is named as such. Sizes read
 from ``/proc`` (VmRSS, VmHWM: KiB / 1024) are MiB, and are written as MiB.
 """
 
@@ -21,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import bench_scheduler_perf
+import provenance
 import scheduler_report
 
 from layersched import _generated as generated
@@ -31,6 +36,9 @@ from layersched.testbed import report as scenario_report
 ROOT = Path(__file__).resolve().parents[1]
 EXTENDER_RESULTS = "bench/results/extender.json"
 HOP_RESULTS = "bench/results/extender_hop.json"
+PERF_RESULTS = "bench/results/scheduler_perf.json"
+#: docs/bench-scheduler.md's block of upstream scheduler_perf's figures (make bench-perf).
+PERF_BLOCK = "scheduler-perf"
 KIB = 1024
 #: The corpus sizes whose NodeLayerInventory object the README quotes.
 README_OBJECT_IMAGES = ("50", "300", "1000")
@@ -236,6 +244,12 @@ BLOCKS = (
         "bench/results/scheduler.json",
         scheduler_report.profile_markdown,
     ),
+    Block(
+        "docs/bench-scheduler.md",
+        PERF_BLOCK,
+        PERF_RESULTS,
+        bench_scheduler_perf.markdown,
+    ),
 )
 
 
@@ -259,11 +273,25 @@ def render(block: Block, root: Path = ROOT) -> str:
     return block.render(read_results(root / block.results))
 
 
+def provenance_notes(root: Path = ROOT) -> list[str]:
+    """One line per results file the blocks come from that is not measured at HEAD: the
+    commits since (or that it records none)."""
+    notes = []
+    for results in sorted({block.results for block in BLOCKS}):
+        record = read_results(root / results).get("provenance")
+        stale = provenance.staleness(record, root)
+        if stale:
+            notes.append(f"{results}: {stale}")
+    return notes
+
+
 def main(root: Path = ROOT) -> int:
-    """Rewrite every block from its results file."""
+    """Rewrite every block from its results file; say which files are not of HEAD."""
     try:
         for block in BLOCKS:
             generated.write_block(root / block.document, block.name, render(block, root))
+        for note in provenance_notes(root):
+            print(f"note: {note}", file=sys.stderr)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -534,15 +534,15 @@ _PPROF_UNITS_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "": 1.0}
 _GO_PREFIXES = ("k8s.io/kubernetes/vendor/", "k8s.io/kubernetes/")
 
 
-#: Where kube-scheduler 1.20's CPU goes, by stage: (stage, function as ``pprof_top`` names
+#: Where kube-scheduler 1.37's CPU goes, by stage: (stage, function as ``pprof_top`` names
 #: it). Each function's cumulative share is its stage's share of the scheduler's CPU
 #: (filter and score run in parallel workers, binding and events in goroutines of their
-#: own: none of them is under ``scheduleOne``).
+#: own: none of them is under ``ScheduleOne``).
 GO_LANDMARKS = (
-    ("scheduling cycle (serial part)", "pkg/scheduler.(*Scheduler).scheduleOne"),
+    ("scheduling cycle (serial part)", "pkg/scheduler.(*Scheduler).ScheduleOne"),
     ("filter plugins", "pkg/scheduler/framework/runtime.(*frameworkImpl).RunFilterPlugins"),
     ("score plugins", "pkg/scheduler/framework/runtime.(*frameworkImpl).runScorePlugin"),
-    ("extender call", "pkg/scheduler/core.(*HTTPExtender).Prioritize"),
+    ("extender call", "pkg/scheduler.(*HTTPExtender).Prioritize"),
     ("binding", "pkg/scheduler.(*Scheduler).bind"),
     ("informers' event handlers", "k8s.io/client-go/tools/cache.(*processorListener).run"),
     ("garbage collector", "runtime.gcBgMarkWorker"),

@@ -740,7 +740,7 @@ def test_profile_markdown_from_the_results() -> None:
 def test_go_profile_summary_stages_and_tops() -> None:
     top = report.pprof_top(PPROF_TOP)
     # pretend the fixture's Prioritize is kube-scheduler's real extender call
-    top["functions"][1]["function"] = "pkg/scheduler/core.(*HTTPExtender).Prioritize"
+    top["functions"][1]["function"] = "pkg/scheduler.(*HTTPExtender).Prioritize"
     summary = report.go_profile_summary(top, keep=2)
     stages = {e["stage"]: e["cum_share"] for e in summary["stages"]}
     assert stages["extender call"] == 0.1212
@@ -748,7 +748,7 @@ def test_go_profile_summary_stages_and_tops() -> None:
     assert stages["garbage collector"] is None
     assert [e["function"] for e in summary["by_cum"]] == [
         "k8s.io/client-go/util/workqueue.Run",
-        "pkg/scheduler/core.(*HTTPExtender).Prioritize",
+        "pkg/scheduler.(*HTTPExtender).Prioritize",
     ]
     # by flat: Prioritize 7.58%, then json.Marshal 0.18% (Run has no flat time)
     assert [e["flat_share"] for e in summary["by_flat"]] == [0.0758, 0.0018]
@@ -757,7 +757,7 @@ def test_go_profile_summary_stages_and_tops() -> None:
 def test_profile_markdown_shows_kube_schedulers_side() -> None:
     results = _results()
     top = report.pprof_top(PPROF_TOP)
-    top["functions"][1]["function"] = "pkg/scheduler/core.(*HTTPExtender).Prioritize"
+    top["functions"][1]["function"] = "pkg/scheduler.(*HTTPExtender).Prioritize"
     profile: dict[str, Any] = {
         "drain": {"span_s": 1.0, "pods_per_s": 150.0},
         "sampled_s": 2.0,
@@ -768,9 +768,9 @@ def test_profile_markdown_shows_kube_schedulers_side() -> None:
     results["profiles"] = {"500": {"extender-node-names": profile}}
     text = report.profile_markdown(results)
     assert "(`/debug/pprof/profile` for 5 s from the first binding, 0.66 CPU s sampled)" in text
-    assert "| extender call | `pkg/scheduler/core.(*HTTPExtender).Prioritize` | 12.1% |" in text
+    assert "| extender call | `pkg/scheduler.(*HTTPExtender).Prioritize` | 12.1% |" in text
     assert "| garbage collector | `runtime.gcBgMarkWorker` | - |" in text
-    assert "| `pkg/scheduler/core.(*HTTPExtender).Prioritize` | 7.6% | 12.1% |" in text
+    assert "| `pkg/scheduler.(*HTTPExtender).Prioritize` | 7.6% | 12.1% |" in text
     profile["kube_scheduler"] = {"skipped": "`go` is not on PATH"}
     assert "CPU profile: not taken (`go` is not on PATH)." in report.profile_markdown(results)
 

@@ -1,0 +1,117 @@
+"""The scheduler_perf driver's pure parts (bench/bench_scheduler_perf.py): upstream's data
+items read per workload and profile, rounds summarised, ratios to the default of the same
+round, and the docs block's honesty about load."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_scheduler_perf as perf  # noqa: E402
+
+
+def _item(name: str, metric: str, data: dict[str, float], **labels: str) -> dict[str, Any]:
+    return {
+        "data": data,
+        "unit": "ms",
+        "labels": {"Name": f"BenchmarkPerfScheduling/{name}", "Metric": metric, **labels},
+    }
+
+
+def _round(default_rate: float, plugin_rate: float, plugin_p99: float) -> dict[str, Any]:
+    """One round's data items as upstream writes them (labels absent elsewhere are filled
+    with "not applicable", which the reader ignores)."""
+    items = []
+    for profile, rate, p99 in (
+        ("default", default_rate, 10.0),
+        ("layer-locality", plugin_rate, plugin_p99),
+    ):
+        name = f"SchedulingBasic_{profile}/500Nodes/namespace-2"
+        items += [
+            _item(name, "SchedulingThroughput", {"Average": rate, "Perc50": rate}),
+            _item(
+                name,
+                "scheduler_scheduling_attempt_duration_seconds",
+                {"Perc50": p99 / 2, "Perc99": p99},
+                result="scheduled",
+            ),
+            # the unschedulable attempts' histogram is not the p99 reported
+            _item(
+                name,
+                "scheduler_scheduling_attempt_duration_seconds",
+                {"Perc50": 999.0, "Perc99": 999.0},
+                result="unschedulable",
+            ),
+            _item(name, "SchedulingDuration", {"Duration": 4.0}),
+        ]
+    items.append(
+        _item(
+            "SchedulingBasic_layer-locality/500Nodes/namespace-2",
+            "scheduler_plugin_execution_duration_seconds",
+            {"Perc99": 0.05},
+            plugin="LayerLocality",
+            extension_point="Score",
+        )
+    )
+    return {"version": "v1", "dataItems": items}
+
+
+def test_items_are_read_per_workload_and_profile() -> None:
+    parsed = perf.parse_items(_round(200.0, 190.0, 12.0))
+    row = parsed["SchedulingBasic/500Nodes"]["layer-locality"]
+    assert row["pods_per_s"] == 190.0
+    assert row["attempt_p99_ms"] == 12.0  # result=scheduled, not the unschedulable 999
+    assert row["measured_span_s"] == 4.0
+    assert row["layer_locality_score_p99_ms"] == 0.05
+    assert parsed["SchedulingBasic/500Nodes"]["default"]["pods_per_s"] == 200.0
+
+
+def test_ratios_are_to_the_default_of_the_same_round() -> None:
+    # round 1: 190 / 200 = 0.95; round 2: 100 / 100 = 1.0 (a slow round for both); round 3:
+    # 180 / 200 = 0.9. Pooled medians would give 180 / 200 = 0.9; per round, the median 0.95
+    rounds = [
+        perf.parse_items(_round(200.0, 190.0, 12.0)),
+        perf.parse_items(_round(100.0, 100.0, 10.0)),
+        perf.parse_items(_round(200.0, 180.0, 15.0)),
+    ]
+    workloads = ["SchedulingBasic/500Nodes"]
+    summary = perf.summarise(rounds, workloads, ["default", "layer-locality"])
+    row = summary["SchedulingBasic/500Nodes"]["layer-locality"]
+    assert row["pods_per_s_vs_default"] == 0.95
+    assert row["pods_per_s_vs_default_range"] == [0.9, 1.0]
+    assert row["pods_per_s"] == 180.0 and row["pods_per_s_range"] == [100.0, 190.0]
+    # attempt p99: 12/10, 10/10, 15/10
+    assert row["attempt_p99_ms_vs_default"] == 1.2
+    assert row["attempt_p99_ms_vs_default_range"] == [1.0, 1.5]
+
+
+def _results(load_max: float) -> dict[str, Any]:
+    rounds = [perf.parse_items(_round(200.0, 190.0, 12.0))] * 3
+    return {
+        "provenance": {
+            "commit": "0123456789abcdef",
+            "date": "2026-11-27T09:00:00+00:00",
+            "machine": {"cpus": 2, "model": "X", "memory_gib": 23.5},
+            "kubernetes_version": "v1.37.2",
+            "load_average_1m_at_start": 1.0,
+            "load_average_1m_max": load_max,
+            "load_average_1m_at_end": 1.0,
+        },
+        "rounds": 3,
+        "workloads": perf.summarise(
+            rounds, ["SchedulingBasic/500Nodes"], ["default", "layer-locality"]
+        ),
+    }
+
+
+def test_the_block_labels_an_overloaded_run_inconclusive() -> None:
+    quiet = perf.markdown(_results(1.5))
+    assert "Inconclusive" not in quiet
+    assert "| SchedulingBasic/500Nodes | layer-locality | 190 | 0.95x | 12 ms | 1.2x |" in quiet
+    assert "Measured at commit `0123456789ab`" in quiet
+    busy = perf.markdown(_results(7.0))
+    assert busy.startswith("**Inconclusive run:** the load average reached 7.0 on 2 cores")

@@ -1,16 +1,16 @@
 """``layersched deploy``: write ``deploy/`` or an install for a Kubernetes version, build and
 push its images, write an install to apply.
 
-``render`` writes (or with ``--check`` compares) ``deploy/``, the local testbed's v1.20.2
-install; with ``--kubernetes-version 1.X[.Y]|auto`` it writes the install for that
-minor into ``--dir``. ``images`` builds the layersched and kube-scheduler images without
-Docker and pushes them; ``overlay`` does that too and writes an overlay of ``deploy/`` that
-pins them by digest; with ``--kubernetes-version`` it builds and pushes the layersched
+``render`` writes (or with ``--check`` compares) ``deploy/``, the install for the
+Kubernetes release the project builds (``layersched.deploy.KUBERNETES_VERSION``); with
+``--kubernetes-version 1.X[.Y]|auto`` it writes the install for that minor into ``--dir``.
+``images`` builds the layersched and kube-scheduler images without Docker and pushes them;
+``overlay`` does that too and writes an overlay of ``deploy/`` that pins them by digest; with ``--kubernetes-version`` it builds and pushes the layersched
 image only (kube-scheduler is upstream's) and writes that minor's install, pinned, into
 ``--out``. Either way ``kubectl apply -k DIR`` installs and ``kubectl delete -k DIR``
 removes. (The local testbed's overlay, with its patches: ``layersched testbed overlay``.)
-``render --scheduler plugin --dir DIR`` writes the v1.20 install whose kube-scheduler
-runs the LayerLocality plugin instead of the extender sidecar. ``scheduler-configs``
+``render --scheduler plugin --dir DIR`` writes the install whose kube-scheduler (the
+project's own build, 1.35 and later) runs the LayerLocality plugin instead of the extender sidecar. ``scheduler-configs``
 prints the local testbed's kube-scheduler configurations (the k8s_control_plane role
 writes them). See docs/deploy.md.
 """
@@ -33,6 +33,7 @@ from layersched.core.errors import InputError, KubeError
 from layersched.deploy import (
     AUTO,
     DEFAULT_ALLOWED_REGISTRIES,
+    KUBERNETES_VERSION,
     NEWEST_MINOR,
     OLDEST_MINOR,
     SCHEDULER_EXTENDER,
@@ -164,7 +165,7 @@ def add_install_options(q: argparse.ArgumentParser) -> None:
         metavar="1.X[.Y]|auto",
         help=f"render the install for this Kubernetes version (1.{OLDEST_MINOR}-1.{NEWEST_MINOR}; "
         "without a patch, the newest we know of); 'auto' reads it from the cluster of "
-        "--kubeconfig. Without it: deploy/, the local testbed's v1.20.2 install",
+        f"--kubeconfig. Without it: deploy/, the install for {KUBERNETES_VERSION}",
     )
     q.add_argument(
         "--kubeconfig",

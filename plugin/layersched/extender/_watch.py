@@ -74,6 +74,7 @@ from layersched.kube import (
     NODES_PATH,
     Gone,
     KubeClient,
+    Oversize,
     WatchEvent,
     node_layers_path,
 )
@@ -99,8 +100,13 @@ DEFAULT_INVENTORY_MAX_AGE_S = 3 * AGENT_HEARTBEAT_S
 #: 4 MiB page costs ~15 MB while it is read (100 objects of 1 MiB would be 350 MB).
 LIST_PAGE_SIZE = 100
 LIST_PAGE_BYTES = 4 * 1024 * 1024
-#: Objects larger than this (their JSON) are skipped: the agent keeps its object under
-#: 1 MiB (``DEFAULT_MAX_OBJECT_BYTES``); the API server adds metadata and managedFields.
+#: Objects larger than this (their JSON) are skipped undecoded, in a list as in a watch
+#: (a watch event's line is cut as it arrives): the agent keeps its object under 1 MiB
+#: (``DEFAULT_MAX_OBJECT_BYTES``); the API server adds metadata and managedFields. A Node
+#: over it stays a candidate without its status images: a kubelet reporting 50 images of
+#: 5 names writes ~40 KB, and etcd stores 1.5 MiB at most, but an empty status image is
+#: 2 bytes of the protobuf a kubelet writes and 15 of JSON, so one Node's JSON can reach
+#: 10 MB (issue 30).
 MAX_OBJECT_BYTES = DEFAULT_MAX_OBJECT_BYTES + 256 * 1024
 #: Status images kept per Node (kubelet reports 50 by default; more are dropped).
 MAX_STATUS_IMAGES = 1_000
@@ -148,6 +154,10 @@ class ParsedNode:
     info: NodeInfo
     key: str
     held: Held = NOTHING
+    #: Why its status images are not held (a reason of IGNORED_REASONS, counted when it
+    #: is applied, and the warning), or "".
+    reason: str = ""
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -541,13 +551,9 @@ class WatchInventoryProvider:
             self._log_ignored(MALFORMED, problem)
         key = self.platforms.key(node) if self.platforms is not None else ""
         images: tuple[NodeImage, ...] = info.images
+        reason = message = ""
         if size_bytes > MAX_OBJECT_BYTES or len(images) > MAX_STATUS_IMAGES:
-            self._log_ignored(
-                TOO_LARGE,
-                f"node {name}: its status images are ignored: the Node is {size_bytes} bytes "
-                f"with {len(images)} images (caps: {MAX_OBJECT_BYTES} bytes, "
-                f"{MAX_STATUS_IMAGES} images)",
-            )
+            reason, message = TOO_LARGE, _too_large_node(name, size_bytes, len(images))
             images = ()
         labels = _kept(info.labels)
         annotations = _kept(info.annotations)
@@ -555,14 +561,20 @@ class WatchInventoryProvider:
         extra_bytes += 64 * len(info.annotation_layers)
         held = self._pools.hold_status(images, extra_bytes)
         if held is None:  # over the budget: the node stays a candidate, without its images
-            self._log_ignored(
-                OVER_BUDGET, f"node {name}: its status images are over --max-inventory-bytes"
-            )
+            reason = OVER_BUDGET
+            message = f"node {name}: its status images are over --max-inventory-bytes"
             held = NOTHING
         info = dataclasses.replace(
             info, images=held.node_images, labels=labels, annotations=annotations, allocatable={}
         )
-        return ParsedNode(info, key, held)
+        return ParsedNode(info, key, held, reason, message)
+
+    def _bare_node(self, name: str, size_bytes: int) -> ParsedNode:
+        """A Node over the byte cap, never decoded: a candidate without images, labels
+        or annotations (what it holds is unknown: it scores as holding nothing)."""
+        key = self.platforms.default_key if self.platforms is not None else ""
+        message = _too_large_node(name, size_bytes, None)
+        return ParsedNode(NodeInfo(name=name), key, NOTHING, TOO_LARGE, message)
 
     def _parse_layers(self, name: str, obj: Mapping[str, Any] | bytes, size_bytes: int) -> Parsed:
         what = f"ignoring the layers published for node {name}"
@@ -634,17 +646,19 @@ class WatchInventoryProvider:
         if isinstance(parsed, ParsedNode | HeldLayers):
             self._pools.release(parsed.held)
 
-    def _parse_raw(self, kind: str, raw: msgspec.Raw) -> tuple[str, Parsed]:
+    def _parse_raw(self, kind: str, raw: msgspec.Raw | Oversize) -> tuple[str, Parsed]:
         """A listed object, undecoded yet: skipped by its length before decoding if it is
-        over the cap (its name only is read)."""
+        over the cap (its name only is read, or was, from its head, when it was over the
+        page bound too)."""
+        if isinstance(raw, Oversize):
+            return raw.name, self._oversize(kind, raw.name, raw.size_bytes)
         size_bytes = len(raw)
-        if kind == LAYERS and size_bytes > MAX_OBJECT_BYTES:
+        if size_bytes > MAX_OBJECT_BYTES:
             try:
                 name = msgspec.json.decode(raw, type=_NameOnly).metadata.name
             except msgspec.DecodeError:
                 name = ""
-            what = f"ignoring the layers published for node {name}"
-            return name, Ignored(TOO_LARGE, f"{what}: {size_bytes} bytes, over {MAX_OBJECT_BYTES}")
+            return name, self._oversize(kind, name, size_bytes)
         data = bytes(raw)
         if kind == NODES:
             try:
@@ -657,6 +671,14 @@ class WatchInventoryProvider:
         except msgspec.DecodeError:
             return "", Ignored(MALFORMED, "ignoring a listed object that is not JSON")
         return _name(obj), self._parse(kind, obj, size_bytes)
+
+    def _oversize(self, kind: str, name: str, size_bytes: int) -> Parsed:
+        """An object over the byte cap, skipped undecoded (a Node stays a candidate)."""
+        self._churn_bytes += size_bytes
+        if kind == NODES and name:
+            return self._bare_node(name, size_bytes)
+        what = "a Node" if kind == NODES else f"the layers published for node {name}"
+        return Ignored(TOO_LARGE, f"ignoring {what}: {size_bytes} bytes, over {MAX_OBJECT_BYTES}")
 
     def _list_until_ok(self, kind: str, path: str) -> tuple[dict[str, Parsed], str]:
         state = self.state[kind]
@@ -675,6 +697,8 @@ class WatchInventoryProvider:
                             if name:
                                 self._drop(parsed.get(name))
                                 parsed[name] = item
+                            elif isinstance(item, Ignored):  # no name to keep it by
+                                self._post(self._apply, kind, "", item)
                 state.last_error = ""
                 return parsed, version
             except Exception as err:  # an API error, or a bug: retried
@@ -697,7 +721,9 @@ class WatchInventoryProvider:
                     if not state.connected:
                         state.since = time.monotonic()
                     state.connected = True
-                    for event in kube.watch(path, state.resource_version):
+                    for event in kube.watch(
+                        path, state.resource_version, max_event_bytes=MAX_OBJECT_BYTES
+                    ):
                         self._on_event(kind, state, event)
                         pause_s = RETRY_FIRST_S
                 # the server ended the watch (its timeout): resume from where it was
@@ -727,11 +753,16 @@ class WatchInventoryProvider:
             return
         name = _name(event.object)
         if not name:
+            if event.oversize:  # nothing to apply it to: counted
+                self._post(self._apply, kind, "", self._oversize(kind, "", event.size_bytes))
             return
         if event.type == "DELETED":
             self._post(self._apply, kind, name, None)
             return
-        parsed = self._parse(kind, event.object, event.size_bytes)
+        if event.oversize:
+            parsed = self._oversize(kind, name, event.size_bytes)
+        else:
+            parsed = self._parse(kind, event.object, event.size_bytes)
         self._post(self._apply, kind, name, parsed)
         if isinstance(parsed, ParsedNode):
             self._note_node(name, parsed.info)
@@ -880,6 +911,9 @@ class WatchInventoryProvider:
 
     def _apply(self, kind: str, name: str, parsed: Parsed | None) -> None:
         """One object added or changed (``parsed``) or deleted (None), then the node."""
+        if isinstance(parsed, ParsedNode) and parsed.reason:
+            self._ignored[(kind, parsed.reason)] += 1
+            self._log_ignored(parsed.reason, parsed.message)
         if isinstance(parsed, Ignored):
             if parsed.reason == UNKNOWN_NODE and name in self._nodes:
                 # its Node arrived between the parse and now: read the object again
@@ -891,6 +925,8 @@ class WatchInventoryProvider:
                 log.debug("%s", parsed.message)
             else:
                 self._log_ignored(parsed.reason, parsed.message)
+        if not name:  # an object whose name could not be read: counted only
+            return
         if kind == NODES:
             self._apply_node(name, parsed if isinstance(parsed, ParsedNode) else None)
         else:
@@ -1076,6 +1112,14 @@ def _name(obj: object) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) else ""
+
+
+def _too_large_node(name: str, size_bytes: int, images: int | None) -> str:
+    held = f"{size_bytes} bytes" + (f" with {images} images" if images is not None else "")
+    return (
+        f"node {name}: its status images are ignored: the Node is {held} (caps: "
+        f"{MAX_OBJECT_BYTES} bytes, {MAX_STATUS_IMAGES} images)"
+    )
 
 
 def _kept(values: Mapping[str, str]) -> dict[str, str]:

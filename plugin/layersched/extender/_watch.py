@@ -110,6 +110,9 @@ LIST_PAGE_BYTES = 4 * 1024 * 1024
 MAX_OBJECT_BYTES = DEFAULT_MAX_OBJECT_BYTES + 256 * 1024
 #: Status images kept per Node (kubelet reports 50 by default; more are dropped).
 MAX_STATUS_IMAGES = 1_000
+#: Names kept per status image: kubelet reports 5 at most (maxNamesPerImageInNodeStatus);
+#: a Node of 1,000 images of 200 names each was charged 70 MiB of the budget (issue 30).
+MAX_STATUS_IMAGE_NAMES = 5
 #: What the watch may hold in all (an estimate, see _pools.py; the real memory is 0.5 to
 #: 0.9 of it): 5,000 nodes and their objects of the benchmark corpus (50 images each,
 #: 2,000 distinct images, 7,689 distinct layers) are charged 143 MB. Past the budget,
@@ -302,6 +305,7 @@ class WatchInventoryProvider:
             raise LayerschedError("WatchInventoryProvider.load before bind_loop")
         nodes, nodes_version = self._list_until_ok(NODES, NODES_PATH)
         self._listed_nodes = set(nodes)
+        self._pools.expected_nodes = max(1, len(nodes))
         layers, layers_version = self._list_until_ok(LAYERS, NODE_LAYERS_PATH)
         self._listed_nodes = set()
         for name, parsed in nodes.items():  # nodes without an agent may need the registry
@@ -555,14 +559,23 @@ class WatchInventoryProvider:
         if size_bytes > MAX_OBJECT_BYTES or len(images) > MAX_STATUS_IMAGES:
             reason, message = TOO_LARGE, _too_large_node(name, size_bytes, len(images))
             images = ()
+        if any(len(image.names) > MAX_STATUS_IMAGE_NAMES for image in images):
+            images = tuple(_first_names(image) for image in images)
         labels = _kept(info.labels)
         annotations = _kept(info.annotations)
         extra_bytes = sum(len(k) + len(v) for m in (labels, annotations) for k, v in m.items())
         extra_bytes += 64 * len(info.annotation_layers)
-        held = self._pools.hold_status(images, extra_bytes)
+        replaced = self._nodes.get(name)  # released once this one is applied
+        held, victims = self._pools.hold_status(
+            images, extra_bytes, replaced.held if replaced is not None else None, f"{NODES}/{name}"
+        )
+        self._evict_later(victims)
         if held is None:  # over the budget: the node stays a candidate, without its images
             reason = OVER_BUDGET
-            message = f"node {name}: its status images are over --max-inventory-bytes"
+            message = (
+                f"node {name}: its status images are over its share of --max-inventory-bytes"
+                f" ({self._pools.share_bytes} bytes) or the budget"
+            )
             held = NOTHING
         info = dataclasses.replace(
             info, images=held.node_images, labels=labels, annotations=annotations, allocatable={}
@@ -597,13 +610,14 @@ class WatchInventoryProvider:
                 f"{self.max_age_s:.0f} s ago: scoring the node as if it had no agent",
             )
         replaced = self._layers.get(name)  # released once this one is applied
-        replacing_bytes = replaced.held.cost_bytes if replaced is not None else 0
-        if not self._pools.fits(*_counts(document), replacing_bytes):
+        replacing = replaced.held if replaced is not None else None
+        if not self._pools.fits(*_counts(document), replacing):
             return self._over_budget(what)  # refused before parsing: nothing is made
         # names are shared by pooling whole images: interning a hostile object's names
         # would grow the interpreter's table for good
         parsed = parse_document(document, "NodeLayerInventory watch", intern=str)
-        held = self._pools.hold_layers(parsed, replacing_bytes)
+        held, victims = self._pools.hold_layers(parsed, replacing, f"{LAYERS}/{name}")
+        self._evict_later(victims)
         if held is None:
             return self._over_budget(what)
         return HeldLayers(name, held, fresh_until_s, observed_at)
@@ -611,9 +625,15 @@ class WatchInventoryProvider:
     def _over_budget(self, what: str) -> Ignored:
         return Ignored(
             OVER_BUDGET,
-            f"{what}: holding it would take the inventory past --max-inventory-bytes "
-            f"({self._pools.max_bytes} bytes)",
+            f"{what}: it is over its share of --max-inventory-bytes "
+            f"({self._pools.share_bytes} of {self._pools.max_bytes} bytes), or the budget "
+            "is held by objects no larger than it",
         )
+
+    def _evict_later(self, victims: list[Held]) -> None:
+        """Have the loop drop the objects condemned to make room for a smaller one."""
+        for victim in victims:
+            self._post(self._evict, victim)
 
     def _is_node(self, name: str) -> bool:
         """Whether Node ``name`` exists (as the first list, or the loop, last saw)."""
@@ -911,6 +931,11 @@ class WatchInventoryProvider:
 
     def _apply(self, kind: str, name: str, parsed: Parsed | None) -> None:
         """One object added or changed (``parsed``) or deleted (None), then the node."""
+        if parsed is not None:
+            condemned = self._condemned(parsed)
+            if condemned is not parsed and isinstance(parsed, ParsedNode | HeldLayers):
+                self._pools.release(parsed.held)  # never applied
+            parsed = condemned
         if isinstance(parsed, ParsedNode) and parsed.reason:
             self._ignored[(kind, parsed.reason)] += 1
             self._log_ignored(parsed.reason, parsed.message)
@@ -932,6 +957,34 @@ class WatchInventoryProvider:
         else:
             self._apply_layers(name, parsed)
 
+    def _evict(self, victim: Held) -> None:
+        """On the loop: drop ``victim`` if it is still applied (a smaller object took its
+        room): a NodeLayerInventory's node falls back, a Node keeps no images. One not
+        applied yet is dropped when it is (:meth:`_condemned`)."""
+        kind, _, name = victim.holder.partition("/")
+        if kind == LAYERS:
+            held = self._layers.get(name)
+            if held is not None and held.held is victim:
+                self._apply(LAYERS, name, self._over_budget(f"dropping the layers of node {name}"))
+        elif kind == NODES:
+            node = self._nodes.get(name)
+            if node is not None and node.held is victim:
+                self._apply(NODES, name, self._condemned(node))
+
+    def _condemned(self, parsed: Parsed) -> Parsed:
+        """``parsed`` as applied: itself, or if its charge was condemned to make room
+        for a smaller object, a Node without images (an inventory: ignored). Releases
+        nothing: the caller does."""
+        if isinstance(parsed, ParsedNode | HeldLayers) and self._pools.condemned(parsed.held):
+            if isinstance(parsed, HeldLayers):
+                return self._over_budget(f"ignoring the layers published for node {parsed.node}")
+            message = (
+                f"node {parsed.info.name}: its status images give their room to smaller objects"
+            )
+            bare = dataclasses.replace(parsed.info, images=())
+            return ParsedNode(bare, parsed.key, NOTHING, OVER_BUDGET, message)
+        return parsed
+
     def _apply_node(self, name: str, parsed: ParsedNode | None) -> None:
         old = self._nodes.pop(name, None)
         dropped: HeldLayers | None = None
@@ -946,6 +999,7 @@ class WatchInventoryProvider:
                 self._remember_orphan(name)  # its object may outlive it a moment
             self._stale.discard(name)
             self._forget_node(name, old)
+        self._pools.expected_nodes = max(1, len(self._nodes))
         self._refresh(name)
         if old is not None:
             self._pools.release(old.held)
@@ -1112,6 +1166,13 @@ def _name(obj: object) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) else ""
+
+
+def _first_names(image: NodeImage) -> NodeImage:
+    """``image`` with kubelet's most names at most (a Node may say anything)."""
+    if len(image.names) <= MAX_STATUS_IMAGE_NAMES:
+        return image
+    return NodeImage(image.names[:MAX_STATUS_IMAGE_NAMES], image.size_bytes, image.layers)
 
 
 def _too_large_node(name: str, size_bytes: int, images: int | None) -> str:

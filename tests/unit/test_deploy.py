@@ -258,6 +258,9 @@ def test_agent_rbac_is_its_node_and_its_objects() -> None:
     assert grants(list(AGENT_RULES)) == {
         ("", "nodes", "get", "*"),
         ("layersched.io", "nodelayerinventories", "get", "*"),
+        # its own object watched (a field selector on its name), to repair it
+        ("layersched.io", "nodelayerinventories", "list", "*"),
+        ("layersched.io", "nodelayerinventories", "watch", "*"),
         ("layersched.io", "nodelayerinventories", "create", "*"),
         ("layersched.io", "nodelayerinventories", "patch", "*"),
     }

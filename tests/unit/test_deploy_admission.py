@@ -14,6 +14,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from layersched.cli.main import main as cli_main
 from layersched.deploy import (
     ADMISSION_PRIVATE_FILES,
     AGENT_NAME,
@@ -218,3 +219,33 @@ def test_the_secret_in_the_overlay_is_the_issued_tls(tmp_path: Path) -> None:
         "namespace": NAMESPACE,
     }  # fmt: skip
     assert base64.b64decode(secret["data"]["tls.crt"]) == tls.cert_pem
+
+
+# --------------------------------------------------------------------- agent-guard
+def test_each_namespaces_agents_have_a_policy_of_their_own() -> None:
+    # deploy/'s install and the local testbed's host agents side by side: two policies,
+    # each naming its own namespace's account, neither overwriting (or uninstalling) the
+    # other; deploy/'s keeps the name it always had
+    names = {}
+    for namespace in (NAMESPACE, "layersched-testbed"):
+        [policy, binding] = admission_objects(StackSpec(namespace=namespace))
+        assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+        account = f"system:serviceaccount:{namespace}:{AGENT_NAME}"
+        assert f"request.userInfo.username == '{account}'" in str(policy["spec"])
+        names[namespace] = policy["metadata"]["name"]
+    assert names == {
+        NAMESPACE: "layersched-agent-node",
+        "layersched-testbed": "layersched-testbed-agent-node",
+    }
+
+
+def test_agent_guard_prints_the_policy_for_a_namespace(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli_main(["deploy", "agent-guard", "--namespace", "layersched-testbed"])
+    assert code == 0
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    expected = admission_objects(StackSpec(namespace="layersched-testbed"))
+    assert documents == expected  # the generator's objects, not a copy
+    # before 1.30 there is no policy: one clear line saying how to install the webhook
+    assert cli_main(["deploy", "agent-guard", "--kubernetes-version", "1.29.3"]) != 0
+    err = capsys.readouterr().err
+    assert "admission webhook" in err and "deploy render" in err and "Traceback" not in err

@@ -20,6 +20,7 @@ from layersched.deploy._admission import (
     admission_overlay,
     overlay_tls,
     policy_expressions,
+    policy_name,
     uses_policy,
     webhook_dns_names,
 )
@@ -229,6 +230,7 @@ __all__ = [
     "plugin_readme_block",
     "plugin_scheduler_config",
     "policy_expressions",
+    "policy_name",
     "scheduler_api_version_for",
     "scheduler_config",
     "scheduler_deployment",

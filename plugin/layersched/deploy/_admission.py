@@ -30,11 +30,17 @@ holds only NodeLayerInventory creates and updates (agents retry with back-off an
 extender keeps the last object), DELETE is not intercepted (the garbage collector never
 waits on it), and nothing the cluster needs to run depends on those writes.
 
-The agents' identities: the DaemonSet's service account, whose token must be bound to
-its pod (``agent_daemonset`` mounts a projected token, as 1.20 does not by default), and
-users named ``layersched:agent:<node>`` in group ``layersched:agents`` (client
-certificates, as the local testbed's host-side agents use), held to the node their name
-gives.
+The agents' identities: the service account ``layersched-agent`` of the install's
+namespace, whose token must carry a node (the DaemonSet's, bound to its pod:
+``agent_daemonset`` mounts a projected token, as 1.20 does not by default; or, from 1.33,
+a token bound to the Node object itself, as the local testbed's host-side agents use:
+docs/testbed-local.md), and users named ``layersched:agent:<node>`` in group
+``layersched:agents`` (client certificates, as the cloud testbed's remote agents use),
+held to the node their name gives.
+
+The policy is named after the install's namespace (:func:`policy_name`), so that two
+installs in two namespaces (``deploy/`` beside the local testbed's own agents) each hold
+their own agents and neither removes the other's.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from layersched.deploy._tls import WebhookTls, issue_webhook_tls, still_usable
 from layersched.deploy._versions import pdb_api_version
 from layersched.deploy._workloads import (
     AGENT_NAME,
+    NAMESPACE,
     NONROOT_UID,
     labels,
     one_pod_at_a_time,
@@ -76,8 +83,16 @@ from layersched.deploy._workloads import (
 #: tokens carry their node from this minor on.
 POLICY_SINCE_MINOR = (1, 30)
 ADMISSION_API = "admissionregistration.k8s.io/v1"
-#: The policy and its binding, or the webhook configuration (cluster-scoped).
-POLICY_NAME = "layersched-agent-node"
+
+
+def policy_name(namespace: str) -> str:
+    """The ValidatingAdmissionPolicy (and binding) of the install in ``namespace``."""
+    return f"{namespace}-agent-node"
+
+
+#: The policy and its binding of ``deploy/`` (namespace ``layersched``), and the webhook
+#: configuration (cluster-scoped).
+POLICY_NAME = policy_name(NAMESPACE)
 #: A webhook's name must be a fully qualified domain name.
 WEBHOOK_NAME = "agent-node.layersched.io"
 #: The webhook's Deployment, Service, ServiceAccount and Secret.
@@ -208,11 +223,12 @@ def policy_expressions(spec: StackSpec) -> dict[str, Any]:
 def policy_objects(spec: StackSpec) -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its binding (Kubernetes 1.30+)."""
     cel = policy_expressions(spec)
+    name = policy_name(spec.namespace)
     return [
         {
             "apiVersion": ADMISSION_API,
             "kind": "ValidatingAdmissionPolicy",
-            "metadata": _meta(POLICY_NAME, AGENT_NAME),
+            "metadata": _meta(name, AGENT_NAME),
             "spec": {
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": _resource_rules()},
@@ -222,8 +238,8 @@ def policy_objects(spec: StackSpec) -> list[dict[str, Any]]:
         {
             "apiVersion": ADMISSION_API,
             "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": _meta(POLICY_NAME, AGENT_NAME),
-            "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+            "metadata": _meta(name, AGENT_NAME),
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
         },
     ]
 

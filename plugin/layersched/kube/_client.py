@@ -400,10 +400,12 @@ class KubeClient:
         *,
         timeout_s: int = WATCH_TIMEOUT_S,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        field_selector: str | None = None,
     ) -> Iterator[WatchEvent]:
-        """Events on the collection ``path`` after ``resource_version`` until the server
-        ends the watch (after ``timeout_s``). Raises :class:`Gone` when the version is
-        too old, at once or as an ERROR event; KubeError on any other failure.
+        """Events on the collection ``path`` (those ``field_selector`` matches, when
+        given) after ``resource_version`` until the server ends the watch (after
+        ``timeout_s``). Raises :class:`Gone` when the version is too old, at once or as
+        an ERROR event; KubeError on any other failure.
 
         An event line longer than ``max_event_bytes`` is never parsed nor held whole: it
         is dropped while it arrives and comes as an event with ``oversize`` set, naming
@@ -414,8 +416,10 @@ class KubeClient:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_s),
         }
+        if field_selector:
+            params["fieldSelector"] = field_selector
         url = f"{path}?{urlencode(params)}"
-        what = f"watching {path}"
+        what = f"watching {path}" + (f" (fields {field_selector})" if field_selector else "")
         timeout = httpx.Timeout(self._timeout_s, read=timeout_s + WATCH_READ_SLACK_S)
         try:
             with self._http.stream(

@@ -2,7 +2,8 @@
 DaemonSet runs it (``--health-host``/``--health-port``): it reads a node's CRI-O storage
 (written by the test, one hostile image among honest ones), publishes to an API double
 over HTTP that validates with the CRD's own schema, turns ready after its first publish,
-follows a pull, and stops on SIGTERM. The real API server is in tests/e2e."""
+follows a pull, repairs its object when another writer wipes it (counted on /metrics,
+logged), and stops on SIGTERM. The real API server is in tests/e2e."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 import tenacity
 
-from layersched.agent import LIVEZ_PATH, READYZ_PATH
+from layersched.agent import LIVEZ_PATH, METRICS_PATH, READYZ_PATH
 from layersched.core.nodelayers import LIMITS
 from tests.fixtures.extender import free_port, make_pki
 from tests.fixtures.inventory_api import InventoryApi
@@ -129,6 +130,15 @@ def test_the_agent_process_publishes_and_answers_its_probes(tmp_path: Path) -> N
                 assert names == ["reg/new:1", "reg/app:1"], names
 
             followed()
+
+            # an admin wipes the object: the agent's watch sees it, and it republishes
+            def wipe(obj: dict[str, Any]) -> None:
+                obj["images"], obj["layers"] = [], []
+
+            api.tamper("n1", wipe)
+            followed()
+            _, metrics = http_get(port, METRICS_PATH)
+            assert 'layersched_agent_repairs_total{cause="changed"} 1.0' in metrics
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(STOP_TIMEOUT_S) == 0
         finally:
@@ -139,4 +149,5 @@ def test_the_agent_process_publishes_and_answers_its_probes(tmp_path: Path) -> N
     text = log_path.read_text()
     # the image left out is logged once although the node was read many times
     assert text.count("reg/deep:1") == 1, text
+    assert "NodeLayerInventory was changed by kubectl-edit behind the agent's back" in text
     assert "Traceback" not in text

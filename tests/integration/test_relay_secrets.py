@@ -217,3 +217,47 @@ def test_a_full_disk_fails_no_call(
         dumper.file.close()
         assert records[-1]["method"] == "/runtime.v1.RuntimeService/Version"
         assert records[-1]["event"] == "response"
+
+
+#: ``StatusRequest{verbose: true}`` (field 1, a bool), as kubelet's ``crictl info`` asks.
+VERBOSE = b"\x08\x01"
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["flag-off", "flag-on"])
+def test_verbose_runtime_status_dumps_no_registry_credentials(
+    tmp_path: Path, allowed: bool
+) -> None:
+    # Issue 30: containerd's verbose Status answers its whole CRI config, the static pull
+    # credentials of registry.configs.*.auth included, and the relay dumped it as is.
+    # Now every verbose info map's values are redacted in any dump, and Status is
+    # dumped in full only with --allow-sensitive-dumps.
+    user, password = "ci-puller", secrets.token_urlsafe(18)
+    host = "registry.example.test:5000"
+    with ContainerdProcess(tmp_path / "containerd", registry_auth={host: (user, password)}) as proc:
+        path = "/runtime.v1.RuntimeService/Status"
+        with grpc.insecure_channel(proc.endpoint) as direct:
+            answer = direct.unary_unary(path)(VERBOSE, timeout=CALL_TIMEOUT_S)
+        if password.encode() not in answer:  # what the test guards against must be there
+            prereq.missing(
+                f"containerd {'.'.join(map(str, proc.version))} does not answer its registry "
+                "credentials in a verbose Status: nothing to redact"
+            )
+        dump_path = tmp_path / "cri.jsonl"
+        dumper = Dumper(parse_selectors("full:*"), DumpFile(dump_path), allow_sensitive=allowed)
+        relay = _relay(tmp_path, proc.endpoint, dumper)
+        with running(relay), grpc.insecure_channel(relay.endpoint) as via:
+            # the caller gets the runtime's answer (its map's order varies from call to
+            # call), credentials and all: only the dump is redacted
+            relayed = via.unary_unary(path)(VERBOSE, timeout=CALL_TIMEOUT_S)
+            assert password.encode() in relayed
+    text = dump_path.read_text()
+    assert password not in text
+    records = _records(dump_path)
+    assert_no_secret(records, password, f"{user}:{password}")
+    [record] = [r for r in records if r["method"] == path and r["event"] == "response"]
+    if allowed:  # in full, each info value a marker
+        info = record["response"]["#2"]  # type: ignore[index]
+        entries = info if isinstance(info, list) else [info]
+        assert entries and all(entry["#2"] == REDACTED for entry in entries), entries
+    else:  # a name line only
+        assert "response" not in record

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ import pytest
 from aiohttp import web
 
 from layersched.admission import (
+    CLIENT_COMMON_NAME,
     AdmissionMetrics,
     AgentIdentities,
     ApiLookup,
@@ -243,7 +245,7 @@ def test_slow_lookups_are_cut_at_the_review_deadline(
     assert "within 0.5 s" in answer["status"]["message"]
 
 
-def test_past_the_concurrency_limit_a_review_is_answered_503_unread(
+def test_past_the_concurrency_limit_a_review_is_answered_503(
     kube_api_server: StandInApi, webhook_tls: tuple[ReloadingTls, ssl.SSLContext]
 ) -> None:
     # one review at a time: a second one while the first waits on the API gets 503 at
@@ -394,3 +396,110 @@ def test_the_command_refuses_settings_that_cannot_work(
     code = main(["admission", "--tls-cert-file", "c.pem", "--tls-key-file", "k.pem", *args])
     assert code == EXIT_USAGE
     assert says in capsys.readouterr().err
+
+
+# -- issue 30: slow callers hold no slot, and only the API server may call -------------
+
+
+def _slow_posts(url: str, trust: ssl.SSLContext, count: int) -> list[ssl.SSLSocket]:
+    """``count`` connections that send a review's headers and 10 of its 10,000 bytes,
+    then nothing (a slow caller)."""
+    host, port = url.removeprefix("https://").split(":")
+    held = []
+    for _ in range(count):
+        raw = socket.create_connection((host, int(port)), timeout=HTTP_TIMEOUT_S)
+        tls = trust.wrap_socket(raw, server_hostname=SERVICE_NAME)
+        tls.sendall(
+            b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 10000\r\n\r\n" + b'{"apiVersi'
+        )
+        held.append(tls)
+    return held
+
+
+def test_slow_callers_hold_no_review_slot(
+    kube_api_server: StandInApi, webhook_tls: tuple[ReloadingTls, ssl.SSLContext]
+) -> None:
+    # two slots, and six callers sending their bodies slowly: before, each took a slot
+    # before its body was read, and an honest review got 503; now a slot is taken only
+    # once a body has arrived, and the review is answered
+    route_cluster(kube_api_server)
+    with webhook(
+        kube_api_server, webhook_tls, max_concurrent_reviews=2, body_timeout_s=8.0
+    ) as running:
+        slow = _slow_posts(running.url, webhook_tls[1], 6)
+        try:
+            answer = running.review(CASE["cert-own-node"])
+        finally:
+            for connection in slow:
+                connection.close()
+    assert answer["allowed"] is True
+
+
+@pytest.fixture(scope="module")
+def client_tls(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[ReloadingTls, ssl.SSLContext, ssl.SSLContext, ssl.SSLContext]:
+    """The server's TLS asking for client certificates from the overlay's CA, and three
+    clients: the API server's (its client certificate), one with none, and one presenting
+    the webhook's own serving certificate (the CA's, but not the API server's name)."""
+    directory = tmp_path_factory.mktemp("webhook-client-tls")
+    issued = issue_webhook_tls(webhook_dns_names(NAMESPACE))
+    for name, data in (
+        ("tls.crt", issued.cert_pem),
+        ("tls.key", issued.key_pem),
+        ("ca.crt", issued.ca_bundle_pem),
+        ("client.crt", issued.client_cert_pem),
+        ("client.key", issued.client_key_pem),
+    ):
+        (directory / name).write_bytes(data)
+    server = ReloadingTls(
+        str(directory / "tls.crt"), str(directory / "tls.key"), str(directory / "ca.crt")
+    )
+    clients = []
+    for cert, key in (("client.crt", "client.key"), (None, None), ("tls.crt", "tls.key")):
+        context = ssl.create_default_context(cadata=issued.ca_bundle_pem.decode())
+        if cert is not None and key is not None:
+            context.load_cert_chain(directory / cert, directory / key)
+        clients.append(context)
+    return server, clients[0], clients[1], clients[2]
+
+
+@pytest.mark.parametrize(
+    ("caller", "code"),
+    [
+        (1, 200),
+        (2, 401),
+        # a certificate for serving only (its extended key usage): the handshake fails
+        (3, 0),
+    ],
+    ids=["api-server", "no-certificate", "a-serving-certificate"],
+)
+def test_only_the_api_server_may_call(
+    kube_api_server: StandInApi,
+    client_tls: tuple[ReloadingTls, ssl.SSLContext, ssl.SSLContext, ssl.SSLContext],
+    caller: int,
+    code: int,
+) -> None:
+    # before: any pod could post reviews (each forged one cost an API GET); now only a
+    # client with the API server's certificate from the overlay's CA; the probes need none
+    route_cluster(kube_api_server)
+    server, trust = client_tls[0], client_tls[caller]
+    with KubeClient(load_kubeconfig(str(kube_api_server.kubeconfig)), timeout_s=2.0) as kube:
+        lookup = ApiLookup(kube)
+        app = create_app(AGENTS, lookup, AdmissionMetrics(lookup), client_name=CLIENT_COMMON_NAME)
+        with running_webhook(app, server) as url:
+            body = json.dumps(CASE["cert-own-node"].review()).encode()
+            if code == 0:
+                with pytest.raises(httpx.TransportError):
+                    https("POST", f"{url}/validate", trust, body=body)
+            else:
+                response = https("POST", f"{url}/validate", trust, body=body)
+            assert https("GET", f"{url}/livez", client_tls[2]).status_code == 200
+    if code == 0:
+        assert kube_api_server.sent() == []
+        return
+    assert response.status_code == code, response.text
+    if code != 200:
+        assert "certificate" in response.json()["error"]
+        assert kube_api_server.sent() == []  # nothing looked up for it

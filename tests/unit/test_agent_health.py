@@ -1,7 +1,7 @@
 """The agent's health endpoint: what /livez and /readyz mean (a table over a clock the
 test moves), and the real HTTP server in this process, its readiness going false when
 publishing fails past the bound and true again when the API is back, with the publish
-loop running against an API double over HTTP."""
+loop running against an API double over HTTP; the agent's metrics page when given."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ import tenacity
 
 from layersched.agent import (
     LIVEZ_PATH,
+    METRICS_PATH,
     READYZ_PATH,
     AgentHealth,
+    AgentMetrics,
     ChangeSignal,
     HealthServer,
     NodeRead,
@@ -25,6 +27,7 @@ from layersched.agent import (
     publish_loop,
 )
 from layersched.agent._health import HEALTH_MAX_CONNECTIONS
+from layersched.agent._publisher import PublishStats
 from layersched.core.errors import InputError
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import HeldImage
@@ -173,6 +176,26 @@ def test_only_the_two_probes_are_served() -> None:
         connection.request("POST", LIVEZ_PATH, body=b"x" * 1024)
         assert connection.getresponse().status == 501  # nothing reads a body
         connection.close()
+    finally:
+        server.close()
+
+
+def test_metrics_are_served_when_given() -> None:
+    health = AgentHealth(live_bound_s=30.0, ready_bound_s=1.0)
+    stats = PublishStats(reads=3, applies=2)
+    stats.repairs["stale"] = 1
+    server = HealthServer(health, "127.0.0.1", 0, metrics=AgentMetrics(stats).render).start()
+    try:
+        status, body = http_get(server.port, METRICS_PATH)
+        assert status == 200
+        assert "layersched_agent_reads_total 3.0" in body
+        assert 'layersched_agent_repairs_total{cause="stale"} 1.0' in body
+        assert 'layersched_agent_repairs_total{cause="deleted"} 0.0' in body
+        stats.repairs["deleted"] += 1  # read at scrape time
+        assert (
+            'layersched_agent_repairs_total{cause="deleted"} 1.0'
+            in http_get(server.port, METRICS_PATH)[1]
+        )
     finally:
         server.close()
 

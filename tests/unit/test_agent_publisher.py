@@ -1,18 +1,23 @@
 """The node agent's publishing half: server-side apply only on change, the CRD's limits
 applied before publishing (each image left out logged once, not on every resync), the
 publish loop over the merged reader against an API double that validates with the CRD's
-own schema, and what the agent says when the API refuses an object. The real API server
-is in tests/e2e."""
+own schema, what the agent says when the API refuses an object, and how it keeps its own
+object true (another writer's change, stale stamp or deletion noticed, repaired, counted
+and logged; its own applies never taken for one). The real API server is in tests/e2e."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tenacity
 
 from layersched.agent import (
     ChangeSignal,
@@ -21,6 +26,7 @@ from layersched.agent import (
     NodeRead,
     Publisher,
     publish_loop,
+    watch_own_object,
 )
 from layersched.cli.main import main as cli_main
 from layersched.core.errors import KubeError
@@ -56,6 +62,7 @@ class RecordingKube:
             raise KubeError(f"applying {path}: 503 unavailable", 503)
         assert field_manager == "layersched-agent"
         self.applied.append(dict(document))
+        self.existing = dict(document)  # what a GET answers next, as the API stores it
         return dict(document)
 
 
@@ -98,6 +105,193 @@ def test_a_resync_puts_right_an_object_someone_else_changed() -> None:
     assert publisher.publish([IMG], "content-store", verify=True) is True  # a resync: checks
     kube.existing = kube.applied[-1]
     assert publisher.publish([IMG], "content-store", verify=True) is False  # now in step
+
+
+# ------------------------------------------------------------------ keeping the object true
+def _changed(obj: dict[str, Any]) -> None:
+    obj["images"], obj["layers"] = [], []
+
+
+def _staled(obj: dict[str, Any]) -> None:
+    obj["observedAt"] = "2020-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("tamper", "cause", "said"),
+    [
+        # what the node holds is wiped: the extender scores the node 0 for its images
+        (_changed, "changed", "changed by kubectl-edit"),
+        # only observedAt set back: same content, yet the extender counts it as missing
+        (_staled, "stale", "set stale by kubectl-edit"),
+        # gone: the node has no layers for the scheduler at all
+        (None, "deleted", "deleted behind"),
+    ],
+    ids=["changed", "stale", "deleted"],
+)
+def test_an_object_another_writer_changed_is_repaired_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+    tamper: Callable[[dict[str, Any]], None] | None,
+    cause: str,
+    said: str,
+) -> None:
+    kube = RecordingKube()
+    publisher = Publisher(kube, "n1", runtime="x")
+    publisher.publish([IMG], "content-store")
+    own = kube.applied[-1]
+    # the event of the agent's own apply is no repair
+    assert publisher.notice(own) is False
+    assert publisher.publish([IMG], "content-store") is False
+    if tamper is None:
+        kube.existing = None
+    else:
+        kube.existing = json.loads(json.dumps(own))
+        tamper(kube.existing)
+        kube.existing["metadata"]["managedFields"] = [
+            {"manager": "layersched-agent"},
+            {"manager": "kubectl-edit"},
+        ]
+    # the watch's event: a repair is due, and the next publish makes it (no resync needed)
+    assert publisher.notice(kube.existing) is True
+    caplog.set_level(logging.WARNING, logger="layersched.agent._publisher")
+    assert publisher.publish([IMG], "content-store") is True
+    assert publisher.stats.repairs == {
+        "changed": 0,
+        "stale": 0,
+        "deleted": 0,
+        cause: 1,
+    }
+    repaired = kube.applied[-1]
+    assert parse_document(repaired, "test").images == (IMG,)
+    assert repaired["observedAt"] != "2020-01-01T00:00:00Z"
+    [record] = caplog.records
+    assert said in record.getMessage() and "n1" in record.getMessage()
+    # in step again: the repaired object's event is the agent's own
+    kube.existing = repaired
+    assert publisher.notice(repaired) is False
+    assert publisher.publish([IMG], "content-store", verify=True) is False
+    assert sum(publisher.stats.repairs.values()) == 1
+
+
+def test_a_repair_the_api_refuses_stays_due_and_is_counted_once_made() -> None:
+    kube = RecordingKube()
+    publisher = Publisher(kube, "n1", runtime="x")
+    publisher.publish([IMG], "content-store")
+    kube.existing = None
+    assert publisher.notice(None) is True
+    kube.fail = True
+    with pytest.raises(KubeError):
+        publisher.publish([IMG], "content-store")
+    assert sum(publisher.stats.repairs.values()) == 0  # not made: not counted
+    kube.fail = False
+    assert publisher.publish([IMG], "content-store") is True  # still due: made now
+    assert publisher.stats.repairs["deleted"] == 1
+
+
+def test_nothing_is_repaired_before_the_agent_published() -> None:
+    publisher = Publisher(RecordingKube(), "n1", runtime="x")
+    assert publisher.notice(None) is False
+    assert publisher.notice({"images": [], "layers": []}) is False
+
+
+def test_a_restarted_agent_refreshes_an_object_stamped_long_ago() -> None:
+    kube = RecordingKube()
+    Publisher(kube, "n1", runtime="x").publish([IMG], "content-store")
+    old = dict(kube.applied[0], observedAt="2020-01-01T00:00:00Z")
+    restarted = Publisher(RecordingKube(existing=old), "n1", runtime="x")
+    restarted.adopt_published()
+    # same content, but older than a heartbeat: due now, not in ten minutes
+    assert restarted.publish([IMG], "content-store") is True
+
+
+#: The agent's repair is an event, a debounce and one apply: well under a second; a
+#: loaded 2-core box gets this long.
+REPAIR_TIMEOUT_S = 5.0
+
+
+@contextmanager
+def agent_with_own_watch(
+    api: InventoryApi, images: list[HeldImage]
+) -> Iterator[tuple[Publisher, ChangeSignal]]:
+    """The publish loop reading ``images`` (a resync only every 10 minutes: repairs come
+    from the watch) and the watch of its own object, each on a thread and connection."""
+
+    def read() -> NodeRead:
+        return NodeRead(tuple(images), "content-store", {})
+
+    signal = ChangeSignal()
+    with api.client() as kube, api.client() as watching:
+        publisher = Publisher(kube, "n1", runtime="x")
+        threads = [
+            threading.Thread(
+                target=publish_loop,
+                args=(read, publisher, signal),
+                kwargs={"resync_s": 600.0},
+                daemon=True,
+            ),
+            threading.Thread(
+                target=watch_own_object, args=(watching, publisher, signal), daemon=True
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            yield publisher, signal
+        finally:
+            signal.stopped.set()
+            signal.set()
+            threads[0].join(REPAIR_TIMEOUT_S)
+
+
+def _until(check: Callable[[], None], timeout_s: float = REPAIR_TIMEOUT_S) -> None:
+    tenacity.retry(
+        stop=tenacity.stop_after_delay(timeout_s),
+        wait=tenacity.wait_fixed(0.02),
+        retry=tenacity.retry_if_exception_type((AssertionError, KeyError)),
+        reraise=True,
+    )(check)()
+
+
+def test_the_agent_repairs_its_object_over_the_watch_within_seconds() -> None:
+    images = [IMG]
+    with InventoryApi() as api, agent_with_own_watch(api, images) as (publisher, signal):
+
+        def published() -> None:
+            assert api.applies == 1 and publisher.stats.applies == 1
+
+        _until(published)
+        truth = parse_document(api.objects["n1"], "api").images
+        tampers: list[tuple[str, Callable[[], None]]] = [
+            ("changed", lambda: api.tamper("n1", _changed)),
+            ("stale", lambda: api.tamper("n1", _staled)),
+            ("deleted", lambda: api.remove("n1")),
+        ]
+        for n, (cause, tamper) in enumerate(tampers, start=1):
+            applies = api.applies
+            started = time.monotonic()
+            tamper()
+
+            def repaired(n: int = n, applies: int = applies) -> None:
+                stored = api.objects["n1"]
+                assert api.applies == applies + 1, "not republished yet"
+                assert parse_document(stored, "api").images == truth
+                assert stored["observedAt"] != "2020-01-01T00:00:00Z"
+                assert sum(publisher.stats.repairs.values()) == n
+
+            _until(repaired)
+            print(f"{cause}: repaired in {time.monotonic() - started:.3f} s")
+            assert publisher.stats.repairs[cause] == 1
+        # the agent's own change (a pull) is published, and its event is no repair
+        pulled = HeldImage(("reg/b:1",), digest(101), (Layer(digest(7), 5),))
+        images.append(pulled)
+        signal.set()
+
+        def followed() -> None:
+            assert parse_document(api.objects["n1"], "api").images == (IMG, pulled)
+
+        _until(followed)
+        time.sleep(0.5)  # the apply's own event has come and gone
+        assert sum(publisher.stats.repairs.values()) == 3
+        assert publisher.notice(api.objects["n1"]) is False  # in step with the API
 
 
 def test_api_failures_surface_as_kube_errors() -> None:

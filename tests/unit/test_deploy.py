@@ -20,9 +20,11 @@ from layersched.deploy import (
     AGENT_NAME,
     AGENT_RULES,
     CONTAINERD_SOCKET,
+    K3S_CONTAINERD_SOCKET,
     KUBERNETES_VERSION,
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
+    RUNTIME_CRIO,
     SCHEDULER_RULES,
     SERVICE_ACCOUNT_DIR,
     ImageRef,
@@ -256,6 +258,9 @@ def test_agent_rbac_is_its_node_and_its_objects() -> None:
     assert grants(list(AGENT_RULES)) == {
         ("", "nodes", "get", "*"),
         ("layersched.io", "nodelayerinventories", "get", "*"),
+        # its own object watched (a field selector on its name), to repair it
+        ("layersched.io", "nodelayerinventories", "list", "*"),
+        ("layersched.io", "nodelayerinventories", "watch", "*"),
         ("layersched.io", "nodelayerinventories", "create", "*"),
         ("layersched.io", "nodelayerinventories", "patch", "*"),
     }
@@ -594,3 +599,75 @@ def test_a_missing_kube_scheduler_is_reported_before_any_image_is_built(
     code = main(["deploy", "images", "--registry", "127.0.0.1:1", *argv])
     assert code == EXIT_USAGE
     assert re.search(message, capsys.readouterr().err)
+
+
+def _agent(spec: StackSpec) -> dict[str, Any]:
+    [agent] = stack_objects(spec)["agent.yaml"]
+    pod: dict[str, Any] = agent["spec"]["template"]["spec"]
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("spec", "host_path", "args"),
+    [
+        # containerd's default socket, mounted where the agent reads it
+        (StackSpec(), CONTAINERD_SOCKET, ["--containerd", CONTAINERD_SOCKET]),
+        # k3s and RKE2 run their own containerd: another host path, the same mount
+        (
+            StackSpec(containerd_socket=K3S_CONTAINERD_SOCKET),
+            K3S_CONTAINERD_SOCKET,
+            ["--containerd", CONTAINERD_SOCKET],
+        ),
+        # CRI-O: its storage metadata, read-only files, no socket
+        (
+            StackSpec(runtime=RUNTIME_CRIO, crio_storage="/data/containers/storage"),
+            "/data/containers/storage",
+            ["--crio-storage", "/var/lib/containers/storage"],
+        ),
+    ],
+    ids=["containerd", "k3s", "crio"],
+)
+def test_the_agent_mounts_the_nodes_runtime(
+    spec: StackSpec, host_path: str, args: list[str]
+) -> None:
+    pod = _agent(spec)
+    [volume] = [v for v in pod["volumes"] if "hostPath" in v]
+    assert volume["hostPath"]["path"] == host_path
+    [container] = pod["containers"]
+    argv = container["args"]
+    flag = args[0]
+    assert argv[argv.index(flag) : argv.index(flag) + 2] == args
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["mountPath"] == args[1]
+    assert mount.get("readOnly", False) is (spec.runtime == RUNTIME_CRIO)
+
+
+def test_weight_and_quorum_reach_the_extender_and_the_plugin() -> None:
+    extender = StackSpec(weight=5, image_quorum=3)
+    [config] = yaml.safe_load_all(
+        stack_objects(extender)["scheduler.yaml"][0]["data"]["scheduler-config.yaml"]
+    )
+    assert config["extenders"][0]["weight"] == 5
+    deployment = stack_objects(extender)["scheduler.yaml"][1]
+    [sidecar] = [c for c in deployment["spec"]["template"]["spec"]["containers"]
+                 if c["name"] == "extender"]  # fmt: skip
+    assert sidecar["args"][sidecar["args"].index("--image-quorum") + 1] == "3"
+    plugin = scheduler_config(StackSpec(scheduler="plugin", weight=5, image_quorum=3))
+    profile = plugin["profiles"][0]
+    assert profile["plugins"]["score"]["enabled"][0]["weight"] == 5
+    assert profile["pluginConfig"][0]["args"]["imageQuorum"] == 3
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"weight": 0}, "weight 0: choose 1 to"),
+        ({"image_quorum": 0}, "image quorum 0"),
+        ({"runtime": "docker"}, "runtime 'docker': choose containerd or crio"),
+        ({"containerd_socket": "run/k3s.sock"}, "absolute path on the node"),
+    ],
+    ids=["weight", "quorum", "runtime", "relative-socket"],
+)
+def test_bad_install_options_are_named(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        StackSpec(**fields)

@@ -6,6 +6,7 @@ CA still trusted, its key written 0600)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import stat
 from pathlib import Path
@@ -14,12 +15,16 @@ import pytest
 import yaml
 from cryptography import x509
 
+from layersched.admission import CLIENT_COMMON_NAME
+from layersched.cli.main import main as cli_main
 from layersched.deploy import (
     ADMISSION_PRIVATE_FILES,
     AGENT_NAME,
     KUBERNETES_VERSION,
     NAMESPACE,
     WEBHOOK_SERVICE,
+    EgressPeer,
+    EgressSpec,
     ImageRef,
     StackSpec,
     admission_objects,
@@ -218,3 +223,95 @@ def test_the_secret_in_the_overlay_is_the_issued_tls(tmp_path: Path) -> None:
         "namespace": NAMESPACE,
     }  # fmt: skip
     assert base64.b64decode(secret["data"]["tls.crt"]) == tls.cert_pem
+
+
+# --------------------------------------------------------------------- agent-guard
+def test_each_namespaces_agents_have_a_policy_of_their_own() -> None:
+    # deploy/'s install and the local testbed's host agents side by side: two policies,
+    # each naming its own namespace's account, neither overwriting (or uninstalling) the
+    # other; deploy/'s keeps the name it always had
+    names = {}
+    for namespace in (NAMESPACE, "layersched-testbed"):
+        [policy, binding] = admission_objects(StackSpec(namespace=namespace))
+        assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+        account = f"system:serviceaccount:{namespace}:{AGENT_NAME}"
+        assert f"request.userInfo.username == '{account}'" in str(policy["spec"])
+        names[namespace] = policy["metadata"]["name"]
+    assert names == {
+        NAMESPACE: "layersched-agent-node",
+        "layersched-testbed": "layersched-testbed-agent-node",
+    }
+
+
+def test_agent_guard_prints_the_policy_for_a_namespace(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli_main(["deploy", "agent-guard", "--namespace", "layersched-testbed"])
+    assert code == 0
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    expected = admission_objects(StackSpec(namespace="layersched-testbed"))
+    assert documents == expected  # the generator's objects, not a copy
+    # before 1.30 there is no policy: one clear line saying how to install the webhook
+    assert cli_main(["deploy", "agent-guard", "--kubernetes-version", "1.29.3"]) != 0
+    err = capsys.readouterr().err
+    assert "admission webhook" in err and "deploy render" in err and "Traceback" not in err
+
+
+def test_the_api_server_gets_a_client_certificate_and_only_it_may_call(tmp_path: Path) -> None:
+    # issue 30: the webhook authenticated no caller and its port was open to every pod.
+    # The overlay now gives the API server an admission configuration whose kubeconfig
+    # holds a client certificate from the webhook's CA (written 0600, for the control
+    # plane's disk), the webhook asks for it, and with the API server's addresses known
+    # its NetworkPolicy admits those only.
+    out = tmp_path / "overlay"
+    write_overlay(out, _pushed(), base=tmp_path / "deploy", spec=WEBHOOK_SPEC)
+    config = yaml.safe_load((out / "apiserver-admission-config.yaml").read_text())
+    [plugin] = config["plugins"]
+    assert plugin["name"] == "ValidatingAdmissionWebhook"
+    kubeconfig_path = plugin["configuration"]["kubeConfigFile"]
+    assert kubeconfig_path.endswith("/apiserver-admission-kubeconfig.yaml")
+    kubeconfig_file = out / "apiserver-admission-kubeconfig.yaml"
+    assert stat.S_IMODE(kubeconfig_file.stat().st_mode) == 0o600
+    assert {"apiserver-admission-kubeconfig.yaml"} <= ADMISSION_PRIVATE_FILES
+    [user] = yaml.safe_load(kubeconfig_file.read_text())["users"]
+    assert user["name"] == f"{NAMES[-1]}:443"  # the Service, as the API server looks it up
+    client = x509.load_pem_x509_certificate(
+        base64.b64decode(user["user"]["client-certificate-data"])
+    )
+    secret = yaml.safe_load((out / "admission-tls.yaml").read_text())
+    [ca] = x509.load_pem_x509_certificates(base64.b64decode(secret["data"]["ca.crt"]))
+    client.verify_directly_issued_by(ca)  # the CA the webhook trusts for its callers
+    usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]
+    # the webhook asks for it
+    [deployment] = [o for o in admission_objects(WEBHOOK_SPEC) if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--client-ca-file") + 1].endswith("/ca.crt")
+    assert args[args.index("--client-name") + 1] == CLIENT_COMMON_NAME
+    # written again: kept, the client certificate too
+    first = kubeconfig_file.read_text()
+    assert write_overlay(out, _pushed(), base=tmp_path / "deploy", spec=WEBHOOK_SPEC) == []
+    assert kubeconfig_file.read_text() == first
+
+
+@pytest.mark.parametrize(
+    ("api_server", "sources"),
+    [
+        # unknown: any source (the client certificate keeps other callers out)
+        ((), None),
+        # the control plane's addresses behind default/kubernetes (the cluster IP on 443
+        # is not where the API server calls from)
+        (("10.0.0.5:6443", "10.0.0.6:6443", "10.96.0.1:443"), ["10.0.0.5/32", "10.0.0.6/32"]),
+    ],
+    ids=["unknown", "control-plane"],
+)
+def test_the_webhooks_ingress_is_the_control_plane(
+    api_server: tuple[str, ...], sources: list[str] | None
+) -> None:
+    peers = tuple(EgressPeer.parse(text, "--api-server") for text in api_server)
+    spec = dataclasses.replace(WEBHOOK_SPEC, egress=EgressSpec(api_server=peers))
+    [policy] = [o for o in admission_objects(spec) if o["kind"] == "NetworkPolicy"]
+    [rule] = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8443}]
+    if sources is None:
+        assert "from" not in rule
+    else:
+        assert rule["from"] == [{"ipBlock": {"cidr": cidr}} for cidr in sources]

@@ -186,6 +186,8 @@ def test_a_kind_cluster_before_1_30_runs_the_webhook_instead_of_the_policy() -> 
     assert set(files) == {
         "kustomization.yaml", "kind.yaml", "kubernetes-version.yaml", "json-patch-0.yaml",
         "admission.yaml", "admission-tls.yaml", "admission-ca-bundle.yaml",
+        # the API server's side: its admission configuration and client certificate
+        "apiserver-admission-config.yaml", "apiserver-admission-kubeconfig.yaml",
     }  # fmt: skip
     kustomization = yaml.safe_load(files["kustomization.yaml"])
     # the webhook's objects are added, with its TLS Secret and caBundle ...

@@ -35,7 +35,16 @@ from layersched.extender._watch import (
 )
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, WatchEvent
 from tests.fixtures import prereq
-from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, node, started
+from tests.fixtures.fake_kube import (
+    FakeApi,
+    RunningLoop,
+    digest,
+    event,
+    layers,
+    metric,
+    node,
+    started,
+)
 
 CONVERGE_TIMEOUT_S = 10.0
 POLL_S = 0.02
@@ -51,15 +60,6 @@ def loop() -> Iterator[RunningLoop]:
     running = RunningLoop()
     yield running
     running.close()
-
-
-def metric(provider: WatchInventoryProvider, name: str, **labels: str) -> float | None:
-    """A sample of the provider's /metrics families (None: no such sample)."""
-    for family in provider.collect():
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    return None
 
 
 def holders(loop: RunningLoop, provider: WatchInventoryProvider, layer: Layer) -> list[str]:

@@ -50,6 +50,9 @@ from tests.fixtures import prereq
 from tests.fixtures.cri_messages import TYPES, VERSIONS, assert_no_secret, hostile_secrets
 from tests.unit.test_relay import IMG_ID, IMG_TAG, _harness
 
+#: A request with ``verbose: true`` (field 1, a bool, in each of them).
+VERBOSE_REQUEST = b"\x08\x01"
+
 
 def _method(package: str, short: str) -> Any:
     return parse_method(f"/{package}.{short}")
@@ -185,6 +188,62 @@ def test_streaming_urls_and_verbose_status_are_redacted(package: str) -> None:
     assert shown == {"#2": {"#1": "info", "#2": REDACTED}}
 
 
+def _verbose_answers(token: str) -> dict[str, bytes]:
+    """The verbose answers of the methods with an ``info`` map, as containerd gives
+    them (its registry credentials in Status's ``config``), ``token`` in each."""
+    types = TYPES["runtime.v1"]
+    config = {"registry": {"configs": {"reg.test": {"auth": {"username": "u", "password": token}}}}}
+    image = api_pb2.ImageStatusResponse(info={"info": json.dumps({"imageSpec": {"env": [token]}})})
+    return {
+        "RuntimeService/Status": types["StatusResponse"](
+            info={"config": json.dumps(config), "golang": "go1.22"}
+        ).SerializeToString(),
+        "RuntimeService/PodSandboxStatus": types["PodSandboxStatusResponse"](
+            info={"info": json.dumps({"config": {"annotations": {"secret": token}}})}
+        ).SerializeToString(),
+        "ImageService/ImageStatus": image.SerializeToString(),
+    }
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["flag-off", "flag-on"])
+def test_verbose_info_maps_are_never_dumped(tmp_path: Path, allowed: bool) -> None:
+    # A real relay over a fake runtime answering verbose Status, PodSandboxStatus and
+    # ImageStatus: selectors say "everything in full". Without the flag each is a name
+    # line; with it, each in full with every info value a marker. Before (issue 30):
+    # all three were dumped in full, containerd's registry credentials included.
+    token = hostile_secrets(400, 1)[0]
+    answers = _verbose_answers(token)
+    dump_path = tmp_path / "cri.jsonl"
+    dumper = Dumper(parse_selectors("full:*"), DumpFile(dump_path), allow_sensitive=allowed)
+    for harness in _harness(tmp_path, RelayOptions(dumper=dumper)):
+        harness.seen.answers.update({f"/runtime.v1.{m}": answer for m, answer in answers.items()})
+        for method, answer in answers.items():
+            # the caller gets the runtime's answer as it was: only the dump is redacted
+            assert harness.call(f"/runtime.v1.{method}", VERBOSE_REQUEST) == answer
+    text = dump_path.read_text()
+    assert token not in text and json.dumps(token)[1:-1] not in text
+    responses = {
+        r["method"].split(".", 2)[2]: r
+        for r in map(json.loads, text.splitlines())
+        if r["event"] == "response"
+    }
+    assert set(responses) == set(answers)
+    for method, record in responses.items():
+        assert_no_secret(record, token)
+        if not allowed:
+            assert "response" not in record, method
+            continue
+        # schema-less ({"#2": entry or [entries]}, each {"#1": key, "#2": value}), or
+        # named by the CRI subset (ImageStatus: {"info": {key: value}})
+        shown = record["response"]
+        if "info" in shown:
+            values = list(shown["info"].values())
+        else:
+            entries = shown["#2"] if isinstance(shown["#2"], list) else [shown["#2"]]
+            values = [entry["#2"] for entry in entries]
+        assert values and set(values) == {REDACTED}, (method, shown)
+
+
 def test_messages_without_secrets_are_unchanged() -> None:
     # The redaction touches only the messages in its table.
     request = api_pb2.PullImageRequest(image=api_pb2.ImageSpec(image=IMG_TAG)).SerializeToString()
@@ -247,6 +306,15 @@ def test_redaction_table_matches_the_upstream_proto(version: str) -> None:
     for (short, suffix), shape in RULES.items():
         assert shape.name == f"{short.split('/')[1]}{suffix}"
         _check(shape, upstream)
+    # every verbose info map of the CRI is redacted (issue 30: Status's was not)
+    verbose = {
+        name.removesuffix("Response")
+        for name, fields in upstream.items()
+        if (2, ("info", "map<string, string>")) in fields.items() and name.endswith("Response")
+    }
+    assert verbose >= {"Status", "PodSandboxStatus", "ContainerStatus", "ImageStatus"}
+    covered = {short.split("/")[1] for (short, suffix) in RULES if suffix == "Response"}
+    assert verbose <= covered, verbose - covered
     # and the subset's AuthConfig, which names the fields in decoded dumps, agrees
     subset = {f.number: f.name for f in api_pb2.AuthConfig.DESCRIPTOR.fields}
     assert subset == {n: name for n, (name, _) in upstream["AuthConfig"].items()}
@@ -262,13 +330,26 @@ def test_redaction_table_matches_the_upstream_proto(version: str) -> None:
         ("/runtime.v1.RuntimeService/CreateContainer", True),
         ("/runtime.v1.RuntimeService/ExecSync", True),
         ("/runtime.v1.RuntimeService/ContainerStatus", True),
+        # every method with a verbose info map (issue 30: Status answered containerd's
+        # registry credentials), and those carrying a pod's annotations
+        ("/runtime.v1.RuntimeService/Status", True),
+        ("/runtime.v1.RuntimeService/PodSandboxStatus", True),
+        ("/runtime.v1.ImageService/ImageStatus", True),
+        ("/runtime.v1.RuntimeService/ListContainers", True),
+        ("/runtime.v1.RuntimeService/ListPodSandboxStats", True),
         # the relay cannot tell what a method it does not know carries
         ("/runtime.v9.FutureService/Echo", True),
+        # on the allow-list
         ("/runtime.v1.ImageService/ListImages", False),
         ("/runtime.v1alpha2.RuntimeService/Version", False),
+        ("/runtime.v1.ImageService/ImageFsInfo", False),
     ],
-    ids=["pull", "create", "exec-sync", "status", "unknown", "list", "version"],
-)
+    ids=[
+        "pull", "create", "exec-sync", "container-status", "runtime-status", "sandbox-status",
+        "image-status", "list-containers", "sandbox-stats", "unknown", "list", "version",
+        "fs-info",
+    ],
+)  # fmt: skip
 def test_sensitive_methods(method: str, sensitive: bool) -> None:
     assert is_sensitive(parse_method(method)) is sensitive
 

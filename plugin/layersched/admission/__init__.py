@@ -40,6 +40,7 @@ from layersched.admission._review import (
 )
 from layersched.admission._server import (
     BODY_TIMEOUT_S,
+    CLIENT_COMMON_NAME,
     LIVEZ_PATH,
     MAX_CONCURRENT_REVIEWS,
     MAX_REQUEST_BYTES,
@@ -62,6 +63,7 @@ __all__ = [
     "AGENT_USER_PREFIX",
     "BODY_TIMEOUT_S",
     "CHECKED_OPERATIONS",
+    "CLIENT_COMMON_NAME",
     "DEFAULT_MAX_NODES",
     "DEFAULT_MAX_PODS",
     "DEFAULT_NODE_TTL_S",

@@ -1,11 +1,22 @@
 """The webhook server: ``POST /validate`` (AdmissionReview v1) over HTTPS, on aiohttp.
 
-Bounded by construction: at most ``max_concurrent_reviews`` reviews are worked on (past
-that, 503 before the body is read: the API server then applies the webhook's
-``failurePolicy``), a body is at most ``max_request_bytes`` (413) and must arrive within
-``body_timeout_s`` (408), and a review's lookups must finish within ``review_timeout_s``
-(else the write is refused as unchecked). The serving certificate is re-read when its
-files change (a renewed Secret), without a restart. ``/livez``, ``/readyz`` (the API
+Bounded by construction. A body is read first, **before** a review slot is taken (issue
+30: sixteen slow connections held every slot, and the API server got 503): it is at most
+``max_request_bytes`` (413), must arrive within ``body_timeout_s`` (408), and the bodies
+being read or worked on hold at most ``max_request_bytes x max_concurrent_reviews`` bytes
+in all (past that, 503: a slow connection holds the few bytes it sent, not a slot). Then
+at most ``max_concurrent_reviews`` reviews are worked on (past that, 503: the API server
+applies the webhook's ``failurePolicy``), and a review's lookups must finish within
+``review_timeout_s`` (else the write is refused as unchecked).
+
+**The caller is authenticated** when a client CA is given (``--client-ca-file``, which
+deploy/ sets): ``/validate`` answers only a client whose certificate that CA issued, with
+the common name ``--client-name`` (the API server's, from its admission configuration's
+kubeconfig); any other caller gets 401 before its body is read. The probes and
+``/metrics`` need no certificate (kubelet's probes present none).
+
+The serving certificate is re-read when its files change (a renewed Secret), without a
+restart. ``/livez``, ``/readyz`` (the API
 server answered once) and ``/metrics`` are served on the same port.
 """
 
@@ -50,6 +61,9 @@ from layersched.core.errors import LayerschedError
 
 log = logging.getLogger("layersched.admission")
 
+#: The common name of the API server's client certificate (``--client-name``'s default;
+#: deploy/ issues it so).
+CLIENT_COMMON_NAME = "layersched-admission-apiserver"
 #: The path the ValidatingWebhookConfiguration calls.
 VALIDATE_PATH = "/validate"
 LIVEZ_PATH = "/livez"
@@ -74,6 +88,7 @@ SHUTDOWN_GRACE_S = 5.0
 READY_RETRY_S = 2.0
 HTTP_OK = 200
 HTTP_BAD_REQUEST = 400
+HTTP_UNAUTHORIZED = 401
 HTTP_TIMEOUT = 408
 HTTP_TOO_LARGE = 413
 HTTP_UNAVAILABLE = 503
@@ -153,12 +168,24 @@ class AdmissionMetrics:
 
 
 class ReloadingTls:
-    """A server TLS context (TLS 1.2+) whose certificate is re-read when its files change."""
+    """A server TLS context (TLS 1.2+) whose certificate is re-read when its files change;
+    with ``client_ca_file``, client certificates that CA issued are asked for and
+    verified (a client may present none: :func:`_validate` then refuses it)."""
 
-    def __init__(self, cert_file: str, key_file: str) -> None:
+    def __init__(self, cert_file: str, key_file: str, client_ca_file: str | None = None) -> None:
         self.cert_file, self.key_file = cert_file, key_file
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if client_ca_file is not None:
+            try:
+                self.context.load_verify_locations(cafile=client_ca_file)
+            except (OSError, ssl.SSLError) as err:
+                raise AdmissionError(
+                    f"loading the client CA {client_ca_file!r}: {err}: pass the PEM CA that "
+                    "issued the API server's client certificate with --client-ca-file "
+                    "(deploy/ mounts it from the Secret layersched-admission-tls, ca.crt)"
+                ) from None
+            self.context.verify_mode = ssl.CERT_OPTIONAL
         self._fingerprint = ""
         self.reload()
 
@@ -195,7 +222,13 @@ class _State:
     limit: int
     review_timeout_s: float
     body_timeout_s: float
+    max_request_bytes: int
+    #: The common name a caller's verified client certificate must have (None: any
+    #: caller, no client authentication).
+    client_name: str | None
     busy: int = 0
+    #: Bytes of bodies being read or worked on (at most max_request_bytes x limit).
+    body_bytes: int = 0
     ready: bool = False
     ready_why: str = "the API server has not answered yet"
 
@@ -232,63 +265,120 @@ def _decode(body: bytes) -> AdmissionReview:
     return review
 
 
+class _Refused(Exception):
+    """A request not answered with a review: its HTTP status and why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _caller(request: web.Request, expected: str) -> str:
+    """Why the caller is not the API server, or "": its verified client certificate must
+    carry the common name ``expected``."""
+    peer = request.transport.get_extra_info("peercert") if request.transport else None
+    if not peer:
+        return "no client certificate: only the API server may call (--client-ca-file)"
+    names = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
+    if names != [expected]:
+        return f"client certificate for {names!r}, not {expected!r} (--client-name)"
+    return ""
+
+
+async def _read_body(request: web.Request, state: _State, held: list[int]) -> bytes:
+    """The body, read within the limits (module docstring); what it holds of the bytes in
+    flight is added to ``held[0]`` (the caller gives it back)."""
+    limit = state.max_request_bytes
+    too_large = _Refused(
+        HTTP_TOO_LARGE,
+        f"AdmissionReview too large (over {limit} bytes): raise --max-request-bytes if "
+        "NodeLayerInventory objects are this large",
+    )
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    body = bytearray()
+    try:
+        async with asyncio.timeout(state.body_timeout_s):
+            while chunk := await request.content.readany():
+                if len(body) + len(chunk) > limit:
+                    raise too_large
+                if state.body_bytes + len(chunk) > limit * state.limit:
+                    raise _Refused(
+                        HTTP_UNAVAILABLE,
+                        f"overloaded: {state.body_bytes} bytes of reviews being read; raise "
+                        "--max-concurrent-reviews or run more replicas",
+                    )
+                state.body_bytes += len(chunk)
+                held[0] += len(chunk)
+                body += chunk
+    except TimeoutError:
+        raise _Refused(
+            HTTP_TIMEOUT, f"the body did not arrive within {state.body_timeout_s} s"
+        ) from None
+    return bytes(body)
+
+
 async def _validate(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
-    if state.busy >= state.limit:
-        return _rejected(
-            state,
-            HTTP_UNAVAILABLE,
-            f"overloaded: {state.busy} reviews in progress; raise --max-concurrent-reviews "
-            "or run more replicas",
-        )
+    if state.client_name is not None:
+        why = _caller(request, state.client_name)
+        if why:
+            return _rejected(state, HTTP_UNAUTHORIZED, why)
     started = time.perf_counter()
-    state.busy += 1
-    state.metrics.in_progress.inc()
+    held = [0]
     try:
         try:
-            body = await asyncio.wait_for(request.read(), state.body_timeout_s)
-        except web.HTTPRequestEntityTooLarge as err:
+            body = await _read_body(request, state, held)
+        except _Refused as refused:
+            return _rejected(state, refused.status, refused.message)
+        if state.busy >= state.limit:
             return _rejected(
                 state,
-                HTTP_TOO_LARGE,
-                f"AdmissionReview too large ({(err.text or '').rstrip('.')}): raise "
-                "--max-request-bytes if NodeLayerInventory objects are this large",
+                HTTP_UNAVAILABLE,
+                f"overloaded: {state.busy} reviews in progress; raise --max-concurrent-reviews "
+                "or run more replicas",
             )
-        except TimeoutError:
-            return _rejected(
-                state, HTTP_TIMEOUT, f"the body did not arrive within {state.body_timeout_s} s"
-            )
+        state.busy += 1
+        state.metrics.in_progress.inc()
         try:
-            review = _decode(body)
-        except msgspec.DecodeError as err:
-            return _rejected(state, HTTP_BAD_REQUEST, f"not an AdmissionReview: {err}")
-        assert review.request is not None  # _decode checked
-        loop = asyncio.get_running_loop()
-        work = loop.run_in_executor(state.pool, decide, review.request, state.agents, state.lookup)
-        try:
-            verdict: Verdict = await asyncio.wait_for(work, state.review_timeout_s)
-        except TimeoutError:
-            verdict = refuse(
-                "lookup-timeout",
-                f"could not check the layersched agent's node within {state.review_timeout_s} s "
-                "(the API server is slow to answer the admission server): retry",
-                500,
-            )
-        state.metrics.reviews.labels(review.request.operation, verdict.result).inc()
-        if not verdict.allowed:
-            state.metrics.refusals.labels(verdict.reason).inc()
-            log.info(
-                "refused %s %s by %s: %s",
-                review.request.operation,
-                review.request.name or "(unnamed)",
-                review.request.userInfo.username,
-                verdict.message,
-            )
-        return _json(response(review, verdict))
+            return await _review(state, body)
+        finally:
+            state.busy -= 1
+            state.metrics.in_progress.dec()
     finally:
-        state.busy -= 1
-        state.metrics.in_progress.dec()
+        state.body_bytes -= held[0]
         state.metrics.latency_s.observe(time.perf_counter() - started)
+
+
+async def _review(state: _State, body: bytes) -> web.Response:
+    """Decode, decide and answer one review (a slot is held)."""
+    try:
+        review = _decode(body)
+    except msgspec.DecodeError as err:
+        return _rejected(state, HTTP_BAD_REQUEST, f"not an AdmissionReview: {err}")
+    assert review.request is not None  # _decode checked
+    loop = asyncio.get_running_loop()
+    work = loop.run_in_executor(state.pool, decide, review.request, state.agents, state.lookup)
+    try:
+        verdict: Verdict = await asyncio.wait_for(work, state.review_timeout_s)
+    except TimeoutError:
+        verdict = refuse(
+            "lookup-timeout",
+            f"could not check the layersched agent's node within {state.review_timeout_s} s "
+            "(the API server is slow to answer the admission server): retry",
+            500,
+        )
+    state.metrics.reviews.labels(review.request.operation, verdict.result).inc()
+    if not verdict.allowed:
+        state.metrics.refusals.labels(verdict.reason).inc()
+        log.info(
+            "refused %s %s by %s: %s",
+            review.request.operation,
+            review.request.name or "(unnamed)",
+            review.request.userInfo.username,
+            verdict.message,
+        )
+    return _json(response(review, verdict))
 
 
 async def _livez(request: web.Request) -> web.Response:
@@ -319,12 +409,23 @@ def create_app(
     max_concurrent_reviews: int = MAX_CONCURRENT_REVIEWS,
     review_timeout_s: float = REVIEW_TIMEOUT_S,
     body_timeout_s: float = BODY_TIMEOUT_S,
+    client_name: str | None = None,
 ) -> web.Application:
-    """The aiohttp application (its thread pool is closed with the app)."""
+    """The aiohttp application (its thread pool is closed with the app); ``client_name``:
+    the common name of the only caller's client certificate (serve it with a
+    :class:`ReloadingTls` given the client CA), or None to authenticate no caller."""
     app = web.Application(client_max_size=max_request_bytes)
     pool = ThreadPoolExecutor(max_concurrent_reviews, thread_name_prefix="layersched-admission")
     app[STATE_KEY] = _State(
-        agents, lookup, metrics, pool, max_concurrent_reviews, review_timeout_s, body_timeout_s
+        agents,
+        lookup,
+        metrics,
+        pool,
+        max_concurrent_reviews,
+        review_timeout_s,
+        body_timeout_s,
+        max_request_bytes,
+        client_name,
     )
 
     async def close_pool(_app: web.Application) -> None:

@@ -2,8 +2,10 @@
 
 Its main job (``layersched agent --publish``) is the node's ``NodeLayerInventory``: the
 layers read from the runtime itself and merged into one read (:mod:`._readers`),
-applied to the API when they change, within the CRD's limits (:mod:`._publisher`), with
-``/livez`` and ``/readyz`` for its probes (:mod:`._health`). It also still builds the v1
+applied to the API when they change, within the CRD's limits (:mod:`._publisher`), kept
+true against other writers (its own object watched, and republished when someone else
+changed, staled or deleted it), with ``/livez``, ``/readyz`` and ``/metrics`` on its
+health port (:mod:`._health`, :mod:`._metrics`). It also still builds the v1
 Node a kubelet would publish:
 
 It turns a CRI image list into ``Node.status.images`` (names, sizes, sort
@@ -13,7 +15,14 @@ annotations become the patched kubelet's ``layers`` map (layersched's
 extension). ``layersched agent`` runs it against a CRI endpoint.
 """
 
-from layersched.agent._health import LIVEZ_PATH, READYZ_PATH, AgentHealth, HealthServer
+from layersched.agent._health import (
+    LIVEZ_PATH,
+    METRICS_PATH,
+    READYZ_PATH,
+    AgentHealth,
+    HealthServer,
+)
+from layersched.agent._metrics import AgentMetrics
 from layersched.agent._node import (
     DEFAULT_MAX_IMAGES,
     MAX_NAMES_PER_IMAGE,
@@ -28,12 +37,16 @@ from layersched.agent._publisher import (
     DEFAULT_POLL_S,
     DEFAULT_RESYNC_S,
     FIELD_MANAGER,
+    REPAIR_CAUSES,
     Backoff,
     ChangeSignal,
     NodeLayersApi,
+    OwnObjectApi,
     Publisher,
+    fingerprint,
     publish_loop,
     watch_events,
+    watch_own_object,
 )
 from layersched.agent._readers import (
     DEFAULT_CRIO_STORAGE,
@@ -55,10 +68,13 @@ __all__ = [
     "FIELD_MANAGER",
     "LIVEZ_PATH",
     "MAX_NAMES_PER_IMAGE",
+    "METRICS_PATH",
     "NO_IMAGE_CAP",
     "READYZ_PATH",
+    "REPAIR_CAUSES",
     "AgentHealth",
     "AgentImage",
+    "AgentMetrics",
     "Backoff",
     "CRIImageLister",
     "ChangeSignal",
@@ -68,10 +84,13 @@ __all__ = [
     "NodeImagesReader",
     "NodeLayersApi",
     "NodeRead",
+    "OwnObjectApi",
     "Publisher",
     "build_node",
     "cri_images",
+    "fingerprint",
     "node_status_images",
     "publish_loop",
     "watch_events",
+    "watch_own_object",
 ]

@@ -10,10 +10,12 @@
   (the API refuses the object, or the runtime does not answer). Short failures within
   the bound (an API server restarting) do not flip it.
 
-Both answer a short plain-text line saying why. The server is a stdlib
-``ThreadingHTTPServer`` that reads nothing but the request line and headers (no body),
-with a per-connection read deadline and a cap on connections in flight, so a slow or
-flooding client cannot hold the agent's memory or threads.
+Both answer a short plain-text line saying why. Given a metrics page (the agent's
+:class:`~layersched.agent._metrics.AgentMetrics`), ``GET /metrics`` serves it.
+
+The server is a stdlib ``ThreadingHTTPServer`` that reads nothing but the request line
+and headers (no body), with a per-connection read deadline and a cap on connections in
+flight, so a slow or flooding client cannot hold the agent's memory or threads.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 
 LIVEZ_PATH = "/livez"
 READYZ_PATH = "/readyz"
+METRICS_PATH = "/metrics"
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: A probe's request line and headers must arrive within this (kubelet's probe timeout
 #: is 1 s by default).
 HEALTH_READ_TIMEOUT_S = 5.0
@@ -128,15 +132,20 @@ class _Handler(BaseHTTPRequestHandler):
             healthy, reason = health.live()
         elif self.path == READYZ_PATH:
             healthy, reason = health.ready()
+        elif self.path == METRICS_PATH and self.server.metrics is not None:
+            self._send(HTTPStatus.OK, self.server.metrics(), METRICS_CONTENT_TYPE)
+            return
         else:
             self._answer(HTTPStatus.NOT_FOUND, f"try {LIVEZ_PATH} or {READYZ_PATH}")
             return
         self._answer(HTTPStatus.OK if healthy else HTTPStatus.SERVICE_UNAVAILABLE, reason)
 
     def _answer(self, status: HTTPStatus, text: str) -> None:
-        body = f"{text}\n".encode()
+        self._send(status, f"{text}\n".encode(), "text/plain; charset=utf-8")
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
         self.end_headers()
@@ -154,8 +163,16 @@ class HealthServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, health: AgentHealth, host: str, port: int) -> None:
+    def __init__(
+        self,
+        health: AgentHealth,
+        host: str,
+        port: int,
+        metrics: Callable[[], bytes] | None = None,
+    ) -> None:
         self.health = health
+        #: The ``/metrics`` page, rendered per request (None: not served).
+        self.metrics = metrics
         self._slots = threading.BoundedSemaphore(HEALTH_MAX_CONNECTIONS)
         self._thread: threading.Thread | None = None
         if ":" in host:

@@ -9,6 +9,17 @@ jitter; reading goes on meanwhile and the newest state is applied when the API i
 The object is owned by the Node (an ownerReference), so deleting a Node deletes its
 layers, and a restarted agent re-applies the same object: nothing is duplicated.
 
+**The agent keeps its own object true.** It remembers the object as the API stored its
+last apply (:func:`fingerprint`: everything but metadata, ``observedAt`` included), and
+watches that one object (:func:`watch_own_object`). When an event shows the object
+differs from it (another writer changed what it says, set ``observedAt`` back so it
+looks stale, or deleted it), the loop is woken, publishes the truth again at once, logs
+the repair naming the other writer (its field manager) and counts it by cause
+(:attr:`PublishStats.repairs`, the agent's ``layersched_agent_repairs_total``). A resync
+checks the same way, in case the watch missed it. A repair answers a write with one
+apply, never more: a writer fighting the agent sets the pace, the agent does not
+amplify it.
+
 The object is built within the CRD's limits (:func:`layersched.core.nodelayers.build_inventory`):
 an image past them is left out, and logged once when it first is, not on every resync.
 The loop reports to :class:`~layersched.agent._health.AgentHealth` for the probes.
@@ -16,12 +27,15 @@ The loop reports to :class:`~layersched.agent._health.AgentHealth` for the probe
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from layersched.agent._health import AgentHealth
@@ -34,7 +48,14 @@ from layersched.core.nodelayers import (
     build_inventory,
     content_hash,
 )
-from layersched.kube import HTTP_NOT_FOUND, node_layers_path
+from layersched.kube import (
+    HTTP_NOT_FOUND,
+    NODE_LAYERS_PATH,
+    Gone,
+    WatchEvent,
+    node_layers_path,
+    selector,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +75,13 @@ BACKOFF_MAX_S = 30.0
 BACKOFF_JITTER = 0.2
 #: The API server's answer to an object its CRD's schema refuses.
 HTTP_UNPROCESSABLE = 422
+#: Why the agent republished an object it had not changed itself: another writer changed
+#: what it says, set back its observedAt (the extender then counts it as stale), or
+#: deleted it.
+CHANGED, STALE, DELETED = "changed", "stale", "deleted"
+REPAIR_CAUSES = (CHANGED, STALE, DELETED)
+#: The server ends a watch of the agent's own object after this; it is resumed at once.
+OWN_WATCH_TIMEOUT_S = 300
 
 
 class NodeLayersApi(Protocol):
@@ -64,6 +92,51 @@ class NodeLayersApi(Protocol):
     def apply(
         self, path: str, document: Mapping[str, Any], field_manager: str, *, force: bool = ...
     ) -> dict[str, Any]: ...
+
+
+class OwnObjectApi(Protocol):
+    """What watching the agent's own object needs (``layersched.kube.KubeClient`` fits)."""
+
+    def list(
+        self, path: str, *, label_selector: str | None = ..., field_selector: str | None = ...
+    ) -> tuple[list[dict[str, Any]], str]: ...
+
+    def watch(
+        self,
+        path: str,
+        resource_version: str,
+        *,
+        timeout_s: int = ...,
+        field_selector: str | None = ...,
+    ) -> Iterator[WatchEvent]: ...
+
+
+def fingerprint(document: Mapping[str, Any]) -> str:
+    """A digest of everything an object says, ``observedAt`` included (its metadata and
+    status excluded): the agent compares the object in the API with the one the API
+    stored from its own last apply, so any other writer's change shows."""
+    kept = {k: v for k, v in document.items() if k not in ("metadata", "status")}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def _other_writers(document: Mapping[str, Any]) -> str:
+    """The field managers other than the agent's that last wrote ``document``."""
+    entries = (document.get("metadata") or {}).get("managedFields") or []
+    names = sorted(
+        {
+            str(entry.get("manager") or "?")
+            for entry in entries
+            if isinstance(entry, dict) and entry.get("manager") != FIELD_MANAGER
+        }
+    )
+    return ", ".join(names) or "unknown"
+
+
+def _observed_at(document: Mapping[str, Any]) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(document.get("observedAt") or ""))
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -91,6 +164,8 @@ class PublishStats:
     applies: int = 0
     unchanged: int = 0
     api_failures: int = 0
+    #: Republishes of an object another writer changed, by cause (REPAIR_CAUSES).
+    repairs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REPAIR_CAUSES, 0))
     last_hash: str = ""
     last_applied_at: float = 0.0
     #: Images the last built object left out (the CRD's limits, the size budget).
@@ -117,6 +192,15 @@ class Publisher:
         self.stats = PublishStats()
         self._owner: dict[str, Any] | None = None
         self._reported: set[tuple[str, str]] = set()
+        #: The object as the API stored the agent's last apply (or held it at start):
+        #: its fingerprint and content hash; "" while the agent knows of no object.
+        self._held = ""
+        self._held_content = ""
+        #: Set when an event showed the object differs from it (the watch's thread).
+        self._repair_due = threading.Event()
+        #: Held while applying and recording, so the watch never compares an event of
+        #: the agent's own apply with what it held before.
+        self._lock = threading.Lock()
 
     def _owner_reference(self) -> dict[str, Any] | None:
         if self._owner is None:
@@ -131,27 +215,81 @@ class Publisher:
             self._owner = {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}
         return self._owner
 
-    def adopt_published(self) -> None:
-        """Remember what the API already holds (after a restart nothing is re-applied
-        unless it changed)."""
+    def _read_published(self) -> dict[str, Any] | None:
         try:
-            current = self.kube.get(node_layers_path(self.node))
+            return self.kube.get(node_layers_path(self.node))
         except KubeError as err:
             if err.status == HTTP_NOT_FOUND:
-                return
+                return None
             raise
-        self.stats.last_hash = content_hash(current)
-        if not self.stats.last_applied_at:  # at start: the heartbeat counts from now
-            self.stats.last_applied_at = time.monotonic()
+
+    def adopt_published(self) -> None:
+        """Remember what the API already holds (after a restart nothing is re-applied
+        unless it changed, or its observedAt is older than a heartbeat)."""
+        current = self._read_published()
+        if current is None:
+            return
+        with self._lock:
+            self._hold(current)
+            self.stats.last_hash = self._held_content
+        observed = _observed_at(current)
+        age_s = (datetime.now(UTC) - observed).total_seconds() if observed else self.heartbeat_s
+        # the heartbeat counts from when the object was observed (a stale one is due now)
+        self.stats.last_applied_at = time.monotonic() - max(0.0, age_s)
+
+    def _hold(self, stored: Mapping[str, Any]) -> None:
+        self._held = fingerprint(stored)
+        self._held_content = content_hash(stored)
+
+    def notice(self, current: Mapping[str, Any] | None) -> bool:
+        """An event's object (None: deleted); True when it differs from the object the
+        agent last published, and a repair is then due (the watch's thread calls this)."""
+        with self._lock:
+            if not self._held:
+                return False  # nothing published yet: the loop publishes anyway
+            if current is not None and fingerprint(current) == self._held:
+                return False
+            self._repair_due.set()
+            return True
+
+    def _check_drift(self) -> tuple[str, str] | None:
+        """Read the object; (cause, other writers) when it differs from what the agent
+        last published, None when it is as published (or nothing was)."""
+        current = self._read_published()
+        with self._lock:
+            if not self._held:
+                if current is not None:  # published before this agent knew: adopt it
+                    self._hold(current)
+                    self.stats.last_hash = self._held_content
+                return None
+            if current is not None and fingerprint(current) == self._held:
+                return None
+            if current is None:
+                return DELETED, ""
+            cause = CHANGED if content_hash(current) != self._held_content else STALE
+            return cause, _other_writers(current)
+
+    def _repaired(self, cause: str, by: str) -> None:
+        self.stats.repairs[cause] += 1
+        log.warning(
+            "node %s: its NodeLayerInventory was %s%s behind the agent's back: republished "
+            "what the node holds (repairs so far: %d)",
+            self.node,
+            {CHANGED: "changed", STALE: "set stale", DELETED: "deleted"}[cause],
+            f" by {by}" if by else "",
+            sum(self.stats.repairs.values()),
+        )
 
     def publish(self, images: Sequence[HeldImage], source: str, *, verify: bool = False) -> bool:
         """Apply the object for ``images`` if it changed; True when applied.
 
-        ``verify`` first reads what the API holds, so that an object deleted or altered
-        by someone else is put right (the agent does this on every resync)."""
-        if verify:
-            self.stats.last_hash = ""
-            self.adopt_published()
+        ``verify`` (every resync), or an event of the own-object watch, first reads what
+        the API holds: an object another writer changed, set stale or deleted is
+        published again (a repair, counted and logged)."""
+        repair: tuple[str, str] | None = None
+        if verify or self._repair_due.is_set():
+            self._repair_due.clear()
+            repair = self._check_drift()
         built = build_inventory(
             self.node,
             images,
@@ -163,20 +301,26 @@ class Publisher:
         document = built.document
         digest = content_hash(document)
         due = time.monotonic() - self.stats.last_applied_at >= self.heartbeat_s
-        if digest == self.stats.last_hash and not due:
+        if digest == self.stats.last_hash and not due and repair is None:
             self.stats.unchanged += 1
             return False
         owner = self._owner_reference()
         if owner is not None:
             document["metadata"]["ownerReferences"] = [owner]
-        try:
-            self.kube.apply(node_layers_path(self.node), document, FIELD_MANAGER)
-        except KubeError:
-            # read the Node again next time: the admission rule holds the object to its
-            # Node's current uid, which a re-registered Node has changed
-            self._owner = None
-            raise
+        with self._lock:
+            try:
+                stored = self.kube.apply(node_layers_path(self.node), document, FIELD_MANAGER)
+            except KubeError:
+                # read the Node again next time: the admission rule holds the object to
+                # its Node's current uid, which a re-registered Node has changed
+                self._owner = None
+                if repair is not None:
+                    self._repair_due.set()  # still to repair
+                raise
+            self._hold(stored)
         self.stats.applies += 1
+        if repair is not None:
+            self._repaired(*repair)
         self.stats.last_hash = digest
         self.stats.last_applied_at = time.monotonic()
         log.info(
@@ -241,6 +385,51 @@ def watch_events(events: Callable[[], Iterator[str]], signal: ChangeSignal, poll
         while time.monotonic() < deadline and not signal.stopped.is_set():
             signal.set()
             signal.stopped.wait(poll_s)
+
+
+def watch_own_object(kube: OwnObjectApi, publisher: Publisher, signal: ChangeSignal) -> None:
+    """Watch the node's own NodeLayerInventory (a field selector on its name) and wake the
+    publish loop when an event shows it differs from what the agent last published (the
+    loop then repairs it). Lists on start and after a failure (a change missed meanwhile
+    shows there), resumes the watch where it ended; backs off on failures. Runs until
+    ``signal.stopped``."""
+    names = selector({"metadata.name": publisher.node})
+    backoff = Backoff()
+    version = ""
+    while not signal.stopped.is_set():
+        try:
+            if not version:
+                items, version = kube.list(NODE_LAYERS_PATH, field_selector=names)
+                current = next(
+                    (i for i in items if (i.get("metadata") or {}).get("name") == publisher.node),
+                    None,
+                )
+                if publisher.notice(current):
+                    signal.set()
+            for event in kube.watch(
+                NODE_LAYERS_PATH, version, timeout_s=OWN_WATCH_TIMEOUT_S, field_selector=names
+            ):
+                backoff.reset()
+                version = event.resource_version or version
+                if event.type == "BOOKMARK":
+                    continue
+                if publisher.notice(None if event.type == "DELETED" else event.object):
+                    signal.set()
+                if signal.stopped.is_set():
+                    return
+        except Gone:
+            version = ""
+        except LayerschedError as err:
+            version = ""
+            pause_s = backoff.next_s()
+            log.warning(
+                "watching node %s's NodeLayerInventory: %s: again in %.1f s (resyncs still "
+                "check it)",
+                publisher.node,
+                err,
+                pause_s,
+            )
+            signal.stopped.wait(pause_s)
 
 
 def publish_loop(

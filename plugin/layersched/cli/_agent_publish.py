@@ -2,7 +2,9 @@
 
 This module parses the flags and wires the objects: what to read (the agent's
 :class:`~layersched.agent.NodeImagesReader`), where to publish
-(:class:`~layersched.agent.Publisher`), the change signal, and the health server.
+(:class:`~layersched.agent.Publisher`), the change signal, the watch of the node's own
+object that keeps it true (:func:`~layersched.agent.watch_own_object`, on a connection of
+its own), and the health server (with the agent's metrics).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from layersched.agent import (
     DEFAULT_POLL_S,
     DEFAULT_RESYNC_S,
     AgentHealth,
+    AgentMetrics,
     ChangeSignal,
     CrioStorageReader,
     HealthServer,
@@ -28,6 +31,7 @@ from layersched.agent import (
     Publisher,
     publish_loop,
     watch_events,
+    watch_own_object,
 )
 from layersched.cli._sources import add_layer_source_options, open_layer_source
 from layersched.containerd import CRI_NAMESPACE, ContainerdClient, ContentStoreReader
@@ -122,7 +126,7 @@ def add_publish_options(p: argparse.ArgumentParser) -> None:
         "--health-port",
         type=int,
         metavar="PORT",
-        help="serve /livez and /readyz on this port (default: no health server)",
+        help="serve /livez, /readyz and /metrics on this port (default: no health server)",
     )
     g.add_argument(
         "--health-host",
@@ -160,14 +164,18 @@ def _runtime_name(cri: CRIClient | None, args: argparse.Namespace) -> str:
     return "containerd" if args.containerd else "cri-o" if args.crio_storage else "cri"
 
 
-def _health(args: argparse.Namespace) -> tuple[AgentHealth, HealthServer | None]:
+def _health(
+    args: argparse.Namespace, publisher: Publisher
+) -> tuple[AgentHealth, HealthServer | None]:
     health = AgentHealth(
         live_bound_s=max(args.resync_s, args.poll_s, BACKOFF_MAX_S) + LIVE_GRACE_S,
         ready_bound_s=args.resync_s + READY_GRACE_S,
     )
     if args.health_port is None:
         return health, None
-    return health, HealthServer(health, args.health_host, args.health_port).start()
+    metrics = AgentMetrics(publisher.stats)
+    server = HealthServer(health, args.health_host, args.health_port, metrics=metrics.render)
+    return health, server.start()
 
 
 def run_publish(args: argparse.Namespace) -> int:
@@ -186,7 +194,8 @@ def run_publish(args: argparse.Namespace) -> int:
     cri = CRIClient(args.cri, timeout_s=args.timeout_s) if args.cri else None
     fallback = open_layer_source(args, cached=True) if args.registry_fallback else None
     reader = NodeImagesReader(stores, cri, fallback)
-    kube = KubeClient(load_config(args.kubeconfig))
+    config = load_config(args.kubeconfig)
+    kube = KubeClient(config)
     publisher = Publisher(
         kube,
         args.node_name,
@@ -205,11 +214,19 @@ def run_publish(args: argparse.Namespace) -> int:
     server: HealthServer | None = None
     try:
         if not args.once:
-            health, server = _health(args)
+            health, server = _health(args, publisher)
         publisher.adopt_published()
         if not args.once:
             signals.signal(signals.SIGTERM, stop)
             signals.signal(signals.SIGINT, stop)
+            # the watch holds its connection open for minutes: a client of its own (left
+            # to the process's end, as the thread is: closing it would fail its read)
+            threading.Thread(
+                target=watch_own_object,
+                args=(KubeClient(config), publisher, signal),
+                name="own-object",
+                daemon=True,
+            ).start()
             if containerd is not None:
                 events = ContainerdClient(args.containerd, args.containerd_namespace)
                 threading.Thread(
@@ -232,10 +249,11 @@ def run_publish(args: argparse.Namespace) -> int:
             if client is not None:
                 client.close()
     log.info(
-        "agent for %s stopped: %d reads, %d applies",
+        "agent for %s stopped: %d reads, %d applies, %d repairs",
         args.node_name,
         publisher.stats.reads,
         publisher.stats.applies,
+        sum(publisher.stats.repairs.values()),
     )
     return 0
 

@@ -14,6 +14,7 @@ from layersched.admission import (
     AGENT_GROUP,
     AGENT_USER_PREFIX,
     BODY_TIMEOUT_S,
+    CLIENT_COMMON_NAME,
     DEFAULT_NODE_TTL_S,
     MAX_CONCURRENT_REVIEWS,
     MAX_REQUEST_BYTES,
@@ -74,6 +75,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--agent-user-prefix",
         default=AGENT_USER_PREFIX,
         help="the name prefix of --agent-group's agents (default: %(default)s)",
+    )
+    p.add_argument(
+        "--client-ca-file",
+        metavar="CA.pem",
+        help="answer /validate only for clients whose certificate this CA issued (the API "
+        "server's, from its admission configuration; deploy/ sets it); default: any caller",
+    )
+    p.add_argument(
+        "--client-name",
+        default=CLIENT_COMMON_NAME,
+        help="with --client-ca-file, the common name the client certificate must have "
+        "(default: %(default)s)",
     )
     p.add_argument("--kubeconfig", help="kubeconfig (default: the pod's service account)")
     p.add_argument(
@@ -146,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT."""
     _check(args)
     agents = _agents(args)
-    tls = ReloadingTls(args.tls_cert_file, args.tls_key_file)
+    tls = ReloadingTls(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
     kube = KubeClient(load_config(args.kubeconfig), timeout_s=LOOKUP_TIMEOUT_S)
     lookup = ApiLookup(kube, node_ttl_s=args.node_ttl_s)
     metrics = AdmissionMetrics(lookup)
@@ -158,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         max_concurrent_reviews=args.max_concurrent_reviews,
         review_timeout_s=args.review_timeout_s,
         body_timeout_s=BODY_TIMEOUT_S,
+        client_name=args.client_name if args.client_ca_file else None,
     )
     try:
         asyncio.run(

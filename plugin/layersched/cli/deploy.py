@@ -1,18 +1,21 @@
 """``layersched deploy``: write ``deploy/`` or an install for a Kubernetes version, build and
 push its images, write an install to apply.
 
-``render`` writes (or with ``--check`` compares) ``deploy/``, the local testbed's v1.20.2
-install; with ``--kubernetes-version 1.X[.Y]|auto`` it writes the install for that
-minor into ``--dir``. ``images`` builds the layersched and kube-scheduler images without
-Docker and pushes them; ``overlay`` does that too and writes an overlay of ``deploy/`` that
-pins them by digest; with ``--kubernetes-version`` it builds and pushes the layersched
-image only (kube-scheduler is upstream's) and writes that minor's install, pinned, into
-``--out``. Either way ``kubectl apply -k DIR`` installs and ``kubectl delete -k DIR``
-removes. (The local testbed's overlay, with its patches: ``layersched testbed overlay``.)
-``render --scheduler plugin --dir DIR`` writes the v1.20 install whose kube-scheduler
-runs the LayerLocality plugin instead of the extender sidecar. ``scheduler-configs``
-prints the local testbed's kube-scheduler configurations (the k8s_control_plane role
-writes them). See docs/deploy.md.
+``render`` writes (or with ``--check`` compares) ``deploy/``, the install for the
+Kubernetes release the project builds (``layersched.deploy.KUBERNETES_VERSION``); with
+``--kubernetes-version 1.X[.Y]|auto`` it writes the install for that minor into ``--dir``.
+``images`` builds the layersched and kube-scheduler images without Docker and pushes them;
+``overlay`` does that too and writes an overlay of ``deploy/`` that pins them by digest;
+with ``--kubernetes-version`` it builds and pushes the layersched image only
+(kube-scheduler is upstream's) and writes that minor's install, pinned, into ``--out``.
+Either way ``kubectl apply -k DIR`` installs and ``kubectl delete -k DIR`` removes. (The
+local testbed's overlay, with its patches: ``layersched testbed overlay``.) ``render
+--scheduler plugin --dir DIR`` writes the install whose kube-scheduler (the project's own
+build, 1.35 and later) runs the LayerLocality plugin instead of the extender sidecar.
+``scheduler-configs`` prints the local testbed's kube-scheduler configurations (the
+k8s_control_plane role writes them); ``agent-guard`` prints the per-node guard (the
+ValidatingAdmissionPolicy) for the agents of a namespace (the role installs it for the
+testbed's host agents). See docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from layersched.core.errors import InputError, KubeError
 from layersched.deploy import (
     AUTO,
     DEFAULT_ALLOWED_REGISTRIES,
+    KUBERNETES_VERSION,
+    NAMESPACE,
     NEWEST_MINOR,
     OLDEST_MINOR,
     SCHEDULER_EXTENDER,
@@ -45,13 +50,16 @@ from layersched.deploy import (
     KubernetesVersion,
     StackSpec,
     TestbedSchedulers,
+    admission_objects,
     base_tree,
     parse_kubernetes_version,
     plugin_readme_block,
     stale_files,
     testbed_scheduler_configs,
     to_yaml,
+    to_yaml_stream,
     upstream_kube_scheduler,
+    uses_policy,
     write_tree,
 )
 from layersched.images.push import (
@@ -62,7 +70,13 @@ from layersched.images.push import (
     push_layersched_image,
     write_overlay,
 )
-from layersched.kube import VERSION_PATH, KubeClient, load_kubeconfig, namespace_path
+from layersched.kube import (
+    VERSION_PATH,
+    KubeClient,
+    checked_name,
+    load_kubeconfig,
+    namespace_path,
+)
 
 EXIT_OK = 0
 EXIT_STALE = 1
@@ -138,6 +152,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p_configs.add_argument(f"--{process}-name", help=f"the {process} profile's name")
     p_configs.set_defaults(handler=_scheduler_configs)
 
+    p_guard = actions.add_parser(
+        "agent-guard",
+        help="print the per-node guard of the agents of a namespace (Kubernetes 1.30+: the "
+        "ValidatingAdmissionPolicy deploy/ holds, named for that namespace)",
+        description="The ValidatingAdmissionPolicy and binding that hold each layersched "
+        "agent of a namespace to its own node's NodeLayerInventory, as deploy/ installs "
+        "them for its namespace (the local testbed installs them for its host agents).",
+    )
+    p_guard.add_argument(
+        "--namespace",
+        default=NAMESPACE,
+        help="the namespace of the agents' service account (default: %(default)s, deploy/'s)",
+    )
+    p_guard.add_argument(
+        "--kubernetes-version",
+        help="the cluster's release (default: the release `make kubernetes` builds)",
+    )
+    p_guard.set_defaults(handler=_agent_guard)
+
     for name, helptext in (
         ("images", "build the layersched and kube-scheduler images and push them"),
         ("overlay", "build and push the images, then write an install to apply"),
@@ -164,7 +197,7 @@ def add_install_options(q: argparse.ArgumentParser) -> None:
         metavar="1.X[.Y]|auto",
         help=f"render the install for this Kubernetes version (1.{OLDEST_MINOR}-1.{NEWEST_MINOR}; "
         "without a patch, the newest we know of); 'auto' reads it from the cluster of "
-        "--kubeconfig. Without it: deploy/, the local testbed's v1.20.2 install",
+        f"--kubeconfig. Without it: deploy/, the install for {KUBERNETES_VERSION}",
     )
     q.add_argument(
         "--kubeconfig",
@@ -411,6 +444,21 @@ def _scheduler_configs(args: argparse.Namespace) -> int:
     )
     configs = testbed_scheduler_configs(spec)
     print(json.dumps({name: CONFIG_HEADER + to_yaml(config) for name, config in configs.items()}))
+    return EXIT_OK
+
+
+def _agent_guard(args: argparse.Namespace) -> int:
+    version = args.kubernetes_version or kubernetes_build().version
+    parse_kubernetes_version(version, "--kubernetes-version")
+    namespace = checked_name(args.namespace, "--namespace")
+    if not uses_policy(version):
+        raise InputError(
+            f"Kubernetes {version}: before 1.30 the per-node guard is the admission webhook, "
+            "a Deployment with its TLS, not a policy to print: install it with deploy/ "
+            f"(layersched deploy render --kubernetes-version {version} --dir DIR)"
+        )
+    spec = StackSpec(namespace=namespace).for_version(version)
+    print(to_yaml_stream(admission_objects(spec)), end="")
     return EXIT_OK
 
 

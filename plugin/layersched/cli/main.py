@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -46,6 +47,8 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+#: 128 + SIGPIPE, as a shell reports a program its pipe's reader closed on.
+EXIT_BROKEN_PIPE = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +83,17 @@ def harness_commands() -> list[ModuleType]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code."""
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        # The reader went away (`layersched --help | head -1`): what it did not read is
+        # nobody's, so say nothing; point stdout at /dev/null so the interpreter's own
+        # flush at exit does not raise a second time.
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose, args.log_level, args.log_format)
     try:
@@ -94,6 +108,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("layersched: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     return code
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (a test's capture): nothing to mend
+        pass
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

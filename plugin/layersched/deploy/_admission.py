@@ -24,17 +24,31 @@ agent's node decides the design:
   carries the configuration without a ``caBundle`` and the Deployment without its Secret,
   so the base alone is not an install (as its image names are not).
 
+  The webhook answers **only the API server** (issue 30: any pod could starve it): the
+  overlay issues the API server a client certificate from the webhook's CA and writes
+  the ``AdmissionConfiguration`` and kubeconfig that make the API server present it
+  (:func:`apiserver_admission_files`, for the control plane's disk and its
+  ``--admission-control-config-file``); the webhook refuses any other caller, and its
+  NetworkPolicy admits only the API server's addresses when the install knows them
+  (``--api-server``, or ``--kubernetes-version auto``).
+
 Both: ``failurePolicy: Fail``. Ignoring a failed check would let anyone who can make
 the webhook unavailable (evict its pods, flood it) write any node's object; failing
 holds only NodeLayerInventory creates and updates (agents retry with back-off and the
 extender keeps the last object), DELETE is not intercepted (the garbage collector never
 waits on it), and nothing the cluster needs to run depends on those writes.
 
-The agents' identities: the DaemonSet's service account, whose token must be bound to
-its pod (``agent_daemonset`` mounts a projected token, as 1.20 does not by default), and
-users named ``layersched:agent:<node>`` in group ``layersched:agents`` (client
-certificates, as the local testbed's host-side agents use), held to the node their name
-gives.
+The agents' identities: the service account ``layersched-agent`` of the install's
+namespace, whose token must carry a node (the DaemonSet's, bound to its pod:
+``agent_daemonset`` mounts a projected token, as 1.20 does not by default; or, from 1.33,
+a token bound to the Node object itself, as the local testbed's host-side agents use:
+docs/testbed-local.md), and users named ``layersched:agent:<node>`` in group
+``layersched:agents`` (client certificates, as the cloud testbed's remote agents use),
+held to the node their name gives.
+
+The policy is named after the install's namespace (:func:`policy_name`), so that two
+installs in two namespaces (``deploy/`` beside the local testbed's own agents) each hold
+their own agents and neither removes the other's.
 """
 
 from __future__ import annotations
@@ -50,6 +64,7 @@ from layersched.admission import (
     AGENT_GROUP,
     AGENT_USER_PREFIX,
     CHECKED_OPERATIONS,
+    CLIENT_COMMON_NAME,
     LIVEZ_PATH,
     NODE_NAME_KEY,
     NODE_UID_KEY,
@@ -59,12 +74,14 @@ from layersched.admission import (
 )
 from layersched.core.errors import InputError
 from layersched.core.nodelayers import GROUP, KIND, PLURAL
+from layersched.deploy._network import HTTPS_PORT
 from layersched.deploy._scheduler_config import kubernetes_minor
 from layersched.deploy._stack import LAYERSCHED_IMAGE, StackSpec
 from layersched.deploy._tls import WebhookTls, issue_webhook_tls, still_usable
 from layersched.deploy._versions import pdb_api_version
 from layersched.deploy._workloads import (
     AGENT_NAME,
+    NAMESPACE,
     NONROOT_UID,
     labels,
     one_pod_at_a_time,
@@ -76,8 +93,16 @@ from layersched.deploy._workloads import (
 #: tokens carry their node from this minor on.
 POLICY_SINCE_MINOR = (1, 30)
 ADMISSION_API = "admissionregistration.k8s.io/v1"
-#: The policy and its binding, or the webhook configuration (cluster-scoped).
-POLICY_NAME = "layersched-agent-node"
+
+
+def policy_name(namespace: str) -> str:
+    """The ValidatingAdmissionPolicy (and binding) of the install in ``namespace``."""
+    return f"{namespace}-agent-node"
+
+
+#: The policy and its binding of ``deploy/`` (namespace ``layersched``), and the webhook
+#: configuration (cluster-scoped).
+POLICY_NAME = policy_name(NAMESPACE)
 #: A webhook's name must be a fully qualified domain name.
 WEBHOOK_NAME = "agent-node.layersched.io"
 #: The webhook's Deployment, Service, ServiceAccount and Secret.
@@ -208,11 +233,12 @@ def policy_expressions(spec: StackSpec) -> dict[str, Any]:
 def policy_objects(spec: StackSpec) -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its binding (Kubernetes 1.30+)."""
     cel = policy_expressions(spec)
+    name = policy_name(spec.namespace)
     return [
         {
             "apiVersion": ADMISSION_API,
             "kind": "ValidatingAdmissionPolicy",
-            "metadata": _meta(POLICY_NAME, AGENT_NAME),
+            "metadata": _meta(name, AGENT_NAME),
             "spec": {
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": _resource_rules()},
@@ -222,8 +248,8 @@ def policy_objects(spec: StackSpec) -> list[dict[str, Any]]:
         {
             "apiVersion": ADMISSION_API,
             "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": _meta(POLICY_NAME, AGENT_NAME),
-            "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+            "metadata": _meta(name, AGENT_NAME),
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
         },
     ]
 
@@ -274,6 +300,11 @@ def webhook_args(spec: StackSpec) -> list[str]:
         f"{spec.namespace}/{AGENT_NAME}",
         "--agent-group",
         AGENT_GROUP,
+        # only the API server, with the client certificate the overlay issued it
+        "--client-ca-file",
+        f"{TLS_DIR}/ca.crt",
+        "--client-name",
+        CLIENT_COMMON_NAME,
     ]
 
 
@@ -326,6 +357,21 @@ def webhook_deployment(spec: StackSpec, image: str) -> dict[str, Any]:
             },
         },
     }
+
+
+def webhook_ingress(spec: StackSpec) -> dict[str, Any]:
+    """Who may reach the webhook's port: the API server's addresses (the control plane's,
+    behind ``default/kubernetes``) when the install knows them; else any address, and
+    the webhook's client authentication alone keeps other callers out. (The cluster IP
+    of ``kubernetes`` is left out: the API server calls from its own address.)"""
+    rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": WEBHOOK_PORT}]}
+    blocks = sorted(
+        {peer.cidr for peer in spec.egress.api_server if peer.port != HTTPS_PORT}
+        or {peer.cidr for peer in spec.egress.api_server}
+    )
+    if blocks:
+        rule["from"] = [{"ipBlock": {"cidr": cidr}} for cidr in blocks]
+    return rule
 
 
 def webhook_objects(spec: StackSpec) -> list[dict[str, Any]]:
@@ -391,7 +437,6 @@ def webhook_objects(spec: StackSpec) -> list[dict[str, Any]]:
             "metadata": _meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
             "spec": {"minAvailable": PDB_MIN_AVAILABLE, "selector": {"matchLabels": selector}},
         },
-        # The API server's address is no pod's: the webhook port is open to any source.
         {
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
@@ -399,7 +444,7 @@ def webhook_objects(spec: StackSpec) -> list[dict[str, Any]]:
             "spec": {
                 "podSelector": {"matchLabels": selector},
                 "policyTypes": ["Ingress"],
-                "ingress": [{"ports": [{"protocol": "TCP", "port": WEBHOOK_PORT}]}],
+                "ingress": [webhook_ingress(spec)],
             },
         },
         webhook_configuration(spec),
@@ -418,6 +463,13 @@ def admission_objects(spec: StackSpec) -> list[dict[str, Any]]:
 #: The overlay's files holding the webhook's TLS (the Secret is written mode 0600).
 TLS_FILE = "admission-tls.yaml"
 CA_BUNDLE_PATCH_FILE = "admission-ca-bundle.yaml"
+#: The API server's side, for the control plane's disk (not kustomize resources): its
+#: admission configuration (``--admission-control-config-file``) and the kubeconfig it
+#: names, holding the client certificate and key (written mode 0600).
+APISERVER_CONFIG_FILE = "apiserver-admission-config.yaml"
+APISERVER_KUBECONFIG_FILE = "apiserver-admission-kubeconfig.yaml"
+#: Where the admission configuration expects the kubeconfig on the control plane.
+APISERVER_CONFIG_DIR = "/etc/kubernetes/layersched"
 
 
 def _b64(data: bytes) -> str:
@@ -439,6 +491,41 @@ def tls_secret(spec: StackSpec, tls: WebhookTls) -> dict[str, Any]:
     }
 
 
+def apiserver_admission_files(spec: StackSpec, tls: WebhookTls) -> dict[str, dict[str, Any]]:
+    """The API server's admission configuration and the kubeconfig it names: the
+    client certificate to present to the webhook's Service (the user's name is the
+    Service's DNS name and port, as the API server looks it up)."""
+    user = f"{webhook_dns_names(spec.namespace)[-1]}:{SERVICE_PORT}"
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": _b64(tls.client_cert_pem),
+                    "client-key-data": _b64(tls.client_key_pem),
+                },
+            }
+        ],
+    }
+    config = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [
+            {
+                "name": "ValidatingAdmissionWebhook",
+                "configuration": {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "WebhookAdmissionConfiguration",
+                    "kubeConfigFile": f"{APISERVER_CONFIG_DIR}/{APISERVER_KUBECONFIG_FILE}",
+                },
+            }
+        ],
+    }
+    return {APISERVER_CONFIG_FILE: config, APISERVER_KUBECONFIG_FILE: kubeconfig}
+
+
 def ca_bundle_patch(tls: WebhookTls) -> list[dict[str, Any]]:
     """A JSON 6902 patch setting the webhook configuration's caBundle."""
     return [
@@ -454,12 +541,18 @@ def read_overlay_tls(directory: Path, spec: StackSpec) -> WebhookTls | None:
         data = document["data"]
         if document["metadata"]["name"] != TLS_SECRET:
             return None
+        kubeconfig = yaml.safe_load(
+            (directory / APISERVER_KUBECONFIG_FILE).read_text(encoding="utf-8")
+        )
+        client = kubeconfig["users"][0]["user"]
         return WebhookTls(
             ca_bundle_pem=base64.b64decode(data["ca.crt"], validate=True),
             cert_pem=base64.b64decode(data["tls.crt"], validate=True),
             key_pem=base64.b64decode(data["tls.key"], validate=True),
+            client_cert_pem=base64.b64decode(client["client-certificate-data"], validate=True),
+            client_key_pem=base64.b64decode(client["client-key-data"], validate=True),
         )
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+    except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError, ValueError):
         return None
 
 
@@ -494,7 +587,11 @@ def admission_overlay(
             f"Kubernetes {spec.kubernetes_version}: the admission webhook needs its TLS "
             "(layersched.deploy.overlay_tls) to write an overlay"
         )
-    files = {TLS_FILE: tls_secret(spec, tls), CA_BUNDLE_PATCH_FILE: ca_bundle_patch(tls)}
+    files: dict[str, Any] = {
+        TLS_FILE: tls_secret(spec, tls),
+        CA_BUNDLE_PATCH_FILE: ca_bundle_patch(tls),
+        **apiserver_admission_files(spec, tls),
+    }
     group, version = ADMISSION_API.split("/")
     fields = {
         "resources": [TLS_FILE],

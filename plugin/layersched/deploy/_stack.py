@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from layersched.agent import DEFAULT_CRIO_STORAGE
 from layersched.agent import LIVEZ_PATH as AGENT_LIVEZ_PATH
 from layersched.agent import READYZ_PATH as AGENT_READYZ_PATH
 from layersched.core.errors import InputError
@@ -50,9 +51,13 @@ from layersched.deploy._rbac import (
     scheduler_rules,
 )
 from layersched.deploy._scheduler_config import (
+    DEFAULT_IMAGE_QUORUM,
     KUBE_SCHEDULER_CONFIG_V1,
     LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_SCHEDULER,
+    MAX_EXTENDER_WEIGHT,
+    MAX_IMAGE_QUORUM,
+    MIN_EXTENDER_WEIGHT,
     PLUGIN_FRAMEWORK_SINCE_MINOR,
     ExtenderSpec,
     LeaderElectionSpec,
@@ -99,6 +104,18 @@ EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
 #: containerd's socket on a node (its default ``grpc.address``); the agent reads its
 #: content store and image events through it.
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+#: Where other distributions' containerd listens on the host (the agent mounts it at
+#: :data:`CONTAINERD_SOCKET`): k3s and RKE2 run their own containerd there.
+K3S_CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
+RKE2_CONTAINERD_SOCKET = K3S_CONTAINERD_SOCKET
+#: The node's runtime, as the agent reads its layers: containerd's content store through
+#: its socket, or CRI-O's storage metadata (read-only files).
+RUNTIME_CONTAINERD = "containerd"
+RUNTIME_CRIO = "crio"
+RUNTIMES = (RUNTIME_CONTAINERD, RUNTIME_CRIO)
+#: The recommended weight of layer scores against the default plugins (one setting: the
+#: extender's ``weight``, or the plugin's score weight); docs/extender.md explains it.
+DEFAULT_WEIGHT = 1
 SCHEDULER_REPLICAS = 2
 #: The registries ``deploy/``'s extender may resolve images from (``--allow-registry``):
 #: the public ones most images come from. An install names its own
@@ -170,6 +187,17 @@ class StackSpec:
     egress: EgressSpec = DEFAULT_EGRESS
     #: ``extender`` (a sidecar) or ``plugin`` (LayerLocality in kube-scheduler; 1.35+).
     scheduler: str = SCHEDULER_EXTENDER
+    #: The weight of layer scores: the extender's (its 0-10 score x10 x weight) or the
+    #: plugin's score weight.
+    weight: int = DEFAULT_WEIGHT
+    #: Nodes that must publish the same layers for a pod image (``--image-quorum``).
+    image_quorum: int = DEFAULT_IMAGE_QUORUM
+    #: The nodes' runtime (``containerd``, k3s and RKE2 included, or ``crio``).
+    runtime: str = RUNTIME_CONTAINERD
+    #: containerd's socket on the host (k3s, RKE2: :data:`K3S_CONTAINERD_SOCKET`).
+    containerd_socket: str = CONTAINERD_SOCKET
+    #: CRI-O's storage root on the host (``runtime`` ``crio``).
+    crio_storage: str = DEFAULT_CRIO_STORAGE
 
     @property
     def extender_account(self) -> str:
@@ -193,6 +221,23 @@ class StackSpec:
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULER_KINDS:
             raise InputError(f"scheduler {self.scheduler!r}: choose {' or '.join(SCHEDULER_KINDS)}")
+        if self.runtime not in RUNTIMES:
+            raise InputError(f"runtime {self.runtime!r}: choose {' or '.join(RUNTIMES)}")
+        if not MIN_EXTENDER_WEIGHT <= self.weight <= MAX_EXTENDER_WEIGHT:
+            raise InputError(
+                f"weight {self.weight}: choose {MIN_EXTENDER_WEIGHT} to {MAX_EXTENDER_WEIGHT} "
+                f"(recommended: {DEFAULT_WEIGHT}, docs/extender.md)"
+            )
+        if not 1 <= self.image_quorum <= MAX_IMAGE_QUORUM:
+            raise InputError(
+                f"image quorum {self.image_quorum}: choose 1 to {MAX_IMAGE_QUORUM} nodes"
+            )
+        for what, path in (
+            ("containerd socket", self.containerd_socket),
+            ("CRI-O storage", self.crio_storage),
+        ):
+            if not path.startswith("/"):
+                raise InputError(f"{what} {path!r}: give the absolute path on the node")
         minor = kubernetes_minor(self.kubernetes_version)
         if self.scheduler == SCHEDULER_PLUGIN and minor < PLUGIN_FRAMEWORK_SINCE_MINOR:
             since = ".".join(map(str, PLUGIN_FRAMEWORK_SINCE_MINOR))
@@ -276,13 +321,14 @@ def scheduler_config(spec: StackSpec) -> dict[str, Any]:
     runs as the pod's service account); leader election on."""
     if spec.plugin:
         return plugin_scheduler_config(
-            PluginArgs(),
+            PluginArgs(image_quorum=spec.image_quorum),
             scheduler_name=spec.scheduler_name,
+            weight=spec.weight,
             api_version=spec.scheduler_api_version,
             leader_election=LeaderElectionSpec(spec.scheduler_name, spec.namespace),
         )
     return extender_scheduler_config(
-        ExtenderSpec(EXTENDER_URL, node_cache_capable=True),
+        ExtenderSpec(EXTENDER_URL, weight=spec.weight, node_cache_capable=True),
         scheduler_name=spec.scheduler_name,
         api_version=spec.scheduler_api_version,
         leader_election=LeaderElectionSpec(spec.scheduler_name, spec.namespace),
@@ -346,6 +392,7 @@ def extender_args(spec: StackSpec) -> list[str]:
     argv += ["--health-host", "$(POD_IP)", "--health-port", str(EXTENDER_HEALTH_PORT)]
     # info: what changed and what failed, never a line per node per pod (debug)
     argv += ["--watch", "--strategy", spec.strategy, "--log-level", "info"]
+    argv += ["--image-quorum", str(spec.image_quorum)]
     for registry in spec.allowed_registries:
         argv += ["--allow-registry", registry]
     return [*argv, *spec.extender_args]
@@ -455,6 +502,34 @@ AGENT_HEALTH_PORT = 8889
 AGENT_HEALTH_ARGS = ("--health-host", "$(POD_IP)", "--health-port", str(AGENT_HEALTH_PORT))
 
 
+#: Where the agent sees CRI-O's storage (mounted read-only from ``spec.crio_storage``).
+CRIO_STORAGE_MOUNT = DEFAULT_CRIO_STORAGE
+
+
+def _runtime_args(spec: StackSpec) -> list[str]:
+    if spec.runtime == RUNTIME_CRIO:
+        return ["--crio-storage", CRIO_STORAGE_MOUNT]
+    return ["--containerd", CONTAINERD_SOCKET]
+
+
+def _runtime_volume(spec: StackSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The agent's one view of the host: containerd's socket (from wherever the
+    distribution puts it), or CRI-O's storage, read-only."""
+    if spec.runtime == RUNTIME_CRIO:
+        mount = {"name": "crio-storage", "mountPath": CRIO_STORAGE_MOUNT, "readOnly": True}
+        volume = {
+            "name": "crio-storage",
+            "hostPath": {"path": spec.crio_storage, "type": "Directory"},
+        }
+        return mount, volume
+    mount = {"name": "containerd-socket", "mountPath": CONTAINERD_SOCKET}
+    volume = {
+        "name": "containerd-socket",
+        "hostPath": {"path": spec.containerd_socket, "type": "Socket"},
+    }
+    return mount, volume
+
+
 def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
     """The agent on every node: containerd's socket, nothing else of the host.
 
@@ -466,8 +541,9 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
     # its token bound to the pod, so that the API server knows the agent's node
     # (per-node write authority: layersched.deploy._admission)
     token_volume, token_mount = bound_token_volume()
-    argv = ["agent", "--publish", "--node-name", "$(NODE_NAME)", "--containerd", CONTAINERD_SOCKET]
-    argv += AGENT_HEALTH_ARGS
+    argv = ["agent", "--publish", "--node-name", "$(NODE_NAME)"]
+    argv += [*_runtime_args(spec), *AGENT_HEALTH_ARGS]
+    runtime_mount, runtime_volume = _runtime_volume(spec)
     container = {
         "name": "agent",
         "image": LAYERSCHED_IMAGE,
@@ -489,10 +565,7 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
         },
         "resources": AGENT_RESOURCES,
         "securityContext": restricted(uid=0),
-        "volumeMounts": [
-            {"name": "containerd-socket", "mountPath": CONTAINERD_SOCKET},
-            token_mount,
-        ],
+        "volumeMounts": [runtime_mount, token_mount],
     }
     return {
         "apiVersion": "apps/v1",
@@ -508,13 +581,7 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
                     "automountServiceAccountToken": False,
                     "priorityClassName": "system-node-critical",
                     "containers": [container],
-                    "volumes": [
-                        {
-                            "name": "containerd-socket",
-                            "hostPath": {"path": CONTAINERD_SOCKET, "type": "Socket"},
-                        },
-                        token_volume,
-                    ],
+                    "volumes": [runtime_volume, token_volume],
                     "tolerations": [{"operator": "Exists"}],
                 },
             },

@@ -3,9 +3,13 @@
 The API server calls the webhook over HTTPS and verifies its certificate against the
 ``caBundle`` of the ValidatingWebhookConfiguration, for the Service's DNS name
 (``<service>.<namespace>.svc``). :func:`issue_webhook_tls` makes a CA and a serving
-certificate signed by it (ECDSA P-256), and **throws the CA's key away**: nobody can
-issue another certificate this bundle trusts. The serving key goes into the overlay's
-Secret only (a file of mode 0600); the CA certificate into the caBundle.
+certificate signed by it (ECDSA P-256), and the API server's client certificate (issue
+30: the webhook authenticates its caller, common name :data:`CLIENT_COMMON_NAME`, client
+authentication only), and **throws the CA's key away**: nobody can issue another
+certificate this bundle trusts. The serving key goes into the overlay's Secret only (a
+file of mode 0600), the client key into the API server's admission kubeconfig only (mode
+0600, for the control plane's disk); the CA certificate into the caBundle and the
+webhook's Secret (the CA its callers must come from).
 
 Renewal: an overlay written again keeps a certificate that still has
 :data:`RENEW_BEFORE` to live; otherwise a new CA and certificate are issued and the
@@ -24,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from layersched.admission import CLIENT_COMMON_NAME
 from layersched.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -45,6 +50,10 @@ class WebhookTls:
     ca_bundle_pem: bytes
     cert_pem: bytes
     key_pem: bytes
+    #: The API server's client certificate and key ("": an overlay written before issue
+    #: 30, renewed when written again).
+    client_cert_pem: bytes = b""
+    client_key_pem: bytes = b""
 
 
 def _crypto() -> object:
@@ -101,31 +110,34 @@ def issue_webhook_tls(
         )
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[-1])]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            _key_usage(x509, ca=False),
-            critical=True,
+
+    def leaf(common_name: str, usage: Any, names: Sequence[str]) -> tuple[Any, Any]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start)
+            .not_valid_after(end)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(_key_usage(x509, ca=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                critical=False,
+            )
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]),
-            critical=False,
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+        if names:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.DNSName(name) for name in names]),
+                critical=False,
+            )
+        return builder.sign(ca_key, hashes.SHA256()), key
+
+    cert, key = leaf(dns_names[-1], ExtendedKeyUsageOID.SERVER_AUTH, dns_names)
+    client_cert, client_key = leaf(CLIENT_COMMON_NAME, ExtendedKeyUsageOID.CLIENT_AUTH, ())
     bundle = ca.public_bytes(serialization.Encoding.PEM)
     if previous_ca_pem is not None:
         still_valid = [
@@ -136,14 +148,17 @@ def issue_webhook_tls(
         bundle = (
             b"".join(old.public_bytes(serialization.Encoding.PEM) for old in still_valid) + bundle
         )
+    private = (
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
     return WebhookTls(
         ca_bundle_pem=bundle,
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
+        key_pem=key.private_bytes(*private),
+        client_cert_pem=client_cert.public_bytes(serialization.Encoding.PEM),
+        client_key_pem=client_key.private_bytes(*private),
     )
 
 
@@ -186,10 +201,15 @@ def still_usable(
         [cert] = _certificates(tls.cert_pem)[:1]
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
         key = serialization.load_pem_private_key(tls.key_pem, password=None)
+        [client] = _certificates(tls.client_cert_pem)[:1]
+        client_key = serialization.load_pem_private_key(tls.client_key_pem, password=None)
     except (InputError, ValueError, TypeError, x509.ExtensionNotFound):
         return False
     public = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    if key.public_key().public_bytes(*public) != cert.public_key().public_bytes(*public):
+    for made, its_key in ((cert, key), (client, client_key)):
+        if its_key.public_key().public_bytes(*public) != made.public_key().public_bytes(*public):
+            return False
+    if client.not_valid_after_utc - moment < RENEW_BEFORE:
         return False
     if sorted(names.value.get_values_for_type(x509.DNSName)) != sorted(dns_names):
         return False

@@ -26,7 +26,12 @@ from typing import Any
 
 from layersched import __version__
 from layersched.core.errors import InputError
-from layersched.deploy._admission import TLS_FILE, WEBHOOK_SERVICE, admission_overlay
+from layersched.deploy._admission import (
+    APISERVER_KUBECONFIG_FILE,
+    TLS_FILE,
+    WEBHOOK_SERVICE,
+    admission_overlay,
+)
 from layersched.deploy._stack import (
     CONTAINERD_SOCKET,
     DEFAULT_KUBE_SCHEDULER_IMAGE,
@@ -190,7 +195,7 @@ def admission_overlay_files(
 
 
 #: The overlay files holding a private key.
-ADMISSION_PRIVATE_FILES = frozenset({TLS_FILE})
+ADMISSION_PRIVATE_FILES = frozenset({TLS_FILE, APISERVER_KUBECONFIG_FILE})
 
 
 def local_testbed_overlay(

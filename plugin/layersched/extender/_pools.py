@@ -13,6 +13,15 @@ references cost. The estimate's constants were measured with tracemalloc on CPyt
 (``tests/unit/test_extender_budget.py`` holds them to it). An object that would take the
 total past ``max_bytes`` is refused, counted, and its node falls back as if it had no
 agent; the memory held never passes the budget, whatever the objects say.
+
+**Fair shares (issue 30).** Admission was first come, first served: six hostile 1.15 MiB
+inventories were charged 251 of the 256 MiB, and every honest object after them, even
+one of a single image, was refused. Now each node's object may be charged at most its
+share (the budget over the nodes known, and never less than :data:`MIN_SHARE_BYTES`);
+and an object that does not fit takes the room of the objects charged more than it,
+the largest first: those are *condemned* (their charge no longer counts) and the watch
+drops them (their nodes fall back). A flood from a few nodes can then only take what
+honest objects leave free, and an honest object smaller than the flood's always gets in.
 """
 
 from __future__ import annotations
@@ -48,6 +57,10 @@ IMAGE_REF_BYTES = 32
 NAME_REF_BYTES = 64
 #: ... for each object: its parsed form, its node's inventory entry, its bookkeeping.
 OBJECT_BYTES = 3_000
+#: The least share of the budget one node's object may be charged, whatever the number
+#: of nodes: an honest agent's object of 500 images of 10 fresh layers is charged
+#: ~3.8 MB, a kubelet's 50 status images of 5 names ~130 KB.
+MIN_SHARE_BYTES = 4 * 1024 * 1024
 #: The pools' dicts are rebuilt once this many more entries were dropped than are held
 #: (a Python dict never shrinks by itself: after a flood it would keep its peak size).
 COMPACT_SLACK = 4_096
@@ -63,6 +76,9 @@ class Held:
     #: images (pooled NodeImages).
     node_images: tuple[NodeImage, ...]
     cost_bytes: int
+    #: Who holds it ("nodes/NAME" or "nodelayerinventories/NAME"): the watch drops it by
+    #: that name if a smaller object takes its room.
+    holder: str = ""
 
 
 NOTHING = Held((), (), 0)
@@ -75,10 +91,19 @@ class InventoryPools:
     what it replaces.
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, min_share_bytes: int = MIN_SHARE_BYTES) -> None:
         self.max_bytes = max_bytes
-        #: Estimated bytes held by every object kept now (never above ``max_bytes``).
+        self.min_share_bytes = min_share_bytes
+        #: Nodes the cluster has (the watch keeps it current): the budget is shared by them.
+        self.expected_nodes = 1
+        #: Estimated bytes held by every object kept now: never above ``max_bytes`` but
+        #: for the condemned objects the watch is about to drop (their charge is freed
+        #: for the objects that took their room).
         self.held_bytes = 0
+        #: Objects charged (by id), and those condemned to make room for smaller ones.
+        self._charged: dict[int, Held] = {}
+        self._condemned: dict[int, Held] = {}
+        self._condemned_bytes = 0
         #: Estimated bytes released in all (a counter).
         self.released_bytes = 0
         self._lock = threading.Lock()
@@ -92,6 +117,17 @@ class InventoryPools:
         self._dropped = 0
 
     @property
+    def share_bytes(self) -> int:
+        """What one node's object may be charged at most: its share of the budget."""
+        fair = self.max_bytes // max(1, self.expected_nodes)
+        return max(fair, min(self.min_share_bytes, self.max_bytes))
+
+    def condemned(self, held: Held) -> bool:
+        """Whether ``held`` was condemned to make room for a smaller object (the watch
+        drops it instead of applying it)."""
+        return id(held) in self._condemned
+
+    @property
     def layers(self) -> int:
         """Distinct layers held."""
         return len(self._layers)
@@ -101,23 +137,78 @@ class InventoryPools:
         """Distinct image entries held (published images and Nodes' status images)."""
         return len(self._images) + len(self._status)
 
-    def fits(self, layer_count: int, images: int, names: int, replacing_bytes: int = 0) -> bool:
+    def fits(
+        self, layer_count: int, images: int, names: int, replacing: Held | None = None
+    ) -> bool:
         """Whether an object of ``layer_count`` distinct layers and ``images`` images of
         ``names`` names in all can fit: its own references are charged whatever it
-        brings into the pools, so an object whose references alone would pass the budget
-        is refused before it is even parsed."""
+        brings into the pools, so an object whose references alone would pass its share,
+        or the budget with the room of every larger object, is refused before it is
+        even parsed."""
         least = (
             OBJECT_BYTES
             + LAYER_REF_BYTES * layer_count
             + IMAGE_REF_BYTES * images
             + NAME_REF_BYTES * names
         )
-        return self.held_bytes - replacing_bytes + least <= self.max_bytes
+        with self._lock:
+            if least > self.share_bytes:
+                return False
+            need = least - self._free_bytes(replacing)
+            return need <= 0 or self._larger_bytes(least, replacing) >= need
 
-    def hold_layers(self, parsed: NodeLayers, replacing_bytes: int = 0) -> Held | None:
-        """Intern ``parsed``'s images and layers and charge them; None (nothing held)
-        when that would take the pools past the budget (``replacing_bytes``: the charge
-        of the object it replaces, released once it is applied)."""
+    def _free_bytes(self, replacing: Held | None) -> int:
+        """The budget's room (under the lock), counting ``replacing``'s charge as free."""
+        held = self.held_bytes - self._condemned_bytes
+        key = id(replacing)
+        if replacing is not None and key in self._charged and key not in self._condemned:
+            held -= replacing.cost_bytes
+        return self.max_bytes - held
+
+    def _evictable(self, cost_bytes: int, replacing: Held | None) -> list[Held]:
+        """Objects charged more than ``cost_bytes``, the largest first (under the lock)."""
+        larger = [
+            held
+            for key, held in self._charged.items()
+            if held.cost_bytes > cost_bytes and key not in self._condemned and held is not replacing
+        ]
+        return sorted(larger, key=lambda held: held.cost_bytes, reverse=True)
+
+    def _larger_bytes(self, cost_bytes: int, replacing: Held | None) -> int:
+        return sum(held.cost_bytes for held in self._evictable(cost_bytes, replacing))
+
+    def _admit(self, held: Held, replacing: Held | None) -> list[Held] | None:
+        """Charge ``held`` (under the lock): the objects condemned to make room for it
+        (the largest charged more than it, first), or None when it is refused (over its
+        share, or no larger objects to take room from)."""
+        if held.cost_bytes > self.share_bytes:
+            return None
+        need = held.cost_bytes - self._free_bytes(replacing)
+        victims: list[Held] = []
+        if need > 0:
+            for victim in self._evictable(held.cost_bytes, replacing):
+                victims.append(victim)
+                need -= victim.cost_bytes
+                if need <= 0:
+                    break
+            if need > 0:
+                return None
+            for victim in victims:
+                self._condemned[id(victim)] = victim
+                self._condemned_bytes += victim.cost_bytes
+        self.held_bytes += held.cost_bytes
+        if held.cost_bytes:
+            self._charged[id(held)] = held
+        return victims
+
+    def hold_layers(
+        self, parsed: NodeLayers, replacing: Held | None = None, holder: str = ""
+    ) -> tuple[Held | None, list[Held]]:
+        """Intern ``parsed``'s images and layers and charge them: what it holds (None:
+        nothing, it is refused: over its share, or past the budget with no larger object
+        to take room from), and the objects condemned to make room for it, which the
+        caller drops (``replacing``: the object it replaces, released once it is
+        applied; ``holder``: who holds it)."""
         with self._lock:
             cost = OBJECT_BYTES
             held_layers: dict[int, Layer] = {}  # pooled layers this object holds, by id
@@ -148,12 +239,11 @@ class InventoryPools:
                 cost += IMAGE_REF_BYTES + NAME_REF_BYTES * len(image.names)
             cost += sum(LAYER_ENTRY_BYTES + len(layer.digest) for layer in held_layers.values()
                         if self._layers[layer][1] == 1)  # fmt: skip
-            held = Held(tuple(images), tuple(twins), cost)
-            if self.held_bytes - replacing_bytes + cost > self.max_bytes:
+            held = Held(tuple(images), tuple(twins), cost, holder)
+            victims = self._admit(held, replacing)
+            if victims is None:
                 self._release(held, charged=False)
-                return None
-            self.held_bytes += cost
-            return held
+            return (held, victims) if victims is not None else (None, [])
 
     def _layer(self, layer: Layer) -> Layer:
         """The pooled object equal to ``layer`` (made with no references)."""
@@ -163,9 +253,15 @@ class InventoryPools:
         shared: Layer = entry[0]
         return shared
 
-    def hold_status(self, images: Sequence[NodeImage], extra_bytes: int = 0) -> Held | None:
+    def hold_status(
+        self,
+        images: Sequence[NodeImage],
+        extra_bytes: int = 0,
+        replacing: Held | None = None,
+        holder: str = "",
+    ) -> tuple[Held | None, list[Held]]:
         """Intern a Node's status images and charge them (``extra_bytes``: what else the
-        Node's parsed form keeps, its labels and annotations); None over the budget."""
+        Node's parsed form keeps, its labels and annotations), as :meth:`hold_layers`."""
         with self._lock:
             cost = OBJECT_BYTES + extra_bytes
             pooled: list[NodeImage] = []
@@ -181,12 +277,11 @@ class InventoryPools:
                 entry[1] += 1
                 pooled.append(entry[0])
                 cost += IMAGE_REF_BYTES + NAME_REF_BYTES * len(image.names)
-            held = Held((), tuple(pooled), cost)
-            if self.held_bytes + cost > self.max_bytes:
+            held = Held((), tuple(pooled), cost, holder)
+            victims = self._admit(held, replacing)
+            if victims is None:
                 self._release(held, charged=False)
-                return None
-            self.held_bytes += cost
-            return held
+            return (held, victims) if victims is not None else (None, [])
 
     def resolved_status(self, image: NodeImage, layers: tuple[Layer, ...]) -> NodeImage:
         """Status image ``image`` with the ``layers`` the registry gave it: one object
@@ -212,6 +307,9 @@ class InventoryPools:
     def _release(self, held: Held, *, charged: bool) -> None:
         if charged:
             self.held_bytes -= held.cost_bytes
+            self._charged.pop(id(held), None)
+            if self._condemned.pop(id(held), None) is not None:
+                self._condemned_bytes -= held.cost_bytes
         dropped = 0
         if held.images:
             seen: set[int] = set()
@@ -227,7 +325,8 @@ class InventoryPools:
         self._dropped += dropped
         if self._dropped > len(self._layers) + len(self._images) + COMPACT_SLACK:
             self._layers, self._images = dict(self._layers), dict(self._images)
-            self._status = dict(self._status)
+            self._status, self._charged = dict(self._status), dict(self._charged)
+            self._condemned = dict(self._condemned)
             self._dropped = 0
 
 

@@ -74,6 +74,7 @@ from layersched.kube import (
     NODES_PATH,
     Gone,
     KubeClient,
+    Oversize,
     WatchEvent,
     node_layers_path,
 )
@@ -99,11 +100,19 @@ DEFAULT_INVENTORY_MAX_AGE_S = 3 * AGENT_HEARTBEAT_S
 #: 4 MiB page costs ~15 MB while it is read (100 objects of 1 MiB would be 350 MB).
 LIST_PAGE_SIZE = 100
 LIST_PAGE_BYTES = 4 * 1024 * 1024
-#: Objects larger than this (their JSON) are skipped: the agent keeps its object under
-#: 1 MiB (``DEFAULT_MAX_OBJECT_BYTES``); the API server adds metadata and managedFields.
+#: Objects larger than this (their JSON) are skipped undecoded, in a list as in a watch
+#: (a watch event's line is cut as it arrives): the agent keeps its object under 1 MiB
+#: (``DEFAULT_MAX_OBJECT_BYTES``); the API server adds metadata and managedFields. A Node
+#: over it stays a candidate without its status images: a kubelet reporting 50 images of
+#: 5 names writes ~40 KB, and etcd stores 1.5 MiB at most, but an empty status image is
+#: 2 bytes of the protobuf a kubelet writes and 15 of JSON, so one Node's JSON can reach
+#: 10 MB (issue 30).
 MAX_OBJECT_BYTES = DEFAULT_MAX_OBJECT_BYTES + 256 * 1024
 #: Status images kept per Node (kubelet reports 50 by default; more are dropped).
 MAX_STATUS_IMAGES = 1_000
+#: Names kept per status image: kubelet reports 5 at most (maxNamesPerImageInNodeStatus);
+#: a Node of 1,000 images of 200 names each was charged 70 MiB of the budget (issue 30).
+MAX_STATUS_IMAGE_NAMES = 5
 #: What the watch may hold in all (an estimate, see _pools.py; the real memory is 0.5 to
 #: 0.9 of it): 5,000 nodes and their objects of the benchmark corpus (50 images each,
 #: 2,000 distinct images, 7,689 distinct layers) are charged 143 MB. Past the budget,
@@ -148,6 +157,10 @@ class ParsedNode:
     info: NodeInfo
     key: str
     held: Held = NOTHING
+    #: Why its status images are not held (a reason of IGNORED_REASONS, counted when it
+    #: is applied, and the warning), or "".
+    reason: str = ""
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -292,6 +305,7 @@ class WatchInventoryProvider:
             raise LayerschedError("WatchInventoryProvider.load before bind_loop")
         nodes, nodes_version = self._list_until_ok(NODES, NODES_PATH)
         self._listed_nodes = set(nodes)
+        self._pools.expected_nodes = max(1, len(nodes))
         layers, layers_version = self._list_until_ok(LAYERS, NODE_LAYERS_PATH)
         self._listed_nodes = set()
         for name, parsed in nodes.items():  # nodes without an agent may need the registry
@@ -541,28 +555,39 @@ class WatchInventoryProvider:
             self._log_ignored(MALFORMED, problem)
         key = self.platforms.key(node) if self.platforms is not None else ""
         images: tuple[NodeImage, ...] = info.images
+        reason = message = ""
         if size_bytes > MAX_OBJECT_BYTES or len(images) > MAX_STATUS_IMAGES:
-            self._log_ignored(
-                TOO_LARGE,
-                f"node {name}: its status images are ignored: the Node is {size_bytes} bytes "
-                f"with {len(images)} images (caps: {MAX_OBJECT_BYTES} bytes, "
-                f"{MAX_STATUS_IMAGES} images)",
-            )
+            reason, message = TOO_LARGE, _too_large_node(name, size_bytes, len(images))
             images = ()
+        if any(len(image.names) > MAX_STATUS_IMAGE_NAMES for image in images):
+            images = tuple(_first_names(image) for image in images)
         labels = _kept(info.labels)
         annotations = _kept(info.annotations)
         extra_bytes = sum(len(k) + len(v) for m in (labels, annotations) for k, v in m.items())
         extra_bytes += 64 * len(info.annotation_layers)
-        held = self._pools.hold_status(images, extra_bytes)
+        replaced = self._nodes.get(name)  # released once this one is applied
+        held, victims = self._pools.hold_status(
+            images, extra_bytes, replaced.held if replaced is not None else None, f"{NODES}/{name}"
+        )
+        self._evict_later(victims)
         if held is None:  # over the budget: the node stays a candidate, without its images
-            self._log_ignored(
-                OVER_BUDGET, f"node {name}: its status images are over --max-inventory-bytes"
+            reason = OVER_BUDGET
+            message = (
+                f"node {name}: its status images are over its share of --max-inventory-bytes"
+                f" ({self._pools.share_bytes} bytes) or the budget"
             )
             held = NOTHING
         info = dataclasses.replace(
             info, images=held.node_images, labels=labels, annotations=annotations, allocatable={}
         )
-        return ParsedNode(info, key, held)
+        return ParsedNode(info, key, held, reason, message)
+
+    def _bare_node(self, name: str, size_bytes: int) -> ParsedNode:
+        """A Node over the byte cap, never decoded: a candidate without images, labels
+        or annotations (what it holds is unknown: it scores as holding nothing)."""
+        key = self.platforms.default_key if self.platforms is not None else ""
+        message = _too_large_node(name, size_bytes, None)
+        return ParsedNode(NodeInfo(name=name), key, NOTHING, TOO_LARGE, message)
 
     def _parse_layers(self, name: str, obj: Mapping[str, Any] | bytes, size_bytes: int) -> Parsed:
         what = f"ignoring the layers published for node {name}"
@@ -585,13 +610,14 @@ class WatchInventoryProvider:
                 f"{self.max_age_s:.0f} s ago: scoring the node as if it had no agent",
             )
         replaced = self._layers.get(name)  # released once this one is applied
-        replacing_bytes = replaced.held.cost_bytes if replaced is not None else 0
-        if not self._pools.fits(*_counts(document), replacing_bytes):
+        replacing = replaced.held if replaced is not None else None
+        if not self._pools.fits(*_counts(document), replacing):
             return self._over_budget(what)  # refused before parsing: nothing is made
         # names are shared by pooling whole images: interning a hostile object's names
         # would grow the interpreter's table for good
         parsed = parse_document(document, "NodeLayerInventory watch", intern=str)
-        held = self._pools.hold_layers(parsed, replacing_bytes)
+        held, victims = self._pools.hold_layers(parsed, replacing, f"{LAYERS}/{name}")
+        self._evict_later(victims)
         if held is None:
             return self._over_budget(what)
         return HeldLayers(name, held, fresh_until_s, observed_at)
@@ -599,9 +625,15 @@ class WatchInventoryProvider:
     def _over_budget(self, what: str) -> Ignored:
         return Ignored(
             OVER_BUDGET,
-            f"{what}: holding it would take the inventory past --max-inventory-bytes "
-            f"({self._pools.max_bytes} bytes)",
+            f"{what}: it is over its share of --max-inventory-bytes "
+            f"({self._pools.share_bytes} of {self._pools.max_bytes} bytes), or the budget "
+            "is held by objects no larger than it",
         )
+
+    def _evict_later(self, victims: list[Held]) -> None:
+        """Have the loop drop the objects condemned to make room for a smaller one."""
+        for victim in victims:
+            self._post(self._evict, victim)
 
     def _is_node(self, name: str) -> bool:
         """Whether Node ``name`` exists (as the first list, or the loop, last saw)."""
@@ -634,17 +666,19 @@ class WatchInventoryProvider:
         if isinstance(parsed, ParsedNode | HeldLayers):
             self._pools.release(parsed.held)
 
-    def _parse_raw(self, kind: str, raw: msgspec.Raw) -> tuple[str, Parsed]:
+    def _parse_raw(self, kind: str, raw: msgspec.Raw | Oversize) -> tuple[str, Parsed]:
         """A listed object, undecoded yet: skipped by its length before decoding if it is
-        over the cap (its name only is read)."""
+        over the cap (its name only is read, or was, from its head, when it was over the
+        page bound too)."""
+        if isinstance(raw, Oversize):
+            return raw.name, self._oversize(kind, raw.name, raw.size_bytes)
         size_bytes = len(raw)
-        if kind == LAYERS and size_bytes > MAX_OBJECT_BYTES:
+        if size_bytes > MAX_OBJECT_BYTES:
             try:
                 name = msgspec.json.decode(raw, type=_NameOnly).metadata.name
             except msgspec.DecodeError:
                 name = ""
-            what = f"ignoring the layers published for node {name}"
-            return name, Ignored(TOO_LARGE, f"{what}: {size_bytes} bytes, over {MAX_OBJECT_BYTES}")
+            return name, self._oversize(kind, name, size_bytes)
         data = bytes(raw)
         if kind == NODES:
             try:
@@ -657,6 +691,14 @@ class WatchInventoryProvider:
         except msgspec.DecodeError:
             return "", Ignored(MALFORMED, "ignoring a listed object that is not JSON")
         return _name(obj), self._parse(kind, obj, size_bytes)
+
+    def _oversize(self, kind: str, name: str, size_bytes: int) -> Parsed:
+        """An object over the byte cap, skipped undecoded (a Node stays a candidate)."""
+        self._churn_bytes += size_bytes
+        if kind == NODES and name:
+            return self._bare_node(name, size_bytes)
+        what = "a Node" if kind == NODES else f"the layers published for node {name}"
+        return Ignored(TOO_LARGE, f"ignoring {what}: {size_bytes} bytes, over {MAX_OBJECT_BYTES}")
 
     def _list_until_ok(self, kind: str, path: str) -> tuple[dict[str, Parsed], str]:
         state = self.state[kind]
@@ -675,6 +717,8 @@ class WatchInventoryProvider:
                             if name:
                                 self._drop(parsed.get(name))
                                 parsed[name] = item
+                            elif isinstance(item, Ignored):  # no name to keep it by
+                                self._post(self._apply, kind, "", item)
                 state.last_error = ""
                 return parsed, version
             except Exception as err:  # an API error, or a bug: retried
@@ -697,7 +741,9 @@ class WatchInventoryProvider:
                     if not state.connected:
                         state.since = time.monotonic()
                     state.connected = True
-                    for event in kube.watch(path, state.resource_version):
+                    for event in kube.watch(
+                        path, state.resource_version, max_event_bytes=MAX_OBJECT_BYTES
+                    ):
                         self._on_event(kind, state, event)
                         pause_s = RETRY_FIRST_S
                 # the server ended the watch (its timeout): resume from where it was
@@ -727,11 +773,16 @@ class WatchInventoryProvider:
             return
         name = _name(event.object)
         if not name:
+            if event.oversize:  # nothing to apply it to: counted
+                self._post(self._apply, kind, "", self._oversize(kind, "", event.size_bytes))
             return
         if event.type == "DELETED":
             self._post(self._apply, kind, name, None)
             return
-        parsed = self._parse(kind, event.object, event.size_bytes)
+        if event.oversize:
+            parsed = self._oversize(kind, name, event.size_bytes)
+        else:
+            parsed = self._parse(kind, event.object, event.size_bytes)
         self._post(self._apply, kind, name, parsed)
         if isinstance(parsed, ParsedNode):
             self._note_node(name, parsed.info)
@@ -880,6 +931,14 @@ class WatchInventoryProvider:
 
     def _apply(self, kind: str, name: str, parsed: Parsed | None) -> None:
         """One object added or changed (``parsed``) or deleted (None), then the node."""
+        if parsed is not None:
+            condemned = self._condemned(parsed)
+            if condemned is not parsed and isinstance(parsed, ParsedNode | HeldLayers):
+                self._pools.release(parsed.held)  # never applied
+            parsed = condemned
+        if isinstance(parsed, ParsedNode) and parsed.reason:
+            self._ignored[(kind, parsed.reason)] += 1
+            self._log_ignored(parsed.reason, parsed.message)
         if isinstance(parsed, Ignored):
             if parsed.reason == UNKNOWN_NODE and name in self._nodes:
                 # its Node arrived between the parse and now: read the object again
@@ -891,10 +950,40 @@ class WatchInventoryProvider:
                 log.debug("%s", parsed.message)
             else:
                 self._log_ignored(parsed.reason, parsed.message)
+        if not name:  # an object whose name could not be read: counted only
+            return
         if kind == NODES:
             self._apply_node(name, parsed if isinstance(parsed, ParsedNode) else None)
         else:
             self._apply_layers(name, parsed)
+
+    def _evict(self, victim: Held) -> None:
+        """On the loop: drop ``victim`` if it is still applied (a smaller object took its
+        room): a NodeLayerInventory's node falls back, a Node keeps no images. One not
+        applied yet is dropped when it is (:meth:`_condemned`)."""
+        kind, _, name = victim.holder.partition("/")
+        if kind == LAYERS:
+            held = self._layers.get(name)
+            if held is not None and held.held is victim:
+                self._apply(LAYERS, name, self._over_budget(f"dropping the layers of node {name}"))
+        elif kind == NODES:
+            node = self._nodes.get(name)
+            if node is not None and node.held is victim:
+                self._apply(NODES, name, self._condemned(node))
+
+    def _condemned(self, parsed: Parsed) -> Parsed:
+        """``parsed`` as applied: itself, or if its charge was condemned to make room
+        for a smaller object, a Node without images (an inventory: ignored). Releases
+        nothing: the caller does."""
+        if isinstance(parsed, ParsedNode | HeldLayers) and self._pools.condemned(parsed.held):
+            if isinstance(parsed, HeldLayers):
+                return self._over_budget(f"ignoring the layers published for node {parsed.node}")
+            message = (
+                f"node {parsed.info.name}: its status images give their room to smaller objects"
+            )
+            bare = dataclasses.replace(parsed.info, images=())
+            return ParsedNode(bare, parsed.key, NOTHING, OVER_BUDGET, message)
+        return parsed
 
     def _apply_node(self, name: str, parsed: ParsedNode | None) -> None:
         old = self._nodes.pop(name, None)
@@ -910,6 +999,7 @@ class WatchInventoryProvider:
                 self._remember_orphan(name)  # its object may outlive it a moment
             self._stale.discard(name)
             self._forget_node(name, old)
+        self._pools.expected_nodes = max(1, len(self._nodes))
         self._refresh(name)
         if old is not None:
             self._pools.release(old.held)
@@ -1076,6 +1166,21 @@ def _name(obj: object) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) else ""
+
+
+def _first_names(image: NodeImage) -> NodeImage:
+    """``image`` with kubelet's most names at most (a Node may say anything)."""
+    if len(image.names) <= MAX_STATUS_IMAGE_NAMES:
+        return image
+    return NodeImage(image.names[:MAX_STATUS_IMAGE_NAMES], image.size_bytes, image.layers)
+
+
+def _too_large_node(name: str, size_bytes: int, images: int | None) -> str:
+    held = f"{size_bytes} bytes" + (f" with {images} images" if images is not None else "")
+    return (
+        f"node {name}: its status images are ignored: the Node is {held} (caps: "
+        f"{MAX_OBJECT_BYTES} bytes, {MAX_STATUS_IMAGES} images)"
+    )
 
 
 def _kept(values: Mapping[str, str]) -> dict[str, str]:

@@ -16,6 +16,7 @@ from layersched.kube._client import (
     HTTP_NOT_FOUND,
     Gone,
     KubeClient,
+    Oversize,
     WatchEvent,
 )
 from layersched.kube._config import KubeConfig, in_cluster_config, load_config, load_kubeconfig
@@ -67,6 +68,7 @@ __all__ = [
     "Gone",
     "KubeClient",
     "KubeConfig",
+    "Oversize",
     "WatchEvent",
     "agent_rules",
     "checked_name",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,14 @@ HTTP_FORBIDDEN = 403
 #: bound a page (100 objects of 1 MiB are 100 MiB of JSON). 8 MiB holds one object of
 #: the largest size the API server accepts (3 MiB) with room to spare.
 DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
+#: The largest watch event line :meth:`KubeClient.watch` decodes by default (the page
+#: bound's reason holds here too); a longer one is skipped while it arrives, unparsed.
+DEFAULT_MAX_EVENT_BYTES = DEFAULT_MAX_PAGE_BYTES
+#: Of an object skipped for its size, the bytes kept to read its name and version from:
+#: the API server writes ``metadata`` first, and ``name`` and ``resourceVersion`` before
+#: any label or annotation (a list's own metadata, its ``continue`` token included, comes
+#: before its items).
+HEAD_BYTES = 64 * 1024
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 HTTP_GONE = 410
@@ -78,11 +87,24 @@ class WatchEvent:
     object: dict[str, Any]
     #: Length of the event's JSON line (0: not known), to skip objects over a size cap.
     size_bytes: int = 0
+    #: The line was over the watch's byte cap and skipped unparsed: ``object`` holds
+    #: only the ``metadata.name`` and ``resourceVersion`` its head gave (either may be
+    #: missing), and ``size_bytes`` is how much of it was read before it was dropped.
+    oversize: bool = False
 
     @property
     def resource_version(self) -> str:
         meta = self.object.get("metadata") or {}
         return str(meta.get("resourceVersion") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Oversize:
+    """A listed object over the page bound, skipped unread: its name (from its head;
+    "" when the head did not say) and at least how many bytes it is."""
+
+    name: str
+    size_bytes: int
 
 
 def _status_message(response: httpx.Response) -> str:
@@ -234,32 +256,36 @@ class KubeClient:
         path: str,
         page_size: int = DEFAULT_PAGE_SIZE,
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
-    ) -> Iterator[tuple[builtins.list[msgspec.Raw], str]]:
+    ) -> Iterator[tuple[builtins.list[msgspec.Raw | Oversize], str]]:
         """A collection page by page, each object as its raw JSON (undecoded: a caller may
         skip one by its length), with the list's resourceVersion.
 
         No page read is longer than ``max_page_bytes``: a page that would be is dropped
         while it arrives and asked for again with half as many objects (the API cannot
         limit a page by bytes), and the next page's ``limit`` aims at half the bound from
-        the bytes per object seen so far. KubeError when a single object is over it.
+        the bytes per object seen so far. A single object over the bound is skipped: it
+        comes as an :class:`Oversize` (its name, read from the page's head with the
+        ``continue`` token), and the list carries on after it.
         """
         limit, token, what = page_size, "", f"listing {path}"
         while True:
             params = {"limit": str(limit)} | ({"continue": token} if token else {})
-            body = self._read_capped(path, what, params, max_page_bytes)
+            body, head = self._read_capped(path, what, params, max_page_bytes)
             if body is None:
-                if limit == 1:
-                    raise KubeError(
-                        f"{what}: one object is larger than {max_page_bytes} bytes, more than "
-                        "the API server stores by default: delete it, or raise the page bound"
-                    )
-                limit = max(1, limit // 2)
+                if limit > 1:
+                    limit = max(1, limit // 2)
+                    continue
+                version, token, name = _skipped_page(head, what, max_page_bytes)
+                yield [Oversize(name, max_page_bytes + 1)], version
+                if not token:
+                    return
+                limit = page_size
                 continue
             try:
                 page = msgspec.json.decode(body, type=_RawList)
             except msgspec.DecodeError as err:
                 raise KubeError(f"{what}: the API answered a malformed list ({err})") from None
-            items = page.items or []
+            items: builtins.list[msgspec.Raw | Oversize] = list(page.items or [])
             yield items, page.metadata.resourceVersion
             token = page.metadata.continue_
             if not token:
@@ -269,8 +295,9 @@ class KubeClient:
 
     def _read_capped(
         self, path: str, what: str, params: Mapping[str, str], max_bytes: int
-    ) -> bytes | None:
-        """GET ``path``'s body, or None as soon as it passes ``max_bytes``."""
+    ) -> tuple[bytes | None, bytes]:
+        """GET ``path``'s body; or (None, its first HEAD_BYTES) as soon as it passes
+        ``max_bytes``."""
         try:
             with self._http.stream("GET", path, params=params, headers=self._headers()) as response:
                 if response.status_code >= 400:
@@ -280,8 +307,8 @@ class KubeClient:
                 for chunk in response.iter_bytes():
                     body += chunk
                     if len(body) > max_bytes:
-                        return None
-                return bytes(body)
+                        return None, bytes(body[:HEAD_BYTES])
+                return bytes(body), b""
         except httpx.HTTPError as err:
             raise self._unreachable(what, err) from None
 
@@ -367,19 +394,32 @@ class KubeClient:
         )
 
     def watch(
-        self, path: str, resource_version: str, *, timeout_s: int = WATCH_TIMEOUT_S
+        self,
+        path: str,
+        resource_version: str,
+        *,
+        timeout_s: int = WATCH_TIMEOUT_S,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        field_selector: str | None = None,
     ) -> Iterator[WatchEvent]:
-        """Events on the collection ``path`` after ``resource_version`` until the server
-        ends the watch (after ``timeout_s``). Raises :class:`Gone` when the version is
-        too old, at once or as an ERROR event; KubeError on any other failure."""
+        """Events on the collection ``path`` (those ``field_selector`` matches, when
+        given) after ``resource_version`` until the server ends the watch (after
+        ``timeout_s``). Raises :class:`Gone` when the version is too old, at once or as
+        an ERROR event; KubeError on any other failure.
+
+        An event line longer than ``max_event_bytes`` is never parsed nor held whole: it
+        is dropped while it arrives and comes as an event with ``oversize`` set, naming
+        the object if its head did (the caller skips it, and the watch carries on)."""
         params = {
             "watch": "true",
             "resourceVersion": resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_s),
         }
+        if field_selector:
+            params["fieldSelector"] = field_selector
         url = f"{path}?{urlencode(params)}"
-        what = f"watching {path}"
+        what = f"watching {path}" + (f" (fields {field_selector})" if field_selector else "")
         timeout = httpx.Timeout(self._timeout_s, read=timeout_s + WATCH_READ_SLACK_S)
         try:
             with self._http.stream(
@@ -388,14 +428,97 @@ class KubeClient:
                 if response.status_code >= 400:
                     response.read()
                     raise _failure(response, what)
-                for line in response.iter_lines():
-                    if line.strip():
+                for line in _bounded_lines(response.iter_bytes(), max_event_bytes):
+                    if isinstance(line, _Cut):
+                        yield _oversize_event(line, what)
+                    else:
                         yield _event(line, what)
         except httpx.HTTPError as err:
             raise KubeError(f"{what}: the connection failed ({err})") from None
 
 
-def _event(line: str, what: str) -> WatchEvent:
+@dataclass(slots=True)
+class _Cut:
+    """A line over the cap: its head, and how long it was."""
+
+    head: bytes
+    size_bytes: int
+
+
+def _bounded_lines(chunks: Iterator[bytes], max_bytes: int) -> Iterator[bytes | _Cut]:
+    """The non-blank lines of a byte stream; a line longer than ``max_bytes`` as a
+    :class:`_Cut` (its head kept, the rest dropped as it arrives: never held whole)."""
+    line = bytearray()
+    cut: _Cut | None = None
+    for chunk in chunks:
+        start = 0
+        while start <= len(chunk):
+            end = chunk.find(b"\n", start)
+            stop = len(chunk) if end < 0 else end
+            if cut is not None:
+                cut.size_bytes += stop - start
+            else:
+                line += chunk[start:stop]
+                if len(line) > max_bytes:
+                    cut = _Cut(bytes(line[:HEAD_BYTES]), len(line))
+                    line = bytearray()
+            if end < 0:
+                break
+            if cut is not None:
+                yield cut
+            elif line.strip():
+                yield bytes(line)
+            line, cut, start = bytearray(), None, end + 1
+    if cut is not None:
+        yield cut
+    elif line.strip():
+        yield bytes(line)
+
+
+#: What a skipped object's head says: the watch event's type, and the first name and
+#: resourceVersion of an object's metadata (Kubernetes names hold no quote).
+_HEAD_TYPE = re.compile(rb'^\s*\{\s*"type"\s*:\s*"([A-Z]+)"')
+_HEAD_NAME = re.compile(rb'"metadata"\s*:\s*\{\s*"name"\s*:\s*"([^"\\]{1,253})"')
+_HEAD_VERSION = re.compile(rb'"resourceVersion"\s*:\s*"([0-9]{1,32})"')
+_ITEMS_START = b'"items":['
+
+
+def _head_field(pattern: re.Pattern[bytes], head: bytes) -> str:
+    found = pattern.search(head)
+    return found.group(1).decode("ascii", errors="replace") if found else ""
+
+
+def _oversize_event(cut: _Cut, what: str) -> WatchEvent:
+    """The stand-in for an event skipped unparsed: its type, name and version."""
+    kind = _head_field(_HEAD_TYPE, cut.head)
+    if kind in ("", "ERROR"):
+        raise KubeError(
+            f"{what}: a watch event of {cut.size_bytes}+ bytes that is not an object's event"
+        )
+    meta = {
+        "name": _head_field(_HEAD_NAME, cut.head),
+        "resourceVersion": _head_field(_HEAD_VERSION, cut.head),
+    }
+    return WatchEvent(kind, {"metadata": meta}, cut.size_bytes, oversize=True)
+
+
+def _skipped_page(head: bytes, what: str, max_bytes: int) -> tuple[str, str, str]:
+    """Of a one-object page over the bound: the list's resourceVersion and continue
+    token (its metadata comes before its items), and the object's name."""
+    at = head.find(_ITEMS_START)
+    try:
+        if at < 0:
+            raise msgspec.DecodeError("no items in the first bytes")
+        meta = msgspec.json.decode(head[:at] + b'"items":[]}', type=_RawList).metadata
+    except msgspec.DecodeError:
+        raise KubeError(
+            f"{what}: one object is larger than {max_bytes} bytes and the list's metadata "
+            "could not be read before it (is this a Kubernetes API server?)"
+        ) from None
+    return meta.resourceVersion, meta.continue_, _head_field(_HEAD_NAME, head[at:])
+
+
+def _event(line: bytes, what: str) -> WatchEvent:
     try:
         raw = json.loads(line)
     except ValueError:

@@ -1,7 +1,10 @@
 """Least-privilege RBAC for the two layersched components that talk to the API.
 
-* the **node agent** reads its own Node (for the owner reference) and creates or
-  server-side-applies NodeLayerInventory objects;
+* the **node agent** reads its own Node (for the owner reference), creates or
+  server-side-applies NodeLayerInventory objects, and lists and watches them (it watches
+  its own, by a field selector on its name, to repair it when another writer changes
+  it; RBAC cannot confine a field-selected watch to one name without a role per node,
+  and what the objects say is already readable in every Node's ``status.images``);
 * the **extender** lists and watches Nodes and NodeLayerInventory objects.
 
 Neither may read Secrets, Pods or anything else. Kubernetes RBAC cannot confine an agent
@@ -25,7 +28,11 @@ SUBJECT_KINDS = ("User", "Group", "ServiceAccount")
 
 def agent_rules() -> list[dict[str, Any]]:
     return [
-        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "create", "patch"]},
+        {
+            "apiGroups": [GROUP],
+            "resources": [PLURAL],
+            "verbs": ["get", "list", "watch", "create", "patch"],
+        },
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     ]
 

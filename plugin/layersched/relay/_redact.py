@@ -17,6 +17,12 @@ method                                  message    fields
 ``RuntimeService/ContainerStatus``      response   ``info`` values: the verbose answer is the
                                                    runtime's JSON of the container, its
                                                    environment included
+``RuntimeService/Status``               response   ``info`` values: containerd's verbose
+                                                   ``config`` holds its registry credentials
+                                                   (``registry.configs.*.auth``)
+``RuntimeService/PodSandboxStatus``     response   ``info`` values: the sandbox's spec and
+                                                   the pod's annotations
+``ImageService/ImageStatus``            response   ``info`` values: the image's spec
 ``Exec``, ``Attach``, ``PortForward``   response   ``url``: a one-time token for the runtime's
                                                    streaming server
 ======================================  =========  ==============================================
@@ -34,10 +40,16 @@ as good as the password). A field the rules expect to be a message but that
 does not parse as one is redacted whole; a message of a method with rules that
 does not parse at all is not shown (:data:`UNREADABLE`).
 
-**Sensitive methods** (:func:`is_sensitive`): the methods above, plus
-``ExecSync`` (its command line and output), and every method the relay does
-not know (it cannot tell what they carry). Whatever the selectors say, they
-are dumped in full only when the relay was started with
+Every verbose ``info`` map of the CRI is in the table (issue 30: the relay
+dumped containerd's registry credentials through ``Status``): a test holds the
+table against every ``map<string, string> info`` of the upstream ``api.proto``.
+
+**Sensitive methods** (:func:`is_sensitive`): every method but those of
+:data:`FULL_DUMP_METHODS`, an allow-list of calls that carry neither a verbose
+``info`` map nor anything a pod's spec or annotations put there (a pod's
+``last-applied-configuration`` annotation holds its environment, and sandbox,
+container and stats messages carry annotations). Whatever the selectors say,
+they are dumped in full only when the relay was started with
 ``--allow-sensitive-dumps``: ``CreateContainer``'s arguments hold expanded
 ``$(VAR)`` references to Secret-fed variables, and a redaction by field number
 is only as good as the schema it was written for.
@@ -50,7 +62,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from layersched.relay._methods import IMAGE_SERVICE, RUNTIME_SERVICE, Method
+from layersched.relay._methods import IMAGE_SERVICE, KNOWN_METHODS, RUNTIME_SERVICE, Method
 from layersched.relay._wire import WireError, encode_len, fields
 
 #: What a redacted value becomes.
@@ -108,20 +120,36 @@ RULES: Mapping[tuple[str, str], Shape] = {
     (f"{RUNTIME_SERVICE}/ContainerStatus", "Response"): Shape(
         "ContainerStatusResponse", {2: ("info", _MAP_ENTRY)}
     ),
+    (f"{RUNTIME_SERVICE}/Status", "Response"): Shape("StatusResponse", {2: ("info", _MAP_ENTRY)}),
+    (f"{RUNTIME_SERVICE}/PodSandboxStatus", "Response"): Shape(
+        "PodSandboxStatusResponse", {2: ("info", _MAP_ENTRY)}
+    ),
+    (f"{IMAGE_SERVICE}/ImageStatus", "Response"): Shape(
+        "ImageStatusResponse", {2: ("info", _MAP_ENTRY)}
+    ),
     (f"{RUNTIME_SERVICE}/Exec", "Response"): Shape("ExecResponse", _STREAM_URL),
     (f"{RUNTIME_SERVICE}/Attach", "Response"): Shape("AttachResponse", _STREAM_URL),
     (f"{RUNTIME_SERVICE}/PortForward", "Response"): Shape("PortForwardResponse", _STREAM_URL),
 }
 
-#: Known methods whose full dump needs ``--allow-sensitive-dumps``.
-SENSITIVE_METHODS = frozenset(
-    {short for short, _ in RULES} | {f"{RUNTIME_SERVICE}/ExecSync"}
+#: The methods that may be dumped in full without ``--allow-sensitive-dumps``: their
+#: messages hold ids, image names and digests, sizes and the runtime's own settings,
+#: no verbose ``info`` and nothing from a pod's spec or annotations.
+FULL_DUMP_METHODS = frozenset(
+    [f"{RUNTIME_SERVICE}/{name}" for name in (
+        "Version", "StartContainer", "StopContainer", "RemoveContainer", "StopPodSandbox",
+        "RemovePodSandbox", "ReopenContainerLog", "RuntimeConfig",
+    )]
+    + [f"{IMAGE_SERVICE}/{name}" for name in ("ListImages", "RemoveImage", "ImageFsInfo")]
 )  # fmt: skip
+#: Known methods whose full dump needs ``--allow-sensitive-dumps``: all the others.
+SENSITIVE_METHODS = KNOWN_METHODS - FULL_DUMP_METHODS
 
 
 def is_sensitive(method: Method) -> bool:
-    """Whether a full dump of ``method`` needs ``--allow-sensitive-dumps``."""
-    return not method.known or method.short in SENSITIVE_METHODS
+    """Whether a full dump of ``method`` needs ``--allow-sensitive-dumps`` (every method
+    not on the allow-list :data:`FULL_DUMP_METHODS`, unknown ones included)."""
+    return not method.known or method.short not in FULL_DUMP_METHODS
 
 
 def _rewrite(data: bytes, shape: Shape) -> bytes:

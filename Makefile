@@ -45,7 +45,7 @@ ci-fresh: ## Rehearse CI on a fresh machine: clone HEAD, empty caches, new venv,
 bench: venv ## The extender's benchmarks (latency, memory, watch): bench/results/extender.json and the blocks generated from it {last: bench/results/extender.json#run_time_s}
 	@scripts/bench.sh
 
-bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency, 500 and 5,000 fake nodes (root) {last: bench/results/scheduler.json#run_time_s}
+bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency in 3 alternating rounds, 500 and 5,000 fake nodes (root; inconclusive when the load exceeds the cores) {last: bench/results/scheduler.json#run_time_s}
 	@scripts/bench-scheduler.sh
 
 bench-perf: venv ## Upstream's scheduler_perf with LayerLocality out of tree, in process (etcd from make kubernetes), 3 rounds: bench/results/scheduler_perf.json {last: bench/results/scheduler_perf.json#run_time_s}

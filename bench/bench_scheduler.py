@@ -1517,8 +1517,16 @@ def run(
                                 f"{n} nodes, round {r + 1}, {config}: drain {row['pods_per_s']} "
                                 f"pods/s, steady p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms"
                             )
-                rows = {config: report.summarise_rounds(measured[config]) for config in configs}
-                results[str(n)] = rows
+                    # after every round: an interrupted run keeps the rounds it completed
+                    results[str(n)] = {
+                        config: report.summarise_rounds(measured[config]) for config in configs
+                    }
+                    results["rounds_completed"] = {
+                        **results.get("rounds_completed", {}),
+                        str(n): r + 1,
+                    }
+                    write_partial(results, record, node_counts[: i + 1], started, args.output)
+                rows = results[str(n)]
                 results["profiles"][str(n)] = {
                     config: _row(
                         ctx, Run(n, config, seed, profile=True, profile_s=_profile_s(rows[config]))
@@ -1536,6 +1544,27 @@ def run(
     }
     results["run_time_s"] = round(time.perf_counter() - started, 1)
     return results
+
+
+def write_partial(
+    results: dict[str, Any],
+    record: dict[str, Any],
+    node_counts: Sequence[int],
+    started: float,
+    output: Path,
+) -> None:
+    """The results so far, as a complete results file of the node counts measured (their
+    rounds so far), with the load up to now."""
+    partial = dict(results)
+    partial["node_counts"] = list(node_counts)
+    partial["provenance"] = provenance.finish(dict(record))
+    busy = report.overloaded_by(partial["provenance"])
+    partial["targets"] = {
+        str(n): report.target_verdicts(partial[str(n)], busy) for n in node_counts
+    }
+    partial["run_time_s"] = round(time.perf_counter() - started, 1)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(partial, indent=2) + "\n")
 
 
 def _profile_s(row: Mapping[str, Any] | None) -> int:

@@ -691,7 +691,7 @@ def test_explain_reaches_the_deployed_extender_through_port_forward(stack: Stack
     inventory = stack.inventory
     cmd = [sys.executable, "-m", "layersched.cli.main", "explain", "pod"]
     cmd += ["layersched-scenario/p1-again", "--kubeconfig", inventory.cluster.kubeconfig]
-    cmd += ["--kubectl", inventory.cluster.kubectl, "--format", "json"]
+    cmd += ["--kubectl", inventory.cluster.kubectl, "-o", "json"]
     done = subprocess.run(
         cmd, capture_output=True, text=True, timeout=EXPLAIN_TIMEOUT_S, check=False
     )

@@ -181,7 +181,7 @@ def test_estimate_agrees_with_what_layer_locality_saved(
         trial = _trial(report, inventory, checks.IMAGE_LOCALITY)
         extra += 1
     assert trial is not None
-    output = _estimate(inventory, "--namespace", "layersched-scenario", "--format", "json")
+    output = _estimate(inventory, "--namespace", "layersched-scenario", "-o", "json")
     pods = {pod["pod"]: pod for pod in json.loads(output)["pods"]}
     again = pods[SCENARIO_POD]
     assert again["node"] == trial["placements"][P1_AGAIN], (again, trial)
@@ -210,7 +210,7 @@ def test_explain_tells_who_placed_p1_again_and_why(
 ) -> None:
     report, _, _, inventory = scenario_run
     # image-locality placed the P1-again running now: not us, and explain says so
-    explained = json.loads(_explain(inventory, "--format", "json"))
+    explained = json.loads(_explain(inventory, "-o", "json"))
     assert explained["scheduler"] == checks.IMAGE_LOCALITY and explained["verdict"] == "not_ours"
     assert explained["scheduled_by"] == checks.IMAGE_LOCALITY
     ran = explained["node"]  # it pulled all of Img1 there
@@ -220,7 +220,7 @@ def test_explain_tells_who_placed_p1_again_and_why(
     with _driver(report, inventory) as (driver, images):
         driver.delete(P1_AGAIN)
         placed = driver.schedule(P1_AGAIN, images.img1, checks.LAYER_LOCALITY)
-    explained = json.loads(_explain(inventory, "--format", "json"))
+    explained = json.loads(_explain(inventory, "-o", "json"))
     assert explained["verdict"] == "scored", explained
     assert explained["node"] == placed.node == ran
     img1 = checks.layer_bytes(report, *checks.IMG1_LAYERS)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,13 @@ from rich.console import Console
 
 from layersched import _generated as generated
 from layersched.builds import kubernetes_build
+from layersched.cli._kube import client_config
+from layersched.cli._output import JSON, YAML, add_output_option, print_document
 from layersched.core.errors import InputError, KubeError
 from layersched.deploy import (
     AUTO,
     DEFAULT_ALLOWED_REGISTRIES,
+    DEFAULT_WEIGHT,
     KUBERNETES_VERSION,
     NAMESPACE,
     NEWEST_MINOR,
@@ -73,8 +75,8 @@ from layersched.images.push import (
 from layersched.kube import (
     VERSION_PATH,
     KubeClient,
+    KubeConfig,
     checked_name,
-    load_kubeconfig,
     namespace_path,
 )
 
@@ -85,7 +87,6 @@ KUBE_SCHEDULER = "kube-scheduler"
 API_SERVICE_NAMESPACE = "default"
 API_SERVICE = "kubernetes"
 HTTPS_PORT = 443
-DEFAULT_KUBECONFIG = Path.home() / ".kube" / "config"
 #: The generated block of the plugin's README (its ready-to-use configuration).
 PLUGIN_README_BLOCK = "scheduler-config"
 #: Heads each configuration ``scheduler-configs`` prints.
@@ -202,8 +203,20 @@ def add_install_options(q: argparse.ArgumentParser) -> None:
     q.add_argument(
         "--kubeconfig",
         type=Path,
-        help="the cluster --kubernetes-version auto reads (default: $KUBECONFIG, else "
-        "~/.kube/config)",
+        help="the cluster --kubernetes-version auto reads (default: $KUBECONFIG's files "
+        "merged, else ~/.kube/config), as kubectl reads it: exec credential plugins too",
+    )
+    q.add_argument(
+        "--context", metavar="NAME", help="its kubeconfig context (default: its current-context)"
+    )
+    q.add_argument(
+        "--weight",
+        type=int,
+        default=DEFAULT_WEIGHT,
+        metavar="N",
+        help="weight of the layer scores against the default plugins: the extender's "
+        "(its 0-10 score x 10 x N) or the plugin's (default and recommended: %(default)s, "
+        "docs/extender.md says why)",
     )
     q.add_argument(
         "--kube-scheduler-image",
@@ -251,7 +264,7 @@ def add_image_options(q: argparse.ArgumentParser) -> None:
         action="store_true",
         help="push over HTTPS (default: plain HTTP, as testbed registries serve)",
     )
-    q.add_argument("--json", action="store_true", help="print what was pushed as JSON")
+    add_output_option(q, outputs=(JSON, YAML), old="--json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,13 +274,6 @@ class ClusterFacts:
     version: KubernetesVersion
     #: The API server's endpoints and the ``kubernetes`` Service's cluster IP on 443.
     api_server: tuple[EgressPeer, ...]
-
-
-def _kubeconfig(given: Path | None) -> Path:
-    if given is not None:
-        return given
-    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    return Path(env) if env else DEFAULT_KUBECONFIG
 
 
 def _peer(address: str, port: int) -> EgressPeer:
@@ -296,16 +302,15 @@ def api_server_peers(endpoints: dict[str, Any], service: dict[str, Any]) -> tupl
     return tuple(dict.fromkeys(peers))
 
 
-def read_cluster(kubeconfig: Path) -> ClusterFacts:
-    """The server's version (``/version``) and addresses, through ``kubeconfig``."""
-    config = load_kubeconfig(str(kubeconfig))
+def read_cluster(config: KubeConfig) -> ClusterFacts:
+    """The server's version (``/version``) and addresses, through ``config``."""
     base = f"{namespace_path(API_SERVICE_NAMESPACE)}"
     with KubeClient(config) as kube:
         version = str(kube.get(VERSION_PATH).get("gitVersion", ""))
         endpoints = kube.get(f"{base}/endpoints/{API_SERVICE}")
         service = kube.get(f"{base}/services/{API_SERVICE}")
     return ClusterFacts(
-        parse_kubernetes_version(version, f"the cluster's version ({kubeconfig})"),
+        parse_kubernetes_version(version, f"the cluster's version ({config.origin})"),
         api_server_peers(endpoints, service),
     )
 
@@ -328,9 +333,12 @@ def install_for(args: argparse.Namespace) -> Install | None:
                 ("--api-server", args.api_server),
                 ("--registry-address", args.registry_address),
                 ("--kubeconfig", args.kubeconfig),
+                ("--context", args.context),
             )
             if value
         ]
+        if args.weight != DEFAULT_WEIGHT:
+            given.append("--weight")
         if args.kube_scheduler_image != UPSTREAM_KUBE_SCHEDULER:
             given.append("--kube-scheduler-image")
         if given:
@@ -343,14 +351,14 @@ def install_for(args: argparse.Namespace) -> Install | None:
     api_server = tuple(EgressPeer.parse(a, "--api-server") for a in args.api_server)
     registries = tuple(EgressPeer.parse(a, "--registry-address") for a in args.registry_address)
     if args.kubernetes_version == AUTO:
-        facts = read_cluster(_kubeconfig(args.kubeconfig))
+        facts = read_cluster(client_config(args))
         version = facts.version
         api_server = api_server or facts.api_server
     else:
         version = parse_kubernetes_version(args.kubernetes_version)
     allowed = tuple(args.allow_registry or DEFAULT_ALLOWED_REGISTRIES)
     spec = StackSpec(
-        allowed_registries=allowed, egress=EgressSpec(api_server, registries)
+        allowed_registries=allowed, egress=EgressSpec(api_server, registries), weight=args.weight
     ).for_version(version.tag)
     return Install(spec, upstream_kube_scheduler(version, args.kube_scheduler_image))
 
@@ -512,8 +520,8 @@ def _describe(pushed: PushedStack) -> dict[str, dict[str, object]]:
 
 
 def _print_described(args: argparse.Namespace, described: dict[str, dict[str, object]]) -> None:
-    if args.json:
-        print(json.dumps(described, indent=2))
+    if args.output is not None:
+        print_document(described, args.output)
         return
     for name, image in described.items():
         size = image.get("size_bytes")
@@ -522,7 +530,7 @@ def _print_described(args: argparse.Namespace, described: dict[str, dict[str, ob
 
 
 def print_pushed(args: argparse.Namespace, pushed: PushedStack) -> None:
-    """What was pushed: one line per image, or JSON with ``--json``."""
+    """What was pushed: one line per image, or JSON/YAML with ``-o``."""
     _print_described(args, _describe(pushed))
 
 

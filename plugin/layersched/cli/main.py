@@ -25,6 +25,7 @@ from layersched.core.errors import InputError, LayerschedError
 #: Subcommand modules under ``layersched.cli``, in help order.
 COMMANDS: tuple[str, ...] = (
     "score",
+    "layers",
     "estimate",
     "explain",
     "extender",

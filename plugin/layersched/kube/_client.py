@@ -136,9 +136,24 @@ class KubeClient:
     def __init__(self, config: KubeConfig, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.config = config
         self._timeout_s = timeout_s
-        self._http = httpx.Client(
-            base_url=config.server, verify=config.ssl_context(), timeout=timeout_s
-        )
+        hooks = {"request": [self._server_name]} if config.tls_server_name else {}
+        try:
+            self._http = httpx.Client(
+                base_url=config.server,
+                verify=config.ssl_context(),
+                timeout=timeout_s,
+                proxy=config.proxy_url,
+                event_hooks=hooks,
+            )
+        except (ImportError, ValueError) as err:  # a SOCKS proxy without socksio; a bad URL
+            raise KubeError(
+                f"{config.origin}: proxy-url {config.proxy_url!r}: {err} (fix the cluster's "
+                "proxy-url; a socks5:// proxy needs pip install 'httpx[socks]')"
+            ) from None
+
+    def _server_name(self, request: httpx.Request) -> None:
+        """``tls-server-name``: the name sent (SNI) and checked against the certificate."""
+        request.extensions["sni_hostname"] = self.config.tls_server_name
 
     def close(self) -> None:
         self._http.close()

@@ -7,8 +7,11 @@ file behind."""
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import os
+import select
+import socket
 import ssl
 import stat
 import tempfile
@@ -20,7 +23,9 @@ import pytest
 from layersched.core.errors import KubeError
 from layersched.kube import KubeClient, in_cluster_config, load_client_config, load_kubeconfig
 from tests.fixtures.extender import make_pki
+from tests.fixtures.kube_api import StandInApi, ok
 from tests.fixtures.kubeconfig import write_kubeconfig
+from tests.fixtures.serving import serving
 
 
 def test_kubeconfig_with_inline_data(tmp_path: Path) -> None:
@@ -224,3 +229,53 @@ def test_inline_client_credentials_load_without_leaving_files(
     with pytest.raises(KubeError, match="kubeconfig-stranger: cannot load the TLS files"):
         mismatched.ssl_context()
     assert list(scratch.iterdir()) == []
+
+
+class _ConnectProxy(http.server.BaseHTTPRequestHandler):
+    """An HTTP CONNECT proxy: records each tunnel's target, then relays bytes both ways."""
+
+    server: _ProxyServer
+
+    def do_CONNECT(self) -> None:
+        host, _, port = self.path.rpartition(":")
+        self.server.tunnels.append(self.path)
+        upstream = socket.create_connection((host, int(port)), timeout=10)
+        self.send_response(200, "Connection established")
+        self.end_headers()
+        sockets = [self.connection, upstream]
+        while True:
+            readable, _, _ = select.select(sockets, [], [], 10)
+            if not readable:
+                break
+            for source in readable:
+                data = source.recv(65536)
+                if not data:
+                    upstream.close()
+                    return
+                (upstream if source is self.connection else self.connection).sendall(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+class _ProxyServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _ConnectProxy)
+        self.tunnels: list[str] = []
+
+
+def test_proxy_url_carries_the_requests(kube_api: StandInApi, tmp_path: Path) -> None:
+    # the cluster's proxy-url: every request tunnels through it (CONNECT to the server)
+    kube_api.route("GET", "/version", ok({"gitVersion": "v1.37.2"}))
+    config = json.loads(kube_api.kubeconfig.read_text())
+    with serving(_ProxyServer(), "connect-proxy") as proxy:
+        proxy_url = f"http://127.0.0.1:{proxy.server_address[1]}"
+        config["clusters"][0]["cluster"]["proxy-url"] = proxy_url
+        path = tmp_path / "kubeconfig"
+        path.write_text(json.dumps(config))
+        with KubeClient(load_client_config(str(path))) as client:
+            assert client.get("/version")["gitVersion"] == "v1.37.2"
+        server = config["clusters"][0]["cluster"]["server"].removeprefix("https://")
+        assert proxy.tunnels == [server]

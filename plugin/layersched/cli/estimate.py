@@ -117,7 +117,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--partial",
         action="store_true",
-        help=f"print the result and exit 0 even when fewer than {MIN_COVERAGE:.0%} of the "
+        help=f"print the result and exit 0 even when fewer than {100 * MIN_COVERAGE:.0f}%% of the "
         f"pods could be weighed (default: say so first and exit {EXIT_PARTIAL})",
     )
     p.add_argument(
@@ -251,7 +251,7 @@ def coverage_warning(result: Estimate) -> str:
         + (f" (first: {example})" if example else "")
         + ". Private or unreachable registries: pass --registry-config FILE (a docker "
         "config.json with their credentials) or --layers FILE (written by `layersched "
-        "layers IMAGE... -o FILE` where the registries are reachable); --partial prints "
+        "layers IMAGE... --out FILE` where the registries are reachable); --partial prints "
         "the partial result and exits 0"
     )
 

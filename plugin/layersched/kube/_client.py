@@ -59,6 +59,8 @@ HTTP_TOO_MANY_REQUESTS = 429
 HTTP_SERVER_ERROR = 500
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
+#: How OpenSSL says a server's certificate did not verify (a CA missing, not a dead server).
+_UNTRUSTED = "CERTIFICATE_VERIFY_FAILED"
 #: What a log read accepts: text, or the API's JSON Status when it refuses.
 _LOG_ACCEPT = "text/plain, application/json"
 #: What to check, by the API's answer (appended to the API's own message).
@@ -166,6 +168,13 @@ class KubeClient:
 
     # ------------------------------------------------------------------ plumbing
     def _unreachable(self, what: str, err: httpx.HTTPError) -> KubeError:
+        if _UNTRUSTED in str(err):
+            return KubeError(
+                f"{what}: the API server at {self.config.server} answered with a certificate "
+                f"that is not trusted ({err}): give the cluster's certificate-authority (or "
+                f"-data) in {self.config.origin or 'the kubeconfig'}, or, knowing the risk, "
+                "insecure-skip-tls-verify: true"
+            )
         return KubeError(
             f"{what}: the API server at {self.config.server} did not answer ({err}): "
             "is it running and reachable?"

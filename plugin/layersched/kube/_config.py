@@ -154,13 +154,16 @@ class _Captured(logging.Handler):
 
 @contextmanager
 def _captured_errors() -> Iterator[_Captured]:
+    """The root logger's records go to a :class:`_Captured` alone for the block: the
+    loader's errors are said once, in the KubeError that explains them."""
     handler = _Captured()
     root = logging.getLogger()
-    root.addHandler(handler)
+    saved = root.handlers[:]
+    root.handlers = [handler]
     try:
         yield handler
     finally:
-        root.removeHandler(handler)
+        root.handlers = saved
 
 
 def _documents(files: Sequence[str]) -> list[Mapping[str, Any]]:

@@ -43,6 +43,7 @@ def _help(capsys: pytest.CaptureFixture[str], *command: str) -> tuple[set[str], 
         (("inventory", "manifests"), OUTPUT),
         (("deploy", "images"), OUTPUT),
         (("deploy", "overlay"), OUTPUT),
+        (("deploy", "agent-guard"), OUTPUT),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, tuple) else None,
 )

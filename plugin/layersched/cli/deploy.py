@@ -170,6 +170,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--kubernetes-version",
         help="the cluster's release (default: the release `make kubernetes` builds)",
     )
+    add_output_option(p_guard, outputs=(YAML, JSON))
     p_guard.set_defaults(handler=_agent_guard)
 
     for name, helptext in (
@@ -466,7 +467,11 @@ def _agent_guard(args: argparse.Namespace) -> int:
             f"(layersched deploy render --kubernetes-version {version} --dir DIR)"
         )
     spec = StackSpec(namespace=namespace).for_version(version)
-    print(to_yaml_stream(admission_objects(spec)), end="")
+    objects = admission_objects(spec)
+    if args.output == JSON:
+        print_document({"apiVersion": "v1", "kind": "List", "items": objects}, JSON)
+    else:
+        print(to_yaml_stream(objects), end="")
     return EXIT_OK
 
 

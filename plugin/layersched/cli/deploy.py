@@ -211,6 +211,12 @@ def add_install_options(q: argparse.ArgumentParser) -> None:
         "--context", metavar="NAME", help="its kubeconfig context (default: its current-context)"
     )
     q.add_argument(
+        "-n",
+        "--namespace",
+        metavar="NS",
+        help=f"the namespace the install goes into (default: {NAMESPACE}, deploy/'s)",
+    )
+    q.add_argument(
         "--weight",
         type=int,
         default=DEFAULT_WEIGHT,
@@ -335,6 +341,7 @@ def install_for(args: argparse.Namespace) -> Install | None:
                 ("--registry-address", args.registry_address),
                 ("--kubeconfig", args.kubeconfig),
                 ("--context", args.context),
+                ("--namespace", args.namespace),
             )
             if value
         ]
@@ -359,7 +366,10 @@ def install_for(args: argparse.Namespace) -> Install | None:
         version = parse_kubernetes_version(args.kubernetes_version)
     allowed = tuple(args.allow_registry or DEFAULT_ALLOWED_REGISTRIES)
     spec = StackSpec(
-        allowed_registries=allowed, egress=EgressSpec(api_server, registries), weight=args.weight
+        allowed_registries=allowed,
+        egress=EgressSpec(api_server, registries),
+        weight=args.weight,
+        namespace=checked_name(args.namespace or NAMESPACE, "--namespace"),
     ).for_version(version.tag)
     return Install(spec, upstream_kube_scheduler(version, args.kube_scheduler_image))
 

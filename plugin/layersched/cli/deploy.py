@@ -29,6 +29,7 @@ from typing import Any
 
 from rich.console import Console
 
+from layersched import __version__
 from layersched import _generated as generated
 from layersched.builds import kubernetes_build
 from layersched.cli._kube import client_config
@@ -36,12 +37,15 @@ from layersched.cli._output import JSON, YAML, add_output_option, print_document
 from layersched.core.errors import InputError, KubeError
 from layersched.deploy import (
     AUTO,
+    CHART_DIR,
+    CHART_OLDEST_MINOR,
     DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_WEIGHT,
     KUBERNETES_VERSION,
     NAMESPACE,
     NEWEST_MINOR,
     OLDEST_MINOR,
+    PUBLISHED_IMAGE,
     SCHEDULER_EXTENDER,
     SCHEDULER_KINDS,
     SCHEDULER_PLUGIN,
@@ -54,6 +58,8 @@ from layersched.deploy import (
     TestbedSchedulers,
     admission_objects,
     base_tree,
+    chart_files,
+    parse_image_ref,
     parse_kubernetes_version,
     plugin_readme_block,
     stale_files,
@@ -127,6 +133,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Kubernetes 1.20 only; write it to a --dir of its own: deploy/ holds the extender's)",
     )
     p_render.set_defaults(handler=_render)
+
+    p_chart = actions.add_parser(
+        "chart",
+        help=f"write the Helm chart ({CHART_DIR}): deploy/'s objects, with values",
+        description="Write the Helm chart from the same generator as deploy/: every object "
+        f"of Kubernetes 1.{CHART_OLDEST_MINOR} to 1.{NEWEST_MINOR}'s install, with values "
+        "(docs/deploy.md).",
+    )
+    p_chart.add_argument(
+        "--out", type=Path, help=f"the chart's directory (default: {CHART_DIR} in this checkout)"
+    )
+    p_chart.add_argument(
+        "--check", action="store_true", help="only compare; exit 1 if a file is stale"
+    )
+    p_chart.set_defaults(handler=_chart)
 
     p_configs = actions.add_parser(
         "scheduler-configs",
@@ -224,6 +245,13 @@ def add_install_options(q: argparse.ArgumentParser) -> None:
         help="weight of the layer scores against the default plugins: the extender's "
         "(its 0-10 score x 10 x N) or the plugin's (default and recommended: %(default)s, "
         "docs/extender.md says why)",
+    )
+    q.add_argument(
+        "--image",
+        metavar="REPOSITORY[:TAG|@DIGEST]",
+        help=f"the layersched image the nodes pull (default: {PUBLISHED_IMAGE}:{__version__}, "
+        "what the release publishes and the chart's default; `deploy overlay` pins the image "
+        "it pushes instead)",
     )
     q.add_argument(
         "--kube-scheduler-image",
@@ -328,6 +356,7 @@ class Install:
 
     spec: StackSpec
     kube_scheduler: ImageRef
+    layersched: ImageRef
 
 
 def install_for(args: argparse.Namespace) -> Install | None:
@@ -349,6 +378,8 @@ def install_for(args: argparse.Namespace) -> Install | None:
             given.append("--weight")
         if args.kube_scheduler_image != UPSTREAM_KUBE_SCHEDULER:
             given.append("--kube-scheduler-image")
+        if getattr(args, "image", None):
+            given.append("--image")
         if given:
             raise InputError(
                 f"{', '.join(given)} shape an install for a Kubernetes version: pass "
@@ -371,7 +402,11 @@ def install_for(args: argparse.Namespace) -> Install | None:
         weight=args.weight,
         namespace=checked_name(args.namespace or NAMESPACE, "--namespace"),
     ).for_version(version.tag)
-    return Install(spec, upstream_kube_scheduler(version, args.kube_scheduler_image))
+    return Install(
+        spec,
+        upstream_kube_scheduler(version, args.kube_scheduler_image),
+        parse_image_ref(args.image or f"{PUBLISHED_IMAGE}:{__version__}", "--image"),
+    )
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -389,7 +424,11 @@ def _render(args: argparse.Namespace) -> int:
                 "with --dir (deploy/ is the local testbed's)"
             )
         directory = args.dir
-        files = base_tree(install.spec, kube_scheduler_image=install.kube_scheduler)
+        files = base_tree(
+            install.spec,
+            layersched_image=install.layersched,
+            kube_scheduler_image=install.kube_scheduler,
+        )
         print(f"Kubernetes {install.spec.kubernetes_version}: {_summary(install)}")
     # deploy/ and the plugin's README are rendered (and checked) together
     readme = plugin_readme() if install is None else None
@@ -409,6 +448,19 @@ def _render(args: argparse.Namespace) -> int:
         generated.write_block(readme, PLUGIN_README_BLOCK, plugin_readme_block())
         if readme.read_text(encoding="utf-8") != before:
             print(f"wrote {readme}")
+    return EXIT_OK
+
+
+def _chart(args: argparse.Namespace) -> int:
+    directory: Path = args.out or DEPLOY_DIR.parent / CHART_DIR
+    files = chart_files()
+    if args.check:
+        stale = stale_files(directory, files)
+        for name in stale:
+            print(f"{directory / name} is stale: run `layersched deploy chart`")
+        return EXIT_STALE if stale else EXIT_OK
+    for name in write_tree(directory, files):
+        print(f"wrote {directory / name}")
     return EXIT_OK
 
 
@@ -490,7 +542,8 @@ def _summary(install: Install) -> str:
     ref = install.kube_scheduler
     api = ", ".join(f"{p.cidr}:{p.port}" for p in spec.egress.api_server) or "any address"
     return (
-        f"{spec.scheduler_api_version}, kube-scheduler {ref.name}:{ref.tag}, extender allowed "
+        f"{spec.scheduler_api_version}, kube-scheduler {ref.name}:{ref.tag}, layersched "
+        f"{install.layersched.reference}, extender allowed "
         f"{', '.join(spec.allowed_registries)}, API server egress to {api}"
     )
 
@@ -567,6 +620,11 @@ def _overlay(args: argparse.Namespace) -> int:
         print_pushed(args, pushed)
         print_install(args.out)
         return EXIT_OK
+    if args.image is not None:
+        raise InputError(
+            "--image names an image to pull; `deploy overlay` builds, pushes and pins its own: "
+            "drop --image (or use `deploy render --image`)"
+        )
     if args.kube_scheduler_bin is not None:
         raise InputError(
             "--kube-scheduler-bin packages the local testbed's kube-scheduler: with "

@@ -19,7 +19,7 @@ Two images, each a stack of gzipped tar layers assembled in Python
   3. **layersched**: a wheel of this repository (its git-tracked files) installed
      the same way, and ``/usr/local/bin/layersched``.
 
-  The config matches ``images/layersched/Dockerfile``: entrypoint ``layersched``,
+  The config matches ``images/layersched/Containerfile``: entrypoint ``layersched``,
   command ``extender --port 8888``, user ``65532:65532``, ``PYTHONDONTWRITEBYTECODE``
   and ``PYTHONUNBUFFERED``.
 
@@ -95,8 +95,11 @@ _COPYRIGHT = "/copyright"
 _DEB_LINE = re.compile(
     r"^(?P<package>[a-z0-9][a-z0-9.+-]*)=(?P<version>\S+) sha256:(?P<sha>[0-9a-f]{64})$"
 )
+#: The first hash is the x86_64 wheel's (this builder's); more may follow (other
+#: platforms' wheels, for the Containerfile's multi-arch build).
 _WHEEL_LINE = re.compile(
-    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})$"
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})"
+    r"(?: --hash=sha256:[0-9a-f]{64})*$"
 )
 #: apt-get download and pip download each take seconds; a stuck mirror, minutes.
 FETCH_TIMEOUT_S = 600.0

@@ -71,6 +71,8 @@ HELM_TIMEOUT_S = 400
 #: (the Deployment's pod template: a rollout).
 UPGRADED_WEIGHT = 5
 UPGRADED_CPU = "50m"
+#: helm's output is printed (the run's record), a release's manifest (status -o json) not.
+PRINTED_CHARS = 2000
 
 
 @dataclass
@@ -103,7 +105,8 @@ class Helm:
         except subprocess.TimeoutExpired as err:
             raise TestbedError(f"helm {' '.join(args)}: {err}") from err
         self.timings[args[0]] = round(time.monotonic() - started, 1)
-        print(f"$ helm {' '.join(args)}  (exit {done.returncode})\n{done.stdout}{done.stderr}")
+        shown = done.stdout if len(done.stdout) <= PRINTED_CHARS else "(long output)\n"
+        print(f"$ helm {' '.join(args)}  (exit {done.returncode})\n{shown}{done.stderr}")
         if check:
             assert done.returncode == 0, f"helm {args[0]}: {done.stderr}"
         return done.stdout

@@ -83,6 +83,10 @@ def test_config_matches_the_dockerfile(layersched_image: Any) -> None:
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["PYTHONDONTWRITEBYTECODE"] == "1" and env["PYTHONUNBUFFERED"] == "1"
     assert "/usr/local/bin" in env["PATH"].split(":")
+    # what went in is recorded: each lock's and the wheel sources' sha256
+    labels = config["Labels"]
+    for name in ("debian-lock", "requirements-lock", "sources"):
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", labels[f"io.layersched.inputs.{name}"]), name
 
 
 def test_contents_run_as_the_images_user(layersched_image: Any, tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ build, 1.35 and later) runs the LayerLocality plugin instead of the extender sid
 ``scheduler-configs`` prints the local testbed's kube-scheduler configurations (the
 k8s_control_plane role writes them); ``agent-guard`` prints the per-node guard (the
 ValidatingAdmissionPolicy) for the agents of a namespace (the role installs it for the
-testbed's host agents). See docs/deploy.md.
+testbed's host agents); ``chart`` writes the Helm chart (``charts/layersched``) from the
+same generator. See docs/deploy.md.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ is the local testbed's (:data:`KUBERNETES_VERSION`, v1.37.2), written by ``layer
 deploy render`` and held equal by a test. The kind testbed, its Pulumi program and
 ``deploy/`` all build their objects here, per-node write authority included (a
 ValidatingAdmissionPolicy from Kubernetes 1.30, the ``layersched admission`` webhook
-before: :func:`admission_objects`, whose TLS an overlay issues: :func:`overlay_tls`).
+before: :func:`admission_objects`, whose TLS an overlay issues: :func:`overlay_tls`). The
+Helm chart (``charts/layersched``, :func:`chart_files`) is these objects too, with values.
 """
 
 from layersched.deploy._admission import (

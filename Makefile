@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes containerd lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf testbed testbed-down simulate figures proto clean
+.PHONY: help venv kubernetes containerd tools lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf testbed testbed-down simulate figures proto clean
 
 help: ## List the targets, what they write and how long they last took
 	@python3 scripts/help.py
@@ -18,6 +18,9 @@ $(VENV)/.installed: pyproject.toml
 
 kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release plugin/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: about 8 min on 2 cores; cached: seconds; a changed plugin: under a minute)
 	@$(PY) scripts/kubernetes_build.py
+
+tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (plugin/layersched/go-tools.yml; cold: about 10 min on 2 cores; cached: seconds)
+	@$(PY) scripts/go_tools.py
 
 containerd: venv ## Download (or find cached) containerd 2.x, the testbed nodes' runtime (never installed)
 	@scripts/containerd.sh

@@ -366,3 +366,71 @@ def containerd_download() -> ContainerdDownload:
     """The containerd 2.x the integration tests run beside the system's 1.6."""
     text = resources.files("layersched").joinpath(CONTAINERD_DOWNLOAD_FILE).read_text("utf-8")
     return parse_containerd_download(yaml.safe_load(text))
+
+
+#: The Go tools' data file, beside this module, and what builds them.
+GO_TOOLS_FILE = "go-tools.yml"
+TOOLS_COMMAND = "make tools"
+
+
+@dataclass(frozen=True, slots=True)
+class GoTool:
+    """A command built from its Go module (``go install PACKAGE@VERSION``), cached by version."""
+
+    name: str
+    #: The main package's import path, e.g. ``helm.sh/helm/v3/cmd/helm``.
+    package: str
+    version: str
+    #: ``-X`` flags the tool's own build stamps (its version; helm's Kubernetes version).
+    ldflags: tuple[str, ...] = ()
+
+    def bin_dir(self, root: Path | None = None) -> Path:
+        """``<cache root>/tools/<name>-<version>/bin``: ``go install``'s GOBIN."""
+        return (root or cache_root()) / "tools" / f"{self.name}-{self.version}" / "bin"
+
+    def binary(self, root: Path | None = None) -> Path:
+        return self.bin_dir(root) / self.name
+
+    def require(self, root: Path | None = None) -> Path:
+        """The binary, once built; else an InputError saying how to build it."""
+        path = self.binary(root)
+        if not path.is_file():
+            raise InputError(
+                f"{self.name} {self.version} is not built ({path} missing): run "
+                f"`{TOOLS_COMMAND}` (go install {self.package}@{self.version}; {CACHE_DIR_ENV} "
+                "moves the cache)"
+            )
+        return path
+
+
+def parse_go_tools(record: Any) -> dict[str, GoTool]:
+    """``go-tools.yml``: ``NAME: {package, version}`` per tool."""
+    if not isinstance(record, dict) or not record:
+        raise InputError(f"{GO_TOOLS_FILE}: expected a mapping NAME: {{package, version}}")
+    tools = {}
+    for name, fields in record.items():
+        if not isinstance(fields, dict):
+            raise InputError(f"{GO_TOOLS_FILE}: {name}: expected package and version")
+        where = f"{GO_TOOLS_FILE}: {name}"
+        ldflags = fields.get("ldflags", [])
+        if not isinstance(ldflags, list) or not all(isinstance(f, str) for f in ldflags):
+            raise InputError(f"{where}: ldflags must be a list of strings")
+        tools[str(name)] = GoTool(
+            str(name),
+            _text(fields, "package", where),
+            _text(fields, "version", where),
+            tuple(ldflags),
+        )
+    return tools
+
+
+@cache
+def go_tools() -> dict[str, GoTool]:
+    """The Go tools of ``go-tools.yml`` (package data)."""
+    text = resources.files("layersched").joinpath(GO_TOOLS_FILE).read_text(encoding="utf-8")
+    return parse_go_tools(yaml.safe_load(text))
+
+
+def go_tool(name: str) -> GoTool:
+    """One tool of ``go-tools.yml`` by name (``helm``, ``actionlint``)."""
+    return go_tools()[name]

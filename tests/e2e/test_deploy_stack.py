@@ -645,17 +645,17 @@ def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path:
     )
 
 
-def test_seed_scenario_through_the_deployed_stack(stack: Stack) -> None:
-    inventory = stack.inventory
+def _deployed_scenario(inventory: TestbedInventory, kubectl: Kubectl, trials: int) -> Any:
+    """The seed scenario's report, layer-locality served by the installed stack's pods
+    (this install's, or the Helm chart's: tests/e2e/test_helm_install.py)."""
     images = build_and_push_scenario(inventory.registry.host)
     backend = DeployedBackend(
-        inventory, lambda: [p["metadata"]["name"] for p in _scheduler_pods(stack.kubectl)]
+        inventory, lambda: [p["metadata"]["name"] for p in _scheduler_pods(kubectl)]
     )
     driver = ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2))
-    trials = _trials()
     results = run_scenario(driver, images, [LAYER_LOCALITY], trials)
     rates = {n.name: n.link_rate_bits_per_s for n in inventory.nodes}
-    doc = report(
+    return report(
         backend.name,
         min(rates.values()),
         images,
@@ -664,6 +664,11 @@ def test_seed_scenario_through_the_deployed_stack(stack: Stack) -> None:
         components=driver.components(),
         score_sources={LAYER_LOCALITY: DEPLOYED_SCORE_SOURCE},
     )
+
+
+def test_seed_scenario_through_the_deployed_stack(stack: Stack) -> None:
+    trials = _trials()
+    doc = _deployed_scenario(stack.inventory, stack.kubectl, trials)
     stack.measurements["scenario"] = {
         "layers": doc["layers"],
         "trials": trials,
@@ -691,7 +696,7 @@ def test_explain_reaches_the_deployed_extender_through_port_forward(stack: Stack
     inventory = stack.inventory
     cmd = [sys.executable, "-m", "layersched.cli.main", "explain", "pod"]
     cmd += ["layersched-scenario/p1-again", "--kubeconfig", inventory.cluster.kubeconfig]
-    cmd += ["--kubectl", inventory.cluster.kubectl, "--format", "json"]
+    cmd += ["--kubectl", inventory.cluster.kubectl, "-o", "json"]
     done = subprocess.run(
         cmd, capture_output=True, text=True, timeout=EXPLAIN_TIMEOUT_S, check=False
     )

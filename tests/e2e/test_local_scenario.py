@@ -181,7 +181,7 @@ def test_estimate_agrees_with_what_layer_locality_saved(
         trial = _trial(report, inventory, checks.IMAGE_LOCALITY)
         extra += 1
     assert trial is not None
-    output = _estimate(inventory, "--namespace", "layersched-scenario", "--format", "json")
+    output = _estimate(inventory, "--namespace", "layersched-scenario", "-o", "json")
     pods = {pod["pod"]: pod for pod in json.loads(output)["pods"]}
     again = pods[SCENARIO_POD]
     assert again["node"] == trial["placements"][P1_AGAIN], (again, trial)
@@ -210,7 +210,7 @@ def test_explain_tells_who_placed_p1_again_and_why(
 ) -> None:
     report, _, _, inventory = scenario_run
     # image-locality placed the P1-again running now: not us, and explain says so
-    explained = json.loads(_explain(inventory, "--format", "json"))
+    explained = json.loads(_explain(inventory, "-o", "json"))
     assert explained["scheduler"] == checks.IMAGE_LOCALITY and explained["verdict"] == "not_ours"
     assert explained["scheduled_by"] == checks.IMAGE_LOCALITY
     ran = explained["node"]  # it pulled all of Img1 there
@@ -220,7 +220,7 @@ def test_explain_tells_who_placed_p1_again_and_why(
     with _driver(report, inventory) as (driver, images):
         driver.delete(P1_AGAIN)
         placed = driver.schedule(P1_AGAIN, images.img1, checks.LAYER_LOCALITY)
-    explained = json.loads(_explain(inventory, "--format", "json"))
+    explained = json.loads(_explain(inventory, "-o", "json"))
     assert explained["verdict"] == "scored", explained
     assert explained["node"] == placed.node == ran
     img1 = checks.layer_bytes(report, *checks.IMG1_LAYERS)
@@ -235,6 +235,142 @@ def test_explain_tells_who_placed_p1_again_and_why(
     assert other["missing_bytes"] == img1 - other["present_bytes"]
     assert chosen["score"] > other["score"]
     _fits(_explain(inventory), "explain pod", scenario_report_dir)
+
+
+#: The service account an exec credential plugin speaks for (a cloud's IAM user, here).
+EXEC_USER_ACCOUNT = "layersched-e2e-estimator"
+EXEC_USER_NAMESPACE = "default"
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+#: What estimate and explain pod read: nothing more (deploy render auto is refused).
+EXEC_USER_RULES = [
+    {"apiGroups": [""], "resources": ["nodes", "pods", "events"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"]},
+]
+CREDENTIAL_PLUGIN = """#!/bin/sh
+# a credential plugin as kubectl runs one: an ExecCredential on stdout
+printf '%s\\n' "$KUBERNETES_EXEC_INFO" >> {calls}
+printf '{{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
+printf '"status":{{"token":"%s"}}}}\\n' "$(cat {token})"
+"""
+
+
+def _exec_user(inventory: TestbedInventory, directory: Path) -> Path:
+    """A kubeconfig file that adds, to the testbed's, a context ``exec-user`` whose user
+    authenticates with an exec plugin returning a service account's token (bound to
+    :data:`EXEC_USER_RULES`), in namespace layersched-scenario."""
+    account = f"/api/v1/namespaces/{EXEC_USER_NAMESPACE}/serviceaccounts"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "metadata": {"name": EXEC_USER_ACCOUNT}}
+    with _admin(inventory) as kube:
+        kube.apply(
+            f"{account}/{EXEC_USER_ACCOUNT}",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": EXEC_USER_ACCOUNT}},
+            "layersched-e2e",
+        )
+        kube.apply(
+            f"{RBAC}/clusterroles/{EXEC_USER_ACCOUNT}",
+            {**role, "kind": "ClusterRole", "rules": EXEC_USER_RULES},
+            "layersched-e2e",
+        )
+        subject = {"kind": "ServiceAccount", "name": EXEC_USER_ACCOUNT}
+        kube.apply(
+            f"{RBAC}/clusterrolebindings/{EXEC_USER_ACCOUNT}",
+            {
+                **role,
+                "kind": "ClusterRoleBinding",
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"}
+                | {"name": EXEC_USER_ACCOUNT},
+                "subjects": [subject | {"namespace": EXEC_USER_NAMESPACE}],
+            },
+            "layersched-e2e",
+        )
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest"}
+        answer = kube.create(
+            f"{account}/{EXEC_USER_ACCOUNT}/token", request | {"spec": {"expirationSeconds": 600}}
+        )
+    token = directory / "token"
+    token.write_text(answer["status"]["token"])
+    plugin = directory / "credential-plugin"
+    plugin.write_text(CREDENTIAL_PLUGIN.format(calls=directory / "calls", token=token))
+    plugin.chmod(0o700)
+    testbed = yaml.safe_load(Path(inventory.cluster.kubeconfig).read_text())
+    current = next(c for c in testbed["contexts"] if c["name"] == testbed["current-context"])
+    exec_user = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "exec-user",  # the first file's current-context wins, as kubectl's
+        "contexts": [
+            {
+                "name": "exec-user",
+                "context": {
+                    "cluster": current["context"]["cluster"],
+                    "user": "exec-user",
+                    "namespace": "layersched-scenario",
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": "exec-user",
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1",
+                        "command": str(plugin),
+                        "interactiveMode": "Never",
+                    }
+                },
+            }
+        ],
+    }
+    path = directory / "exec-user.kubeconfig"
+    path.write_text(yaml.safe_dump(exec_user))
+    return path
+
+
+def _as_user(kubeconfig: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``layersched ARGV`` with ``$KUBECONFIG`` (no --kubeconfig), as a user's shell runs it."""
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": str(TERMINAL_COLUMNS)}
+    cmd = [sys.executable, "-m", "layersched.cli.main", *argv]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=env, check=False
+    )
+
+
+def test_estimate_and_explain_as_an_exec_plugin_user(scenario_run: Run, tmp_path: Path) -> None:
+    _, _, _, inventory = scenario_run
+    exec_user = _exec_user(inventory, tmp_path)
+    merged = f"{inventory.cluster.kubeconfig}{os.pathsep}{exec_user}"
+    registry = ("--insecure-registry", inventory.registry.host)
+    try:
+        # the current context (the first file's): the testbed's admin, no plugin run
+        done = _as_user(merged, "estimate", *registry, "-n", "layersched-scenario", "-o", "json")
+        assert done.returncode == 0, done.stderr
+        assert not (tmp_path / "calls").exists()
+        # --context exec-user: the plugin runs (told its API version), its token is used
+        done = _as_user(merged, "estimate", "--context", "exec-user", *registry, "-o", "yaml")
+        assert done.returncode == 0, done.stderr
+        assert "layersched-scenario/p1-again" in done.stdout and "complete: true" in done.stdout
+        info = json.loads((tmp_path / "calls").read_text().splitlines()[0])
+        assert info["apiVersion"] == "client.authentication.k8s.io/v1"
+        # explain: the bare name is in the context's namespace
+        url = inventory.cluster.extender.url
+        explain = ("explain", "pod", "p1-again", "--context", "exec-user", "--extender-url", url)
+        done = _as_user(merged, *explain, "-o", "json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["pod"] == SCENARIO_POD
+        # the identity is the plugin's: what its role does not grant is refused, by name
+        render = ("deploy", "render", "--kubernetes-version", "auto", "--context", "exec-user")
+        done = _as_user(merged, *render, "--dir", str(tmp_path / "install"))
+        account = f"system:serviceaccount:{EXEC_USER_NAMESPACE}:{EXEC_USER_ACCOUNT}"
+        assert done.returncode == 1 and account in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    finally:
+        with _admin(inventory) as kube:
+            for path in (
+                f"{RBAC}/clusterrolebindings/{EXEC_USER_ACCOUNT}",
+                f"{RBAC}/clusterroles/{EXEC_USER_ACCOUNT}",
+                f"/api/v1/namespaces/{EXEC_USER_NAMESPACE}/serviceaccounts/{EXEC_USER_ACCOUNT}",
+            ):
+                kube.delete(path)
 
 
 def test_report_has_every_trial(scenario_run: Run) -> None:

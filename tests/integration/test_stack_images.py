@@ -34,7 +34,7 @@ from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-DOCKERFILE = REPO_ROOT / "images" / "layersched" / "Dockerfile"
+DOCKERFILE = REPO_ROOT / "images" / "layersched" / "Containerfile"
 #: A build from a warm cache takes seconds; a cold one downloads ~45 MB.
 RUN_TIMEOUT_S = 60
 
@@ -48,7 +48,10 @@ def _dockerfile() -> dict[str, Any]:
         assert match, f"{DOCKERFILE}: no {key} in JSON form"
         found[key] = json.loads(match[1])
     user = re.search(r"^USER (\S+)$", text, re.M)
-    python = re.search(r"^ARG PYTHON_IMAGE=python:(\d+\.\d+)", text, re.M)
+    # a named base pinned by digest
+    python = re.search(
+        r"^ARG BASE=docker.io/library/python:(\d+\.\d+)-\S+@sha256:[0-9a-f]{64}$", text, re.M
+    )
     assert user and python
     found["USER"], found["python"] = user[1], python[1]
     return found
@@ -80,6 +83,10 @@ def test_config_matches_the_dockerfile(layersched_image: Any) -> None:
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["PYTHONDONTWRITEBYTECODE"] == "1" and env["PYTHONUNBUFFERED"] == "1"
     assert "/usr/local/bin" in env["PATH"].split(":")
+    # what went in is recorded: each lock's and the wheel sources' sha256
+    labels = config["Labels"]
+    for name in ("debian-lock", "requirements-lock", "sources"):
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", labels[f"io.layersched.inputs.{name}"]), name
 
 
 def test_contents_run_as_the_images_user(layersched_image: Any, tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ def test_json_has_exact_bytes_and_reads_only_what_it_needs(
     kube_api: StandInApi, layers: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _cluster(kube_api)
-    code, out, _ = _estimate(capsys, kube_api, layers, "--format", "json")
+    code, out, _ = _estimate(capsys, kube_api, layers, "-o", "json")
     assert code == 0
     document = json.loads(out)
     again = next(p for p in document["pods"] if p["pod"] == "scenario/p1-again")
@@ -170,7 +170,7 @@ def test_pages_are_followed(
         return ok({"metadata": {"continue": "page-2"}, "items": nodes[:1]})
 
     kube_api.route("GET", "/api/v1/nodes", paged)
-    code, out, _ = _estimate(capsys, kube_api, layers, "--format", "json")
+    code, out, _ = _estimate(capsys, kube_api, layers, "-o", "json")
     assert code == 0 and json.loads(out)["nodes"] == 3
     assert [r.query.get("continue") for r in kube_api.sent("GET", "/api/v1/nodes")] == [
         None,
@@ -250,3 +250,40 @@ def test_an_api_refusal_is_one_line(
     assert code == 1
     assert err.startswith("layersched: error: listing /api/v1/nodes") and "404" in err
     assert "Traceback" not in err
+
+
+def test_fewer_than_half_weighed_says_so_first_and_fails(
+    kube_api: StandInApi, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # the layer file knows IMG2 only: p1 and p1-again (both IMG1) cannot be weighed,
+    # 0 of 2 < half: the cause and the fix come first, and the exit status says it
+    _cluster(kube_api)
+    partial = tmp_path / "img2-only.json"
+    partial.write_text(json.dumps({IMG2: [{"digest": L["L1"], "size": SIZES["L1"]}]}))
+    code, out, err = _estimate(capsys, kube_api, str(partial))
+    assert code == 3
+    assert "only 0 of 2 pods could be weighed" in err
+    assert "--registry-config FILE" in err and "--layers FILE" in err and "--partial" in err
+    assert out.lstrip().startswith("incomplete: only 0 of 2 pods")
+    # --partial: the same warning, the result, exit 0; JSON says how complete it is
+    code, out, err = _estimate(capsys, kube_api, str(partial), "--partial", "-o", "json")
+    assert code == 0 and "only 0 of 2 pods" in err
+    assert json.loads(out)["coverage"] == {"weighed": 0, "weighable": 2, "complete": False}
+
+
+def test_a_complete_estimate_says_nothing_of_coverage(
+    kube_api: StandInApi, capsys: pytest.CaptureFixture[str], layers: str
+) -> None:
+    _cluster(kube_api)
+    code, out, err = _estimate(capsys, kube_api, layers, "-o", "yaml")
+    assert code == 0 and "could be weighed" not in err
+    assert "complete: true" in out and "weighed: 2" in out
+
+
+def test_old_format_flag_still_works_with_a_warning(
+    kube_api: StandInApi, capsys: pytest.CaptureFixture[str], layers: str
+) -> None:
+    _cluster(kube_api)
+    code, out, err = _estimate(capsys, kube_api, layers, "--format", "json")
+    assert code == 0 and json.loads(out)["nodes"] == 3
+    assert "--format is deprecated: use -o json" in err

@@ -108,12 +108,28 @@ def _explain(
     return code, out, err
 
 
+def test_a_bare_name_is_in_the_namespace_of_n_or_the_context(
+    kube_api: StandInApi, extender: _Extender, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # kubectl's rule: NAME alone is in -n's namespace, else the context's ("default" here)
+    _cluster(kube_api)
+    _answer(extender, _decision())
+    argv = ["explain", "pod", "p1-again", "--kubeconfig", str(kube_api.kubeconfig)]
+    code = main([*argv, "-n", "scenario", "-o", "yaml", "--extender-url", _url(extender)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "verdict: scored" in out and "pod: scenario/p1-again" in out
+    code = main(argv)
+    _, err = capsys.readouterr()
+    assert code == 1 and "pod default/p1-again does not exist" in err
+
+
 def _url(server: _Extender) -> str:
     return f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def _json(capsys: pytest.CaptureFixture[str], api: StandInApi, *extra: str) -> dict[str, Any]:
-    code, out, err = _explain(capsys, api, "--format", "json", *extra)
+    code, out, err = _explain(capsys, api, "-o", "json", *extra)
     assert code == 0, err
     document: dict[str, Any] = json.loads(out)
     return document
@@ -330,16 +346,16 @@ def test_no_install_and_no_kubectl(
 @pytest.mark.parametrize(
     ("key", "message"),
     [
-        ("p1-again", "give it as NAMESPACE/NAME"),
         ("scenario/../secrets", "is not a Kubernetes object name"),
         ("/p1", "give it as NAMESPACE/NAME"),
+        ("scenario/p1-again -n other", "names its namespace: drop -n other"),
     ],
-    ids=["no-namespace", "traversal", "empty-namespace"],
+    ids=["traversal", "empty-namespace", "two-namespaces"],
 )
 def test_bad_pod_keys_are_refused_before_any_call(
     kube_api: StandInApi, capsys: pytest.CaptureFixture[str], key: str, message: str
 ) -> None:
-    code = main(["explain", "pod", key, "--kubeconfig", str(kube_api.kubeconfig)])
+    code = main(["explain", "pod", *key.split(), "--kubeconfig", str(kube_api.kubeconfig)])
     _, err = capsys.readouterr()
     assert code == 2 and message in err
     assert kube_api.sent() == []

@@ -79,7 +79,7 @@ def test_json_output_is_one_object(
 ) -> None:
     code, out, _ = run(
         capsys, "score", "--nodes", files["nodes"], "--pod", files["pod"],
-        "--strategy", strategy, "--layers", files["layers"], "--format", "json",
+        "--strategy", strategy, "--layers", files["layers"], "-o", "json",
     )  # fmt: skip
     assert code == 0
     assert json.loads(out) == expected
@@ -187,7 +187,7 @@ def test_pull_time_options(
 ) -> None:
     code, out, err = run(
         capsys, "score", "--nodes", files["nodes"], "--pod", files["pod"], "--strategy",
-        "pull-time", "--layers", files["layers"], "--format", "json", *argv,
+        "pull-time", "--layers", files["layers"], "-o", "json", *argv,
     )  # fmt: skip
     assert (code, err) == (0, "")
     assert json.loads(out) == expected
@@ -217,6 +217,42 @@ def test_the_pull_time_table_explains_its_score(
     assert "10" in row["n3"] and "37.9 s" in row["n3"] and row["n3"].rstrip(" │").endswith("2")
     assert "100" in row["n2"] and "1.3 s" in row["n2"] and row["n2"].rstrip(" │").endswith("74")
     assert "1.0 s" in row["n1"] and row["n1"].rstrip(" │").endswith("100")
+
+
+@pytest.mark.parametrize(
+    ("columns", "output", "left_out"),
+    [
+        ("60", None, ("needed",)),  # the total (the same on every row) goes first
+        ("44", None, ("held", "needed", "Mbit/s")),  # named in the header's order
+        ("44", "wide", ()),  # -o wide: every column, whatever the terminal
+    ],
+    ids=["60-columns", "44-columns", "wide"],
+)
+def test_a_narrow_terminal_drops_columns_never_digits(
+    files: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    columns: str,
+    output: str | None,
+    left_out: tuple[str, ...],
+) -> None:
+    # at COLUMNS=60 the score column once printed n1's 100 as "10"
+    monkeypatch.setenv("COLUMNS", columns)
+    argv = ["score", "--nodes", files["nodes"], "--pod", files["pod"], "--strategy", "pull-time"]
+    code, out, _ = run(
+        capsys, *argv, "--layers", files["layers"], *(["-o", output] if output else [])
+    )
+    assert code == 0
+    lines = out.splitlines()
+    if output is None:
+        assert max(len(line) for line in lines) <= int(columns), out
+    row = {line.split()[1]: line for line in lines if line.startswith("│ n")}
+    assert row["n1"].rstrip(" │").endswith(" 100") and row["n2"].rstrip(" │").endswith(" 74")
+    header = next(line for line in lines if "score 0-100" in line)
+    for column in ("needed", "Mbit/s", "held"):
+        assert (column in header) is (column not in left_out), out
+    if left_out:
+        assert f"{', '.join(left_out)} left out; -o wide shows all" in " ".join(out.split())
 
 
 def test_image_locality_resolves_no_layers_and_warns_about_none(
@@ -468,7 +504,7 @@ def test_kubernetes_version_chooses_the_image_locality_release(
     (tmp_path / "pod.json").write_text(json.dumps(pod))
     code, out, err = run(
         capsys, "score", "--nodes", str(tmp_path / "nodes.json"), "--pod",
-        str(tmp_path / "pod.json"), "--strategy", "image-locality", "--format", "json", *argv,
+        str(tmp_path / "pod.json"), "--strategy", "image-locality", "-o", "json", *argv,
     )  # fmt: skip
     assert (code, err) == (0, "")
     assert json.loads(out) == expected

@@ -233,6 +233,31 @@ def test_render_writes_the_1_37_install(
     assert any("devicetaintrules" in r["resources"] for r in roles[0]["rules"])
 
 
+def test_render_takes_the_namespace_and_the_weight(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # -n puts every namespaced object of the install in that namespace (kubectl's -n);
+    # --weight is the extender's weight in the scheduler's configuration
+    out = tmp_path / "install"
+    argv = ["deploy", "render", "--kubernetes-version", "1.37", "--dir", str(out)]
+    assert main([*argv, "-n", "team-sched", "--weight", "3"]) == 0, capsys.readouterr().err
+    documents = [
+        d for f in sorted(out.rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d
+    ]
+    namespaces = {
+        d["metadata"]["namespace"] for d in documents if "namespace" in d.get("metadata", {})
+    }
+    # (kube-system: the binding that lets the scheduler read its authentication config)
+    assert namespaces == {"team-sched", "kube-system"}
+    assert [d["metadata"]["name"] for d in documents if d.get("kind") == "Namespace"] == [
+        "team-sched"
+    ]
+    assert "weight: 3" in "".join(f.read_text() for f in out.rglob("*.yaml"))
+    # without a version, deploy/ is rendered as it is: the flags are refused
+    assert main(["deploy", "render", "-n", "x"]) == EXIT_USAGE
+    assert "--namespace shape an install" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("version", "message"),
     [

@@ -198,7 +198,7 @@ def test_score_cli_runs_pull_time(tmp_path: Path, capsys: pytest.CaptureFixture[
     )
     layers = {"app:1": [layer(x) for x in (L1, L2, L3)], "base:1": [layer(L1), layer(L2)]}
     (tmp_path / "layers.json").write_text(json.dumps(layers))
-    argv = ["score", "--strategy", "pull-time", "--format", "json"]
+    argv = ["score", "--strategy", "pull-time", "-o", "json"]
     for key in ("nodes", "pod", "layers"):
         argv += [f"--{key}", str(tmp_path / f"{key}.json")]
     assert main(argv) == 0

@@ -1,10 +1,13 @@
-"""Terminal tables that fit: compact byte units, and names shortened in the middle.
+"""Terminal tables that fit: compact byte units, names shortened in the middle, and
+columns dropped rather than numbers cut.
 
 Every table command renders within the terminal's width (80 columns is the floor the tests
 hold them to): sizes print in binary units with three significant figures (``40.0 MiB``,
-exact bytes in ``--format json``), and a name too long for its column keeps its start and
+exact bytes in ``-o json``), and a name too long for its column keeps its start and
 its end (``edge-wor…-node-17``: the distinguishing part of a node or image name is as
-often at the end as at the start).
+often at the end as at the start). A number is never shortened: when the names are as
+short as they go and the table is still too wide, whole columns are left out (the
+command's least telling first, named under the table), and ``-o wide`` shows them all.
 """
 
 from __future__ import annotations
@@ -68,9 +71,19 @@ def terminal_width() -> int:
     return max(MIN_WIDTH, shutil.get_terminal_size().columns)
 
 
-def console(width: int | None = None) -> Console:
-    """A console of the terminal's width (no soft wrapping of long lines)."""
-    return Console(width=width or terminal_width(), soft_wrap=False)
+#: ``-o wide``: a console this wide never crops a table at its full width.
+WIDE_CONSOLE = 1000
+
+
+def console(width: int | None = None, *, wide: bool = False) -> Console:
+    """A console of the terminal's width (no soft wrapping of long lines); ``wide``:
+    one that never crops (``-o wide``)."""
+    return Console(width=WIDE_CONSOLE if wide else width or terminal_width(), soft_wrap=False)
+
+
+def table_width(out: Console, output: str | None) -> int | None:
+    """The width a table fits: the console's, or None (every column whole) for ``-o wide``."""
+    return None if output == "wide" else out.width
 
 
 def fit_columns(columns: Sequence[Sequence[str]], width: int, shrink: Sequence[int]) -> list[int]:
@@ -89,29 +102,61 @@ def fit_columns(columns: Sequence[Sequence[str]], width: int, shrink: Sequence[i
     return widths
 
 
+def _room(widths: Sequence[int], width: int) -> int:
+    return width - (3 * (len(widths) - 1) + 4)
+
+
 def table(
     title: str,
     headers: Sequence[str],
     rows: Sequence[Sequence[str]],
-    width: int,
+    width: int | None,
     *,
     shrink: Sequence[int] = (0,),
     left: Sequence[int] = (0,),
+    drop: Sequence[int] = (),
 ) -> Table:
-    """A table that fits ``width``: the columns ``shrink`` (the first by default) are
-    shortened in the middle, the widest first; no column wraps. Columns ``left`` are
-    left-aligned, the rest right."""
+    """A table that fits ``width`` (None: ``-o wide``, every column at its full width):
+    the columns ``shrink`` (the first by default) are shortened in the middle, the widest
+    first; if that is not enough, the columns ``drop`` are left out in that order (their
+    headers named in the caption). No column wraps, and no other column is cut. Columns
+    ``left`` are left-aligned, the rest right."""
     columns = [[header, *(row[i] for row in rows)] for i, header in enumerate(headers)]
-    widths = fit_columns(columns, width, shrink)
-    out = Table(title=title, title_justify="left")
-    for i, header in enumerate(headers):
+    keep = list(range(len(headers)))
+    if width is None:
+        widths = [max(len(cell) for cell in column) for column in columns]
+    else:
+        for column in (None, *drop):
+            if column is not None:
+                keep.remove(column)
+            widths = fit_columns(
+                [columns[i] for i in keep], width, [keep.index(i) for i in shrink if i in keep]
+            )
+            if sum(widths) <= _room(widths, width):
+                break
+    dropped = [headers[i] for i in range(len(headers)) if i not in keep]
+    caption = f"(narrow terminal: {', '.join(dropped)} left out; -o wide shows all)"
+    out = Table(
+        title=title,
+        title_justify="left",
+        caption=caption if dropped else None,
+        caption_justify="left",
+    )
+    for position, i in enumerate(keep):
+        cut = i in shrink and width is not None
         out.add_column(
-            middle(header, widths[i]),
+            middle(headers[i], widths[position]) if cut else headers[i],
             justify="left" if i in left else "right",
             no_wrap=True,
-            max_width=widths[i],
-            min_width=min(widths[i], len(header)),
+            max_width=widths[position],
+            # a number (any column not shortened on purpose) keeps every character
+            min_width=min(widths[position], len(headers[i])) if cut else widths[position],
         )
     for row in rows:
-        out.add_row(*(middle(cell, widths[i]) for i, cell in enumerate(row)))
+        out.add_row(
+            *(
+                middle(row[i], widths[position]) if i in shrink and width is not None else row[i]
+                for position, i in enumerate(keep)
+            )
+        )
     return out

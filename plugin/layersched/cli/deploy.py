@@ -15,7 +15,8 @@ build, 1.35 and later) runs the LayerLocality plugin instead of the extender sid
 ``scheduler-configs`` prints the local testbed's kube-scheduler configurations (the
 k8s_control_plane role writes them); ``agent-guard`` prints the per-node guard (the
 ValidatingAdmissionPolicy) for the agents of a namespace (the role installs it for the
-testbed's host agents). See docs/deploy.md.
+testbed's host agents); ``chart`` writes the Helm chart (``charts/layersched``) from the
+same generator. See docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -23,23 +24,29 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from layersched import __version__
 from layersched import _generated as generated
 from layersched.builds import kubernetes_build
+from layersched.cli._kube import client_config
+from layersched.cli._output import JSON, YAML, add_output_option, print_document
 from layersched.core.errors import InputError, KubeError
 from layersched.deploy import (
     AUTO,
+    CHART_DIR,
+    CHART_OLDEST_MINOR,
     DEFAULT_ALLOWED_REGISTRIES,
+    DEFAULT_WEIGHT,
     KUBERNETES_VERSION,
     NAMESPACE,
     NEWEST_MINOR,
     OLDEST_MINOR,
+    PUBLISHED_IMAGE,
     SCHEDULER_EXTENDER,
     SCHEDULER_KINDS,
     SCHEDULER_PLUGIN,
@@ -52,6 +59,8 @@ from layersched.deploy import (
     TestbedSchedulers,
     admission_objects,
     base_tree,
+    chart_files,
+    parse_image_ref,
     parse_kubernetes_version,
     plugin_readme_block,
     stale_files,
@@ -73,8 +82,8 @@ from layersched.images.push import (
 from layersched.kube import (
     VERSION_PATH,
     KubeClient,
+    KubeConfig,
     checked_name,
-    load_kubeconfig,
     namespace_path,
 )
 
@@ -85,7 +94,6 @@ KUBE_SCHEDULER = "kube-scheduler"
 API_SERVICE_NAMESPACE = "default"
 API_SERVICE = "kubernetes"
 HTTPS_PORT = 443
-DEFAULT_KUBECONFIG = Path.home() / ".kube" / "config"
 #: The generated block of the plugin's README (its ready-to-use configuration).
 PLUGIN_README_BLOCK = "scheduler-config"
 #: Heads each configuration ``scheduler-configs`` prints.
@@ -126,6 +134,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Kubernetes 1.20 only; write it to a --dir of its own: deploy/ holds the extender's)",
     )
     p_render.set_defaults(handler=_render)
+
+    p_chart = actions.add_parser(
+        "chart",
+        help=f"write the Helm chart ({CHART_DIR}): deploy/'s objects, with values",
+        description="Write the Helm chart from the same generator as deploy/: every object "
+        f"of Kubernetes 1.{CHART_OLDEST_MINOR} to 1.{NEWEST_MINOR}'s install, with values "
+        "(docs/deploy.md).",
+    )
+    p_chart.add_argument(
+        "--out", type=Path, help=f"the chart's directory (default: {CHART_DIR} in this checkout)"
+    )
+    p_chart.add_argument(
+        "--check", action="store_true", help="only compare; exit 1 if a file is stale"
+    )
+    p_chart.set_defaults(handler=_chart)
 
     p_configs = actions.add_parser(
         "scheduler-configs",
@@ -169,6 +192,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--kubernetes-version",
         help="the cluster's release (default: the release `make kubernetes` builds)",
     )
+    add_output_option(p_guard, outputs=(YAML, JSON))
     p_guard.set_defaults(handler=_agent_guard)
 
     for name, helptext in (
@@ -202,8 +226,33 @@ def add_install_options(q: argparse.ArgumentParser) -> None:
     q.add_argument(
         "--kubeconfig",
         type=Path,
-        help="the cluster --kubernetes-version auto reads (default: $KUBECONFIG, else "
-        "~/.kube/config)",
+        help="the cluster --kubernetes-version auto reads (default: $KUBECONFIG's files "
+        "merged, else ~/.kube/config), as kubectl reads it: exec credential plugins too",
+    )
+    q.add_argument(
+        "--context", metavar="NAME", help="its kubeconfig context (default: its current-context)"
+    )
+    q.add_argument(
+        "-n",
+        "--namespace",
+        metavar="NS",
+        help=f"the namespace the install goes into (default: {NAMESPACE}, deploy/'s)",
+    )
+    q.add_argument(
+        "--weight",
+        type=int,
+        default=DEFAULT_WEIGHT,
+        metavar="N",
+        help="weight of the layer scores against the default plugins: the extender's "
+        "(its 0-10 score x 10 x N) or the plugin's (default and recommended: %(default)s, "
+        "docs/extender.md says why)",
+    )
+    q.add_argument(
+        "--image",
+        metavar="REPOSITORY[:TAG|@DIGEST]",
+        help=f"the layersched image the nodes pull (default: {PUBLISHED_IMAGE}:{__version__}, "
+        "what the release publishes and the chart's default; `deploy overlay` pins the image "
+        "it pushes instead)",
     )
     q.add_argument(
         "--kube-scheduler-image",
@@ -251,7 +300,7 @@ def add_image_options(q: argparse.ArgumentParser) -> None:
         action="store_true",
         help="push over HTTPS (default: plain HTTP, as testbed registries serve)",
     )
-    q.add_argument("--json", action="store_true", help="print what was pushed as JSON")
+    add_output_option(q, outputs=(JSON, YAML), old="--json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,13 +310,6 @@ class ClusterFacts:
     version: KubernetesVersion
     #: The API server's endpoints and the ``kubernetes`` Service's cluster IP on 443.
     api_server: tuple[EgressPeer, ...]
-
-
-def _kubeconfig(given: Path | None) -> Path:
-    if given is not None:
-        return given
-    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    return Path(env) if env else DEFAULT_KUBECONFIG
 
 
 def _peer(address: str, port: int) -> EgressPeer:
@@ -296,16 +338,15 @@ def api_server_peers(endpoints: dict[str, Any], service: dict[str, Any]) -> tupl
     return tuple(dict.fromkeys(peers))
 
 
-def read_cluster(kubeconfig: Path) -> ClusterFacts:
-    """The server's version (``/version``) and addresses, through ``kubeconfig``."""
-    config = load_kubeconfig(str(kubeconfig))
+def read_cluster(config: KubeConfig) -> ClusterFacts:
+    """The server's version (``/version``) and addresses, through ``config``."""
     base = f"{namespace_path(API_SERVICE_NAMESPACE)}"
     with KubeClient(config) as kube:
         version = str(kube.get(VERSION_PATH).get("gitVersion", ""))
         endpoints = kube.get(f"{base}/endpoints/{API_SERVICE}")
         service = kube.get(f"{base}/services/{API_SERVICE}")
     return ClusterFacts(
-        parse_kubernetes_version(version, f"the cluster's version ({kubeconfig})"),
+        parse_kubernetes_version(version, f"the cluster's version ({config.origin})"),
         api_server_peers(endpoints, service),
     )
 
@@ -316,6 +357,7 @@ class Install:
 
     spec: StackSpec
     kube_scheduler: ImageRef
+    layersched: ImageRef
 
 
 def install_for(args: argparse.Namespace) -> Install | None:
@@ -328,11 +370,17 @@ def install_for(args: argparse.Namespace) -> Install | None:
                 ("--api-server", args.api_server),
                 ("--registry-address", args.registry_address),
                 ("--kubeconfig", args.kubeconfig),
+                ("--context", args.context),
+                ("--namespace", args.namespace),
             )
             if value
         ]
+        if args.weight != DEFAULT_WEIGHT:
+            given.append("--weight")
         if args.kube_scheduler_image != UPSTREAM_KUBE_SCHEDULER:
             given.append("--kube-scheduler-image")
+        if getattr(args, "image", None):
+            given.append("--image")
         if given:
             raise InputError(
                 f"{', '.join(given)} shape an install for a Kubernetes version: pass "
@@ -343,16 +391,23 @@ def install_for(args: argparse.Namespace) -> Install | None:
     api_server = tuple(EgressPeer.parse(a, "--api-server") for a in args.api_server)
     registries = tuple(EgressPeer.parse(a, "--registry-address") for a in args.registry_address)
     if args.kubernetes_version == AUTO:
-        facts = read_cluster(_kubeconfig(args.kubeconfig))
+        facts = read_cluster(client_config(args))
         version = facts.version
         api_server = api_server or facts.api_server
     else:
         version = parse_kubernetes_version(args.kubernetes_version)
     allowed = tuple(args.allow_registry or DEFAULT_ALLOWED_REGISTRIES)
     spec = StackSpec(
-        allowed_registries=allowed, egress=EgressSpec(api_server, registries)
+        allowed_registries=allowed,
+        egress=EgressSpec(api_server, registries),
+        weight=args.weight,
+        namespace=checked_name(args.namespace or NAMESPACE, "--namespace"),
     ).for_version(version.tag)
-    return Install(spec, upstream_kube_scheduler(version, args.kube_scheduler_image))
+    return Install(
+        spec,
+        upstream_kube_scheduler(version, args.kube_scheduler_image),
+        parse_image_ref(args.image or f"{PUBLISHED_IMAGE}:{__version__}", "--image"),
+    )
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -370,7 +425,11 @@ def _render(args: argparse.Namespace) -> int:
                 "with --dir (deploy/ is the local testbed's)"
             )
         directory = args.dir
-        files = base_tree(install.spec, kube_scheduler_image=install.kube_scheduler)
+        files = base_tree(
+            install.spec,
+            layersched_image=install.layersched,
+            kube_scheduler_image=install.kube_scheduler,
+        )
         print(f"Kubernetes {install.spec.kubernetes_version}: {_summary(install)}")
     # deploy/ and the plugin's README are rendered (and checked) together
     readme = plugin_readme() if install is None else None
@@ -390,6 +449,19 @@ def _render(args: argparse.Namespace) -> int:
         generated.write_block(readme, PLUGIN_README_BLOCK, plugin_readme_block())
         if readme.read_text(encoding="utf-8") != before:
             print(f"wrote {readme}")
+    return EXIT_OK
+
+
+def _chart(args: argparse.Namespace) -> int:
+    directory: Path = args.out or DEPLOY_DIR.parent / CHART_DIR
+    files = chart_files()
+    if args.check:
+        stale = stale_files(directory, files)
+        for name in stale:
+            print(f"{directory / name} is stale: run `layersched deploy chart`")
+        return EXIT_STALE if stale else EXIT_OK
+    for name in write_tree(directory, files):
+        print(f"wrote {directory / name}")
     return EXIT_OK
 
 
@@ -458,7 +530,11 @@ def _agent_guard(args: argparse.Namespace) -> int:
             f"(layersched deploy render --kubernetes-version {version} --dir DIR)"
         )
     spec = StackSpec(namespace=namespace).for_version(version)
-    print(to_yaml_stream(admission_objects(spec)), end="")
+    objects = admission_objects(spec)
+    if args.output == JSON:
+        print_document({"apiVersion": "v1", "kind": "List", "items": objects}, JSON)
+    else:
+        print(to_yaml_stream(objects), end="")
     return EXIT_OK
 
 
@@ -467,7 +543,8 @@ def _summary(install: Install) -> str:
     ref = install.kube_scheduler
     api = ", ".join(f"{p.cidr}:{p.port}" for p in spec.egress.api_server) or "any address"
     return (
-        f"{spec.scheduler_api_version}, kube-scheduler {ref.name}:{ref.tag}, extender allowed "
+        f"{spec.scheduler_api_version}, kube-scheduler {ref.name}:{ref.tag}, layersched "
+        f"{install.layersched.reference}, extender allowed "
         f"{', '.join(spec.allowed_registries)}, API server egress to {api}"
     )
 
@@ -512,8 +589,8 @@ def _describe(pushed: PushedStack) -> dict[str, dict[str, object]]:
 
 
 def _print_described(args: argparse.Namespace, described: dict[str, dict[str, object]]) -> None:
-    if args.json:
-        print(json.dumps(described, indent=2))
+    if args.output is not None:
+        print_document(described, args.output)
         return
     for name, image in described.items():
         size = image.get("size_bytes")
@@ -522,7 +599,7 @@ def _print_described(args: argparse.Namespace, described: dict[str, dict[str, ob
 
 
 def print_pushed(args: argparse.Namespace, pushed: PushedStack) -> None:
-    """What was pushed: one line per image, or JSON with ``--json``."""
+    """What was pushed: one line per image, or JSON/YAML with ``-o``."""
     _print_described(args, _describe(pushed))
 
 
@@ -544,6 +621,11 @@ def _overlay(args: argparse.Namespace) -> int:
         print_pushed(args, pushed)
         print_install(args.out)
         return EXIT_OK
+    if args.image is not None:
+        raise InputError(
+            "--image names an image to pull; `deploy overlay` builds, pushes and pins its own: "
+            "drop --image (or use `deploy render --image`)"
+        )
     if args.kube_scheduler_bin is not None:
         raise InputError(
             "--kube-scheduler-bin packages the local testbed's kube-scheduler: with "

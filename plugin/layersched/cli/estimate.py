@@ -5,8 +5,14 @@ Nodes (``status.images``), the pods bound to them and the kubelets' ``Pulled`` e
 through the API (page by page: it never holds a whole list), resolves the layers of the
 images involved through their registries (or ``--layers``, the same options as ``layersched
 score``), and weighs every pod that started in the window (:mod:`layersched.core.estimate`
-says how, and what it approximates). Out: a table that fits the terminal, ``--format
-json`` (exact bytes), and ``--plot FILE.png`` (matplotlib, only imported when asked).
+says how, and what it approximates). Out: a table that fits the terminal, ``-o
+json|yaml`` (exact bytes), ``-o wide``, and ``--plot FILE.png`` (matplotlib, only imported
+when asked).
+
+It says first when it could weigh fewer than half of the pods it should have (their
+images' layers unknown: a private or unreachable registry, an air-gapped cluster), with
+the cause and the fix, and exits :data:`EXIT_PARTIAL` unless ``--partial`` asks for the
+partial result: an "avoidable: 0 B" from nothing weighed would read as a verdict.
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import json
 import logging
 import re
+import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,10 +32,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
+from layersched.cli._kube import add_cluster_options, open_client
+from layersched.cli._output import add_output_option, is_document, print_document
 from layersched.cli._sources import add_layer_source_options, open_layer_source
-from layersched.cli._tables import console, duration, size, table
+from layersched.cli._tables import console, duration, size, table, table_width
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.estimate import (
+    SKIP_UNRESOLVED,
     Estimate,
     NodeFacts,
     PodFacts,
@@ -56,7 +65,6 @@ from layersched.kube import (
     ALL_PODS_PATH,
     NODES_PATH,
     KubeClient,
-    load_config,
     selector,
 )
 from layersched.registry import DEFAULT_DEADLINE_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
@@ -66,7 +74,7 @@ log = logging.getLogger(__name__)
 #: The API server keeps events an hour by default (--event-ttl): a longer window still
 #: weighs its pods, with their pull times estimated (the output says so).
 DEFAULT_WINDOW = "1h"
-#: Rows of the table (the pods that would have saved most); --format json has them all.
+#: Rows of the table (the pods that would have saved most); -o json has them all.
 DEFAULT_TOP = 20
 #: Pods the plot shows at most (one bar pair each).
 PLOT_PODS = 30
@@ -74,6 +82,10 @@ _WINDOW = re.compile(r"^(?P<value>\d+(?:\.\d+)?)(?P<unit>s|m|h|d)$")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: Only bound pods take part (a pending pod pulled nothing yet).
 BOUND_PODS = "spec.nodeName!="
+#: The exit status when fewer than half of the pods could be weighed (without --partial).
+EXIT_PARTIAL = 3
+#: Below this share of the pods weighed, the estimate says so first and exits EXIT_PARTIAL.
+MIN_COVERAGE = 0.5
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -85,7 +97,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "ran against the best node it fitted on then, and the totals. Needs only read "
         "access to nodes, pods and events (and the images' registries, or --layers).",
     )
-    p.add_argument("--kubeconfig", metavar="FILE", help="API credentials (default: in-cluster)")
+    add_cluster_options(p, namespace_help=None)
     p.add_argument(
         "--since",
         default=DEFAULT_WINDOW,
@@ -94,13 +106,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default: %(default)s; the API keeps events about an hour by default)",
     )
     p.add_argument(
+        "-n",
         "--namespace",
         action="append",
         metavar="NS",
-        help="weigh only pods of this namespace (repeatable; default: all). Every pod "
-        "still takes its node's resources",
+        help="weigh only pods of this namespace (repeatable; default: all namespaces, not the "
+        "context's: an estimate is cluster-wide). Every pod still takes its node's resources",
     )
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_output_option(p, old="--format")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help=f"print the result and exit 0 even when fewer than {100 * MIN_COVERAGE:.0f}%% of the "
+        f"pods could be weighed (default: say so first and exit {EXIT_PARTIAL})",
+    )
     p.add_argument(
         "--top",
         type=int,
@@ -177,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         transient=True,
         disable=not progress_console.is_terminal,
     ) as progress:
-        with KubeClient(load_config(args.kubeconfig)) as kube:
+        with open_client(args) as kube:
             server = kube.config.server
             nodes = _read_nodes(kube, progress)
             pods, ran = _read_pods(kube, progress, since_s, until_s, namespaces)
@@ -197,14 +216,44 @@ def run(args: argparse.Namespace) -> int:
             notes=notes,
         )
         progress.remove_task(task)
-    if args.format == "json":
-        print(json.dumps(as_document(result, server, args.since), indent=2))
+    short = coverage_warning(result)
+    if short:
+        print(f"warning: {short}", file=sys.stderr)
+    if is_document(args.output):
+        print_document(as_document(result, server, args.since), args.output)
     else:
-        print_estimate(result, server, args.since, args.top, console())
+        out = console(wide=args.output == "wide")
+        if short:
+            out.print(f"[bold red]incomplete:[/bold red] {short}", highlight=False)
+        print_estimate(result, server, args.since, args.top, out, args.output)
     if args.plot is not None:
         plot(result, args.plot)
         progress_console.print(f"plot: {args.plot}")
-    return 0
+    return EXIT_PARTIAL if short and not args.partial else 0
+
+
+def coverage(result: Estimate) -> tuple[int, int, list[str]]:
+    """(pods weighed, pods that should have been: weighed or with unknown layers, the
+    reasons their layers are unknown). Pinned pods and pods of vanished nodes are neither."""
+    unknown = [reason for _, reason in result.skipped if reason.startswith(SKIP_UNRESOLVED)]
+    return result.totals.pods, result.totals.pods + len(unknown), unknown
+
+
+def coverage_warning(result: Estimate) -> str:
+    """What to say first when fewer than half of the pods could be weighed ("": enough)."""
+    weighed, weighable, unknown = coverage(result)
+    if weighable == 0 or weighed >= MIN_COVERAGE * weighable:
+        return ""
+    example = unknown[0].partition(": ")[2] if unknown else ""
+    return (
+        f"only {weighed} of {weighable} pods could be weighed: the layers of the other "
+        f"{weighable - weighed} pods' images are unknown"
+        + (f" (first: {example})" if example else "")
+        + ". Private or unreachable registries: pass --registry-config FILE (a docker "
+        "config.json with their credentials) or --layers FILE (written by `layersched "
+        "layers IMAGE... --out FILE` where the registries are reachable); --partial prints "
+        "the partial result and exits 0"
+    )
 
 
 # ------------------------------------------------------------------ reading the cluster
@@ -384,8 +433,14 @@ def _resolve_image(
 def as_document(result: Estimate, server: str, since: str) -> dict[str, Any]:
     """The estimate as JSON: exact bytes and seconds, every pod."""
     totals = result.totals
+    weighed, weighable, _ = coverage(result)
     return {
         "cluster": server,
+        "coverage": {
+            "weighed": weighed,
+            "weighable": weighable,
+            "complete": not coverage_warning(result),
+        },
         "window": {"since": since, "since_s": result.since_s, "until_s": result.until_s},
         "nodes": result.nodes,
         "totals": {
@@ -407,7 +462,9 @@ def _percent(share: float) -> str:
     return f"{100 * share:.0f}%"
 
 
-def print_estimate(result: Estimate, server: str, since: str, top: int, out: Console) -> None:
+def print_estimate(
+    result: Estimate, server: str, since: str, top: int, out: Console, output: str | None = None
+) -> None:
     """The table of the pods that would have saved most, the totals, the approximations."""
     totals = result.totals
     shown = result.pods[:top]
@@ -425,11 +482,14 @@ def print_estimate(result: Estimate, server: str, since: str, top: int, out: Con
     headers = ("pod", "ran on", "pulled", "best node", "avoidable", "time")
     title = f"layer-aware placement, pods started in the last {since} on {server}"
     if rows:
-        out.print(table(title, headers, rows, out.width, shrink=(0, 1, 3), left=(0, 1, 3)))
+        width = table_width(out, output)
+        out.print(
+            table(title, headers, rows, width, shrink=(0, 1, 3), left=(0, 1, 3), drop=(5, 2, 3))
+        )
     else:
         out.print(title, markup=False)
     if len(result.pods) > len(shown):
-        out.print(f"… and {len(result.pods) - len(shown)} more pods (--top, or --format json)")
+        out.print(f"… and {len(result.pods) - len(shown)} more pods (--top, or -o json)")
     skipped: dict[str, int] = {}
     for _, reason in result.skipped:
         kind = reason.split(":", 1)[0]

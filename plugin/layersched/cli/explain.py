@@ -16,7 +16,6 @@ extender answered neutrally (and why).
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,18 +26,28 @@ import msgspec
 from rich.console import Console
 from rich.markup import escape
 
-from layersched.cli._tables import console, size, table
+from layersched.cli._kube import add_cluster_options, open_client
+from layersched.cli._output import add_output_option, is_document, print_document
+from layersched.cli._tables import console, size, table, table_width
 from layersched.core.errors import InputError, KubeError
 from layersched.core.events import SCHEDULED_REASON, scheduled_event
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
-from layersched.deploy import EXTENDER_PORT, LAYER_LOCALITY_SCHEDULER, NAMESPACE, labels
+from layersched.deploy import (
+    EXTENDER_PORT,
+    LAYER_LOCALITY_SCHEDULER,
+    NAMESPACE,
+    NEWEST_MINOR,
+    OLDEST_MINOR,
+    labels,
+    parse_kubernetes_version,
+)
 from layersched.kube import (
     HTTP_NOT_FOUND,
+    VERSION_PATH,
     KubeClient,
     checked_name,
     events_path,
     find_kubectl,
-    load_config,
     pod_path,
     pods_path,
     port_forward,
@@ -58,7 +67,7 @@ NEUTRAL_REASONS = {
     "(a registry slow or unreachable from the extender)",
     "overloaded": "it was past its concurrency limit (--max-concurrent-requests)",
 }
-#: The verdicts (``--format json``'s ``verdict``).
+#: The verdicts (``-o json``'s ``verdict``).
 SCORED = "scored"
 NEUTRAL = "neutral"
 NOT_OURS = "not_ours"
@@ -105,8 +114,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "extender's latest answer for it (through kubectl port-forward to the install's "
         "scheduler pods, or at --extender-url).",
     )
-    pod.add_argument("pod", metavar="NAMESPACE/NAME")
-    pod.add_argument("--kubeconfig", metavar="FILE", help="API credentials (default: in-cluster)")
+    pod.add_argument(
+        "pod", metavar="[NAMESPACE/]NAME", help="the pod (its namespace: -n, else the context's)"
+    )
+    add_cluster_options(
+        pod, namespace_help="the pod's namespace (default: the kubeconfig context's)"
+    )
     pod.add_argument(
         "--extender-url",
         metavar="URL",
@@ -130,15 +143,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PATH",
         help="kubectl for the port-forward (default: kubectl on PATH)",
     )
-    pod.add_argument("--format", choices=("table", "json"), default="table")
+    add_output_option(pod, old="--format")
     pod.set_defaults(handler=run)
 
 
-def parse_pod_key(text: str) -> tuple[str, str]:
-    """``NAMESPACE/NAME`` as (namespace, name), both valid object names."""
+def parse_pod_key(text: str, default_namespace: str | None = None) -> tuple[str, str]:
+    """``NAMESPACE/NAME`` (or ``NAME`` in ``default_namespace``) as (namespace, name),
+    both valid object names."""
     namespace, sep, name = text.partition("/")
+    if not sep and default_namespace:
+        namespace, sep, name = default_namespace, "/", text
     if not sep or not namespace or not name:
-        raise InputError(f"pod {text[:80]!r}: give it as NAMESPACE/NAME, e.g. default/web-1")
+        raise InputError(
+            f"pod {text[:80]!r}: give it as NAMESPACE/NAME or NAME with -n NAMESPACE, "
+            "e.g. default/web-1"
+        )
     try:
         return checked_name(namespace, "namespace"), checked_name(name, "pod")
     except KubeError as err:
@@ -147,9 +166,11 @@ def parse_pod_key(text: str) -> tuple[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Explain one pod's placement."""
-    namespace, name = parse_pod_key(args.pod)
-    key = f"{namespace}/{name}"
-    with KubeClient(load_config(args.kubeconfig)) as kube:
+    if "/" in args.pod and args.namespace:
+        raise InputError(f"pod {args.pod!r} names its namespace: drop -n {args.namespace}")
+    with open_client(args) as kube:
+        namespace, name = parse_pod_key(args.pod, args.namespace or kube.config.namespace)
+        key = f"{namespace}/{name}"
         pod = _read_pod(kube, namespace, name)
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         uid = str(meta.get("uid") or "")
@@ -169,10 +190,10 @@ def run(args: argparse.Namespace) -> int:
         ours=args.scheduler_name,
         lookup=lookup,
     )
-    if args.format == "json":
-        print(json.dumps(explained, indent=2))
+    if is_document(args.output):
+        print_document(explained, args.output)
     else:
-        print_explanation(explained, console())
+        print_explanation(explained, console(wide=args.output == "wide"), args.output)
     return 0
 
 
@@ -257,7 +278,7 @@ def _ask_install(kube: KubeClient, args: argparse.Namespace, key: str, uid: str)
     if not running:
         found.notes.append(
             f"no running {args.scheduler_name} scheduler pod in namespace {namespace} "
-            "(is layersched installed? kubectl apply -k deploy/)"
+            f"(is layersched installed? {install_hint(kube)})"
         )
         return found
     kubectl = find_kubectl(args.kubectl, "give --extender-url URL")
@@ -266,7 +287,12 @@ def _ask_install(kube: KubeClient, args: argparse.Namespace, key: str, uid: str)
         source = f"{namespace}/{pod}"
         try:
             with port_forward(
-                kubectl, namespace, pod, EXTENDER_PORT, kubeconfig=args.kubeconfig
+                kubectl,
+                namespace,
+                pod,
+                EXTENDER_PORT,
+                kubeconfig=args.kubeconfig,
+                context=args.context,
             ) as url:
                 lookup = ask(url, key, uid, source)
         except KubeError as err:
@@ -279,6 +305,24 @@ def _ask_install(kube: KubeClient, args: argparse.Namespace, key: str, uid: str)
         ):
             found.decision, found.source = lookup.decision, lookup.source
     return found
+
+
+def install_hint(kube: KubeClient) -> str:
+    """How to install layersched on this cluster: the install rendered for its version
+    (read from ``/version``; a version we do not support, or none read, says so)."""
+    render = "layersched deploy render --kubernetes-version {} --dir layersched-install"
+    apply = "kubectl apply -k layersched-install"
+    try:
+        found = str(kube.get(VERSION_PATH).get("gitVersion") or "")
+        version = parse_kubernetes_version(found, "the cluster's version")
+    except (KubeError, InputError):
+        return f"{render.format('auto')} && {apply}"
+    if not OLDEST_MINOR <= version.minor <= NEWEST_MINOR:
+        return (
+            f"the cluster runs {version.tag}; layersched installs on 1.{OLDEST_MINOR} to "
+            f"1.{NEWEST_MINOR}"
+        )
+    return f"{render.format(f'1.{version.minor}')} && {apply}"
 
 
 # ---------------------------------------------------------------------- the verdict
@@ -294,7 +338,7 @@ def explain(
     ours: str,
     lookup: Lookup,
 ) -> dict[str, Any]:
-    """The explanation as a document (``--format json``): the verdict and why, the node
+    """The explanation as a document (``-o json``): the verdict and why, the node
     chosen, and each candidate node's score and bytes when the extender scored it."""
     decision = lookup.decision
     verdict, why = _verdict(scheduler, node, ours, lookup)
@@ -386,7 +430,7 @@ def _when(at_s: float | None) -> str:
     return datetime.fromtimestamp(at_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def print_explanation(explained: dict[str, Any], out: Console) -> None:
+def print_explanation(explained: dict[str, Any], out: Console, output: str | None = None) -> None:
     """The explanation for a terminal: the verdict, then the node table when scored."""
     node = explained["node"] or "(not bound)"
     out.print(f"pod {explained['pod']} (uid {explained['uid']})", markup=False)
@@ -424,7 +468,8 @@ def print_explanation(explained: dict[str, Any], out: Console) -> None:
             )
             for n in nodes
         ]
-        out.print(table(f"nodes scored for {explained['pod']}", headers, rows, out.width))
+        width = table_width(out, output)
+        out.print(table(f"nodes scored for {explained['pod']}", headers, rows, width, drop=(2, 1)))
         if any(n["present_bytes"] is None for n in nodes):
             out.print("(this extender reports scores only: upgrade it for held/missing bytes)")
     for note in explained["notes"]:

@@ -1,9 +1,9 @@
 """``layersched inventory``: the live layer inventory's objects.
 
 * ``manifests``: the CRD and the least-privilege RBAC of the agent and the extender, as
-  YAML for ``kubectl apply -f -``;
+  YAML for ``kubectl apply -f -`` (``-o json``: a List);
 * ``show``: every node's published NodeLayerInventory, one line each (images, distinct
-  layers, their bytes, the object's size, its source and age).
+  layers, their bytes, the object's size, its source and age; ``-o json|yaml|wide``).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from datetime import UTC, datetime
 
 import yaml
 
+from layersched.cli._kube import add_cluster_options, open_client
+from layersched.cli._output import JSON, WIDE, YAML, add_output_option, is_document, print_document
+from layersched.cli._tables import console, size, table, table_width
 from layersched.core.errors import InputError
 from layersched.core.nodelayers import parse_document
 from layersched.kube import (
     NODE_LAYERS_PATH,
-    KubeClient,
-    load_config,
     node_layers_crd,
     parse_subject,
     rbac_objects,
@@ -27,7 +28,6 @@ from layersched.kube import (
 
 DEFAULT_AGENT_SUBJECT = "ServiceAccount:layersched-system/layersched-agent"
 DEFAULT_EXTENDER_SUBJECT = "ServiceAccount:layersched-system/layersched-extender"
-MIB = 1024 * 1024
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,10 +51,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"who runs the extender (repeatable; default {DEFAULT_EXTENDER_SUBJECT})",
     )
     m.add_argument("--no-crd", action="store_true", help="RBAC only")
+    add_output_option(m, outputs=(YAML, JSON))
     m.set_defaults(handler=run_manifests)
     s = verbs.add_parser("show", help="one line per node's NodeLayerInventory")
-    s.add_argument("--kubeconfig", metavar="FILE", help="API credentials (default: in-cluster)")
-    s.add_argument("--json", action="store_true", help="JSON instead of a table")
+    add_cluster_options(
+        s, namespace_help="accepted for kubectl's sake and unused: the objects are cluster-scoped"
+    )
+    add_output_option(s, old="--json")
     s.set_defaults(handler=run_show)
 
 
@@ -62,7 +65,10 @@ def run_manifests(args: argparse.Namespace) -> int:
     agents = [parse_subject(s) for s in args.agent_subject or [DEFAULT_AGENT_SUBJECT]]
     extenders = [parse_subject(s) for s in args.extender_subject or [DEFAULT_EXTENDER_SUBJECT]]
     objects = ([] if args.no_crd else [node_layers_crd()]) + rbac_objects(agents, extenders)
-    print(yaml.safe_dump_all(objects, sort_keys=False), end="")
+    if args.output == JSON:
+        print_document({"apiVersion": "v1", "kind": "List", "items": objects}, JSON)
+    else:
+        print(yaml.safe_dump_all(objects, sort_keys=False), end="")
     return 0
 
 
@@ -75,7 +81,7 @@ def _age(observed_at: str, now: datetime) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    with KubeClient(load_config(args.kubeconfig)) as kube:
+    with open_client(args) as kube:
         items, _ = kube.list(NODE_LAYERS_PATH)
     rows = []
     now = datetime.now(UTC)
@@ -98,17 +104,26 @@ def run_show(args: argparse.Namespace) -> int:
                 "age": _age(parsed.observed_at, now),
             }
         )
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    if is_document(args.output):
+        print_document(rows, args.output)
         return 0
-    print(f"{'NODE':<24} {'IMAGES':>6} {'LAYERS':>6} {'LAYER MiB':>9} {'OBJ KiB':>8}  SOURCE  AGE")
-    for row in rows:
-        if "error" in row:
-            print(f"{row['node']:<24} malformed: {row['error']}")
-            continue
-        print(
-            f"{row['node']:<24} {row['images']:>6} {row['layers']:>6} "
-            f"{row['layer_bytes'] / MIB:>9.1f} {row['object_bytes'] / 1024:>8.1f}  "
-            f"{row['source']}{' (truncated)' if row['truncated'] else ''}  {row['age']}"
+    headers = ("node", "images", "layers", "layer bytes", "object bytes", "source", "age")
+    cells = [
+        (
+            row["node"],
+            str(row["images"]),
+            str(row["layers"]),
+            size(row["layer_bytes"]),
+            size(row["object_bytes"]),
+            f"{row['source']}{' (truncated)' if row['truncated'] else ''}",
+            row["age"],
         )
+        if "error" not in row
+        else (row["node"], "-", "-", "-", "-", f"malformed: {row['error']}", "-")
+        for row in rows
+    ]
+    out = console(wide=args.output == WIDE)
+    width = table_width(out, args.output)
+    title = "NodeLayerInventory objects"
+    out.print(table(title, headers, cells, width, shrink=(0, 5), left=(0, 5), drop=(4, 2, 6)))
     return 0

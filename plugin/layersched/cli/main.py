@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 
 from layersched import __version__
@@ -25,6 +26,7 @@ from layersched.core.errors import InputError, LayerschedError
 #: Subcommand modules under ``layersched.cli``, in help order.
 COMMANDS: tuple[str, ...] = (
     "score",
+    "layers",
     "estimate",
     "explain",
     "extender",
@@ -51,10 +53,19 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
 
+#: The console script kubectl runs as ``kubectl layersched`` (the wheel installs both).
+KUBECTL_PLUGIN = "kubectl-layersched"
+
+
+def program_name() -> str:
+    """``kubectl layersched`` when kubectl ran us as its plugin, else ``layersched``."""
+    return "kubectl layersched" if Path(sys.argv[0]).name == KUBECTL_PLUGIN else "layersched"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser, every subcommand registered."""
     parser = argparse.ArgumentParser(
-        prog="layersched", description="Container-layer-aware scheduling for Kubernetes."
+        prog=program_name(), description="Container-layer-aware scheduling for Kubernetes."
     )
     parser.add_argument("--version", action="version", version=f"layersched {__version__}")
     parser.add_argument(

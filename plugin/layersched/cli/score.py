@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 
 import numpy as np
 
 from layersched.cli._io import read_bytes, read_document
+from layersched.cli._output import add_output_option, is_document, print_document
 from layersched.cli._sources import (
     add_layer_source_options,
     add_strategy_options,
     open_layer_source,
     strategy_from_args,
 )
-from layersched.cli._tables import console, duration, size, table
+from layersched.cli._tables import console, duration, size, table, table_width
 from layersched.core.errors import LayerResolutionError
 from layersched.core.inventory import ClusterInventory, InventoryBuilder
 from layersched.core.layers import Layer, LayerSource
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--nodes", required=True, metavar="NODES.json", help="v1 NodeList")
     p.add_argument("--pod", required=True, metavar="POD.json|yaml", help="v1 Pod")
     add_strategy_options(p)
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_output_option(p, old="--format")
     # offline use: a slow registry may be waited for (the extender's defaults are small)
     add_layer_source_options(
         p,
@@ -73,15 +73,19 @@ def run(args: argparse.Namespace) -> int:
         except LayerResolutionError as err:
             raise LayerResolutionError(f"{args.pod}: pod {pod.name!r}: {err}") from None
     result = strategy.score(pod, layers, inventory, candidates)
-    if args.format == "json":
-        print(json.dumps(result.as_dict(inventory)))
+    if is_document(args.output):
+        print_document(result.as_dict(inventory), args.output)
     else:
-        _print_table(result, inventory, strategy, pod.name)
+        _print_table(result, inventory, strategy, pod.name, args.output)
     return 0
 
 
 def _print_table(
-    result: NodeScores, inventory: ClusterInventory, strategy: Strategy, pod: str
+    result: NodeScores,
+    inventory: ClusterInventory,
+    strategy: Strategy,
+    pod: str,
+    output: str | None = None,
 ) -> None:
     by_layer = strategy.name in (LAYER_LOCALITY, PULL_TIME)
     present_label = "held" if by_layer else "matched (scaled)"
@@ -105,8 +109,12 @@ def _print_table(
     for row, score in zip(rows, result.scores, strict=True):
         row.append(str(int(score)))
     headers.append("score 0-100")
-    out = console()
-    out.print(table(f"{strategy.name} scores for pod {pod}", headers, rows, out.width))
+    out = console(wide=output == "wide")
+    # narrow terminals lose the total (the same on every row) first, then the bandwidth,
+    # then the bytes held: never a digit of a score
+    drop = (2, 3, 1) if len(headers) > 4 else (2, 1)
+    title = f"{strategy.name} scores for pod {pod}"
+    out.print(table(title, headers, rows, table_width(out, output), drop=drop))
     if inventory.unresolved_images:
         out.print(
             f"[yellow]{inventory.unresolved_images} node image(s) ignored: their layers are "

@@ -9,7 +9,8 @@ is the local testbed's (:data:`KUBERNETES_VERSION`, v1.37.2), written by ``layer
 deploy render`` and held equal by a test. The kind testbed, its Pulumi program and
 ``deploy/`` all build their objects here, per-node write authority included (a
 ValidatingAdmissionPolicy from Kubernetes 1.30, the ``layersched admission`` webhook
-before: :func:`admission_objects`, whose TLS an overlay issues: :func:`overlay_tls`).
+before: :func:`admission_objects`, whose TLS an overlay issues: :func:`overlay_tls`). The
+Helm chart (``charts/layersched``, :func:`chart_files`) is these objects too, with values.
 """
 
 from layersched.deploy._admission import (
@@ -23,6 +24,14 @@ from layersched.deploy._admission import (
     policy_name,
     uses_policy,
     webhook_dns_names,
+)
+from layersched.deploy._chart import (
+    CHART_DIR,
+    CHART_MINORS,
+    CHART_OLDEST_MINOR,
+    PUBLISHED_IMAGE,
+    chart_files,
+    chart_values,
 )
 from layersched.deploy._kind import (
     KIND_KUBERNETES_VERSION,
@@ -110,6 +119,7 @@ from layersched.deploy._tree import (
     kustomization,
     local_testbed_overlay,
     overlay_images,
+    parse_image_ref,
     stale_files,
     upstream_kube_scheduler,
     write_tree,
@@ -147,6 +157,9 @@ __all__ = [
     "AUTH_READER_NAMESPACE",
     "AUTH_READER_ROLE",
     "AUTO",
+    "CHART_DIR",
+    "CHART_MINORS",
+    "CHART_OLDEST_MINOR",
     "CONTAINERD_SOCKET",
     "CRIO_SOCKET_PATH",
     "DEFAULT_ALLOWED_REGISTRIES",
@@ -179,6 +192,7 @@ __all__ = [
     "PLUGIN_FRAMEWORK_SINCE_MINOR",
     "PLUGIN_KUBERNETES_MINOR",
     "POLICY_NAME",
+    "PUBLISHED_IMAGE",
     "RKE2_CONTAINERD_SOCKET",
     "RUNTIMES",
     "RUNTIME_CONTAINERD",
@@ -214,6 +228,8 @@ __all__ = [
     "agent_daemonset",
     "base_tree",
     "batchable",
+    "chart_files",
+    "chart_values",
     "default_scheduler_config",
     "extender_scheduler_config",
     "for_process",
@@ -229,6 +245,7 @@ __all__ = [
     "network_policies",
     "overlay_images",
     "overlay_tls",
+    "parse_image_ref",
     "parse_kubernetes_version",
     "pdb_api_version",
     "plugin_readme_block",

@@ -26,6 +26,7 @@ from typing import Any
 
 from layersched import __version__
 from layersched.core.errors import InputError
+from layersched.core.reference import ImageReference
 from layersched.deploy._admission import (
     APISERVER_KUBECONFIG_FILE,
     TLS_FILE,
@@ -92,6 +93,11 @@ class ImageRef:
     tag: str | None = None
     digest: str | None = None
 
+    @property
+    def reference(self) -> str:
+        """``name@digest`` or ``name:tag``, as a pod spec names it."""
+        return f"{self.name}@{self.digest}" if self.digest else f"{self.name}:{self.tag}"
+
     def kustomize(self, placeholder: str) -> dict[str, str]:
         if (self.tag is None) == (self.digest is None):
             raise InputError(f"image {self.name!r}: give exactly one of a tag and a digest")
@@ -101,6 +107,21 @@ class ImageRef:
         else:
             entry["newTag"] = str(self.tag)
         return entry
+
+
+def parse_image_ref(text: str, what: str, default_tag: str = __version__) -> ImageRef:
+    """``REPOSITORY[:TAG][@DIGEST]`` as the user wrote it (no ``docker.io/library/`` added);
+    a digest wins over a tag, and neither means ``default_tag``."""
+    try:
+        parsed = ImageReference.parse(text)
+    except InputError as err:
+        raise InputError(f"{what}: {err}") from None
+    name = text.split("@", 1)[0]
+    if parsed.tag is not None:
+        name = name[: -len(parsed.tag) - 1]
+    if parsed.digest is not None:
+        return ImageRef(name, digest=parsed.digest)
+    return ImageRef(name, tag=parsed.tag or default_tag)
 
 
 DEFAULT_IMAGES = (

@@ -8,7 +8,8 @@ Two images, each a stack of gzipped tar layers assembled in Python
   1. **debian**: the files of the Debian bookworm packages in
      ``images/layersched/debian.lock`` (Python 3.11 and the C libraries it and the
      wheels load), fetched with ``apt-get download`` (apt checks them against the
-     signed archive index) and checked against the lock's sha256; plus
+     signed archive index), or from Debian's snapshot archive once the mirrors dropped
+     the version (:func:`snapshot_deb`), and checked against the lock's sha256; plus
      ``/etc/passwd`` and ``/etc/group`` naming the unprivileged user 65532, and
      ``/tmp``. No maintainer script runs: this is a root filesystem to run one
      program, like a distroless base.
@@ -19,7 +20,7 @@ Two images, each a stack of gzipped tar layers assembled in Python
   3. **layersched**: a wheel of this repository (its git-tracked files) installed
      the same way, and ``/usr/local/bin/layersched``.
 
-  The config matches ``images/layersched/Dockerfile``: entrypoint ``layersched``,
+  The config matches ``images/layersched/Containerfile``: entrypoint ``layersched``,
   command ``extender --port 8888``, user ``65532:65532``, ``PYTHONDONTWRITEBYTECODE``
   and ``PYTHONUNBUFFERED``.
 
@@ -52,6 +53,9 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
+
+import httpx
 
 from layersched import __version__
 from layersched.builds import CACHE_DIR_ENV, cache_root
@@ -95,8 +99,11 @@ _COPYRIGHT = "/copyright"
 _DEB_LINE = re.compile(
     r"^(?P<package>[a-z0-9][a-z0-9.+-]*)=(?P<version>\S+) sha256:(?P<sha>[0-9a-f]{64})$"
 )
+#: The first hash is the x86_64 wheel's (this builder's); more may follow (other
+#: platforms' wheels, for the Containerfile's multi-arch build).
 _WHEEL_LINE = re.compile(
-    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})$"
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+) --hash=sha256:(?P<sha>[0-9a-f]{64})"
+    r"(?: --hash=sha256:[0-9a-f]{64})*$"
 )
 #: apt-get download and pip download each take seconds; a stuck mirror, minutes.
 FETCH_TIMEOUT_S = 600.0
@@ -113,6 +120,8 @@ LAYERSCHED_CMD = ("extender", "--port", "8888")
 USER = f"{NONROOT_UID}:{NONROOT_UID}"
 TITLE_LABEL = "org.opencontainers.image.title"
 VERSION_LABEL = "org.opencontainers.image.version"
+#: Labels recording the layersched image's inputs (``...debian-lock`` and so on).
+INPUTS_LABEL_PREFIX = "io.layersched.inputs."
 
 _PASSWD = (
     "root:x:0:0:root:/root:/sbin/nologin\n"
@@ -413,8 +422,70 @@ class LayerCache:
         return built
 
 
-def fetch_debs(pins: Sequence[Pin], directory: Path) -> list[Path]:
-    """The ``.deb`` of every pin in ``directory``, downloaded with apt-get when missing."""
+#: Debian's archive of every package version it ever published. When the mirrors have
+#: moved past a pin (a point release replaced it), the exact file comes from here, by its
+#: machine-readable API (``/mr/binary/NAME/VERSION/binfiles``, then ``/file/SHA1``), and is
+#: checked against the lock's sha256 like any other.
+SNAPSHOT_ENV = "LAYERSCHED_DEBIAN_SNAPSHOT"
+DEFAULT_SNAPSHOT = "https://snapshot.debian.org"
+#: The image's architecture, and architecture-independent packages.
+SNAPSHOT_ARCHES = ("amd64", "all")
+#: The largest package of the lock is ~5 MB (libpython3.11-stdlib); a body past this is no
+#: package of ours, and is not read further.
+MAX_DEB_BYTES = 64 * 1024 * 1024
+SNAPSHOT_TIMEOUT_S = 120.0
+
+
+def snapshot_base() -> str:
+    """``$LAYERSCHED_DEBIAN_SNAPSHOT``, else snapshot.debian.org."""
+    return (os.environ.get(SNAPSHOT_ENV) or DEFAULT_SNAPSHOT).rstrip("/")
+
+
+def snapshot_deb(pin: Pin, directory: Path, base: str) -> Path:
+    """``pin``'s ``.deb`` from Debian's snapshot archive at ``base``, checked against its
+    sha256, written into ``directory`` under the archive's file name."""
+    where = f"{pin.name}={pin.version} from {base}"
+    name, version = quote(pin.name, safe=""), quote(pin.version, safe="")
+    try:
+        with httpx.Client(timeout=SNAPSHOT_TIMEOUT_S, follow_redirects=True) as client:
+            answer = client.get(f"{base}/mr/binary/{name}/{version}/binfiles?fileinfo=1")
+            answer.raise_for_status()
+            doc = answer.json()
+            found = [r["hash"] for r in doc["result"] if r["architecture"] in SNAPSHOT_ARCHES]
+            if not found:
+                raise TestbedError(f"{where}: no {'/'.join(SNAPSHOT_ARCHES)} file listed")
+            sha1 = found[0]
+            filename = Path(doc["fileinfo"][sha1][0]["name"]).name
+            digest = hashlib.sha256()
+            chunks: list[bytes] = []
+            size = 0
+            with client.stream("GET", f"{base}/file/{sha1}") as body:
+                body.raise_for_status()
+                for chunk in body.iter_bytes():
+                    size += len(chunk)
+                    if size > MAX_DEB_BYTES:
+                        raise TestbedError(f"{where}: more than {MAX_DEB_BYTES} bytes: no package")
+                    digest.update(chunk)
+                    chunks.append(chunk)
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as err:
+        raise TestbedError(f"fetching {where}: {err}") from err
+    if digest.hexdigest() != pin.sha256:
+        raise TestbedError(
+            f"{where}: the file's sha256 is not the one in {DEBIAN_LOCK.name}; the lock or "
+            "the archive is wrong: nothing was written"
+        )
+    if not filename.endswith(".deb") or "/" in filename:
+        raise TestbedError(f"{where}: {filename!r} is no package file name")
+    path = directory / filename
+    path.write_bytes(b"".join(chunks))
+    return path
+
+
+def fetch_debs(pins: Sequence[Pin], directory: Path, snapshot: str | None = None) -> list[Path]:
+    """The ``.deb`` of every pin in ``directory``: downloaded with apt-get when missing (the
+    mirrors: apt checks them against the signed index), else, for versions the mirrors no
+    longer carry, from Debian's snapshot archive (``snapshot``, default
+    :func:`snapshot_base`); either way checked against the lock's sha256."""
     directory.mkdir(parents=True, exist_ok=True)
 
     def present() -> dict[str, Path]:
@@ -423,12 +494,24 @@ def fetch_debs(pins: Sequence[Pin], directory: Path) -> list[Path]:
             found[path.name.split("_", 1)[0]] = path
         return found
 
-    have = present()
-    missing = [p for p in pins if p.name not in have or _file_sha256(have[p.name]) != p.sha256]
+    def stale(have: dict[str, Path]) -> list[Pin]:
+        return [p for p in pins if p.name not in have or _file_sha256(have[p.name]) != p.sha256]
+
+    missing = stale(present())
     if missing:
         argv = ["apt-get", "download", *(f"{p.name}={p.version}" for p in missing)]
-        _run(argv, f"apt-get download into {directory}", FETCH_TIMEOUT_S, cwd=directory)
-        have = present()
+        try:
+            _run(argv, f"apt-get download into {directory}", FETCH_TIMEOUT_S, cwd=directory)
+        except TestbedError as mirrors:
+            base = snapshot or snapshot_base()
+            for pin in stale(present()):
+                try:
+                    snapshot_deb(pin, directory, base)
+                except TestbedError as err:
+                    raise TestbedError(
+                        f"{mirrors}\nthen, from Debian's snapshot archive: {err}"
+                    ) from err
+    have = present()
     paths: list[Path] = []
     for pin in pins:
         path = have.get(pin.name)
@@ -591,7 +674,14 @@ def build_layersched_image(
     )
     return build_image(
         [base, deps, app],
-        labels={TITLE_LABEL: "layersched", VERSION_LABEL: __version__},
+        labels={
+            TITLE_LABEL: "layersched",
+            VERSION_LABEL: __version__,
+            # what went in: the locks (each pin's version and sha256) and the wheel's sources
+            INPUTS_LABEL_PREFIX + "debian-lock": f"sha256:{_file_sha256(DEBIAN_LOCK)}",
+            INPUTS_LABEL_PREFIX + "requirements-lock": f"sha256:{_file_sha256(REQUIREMENTS_LOCK)}",
+            INPUTS_LABEL_PREFIX + "sources": f"sha256:{source_hash(repo_root, files)}",
+        },
         entrypoint=LAYERSCHED_ENTRYPOINT,
         cmd=LAYERSCHED_CMD,
         env=LAYERSCHED_ENV,

@@ -5,8 +5,10 @@ objects with it, the extender lists and watches Nodes and those objects, the rel
 its Node and ConfigMap, ``explain`` and the testbeds' scenario drivers create pods and
 read their events and logs, and reach a pod's own port through ``kubectl port-forward``
 (:func:`port_forward`). It is
-deliberately small (JSON over httpx, no generated client) so the images stay lean; the
-``kubernetes`` package is not a dependency (an import-linter contract keeps it out).
+deliberately small (JSON over httpx, no generated client) so the images stay lean. Only
+a kubeconfig is read with the official client's loader (``kubernetes.config``, exec
+plugins and all, as kubectl reads it), and only by :mod:`layersched.kube._config`: an
+import-linter contract keeps the rest of the ``kubernetes`` package out.
 """
 
 from layersched.kube._client import (
@@ -19,7 +21,15 @@ from layersched.kube._client import (
     Oversize,
     WatchEvent,
 )
-from layersched.kube._config import KubeConfig, in_cluster_config, load_config, load_kubeconfig
+from layersched.kube._config import (
+    DEFAULT_NAMESPACE,
+    KubeConfig,
+    in_cluster_config,
+    kubeconfig_paths,
+    load_client_config,
+    load_config,
+    load_kubeconfig,
+)
 from layersched.kube._crd import CRD_NAME, node_layers_crd
 from layersched.kube._paths import (
     ALL_EVENTS_PATH,
@@ -56,6 +66,7 @@ __all__ = [
     "CRD_NAME",
     "CRD_PATH",
     "DEFAULT_LOG_LIMIT_BYTES",
+    "DEFAULT_NAMESPACE",
     "DEFAULT_TIMEOUT_S",
     "EXTENDER_ROLE",
     "FORWARD_TIMEOUT_S",
@@ -76,6 +87,8 @@ __all__ = [
     "extender_rules",
     "find_kubectl",
     "in_cluster_config",
+    "kubeconfig_paths",
+    "load_client_config",
     "load_config",
     "load_kubeconfig",
     "namespace_path",

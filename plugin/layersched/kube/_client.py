@@ -59,6 +59,8 @@ HTTP_TOO_MANY_REQUESTS = 429
 HTTP_SERVER_ERROR = 500
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
+#: How OpenSSL says a server's certificate did not verify (a CA missing, not a dead server).
+_UNTRUSTED = "CERTIFICATE_VERIFY_FAILED"
 #: What a log read accepts: text, or the API's JSON Status when it refuses.
 _LOG_ACCEPT = "text/plain, application/json"
 #: What to check, by the API's answer (appended to the API's own message).
@@ -136,9 +138,24 @@ class KubeClient:
     def __init__(self, config: KubeConfig, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.config = config
         self._timeout_s = timeout_s
-        self._http = httpx.Client(
-            base_url=config.server, verify=config.ssl_context(), timeout=timeout_s
-        )
+        hooks = {"request": [self._server_name]} if config.tls_server_name else {}
+        try:
+            self._http = httpx.Client(
+                base_url=config.server,
+                verify=config.ssl_context(),
+                timeout=timeout_s,
+                proxy=config.proxy_url,
+                event_hooks=hooks,
+            )
+        except (ImportError, ValueError) as err:  # a SOCKS proxy without socksio; a bad URL
+            raise KubeError(
+                f"{config.origin}: proxy-url {config.proxy_url!r}: {err} (fix the cluster's "
+                "proxy-url; a socks5:// proxy needs pip install 'httpx[socks]')"
+            ) from None
+
+    def _server_name(self, request: httpx.Request) -> None:
+        """``tls-server-name``: the name sent (SNI) and checked against the certificate."""
+        request.extensions["sni_hostname"] = self.config.tls_server_name
 
     def close(self) -> None:
         self._http.close()
@@ -151,6 +168,13 @@ class KubeClient:
 
     # ------------------------------------------------------------------ plumbing
     def _unreachable(self, what: str, err: httpx.HTTPError) -> KubeError:
+        if _UNTRUSTED in str(err):
+            return KubeError(
+                f"{what}: the API server at {self.config.server} answered with a certificate "
+                f"that is not trusted ({err}): give the cluster's certificate-authority (or "
+                f"-data) in {self.config.origin or 'the kubeconfig'}, or, knowing the risk, "
+                "insecure-skip-tls-verify: true"
+            )
         return KubeError(
             f"{what}: the API server at {self.config.server} did not answer ({err}): "
             "is it running and reachable?"

@@ -93,6 +93,7 @@ def port_forward(
     port: int,
     *,
     kubeconfig: str | None = None,
+    context: str | None = None,
     timeout_s: float = FORWARD_TIMEOUT_S,
 ) -> Iterator[str]:
     """``http://127.0.0.1:PORT`` forwarded to ``port`` of pod ``namespace/pod`` for the
@@ -100,6 +101,8 @@ def port_forward(
     argv = [kubectl]
     if kubeconfig is not None:
         argv += ["--kubeconfig", kubeconfig]
+    if context is not None:
+        argv += ["--context", context]
     argv += ["--namespace", namespace, "port-forward", "--address", "127.0.0.1"]
     argv += [f"pod/{pod}", f":{port}"]
     what = f"pod {namespace}/{pod} port {port}"

@@ -25,10 +25,12 @@ from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
     ADMISSION_PRIVATE_FILES,
     EXTENDER_PORT,
+    KUSTOMIZATION,
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
     LocalTestbedTarget,
     StackSpec,
+    kustomization,
     local_testbed_overlay,
     overlay_tls,
     write_tree,
@@ -73,6 +75,41 @@ def write_local_overlay(
         local_target(inventory, images), relative_base(base, out), spec, overlay_tls(out, spec)
     )
     return write_tree(out, files, private=ADMISSION_PRIVATE_FILES)
+
+
+#: The post-renderer's files: what helm rendered, the testbed's patches, and the script.
+HELM_RENDERED = "helm.yaml"
+LOCAL_PATCHES = "local-testbed.yaml"
+POST_RENDERER = "post-render"
+EXECUTABLE_MODE = 0o755
+
+
+def write_helm_post_renderer(
+    out: Path, inventory: TestbedInventory, images: PushedStack, spec: StackSpec | None = None
+) -> Path:
+    """A ``helm --post-renderer`` that adapts the chart to the local testbed: the same
+    patches as the testbed's overlay of ``deploy/`` (:func:`local_testbed_overlay`: the
+    node's network, the API server's address, each node's own containerd socket), applied
+    with the cluster's own ``kubectl kustomize`` to what helm rendered. Returns the
+    script. Harness only: a real cluster installs the chart as it is."""
+    spec = spec or StackSpec()
+    overlay = local_testbed_overlay(local_target(inventory, images), ".", spec)
+    files = {
+        LOCAL_PATCHES: overlay[LOCAL_PATCHES],
+        KUSTOMIZATION: kustomization(
+            {"resources": [HELM_RENDERED], "patchesStrategicMerge": [LOCAL_PATCHES]}
+        ),
+        POST_RENDERER: (
+            "#!/bin/sh\n# helm --post-renderer: the local testbed's patches over stdin\n"
+            "set -o errexit -o nounset\n"
+            f'cat > "{out}/{HELM_RENDERED}"\n'
+            f'exec "{inventory.cluster.kubectl}" kustomize "{out}"\n'
+        ),
+    }
+    write_tree(out, files)
+    script = out / POST_RENDERER
+    script.chmod(EXECUTABLE_MODE)
+    return script
 
 
 @dataclass(frozen=True, slots=True)

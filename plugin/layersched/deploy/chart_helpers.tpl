@@ -1,0 +1,45 @@
+{{/* The Kubernetes version the objects are for: kubernetesVersion, else the cluster's. */}}
+{{- define "layersched.kubeVersion" -}}
+{{- $v := toString .Values.kubernetesVersion | default .Capabilities.KubeVersion.Version | trimPrefix "v" -}}
+{{- if not (regexMatch "^1\\.[0-9]+(\\.[0-9]+)?([-+].*)?$" $v) -}}
+{{- fail (printf "kubernetesVersion %q is not a Kubernetes version: write it like 1.37 or 1.37.2" $v) -}}
+{{- end -}}
+{{- $v -}}
+{{- end -}}
+
+{{/* Its minor, checked against what the chart renders. */}}
+{{- define "layersched.minor" -}}
+{{- $minor := (semver (include "layersched.kubeVersion" .)).Minor | int -}}
+{{- if or (lt $minor @OLDEST@) (gt $minor @NEWEST@) -}}
+{{- fail (printf "kubernetesVersion: Kubernetes 1.%d: the chart installs on 1.@OLDEST@ to 1.@NEWEST@; older clusters install with `layersched deploy overlay --kubernetes-version` (docs/deploy.md)" $minor) -}}
+{{- end -}}
+{{- if and (eq .Values.scheduler "plugin") (lt $minor @PLUGIN@) -}}
+{{- fail (printf "scheduler: plugin on Kubernetes 1.%d: the LayerLocality plugin is built for kube-scheduler 1.@PLUGIN@ and newer; use scheduler: extender" $minor) -}}
+{{- end -}}
+{{- $minor -}}
+{{- end -}}
+
+{{/* An image reference: repository@digest, else repository:tag, else the default tag. */}}
+{{- define "layersched.reference" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (.image.tag | default .tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The layersched image (extender and agent); its tag defaults to the chart's appVersion. */}}
+{{- define "layersched.image" -}}
+{{- include "layersched.reference" (dict "image" .Values.image "tag" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* kube-scheduler's: the version's tag, or the newest patch we know of a bare minor. */}}
+{{- define "layersched.kubeSchedulerImage" -}}
+{{- $v := include "layersched.kubeVersion" . -}}
+{{- $sv := semver $v -}}
+{{- $patches := dict @PATCHES@ -}}
+{{- $given := regexMatch "^1\\.[0-9]+\\.[0-9]+" $v -}}
+{{- $patch := ternary (toString $sv.Patch) (get $patches (toString $sv.Minor)) $given -}}
+{{- $tag := printf "v1.%d.%s" $sv.Minor $patch -}}
+{{- include "layersched.reference" (dict "image" .Values.kubeScheduler.image "tag" $tag) -}}
+{{- end -}}

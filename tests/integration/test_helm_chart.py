@@ -1,0 +1,191 @@
+"""charts/layersched with a real helm (built from its Go module by ``make tools``): it lints,
+and ``helm template`` gives, object for object, what ``kubectl kustomize`` gives of
+``layersched deploy render``'s tree for the same settings, on several minors, both
+scheduler kinds and both runtimes. Bad values are refused with the field named.
+
+The live install, upgrade, rollback and uninstall: tests/e2e/test_helm_install.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from layersched.builds import kubernetes_build
+from layersched.core.errors import InputError
+from layersched.deploy import (
+    CHART_DIR,
+    K3S_CONTAINERD_SOCKET,
+    RUNTIME_CRIO,
+    SCHEDULER_PLUGIN,
+    ImageRef,
+    StackSpec,
+    base_tree,
+    chart_values,
+    parse_kubernetes_version,
+    upstream_kube_scheduler,
+    write_tree,
+)
+from tests.fixtures import prereq
+from tests.fixtures.go_tools import tool
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / CHART_DIR
+RUN_TIMEOUT_S = 120
+IMAGE = ImageRef("registry.example/layersched/layersched", tag="9.9.9")
+DIGEST = "sha256:" + "c" * 64
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """helm with its config, data and cache under a directory of the test's own."""
+    binary = tool("helm")
+    home = tmp_path_factory.mktemp("helm-home")
+    return [
+        "env",
+        f"HELM_CONFIG_HOME={home}/config",
+        f"HELM_DATA_HOME={home}/data",
+        f"HELM_CACHE_HOME={home}/cache",
+        str(binary),
+    ]
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> Path:
+    try:
+        return kubernetes_build().require("kubectl") / "kubectl"
+    except InputError as err:
+        prereq.missing(str(err))
+
+
+def _objects(stream: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(stream) if doc]
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return obj["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def _by_key(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    keyed = {_key(obj): obj for obj in objects}
+    assert len(keyed) == len(objects), "two objects of one kind and name"
+    return keyed
+
+
+@dataclass(frozen=True)
+class Case:
+    spec: StackSpec
+    image: ImageRef = IMAGE
+    #: helm's --kube-version (the cluster's, for kubernetesVersion "")
+    kube_version: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+CASES = {
+    # the install deploy render --kubernetes-version 1.37.2 writes
+    "1.37-defaults": Case(StackSpec().for_version("v1.37.2")),
+    # every substituted setting moved, on the oldest minor the chart renders
+    "1.30-crio-everything": Case(
+        StackSpec(
+            namespace="ls-system",
+            strategy="pull-time",
+            extender_args=("--insecure-registry", "r.example:5000"),
+            allowed_registries=("r.example:5000", "docker.io"),
+            weight=5,
+            image_quorum=3,
+            runtime=RUNTIME_CRIO,
+            crio_storage="/data/containers/storage",
+        ).for_version("1.30"),
+        image=ImageRef("r.example:5000/ls", digest=DIGEST),
+    ),
+    # the plugin, on k3s's containerd
+    "1.36-plugin-k3s": Case(
+        StackSpec(scheduler=SCHEDULER_PLUGIN, containerd_socket=K3S_CONTAINERD_SOCKET).for_version(
+            "1.36.1"
+        )
+    ),
+    # no kubernetesVersion: the cluster's (helm's --kube-version stands for it)
+    "cluster-version": Case(StackSpec().for_version("v1.33.5"), kube_version="v1.33.5"),
+}
+
+
+def _values(case: Case) -> dict[str, Any]:
+    image = {"repository": case.image.name, "tag": case.image.tag or "",
+             "digest": case.image.digest or ""}  # fmt: skip
+    values = chart_values(case.spec, image=image)
+    if case.kube_version is not None:
+        values["kubernetesVersion"] = ""
+    return values
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_helm_template_is_the_rendered_tree(
+    name: str, helm: list[str], kubectl: Path, tmp_path: Path
+) -> None:
+    case = CASES[name]
+    version = parse_kubernetes_version(case.spec.kubernetes_version)
+    write_tree(
+        tmp_path / "tree",
+        base_tree(case.spec, case.image, upstream_kube_scheduler(version)),
+    )
+    built = _run([str(kubectl), "kustomize", str(tmp_path / "tree")])
+    assert built.returncode == 0, built.stderr
+    tree = _by_key(_objects(built.stdout))
+
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps(_values(case)))
+    argv = [*helm, "template", "layersched", str(CHART), "-f", str(values)]
+    if case.kube_version is not None:
+        argv += ["--kube-version", case.kube_version]
+    rendered = _run(argv)
+    assert rendered.returncode == 0, rendered.stderr
+    chart = _by_key(_objects(rendered.stdout))
+
+    assert sorted(chart) == sorted(tree)
+    for key, obj in tree.items():
+        assert chart[key] == obj, key
+
+
+def test_helm_lint(helm: list[str]) -> None:
+    done = _run([*helm, "lint", "--strict", str(CHART)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+    for values in (["--set", "scheduler=plugin"], ["--set", "runtime.kind=crio"]):
+        done = _run([*helm, "lint", "--strict", str(CHART), *values])
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        # the schema names the field
+        (["--set", "weight=0"], "/weight"),
+        (["--set", "runtime.kind=docker"], "/runtime/kind"),
+        (["--set", "extender.strategy=random"], "/extender/strategy"),
+        # the helpers name the version and what to do instead
+        (["--set", "kubernetesVersion=1.29"], "the chart installs on 1.30 to 1.37"),
+        (
+            ["--set", "scheduler=plugin", "--set", "kubernetesVersion=1.34"],
+            "the LayerLocality plugin is built for kube-scheduler 1.35 and newer",
+        ),
+    ],
+    ids=["weight", "runtime", "strategy", "old-minor", "plugin-before-1.35"],
+)
+def test_bad_values_are_refused_by_name(helm: list[str], values: list[str], message: str) -> None:
+    done = _run([*helm, "template", "layersched", str(CHART), "--kube-version", "1.37.2",
+                 *values])  # fmt: skip
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr

@@ -865,3 +865,19 @@ def test_the_results_hold_every_configuration_at_every_node_count() -> None:
         assert set(results[str(n)]) == set(report.CONFIGURATIONS)
         for row in results[str(n)].values():
             assert row.get("skipped") or row.get("pods_per_s")
+
+
+def test_a_round_leaves_a_complete_results_file(tmp_path: Path) -> None:
+    """After every round the results so far are a results file of their own: the node
+    counts measured, the rounds' summaries, the provenance up to now, the verdicts."""
+    results = _results()
+    del results["500"]["extender-nodes"]
+    results["1000"] = {}  # a node count not reached yet is left out
+    record = dict(results.pop("provenance"))
+    output = tmp_path / "scheduler.json"
+    bench.write_partial(results, record, [500], 0.0, output)
+    written = json.loads(output.read_text())
+    assert written["node_counts"] == [500]
+    assert written["provenance"]["load_average_1m_at_end"] is not None
+    assert set(written["targets"]["500"]) == {"extender-node-names"}
+    assert report.markdown(written)  # renders as any results file

@@ -169,6 +169,10 @@ class BenchError(TestbedError):
     """The benchmark could not set something up or measure it."""
 
 
+class ProcessExited(Exception):
+    """A process the benchmark started exited before it was ready."""
+
+
 # ---------------------------------------------------------------- the API
 
 
@@ -528,14 +532,16 @@ def _process(
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
+    # a process that exited will not become ready: no retry then (a wait for nothing)
     @tenacity.retry(
         stop=tenacity.stop_after_delay(timeout_s), wait=tenacity.wait_fixed(0.3),
-        reraise=True,
+        retry=tenacity.retry_if_exception_type(AssertionError), reraise=True,
     )  # fmt: skip
     def is_ready() -> None:
-        assert proc.poll() is None, (
-            f"{name} exited with {proc.returncode} ({_last_line(log)}); see {log}"
-        )
+        if proc.poll() is not None:
+            raise ProcessExited(
+                f"{name} exited with {proc.returncode} ({_last_line(log)}); see {log}"
+            )
         try:
             # kube-scheduler's certificate is its own self-signed one (SELF_SIGNED)
             response = httpx.get(ready, timeout=5.0, verify=SELF_SIGNED)
@@ -546,6 +552,8 @@ def _process(
     try:
         try:
             is_ready()
+        except ProcessExited as err:
+            raise BenchError(str(err)) from err
         except AssertionError as err:
             raise BenchError(f"{name} did not become ready within {timeout_s:g} s: {err}") from err
         yield proc.pid

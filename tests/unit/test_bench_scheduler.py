@@ -276,6 +276,18 @@ def test_the_stopped_process_is_explained_by_its_last_error_line(tmp_path: Path)
     assert bench._last_line(tmp_path / "missing.log") == "no log"
 
 
+def test_a_process_that_exits_is_reported_at_once_not_after_the_timeout(tmp_path: Path) -> None:
+    # a program that dies at start-up (a syntax error, a refused flag) is not waited for
+    # until the readiness timeout: the row ends with its last line, not "did not become
+    # ready within 600 s"
+    argv = [sys.executable, "-c", "import sys; print('error: bad flag --x'); sys.exit(3)"]
+    with (
+        pytest.raises(bench.BenchError, match=r"^p exited with 3 \(error: bad flag --x\)"),
+        bench._process(argv, tmp_path / "p.log", "http://127.0.0.1:9/", "p", 600.0),
+    ):
+        pass
+
+
 # ------------------------------------------------------------------ the drain
 
 

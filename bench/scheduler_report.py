@@ -631,6 +631,16 @@ def overloaded_by(record: Mapping[str, Any] | None) -> str | None:
     )
 
 
+def _rounds_text(results: Mapping[str, Any], asked: int) -> str:
+    """How many alternating rounds ran: all that were asked, or those a stopped run
+    completed (its results file is written after every round)."""
+    completed = (results.get("rounds_completed") or {}).values()
+    done = min(completed, default=asked)
+    if done >= asked:
+        return f"{asked} alternating round(s)"
+    return f"{done} of the {asked} alternating rounds asked (the run was stopped after it)"
+
+
 def _range(values: Sequence[float] | None, digits: int = 1) -> str:
     """`` (low-high)`` after a median, when there were rounds to span."""
     if not values or values[0] == values[1]:
@@ -686,9 +696,10 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"drained (pods/s between the first and the last binding, from kube-scheduler's "
         f"`Scheduled` events). Latency: {settings['steady_pods']:,} pods at "
         f"{settings['steady_rate_pods_per_s']:g} pods/s (creation to binding, seen by a "
-        f"watch). {rounds} alternating round(s) per configuration (every configuration once "
-        "per round, the order rotated each round): the medians, and the rounds' range in "
-        f"brackets. Run time {results['run_time_s'] / 60:.1f} min. " + provenance.describe(record),
+        f"watch). {_rounds_text(results, rounds)} per configuration (every configuration "
+        "once per round, the order rotated each round): the medians, and the rounds' range "
+        f"in brackets. Run time {results['run_time_s'] / 60:.1f} min. "
+        + provenance.describe(record),
         "",
         "| nodes | configuration | drain pods/s | vs default | p50 (steady) | p99 (steady) "
         "| p99 vs default | algorithm mean | extender answer | pull per pod "

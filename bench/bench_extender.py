@@ -236,6 +236,17 @@ def _naive(
     return latencies, answers
 
 
+def machine() -> dict[str, Any]:
+    """The machine a result was measured on, and how busy it was when the run began."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        # other jobs on the box widen the tails: record how busy it was
+        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="measured NodeNames requests")
@@ -266,13 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names_json = msgspec.json.encode([item["metadata"]["name"] for item in held_doc["items"]])
     full_json = msgspec.json.encode(load.node_list(FULL_NODES, IMAGES_PER_NODE, seed=3))
     results: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            # other jobs on the box widen the tails: record how busy it was
-            "load_average_1m_at_start": round(os.getloadavg()[0], 2),
-        },
+        "machine": machine(),
         "workload": {
             "images": len(load.corpus.images),
             "distinct_layers": len(load.corpus.distinct_layers()),

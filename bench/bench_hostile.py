@@ -152,11 +152,14 @@ def main() -> int:
     )
     parser.add_argument("--label-new", default="", help="its name in the results")
     parser.add_argument("--ready-timeout-s", type=float, default=DEFAULT_READY_TIMEOUT_S)
+    parser.add_argument(
+        "--nodes", type=int, default=HELD_NODES, help="honest nodes (default: %(default)s)"
+    )
     parser.add_argument("--output", type=Path, default=HOSTILE_RESULTS)
     args = parser.parse_args()
     console = Console(stderr=True)
     load = workload(IMAGES)
-    held_doc = load.node_list(HELD_NODES, IMAGES_PER_NODE, seed=1)
+    held_doc = load.node_list(args.nodes, IMAGES_PER_NODE, seed=1)
     nodes = held_doc["items"]
     names = [node["metadata"]["name"] for node in nodes]
     names_json = msgspec.json.encode(names)
@@ -170,8 +173,9 @@ def main() -> int:
     ]
     floods = [hostile_inventory(names[n], n) for n in range(HOSTILE_INVENTORIES)]
     flood_bytes = len(json.dumps(floods[0], separators=(",", ":")))
+    half = len(nodes) // 2
     scenarios = {
-        "hostile_node": ([*nodes[:2500], hostile_node("hostile"), *nodes[2500:]], honest),
+        "hostile_node": ([*nodes[:half], hostile_node("hostile"), *nodes[half:]], honest),
         "hostile_inventories": (nodes, [*floods, *honest[HOSTILE_INVENTORIES:]]),
     }
     sides = {"new": args.new} | ({"old": args.against} if args.against else {})
@@ -181,7 +185,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "workload": {
-            "nodes": HELD_NODES,
+            "nodes": args.nodes,
             "hostile_node_json_bytes": len(
                 json.dumps(hostile_node("hostile"), separators=(",", ":"))
             ),
@@ -215,7 +219,7 @@ def main() -> int:
             for r in new
         )
         and results["hostile_inventories"]["new"]["nodes_with_layers"]
-        == HELD_NODES - HOSTILE_INVENTORIES
+        == args.nodes - HOSTILE_INVENTORIES
     )
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     console.print(f"results: {args.output}: pass={results['pass']}")

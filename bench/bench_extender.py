@@ -146,13 +146,17 @@ def _assert_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def _extender(argv: Sequence[str], log_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+def _extender(
+    argv: Sequence[str], log_path: Path, *, wait: bool = True
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """An extender process, once /healthz answers (``wait=False``: at once)."""
     port = _free_port()
     cmd = [sys.executable, "-m", "layersched.cli.main", "extender", "--port", str(port), *argv]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _assert_ready(port, proc)
+        if wait:
+            _assert_ready(port, proc)
         yield port, proc
     finally:
         proc.terminate()

@@ -104,7 +104,7 @@ def _scenario(
     try:
         argv = ["--watch", "--kubeconfig", str(api.kubeconfig())]
         started = time.monotonic()
-        with _extender(argv, tmp / f"{label}.log") as (port, proc):
+        with _extender(argv, tmp / f"{label}.log", wait=False) as (port, proc):
             ready_s: float | None = None
             while time.monotonic() - started < ready_timeout_s:
                 if _ready(port):

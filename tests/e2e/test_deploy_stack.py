@@ -575,12 +575,13 @@ def _refused(kube: KubeClient, document: dict[str, Any]) -> KubeError:
 
 def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path: Path) -> None:
     # Issue 23's attack on the real API server, with node n1's real credentials: the
-    # DaemonSet agent's projected token (bound to its pod on n1) and the testbed's
-    # host-side agent certificate (layersched:agent:n1). Each may apply n1's object and
-    # is refused n2's, with the webhook's message (before 1.30) or the policy's; the
-    # agents' legacy token (bound to no pod) is refused even its own node's, and a
-    # certificate for a node that does not
-    # exist is refused for that node.
+    # DaemonSet agent's projected token (bound to its pod on n1), the testbed's host-side
+    # agent token (bound to Node n1, judged by the testbed's own policy, generated for its
+    # namespace) and a node-scoped agent certificate (layersched:agent:n1, as the cloud
+    # testbed's remote agents hold). Each may apply n1's object and is refused n2's, with
+    # the webhook's message (before 1.30) or the policy's; the agents' legacy token (bound
+    # to no pod) is refused even its own node's, and a certificate for a node that does
+    # not exist is refused for that node.
     objects = {
         i["metadata"]["name"]: i
         for i in _get(stack.kubectl, "nodelayerinventories.layersched.io")["items"]
@@ -589,12 +590,17 @@ def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path:
     n2_before = objects["n2"]
     api, ca = stack.inventory.cluster.api_server, stack.inventory.cluster.ca_file
     token_file = _agent_token_file(stack, "n1")
+    n1_cert_dir = tmp_path / "n1"
+    n1_cert_dir.mkdir()
     n1_credentials = {
         "daemonset-token": KubeConfig(
             server=api, ca_file=ca, token_file=str(token_file), origin="n1's agent pod"
         ),
-        "host-agent-certificate": load_kubeconfig(
+        "host-agent-token": load_kubeconfig(
             str(Path(stack.inventory.state_dir) / "control-plane" / "agent-n1.kubeconfig")
+        ),
+        "agent-certificate": _client_certificate_for(
+            stack, "layersched:agent:n1", "layersched:agents", n1_cert_dir
         ),
     }
     policy = uses_policy(stack.inventory.cluster.kubernetes_version)
@@ -604,8 +610,9 @@ def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path:
             assert refusal.status == 403, (what, str(refusal))
             expected = POLICY_OTHER_NODE_REFUSAL if policy else OTHER_NODE_REFUSAL
             assert expected in str(refusal), (what, str(refusal))
-            if policy and what == "daemonset-token":
-                # the node is the token's own claim (its pod's node), not the caller's word
+            if policy and what in ("daemonset-token", "host-agent-token"):
+                # the node is the token's own claim (its pod's, or its Node's), not the
+                # caller's word
                 assert "on node n1 may write" in str(refusal), str(refusal)
             kube.apply(node_layers_path("n1"), _own(objects["n1"]), "layersched-agent")
     with KubeClient(KubeConfig(server=api, ca_file=ca, token=_legacy_agent_token(stack))) as kube:

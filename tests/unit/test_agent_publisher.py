@@ -189,6 +189,22 @@ def test_the_same_content_stamped_later_is_adopted_not_repaired() -> None:
     assert sum(publisher.stats.repairs.values()) == 0
 
 
+def test_a_change_another_agent_of_the_node_published_first_is_no_repair() -> None:
+    # the node pulled an image: the other agent published it first; this one, woken by
+    # that event, reads the node, finds the object already says so, and adopts it
+    kube = RecordingKube()
+    publisher = Publisher(kube, "n1", runtime="x")
+    publisher.publish([IMG], "content-store")
+    pulled = HeldImage(("reg/b:1",), digest(101), (Layer(digest(7), 5),))
+    other_kube = RecordingKube()
+    Publisher(other_kube, "n1", runtime="x").publish([IMG, pulled], "content-store")
+    kube.existing = dict(other_kube.applied[-1])
+    assert publisher.notice(kube.existing) is True  # not what it holds: look
+    assert publisher.publish([IMG, pulled], "content-store") is False  # already true
+    assert sum(publisher.stats.repairs.values()) == 0
+    assert publisher.notice(kube.existing) is False  # held from now on
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0

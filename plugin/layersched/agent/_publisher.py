@@ -264,16 +264,20 @@ class Publisher:
         earlier (then it is held from now on). The lock is held."""
         if fingerprint(current) == self._held:
             return True
-        observed = _observed_at(current)
-        if (
-            content_hash(current) != self._held_content
-            or observed is None
-            or self._held_observed is None
-            or not self._held_observed <= observed <= datetime.now(UTC) + FUTURE_SKEW
-        ):
+        if content_hash(current) != self._held_content or not self._stamped_since(current):
             return False
         self._hold(current)
         return True
+
+    def _stamped_since(self, current: Mapping[str, Any]) -> bool:
+        """Whether ``current`` is stamped no earlier than the held object, and not from
+        the future."""
+        observed = _observed_at(current)
+        return (
+            observed is not None
+            and self._held_observed is not None
+            and self._held_observed <= observed <= datetime.now(UTC) + FUTURE_SKEW
+        )
 
     def notice(self, current: Mapping[str, Any] | None) -> bool:
         """An event's object (None: deleted); True when it differs from the object the
@@ -292,9 +296,9 @@ class Publisher:
             return None
         return max(0.0, self._repair_hold_until - self._clock())
 
-    def _check_drift(self) -> tuple[str, str] | None:
-        """Read the object; (cause, other writers) when it differs from what the agent
-        last published, None when it is as published (or nothing was)."""
+    def _check_drift(self) -> tuple[str, str, dict[str, Any] | None] | None:
+        """Read the object; (cause, other writers, the object) when it differs from what
+        the agent last published, None when it is as published (or nothing was)."""
         current = self._read_published()
         with self._lock:
             if not self._held:
@@ -305,9 +309,9 @@ class Publisher:
             if current is not None and self._is_true(current):
                 return None
             if current is None:
-                return DELETED, ""
+                return DELETED, "", None
             cause = CHANGED if content_hash(current) != self._held_content else STALE
-            return cause, _other_writers(current)
+            return cause, _other_writers(current), current
 
     def _repaired(self, cause: str, by: str) -> None:
         self.stats.repairs[cause] += 1
@@ -338,7 +342,7 @@ class Publisher:
         ``verify`` (every resync), or an event of the own-object watch, first reads what
         the API holds: an object another writer changed, set stale or deleted is
         published again (a repair, counted and logged)."""
-        repair: tuple[str, str] | None = None
+        repair: tuple[str, str, dict[str, Any] | None] | None = None
         held_back = self._clock() < self._repair_hold_until and not verify
         if verify or (self._repair_due.is_set() and not held_back):
             self._repair_due.clear()
@@ -353,6 +357,14 @@ class Publisher:
         self._report(built.omitted)
         document = built.document
         digest = content_hash(document)
+        if repair is not None and repair[2] is not None:
+            # another agent of the node got there first: it says what this one would
+            current = repair[2]
+            with self._lock:
+                if content_hash(current) == digest and self._stamped_since(current):
+                    self._hold(current)
+                    self.stats.last_hash = digest
+                    repair = None
         due = self._clock() - self.stats.last_applied_at >= self.heartbeat_s
         if digest == self.stats.last_hash and not due and repair is None:
             self.stats.unchanged += 1
@@ -373,7 +385,7 @@ class Publisher:
             self._hold(stored)
         self.stats.applies += 1
         if repair is not None:
-            self._repaired(*repair)
+            self._repaired(repair[0], repair[1])
         self.stats.last_hash = digest
         self.stats.last_applied_at = self._clock()
         log.info(

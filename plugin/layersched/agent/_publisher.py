@@ -19,9 +19,10 @@ the repair naming the other writer (its field manager) and counts it by cause
 checks the same way, in case the watch missed it. An object that says what the agent
 would say, stamped no earlier than its own (a second agent of the node during a
 DaemonSet rollout), is true: it is adopted, not repaired. A writer that keeps changing
-the object is answered with one apply per write at most, and repairs less than
-:data:`REPAIR_QUIET_S` apart wait 1 s, doubling to :data:`REPAIR_HOLD_MAX_S`: two agents
-that disagree about a node cannot drive each other into a busy loop.
+the object is answered with one apply per write at most; past :data:`REPAIR_BURST`
+repairs within :data:`REPAIR_WINDOW_S`, each next one waits 1 s, doubling to
+:data:`REPAIR_HOLD_MAX_S`: two agents that disagree about a node cannot drive each other
+into a busy loop, and an administrator's occasional write is still repaired at once.
 
 The object is built within the CRD's limits (:func:`layersched.core.nodelayers.build_inventory`):
 an image past them is left out, and logged once when it first is, not on every resync.
@@ -36,6 +37,7 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -85,9 +87,10 @@ CHANGED, STALE, DELETED = "changed", "stale", "deleted"
 REPAIR_CAUSES = (CHANGED, STALE, DELETED)
 #: The server ends a watch of the agent's own object after this; it is resumed at once.
 OWN_WATCH_TIMEOUT_S = 300
-#: Repairs closer together than this are one fight with another writer: each next one
-#: waits longer (the hold), from the first hold doubling to the longest.
-REPAIR_QUIET_S = 10.0
+#: More repairs than the burst within the window are a fight with another writer: each
+#: next one waits longer (the hold), from the first hold doubling to the longest.
+REPAIR_BURST = 10
+REPAIR_WINDOW_S = 60.0
 REPAIR_HOLD_FIRST_S = 1.0
 REPAIR_HOLD_MAX_S = 60.0
 #: A stamp this far past the agent's clock is no other agent's (a clock skew allowed).
@@ -212,7 +215,7 @@ class Publisher:
         #: Set when an event showed the object differs from it (the watch's thread).
         self._repair_due = threading.Event()
         #: The last repair, the hold the next one waits (0: none), and until when.
-        self._last_repair_at = -REPAIR_QUIET_S
+        self._recent_repairs: deque[float] = deque(maxlen=REPAIR_BURST)
         self._repair_hold_s = 0.0
         self._repair_hold_until = 0.0
         #: Held while applying and recording, so the watch never compares an event of
@@ -316,13 +319,16 @@ class Publisher:
     def _repaired(self, cause: str, by: str) -> None:
         self.stats.repairs[cause] += 1
         now = self._clock()
-        fighting = now - self._last_repair_at < REPAIR_QUIET_S
+        fighting = (
+            len(self._recent_repairs) == REPAIR_BURST
+            and now - self._recent_repairs[0] < REPAIR_WINDOW_S
+        )
         self._repair_hold_s = (
             min(REPAIR_HOLD_MAX_S, self._repair_hold_s * 2 or REPAIR_HOLD_FIRST_S)
             if fighting
             else 0.0
         )
-        self._last_repair_at = now
+        self._recent_repairs.append(now)
         self._repair_hold_until = now + self._repair_hold_s
         log.warning(
             "node %s: its NodeLayerInventory was %s%s behind the agent's back: republished "

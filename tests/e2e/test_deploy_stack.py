@@ -224,19 +224,24 @@ def _write_measurements(measurements: dict[str, Any], fallback: Path) -> None:
 
 @contextlib.contextmanager
 def deployed_stack(
-    settings: TestbedSettings, work_dir: Path, overlay_args: tuple[str, ...] = ()
+    settings: TestbedSettings,
+    work_dir: Path,
+    overlay_args: tuple[str, ...] = (),
+    *,
+    share_testbed: bool = False,
 ) -> Iterator[Stack]:
     """deploy/ installed on the testbed of ``settings`` (brought up unless it is up).
 
     Every step's undo is registered the moment the step has happened, so whatever fails
     and wherever (the overlay's build, the install, the rollout, a test) the host
     scheduler is resumed, the install removed, the measurements written and a testbed
-    this brought up torn down. ``overlay_args`` go to ``layersched deploy overlay``.
+    this brought up torn down (with ``share_testbed``: at the session's end, for the next
+    module). ``overlay_args`` go to ``layersched deploy overlay``.
     """
     with contextlib.ExitStack() as undo:
         measurements: dict[str, Any] = {}
         undo.callback(_write_measurements, measurements, work_dir / "report")
-        inventory = undo.enter_context(testbed_up(settings, refresh=False))
+        inventory = undo.enter_context(testbed_up(settings, refresh=False, shared=share_testbed))
         kubectl = Kubectl(inventory.cluster.kubectl, inventory.cluster.kubeconfig)
         # the testbed's own layersched objects (its CRD, agents' RBAC and objects) stay
         ours_before = set(_ours(kubectl))
@@ -325,7 +330,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     except TestbedError as err:
         prereq.missing(f"local testbed unavailable: {err}")
     settings = testbed_settings()
-    with deployed_stack(settings, tmp_path_factory.mktemp("deploy")) as stack:
+    # the next module (the Helm chart's) installs on the same testbed
+    with deployed_stack(settings, tmp_path_factory.mktemp("deploy"), share_testbed=True) as stack:
         yield stack
 
 

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes containerd tools lint unit integration infra e2e test ci-fresh bench bench-scheduler testbed testbed-down simulate figures proto clean
+.PHONY: help venv kubernetes containerd tools lint unit integration infra e2e test ci-fresh bench bench-scheduler live-minors testbed testbed-down simulate figures proto clean
 
 help: ## List the targets, what they write and how long they last took
 	@python3 scripts/help.py
@@ -50,6 +50,9 @@ bench: venv ## The extender's benchmarks (latency, memory, watch): bench/results
 
 bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency, 500 and 5,000 fake nodes (root) {last: bench/results/scheduler.json#run_time_s}
 	@scripts/bench-scheduler.sh
+
+live-minors: venv ## The plugin live on the older minors (1.35, 1.36; not in CI): each built from its module, on a loopback control plane with fake nodes: the seed scenario and batching; writes reports/live-minors.json and its docs block {last: reports/live-minors.json#run_time_s}
+	@$(PY) bench/live_minors.py
 
 testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table; writes reports/scenario.json, .png and the README block {last: reports/scenario.json#make_testbed_s}
 	@scripts/testbed.sh up

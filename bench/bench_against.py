@@ -72,7 +72,8 @@ def _order(rounds: int) -> list[str]:
     return order
 
 
-def _commit(tree: Path) -> str:
+def commit(tree: Path) -> str:
+    """The short commit id of the checkout at ``tree`` ("?" when git cannot say)."""
     done = subprocess.run(
         ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
         capture_output=True,
@@ -125,8 +126,8 @@ def main() -> int:
     same = answers[NEW] == answers[OLD]
     result: dict[str, Any] = {
         "case": f"NodeNames × {HELD_NODES:,} nodes, {PODS} pods cycled (bench_extender)",
-        "old": {"tree": str(old_tree), "commit": _commit(old_tree)},
-        "new": {"commit": _commit(Path(__file__).resolve().parents[1])},
+        "old": {"tree": str(old_tree), "commit": commit(old_tree)},
+        "new": {"commit": commit(Path(__file__).resolve().parents[1])},
         "order": "ABBA by round (new first in even rounds)",
         "rounds_per_side": args.rounds,
         "requests_per_round": args.requests,

@@ -57,7 +57,7 @@ def hostile_node(name: str, version: str = "5") -> bytes:
     head = {"metadata": {"name": name, "resourceVersion": version}, "status": {}}
     text = json.dumps(head, separators=(",", ":")).encode()
     images = b",".join([b'{"names":null}'] * HOSTILE_IMAGES)
-    return text[:-2] + b'{"images":[' + images + b"]}}"
+    return text[:-2] + b'"images":[' + images + b"]}}"
 
 
 def padded(name: str, size_bytes: int) -> bytes:

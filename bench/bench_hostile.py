@@ -123,11 +123,10 @@ def _scenario(
     finally:
         api.stop()
     ignored = {
-        f"{m[1]}/{m[2]}": value
+        f"{labels['resource']}/{labels['reason']}": value
         for key, value in metrics.items()
-        if value
-        and (m := re.search(r'resource="([^"]*)",reason="([^"]*)"', key))
-        and key.startswith("layersched_extender_watch_ignored_objects_total")
+        if value and key.startswith("layersched_extender_watch_ignored_objects_total{")
+        for labels in [dict(re.findall(r'(\w+)="([^"]*)"', key))]
     }
     return {
         "ready_after_s": ready_s if ready_s is not None else f"never (>{ready_timeout_s:g} s)",

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes containerd tools lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf testbed testbed-down simulate figures proto clean
+.PHONY: help venv kubernetes containerd tools lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf live-minors testbed testbed-down simulate figures proto clean
 
 help: ## List the targets, what they write and how long they last took
 	@python3 scripts/help.py
@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release plugin/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: about 8 min on 2 cores; cached: seconds; a changed plugin: under a minute)
 	@$(PY) scripts/kubernetes_build.py
 
-tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (plugin/layersched/go-tools.yml; cold: about 10 min on 2 cores; cached: seconds)
+tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (plugin/layersched/go-tools.yml; cold: helm 14 min, actionlint 1 min, measured on 2 cores under a load of 17-26; cached: seconds)
 	@$(PY) scripts/go_tools.py
 
 containerd: venv ## Download (or find cached) containerd 2.x, the testbed nodes' runtime (never installed)
@@ -53,6 +53,9 @@ bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency in 3 
 
 bench-perf: venv ## Upstream's scheduler_perf with LayerLocality out of tree, in process (etcd from make kubernetes), 3 rounds: bench/results/scheduler_perf.json {last: bench/results/scheduler_perf.json#run_time_s}
 	@$(PY) bench/bench_scheduler_perf.py
+
+live-minors: venv ## The plugin live on the older minors (1.35, 1.36; not in CI): each built from its module, on a loopback control plane with fake nodes: the seed scenario and batching; writes reports/live-minors.json and its docs block {last: reports/live-minors.json#run_time_s}
+	@$(PY) bench/live_minors.py
 
 testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table; writes reports/scenario.json, .png and the README block {last: reports/scenario.json#make_testbed_s}
 	@scripts/testbed.sh up

@@ -73,7 +73,8 @@ def _order(rounds: int) -> list[str]:
     return order
 
 
-def _commit(tree: Path) -> str:
+def commit(tree: Path) -> str:
+    """The short commit id of the checkout at ``tree`` ("?" when git cannot say)."""
     done = subprocess.run(
         ["git", "-C", str(tree), "rev-parse", "HEAD"],
         capture_output=True,
@@ -130,8 +131,8 @@ def main() -> int:
         # what was compared: kept apart from the two sides' statistics ("new", "old"),
         # which would otherwise overwrite it
         "compared": {
-            NEW: {"commit": _commit(Path(__file__).resolve().parents[1])},
-            OLD: {"tree": str(old_tree), "commit": _commit(old_tree)},
+            NEW: {"commit": commit(Path(__file__).resolve().parents[1])},
+            OLD: {"tree": str(old_tree), "commit": commit(old_tree)},
         },
         "order": "ABBA by round (new first in even rounds)",
         "rounds_per_side": args.rounds,

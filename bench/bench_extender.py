@@ -147,13 +147,17 @@ def _assert_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def _extender(argv: Sequence[str], log_path: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+def _extender(
+    argv: Sequence[str], log_path: Path, *, wait: bool = True
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """An extender process, once /healthz answers (``wait=False``: at once)."""
     port = _free_port()
     cmd = [sys.executable, "-m", "layersched.cli.main", "extender", "--port", str(port), *argv]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _assert_ready(port, proc)
+        if wait:
+            _assert_ready(port, proc)
         yield port, proc
     finally:
         proc.terminate()
@@ -237,6 +241,17 @@ def _naive(
     return latencies, answers
 
 
+def machine() -> dict[str, Any]:
+    """The machine a result was measured on, and how busy it was when the run began."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        # other jobs on the box widen the tails: record how busy it was
+        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="measured NodeNames requests")
@@ -269,13 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = provenance.start(None)
     results: dict[str, Any] = {
         "provenance": record,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            # other jobs on the box widen the tails: record how busy it was
-            "load_average_1m_at_start": round(os.getloadavg()[0], 2),
-        },
+        "machine": machine(),
         "workload": {
             "images": len(load.corpus.images),
             "distinct_layers": len(load.corpus.distinct_layers()),

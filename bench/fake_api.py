@@ -145,7 +145,9 @@ class FakeApi:
         meta: dict[str, Any] = {"resourceVersion": "1"}
         if start + page < len(objects):
             meta["continue"] = str(start + page)
-        return web.json_response({"items": items, "metadata": meta})
+        # the list's metadata before its items, as the API server writes them (a reader
+        # skipping an object too large finds the continue token first)
+        return web.json_response({"metadata": meta, "items": items})
 
     async def _watch(self, request: web.Request, path: str) -> web.StreamResponse:
         response = web.StreamResponse()

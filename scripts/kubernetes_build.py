@@ -5,12 +5,15 @@ layersched's Go module (``cmd/<name>``), against the release its ``go.mod`` pins
 ``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin`` (layersched.builds.KubernetesBuild). The
 Go module and build caches live under ``$LAYERSCHED_CACHE_DIR/go``, outside the
 repository. With every binary there and stamped with the build ID nothing runs; a changed
-plugin recompiles only what changed (warm: well under a minute). Prints a line per binary
+plugin recompiles only what changed (warm: well under a minute). With ``--minor 1.35``
+it builds that older minor's ``minor_binaries`` from its module under ``minors/``
+(``make live-minors``), under that minor's own build ID. Prints a line per binary
 with its duration; a failure names the binary and ends with the compiler's last lines.
 """
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import subprocess
 import sys
@@ -18,7 +21,6 @@ import time
 
 from layersched.builds import (
     BUILD_STAMP,
-    GO_MAINS,
     KubernetesBuild,
     cache_root,
     find_go,
@@ -67,7 +69,7 @@ def build_all(build: KubernetesBuild) -> int:
         for name in build.binaries:
             began = time.monotonic()
             argv = [go, "build", "-trimpath", "-ldflags", ldflags(build)]
-            argv += ["-o", str(bin_dir / name), f"./{GO_MAINS}/{name}"]
+            argv += ["-o", str(bin_dir / name), build.main_package(name)]
             done = subprocess.run(
                 argv, cwd=module, env=env, capture_output=True, text=True, check=False
             )
@@ -81,11 +83,23 @@ def build_all(build: KubernetesBuild) -> int:
     return 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--minor",
+        action="append",
+        default=[],
+        help="build this older minor (1.35) from its module under minors/ instead; repeatable",
+    )
+    args = parser.parse_args(argv)
     try:
-        build = kubernetes_build()
+        builds = [kubernetes_build(m) for m in args.minor] or [kubernetes_build()]
         print(f"cache root: {cache_root()}")
-        return build_all(build)
+        for build in builds:
+            status = build_all(build)
+            if status != 0:
+                return status
+        return 0
     except LayerschedError as err:
         print(f"make kubernetes: {err}", file=sys.stderr)
         return 2

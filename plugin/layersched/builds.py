@@ -14,6 +14,14 @@ CLI's defaults, the tests and the benchmarks take it and its paths from here, an
 ``playbooks/vars/kubernetes.yml`` derives the same paths from the same files
 (``tests/infra/test_playbooks_local.py`` holds the two derivations equal).
 
+The older supported minors have a Go module each under the module's ``minors/<minor>``
+(``minors/1.35``): it requires layersched's module and replaces the release, and every
+module that release's ``go.mod`` requires, with the versions that release requires
+(``hack/pin_kubernetes.py --as-released``). The plugin's tests run there
+(``tests/integration/test_kube_scheduler_minors.py``), and ``make live-minors`` builds the
+file's ``minor_binaries`` there, from the same mains, into the same cache under the
+minor's own build ID (the release and the hash of both modules).
+
 ``make containerd`` downloads Debian's containerd 2.x binary package (never installing
 it) and unpacks it under ``$LAYERSCHED_CACHE_DIR/containerd/<version>``; its identity is
 ``containerd-download.yml`` beside this module, read here (the testbed's nodes and the
@@ -58,6 +66,10 @@ BUILD_STAMP = ".stamp"
 #: What of a Go module besides its sources the build ID hashes, and where its mains are.
 GO_MODULE_FILES = ("go.mod", "go.sum")
 GO_MAINS = "cmd"
+#: Under the module: one Go module per older minor (``minors/1.35``).
+GO_MINORS = "minors"
+_MODULE_DIRECTIVE = re.compile(r"^module\s+(\S+)\s*$", re.MULTILINE)
+_MINOR = re.compile(r"^1\.\d+$")
 #: The newer toolchain of this project's machines, tried when PATH's go is too old.
 FALLBACK_GO = Path("/usr/local/go/bin/go")
 _GO_DIRECTIVE = re.compile(r"^go\s+(\d+(?:\.\d+)*)\s*$", re.MULTILINE)
@@ -112,17 +124,43 @@ def required_version(go_mod: str, module: str = KUBERNETES_MODULE) -> str | None
     return None
 
 
+def pinned_version(go_mod: str, module: str = KUBERNETES_MODULE) -> str | None:
+    """The version of ``module`` a build from ``go.mod`` compiles: the version its
+    ``replace`` names (a minor's module: the release, as released), else the required
+    one."""
+    for line in go_mod.splitlines():
+        words = line.split("//", 1)[0].split()
+        if words[:1] == ["replace"]:
+            words = words[1:]
+        if len(words) == 4 and words[0] == module and words[1:3] == ["=>", module]:
+            return words[3]
+    return required_version(go_mod, module)
+
+
+def _module_path(go_mod: str, where: Path) -> str:
+    match = _MODULE_DIRECTIVE.search(go_mod)
+    if match is None:
+        raise InputError(f"{where}: no module directive: restore it from git")
+    return match[1]
+
+
 @dataclass(frozen=True, slots=True)
 class KubernetesBuild:
-    """What ``make kubernetes`` builds from layersched's Go module, and where it caches it."""
+    """What ``make kubernetes`` builds from layersched's Go module, and where it caches it;
+    or what ``make live-minors`` builds for an older minor, from that minor's module."""
 
-    #: The module's directory, relative to the repository root.
+    #: The directory the go commands run in, relative to the repository root: the module,
+    #: or a minor's module under it.
     module: str
     #: The Kubernetes release its go.mod pins (``v1.37.2``): what ``--version`` prints.
     version: str
     binaries: tuple[str, ...]
-    #: The hash of go.mod, go.sum and the sources (part of the build ID).
+    #: The hash of go.mod, go.sum and the sources (part of the build ID); for a minor, of
+    #: both modules.
     module_sha256: str
+    #: The import path of the package holding the mains (``layersched.io/kube-scheduler``):
+    #: a main is ``<mains>/cmd/<name>``, in the module and in a minor's module alike.
+    mains: str = ""
 
     def directory(self, repo: Path = REPO_ROOT) -> Path:
         """Where the module is in this checkout."""
@@ -171,6 +209,10 @@ class KubernetesBuild:
             "GOTOOLCHAIN": "local",
             "CGO_ENABLED": "0",
         }
+
+    def main_package(self, name: str) -> str:
+        """The import path of binary ``name``'s main."""
+        return f"{self.mains}/{GO_MAINS}/{name}"
 
     def binary(self, name: str, root: Path | None = None) -> Path:
         """The path of binary ``name`` (``kube-scheduler``, ``kubectl``, ``pause`` …)."""
@@ -278,22 +320,84 @@ def parse_kubernetes_build(record: Any, repo: Path = REPO_ROOT) -> KubernetesBui
             f"{directory / 'go.mod'} requires no {KUBERNETES_MODULE}: pin a release with "
             f"`python3 {module}/hack/pin_kubernetes.py v1.MINOR.PATCH`"
         )
+    _check_mains(directory, binaries)
+    return KubernetesBuild(
+        module=module,
+        version=version,
+        binaries=binaries,
+        module_sha256=module_sha256(directory),
+        mains=_module_path(go_mod, directory / "go.mod"),
+    )
+
+
+def _check_mains(directory: Path, binaries: tuple[str, ...]) -> None:
     for name in binaries:
         if not (directory / GO_MAINS / name).is_dir():
             raise InputError(
                 f"{KUBERNETES_BUILD_FILE}: binary {name!r} has no main at "
                 f"{directory / GO_MAINS / name}: add cmd/{name}/main.go or drop the name"
             )
+
+
+def supported_minors(record: Any, repo: Path = REPO_ROOT) -> tuple[str, ...]:
+    """The older minors with a module under the build's ``minors/`` (``("1.35", "1.36")``),
+    oldest first."""
+    directory = repo / _text(record, "module") / GO_MINORS
+    found = [p.parent.name for p in directory.glob("*/go.mod") if _MINOR.match(p.parent.name)]
+    return tuple(sorted(found, key=_version_key))
+
+
+def parse_minor_build(record: Any, minor: str, repo: Path = REPO_ROOT) -> KubernetesBuild:
+    """The build of ``minor`` (``"1.35"``) from ``kubernetes-build.yml``'s mapping: its
+    ``minor_binaries``, compiled in the module's ``minors/<minor>``; the release is the one
+    that module replaces ``k8s.io/kubernetes`` with, and the build ID hashes both modules."""
+    main = parse_kubernetes_build(record, repo)
+    binaries = _binaries({"binaries": record.get("minor_binaries")}, KUBERNETES_BUILD_FILE)
+    _check_mains(main.directory(repo), binaries)
+    module = f"{main.module}/{GO_MINORS}/{minor}"
+    directory = repo / module
+    try:
+        go_mod = (directory / "go.mod").read_text("utf-8")
+    except OSError as err:
+        have = ", ".join(supported_minors(record, repo)) or "none"
+        raise InputError(
+            f"Kubernetes {minor}: no module at {directory} ({err.strerror}); the minors with "
+            f"one: {have}"
+        ) from err
+    version = pinned_version(go_mod)
+    if version is None or not version.startswith(f"v{minor}."):
+        raise InputError(
+            f"{directory / 'go.mod'} pins {KUBERNETES_MODULE} {version}, not a {minor} "
+            f"release: run `python3 {main.module}/hack/pin_kubernetes.py v{minor}.PATCH "
+            f"--as-released --module-dir {module}`"
+        )
+    both = f"{main.module_sha256}\n{module_sha256(directory)}\n"
     return KubernetesBuild(
-        module=module, version=version, binaries=binaries, module_sha256=module_sha256(directory)
+        module=module,
+        version=version,
+        binaries=binaries,
+        module_sha256=hashlib.sha256(both.encode()).hexdigest(),
+        mains=main.mains,
     )
 
 
-@cache
-def kubernetes_build() -> KubernetesBuild:
-    """The Kubernetes build this checkout (or installed package) runs."""
+def _build_record() -> Any:
     text = resources.files("layersched").joinpath(KUBERNETES_BUILD_FILE).read_text("utf-8")
-    return parse_kubernetes_build(yaml.safe_load(text))
+    return yaml.safe_load(text)
+
+
+@cache
+def kubernetes_build(minor: str | None = None) -> KubernetesBuild:
+    """The Kubernetes build this checkout (or installed package) runs; with ``minor``
+    (``"1.35"``), that older minor's build (``make live-minors``)."""
+    if minor is None:
+        return parse_kubernetes_build(_build_record())
+    return parse_minor_build(_build_record(), minor)
+
+
+def minor_builds() -> tuple[KubernetesBuild, ...]:
+    """The build of every older minor with a module, oldest first."""
+    return tuple(kubernetes_build(minor) for minor in supported_minors(_build_record()))
 
 
 @dataclass(frozen=True, slots=True)

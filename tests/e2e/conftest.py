@@ -17,6 +17,7 @@ import pytest
 from rich.console import Console
 
 from layersched.testbed.report import print_table
+from tests.fixtures.testbed import down_shared
 
 #: Overrides the temp dir the e2e writes its scenario.json and scenario.png to.
 REPORT_DIR_ENV = "LAYERSCHED_E2E_REPORT_DIR"
@@ -53,3 +54,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         print_table(report, Console(file=buffer, width=TABLE_WIDTH, force_terminal=False))
         terminalreporter.write_sep("=", f"seed scenario ({report['driver']}): {path}")
         terminalreporter.write(buffer.getvalue())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Take down the testbed the deploy modules shared (tests/fixtures/testbed.py)."""
+    down_shared()

@@ -39,7 +39,7 @@ def kubectl() -> Iterator[Kubectl]:
     except TestbedError as err:
         prereq.missing(f"local testbed unavailable: {err}")
     settings = TestbedSettings(state_dir=default_state_dir())
-    with testbed_up(settings, refresh=False) as inventory:
+    with testbed_up(settings, refresh=False, shared=True) as inventory:
         yield Kubectl(inventory.cluster.kubectl, inventory.cluster.kubeconfig)
 
 

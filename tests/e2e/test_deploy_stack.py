@@ -224,19 +224,24 @@ def _write_measurements(measurements: dict[str, Any], fallback: Path) -> None:
 
 @contextlib.contextmanager
 def deployed_stack(
-    settings: TestbedSettings, work_dir: Path, overlay_args: tuple[str, ...] = ()
+    settings: TestbedSettings,
+    work_dir: Path,
+    overlay_args: tuple[str, ...] = (),
+    *,
+    share_testbed: bool = False,
 ) -> Iterator[Stack]:
     """deploy/ installed on the testbed of ``settings`` (brought up unless it is up).
 
     Every step's undo is registered the moment the step has happened, so whatever fails
     and wherever (the overlay's build, the install, the rollout, a test) the host
     scheduler is resumed, the install removed, the measurements written and a testbed
-    this brought up torn down. ``overlay_args`` go to ``layersched deploy overlay``.
+    this brought up torn down (with ``share_testbed``: at the session's end, for the next
+    module). ``overlay_args`` go to ``layersched deploy overlay``.
     """
     with contextlib.ExitStack() as undo:
         measurements: dict[str, Any] = {}
         undo.callback(_write_measurements, measurements, work_dir / "report")
-        inventory = undo.enter_context(testbed_up(settings, refresh=False))
+        inventory = undo.enter_context(testbed_up(settings, refresh=False, shared=share_testbed))
         kubectl = Kubectl(inventory.cluster.kubectl, inventory.cluster.kubeconfig)
         # the testbed's own layersched objects (its CRD, agents' RBAC and objects) stay
         ours_before = set(_ours(kubectl))
@@ -325,7 +330,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     except TestbedError as err:
         prereq.missing(f"local testbed unavailable: {err}")
     settings = testbed_settings()
-    with deployed_stack(settings, tmp_path_factory.mktemp("deploy")) as stack:
+    # the next module (the Helm chart's) installs on the same testbed
+    with deployed_stack(settings, tmp_path_factory.mktemp("deploy"), share_testbed=True) as stack:
         yield stack
 
 
@@ -575,12 +581,13 @@ def _refused(kube: KubeClient, document: dict[str, Any]) -> KubeError:
 
 def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path: Path) -> None:
     # Issue 23's attack on the real API server, with node n1's real credentials: the
-    # DaemonSet agent's projected token (bound to its pod on n1) and the testbed's
-    # host-side agent certificate (layersched:agent:n1). Each may apply n1's object and
-    # is refused n2's, with the webhook's message (before 1.30) or the policy's; the
-    # agents' legacy token (bound to no pod) is refused even its own node's, and a
-    # certificate for a node that does not
-    # exist is refused for that node.
+    # DaemonSet agent's projected token (bound to its pod on n1), the testbed's host-side
+    # agent token (bound to Node n1, judged by the testbed's own policy, generated for its
+    # namespace) and a node-scoped agent certificate (layersched:agent:n1, as the cloud
+    # testbed's remote agents hold). Each may apply n1's object and is refused n2's, with
+    # the webhook's message (before 1.30) or the policy's; the agents' legacy token (bound
+    # to no pod) is refused even its own node's, and a certificate for a node that does
+    # not exist is refused for that node.
     objects = {
         i["metadata"]["name"]: i
         for i in _get(stack.kubectl, "nodelayerinventories.layersched.io")["items"]
@@ -589,12 +596,17 @@ def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path:
     n2_before = objects["n2"]
     api, ca = stack.inventory.cluster.api_server, stack.inventory.cluster.ca_file
     token_file = _agent_token_file(stack, "n1")
+    n1_cert_dir = tmp_path / "n1"
+    n1_cert_dir.mkdir()
     n1_credentials = {
         "daemonset-token": KubeConfig(
             server=api, ca_file=ca, token_file=str(token_file), origin="n1's agent pod"
         ),
-        "host-agent-certificate": load_kubeconfig(
+        "host-agent-token": load_kubeconfig(
             str(Path(stack.inventory.state_dir) / "control-plane" / "agent-n1.kubeconfig")
+        ),
+        "agent-certificate": _client_certificate_for(
+            stack, "layersched:agent:n1", "layersched:agents", n1_cert_dir
         ),
     }
     policy = uses_policy(stack.inventory.cluster.kubernetes_version)
@@ -604,8 +616,9 @@ def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path:
             assert refusal.status == 403, (what, str(refusal))
             expected = POLICY_OTHER_NODE_REFUSAL if policy else OTHER_NODE_REFUSAL
             assert expected in str(refusal), (what, str(refusal))
-            if policy and what == "daemonset-token":
-                # the node is the token's own claim (its pod's node), not the caller's word
+            if policy and what in ("daemonset-token", "host-agent-token"):
+                # the node is the token's own claim (its pod's, or its Node's), not the
+                # caller's word
                 assert "on node n1 may write" in str(refusal), str(refusal)
             kube.apply(node_layers_path("n1"), _own(objects["n1"]), "layersched-agent")
     with KubeClient(KubeConfig(server=api, ca_file=ca, token=_legacy_agent_token(stack))) as kube:

@@ -176,7 +176,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     helm_bin = tool("helm")
     work = tmp_path_factory.mktemp("helm")
     with contextlib.ExitStack() as undo:
-        inventory = undo.enter_context(testbed_up(testbed_settings(), refresh=False))
+        inventory = undo.enter_context(testbed_up(testbed_settings(), refresh=False, shared=True))
         kubectl = Kubectl(inventory.cluster.kubectl, inventory.cluster.kubeconfig)
         ours_before = set(_ours(kubectl))
         assert f"namespace/{NAMESPACE}" not in ours_before, "a previous install is still there"

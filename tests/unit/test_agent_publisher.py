@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 import tenacity
 
 from layersched.agent import (
+    REPAIR_BURST,
     ChangeSignal,
     CrioStorageReader,
     NodeImagesReader,
@@ -170,6 +172,77 @@ def test_an_object_another_writer_changed_is_repaired_counted_and_logged(
     assert publisher.notice(repaired) is False
     assert publisher.publish([IMG], "content-store", verify=True) is False
     assert sum(publisher.stats.repairs.values()) == 1
+
+
+def test_the_same_content_stamped_later_is_adopted_not_repaired() -> None:
+    # a second agent of the node (a DaemonSet rollout's overlap) applies what this one
+    # would, a moment later: the object is true, and the two must not fight over stamps
+    kube = RecordingKube()
+    publisher = Publisher(kube, "n1", runtime="x")
+    publisher.publish([IMG], "content-store")
+    own = kube.applied[-1]
+    later = dict(own, observedAt="2999-01-01T00:00:00Z")  # not from the far future
+    assert publisher.notice(later) is True
+    later["observedAt"] = own["observedAt"]  # the same second, the other agent's
+    kube.existing = later
+    assert publisher.notice(later) is False
+    assert publisher.publish([IMG], "content-store", verify=True) is False
+    assert sum(publisher.stats.repairs.values()) == 0
+
+
+def test_a_change_another_agent_of_the_node_published_first_is_no_repair() -> None:
+    # the node pulled an image: the other agent published it first; this one, woken by
+    # that event, reads the node, finds the object already says so, and adopts it
+    kube = RecordingKube()
+    publisher = Publisher(kube, "n1", runtime="x")
+    publisher.publish([IMG], "content-store")
+    pulled = HeldImage(("reg/b:1",), digest(101), (Layer(digest(7), 5),))
+    other_kube = RecordingKube()
+    Publisher(other_kube, "n1", runtime="x").publish([IMG, pulled], "content-store")
+    kube.existing = dict(other_kube.applied[-1])
+    assert publisher.notice(kube.existing) is True  # not what it holds: look
+    assert publisher.publish([IMG, pulled], "content-store") is False  # already true
+    assert sum(publisher.stats.repairs.values()) == 0
+    assert publisher.notice(kube.existing) is False  # held from now on
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_writer_that_keeps_changing_the_object_is_answered_ever_later() -> None:
+    kube = RecordingKube()
+    clock = Clock()
+    publisher = Publisher(kube, "n1", runtime="x", clock=clock)
+    publisher.publish([IMG], "content-store")
+
+    def wipe() -> None:
+        kube.existing = dict(kube.applied[-1], images=[], layers=[])
+        assert publisher.notice(kube.existing) is True
+
+    repaired_at = []
+    for _ in range(REPAIR_BURST + 4):
+        clock.now += 0.5  # the other writer answers half a second after each repair
+        wipe()
+        # held back while the hold lasts: no read, no apply, however often it is woken
+        while (wait_s := publisher.repair_wait_s()) is not None and wait_s > 0:
+            assert publisher.publish([IMG], "content-store") is False
+            clock.now += wait_s
+        assert publisher.publish([IMG], "content-store") is True
+        repaired_at.append(clock.now)
+    # a burst of ten repaired at once (an administrator's writes), then each a hold
+    # after the last, the hold doubling from 1 s: never a busy loop
+    gaps = [b - a for a, b in pairwise(repaired_at)]
+    assert gaps == [0.5] * REPAIR_BURST + [1.0, 2.0, 4.0]
+    assert publisher.stats.repairs["changed"] == REPAIR_BURST + 4
+    # quiet for a window: the next repair is at once again
+    clock.now += 60
+    wipe()
+    assert publisher.repair_wait_s() == 0.0
 
 
 def test_a_repair_the_api_refuses_stays_due_and_is_counted_once_made() -> None:

@@ -32,7 +32,10 @@ from layersched.builds import (
     module_sha256,
     parse_containerd_download,
     parse_kubernetes_build,
+    parse_minor_build,
+    pinned_version,
     required_version,
+    supported_minors,
 )
 from layersched.core.errors import InputError
 
@@ -150,6 +153,112 @@ def test_the_module_hash_covers_the_pin_too(tmp_path: Path) -> None:
 )
 def test_the_release_is_read_from_the_require(go_mod: str, version: str | None) -> None:
     assert required_version(go_mod) == version
+
+
+@pytest.mark.parametrize(
+    ("go_mod", "version"),
+    [
+        ("module x\n\nrequire k8s.io/kubernetes v1.37.2\n", "v1.37.2"),
+        # a minor's module: MVS selects the newer release, the replace compiles the older
+        (
+            "module x\n\nrequire k8s.io/kubernetes v1.37.2 // indirect\n\n"
+            "replace k8s.io/api => k8s.io/api v0.35.4\n\n"
+            "replace k8s.io/kubernetes => k8s.io/kubernetes v1.35.4\n",
+            "v1.35.4",
+        ),
+        # a replace by a directory or another module is no release
+        ("module x\n\nreplace k8s.io/kubernetes => ../k\n", None),
+    ],
+    ids=["require", "replaced-as-released", "replaced-by-a-directory"],
+)
+def test_the_compiled_release_is_the_replaces(go_mod: str, version: str | None) -> None:
+    assert pinned_version(go_mod) == version
+
+
+RECORD = {"module": "m", "binaries": ["kubelet"], "minor_binaries": ["kube-apiserver"]}
+MAIN_GO_MOD = "module example.test/m\n\nrequire k8s.io/kubernetes v1.37.2\n"
+MINOR_GO_MOD = (
+    "module example.test/m/minors/1.35\n\nrequire example.test/m v0.0.0\n\n"
+    "replace example.test/m => ../..\n\nreplace k8s.io/kubernetes => k8s.io/kubernetes v1.35.4\n"
+)
+
+
+def _minors_tree(root: Path) -> Path:
+    return _module(
+        root,
+        {
+            "m/go.mod": MAIN_GO_MOD,
+            "m/go.sum": "",
+            "m/cmd/kubelet/main.go": "package main\n",
+            "m/cmd/kube-apiserver/main.go": "package main\n",
+            "m/minors/1.35/go.mod": MINOR_GO_MOD,
+            "m/minors/1.35/go.sum": "",
+            "m/minors/1.36/go.mod": MINOR_GO_MOD.replace("1.35", "1.36"),
+            "m/minors/1.36/go.sum": "",
+            "m/minors/notes/go.mod": "module y\n",
+        },
+    )
+
+
+def test_a_minor_is_built_from_its_module_with_both_hashes(tmp_path: Path) -> None:
+    repo = _minors_tree(tmp_path)
+    assert supported_minors(RECORD, repo) == ("1.35", "1.36")  # not notes/
+    main = parse_kubernetes_build(RECORD, repo)
+    build = parse_minor_build(RECORD, "1.35", repo)
+    assert (build.module, build.version, build.binaries) == (
+        "m/minors/1.35",
+        "v1.35.4",
+        ("kube-apiserver",),
+    )
+    # the mains are the module's, built by import path from the minor's module
+    assert build.main_package("kube-apiserver") == "example.test/m/cmd/kube-apiserver"
+    assert main.main_package("kubelet") == "example.test/m/cmd/kubelet"
+    both = f"{module_sha256(repo / 'm')}\n{module_sha256(repo / 'm/minors/1.35')}\n"
+    assert build.build_id == f"v1.35.4+src.{hashlib.sha256(both.encode()).hexdigest()[:12]}"
+    # a changed plugin source is a new build of every minor too
+    (repo / "m/cmd/kubelet/main.go").write_text("package main // changed\n")
+    assert parse_minor_build(RECORD, "1.35", repo).build_id != build.build_id
+
+
+def test_the_main_build_id_ignores_the_minors_modules(tmp_path: Path) -> None:
+    repo = _minors_tree(tmp_path)
+    before = parse_kubernetes_build(RECORD, repo).build_id
+    (repo / "m/minors/1.35/go.sum").write_text("k8s.io/kubernetes v1.35.4 h1:x=\n")
+    assert parse_kubernetes_build(RECORD, repo).build_id == before
+    assert parse_minor_build(RECORD, "1.35", repo).build_id != before
+
+
+@pytest.mark.parametrize(
+    ("minor", "go_mod", "message"),
+    [
+        ("1.34", None, r"no module at .*minors/1.34.*the minors with one: 1.35, 1.36"),
+        ("1.35", "module x\n", r"pins k8s.io/kubernetes None, not a 1.35 release: run"),
+        (
+            "1.35",
+            "module x\n\nreplace k8s.io/kubernetes => k8s.io/kubernetes v1.36.3\n",
+            r"pins k8s.io/kubernetes v1.36.3, not a 1.35 release: .*--as-released",
+        ),
+    ],
+    ids=["no-module", "no-pin", "wrong-minor"],
+)
+def test_a_minor_without_its_module_says_how(
+    tmp_path: Path, minor: str, go_mod: str | None, message: str
+) -> None:
+    repo = _minors_tree(tmp_path)
+    if go_mod is not None:
+        (repo / f"m/minors/{minor}/go.mod").write_text(go_mod)
+    with pytest.raises(InputError, match=message):
+        parse_minor_build(RECORD, minor, repo)
+
+
+def test_the_minors_of_this_checkout_are_the_older_supported_ones() -> None:
+    main = kubernetes_build()
+    for minor in ("1.35", "1.36"):
+        build = kubernetes_build(minor)
+        assert build.version.startswith(f"v{minor}.")
+        assert build.mains == main.mains == "layersched.io/kube-scheduler"
+        assert {"kube-apiserver", "kube-scheduler", "etcd"} <= set(build.binaries)
+        assert build.bin_dir() != main.bin_dir()
 
 
 def test_paths_follow_the_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

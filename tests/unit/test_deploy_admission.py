@@ -82,7 +82,8 @@ def test_the_webhook_fails_closed_on_creates_and_updates_only() -> None:
     assert hook["timeoutSeconds"] == 5
     # DELETE is never sent: the garbage collector never waits on the webhook
     assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
-    assert hook["rules"][0]["resources"] == ["nodelayerinventories"]
+    # and every subresource it may gain (issue 30: a status subresource would not be checked)
+    assert hook["rules"][0]["resources"] == ["nodelayerinventories", "nodelayerinventories/*"]
     assert hook["clientConfig"]["service"] == {
         "name": WEBHOOK_SERVICE, "namespace": NAMESPACE, "path": "/validate", "port": 443,
     }  # fmt: skip

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
+import pytest
 import tenacity
 
 from layersched.core.layers import Layer
@@ -33,6 +34,7 @@ from layersched.core.nodelayers import HeldImage
 from layersched.extender import WatchInventoryProvider
 from layersched.extender._watch import MAX_OBJECT_BYTES
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient, KubeConfig, Oversize
+from layersched.kube._client import _skipped_page
 from tests.fixtures.fake_kube import RunningLoop, digest, layers, metric, node
 from tests.fixtures.serving import serving
 
@@ -55,7 +57,7 @@ def hostile_node(name: str, version: str = "5") -> bytes:
     head = {"metadata": {"name": name, "resourceVersion": version}, "status": {}}
     text = json.dumps(head, separators=(",", ":")).encode()
     images = b",".join([b'{"names":null}'] * HOSTILE_IMAGES)
-    return text[:-2] + b'{"images":[' + images + b"]}}"
+    return text[:-2] + b'"images":[' + images + b"]}}"
 
 
 def padded(name: str, size_bytes: int) -> bytes:
@@ -302,3 +304,19 @@ def test_a_hostile_node_neither_stops_the_list_nor_the_watch() -> None:
     assert watch_peak_bytes < HOSTILE_PEAK_BYTES, watch_peak_bytes
     # the cap the extender skips at is well under the hostile object
     assert len(hostile_node("evil")) // 4 > MAX_OBJECT_BYTES
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        # the API server's compact JSON
+        b'{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"7",'
+        b'"continue":"c1"},"items":[{"metadata":{"name":"n1","uid":"u"',
+        # json.dumps' default separators (a stand-in API's)
+        b'{"metadata": {"resourceVersion": "7", "continue": "c1"}, "items": [{"metadata": '
+        b'{"name": "n1", "uid": "u"',
+    ],
+    ids=["compact", "spaced"],
+)
+def test_a_skipped_pages_head_gives_the_continue_token_and_the_name(head: bytes) -> None:
+    assert _skipped_page(head, "listing", 1) == ("7", "c1", "n1")

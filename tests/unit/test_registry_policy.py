@@ -18,6 +18,7 @@ from layersched.core.errors import LayerResolutionError, RegistryError, Registry
 from layersched.core.manifest import OCI_MANIFEST
 from layersched.core.reference import ImageReference
 from layersched.registry import RegistryClient, RegistryLayerSource
+from layersched.registry._client import _allowed
 from layersched.registry._transport import MAX_ERROR_BODY_BYTES
 from tests.unit.test_registry_client import HOST, IMG, FakeRegistry, client_for
 
@@ -284,12 +285,13 @@ def test_allowlist_blocks_other_registries_without_a_request(
         # host:port must match exactly…
         (("reg.example:5000",), f"{HOST}/app:1", True),
         (("reg.example:5001",), f"{HOST}/app:1", False),
-        # …a bare host allows every port.
-        (("reg.example",), f"{HOST}/app:1", True),
+        # …a bare host allows the default port only (issue 30: ``ghcr.io`` allowed
+        # ``ghcr.io:22``): not reg.example:5000
+        (("reg.example",), f"{HOST}/app:1", False),
         # An empty list allows nothing.
         ((), f"{HOST}/app:1", False),
     ],
-    ids=["host-port", "other-port", "bare-host", "empty"],
+    ids=["host-port", "other-port", "bare-host-other-port", "empty"],
 )
 def test_allowlist_matching(allowed: tuple[str, ...], image: str, ok: bool) -> None:
     with client_for(FakeRegistry(), allowed_registries=allowed) as client:
@@ -359,3 +361,18 @@ def test_a_head_answer_declaring_a_large_blob_is_not_a_large_body() -> None:
 
     with client_for(handler, retries=0) as client:
         assert client.blob_exists(ImageReference.parse(f"{HOST}/app:1"), digest)
+
+
+@pytest.mark.parametrize(
+    ("domain", "ok"),
+    [
+        ("ghcr.io", True),  # the default port
+        ("ghcr.io:443", True),
+        ("ghcr.io:22", False),  # before issue 30: allowed
+        ("ghcr.io:5000", False),
+        ("reg.lan:5000", True),  # listed with its port
+        ("reg.lan", False),
+    ],
+)
+def test_a_bare_host_allows_its_default_port_only(domain: str, ok: bool) -> None:
+    assert _allowed(domain, ("ghcr.io", "reg.lan:5000")) is ok

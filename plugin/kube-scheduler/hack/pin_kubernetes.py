@@ -9,7 +9,15 @@ of the module does not have (golang/go#44840). A consumer therefore requires
 release's own ``go.mod`` here, never kept by hand:
 
     python3 hack/pin_kubernetes.py v1.37.2            # the module this file lives in
-    python3 hack/pin_kubernetes.py v1.35.6 --module-dir compat/k8s-1.35
+    python3 hack/pin_kubernetes.py v1.35.4 --module-dir compat/k8s-1.35
+
+A module that requires another module pinned to a *newer* release (``minors/1.35``
+requires this module, pinned to 1.37) would have Go's minimal version selection lift the
+older release, and every dependency the two share, to the newer one's versions. With
+``--as-released`` the release itself and every module its ``go.mod`` requires are replaced
+with the version that ``go.mod`` requires, so the code compiled is the release's own:
+
+    python3 hack/pin_kubernetes.py v1.35.4 --as-released --module-dir minors/1.35
 
 It runs ``go mod download`` (the Go module proxy), ``go mod edit`` and ``go mod tidy``
 with the ``go`` on PATH, and prints what it changed. Standard library only.
@@ -54,6 +62,28 @@ def staging_modules(upstream_go_mod: str) -> list[str]:
     return sorted(modules)
 
 
+def released_requirements(upstream_go_mod: str) -> dict[str, str]:
+    """The modules a release's ``go.mod`` requires, with their versions (the staging
+    modules' ``v0.0.0`` left out: they are replaced by :func:`staging_modules`)."""
+    required: dict[str, str] = {}
+    block = False
+    for line in upstream_go_mod.splitlines():
+        words = line.split("//", 1)[0].split()
+        if words[:2] == ["require", "("]:
+            block = True
+            continue
+        if block and words[:1] == [")"]:
+            block = False
+            continue
+        if words[:1] == ["require"]:
+            words = words[1:]
+        elif not block:
+            continue
+        if len(words) == 2 and words[1].startswith("v") and words[1] != "v0.0.0":
+            required[words[0]] = words[1]
+    return required
+
+
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
@@ -66,6 +96,12 @@ def main() -> int:
         type=Path,
         default=Path(__file__).resolve().parents[1],
         help="the Go module to pin (default: the one this script lives in)",
+    )
+    parser.add_argument(
+        "--as-released",
+        action="store_true",
+        help="also replace the release and every module its go.mod requires with the version"
+        " it requires (for a module that requires one pinned to a newer release)",
     )
     args = parser.parse_args()
     release = _RELEASE.match(args.version)
@@ -85,15 +121,25 @@ def main() -> int:
     staging = staging_modules(upstream)
     staging_version = f"v0.{release['minor']}.{release['patch']}"
 
+    released = released_requirements(upstream) if args.as_released else {}
+    if args.as_released:
+        released[KUBERNETES] = args.version
+
     ours = json.loads(_go("mod", "edit", "-json", cwd=module_dir))
     stale = sorted(
-        replace["Old"]["Path"]
+        old
         for replace in ours.get("Replace") or []
-        if replace["Old"]["Path"].startswith("k8s.io/") and replace["Old"]["Path"] not in staging
+        if (old := replace["Old"]["Path"]) not in staging
+        and old not in released
+        # a module version (not a directory) this script wrote: k8s.io/*, or any with
+        # --as-released
+        and replace["New"].get("Version")
+        and (args.as_released or old.startswith("k8s.io/"))
     )
     edits = [f"-require={KUBERNETES}@{args.version}"]
     edits += [f"-dropreplace={module}" for module in stale]
     edits += [f"-replace={module}={module}@{staging_version}" for module in staging]
+    edits += [f"-replace={module}={module}@{version}" for module, version in released.items()]
     # our module must declare at least the Go version the release declares
     upstream_go = _GO_DIRECTIVE.search(upstream)
     if upstream_go and _version_key(upstream_go["version"]) > _version_key(ours["Go"]):
@@ -102,7 +148,9 @@ def main() -> int:
     _go("mod", "tidy", cwd=module_dir)
     print(
         f"{go_mod}: {KUBERNETES} {args.version}, {len(staging)} staging modules at"
-        f" {staging_version}" + (f"; dropped {', '.join(stale)}" if stale else "")
+        f" {staging_version}"
+        + (f", {len(released)} modules as released" if released else "")
+        + (f"; dropped {', '.join(stale)}" if stale else "")
     )
     return 0
 

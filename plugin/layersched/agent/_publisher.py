@@ -16,9 +16,13 @@ differs from it (another writer changed what it says, set ``observedAt`` back so
 looks stale, or deleted it), the loop is woken, publishes the truth again at once, logs
 the repair naming the other writer (its field manager) and counts it by cause
 (:attr:`PublishStats.repairs`, the agent's ``layersched_agent_repairs_total``). A resync
-checks the same way, in case the watch missed it. A repair answers a write with one
-apply, never more: a writer fighting the agent sets the pace, the agent does not
-amplify it.
+checks the same way, in case the watch missed it. An object that says what the agent
+would say, stamped no earlier than its own (a second agent of the node during a
+DaemonSet rollout), is true: it is adopted, not repaired. A writer that keeps changing
+the object is answered with one apply per write at most; past :data:`REPAIR_BURST`
+repairs within :data:`REPAIR_WINDOW_S`, each next one waits 1 s, doubling to
+:data:`REPAIR_HOLD_MAX_S`: two agents that disagree about a node cannot drive each other
+into a busy loop, and an administrator's occasional write is still repaired at once.
 
 The object is built within the CRD's limits (:func:`layersched.core.nodelayers.build_inventory`):
 an image past them is left out, and logged once when it first is, not on every resync.
@@ -33,9 +37,10 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from layersched.agent._health import AgentHealth
@@ -82,6 +87,14 @@ CHANGED, STALE, DELETED = "changed", "stale", "deleted"
 REPAIR_CAUSES = (CHANGED, STALE, DELETED)
 #: The server ends a watch of the agent's own object after this; it is resumed at once.
 OWN_WATCH_TIMEOUT_S = 300
+#: More repairs than the burst within the window are a fight with another writer: each
+#: next one waits longer (the hold), from the first hold doubling to the longest.
+REPAIR_BURST = 10
+REPAIR_WINDOW_S = 60.0
+REPAIR_HOLD_FIRST_S = 1.0
+REPAIR_HOLD_MAX_S = 60.0
+#: A stamp this far past the agent's clock is no other agent's (a clock skew allowed).
+FUTURE_SKEW = timedelta(seconds=60)
 
 
 class NodeLayersApi(Protocol):
@@ -183,8 +196,10 @@ class Publisher:
         runtime: str,
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
         max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
+        self._clock = clock
         self.node = node
         self.runtime = runtime
         self.heartbeat_s = heartbeat_s
@@ -196,8 +211,13 @@ class Publisher:
         #: its fingerprint and content hash; "" while the agent knows of no object.
         self._held = ""
         self._held_content = ""
+        self._held_observed: datetime | None = None
         #: Set when an event showed the object differs from it (the watch's thread).
         self._repair_due = threading.Event()
+        #: The last repair, the hold the next one waits (0: none), and until when.
+        self._recent_repairs: deque[float] = deque(maxlen=REPAIR_BURST)
+        self._repair_hold_s = 0.0
+        self._repair_hold_until = 0.0
         #: Held while applying and recording, so the watch never compares an event of
         #: the agent's own apply with what it held before.
         self._lock = threading.Lock()
@@ -235,11 +255,32 @@ class Publisher:
         observed = _observed_at(current)
         age_s = (datetime.now(UTC) - observed).total_seconds() if observed else self.heartbeat_s
         # the heartbeat counts from when the object was observed (a stale one is due now)
-        self.stats.last_applied_at = time.monotonic() - max(0.0, age_s)
+        self.stats.last_applied_at = self._clock() - max(0.0, age_s)
 
     def _hold(self, stored: Mapping[str, Any]) -> None:
         self._held = fingerprint(stored)
         self._held_content = content_hash(stored)
+        self._held_observed = _observed_at(stored)
+
+    def _is_true(self, current: Mapping[str, Any]) -> bool:
+        """Whether ``current`` is what the agent holds, or says the same stamped no
+        earlier (then it is held from now on). The lock is held."""
+        if fingerprint(current) == self._held:
+            return True
+        if content_hash(current) != self._held_content or not self._stamped_since(current):
+            return False
+        self._hold(current)
+        return True
+
+    def _stamped_since(self, current: Mapping[str, Any]) -> bool:
+        """Whether ``current`` is stamped no earlier than the held object, and not from
+        the future."""
+        observed = _observed_at(current)
+        return (
+            observed is not None
+            and self._held_observed is not None
+            and self._held_observed <= observed <= datetime.now(UTC) + FUTURE_SKEW
+        )
 
     def notice(self, current: Mapping[str, Any] | None) -> bool:
         """An event's object (None: deleted); True when it differs from the object the
@@ -247,14 +288,20 @@ class Publisher:
         with self._lock:
             if not self._held:
                 return False  # nothing published yet: the loop publishes anyway
-            if current is not None and fingerprint(current) == self._held:
+            if current is not None and self._is_true(current):
                 return False
             self._repair_due.set()
             return True
 
-    def _check_drift(self) -> tuple[str, str] | None:
-        """Read the object; (cause, other writers) when it differs from what the agent
-        last published, None when it is as published (or nothing was)."""
+    def repair_wait_s(self) -> float | None:
+        """Seconds until a due repair may be made (0: now); None when none is due."""
+        if not self._repair_due.is_set():
+            return None
+        return max(0.0, self._repair_hold_until - self._clock())
+
+    def _check_drift(self) -> tuple[str, str, dict[str, Any] | None] | None:
+        """Read the object; (cause, other writers, the object) when it differs from what
+        the agent last published, None when it is as published (or nothing was)."""
         current = self._read_published()
         with self._lock:
             if not self._held:
@@ -262,22 +309,37 @@ class Publisher:
                     self._hold(current)
                     self.stats.last_hash = self._held_content
                 return None
-            if current is not None and fingerprint(current) == self._held:
+            if current is not None and self._is_true(current):
                 return None
             if current is None:
-                return DELETED, ""
+                return DELETED, "", None
             cause = CHANGED if content_hash(current) != self._held_content else STALE
-            return cause, _other_writers(current)
+            return cause, _other_writers(current), current
 
     def _repaired(self, cause: str, by: str) -> None:
         self.stats.repairs[cause] += 1
+        now = self._clock()
+        fighting = (
+            len(self._recent_repairs) == REPAIR_BURST
+            and now - self._recent_repairs[0] < REPAIR_WINDOW_S
+        )
+        self._repair_hold_s = (
+            min(REPAIR_HOLD_MAX_S, self._repair_hold_s * 2 or REPAIR_HOLD_FIRST_S)
+            if fighting
+            else 0.0
+        )
+        self._recent_repairs.append(now)
+        self._repair_hold_until = now + self._repair_hold_s
         log.warning(
             "node %s: its NodeLayerInventory was %s%s behind the agent's back: republished "
-            "what the node holds (repairs so far: %d)",
+            "what the node holds (repairs so far: %d)%s",
             self.node,
             {CHANGED: "changed", STALE: "set stale", DELETED: "deleted"}[cause],
             f" by {by}" if by else "",
             sum(self.stats.repairs.values()),
+            f"; another writer keeps changing it: the next repair waits {self._repair_hold_s:.0f} s"
+            if fighting
+            else "",
         )
 
     def publish(self, images: Sequence[HeldImage], source: str, *, verify: bool = False) -> bool:
@@ -286,8 +348,9 @@ class Publisher:
         ``verify`` (every resync), or an event of the own-object watch, first reads what
         the API holds: an object another writer changed, set stale or deleted is
         published again (a repair, counted and logged)."""
-        repair: tuple[str, str] | None = None
-        if verify or self._repair_due.is_set():
+        repair: tuple[str, str, dict[str, Any] | None] | None = None
+        held_back = self._clock() < self._repair_hold_until and not verify
+        if verify or (self._repair_due.is_set() and not held_back):
             self._repair_due.clear()
             repair = self._check_drift()
         built = build_inventory(
@@ -300,7 +363,15 @@ class Publisher:
         self._report(built.omitted)
         document = built.document
         digest = content_hash(document)
-        due = time.monotonic() - self.stats.last_applied_at >= self.heartbeat_s
+        if repair is not None and repair[2] is not None:
+            # another agent of the node got there first: it says what this one would
+            current = repair[2]
+            with self._lock:
+                if content_hash(current) == digest and self._stamped_since(current):
+                    self._hold(current)
+                    self.stats.last_hash = digest
+                    repair = None
+        due = self._clock() - self.stats.last_applied_at >= self.heartbeat_s
         if digest == self.stats.last_hash and not due and repair is None:
             self.stats.unchanged += 1
             return False
@@ -320,9 +391,9 @@ class Publisher:
             self._hold(stored)
         self.stats.applies += 1
         if repair is not None:
-            self._repaired(*repair)
+            self._repaired(repair[0], repair[1])
         self.stats.last_hash = digest
-        self.stats.last_applied_at = time.monotonic()
+        self.stats.last_applied_at = self._clock()
         log.info(
             "node %s: applied %d images, %d distinct layers (%s)%s",
             self.node,
@@ -480,7 +551,8 @@ def publish_loop(
                 health.succeeded()
             if once:
                 return
-            changed = signal.wait(resync_s)
+            hold_s = publisher.repair_wait_s()
+            changed = signal.wait(resync_s if hold_s is None else min(resync_s, hold_s))
             verify = not changed
             if changed:
                 signal.stopped.wait(DEBOUNCE_S)

@@ -154,7 +154,8 @@ def _resource_rules() -> list[dict[str, Any]]:
             "apiGroups": [GROUP],
             "apiVersions": ["*"],
             "operations": list(CHECKED_OPERATIONS),
-            "resources": [PLURAL],
+            # and any subresource the CRD may gain (a status one would be a way around)
+            "resources": [PLURAL, f"{PLURAL}/*"],
             "scope": "Cluster",
         }
     ]

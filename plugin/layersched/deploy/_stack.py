@@ -425,7 +425,9 @@ def extender_container(spec: StackSpec) -> dict[str, Any]:
         "resources": EXTENDER_RESOURCES,
         "securityContext": restricted(),
         "volumeMounts": [
-            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 (an emptyDir)
+            # its own: kube-scheduler's /tmp holds its serving key (issue 30: the two
+            # containers shared one writable /tmp)
+            {"name": "extender-tmp", "mountPath": "/tmp"},  # noqa: S108 (an emptyDir)
             credentials_mount(EXTENDER_CREDENTIALS_VOLUME),
         ],
     }
@@ -486,6 +488,16 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
                     "volumes": [
                         {"name": "config", "configMap": {"name": f"{spec.scheduler_name}-config"}},
                         {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+                        *(
+                            [
+                                {
+                                    "name": "extender-tmp",
+                                    "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"},
+                                }
+                            ]
+                            if any(c["name"] == "extender" for c in containers)
+                            else []
+                        ),
                         *credential_volumes(spec),
                     ],
                 },

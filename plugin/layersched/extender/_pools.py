@@ -165,17 +165,21 @@ class InventoryPools:
             held -= replacing.cost_bytes
         return self.max_bytes - held
 
-    def _evictable(self, cost_bytes: int, replacing: Held | None) -> list[Held]:
-        """Objects charged more than ``cost_bytes``, the largest first (under the lock)."""
-        larger = [
+    def _larger(self, cost_bytes: int, replacing: Held | None) -> list[Held]:
+        """Objects charged more than ``cost_bytes`` (under the lock)."""
+        return [
             held
             for key, held in self._charged.items()
             if held.cost_bytes > cost_bytes and key not in self._condemned and held is not replacing
         ]
+
+    def _evictable(self, cost_bytes: int, replacing: Held | None) -> list[Held]:
+        """Objects charged more than ``cost_bytes``, the largest first (under the lock)."""
+        larger = self._larger(cost_bytes, replacing)
         return sorted(larger, key=lambda held: held.cost_bytes, reverse=True)
 
     def _larger_bytes(self, cost_bytes: int, replacing: Held | None) -> int:
-        return sum(held.cost_bytes for held in self._evictable(cost_bytes, replacing))
+        return sum(held.cost_bytes for held in self._larger(cost_bytes, replacing))
 
     def _admit(self, held: Held, replacing: Held | None) -> list[Held] | None:
         """Charge ``held`` (under the lock): the objects condemned to make room for it

@@ -504,7 +504,7 @@ def _bounded_lines(chunks: Iterator[bytes], max_bytes: int) -> Iterator[bytes | 
 _HEAD_TYPE = re.compile(rb'^\s*\{\s*"type"\s*:\s*"([A-Z]+)"')
 _HEAD_NAME = re.compile(rb'"metadata"\s*:\s*\{\s*"name"\s*:\s*"([^"\\]{1,253})"')
 _HEAD_VERSION = re.compile(rb'"resourceVersion"\s*:\s*"([0-9]{1,32})"')
-_ITEMS_START = b'"items":['
+_ITEMS_START = re.compile(rb'"items"\s*:\s*\[')
 
 
 def _head_field(pattern: re.Pattern[bytes], head: bytes) -> str:
@@ -529,7 +529,8 @@ def _oversize_event(cut: _Cut, what: str) -> WatchEvent:
 def _skipped_page(head: bytes, what: str, max_bytes: int) -> tuple[str, str, str]:
     """Of a one-object page over the bound: the list's resourceVersion and continue
     token (its metadata comes before its items), and the object's name."""
-    at = head.find(_ITEMS_START)
+    found = _ITEMS_START.search(head)
+    at = found.start() if found else -1
     try:
         if at < 0:
             raise msgspec.DecodeError("no items in the first bytes")

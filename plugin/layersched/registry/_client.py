@@ -185,6 +185,22 @@ def _listed(domain: str, entries: Sequence[str]) -> bool:
     return domain in entries or hostname in entries
 
 
+def _allowed(domain: str, entries: Sequence[str]) -> bool:
+    """``domain`` (``host`` or ``host:port``) is an ``--allow-registry`` entry, or it is
+    ``host:443`` and ``host`` is one: an entry without a port allows the registry's
+    default port only (issue 30: ``ghcr.io`` allowed ``ghcr.io:22``)."""
+    if domain in entries:
+        return True
+    hostname, sep, port = domain.rpartition(":")
+    if not sep or domain.endswith("]") or not port.isdigit():
+        return False  # no port (it would be an entry) or an IPv6 literal without one
+    return port == str(HTTPS_DEFAULT_PORT) and hostname in entries
+
+
+#: The port of a registry named without one (``--allow-registry ghcr.io``).
+HTTPS_DEFAULT_PORT = 443
+
+
 def _internal_target_refusal(registry: str, target: str) -> str | None:
     """Why ``target`` (a hostname) must not be contacted on behalf of ``registry``, or None.
 
@@ -398,7 +414,7 @@ class RegistryClient:
 
     def allows(self, domain: str) -> bool:
         """Whether ``allowed_registries`` (if any) lets the client contact ``domain``."""
-        return self.allowed_registries is None or _listed(domain, self.allowed_registries)
+        return self.allowed_registries is None or _allowed(domain, self.allowed_registries)
 
     def _check_realm(self, host: str, realm: httpx.URL) -> None:
         """Refuse a token realm that is not the registry's own token service (see the class)."""

@@ -3,15 +3,19 @@
 ``images`` pushes the scenario images to the registry; ``pause-image`` writes
 the sandbox image as an OCI archive for ``ctr images import`` on each node; ``overlay``
 builds and pushes the install's images to the testbed's registry and writes the testbed's
-overlay of ``deploy/`` (docs/deploy.md).
+overlay of ``deploy/`` (docs/deploy.md); ``agent-tokens`` issues and refreshes the host
+agents' node-bound tokens (the kubelet's part for a pod: docs/testbed-local.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 
 from rich.console import Console
 
@@ -21,6 +25,7 @@ from layersched.cli.deploy import print_install, print_pushed, push_images
 from layersched.core.errors import InputError
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform
 from layersched.core.quantity import parse_quantity
+from layersched.kube import KubeClient, load_kubeconfig
 from layersched.testbed.deploy_stack import write_local_overlay
 from layersched.testbed.local import (
     DEFAULT_NET_BASE,
@@ -35,6 +40,11 @@ from layersched.testbed.local import (
     load_inventory,
     probe,
     up,
+)
+from layersched.testbed.local._agent_tokens import (
+    DEFAULT_EXPIRATION_S,
+    AgentTokens,
+    parse_node_tokens,
 )
 from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE, write_pause_archive
 from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, build_and_push_scenario, load_spec
@@ -140,6 +150,38 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="os/architecture of the binary (default: linux/amd64)",
     )
     p_pause.set_defaults(handler=run_pause_image)
+
+    p_tokens = actions.add_parser(
+        "agent-tokens",
+        help="issue the host agents' tokens bound to their Nodes, and refresh them",
+        description=(
+            "For each --token NODE=FILE, keep FILE holding a token of the agents' service "
+            "account bound to Node NODE (TokenRequest, boundObjectRef kind Node), replaced at "
+            "80%% of its life, as a kubelet does for a pod's projected token. With --once, "
+            "issue what is missing or due and print what changed (JSON), else run until "
+            "SIGTERM."
+        ),
+    )
+    p_tokens.add_argument(
+        "--kubeconfig", required=True, help="an identity that may create the account's tokens"
+    )
+    p_tokens.add_argument("--namespace", required=True, help="the agents' service account's")
+    p_tokens.add_argument("--service-account", required=True, help="the agents' account")
+    p_tokens.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="NODE=FILE",
+        help="a node and where its agent reads its token (repeatable)",
+    )
+    p_tokens.add_argument(
+        "--expiration-s",
+        type=int,
+        default=DEFAULT_EXPIRATION_S,
+        help="each token's life (default: %(default)s; the API's minimum is 600)",
+    )
+    p_tokens.add_argument("--once", action="store_true", help="issue what is due, then exit")
+    p_tokens.set_defaults(handler=run_agent_tokens)
 
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
@@ -339,6 +381,28 @@ def run_pause_image(args: argparse.Namespace) -> int:
     result = write_pause_archive(args.binary, args.name, args.output, args.platform)
     state = "written" if result.changed else "unchanged"
     print(f"{result.name} {result.image.digest} {result.path} {state}")
+    return EXIT_OK
+
+
+def run_agent_tokens(args: argparse.Namespace) -> int:
+    """Issue (``--once``) or keep issuing the agents' node-bound tokens."""
+    tokens = parse_node_tokens(args.token)
+    with KubeClient(load_kubeconfig(args.kubeconfig)) as kube:
+        issuer = AgentTokens(
+            kube, args.namespace, args.service_account, tokens, expiration_s=args.expiration_s
+        )
+        if args.once:
+            refreshed = issuer.refresh()
+            print(json.dumps({"changed": bool(refreshed), "refreshed": refreshed}))
+            return EXIT_OK
+        stopped = threading.Event()
+
+        def stop(_signum: int, _frame: FrameType | None) -> None:
+            stopped.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        issuer.run(stopped)
     return EXIT_OK
 
 

@@ -107,6 +107,9 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
     node: str
     pidfile: str
     log: str
+    #: Its credentials: a token bound to its Node (local), or its node-scoped client
+    #: certificate (a remote node); "" in an inventory written before they were recorded.
+    kubeconfig: str = ""
 
 
 class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):

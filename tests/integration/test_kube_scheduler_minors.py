@@ -1,0 +1,176 @@
+"""The LayerLocality plugin against every older supported minor: compiled, vetted and
+tested against Kubernetes 1.35 and 1.36 as released (1.37, the build's own release, is
+``test_kube_scheduler_plugin.py``'s).
+
+Each minor has a Go module of its own (``plugin/kube-scheduler/minors/<minor>``) that
+requires layersched's module and replaces the release, and every module that release's
+``go.mod`` requires, with the version it requires (``hack/pin_kubernetes.py
+--as-released``). Here, per minor: ``go vet`` and ``go test`` of the plugin's packages
+(``layersched.io/kube-scheduler/pkg/...``) in that module, with the build's toolchain and
+caches; the generator's plugin configuration for that minor decoded by that minor's
+scheduler scheme; and the module selecting exactly the release's own dependencies.
+
+Cost on 2 shared cores (docs/kube-scheduler-plugin.md): a cold minor compiles the
+scheduler framework and client-go of that release, minutes; a warm one, seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from layersched.builds import (
+    KUBERNETES_MODULE,
+    KubernetesBuild,
+    find_go,
+    kubernetes_build,
+    minor_builds,
+)
+from layersched.core.errors import InputError
+from layersched.deploy import TestbedSchedulers
+from layersched.deploy import testbed_scheduler_configs as generate_testbed_configs
+from tests.fixtures import prereq
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+#: The plugin's packages, by import path (they live in the module the minor requires).
+PACKAGES = ("pkg/layers", "pkg/inventorywatch", "pkg/layerlocality")
+#: A cold minor compiles part of Kubernetes: minutes on 2 busy cores.
+GO_TIMEOUT_S = 1800
+ARGS_TEST = "TestArgsFromTheGenerator"
+ARGS_ENV = "LAYERSCHED_GENERATED_CONFIGS"
+#: `go test -v` lines: a package's verdict, and a test's.
+_RESULT = re.compile(r"^(?P<verdict>ok|FAIL|\?)\s+(?P<package>\S+)", re.MULTILINE)
+_TEST = re.compile(r"^\s*--- (?P<verdict>PASS|FAIL|SKIP): (?P<name>\S+)", re.MULTILINE)
+
+MINORS = minor_builds()
+
+
+def _ids(build: KubernetesBuild) -> str:
+    return build.version
+
+
+@pytest.fixture(scope="module")
+def go() -> str:
+    try:
+        go, _ = find_go(kubernetes_build().go_version_needed())
+    except InputError as err:
+        prereq.missing(f"compiling the plugin against older minors: {err}")
+    return go
+
+
+def _run(
+    go: str, build: KubernetesBuild, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = [go, *args]
+    print(f"$ {' '.join(argv)}  (in {build.module})")
+    return subprocess.run(
+        argv,
+        cwd=build.directory(),
+        env={**build.go_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=GO_TIMEOUT_S,
+        check=False,
+    )
+
+
+def _packages(build: KubernetesBuild) -> list[str]:
+    return [f"{build.mains}/{package}" for package in PACKAGES]
+
+
+def test_there_are_the_two_older_minors() -> None:
+    # upstream supports three minors: the build's and the two before it
+    main = kubernetes_build().minor
+    assert [b.version.rsplit(".", 1)[0] for b in MINORS] == [
+        f"v1.{main[1] - 2}",
+        f"v1.{main[1] - 1}",
+    ]
+
+
+@pytest.mark.parametrize("build", MINORS, ids=_ids)
+def test_the_plugin_vets_and_passes_its_tests(go: str, build: KubernetesBuild) -> None:
+    vet = _run(go, build, "vet", f"{build.mains}/pkg/...")
+    assert vet.returncode == 0, vet.stdout + vet.stderr
+    # -trimpath, as make kubernetes compiles (the same cache entries)
+    done = _run(go, build, "test", "-trimpath", "-count=1", "-v", f"{build.mains}/pkg/...")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-20_000:]
+    results = {m["package"]: m["verdict"] for m in _RESULT.finditer(done.stdout)}
+    assert {p: results.get(p) for p in _packages(build)} == dict.fromkeys(_packages(build), "ok"), (
+        out[-5_000:]
+    )
+    tests = [(m["verdict"], m["name"]) for m in _TEST.finditer(done.stdout)]
+    passed = sum(1 for verdict, _ in tests if verdict == "PASS")
+    skipped = [name for verdict, name in tests if verdict == "SKIP"]
+    print(f"{build.version}: {passed} tests passed, skipped {skipped} (their reasons above)")
+    assert passed > 50
+    assert not [name for verdict, name in tests if verdict == "FAIL"]
+
+
+@pytest.mark.parametrize("build", MINORS, ids=_ids)
+def test_that_minors_scheme_decodes_the_generated_plugin_args(
+    go: str, build: KubernetesBuild, tmp_path: Path
+) -> None:
+    # what layersched renders for this minor, decoded by this minor's scheduler scheme
+    configs = generate_testbed_configs(
+        TestbedSchedulers(
+            kubeconfig="/state/control-plane/kube-scheduler.kubeconfig",
+            extender_url="http://10.250.71.1:8888",
+            extender_timeout_s=5.0,
+            kubernetes_version=build.version,
+        )
+    )
+    path = tmp_path / "configs.json"
+    path.write_text(json.dumps({"testbed": configs["layer-locality-plugin"]}))
+    done = _run(
+        go,
+        build,
+        "test",
+        "-trimpath",
+        "-count=1",
+        "-v",
+        "-run",
+        ARGS_TEST,
+        f"{build.mains}/pkg/layerlocality",
+        env={ARGS_ENV: str(path)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "decoded 1 generated configurations" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("build", MINORS, ids=_ids)
+def test_each_minor_compiles_its_release_as_released(go: str, build: KubernetesBuild) -> None:
+    # minimal version selection would lift the older release's dependencies to the
+    # build's (newer) ones; the minor's replaces hold each at what its release requires
+    info = json.loads(
+        _run(go, build, "mod", "download", "-json", f"{KUBERNETES_MODULE}@{build.version}").stdout
+    )
+    upstream = {}
+    for line in Path(info["GoMod"]).read_text("utf-8").splitlines():
+        words = line.split("//", 1)[0].split()
+        words = words[1:] if words[:1] == ["require"] else words
+        if len(words) == 2 and words[1].startswith("v") and words[1] != "v0.0.0":
+            upstream[words[0]] = words[1]
+    # the modules of every package compiled (the plugin's and each main's): a module
+    # the newer build requires and this release does not have (1.37's new staging
+    # modules) is in the graph but never compiled, and `go list -m all` would fetch it
+    module = (
+        "{{with .Module}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}"
+    )
+    mains = [build.main_package(name) for name in build.binaries]
+    listed = _run(go, build, "list", "-deps", "-f", module, f"{build.mains}/pkg/...", *mains)
+    assert listed.returncode == 0, listed.stderr
+    compiled = dict(line.split() for line in listed.stdout.splitlines() if len(line.split()) == 2)
+    assert compiled[KUBERNETES_MODULE] == build.version
+    differing = {
+        path: (version, upstream[path])
+        for path, version in compiled.items()
+        if path in upstream and upstream[path] != version
+    }
+    assert differing == {}, f"compiled != {build.version}'s go.mod: {differing}"
+    assert len(set(compiled) & set(upstream)) > 50

@@ -99,6 +99,8 @@ func (s *scorer) score(state *preScoreState, nodeName string) int64 {
 		nodesWithoutInventory.WithLabelValues(ReasonMissing).Inc()
 	case layers.Stale:
 		nodesWithoutInventory.WithLabelValues(ReasonStale).Inc()
+	case layers.OverBudget:
+		nodesWithoutInventory.WithLabelValues(ReasonOverBudget).Inc()
 	}
 	return score
 }
@@ -155,7 +157,11 @@ func sharedIndex(args *Args, fallback *rest.Config) (*layers.Index, error) {
 	index := layers.NewIndex(int(*args.ImageQuorum))
 	watch := inventorywatch.Start(client, index, inventorywatch.Hooks{
 		Invalid: func(string, error) { invalidInventories.Inc() },
-		Applied: func() { inventoryNodes.Set(float64(index.Nodes())) },
+		Refused: func(refusal layers.Refusal) { refusedInventories.WithLabelValues(refusal.Reason).Inc() },
+		Applied: func() {
+			inventoryNodes.Set(float64(index.Nodes()))
+			inventoryBytes.Set(float64(index.UsedBytes()))
+		},
 	}, wait.NeverStop)
 	timeout := time.Duration(*args.InventorySyncTimeoutSeconds) * time.Second
 	if watch.WaitForSync(timeout) {

@@ -78,7 +78,7 @@ func (s *scorer) prepare(pod *v1.Pod, nodes func() (nodeSet, error)) (*preScoreS
 		podImagesWithoutQuorum.Add(float64(len(podLayers.WithoutQuorum)))
 	}
 	var spread *layers.Spread
-	if s.args.Spread {
+	if *s.args.Spread {
 		set, err := nodes()
 		if err != nil {
 			return nil, fmt.Errorf("listing the snapshot's nodes for the spread: %w", err)

@@ -49,8 +49,8 @@ def poisoned(size_bytes: int, manifest: str = digest(666)) -> HeldImage:
 class CountingRegistry(StaticLayerSource):
     """The registry: knows nginx's real layers, and counts what it is asked."""
 
-    def __init__(self) -> None:
-        super().__init__({NGINX: REAL.layers})
+    def __init__(self, also: dict[str, tuple[Layer, ...]] | None = None) -> None:
+        super().__init__({NGINX: REAL.layers, **(also or {})})
         self.asked: list[str] = []
 
     def resolve(self, image: str) -> tuple[Layer, ...]:
@@ -203,6 +203,26 @@ def test_a_pod_image_needs_a_quorum_of_nodes_agreeing(
     assert loop.call(lambda: provider.image_layers(by_digest)) == (
         REAL.layers if agreeing else None
     )
+
+
+def test_a_pinned_digest_is_checked_against_the_registry(loop: RunningLoop) -> None:
+    # issue 30: two liars claim nginx's real manifest digest with a layer of their own:
+    # two of its three publishers, a majority and the quorum. The registry knows what the
+    # digest is: its answer is used (at 2de96fd the liars' layer, which they hold, won)
+    pinned = f"nginx@{REAL.digest}"
+    lie = poisoned(500 * GB, manifest=REAL.digest)
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("h"), node("l1"), node("l2")]
+    api.items[NODE_LAYERS_PATH] = [layers("h", REAL), layers("l1", lie), layers("l2", lie)]
+    provider = started(api, loop.loop)
+    assert loop.call(lambda: provider.image_layers(pinned)) == lie.layers  # the votes alone
+    registry = CountingRegistry({pinned: REAL.layers})
+    extender = make_extender(get_strategy("layer-locality"), registry, provider)
+    names = ["h", "l1", "l2"]
+    assert prioritize(loop, extender, pinned, names) == {"h": 10, "l1": 0, "l2": 0}
+    assert pinned in registry.asked
+    disputed = "layersched_extender_pod_images_disputed_total"
+    assert extender.metrics.registry.get_sample_value(disputed) == 1.0
 
 
 def test_a_short_name_matches_the_runtimes_name(loop: RunningLoop) -> None:

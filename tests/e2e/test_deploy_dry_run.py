@@ -22,9 +22,9 @@ import pytest
 from layersched.core.errors import TestbedError
 from layersched.deploy import KUBERNETES_VERSION, NAMESPACE, base_tree, stack_objects
 from layersched.testbed.deploy_stack import Kubectl
-from layersched.testbed.local import TestbedSettings, default_state_dir, require_root
+from layersched.testbed.local import require_root
 from tests.fixtures import prereq
-from tests.fixtures.testbed import testbed_up
+from tests.fixtures.testbed import testbed_settings, testbed_up
 
 pytestmark = [pytest.mark.e2e]
 
@@ -38,7 +38,8 @@ def kubectl() -> Iterator[Kubectl]:
         require_root()
     except TestbedError as err:
         prereq.missing(f"local testbed unavailable: {err}")
-    settings = TestbedSettings(state_dir=default_state_dir())
+    # the e2e's testbed, or the one LAYERSCHED_TESTBED_{DIR,PREFIX,NET_BASE} name
+    settings = testbed_settings()
     with testbed_up(settings, refresh=False, shared=True) as inventory:
         yield Kubectl(inventory.cluster.kubectl, inventory.cluster.kubeconfig)
 

@@ -16,8 +16,9 @@ every node score of every case must be equal.
 The Python side is the core's ``LayerLocality`` over a ``ClusterInventory`` of the parsed
 objects (``parse_document``). A pod image's layers are the extender's own rule
 (``extender/_trust.py``, used as is: each node's ``ballots`` into an ``ImageVotes`` of the
-case's quorum): a quorum of nodes must agree on one (digest, layers) under one of its
-lookup names, and no other answer may reach the quorum. An image without such agreement
+case's quorum): nodes agreeing on one (digest, layers) under the image's lookup key (as
+kubelet normalises names) must be a quorum and a majority of those publishing under it
+(issue 30), and no other answer may pass too. An image without such agreement
 is left out of the pod on both sides (the plugin makes no registry call; the extender
 would ask a registry).
 """
@@ -242,13 +243,15 @@ def _document(node: str, images: Sequence[dict[str, Any]]) -> dict[str, Any]:
     layers: list[dict[str, Any]] = []
     entries = []
     for image in images:
-        indexes = []
+        indexes: dict[int, None] = {}  # a layer twice in a manifest is listed once
         for digest, size in image["layers"]:
             if digest not in table:
                 table[digest] = len(layers)
                 layers.append({"digest": digest, "sizeBytes": size})
-            indexes.append(table[digest])
-        entries.append({"names": image["names"], "digest": image["digest"], "layers": indexes})
+            indexes[table[digest]] = None
+        entries.append(
+            {"names": image["names"], "digest": image["digest"], "layers": list(indexes)}
+        )
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -344,6 +347,25 @@ def _shapes() -> Iterator[dict[str, Any]]:
     broken = _case("malformed", nodes, seed, [], ["reg:5000/img1:1"], False)
     broken["inventories"][0]["images"][0]["layers"] = [99]
     yield broken
+    # issue 30: an index repeated in an image (the hostile object listed 0 a thousand
+    # times) is refused on both sides
+    repeated = _case("repeated-index", nodes, seed, [], ["reg:5000/img1:1"], False)
+    repeated["inventories"][0]["images"][0]["layers"] = [0, 1, 0]
+    yield repeated
+    # short names as kubelet normalises them: the runtime lists docker.io/library/...,
+    # the pod says app:1 (and the other way round)
+    hub = _image("docker.io/library/app:1", [l1, l2])
+    short = _image("app:1", [l1, l2])
+    short["digest"] = hub["digest"]
+    yield _case(
+        "short-names",
+        nodes,
+        {"n1": [hub], "n2": [short], "n3": [hub]},
+        [],
+        ["app:1", "docker.io/library/app:1", "index.docker.io/library/app:1"],
+        False,
+        quorum=DEFAULT_IMAGE_QUORUM,
+    )
     # an image nobody published: left out; the rest scores
     yield _case("unknown-image", nodes, seed, [], ["reg:5000/img1:1", "nowhere:1"], False)
     # a size over the 1 TiB cap: the object is refused on both sides (the node then has
@@ -394,8 +416,17 @@ def _trust_shapes(img1: dict[str, Any], img2: dict[str, Any]) -> Iterator[dict[s
         (1, {"h1": [img1], "liar": [lie]}, "liar-k1"),
         # K=3: two honest holders are not enough
         (3, {"h1": [img1], "h2": [img1], "liar": [lie]}, "two-holders-k3"),
+        # issue 30, agreement: five holders outvote two liars (a majority and a quorum)
+        (
+            2,
+            {**{f"h{i}": [img1] for i in range(1, 6)}, "liar": [lie], "liar2": [lie]},
+            "five-vs-two-k2",
+        ),
+        # ... and two liars are a majority of three publishers: the bound the docs state
+        (2, {"h1": [img1], "liar": [lie], "liar2": [lie]}, "two-liars-of-three-k2"),
     ):
-        yield _case(case_id, nodes, holdings, [], pod, False, quorum=quorum)
+        listed = [*nodes, *(n for n in holdings if n not in nodes)]
+        yield _case(case_id, listed, holdings, [], pod, False, quorum=quorum)
 
 
 _SIZES = (
@@ -424,8 +455,10 @@ def _random_case(rng: random.Random, number: int) -> dict[str, Any]:
         if rng.random() < 0.05:  # a layer twice in one image
             own.append(own[0])
         form = rng.random()
-        if form < 0.15:
+        if form < 0.1:
             names = [f"app{i}"]  # what kubelet would list as app{i}:latest... or not
+        elif form < 0.15:  # as the runtime lists a Docker Hub image the pod names short
+            names = [f"docker.io/library/app{i}:{rng.randint(1, 3)}"]
         elif form < 0.3:
             names = [
                 f"reg.local:5000/app{i}:latest",
@@ -462,6 +495,8 @@ def _random_case(rng: random.Random, number: int) -> dict[str, Any]:
             return f"elsewhere.example/any@{image['digest']}"
         if pick < 0.3 and name.endswith(":latest"):
             return name.removesuffix(":latest")
+        if pick < 0.4 and name.startswith("docker.io/library/"):
+            return name.removeprefix("docker.io/library/")
         return name
 
     init = [reference(rng.choice(images)) for _ in range(rng.choice((0, 0, 1, 2)))]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -656,6 +657,19 @@ def test_weight_and_quorum_reach_the_extender_and_the_plugin() -> None:
     profile = plugin["profiles"][0]
     assert profile["plugins"]["score"]["enabled"][0]["weight"] == 5
     assert profile["pluginConfig"][0]["args"]["imageQuorum"] == 3
+
+
+@pytest.mark.parametrize("spread", [True, False], ids=["default-on", "off"])
+def test_the_spread_is_on_by_default_in_the_extender_and_the_plugin(spread: bool) -> None:
+    # issue 30: the spread bounds what an agent copying other nodes' layers gains; an
+    # install has it on unless asked otherwise (before: off)
+    spec = StackSpec() if spread else StackSpec(spread=False)
+    deployment = stack_objects(spec)["scheduler.yaml"][1]
+    [sidecar] = [c for c in deployment["spec"]["template"]["spec"]["containers"]
+                 if c["name"] == "extender"]  # fmt: skip
+    assert ("--spread" in sidecar["args"]) is spread
+    plugin = scheduler_config(replace(spec, scheduler="plugin"))
+    assert plugin["profiles"][0]["pluginConfig"][0]["args"]["spread"] is spread
 
 
 @pytest.mark.parametrize(

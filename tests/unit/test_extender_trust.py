@@ -49,8 +49,8 @@ def poisoned(size_bytes: int, manifest: str = digest(666)) -> HeldImage:
 class CountingRegistry(StaticLayerSource):
     """The registry: knows nginx's real layers, and counts what it is asked."""
 
-    def __init__(self) -> None:
-        super().__init__({NGINX: REAL.layers})
+    def __init__(self, also: dict[str, tuple[Layer, ...]] | None = None) -> None:
+        super().__init__({NGINX: REAL.layers, **(also or {})})
         self.asked: list[str] = []
 
     def resolve(self, image: str) -> tuple[Layer, ...]:
@@ -162,6 +162,15 @@ MOVED = HeldImage((NGINX,), digest(101), (Layer(digest(3), 40_000_000),))
         # a quorum of 1 is one node's word again (opt-in, on a cluster that trusts nodes)
         ([REAL], 1, REAL.layers),
         ([REAL, poisoned(5 * GB)], 1, None),
+        # issue 30: agreement, not a count. Ten holders outvote two liars (at 2de96fd two
+        # answers at the quorum gave none, and the registry was asked every time)
+        ([REAL] * 10 + [poisoned(5 * GB)] * 2, 2, REAL.layers),
+        # ... and by digest: two liars claiming the real manifest digest with other layers
+        # against five holders
+        ([REAL] * 5 + [poisoned(5 * GB, manifest=REAL.digest)] * 2, 2, REAL.layers),
+        # the bound: two liars are a majority of three publishers and a quorum (docs/
+        # inventory.md, "Trust model": what spread and the quorum leave them)
+        ([REAL, poisoned(5 * GB), poisoned(5 * GB)], 2, poisoned(5 * GB).layers),
     ],
     ids=[
         "two-agree",
@@ -172,6 +181,9 @@ MOVED = HeldImage((NGINX,), digest(101), (Layer(digest(3), 40_000_000),))
         "tag-moved",
         "quorum-1",
         "quorum-1-contested",
+        "ten-vs-two-liars",
+        "five-vs-two-liars-by-digest",
+        "two-liars-are-a-majority-of-three",
     ],
 )
 def test_a_pod_image_needs_a_quorum_of_nodes_agreeing(
@@ -191,6 +203,42 @@ def test_a_pod_image_needs_a_quorum_of_nodes_agreeing(
     assert loop.call(lambda: provider.image_layers(by_digest)) == (
         REAL.layers if agreeing else None
     )
+
+
+def test_a_pinned_digest_is_checked_against_the_registry(loop: RunningLoop) -> None:
+    # issue 30: two liars claim nginx's real manifest digest with a layer of their own:
+    # two of its three publishers, a majority and the quorum. The registry knows what the
+    # digest is: its answer is used (at 2de96fd the liars' layer, which they hold, won)
+    pinned = f"nginx@{REAL.digest}"
+    lie = poisoned(500 * GB, manifest=REAL.digest)
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("h"), node("l1"), node("l2")]
+    api.items[NODE_LAYERS_PATH] = [layers("h", REAL), layers("l1", lie), layers("l2", lie)]
+    provider = started(api, loop.loop)
+    assert loop.call(lambda: provider.image_layers(pinned)) == lie.layers  # the votes alone
+    registry = CountingRegistry({pinned: REAL.layers})
+    extender = make_extender(get_strategy("layer-locality"), registry, provider)
+    names = ["h", "l1", "l2"]
+    assert prioritize(loop, extender, pinned, names) == {"h": 10, "l1": 0, "l2": 0}
+    assert pinned in registry.asked
+    disputed = "layersched_extender_pod_images_disputed_total"
+    assert extender.metrics.registry.get_sample_value(disputed) == 1.0
+
+
+def test_a_short_name_matches_the_runtimes_name(loop: RunningLoop) -> None:
+    # issue 30: containerd lists nginx as kubelet pulled it, docker.io/library/nginx:1.25;
+    # the pod says nginx:1.25. At 2de96fd the two never matched (the registry was asked)
+    listed = HeldImage(
+        ("docker.io/library/nginx:1.25", f"docker.io/library/nginx@{REAL.digest}"),
+        REAL.digest,
+        REAL.layers,
+    )
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("n1"), node("n2")]
+    api.items[NODE_LAYERS_PATH] = [layers("n1", listed), layers("n2", REAL)]
+    provider = started(api, loop.loop)
+    for pod_image in (NGINX, "docker.io/library/nginx:1.25", f"nginx:1.25@{REAL.digest}"):
+        assert loop.call(lambda image=pod_image: provider.image_layers(image)) == REAL.layers
 
 
 def test_a_node_votes_once_however_often_it_lists_an_image(loop: RunningLoop) -> None:

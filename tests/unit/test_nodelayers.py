@@ -50,6 +50,14 @@ def test_layers_are_listed_once_and_images_index_them() -> None:
     assert parsed.truncated is False
 
 
+def test_a_layer_twice_in_a_manifest_is_listed_once() -> None:
+    # one blob, pulled once: the object names it once (a repeated index is refused)
+    twice = HeldImage(("reg/t:1",), digest(102), (BASE, PY, BASE))
+    document = build_document("n1", [twice], runtime="x", source="content-store")
+    assert document["images"][0]["layers"] == [0, 1]
+    assert parse_document(document, "test").images[0].layers == (BASE, PY)
+
+
 def test_records_of_one_manifest_merge() -> None:
     tag = HeldImage(("reg/a:1",), digest(100), (BASE,))
     by_digest = HeldImage((f"reg/a@{digest(100)}",), digest(100), (BASE,))
@@ -103,6 +111,11 @@ def test_the_hash_ignores_when_it_was_observed() -> None:
             "layers[0].digest",
         ),
         (lambda d: d["images"][0].pop("digest"), "images[0].digest"),
+        # issue 30: the hostile object listed index 0 a thousand times per image (at
+        # 2de96fd accepted, and 308 MiB in the Go plugin's index)
+        (lambda d: d["images"][0]["layers"].append(0), "images[0].layers[2] = 0 repeats"),
+        (lambda d: d["images"][0].update(names=list("abcdefghi")), "images[0].names has 9"),
+        (lambda d: d["images"][0].update(layers=[0] * 1001), "images[0].layers has 1001"),
     ],
     ids=[
         "index-out-of-range",
@@ -111,6 +124,9 @@ def test_the_hash_ignores_when_it_was_observed() -> None:
         "size-past-cap",
         "digest-with-newline",
         "no-digest",
+        "repeated-index",
+        "names-over-cap",
+        "layers-over-cap",
     ],
 )
 def test_malformed_objects_name_the_node_and_field(mutate, field) -> None:  # type: ignore[no-untyped-def]

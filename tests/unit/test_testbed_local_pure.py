@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from layersched.cli.main import build_parser
 from layersched.cli.main import main as cli_main
 from layersched.core import errors
 from layersched.core.errors import InputError
@@ -710,3 +711,17 @@ def test_start_gives_up_on_a_live_daemon_that_never_becomes_ready(
     finally:
         stuck.kill()
         stuck.wait()
+
+
+def test_testbed_up_takes_its_prefix_and_network_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the variables that name a testbed of one's own for the tests name it for the CLI too
+    monkeypatch.setenv("LAYERSCHED_TESTBED_PREFIX", "mine")
+    monkeypatch.setenv("LAYERSCHED_TESTBED_NET_BASE", "10.250.61")
+    args = build_parser().parse_args(["testbed", "up"])
+    assert (args.prefix, args.net_base) == ("mine", "10.250.61")
+    monkeypatch.delenv("LAYERSCHED_TESTBED_PREFIX")
+    monkeypatch.delenv("LAYERSCHED_TESTBED_NET_BASE")
+    args = build_parser().parse_args(["testbed", "up"])
+    assert (args.prefix, args.net_base) == ("lstb", "10.250.50")

@@ -205,18 +205,18 @@ def _body(images: Sequence[HeldImage], limits: Limits) -> dict[str, Any]:
     layers: list[dict[str, Any]] = []
     entries: list[dict[str, Any]] = []
     for image in images:
-        indexes = []
+        indexes: dict[int, None] = {}  # a layer repeated in a manifest is one blob: once
         for layer in image.layers:
             index = table.get(layer.digest)
             if index is None:
                 index = table[layer.digest] = len(layers)
                 layers.append({"digest": layer.digest, "sizeBytes": layer.size_bytes})
-            indexes.append(index)
+            indexes[index] = None
         entries.append(
             {
                 "names": list(image.names[: limits.max_names_per_image]),
                 "digest": image.digest,
-                "layers": indexes,
+                "layers": list(indexes),
             }
         )
     return {"layers": layers, "images": entries}
@@ -406,16 +406,35 @@ def parse_document(
         names = _list(raw.get("names"), f"{iw}.names")
         if not all(isinstance(n, str) for n in names):
             raise InputError(f"{iw}.names must be a list of strings")
+        if len(names) > LIMITS.max_names_per_image:
+            raise InputError(
+                f"{iw}.names has {len(names)} names, over the cap of "
+                f"{LIMITS.max_names_per_image}: the agent that wrote it is broken or hostile"
+            )
         digest = raw.get("digest")
         if not isinstance(digest, str) or not digest:
             raise InputError(f"{iw}.digest is missing: the image's manifest digest")
+        indexes = _list(raw.get("layers"), f"{iw}.layers")
+        if len(indexes) > LIMITS.max_layers_per_image:
+            raise InputError(
+                f"{iw}.layers has {len(indexes)} layers, over the cap of "
+                f"{LIMITS.max_layers_per_image}: the agent that wrote it is broken or hostile"
+            )
         layers = []
-        for j, index in enumerate(_list(raw.get("layers"), f"{iw}.layers")):
+        first: dict[int, int] = {}
+        for j, index in enumerate(indexes):
             if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(table):
                 raise InputError(
                     f"{iw}.layers[{j}] = {index!r}: not an index into layers "
                     f"(0..{len(table) - 1}): the agent that wrote it is broken"
                 )
+            if index in first:
+                raise InputError(
+                    f"{iw}.layers[{j}] = {index} repeats layers[{first[index]}]: an image "
+                    "lists each distinct layer once (the agent that wrote it is broken or "
+                    "hostile)"
+                )
+            first[index] = j
             layers.append(table[index])
         images.append(HeldImage(tuple(intern(n) for n in names), digest, tuple(layers)))
     return NodeLayers(

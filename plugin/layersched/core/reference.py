@@ -7,6 +7,8 @@
   (``docker.io/library/debian:latest``) used to talk to a registry.
 * :meth:`ImageReference.identity` is the form that names the content: the
   canonical form, without the tag when a digest pins it.
+* :func:`lookup_key` is how a pod's image and the images nodes publish are matched
+  (the extender's votes, and the Go plugin's ``LookupKey``): as kubelet pulls them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ OFFICIAL_REPO_PREFIX = "library/"
 DEFAULT_TAG = "latest"
 
 _PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}$", re.ASCII)
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
 _DOMAIN = re.compile(r"^(?:[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$")
 
@@ -132,6 +134,23 @@ def parse_or_none(text: str) -> ImageReference | None:
         return ImageReference.parse(text)
     except ImageReferenceError:
         return None
+
+
+def lookup_key(name: str) -> str:
+    """The one key ``name`` is matched by between a pod and the images nodes publish, as
+    kubelet and the runtime normalise it (the Go plugin's ``layers.LookupKey``, the same
+    for the same name).
+
+    A digest reference is its digest alone: ``nginx:1.25@sha256:…`` and the runtime's
+    ``docker.io/library/nginx@sha256:…`` are one content. Any other is its canonical
+    form: ``nginx:1.25`` is ``docker.io/library/nginx:1.25``, ``busybox`` is
+    ``docker.io/library/busybox:latest``. A name that is no reference is matched as
+    upstream's ImageLocality matches it (:func:`normalized_image_name`).
+    """
+    reference = parse_or_none(name)
+    if reference is None:
+        return normalized_image_name(name)
+    return reference.digest or reference.canonical()
 
 
 def listed_name_matches(name: str, wanted: ImageReference) -> bool:

@@ -34,6 +34,7 @@ from typing import Any
 
 from layersched import __version__
 from layersched.core.strategies import STRATEGY_NAMES
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy._scheduler_config import (
     DEFAULT_IMAGE_QUORUM,
     MAX_EXTENDER_WEIGHT,
@@ -160,6 +161,7 @@ def default_values() -> dict[str, Any]:
         "imageQuorum": DEFAULT_IMAGE_QUORUM,
         "extender": {
             "strategy": StackSpec().strategy,
+            "spread": StackSpec().spread,
             "allowedRegistries": list(DEFAULT_ALLOWED_REGISTRIES),
             "extraArgs": [],
         },
@@ -198,7 +200,8 @@ _VALUES_COMMENTS = {
     "weight": "The weight of layer scores against the default plugins (docs/extender.md).",
     "imageQuorum": "Nodes that must publish the same layers for a pod image.",
     "extender": (
-        "The extender's strategy, the registries it may resolve images from, and extra arguments."
+        "The extender's strategy, its spread (layer-locality's --spread, on by default), the "
+        "registries it may resolve images from, and extra arguments."
     ),
     "runtime": (
         "The nodes' runtime: containerd (k3s and RKE2: containerdSocket "
@@ -257,6 +260,7 @@ def values_schema() -> dict[str, Any]:
                 "extender": _object_schema(
                     {
                         "strategy": {"enum": list(STRATEGY_NAMES)},
+                        "spread": {"type": "boolean"},
                         "allowedRegistries": {
                             "type": "array",
                             "minItems": 1,
@@ -327,6 +331,17 @@ def _templated(text: str) -> str:
                 f"{pad}{{{{- range .Values.extender.allowedRegistries }}}}",
                 flag,
                 f"{pad}- {{{{ . | quote }}}}",
+                f"{pad}{{{{- end }}}}",
+            ]
+            continue
+        if item is not None and item["value"] == f"'{_QUORUM}'":
+            # the extender's quorum, then layer-locality's --spread (extender_args' rule)
+            pad = item["indent"]
+            out += [
+                f"{pad}- {{{{ .Values.imageQuorum | quote }}}}",
+                f"{pad}{{{{- if and .Values.extender.spread "
+                f'(eq .Values.extender.strategy "{LAYER_LOCALITY_STRATEGY}") }}}}',
+                f"{pad}- --spread",
                 f"{pad}{{{{- end }}}}",
             ]
             continue
@@ -534,6 +549,7 @@ def chart_values(spec: StackSpec, **images: Mapping[str, str]) -> dict[str, Any]
     )
     values["extender"] = {
         "strategy": spec.strategy,
+        "spread": spec.spread,
         "allowedRegistries": list(spec.allowed_registries),
         "extraArgs": list(spec.extender_args),
     }

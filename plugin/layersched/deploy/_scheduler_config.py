@@ -269,8 +269,10 @@ class PluginArgs:
     """The LayerLocality plugin's ``pluginConfig`` args (``layerlocality.Args`` in Go, which
     decodes them strictly and validates them again at start-up)."""
 
-    #: Scale each present layer by (nodes holding it / all nodes), against node heating.
-    spread: bool = False
+    #: Scale each present layer by (nodes holding it / all nodes), against node heating
+    #: and an agent claiming layers copied from other nodes (on by default, as the Go
+    #: side's ``DefaultSpread``: issue 30).
+    spread: bool = True
     #: How old a node's NodeLayerInventory may be and still count (0: no bound).
     inventory_max_age_s: int = DEFAULT_INVENTORY_MAX_AGE_S
     #: How long start-up waits for the first list of NodeLayerInventory objects.
@@ -521,7 +523,13 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
         LAYER_LOCALITY_PLUGIN_SCHEDULER: for_process(
             batchable(
                 plugin_scheduler_config(
-                    PluginArgs(kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum),
+                    # spread off: the testbed's 3-node scenario compares the plugin with
+                    # the extender, which runs without --spread there
+                    PluginArgs(
+                        spread=False,
+                        kubeconfig=spec.kubeconfig,
+                        image_quorum=spec.plugin_image_quorum,
+                    ),
                     spec.plugin,
                     api_version=api,
                     kubernetes_version=spec.kubernetes_version,

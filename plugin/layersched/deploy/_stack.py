@@ -42,6 +42,7 @@ from layersched.agent import DEFAULT_CRIO_STORAGE
 from layersched.agent import LIVEZ_PATH as AGENT_LIVEZ_PATH
 from layersched.agent import READYZ_PATH as AGENT_READYZ_PATH
 from layersched.core.errors import InputError
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy._network import EgressSpec, network_policies
 from layersched.deploy._rbac import (
     AUTH_READER_NAMESPACE,
@@ -173,7 +174,7 @@ class StackSpec:
     scheduler_api_version: str = KUBE_SCHEDULER_CONFIG_V1
     replicas: int = SCHEDULER_REPLICAS
     #: ``--strategy`` of the extender.
-    strategy: str = "layer-locality"
+    strategy: str = LAYER_LOCALITY_STRATEGY
     #: Extra extender arguments (e.g. ``--insecure-registry HOST:PORT``).
     extender_args: tuple[str, ...] = ()
     scheduler_verbosity: int = 2
@@ -192,6 +193,11 @@ class StackSpec:
     weight: int = DEFAULT_WEIGHT
     #: Nodes that must publish the same layers for a pod image (``--image-quorum``).
     image_quorum: int = DEFAULT_IMAGE_QUORUM
+    #: Layer-locality's spread factor (the extender's ``--spread``, the plugin's
+    #: ``spread``): on, so that an agent claiming layers it copied from other nodes'
+    #: objects gains at most what their real holders share (docs/inventory.md, "Trust
+    #: model"; issue 30).
+    spread: bool = True
     #: The nodes' runtime (``containerd``, k3s and RKE2 included, or ``crio``).
     runtime: str = RUNTIME_CONTAINERD
     #: containerd's socket on the host (k3s, RKE2: :data:`K3S_CONTAINERD_SOCKET`).
@@ -321,7 +327,7 @@ def scheduler_config(spec: StackSpec) -> dict[str, Any]:
     runs as the pod's service account); leader election on."""
     if spec.plugin:
         return plugin_scheduler_config(
-            PluginArgs(image_quorum=spec.image_quorum),
+            PluginArgs(image_quorum=spec.image_quorum, spread=spec.spread),
             scheduler_name=spec.scheduler_name,
             weight=spec.weight,
             api_version=spec.scheduler_api_version,
@@ -393,6 +399,8 @@ def extender_args(spec: StackSpec) -> list[str]:
     # info: what changed and what failed, never a line per node per pod (debug)
     argv += ["--watch", "--strategy", spec.strategy, "--log-level", "info"]
     argv += ["--image-quorum", str(spec.image_quorum)]
+    if spec.spread and spec.strategy == LAYER_LOCALITY_STRATEGY:
+        argv += ["--spread"]
     for registry in spec.allowed_registries:
         argv += ["--allow-registry", registry]
     return [*argv, *spec.extender_args]

@@ -185,4 +185,10 @@ class ExtenderMetrics:
             "Pod images whose layers came from the watched inventory (no registry call).",
             registry=self.registry,
         )
+        self.pod_images_disputed = Counter(
+            "layersched_extender_pod_images_disputed",
+            "Digest-pinned pod images whose layers the nodes agreed on but the registry "
+            "gave otherwise (the registry's answer is used): lying nodes show here.",
+            registry=self.registry,
+        )
         self.registry.register(_SourceCollector(source, resolver, inventory))

@@ -22,7 +22,7 @@ from layersched.core.strategies.base import MAX_NODE_SCORE
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms, PlatformSource
 from layersched.extender._providers import InventoryProvider, request_inventory
-from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver
+from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver, is_pinned
 from layersched.extender._wire import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
@@ -251,11 +251,27 @@ class Extender:
         some node's agent published needs no registry call), else the resolver."""
         if from_inventory:
             lookup = self.provider.image_layers
-            known = {image: lookup(image, key) for image in images}
+            known = {image: self._checked(key, image, lookup(image, key)) for image in images}
             if all(layers is not None for layers in known.values()):
                 self.metrics.pod_images_from_inventory.inc(len(known))
                 return {image: layers for image, layers in known.items() if layers is not None}
         return await self._resolver(key).resolve_pod(images)
+
+    def _checked(
+        self, key: str, image: str, agreed: tuple[Layer, ...] | None
+    ) -> tuple[Layer, ...] | None:
+        """A digest-pinned pod image's layers as the nodes agree on them, checked against
+        the layer source (the registry) once: its answer when it has one (kept for good: a
+        digest names its content), the nodes' meanwhile (the source is asked in the
+        background, never awaited). Issue 30: agreeing liars are outvoted by the registry."""
+        if agreed is None or not is_pinned(image):
+            return agreed
+        registry = self._resolver(key).known_layers(image)
+        if registry is None:
+            return agreed
+        if registry != agreed:
+            self.metrics.pod_images_disputed.inc()
+        return registry
 
     def cached_bytes(self) -> int:
         """Estimated bytes the resolvers' layer caches hold."""

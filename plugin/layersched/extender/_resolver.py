@@ -317,6 +317,22 @@ class DeadlineResolver:
         warming.add_done_callback(lambda f: self._joined_warm_up(image, f))
         return warming
 
+    def known_layers(self, image: str) -> tuple[Layer, ...] | None:
+        """The source's answer for ``image`` when it has one already (an offline source
+        answers at once); else None, and its resolution is started in the background,
+        never awaited. A digest-pinned image's answer is kept for good (its digest names
+        its content), so the source is asked once."""
+        if self.local:
+            try:
+                return self.source.resolve(image)
+            except LayerResolutionError:
+                return None
+        entry = self._lookup(image)
+        if entry is None:
+            self.warm(image)
+            return None
+        return entry.layers
+
     def warm(self, image: str) -> None:
         """Resolve node image ``image`` in the background, behind every pod image."""
         with self._lock:

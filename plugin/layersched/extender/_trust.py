@@ -7,85 +7,107 @@ is about an image every node may run, so one node must not be able to make it al
 node publishing ``nginx:1.25`` as one huge layer would otherwise make every nginx pod
 score that node 100 and the real holders 0 (issue 23).
 
-The rule (docs/inventory.md, "Trust model"): a pod image's layers come from the agents'
-objects only when at least ``quorum`` distinct nodes (``--image-quorum``, default 2)
-publish the same layer list for the same manifest digest under that image's name, and no
-other (digest, layers) for that name reaches the quorum too; otherwise the registry is
-asked, as on a cluster without agents. A node votes at most once per name and answer, and
-its votes go with its object (replaced, deleted, stale, or its Node gone).
+The rule (docs/inventory.md, "Trust model"): a pod image is matched by its
+:func:`~layersched.core.reference.lookup_key` (as kubelet normalises it: ``nginx:1.25`` is
+``docker.io/library/nginx:1.25``, a digest reference its digest). Its layers come from the
+agents' objects only when the nodes publishing one (digest, layers) answer under that key
+are at least ``quorum`` (``--image-quorum``, default 2) AND a strict majority of the nodes
+publishing anything under it (issue 30: ten honest holders outvote two liars, where a
+count alone let two liars veto them); otherwise the registry is asked, as on a cluster
+without agents. A node votes at most once per key and answer, and its votes go with its
+object (replaced, deleted, stale, or its Node gone). The Go plugin's ``pkg/layers``
+(votes.go) holds the same rule; the differential test holds the two equal.
+
+Memory: an answer is kept once, by the sha256 of its content, whoever gives it under
+whichever key (issue 30: the Go side copied it per vote).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterable
 
-from layersched.core.errors import LayerschedError
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import HeldImage
-from layersched.core.reference import normalized_image_name
+from layersched.core.reference import lookup_key
 
 #: Nodes that must publish the same layers for a pod image by default.
 DEFAULT_IMAGE_QUORUM = 2
-#: Lookup names remembered: the image names of a cluster (a few thousand) fit, and the
-#: cache only saves re-normalising them on every republish; kept small, as what it
-#: holds is never released (a flood of fresh names only churns it).
+#: Lookup keys remembered: the image names of a cluster (a few thousand) fit, and the
+#: cache only saves re-parsing them on every republish; kept small, as what it holds is
+#: never released (a flood of fresh names only churns it).
 LOOKUP_CACHE_SIZE = 8_192
 #: The tally is rebuilt once this many more names were dropped than are held (a Python
 #: dict never shrinks by itself).
 COMPACT_SLACK = 4_096
 
-#: What a node says an image is: its manifest digest and its layers.
-Answer = tuple[str, tuple[Layer, ...]]
-#: One vote: (platform key, lookup name, answer).
+cached_lookup_key = functools.lru_cache(maxsize=LOOKUP_CACHE_SIZE)(lookup_key)
+
+
+class Answer:
+    """What a node says an image is: its manifest digest and layers, equal (and hashed)
+    by the sha256 of that content, so the tally keeps one per content."""
+
+    __slots__ = ("digest", "key", "layers")
+
+    def __init__(self, digest: str, layers: tuple[Layer, ...]) -> None:
+        self.digest = digest
+        self.layers = layers
+        content = hashlib.sha256()
+        for text in (digest, *(f"{layer.digest}\0{layer.size_bytes}" for layer in layers)):
+            content.update(f"{len(text)}:{text}".encode())
+        self.key = content.digest()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Answer) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+#: One vote: (platform key, lookup key, answer).
 Ballot = tuple[str, str, Answer]
 
 
-@functools.lru_cache(maxsize=LOOKUP_CACHE_SIZE)
-def lookup_names(image: str) -> tuple[str, ...]:
-    """``image`` as written and normalised (``busybox`` -> ``docker.io/library/busybox:
-    latest``), and its digest alone for a digest reference."""
-    names = [image]
-    try:
-        normalized = normalized_image_name(image)
-    except LayerschedError:
-        normalized = image
-    if normalized != image:
-        names.append(normalized)
-    if "@" in image:
-        names.append(image.rpartition("@")[2])
-    return tuple(names)
+def lookup_keys(image: HeldImage) -> set[str]:
+    """The keys a published image is voted under: each name's lookup key, and its
+    manifest digest as written (a bare digest is no reference)."""
+    return {*(cached_lookup_key(name) for name in image.names), image.digest}
 
 
 def ballots(key: str, images: Iterable[HeldImage]) -> set[Ballot]:
-    """A node's votes: for each image it holds, under each name it gives it (and its
-    digest), its (digest, layers) answer; a set, so a node votes once per name and answer."""
+    """A node's votes: for each image it holds, under each key its names and digest give,
+    its (digest, layers) answer; a set, so a node votes once per key and answer."""
     votes: set[Ballot] = set()
     for image in images:
-        answer = (image.digest, image.layers)
-        for name in (*image.names, image.digest):
-            for lookup in lookup_names(name):
-                votes.add((key, lookup, answer))
+        answer = Answer(image.digest, image.layers)
+        for lookup in lookup_keys(image):
+            votes.add((key, lookup, answer))
     return votes
 
 
 class ImageVotes:
-    """For each (platform key, lookup name), how many nodes give each answer."""
+    """For each (platform key, lookup key), how many nodes give each answer, and how many
+    publish anything under it."""
 
     def __init__(self, quorum: int = DEFAULT_IMAGE_QUORUM) -> None:
         if quorum < 1:
             raise ValueError("the image quorum is at least 1")
         self.quorum = quorum
         self._tally: dict[tuple[str, str], dict[Answer, int]] = {}
+        #: distinct nodes voting under each (platform key, lookup key): the majority's
+        #: denominator
+        self._publishers: dict[tuple[str, str], int] = {}
         self._dropped = 0
-        #: Pod images some node published but without a quorum (or with two answers at
-        #: it): answered by the registry instead.
+        #: Pod images some node published but without agreement: answered by the
+        #: registry instead.
         self.without_quorum = 0
         #: ... and pod images answered from the votes.
         self.agreed = 0
 
     def __len__(self) -> int:
-        """Lookup names with at least one vote."""
+        """Lookup keys with at least one vote."""
         return len(self._tally)
 
     def change(self, old: set[Ballot], new: set[Ballot]) -> None:
@@ -105,22 +127,36 @@ class ImageVotes:
         for key, lookup, answer in new - old:
             answers = self._tally.setdefault((key, lookup), {})
             answers[answer] = answers.get(answer, 0) + 1
+        was = {(key, lookup) for key, lookup, _ in old}
+        now = {(key, lookup) for key, lookup, _ in new}
+        for pair in was - now:
+            left = self._publishers.get(pair, 0) - 1
+            if left > 0:
+                self._publishers[pair] = left
+            else:
+                self._publishers.pop(pair, None)
+        for pair in now - was:
+            self._publishers[pair] = self._publishers.get(pair, 0) + 1
         if self._dropped > len(self._tally) + COMPACT_SLACK:
             self._tally, self._dropped = dict(self._tally), 0
+            self._publishers = dict(self._publishers)
 
     def layers(self, image: str, key: str) -> tuple[Layer, ...] | None:
-        """The layers of pod image ``image`` for platform ``key`` when ``quorum`` nodes
-        agree on one answer for it; None otherwise (ask the registry)."""
-        agreed: set[Answer] = set()
-        published = False
-        for lookup in lookup_names(image):
-            answers = self._tally.get((key, lookup))
-            if answers:
-                published = True
-                agreed.update(answer for answer, count in answers.items() if count >= self.quorum)
+        """The layers of pod image ``image`` for platform ``key`` when ``quorum`` nodes, and
+        a majority of those publishing under its lookup key, agree on one answer for it;
+        None otherwise (ask the registry)."""
+        pair = (key, cached_lookup_key(image))
+        answers = self._tally.get(pair)
+        if not answers:
+            return None
+        publishers = self._publishers.get(pair, 0)
+        agreed = [
+            answer
+            for answer, count in answers.items()
+            if count >= self.quorum and 2 * count > publishers
+        ]
         if len(agreed) == 1:
             self.agreed += 1
-            return next(iter(agreed))[1]
-        if published:
-            self.without_quorum += 1
+            return agreed[0].layers
+        self.without_quorum += 1
         return None

@@ -40,6 +40,9 @@ var GroupVersionResource = schema.GroupVersionResource{
 type Hooks struct {
 	// Invalid: a node's object was malformed; the node now has no inventory.
 	Invalid func(node string, err error)
+	// Refused: the index's budget refused a node's object (or dropped a held one for a
+	// smaller node's): the node now has no inventory.
+	Refused func(refusal layers.Refusal)
 	// Applied: a node's inventory was (re)indexed, or removed.
 	Applied func()
 }
@@ -143,10 +146,19 @@ func (s *store) apply(item *parsed) {
 			s.w.hooks.Invalid(item.name, item.err)
 		}
 	} else {
-		s.w.index.Upsert(item.inventory)
+		s.refused(s.w.index.Upsert(item.inventory))
 	}
 	if s.w.hooks.Applied != nil {
 		s.w.hooks.Applied()
+	}
+}
+
+func (s *store) refused(refusals []layers.Refusal) {
+	for _, refusal := range refusals {
+		klog.Warningf("LayerLocality: %v", refusal)
+		if s.w.hooks.Refused != nil {
+			s.w.hooks.Refused(refusal)
+		}
 	}
 }
 
@@ -191,7 +203,7 @@ func (s *store) Replace(items []interface{}, _ string) error {
 		}
 		inventories = append(inventories, item.inventory)
 	}
-	s.w.index.Replace(inventories)
+	s.refused(s.w.index.Replace(inventories))
 	if atomic.CompareAndSwapInt32(&s.w.synced, 0, 1) {
 		close(s.w.syncedCh)
 	}

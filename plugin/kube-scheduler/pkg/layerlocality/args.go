@@ -29,6 +29,8 @@ const (
 	// list of NodeLayerInventory objects before scheduling starts without them.
 	DefaultInventorySyncTimeoutSeconds int64 = 30
 	MaxInventorySyncTimeoutSeconds     int64 = 600
+	// DefaultSpread: the spread factor is on unless the args turn it off (issue 30).
+	DefaultSpread = true
 	// DefaultImageQuorum is how many distinct nodes must publish the same layers for a
 	// pod image (the extender's --image-quorum default).
 	DefaultImageQuorum int64 = layers.DefaultImageQuorum
@@ -43,9 +45,12 @@ type Args struct {
 	Strategy string `json:"strategy,omitempty"`
 	// Spread scales each present layer by (nodes holding it / all nodes), as upstream
 	// ImageLocality scales images, so that a layer found on one node in a thousand does
-	// not drag every pod to that node ("node heating"). Default false: on small clusters
-	// it blurs the signal.
-	Spread bool `json:"spread,omitempty"`
+	// not drag every pod to that node ("node heating"), and so that an agent claiming
+	// layers it copied from other nodes' objects gains at most what those layers' real
+	// holders share (docs/inventory.md, "Trust model"). Default true (issue 30; false
+	// before): set false on a small cluster whose agents are all trusted, where it blurs
+	// the signal.
+	Spread *bool `json:"spread,omitempty"`
 	// InventoryMaxAgeSeconds is how old a node's NodeLayerInventory (its observedAt) may
 	// be and still count; an older one scores the node 0, as if it had none. 0 turns the
 	// bound off. Default 1800.
@@ -104,6 +109,10 @@ func DecodeArgs(obj runtime.Object) (*Args, error) {
 func SetDefaults(args *Args) {
 	if args.Strategy == "" {
 		args.Strategy = StrategyLayerLocality
+	}
+	if args.Spread == nil {
+		spread := DefaultSpread
+		args.Spread = &spread
 	}
 	if args.InventoryMaxAgeSeconds == nil {
 		value := DefaultInventoryMaxAgeSeconds

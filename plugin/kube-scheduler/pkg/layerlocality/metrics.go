@@ -14,6 +14,8 @@ const (
 	// ReasonMissing and ReasonStale label a node scored without an inventory.
 	ReasonMissing = "missing"
 	ReasonStale   = "stale"
+	// ReasonOverBudget labels a node whose object the index refused for its size.
+	ReasonOverBudget = "over_budget"
 )
 
 var (
@@ -21,7 +23,7 @@ var (
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
 		Name:           "nodes_without_inventory_total",
-		Help:           "Nodes scored 0 because they had no NodeLayerInventory (reason missing: no agent, or a malformed object) or an older one than inventoryMaxAgeSeconds (reason stale), one count per node scored.",
+		Help:           "Nodes scored 0 because they had no NodeLayerInventory (reason missing: no agent, or a malformed object), an older one than inventoryMaxAgeSeconds (reason stale), or one the index refused for its size (reason over_budget), one count per node scored.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	podImagesUnknown = metrics.NewCounter(&metrics.CounterOpts{
@@ -45,6 +47,20 @@ var (
 		Help:           "NodeLayerInventory objects ignored as malformed (an index out of range, a bad digest or size); the node then has no inventory.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	refusedInventories = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "refused_inventories_total",
+		Help:           "NodeLayerInventory objects the index refused or dropped for their size: reason object_too_large (over the per-object cap) or over_budget (the largest holder when the index's budget ran out).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	inventoryBytes = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "inventory_charged_bytes",
+		Help:           "Bytes the index is charged for what it holds (an upper estimate of its heap), within its budget.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	inventoryNodes = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
@@ -57,6 +73,6 @@ var (
 
 func register() {
 	registerMetrics.Do(func() {
-		legacyregistry.MustRegister(nodesWithoutInventory, podImagesUnknown, podImagesWithoutQuorum, invalidInventories, inventoryNodes)
+		legacyregistry.MustRegister(nodesWithoutInventory, podImagesUnknown, podImagesWithoutQuorum, invalidInventories, refusedInventories, inventoryBytes, inventoryNodes)
 	})
 }

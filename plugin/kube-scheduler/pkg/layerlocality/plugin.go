@@ -78,7 +78,7 @@ func (s *scorer) prepare(pod *v1.Pod, nodes func() (nodeSet, error)) (*preScoreS
 		podImagesWithoutQuorum.Add(float64(len(podLayers.WithoutQuorum)))
 	}
 	var spread *layers.Spread
-	if s.args.Spread {
+	if *s.args.Spread {
 		set, err := nodes()
 		if err != nil {
 			return nil, fmt.Errorf("listing the snapshot's nodes for the spread: %w", err)
@@ -99,6 +99,8 @@ func (s *scorer) score(state *preScoreState, nodeName string) int64 {
 		nodesWithoutInventory.WithLabelValues(ReasonMissing).Inc()
 	case layers.Stale:
 		nodesWithoutInventory.WithLabelValues(ReasonStale).Inc()
+	case layers.OverBudget:
+		nodesWithoutInventory.WithLabelValues(ReasonOverBudget).Inc()
 	}
 	return score
 }
@@ -160,7 +162,11 @@ func sharedIndex(ctx context.Context, args *Args, fallback *rest.Config) (*layer
 	index := layers.NewIndex(int(*args.ImageQuorum))
 	watch := inventorywatch.Start(client, index, inventorywatch.Hooks{
 		Invalid: func(string, error) { invalidInventories.Inc() },
-		Applied: func() { inventoryNodes.Set(float64(index.Nodes())) },
+		Refused: func(refusal layers.Refusal) { refusedInventories.WithLabelValues(refusal.Reason).Inc() },
+		Applied: func() {
+			inventoryNodes.Set(float64(index.Nodes()))
+			inventoryBytes.Set(float64(index.UsedBytes()))
+		},
 	}, ctx.Done())
 	go func() {
 		<-ctx.Done()

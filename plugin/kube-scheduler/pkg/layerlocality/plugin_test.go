@@ -103,14 +103,14 @@ func TestScores(t *testing.T) {
 			// t3: total 90; N1 90 -> 100; N2 L1+L2 = 70 -> floor(7000/90) = 77; N3 0;
 			// N4 published nothing -> 0; "old" is 2 h old, past the default 30 min -> 0
 			name: "P1-again",
-			args: `{}`,
+			args: `{"spread": false}`,
 			pod:  pod(nil, "reg:5000/img1:1"),
 			want: map[string]int64{"N1": 100, "N2": 77, "N3": 0, "N4": 0, "old": 0},
 		},
 		{
 			// without an age bound "old" counts: 100
 			name: "no age bound",
-			args: `{"inventoryMaxAgeSeconds": 0}`,
+			args: `{"inventoryMaxAgeSeconds": 0, "spread": false}`,
 			pod:  pod(nil, "reg:5000/img1:1"),
 			want: map[string]int64{"old": 100},
 		},
@@ -118,7 +118,7 @@ func TestScores(t *testing.T) {
 			// init container Img2, then Img1: distinct L1 L2 L4 L3 = 100 bytes;
 			// N1 holds 90 -> 90, N2 80 -> 80
 			name: "init containers",
-			args: `{}`,
+			args: `{"spread": false}`,
 			pod:  pod([]string{"reg:5000/img2:1"}, "reg:5000/img1:1", "reg:5000/img1:1"),
 			want: map[string]int64{"N1": 90, "N2": 80},
 		},
@@ -132,9 +132,16 @@ func TestScores(t *testing.T) {
 			want: map[string]int64{"N1": 35, "N2": 31, "N3": 0},
 		},
 		{
+			// issue 30: the spread is the default (the same as above)
+			name: "spread by default",
+			args: `{}`,
+			pod:  pod(nil, "reg:5000/img1:1"),
+			want: map[string]int64{"N1": 35, "N2": 31, "N3": 0},
+		},
+		{
 			// no image known: 0 everywhere
 			name: "unknown",
-			args: `{}`,
+			args: `{"spread": false}`,
 			pod:  pod(nil, "nowhere:1"),
 			want: map[string]int64{"N1": 0, "N2": 0},
 		},
@@ -177,7 +184,7 @@ func TestScoreWithoutPreScoreSaysHowToFixTheConfiguration(t *testing.T) {
 func TestScoreRunsOnSixteenWorkers(t *testing.T) {
 	// kube-scheduler scores nodes on 16 goroutines; each cycle here shares its state
 	// between its nodes, as the framework's does
-	pl := plugin(t, `{}`)
+	pl := plugin(t, `{"spread": false}`)
 	p := pod(nil, "reg:5000/img1:1")
 	var wg sync.WaitGroup
 	errors := make(chan string, 16)
@@ -205,12 +212,13 @@ func TestDecodeArgs(t *testing.T) {
 		name, raw, contentType, message string
 		want                            Args
 	}{
-		{name: "defaults", raw: ``, want: Args{Strategy: StrategyLayerLocality}},
-		{name: "every field", raw: `{"strategy":"layer-locality","spread":true,"inventoryMaxAgeSeconds":0,
+		// issue 30: the spread is on unless the args turn it off
+		{name: "defaults", raw: ``, want: Args{Strategy: StrategyLayerLocality, Spread: boolp(true)}},
+		{name: "every field", raw: `{"strategy":"layer-locality","spread":false,"inventoryMaxAgeSeconds":0,
 			"inventorySyncTimeoutSeconds":5,"kubeConfigPath":"/etc/k"}`,
-			want: Args{Strategy: StrategyLayerLocality, Spread: true, KubeConfigPath: "/etc/k"}},
+			want: Args{Strategy: StrategyLayerLocality, Spread: boolp(false), KubeConfigPath: "/etc/k"}},
 		{name: "yaml", raw: "spread: true\n", contentType: runtime.ContentTypeYAML,
-			want: Args{Strategy: StrategyLayerLocality, Spread: true}},
+			want: Args{Strategy: StrategyLayerLocality, Spread: boolp(true)}},
 		// strict: a misspelt field is named, not ignored
 		{name: "unknown field", raw: `{"spred": true}`, message: `unknown field "spred"`},
 		{name: "other strategy", raw: `{"strategy":"pull-time"}`, message: `strategy: Unsupported value: "pull-time"`},
@@ -219,7 +227,7 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "sync past 10 min", raw: `{"inventorySyncTimeoutSeconds":601}`, message: "inventorySyncTimeoutSeconds"},
 		// a quorum of 0 would resolve an image nobody published: refused
 		{name: "quorum 0", raw: `{"imageQuorum":0}`, message: "imageQuorum: Invalid value: 0"},
-		{name: "quorum 3", raw: `{"imageQuorum":3}`, want: Args{Strategy: StrategyLayerLocality, ImageQuorum: int64p(3)}},
+		{name: "quorum 3", raw: `{"imageQuorum":3}`, want: Args{Strategy: StrategyLayerLocality, Spread: boolp(true), ImageQuorum: int64p(3)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -237,7 +245,7 @@ func TestDecodeArgs(t *testing.T) {
 			if c.want.ImageQuorum != nil {
 				wantQuorum = *c.want.ImageQuorum
 			}
-			if args.Strategy != c.want.Strategy || args.Spread != c.want.Spread || args.KubeConfigPath != c.want.KubeConfigPath ||
+			if args.Strategy != c.want.Strategy || args.Spread == nil || *args.Spread != *c.want.Spread || args.KubeConfigPath != c.want.KubeConfigPath ||
 				args.ImageQuorum == nil || *args.ImageQuorum != wantQuorum {
 				t.Errorf("args %+v, want %+v", args, c.want)
 			}
@@ -293,4 +301,8 @@ func TestArgsFromTheGenerator(t *testing.T) {
 		}
 	}
 	t.Logf("decoded %d generated configurations", len(configs))
+}
+
+func boolp(value bool) *bool {
+	return &value
 }

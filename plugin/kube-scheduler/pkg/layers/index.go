@@ -11,11 +11,12 @@ const noLayer = -1
 
 // Index is what every NodeLayerInventory event updates and every Score reads: which
 // layers each node holds, which nodes hold each layer, and, for each published image
-// name, which nodes vote for which answer (see votes.go). Writers (the watch) take the write lock for one node's change;
-// readers (PreScore, and Score from kube-scheduler's parallel workers) share the read
-// lock, so a reader never sees half a change. It holds no API object: only ids, the
-// layer digests, and the votes of the objects it holds (they leave with their object, so
-// its memory is bounded by what the objects held now say).
+// name, which nodes vote for which answer (see votes.go). Writers (the watch) take the
+// write lock for one node's change; readers (PreScore, and Score from kube-scheduler's
+// parallel workers) share the read lock, so a reader never sees half a change. It holds
+// no API object: only ids, the layer digests, and the votes of the objects it holds
+// (they leave with their object), within a budget (budget.go): its memory is bounded by
+// construction, whatever the objects say.
 type Index struct {
 	mu sync.RWMutex
 
@@ -29,8 +30,20 @@ type Index struct {
 
 	// quorum is how many distinct nodes must give the same answer for a pod image.
 	quorum int
-	// tally is, by lookup name, the answers nodes give for it, by answer key.
-	tally map[string]map[string]*answer
+	// answers are kept once each, by the hash of their content.
+	answerID    map[answerKey]int32
+	answers     []answerEntry
+	freeAnswers []int32
+	// lookups are the keys images are published under, with their votes.
+	lookupID    map[string]int32
+	lookups     []lookupEntry
+	freeLookups []int32
+
+	// maxBytes and maxObjectBytes are the budget (MaxIndexBytes, MaxObjectBytes unless
+	// WithBudget says otherwise), usedBytes what is charged now.
+	maxBytes, maxObjectBytes, usedBytes int64
+	// refused are the nodes whose latest object is not held for its size.
+	refused map[string]Refusal
 }
 
 type nodeEntry struct {
@@ -39,29 +52,47 @@ type nodeEntry struct {
 	layers     []int32
 	observedAt time.Time
 	live       bool
-	// ballots are the node's votes, one per (lookup name, answer).
-	ballots []ballot
+	// ballots are the node's votes, one per (lookup key, answer), sorted; lookups and
+	// answers count the distinct ones.
+	ballots          []ballot
+	lookups, answers int
+	// refsBytes is what its own object keeps (refsCost), paidBytes the entries it is
+	// charged for.
+	refsBytes, paidBytes int64
 }
 
 type layerEntry struct {
 	digest string
 	// holders are the ids of the nodes holding the layer, sorted.
 	holders []int32
+	charged
 }
 
 // NewIndex is an empty index resolving a pod image only when quorum distinct nodes
 // publish the same answer for it (DefaultImageQuorum unless the args say otherwise;
-// 1 trusts any single node). A quorum below 1 is a caller's error: it panics.
+// 1 trusts any single node), within MaxIndexBytes. A quorum below 1 is a caller's
+// error: it panics.
 func NewIndex(quorum int) *Index {
 	if quorum < 1 {
 		panic("layers.NewIndex: the image quorum is at least 1")
 	}
 	return &Index{
-		nodeID:  map[string]int32{},
-		layerID: map[string]int32{},
-		quorum:  quorum,
-		tally:   map[string]map[string]*answer{},
+		nodeID:         map[string]int32{},
+		layerID:        map[string]int32{},
+		quorum:         quorum,
+		answerID:       map[answerKey]int32{},
+		lookupID:       map[string]int32{},
+		maxBytes:       MaxIndexBytes,
+		maxObjectBytes: MaxObjectBytes,
+		refused:        map[string]Refusal{},
 	}
+}
+
+// WithBudget sets the index's budget in all and per object (bytes, as charged); for an
+// empty index.
+func (ix *Index) WithBudget(totalBytes, objectBytes int64) *Index {
+	ix.maxBytes, ix.maxObjectBytes = totalBytes, objectBytes
+	return ix
 }
 
 // Nodes is how many nodes have an inventory in the index.
@@ -72,11 +103,12 @@ func (ix *Index) Nodes() int {
 }
 
 // Upsert records a node's inventory, replacing what the index held for that node; the
-// cost is the node's own size, never the cluster's.
-func (ix *Index) Upsert(inventory *Inventory) {
+// cost is the node's own size, never the cluster's. The refusals say which objects the
+// budget refused: this one (the node then has none), or larger ones held before.
+func (ix *Index) Upsert(inventory *Inventory) []Refusal {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.upsert(inventory)
+	return ix.upsert(inventory)
 }
 
 // Remove forgets a node's inventory (its object was deleted, or is malformed); false when
@@ -84,17 +116,17 @@ func (ix *Index) Upsert(inventory *Inventory) {
 func (ix *Index) Remove(node string) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	delete(ix.refused, node)
 	return ix.remove(node)
 }
 
 // Replace makes the index hold exactly these inventories (a full list), applied in order;
 // the nodes it held that are not listed are forgotten.
-func (ix *Index) Replace(inventories []*Inventory) {
+func (ix *Index) Replace(inventories []*Inventory) []Refusal {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	listed := make(map[string]bool, len(inventories))
 	for _, inventory := range inventories {
-		ix.upsert(inventory)
 		listed[inventory.Node] = true
 	}
 	for name := range ix.nodeID {
@@ -102,24 +134,36 @@ func (ix *Index) Replace(inventories []*Inventory) {
 			ix.remove(name)
 		}
 	}
-}
-
-func (ix *Index) upsert(inventory *Inventory) {
-	seen := map[string]bool{}
-	var held []int32
-	for _, image := range inventory.Images {
-		for _, layer := range image.Layers {
-			if !seen[layer.Digest] {
-				seen[layer.Digest] = true
-				held = append(held, ix.layerOf(layer.Digest))
-			}
+	for name := range ix.refused {
+		if !listed[name] {
+			delete(ix.refused, name)
 		}
 	}
-	sort.Slice(held, func(a, b int) bool { return held[a] < held[b] })
+	var refused []Refusal
+	for _, inventory := range inventories {
+		refused = append(refused, ix.upsert(inventory)...)
+	}
+	return refused
+}
+
+func (ix *Index) upsert(inventory *Inventory) []Refusal {
+	p := planOf(inventory)
+	admitted, refused := ix.admit(p, inventory.Node)
+	if !admitted {
+		ix.remove(inventory.Node)
+		ix.refused[inventory.Node] = refused[len(refused)-1]
+		return refused
+	}
+	delete(ix.refused, inventory.Node)
 	id, ok := ix.nodeID[inventory.Node]
 	if !ok {
 		id = ix.newNode(inventory.Node)
 	}
+	held := make([]int32, 0, len(p.layers))
+	for _, digest := range p.layers {
+		held = append(held, ix.layerOf(digest, id))
+	}
+	sort.Slice(held, func(a, b int) bool { return held[a] < held[b] })
 	node := &ix.nodes[id]
 	old := node.layers
 	// both sorted: walk them together, touching only the layers that changed
@@ -139,7 +183,17 @@ func (ix *Index) upsert(inventory *Inventory) {
 	}
 	node.layers = held
 	node.observedAt = inventory.ObservedAt
-	ix.vote(id, inventory.Images)
+	ix.vote(id, p.images)
+	ix.setRefs(id)
+	return refused
+}
+
+// setRefs charges node id what its own object keeps now.
+func (ix *Index) setRefs(id int32) {
+	node := &ix.nodes[id]
+	refs := refsCost(len(node.layers), len(node.ballots), node.lookups, node.answers)
+	ix.usedBytes += refs - node.refsBytes
+	node.refsBytes = refs
 }
 
 func (ix *Index) remove(name string) bool {
@@ -150,56 +204,65 @@ func (ix *Index) remove(name string) bool {
 	for _, layer := range ix.nodes[id].layers {
 		ix.dropHolder(layer, id)
 	}
+	ix.nodes[id].layers = nil
 	ix.vote(id, nil)
+	ix.setRefs(id)
+	ix.usedBytes -= ix.nodes[id].refsBytes // a node's entry goes too
 	delete(ix.nodeID, name)
 	ix.nodes[id] = nodeEntry{}
 	ix.freeNodes = append(ix.freeNodes, id)
 	return true
 }
 
-// reuse pops an id freed earlier; false when there is none.
-func reuse(free *[]int32) (int32, bool) {
-	n := len(*free)
-	if n == 0 {
-		return 0, false
+// slot is the id for a new entry of entries: one freed earlier (free), or one appended.
+func slot[T any](entries *[]T, free *[]int32) int32 {
+	if n := len(*free); n > 0 {
+		id := (*free)[n-1]
+		*free = (*free)[:n-1]
+		return id
 	}
-	id := (*free)[n-1]
-	*free = (*free)[:n-1]
-	return id, true
+	var zero T
+	*entries = append(*entries, zero)
+	return int32(len(*entries) - 1)
+}
+
+// leave removes node from an entry's holders; true when none is left (the caller
+// forgets the entry), else another holder is charged for it if node was.
+func (ix *Index) leave(holders *[]int32, entry *charged, node int32) bool {
+	*holders = removeSorted(*holders, node)
+	if len(*holders) > 0 {
+		ix.handOver(entry, node, (*holders)[0])
+		return false
+	}
+	ix.uncharge(entry)
+	return true
 }
 
 func (ix *Index) newNode(name string) int32 {
-	id, ok := reuse(&ix.freeNodes)
-	if !ok {
-		id = int32(len(ix.nodes))
-		ix.nodes = append(ix.nodes, nodeEntry{})
-	}
+	id := slot(&ix.nodes, &ix.freeNodes)
 	ix.nodes[id] = nodeEntry{name: name, live: true}
 	ix.nodeID[name] = id
 	return id
 }
 
-// layerOf is the id of layer digest, made if no node holds it yet.
-func (ix *Index) layerOf(digest string) int32 {
+// layerOf is the id of layer digest, made (and charged to node) if no node holds it yet.
+func (ix *Index) layerOf(digest string, node int32) int32 {
 	if id, ok := ix.layerID[digest]; ok {
 		return id
 	}
-	id, ok := reuse(&ix.freeLayers)
-	if !ok {
-		id = int32(len(ix.layers))
-		ix.layers = append(ix.layers, layerEntry{})
-	}
+	id := slot(&ix.layers, &ix.freeLayers)
 	ix.layers[id] = layerEntry{digest: digest}
 	ix.layerID[digest] = id
+	ix.charge(&ix.layers[id].charged, node, layerCost(digest))
 	return id
 }
 
 // dropHolder removes node from layer's holders; a layer nobody holds is forgotten (its
-// id is reused: readers check the digest, see Prepared).
+// id is reused: readers check the digest, see Prepared), else another holder is charged
+// for it if node was.
 func (ix *Index) dropHolder(layer, node int32) {
 	entry := &ix.layers[layer]
-	entry.holders = removeSorted(entry.holders, node)
-	if len(entry.holders) == 0 {
+	if ix.leave(&entry.holders, &entry.charged, node) {
 		delete(ix.layerID, entry.digest)
 		*entry = layerEntry{}
 		ix.freeLayers = append(ix.freeLayers, layer)

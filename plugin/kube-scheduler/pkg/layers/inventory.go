@@ -32,6 +32,19 @@ const (
 // is refused whole, as the Python core refuses it.
 const MaxSizeBytes int64 = 1 << 40
 
+// Per-image bounds, the CRD's (the Python core's LIMITS, core/nodelayers.py, which the
+// schema is generated from): the decoder holds an object to them as the API server does,
+// so an object stored before a bound was tightened, or served by a server that skipped
+// the schema, costs no more than a valid one.
+const (
+	// MaxLayersPerImage is LIMITS.max_layers_per_image: far past real images (~127 at most
+	// under overlayfs's lower-dir limit).
+	MaxLayersPerImage = 1_000
+	// MaxNamesPerImage is LIMITS.max_names_per_image: kubelet keeps 5 names per image;
+	// every name is a vote the index keeps, so an object may not make thousands per image.
+	MaxNamesPerImage = 8
+)
+
 // digestPattern is the Python core's layer digest check (core/layers.py _DIGEST) and the
 // CRD schema's pattern: an algorithm, a colon and at least 32 hex digits.
 var digestPattern = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$`)
@@ -120,7 +133,16 @@ func DecodeInventory(data []byte) (*Inventory, error) {
 		if raw.Digest == nil || *raw.Digest == "" {
 			return nil, fmt.Errorf("%s: images[%d].digest is missing: the image's manifest digest", where, i)
 		}
+		if len(raw.Names) > MaxNamesPerImage {
+			return nil, fmt.Errorf("%s: images[%d].names has %d names, over the cap of %d: the agent that wrote it is broken or hostile",
+				where, i, len(raw.Names), MaxNamesPerImage)
+		}
+		if len(raw.Layers) > MaxLayersPerImage {
+			return nil, fmt.Errorf("%s: images[%d].layers has %d layers, over the cap of %d: the agent that wrote it is broken or hostile",
+				where, i, len(raw.Layers), MaxLayersPerImage)
+		}
 		image := Image{Names: raw.Names, Digest: *raw.Digest, Layers: make([]Layer, len(raw.Layers))}
+		first := make(map[int64]int, len(raw.Layers))
 		for j, number := range raw.Layers {
 			index, ok := integer(number)
 			if !ok || index < 0 || index >= int64(len(table)) {
@@ -128,6 +150,12 @@ func DecodeInventory(data []byte) (*Inventory, error) {
 					"%s: images[%d].layers[%d] = %s: not an index into layers (0..%d): the agent that wrote it is broken",
 					where, i, j, number, len(table)-1)
 			}
+			if earlier, repeated := first[index]; repeated {
+				return nil, fmt.Errorf(
+					"%s: images[%d].layers[%d] = %d repeats layers[%d]: an image lists each distinct layer once (the agent that wrote it is broken or hostile)",
+					where, i, j, index, earlier)
+			}
+			first[index] = j
 			image.Layers[j] = table[index]
 		}
 		inventory.Images[i] = image

@@ -25,7 +25,7 @@ func TestDecodeInventory(t *testing.T) {
 	l1, l2 := digest("L1"), digest("L2")
 	doc := document("n1",
 		fmt.Sprintf(`{"digest":%q,"sizeBytes":100},{"digest":%q,"sizeBytes":0}`, l1, l2),
-		`{"names":["reg:5000/img1:1"],"digest":"sha256:aa","layers":[0,1,0]},{"digest":"sha256:bb","layers":[]}`)
+		`{"names":["reg:5000/img1:1"],"digest":"sha256:aa","layers":[1,0]},{"digest":"sha256:bb","layers":[]}`)
 	inventory, err := DecodeInventory(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -33,8 +33,8 @@ func TestDecodeInventory(t *testing.T) {
 	if inventory.Node != "n1" || len(inventory.Images) != 2 {
 		t.Fatalf("got %+v", inventory)
 	}
-	// indexes resolve into the table, in manifest order, repeats kept (the table dedupes)
-	want := []Layer{{l1, 100}, {l2, 0}, {l1, 100}}
+	// indexes resolve into the table, in manifest order
+	want := []Layer{{l2, 0}, {l1, 100}}
 	if fmt.Sprint(inventory.Images[0].Layers) != fmt.Sprint(want) {
 		t.Errorf("layers %v, want %v", inventory.Images[0].Layers, want)
 	}
@@ -70,6 +70,13 @@ func TestDecodeInventoryRefusesWhatTheAgentCannotHaveMeant(t *testing.T) {
 		{"boolean index", string(document("n1", layer("1"), image("true"))), "not an index"},
 		{"no image digest", string(document("n1", layer("1"), `{"names":["a"],"layers":[0]}`)), "images[0].digest is missing"},
 		{"names not strings", string(document("n1", layer("1"), `{"names":[1],"digest":"d","layers":[0]}`)), "decoding"},
+		// issue 30: the hostile object listed index 0 a thousand times per image; every
+		// repeat was a layer slot copied into every answer it voted for
+		{"repeated index", string(document("n1", layer("1"), image("0,0"))), "images[0].layers[1] = 0 repeats layers[0]"},
+		{"names over the cap", string(document("n1", layer("1"), `{"names":["a","b","c","d","e","f","g","h","i"],"digest":"d","layers":[0]}`)),
+			"images[0].names has 9 names, over the cap of 8"},
+		{"layers over the cap", string(document("n1", manyLayers(MaxLayersPerImage+1), image(indexes(MaxLayersPerImage+1)))),
+			"images[0].layers has 1001 layers, over the cap of 1000"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -92,23 +99,54 @@ func TestObservedAtThatIsNotRFC3339IsUnknown(t *testing.T) {
 	}
 }
 
-func TestLookupNames(t *testing.T) {
+// manyLayers is a layer table of count distinct layers; indexes lists 0..count-1.
+func manyLayers(count int) string {
+	parts := make([]string, count)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`{"digest":%q,"sizeBytes":1}`, digest(fmt.Sprint("layer", i)))
+	}
+	return strings.Join(parts, ",")
+}
+
+func indexes(count int) string {
+	parts := make([]string, count)
+	for i := range parts {
+		parts[i] = fmt.Sprint(i)
+	}
+	return strings.Join(parts, ",")
+}
+
+func TestLookupKey(t *testing.T) {
+	pinned := digest("nginx manifest")
 	cases := []struct {
-		image string
-		want  []string
+		image, want string
 	}{
-		// no tag after the last "/": ":latest" is what kube-scheduler and the kubelet mean
-		{"busybox", []string{"busybox", "busybox:latest"}},
-		// a registry port is no tag
-		{"reg:5000/app", []string{"reg:5000/app", "reg:5000/app:latest"}},
-		{"reg:5000/app:1", []string{"reg:5000/app:1"}},
-		// a digest reference is looked up by the digest alone too; its ":" is after the "/"
-		{"reg:5000/app@sha256:aa", []string{"reg:5000/app@sha256:aa", "sha256:aa"}},
-		{"sha256:aa", []string{"sha256:aa"}},
+		// issue 30: kubelet pulls "nginx:1.25" as the runtime lists it
+		{"nginx:1.25", "docker.io/library/nginx:1.25"},
+		{"docker.io/library/nginx:1.25", "docker.io/library/nginx:1.25"},
+		{"index.docker.io/library/nginx:1.25", "docker.io/library/nginx:1.25"},
+		// no tag: ":latest"; a user's repository on Docker Hub has no "library/"
+		{"busybox", "docker.io/library/busybox:latest"},
+		{"someone/app", "docker.io/someone/app:latest"},
+		// a registry port is no tag; localhost and a dotted first part are hosts
+		{"reg:5000/app", "reg:5000/app:latest"},
+		{"reg:5000/app:1", "reg:5000/app:1"},
+		{"localhost/app", "localhost/app:latest"},
+		{"ghcr.io/o/app:v2", "ghcr.io/o/app:v2"},
+		// a digest reference is its digest alone, whatever repository or tag it names
+		{"nginx@" + pinned, pinned},
+		{"nginx:1.25@" + pinned, pinned},
+		{"docker.io/library/nginx@" + pinned, pinned},
+		// no reference (a malformed digest, upper case, spaces): as upstream matches it
+		{"reg:5000/app@sha256:aa", "reg:5000/app@sha256:aa"},
+		{"Nginx", "Nginx:latest"},
+		{" nginx", " nginx:latest"},
+		// a bare digest is no pod image: it parses as a repository "sha256" and a tag
+		{"sha256:aa", "docker.io/library/sha256:aa"},
 	}
 	for _, c := range cases {
-		if got := LookupNames(c.image); fmt.Sprint(got) != fmt.Sprint(c.want) {
-			t.Errorf("LookupNames(%q) = %v, want %v", c.image, got, c.want)
+		if got := LookupKey(c.image); got != c.want {
+			t.Errorf("LookupKey(%q) = %q, want %q", c.image, got, c.want)
 		}
 	}
 }

@@ -1,9 +1,28 @@
 package layers
 
-import "strings"
+import (
+	"regexp"
+	"strings"
+)
 
 // defaultTag is what a reference without a tag means.
 const defaultTag = "latest"
+
+// The registry a name without a host means, and the prefix of its official images:
+// kubelet (through the runtime) pulls "nginx:1.25" as "docker.io/library/nginx:1.25".
+const (
+	defaultDomain       = "docker.io"
+	legacyDefaultDomain = "index.docker.io"
+	officialRepoPrefix  = "library/"
+)
+
+// The Python core's reference grammar (core/reference.py, docker/distribution's rules),
+// the same expressions: a name either side refuses is matched as written.
+var (
+	pathComponentPattern = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
+	tagPattern           = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	domainPattern        = regexp.MustCompile(`^(?:[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$`)
+)
 
 // NormalizedImageName is upstream ImageLocality's rule (and the Python core's
 // normalized_image_name): append ":latest" when the name carries no tag. A tag is there
@@ -16,18 +35,67 @@ func NormalizedImageName(name string) string {
 	return name
 }
 
-// LookupNames are the keys an image is known by, in the order they are tried: the name as
-// written, its normalised form when that differs, and the digest alone for a digest
-// reference ("repo@sha256:..."). The Python extender's _lookup_names
-// (extender/_watch.py), the same for the same name.
-func LookupNames(image string) []string {
-	names := make([]string, 1, 3)
-	names[0] = image
-	if normalized := NormalizedImageName(image); normalized != image {
-		names = append(names, normalized)
+// LookupKey is the one key an image name is matched by between a pod and the nodes'
+// published images, as kubelet and the runtime normalise it (the Python core's
+// lookup_key, the same for the same name): a digest reference is its digest alone (the
+// content, whatever the repository or tag says: "nginx:1.25@sha256:…" and the runtime's
+// "docker.io/library/nginx@sha256:…" are one image); any other is its canonical form,
+// host, repository and tag ("nginx:1.25" is "docker.io/library/nginx:1.25", "busybox" is
+// "docker.io/library/busybox:latest"). A name that is no valid reference is matched as
+// upstream's ImageLocality matches it (NormalizedImageName).
+func LookupKey(name string) string {
+	domain, path, tag, digest, ok := parseReference(name)
+	switch {
+	case !ok:
+		return NormalizedImageName(name)
+	case digest != "":
+		return digest
+	case tag == "":
+		tag = defaultTag
 	}
-	if at := strings.LastIndex(image, "@"); at >= 0 {
-		names = append(names, image[at+1:])
+	return domain + "/" + path + ":" + tag
+}
+
+// parseReference splits "[domain/]path[:tag][@digest]" as the Python core's
+// ImageReference.parse does; ok is false where it raises.
+func parseReference(text string) (domain, path, tag, digest string, ok bool) {
+	if text == "" || strings.TrimSpace(text) != text {
+		return "", "", "", "", false
 	}
-	return names
+	if before, after, found := strings.Cut(text, "@"); found {
+		if !digestPattern.MatchString(after) {
+			return "", "", "", "", false
+		}
+		text, digest = before, after
+	}
+	if colon := strings.LastIndex(text, ":"); colon > strings.LastIndex(text, "/") {
+		text, tag = text[:colon], text[colon+1:]
+		if !tagPattern.MatchString(tag) {
+			return "", "", "", "", false
+		}
+	}
+	first, rest, slashed := strings.Cut(text, "/")
+	if slashed && (strings.Contains(first, ".") || strings.Contains(first, ":") || first == "localhost" || strings.ToLower(first) != first) {
+		domain, path = first, rest
+		if !domainPattern.MatchString(domain) {
+			return "", "", "", "", false
+		}
+	} else {
+		domain, path = defaultDomain, text
+	}
+	if domain == legacyDefaultDomain {
+		domain = defaultDomain
+	}
+	if domain == defaultDomain && !strings.Contains(path, "/") {
+		path = officialRepoPrefix + path
+	}
+	if path == "" {
+		return "", "", "", "", false
+	}
+	for _, component := range strings.Split(path, "/") {
+		if !pathComponentPattern.MatchString(component) {
+			return "", "", "", "", false
+		}
+	}
+	return domain, path, tag, digest, true
 }

@@ -141,6 +141,9 @@ const (
 	NoInventory
 	// Stale: its inventory was observed longer ago than the bound allows.
 	Stale
+	// OverBudget: its object was refused for its size (budget.go): too large alone, or
+	// the largest when the index's budget ran out.
+	OverBudget
 )
 
 // Score is the node's layer-locality score 0..100 for a prepared pod: a read-only lookup
@@ -151,6 +154,9 @@ func (ix *Index) Score(p *Prepared, nodeName string, now time.Time, maxAge time.
 	defer ix.mu.RUnlock()
 	id, ok := ix.nodeID[nodeName]
 	if !ok {
+		if _, refused := ix.refused[nodeName]; refused {
+			return 0, OverBudget
+		}
 		return 0, NoInventory
 	}
 	node := &ix.nodes[id]

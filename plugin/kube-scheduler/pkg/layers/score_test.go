@@ -10,8 +10,8 @@ import (
 // The seed scenario's images: Img1 = L1+L2+L3, Img2 = L1+L2+L4 (sizes in bytes).
 var (
 	l1, l2, l3, l4 = Layer{digest("L1"), 40}, Layer{digest("L2"), 30}, Layer{digest("L3"), 20}, Layer{digest("L4"), 10}
-	img1           = Image{Names: []string{"reg:5000/img1:1"}, Digest: "sha256:img1", Layers: []Layer{l1, l2, l3}}
-	img2           = Image{Names: []string{"reg:5000/img2:1"}, Digest: "sha256:img2", Layers: []Layer{l1, l2, l4}}
+	img1           = Image{Names: []string{"reg:5000/img1:1"}, Digest: digest("img1"), Layers: []Layer{l1, l2, l3}}
+	img2           = Image{Names: []string{"reg:5000/img2:1"}, Digest: digest("img2"), Layers: []Layer{l1, l2, l4}}
 	observed       = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 )
 
@@ -75,10 +75,10 @@ func TestLayerLocalityScores(t *testing.T) {
 			want:   map[string]int64{"N1": 100, "N2": 77},
 		},
 		{
-			// by digest: "repo@sha256:img2" is looked up by its digest alone
+			// by digest: "repo@<Img2's digest>" is looked up by its digest alone
 			// total L1+L2+L4 = 80; N2: 80 -> 100; N1: 70 -> floor(7000/80) = 87
 			name:   "by digest",
-			images: []string{"elsewhere/img2@sha256:img2"},
+			images: []string{"elsewhere/img2@" + img2.Digest},
 			want:   map[string]int64{"N1": 87, "N2": 100},
 		},
 		{

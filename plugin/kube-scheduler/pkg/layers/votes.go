@@ -1,8 +1,9 @@
 package layers
 
 import (
-	"strconv"
-	"strings"
+	"crypto/sha256"
+	"encoding/binary"
+	"sort"
 	"time"
 )
 
@@ -16,124 +17,278 @@ const DefaultImageQuorum = 2
 // node may run, so one node must not make it alone. A node publishing "nginx:1.25" as
 // one huge layer would otherwise make every nginx pod score it 100 and the real holders
 // 0 (issue 23). The rule is the Python extender's (extender/_trust.py, docs/inventory.md
-// "Trust model"): a pod image resolves to an answer (manifest digest, layers) only when
-// at least quorum distinct nodes, each with a fresh inventory, publish that answer under
-// one of the image's lookup names, and no other answer reaches the quorum too. Otherwise
-// the image is Unknown: its layers count neither present nor needed (the plugin makes no
-// registry call). A node votes once per (lookup name, answer), and its votes go with its
-// object (replaced or deleted).
+// "Trust model"): a pod image is matched by its LookupKey (as kubelet normalises it), and
+// resolves to an answer (manifest digest, layers) only when the nodes giving that answer
+// are at least the quorum AND a strict majority of the nodes publishing anything under
+// that key, each with a fresh inventory (issue 30: ten honest holders outvote two liars;
+// a count alone let two liars veto them). Otherwise the image is Unknown: its layers
+// count neither present nor needed (the plugin makes no registry call). A node votes once
+// per (key, answer), and its votes go with its object (replaced, deleted or refused).
+//
+// Memory is bounded by construction (issue 30): an answer is kept once, whoever gives it
+// under whichever name, keyed by a hash of its content (32 bytes, whatever the answer's
+// size); a vote is two int32 ids; and every entry is charged to one node (budget.go).
 
-// answer is what some nodes say an image is, and who says it.
-type answer struct {
-	digest string
-	layers []Layer
-	// voters are the ids of the nodes giving this answer under one lookup name.
-	voters map[int32]struct{}
-}
+// answerKey is the sha256 of an answer's content: its digest, then each layer's digest
+// and size, every string length-prefixed (no crafted digest spells another answer).
+type answerKey [sha256.Size]byte
 
-// ballot is one vote of a node: an answer (by key) under a lookup name.
-type ballot struct {
-	lookup string
-	key    string
-}
-
-// answerKey encodes (digest, layers) injectively: every string is length-prefixed, so no
-// crafted digest can make two different answers share a key.
-func answerKey(image *Image) string {
-	var b strings.Builder
-	b.Grow(len(image.Digest) + len(image.Layers)*96 + 8)
-	writeField := func(text string) {
-		b.WriteString(strconv.Itoa(len(text)))
-		b.WriteByte(':')
-		b.WriteString(text)
+func keyOf(image *Image) answerKey {
+	hash := sha256.New()
+	var scratch [binary.MaxVarintLen64]byte
+	writeString := func(text string) {
+		hash.Write(scratch[:binary.PutUvarint(scratch[:], uint64(len(text)))])
+		hash.Write([]byte(text))
 	}
-	writeField(image.Digest)
+	writeString(image.Digest)
 	for _, layer := range image.Layers {
-		writeField(layer.Digest)
-		b.WriteString(strconv.FormatInt(layer.SizeBytes, 10))
-		b.WriteByte(';')
+		writeString(layer.Digest)
+		hash.Write(scratch[:binary.PutVarint(scratch[:], layer.SizeBytes)])
 	}
-	return b.String()
+	var key answerKey
+	hash.Sum(key[:0])
+	return key
 }
 
-// vote makes node id's votes those of images (nil: none), touching only the ballots that
-// changed; the cost is the node's own size.
-func (ix *Index) vote(id int32, images []Image) {
+// answerEntry is what some nodes say an image is, kept once.
+type answerEntry struct {
+	key    answerKey
+	digest string
+	// layers share the index's digest strings (layerEntry.digest).
+	layers []Layer
+	// holders are the nodes giving this answer under any name, sorted.
+	holders []int32
+	charged
+}
+
+// lookupEntry is one lookup key's votes: by answer id, the nodes giving it, sorted.
+type lookupEntry struct {
+	name  string
+	votes map[int32][]int32
+	// publishers are the nodes voting anything under this key, sorted: the majority's
+	// denominator.
+	publishers []int32
+	charged
+}
+
+// ballot is one vote of a node: an answer under a lookup key (both ids).
+type ballot struct {
+	lookup, answer int32
+}
+
+func ballotLess(a, b ballot) bool {
+	return a.lookup < b.lookup || (a.lookup == b.lookup && a.answer < b.answer)
+}
+
+// imagePlan is one published image as the index will hold it: its answer's key and the
+// lookup keys it is published under (its names' and its digest).
+type imagePlan struct {
+	image   *Image
+	key     answerKey
+	lookups []string
+}
+
+// lookupKeys are the keys an image is published under: each name's LookupKey, and its
+// manifest digest as written (a bare digest is no reference).
+func lookupKeys(image *Image) []string {
+	keys := make([]string, 0, len(image.Names)+1)
+	seen := make(map[string]bool, len(image.Names)+1)
+	for _, name := range append(append(make([]string, 0, len(image.Names)+1), image.Names...), "") {
+		key := image.Digest
+		if name != "" {
+			key = LookupKey(name)
+		}
+		if !seen[key] {
+			seen[key] = true
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+// vote makes node id's votes those of plans (nil: none), touching only the ballots that
+// changed; the cost is the node's own size. The node's layers are indexed already.
+func (ix *Index) vote(id int32, plans []imagePlan) {
 	node := &ix.nodes[id]
-	cast := make(map[ballot]*Image, len(node.ballots))
-	for i := range images {
-		image := &images[i]
-		key := answerKey(image)
-		for _, name := range append(append([]string(nil), image.Names...), image.Digest) {
-			for _, lookup := range LookupNames(name) {
-				cast[ballot{lookup, key}] = image
-			}
+	var cast []ballot
+	for i := range plans {
+		answer := ix.answerOf(&plans[i], id)
+		for _, name := range plans[i].lookups {
+			cast = append(cast, ballot{ix.lookupOf(name, id), answer})
 		}
 	}
-	kept := node.ballots[:0]
-	for _, old := range node.ballots {
-		if _, still := cast[old]; still {
-			delete(cast, old) // already counted
-			kept = append(kept, old)
-			continue
+	sort.Slice(cast, func(a, b int) bool { return ballotLess(cast[a], cast[b]) })
+	cast = dedupeBallots(cast)
+	old := node.ballots
+	// both sorted: walk them together
+	i, j := 0, 0
+	for i < len(old) || j < len(cast) {
+		switch {
+		case j == len(cast) || (i < len(old) && ballotLess(old[i], cast[j])):
+			ix.withdraw(old[i], id)
+			i++
+		case i == len(old) || ballotLess(cast[j], old[i]):
+			votes := ix.lookups[cast[j].lookup].votes
+			votes[cast[j].answer] = insertSorted(votes[cast[j].answer], id)
+			j++
+		default:
+			i++
+			j++
 		}
-		ix.withdraw(old, id)
 	}
-	for fresh, image := range cast {
-		ix.add(fresh, image, id)
-		kept = append(kept, fresh)
+	// which lookups and answers the node holds, before and after
+	oldLookups, newLookups := lookupsOf(old), lookupsOf(cast)
+	oldAnswers, newAnswers := answersOf(old), answersOf(cast)
+	for _, l := range newLookups {
+		entry := &ix.lookups[l]
+		entry.publishers = insertSorted(entry.publishers, id)
 	}
-	if len(kept) == 0 {
-		kept = nil // a node that votes for nothing keeps no array
+	for _, a := range newAnswers {
+		entry := &ix.answers[a]
+		entry.holders = insertSorted(entry.holders, id)
 	}
-	node.ballots = kept
+	for _, l := range minus(oldLookups, newLookups) {
+		ix.leaveLookup(l, id)
+	}
+	for _, a := range minus(oldAnswers, newAnswers) {
+		ix.leaveAnswer(a, id)
+	}
+	if len(cast) == 0 {
+		cast = nil // a node that votes for nothing keeps no array
+	}
+	node.ballots = cast
+	node.lookups, node.answers = len(newLookups), len(newAnswers)
 }
 
-func (ix *Index) add(vote ballot, image *Image, id int32) {
-	answers := ix.tally[vote.lookup]
-	if answers == nil {
-		answers = map[string]*answer{}
-		ix.tally[vote.lookup] = answers
+func dedupeBallots(sorted []ballot) []ballot {
+	kept := sorted[:0]
+	for i, b := range sorted {
+		if i == 0 || b != sorted[i-1] {
+			kept = append(kept, b)
+		}
 	}
-	entry := answers[vote.key]
-	if entry == nil {
-		// a copy of its own: the tally must not keep the whole inventory it came in alive
-		entry = &answer{digest: image.Digest, layers: append([]Layer(nil), image.Layers...), voters: map[int32]struct{}{}}
-		answers[vote.key] = entry
+	return append([]ballot(nil), kept...) // exactly sized: it is kept as long as the object
+}
+
+// lookupsOf and answersOf are the distinct ids of sorted ballots, sorted.
+func lookupsOf(ballots []ballot) []int32 {
+	var ids []int32
+	for i, b := range ballots {
+		if i == 0 || b.lookup != ballots[i-1].lookup {
+			ids = append(ids, b.lookup)
+		}
 	}
-	entry.voters[id] = struct{}{}
+	return ids
+}
+
+func answersOf(ballots []ballot) []int32 {
+	ids := make([]int32, 0, len(ballots))
+	for _, b := range ballots {
+		ids = append(ids, b.answer)
+	}
+	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
+	kept := ids[:0]
+	for i, id := range ids {
+		if i == 0 || id != ids[i-1] {
+			kept = append(kept, id)
+		}
+	}
+	return kept
+}
+
+// minus is what of sorted a is not in sorted b.
+func minus(a, b []int32) []int32 {
+	var out []int32
+	j := 0
+	for _, id := range a {
+		for j < len(b) && b[j] < id {
+			j++
+		}
+		if j == len(b) || b[j] != id {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (ix *Index) withdraw(vote ballot, id int32) {
-	answers := ix.tally[vote.lookup]
-	entry := answers[vote.key]
-	if entry == nil { // a bug: every vote withdrawn was cast
+	votes := ix.lookups[vote.lookup].votes
+	left := removeSorted(votes[vote.answer], id)
+	if len(left) == 0 {
+		delete(votes, vote.answer)
+	} else {
+		votes[vote.answer] = left
+	}
+}
+
+// answerOf is the id of plan's answer, made (and charged to node id) if nobody gives it.
+func (ix *Index) answerOf(plan *imagePlan, id int32) int32 {
+	if a, ok := ix.answerID[plan.key]; ok {
+		return a
+	}
+	a := slot(&ix.answers, &ix.freeAnswers)
+	layers := make([]Layer, len(plan.image.Layers))
+	for i, layer := range plan.image.Layers {
+		// the index's own string: the decoded object's can then be freed
+		layers[i] = Layer{Digest: ix.layers[ix.layerID[layer.Digest]].digest, SizeBytes: layer.SizeBytes}
+	}
+	ix.answers[a] = answerEntry{key: plan.key, digest: plan.image.Digest, layers: layers}
+	ix.answerID[plan.key] = a
+	ix.charge(&ix.answers[a].charged, id, answerCost(plan.image))
+	return a
+}
+
+// lookupOf is the id of lookup key name, made (and charged to node id) if new.
+func (ix *Index) lookupOf(name string, id int32) int32 {
+	if l, ok := ix.lookupID[name]; ok {
+		return l
+	}
+	l := slot(&ix.lookups, &ix.freeLookups)
+	ix.lookups[l] = lookupEntry{name: name, votes: map[int32][]int32{}}
+	ix.lookupID[name] = l
+	ix.charge(&ix.lookups[l].charged, id, lookupCost(name))
+	return l
+}
+
+// leaveLookup: node id votes nothing under lookup l any more; the entry goes with its
+// last publisher, or its charge passes to another.
+func (ix *Index) leaveLookup(l, id int32) {
+	entry := &ix.lookups[l]
+	if !ix.leave(&entry.publishers, &entry.charged, id) {
 		return
 	}
-	delete(entry.voters, id)
-	if len(entry.voters) == 0 {
-		delete(answers, vote.key)
-		if len(answers) == 0 {
-			delete(ix.tally, vote.lookup)
-		}
+	delete(ix.lookupID, entry.name)
+	*entry = lookupEntry{}
+	ix.freeLookups = append(ix.freeLookups, l)
+}
+
+// leaveAnswer: node id gives answer a under no name any more.
+func (ix *Index) leaveAnswer(a, id int32) {
+	entry := &ix.answers[a]
+	if !ix.leave(&entry.holders, &entry.charged, id) {
+		return
 	}
+	delete(ix.answerID, entry.key)
+	*entry = answerEntry{}
+	ix.freeAnswers = append(ix.freeAnswers, a)
 }
 
 // Resolution is how a pod image was resolved from the nodes' votes.
 type Resolution int
 
 const (
-	// Agreed: exactly one answer has a quorum of nodes.
+	// Agreed: one answer has a quorum of nodes and a majority of its publishers.
 	Agreed Resolution = iota
-	// Unpublished: no node published the image under any of its lookup names.
+	// Unpublished: no node published the image under its lookup key.
 	Unpublished
-	// WithoutQuorum: nodes published it, but no answer has a quorum, or two answers do.
+	// WithoutQuorum: nodes published it, but no answer has both a quorum and a majority
+	// of them (or two answers do: a node voting twice).
 	WithoutQuorum
 )
 
 // ImageLayers are the layers of pod image name when a quorum of nodes whose inventory is
-// fresh at now (within maxAge; 0: no bound) agree on one answer for it, by name or by
-// digest; otherwise nil and why not.
+// fresh at now (within maxAge; 0: no bound), and a majority of those publishing under
+// its key, agree on one answer for it; otherwise nil and why not.
 func (ix *Index) ImageLayers(image string, now time.Time, maxAge time.Duration) ([]Layer, Resolution) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
@@ -141,47 +296,42 @@ func (ix *Index) ImageLayers(image string, now time.Time, maxAge time.Duration) 
 }
 
 func (ix *Index) imageLayers(image string, now time.Time, maxAge time.Duration) ([]Layer, Resolution) {
-	var agreed *answer
-	agreedKey := ""
-	published := false
-	for _, lookup := range LookupNames(image) {
-		answers := ix.tally[lookup]
-		if len(answers) > 0 {
-			published = true
-		}
-		for key, entry := range answers {
-			if !ix.reaches(entry, now, maxAge) {
-				continue
-			}
-			if agreed != nil && agreedKey != key {
-				return nil, WithoutQuorum // two answers reach the quorum: trust neither
-			}
-			agreed, agreedKey = entry, key
-		}
-	}
-	switch {
-	case agreed != nil:
-		return agreed.layers, Agreed
-	case published:
-		return nil, WithoutQuorum
-	default:
+	l, ok := ix.lookupID[LookupKey(image)]
+	if !ok {
 		return nil, Unpublished
 	}
+	entry := &ix.lookups[l]
+	publishers := ix.freshCount(entry.publishers, now, maxAge)
+	agreed := int32(noLayer)
+	for a, voters := range entry.votes {
+		if len(voters) < ix.quorum || 2*len(voters) <= publishers {
+			continue // too few, even if all were fresh
+		}
+		fresh := ix.freshCount(voters, now, maxAge)
+		if fresh < ix.quorum || 2*fresh <= publishers {
+			continue
+		}
+		if agreed != noLayer {
+			return nil, WithoutQuorum // two answers pass: a node votes for both; trust neither
+		}
+		agreed = a
+	}
+	if agreed == noLayer {
+		return nil, WithoutQuorum
+	}
+	return ix.answers[agreed].layers, Agreed
 }
 
-// reaches says whether quorum of answer's voters have a fresh inventory (stopping there).
-func (ix *Index) reaches(entry *answer, now time.Time, maxAge time.Duration) bool {
-	if len(entry.voters) < ix.quorum {
-		return false
+// freshCount is how many of nodes have a fresh inventory at now.
+func (ix *Index) freshCount(nodes []int32, now time.Time, maxAge time.Duration) int {
+	if maxAge <= 0 {
+		return len(nodes)
 	}
 	fresh := 0
-	for id := range entry.voters {
+	for _, id := range nodes {
 		if ix.nodes[id].fresh(now, maxAge) {
 			fresh++
-			if fresh >= ix.quorum {
-				return true
-			}
 		}
 	}
-	return false
+	return fresh
 }

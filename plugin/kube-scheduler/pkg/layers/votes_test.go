@@ -141,8 +141,8 @@ func TestVotesLeaveWithTheirObject(t *testing.T) {
 	for _, node := range []string{"a", "b", "c", "x"} {
 		ix.Remove(node)
 	}
-	if len(ix.tally) != 0 {
-		t.Errorf("%d lookup names still tallied with no object held", len(ix.tally))
+	if len(ix.lookupID) != 0 || len(ix.answerID) != 0 || ix.usedBytes != 0 {
+		t.Errorf("%d lookup keys, %d answers, %d bytes still held with no object held", len(ix.lookupID), len(ix.answerID), ix.usedBytes)
 	}
 }
 
@@ -160,8 +160,86 @@ func TestAStaleInventoryDoesNotVote(t *testing.T) {
 
 func TestACraftedDigestCannotJoinAnotherAnswer(t *testing.T) {
 	// with a naive "digest|layer|size" key, this digest would spell the honest answer's key
-	crafted := Image{Names: nginx.Names, Digest: answerKey(&nginx), Layers: nil}
-	if answerKey(&crafted) == answerKey(&nginx) {
+	key := keyOf(&nginx)
+	crafted := Image{Names: nginx.Names, Digest: string(key[:]), Layers: nil}
+	if keyOf(&crafted) == keyOf(&nginx) {
 		t.Fatal("two answers share a key")
+	}
+}
+
+func TestAgreementIsAMajorityOfPublishersAndAQuorum(t *testing.T) {
+	pinned := nginx
+	pinned.Digest = digest("nginx manifest")
+	liarOnDigest := lie
+	liarOnDigest.Digest = pinned.Digest // the real manifest digest, other layers
+	cases := []struct {
+		name         string
+		pod          string
+		honest, liar Image
+		honests      int
+		liars        int
+		why          Resolution
+		honestScore  int64
+	}{
+		// issue 30: ten holders and two liars gave no answer at 2de96fd (two answers at
+		// the quorum); ten of twelve is a majority: the holders score 100
+		{"ten holders, two liars", "nginx:1.25", nginx, lie, 10, 2, Agreed, 100},
+		// the same on a digest-pinned pod image, the liars claiming the real digest
+		{"five holders, two liars, by digest", "nginx@" + pinned.Digest, pinned, liarOnDigest, 5, 2, Agreed, 100},
+		// two of four is no majority: nobody is attracted
+		{"two against two", "nginx:1.25", nginx, lie, 2, 2, WithoutQuorum, 0},
+		// the bound (docs/inventory.md, "Trust model"): two liars of three publishers are
+		// a majority and the quorum; the honest holder then scores 0
+		{"one holder, two liars", "nginx:1.25", nginx, lie, 1, 2, Agreed, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ix := NewIndex(2)
+			for i := 0; i < c.honests; i++ {
+				ix.Upsert(&Inventory{Node: fmt.Sprint("h", i), Images: []Image{c.honest}, ObservedAt: observed})
+			}
+			for i := 0; i < c.liars; i++ {
+				ix.Upsert(&Inventory{Node: fmt.Sprint("liar", i), Images: []Image{c.liar}, ObservedAt: observed})
+			}
+			_, why := ix.ImageLayers(c.pod, observed, 0)
+			got := scores(ix, []string{c.pod}, nil, "h0")
+			if why != c.why || got["h0"] != c.honestScore {
+				t.Errorf("%v, a holder scores %d; want %v, %d", why, got["h0"], c.why, c.honestScore)
+			}
+		})
+	}
+}
+
+func TestAStaleVoterNeitherVotesNorCountsAsAPublisher(t *testing.T) {
+	// two fresh holders and three liars whose objects are two hours old, under a one-hour
+	// bound: the liars count for nothing, the holders are all the publishers
+	ix := NewIndex(2)
+	for i := 0; i < 2; i++ {
+		ix.Upsert(&Inventory{Node: fmt.Sprint("h", i), Images: []Image{nginx}, ObservedAt: observed})
+	}
+	for i := 0; i < 3; i++ {
+		ix.Upsert(&Inventory{Node: fmt.Sprint("liar", i), Images: []Image{lie}, ObservedAt: observed.Add(-2 * time.Hour)})
+	}
+	if layers, why := ix.ImageLayers("nginx:1.25", observed, time.Hour); why != Agreed || fmt.Sprint(layers) != fmt.Sprint(nginx.Layers) {
+		t.Errorf("under the bound: %v %v", layers, why)
+	}
+	// without a bound the three liars are a majority of five and a quorum
+	if layers, why := ix.ImageLayers("nginx:1.25", observed, 0); why != Agreed || fmt.Sprint(layers) != fmt.Sprint(lie.Layers) {
+		t.Errorf("without the bound: %v %v", layers, why)
+	}
+}
+
+func TestAShortNameMatchesTheRuntimesName(t *testing.T) {
+	// issue 30: containerd lists what kubelet pulled for "nginx:1.25" as
+	// "docker.io/library/nginx:1.25"; at 2de96fd the two never matched
+	listed := nginx
+	listed.Names = []string{"docker.io/library/nginx:1.25"}
+	ix := NewIndex(2)
+	ix.Upsert(&Inventory{Node: "a", Images: []Image{listed}, ObservedAt: observed})
+	ix.Upsert(&Inventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed})
+	for _, pod := range []string{"nginx:1.25", "docker.io/library/nginx:1.25", "index.docker.io/library/nginx:1.25"} {
+		if _, why := ix.ImageLayers(pod, observed, 0); why != Agreed {
+			t.Errorf("%s: %v", pod, why)
+		}
 	}
 }

@@ -32,9 +32,13 @@ from layersched.testbed.local import (
     DEFAULT_NODE_COUNT,
     DEFAULT_PREFIX,
     DEFAULT_RATE_BITS_PER_S,
+    NET_BASE_ENV,
+    PREFIX_ENV,
     STATE_DIR_ENV,
     TestbedInventory,
     TestbedSettings,
+    default_net_base,
+    default_prefix,
     default_state_dir,
     down,
     load_inventory,
@@ -84,9 +88,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="NODE=MBIT",
         help="per-node link rate, Mbit/s (repeatable), e.g. n3=5",
     )
-    p_up.add_argument("--prefix", default=DEFAULT_PREFIX, help="name prefix of the netns and links")
     p_up.add_argument(
-        "--net-base", default=DEFAULT_NET_BASE, help="first three octets of the testbed /24"
+        "--prefix",
+        default=default_prefix(),
+        help=f"name prefix of the netns and links (default ${PREFIX_ENV} or {DEFAULT_PREFIX})",
+    )
+    p_up.add_argument(
+        "--net-base",
+        default=default_net_base(),
+        help=f"first three octets of the testbed /24 (default ${NET_BASE_ENV} or "
+        f"{DEFAULT_NET_BASE})",
     )
     p_up.set_defaults(handler=run_up)
 

@@ -45,6 +45,23 @@ DEFAULT_NODE_COUNT = 3
 DEFAULT_RATE_BITS_PER_S = 20_000_000
 DEFAULT_PREFIX = "lstb"
 DEFAULT_NET_BASE = "10.250.50"
+#: Environment variables naming a testbed of one's own beside ``$LAYERSCHED_TESTBED_DIR``
+#: (two testbeds on one machine need two prefixes and two networks): the CLI's and the
+#: tests' defaults.
+PREFIX_ENV = "LAYERSCHED_TESTBED_PREFIX"
+NET_BASE_ENV = "LAYERSCHED_TESTBED_NET_BASE"
+
+
+def default_prefix() -> str:
+    """``$LAYERSCHED_TESTBED_PREFIX`` if set, else :data:`DEFAULT_PREFIX`."""
+    return os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
+
+
+def default_net_base() -> str:
+    """``$LAYERSCHED_TESTBED_NET_BASE`` if set, else :data:`DEFAULT_NET_BASE`."""
+    return os.environ.get(NET_BASE_ENV) or DEFAULT_NET_BASE
+
+
 #: A Unix socket's path holds at most 107 bytes (sun_path is 108, with its NUL); the
 #: deepest socket a node has under the state dir is the kubelet's pod-resources one.
 MAX_SOCKET_PATH_BYTES = 107

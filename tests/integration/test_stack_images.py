@@ -175,6 +175,6 @@ def test_the_images_cli_lists_the_products_commands(layersched_image: Any, tmp_p
     # argparse lists each subcommand on a line of its own, indented four spaces
     commands = re.findall(r"^    ([a-z-]+)(?:\s|$)", done.stdout, re.M)
     assert commands == [
-        "score", "estimate", "explain", "extender", "agent", "relay", "admission", "inventory",
-        "deploy",
+        "score", "layers", "estimate", "explain", "extender", "agent", "relay", "admission",
+        "inventory", "deploy",
     ]  # fmt: skip

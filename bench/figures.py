@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_scheduler_perf
+import live_minors_report
 import provenance
 import scheduler_report
 
@@ -229,6 +230,12 @@ BLOCKS = (
         scenario_report.BLOCK,
         scenario_report.DEFAULT_REPORT,
         _scenario,
+    ),
+    Block(
+        "docs/kube-scheduler-plugin.md",
+        live_minors_report.BLOCK,
+        live_minors_report.DEFAULT_REPORT,
+        live_minors_report.markdown,
     ),
     Block("README.md", sim_report.BLOCK, sim_report.DEFAULT_REPORT, _sim_summary),
     Block("docs/simulator.md", sim_report.BLOCK, sim_report.DEFAULT_REPORT, _sim_full),

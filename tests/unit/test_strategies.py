@@ -345,6 +345,20 @@ def test_layer_locality(pod: PodImages, opts: dict, expected: dict) -> None:
     assert scores("layer-locality", pod, [N1, N2, N3], SCENARIO, **opts) == expected
 
 
+def test_spread_scales_the_score_but_reports_the_bytes_held() -> None:
+    # spread weighs each layer by its holders (n1: 28M of 44M -> 63) but the node still
+    # holds L1 + L2 + L3 = 44M and n2 L1 + L2 = 40M: explain's held and missing bytes are
+    # these, whatever the weighting (the deployed extender runs with spread on)
+    pod, nodes = PodImages.of("img1:v1"), [N1, N2, N3]
+    inventory = ClusterInventory.build(nodes, SCENARIO)
+    candidates = inventory.indices_of([n.name for n in nodes])[0]
+    scorer = get_strategy("layer-locality", strategy_args("layer-locality", spread=True))
+    result = scorer.score(pod, resolve_pod_layers(pod, SCENARIO), inventory, candidates)
+    assert result.as_dict(inventory) == {"n1": 63, "n2": 60, "n3": 0}
+    assert [int(b) for b in result.present_bytes] == [44 * MB, 40 * MB, 0]
+    assert result.total_bytes == 44 * MB
+
+
 def test_layer_locality_uses_ryax_layers_and_annotations_without_a_source() -> None:
     # (b) kubelet-published layers map on n1, (c) imageLayer.* annotations on n2:
     # neither needs the layer source, which only knows the pod's image.

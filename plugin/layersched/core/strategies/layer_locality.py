@@ -64,14 +64,18 @@ class LayerLocality(PerNodeStrategy):
             return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
         node_count = inventory.node_count
         if self.spread:
+            # the score weighs each layer by how widespread it is; the bytes reported stay
+            # the bytes the node really holds (what explain shows as held and missing)
             weighted = np.zeros(node_count, dtype=np.float64)
+            held = np.zeros(node_count, dtype=np.int64)
             for layer, size in zip(layers, sizes, strict=True):
                 holders = inventory.layer_holders(layer.digest)
                 if len(holders):
                     weighted[holders] += size * len(holders) / node_count
+                    held[holders] += size
             chosen = weighted[candidates]
             scores = np.floor(MAX_NODE_SCORE * chosen / total_bytes).astype(np.int64)
-            present = np.floor(chosen).astype(np.int64)
+            present = held[candidates]
         else:
             acc = np.zeros(node_count, dtype=np.int64)
             for layer, size in zip(layers, sizes, strict=True):

@@ -489,6 +489,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "minors": [],
     }
     try:
+        # the main build's kubectl drives every minor's control plane: say to build it
+        kubernetes_build().require("kubectl")
         for minor in minors:
             results["minors"].append(run_minor(minor, args.state_dir.resolve(), console))
     except (LayerschedError, subprocess.CalledProcessError, httpx.HTTPError) as err:

@@ -208,6 +208,11 @@ def _trickle(port: int, body: bytes) -> socket.socket:
     return sock
 
 
+#: What :func:`_cut_off_within` heard when the connection was reset before any answer
+#: could be read (CI once lost the 408 that way: ConnectionResetError on a loaded machine).
+RESET = b"<connection reset>"
+
+
 def _cut_off_within(sock: socket.socket, body: bytes, deadline_s: float) -> tuple[float, bytes]:
     """Keep trickling a byte every 0.2 s until the server answers or closes; how long it
     took, and what it said."""
@@ -224,11 +229,21 @@ def _cut_off_within(sock: socket.socket, body: bytes, deadline_s: float) -> tupl
             received += chunk
         except TimeoutError:
             pass
+        except ConnectionResetError:
+            # cut off by a reset: the server closed with trickled bytes unread, and the
+            # kernel may drop its 408 from our receive queue with the reset
+            return time.monotonic() - started, received or RESET
         try:
             sock.sendall(bytes([byte]))
         except OSError:
             return time.monotonic() - started, received
     raise AssertionError("the whole body went through")
+
+
+#: What the cut-off may take beyond the 1 s read deadline and the 1 s linger: what is held
+#: here is that a trickling client is cut off at all (before: never, while it trickled), not
+#: how fast, which a loaded machine stretches.
+CUT_OFF_SLACK_S = 4.0
 
 
 def test_a_trickling_body_is_cut_off_and_holds_no_place(
@@ -248,9 +263,10 @@ def test_a_trickling_body_is_cut_off_and_holds_no_place(
             answer = httpx.post(f"{url}/prioritize", content=body, timeout=HTTP_TIMEOUT_S)
             assert answer.json() == SEED_SCORES
             took_s, said = _cut_off_within(slow, body, deadline_s=10.0)
-        assert took_s < 1.0 + 1.0 + 1.5, took_s
-        assert said.startswith(b"HTTP/1.1 408"), said[:200]
-        assert b"--request-read-timeout-s" in said
+        assert took_s < 1.0 + 1.0 + CUT_OFF_SLACK_S, took_s
+        if said != RESET:  # a reset loses what was said; the cut-off is what is held then
+            assert said.startswith(b"HTTP/1.1 408"), said[:200]
+            assert b"--request-read-timeout-s" in said
         # a client that sends headers and then nothing at all is cut off too
         with _trickle(port, body) as silent:
             silent.settimeout(5.0)
@@ -258,7 +274,7 @@ def test_a_trickling_body_is_cut_off_and_holds_no_place(
             said = b""
             while chunk := silent.recv(65536):
                 said += chunk
-            assert time.monotonic() - started < 1.0 + 1.0 + 1.5
+            assert time.monotonic() - started < 1.0 + 1.0 + CUT_OFF_SLACK_S
             assert said.startswith(b"HTTP/1.1 408")
 
 

@@ -733,9 +733,17 @@ def _agent_config(inventory: TestbedInventory, node: str) -> KubeConfig:
     return load_kubeconfig(agent.kubeconfig)
 
 
-def _written_by_another(source: dict[str, Any], name: str) -> dict[str, Any]:
-    """``source`` (a node's object) rewritten as ``name``'s, owned by Node ``name``."""
-    owner = dict(source["metadata"]["ownerReferences"][0], name=name)
+#: The uid a Node that does not exist is claimed with.
+GHOST_UID = "00000000-0000-0000-0000-000000000000"
+
+
+def _written_by_another(
+    source: dict[str, Any], name: str, node_uids: dict[str, str]
+) -> dict[str, Any]:
+    """``source`` (a node's object) rewritten as ``name``'s, owned by Node ``name`` (its
+    uid read from the API: an earlier test may have left ``source`` with no owner)."""
+    owner = {"apiVersion": "v1", "kind": "Node", "name": name}
+    owner["uid"] = node_uids.get(name, GHOST_UID)
     body = {k: v for k, v in source.items() if k not in ("metadata", "status")}
     return {**body, "metadata": {"name": name, "ownerReferences": [owner]}}
 
@@ -750,6 +758,9 @@ def test_an_agents_token_is_refused_other_nodes_objects(live_testbed: TestbedInv
     with _admin(inventory) as admin:
         own = admin.get(node_layers_path(first))
         other_before = admin.get(node_layers_path(second))
+        node_uids = {
+            n: str(admin.get(f"/api/v1/nodes/{n}")["metadata"]["uid"]) for n in (first, second)
+        }
     config = _agent_config(inventory, first)
     with KubeClient(config) as kube:
         review = kube.create(SELF_REVIEW_PATH, SELF_REVIEW)
@@ -759,14 +770,18 @@ def test_an_agents_token_is_refused_other_nodes_objects(live_testbed: TestbedInv
         for target in (second, "ghost"):
             with pytest.raises(KubeError) as refused:
                 kube.apply(
-                    node_layers_path(target), _written_by_another(own, target), "layersched-agent"
+                    node_layers_path(target),
+                    _written_by_another(own, target, node_uids),
+                    "layersched-agent",
                 )
             assert refused.value.status == 403, str(refused.value)
             assert (
                 f"on node {first} may write only its own node's NodeLayerInventory, not {target}"
                 in str(refused.value)
             )
-        kube.apply(node_layers_path(first), _written_by_another(own, first), "layersched-agent")
+        kube.apply(
+            node_layers_path(first), _written_by_another(own, first, node_uids), "layersched-agent"
+        )
     with _admin(inventory) as admin:
         assert admin.get(node_layers_path(second))["layers"] == other_before["layers"]
         with pytest.raises(KubeError) as absent:

@@ -15,8 +15,9 @@ range over the rounds, and the ratios to the default profile of the same round.
     make bench-perf                    # .venv/bin/python bench/bench_scheduler_perf.py
     .venv/bin/python bench/bench_scheduler_perf.py --workloads SharedLayers/5Nodes --rounds 1
 
-A run whose load average exceeded the machine's cores at any sample is marked
-inconclusive in its results and wherever they are printed (``make figures``).
+A run that other processes shared (``provenance.overloaded``: the load average above the
+cores before it began, or other processes using more than a quarter of a core while it ran)
+is marked inconclusive in its results and wherever they are printed (``make figures``).
 """
 
 from __future__ import annotations
@@ -206,11 +207,11 @@ def markdown(results: Mapping[str, Any]) -> str:
     """docs/bench-scheduler.md's scheduler_perf block, from the results."""
     record = results.get("provenance")
     lines = []
-    if record and provenance.overloaded(record):
+    busy = provenance.why_overloaded(record)
+    if busy:
         lines += [
-            f"**Inconclusive run:** the load average reached {record['load_average_1m_max']} "
-            f"on {record['machine']['cpus']} cores (other processes shared the machine). The "
-            "figures are what was measured; no ratio here is a result.",
+            f"**Inconclusive run:** {busy}. The figures are what was measured; no ratio here "
+            "is a result.",
             "",
         ]
     lines += [

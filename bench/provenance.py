@@ -9,10 +9,19 @@ the result under ``"provenance"`` in its results file:
   (``/proc/cpuinfo``), kernel;
 * the 1-minute load average at the start and at the end, and the highest one sampled
   in between (:func:`sample_load`);
+* ``other_processes_cores``: the CPU that processes *outside* the benchmark's own process
+  tree used while it ran, in cores on average (``/proc/stat``'s busy time less the
+  benchmark's and its children's ``/proc/PID/stat`` times), at every sample;
 * the Kubernetes release the measurement ran (``None`` when it ran none).
 
-:func:`overloaded` says whether the machine was busier than its cores at any sample (a
-run that is, is inconclusive: its ratios measure the other processes too), and
+:func:`overloaded` says whether other processes shared the machine: the load average was
+above the cores before the benchmark started, or other processes used more than
+:data:`OTHER_CORES_LIMIT` of a core on average while it ran (such a run is inconclusive:
+its ratios measure the other processes too). The benchmark's own processes (API server,
+etcd, kube-scheduler, the pod creator) do raise the load average past 2 cores on a
+2-core machine; that load is the same for every profile of a round, so it does not
+decide. A record from before ``other_processes_cores`` existed is judged by its load
+average at every sample, as it was then; and
 :func:`staleness` compares a results file's commit with the checkout's HEAD, for
 whatever prints the file's figures.
 """
@@ -22,6 +31,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
 from collections.abc import Mapping, MutableMapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +40,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 KIB_PER_GIB = 1024 * 1024
 LOAD_DIGITS = 2
+#: Cores that processes outside the benchmark may use on average before a run is
+#: inconclusive (the kernel's own threads here use about 0.01).
+OTHER_CORES_LIMIT = 0.25
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+#: ``/proc/PID/stat`` fields after the command: state is 0, ppid 1, utime..cstime 11..14.
+_PPID, _UTIME, _CSTIME = 1, 11, 14
 
 
 def _git(*args: str, root: Path = ROOT) -> str | None:
@@ -66,6 +82,46 @@ def load_1m() -> float:
     return round(os.getloadavg()[0], LOAD_DIGITS)
 
 
+def _busy_seconds() -> float | None:
+    """CPU time every core spent busy since boot (``/proc/stat``: all but idle, iowait)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    ticks = [int(f) for f in fields[:8]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / _TICKS
+
+
+def _tree_seconds(root_pid: int) -> float:
+    """CPU time of ``root_pid`` and its live descendants, with their reaped children's."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            rest = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        used = sum(int(v) for v in rest[_UTIME : _CSTIME + 1]) / _TICKS
+        stats[int(entry.name)] = (int(rest[_PPID]), used)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root_pid]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def _cpu_mark() -> dict[str, float] | None:
+    busy = _busy_seconds()
+    if busy is None:
+        return None
+    return {"busy_s": busy, "own_s": _tree_seconds(os.getpid()), "at_s": time.monotonic()}
+
+
 def start(kubernetes_version: str | None, root: Path = ROOT) -> dict[str, Any]:
     """The provenance of a measurement starting now."""
     commit = _git("rev-parse", "HEAD", root=root)
@@ -84,6 +140,8 @@ def start(kubernetes_version: str | None, root: Path = ROOT) -> dict[str, Any]:
         "kubernetes_version": kubernetes_version,
         "load_average_1m_at_start": load,
         "load_average_1m_max": load,
+        "cpu_at_start": _cpu_mark(),
+        "other_processes_cores": None,
     }
 
 
@@ -91,6 +149,10 @@ def sample_load(record: MutableMapping[str, Any]) -> float:
     """Note the load now (the run's highest so far is kept); return it."""
     load = load_1m()
     record["load_average_1m_max"] = max(record.get("load_average_1m_max") or 0.0, load)
+    began, now = record.get("cpu_at_start"), _cpu_mark()
+    if began and now and now["at_s"] > began["at_s"]:
+        others = (now["busy_s"] - began["busy_s"]) - (now["own_s"] - began["own_s"])
+        record["other_processes_cores"] = round(max(others, 0.0) / (now["at_s"] - began["at_s"]), 3)
     return load
 
 
@@ -101,13 +163,39 @@ def finish(record: MutableMapping[str, Any]) -> dict[str, Any]:
 
 
 def overloaded(record: Mapping[str, Any]) -> bool:
-    """Whether the load average exceeded the machine's cores at any sample."""
+    """Whether other processes shared the machine (see the module's docstring)."""
     cpus = (record.get("machine") or {}).get("cpus") or 1
+    others = record.get("other_processes_cores")
+    if others is not None:
+        before = record.get("load_average_1m_at_start")
+        return others > OTHER_CORES_LIMIT or (before is not None and before > cpus)
     loads = [
         record.get(key)
         for key in ("load_average_1m_at_start", "load_average_1m_max", "load_average_1m_at_end")
     ]
     return any(load is not None and load > cpus for load in loads)
+
+
+def why_overloaded(record: Mapping[str, Any] | None) -> str | None:
+    """Why a run is inconclusive by what else ran (None when nothing else did)."""
+    if not record or not overloaded(record):
+        return None
+    cpus = (record.get("machine") or {}).get("cpus")
+    others = record.get("other_processes_cores")
+    if others is not None and others > OTHER_CORES_LIMIT:
+        return (
+            f"processes outside the benchmark used {others:g} of the {cpus} cores on "
+            "average while it ran"
+        )
+    if others is not None:
+        return (
+            f"the load average was {record.get('load_average_1m_at_start')} on {cpus} "
+            "cores before it started"
+        )
+    return (
+        f"the load average reached {record.get('load_average_1m_max')} on {cpus} cores "
+        "(other processes shared the machine)"
+    )
 
 
 def describe(record: Mapping[str, Any] | None) -> str:
@@ -128,6 +216,12 @@ def describe(record: Mapping[str, Any] | None) -> str:
         f"{record.get('load_average_1m_at_start', '?')} at the start, "
         f"{record.get('load_average_1m_at_end', '?')} at the end, "
         f"{record.get('load_average_1m_max', '?')} at most"
+        + (
+            f" (the benchmark's own processes included); other processes used "
+            f"{record['other_processes_cores']:g} cores on average"
+            if record.get("other_processes_cores") is not None
+            else ""
+        )
         + (f"; Kubernetes {release}." if release else ".")
     )
 

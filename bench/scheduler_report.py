@@ -621,14 +621,8 @@ def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
 
 
 def overloaded_by(record: Mapping[str, Any] | None) -> str | None:
-    """Why a run is inconclusive by its load (the load average over the cores at a sample),
-    or None."""
-    if not record or not provenance.overloaded(record):
-        return None
-    return (
-        f"the load average reached {record.get('load_average_1m_max')} on "
-        f"{record['machine']['cpus']} cores (other processes shared the machine)"
-    )
+    """Why a run is inconclusive by what else ran on the machine, or None."""
+    return provenance.why_overloaded(record)
 
 
 def _rounds_text(results: Mapping[str, Any], asked: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,60 @@ def test_overloaded_when_any_sample_exceeds_the_cores(
         "load_average_1m_at_end": loads[2],
     }
     assert provenance.overloaded(record) is overloaded
+
+
+@pytest.mark.parametrize(
+    ("start_load", "others", "overloaded"),
+    [
+        # the benchmark's own processes load 2 cores to 3.6: not what decides
+        (0.6, 0.05, False),
+        # something else used 0.4 of a core on average
+        (0.6, 0.4, True),
+        # the machine was busy before the benchmark began
+        (2.5, 0.05, True),
+    ],
+    ids=["own-load-only", "others-busy", "busy-before"],
+)
+def test_a_run_is_overloaded_by_what_else_ran_not_by_its_own_load(
+    start_load: float, others: float, overloaded: bool
+) -> None:
+    record: dict[str, Any] = {
+        "machine": {"cpus": 2},
+        "load_average_1m_at_start": start_load,
+        "load_average_1m_max": 3.6,
+        "load_average_1m_at_end": 3.1,
+        "other_processes_cores": others,
+    }
+    assert provenance.overloaded(record) is overloaded
+    why = provenance.why_overloaded(record)
+    assert (why is not None) is overloaded
+    if overloaded:
+        assert ("0.4 of the 2 cores" in why) if others > 0.25 else ("2.5 on 2 cores" in why)
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_the_benchmarks_own_children_are_not_counted_as_other_processes() -> None:
+    """A child of the benchmark that burns a core is the benchmark's own; a process outside
+    its tree (started through a detached grandchild whose parent exits) is another's."""
+    record = provenance.start(None)
+    own = subprocess.run([sys.executable, "-c", SPIN % 1.5], check=True)
+    assert own.returncode == 0
+    provenance.sample_load(record)
+    own_only = record["other_processes_cores"]
+    # the intermediate shell exits at once: the spinner is re-parented outside our tree
+    subprocess.run(["sh", "-c", f"{sys.executable} -c '{SPIN % 1.5}' & exit 0"], check=True)
+    _spin(1.6)  # the spinner runs meanwhile (2 cores: both run)
+    provenance.sample_load(record)
+    assert own_only is not None and own_only < provenance.OTHER_CORES_LIMIT, record
+    assert record["other_processes_cores"] > own_only + 0.15, (own_only, record)
+
+
+SPIN = "import time; e = time.monotonic() + %s\nwhile time.monotonic() < e: pass"
 
 
 def test_staleness_against_head(repo: Path) -> None:

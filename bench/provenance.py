@@ -9,14 +9,16 @@ the result under ``"provenance"`` in its results file:
   (``/proc/cpuinfo``), kernel;
 * the 1-minute load average at the start and at the end, and the highest one sampled
   in between (:func:`sample_load`);
-* ``other_processes_cores``: the CPU that processes *outside* the benchmark's own process
-  tree used while it ran, in cores on average (``/proc/stat``'s busy time less the
-  benchmark's and its children's ``/proc/PID/stat`` times), at every sample;
+* ``other_processes_cores``: the CPU that user processes *outside* the benchmark's own
+  process tree used at normal priority while it ran, in cores on average (their
+  ``/proc/PID/stat`` times), at every sample; ``other_processes_cores_all`` beside it is
+  every busy cycle that was not the benchmark's (``/proc/stat``'s busy time less the
+  benchmark's tree), low-priority work and the kernel's own included;
 * the Kubernetes release the measurement ran (``None`` when it ran none).
 
 :func:`overloaded` says whether other processes shared the machine: the load average was
-above the cores before the benchmark started, or other processes used more than
-:data:`OTHER_CORES_LIMIT` of a core on average while it ran (such a run is inconclusive:
+above the cores before the benchmark started, or other processes at normal priority used
+more than :data:`OTHER_CORES_LIMIT` of a core on average while it ran (such a run is inconclusive:
 its ratios measure the other processes too). The benchmark's own processes (API server,
 etcd, kube-scheduler, the pod creator) do raise the load average past 2 cores on a
 2-core machine; that load is the same for every profile of a round, so it does not
@@ -45,7 +47,11 @@ LOAD_DIGITS = 2
 OTHER_CORES_LIMIT = 0.25
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: ``/proc/PID/stat`` fields after the command: state is 0, ppid 1, utime..cstime 11..14.
-_PPID, _UTIME, _CSTIME = 1, 11, 14
+_PPID, _UTIME, _CSTIME, _NICE = 1, 11, 14, 16
+_KTHREADD = 2
+#: Processes at this niceness or above get CPU only when the benchmark leaves a core idle
+#: (CFS weighs nice 19 at 15 against nice 0's 1024): recorded, but they do not decide.
+LOW_PRIORITY_NICE = 10
 
 
 def _git(*args: str, root: Path = ROOT) -> str | None:
@@ -92,10 +98,12 @@ def _busy_seconds() -> float | None:
     return (sum(ticks) - ticks[3] - ticks[4]) / _TICKS
 
 
-def _tree_seconds(root_pid: int) -> float:
-    """CPU time of ``root_pid`` and its live descendants, with their reaped children's."""
-    stats: dict[int, tuple[int, float]] = {}
-    for entry in Path("/proc").iterdir():
+def _split_seconds(root_pid: int, proc: Path = Path("/proc")) -> tuple[float, float]:
+    """CPU seconds of ``root_pid``'s tree (live descendants, with their reaped children's),
+    and of the user processes outside it that run at normal priority (nice below
+    :data:`LOW_PRIORITY_NICE`; kernel threads, which serve everyone, are in neither)."""
+    stats: dict[int, tuple[int, int, float]] = {}
+    for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
@@ -103,23 +111,31 @@ def _tree_seconds(root_pid: int) -> float:
         except (OSError, IndexError):
             continue  # gone meanwhile
         used = sum(int(v) for v in rest[_UTIME : _CSTIME + 1]) / _TICKS
-        stats[int(entry.name)] = (int(rest[_PPID]), used)
+        stats[int(entry.name)] = (int(rest[_PPID]), int(rest[_NICE]), used)
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
+    for pid, (ppid, _, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [root_pid]
+    tree, todo = set(), [root_pid]
     while todo:
         pid = todo.pop()
-        total += stats.get(pid, (0, 0.0))[1]
+        tree.add(pid)
         todo.extend(children.get(pid, ()))
-    return total
+    kernel = {_KTHREADD, *children.get(_KTHREADD, ())}
+    own = sum(stats[pid][2] for pid in tree if pid in stats)
+    competing = sum(
+        used
+        for pid, (_, nice, used) in stats.items()
+        if pid not in tree and pid not in kernel and nice < LOW_PRIORITY_NICE
+    )
+    return own, competing
 
 
 def _cpu_mark() -> dict[str, float] | None:
     busy = _busy_seconds()
     if busy is None:
         return None
-    return {"busy_s": busy, "own_s": _tree_seconds(os.getpid()), "at_s": time.monotonic()}
+    own, competing = _split_seconds(os.getpid())
+    return {"busy_s": busy, "own_s": own, "competing_s": competing, "at_s": time.monotonic()}
 
 
 def start(kubernetes_version: str | None, root: Path = ROOT) -> dict[str, Any]:
@@ -142,6 +158,7 @@ def start(kubernetes_version: str | None, root: Path = ROOT) -> dict[str, Any]:
         "load_average_1m_max": load,
         "cpu_at_start": _cpu_mark(),
         "other_processes_cores": None,
+        "other_processes_cores_all": None,
     }
 
 
@@ -150,9 +167,12 @@ def sample_load(record: MutableMapping[str, Any]) -> float:
     load = load_1m()
     record["load_average_1m_max"] = max(record.get("load_average_1m_max") or 0.0, load)
     began, now = record.get("cpu_at_start"), _cpu_mark()
-    if began and now and now["at_s"] > began["at_s"]:
+    if began and now and now["at_s"] > began["at_s"] and "competing_s" in began:
+        elapsed = now["at_s"] - began["at_s"]
         others = (now["busy_s"] - began["busy_s"]) - (now["own_s"] - began["own_s"])
-        record["other_processes_cores"] = round(max(others, 0.0) / (now["at_s"] - began["at_s"]), 3)
+        competing = now["competing_s"] - began["competing_s"]
+        record["other_processes_cores"] = round(max(competing, 0.0) / elapsed, 3)
+        record["other_processes_cores_all"] = round(max(others, 0.0) / elapsed, 3)
     return load
 
 
@@ -185,7 +205,7 @@ def why_overloaded(record: Mapping[str, Any] | None) -> str | None:
     if others is not None and others > OTHER_CORES_LIMIT:
         return (
             f"processes outside the benchmark used {others:g} of the {cpus} cores on "
-            "average while it ran"
+            "average at normal priority while it ran"
         )
     if others is not None:
         return (
@@ -218,7 +238,12 @@ def describe(record: Mapping[str, Any] | None) -> str:
         f"{record.get('load_average_1m_max', '?')} at most"
         + (
             f" (the benchmark's own processes included); other processes used "
-            f"{record['other_processes_cores']:g} cores on average"
+            f"{record['other_processes_cores']:g} cores on average at normal priority"
+            + (
+                f", {record['other_processes_cores_all']:g} with low-priority work and the kernel's"
+                if record.get("other_processes_cores_all") is not None
+                else ""
+            )
             if record.get("other_processes_cores") is not None
             else ""
         )

@@ -15,9 +15,9 @@ range over the rounds, and the ratios to the default profile of the same round.
     make bench-perf                    # .venv/bin/python bench/bench_scheduler_perf.py
     .venv/bin/python bench/bench_scheduler_perf.py --workloads SharedLayers/5Nodes --rounds 1
 
-A run that other processes shared (``provenance.overloaded``: the load average above the
-cores before it began, or other processes using more than a quarter of a core while it ran)
-is marked inconclusive in its results and wherever they are printed (``make figures``).
+A run that other processes shared (``provenance.overloaded``: processes outside the
+benchmark's tree using more than a quarter of a core at normal priority while it ran) is
+marked inconclusive in its results and wherever they are printed (``make figures``).
 """
 
 from __future__ import annotations

@@ -16,13 +16,13 @@ the result under ``"provenance"`` in its results file:
   benchmark's tree), low-priority work and the kernel's own included;
 * the Kubernetes release the measurement ran (``None`` when it ran none).
 
-:func:`overloaded` says whether other processes shared the machine: the load average was
-above the cores before the benchmark started, or other processes at normal priority used
-more than :data:`OTHER_CORES_LIMIT` of a core on average while it ran (such a run is inconclusive:
-its ratios measure the other processes too). The benchmark's own processes (API server,
-etcd, kube-scheduler, the pod creator) do raise the load average past 2 cores on a
-2-core machine; that load is the same for every profile of a round, so it does not
-decide. A record from before ``other_processes_cores`` existed is judged by its load
+:func:`overloaded` says whether other processes shared the machine: other processes at
+normal priority used more than :data:`OTHER_CORES_LIMIT` of a core on average while it ran
+(such a run is inconclusive: its ratios measure the other processes too). The benchmark's
+own processes (API server, etcd, kube-scheduler, the pod creator) do raise the load average
+past 2 cores on a 2-core machine; that load is the same for every profile of a round, so it
+does not decide. Nor does the load average, which counts low-priority work as well. A record
+from before ``other_processes_cores`` existed is judged by its load
 average at every sample, as it was then; and
 :func:`staleness` compares a results file's commit with the checkout's HEAD, for
 whatever prints the file's figures.
@@ -187,8 +187,7 @@ def overloaded(record: Mapping[str, Any]) -> bool:
     cpus = (record.get("machine") or {}).get("cpus") or 1
     others = record.get("other_processes_cores")
     if others is not None:
-        before = record.get("load_average_1m_at_start")
-        return others > OTHER_CORES_LIMIT or (before is not None and before > cpus)
+        return bool(others > OTHER_CORES_LIMIT)
     loads = [
         record.get(key)
         for key in ("load_average_1m_at_start", "load_average_1m_max", "load_average_1m_at_end")
@@ -202,15 +201,10 @@ def why_overloaded(record: Mapping[str, Any] | None) -> str | None:
         return None
     cpus = (record.get("machine") or {}).get("cpus")
     others = record.get("other_processes_cores")
-    if others is not None and others > OTHER_CORES_LIMIT:
+    if others is not None:
         return (
             f"processes outside the benchmark used {others:g} of the {cpus} cores on "
             "average at normal priority while it ran"
-        )
-    if others is not None:
-        return (
-            f"the load average was {record.get('load_average_1m_at_start')} on {cpus} "
-            "cores before it started"
         )
     return (
         f"the load average reached {record.get('load_average_1m_max')} on {cpus} cores "

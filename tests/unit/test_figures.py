@@ -113,3 +113,49 @@ def test_make_figures_names_a_results_file_that_records_no_commit(
     monkeypatch.setattr(figures.provenance, "ROOT", ROOT)
     notes = figures.provenance_notes(tmp_path)
     assert notes == ["old.json: records no commit"]
+
+
+def _memory() -> dict[str, object]:
+    return json.loads((ROOT / figures.MEMORY_RESULTS).read_text())
+
+
+@pytest.mark.parametrize(
+    ("ratio", "verdict"),
+    [(0.974, "within the 10 % bound"), (1.43, "outside the 10 % bound")],
+    ids=["back-within-10-percent", "residue-over-10-percent"],
+)
+def test_the_flood_block_judges_the_return_from_the_file(ratio: float, verdict: str) -> None:
+    # 0.974 x the baseline is within 1 + 0.1; 1.43 x (pymalloc without a recycle) is not
+    results = copy.deepcopy(_memory())
+    results["after_deletion_vs_baseline"] = ratio
+    text = figures.extender_memory_markdown(results)
+    assert f"{ratio:g} × the baseline: {verdict}" in text
+
+
+def test_the_flood_block_says_when_no_recycle_happened() -> None:
+    # a run whose extender never re-executed has no neutral seconds to quote
+    results = copy.deepcopy(_memory())
+    results["phases"]["deleted"]["recycle_neutral_s"] = None  # type: ignore[index]
+    text = figures.extender_memory_markdown(results)
+    assert "did not recycle" in text and "neutral scores for" not in text
+
+
+def test_the_hostile_table_counts_failed_lists_and_the_honest_nodes() -> None:
+    # 1,000 nodes with 6 hostile inventories leave 994 honest ones; the old extender's 8
+    # failed Node lists are said beside its "never"
+    hostile = json.loads((ROOT / figures.HOSTILE_RESULTS).read_text())
+    hostile["hostile_node"]["old"]["list_failures"]["nodes"] = 8.0
+    hostile["hostile_inventories"]["new"]["nodes_with_layers"] = 990.0
+    text = figures.extender_hostile_markdown(hostile)
+    assert "never (>240 s); 8 failed lists" in text
+    assert "| 990 of 994 |" in text
+
+
+def test_the_request_size_is_scaled_from_the_benchmarks_request() -> None:
+    # 4,000,000 bytes for 500 nodes: 8,000 per node, 40.0 MB for 5,000, and 64 MiB
+    # (67,108,864 bytes) holds that 1.7 times over
+    results = copy.deepcopy(_extender())
+    results["workload"] |= {"full_request_bytes": 4_000_000, "full_nodes": 500}  # type: ignore[operator]
+    text = figures.extender_request_size_markdown(results)
+    assert "8,000 bytes per node, so about 40.0 MB for 5,000 nodes" in text
+    assert "holds 1.7 times over" in text

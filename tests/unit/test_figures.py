@@ -159,3 +159,23 @@ def test_the_request_size_is_scaled_from_the_benchmarks_request() -> None:
     text = figures.extender_request_size_markdown(results)
     assert "8,000 bytes per node, so about 40.0 MB for 5,000 nodes" in text
     assert "holds 1.7 times over" in text
+
+
+def test_the_relay_block_gives_the_spread_over_nodes_and_methods() -> None:
+    # two nodes at p50 41 and 45 µs, p99 150 and 720 µs (0.15-0.72 ms); one method added
+    # 3,900 µs at p50 and another 5,300 µs (3.9-5.3 ms); a single value prints once
+    relay = json.loads((ROOT / figures.RELAY_RESULTS).read_text())
+    nodes = dict(list(relay["dump"].items())[:2])
+    for (_, dump), p50, p99 in zip(nodes.items(), (41.0, 45.0), (150.0, 720.0), strict=True):
+        dump["all"] |= {"p50_us": p50, "p99_us": p99}
+        dump["by_method"]["PullImage"] = {"p50_us": 330.0}
+    relay["dump"] = nodes
+    added = {"Version": 3_900.0, "ListImages": 5_300.0}
+    relay["paired"] = {
+        m: relay["paired"][m] | {"added_p50_us": v, "added_p99_us": 10_000.0}
+        for m, v in added.items()
+    }
+    text = figures.relay_latency_markdown(relay)
+    assert "on 2 nodes: p50 41–45 µs, p99 0.15–0.72 ms per node" in text
+    assert "(`PullImage` p50 0.33 ms:" in text
+    assert "added p50 3.9–5.3 ms and p99 10 ms" in text

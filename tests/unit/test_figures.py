@@ -179,3 +179,15 @@ def test_the_relay_block_gives_the_spread_over_nodes_and_methods() -> None:
     assert "on 2 nodes: p50 41–45 µs, p99 0.15–0.72 ms per node" in text
     assert "(`PullImage` p50 0.33 ms:" in text
     assert "added p50 3.9–5.3 ms and p99 10 ms" in text
+
+
+def test_the_overhead_that_gives_hotedges_ratios_is_worked_out_from_the_file() -> None:
+    # pull waits a = 0.5 s, b = 0.04 s: (a + o) / (b + o) = 12.5x at o = 0; 2.3x at
+    # o = (0.5 - 2.3 * 0.04) / 1.3 = 0.314 s; 1.4x at o = (0.5 - 1.4 * 0.04) / 0.4 = 1.11 s
+    report = copy.deepcopy(json.loads((ROOT / figures.sim_report.DEFAULT_REPORT).read_text()))
+    report["settings"]["hotedge20"]["mean_pull_s"] |= {
+        "image-locality": 0.5,
+        "layer-locality": 0.04,
+    }
+    text = figures.simulation_reading_markdown(report)
+    assert "is 12.50× at o = 0, 2.3× at o ≈ 0.31 s, 1.4× at o ≈ 1.11 s" in text

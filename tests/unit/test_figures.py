@@ -191,3 +191,20 @@ def test_the_overhead_that_gives_hotedges_ratios_is_worked_out_from_the_file() -
     }
     text = figures.simulation_reading_markdown(report)
     assert "is 12.50× at o = 0, 2.3× at o ≈ 0.31 s, 1.4× at o ≈ 1.11 s" in text
+
+
+def test_the_index_table_shows_the_runs_spread_and_the_refusals() -> None:
+    # runs of 25.0 and 25.0 MiB print once, 49.4 and 50.5 as 49-50 (0 decimals for the
+    # peak); 5,000 nodes less 4,919 holding after the flood: 81 refused, 100 - 81 = 19 held
+    results = json.loads((ROOT / figures.INDEX_MEMORY_RESULTS).read_text())
+    after = results["after"]
+    after["honest"]["settled_mib"] |= {"min": 25.0, "max": 25.0}
+    after["honest"]["peak_mib"] |= {"min": 49.4, "max": 50.5}
+    after["flood"]["nodes"] = [4919, 4919]
+    results["flooding_nodes"]["after"] = 100
+    text = figures.index_memory_markdown(results)
+    assert "| 25.0 / 49-50 |" in text
+    assert "(19 held, 81 refused) |" in text
+    # a run whose settled heap passes the budget says it missed
+    results["pass"] = False
+    assert "**missed**" in figures.index_memory_markdown(results)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -223,3 +224,99 @@ def test_the_hot_path_block_gives_each_sides_round_spread() -> None:
     text = figures.against_markdown(results)
     assert "(new 4.5 to 44.6, old 8.7 to 8.7)" in text
     assert text.endswith("**The answers differed.**")
+
+
+#: Phrases only a measurement writes. Outside a generated block each is a figure that no
+#: results file holds; a setting or a target is written otherwise ("p99 ≤ 5 ms", "default
+#: 5 s", "lease 15 s"), and an upstream figure names no percentile, load or peak of ours.
+MEASURED_PHRASES = {
+    "a latency percentile": re.compile(r"\bp(50|90|95|99)\s+[\d.,–-]+\s*(ms|µs|us|s)\b"),
+    "a load average": re.compile(r"\bload average (of )?[\d.]+"),
+    "a peak memory": re.compile(r"\bpeak(ed)? (at )?[\d.,]+\s*(MiB|MB|GB|KiB)"),
+    "a resident memory": re.compile(r"\bresident( memory)? [\d.,]+\s*(MiB|MB|GB)"),
+    "a time taken": re.compile(
+        r"\b(took|takes about|took about|in about) [\d.,]+\s*(s|ms|min|minutes|seconds)\b"
+    ),
+    "a median time": re.compile(r"\bmedian [\d.,]+\s*(ms|s|µs)\b"),
+}
+DOCUMENTS = sorted(
+    [
+        ROOT / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "plugin").rglob("README.md"),
+        *(ROOT / "images").rglob("README.md"),
+    ]
+)
+_BEGIN = re.compile(r"<!-- (\S+):begin -->")
+
+
+def _outside_blocks(text: str) -> list[tuple[int, str]]:
+    """The lines of ``text`` not between a block's begin and end markers, numbered."""
+    kept, block = [], None
+    for number, line in enumerate(text.splitlines(), 1):
+        begin = _BEGIN.fullmatch(line.strip())
+        if block is None and begin:
+            block = begin.group(1)
+        elif block is not None and line.strip() == generated.markers(block)[1]:
+            block = None
+        elif block is None:
+            kept.append((number, line))
+    return kept
+
+
+def _measured_phrases(text: str) -> list[str]:
+    return [
+        f"{number}: {what}: {line.strip()[:120]}"
+        for number, line in _outside_blocks(text)
+        for what, pattern in MEASURED_PHRASES.items()
+        if pattern.search(line)
+    ]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=[str(d.relative_to(ROOT)) for d in DOCUMENTS])
+def test_no_measured_figure_outside_a_generated_block(document: Path) -> None:
+    # a measured figure is written by make figures from a results file, or not at all
+    found = _measured_phrases(document.read_text(encoding="utf-8"))
+    assert not found, (
+        f"{document.relative_to(ROOT)}: measured figures outside a generated block: {found}; "
+        f"render them from a results file ({figures.REGENERATE}) or say it in words"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "measured"),
+    [
+        ("p50 1.79 ms and p99 7.2 ms under glibc", True),
+        ("added p50 0.9–1.3 ms in one run", True),
+        ("on a 2-core machine at load average 19", True),
+        ("284.4 MiB (peak 295.8 MiB, under the limit)", True),
+        ("Install took 54 s (kubelet restarts)", True),
+        ("after the write (median 0.274 s over 12 repairs)", True),
+        ("| `NodeNames` | p99 ≤ 5 ms |", False),
+        ("`--request-read-timeout-s` (default 5 s)", False),
+        ("kube-scheduler's default timing (lease 15 s, renew deadline 10 s)", False),
+        ("the p99 of each round", False),
+    ],
+    ids=[
+        "latency",
+        "latency-range",
+        "load",
+        "peak",
+        "time-taken",
+        "median",
+        "target",
+        "default",
+        "upstream-setting",
+        "no-figure",
+    ],
+)
+def test_the_phrases_tell_a_measurement_from_a_setting(line: str, measured: bool) -> None:
+    assert bool(_measured_phrases(line)) is measured
+
+
+def test_a_measured_phrase_inside_a_block_is_allowed() -> None:
+    # the same line is a finding outside the markers and nothing between them
+    line = "p50 1.70 ms, p99 2.18 ms"
+    inside = f"<!-- x:begin -->\n{line}\n<!-- x:end -->\n"
+    assert _measured_phrases(inside) == []
+    assert _measured_phrases(f"{inside}{line}\n") == [f"4: a latency percentile: {line}"]

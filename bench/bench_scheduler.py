@@ -1430,7 +1430,8 @@ def run(
     layers_path = args.log_dir / "layers.json"
     layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
     profiled = [c for c in _csv(args.profile) if c in configs]
-    record = provenance.start(kubernetes_build().version)
+    # etcd and kube-apiserver are left to init by the playbook: every one names the state dir
+    record = provenance.start(kubernetes_build().version, own_commands=[str(args.state_dir)])
     results: dict[str, Any] = {
         "provenance": record,
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
@@ -1510,7 +1511,7 @@ def run(
                 for r in range(args.rounds):
                     # every configuration once per round, the order rotated each round
                     shift = r % len(configs)
-                    for config in configs[shift:] + configs[:shift]:
+                    for config in [*configs[shift:], *configs[:shift]]:
                         if config == "plugin" and absent:
                             console.log(f"[yellow]{n} nodes, plugin: not run: {absent}[/yellow]")
                             measured[config].append({"round": r, "skipped": absent})

@@ -34,7 +34,7 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -98,11 +98,16 @@ def _busy_seconds() -> float | None:
     return (sum(ticks) - ticks[3] - ticks[4]) / _TICKS
 
 
-def _split_seconds(root_pid: int, proc: Path = Path("/proc")) -> tuple[float, float]:
-    """CPU seconds of ``root_pid``'s tree (live descendants, with their reaped children's),
-    and of the user processes outside it that run at normal priority (nice below
-    :data:`LOW_PRIORITY_NICE`; kernel threads, which serve everyone, are in neither)."""
+def _split_seconds(
+    root_pid: int, proc: Path = Path("/proc"), own_commands: Sequence[str] = ()
+) -> tuple[float, float]:
+    """CPU seconds of ``root_pid``'s tree (live descendants, with their reaped children's)
+    and of any process whose command line holds one of ``own_commands`` (the benchmark's
+    daemons, which their starter left to init) with its tree; and of the user processes
+    outside these that run at normal priority (nice below :data:`LOW_PRIORITY_NICE`;
+    kernel threads, which serve everyone, are in neither)."""
     stats: dict[int, tuple[int, int, float]] = {}
+    roots = [root_pid]
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -112,10 +117,12 @@ def _split_seconds(root_pid: int, proc: Path = Path("/proc")) -> tuple[float, fl
             continue  # gone meanwhile
         used = sum(int(v) for v in rest[_UTIME : _CSTIME + 1]) / _TICKS
         stats[int(entry.name)] = (int(rest[_PPID]), int(rest[_NICE]), used)
+        if own_commands and _command_holds(entry, own_commands):
+            roots.append(int(entry.name))
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    tree, todo = set(), [root_pid]
+    tree, todo = set(), roots
     while todo:
         pid = todo.pop()
         tree.add(pid)
@@ -130,16 +137,28 @@ def _split_seconds(root_pid: int, proc: Path = Path("/proc")) -> tuple[float, fl
     return own, competing
 
 
-def _cpu_mark() -> dict[str, float] | None:
+def _command_holds(entry: Path, needles: Sequence[str]) -> bool:
+    try:
+        command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return any(needle in command for needle in needles)
+
+
+def _cpu_mark(own_commands: Sequence[str] = ()) -> dict[str, float] | None:
     busy = _busy_seconds()
     if busy is None:
         return None
-    own, competing = _split_seconds(os.getpid())
+    own, competing = _split_seconds(os.getpid(), own_commands=own_commands)
     return {"busy_s": busy, "own_s": own, "competing_s": competing, "at_s": time.monotonic()}
 
 
-def start(kubernetes_version: str | None, root: Path = ROOT) -> dict[str, Any]:
-    """The provenance of a measurement starting now."""
+def start(
+    kubernetes_version: str | None, root: Path = ROOT, own_commands: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The provenance of a measurement starting now. ``own_commands``: substrings of the
+    command lines of processes the benchmark starts as daemons (outside its own process
+    tree: e.g. its state directory, which every such command names), counted as its own."""
     commit = _git("rev-parse", "HEAD", root=root)
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no", root=root))
     load = load_1m()
@@ -156,7 +175,8 @@ def start(kubernetes_version: str | None, root: Path = ROOT) -> dict[str, Any]:
         "kubernetes_version": kubernetes_version,
         "load_average_1m_at_start": load,
         "load_average_1m_max": load,
-        "cpu_at_start": _cpu_mark(),
+        "own_commands": list(own_commands),
+        "cpu_at_start": _cpu_mark(own_commands),
         "other_processes_cores": None,
         "other_processes_cores_all": None,
     }
@@ -166,7 +186,7 @@ def sample_load(record: MutableMapping[str, Any]) -> float:
     """Note the load now (the run's highest so far is kept); return it."""
     load = load_1m()
     record["load_average_1m_max"] = max(record.get("load_average_1m_max") or 0.0, load)
-    began, now = record.get("cpu_at_start"), _cpu_mark()
+    began, now = record.get("cpu_at_start"), _cpu_mark(record.get("own_commands") or ())
     if began and now and now["at_s"] > began["at_s"] and "competing_s" in began:
         elapsed = now["at_s"] - began["at_s"]
         others = (now["busy_s"] - began["busy_s"]) - (now["own_s"] - began["own_s"])

@@ -125,9 +125,16 @@ def test_the_split_counts_the_tree_and_normal_priority_others_only(tmp_path: Pat
     _stat(tmp_path, 102, "kube) scheduler", 101, 0, 4 * tick)  # a ')' in its name
     _stat(tmp_path, 200, "pytest", 1, 0, 7 * tick)  # competes
     _stat(tmp_path, 300, "go", 1, 19, 11 * tick)  # low priority
+    _stat(tmp_path, 400, "etcd", 1, 0, 13 * tick)  # the benchmark's daemon, left to init
+    (tmp_path / "400" / "cmdline").write_bytes(b"etcd\0--data-dir=/tmp/bench-state/etcd\0")
+    _stat(tmp_path, 401, "etcd-child", 400, 0, 17 * tick)
     (tmp_path / "self").mkdir()
     own, competing = provenance._split_seconds(100, proc=tmp_path)
-    assert (own, competing) == (9.0, 7.0)
+    assert (own, competing) == (9.0, 37.0)
+    own, competing = provenance._split_seconds(
+        100, proc=tmp_path, own_commands=["/tmp/bench-state"]
+    )
+    assert (own, competing) == (39.0, 7.0)
 
 
 def test_a_child_of_the_benchmark_is_counted_as_its_own() -> None:

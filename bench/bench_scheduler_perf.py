@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import provenance
+import scheduler_report
 
 from layersched.builds import REPO_ROOT, find_go, kubernetes_build
 from layersched.core.errors import InputError
@@ -53,6 +54,11 @@ PROFILES = (
     "batching-layer-locality",
 )
 BASE_PROFILE = "default"
+#: The plugin's target (issue 33), each LayerLocality profile against its own base: the
+#: default profile (batching enabled, but idle: 1.37's default spread constraints leave no
+#: pod signed) and upstream's batching configuration (batching running).
+PLUGIN_TARGET = next(t for t in scheduler_report.TARGETS if t.config == "plugin")
+TARGET_PAIRS = (("layer-locality", "default"), ("batching-layer-locality", "batching"))
 #: Each batching profile is also compared with upstream's batching configuration.
 BATCHING_BASE = "batching"
 DEFAULT_ROUNDS = 3
@@ -203,6 +209,49 @@ def _rounds_text(results: Mapping[str, Any]) -> str:
     return f"{done} of the {asked} rounds asked (the run was stopped after them)"
 
 
+def verdicts(results: Mapping[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """``(workload, profile, base, verdict)`` for each target pair that ran, from the
+    per-round ratios of pods/s and the attempt's p99 to the base of the same round."""
+    busy = provenance.why_overloaded(results.get("provenance"))
+    out = []
+    for workload, rows in results["workloads"].items():
+        for profile, base in TARGET_PAIRS:
+            if profile not in rows or base not in rows:
+                continue
+            mine, theirs = rows[profile]["rounds"], rows[base]["rounds"]
+            ratios = {
+                key: [
+                    m[key] / b[key]
+                    for m, b in zip(mine, theirs, strict=False)
+                    if m.get(key) is not None and b.get(key)
+                ]
+                for key in ("pods_per_s", "attempt_p99_ms")
+            }
+            verdict = scheduler_report.judge(
+                ratios["pods_per_s"], ratios["attempt_p99_ms"], PLUGIN_TARGET, busy
+            )
+            out.append((workload, profile, base, verdict))
+    return out
+
+
+def _verdict_lines(results: Mapping[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"Targets (issue 33): LayerLocality keeps at least {PLUGIN_TARGET.throughput_ratio_min:g}x "
+        f"its base's pods/s with an attempt p99 at most {PLUGIN_TARGET.p99_ratio_max:g}x, "
+        "judged on the per-round ratios (met or missed only when every round agrees):",
+        "",
+    ]
+    for workload, profile, base, verdict in verdicts(results):
+        text = scheduler_report.verdict_text(profile, verdict)
+        text = text.replace("drain throughput", "pods/s").replace("steady p99", "attempt p99")
+        lines.append(
+            f"- {workload}, `{profile}` against `{base}`: "
+            + text.replace("of the default", "of the base")
+        )
+    return lines
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     """docs/bench-scheduler.md's scheduler_perf block, from the results."""
     record = results.get("provenance")
@@ -243,7 +292,7 @@ def markdown(results: Mapping[str, Any]) -> str:
                 f"| {value(row, 'attempt_p99_ms', ' ms')} "
                 f"| {value(row, f'attempt_p99_ms_vs_{BASE_PROFILE}', 'x')} |"
             )
-    return "\n".join(lines)
+    return "\n".join(lines + _verdict_lines(results))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

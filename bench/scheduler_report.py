@@ -335,16 +335,55 @@ def _ratios(row: Mapping[str, Any], base: Mapping[str, Any], key: str) -> list[f
     ]
 
 
-def target_verdicts(
-    rows: Mapping[str, Any], overloaded_by: str | None = None
-) -> dict[str, dict[str, Any]]:
-    """Whether each configuration with a target met it at one N, from its per-round ratios
-    to the default (rows that did not run, or a run without the default, give none).
+def judge(
+    throughput: Sequence[float],
+    p99: Sequence[float],
+    target: Target,
+    overloaded_by: str | None = None,
+) -> dict[str, Any]:
+    """One target's verdict from per-round ratios to the base of the same round.
 
     ``met``: every round's ratio is on the target's side; ``missed``: every round's is
     past it; ``inconclusive`` otherwise (the spread straddles the target: the effect is
     within the noise), with fewer than :data:`MIN_ROUNDS` rounds, or when
     ``overloaded_by`` says why the machine was too busy for any verdict."""
+    entry: dict[str, Any] = {
+        "throughput_ratio_min": target.throughput_ratio_min,
+        "p99_ratio_max": target.p99_ratio_max,
+        "rounds": min(len(throughput), len(p99)),
+    }
+    for name, values in (("throughput_ratio", throughput), ("p99_ratio", p99)):
+        if values:
+            entry[name] = round(float(np.median(values)), 2)
+            entry[f"{name}_range"] = [round(min(values), 2), round(max(values), 2)]
+    why = []
+    if overloaded_by:
+        why.append(overloaded_by)
+    if entry["rounds"] < MIN_ROUNDS:
+        why.append(f"{entry['rounds']} round(s) of both, fewer than {MIN_ROUNDS}")
+    if not why:
+        met_rate = min(throughput) >= target.throughput_ratio_min
+        missed_rate = max(throughput) < target.throughput_ratio_min
+        met_p99 = max(p99) <= target.p99_ratio_max
+        missed_p99 = min(p99) > target.p99_ratio_max
+        if missed_rate or missed_p99:
+            entry["verdict"] = "missed"
+        elif met_rate and met_p99:
+            entry["verdict"] = "met"
+        else:
+            why.append("the rounds' spread straddles a target: the effect is within the noise")
+    if why:
+        entry["verdict"] = "inconclusive"
+        entry["why"] = "; ".join(why)
+    return entry
+
+
+def target_verdicts(
+    rows: Mapping[str, Any], overloaded_by: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Whether each configuration with a target met it at one N (:func:`judge`), from its
+    per-round ratios to the default (rows that did not run, or a run without the default,
+    give none)."""
     base = rows.get("default")
     verdicts: dict[str, dict[str, Any]] = {}
     if not base or base.get("skipped"):
@@ -353,36 +392,9 @@ def target_verdicts(
         row = rows.get(target.config)
         if not row or row.get("skipped") or row.get("plugin_name", PLUGIN_NAME) != PLUGIN_NAME:
             continue  # not run, or a stand-in plugin checking the row's machinery
-        throughput, p99 = _ratios(row, base, "pods_per_s"), _ratios(row, base, "p99_ms")
-        entry: dict[str, Any] = {
-            "throughput_ratio_min": target.throughput_ratio_min,
-            "p99_ratio_max": target.p99_ratio_max,
-            "rounds": min(len(throughput), len(p99)),
-        }
-        for name, values in (("throughput_ratio", throughput), ("p99_ratio", p99)):
-            if values:
-                entry[name] = round(float(np.median(values)), 2)
-                entry[f"{name}_range"] = [round(min(values), 2), round(max(values), 2)]
-        why = []
-        if overloaded_by:
-            why.append(overloaded_by)
-        if entry["rounds"] < MIN_ROUNDS:
-            why.append(f"{entry['rounds']} round(s) of both, fewer than {MIN_ROUNDS}")
-        if not why:
-            met_rate = min(throughput) >= target.throughput_ratio_min
-            missed_rate = max(throughput) < target.throughput_ratio_min
-            met_p99 = max(p99) <= target.p99_ratio_max
-            missed_p99 = min(p99) > target.p99_ratio_max
-            if missed_rate or missed_p99:
-                entry["verdict"] = "missed"
-            elif met_rate and met_p99:
-                entry["verdict"] = "met"
-            else:
-                why.append("the rounds' spread straddles a target: the effect is within the noise")
-        if why:
-            entry["verdict"] = "inconclusive"
-            entry["why"] = "; ".join(why)
-        verdicts[target.config] = entry
+        verdicts[target.config] = judge(
+            _ratios(row, base, "pods_per_s"), _ratios(row, base, "p99_ms"), target, overloaded_by
+        )
     return verdicts
 
 

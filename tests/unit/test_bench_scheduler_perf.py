@@ -115,3 +115,38 @@ def test_the_block_labels_an_overloaded_run_inconclusive() -> None:
     assert "Measured at commit `0123456789ab`" in quiet
     busy = perf.markdown(_results(7.0))
     assert busy.startswith("**Inconclusive run:** the load average reached 7.0 on 2 cores")
+
+
+def _judged(rounds: list[tuple[float, float, float]], others: float = 0.01) -> str:
+    results = {
+        "provenance": {"machine": {"cpus": 2}, "other_processes_cores": others},
+        "rounds": len(rounds),
+        "workloads": perf.summarise(
+            [perf.parse_items(_round(*r)) for r in rounds],
+            ["SchedulingBasic/500Nodes"],
+            ["default", "layer-locality"],
+        ),
+    }
+    ((workload, profile, base, verdict),) = perf.verdicts(results)
+    assert (workload, profile, base) == ("SchedulingBasic/500Nodes", "layer-locality", "default")
+    return str(verdict["verdict"])
+
+
+def test_the_plugins_target_is_judged_on_every_rounds_ratio() -> None:
+    # (default pods/s, plugin pods/s, plugin p99 against the default's 10 ms)
+    assert _judged([(200, 196, 11), (200, 198, 10), (200, 200, 12)]) == "met"
+    # one round under 0.95x: the spread straddles the target
+    assert _judged([(200, 196, 11), (200, 180, 10), (200, 200, 12)]) == "inconclusive"
+    # every round's p99 over 1.2x
+    assert _judged([(200, 196, 13), (200, 198, 14), (200, 200, 15)]) == "missed"
+    # two rounds are too few; a shared machine gives no verdict
+    assert _judged([(200, 196, 11), (200, 198, 10)]) == "inconclusive"
+    assert _judged([(200, 196, 11), (200, 198, 10), (200, 200, 12)], others=0.6) == "inconclusive"
+
+
+def test_the_block_ends_with_the_verdicts() -> None:
+    text = perf.markdown(_results(1.5))
+    assert text.splitlines()[-1].startswith(
+        "- SchedulingBasic/500Nodes, `layer-locality` against `default`: pods/s 0.95x"
+    )
+    assert "**met**" in text.splitlines()[-1]

@@ -129,12 +129,35 @@ def _split_seconds(
         todo.extend(children.get(pid, ()))
     kernel = {_KTHREADD, *children.get(_KTHREADD, ())}
     own = sum(stats[pid][2] for pid in tree if pid in stats)
+    mine = _autogroup(proc / str(root_pid))
     competing = sum(
         used
         for pid, (_, nice, used) in stats.items()
-        if pid not in tree and pid not in kernel and nice < LOW_PRIORITY_NICE
+        if pid not in tree
+        and pid not in kernel
+        and _priority_nice(proc / str(pid), nice, mine) < LOW_PRIORITY_NICE
     )
     return own, competing
+
+
+def _autogroup(entry: Path) -> tuple[str, int] | None:
+    """``(group, nice)`` of the process's scheduling autogroup, or None without them."""
+    try:
+        name, _, nice = (entry / "autogroup").read_text().split()
+        return name, int(nice)
+    except (OSError, ValueError):
+        return None
+
+
+def _priority_nice(entry: Path, nice: int, benchmarks: tuple[str, int] | None) -> int:
+    """The niceness that weighs a process against the benchmark. With autogroups (each
+    session its own group, the kernel's default here) CFS shares the CPU between groups by
+    the group's nice first, so a process in another group counts by its group's nice;
+    within the benchmark's own group, or without autogroups, by its own."""
+    group = _autogroup(entry)
+    if group is None or benchmarks is None or group[0] == benchmarks[0]:
+        return nice
+    return group[1]
 
 
 def _command_holds(entry: Path, needles: Sequence[str]) -> bool:

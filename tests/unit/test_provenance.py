@@ -137,6 +137,22 @@ def test_the_split_counts_the_tree_and_normal_priority_others_only(tmp_path: Pat
     assert (own, competing) == (39.0, 7.0)
 
 
+def test_with_autogroups_a_process_counts_by_its_groups_nice(tmp_path: Path) -> None:
+    """CFS shares the CPU between autogroups (sessions) by the group's nice: a process at
+    nice 19 in a group at nice 0 competes; one at nice 0 in a group at nice 19 does not."""
+    tick = provenance._TICKS
+    for pid, comm, ppid, nice, ticks, group in (
+        (100, "bench", 1, 0, 1, "/autogroup-1 nice 0"),
+        (101, "bench-child", 100, 0, 2, "/autogroup-1 nice 0"),
+        (102, "niced-beside-it", 1, 19, 4, "/autogroup-1 nice 0"),  # its group: own nice
+        (200, "pytest", 1, 19, 8, "/autogroup-2 nice 0"),  # competes: group at 0
+        (300, "go", 1, 0, 16, "/autogroup-3 nice 19"),  # does not: group at 19
+    ):
+        _stat(tmp_path, pid, comm, ppid, nice, ticks * tick)
+        (tmp_path / str(pid) / "autogroup").write_text(group + "\n")
+    assert provenance._split_seconds(100, proc=tmp_path) == (3.0, 8.0)
+
+
 def test_a_child_of_the_benchmark_is_counted_as_its_own() -> None:
     """Whatever CPU a child burns (it reports its own) is in the tree's total after."""
     burn = "import time\nfor _ in range(10**7): pass\nprint(time.process_time())"

@@ -16,10 +16,10 @@ venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI
 $(VENV)/.installed: pyproject.toml
 	@scripts/venv.sh $(VENV)
 
-kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release plugin/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: about 8 min on 2 cores; cached: seconds; a changed plugin: under a minute)
+kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release plugin/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: minutes; cached: seconds; a changed plugin: a relink)
 	@$(PY) scripts/kubernetes_build.py
 
-tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (plugin/layersched/go-tools.yml; cold: helm 14 min, actionlint 1 min, measured on 2 cores under a load of 17-26; cached: seconds)
+tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (plugin/layersched/go-tools.yml; cold: minutes; cached: seconds)
 	@$(PY) scripts/go_tools.py
 
 containerd: venv ## Download (or find cached) containerd 2.x, the testbed nodes' runtime (never installed)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime
@@ -47,7 +48,10 @@ LOAD_DIGITS = 2
 OTHER_CORES_LIMIT = 0.25
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: ``/proc/PID/stat`` fields after the command: state is 0, ppid 1, utime..cstime 11..14.
-_PPID, _UTIME, _CSTIME, _NICE = 1, 11, 14, 16
+_PPID, _UTIME, _CSTIME, _NICE, _START = 1, 11, 14, 16, 19
+#: How often the CPU watch samples every process (a process born and reaped between two
+#: samples is still counted, in its parent's reaped children's time).
+SAMPLE_S = 2.0
 _KTHREADD = 2
 #: Processes at this niceness or above get CPU only when the benchmark leaves a core idle
 #: (CFS weighs nice 19 at 15 against nice 0's 1024): recorded, but they do not decide.
@@ -98,15 +102,21 @@ def _busy_seconds() -> float | None:
     return (sum(ticks) - ticks[3] - ticks[4]) / _TICKS
 
 
-def _split_seconds(
+#: A process as one sample sees it: its start time (ticks since boot: a reused pid
+#: differs), its CPU seconds (with its reaped children's) and whose it is.
+Seen = tuple[int, float, str]
+OWN, COMPETING, LOW, KERNEL = "own", "competing", "low", "kernel"
+
+
+def snapshot(
     root_pid: int, proc: Path = Path("/proc"), own_commands: Sequence[str] = ()
-) -> tuple[float, float]:
-    """CPU seconds of ``root_pid``'s tree (live descendants, with their reaped children's)
-    and of any process whose command line holds one of ``own_commands`` (the benchmark's
-    daemons, which their starter left to init) with its tree; and of the user processes
-    outside these that run at normal priority (nice below :data:`LOW_PRIORITY_NICE`;
-    kernel threads, which serve everyone, are in neither)."""
-    stats: dict[int, tuple[int, int, float]] = {}
+) -> dict[int, Seen]:
+    """Every process now, classed: :data:`OWN` (``root_pid``'s tree, and any process whose
+    command line holds one of ``own_commands`` with its tree: the benchmark's daemons, left
+    to init by their starter), :data:`KERNEL` (kernel threads, which serve everyone),
+    :data:`COMPETING` (other processes at normal priority, :func:`_priority_nice` below
+    :data:`LOW_PRIORITY_NICE`) or :data:`LOW`."""
+    stats: dict[int, tuple[int, int, int, float]] = {}
     roots = [root_pid]
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -116,11 +126,11 @@ def _split_seconds(
         except (OSError, IndexError):
             continue  # gone meanwhile
         used = sum(int(v) for v in rest[_UTIME : _CSTIME + 1]) / _TICKS
-        stats[int(entry.name)] = (int(rest[_PPID]), int(rest[_NICE]), used)
+        stats[int(entry.name)] = (int(rest[_PPID]), int(rest[_NICE]), int(rest[_START]), used)
         if own_commands and _command_holds(entry, own_commands):
             roots.append(int(entry.name))
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in stats.items():
+    for pid, (ppid, *_) in stats.items():
         children.setdefault(ppid, []).append(pid)
     tree, todo = set(), roots
     while todo:
@@ -128,16 +138,31 @@ def _split_seconds(
         tree.add(pid)
         todo.extend(children.get(pid, ()))
     kernel = {_KTHREADD, *children.get(_KTHREADD, ())}
-    own = sum(stats[pid][2] for pid in tree if pid in stats)
     mine = _autogroup(proc / str(root_pid))
-    competing = sum(
-        used
-        for pid, (_, nice, used) in stats.items()
-        if pid not in tree
-        and pid not in kernel
-        and _priority_nice(proc / str(pid), nice, mine) < LOW_PRIORITY_NICE
-    )
-    return own, competing
+    seen: dict[int, Seen] = {}
+    for pid, (_, nice, started, used) in stats.items():
+        if pid in tree:
+            whose = OWN
+        elif pid in kernel:
+            whose = KERNEL
+        elif _priority_nice(proc / str(pid), nice, mine) < LOW_PRIORITY_NICE:
+            whose = COMPETING
+        else:
+            whose = LOW
+        seen[pid] = (started, used, whose)
+    return seen
+
+
+def spent(before: Mapping[int, Seen], after: Mapping[int, Seen]) -> dict[str, float]:
+    """CPU seconds each class spent between two snapshots, process by process (a process
+    counts in the class it is in at the later one; one born since counts whole; one gone
+    is counted in its parent's reaped children's time, when a live parent waited)."""
+    out = dict.fromkeys((OWN, COMPETING, LOW, KERNEL), 0.0)
+    for pid, (started, used, whose) in after.items():
+        earlier = before.get(pid)
+        was = earlier[1] if earlier and earlier[0] == started else 0.0
+        out[whose] += max(used - was, 0.0)
+    return out
 
 
 def _autogroup(entry: Path) -> tuple[str, int] | None:
@@ -168,12 +193,45 @@ def _command_holds(entry: Path, needles: Sequence[str]) -> bool:
     return any(needle in command for needle in needles)
 
 
-def _cpu_mark(own_commands: Sequence[str] = ()) -> dict[str, float] | None:
-    busy = _busy_seconds()
-    if busy is None:
-        return None
-    own, competing = _split_seconds(os.getpid(), own_commands=own_commands)
-    return {"busy_s": busy, "own_s": own, "competing_s": competing, "at_s": time.monotonic()}
+class _CpuWatch:
+    """Samples every process each :data:`SAMPLE_S` on a daemon thread and adds up what
+    each class spent (:func:`spent`), with ``/proc/stat``'s busy time for the whole."""
+
+    def __init__(self, own_commands: Sequence[str]) -> None:
+        self.own_commands = list(own_commands)
+        self.began = time.monotonic()
+        self.busy0 = _busy_seconds()
+        self.last = snapshot(os.getpid(), own_commands=self.own_commands)
+        self.totals = dict.fromkeys((OWN, COMPETING, LOW, KERNEL), 0.0)
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        threading.Thread(target=self._run, name="provenance-cpu", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(SAMPLE_S):
+            self.sample()
+
+    def sample(self) -> dict[str, float] | None:
+        """``{"competing": cores, "all": cores}`` on average since the start."""
+        with self.lock:
+            now = snapshot(os.getpid(), own_commands=self.own_commands)
+            for whose, seconds in spent(self.last, now).items():
+                self.totals[whose] += seconds
+            self.last = now
+            elapsed, busy = time.monotonic() - self.began, _busy_seconds()
+            if elapsed <= 0 or busy is None or self.busy0 is None:
+                return None
+            others = (busy - self.busy0) - self.totals[OWN]
+            return {
+                "competing": round(self.totals[COMPETING] / elapsed, 3),
+                "all": round(max(others, 0.0) / elapsed, 3),
+            }
+
+
+#: Live watches by record. A record is a plain dict, written to JSON as it is, and the
+#: benchmarks pass shallow copies of it around: the key is its ``machine`` dict, which
+#: every copy shares.
+_WATCHES: dict[int, _CpuWatch] = {}
 
 
 def start(
@@ -182,10 +240,11 @@ def start(
     """The provenance of a measurement starting now. ``own_commands``: substrings of the
     command lines of processes the benchmark starts as daemons (outside its own process
     tree: e.g. its state directory, which every such command names), counted as its own."""
+    watch = _CpuWatch(own_commands)
     commit = _git("rev-parse", "HEAD", root=root)
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no", root=root))
     load = load_1m()
-    return {
+    record = {
         "commit": commit,
         "dirty": dirty,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -198,24 +257,22 @@ def start(
         "kubernetes_version": kubernetes_version,
         "load_average_1m_at_start": load,
         "load_average_1m_max": load,
-        "own_commands": list(own_commands),
-        "cpu_at_start": _cpu_mark(own_commands),
         "other_processes_cores": None,
         "other_processes_cores_all": None,
     }
+    _WATCHES[id(record["machine"])] = watch
+    return record
 
 
 def sample_load(record: MutableMapping[str, Any]) -> float:
     """Note the load now (the run's highest so far is kept); return it."""
     load = load_1m()
     record["load_average_1m_max"] = max(record.get("load_average_1m_max") or 0.0, load)
-    began, now = record.get("cpu_at_start"), _cpu_mark(record.get("own_commands") or ())
-    if began and now and now["at_s"] > began["at_s"] and "competing_s" in began:
-        elapsed = now["at_s"] - began["at_s"]
-        others = (now["busy_s"] - began["busy_s"]) - (now["own_s"] - began["own_s"])
-        competing = now["competing_s"] - began["competing_s"]
-        record["other_processes_cores"] = round(max(competing, 0.0) / elapsed, 3)
-        record["other_processes_cores_all"] = round(max(others, 0.0) / elapsed, 3)
+    watch = _WATCHES.get(id(record.get("machine")))
+    cores = watch.sample() if watch else None
+    if cores:
+        record["other_processes_cores"] = cores["competing"]
+        record["other_processes_cores_all"] = cores["all"]
     return load
 
 

@@ -106,69 +106,95 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _stat(proc: Path, pid: int, comm: str, ppid: int, nice: int, ticks: int) -> None:
+def _stat(
+    proc: Path, pid: int, comm: str, ppid: int, nice: int, ticks: int, started: int = 7
+) -> None:
     """A ``/proc/PID/stat`` line: utime carries the ticks; stime, cutime, cstime are 0."""
     fields = ["S", str(ppid)] + ["0"] * 9 + [str(ticks), "0", "0", "0", "20", str(nice)]
-    (proc / str(pid)).mkdir()
-    (proc / str(pid) / "stat").write_text(f"{pid} ({comm}) " + " ".join(fields + ["1"] * 30))
+    fields += ["1", "0", str(started)]
+    directory = proc / str(pid)
+    directory.mkdir(exist_ok=True)
+    (directory / "stat").write_text(f"{pid} ({comm}) " + " ".join(fields + ["1"] * 30))
 
 
-def test_the_split_counts_the_tree_and_normal_priority_others_only(tmp_path: Path) -> None:
-    """The benchmark's tree is its own (grandchildren too); a process outside it at nice 0
-    competes; one at nice 19 only takes idle cycles; kernel threads are nobody's."""
-    tick = provenance._TICKS
+def _classes(proc: Path, root: int = 100, **kwargs: Any) -> dict[int, str]:
+    return {pid: whose for pid, (_, _, whose) in provenance.snapshot(root, proc, **kwargs).items()}
+
+
+def test_a_snapshot_classes_the_tree_its_daemons_others_and_the_kernel(tmp_path: Path) -> None:
     _stat(tmp_path, 1, "init", 0, 0, 0)
     _stat(tmp_path, 2, "kthreadd", 0, 0, 0)
-    _stat(tmp_path, 3, "kworker/0:1 (x)", 2, -20, 5 * tick)
-    _stat(tmp_path, 100, "python", 1, 0, 2 * tick)  # the benchmark
-    _stat(tmp_path, 101, "etcd", 100, 0, 3 * tick)
-    _stat(tmp_path, 102, "kube) scheduler", 101, 0, 4 * tick)  # a ')' in its name
-    _stat(tmp_path, 200, "pytest", 1, 0, 7 * tick)  # competes
-    _stat(tmp_path, 300, "go", 1, 19, 11 * tick)  # low priority
-    _stat(tmp_path, 400, "etcd", 1, 0, 13 * tick)  # the benchmark's daemon, left to init
+    _stat(tmp_path, 3, "kworker/0:1 (x)", 2, -20, 5)
+    _stat(tmp_path, 100, "python", 1, 0, 2)  # the benchmark
+    _stat(tmp_path, 101, "etcd", 100, 0, 3)
+    _stat(tmp_path, 102, "kube) scheduler", 101, 0, 4)  # a ')' in its name
+    _stat(tmp_path, 200, "pytest", 1, 0, 7)  # competes
+    _stat(tmp_path, 300, "go", 1, 19, 11)  # low priority
+    _stat(tmp_path, 400, "etcd", 1, 0, 13)  # the benchmark's daemon, left to init
     (tmp_path / "400" / "cmdline").write_bytes(b"etcd\0--data-dir=/tmp/bench-state/etcd\0")
-    _stat(tmp_path, 401, "etcd-child", 400, 0, 17 * tick)
+    _stat(tmp_path, 401, "etcd-child", 400, 0, 17)
     (tmp_path / "self").mkdir()
-    own, competing = provenance._split_seconds(100, proc=tmp_path)
-    assert (own, competing) == (9.0, 37.0)
-    own, competing = provenance._split_seconds(
-        100, proc=tmp_path, own_commands=["/tmp/bench-state"]
-    )
-    assert (own, competing) == (39.0, 7.0)
+    own, comp, low, kern = provenance.OWN, provenance.COMPETING, provenance.LOW, "kernel"
+    assert _classes(tmp_path) == {
+        1: comp, 2: kern, 3: kern, 100: own, 101: own, 102: own,
+        200: comp, 300: low, 400: comp, 401: comp,
+    }  # fmt: skip
+    classes = _classes(tmp_path, own_commands=["/tmp/bench-state"])
+    assert classes[400] == classes[401] == own
 
 
 def test_with_autogroups_a_process_counts_by_its_groups_nice(tmp_path: Path) -> None:
     """CFS shares the CPU between autogroups (sessions) by the group's nice: a process at
     nice 19 in a group at nice 0 competes; one at nice 0 in a group at nice 19 does not."""
-    tick = provenance._TICKS
-    for pid, comm, ppid, nice, ticks, group in (
-        (100, "bench", 1, 0, 1, "/autogroup-1 nice 0"),
-        (101, "bench-child", 100, 0, 2, "/autogroup-1 nice 0"),
-        (102, "niced-beside-it", 1, 19, 4, "/autogroup-1 nice 0"),  # its group: own nice
-        (200, "pytest", 1, 19, 8, "/autogroup-2 nice 0"),  # competes: group at 0
-        (300, "go", 1, 0, 16, "/autogroup-3 nice 19"),  # does not: group at 19
+    for pid, comm, ppid, nice, group in (
+        (100, "bench", 1, 0, "/autogroup-1 nice 0"),
+        (102, "niced-beside-it", 1, 19, "/autogroup-1 nice 0"),  # its group: own nice
+        (200, "pytest", 1, 19, "/autogroup-2 nice 0"),  # competes: group at 0
+        (300, "go", 1, 0, "/autogroup-3 nice 19"),  # does not: group at 19
     ):
-        _stat(tmp_path, pid, comm, ppid, nice, ticks * tick)
+        _stat(tmp_path, pid, comm, ppid, nice, 1)
         (tmp_path / str(pid) / "autogroup").write_text(group + "\n")
-    assert provenance._split_seconds(100, proc=tmp_path) == (3.0, 8.0)
+    assert _classes(tmp_path) == {100: "own", 102: "low", 200: "competing", 300: "low"}
+
+
+def test_cpu_is_added_up_process_by_process_in_the_class_of_the_later_sample(
+    tmp_path: Path,
+) -> None:
+    """A session reniced in the middle of a run does not take its earlier CPU with it (a
+    difference of class totals would go negative); a process born since counts whole; a
+    reused pid starts afresh."""
+    tick = provenance._TICKS
+    _stat(tmp_path, 100, "bench", 1, 0, 10 * tick)
+    _stat(tmp_path, 200, "pytest", 1, 0, 1000 * tick)  # long-lived, competing
+    _stat(tmp_path, 300, "old", 1, 0, 50 * tick, started=7)
+    before = provenance.snapshot(100, tmp_path)
+    _stat(tmp_path, 100, "bench", 1, 0, 14 * tick)
+    _stat(tmp_path, 200, "pytest", 1, 19, 1003 * tick)  # reniced: now low, +3 s
+    _stat(tmp_path, 300, "new", 1, 0, 2 * tick, started=99)  # the pid reused: 2 s
+    _stat(tmp_path, 400, "born", 1, 0, 5 * tick)  # born since: 5 s
+    after = provenance.snapshot(100, tmp_path)
+    spent = provenance.spent(before, after)
+    assert spent == {"own": 4.0, "competing": 7.0, "low": 3.0, "kernel": 0.0}
 
 
 def test_a_child_of_the_benchmark_is_counted_as_its_own() -> None:
-    """Whatever CPU a child burns (it reports its own) is in the tree's total after."""
+    """Whatever CPU a child burns (it reports its own) is the benchmark's after."""
     burn = "import time\nfor _ in range(10**7): pass\nprint(time.process_time())"
-    before, _ = provenance._split_seconds(os.getpid())
+    before = provenance.snapshot(os.getpid())
     done = subprocess.run([sys.executable, "-c", burn], check=True, capture_output=True)
-    after, _ = provenance._split_seconds(os.getpid())
+    after = provenance.snapshot(os.getpid())
     child = float(done.stdout)
-    assert child > 0.05 and after - before >= child - 0.02, (before, after, child)
+    own = provenance.spent(before, after)["own"]
+    assert child > 0.05 and own >= child - 0.02, (own, child)
 
 
 def test_a_sample_records_both_measures_of_other_processes() -> None:
     record = provenance.start(None)
     _spin(0.3)
-    provenance.sample_load(record)
-    assert record["other_processes_cores"] is not None
-    assert record["other_processes_cores_all"] is not None
+    copy = dict(record)  # the benchmarks sample shallow copies too
+    provenance.sample_load(copy)
+    assert copy["other_processes_cores"] is not None
+    assert copy["other_processes_cores_all"] is not None
 
 
 SPIN = "import time\ne = time.monotonic() + %s\nwhile time.monotonic() < e: pass"

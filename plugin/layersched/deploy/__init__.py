@@ -83,12 +83,10 @@ from layersched.deploy._scheduler_config import (
     scheduler_api_version_for,
     testbed_scheduler_configs,
 )
-from layersched.deploy._stack import (
-    AGENT_RULES,
+from layersched.deploy._spec import (
     CONTAINERD_SOCKET,
     DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_WEIGHT,
-    EXTENDER_RULES,
     K3S_CONTAINERD_SOCKET,
     KUBE_SCHEDULER_IMAGE,
     KUBERNETES_VERSION,
@@ -101,12 +99,16 @@ from layersched.deploy._stack import (
     SCHEDULER_KINDS,
     SCHEDULER_PLUGIN,
     StackSpec,
+    stack_spec_for,
+)
+from layersched.deploy._stack import (
+    AGENT_RULES,
+    EXTENDER_RULES,
     agent_daemonset,
     plugin_readme_block,
     scheduler_config,
     scheduler_deployment,
     stack_objects,
-    stack_spec_for,
 )
 from layersched.deploy._tls import WebhookTls, issue_webhook_tls, still_usable
 from layersched.deploy._tree import (

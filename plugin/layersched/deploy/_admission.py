@@ -76,7 +76,7 @@ from layersched.core.errors import InputError
 from layersched.core.nodelayers import GROUP, KIND, PLURAL
 from layersched.deploy._network import HTTPS_PORT
 from layersched.deploy._scheduler_config import kubernetes_minor
-from layersched.deploy._stack import LAYERSCHED_IMAGE, StackSpec
+from layersched.deploy._spec import LAYERSCHED_IMAGE, StackSpec
 from layersched.deploy._tls import WebhookTls, issue_webhook_tls, still_usable
 from layersched.deploy._versions import pdb_api_version
 from layersched.deploy._workloads import (

@@ -42,12 +42,10 @@ from layersched.deploy._scheduler_config import (
     MIN_EXTENDER_WEIGHT,
     PLUGIN_FRAMEWORK_SINCE_MINOR,
 )
-from layersched.deploy._stack import (
-    AGENT_RESOURCES,
+from layersched.deploy._spec import (
     CONTAINERD_SOCKET,
     DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_WEIGHT,
-    EXTENDER_RESOURCES,
     KUBE_SCHEDULER_IMAGE,
     LAYERSCHED_IMAGE,
     RUNTIME_CONTAINERD,
@@ -55,8 +53,12 @@ from layersched.deploy._stack import (
     SCHEDULER_EXTENDER,
     SCHEDULER_KINDS,
     SCHEDULER_PLUGIN,
-    SCHEDULER_RESOURCES,
     StackSpec,
+)
+from layersched.deploy._stack import (
+    AGENT_RESOURCES,
+    EXTENDER_RESOURCES,
+    SCHEDULER_RESOURCES,
     stack_objects,
 )
 from layersched.deploy._tree import FILE_ORDER

@@ -38,11 +38,13 @@ from layersched.agent import DEFAULT_CRIO_STORAGE
 from layersched.core.errors import InputError
 from layersched.deploy._admission import admission_objects, uses_policy
 from layersched.deploy._scheduler_config import kubernetes_minor
-from layersched.deploy._stack import (
-    AGENT_HEALTH_ARGS,
+from layersched.deploy._spec import (
     CONTAINERD_SOCKET,
     LAYERSCHED_IMAGE,
     StackSpec,
+)
+from layersched.deploy._stack import (
+    AGENT_HEALTH_ARGS,
     agent_daemonset,
     extender_args,
     scheduler_deployment,

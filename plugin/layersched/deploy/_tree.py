@@ -33,7 +33,7 @@ from layersched.deploy._admission import (
     WEBHOOK_SERVICE,
     admission_overlay,
 )
-from layersched.deploy._stack import (
+from layersched.deploy._spec import (
     CONTAINERD_SOCKET,
     DEFAULT_KUBE_SCHEDULER_IMAGE,
     DEFAULT_LAYERSCHED_IMAGE,
@@ -41,6 +41,8 @@ from layersched.deploy._stack import (
     KUBERNETES_VERSION,
     LAYERSCHED_IMAGE,
     StackSpec,
+)
+from layersched.deploy._stack import (
     extender_args,
     stack_objects,
 )

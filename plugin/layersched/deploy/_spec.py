@@ -1,0 +1,167 @@
+"""What varies between installs: :class:`StackSpec`, and the names and defaults it is made of.
+
+Every generator of the install reads it (:mod:`._stack`, :mod:`._admission`,
+:mod:`._chart`, :mod:`._tree`); it builds no object itself, so none of them imports
+another to learn what an install is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from layersched.agent import DEFAULT_CRIO_STORAGE
+from layersched.core.errors import InputError
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
+from layersched.deploy._network import EgressSpec
+from layersched.deploy._scheduler_config import (
+    DEFAULT_IMAGE_QUORUM,
+    KUBE_SCHEDULER_CONFIG_V1,
+    LAYER_LOCALITY_PLUGIN,
+    LAYER_LOCALITY_SCHEDULER,
+    MAX_EXTENDER_WEIGHT,
+    MAX_IMAGE_QUORUM,
+    MIN_EXTENDER_WEIGHT,
+    PLUGIN_FRAMEWORK_SINCE_MINOR,
+    kubernetes_minor,
+    scheduler_api_version_for,
+)
+from layersched.deploy._workloads import NAMESPACE
+
+#: Image names in the manifests; ``kustomization.yaml``'s ``images:`` maps them to
+#: real references (a registry, a tag or digest).
+LAYERSCHED_IMAGE = "layersched"
+KUBE_SCHEDULER_IMAGE = "kube-scheduler"
+#: What the base kustomization points them at (``layersched deploy images`` pushes them).
+DEFAULT_LAYERSCHED_IMAGE = "localhost:5000/layersched/layersched"
+DEFAULT_KUBE_SCHEDULER_IMAGE = "localhost:5000/layersched/kube-scheduler"
+#: ``deploy/``'s version: the local testbed's (the release ``make kubernetes`` builds, held
+#: equal to it by tests/unit/test_deploy.py), the one version checked live.
+KUBERNETES_VERSION = "v1.37.2"
+#: containerd's socket on a node (its default ``grpc.address``); the agent reads its
+#: content store and image events through it.
+CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+#: Where other distributions' containerd listens on the host (the agent mounts it at
+#: :data:`CONTAINERD_SOCKET`): k3s and RKE2 run their own containerd there.
+K3S_CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
+RKE2_CONTAINERD_SOCKET = K3S_CONTAINERD_SOCKET
+#: The node's runtime, as the agent reads its layers: containerd's content store through
+#: its socket, or CRI-O's storage metadata (read-only files).
+RUNTIME_CONTAINERD = "containerd"
+RUNTIME_CRIO = "crio"
+RUNTIMES = (RUNTIME_CONTAINERD, RUNTIME_CRIO)
+#: The recommended weight of layer scores against the default plugins (one setting: the
+#: extender's ``weight``, or the plugin's score weight); docs/extender.md explains it.
+DEFAULT_WEIGHT = 1
+SCHEDULER_REPLICAS = 2
+#: The registries ``deploy/``'s extender may resolve images from (``--allow-registry``):
+#: the public ones most images come from. An install names its own
+#: (``layersched deploy render|overlay --allow-registry``); images from any other
+#: registry get neutral layer scores, and the extender sends that registry nothing.
+DEFAULT_ALLOWED_REGISTRIES = ("docker.io", "registry.k8s.io", "ghcr.io", "quay.io")
+#: How the second scheduler scores layers: the extender sidecar (every version), or the
+#: LayerLocality plugin built into layersched's kube-scheduler (1.35 and newer).
+SCHEDULER_EXTENDER = "extender"
+SCHEDULER_PLUGIN = "plugin"
+SCHEDULER_KINDS = (SCHEDULER_EXTENDER, SCHEDULER_PLUGIN)
+#: Egress without the cluster's addresses: DNS, 443 and 6443 anywhere, public 443.
+DEFAULT_EGRESS = EgressSpec()
+
+
+@dataclass(frozen=True, slots=True)
+class StackSpec:
+    """What varies between installs (everything else is fixed by this module)."""
+
+    namespace: str = NAMESPACE
+    scheduler_name: str = LAYER_LOCALITY_SCHEDULER
+    scheduler_api_version: str = KUBE_SCHEDULER_CONFIG_V1
+    replicas: int = SCHEDULER_REPLICAS
+    #: ``--strategy`` of the extender.
+    strategy: str = LAYER_LOCALITY_STRATEGY
+    #: Extra extender arguments (e.g. ``--insecure-registry HOST:PORT``).
+    extender_args: tuple[str, ...] = ()
+    scheduler_verbosity: int = 2
+    #: The cluster's Kubernetes version, where objects differ between versions (the
+    #: PodDisruptionBudget's API, kube-scheduler's RBAC and probes);
+    #: ``scheduler_api_version`` follows it too (:func:`stack_spec_for`).
+    kubernetes_version: str = KUBERNETES_VERSION
+    #: The registries the extender may contact (``--allow-registry``, one each).
+    allowed_registries: tuple[str, ...] = DEFAULT_ALLOWED_REGISTRIES
+    #: Where the scheduler pods may connect (their egress NetworkPolicy).
+    egress: EgressSpec = DEFAULT_EGRESS
+    #: ``extender`` (a sidecar) or ``plugin`` (LayerLocality in kube-scheduler; 1.35+).
+    scheduler: str = SCHEDULER_EXTENDER
+    #: The weight of layer scores: the extender's (its 0-10 score x10 x weight) or the
+    #: plugin's score weight.
+    weight: int = DEFAULT_WEIGHT
+    #: Nodes that must publish the same layers for a pod image (``--image-quorum``).
+    image_quorum: int = DEFAULT_IMAGE_QUORUM
+    #: Layer-locality's spread factor (the extender's ``--spread``, the plugin's
+    #: ``spread``): on, so that an agent claiming layers it copied from other nodes'
+    #: objects gains at most what their real holders share (docs/inventory.md, "Trust
+    #: model"; issue 30).
+    spread: bool = True
+    #: The nodes' runtime (``containerd``, k3s and RKE2 included, or ``crio``).
+    runtime: str = RUNTIME_CONTAINERD
+    #: containerd's socket on the host (k3s, RKE2: :data:`K3S_CONTAINERD_SOCKET`).
+    containerd_socket: str = CONTAINERD_SOCKET
+    #: CRI-O's storage root on the host (``runtime`` ``crio``).
+    crio_storage: str = DEFAULT_CRIO_STORAGE
+
+    @property
+    def extender_account(self) -> str:
+        """The extender's own service account (read-only)."""
+        return f"{self.scheduler_name}-extender"
+
+    @property
+    def extender_token_secret(self) -> str:
+        """The Secret that holds the extender account's token."""
+        return f"{self.extender_account}-token"
+
+    def for_version(self, kubernetes_version: str) -> StackSpec:
+        """The same install for a cluster of ``kubernetes_version``: its scheduler reads the
+        newest ``KubeSchedulerConfiguration`` API that kube-scheduler serves."""
+        return replace(
+            self,
+            kubernetes_version=kubernetes_version,
+            scheduler_api_version=scheduler_api_version_for(kubernetes_version),
+        )
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULER_KINDS:
+            raise InputError(f"scheduler {self.scheduler!r}: choose {' or '.join(SCHEDULER_KINDS)}")
+        if self.runtime not in RUNTIMES:
+            raise InputError(f"runtime {self.runtime!r}: choose {' or '.join(RUNTIMES)}")
+        if not MIN_EXTENDER_WEIGHT <= self.weight <= MAX_EXTENDER_WEIGHT:
+            raise InputError(
+                f"weight {self.weight}: choose {MIN_EXTENDER_WEIGHT} to {MAX_EXTENDER_WEIGHT} "
+                f"(recommended: {DEFAULT_WEIGHT}, docs/extender.md)"
+            )
+        if not 1 <= self.image_quorum <= MAX_IMAGE_QUORUM:
+            raise InputError(
+                f"image quorum {self.image_quorum}: choose 1 to {MAX_IMAGE_QUORUM} nodes"
+            )
+        for what, path in (
+            ("containerd socket", self.containerd_socket),
+            ("CRI-O storage", self.crio_storage),
+        ):
+            if not path.startswith("/"):
+                raise InputError(f"{what} {path!r}: give the absolute path on the node")
+        minor = kubernetes_minor(self.kubernetes_version)
+        if self.scheduler == SCHEDULER_PLUGIN and minor < PLUGIN_FRAMEWORK_SINCE_MINOR:
+            since = ".".join(map(str, PLUGIN_FRAMEWORK_SINCE_MINOR))
+            raise InputError(
+                f"scheduler {SCHEDULER_PLUGIN!r} on Kubernetes {self.kubernetes_version}: the "
+                f"{LAYER_LOCALITY_PLUGIN} plugin is built for kube-scheduler {since} and newer "
+                f"only; use {SCHEDULER_EXTENDER!r}, which serves every version (docs/deploy.md)"
+            )
+
+    @property
+    def plugin(self) -> bool:
+        """Whether LayerLocality scores in kube-scheduler (no extender sidecar)."""
+        return self.scheduler == SCHEDULER_PLUGIN
+
+
+def stack_spec_for(kubernetes_version: str, **fields: Any) -> StackSpec:
+    """A :class:`StackSpec` of ``fields`` for a cluster of ``kubernetes_version``."""
+    return StackSpec(**fields).for_version(kubernetes_version)

@@ -13,7 +13,7 @@ help: ## List the targets, what they write and how long they last took
 
 venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI: .venv/bin/layersched)
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml harness/pyproject.toml
 	@scripts/venv.sh $(VENV)
 
 kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release plugin/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: minutes; cached: seconds; a changed plugin: a relink)

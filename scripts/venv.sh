@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create the project venv and install layersched editable with every extra.
+# Create the project venv and install layersched editable with every extra, and the
+# harness's commands.
 set -o errexit -o nounset -o pipefail
 venv=${1:-.venv}
 python=${PYTHON:-python3}
@@ -11,5 +12,9 @@ fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 echo "installing layersched (editable) and its dev/infra/sim/deploy extras into $venv ..."
 "$venv/bin/python" -m pip install --quiet --editable '.[dev,infra,sim,deploy]'
+# the harness's commands (testbed, scenario, simulate) join the CLI through its own
+# distribution's entry points: the product's wheel has none (harness/pyproject.toml)
+echo "installing the harness's commands (layersched-harness) ..."
+"$venv/bin/python" -m pip install --quiet ./harness
 touch "$venv/.installed"
 echo "ready: $venv/bin/layersched"

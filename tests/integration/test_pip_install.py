@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from layersched.builds import kubernetes_build
+from layersched.cli.main import COMMAND_GROUP, COMMANDS
 from layersched.core.errors import InputError
 from tests.fixtures import prereq
 from tests.fixtures.kube_api import StandInApi, stand_in_api
@@ -35,6 +37,9 @@ REPO = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 900
 RUN_TIMEOUT_S = 120
 HARNESS = ("layersched/testbed/", "layersched/sim/")
+#: The commands the harness's distribution adds (harness/pyproject.toml), through the
+#: entry-point group the product's CLI reads (layersched.cli.main.COMMAND_GROUP).
+HARNESS_COMMANDS = ("testbed", "scenario", "simulate")
 #: What an sdist is made of (pyproject's packages.find keeps the harness out of the wheel).
 SOURCES = ("pyproject.toml", "README.md", "plugin")
 
@@ -135,6 +140,7 @@ def test_the_wheel_holds_the_product_only(artifacts: dict[str, Path]) -> None:
     assert [n for n in names if n.startswith(HARNESS)] == []
     assert "layersched = layersched.cli.main:main" in scripts
     assert "kubectl-layersched = layersched.cli.main:main" in scripts
+    assert f"[{COMMAND_GROUP}]" not in scripts  # the harness's commands are its own
 
 
 def test_installed_cli_runs_help_estimate_and_render(
@@ -149,8 +155,7 @@ def test_installed_cli_runs_help_estimate_and_render(
     )
     assert str(venv) in where  # the installed copy, not the checkout
     helped = _run([layersched, "--help"], env=env, cwd=tmp_path)
-    assert "estimate" in helped and "deploy" in helped
-    assert "testbed" not in helped  # the harness is not installed
+    assert set(_commands(helped)) == set(COMMANDS)  # the harness is not installed
     # estimate through $KUBECONFIG, as a user's shell has it
     out = _run(
         [layersched, "estimate", "--layers", str(layers_file), "-o", "json"],
@@ -166,6 +171,19 @@ def test_installed_cli_runs_help_estimate_and_render(
         cwd=tmp_path,
     )
     assert (rendered / "kustomization.yaml").is_file()
+
+
+def _commands(helped: str) -> list[str]:
+    """The commands ``layersched --help`` lists, in its order (under ``COMMAND``, each
+    indented four spaces; their help's continuation lines further)."""
+    return re.findall(r"^ {4}([a-z][a-z-]*)(?: |$)", helped, re.M)
+
+
+def test_the_checkouts_cli_has_the_harness_commands(tmp_path: Path) -> None:
+    """The dev install (``make venv``: the product editable and the harness's distribution)
+    lists the product's commands and the harness's, the harness's last."""
+    helped = _run([sys.executable, "-m", "layersched.cli.main", "--help"], cwd=tmp_path)
+    assert _commands(helped) == [*COMMANDS, *HARNESS_COMMANDS]
 
 
 def test_kubectl_runs_it_as_a_plugin(

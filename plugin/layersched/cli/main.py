@@ -4,9 +4,11 @@ Each subcommand lives in its own module exposing ``register(subparsers)``;
 the parser calls the chosen module's handler, which returns an exit code.
 :class:`LayerschedError` becomes a one-line message, never a traceback.
 
-The product's commands live here. The harness's (the testbed's ``testbed`` and
-``scenario``, the simulator's ``simulate``) live in the harness packages, which the
-production wheel and image do not carry: they are listed when installed.
+The product's commands live here. Other installed distributions add theirs through the
+entry-point group :data:`COMMAND_GROUP`, each entry a ``register(subparsers)``: the
+harness's distribution (``harness/pyproject.toml``: the testbed's ``testbed`` and
+``scenario``, the simulator's ``simulate``) does, in a checkout's venv; the production
+wheel and image carry neither the harness nor its entries, so they list none of them.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
-from types import ModuleType
 
 from layersched import __version__
 from layersched.cli._logging import add_log_options, configure_logging
@@ -36,14 +38,9 @@ COMMANDS: tuple[str, ...] = (
     "inventory",
     "deploy",
 )
-#: The harness's command modules, in help order, registered when the harness is installed.
-HARNESS_COMMANDS: tuple[str, ...] = (
-    "layersched.testbed.cli.testbed",
-    "layersched.testbed.cli.scenario",
-    "layersched.sim.cli",
-)
-#: The harness packages (absent from the production wheel).
-HARNESS_PACKAGES = ("layersched.testbed", "layersched.sim")
+#: The entry-point group through which an installed distribution adds commands: each
+#: entry names a ``register(subparsers)`` (the harness's: harness/pyproject.toml).
+COMMAND_GROUP = "layersched.commands"
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -75,20 +72,32 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"layersched.cli.{name}").register(sub)
-    for module in harness_commands():
-        module.register(sub)
+    for register in added_commands():
+        register(sub)
     return parser
 
 
-def harness_commands() -> list[ModuleType]:
-    """The harness's command modules that are installed (none in the production image)."""
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+def added_commands() -> list[Register]:
+    """The ``register`` functions installed distributions add under :data:`COMMAND_GROUP`,
+    in their order (none in the production wheel and image)."""
     found = []
-    for name in HARNESS_COMMANDS:
+    for entry in entry_points(group=COMMAND_GROUP):
+        dist = entry.dist.name if entry.dist is not None else "an installed distribution"
         try:
-            found.append(importlib.import_module(name))
-        except ModuleNotFoundError as err:
-            if err.name not in HARNESS_PACKAGES:
-                raise  # a real missing import inside the harness: a bug, not an absence
+            register = entry.load()
+        except ImportError as err:
+            raise LayerschedError(
+                f"command {entry.name!r} of {dist} ({entry.value}): {err}; reinstall it "
+                "(in a checkout: make venv), or uninstall it to use the product's commands"
+            ) from err
+        if not callable(register):
+            raise LayerschedError(
+                f"command {entry.name!r} of {dist}: {entry.value} is not a register function"
+            )
+        found.append(register)
     return found
 
 
@@ -105,7 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except LayerschedError as err:
+        print(f"layersched: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    args = parser.parse_args(argv)
     configure_logging(args.verbose, args.log_level, args.log_format)
     try:
         code: int = args.handler(args)

@@ -67,7 +67,7 @@ import provenance
 import scheduler_report as report
 from corpus import Workload, workload
 
-from layersched import _generated as generated
+from layersched import generated
 from layersched.builds import FALLBACK_GO, kubernetes_build
 from layersched.core.errors import KubeError, LayerschedError, TestbedError
 from layersched.core.nodelayers import HeldImage, build_document
@@ -75,15 +75,18 @@ from layersched.deploy import (
     DEFAULT_SCHEDULER,
     ExtenderSpec,
     PluginArgs,
-    batchable,
     default_scheduler_config,
     extender_scheduler_config,
-    for_process,
     plugin_scheduler_config,
     scheduler_api_version_for,
 )
 from layersched.kube import NODE_LAYERS_PATH, KubeClient, extender_rules, load_kubeconfig
 from layersched.testbed.local import PLAYBOOKS_DIR, down, require_root, run_playbook
+from layersched.testbed.scheduler_configs import (
+    batchable,
+    for_process,
+    score_plugin_scheduler_config,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "scheduler.json"
@@ -589,34 +592,33 @@ class PluginUnavailable(BenchError):
     """The plugin row cannot be configured from what this checkout has."""
 
 
-def plugin_profile(plane: ControlPlane, plugin_name: str = PLUGIN_NAME) -> dict[str, Any]:
-    """The ``plugin`` row's profile, under the default scheduler's name (the benchmark's
-    pods name no scheduler).
+def plugin_config(plane: ControlPlane, plugin_name: str = PLUGIN_NAME) -> dict[str, Any]:
+    """The ``plugin`` row's configuration, under the default scheduler's name (the
+    benchmark's pods name no scheduler), from the generator.
 
     LayerLocality's is what the deploy generator renders for the plugin-built scheduler
     (``layersched.deploy.plugin_scheduler_config``, issue 24: the default plugins plus
     LayerLocality at preScore and score, with its args), watching the inventories with the
     scheduler's own kubeconfig. A stand-in plugin (``--plugin-name``) is the default
-    plugins plus that one at score."""
+    plugins plus that one at score
+    (``layersched.testbed.scheduler_configs.score_plugin_scheduler_config``)."""
+    version = kubernetes_build().version
+    api_version = scheduler_api_version_for(version)
     if plugin_name != PLUGIN_NAME:
-        return {
-            "schedulerName": DEFAULT_SCHEDULER,
-            "plugins": {"score": {"enabled": [{"name": plugin_name, "weight": 1}]}},
-        }
+        return score_plugin_scheduler_config(
+            plugin_name, DEFAULT_SCHEDULER, api_version=api_version
+        )
     args = PluginArgs(
         kubeconfig=str(plane.scheduler_kubeconfig),
         inventory_max_age_s=PLUGIN_INVENTORY_MAX_AGE_S,
         inventory_sync_timeout_s=PLUGIN_INVENTORY_SYNC_TIMEOUT_S,
     )
-    version = kubernetes_build().version
-    config = plugin_scheduler_config(
+    return plugin_scheduler_config(
         args,
         scheduler_name=DEFAULT_SCHEDULER,
-        api_version=scheduler_api_version_for(version),
+        api_version=api_version,
         kubernetes_version=version,
     )
-    profile: dict[str, Any] = config["profiles"][0]
-    return profile
 
 
 def scheduler_config(
@@ -625,18 +627,14 @@ def scheduler_config(
     """The KubeSchedulerConfiguration of one configuration, from layersched's generator
     (``layersched.deploy``): upstream's default profile, the plugin's profile or the
     extender's, under the default scheduler's name, for a process (its kubeconfig and
-    client rate). Every row's profile has PodTopologySpread's system default constraints
-    off (``deploy.batchable``, upstream's batching configuration): with them, 1.35+ signs
-    no pod and opportunistic batching (KEP-5598) never runs, in any row."""
+    client rate: ``layersched.testbed.scheduler_configs.for_process``). Every row's profile
+    has PodTopologySpread's system default constraints off (``batchable``, upstream's
+    batching configuration): with them, 1.35+ signs no pod and opportunistic batching
+    (KEP-5598) never runs, in any row."""
     version = kubernetes_build().version
     api_version = scheduler_api_version_for(version)
     if config == "plugin":
-        doc = {
-            "apiVersion": api_version,
-            "kind": "KubeSchedulerConfiguration",
-            "leaderElection": {"leaderElect": False},
-            "profiles": [plugin_profile(plane, plugin_name)],
-        }
+        doc = plugin_config(plane, plugin_name)
     elif config in EXTENDER_NODE_CACHE_CAPABLE:
         extender = ExtenderSpec(
             f"http://{plane.address}:{EXTENDER_PORT}",
@@ -1468,7 +1466,7 @@ def run(
         )
         if "plugin" in configs and not absent:
             try:
-                plugin_profile(plane, args.plugin_name)
+                plugin_config(plane, args.plugin_name)
             except LayerschedError as err:  # no generator yet, or args it refuses
                 absent = f"the {args.plugin_name} configuration cannot be rendered: {err}"
         with plane.client() as api, Progress(console=console) as progress:

@@ -29,7 +29,7 @@ import live_minors_report
 import provenance
 import scheduler_report
 
-from layersched import _generated as generated
+from layersched import generated
 from layersched.core.errors import InputError
 from layersched.sim import report as sim_report
 from layersched.testbed import report as scenario_report

@@ -54,7 +54,7 @@ import live_minors_report as report
 from bench_against import commit
 from bench_scheduler import ControlPlane, fake_node, untaint
 
-from layersched import _generated as generated
+from layersched import generated
 from layersched.builds import REPO_ROOT, KubernetesBuild, kubernetes_build, minor_builds
 from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.layers import Layer
@@ -63,8 +63,7 @@ from layersched.deploy import LAYER_LOCALITY_PLUGIN
 from layersched.kube import KubeClient, node_layers_path, node_path, pod_path, pods_path
 from layersched.testbed.cluster import plugin_scores
 from layersched.testbed.deploy_stack import Kubectl
-from layersched.testbed.local import down
-from layersched.testbed.local._ansible import PLAYBOOKS_DIR, run_playbook
+from layersched.testbed.local import PLAYBOOKS_DIR, down, run_playbook
 
 PLAYBOOK = PLAYBOOKS_DIR / "bench-control-plane.yml"
 RESULTS = REPO_ROOT / report.DEFAULT_REPORT

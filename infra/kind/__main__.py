@@ -22,8 +22,8 @@ from kindbed import (
 )
 
 from layersched.core.errors import InputError
-from layersched.deploy import DEFAULT_SCHEDULER, intree_scheduler_config
-from layersched.testbed.kind import ClusterSpec
+from layersched.deploy import DEFAULT_SCHEDULER
+from layersched.testbed.kind import ClusterSpec, intree_scheduler_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,8 +21,10 @@ from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.strategies.layer_locality import LayerLocality
-from layersched.deploy import LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN
 from layersched.testbed.scenario import P1, P1_AGAIN, P2
+from layersched.testbed.scheduler_configs import (
+    LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN,
+)
 
 STRATEGIES = ("layer-locality", "image-locality")
 LAYER_LOCALITY, IMAGE_LOCALITY = STRATEGIES

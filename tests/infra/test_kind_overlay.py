@@ -15,13 +15,15 @@ import pytest
 
 from layersched.deploy import (
     ImageRef,
-    KindTarget,
-    kind_overlay,
     overlay_tls,
     stack_objects,
     stack_spec_for,
     uses_policy,
     write_tree,
+)
+from layersched.testbed.kind import (
+    KindTarget,
+    kind_overlay,
 )
 from tests.fixtures import prereq
 from tests.infra import _kustomize

@@ -22,12 +22,15 @@ import yaml
 
 from layersched.deploy import (
     AGENT_RULES,
-    KIND_KUBERNETES_VERSION,
     SCHEDULER_RULES,
     stack_objects,
     stack_spec_for,
 )
-from layersched.testbed.kind import CRIO_SOCKET, REGISTRIES_DROPIN_NODE_PATH
+from layersched.testbed.kind import (
+    CRIO_SOCKET,
+    KIND_KUBERNETES_VERSION,
+    REGISTRIES_DROPIN_NODE_PATH,
+)
 from tests.fixtures import prereq
 from tests.infra import _kustomize
 from tests.infra._pulumi_mocks import Graph, program_on_path

@@ -31,8 +31,12 @@ from layersched.builds import (
     minor_builds,
 )
 from layersched.core.errors import InputError
-from layersched.deploy import TestbedSchedulers
-from layersched.deploy import testbed_scheduler_configs as generate_testbed_configs
+from layersched.testbed.scheduler_configs import (
+    TestbedSchedulers,
+)
+from layersched.testbed.scheduler_configs import (
+    testbed_scheduler_configs as generate_testbed_configs,
+)
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -48,13 +48,15 @@ from layersched.core.strategies.args import LayerLocalityArgs
 from layersched.core.strategies.base import resolve_pod_layers
 from layersched.core.strategies.layer_locality import LayerLocality
 from layersched.deploy import (
-    TestbedSchedulers,
     plugin_readme_block,
 )
-from layersched.deploy import (
+from layersched.extender._trust import DEFAULT_IMAGE_QUORUM, Ballot, ImageVotes, ballots
+from layersched.testbed.scheduler_configs import (
+    TestbedSchedulers,
+)
+from layersched.testbed.scheduler_configs import (
     testbed_scheduler_configs as generate_testbed_configs,
 )
-from layersched.extender._trust import DEFAULT_IMAGE_QUORUM, Ballot, ImageVotes, ballots
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -22,9 +22,9 @@ import noop_extender as noop  # noqa: E402
 import scheduler_report as report  # noqa: E402
 from corpus import workload  # noqa: E402
 
-from layersched import _generated as generated  # noqa: E402
-from layersched import deploy  # noqa: E402
+from layersched import deploy, generated  # noqa: E402
 from layersched.core.nodelayers import parse_document  # noqa: E402
+from layersched.testbed.scheduler_configs import batchable  # noqa: E402
 
 # Buckets 0.1, 0.2, 0.4, +Inf with 10 observations: 4 under 0.1, 4 in (0.1, 0.2], 2 in
 # (0.2, 0.4], none beyond.
@@ -185,7 +185,7 @@ def test_every_row_is_the_generators_configuration_for_the_build(
         "args": {"defaultingType": "List", "defaultConstraints": []},
     } in profile["pluginConfig"]
     if config == "default":
-        assert deploy.batchable(deploy.default_scheduler_config())["profiles"] == doc["profiles"]
+        assert batchable(deploy.default_scheduler_config())["profiles"] == doc["profiles"]
 
 
 def test_the_plugin_row_is_the_generators_plugin_profile(tmp_path: Path) -> None:
@@ -205,7 +205,7 @@ def test_the_plugin_row_is_the_generators_plugin_profile(tmp_path: Path) -> None
         kubernetes_version=version,
     )
     [profile] = bench.scheduler_config(plane, "plugin")["profiles"]
-    assert profile == deploy.batchable(expected)["profiles"][0]
+    assert profile == batchable(expected)["profiles"][0]
     enabled = {point: [p["name"] for p in v["enabled"]] for point, v in profile["plugins"].items()}
     assert enabled["preScore"] == ["LayerLocality"] and enabled["score"] == ["LayerLocality"]
     [plugin_config] = [c for c in profile["pluginConfig"] if c["name"] == "LayerLocality"]

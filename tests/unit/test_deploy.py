@@ -30,11 +30,9 @@ from layersched.deploy import (
     SERVICE_ACCOUNT_DIR,
     ImageRef,
     LeaderElectionSpec,
-    LocalTestbedTarget,
     StackSpec,
     base_tree,
     issue_webhook_tls,
-    local_testbed_overlay,
     scheduler_api_version_for,
     scheduler_config,
     stack_objects,
@@ -43,6 +41,10 @@ from layersched.deploy import (
     webhook_dns_names,
 )
 from layersched.kube import node_layers_crd
+from layersched.testbed.local import (
+    LocalTestbedTarget,
+    local_testbed_overlay,
+)
 from tests.fixtures.rbac import Grant, grants
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

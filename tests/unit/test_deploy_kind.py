@@ -16,18 +16,20 @@ from layersched.deploy import (
     NAMESPACE,
     SCHEDULER_RULES,
     ImageRef,
-    KindTarget,
     StackSpec,
     admission_objects,
     issue_webhook_tls,
-    kind_overlay,
     pdb_api_version,
     scheduler_api_version_for,
     scheduler_rules,
     stack_objects,
     stack_spec_for,
-    version_patches,
     webhook_dns_names,
+)
+from layersched.testbed.kind import (
+    KindTarget,
+    kind_overlay,
+    version_patches,
 )
 
 TARGET = KindTarget("kind-registry:5000", ImageRef("kind-registry:5000/layersched", tag="dev"))

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import figures  # noqa: E402
 
-from layersched import _generated as generated  # noqa: E402
+from layersched import generated  # noqa: E402
 from layersched.core.errors import InputError  # noqa: E402
 
 IDS = [f"{b.document}:{b.name}" for b in figures.BLOCKS]

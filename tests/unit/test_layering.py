@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from layersched._generated import read_block
+from layersched.generated import read_block
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = REPO / "plugin" / "layersched"

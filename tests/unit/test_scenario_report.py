@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from layersched import _generated as generated
+from layersched import generated
 from layersched.builds import kubernetes_build
 from layersched.cli.main import main
 from layersched.testbed.report import BLOCK, markdown

@@ -2,7 +2,7 @@
 
 Each component is a ``ComponentResource`` whose children are parented to it;
 the file contents come from :mod:`layersched.testbed.kind`, and layersched itself is
-installed from ``deploy/`` through the kind overlay (:func:`layersched.deploy.kind_overlay`),
+installed from ``deploy/`` through the kind overlay (:func:`layersched.testbed.kind.kind_overlay`),
 so the tests can check them without Pulumi, and the mock tests check the graph.
 """
 

@@ -2,15 +2,17 @@
 
 Pure generators (no API access): the ``KubeSchedulerConfiguration`` of the second
 scheduler (:func:`extender_scheduler_config`, with leader election on its own Lease),
-the workloads of the kind testbed, and the whole install (:func:`stack_objects`) for any
-Kubernetes minor from 1.20 to 1.37 (:meth:`StackSpec.for_version`, what each minor changes
-in :mod:`layersched.deploy._versions`), as a kustomization (:func:`base_tree`): ``deploy/``
+and the whole install (:func:`stack_objects`) for any Kubernetes minor from 1.20 to 1.37
+(:meth:`StackSpec.for_version`, what each minor changes in
+:mod:`layersched.deploy._versions`), as a kustomization (:func:`base_tree`): ``deploy/``
 is the local testbed's (:data:`KUBERNETES_VERSION`, v1.37.2), written by ``layersched
-deploy render`` and held equal by a test. The kind testbed, its Pulumi program and
-``deploy/`` all build their objects here, per-node write authority included (a
-ValidatingAdmissionPolicy from Kubernetes 1.30, the ``layersched admission`` webhook
-before: :func:`admission_objects`, whose TLS an overlay issues: :func:`overlay_tls`). The
-Helm chart (``charts/layersched``, :func:`chart_files`) is these objects too, with values.
+deploy render`` and held equal by a test. ``deploy/`` and every testbed build their
+objects here, per-node write authority included (a ValidatingAdmissionPolicy from
+Kubernetes 1.30, the ``layersched admission`` webhook before: :func:`admission_objects`,
+whose TLS an overlay issues: :func:`overlay_tls`). The Helm chart (``charts/layersched``,
+:func:`chart_files`) is these objects too, with values. What only a testbed needs (its
+overlays of ``deploy/``, its scheduler processes' configurations) is the harness's, built
+from these public names (:mod:`layersched.testbed`), and never ships.
 """
 
 from layersched.deploy._admission import (
@@ -33,12 +35,6 @@ from layersched.deploy._chart import (
     chart_files,
     chart_values,
 )
-from layersched.deploy._kind import (
-    KIND_KUBERNETES_VERSION,
-    KindTarget,
-    kind_overlay,
-    version_patches,
-)
 from layersched.deploy._network import (
     INTERNAL_IPV4,
     INTERNAL_IPV6,
@@ -55,33 +51,23 @@ from layersched.deploy._rbac import (
 )
 from layersched.deploy._scheduler_config import (
     DEFAULT_SCHEDULER,
-    IMAGE_LOCALITY_SCHEDULER,
-    INTREE_SCHEDULER,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
     KUBE_SCHEDULER_CONFIG_V1BETA3,
     LAYER_LOCALITY_PLUGIN,
-    LAYER_LOCALITY_PLUGIN_SCHEDULER,
     LAYER_LOCALITY_SCHEDULER,
     PLUGIN_FRAMEWORK_SINCE_MINOR,
     PLUGIN_KUBERNETES_MINOR,
-    RYAX_PLUGIN_NAME,
     ExtenderSpec,
     LeaderElectionSpec,
     PluginArgs,
-    TestbedSchedulers,
-    batchable,
     default_scheduler_config,
     extender_scheduler_config,
-    for_process,
     go_duration,
-    image_locality_scheduler_config,
-    intree_scheduler_config,
     kubernetes_minor,
     plugin_scheduler_config,
     scheduler_api_version_for,
-    testbed_scheduler_configs,
 )
 from layersched.deploy._spec import (
     CONTAINERD_SOCKET,
@@ -102,9 +88,11 @@ from layersched.deploy._spec import (
     stack_spec_for,
 )
 from layersched.deploy._stack import (
+    AGENT_HEALTH_ARGS,
     AGENT_RULES,
     EXTENDER_RULES,
     agent_daemonset,
+    extender_args,
     plugin_readme_block,
     scheduler_config,
     scheduler_deployment,
@@ -114,12 +102,11 @@ from layersched.deploy._tls import WebhookTls, issue_webhook_tls, still_usable
 from layersched.deploy._tree import (
     ADMISSION_PRIVATE_FILES,
     KUSTOMIZATION,
+    STACK_DIR,
     ImageRef,
-    LocalTestbedTarget,
     admission_overlay_files,
     base_tree,
     kustomization,
-    local_testbed_overlay,
     overlay_images,
     parse_image_ref,
     stale_files,
@@ -154,6 +141,7 @@ from layersched.deploy._yaml import to_yaml, to_yaml_stream
 
 __all__ = [
     "ADMISSION_PRIVATE_FILES",
+    "AGENT_HEALTH_ARGS",
     "AGENT_NAME",
     "AGENT_RULES",
     "AUTH_READER_NAMESPACE",
@@ -171,12 +159,9 @@ __all__ = [
     "EXTENDER_PORT",
     "EXTENDER_RULES",
     "HEALTHZ_PATH",
-    "IMAGE_LOCALITY_SCHEDULER",
     "INTERNAL_IPV4",
     "INTERNAL_IPV6",
-    "INTREE_SCHEDULER",
     "K3S_CONTAINERD_SOCKET",
-    "KIND_KUBERNETES_VERSION",
     "KUBERNETES_VERSION",
     "KUBE_SCHEDULER_CONFIG_V1",
     "KUBE_SCHEDULER_CONFIG_V1BETA1",
@@ -186,7 +171,6 @@ __all__ = [
     "KUSTOMIZATION",
     "LAYERSCHED_IMAGE",
     "LAYER_LOCALITY_PLUGIN",
-    "LAYER_LOCALITY_PLUGIN_SCHEDULER",
     "LAYER_LOCALITY_SCHEDULER",
     "NAMESPACE",
     "NEWEST_MINOR",
@@ -199,7 +183,6 @@ __all__ = [
     "RUNTIMES",
     "RUNTIME_CONTAINERD",
     "RUNTIME_CRIO",
-    "RYAX_PLUGIN_NAME",
     "SCHEDULER_CLUSTER_ROLES",
     "SCHEDULER_CONFIG_FILE",
     "SCHEDULER_EXTENDER",
@@ -208,6 +191,7 @@ __all__ = [
     "SCHEDULER_RULES",
     "SERVICE_ACCOUNT_DIR",
     "SERVICE_ACCOUNT_VOLUME",
+    "STACK_DIR",
     "SUPPORTED_MINORS",
     "UPSTREAM_KUBE_SCHEDULER",
     "WEBHOOK_NAME",
@@ -216,34 +200,26 @@ __all__ = [
     "EgressSpec",
     "ExtenderSpec",
     "ImageRef",
-    "KindTarget",
     "KubernetesVersion",
     "LeaderElectionSpec",
-    "LocalTestbedTarget",
     "PluginArgs",
     "StackSpec",
-    "TestbedSchedulers",
     "WebhookTls",
     "admission_objects",
     "admission_overlay",
     "admission_overlay_files",
     "agent_daemonset",
     "base_tree",
-    "batchable",
     "chart_files",
     "chart_values",
     "default_scheduler_config",
+    "extender_args",
     "extender_scheduler_config",
-    "for_process",
     "go_duration",
-    "image_locality_scheduler_config",
-    "intree_scheduler_config",
     "issue_webhook_tls",
-    "kind_overlay",
     "kubernetes_minor",
     "kustomization",
     "labels",
-    "local_testbed_overlay",
     "network_policies",
     "overlay_images",
     "overlay_tls",
@@ -264,12 +240,10 @@ __all__ = [
     "stack_spec_for",
     "stale_files",
     "still_usable",
-    "testbed_scheduler_configs",
     "to_yaml",
     "to_yaml_stream",
     "upstream_kube_scheduler",
     "uses_policy",
-    "version_patches",
     "webhook_dns_names",
     "write_tree",
 ]

@@ -7,20 +7,15 @@ included) lists ``stack/`` under ``resources:`` (kustomize v5 warns on ``bases:`
 is kustomize v2.0.3 syntax, the version built into kubectl 1.20 (``kubectl apply -k``),
 which lists it under ``bases:``.
 
-:func:`local_testbed_overlay` adapts the install to the Docker-free local testbed, whose
-nodes are network namespaces on one host: there is no kube-proxy and no cluster DNS,
-and pod IPs are not routed to the host, so the stack's pods use the node's network
-(``hostNetwork``) and reach the API server at its real address; each node's containerd
-socket lives under the testbed's state dir, so the agent mounts exactly its own node's
-socket (``subPathExpr``); the extender may fetch manifests from the testbed's plain-HTTP
-registry, the only one it may contact; the admission webhook (before Kubernetes 1.30) gets
-its TLS and the node's network.
+The testbeds' overlays of it (the local testbed's, kind's) are the harness's
+(:mod:`layersched.testbed`), built from these public pieces: :func:`kustomization`,
+:func:`overlay_images`, :func:`admission_overlay_files`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +25,9 @@ from layersched.core.reference import ImageReference
 from layersched.deploy._admission import (
     APISERVER_KUBECONFIG_FILE,
     TLS_FILE,
-    WEBHOOK_SERVICE,
     admission_overlay,
 )
 from layersched.deploy._spec import (
-    CONTAINERD_SOCKET,
     DEFAULT_KUBE_SCHEDULER_IMAGE,
     DEFAULT_LAYERSCHED_IMAGE,
     KUBE_SCHEDULER_IMAGE,
@@ -43,7 +36,6 @@ from layersched.deploy._spec import (
     StackSpec,
 )
 from layersched.deploy._stack import (
-    extender_args,
     stack_objects,
 )
 from layersched.deploy._tls import WebhookTls
@@ -52,7 +44,6 @@ from layersched.deploy._versions import (
     KubernetesVersion,
     parse_kubernetes_version,
 )
-from layersched.deploy._workloads import AGENT_NAME
 from layersched.deploy._yaml import to_yaml, to_yaml_stream
 
 KUSTOMIZATION = "kustomization.yaml"
@@ -192,21 +183,6 @@ def overlay_images(
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class LocalTestbedTarget:
-    """What the overlay needs to know about one local testbed."""
-
-    #: ``HOST:PORT`` of its registry (plain HTTP), e.g. ``10.250.50.1:5000``.
-    registry: str
-    #: The API server's address and port as the nodes reach it.
-    api_host: str
-    api_port: int
-    #: ``STATE/nodes``: node ``nK``'s containerd socket is ``STATE/nodes/nK/containerd.sock``.
-    nodes_dir: str
-    layersched_image: ImageRef
-    kube_scheduler_image: ImageRef
-
-
 def admission_overlay_files(
     spec: StackSpec, tls: WebhookTls | None
 ) -> tuple[dict[str, str], dict[str, Any]]:
@@ -219,117 +195,6 @@ def admission_overlay_files(
 
 #: The overlay files holding a private key.
 ADMISSION_PRIVATE_FILES = frozenset({TLS_FILE, APISERVER_KUBECONFIG_FILE})
-
-
-def local_testbed_overlay(
-    target: LocalTestbedTarget,
-    base: str,
-    spec: StackSpec | None = None,
-    tls: WebhookTls | None = None,
-) -> dict[str, str]:
-    """An overlay of ``base`` (the path of ``deploy/`` relative to the overlay) for one local
-    testbed. It installs ``deploy/stack`` only: the testbed applies the CRD itself.
-
-    Before Kubernetes 1.30 ``tls`` is the admission webhook's (:func:`overlay_tls`); its
-    pods use the node's network too, and the testbed's API server reaches them through
-    the Service's endpoints (``--enable-aggregator-routing``: it has no kube-proxy)."""
-    spec = spec or StackSpec()
-    admission_files, admission_fields = admission_overlay_files(spec, tls)
-    api_env = [
-        {"name": "KUBERNETES_SERVICE_HOST", "value": target.api_host},
-        {"name": "KUBERNETES_SERVICE_PORT", "value": str(target.api_port)},
-    ]
-    containers: list[dict[str, Any]] = [{"name": "kube-scheduler", "env": api_env}]
-    if not spec.plugin:  # the plugin reads no registry: only the sidecar needs the testbed's
-        # The testbed's images all come from its own plain-HTTP registry: the only one allowed.
-        extender = extender_args(
-            replace(
-                spec,
-                allowed_registries=(target.registry,),
-                extender_args=("--insecure-registry", target.registry),
-            )
-        )
-        containers.append({"name": "extender", "args": extender, "env": api_env})
-    scheduler_patch = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": spec.scheduler_name, "namespace": spec.namespace},
-        "spec": {
-            "template": {
-                "spec": {
-                    "hostNetwork": True,
-                    "dnsPolicy": "Default",  # the testbed runs no cluster DNS
-                    "containers": containers,
-                }
-            }
-        },
-    }
-    agent_patch = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": AGENT_NAME, "namespace": spec.namespace},
-        "spec": {
-            "template": {
-                "spec": {
-                    "hostNetwork": True,
-                    "dnsPolicy": "Default",  # the testbed runs no cluster DNS
-                    "containers": [
-                        {
-                            "name": "agent",
-                            "env": api_env,
-                            "volumeMounts": [
-                                {
-                                    "name": "containerd-socket",
-                                    "mountPath": CONTAINERD_SOCKET,
-                                    "subPathExpr": "$(NODE_NAME)/containerd.sock",
-                                }
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "containerd-socket",
-                            "hostPath": {"path": target.nodes_dir, "type": "Directory"},
-                        }
-                    ],
-                }
-            }
-        },
-    }
-    patches = [scheduler_patch, agent_patch]
-    if admission_files:
-        patches.append(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": WEBHOOK_SERVICE, "namespace": spec.namespace},
-                "spec": {
-                    "template": {
-                        "spec": {
-                            "hostNetwork": True,
-                            "dnsPolicy": "Default",  # the testbed runs no cluster DNS
-                            "containers": [{"name": "admission", "env": api_env}],
-                        }
-                    }
-                },
-            }
-        )
-    return {
-        KUSTOMIZATION: kustomization(
-            {
-                "bases": [f"{base}/{STACK_DIR}"],
-                **admission_fields,
-                "images": [
-                    *overlay_images(
-                        target.layersched_image, target.kube_scheduler_image, of_stack=True
-                    ),
-                ],
-                "patchesStrategicMerge": ["local-testbed.yaml"],
-            }
-        ),
-        "local-testbed.yaml": HEADER + to_yaml_stream(patches),
-        **admission_files,
-    }
 
 
 def write_tree(

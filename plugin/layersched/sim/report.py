@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from layersched import _generated as generated
+from layersched import generated
 from layersched.core.errors import InputError
 from layersched.sim.settings import BASELINE, LAYER_LOCALITY, PULL_TIME, RANDOM
 
@@ -232,7 +232,7 @@ def summary_markdown(report: dict[str, Any], source: str = DEFAULT_REPORT) -> st
 
 
 def read_block(path: Path) -> str:
-    """The simulation block of ``path`` (see :mod:`layersched._generated`)."""
+    """The simulation block of ``path`` (see :mod:`layersched.generated`)."""
     return generated.read_block(path, BLOCK)
 
 

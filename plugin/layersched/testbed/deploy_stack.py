@@ -3,7 +3,7 @@
 The install is ``kubectl apply -k DIR`` and the removal ``kubectl delete -k DIR``, where
 ``DIR`` is an overlay of ``deploy/`` naming the images by the digests just pushed
 (:mod:`layersched.images.push`) and carrying the testbed's patches
-(:func:`layersched.deploy.local_testbed_overlay`, written by ``layersched testbed
+(:func:`layersched.testbed.local.local_testbed_overlay`, written by ``layersched testbed
 overlay``). The e2e test and docs/deploy.md run exactly these commands.
 """
 
@@ -28,17 +28,20 @@ from layersched.deploy import (
     KUSTOMIZATION,
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
-    LocalTestbedTarget,
     StackSpec,
     kustomization,
-    local_testbed_overlay,
     overlay_tls,
     write_tree,
 )
 from layersched.images.push import DEPLOY_DIR, PushedStack, relative_base
 from layersched.kube import port_forward
 from layersched.testbed.cluster.driver import NotYet, PodRun
-from layersched.testbed.local import TestbedInventory
+from layersched.testbed.local import (
+    LOCAL_PATCHES,
+    LocalTestbedTarget,
+    TestbedInventory,
+    local_testbed_overlay,
+)
 from layersched.testbed.local._cluster import LocalBackend
 
 #: kubectl apply/delete of a dozen objects takes seconds; deleting the namespace waits
@@ -77,9 +80,9 @@ def write_local_overlay(
     return write_tree(out, files, private=ADMISSION_PRIVATE_FILES)
 
 
-#: The post-renderer's files: what helm rendered, the testbed's patches, and the script.
+#: The post-renderer's files: what helm rendered, the testbed's patches
+#: (:data:`LOCAL_PATCHES`), and the script.
 HELM_RENDERED = "helm.yaml"
-LOCAL_PATCHES = "local-testbed.yaml"
 POST_RENDERER = "post-render"
 EXECUTABLE_MODE = 0o755
 

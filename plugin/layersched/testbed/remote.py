@@ -22,11 +22,13 @@ from rich.console import Console
 from layersched.core.errors import TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
-from layersched.deploy import LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN
 from layersched.testbed.hosts import SSHHost, SSHTarget
 from layersched.testbed.local._cluster import FileBackend, NodeAccess
 from layersched.testbed.scenario import ScenarioImages
 from layersched.testbed.scenario_images import ScenarioSpec, build_and_push_scenario
+from layersched.testbed.scheduler_configs import (
+    LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN,
+)
 
 #: The file inside the state dir, and the layout this code reads.
 REMOTE_TESTBED_FILE = "remote-testbed.json"

@@ -22,11 +22,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from layersched import _generated as generated
+from layersched import generated
 from layersched.core.errors import InputError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
-from layersched.deploy import LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN
 from layersched.testbed.cli.testbed import add_image_options, layer_sizes
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.local import default_state_dir, load_inventory, require_root
@@ -54,6 +53,9 @@ from layersched.testbed.scenario import (
     trial_tag,
 )
 from layersched.testbed.scenario_images import build_and_push_scenario, load_spec
+from layersched.testbed.scheduler_configs import (
+    LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN,
+)
 
 LOCAL, CLOUD = "local", "cloud"
 #: Three per strategy keep ``make testbed`` within 10 minutes (reset, P1+P2 at once,

@@ -1,7 +1,8 @@
 """The kind + CRI-O testbed: pure generators for its configuration files (layersched
-itself is installed from ``deploy/`` through :func:`layersched.deploy.kind_overlay`; the
-names and scheduler configs it shares with :mod:`layersched.deploy` are re-exported here
-for the Pulumi program in ``infra/kind/`` and the tests), and the kind scenario driver
+itself is installed from ``deploy/`` through its overlay, :func:`kind_overlay`; the
+names and scheduler configs it shares with :mod:`layersched.deploy` and
+:mod:`layersched.testbed.scheduler_configs` are re-exported here for the Pulumi program
+in ``infra/kind/`` and the tests), and the kind scenario driver
 (:mod:`layersched.testbed.kind.driver`, which talks to the cluster through
 :mod:`layersched.kube`)."""
 
@@ -13,20 +14,17 @@ from layersched.deploy import (
     DEFAULT_SCHEDULER,
     EXTENDER_PORT,
     HEALTHZ_PATH,
-    INTREE_SCHEDULER,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
     KUBE_SCHEDULER_CONFIG_V1BETA3,
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
-    RYAX_PLUGIN_NAME,
     SCHEDULER_CLUSTER_ROLES,
     SCHEDULER_CONFIG_FILE,
     ExtenderSpec,
     extender_scheduler_config,
     go_duration,
-    intree_scheduler_config,
     kubernetes_minor,
     labels,
     scheduler_api_version_for,
@@ -51,8 +49,20 @@ from layersched.testbed.kind._cluster_config import (
     kind_cluster_config,
     node_names,
 )
+from layersched.testbed.kind._overlay import (
+    KIND_KUBERNETES_VERSION,
+    KindTarget,
+    admission_change,
+    kind_overlay,
+    version_patches,
+)
 from layersched.testbed.kind._registries import check_registry_host, registries_dropin
 from layersched.testbed.kind._shaping import tbf_command
+from layersched.testbed.scheduler_configs import (
+    INTREE_SCHEDULER,
+    RYAX_PLUGIN_NAME,
+    intree_scheduler_config,
+)
 
 __all__ = [
     "AGENT_NAME",
@@ -65,6 +75,7 @@ __all__ = [
     "HEALTHZ_PATH",
     "INTREE_SCHEDULER",
     "KIND_API_VERSION",
+    "KIND_KUBERNETES_VERSION",
     "KUBE_SCHEDULER_CONFIG_V1",
     "KUBE_SCHEDULER_CONFIG_V1BETA1",
     "KUBE_SCHEDULER_CONFIG_V1BETA2",
@@ -77,7 +88,9 @@ __all__ = [
     "SCHEDULER_CONFIG_FILE",
     "ClusterSpec",
     "ExtenderSpec",
+    "KindTarget",
     "PullEvent",
+    "admission_change",
     "check_cluster_name",
     "check_kind_version",
     "check_registry_host",
@@ -86,6 +99,7 @@ __all__ = [
     "go_duration_seconds",
     "intree_scheduler_config",
     "kind_cluster_config",
+    "kind_overlay",
     "kubernetes_minor",
     "labels",
     "node_names",
@@ -98,4 +112,5 @@ __all__ = [
     "scheduler_deployment_spec",
     "tbf_command",
     "to_yaml",
+    "version_patches",
 ]

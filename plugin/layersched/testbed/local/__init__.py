@@ -5,7 +5,8 @@ bridge, and one containerd per node inside its own network namespace, behind a v
 whose host end carries a ``tbf`` rate limit (the registry-to-node direction). This
 package runs the playbooks with progress (:func:`up`, :func:`down`), reads the
 inventory file they write (:func:`load_inventory`), probes health (:func:`probe`)
-and reads the link counters pulls are measured with (:func:`link_tx_bytes`).
+reads the link counters pulls are measured with (:func:`link_tx_bytes`), and writes its
+overlay of ``deploy/`` (:func:`local_testbed_overlay`).
 See ``docs/testbed-local.md``.
 """
 
@@ -42,6 +43,11 @@ from layersched.testbed.local._inventory import (
     load_inventory,
     parse_inventory,
 )
+from layersched.testbed.local._overlay import (
+    LOCAL_PATCHES,
+    LocalTestbedTarget,
+    local_testbed_overlay,
+)
 from layersched.testbed.local._status import (
     ComponentStatus,
     NodeStatus,
@@ -58,6 +64,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_RATE_BITS_PER_S",
     "DEFAULT_STATE_DIR",
+    "LOCAL_PATCHES",
     "NET_BASE_ENV",
     "PLAYBOOKS_DIR",
     "PREFIX_ENV",
@@ -66,6 +73,7 @@ __all__ = [
     "ComponentStatus",
     "DaemonInfo",
     "ExtenderInfo",
+    "LocalTestbedTarget",
     "NetworkInfo",
     "NodeInfo",
     "NodeStatus",
@@ -82,6 +90,7 @@ __all__ = [
     "inventory_path",
     "link_tx_bytes",
     "load_inventory",
+    "local_testbed_overlay",
     "parse_inventory",
     "pid_alive",
     "probe",

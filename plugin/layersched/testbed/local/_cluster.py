@@ -29,13 +29,15 @@ from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.cri import CRIClient
 from layersched.deploy import LAYER_LOCALITY_PLUGIN as LAYER_LOCALITY_PLUGIN_NAME
-from layersched.deploy import LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN
 from layersched.testbed.cluster._measure import extender_decision, plugin_scores
 from layersched.testbed.cluster.driver import NotYet, PodRun, listed_repository, wait_for
 from layersched.testbed.hosts import Host, LocalHost
 from layersched.testbed.hosts import file_end as file_end  # re-exported
 from layersched.testbed.hosts import lines_since as lines_since  # re-exported
 from layersched.testbed.local._inventory import TestbedInventory
+from layersched.testbed.scheduler_configs import (
+    LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN,
+)
 
 log = logging.getLogger(__name__)
 

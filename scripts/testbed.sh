@@ -7,7 +7,7 @@
 # reports/scenario.json and reports/scenario.png. LAYERSCHED_SCENARIO_ARGS passes it
 # options, e.g. LAYERSCHED_SCENARIO_ARGS="--trials 5 --size L3=8Mi".
 # DRIVER=local (default): real registry + containerd nodes in network namespaces on this
-# host (needs root on Linux). DRIVER=kind: hands over to scripts/kind.sh. DRIVER=cloud:
+# host (needs root on Linux). DRIVER=kind: hands over to infra/kind/kind.sh. DRIVER=cloud:
 # hands over to scripts/cloud.sh (AWS VMs from infra/cloud, Ansible over SSH).
 set -o errexit -o nounset -o pipefail
 action=${1:?usage: scripts/testbed.sh up|down [options]}
@@ -18,10 +18,10 @@ layersched=${VENV:-.venv}/bin/layersched
 case "$driver" in
   local) ;;
   kind)
-    if [ -x scripts/kind.sh ]; then
-      exec scripts/kind.sh "$action" "$@"
+    if [ -x infra/kind/kind.sh ]; then
+      exec infra/kind/kind.sh "$action" "$@"
     fi
-    echo "DRIVER=kind: scripts/kind.sh not found (see docs/kind.md). Use DRIVER=local." >&2
+    echo "DRIVER=kind: infra/kind/kind.sh not found (see docs/kind.md). Use DRIVER=local." >&2
     exit 1
     ;;
   cloud)

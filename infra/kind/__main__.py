@@ -37,7 +37,7 @@ dropin = settings.state_dir / "registries.conf.d" / "50-layersched-registry.conf
 node_image = CrioNodeImage(
     "node-image",
     docker_bin=settings.docker_bin,
-    context_dir=REPO_ROOT / "images" / "kind-crio",
+    context_dir=REPO_ROOT / "infra" / "kind" / "node-image",
     kind_node_image=settings.kind_node_image,
     crio_version=settings.crio_version,
     prebuilt=settings.prebuilt_node_image if settings.use_prebuilt_node_image else None,

@@ -2,7 +2,7 @@
 
 The e2e never writes the committed ``reports/scenario.json``/``.png`` (``make testbed``
 does): each run writes under pytest's temp dir, or under ``$LAYERSCHED_E2E_REPORT_DIR``
-when that is set (``scripts/kind.sh up`` can point it at ``reports/``).
+when that is set (``infra/kind/kind.sh up`` can point it at ``reports/``).
 """
 
 from __future__ import annotations

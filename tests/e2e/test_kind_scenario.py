@@ -8,14 +8,14 @@ really pulls through the rate-limited registry.
 Needs Docker, kind, kubectl and the pulumi CLI (a Docker+internet machine).
 Without them it skips, saying which are missing. The testbed comes from the
 Pulumi stack ``$LAYERSCHED_KIND_STACK`` (default ``dev``); if that stack is not
-up, the test provisions it with ``scripts/kind.sh provision`` and tears it down
+up, the test provisions it with ``infra/kind/kind.sh provision`` and tears it down
 afterwards (logs exported first) unless ``LAYERSCHED_KEEP_TESTBED=1``. The test
 never creates a cluster by itself: when the stack has outputs but its kind cluster
 is gone, it fails saying how to recover.
 
 The assertions are the local driver's (``tests/e2e/_checks.py``), with
 ``LAYERSCHED_E2E_TRIALS`` trials per strategy (default 5). The report and plot go
-to a temp dir or ``$LAYERSCHED_E2E_REPORT_DIR`` (see conftest.py; scripts/kind.sh up
+to a temp dir or ``$LAYERSCHED_E2E_REPORT_DIR`` (see conftest.py; infra/kind/kind.sh up
 points it at reports/).
 """
 
@@ -93,7 +93,7 @@ def testbed() -> Iterator[tuple[dict[str, Path], dict[str, Any]]]:
     created = False
     if not outputs.get("kubeconfig_path"):
         subprocess.run(
-            [str(REPO / "scripts" / "kind.sh"), "provision"],
+            [str(REPO / "infra" / "kind" / "kind.sh"), "provision"],
             cwd=REPO,
             check=True,
             timeout=PROVISION_TIMEOUT_S,
@@ -120,7 +120,9 @@ def testbed() -> Iterator[tuple[dict[str, Path], dict[str, Any]]]:
                 timeout=CLI_TIMEOUT_S,
             )
         if created and os.environ.get("LAYERSCHED_KEEP_TESTBED") != "1":
-            subprocess.run([str(REPO / "scripts" / "kind.sh"), "down"], cwd=REPO, check=False)
+            subprocess.run(
+                [str(REPO / "infra" / "kind" / "kind.sh"), "down"], cwd=REPO, check=False
+            )
 
 
 def _require_cluster(tools: dict[str, Path], stack: str, outputs: dict[str, Any]) -> None:
@@ -138,7 +140,7 @@ def _require_cluster(tools: dict[str, Path], stack: str, outputs: dict[str, Any]
     if name not in listed.stdout.split():
         pytest.fail(
             f"Pulumi stack {stack!r} describes kind cluster {name!r}, but `kind get clusters` "
-            "does not list it: the stack is stale. Run `scripts/kind.sh down` and then "
+            "does not list it: the stack is stale. Run `infra/kind/kind.sh down` and then "
             "`make testbed DRIVER=kind` (this test never creates a cluster itself).",
             pytrace=False,
         )

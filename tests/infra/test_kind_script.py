@@ -1,4 +1,4 @@
-"""``scripts/kind.sh`` really run, with stand-in ``pulumi``/``ansible-playbook`` that log calls.
+"""``infra/kind/kind.sh`` really run, with stand-in ``pulumi``/``ansible-playbook`` that log calls.
 
 What is checked is the script's own decision: side-loading the patched (1.22)
 kubelet into nodes of another Kubernetes minor is refused *before* ``pulumi up``
@@ -52,7 +52,7 @@ def _run(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProce
     log = tmp_path / "calls.log"
     log.touch()
     done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "kind.sh"), "provision"],
+        ["bash", str(REPO / "infra" / "kind" / "kind.sh"), "provision"],
         capture_output=True,
         text=True,
         timeout=SCRIPT_TIMEOUT_S,
@@ -126,7 +126,7 @@ def test_missing_tools_are_named(tmp_path: Path) -> None:
     if Path("/usr/bin/pulumi").exists() or Path("/bin/pulumi").exists():
         prereq.unavailable("a pulumi CLI is installed system-wide: cannot show it missing")
     done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "kind.sh"), "provision"],
+        ["bash", str(REPO / "infra" / "kind" / "kind.sh"), "provision"],
         capture_output=True,
         text=True,
         timeout=SCRIPT_TIMEOUT_S,

@@ -1,4 +1,4 @@
-"""The CRI-O kind node image: built from images/kind-crio, or a prebuilt one pulled."""
+"""The CRI-O kind node image: built from infra/kind/node-image, or a prebuilt one pulled."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class CrioNodeImage(pulumi.ComponentResource):
     """A kind node image with CRI-O instead of containerd.
 
     With ``prebuilt`` set, the image is only pulled (seed 001 used
-    ``quay.io/aojea/kindnode:crio1639620432``); otherwise ``images/kind-crio``
+    ``quay.io/aojea/kindnode:crio1639620432``); otherwise ``infra/kind/node-image``
     is built with the pinned kind node image and CRI-O version as build args.
     """
 

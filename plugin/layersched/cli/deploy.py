@@ -28,8 +28,7 @@ from typing import Any
 
 from rich.console import Console
 
-from layersched import __version__
-from layersched import generated
+from layersched import __version__, generated
 from layersched.builds import kubernetes_build
 from layersched.cli._kube import client_config
 from layersched.cli._output import JSON, YAML, add_output_option, print_document

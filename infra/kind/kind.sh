@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The kind + CRI-O testbed (make testbed DRIVER=kind / make testbed-down DRIVER=kind).
-#   scripts/kind.sh up         pulumi up -> sideload (if LAYERSCHED_KIND_SIDELOAD=1) -> deploy -> scenario
-#   scripts/kind.sh provision  the same without the scenario
-#   scripts/kind.sh down       kind export logs, then pulumi destroy (safe to run twice)
+#   infra/kind/kind.sh up         pulumi up -> sideload (if LAYERSCHED_KIND_SIDELOAD=1) -> deploy -> scenario
+#   infra/kind/kind.sh provision  the same without the scenario
+#   infra/kind/kind.sh down       kind export logs, then pulumi destroy (safe to run twice)
 # Settings: LAYERSCHED_KIND_STACK (Pulumi stack, default dev), PULUMI_CONFIG_PASSPHRASE
 # (local backend; empty by default), LAYERSCHED_E2E_TRIALS (scenario trials per strategy,
 # default 5). The report goes to reports/scenario.json (LAYERSCHED_E2E_REPORT_DIR overrides).
@@ -11,8 +11,8 @@
 # LAYERSCHED_KIND_SIDELOAD_ANY_VERSION=1 skips that check.
 # Needs Docker, kind, kubectl and the pulumi CLI; see docs/kind.md.
 set -o errexit -o nounset -o pipefail
-cd "$(dirname "$0")/.."
-action=${1:?usage: scripts/kind.sh up|provision|down}
+cd "$(dirname "$0")/../.."
+action=${1:?usage: infra/kind/kind.sh up|provision|down}
 venv=${VENV:-.venv}
 stack=${LAYERSCHED_KIND_STACK:-dev}
 export PULUMI_CONFIG_PASSPHRASE=${PULUMI_CONFIG_PASSPHRASE-}
@@ -103,7 +103,7 @@ case "$action" in
     fi
     ;;
   *)
-    echo "usage: scripts/kind.sh up|provision|down" >&2
+    echo "usage: infra/kind/kind.sh up|provision|down" >&2
     exit 2
     ;;
 esac

@@ -14,30 +14,44 @@ wheel and image carry neither the harness nor its entries, so they list none of 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from types import ModuleType
 
 from layersched import __version__
+from layersched.cli import (
+    admission,
+    agent,
+    deploy,
+    estimate,
+    explain,
+    extender,
+    inventory,
+    layers,
+    relay,
+    score,
+)
 from layersched.cli._logging import add_log_options, configure_logging
 from layersched.core.errors import InputError, LayerschedError
 
-#: Subcommand modules under ``layersched.cli``, in help order.
-COMMANDS: tuple[str, ...] = (
-    "score",
-    "layers",
-    "estimate",
-    "explain",
-    "extender",
-    "agent",
-    "relay",
-    "admission",
-    "inventory",
-    "deploy",
+#: The product's command modules, in help order.
+COMMAND_MODULES: tuple[ModuleType, ...] = (
+    score,
+    layers,
+    estimate,
+    explain,
+    extender,
+    agent,
+    relay,
+    admission,
+    inventory,
+    deploy,
 )
+#: Their commands' names.
+COMMANDS: tuple[str, ...] = tuple(m.__name__.rpartition(".")[2] for m in COMMAND_MODULES)
 #: The entry-point group through which an installed distribution adds commands: each
 #: entry names a ``register(subparsers)`` (the harness's: harness/pyproject.toml).
 COMMAND_GROUP = "layersched.commands"
@@ -70,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_log_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"layersched.cli.{name}").register(sub)
+    for module in COMMAND_MODULES:
+        module.register(sub)
     for register in added_commands():
         register(sub)
     return parser

@@ -8,7 +8,7 @@
 # options, e.g. LAYERSCHED_SCENARIO_ARGS="--trials 5 --size L3=8Mi".
 # DRIVER=local (default): real registry + containerd nodes in network namespaces on this
 # host (needs root on Linux). DRIVER=kind: hands over to infra/kind/kind.sh. DRIVER=cloud:
-# hands over to scripts/cloud.sh (AWS VMs from infra/cloud, Ansible over SSH).
+# hands over to infra/cloud/cloud.sh (AWS VMs from infra/cloud, Ansible over SSH).
 set -o errexit -o nounset -o pipefail
 action=${1:?usage: scripts/testbed.sh up|down [options]}
 shift
@@ -25,7 +25,7 @@ case "$driver" in
     exit 1
     ;;
   cloud)
-    exec scripts/cloud.sh "$action" "$@"
+    exec infra/cloud/cloud.sh "$action" "$@"
     ;;
   *)
     echo "DRIVER=$driver: unknown driver (use local, kind or cloud)" >&2

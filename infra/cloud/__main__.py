@@ -1,7 +1,7 @@
 """Cloud nodes on AWS: read config, build the network and the machines, export the
 addresses and the Ansible inventory ``playbooks/testbed-cloud.yml`` runs against.
 
-``scripts/cloud.sh`` writes the inventory output to a file and runs Ansible over SSH.
+``infra/cloud/cloud.sh`` writes the inventory output to a file and runs Ansible over SSH.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 ``infra/cloud``, made a cluster over SSH by ``playbooks/testbed-cloud.yml``.
 
 Without the pulumi CLI, AWS credentials or the stack's config this skips with the same
-one-line message ``scripts/cloud.sh`` stops with (``scripts/cloud.sh check``), so CI,
+one-line message ``infra/cloud/cloud.sh`` stops with (``infra/cloud/cloud.sh check``), so CI,
 which has none of them, always skips it and says why.
 
 With them, the scenario runs through the shared cluster driver and its SSH backend
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.cloud]
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK_TIMEOUT_S = 120
-#: scripts/cloud.sh sets these; the defaults are its own.
+#: infra/cloud/cloud.sh sets these; the defaults are its own.
 STACK_ENV = "LAYERSCHED_CLOUD_STACK"
 STATE_DIR_ENV = "LAYERSCHED_CLOUD_STATE_DIR"
 #: K trials x 2 strategies over a WAN-free VPC; each reset waits for a kubelet refresh.
@@ -50,9 +50,9 @@ SCENARIO_TIMEOUT_S = 60 * 60
 
 
 def _precondition_message() -> str | None:
-    """``scripts/cloud.sh check``'s one line when a precondition is missing, else None."""
+    """``infra/cloud/cloud.sh check``'s one line when a precondition is missing, else None."""
     done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "cloud.sh"), "check"],
+        ["bash", str(REPO / "infra" / "cloud" / "cloud.sh"), "check"],
         capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False, cwd=REPO,
     )  # fmt: skip
     if done.returncode == 0:

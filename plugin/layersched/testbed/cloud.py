@@ -1,6 +1,6 @@
 """The cloud testbed's pure parts: checks of the stack's settings and the Ansible inventory.
 
-``infra/cloud`` (the Pulumi program) and ``scripts/cloud.sh`` use these; nothing here
+``infra/cloud`` (the Pulumi program) and ``infra/cloud/cloud.sh`` use these; nothing here
 talks to a cloud. See docs/cloud.md.
 """
 

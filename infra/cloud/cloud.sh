@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Cloud nodes on AWS (make testbed DRIVER=cloud / make testbed-down DRIVER=cloud).
-#   scripts/cloud.sh up     checks -> pulumi up -> Ansible over SSH -> the seed scenario
-#   scripts/cloud.sh check  only the checks (nothing is created)
-#   scripts/cloud.sh down   pulumi destroy (safe to run twice)
+#   infra/cloud/cloud.sh up     checks -> pulumi up -> Ansible over SSH -> the seed scenario
+#   infra/cloud/cloud.sh check  only the checks (nothing is created)
+#   infra/cloud/cloud.sh down   pulumi destroy (safe to run twice)
 # Settings: LAYERSCHED_CLOUD_STACK (Pulumi stack, default dev), LAYERSCHED_CLOUD_SSH_KEY
 # (the private key of the stack's sshPublicKey, default ~/.ssh/id_ed25519),
 # PULUMI_CONFIG_PASSPHRASE (local backend; empty by default). Every check runs before
 # anything is created and stops with one line naming what to set. See docs/cloud.md.
 set -o errexit -o nounset -o pipefail
-cd "$(dirname "$0")/.."
-action=${1:?usage: scripts/cloud.sh up|check|down}
+cd "$(dirname "$0")/../.."
+action=${1:?usage: infra/cloud/cloud.sh up|check|down}
 venv=${VENV:-.venv}
 stack=${LAYERSCHED_CLOUD_STACK:-dev}
 ssh_key=${LAYERSCHED_CLOUD_SSH_KEY:-$HOME/.ssh/id_ed25519}
@@ -92,7 +92,7 @@ case "$action" in
     fi
     ;;
   *)
-    echo "usage: scripts/cloud.sh up|check|down" >&2
+    echo "usage: infra/cloud/cloud.sh up|check|down" >&2
     exit 2
     ;;
 esac

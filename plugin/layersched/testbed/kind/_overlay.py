@@ -60,6 +60,7 @@ from layersched.deploy import (
     to_yaml_stream,
     uses_policy,
 )
+from layersched.testbed._patches import pod_template_patch
 
 #: kind 0.23's node image runs Kubernetes 1.30 (the kind stack's default).
 KIND_KUBERNETES_VERSION = "v1.30.0"
@@ -261,60 +262,52 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
     # the patch lists the base's containers in their order (the others by name alone), so
     # the version's JSON patches, applied after it, find kube-scheduler at its index
     base_containers = scheduler_deployment(spec)["spec"]["template"]["spec"]["containers"]
-    scheduler_patch = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": spec.scheduler_name, "namespace": spec.namespace},
-        "spec": {
-            "template": {
-                "spec": {
-                    "containers": [
-                        extender if c["name"] == extender["name"] else {"name": c["name"]}
-                        for c in base_containers
-                    ]
-                }
-            }
+    scheduler_patch = pod_template_patch(
+        "Deployment",
+        spec.scheduler_name,
+        spec.namespace,
+        {
+            "containers": [
+                extender if c["name"] == extender["name"] else {"name": c["name"]}
+                for c in base_containers
+            ]
         },
-    }
-    agent_patch = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": AGENT_NAME, "namespace": spec.namespace},
-        "spec": {
-            "template": {
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "agent",
-                            "imagePullPolicy": "Always",
-                            "args": agent_args,
-                            "volumeMounts": [
-                                # Only the runtime's socket and storage, never containerd's.
-                                {"mountPath": CONTAINERD_SOCKET, "$patch": "delete"},
-                                {"name": "crio-socket", "mountPath": CRIO_SOCKET_PATH},
-                                {
-                                    "name": "crio-storage",
-                                    "mountPath": target.crio_storage,
-                                    "readOnly": True,
-                                },
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {"name": base_volume["name"], "$patch": "delete"},
-                        {
-                            "name": "crio-socket",
-                            "hostPath": {"path": CRIO_SOCKET_PATH, "type": "Socket"},
-                        },
+    )
+    agent_patch = pod_template_patch(
+        "DaemonSet",
+        AGENT_NAME,
+        spec.namespace,
+        {
+            "containers": [
+                {
+                    "name": "agent",
+                    "imagePullPolicy": "Always",
+                    "args": agent_args,
+                    "volumeMounts": [
+                        # Only the runtime's socket and storage, never containerd's.
+                        {"mountPath": CONTAINERD_SOCKET, "$patch": "delete"},
+                        {"name": "crio-socket", "mountPath": CRIO_SOCKET_PATH},
                         {
                             "name": "crio-storage",
-                            "hostPath": {"path": target.crio_storage, "type": "Directory"},
+                            "mountPath": target.crio_storage,
+                            "readOnly": True,
                         },
                     ],
                 }
-            }
+            ],
+            "volumes": [
+                {"name": base_volume["name"], "$patch": "delete"},
+                {
+                    "name": "crio-socket",
+                    "hostPath": {"path": CRIO_SOCKET_PATH, "type": "Socket"},
+                },
+                {
+                    "name": "crio-storage",
+                    "hostPath": {"path": target.crio_storage, "type": "Directory"},
+                },
+            ],
         },
-    }
+    )
     return [scheduler_patch, agent_patch]
 
 

@@ -31,7 +31,10 @@ from layersched.deploy import (
     overlay_images,
     to_yaml_stream,
 )
+from layersched.testbed._patches import pod_template_patch
 
+#: The node's network for a pod: the testbed runs no kube-proxy and no cluster DNS.
+HOST_NETWORK: dict[str, Any] = {"hostNetwork": True, "dnsPolicy": "Default"}
 #: The overlay's file of patches (``patchesStrategicMerge``), and its head.
 LOCAL_PATCHES = "local-testbed.yaml"
 HEADER = (
@@ -84,69 +87,54 @@ def local_testbed_overlay(
             )
         )
         containers.append({"name": "extender", "args": extender, "env": api_env})
-    scheduler_patch = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": spec.scheduler_name, "namespace": spec.namespace},
-        "spec": {
-            "template": {
-                "spec": {
-                    "hostNetwork": True,
-                    "dnsPolicy": "Default",  # the testbed runs no cluster DNS
-                    "containers": containers,
-                }
-            }
+    scheduler_patch = pod_template_patch(
+        "Deployment",
+        spec.scheduler_name,
+        spec.namespace,
+        {
+            **HOST_NETWORK,
+            "containers": containers,
         },
-    }
-    agent_patch = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": AGENT_NAME, "namespace": spec.namespace},
-        "spec": {
-            "template": {
-                "spec": {
-                    "hostNetwork": True,
-                    "dnsPolicy": "Default",  # the testbed runs no cluster DNS
-                    "containers": [
-                        {
-                            "name": "agent",
-                            "env": api_env,
-                            "volumeMounts": [
-                                {
-                                    "name": "containerd-socket",
-                                    "mountPath": CONTAINERD_SOCKET,
-                                    "subPathExpr": "$(NODE_NAME)/containerd.sock",
-                                }
-                            ],
-                        }
-                    ],
-                    "volumes": [
+    )
+    agent_patch = pod_template_patch(
+        "DaemonSet",
+        AGENT_NAME,
+        spec.namespace,
+        {
+            **HOST_NETWORK,
+            "containers": [
+                {
+                    "name": "agent",
+                    "env": api_env,
+                    "volumeMounts": [
                         {
                             "name": "containerd-socket",
-                            "hostPath": {"path": target.nodes_dir, "type": "Directory"},
+                            "mountPath": CONTAINERD_SOCKET,
+                            "subPathExpr": "$(NODE_NAME)/containerd.sock",
                         }
                     ],
                 }
-            }
+            ],
+            "volumes": [
+                {
+                    "name": "containerd-socket",
+                    "hostPath": {"path": target.nodes_dir, "type": "Directory"},
+                }
+            ],
         },
-    }
+    )
     patches = [scheduler_patch, agent_patch]
     if admission_files:
         patches.append(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": WEBHOOK_SERVICE, "namespace": spec.namespace},
-                "spec": {
-                    "template": {
-                        "spec": {
-                            "hostNetwork": True,
-                            "dnsPolicy": "Default",  # the testbed runs no cluster DNS
-                            "containers": [{"name": "admission", "env": api_env}],
-                        }
-                    }
+            pod_template_patch(
+                "Deployment",
+                WEBHOOK_SERVICE,
+                spec.namespace,
+                {
+                    **HOST_NETWORK,
+                    "containers": [{"name": "admission", "env": api_env}],
                 },
-            }
+            )
         )
     return {
         KUSTOMIZATION: kustomization(

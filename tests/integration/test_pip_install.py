@@ -181,9 +181,9 @@ def _commands(helped: str) -> list[str]:
 
 def test_the_checkouts_cli_has_the_harness_commands(tmp_path: Path) -> None:
     """The dev install (``make venv``: the product editable and the harness's distribution)
-    lists the product's commands and the harness's, the harness's last."""
+    lists the product's commands and the harness's, the harness's last, by name."""
     helped = _run([sys.executable, "-m", "layersched.cli.main", "--help"], cwd=tmp_path)
-    assert _commands(helped) == [*COMMANDS, *HARNESS_COMMANDS]
+    assert _commands(helped) == [*COMMANDS, *sorted(HARNESS_COMMANDS)]
 
 
 def test_kubectl_runs_it_as_a_plugin(

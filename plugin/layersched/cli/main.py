@@ -96,9 +96,9 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 def added_commands() -> list[Register]:
     """The ``register`` functions installed distributions add under :data:`COMMAND_GROUP`,
-    in their order (none in the production wheel and image)."""
+    by command name (none in the production wheel and image)."""
     found = []
-    for entry in entry_points(group=COMMAND_GROUP):
+    for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
         dist = entry.dist.name if entry.dist is not None else "an installed distribution"
         try:
             register = entry.load()

@@ -172,5 +172,5 @@ def test_an_agent_publishing_within_the_grace_costs_no_registry_call(
     api.streams[NODE_LAYERS_PATH].put(WatchEvent("ADDED", layers("n1", IMG)))
     assert_holders(loop, provider, ["n1"])
     provider.agent_grace_s = 0  # the grace is over: what its timer has the worker do
-    assert provider._warm("n1") is False
+    assert provider._warmup.warm("n1") is False
     assert provider.node_image_resolutions == 0

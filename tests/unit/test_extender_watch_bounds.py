@@ -27,8 +27,7 @@ from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodelayers import LIMITS, HeldImage
 from layersched.extender import WatchInventoryProvider
 from layersched.extender import _memory as memory_module
-from layersched.extender import _watch as watch_module
-from layersched.extender._watch import (
+from layersched.extender._parse import (
     AGENT_HEARTBEAT_S,
     DEFAULT_INVENTORY_MAX_AGE_S,
     MAX_OBJECT_BYTES,
@@ -266,7 +265,7 @@ def test_the_pools_release_what_no_object_holds(loop: RunningLoop) -> None:
     def latest_status() -> None:
         names = loop.call(lambda: provider.held_images("n1"))
         assert names == [f"reg/fresh-{first + rounds - 1}:1"]
-        assert loop.call(lambda: provider._nodes["n1"].info.images[0].names) == (
+        assert loop.call(lambda: provider._store.nodes["n1"].info.images[0].names) == (
             f"reg/status-{first + rounds - 1}:1",
         )
 
@@ -392,7 +391,7 @@ def test_per_node_state_goes_with_the_node(loop: RunningLoop) -> None:
 
     @converging
     def nodes_gone() -> None:
-        assert len(provider._first_seen) == len(provider._latest) == 0
+        assert len(provider._warmup.first_seen) == len(provider._warmup.latest) == 0
         tracked = loop.call(provider.tracked)
         for key in ("nodes", "layers", "keys", "voted", "stale", "timers", "pooled_layers"):
             assert tracked[key] == 0, key
@@ -570,8 +569,8 @@ def test_a_burst_of_objects_is_followed_by_a_trim(
 ) -> None:
     # after objects of more than TRIM_AFTER_BYTES were parsed (or released), glibc is
     # told to return its free pages (on glibc; elsewhere there is nothing to do)
-    monkeypatch.setattr(watch_module, "TRIM_PERIOD_S", 0.1)
-    monkeypatch.setattr(watch_module, "TRIM_AFTER_BYTES", 100_000)
+    monkeypatch.setattr(memory_module, "TRIM_PERIOD_S", 0.1)
+    monkeypatch.setattr(memory_module, "TRIM_AFTER_BYTES", 100_000)
     api = FakeApi()
     api.items[NODES_PATH] = [node("n1")]
     provider = started(api, loop.loop)

@@ -32,7 +32,7 @@ import tenacity
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import HeldImage
 from layersched.extender import WatchInventoryProvider
-from layersched.extender._watch import MAX_OBJECT_BYTES
+from layersched.extender._parse import MAX_OBJECT_BYTES
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient, KubeConfig, Oversize
 from layersched.kube._client import _skipped_page
 from tests.fixtures.fake_kube import RunningLoop, digest, layers, metric, node

@@ -22,9 +22,15 @@ from layersched.extender._memory import (
     recycled_before,
 )
 from layersched.extender._metrics import LATENCY_BUCKETS_S
+from layersched.extender._parse import DEFAULT_INVENTORY_MAX_AGE_S
 from layersched.extender._platforms import Platforms
+from layersched.extender._pools import DEFAULT_MAX_INVENTORY_BYTES
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
-from layersched.extender._providers import InventoryProvider, StaticInventoryProvider
+from layersched.extender._providers import (
+    InventoryProvider,
+    StaticInventoryProvider,
+    WatchInventoryProvider,
+)
 from layersched.extender._resolver import DeadlineResolver
 from layersched.extender._server import (
     DEFAULT_RESOLVE_TIMEOUT_S,
@@ -41,12 +47,7 @@ from layersched.extender._server import (
     tls_context,
 )
 from layersched.extender._trust import DEFAULT_IMAGE_QUORUM
-from layersched.extender._watch import (
-    DEFAULT_AGENT_GRACE_S,
-    DEFAULT_INVENTORY_MAX_AGE_S,
-    DEFAULT_MAX_INVENTORY_BYTES,
-    WatchInventoryProvider,
-)
+from layersched.extender._warmup import DEFAULT_AGENT_GRACE_S
 from layersched.extender._wire import MAX_EXTENDER_PRIORITY
 
 __all__ = [

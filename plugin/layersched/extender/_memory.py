@@ -45,7 +45,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -78,6 +78,10 @@ RECYCLE_MIN_INTERVAL_S = 600.0
 SOCKETS_ENV = "LAYERSCHED_EXTENDER_SOCKETS"
 #: How many re-executions came before, and when the last was decided: ``2,1764000000.5``.
 RECYCLED_ENV = "LAYERSCHED_EXTENDER_RECYCLED"
+#: Every so often, if objects of this many bytes were parsed or released since the last
+#: time, glibc is told to return its free pages (RSS then follows what is held).
+TRIM_PERIOD_S = 5.0
+TRIM_AFTER_BYTES = 16 * 1024 * 1024
 
 
 @functools.cache
@@ -112,6 +116,25 @@ def trim() -> bool:
     """Return glibc's free pages to the system; True if some were."""
     libc = _glibc()
     return libc is not None and bool(libc.malloc_trim(0))
+
+
+class ChurnTrim:
+    """:func:`trim` after a burst: checked every :data:`TRIM_PERIOD_S` (the caller's
+    timer), it trims once more than :data:`TRIM_AFTER_BYTES` went through since the last
+    check that did (``churned_bytes``: a running count of bytes parsed and released)."""
+
+    def __init__(self, churned_bytes: Callable[[], int]) -> None:
+        self._churned_bytes = churned_bytes
+        self._churned_at_trim = 0
+        #: Times glibc returned free pages.
+        self.trims = 0
+
+    def check(self) -> None:
+        churned_bytes = self._churned_bytes()
+        if churned_bytes - self._churned_at_trim > TRIM_AFTER_BYTES:
+            self._churned_at_trim = churned_bytes
+            if trim():
+                self.trims += 1
 
 
 def exec_with_glibc_malloc() -> None:

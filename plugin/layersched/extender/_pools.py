@@ -57,6 +57,12 @@ IMAGE_REF_BYTES = 32
 NAME_REF_BYTES = 64
 #: ... for each object: its parsed form, its node's inventory entry, its bookkeeping.
 OBJECT_BYTES = 3_000
+#: What the watch may hold in all (an estimate, see above; the real memory is 0.5 to
+#: 0.9 of it): 5,000 nodes and their objects of the benchmark corpus (50 images each,
+#: 2,000 distinct images, 7,689 distinct layers) are charged 143 MB. Past the budget,
+#: objects are refused and counted. With the process's own ~200 MB at most (code, layer
+#: cache, request bodies), the extender stays within its 512 MiB container limit.
+DEFAULT_MAX_INVENTORY_BYTES = 256 * 1024 * 1024
 #: The least share of the budget one node's object may be charged, whatever the number
 #: of nodes: an honest agent's object of 500 images of 10 fresh layers is charged
 #: ~3.8 MB, a kubelet's 50 status images of 5 names ~130 KB.

@@ -105,10 +105,33 @@ class ImageVotes:
         self.without_quorum = 0
         #: ... and pod images answered from the votes.
         self.agreed = 0
+        #: per node, the (platform key, images) it last voted with
+        self._voted: dict[str, tuple[str, tuple[HeldImage, ...]]] = {}
 
     def __len__(self) -> int:
         """Lookup keys with at least one vote."""
         return len(self._tally)
+
+    @property
+    def voters(self) -> int:
+        """Nodes whose votes are cast (:meth:`vote`)."""
+        return len(self._voted)
+
+    def vote(self, node: str, key: str, images: tuple[HeldImage, ...] | None) -> None:
+        """Node ``node``'s votes follow what it publishes: ``images`` for platform
+        ``key`` (the same tuple again changes nothing), or None (nothing: its votes are
+        withdrawn)."""
+        old = self._voted.pop(node, None)
+        new = (key, images) if images is not None else None
+        if old is not None and new is not None and old[0] == new[0] and old[1] is new[1]:
+            self._voted[node] = old
+            return
+        self.change(
+            ballots(*old) if old is not None else set(),
+            ballots(*new) if new is not None else set(),
+        )
+        if new is not None:
+            self._voted[node] = new
 
     def change(self, old: set[Ballot], new: set[Ballot]) -> None:
         """One node's votes go from ``old`` to ``new``."""

@@ -8,6 +8,12 @@ workload and client), and the latencies of each side are pooled. ``--against DIR
 checkout of the earlier version (``git worktree add DIR REV``); its extender runs from
 that tree's ``plugin/`` on this venv. Results: ``bench/results/extender_against.json``.
 
+With ``--watch`` the inventory comes from the live watch instead of a ``--nodes`` file:
+each round's extender runs ``--watch`` against a fresh stand-in API server
+(``fake_api.py``) serving the same nodes and their agents' NodeLayerInventory objects,
+which streams updates while the requests are measured (``bench_extender``'s
+``node_names_watch`` case), so the watch's code is on the measured path.
+
     .venv/bin/python bench/bench_against.py --against /tmp/old --label-old d05a4a3
 """
 
@@ -33,11 +39,14 @@ from bench_extender import (
     IMAGES_PER_NODE,
     PODS,
     RESULTS,
+    WATCH_UPDATES_PER_S,
     _extender,
     _run_requests,
     _stats,
+    watch_documents,
 )
-from corpus import workload
+from corpus import Workload, workload
+from fake_api import FakeApi
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -65,6 +74,29 @@ def _python_path(tree: Path | None) -> Iterator[None]:
             os.environ["PYTHONPATH"] = before
 
 
+@contextlib.contextmanager
+def _inventory(
+    directory: Path, load: Workload, held_doc: dict[str, Any], updates_per_s: float | None
+) -> Iterator[tuple[list[str], FakeApi | None]]:
+    """The extender's inventory arguments for one round: the ``--nodes`` file, or (with
+    ``updates_per_s``) ``--watch`` on a fresh stand-in API server, and that server."""
+    directory.mkdir()
+    layers_path = directory / "layers.json"
+    layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
+    if updates_per_s is None:
+        nodes_path = directory / "nodes.json"
+        nodes_path.write_bytes(msgspec.json.encode(held_doc))
+        yield ["--layers", str(layers_path), "--nodes", str(nodes_path)], None
+        return
+    documents, update = watch_documents(load, held_doc["items"])
+    api = FakeApi(directory, held_doc["items"], documents, update, updates_per_s)
+    api.start()
+    try:
+        yield ["--layers", str(layers_path), "--watch", "--kubeconfig", str(api.kubeconfig())], api
+    finally:
+        api.stop()
+
+
 def _order(rounds: int) -> list[str]:
     """ABBA order: each side goes first as often as the other."""
     order: list[str] = []
@@ -90,12 +122,24 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="rounds per side")
     parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS, help="per round")
     parser.add_argument("--output", type=Path, default=AGAINST_RESULTS)
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="the inventory from the live watch of a stand-in API server, not a --nodes file",
+    )
+    parser.add_argument(
+        "--watch-updates-per-s",
+        type=float,
+        default=WATCH_UPDATES_PER_S,
+        help="with --watch: NodeLayerInventory updates streamed while measuring",
+    )
     args = parser.parse_args()
     old_tree = args.against.resolve()
     if not (old_tree / "plugin" / "layersched" / "__init__.py").is_file():
         parser.error(f"--against {old_tree}: no plugin/layersched there: give a checkout")
     console = Console(stderr=True)
     load = workload(IMAGES)
+    updates_per_s = args.watch_updates_per_s if args.watch else None
     pod_json = [msgspec.json.encode(p) for p in load.pods(PODS)]
     held_doc = load.node_list(HELD_NODES, IMAGES_PER_NODE, seed=1)
     names = msgspec.json.encode([item["metadata"]["name"] for item in held_doc["items"]])
@@ -109,25 +153,34 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="layersched-against-") as tmp,
         Progress(console=console) as progress,
     ):
-        layers_path, nodes_path = Path(tmp) / "layers.json", Path(tmp) / "nodes.json"
-        layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
-        nodes_path.write_bytes(msgspec.json.encode(held_doc))
-        argv = ["--layers", str(layers_path), "--nodes", str(nodes_path)]
         for n, side in enumerate(_order(args.rounds)):
             with (
                 _python_path(old_tree if side == OLD else None),
+                _inventory(Path(tmp) / f"{n}-{side}", load, held_doc, updates_per_s) as (argv, api),
                 _extender(argv, Path(tmp) / f"{n}-{side}.log") as (port, _),
             ):
-                got, said = _run_requests(
-                    port, bodies, len(bodies), args.requests, progress, f"round {n + 1} {side}"
+                label, sent_before = f"round {n + 1} {side}", 0
+                said: list[bytes] = []
+                if api is not None:  # the answers before any update streams (they change them)
+                    _, said = _run_requests(port, bodies, 0, len(bodies), progress, label)
+                    api.streaming.set()
+                    sent_before = api.sent
+                got, measured = _run_requests(
+                    port, bodies, len(bodies), args.requests, progress, label
                 )
+                streamed = {} if api is None else {"updates_streamed": api.sent - sent_before}
             latencies[side] += got
-            answers[side] = answers[side] or said
-            rounds.append({"side": side} | _stats(got))
+            answers[side] = answers[side] or (measured if api is None else said)
+            rounds.append({"side": side} | _stats(got) | streamed)
     same = answers[NEW] == answers[OLD]
     result: dict[str, Any] = {
         "provenance": provenance.finish(record),
         "case": f"NodeNames × {HELD_NODES:,} nodes, {PODS} pods cycled (bench_extender)",
+        "inventory": (
+            "--nodes file"
+            if updates_per_s is None
+            else f"--watch of a stand-in API server, {updates_per_s:g} updates/s streamed"
+        ),
         # what was compared: kept apart from the two sides' statistics ("new", "old"),
         # which would otherwise overwrite it
         "compared": {

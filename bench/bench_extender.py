@@ -48,7 +48,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -396,6 +396,27 @@ def _held_images(load: Workload, node: dict[str, Any]) -> list[HeldImage]:
     return held
 
 
+def watch_documents(
+    load: Workload, nodes: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], Callable[[int], dict[str, Any]]]:
+    """Each node's NodeLayerInventory (its agent's, for the held images), and the updates
+    a watch streams: the same node with its smallest image gone, then back, in turn."""
+    documents = []
+    variants = []
+    for node in nodes:
+        images = _held_images(load, node)
+        name = node["metadata"]["name"]
+        documents.append(build_document(name, images, runtime="bench", source="content-store"))
+        variants.append(build_document(name, images[:-1], runtime="bench", source="content-store"))
+    count = len(nodes)
+
+    def update(i: int) -> dict[str, Any]:
+        n = (i * 7919) % count  # spread over the nodes
+        return variants[n] if (i // count) % 2 == 0 else documents[n]
+
+    return documents, update
+
+
 def _watch_case(
     load: Workload,
     held_doc: dict[str, Any],
@@ -408,19 +429,7 @@ def _watch_case(
 ) -> dict[str, Any]:
     """NodeNames requests against an inventory fed by --watch, with updates streaming."""
     nodes = held_doc["items"]
-    documents = []
-    variants = []  # the same node with its smallest image gone: updates alternate
-    for node in nodes:
-        images = _held_images(load, node)
-        name = node["metadata"]["name"]
-        documents.append(build_document(name, images, runtime="bench", source="content-store"))
-        variants.append(build_document(name, images[:-1], runtime="bench", source="content-store"))
-    count = len(nodes)
-
-    def update(i: int) -> dict[str, Any]:
-        n = (i * 7919) % count  # spread over the nodes
-        return variants[n] if (i // count) % 2 == 0 else documents[n]
-
+    documents, update = watch_documents(load, nodes)
     api = FakeApi(tmp, nodes, documents, update, args.watch_updates_per_s)
     api.start()
     try:

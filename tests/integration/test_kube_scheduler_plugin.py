@@ -15,7 +15,7 @@ every node score of every case must be equal.
 
 The Python side is the core's ``LayerLocality`` over a ``ClusterInventory`` of the parsed
 objects (``parse_document``). A pod image's layers are the extender's own rule
-(``extender/_trust.py``, used as is: each node's ``ballots`` into an ``ImageVotes`` of the
+(``extender/_votes.py``, used as is: each node's ``ballots`` into an ``ImageVotes`` of the
 case's quorum): nodes agreeing on one (digest, layers) under the image's lookup key (as
 kubelet normalises names) must be a quorum and a majority of those publishing under it
 (issue 30), and no other answer may pass too. An image without such agreement
@@ -50,7 +50,7 @@ from layersched.core.strategies.layer_locality import LayerLocality
 from layersched.deploy import (
     plugin_readme_block,
 )
-from layersched.extender._trust import DEFAULT_IMAGE_QUORUM, Ballot, ImageVotes, ballots
+from layersched.extender._votes import DEFAULT_IMAGE_QUORUM, Ballot, ImageVotes, ballots
 from layersched.testbed.scheduler_configs import (
     TestbedSchedulers,
 )

@@ -39,7 +39,7 @@ from layersched.deploy import (
     stack_objects,
     webhook_dns_names,
 )
-from layersched.extender._trust import DEFAULT_IMAGE_QUORUM
+from layersched.extender._votes import DEFAULT_IMAGE_QUORUM
 from layersched.testbed.local import (
     local_testbed_overlay,
 )
@@ -110,7 +110,7 @@ def test_the_plugin_profile_enables_layer_locality_at_prescore_and_score() -> No
 
 def test_the_plugins_image_quorum_defaults_to_the_extenders() -> None:
     # one trust rule, two schedulers: the rendered plugin args resolve a pod image with the
-    # extender's quorum (extender/_trust.py), and a chosen quorum is rendered as given
+    # extender's quorum (extender/_votes.py), and a chosen quorum is rendered as given
     assert PluginArgs().to_config()["imageQuorum"] == DEFAULT_IMAGE_QUORUM == 2
     assert PluginArgs(image_quorum=3).to_config()["imageQuorum"] == 3
 

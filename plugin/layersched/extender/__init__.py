@@ -46,7 +46,7 @@ from layersched.extender._server import (
     serve,
     tls_context,
 )
-from layersched.extender._trust import DEFAULT_IMAGE_QUORUM
+from layersched.extender._votes import DEFAULT_IMAGE_QUORUM
 from layersched.extender._warmup import DEFAULT_AGENT_GRACE_S
 from layersched.extender._wire import MAX_EXTENDER_PRIORITY
 

@@ -40,7 +40,7 @@ from layersched.extender._platforms import Platforms, PlatformSource
 from layersched.extender._pools import DEFAULT_MAX_INVENTORY_BYTES, InventoryPools
 from layersched.extender._store import Store
 from layersched.extender._timers import TimerHeap
-from layersched.extender._trust import DEFAULT_IMAGE_QUORUM, ImageVotes
+from layersched.extender._votes import DEFAULT_IMAGE_QUORUM, ImageVotes
 from layersched.extender._warmup import DEFAULT_AGENT_GRACE_S, Warmup
 from layersched.extender._watch import DEFAULT_UNREADY_AFTER_S, Watch
 from layersched.extender._watch_metrics import WatchMetrics
@@ -211,7 +211,7 @@ class WatchInventoryProvider:
       thread under the caps and the budget (:mod:`~layersched.extender._pools`);
     * :class:`~layersched.extender._store.Store`, which applies it on the event loop (so a
       scoring pass never sees a half-applied change), with expiry and orphans;
-    * :class:`~layersched.extender._trust.ImageVotes`, the nodes' votes on pod images;
+    * :class:`~layersched.extender._votes.ImageVotes`, the nodes' votes on pod images;
     * :class:`~layersched.extender._warmup.Warmup`, the registry's answers for nodes
       without an agent, after their grace;
     * :class:`~layersched.extender._watch_metrics.WatchMetrics`, its /metrics.

@@ -19,7 +19,7 @@ source by the warm-up worker (:mod:`~layersched.extender._warmup`). It also hold
   again (one GET) if the Node appears, the least recent forgotten first;
 * **the budget's evictions**: an object condemned to make room for a smaller one is
   dropped here, where it is applied;
-* **the votes** (:class:`~layersched.extender._trust.ImageVotes`), which follow each
+* **the votes** (:class:`~layersched.extender._votes.ImageVotes`), which follow each
   node's held object.
 """
 
@@ -53,7 +53,7 @@ from layersched.extender._parse import (
 from layersched.extender._platforms import Platforms
 from layersched.extender._pools import NOTHING, Held, InventoryPools
 from layersched.extender._timers import TimerHeap
-from layersched.extender._trust import ImageVotes
+from layersched.extender._votes import ImageVotes
 from layersched.extender._warmup import FETCH, WARM
 
 log = logging.getLogger(__name__)

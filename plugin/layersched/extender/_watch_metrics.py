@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from layersched.extender import _memory
 from layersched.extender._pools import InventoryPools
 from layersched.extender._store import Store
-from layersched.extender._trust import ImageVotes
+from layersched.extender._votes import ImageVotes
 from layersched.extender._warmup import Warmup
 from layersched.extender._watch import WatchState
 

@@ -135,7 +135,8 @@ class IgnoredLog:
     each kind per :data:`IGNORED_LOG_PERIOD_S` in full, the rest counted and summed up in
     one line when the period ends (:meth:`flush`). Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._period_end_s = 0.0
         #: kinds of warning logged in this period -> how many more were not
@@ -143,7 +144,7 @@ class IgnoredLog:
 
     def warn(self, kind: str, message: str) -> None:
         with self._lock:
-            if time.monotonic() >= self._period_end_s:
+            if self._clock() >= self._period_end_s:
                 self._flush_locked()
             if kind in self._suppressed:
                 self._suppressed[kind] += 1
@@ -154,7 +155,7 @@ class IgnoredLog:
     def flush(self) -> None:
         """Sum up the warnings not logged, if their period ended."""
         with self._lock:
-            if time.monotonic() >= self._period_end_s:
+            if self._clock() >= self._period_end_s:
                 self._flush_locked()
 
     def _flush_locked(self) -> None:
@@ -168,7 +169,7 @@ class IgnoredLog:
                 ", ".join(f"{count} {kind}" for kind, count in sorted(more.items())),
             )
         self._suppressed = {}
-        self._period_end_s = time.monotonic() + IGNORED_LOG_PERIOD_S
+        self._period_end_s = self._clock() + IGNORED_LOG_PERIOD_S
 
 
 class Parser:

@@ -273,7 +273,7 @@ class WatchInventoryProvider:
         parts = (store, self._pools, self._votes, self._warmup, self._trim)
         self._metrics = WatchMetrics(self.state, *parts, self._node_deadlines)
 
-    # the settings tests and operators may change while it runs
+    # ------------------------------------------------------------ state, and settings tests change
     @property
     def platform_keys(self) -> list[str] | None:
         """Per node index, its platform key (None: every node is the default platform)."""

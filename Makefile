@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes containerd tools lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf live-minors testbed testbed-down simulate figures proto clean
+.PHONY: help venv kubernetes containerd tools lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf live-minors replay testbed testbed-down simulate figures proto clean
 
 help: ## List the targets, what they write and how long they last took
 	@python3 scripts/help.py
@@ -56,6 +56,9 @@ bench-perf: venv ## Upstream's scheduler_perf with LayerLocality out of tree, in
 
 live-minors: venv ## The plugin live on the older minors (1.35, 1.36; not in CI): each built from its module, on a loopback control plane with fake nodes: the seed scenario and batching; writes reports/live-minors.json and its docs block {last: reports/live-minors.json#run_time_s}
 	@$(PY) bench/live_minors.py
+
+replay: venv ## Replay bench/replay/trace.json (50 pods, 6 nodes) through each kube-scheduler of the local testbed, 3 alternated rounds from a clean state (root; not in CI): bench/results/replay.json, .png and the README block {last: bench/results/replay.json#run_time_s}
+	@scripts/replay.sh
 
 testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table; writes reports/scenario.json, .png and the README block {last: reports/scenario.json#make_testbed_s}
 	@scripts/testbed.sh up

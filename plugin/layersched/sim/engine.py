@@ -130,6 +130,12 @@ class RunResult:
     overcommitted_pulls: int
     #: Simulated time at which the last pod exited.
     end_s: float
+    #: Per request (arrival order, warm-up included): the node index it ran on, its
+    #: startup (seconds) and the bytes its own pull fetched (0 when it found every layer on
+    #: the node or in flight for another pod).
+    pod_node: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    pod_startup_s: FloatArray = field(default_factory=lambda: np.zeros(0, np.float64))
+    pod_bytes: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 # --------------------------------------------------------------------- state
@@ -240,6 +246,10 @@ class _Simulation:
         self.decision_s: list[float] = []
         self.imbalance: list[float] = []
         self.bytes_pulled = 0
+        n = len(workload)
+        self.pod_node = np.full(n, -1, dtype=np.int64)
+        self.pod_startup_s = np.full(n, np.nan, dtype=np.float64)
+        self.pod_bytes = np.zeros(n, dtype=np.int64)
         self.queued = 0
         self.evicted = 0
         self.overcommitted = 0
@@ -297,6 +307,7 @@ class _Simulation:
 
     def _place(self, pod: _Pod, node: _Node) -> None:
         pod.node = node.index
+        self.pod_node[pod.request] = node.index
         self.free[node.index] -= 1
         self.total_free -= 1
         entry = node.images.get(pod.image)
@@ -322,6 +333,7 @@ class _Simulation:
             self._make_room(node, need)
             node.used_bytes += need
             self.bytes_pulled += need
+            self.pod_bytes[pod.request] = need
             job = _Job(need, missing)
             for lid in missing:
                 node.inflight[lid] = job
@@ -342,6 +354,7 @@ class _Simulation:
             )
         ready_s = self.now + self.cluster.start_overhead_s
         arrival_s = float(self.workload.arrival_s[pod.request])
+        self.pod_startup_s[pod.request] = ready_s - arrival_s
         if arrival_s >= self.warmup_s:
             self.wait_s.append(self.now - arrival_s)
         self._push(ready_s + float(self.workload.pod_duration_s[pod.request]), pod)
@@ -436,6 +449,9 @@ class _Simulation:
             evicted_images=self.evicted,
             overcommitted_pulls=self.overcommitted,
             end_s=self.now,
+            pod_node=self.pod_node,
+            pod_startup_s=self.pod_startup_s,
+            pod_bytes=self.pod_bytes,
         )
 
 

@@ -17,6 +17,7 @@ from layersched.testbed.cluster._measure import (
     plugin_scores,
     pull_event_for,
     pulled_bytes,
+    pulled_bytes_by_repository,
     scheduled_by,
 )
 from layersched.testbed.cluster.driver import (
@@ -50,6 +51,7 @@ __all__ = [
     "pod_name",
     "pull_event_for",
     "pulled_bytes",
+    "pulled_bytes_by_repository",
     "scenario_pod",
     "scheduled_by",
     "wait_for",

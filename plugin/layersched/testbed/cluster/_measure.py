@@ -55,6 +55,7 @@ __all__ = [
     "plugin_scores",
     "pull_event_for",
     "pulled_bytes",
+    "pulled_bytes_by_repository",
     "scheduled_by",
 ]
 
@@ -159,3 +160,31 @@ def pulled_bytes(access_log: Iterable[str], client: str) -> int:
             continue
         total += int(match["size"])
     return total
+
+
+#: ``/v2/<repository>/manifests|blobs/<ref>``: the repository a pull fetched from.
+_REPOSITORY_PATH = re.compile(r"^/v2/(?P<repository>.+)/(?:manifests|blobs)/[^/]+$")
+
+
+def pulled_bytes_by_repository(access_log: Iterable[str]) -> dict[tuple[str, str], int]:
+    """Bytes of manifests and blobs the registry sent, by (client address, repository).
+
+    A blob two images share is fetched once by a node, under the repository of the image
+    that pulled it first, so it counts there only.
+    """
+    totals: dict[tuple[str, str], int] = {}
+    for line in access_log:
+        match = _ACCESS.match(line)
+        if (
+            match is None
+            or match["method"] != "GET"
+            or match["status"] not in _OK_STATUSES
+            or match["size"] == "-"
+        ):
+            continue
+        path = _REPOSITORY_PATH.match(match["path"].partition("?")[0])
+        if path is None:
+            continue
+        key = (match["client"], path["repository"])
+        totals[key] = totals.get(key, 0) + int(match["size"])
+    return totals

@@ -308,9 +308,17 @@ def whole_node_requests(
 
 
 def scenario_pod(
-    name: str, image: str, scheduler_name: str, requests: Mapping[str, str], namespace: str
+    name: str,
+    image: str,
+    scheduler_name: str,
+    requests: Mapping[str, str],
+    namespace: str,
+    *,
+    pull_policy: str = "Always",
 ) -> dict[str, Any]:
-    """A scenario pod: one container, whole-node requests, the strategy's scheduler."""
+    """A scenario pod: one container, ``requests`` (the seed scenario's: a whole node), the
+    strategy's scheduler. The seed scenario always pulls (the node's cache is the
+    experiment); a replay pulls ``IfNotPresent``, as a tagged image is pulled by default."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -325,8 +333,7 @@ def scenario_pod(
                 {
                     "name": "main",
                     "image": image,
-                    # Always pull: the node's cache state is the experiment, never a shortcut.
-                    "imagePullPolicy": "Always",
+                    "imagePullPolicy": pull_policy,
                     "resources": {"requests": dict(requests), "limits": dict(requests)},
                 }
             ],
@@ -493,19 +500,61 @@ class ClusterDriver:
                     f"crictl ps -a on {name}), and a pull there would skip them"
                 )
 
+    # ------------------------------------------------------- many pods at once (replay)
+    def scheduler_name(self, strategy: str) -> str:
+        """The ``schedulerName`` a pod sets to be scheduled by ``strategy``."""
+        try:
+            return self.backend.schedulers[strategy]
+        except KeyError:
+            raise TestbedError(
+                f"strategy {strategy!r} has no scheduler in this testbed: "
+                f"choose one of {', '.join(self.backend.schedulers)}"
+            ) from None
+
+    def worker_names(self) -> list[str]:
+        """The workers' names."""
+        return [n["metadata"]["name"] for n in self._workers(self._nodes())]
+
+    def free_requests(self) -> dict[str, str]:
+        """What one pod may request to fill the emptiest-but-smallest worker
+        (:func:`whole_node_requests`), pods of this namespace not counted."""
+        others = [
+            p
+            for p in self._kube.list(ALL_PODS_PATH)[0]
+            if p["metadata"].get("namespace") != self.namespace
+        ]
+        return whole_node_requests(self._workers(self._nodes()), others)
+
+    def create_pod(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a pod of this namespace (not waiting for anything); the pod as created."""
+        created = self._kube.create(pods_path(self.namespace), document)
+        self._used.extend(c["image"] for c in document["spec"]["containers"])
+        return created
+
+    def pods(self) -> list[dict[str, Any]]:
+        """Every pod of this namespace carrying the scenario label."""
+        return self._scenario_pods()
+
+    def patch_pod(self, name: str, document: Mapping[str, Any]) -> dict[str, Any]:
+        """JSON merge patch ``document`` into the pod ``name``."""
+        return self._kube.patch(pod_path(self.namespace, name), document)
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        """This namespace's events of ``reason`` (``Pulled``, ``Scheduled``, ...)."""
+        fields = selector({"reason": reason})
+        return self._kube.list(events_path(self.namespace), field_selector=fields)[0]
+
+    def node_address(self, node: str) -> str:
+        """``node``'s InternalIP (what the registry's access log names it by)."""
+        return self._node_address(node)
+
     def schedule(self, pod: str, image: str, strategy: str) -> Placement:
         """Submit ``pod`` for ``strategy``'s scheduler, wait for its pull, measure it."""
         return self.complete(self.submit(pod, image, strategy))
 
     def submit(self, pod: str, image: str, strategy: str) -> Submitted:
         """Create ``pod`` for ``strategy``'s scheduler and wait until it is bound."""
-        try:
-            scheduler = self.backend.schedulers[strategy]
-        except KeyError:
-            raise TestbedError(
-                f"strategy {strategy!r} has no scheduler in this testbed: "
-                f"choose one of {', '.join(self.backend.schedulers)}"
-            ) from None
+        scheduler = self.scheduler_name(strategy)
         name = pod_name(pod)
         nodes = self._nodes()
         workers = self._workers(nodes)

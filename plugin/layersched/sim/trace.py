@@ -1,0 +1,456 @@
+"""A replay trace: one seeded workload, kept as a file, that the testbed replays and the
+simulator reads (``make replay``, ``bench/replay/trace.json``).
+
+The trace is drawn by the simulator's own generators, scaled to what one 2-core machine
+holds: :func:`~layersched.sim.corpus.generate_corpus` (a few OS bases, runtimes on them,
+private application layers on top, Zipf popularity) and
+:func:`~layersched.sim.workload.generate_workload` (Poisson arrivals, Zipf-drawn images,
+uniform lifetimes). Only the images the pods use are kept. Each layer gets a content seed,
+so the testbed builds the same bytes every time (:mod:`layersched.images.oci`); its
+``size_bytes`` is the content size (the blob is a tar header and gzip framing larger).
+
+The document::
+
+    {"format": "layersched-replay-trace/1", "seed": 36, "params": {...},
+     "cluster": {"nodes": 6, "containers_per_node": 4,
+                 "link_rate_bits_per_s": 20000000, "start_overhead_s": 1.0},
+     "layers": {"L001": {"seed": 3600001, "size_bytes": 9437184}, ...},
+     "images": [{"name": "app-01", "layers": ["L001", "L004", "L009"]}, ...],
+     "pods": [{"name": "pod-001", "image": "app-01", "arrival_s": 0.84,
+               "lifetime_s": 17.2}, ...]}
+
+:func:`read_trace` checks it and names the field and the fix on bad input;
+:func:`simulate_trace` runs the simulator on it, pod by pod.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from layersched.core.errors import InputError
+from layersched.core.layers import Layer
+from layersched.sim.corpus import MIB, Corpus, CorpusImage, CorpusParams, generate_corpus
+from layersched.sim.engine import ClusterParams, RunResult, simulate
+from layersched.sim.settings import build_strategy
+from layersched.sim.workload import Workload, WorkloadParams, generate_workload
+
+FORMAT = "layersched-replay-trace/1"
+#: The committed trace ``make replay`` replays.
+DEFAULT_TRACE = "bench/replay/trace.json"
+#: The testbed never evicts (its kubelets' image GC is off): the simulated store is
+#: unbounded too.
+UNBOUNDED_STORE_BYTES = 1 << 50
+#: Layer content seeds: ``seed * SEED_STRIDE + index``, unique per trace seed.
+SEED_STRIDE = 100_000
+#: A trace small enough to read whole; the testbed could not replay more anyway.
+MAX_PODS = 10_000
+MAX_LAYERS = 10_000
+MAX_LAYER_BYTES = 1 << 31
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceParams:
+    """What :func:`generate_trace` draws; defaults: ``make replay``'s trace.
+
+    Sized for one 2-core machine shared with other work (docs/replay.md): 6 nodes of 4
+    slots, 50 pods arriving at 0.5/s (about 100 s), living 10..30 s once started, over
+    20 Mbit/s links; images of 3..7 layers drawn from 24 over 3 OS bases and 8 runtimes,
+    most of a few to tens of MiB, with the corpus's heavy tail capped at 96 MiB a layer
+    (the host disk's free space bounds what six nodes may hold at once).
+    """
+
+    pods: int = 50
+    images: int = 24
+    rate_per_s: float = 0.5
+    min_lifetime_s: float = 10.0
+    max_lifetime_s: float = 30.0
+    nodes: int = 6
+    containers_per_node: int = 4
+    link_rate_bits_per_s: int = 20_000_000
+    start_overhead_s: float = 1.0
+    corpus: CorpusParams = field(
+        default_factory=lambda: CorpusParams(
+            os_bases=3,
+            os_layer_median_bytes=10 * MIB,
+            os_layer_sigma=0.7,
+            runtimes=8,
+            runtime_layers=(1, 3),
+            runtime_layer_median_bytes=6 * MIB,
+            runtime_layer_sigma=0.8,
+            private_layer_median_bytes=2 * MIB,
+            private_layer_sigma=1.2,
+            min_layers=3,
+            max_layers=7,
+            min_layer_bytes=64 * 1024,
+            max_layer_bytes=96 * MIB,
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TraceLayer:
+    """One layer: the seed of its content and the content's size."""
+
+    seed: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TraceImage:
+    """One image: its short name (the repository's last part) and its layer labels, base
+    first."""
+
+    name: str
+    layers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    """One pod: its name, image, arrival (seconds from the start) and how long it runs once
+    started."""
+
+    name: str
+    image: str
+    arrival_s: float
+    lifetime_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TraceCluster:
+    """The cluster the trace is replayed on."""
+
+    nodes: int
+    containers_per_node: int
+    link_rate_bits_per_s: int
+    start_overhead_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A replay trace (see the module docstring)."""
+
+    seed: int
+    cluster: TraceCluster
+    layers: Mapping[str, TraceLayer]
+    images: tuple[TraceImage, ...]
+    pods: tuple[TracePod, ...]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def image(self, name: str) -> TraceImage:
+        """The image called ``name``."""
+        for image in self.images:
+            if image.name == name:
+                return image
+        raise InputError(f"the trace has no image {name!r}")
+
+    def image_size_bytes(self, name: str) -> int:
+        """Content bytes of ``name``'s layers."""
+        return sum(self.layers[label].size_bytes for label in self.image(name).layers)
+
+    def distinct_bytes(self) -> int:
+        """Content bytes of every distinct layer (what the registry stores)."""
+        return sum(layer.size_bytes for layer in self.layers.values())
+
+
+def _round(value: float, digits: int = 3) -> float:
+    return round(float(value), digits)
+
+
+def generate_trace(seed: int, params: TraceParams | None = None) -> Trace:
+    """The trace drawn from ``seed`` (the same seed and params give the same trace)."""
+    params = params or TraceParams()
+    if params.pods < 1 or params.pods > MAX_PODS:
+        raise InputError(f"trace pods: expected 1..{MAX_PODS}, got {params.pods}")
+    if not 0 < params.min_lifetime_s <= params.max_lifetime_s:
+        raise InputError(
+            f"trace lifetimes {params.min_lifetime_s}..{params.max_lifetime_s} s: "
+            "need 0 < min <= max"
+        )
+    corpus = generate_corpus(params.images, seed=seed, params=params.corpus)
+    # A window long enough for ``pods`` arrivals nearly always; the first ``pods`` are kept.
+    expected_s = params.pods / params.rate_per_s
+    window_s = 2 * expected_s + 10 * math.sqrt(params.pods) / params.rate_per_s
+    workload = generate_workload(
+        corpus,
+        WorkloadParams(
+            rate_per_s=params.rate_per_s,
+            window_s=window_s,
+            min_pod_duration_s=params.min_lifetime_s,
+            max_pod_duration_s=params.max_lifetime_s,
+        ),
+        seed=seed + 1,
+    )
+    if len(workload) < params.pods:
+        raise InputError(
+            f"trace seed {seed}: only {len(workload)} arrivals in {window_s:.0f} s; "
+            "choose another seed"
+        )
+    used = sorted(set(int(i) for i in workload.image[: params.pods]))
+    labels: dict[str, str] = {}
+    layers: dict[str, TraceLayer] = {}
+    images: list[TraceImage] = []
+    names: dict[int, str] = {}
+    for rank in used:
+        source = corpus.images[rank]
+        own = []
+        for layer in source.layers:
+            label = labels.get(layer.digest)
+            if label is None:
+                label = labels[layer.digest] = f"L{len(labels) + 1:03d}"
+                layers[label] = TraceLayer(seed * SEED_STRIDE + len(labels), layer.size_bytes)
+            own.append(label)
+        names[rank] = f"app-{rank + 1:02d}"
+        images.append(TraceImage(names[rank], tuple(own)))
+    width = len(str(params.pods))
+    pods = tuple(
+        TracePod(
+            name=f"pod-{i + 1:0{width}d}",
+            image=names[int(workload.image[i])],
+            arrival_s=_round(workload.arrival_s[i]),
+            lifetime_s=_round(workload.pod_duration_s[i]),
+        )
+        for i in range(params.pods)
+    )
+    cluster = TraceCluster(
+        params.nodes,
+        params.containers_per_node,
+        params.link_rate_bits_per_s,
+        params.start_overhead_s,
+    )
+    return Trace(seed, cluster, layers, tuple(images), pods, asdict(params))
+
+
+# ------------------------------------------------------------------ the file
+
+
+def trace_document(trace: Trace) -> dict[str, Any]:
+    """The trace as the JSON document :func:`read_trace` reads."""
+    return {
+        "format": FORMAT,
+        "seed": trace.seed,
+        "params": dict(trace.params),
+        "cluster": asdict(trace.cluster),
+        "layers": {label: asdict(layer) for label, layer in trace.layers.items()},
+        "images": [{"name": i.name, "layers": list(i.layers)} for i in trace.images],
+        "pods": [asdict(pod) for pod in trace.pods],
+    }
+
+
+def write_trace(trace: Trace, path: Path) -> None:
+    """Write the trace as indented JSON (creating the directory)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(trace_document(trace), indent=1) + "\n", encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"writing the replay trace to {path}: {err.strerror}") from err
+
+
+def _field(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise InputError(
+            f"{where}.{key}: expected {getattr(kind, '__name__', 'a number')}, got "
+            f"{type(value).__name__}; regenerate the trace (python3 bench/replay.py trace)"
+        )
+    return value
+
+
+def _positive(value: float, where: str) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"{where}: expected a positive number, got {value}")
+    return value
+
+
+def parse_trace(doc: Any, where: str) -> Trace:
+    """A :class:`Trace` from the document read at ``where`` (named in every error)."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise InputError(
+            f"{where}: not a replay trace (expected format {FORMAT!r}); "
+            "regenerate it with python3 bench/replay.py trace"
+        )
+    number = (int, float)
+    cluster_doc = _field(doc, "cluster", dict, where)
+    cluster = TraceCluster(
+        nodes=_field(cluster_doc, "nodes", int, f"{where}: cluster"),
+        containers_per_node=_field(cluster_doc, "containers_per_node", int, f"{where}: cluster"),
+        link_rate_bits_per_s=_field(cluster_doc, "link_rate_bits_per_s", int, f"{where}: cluster"),
+        start_overhead_s=float(
+            _field(cluster_doc, "start_overhead_s", number, f"{where}: cluster")
+        ),
+    )
+    if cluster.nodes < 1 or cluster.containers_per_node < 1 or cluster.link_rate_bits_per_s < 1:
+        raise InputError(f"{where}: cluster: nodes, slots and link rate must be at least 1")
+    if cluster.start_overhead_s < 0:
+        raise InputError(f"{where}: cluster.start_overhead_s must not be negative")
+    layer_docs = _field(doc, "layers", dict, where)
+    if not 0 < len(layer_docs) <= MAX_LAYERS:
+        raise InputError(f"{where}: layers: expected 1..{MAX_LAYERS} layers")
+    layers: dict[str, TraceLayer] = {}
+    for label, entry in layer_docs.items():
+        at = f"{where}: layers.{label}"
+        if not isinstance(entry, dict):
+            raise InputError(f"{at}: expected an object with seed and size_bytes")
+        size = _field(entry, "size_bytes", int, at)
+        if not 0 < size <= MAX_LAYER_BYTES:
+            raise InputError(f"{at}.size_bytes: expected 1..{MAX_LAYER_BYTES}, got {size}")
+        layers[str(label)] = TraceLayer(_field(entry, "seed", int, at), size)
+    images: list[TraceImage] = []
+    for i, entry in enumerate(_field(doc, "images", list, where)):
+        at = f"{where}: images[{i}]"
+        if not isinstance(entry, dict):
+            raise InputError(f"{at}: expected an object with name and layers")
+        name = _field(entry, "name", str, at)
+        if not _NAME.match(name):
+            raise InputError(f"{at}.name {name!r}: use lowercase letters, digits and '-'")
+        own = tuple(str(label) for label in _field(entry, "layers", list, at))
+        unknown = [label for label in own if label not in layers]
+        if not own or unknown:
+            raise InputError(f"{at}.layers: empty or naming undefined layers {unknown}")
+        images.append(TraceImage(name, own))
+    image_names = {image.name for image in images}
+    if len(image_names) != len(images):
+        raise InputError(f"{where}: images: two images share a name")
+    pods: list[TracePod] = []
+    pod_docs = _field(doc, "pods", list, where)
+    if not 0 < len(pod_docs) <= MAX_PODS:
+        raise InputError(f"{where}: pods: expected 1..{MAX_PODS} pods")
+    last_s = 0.0
+    for i, entry in enumerate(pod_docs):
+        at = f"{where}: pods[{i}]"
+        if not isinstance(entry, dict):
+            raise InputError(f"{at}: expected an object with name, image, arrival_s, lifetime_s")
+        image = _field(entry, "image", str, at)
+        if image not in image_names:
+            raise InputError(f"{at}.image {image!r} is not among the trace's images")
+        arrival_s = float(_field(entry, "arrival_s", number, at))
+        if not math.isfinite(arrival_s) or arrival_s < last_s:
+            raise InputError(f"{at}.arrival_s {arrival_s}: pods must be in arrival order")
+        last_s = arrival_s
+        name = _field(entry, "name", str, at)
+        if not _NAME.match(name):
+            raise InputError(f"{at}.name {name!r}: use lowercase letters, digits and '-'")
+        lifetime = _positive(float(_field(entry, "lifetime_s", number, at)), f"{at}.lifetime_s")
+        pods.append(TracePod(name, image, arrival_s, lifetime))
+    if len({pod.name for pod in pods}) != len(pods):
+        raise InputError(f"{where}: pods: two pods share a name")
+    params = doc.get("params")
+    return Trace(
+        seed=_field(doc, "seed", int, where),
+        cluster=cluster,
+        layers=layers,
+        images=tuple(images),
+        pods=tuple(pods),
+        params=params if isinstance(params, dict) else {},
+    )
+
+
+def read_trace(path: Path) -> Trace:
+    """Read and check the trace at ``path``."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(
+            f"reading the replay trace {path}: {err.strerror}: generate it with "
+            "python3 bench/replay.py trace"
+        ) from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: not a replay trace (not JSON: {err})") from err
+    return parse_trace(doc, str(path))
+
+
+# ------------------------------------------------------------------ the simulator
+
+
+def layer_digest(trace_seed: int, label: str) -> str:
+    """The digest the simulator gives a trace layer (the testbed's are the built blobs')."""
+    text = f"layersched-replay/{trace_seed}/{label}".encode()
+    return "sha256:" + hashlib.sha256(text).hexdigest()
+
+
+def simulator_inputs(trace: Trace) -> tuple[Corpus, Workload, ClusterParams]:
+    """The trace as the simulator's corpus, workload and cluster."""
+    corpus_images = tuple(
+        CorpusImage(
+            f"replay/{image.name}:v1",
+            tuple(
+                Layer(layer_digest(trace.seed, label), trace.layers[label].size_bytes)
+                for label in image.layers
+            ),
+        )
+        for image in trace.images
+    )
+    index = {image.name: i for i, image in enumerate(trace.images)}
+    counts = np.bincount([index[pod.image] for pod in trace.pods], minlength=len(trace.images))
+    corpus = Corpus(
+        images=corpus_images,
+        popularity=counts / counts.sum(),
+        params=CorpusParams(),
+        seed=trace.seed,
+    )
+    lifetimes = [pod.lifetime_s for pod in trace.pods]
+    workload = Workload(
+        arrival_s=np.asarray([pod.arrival_s for pod in trace.pods], dtype=np.float64),
+        image=np.asarray([index[pod.image] for pod in trace.pods], dtype=np.int64),
+        pod_duration_s=np.asarray(lifetimes, dtype=np.float64),
+        params=WorkloadParams(
+            rate_per_s=len(trace.pods) / max(trace.pods[-1].arrival_s, 1.0),
+            window_s=trace.pods[-1].arrival_s + 1.0,
+            min_pod_duration_s=min(lifetimes),
+            max_pod_duration_s=max(lifetimes),
+        ),
+    )
+    rate = float(trace.cluster.link_rate_bits_per_s)
+    cluster = ClusterParams(
+        nodes=trace.cluster.nodes,
+        containers_per_node=trace.cluster.containers_per_node,
+        store_capacity_bytes=UNBOUNDED_STORE_BYTES,
+        eviction="lru",
+        bandwidth_bits_per_s=(rate, rate),
+        start_overhead_s=trace.cluster.start_overhead_s,
+    )
+    return corpus, workload, cluster
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedPods:
+    """One simulated run of a trace, pod by pod (trace order)."""
+
+    strategy: str
+    seed: int
+    node: tuple[int, ...]
+    startup_s: tuple[float, ...]
+    bytes_pulled: tuple[int, ...]
+
+
+def _per_pod(result: RunResult, strategy: str, seed: int) -> SimulatedPods:
+    return SimulatedPods(
+        strategy=strategy,
+        seed=seed,
+        node=tuple(int(n) for n in result.pod_node),
+        startup_s=tuple(_round(s, 4) for s in result.pod_startup_s),
+        bytes_pulled=tuple(int(b) for b in result.pod_bytes),
+    )
+
+
+def simulate_trace(
+    trace: Trace, strategies: Sequence[str], seeds: Sequence[int]
+) -> list[SimulatedPods]:
+    """Simulate ``trace`` once per strategy and tie-break seed (the real schedulers break
+    ties at random too: several seeds give the prediction's spread)."""
+    corpus, workload, cluster = simulator_inputs(trace)
+    runs = []
+    for strategy in strategies:
+        for seed in seeds:
+            result = simulate(corpus, workload, cluster, build_strategy(strategy), seed=seed)
+            runs.append(_per_pod(result, strategy, seed))
+    return runs

@@ -1,0 +1,460 @@
+"""``make replay``'s fast core: the trace (generation from its seed, the file, its checks),
+the simulator reading it pod by pod, the replay loop's pure parts and its pacing (on a
+recording driver and a virtual clock: what it asks of a cluster, not a cluster), the
+access log split by repository, and the results' aggregation, block and plot. The live
+replay itself needs the local testbed: ``make replay``."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import replay_report as report  # noqa: E402
+
+from layersched.core.errors import InputError, TestbedError  # noqa: E402
+from layersched.sim.engine import simulate  # noqa: E402
+from layersched.sim.settings import build_strategy  # noqa: E402
+from layersched.sim.trace import (  # noqa: E402
+    DEFAULT_TRACE,
+    TraceParams,
+    generate_trace,
+    parse_trace,
+    read_trace,
+    simulate_trace,
+    simulator_inputs,
+    trace_document,
+    write_trace,
+)
+from layersched.testbed.cluster import pulled_bytes_by_repository  # noqa: E402
+from layersched.testbed.replay import (  # noqa: E402
+    Replay,
+    TraceBuild,
+    deadline_s,
+    is_running,
+    plan_runs,
+    slot_requests,
+)
+
+SMALL = TraceParams(pods=8, images=6, rate_per_s=2.0, nodes=2, containers_per_node=2)
+
+
+# ------------------------------------------------------------------ the trace
+
+
+def test_the_same_seed_gives_the_same_trace_and_another_seed_another() -> None:
+    first = trace_document(generate_trace(7, SMALL))
+    again = trace_document(generate_trace(7, SMALL))
+    other = trace_document(generate_trace(8, SMALL))
+    assert first == again
+    assert first["pods"] != other["pods"]
+
+
+def test_the_committed_trace_is_the_one_its_seed_generates() -> None:
+    path = ROOT / DEFAULT_TRACE
+    committed = json.loads(path.read_text(encoding="utf-8"))
+    regenerated = trace_document(generate_trace(committed["seed"], TraceParams()))
+    assert committed == json.loads(json.dumps(regenerated)), (
+        f"{DEFAULT_TRACE} is not what seed {committed['seed']} generates: "
+        "python3 bench/replay.py trace"
+    )
+
+
+def test_a_trace_keeps_only_used_images_shares_base_layers_and_orders_arrivals() -> None:
+    trace = generate_trace(36)
+    assert len(trace.pods) == 50
+    used = {pod.image for pod in trace.pods}
+    assert used == {image.name for image in trace.images}
+    # bases are shared: fewer distinct first layers than images
+    assert len({image.layers[0] for image in trace.images}) < len(trace.images)
+    arrivals = [pod.arrival_s for pod in trace.pods]
+    assert arrivals == sorted(arrivals)
+    assert all(10.0 <= pod.lifetime_s <= 30.0 for pod in trace.pods)
+    sizes = [trace.image_size_bytes(image.name) for image in trace.images]
+    assert min(sizes) > 1024 * 1024 and max(sizes) < 400 * 1024 * 1024
+
+
+def test_a_written_trace_reads_back_equal(tmp_path: Path) -> None:
+    trace = generate_trace(3, SMALL)
+    write_trace(trace, tmp_path / "t.json")
+    assert trace_document(read_trace(tmp_path / "t.json")) == json.loads(
+        json.dumps(trace_document(trace))
+    )
+
+
+def _broken(change: Any) -> dict[str, Any]:
+    doc = json.loads(json.dumps(trace_document(generate_trace(3, SMALL))))
+    change(doc)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(format="other"), "not a replay trace"),
+        (lambda d: d["pods"][0].update(image="nope"), "pods[0].image 'nope'"),
+        (lambda d: d["pods"][1].update(arrival_s=-1.0), "pods[1].arrival_s"),
+        (lambda d: d["pods"][0].update(lifetime_s=0), "pods[0].lifetime_s"),
+        (lambda d: d["pods"][0].pop("name"), "pods[0].name: expected str"),
+        (lambda d: d["images"][0].update(layers=["L999"]), "images[0].layers"),
+        (lambda d: d["cluster"].update(nodes="6"), "cluster.nodes: expected int"),
+        (lambda d: d["layers"]["L001"].update(size_bytes=0), "layers.L001.size_bytes"),
+        (lambda d: d["pods"].append(dict(d["pods"][0], arrival_s=1e9)), "share a name"),
+    ],
+    ids=[
+        "format",
+        "unknown-image",
+        "arrival-order",
+        "lifetime",
+        "missing-name",
+        "undefined-layer",
+        "string-count",
+        "empty-layer",
+        "duplicate-pod",
+    ],
+)
+def test_a_bad_trace_names_the_field(change: Any, message: str) -> None:
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_trace(_broken(change), "t.json")
+
+
+def test_an_unreadable_trace_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"bench/replay\.py trace"):
+        read_trace(tmp_path / "absent.json")
+    (tmp_path / "bad.json").write_text("{", encoding="utf-8")
+    with pytest.raises(InputError, match="not JSON"):
+        read_trace(tmp_path / "bad.json")
+
+
+# ------------------------------------------------------------------ the simulator
+
+
+def test_the_simulator_reads_the_trace_pod_by_pod() -> None:
+    trace = generate_trace(3, SMALL)
+    runs = simulate_trace(trace, ["image-locality", "layer-locality"], seeds=[0, 1])
+    assert [(r.strategy, r.seed) for r in runs] == [
+        ("image-locality", 0),
+        ("image-locality", 1),
+        ("layer-locality", 0),
+        ("layer-locality", 1),
+    ]
+    first = trace.pods[0]
+    for run in runs:
+        assert len(run.startup_s) == len(trace.pods) == len(run.node) == len(run.bytes_pulled)
+        # every pod starts no sooner than the fixed start overhead
+        assert min(run.startup_s) >= trace.cluster.start_overhead_s
+        # the first pod finds an empty cluster: it pulls its whole image, taking at least
+        # its bytes over the link plus the overhead (longer if a later pod shares the link)
+        size = trace.image_size_bytes(first.image)
+        assert run.bytes_pulled[0] == size
+        alone_s = size * 8 / trace.cluster.link_rate_bits_per_s + trace.cluster.start_overhead_s
+        assert run.startup_s[0] >= alone_s - 1e-3
+
+
+def test_the_engines_per_pod_bytes_sum_to_its_total() -> None:
+    corpus, workload, cluster = simulator_inputs(generate_trace(5, SMALL))
+    result = simulate(corpus, workload, cluster, build_strategy("layer-locality"), seed=0)
+    assert int(result.pod_bytes.sum()) == result.bytes_pulled
+    assert (result.pod_node >= 0).all()
+    assert sorted(result.pod_startup_s) == pytest.approx(sorted(result.startup_s))
+
+
+# ------------------------------------------------------------------ the replay's parts
+
+
+@pytest.mark.parametrize(
+    ("whole", "slots", "expected"),
+    [
+        # 2 cores and 8 GiB over 4 slots: 500m and 2 GiB each
+        ({"cpu": "2", "memory": "8Gi"}, 4, {"cpu": "500m", "memory": str(2 * 1024**3)}),
+        # 1999m / 4 = 499.75m, rounded down so 4 fit
+        ({"cpu": "1999m", "memory": "10"}, 4, {"cpu": "499m", "memory": "2"}),
+    ],
+    ids=["even", "rounded-down"],
+)
+def test_a_slot_is_a_share_of_a_worker_rounded_down(
+    whole: dict[str, str], slots: int, expected: dict[str, str]
+) -> None:
+    assert slot_requests(whole, slots) == expected
+
+
+def test_a_worker_too_small_to_cut_is_refused() -> None:
+    with pytest.raises(TestbedError, match="cannot be cut into 4 slots"):
+        slot_requests({"cpu": "3m", "memory": "1Gi"}, 4)
+
+
+@pytest.mark.parametrize(
+    ("start", "now", "lifetime", "expected"),
+    [
+        (100.0, 112.4, 10.0, 23),  # 12.4 s since the kubelet took it + 10 s, rounded up
+        (100.0, 100.0, 0.2, 1),  # at least a second
+    ],
+    ids=["after-a-pull", "at-least-one"],
+)
+def test_the_deadline_counts_from_the_pods_start_time(
+    start: float, now: float, lifetime: float, expected: int
+) -> None:
+    assert deadline_s(start, now, lifetime) == expected
+
+
+def test_runs_alternate_the_first_scheduler_every_round() -> None:
+    plan = plan_runs(["a", "b", "c"], 3)
+    assert [s for r, s in plan if r == 1] == ["a", "b", "c"]
+    assert [s for r, s in plan if r == 2] == ["b", "c", "a"]
+    assert [s for r, s in plan if r == 3] == ["c", "a", "b"]
+    with pytest.raises(TestbedError):
+        plan_runs(["a"], 0)
+
+
+def test_running_means_every_container_runs() -> None:
+    running = {"status": {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}}
+    creating = {"status": {"phase": "Pending", "containerStatuses": [{"state": {"waiting": {}}}]}}
+    assert is_running(running) and not is_running(creating) and not is_running({})
+
+
+def test_the_access_log_splits_bytes_by_node_and_repository() -> None:
+    when = "[27/Nov/2026:12:00:00 +0000]"
+
+    def line(client: str, request: str, status: int, size: int) -> str:
+        return f'{client} - - {when} "{request} HTTP/1.1" {status} {size} "" ""'
+
+    log = [
+        line("10.0.0.11", "GET /v2/replay/app-01/blobs/sha256:aa", 200, 1000),
+        line("10.0.0.11", "GET /v2/replay/app-01/manifests/run-1", 200, 50),
+        line("10.0.0.11", "HEAD /v2/replay/app-01/manifests/run-1", 200, 50),
+        line("10.0.0.12", "GET /v2/replay/app-02/blobs/sha256:bb", 206, 7),
+        line("10.0.0.12", "GET /v2/replay/app-02/blobs/sha256:cc", 404, 9),
+        "garbage",
+    ]
+    # HEAD and 404 carry no image bytes; the two GETs of app-01 add up
+    assert pulled_bytes_by_repository(log) == {
+        ("10.0.0.11", "replay/app-01"): 1050,
+        ("10.0.0.12", "replay/app-02"): 7,
+    }
+
+
+# ------------------------------------------------------------------ the replay loop
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.01)
+
+
+class _RecordingDriver:
+    """Answers the replay as a cluster would if every pod were bound at once to a node of
+    its own choosing, ran 2 s after creation and ended when its deadline passed: enough to
+    test the loop's pacing and bookkeeping, which is all this is."""
+
+    namespace = "layersched-replay"
+
+    def __init__(self, clock: _Clock) -> None:
+        self.clock = clock
+        self.created: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.deadlines: dict[str, int] = {}
+
+    def scheduler_name(self, strategy: str) -> str:
+        return f"sched-{strategy}"
+
+    def free_requests(self) -> dict[str, str]:
+        return {"cpu": "2", "memory": "8Gi"}
+
+    def create_pod(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        name = document["metadata"]["name"]
+        self.created[name] = (self.clock.now, copy.deepcopy(dict(document)))
+        return {"metadata": {"name": name, "uid": f"uid-{name}"}}
+
+    def _stamp(self, at: float) -> str:
+        from datetime import UTC, datetime
+
+        return datetime.fromtimestamp(1_800_000_000 + at, UTC).isoformat()
+
+    def pods(self) -> list[dict[str, Any]]:
+        out = []
+        for name, (at, _doc) in self.created.items():
+            age = self.clock.now - at
+            deadline = self.deadlines.get(name)
+            phase = "Pending" if age < 2 else "Running"
+            state: dict[str, Any] = (
+                {"waiting": {}} if age < 2 else {"running": {"startedAt": self._stamp(at + 2)}}
+            )
+            if deadline is not None and age >= deadline:
+                phase, state = (
+                    "Failed",
+                    {"terminated": {"startedAt": self._stamp(at + 2), "exitCode": 137}},
+                )
+            out.append(
+                {
+                    "metadata": {
+                        "name": name,
+                        "uid": f"uid-{name}",
+                        "creationTimestamp": self._stamp(at),
+                    },
+                    "spec": {"nodeName": "n1"},
+                    "status": {
+                        "phase": phase,
+                        "reason": "DeadlineExceeded" if phase == "Failed" else None,
+                        "startTime": self._stamp(at),
+                        "containerStatuses": [{"name": "main", "state": state}],
+                    },
+                }
+            )
+        return out
+
+    def patch_pod(self, name: str, document: Mapping[str, Any]) -> dict[str, Any]:
+        self.deadlines[name] = document["spec"]["activeDeadlineSeconds"]
+        return {}
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return []
+
+    def node_address(self, node: str) -> str:
+        return "10.0.0.11"
+
+
+def test_the_replay_creates_pods_on_time_ends_them_by_deadline_and_measures_them() -> None:
+    trace = generate_trace(3, SMALL)
+    clock = _Clock()
+    driver = _RecordingDriver(clock)
+    replay = Replay(
+        driver,  # type: ignore[arg-type]
+        trace,
+        "10.0.0.1:5000",
+        access_log=lambda offset: [],
+        log_end=lambda: 0,
+        build=TraceBuild({}, {}),
+        clock=clock,
+        wall=lambda: 1_800_000_000 + clock.now,
+        sleep=clock.sleep,
+    )
+    run = replay.run("layer-locality", "run-1")
+    for pod in trace.pods:
+        at, document = driver.created[pod.name]
+        # created at its arrival, within one pacing step
+        assert pod.arrival_s <= at <= pod.arrival_s + 0.5
+        container = document["spec"]["containers"][0]
+        assert container["image"] == f"10.0.0.1:5000/replay/{pod.image}:run-1"
+        assert container["imagePullPolicy"] == "IfNotPresent"
+        assert document["spec"]["schedulerName"] == "sched-layer-locality"
+        # a slot: 2 cores over 2 slots
+        assert container["resources"]["requests"]["cpu"] == "1000m"
+        # its deadline: seen running within a poll of 2 s, then its lifetime, rounded up
+        assert 2 + pod.lifetime_s <= driver.deadlines[pod.name] <= 2 + pod.lifetime_s + 1.6
+    assert [p["name"] for p in run["pods"]] == [p.name for p in trace.pods]
+    for measured in run["pods"]:
+        assert measured["startup_s"] == pytest.approx(2.0)  # the API's timestamps
+        assert 2.0 <= measured["observed_startup_s"] <= 2.6  # seen at the next poll
+        assert measured["end_reason"] == "DeadlineExceeded"
+        assert measured["bytes"] == 0 and measured["pull_s"] is None  # no Pulled event here
+
+
+# ------------------------------------------------------------------ the results
+
+
+def _run(strategy: str, number: int, startups: list[float], sizes: list[int]) -> dict[str, Any]:
+    return {
+        "round": number,
+        "strategy": strategy,
+        "pods": [
+            {"startup_s": s, "observed_startup_s": s + 0.2, "pull_s": s - 1, "bytes": b}
+            for s, b in zip(startups, sizes, strict=True)
+        ],
+    }
+
+
+MIB = 1024 * 1024
+RUNS = [
+    # round 1: image-locality mean 4 s, layer-locality mean 2 s: 2x
+    _run("image-locality", 1, [2.0, 6.0], [10 * MIB, 10 * MIB]),
+    _run("layer-locality", 1, [1.0, 3.0], [10 * MIB, 1000]),
+    # round 2: 6 s against 4 s: 1.5x
+    _run("layer-locality", 2, [3.0, 5.0], [10 * MIB, 5 * MIB]),
+    _run("image-locality", 2, [5.0, 7.0], [10 * MIB, 10 * MIB]),
+]
+
+
+def test_the_speedup_is_taken_round_by_round_then_spread() -> None:
+    summary = report.summarise(RUNS)
+    speedup = summary["layer-locality"]["speedup_vs_image-locality"]
+    # mean of 2.0 and 1.5; the range is the rounds'
+    assert speedup == {"mean": 1.75, "min": 1.5, "max": 2.0, "n": 2}
+    assert summary["image-locality"]["speedup_vs_image-locality"]["mean"] == 1.0
+    # round 1's layer-locality pod of 1,000 bytes pulled no layer; round 2's both did
+    assert summary["layer-locality"]["pulled_nothing_share"] == {
+        "mean": 0.25,
+        "min": 0.0,
+        "max": 0.5,
+        "n": 2,
+    }
+    assert summary["layer-locality"]["mean_startup_s"] == {
+        "mean": 3.0,
+        "min": 2.0,
+        "max": 4.0,
+        "n": 2,
+    }
+
+
+def _results() -> dict[str, Any]:
+    runs = copy.deepcopy(RUNS)
+    runs[0]["estimate"] = {
+        "totals": {"pulled_bytes": 20 * MIB, "avoidable_bytes": 8 * MIB, "pods": 2}
+    }
+    return {
+        "trace": {
+            "path": "bench/replay/trace.json",
+            "seed": 36,
+            "pods": 2,
+            "images": 2,
+            "layers": 3,
+            "distinct_bytes": 30 * MIB,
+            "cluster": {"nodes": 6, "containers_per_node": 4, "link_rate_bits_per_s": 20_000_000},
+        },
+        "rounds_asked": 3,
+        "runs": runs,
+        "simulation": {
+            "seeds_count": 1,
+            "runs": {
+                "image-locality": [{"seed": 0, "startup_s": [4.0, 4.0], "bytes_pulled": [1, 1]}],
+                "layer-locality": [{"seed": 0, "startup_s": [2.0, 2.0], "bytes_pulled": [1, 0]}],
+            },
+        },
+        "provenance": None,
+    }
+
+
+def test_the_block_gives_real_and_simulated_figures_with_their_ranges() -> None:
+    text = report.markdown(_results())
+    row = next(line for line in text.splitlines() if line.startswith("| layer-locality, extender"))
+    # mean start-up 3.0 over rounds of 2.0 and 4.0; speedup 1.75 (1.50-2.00); the
+    # simulator's 2.0 s, 4/2 = 2x
+    assert "| 3.0 (2.0–4.0) |" in row
+    assert "1.75× (1.50–2.00)" in row
+    assert row.endswith("| 2.0 | 2.00× |")
+    # 2 of the 3 rounds asked ran: said in bold
+    assert "**3 were asked; the others did not run**" in text
+    # the estimate after round 1's image-locality run: 8 MiB avoidable; layer-locality
+    # pulled 20 - 10 MiB = 10 MiB less
+    assert "called 8 MiB of that run's pulls avoidable" in text
+    assert "layer-locality pulled 10 MiB less" in text
+    assert "1.4–2.3×" in text
+    assert "records no commit" in text
+
+
+def test_the_plot_is_drawn(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib (layersched[sim]) draws the plot")
+    report.plot(_results(), tmp_path / "replay.png")
+    assert (tmp_path / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -458,3 +458,40 @@ def test_the_plot_is_drawn(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="matplotlib (layersched[sim]) draws the plot")
     report.plot(_results(), tmp_path / "replay.png")
     assert (tmp_path / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("serial", "expected"),
+    [
+        # two 1 MB pulls on one 8 Mbit/s link (1 s each alone), both at t=0:
+        # shared equally, both end at 2 s; one at a time, at 1 s and 2 s
+        (False, [2.0, 2.0]),
+        (True, [1.0, 2.0]),
+    ],
+    ids=["shared-link", "serial-pulls"],
+)
+def test_serial_pulls_take_turns_where_shared_ones_split_the_link(
+    serial: bool, expected: list[float]
+) -> None:
+    doc = {
+        "format": "layersched-replay-trace/1",
+        "seed": 1,
+        "cluster": {
+            "nodes": 1,
+            "containers_per_node": 2,
+            "link_rate_bits_per_s": 8_000_000,
+            "start_overhead_s": 0.0,
+            "serial_pulls": serial,
+        },
+        "layers": {
+            "L1": {"seed": 1, "size_bytes": 1_000_000},
+            "L2": {"seed": 2, "size_bytes": 1_000_000},
+        },
+        "images": [{"name": "a", "layers": ["L1"]}, {"name": "b", "layers": ["L2"]}],
+        "pods": [
+            {"name": "p1", "image": "a", "arrival_s": 0.0, "lifetime_s": 5.0},
+            {"name": "p2", "image": "b", "arrival_s": 0.0, "lifetime_s": 5.0},
+        ],
+    }
+    (run,) = simulate_trace(parse_trace(doc, "t.json"), ["layer-locality"], seeds=[0])
+    assert list(run.startup_s) == pytest.approx(expected)

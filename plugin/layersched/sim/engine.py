@@ -15,7 +15,9 @@ and a link of ``bandwidth_bits_per_s``.
 neither on disk nor in flight; they are pulled as one job. Concurrent jobs on one
 node share its link equally (processor sharing): two equal pulls that start
 together both finish after twice the time of one. A pod also waits for layers
-another pod's job is already fetching (containerd pulls a blob once).
+another pod's job is already fetching (containerd pulls a blob once). With
+``serial_pulls`` a node pulls one job at a time instead, first come first served (a
+kubelet's ``serializeImagePulls``, the replay trace's cluster).
 ``startup = queue wait + pull wait + start_overhead_s``.
 
 **What the scheduler sees.** A layer enters the inventory when its pull
@@ -90,6 +92,10 @@ class ClusterParams:
     bandwidth_bits_per_s: tuple[float, float] = (1e9, 1e9)
     #: Fixed cost of creating and starting a container once its layers are present.
     start_overhead_s: float = 1.0
+    #: Pull one job at a time per node, first come first served, as a kubelet with
+    #: ``serializeImagePulls: true`` (its default) does; False: concurrent pulls share the
+    #: link equally.
+    serial_pulls: bool = False
 
 
 class RandomPlacement(PerNodeStrategy):
@@ -177,6 +183,8 @@ class _Node:
     vtime: float = 0.0
     vtime_at_s: float = 0.0
     active: list[tuple[float, int, _Job]] = field(default_factory=list)
+    #: Jobs waiting for the link, with serial pulls.
+    queued: deque[_Job] = field(default_factory=deque)
     version: int = 0
 
 
@@ -380,6 +388,9 @@ class _Simulation:
             self._push(at_s, node, node.version)
 
     def _start_job(self, node: _Node, job: _Job) -> None:
+        if self.cluster.serial_pulls and node.active:
+            node.queued.append(job)
+            return
         self._advance(node)
         job.finish_v = node.vtime + job.size_bytes
         heapq.heappush(node.active, (job.finish_v, next(self.seq), job))
@@ -391,6 +402,8 @@ class _Simulation:
         while node.active and node.active[0][0] - node.vtime <= _DONE_EPSILON_BYTES:
             done.append(heapq.heappop(node.active)[2])
         self._reschedule(node)
+        if done and node.queued and not node.active:
+            self._start_job(node, node.queued.popleft())
         for job in done:
             for lid in job.layers:
                 del node.inflight[lid]

@@ -12,8 +12,8 @@ so the testbed builds the same bytes every time (:mod:`layersched.images.oci`); 
 The document::
 
     {"format": "layersched-replay-trace/1", "seed": 36, "params": {...},
-     "cluster": {"nodes": 6, "containers_per_node": 4,
-                 "link_rate_bits_per_s": 20000000, "start_overhead_s": 1.0},
+     "cluster": {"nodes": 6, "containers_per_node": 4, "link_rate_bits_per_s": 20000000,
+                 "start_overhead_s": 1.0, "serial_pulls": true},
      "layers": {"L001": {"seed": 3600001, "size_bytes": 9437184}, ...},
      "images": [{"name": "app-01", "layers": ["L001", "L004", "L009"]}, ...],
      "pods": [{"name": "pod-001", "image": "app-01", "arrival_s": 0.84,
@@ -78,6 +78,8 @@ class TraceParams:
     containers_per_node: int = 4
     link_rate_bits_per_s: int = 20_000_000
     start_overhead_s: float = 1.0
+    #: The testbed's kubelets pull one image at a time (``serializeImagePulls: true``).
+    serial_pulls: bool = True
     corpus: CorpusParams = field(
         default_factory=lambda: CorpusParams(
             os_bases=3,
@@ -133,6 +135,8 @@ class TraceCluster:
     containers_per_node: int
     link_rate_bits_per_s: int
     start_overhead_s: float
+    #: Whether a node pulls one image at a time (the simulator then does too).
+    serial_pulls: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +230,7 @@ def generate_trace(seed: int, params: TraceParams | None = None) -> Trace:
         params.containers_per_node,
         params.link_rate_bits_per_s,
         params.start_overhead_s,
+        params.serial_pulls,
     )
     return Trace(seed, cluster, layers, tuple(images), pods, asdict(params))
 
@@ -257,7 +262,7 @@ def write_trace(trace: Trace, path: Path) -> None:
 
 def _field(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = doc.get(key)
-    if isinstance(value, bool) or not isinstance(value, kind):
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         raise InputError(
             f"{where}.{key}: expected {getattr(kind, '__name__', 'a number')}, got "
             f"{type(value).__name__}; regenerate the trace (python3 bench/replay.py trace)"
@@ -287,6 +292,9 @@ def parse_trace(doc: Any, where: str) -> Trace:
         start_overhead_s=float(
             _field(cluster_doc, "start_overhead_s", number, f"{where}: cluster")
         ),
+        serial_pulls=_field(cluster_doc, "serial_pulls", bool, f"{where}: cluster")
+        if "serial_pulls" in cluster_doc
+        else False,
     )
     if cluster.nodes < 1 or cluster.containers_per_node < 1 or cluster.link_rate_bits_per_s < 1:
         raise InputError(f"{where}: cluster: nodes, slots and link rate must be at least 1")
@@ -417,6 +425,7 @@ def simulator_inputs(trace: Trace) -> tuple[Corpus, Workload, ClusterParams]:
         eviction="lru",
         bandwidth_bits_per_s=(rate, rate),
         start_overhead_s=trace.cluster.start_overhead_s,
+        serial_pulls=trace.cluster.serial_pulls,
     )
     return corpus, workload, cluster
 

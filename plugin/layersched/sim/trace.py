@@ -401,7 +401,7 @@ def simulator_inputs(trace: Trace) -> tuple[Corpus, Workload, ClusterParams]:
     counts = np.bincount([index[pod.image] for pod in trace.pods], minlength=len(trace.images))
     corpus = Corpus(
         images=corpus_images,
-        popularity=counts / counts.sum(),
+        popularity=np.asarray(counts / counts.sum(), dtype=np.float64),
         params=CorpusParams(),
         seed=trace.seed,
     )

@@ -205,6 +205,8 @@ class PodResult:
     #: The kubelet's pull time (0 when it found the image present), and whether it pulled.
     pull_s: float | None
     pulled: bool | None
+    #: The pull with its wait in the kubelet's queue (it pulls one image at a time).
+    pull_waited_s: float | None
     #: Bytes of manifests and blobs the registry sent the pod's node for its repository
     #: (the first pod of an image on a node carries them; a later one finds it present).
     bytes: int
@@ -375,6 +377,7 @@ class Replay:
                     ),
                     pull_s=None if event is None else event.seconds,
                     pulled=None if event is None else event.pulled,
+                    pull_waited_s=None if event is None else event.waited_seconds,
                     bytes=size,
                     end_reason=status.get("reason"),
                 )

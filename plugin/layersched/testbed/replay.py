@@ -1,4 +1,7 @@
-"""Replay a trace (:mod:`layersched.sim.trace`) through a real cluster's kube-schedulers.
+"""Replay a trace through a real cluster's kube-schedulers.
+
+The trace is :mod:`layersched.sim.trace`'s, known here by its shape (:class:`Trace`): the
+testbed and the simulator are independent packages.
 
 One **run** replays every pod of the trace for one strategy, from a clean state:
 
@@ -28,7 +31,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 
@@ -51,7 +54,6 @@ from layersched.images.oci import (
     random_layer,
 )
 from layersched.registry import RegistryClient
-from layersched.sim.trace import Trace
 from layersched.testbed.cluster._measure import pulled_bytes_by_repository
 from layersched.testbed.cluster.driver import ClusterDriver, scenario_pod
 from layersched.testbed.idle_program import idle_program
@@ -73,6 +75,58 @@ STUCK_AFTER_S = 600.0
 #: Pod phases in which the pod has ended.
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
 RUNNING = "Running"
+
+
+class TraceLayer(Protocol):
+    """A trace's layer (:class:`layersched.sim.trace.TraceLayer`: the testbed and the
+    simulator are independent, so the trace is known here by its shape)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def size_bytes(self) -> int: ...
+
+
+class TraceImage(Protocol):
+    """A trace's image: its name and its layer labels, base first."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def layers(self) -> tuple[str, ...]: ...
+
+
+class TracePod(Protocol):
+    """A trace's pod."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def image(self) -> str: ...
+    @property
+    def arrival_s(self) -> float: ...
+    @property
+    def lifetime_s(self) -> float: ...
+
+
+class TraceCluster(Protocol):
+    """The cluster a trace is replayed on (what the replay reads of it)."""
+
+    @property
+    def containers_per_node(self) -> int: ...
+
+
+class Trace(Protocol):
+    """A replay trace (:class:`layersched.sim.trace.Trace`)."""
+
+    @property
+    def cluster(self) -> TraceCluster: ...
+    @property
+    def layers(self) -> Mapping[str, TraceLayer]: ...
+    @property
+    def images(self) -> Sequence[TraceImage]: ...
+    @property
+    def pods(self) -> Sequence[TracePod]: ...
 
 
 def repository(registry: str, image: str) -> str:

@@ -78,6 +78,8 @@ def _trace_summary(trace: Trace, path: str) -> dict[str, Any]:
         "images": len(trace.images),
         "layers": len(trace.layers),
         "distinct_bytes": trace.distinct_bytes(),
+        "smallest_layer_bytes": trace.smallest_layer_bytes(),
+        "byte_scale": trace.params.get("byte_scale"),
         "cluster": {
             "nodes": trace.cluster.nodes,
             "containers_per_node": trace.cluster.containers_per_node,
@@ -175,7 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{sorted(rates)} bit/s; "
             f"the trace wants {trace.cluster.nodes} at {trace.cluster.link_rate_bits_per_s}: "
             f"layersched testbed up --nodes {trace.cluster.nodes} "
-            f"--rate-mbit {trace.cluster.link_rate_bits_per_s // 1_000_000}"
+            f"--rate-mbit {trace.cluster.link_rate_bits_per_s / 1e6:g}"
         )
     backend = LocalBackend(inventory)
     strategies = [s for s in (args.strategy or STRATEGIES) if s in backend.schedulers]
@@ -233,7 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
             provenance.sample_load(record)
             results["runs"].append(run)
-            figures = replay_report.run_figures(run["pods"])
+            figures = replay_report.run_figures(run["pods"], trace.smallest_layer_bytes())
             console.print(
                 f"  {run['duration_s']:.0f} s: mean start-up {figures['mean_startup_s']} s, "
                 f"{figures['bytes_pulled'] / replay_report.MIB:,.0f} MiB, "
@@ -246,7 +248,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         replay.reset(tags[-1])  # leave no image on the nodes: the host's disk is shared
         backend.close()
     results["provenance"] = provenance.finish(record)
-    results["summary"] = replay_report.summarise(results["runs"])
+    results["summary"] = replay_report.summarise(
+        results["runs"], trace.smallest_layer_bytes()
+    )
     results["run_time_s"] = round(time.monotonic() - begun, 1)
     _write(results, out)
     replay_report.plot(results, ROOT / replay_report.DEFAULT_PLOT)

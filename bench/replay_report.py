@@ -38,8 +38,8 @@ LABELS = {
     "layer-locality-plugin": "layer-locality, plugin (default plugins + LayerLocality)",
     "pull-time": "pull-time, extender",
 }
-#: A pod sent less than this pulled no layer: manifest and config only (the trace's
-#: smallest layer holds 64 KiB).
+#: A pod sent less than this pulled no layer, only manifest and config (a few KiB); the
+#: results name their trace's smallest layer, which is used instead.
 NOTHING_BYTES = 64 * 1024
 MIB = 1024 * 1024
 TAIL = 95
@@ -51,7 +51,9 @@ def _values(pods: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [float(p[key]) for p in pods if p.get(key) is not None]
 
 
-def run_figures(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def run_figures(
+    pods: Sequence[Mapping[str, Any]], nothing_below: int = NOTHING_BYTES
+) -> dict[str, Any]:
     """One run's figures from its pods: start-up (the API's) mean, p50 and p95, the start-up
     seen by the replay, mean pull, total bytes and the share of pods that pulled no layer.
 
@@ -74,7 +76,7 @@ def run_figures(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "mean_observed_startup_s": _round(np.mean(observed)) if observed else None,
         "mean_pull_s": _round(np.mean(pulls)) if pulls else None,
         "bytes_pulled": sum(sizes),
-        "pulled_nothing_share": _round(sum(1 for s in sizes if s < NOTHING_BYTES) / len(pods))
+        "pulled_nothing_share": _round(sum(1 for s in sizes if s < nothing_below) / len(pods))
         if pods
         else None,
     }
@@ -112,13 +114,17 @@ FIGURES = (
 )
 
 
-def summarise(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def summarise(
+    runs: Sequence[Mapping[str, Any]], nothing_below: int = NOTHING_BYTES
+) -> dict[str, Any]:
     """Per strategy, every figure over its rounds (:func:`spread`), and the speedup against
     image-locality, round by round (the baseline's mean start-up in that round over the
     strategy's), then over the rounds."""
     by_round: dict[int, dict[str, dict[str, Any]]] = {}
     for run in runs:
-        by_round.setdefault(int(run["round"]), {})[run["strategy"]] = run_figures(run["pods"])
+        by_round.setdefault(int(run["round"]), {})[run["strategy"]] = run_figures(
+            run["pods"], nothing_below
+        )
     strategies = list(dict.fromkeys(run["strategy"] for run in runs))
     summary: dict[str, Any] = {}
     for strategy in strategies:
@@ -138,7 +144,9 @@ def summarise(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def simulation_summary(sim: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+def simulation_summary(
+    sim: Mapping[str, Sequence[Mapping[str, Any]]], nothing_below: int = NOTHING_BYTES
+) -> dict[str, Any]:
     """The simulator's runs (per strategy, one per tie-break seed: ``startup_s`` and
     ``bytes_pulled`` per pod) summarised as :func:`summarise` does the real ones, with the
     speedup seed by seed."""
@@ -149,7 +157,8 @@ def simulation_summary(sim: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[s
                 [
                     {"startup_s": s, "bytes": b, "pull_s": None, "observed_startup_s": None}
                     for s, b in zip(run["startup_s"], run["bytes_pulled"], strict=True)
-                ]
+                ],
+                nothing_below,
             )
             for run in runs
         ]
@@ -229,10 +238,11 @@ def markdown(results: Mapping[str, Any]) -> str:
     """The README block: the per-scheduler table with each figure's range over the rounds,
     the simulator's prediction for the same trace beside it, the estimate check, and where
     the figures come from."""
-    summary = summarise(results["runs"])
-    sim = results.get("simulation") or {}
-    sim_summary = simulation_summary(sim.get("runs") or {})
     trace = results["trace"]
+    nothing_below = int(trace.get("smallest_layer_bytes") or NOTHING_BYTES)
+    summary = summarise(results["runs"], nothing_below)
+    sim = results.get("simulation") or {}
+    sim_summary = simulation_summary(sim.get("runs") or {}, nothing_below)
     cluster = trace["cluster"]
     asked = results.get("rounds_asked")
     done = max((entry["rounds"] for entry in summary.values()), default=0)

@@ -10,7 +10,7 @@ venv=${VENV:-.venv}
 read -r nodes rate_mbit < <("$venv/bin/python" - <<'PY'
 import json
 doc = json.load(open("bench/replay/trace.json", encoding="utf-8"))
-print(doc["cluster"]["nodes"], doc["cluster"]["link_rate_bits_per_s"] // 1_000_000)
+print(doc["cluster"]["nodes"], doc["cluster"]["link_rate_bits_per_s"] / 1e6)
 PY
 )
 "$venv/bin/layersched" testbed up --nodes "$nodes" --rate-mbit "$rate_mbit"

@@ -12,9 +12,9 @@ so the testbed builds the same bytes every time (:mod:`layersched.images.oci`); 
 The document::
 
     {"format": "layersched-replay-trace/1", "seed": 36, "params": {...},
-     "cluster": {"nodes": 6, "containers_per_node": 4, "link_rate_bits_per_s": 20000000,
+     "cluster": {"nodes": 6, "containers_per_node": 4, "link_rate_bits_per_s": 2500000,
                  "start_overhead_s": 1.0, "serial_pulls": true},
-     "layers": {"L001": {"seed": 3600001, "size_bytes": 9437184}, ...},
+     "layers": {"L001": {"seed": 3600001, "size_bytes": 1071459}, ...},
      "images": [{"name": "app-01", "layers": ["L001", "L004", "L009"]}, ...],
      "pods": [{"name": "pod-001", "image": "app-01", "arrival_s": 0.84,
                "lifetime_s": 17.2}, ...]}
@@ -63,10 +63,12 @@ class TraceParams:
     """What :func:`generate_trace` draws; defaults: ``make replay``'s trace.
 
     Sized for one 2-core machine shared with other work (docs/replay.md): 6 nodes of 4
-    slots, 50 pods arriving at 0.5/s (about 100 s), living 10..30 s once started, over
-    20 Mbit/s links; images of 3..7 layers drawn from 24 over 3 OS bases and 8 runtimes,
-    most of a few to tens of MiB, with the corpus's heavy tail capped at 96 MiB a layer
-    (the host disk's free space bounds what six nodes may hold at once).
+    slots, 50 pods arriving at 0.5/s (about 100 s), living 10..30 s once started; images
+    of 3..7 layers drawn from 24 over 3 OS bases and 8 runtimes, most of a few to tens of
+    MiB, with the corpus's heavy tail capped at 96 MiB a layer, over 20 Mbit/s links. Both
+    the bytes and the link rate are then scaled by ``byte_scale`` (1/8: the host disk had
+    under 1 GB free), which leaves every pull's duration, and so the placement's effect on
+    start-up, as the unscaled trace would have them.
     """
 
     pods: int = 50
@@ -76,7 +78,10 @@ class TraceParams:
     max_lifetime_s: float = 30.0
     nodes: int = 6
     containers_per_node: int = 4
+    #: The link rate before ``byte_scale``.
     link_rate_bits_per_s: int = 20_000_000
+    #: Every layer's size and the link rate are multiplied by this.
+    byte_scale: float = 0.125
     start_overhead_s: float = 1.0
     #: The testbed's kubelets pull one image at a time (``serializeImagePulls: true``).
     serial_pulls: bool = True
@@ -161,6 +166,10 @@ class Trace:
         """Content bytes of ``name``'s layers."""
         return sum(self.layers[label].size_bytes for label in self.image(name).layers)
 
+    def smallest_layer_bytes(self) -> int:
+        """The smallest layer's content size."""
+        return min(layer.size_bytes for layer in self.layers.values())
+
     def distinct_bytes(self) -> int:
         """Content bytes of every distinct layer (what the registry stores)."""
         return sum(layer.size_bytes for layer in self.layers.values())
@@ -175,6 +184,8 @@ def generate_trace(seed: int, params: TraceParams | None = None) -> Trace:
     params = params or TraceParams()
     if params.pods < 1 or params.pods > MAX_PODS:
         raise InputError(f"trace pods: expected 1..{MAX_PODS}, got {params.pods}")
+    if not 0 < params.byte_scale <= 1:
+        raise InputError(f"trace byte_scale {params.byte_scale}: expected within (0, 1]")
     if not 0 < params.min_lifetime_s <= params.max_lifetime_s:
         raise InputError(
             f"trace lifetimes {params.min_lifetime_s}..{params.max_lifetime_s} s: "
@@ -211,7 +222,8 @@ def generate_trace(seed: int, params: TraceParams | None = None) -> Trace:
             label = labels.get(layer.digest)
             if label is None:
                 label = labels[layer.digest] = f"L{len(labels) + 1:03d}"
-                layers[label] = TraceLayer(seed * SEED_STRIDE + len(labels), layer.size_bytes)
+                scaled = max(1, round(layer.size_bytes * params.byte_scale))
+                layers[label] = TraceLayer(seed * SEED_STRIDE + len(labels), scaled)
             own.append(label)
         names[rank] = f"app-{rank + 1:02d}"
         images.append(TraceImage(names[rank], tuple(own)))
@@ -228,7 +240,7 @@ def generate_trace(seed: int, params: TraceParams | None = None) -> Trace:
     cluster = TraceCluster(
         params.nodes,
         params.containers_per_node,
-        params.link_rate_bits_per_s,
+        max(1, round(params.link_rate_bits_per_s * params.byte_scale)),
         params.start_overhead_s,
         params.serial_pulls,
     )

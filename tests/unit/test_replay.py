@@ -495,3 +495,16 @@ def test_serial_pulls_take_turns_where_shared_ones_split_the_link(
     }
     (run,) = simulate_trace(parse_trace(doc, "t.json"), ["layer-locality"], seeds=[0])
     assert list(run.startup_s) == pytest.approx(expected)
+
+
+def test_scaling_bytes_and_link_together_keeps_every_start_up() -> None:
+    # a pull takes bytes / rate: dividing both by 8 leaves every pod's start-up as it was
+    # (to the rounding of layer sizes to whole bytes)
+    whole = generate_trace(3, TraceParams(pods=12, images=6, byte_scale=1.0))
+    eighth = generate_trace(3, TraceParams(pods=12, images=6, byte_scale=0.125))
+    assert eighth.cluster.link_rate_bits_per_s * 8 == whole.cluster.link_rate_bits_per_s
+    assert eighth.distinct_bytes() == pytest.approx(whole.distinct_bytes() / 8, rel=1e-4)
+    (big,) = simulate_trace(whole, ["layer-locality"], seeds=[0])
+    (small,) = simulate_trace(eighth, ["layer-locality"], seeds=[0])
+    assert small.startup_s == pytest.approx(big.startup_s, abs=1e-3)
+    assert small.node == big.node

@@ -248,9 +248,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         replay.reset(tags[-1])  # leave no image on the nodes: the host's disk is shared
         backend.close()
     results["provenance"] = provenance.finish(record)
-    results["summary"] = replay_report.summarise(
-        results["runs"], trace.smallest_layer_bytes()
-    )
+    results["summary"] = replay_report.summarise(results["runs"], trace.smallest_layer_bytes())
     results["run_time_s"] = round(time.monotonic() - begun, 1)
     _write(results, out)
     replay_report.plot(results, ROOT / replay_report.DEFAULT_PLOT)

@@ -53,6 +53,7 @@ _PPID, _UTIME, _CSTIME, _NICE, _START = 1, 11, 14, 16, 19
 #: samples is still counted, in its parent's reaped children's time).
 SAMPLE_S = 2.0
 _KTHREADD = 2
+_INIT = 1
 #: Processes at this niceness or above get CPU only when the benchmark leaves a core idle
 #: (CFS weighs nice 19 at 15 against nice 0's 1024): recorded, but they do not decide.
 LOW_PRIORITY_NICE = 10
@@ -103,8 +104,8 @@ def _busy_seconds() -> float | None:
 
 
 #: A process as one sample sees it: its start time (ticks since boot: a reused pid
-#: differs), its CPU seconds (with its reaped children's) and whose it is.
-Seen = tuple[int, float, str]
+#: differs), its parent, its own CPU seconds, its reaped children's, and whose it is.
+Seen = tuple[int, int, float, float, str]
 OWN, COMPETING, LOW, KERNEL = "own", "competing", "low", "kernel"
 
 
@@ -116,7 +117,7 @@ def snapshot(
     to init by their starter), :data:`KERNEL` (kernel threads, which serve everyone),
     :data:`COMPETING` (other processes at normal priority, :func:`_priority_nice` below
     :data:`LOW_PRIORITY_NICE`) or :data:`LOW`."""
-    stats: dict[int, tuple[int, int, int, float]] = {}
+    stats: dict[int, tuple[int, int, int, float, float]] = {}
     roots = [root_pid]
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -125,8 +126,15 @@ def snapshot(
             rest = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue  # gone meanwhile
-        used = sum(int(v) for v in rest[_UTIME : _CSTIME + 1]) / _TICKS
-        stats[int(entry.name)] = (int(rest[_PPID]), int(rest[_NICE]), int(rest[_START]), used)
+        used = (int(rest[_UTIME]) + int(rest[_UTIME + 1])) / _TICKS
+        reaped = (int(rest[_CSTIME - 1]) + int(rest[_CSTIME])) / _TICKS
+        stats[int(entry.name)] = (
+            int(rest[_PPID]),
+            int(rest[_NICE]),
+            int(rest[_START]),
+            used,
+            reaped,
+        )
         if own_commands and _command_holds(entry, own_commands):
             roots.append(int(entry.name))
     children: dict[int, list[int]] = {}
@@ -140,7 +148,7 @@ def snapshot(
     kernel = {_KTHREADD, *children.get(_KTHREADD, ())}
     mine = _autogroup(proc / str(root_pid))
     seen: dict[int, Seen] = {}
-    for pid, (_, nice, started, used) in stats.items():
+    for pid, (ppid, nice, started, used, reaped) in stats.items():
         if pid in tree:
             whose = OWN
         elif pid in kernel:
@@ -149,19 +157,30 @@ def snapshot(
             whose = COMPETING
         else:
             whose = LOW
-        seen[pid] = (started, used, whose)
+        seen[pid] = (started, ppid, used, reaped, whose)
     return seen
 
 
 def spent(before: Mapping[int, Seen], after: Mapping[int, Seen]) -> dict[str, float]:
-    """CPU seconds each class spent between two snapshots, process by process (a process
-    counts in the class it is in at the later one; one born since counts whole; one gone
-    is counted in its parent's reaped children's time, when a live parent waited)."""
+    """CPU seconds each class spent between two snapshots, process by process, each in the
+    class it is in at the later one. A process born since counts whole. A child that ended
+    meanwhile is in its parent's reaped children's time, less what the earlier snapshot
+    had already counted of it (without that, init, which reaps every orphan, would be
+    charged again with all an orphan ever spent); one reaped by nobody that lived is lost
+    for its last interval only."""
     out = dict.fromkeys((OWN, COMPETING, LOW, KERNEL), 0.0)
-    for pid, (started, used, whose) in after.items():
+    counted: dict[int, float] = {}  # parent -> what `before` counted of its ended children
+    for pid, (started, ppid, used, reaped, _) in before.items():
+        later = after.get(pid)
+        if later is None or later[0] != started:
+            counted[ppid] = counted.get(ppid, 0.0) + used + reaped
+            if ppid not in after:  # orphaned on the way: init reaped it
+                counted[_INIT] = counted.get(_INIT, 0.0) + used + reaped
+    for pid, (started, _, used, reaped, whose) in after.items():
         earlier = before.get(pid)
-        was = earlier[1] if earlier and earlier[0] == started else 0.0
-        out[whose] += max(used - was, 0.0)
+        if earlier and earlier[0] == started:
+            used, reaped = used - earlier[2], reaped - earlier[3]
+        out[whose] += max(used, 0.0) + max(reaped - counted.get(pid, 0.0), 0.0)
     return out
 
 

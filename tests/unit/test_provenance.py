@@ -4,6 +4,7 @@ is said of a file measured on another commit or on a machine busier than its cor
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -107,10 +108,18 @@ def _spin(seconds: float) -> None:
 
 
 def _stat(
-    proc: Path, pid: int, comm: str, ppid: int, nice: int, ticks: int, started: int = 7
+    proc: Path,
+    pid: int,
+    comm: str,
+    ppid: int,
+    nice: int,
+    ticks: int,
+    started: int = 7,
+    reaped: int = 0,
 ) -> None:
-    """A ``/proc/PID/stat`` line: utime carries the ticks; stime, cutime, cstime are 0."""
-    fields = ["S", str(ppid)] + ["0"] * 9 + [str(ticks), "0", "0", "0", "20", str(nice)]
+    """A ``/proc/PID/stat`` line: utime carries the ticks, cutime the reaped children's;
+    stime and cstime are 0."""
+    fields = ["S", str(ppid)] + ["0"] * 9 + [str(ticks), "0", str(reaped), "0", "20", str(nice)]
     fields += ["1", "0", str(started)]
     directory = proc / str(pid)
     directory.mkdir(exist_ok=True)
@@ -118,7 +127,7 @@ def _stat(
 
 
 def _classes(proc: Path, root: int = 100, **kwargs: Any) -> dict[int, str]:
-    return {pid: whose for pid, (_, _, whose) in provenance.snapshot(root, proc, **kwargs).items()}
+    return {pid: seen[-1] for pid, seen in provenance.snapshot(root, proc, **kwargs).items()}
 
 
 def test_a_snapshot_classes_the_tree_its_daemons_others_and_the_kernel(tmp_path: Path) -> None:
@@ -175,6 +184,28 @@ def test_cpu_is_added_up_process_by_process_in_the_class_of_the_later_sample(
     after = provenance.snapshot(100, tmp_path)
     spent = provenance.spent(before, after)
     assert spent == {"own": 4.0, "competing": 7.0, "low": 3.0, "kernel": 0.0}
+
+
+def test_an_ended_child_is_not_charged_twice(tmp_path: Path) -> None:
+    """A child seen before it ended was counted as it ran: its parent's reaped time adds
+    only what it spent since; init, which reaps every orphan, is not charged with all
+    an orphan ever spent."""
+    tick = provenance._TICKS
+    _stat(tmp_path, 1, "init", 0, 0, 0)
+    _stat(tmp_path, 100, "bench", 1, 0, 0)
+    _stat(tmp_path, 101, "scheduler", 100, 0, 500 * tick)  # the bench's, 500 s so far
+    _stat(tmp_path, 200, "bash", 1, 0, 0)
+    _stat(tmp_path, 201, "kubelet", 200, 0, 900 * tick)  # another's; its parent will go
+    _stat(tmp_path, 300, "short", 1, 0, 0)  # a parent whose unseen child lives 3 s
+    before = provenance.snapshot(100, tmp_path)
+    for pid in (101, 200, 201):
+        shutil.rmtree(tmp_path / str(pid))
+    _stat(tmp_path, 100, "bench", 1, 0, 0, reaped=502 * tick)  # 2 s more, then reaped
+    _stat(tmp_path, 1, "init", 0, 0, 0, reaped=901 * tick)  # the orphan: 1 s more
+    _stat(tmp_path, 300, "short", 1, 0, 0, reaped=3 * tick)
+    after = provenance.snapshot(100, tmp_path)
+    spent = provenance.spent(before, after)
+    assert spent["own"] == 2.0 and spent["competing"] == 1.0 + 3.0
 
 
 def test_a_child_of_the_benchmark_is_counted_as_its_own() -> None:

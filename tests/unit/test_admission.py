@@ -10,7 +10,6 @@ ValidatingAdmissionPolicy's tests.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import socket
@@ -29,11 +28,11 @@ from layersched.admission import (
     AdmissionMetrics,
     AgentIdentities,
     ApiLookup,
-    ReloadingTls,
     create_app,
 )
 from layersched.deploy import issue_webhook_tls, webhook_dns_names
 from layersched.kube import KubeClient, load_kubeconfig
+from layersched.serving import ReloadingTls, ServingError
 from tests.fixtures.admission import (
     AGENT_ACCOUNT,
     CASES,
@@ -42,8 +41,9 @@ from tests.fixtures.admission import (
     PODS,
     Case,
 )
-from tests.fixtures.extender import LOOPBACK, free_port
+from tests.fixtures.extender import LOOPBACK
 from tests.fixtures.kube_api import Request, StandInApi, kube_api_server, ok, status
+from tests.fixtures.serving import running_app
 
 __all__ = ["kube_api_server"]  # the fixture, imported for pytest
 
@@ -68,30 +68,8 @@ def route_cluster(api: StandInApi) -> None:
 @contextlib.contextmanager
 def running_webhook(app: web.Application, tls: ReloadingTls) -> Iterator[str]:
     """``app`` served over HTTPS on a free loopback port, on its own event loop thread."""
-    loop = asyncio.new_event_loop()
-    port = free_port()
-    runner = web.AppRunner(app, access_log=None)
-    started = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(
-            web.TCPSite(runner, LOOPBACK, port, ssl_context=tls.context).start()
-        )
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, name="test-admission", daemon=True)
-    thread.start()
-    assert started.wait(10), "the webhook did not start"
-    try:
+    with running_app(app, tls.context) as port:
         yield f"https://{LOOPBACK}:{port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 @pytest.fixture(scope="module")
@@ -368,9 +346,7 @@ def test_a_key_that_does_not_match_is_a_clear_error(tmp_path: Path) -> None:
     first, second = issue_webhook_tls(names), issue_webhook_tls(names)
     (tmp_path / "tls.crt").write_bytes(first.cert_pem)
     (tmp_path / "tls.key").write_bytes(second.key_pem)
-    from layersched.admission import AdmissionError
-
-    with pytest.raises(AdmissionError, match="--tls-key-file"):
+    with pytest.raises(ServingError, match="--tls-key-file"):
         ReloadingTls(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
 
 
@@ -454,7 +430,10 @@ def client_tls(
     ):
         (directory / name).write_bytes(data)
     server = ReloadingTls(
-        str(directory / "tls.crt"), str(directory / "tls.key"), str(directory / "ca.crt")
+        str(directory / "tls.crt"),
+        str(directory / "tls.key"),
+        str(directory / "ca.crt"),
+        require_client_cert=False,  # as `layersched admission` serves: 401 without one
     )
     clients = []
     for cert, key in (("client.crt", "client.key"), (None, None), ("tls.crt", "tls.key")):

@@ -1,12 +1,15 @@
 """The agent's health endpoint: what /livez and /readyz mean (a table over a clock the
-test moves), and the real HTTP server in this process, its readiness going false when
-publishing fails past the bound and true again when the API is back, with the publish
-loop running against an API double over HTTP; the agent's metrics page when given."""
+test moves), and its application served over real HTTP in this process, its readiness
+going false when publishing fails past the bound and true again when the API is back,
+with the publish loop running against an API double over HTTP; the agent's metrics page
+when given; and :func:`layersched.agent.run`, the whole agent in the service shell, from
+its first publish to its stop on SIGTERM."""
 
 from __future__ import annotations
 
 import http.client
-import socket
+import os
+import signal as signals
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -21,18 +24,18 @@ from layersched.agent import (
     AgentHealth,
     AgentMetrics,
     ChangeSignal,
-    HealthServer,
     NodeRead,
     Publisher,
+    health_app,
     publish_loop,
+    run,
 )
-from layersched.agent._health import HEALTH_MAX_CONNECTIONS
 from layersched.agent._publisher import PublishStats
-from layersched.core.errors import InputError
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import HeldImage
+from tests.fixtures.extender import free_port
 from tests.fixtures.inventory_api import InventoryApi
-from tests.fixtures.serving import http_get
+from tests.fixtures.serving import http_get, running_app
 
 LIVE_BOUND_S = 100.0
 READY_BOUND_S = 30.0
@@ -144,89 +147,80 @@ def test_readiness_follows_publishing_over_http() -> None:
     health = AgentHealth(live_bound_s=30.0, ready_bound_s=1.0)
     with ExitStack() as stack:
         api = stack.enter_context(InventoryApi())
-        server = HealthServer(health, "127.0.0.1", 0).start()
-        stack.callback(server.close)
+        port = stack.enter_context(running_app(health_app(health)))
         # not ready before the first publish could happen, alive from the start
-        assert http_get(server.port, LIVEZ_PATH)[0] == 200
+        assert http_get(port, LIVEZ_PATH)[0] == 200
         signal = stack.enter_context(running_agent(api, health))
-        eventually(server.port, READYZ_PATH, 200)
+        eventually(port, READYZ_PATH, 200)
         assert api.applies == 1
         # the API goes away: every resync's check fails; within a second still ready ...
         api.unavailable = True
         # ... and past the bound, not ready, saying why; alive all along
-        body = eventually(server.port, READYZ_PATH, 503)
+        body = eventually(port, READYZ_PATH, 503)
         assert "no successful publish" in body and "503" in body
-        assert http_get(server.port, LIVEZ_PATH)[0] == 200
+        assert http_get(port, LIVEZ_PATH)[0] == 200
         # the API is back: the next try (after the back-off) succeeds, ready again
         api.unavailable = False
-        eventually(server.port, READYZ_PATH, 200)
+        eventually(port, READYZ_PATH, 200)
         # the loop stops (SIGTERM): not alive any more
         signal.stopped.set()
         signal.set()
-        body = eventually(server.port, LIVEZ_PATH, 503)
+        body = eventually(port, LIVEZ_PATH, 503)
         assert "stopped" in body
 
 
 def test_only_the_two_probes_are_served() -> None:
     health = AgentHealth(live_bound_s=30.0, ready_bound_s=1.0)
-    server = HealthServer(health, "127.0.0.1", 0).start()
-    try:
-        assert http_get(server.port, "/metrics")[0] == 404
-        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    with running_app(health_app(health)) as port:
+        assert http_get(port, "/metrics")[0] == 404
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         connection.request("POST", LIVEZ_PATH, body=b"x" * 1024)
-        assert connection.getresponse().status == 501  # nothing reads a body
+        assert connection.getresponse().status == 405  # GET only: nothing reads a body
         connection.close()
-    finally:
-        server.close()
 
 
 def test_metrics_are_served_when_given() -> None:
     health = AgentHealth(live_bound_s=30.0, ready_bound_s=1.0)
     stats = PublishStats(reads=3, applies=2)
     stats.repairs["stale"] = 1
-    server = HealthServer(health, "127.0.0.1", 0, metrics=AgentMetrics(stats).render).start()
-    try:
-        status, body = http_get(server.port, METRICS_PATH)
+    with running_app(health_app(health, AgentMetrics(stats).registry)) as port:
+        status, body = http_get(port, METRICS_PATH)
         assert status == 200
         assert "layersched_agent_reads_total 3.0" in body
         assert 'layersched_agent_repairs_total{cause="stale"} 1.0' in body
         assert 'layersched_agent_repairs_total{cause="deleted"} 0.0' in body
         stats.repairs["deleted"] += 1  # read at scrape time
         assert (
-            'layersched_agent_repairs_total{cause="deleted"} 1.0'
-            in http_get(server.port, METRICS_PATH)[1]
+            'layersched_agent_repairs_total{cause="deleted"} 1.0' in http_get(port, METRICS_PATH)[1]
         )
-    finally:
-        server.close()
 
 
-def test_idle_connections_cannot_hold_more_than_the_cap() -> None:
-    health = AgentHealth(live_bound_s=30.0, ready_bound_s=1.0)
-    server = HealthServer(health, "127.0.0.1", 0).start()
-    idle: list[socket.socket] = []
-    try:
-        # connections that never send a request hold a thread each, up to the cap ...
-        for _ in range(HEALTH_MAX_CONNECTIONS):
-            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
-        # ... and one more is closed at once, unanswered
-        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
-            http_get(server.port, LIVEZ_PATH)
-        # they go away: probes are answered again
-        for sock in idle:
-            sock.close()
-        idle.clear()
-        eventually(server.port, LIVEZ_PATH, 200)
-    finally:
-        for sock in idle:
-            sock.close()
-        server.close()
+def test_run_serves_the_probes_publishes_and_stops_on_sigterm() -> None:
+    # the whole agent in the service shell, on this (main) thread: health port, the
+    # publish loop on a thread, the poll timer, the watch of its own object; SIGTERM
+    # (sent once it is ready, so the shell's handler is in place) ends it cleanly
+    port = free_port()
+    scraped: list[str] = []
 
+    def read() -> NodeRead:
+        return NodeRead((IMAGE,), "content-store", {})
 
-def test_a_port_in_use_is_one_clear_line() -> None:
-    health = AgentHealth(live_bound_s=30.0, ready_bound_s=1.0)
-    server = HealthServer(health, "127.0.0.1", 0)
-    try:
-        with pytest.raises(InputError, match=f"127.0.0.1:{server.port} .*--health-port"):
-            HealthServer(health, "127.0.0.1", server.port)
-    finally:
-        server.server_close()
+    def stop_when_ready() -> None:
+        try:
+            eventually(port, READYZ_PATH, 200)
+            scraped.append(http_get(port, METRICS_PATH)[1])
+        finally:
+            os.kill(os.getpid(), signals.SIGTERM)
+
+    with InventoryApi() as api, api.client() as kube:
+        publisher = Publisher(kube, "n1", runtime="x")
+        stopper = threading.Thread(target=stop_when_ready, daemon=True)
+        stopper.start()
+        run(read, publisher, api.client, poll_s=0.1, resync_s=0.5, health_port=port)
+        stopper.join(TURN_TIMEOUT_S)
+        assert api.applies == 1
+    assert scraped, f"{READYZ_PATH} never answered 200"
+    assert "layersched_agent_applies_total 1.0" in scraped[0]
+    # the port is closed once run() returned
+    with pytest.raises(ConnectionError):
+        http_get(port, LIVEZ_PATH)

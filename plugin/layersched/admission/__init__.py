@@ -41,20 +41,16 @@ from layersched.admission._review import (
 from layersched.admission._server import (
     BODY_TIMEOUT_S,
     CLIENT_COMMON_NAME,
-    LIVEZ_PATH,
     MAX_CONCURRENT_REVIEWS,
     MAX_REQUEST_BYTES,
-    METRICS_PATH,
-    READYZ_PATH,
     REVIEW_TIMEOUT_S,
     SHUTDOWN_GRACE_S,
     VALIDATE_PATH,
-    AdmissionError,
     AdmissionMetrics,
-    ReloadingTls,
     create_app,
     serve,
 )
+from layersched.serving import LIVEZ_PATH, METRICS_PATH, READYZ_PATH
 
 __all__ = [
     "ADMISSION_API_VERSION",
@@ -80,7 +76,6 @@ __all__ = [
     "SERVICE_ACCOUNT_PREFIX",
     "SHUTDOWN_GRACE_S",
     "VALIDATE_PATH",
-    "AdmissionError",
     "AdmissionMetrics",
     "AdmissionRequest",
     "AdmissionReview",
@@ -90,7 +85,6 @@ __all__ = [
     "LookupFailed",
     "LookupStats",
     "Missing",
-    "ReloadingTls",
     "Verdict",
     "create_app",
     "decide",

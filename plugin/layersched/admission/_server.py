@@ -23,27 +23,15 @@ server answered once) and ``/metrics`` are served on the same port.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import logging
-import signal
-import ssl
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import msgspec
 from aiohttp import web
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from layersched.admission._lookup import ApiLookup
 from layersched.admission._review import (
@@ -58,6 +46,23 @@ from layersched.admission._review import (
     response,
 )
 from layersched.core.errors import LayerschedError
+from layersched.serving import (
+    HTTP_BAD_REQUEST,
+    HTTP_REQUEST_TIMEOUT,
+    HTTP_TOO_LARGE,
+    HTTP_UNAUTHORIZED,
+    HTTP_UNAVAILABLE,
+    LIVEZ_PATH,
+    READYZ_PATH,
+    Listener,
+    ReloadingTls,
+    Serving,
+    add_health_routes,
+    always_ok,
+    decode_json,
+    json_response,
+)
+from layersched.serving import serve as serve_listeners
 
 log = logging.getLogger("layersched.admission")
 
@@ -66,9 +71,6 @@ log = logging.getLogger("layersched.admission")
 CLIENT_COMMON_NAME = "layersched-admission-apiserver"
 #: The path the ValidatingWebhookConfiguration calls.
 VALIDATE_PATH = "/validate"
-LIVEZ_PATH = "/livez"
-READYZ_PATH = "/readyz"
-METRICS_PATH = "/metrics"
 #: Largest AdmissionReview read (``--max-request-bytes``). An UPDATE carries the object
 #: and the old object; the API server takes request bodies of at most 3 MiB and etcd
 #: stores objects of at most 1.5 MiB, so a review is below ~5 MiB of JSON: 8 MiB leaves
@@ -80,26 +82,13 @@ MAX_CONCURRENT_REVIEWS = 8
 #: The API server calls with ``timeoutSeconds`` (deploy/: 5 s); answer well before it.
 REVIEW_TIMEOUT_S = 3.0
 BODY_TIMEOUT_S = 2.0
-#: How often the serving certificate's files are checked for a renewal.
-TLS_RELOAD_PERIOD_S = 60.0
 #: How long SIGTERM waits for reviews in flight.
 SHUTDOWN_GRACE_S = 5.0
 #: The readiness check's retry interval (GET /version until the API answers).
 READY_RETRY_S = 2.0
-HTTP_OK = 200
-HTTP_BAD_REQUEST = 400
-HTTP_UNAUTHORIZED = 401
-HTTP_TIMEOUT = 408
-HTTP_TOO_LARGE = 413
-HTTP_UNAVAILABLE = 503
 LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
-_ENCODER = msgspec.json.Encoder()
 _REVIEW = msgspec.json.Decoder(AdmissionReview)
-
-
-class AdmissionError(LayerschedError):
-    """The admission server could not start or keep serving."""
 
 
 class AdmissionMetrics:
@@ -167,52 +156,6 @@ class AdmissionMetrics:
             cached.labels("node").set_function(lambda: lookup.sizes()[1])
 
 
-class ReloadingTls:
-    """A server TLS context (TLS 1.2+) whose certificate is re-read when its files change;
-    with ``client_ca_file``, client certificates that CA issued are asked for and
-    verified (a client may present none: :func:`_validate` then refuses it)."""
-
-    def __init__(self, cert_file: str, key_file: str, client_ca_file: str | None = None) -> None:
-        self.cert_file, self.key_file = cert_file, key_file
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        if client_ca_file is not None:
-            try:
-                self.context.load_verify_locations(cafile=client_ca_file)
-            except (OSError, ssl.SSLError) as err:
-                raise AdmissionError(
-                    f"loading the client CA {client_ca_file!r}: {err}: pass the PEM CA that "
-                    "issued the API server's client certificate with --client-ca-file "
-                    "(deploy/ mounts it from the Secret layersched-admission-tls, ca.crt)"
-                ) from None
-            self.context.verify_mode = ssl.CERT_OPTIONAL
-        self._fingerprint = ""
-        self.reload()
-
-    def _read_fingerprint(self) -> str:
-        digest = hashlib.sha256()
-        for path in (self.cert_file, self.key_file):
-            digest.update(Path(path).read_bytes())
-        return digest.hexdigest()
-
-    def reload(self) -> bool:
-        """Load the files if they changed; True when they were (re)loaded. Raises
-        :class:`AdmissionError` when they cannot be read or do not match."""
-        try:
-            fingerprint = self._read_fingerprint()
-            if fingerprint == self._fingerprint:
-                return False
-            self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as err:
-            raise AdmissionError(
-                f"loading the serving certificate {self.cert_file!r} and key {self.key_file!r}: "
-                f"{err}: pass a PEM certificate with --tls-cert-file and its PEM key with "
-                "--tls-key-file (deploy/ mounts them from the Secret layersched-admission-tls)"
-            ) from None
-        self._fingerprint = fingerprint
-        return True
-
-
 @dataclass
 class _State:
     agents: AgentIdentities
@@ -230,31 +173,23 @@ class _State:
     #: Bytes of bodies being read or worked on (at most max_request_bytes x limit).
     body_bytes: int = 0
     ready: bool = False
+    #: /readyz's line: why not ready, or "ok".
     ready_why: str = "the API server has not answered yet"
 
 
 STATE_KEY: web.AppKey[_State] = web.AppKey("state", _State)
 
 
-def _json(body: object, status: int = HTTP_OK) -> web.Response:
-    return web.Response(body=_ENCODER.encode(body), status=status, content_type="application/json")
-
-
 def _rejected(state: _State, status: int, message: str) -> web.Response:
     state.metrics.rejected_requests.labels(str(status)).inc()
     log.warning("review request not answered: %d %s", status, message)
-    return _json({"error": message}, status)
+    return json_response({"error": message}, status)
 
 
 def _decode(body: bytes) -> AdmissionReview:
     """The review; DecodeError on anything that is not one (JSON nested 100,000 deep and
     strings that are not UTF-8 included)."""
-    try:
-        review = _REVIEW.decode(body)
-    except RecursionError:
-        raise msgspec.DecodeError("JSON nested too deeply") from None
-    except UnicodeDecodeError as err:
-        raise msgspec.DecodeError(f"a string is not valid UTF-8 ({err.reason})") from None
+    review = decode_json(_REVIEW, body)
     if (review.apiVersion, review.kind) != (ADMISSION_API_VERSION, ADMISSION_KIND):
         raise msgspec.DecodeError(
             f"expected {ADMISSION_KIND} {ADMISSION_API_VERSION}, got {review.kind!r} "
@@ -313,7 +248,7 @@ async def _read_body(request: web.Request, state: _State, held: list[int]) -> by
                 body += chunk
     except TimeoutError:
         raise _Refused(
-            HTTP_TIMEOUT, f"the body did not arrive within {state.body_timeout_s} s"
+            HTTP_REQUEST_TIMEOUT, f"the body did not arrive within {state.body_timeout_s} s"
         ) from None
     return bytes(body)
 
@@ -378,26 +313,7 @@ async def _review(state: _State, body: bytes) -> web.Response:
             review.request.userInfo.username,
             verdict.message,
         )
-    return _json(response(review, verdict))
-
-
-async def _livez(request: web.Request) -> web.Response:
-    return web.Response(text="ok\n")
-
-
-async def _readyz(request: web.Request) -> web.Response:
-    state = request.app[STATE_KEY]
-    return web.Response(
-        status=HTTP_OK if state.ready else HTTP_UNAVAILABLE,
-        text=("ok" if state.ready else state.ready_why) + "\n",
-    )
-
-
-async def _metrics(request: web.Request) -> web.Response:
-    registry = request.app[STATE_KEY].metrics.registry
-    return web.Response(
-        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-    )
+    return json_response(response(review, verdict))
 
 
 def create_app(
@@ -433,9 +349,12 @@ def create_app(
 
     app.on_cleanup.append(close_pool)
     app.router.add_post(VALIDATE_PATH, _validate)
-    app.router.add_get(LIVEZ_PATH, _livez)
-    app.router.add_get(READYZ_PATH, _readyz)
-    app.router.add_get(METRICS_PATH, _metrics)
+    state = app[STATE_KEY]
+    add_health_routes(
+        app,
+        {LIVEZ_PATH: always_ok, READYZ_PATH: lambda: (state.ready, state.ready_why)},
+        metrics.registry,
+    )
     return app
 
 
@@ -450,21 +369,9 @@ async def _become_ready(state: _State, probe: Callable[[], object]) -> None:
             log.warning("not ready: %s", state.ready_why)
             await asyncio.sleep(READY_RETRY_S)
             continue
-        state.ready = True
+        state.ready, state.ready_why = True, "ok"
         log.info("ready: the API server answered")
         return
-
-
-async def _reload_tls(tls: ReloadingTls, metrics: AdmissionMetrics) -> None:
-    while True:
-        await asyncio.sleep(TLS_RELOAD_PERIOD_S)
-        try:
-            if tls.reload():
-                metrics.tls_reloads.inc()
-                log.info("serving certificate %s re-read (it changed)", tls.cert_file)
-        except AdmissionError as err:
-            # keep serving the certificate held: a half-written renewal fixes itself
-            log.error("%s", err)
 
 
 async def serve(
@@ -477,42 +384,22 @@ async def serve(
     *,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
 ) -> None:
-    """Serve ``app`` over HTTPS until SIGTERM/SIGINT; ready once ``probe`` succeeds."""
+    """Serve ``app`` over HTTPS until SIGTERM/SIGINT; ready once ``probe`` succeeds; the
+    certificate is re-read when its files change."""
     state = app[STATE_KEY]
-    runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_grace_s
-    )
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port, ssl_context=tls.context).start()
-    except OSError as err:
-        await runner.cleanup()
-        raise AdmissionError(
-            f"cannot listen on {host}:{port} ({err.strerror}): is another process using the "
-            "port? choose another one with --port"
-        ) from None
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    if on_listening is not None:
-        on_listening(f"https://{host}:{port}")
-    tasks = [
-        asyncio.ensure_future(_become_ready(state, probe)),
-        asyncio.ensure_future(_reload_tls(tls, state.metrics)),
-    ]
-    try:
-        await stop.wait()
+
+    async def until_stopped(serving: Serving) -> None:
+        await serving.stopped.wait()
         log.info(
             "stopping on signal: %d reviews in flight get up to %.1f s",
             state.busy,
             shutdown_grace_s,
         )
-    finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
-        for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await runner.cleanup()
+
+    await serve_listeners(
+        [Listener(app, host, port, "--port", tls=tls, on_tls_reload=state.metrics.tls_reloads.inc)],
+        until_stopped,
+        on_listening=on_listening,
+        shutdown_grace_s=shutdown_grace_s,
+        background=[lambda: _become_ready(state, probe)],
+    )

@@ -5,7 +5,8 @@ layers read from the runtime itself and merged into one read (:mod:`._readers`),
 applied to the API when they change, within the CRD's limits (:mod:`._publisher`), kept
 true against other writers (its own object watched, and republished when someone else
 changed, staled or deleted it), with ``/livez``, ``/readyz`` and ``/metrics`` on its
-health port (:mod:`._health`, :mod:`._metrics`). It also still builds the v1
+health port (:mod:`._health`, :mod:`._metrics`), all run by :func:`run` (:mod:`._run`)
+in the service shell (:mod:`layersched.serving`). It also still builds the v1
 Node a kubelet would publish:
 
 It turns a CRI image list into ``Node.status.images`` (names, sizes, sort
@@ -15,13 +16,7 @@ annotations become the patched kubelet's ``layers`` map (layersched's
 extension). ``layersched agent`` runs it against a CRI endpoint.
 """
 
-from layersched.agent._health import (
-    LIVEZ_PATH,
-    METRICS_PATH,
-    READYZ_PATH,
-    AgentHealth,
-    HealthServer,
-)
+from layersched.agent._health import AgentHealth, health_app
 from layersched.agent._metrics import AgentMetrics
 from layersched.agent._node import (
     DEFAULT_MAX_IMAGES,
@@ -58,10 +53,13 @@ from layersched.agent._readers import (
     NodeRead,
     cri_images,
 )
+from layersched.agent._run import DEFAULT_HEALTH_HOST, run
+from layersched.serving import LIVEZ_PATH, METRICS_PATH, READYZ_PATH
 
 __all__ = [
     "BACKOFF_MAX_S",
     "DEFAULT_CRIO_STORAGE",
+    "DEFAULT_HEALTH_HOST",
     "DEFAULT_HEARTBEAT_S",
     "DEFAULT_MAX_IMAGES",
     "DEFAULT_POLL_S",
@@ -81,7 +79,6 @@ __all__ = [
     "CRIImageLister",
     "ChangeSignal",
     "CrioStorageReader",
-    "HealthServer",
     "ImageReader",
     "NodeImagesReader",
     "NodeLayersApi",
@@ -91,8 +88,10 @@ __all__ = [
     "build_node",
     "cri_images",
     "fingerprint",
+    "health_app",
     "node_status_images",
     "publish_loop",
+    "run",
     "watch_events",
     "watch_own_object",
 ]

@@ -1,37 +1,27 @@
 """``layersched agent --publish``: the node agent that keeps a node's NodeLayerInventory.
 
-This module parses the flags and wires the objects: what to read (the agent's
-:class:`~layersched.agent.NodeImagesReader`), where to publish
-(:class:`~layersched.agent.Publisher`), the change signal, the watch of the node's own
-object that keeps it true (:func:`~layersched.agent.watch_own_object`, on a connection of
-its own), and the health server (with the agent's metrics).
+This module parses the flags and builds the clients: what to read (the agent's
+:class:`~layersched.agent.NodeImagesReader`) and where to publish
+(:class:`~layersched.agent.Publisher`); :func:`layersched.agent.run` runs the rest (the
+threads that wake the publish loop, the health port, the stop on SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal as signals
-import threading
 from pathlib import Path
-from types import FrameType
 
+from layersched import agent
 from layersched.agent import (
-    BACKOFF_MAX_S,
+    DEFAULT_HEALTH_HOST,
     DEFAULT_HEARTBEAT_S,
     DEFAULT_POLL_S,
     DEFAULT_RESYNC_S,
-    AgentHealth,
-    AgentMetrics,
-    ChangeSignal,
     CrioStorageReader,
-    HealthServer,
     ImageReader,
     NodeImagesReader,
     Publisher,
-    publish_loop,
-    watch_events,
-    watch_own_object,
 )
 from layersched.cli._sources import add_layer_source_options, open_layer_source
 from layersched.containerd import CRI_NAMESPACE, ContainerdClient, ContentStoreReader
@@ -53,16 +43,6 @@ MIN_OBJECT_BYTES = 4096
 AGENT_REGISTRY_TIMEOUT_S = 10.0
 AGENT_REGISTRY_RETRIES = 2
 AGENT_REGISTRY_DEADLINE_S = 30.0
-#: Where the health endpoint listens once --health-port is given (the deployment passes
-#: the pod's IP, which the kubelet probes).
-DEFAULT_HEALTH_HOST = "127.0.0.1"
-#: /livez fails when the loop has not gone round for its longest wait (a resync period,
-#: or the longest back-off) plus this: every call it makes has a deadline of seconds
-#: (containerd and the CRI 10 s, the API 30 s), so five minutes more is a hang.
-LIVE_GRACE_S = 300.0
-#: /readyz fails when nothing was published for a resync period plus this: a healthy
-#: loop succeeds at least every resync period.
-READY_GRACE_S = 60.0
 
 
 def add_publish_options(p: argparse.ArgumentParser) -> None:
@@ -164,20 +144,6 @@ def _runtime_name(cri: CRIClient | None, args: argparse.Namespace) -> str:
     return "containerd" if args.containerd else "cri-o" if args.crio_storage else "cri"
 
 
-def _health(
-    args: argparse.Namespace, publisher: Publisher
-) -> tuple[AgentHealth, HealthServer | None]:
-    health = AgentHealth(
-        live_bound_s=max(args.resync_s, args.poll_s, BACKOFF_MAX_S) + LIVE_GRACE_S,
-        ready_bound_s=args.resync_s + READY_GRACE_S,
-    )
-    if args.health_port is None:
-        return health, None
-    metrics = AgentMetrics(publisher.stats)
-    server = HealthServer(health, args.health_host, args.health_port, metrics=metrics.render)
-    return health, server.start()
-
-
 def run_publish(args: argparse.Namespace) -> int:
     """Publish until SIGTERM/SIGINT (or once, with ``--once``)."""
     _check(args)
@@ -203,61 +169,26 @@ def run_publish(args: argparse.Namespace) -> int:
         heartbeat_s=args.heartbeat_s,
         max_object_bytes=args.max_object_bytes,
     )
-    signal = ChangeSignal()
-
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        signal.stopped.set()
-        signal.set()
-
-    health: AgentHealth | None = None
-    server: HealthServer | None = None
+    # the runtime's image events come on a connection of their own
+    events = (
+        ContainerdClient(args.containerd, args.containerd_namespace).events
+        if containerd is not None and not args.once
+        else None
+    )
     try:
-        if not args.once:
-            health, server = _health(args, publisher)
-        publisher.adopt_published()
-        if not args.once:
-            signals.signal(signals.SIGTERM, stop)
-            signals.signal(signals.SIGINT, stop)
-            # the watch holds its connection open for minutes: a client of its own (left
-            # to the process's end, as the thread is: closing it would fail its read)
-            threading.Thread(
-                target=watch_own_object,
-                args=(KubeClient(config), publisher, signal),
-                name="own-object",
-                daemon=True,
-            ).start()
-            if containerd is not None:
-                events = ContainerdClient(args.containerd, args.containerd_namespace)
-                threading.Thread(
-                    target=watch_events,
-                    args=(events.events, signal, args.poll_s),
-                    name="runtime-events",
-                    daemon=True,
-                ).start()
-            else:
-                threading.Thread(
-                    target=_poll, args=(signal, args.poll_s), name="poll", daemon=True
-                ).start()
-        publish_loop(
-            reader.read, publisher, signal, resync_s=args.resync_s, once=args.once, health=health
+        agent.run(
+            reader.read,
+            publisher,
+            lambda: KubeClient(config),
+            events=events,
+            poll_s=args.poll_s,
+            resync_s=args.resync_s,
+            health_host=args.health_host,
+            health_port=args.health_port,
+            once=args.once,
         )
     finally:
-        if server is not None:
-            server.close()
         for client in (kube, containerd, cri):
             if client is not None:
                 client.close()
-    log.info(
-        "agent for %s stopped: %d reads, %d applies, %d repairs",
-        args.node_name,
-        publisher.stats.reads,
-        publisher.stats.applies,
-        sum(publisher.stats.repairs.values()),
-    )
     return 0
-
-
-def _poll(signal: ChangeSignal, poll_s: float) -> None:
-    while not signal.stopped.wait(poll_s):
-        signal.set()

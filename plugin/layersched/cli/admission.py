@@ -23,18 +23,20 @@ from layersched.admission import (
     AdmissionMetrics,
     AgentIdentities,
     ApiLookup,
-    ReloadingTls,
     create_app,
     serve,
 )
 from layersched.core.errors import InputError
 from layersched.kube import VERSION_PATH, KubeClient, load_config
+from layersched.serving import ReloadingTls
 
 MAX_PORT = 65_535
 #: Smallest --max-request-bytes: an AdmissionReview of a small object is a few KiB.
 MIN_REQUEST_BYTES = 16 * 1024
 #: Each API lookup of a review gets this long (two at most per review, both cached).
 LOOKUP_TIMEOUT_S = 1.0
+#: Where the certificate files come from, for their errors.
+ADMISSION_TLS_HINT = "deploy/ mounts them from the Secret layersched-admission-tls"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -159,7 +161,15 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT."""
     _check(args)
     agents = _agents(args)
-    tls = ReloadingTls(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+    tls = ReloadingTls(
+        args.tls_cert_file,
+        args.tls_key_file,
+        args.client_ca_file,
+        # a caller without a certificate is answered 401 with a reason, not cut off
+        require_client_cert=False,
+        client="the API server",
+        hint=ADMISSION_TLS_HINT,
+    )
     kube = KubeClient(load_config(args.kubeconfig), timeout_s=LOOKUP_TIMEOUT_S)
     lookup = ApiLookup(kube, node_ttl_s=args.node_ttl_s)
     metrics = AdmissionMetrics(lookup)

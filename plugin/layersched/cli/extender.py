@@ -41,9 +41,9 @@ from layersched.extender import (
     make_extender,
     recycled_before,
     serve,
-    tls_context,
 )
 from layersched.kube import KubeClient, load_config
+from layersched.serving import ReloadingTls
 
 #: Smallest --max-request-bytes accepted: below this not even a small pod fits.
 MIN_REQUEST_BYTES = 4096
@@ -345,7 +345,13 @@ def run(args: argparse.Namespace) -> int:
         platforms=platforms,
     )
     tls = (
-        tls_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+        ReloadingTls(
+            args.tls_cert_file,
+            args.tls_key_file,
+            args.client_ca_file,
+            reload_period_s=None,  # read once, at start
+            client="kube-scheduler",
+        )
         if args.tls_cert_file is not None
         else None
     )

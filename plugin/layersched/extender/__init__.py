@@ -44,7 +44,6 @@ from layersched.extender._server import (
     create_health_app,
     make_extender,
     serve,
-    tls_context,
 )
 from layersched.extender._votes import DEFAULT_IMAGE_QUORUM
 from layersched.extender._warmup import DEFAULT_AGENT_GRACE_S
@@ -83,5 +82,4 @@ __all__ = [
     "make_extender",
     "recycled_before",
     "serve",
-    "tls_context",
 ]

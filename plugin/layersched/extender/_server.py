@@ -1,4 +1,6 @@
-"""The HTTP server: kube-scheduler's extender verbs, health and metrics on aiohttp."""
+"""The HTTP server: kube-scheduler's extender verbs, its debug endpoints, the inventory's
+loading and the memory recycle, in the service shell (:mod:`layersched.serving`: probes,
+metrics, TLS, listening and signals)."""
 
 from __future__ import annotations
 
@@ -7,19 +9,14 @@ import gc
 import ipaddress
 import logging
 import os
-import signal
-import socket
-import ssl
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from layersched.core.errors import InputError, LayerschedError
 from layersched.core.layers import LayerSource
@@ -31,6 +28,29 @@ from layersched.extender._prioritize import MAX_DECISIONS, Extender
 from layersched.extender._providers import InventoryProvider, StaticInventoryProvider
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
 from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs, NamesOnlyArgs
+from layersched.serving import (
+    HEALTHZ_PATH,
+    HTTP_BAD_REQUEST,
+    HTTP_CLIENT_CLOSED,
+    HTTP_FORBIDDEN,
+    HTTP_NOT_FOUND,
+    HTTP_OK,
+    HTTP_REQUEST_TIMEOUT,
+    HTTP_SERVER_ERROR,
+    HTTP_TOO_LARGE,
+    HTTP_UNAVAILABLE,
+    LIVEZ_PATH,
+    READYZ_PATH,
+    Listener,
+    ReloadingTls,
+    Serving,
+    ServingError,
+    add_health_routes,
+    always_ok,
+    decode_json,
+    json_response,
+)
+from layersched.serving import serve as serve_listeners
 
 log = logging.getLogger("layersched.extender")
 
@@ -68,28 +88,14 @@ DEFAULT_RESOLVE_TIMEOUT_S = 0.2
 #: young objects less often (request objects hold no cycles: reference counting
 #: frees them) and freeze what exists once the inventory is loaded.
 GC_THRESHOLDS = (50_000, 20, 100)
-HTTP_OK = 200
-HTTP_BAD_REQUEST = 400
-HTTP_FORBIDDEN = 403
-HTTP_NOT_FOUND = 404
-HTTP_REQUEST_TIMEOUT = 408
-HTTP_TOO_LARGE = 413
-HTTP_SERVER_ERROR = 500
-HTTP_UNAVAILABLE = 503
-#: Counted (never sent) when a client hangs up mid-body: nginx's "client closed request".
-HTTP_CLIENT_CLOSED = 499
 #: Retry-After of a 503 answered to a flood, in seconds.
 OVERLOAD_RETRY_AFTER_S = 1
-#: Connections the kernel queues on a listening socket (asyncio's default): they wait
-#: there while the extender re-executes itself (extender/_memory.py, Recycler).
-LISTEN_BACKLOG = 100
 #: Before re-executing, a request on a connection just accepted gets this long to reach
 #: its handler, ...
 RECYCLE_SETTLE_S = 0.05
 #: ... and the requests in flight this long to finish.
 RECYCLE_GRACE_S = 1.0
 
-_ENCODER = msgspec.json.Encoder()
 _ARGS = msgspec.json.Decoder(ExtenderArgs)
 _FILTER_ARGS = msgspec.json.Decoder(FilterArgs)
 _NAMES_ARGS = msgspec.json.Decoder(NamesOnlyArgs)
@@ -97,16 +103,12 @@ _NAMES_ARGS = msgspec.json.Decoder(NamesOnlyArgs)
 EXTENDER_KEY: web.AppKey[Extender] = web.AppKey("extender", Extender)
 
 
-class ExtenderError(LayerschedError):
+class ExtenderError(ServingError):
     """The extender server could not start or keep running."""
 
 
-def _json(body: object, status: int = HTTP_OK) -> web.Response:
-    return web.Response(body=_ENCODER.encode(body), status=status, content_type="application/json")
-
-
 def _error(verb: str, message: str, status: int) -> web.Response:
-    return _json(ErrorBody(f"{verb}: {message}"), status)
+    return json_response(ErrorBody(f"{verb}: {message}"), status)
 
 
 class _Gate:
@@ -223,8 +225,8 @@ async def _answer(
     try:
         if overloaded:
             extender.metrics.overloaded.labels(name).inc()
-            return _json(shed(extender, body))
-        return _json(await answer(extender, body))
+            return json_response(shed(extender, body))
+        return json_response(await answer(extender, body))
     except msgspec.DecodeError as err:
         return _error(name, f"malformed ExtenderArgs: {err}", HTTP_BAD_REQUEST)
     except InputError as err:
@@ -244,56 +246,20 @@ async def _answer(
             gate.busy -= 1
 
 
-T = TypeVar("T")
-
-
-def _decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
-    """``decoder.decode(body)``; every way a body can be malformed is a DecodeError.
-
-    msgspec raises two others, both the client's mistake, not a server error:
-    RecursionError when it skips an unknown field nested 100,000 levels deep, and
-    UnicodeDecodeError for a string that is not UTF-8.
-    """
-    try:
-        return decoder.decode(body)
-    except RecursionError:
-        raise msgspec.DecodeError("JSON nested too deeply") from None
-    except UnicodeDecodeError as err:
-        raise msgspec.DecodeError(f"a string is not valid UTF-8 ({err.reason})") from None
-
-
 async def _prioritize(extender: Extender, body: bytes) -> object:
-    return await extender.prioritize(_decode(_ARGS, body))
+    return await extender.prioritize(decode_json(_ARGS, body))
 
 
 async def _filter(extender: Extender, body: bytes) -> object:
-    return extender.filter(_decode(_FILTER_ARGS, body))
+    return extender.filter(decode_json(_FILTER_ARGS, body))
 
 
 def _shed_prioritize(extender: Extender, body: bytes) -> object:
-    return extender.overloaded(_decode(_NAMES_ARGS, body))
+    return extender.overloaded(decode_json(_NAMES_ARGS, body))
 
 
 def _shed_filter(extender: Extender, body: bytes) -> object:
-    return extender.filter(_decode(_FILTER_ARGS, body))
-
-
-async def _healthz(request: web.Request) -> web.Response:
-    """Ready (the inventory is loaded, or listed once when watching); kept for the probes
-    and configurations written before /readyz."""
-    return await _readyz(request)
-
-
-async def _livez(request: web.Request) -> web.Response:
-    """The process serves requests (the event loop runs): restart it only when this fails."""
-    return web.Response(text="ok\n")
-
-
-async def _readyz(request: web.Request) -> web.Response:
-    """Ready once the inventory is loaded (a watch: listed once). While a watch re-syncs
-    the held inventory is still served, and the body says so."""
-    ok, why = request.app[EXTENDER_KEY].provider.ready()
-    return web.Response(status=HTTP_OK if ok else HTTP_UNAVAILABLE, text=f"{why}\n")
+    return extender.filter(decode_json(_FILTER_ARGS, body))
 
 
 async def _inventory(request: web.Request) -> web.Response:
@@ -304,7 +270,7 @@ async def _inventory(request: web.Request) -> web.Response:
     names = provider.held_images(node)
     if names is None:
         return _error("inventory", f"node {node!r} is not in the inventory", HTTP_NOT_FOUND)
-    return _json({"node": node, "images": names})
+    return json_response({"node": node, "images": names})
 
 
 async def _decisions(request: web.Request) -> web.Response:
@@ -315,7 +281,7 @@ async def _decisions(request: web.Request) -> web.Response:
     decisions = request.app[EXTENDER_KEY].decisions
     pod = request.query.get("pod")
     if pod is None:
-        return _json({"pods": decisions.pods()})
+        return json_response({"pods": decisions.pods()})
     decision = decisions.get(pod)
     if decision is None:
         return _error(
@@ -324,7 +290,7 @@ async def _decisions(request: web.Request) -> web.Response:
             f"{MAX_DECISIONS} pods are kept, fewer on large clusters)",
             HTTP_NOT_FOUND,
         )
-    return _json(
+    return json_response(
         {
             "pod": decision.pod,
             "uid": decision.uid,
@@ -335,13 +301,6 @@ async def _decisions(request: web.Request) -> web.Response:
             "strategy": decision.strategy,
             "bytes": decision.held(),
         }
-    )
-
-
-async def _metrics(request: web.Request) -> web.Response:
-    registry = request.app[EXTENDER_KEY].metrics.registry
-    return web.Response(
-        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
 
 
@@ -407,10 +366,15 @@ def create_health_app(extender: Extender, *, debug_endpoints: bool = False) -> w
 
 
 def _add_health_routes(app: web.Application, debug_endpoints: bool) -> None:
-    app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/livez", _livez)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/metrics", _metrics)
+    provider = app[EXTENDER_KEY].provider
+    add_health_routes(
+        app,
+        # ready once the inventory is loaded (a watch: listed once); while a watch
+        # re-syncs the held inventory is still served, and the body says so. /healthz
+        # is /readyz, kept for probes and configurations written before it.
+        {HEALTHZ_PATH: provider.ready, LIVEZ_PATH: always_ok, READYZ_PATH: provider.ready},
+        app[EXTENDER_KEY].metrics.registry,
+    )
     app.router.add_get("/debug/inventory", _debug(_inventory, debug_endpoints))
     app.router.add_get("/debug/decisions", _debug(_decisions, debug_endpoints))
 
@@ -485,10 +449,6 @@ def _load_in_thread(provider: InventoryProvider) -> asyncio.Future[None]:
     return future
 
 
-async def _until(event: asyncio.Event) -> None:
-    await event.wait()
-
-
 async def _until_recycle(extender: Extender, recycler: _memory.Recycler) -> None:
     """Return once ``recycler`` wants a recycle: every check period, this process's
     resident memory against what it holds (the provider's objects and the layer
@@ -500,22 +460,13 @@ async def _until_recycle(extender: Extender, recycler: _memory.Recycler) -> None
             return
 
 
-async def _recycle(
-    runners: list[web.AppRunner],
-    sockets: dict[str, list[socket.socket]],
-    recycler: _memory.Recycler,
-) -> None:
+async def _recycle(serving: Serving, recycler: _memory.Recycler) -> None:
     """Re-execute with the listening sockets: stop accepting (new connections wait in
     the backlog for the new process), let requests on connections just accepted reach
     their handler, close idle keep-alive connections, and give the requests in flight up
     to RECYCLE_GRACE_S (cut after that: kube-scheduler, whose extender is ignorable,
     scores those pods without us)."""
-    _stop_accepting(sockets)
-    await asyncio.sleep(RECYCLE_SETTLE_S)
-    servers = [runner.server for runner in runners if runner.server is not None]
-    for server in servers:
-        server.pre_shutdown()
-    await asyncio.gather(*(server.shutdown(RECYCLE_GRACE_S) for server in servers))
+    await serving.drain(RECYCLE_SETTLE_S, RECYCLE_GRACE_S)
     log.warning(
         "recycling: resident memory is %d MiB over what a fresh process holding this "
         "inventory needs (bound %d MiB): memory freed after a burst is kept by the "
@@ -525,40 +476,12 @@ async def _recycle(
         recycler.bound_bytes() // 2**20,
     )
     try:
-        _memory.reexec(sockets, recycler)
+        _memory.reexec(serving.sockets, recycler)
     except OSError as err:  # the process then exits, and its container starts afresh
         raise ExtenderError(
             f"re-executing {sys.executable} for a recycle failed ({err.strerror}): the "
             "extender stops; --recycle-excess-mib 0 turns recycling off"
         ) from None
-
-
-def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
-    """A server TLS context (TLS 1.2 or later) for kube-scheduler's extender ``tlsConfig``.
-
-    With ``client_ca_file`` a client must present a certificate signed by that CA
-    (kube-scheduler's ``tlsConfig.certFile``/``keyFile``); without it any client
-    may connect. Raises :class:`ExtenderError` naming the file that cannot be used.
-    """
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(cert_file, key_file)
-    except (OSError, ssl.SSLError) as err:
-        raise ExtenderError(
-            f"loading the TLS certificate {cert_file!r} and key {key_file!r}: {err}: pass a PEM "
-            "certificate (chain) with --tls-cert-file and its PEM private key with --tls-key-file"
-        ) from None
-    if client_ca_file is not None:
-        try:
-            context.load_verify_locations(cafile=client_ca_file)
-        except (OSError, ssl.SSLError) as err:
-            raise ExtenderError(
-                f"loading the client CA {client_ca_file!r}: {err}: pass the PEM certificate of "
-                "the CA that signed kube-scheduler's client certificate with --client-ca-file"
-            ) from None
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,141 +493,21 @@ class HealthListener:
     port: int
 
 
-def _bind(host: str, port: int, flag: str) -> list[socket.socket]:
-    """Listening sockets for ``host``:``port`` (one per address the name resolves to, as
-    asyncio's own server binds them)."""
-    try:
-        infos = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-    except OSError as err:
-        raise ExtenderError(
-            f"cannot listen on {host}:{port} ({err}): check the host given with {flag}"
-        ) from None
-    sockets: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-            sock.listen(LISTEN_BACKLOG)
-            sock.setblocking(False)
-    except OSError as err:
-        for sock in sockets:
-            sock.close()
-        raise ExtenderError(
-            f"cannot listen on {host}:{port} ({err.strerror}): is another process using "
-            f"the port? choose another one with {flag}"
-        ) from None
-    return sockets
-
-
-async def _listen(
-    runner: web.AppRunner, sockets: list[socket.socket], **site: Any
-) -> list[socket.socket]:
-    for sock in sockets:
-        await web.SockSite(runner, sock, **site).start()
-    return sockets
-
-
-def _stop_accepting(sockets: dict[str, list[socket.socket]]) -> None:
-    """Stop taking connections from ``sockets`` but keep them open (new connections wait
-    in the kernel's backlog for whichever process serves them next)."""
-    loop = asyncio.get_running_loop()
-    for listeners in sockets.values():
-        for sock in listeners:
-            loop.remove_reader(sock.fileno())
-
-
-async def serve(
+async def _run(
+    serving: Serving,
     extender: Extender,
-    host: str,
-    port: int,
-    on_listening: Callable[[str], None] | None = None,
-    *,
-    tls: ssl.SSLContext | None = None,
-    max_request_bytes: int = MAX_REQUEST_BYTES,
-    max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
-    read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
-    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
-    health: HealthListener | None = None,
-    debug_endpoints: bool = False,
-    recycler: _memory.Recycler | None = None,
+    gate: _Gate,
+    recycler: _memory.Recycler | None,
+    shutdown_grace_s: float,
 ) -> None:
-    """Serve until SIGTERM/SIGINT; load the provider's inventory meanwhile (503 until then).
-
-    On the signal the listening sockets close at once, and requests in flight get up to
-    ``shutdown_grace_s`` to finish. ``health``: a second listener for probes and metrics.
-    ``recycler``: once it wants a recycle, the process re-executes itself with its
-    listening sockets (extender/_memory.py); a re-executed process serves the sockets it
-    was handed.
-    Raises :class:`ExtenderError` if a port cannot be bound, and the provider's
-    LayerschedError if the inventory cannot be loaded.
-    """
-    app = create_app(
-        extender,
-        max_request_bytes=max_request_bytes,
-        max_concurrent_requests=max_concurrent_requests,
-        read_timeout_s=read_timeout_s,
-        debug_endpoints=debug_endpoints,
-    )
-    runners = [
-        web.AppRunner(
-            app,
-            handle_signals=False,
-            access_log=None,
-            shutdown_timeout=shutdown_grace_s,
-            lingering_time=LINGERING_S,
-        )
-    ]
-    if health is not None:
-        runners.append(
-            web.AppRunner(
-                create_health_app(extender, debug_endpoints=debug_endpoints),
-                handle_signals=False,
-                access_log=None,
-                shutdown_timeout=shutdown_grace_s,
-                lingering_time=LINGERING_S,
-            )
-        )
-    try:
-        inherited = _memory.inherited_sockets()
-    except ValueError as err:
-        raise ExtenderError(str(err)) from None
-    os.environ.pop(_memory.SOCKETS_ENV, None)  # not handed on to anything else
-    sockets: dict[str, list[socket.socket]] = {}
-    try:
-        for runner in runners:
-            await runner.setup()
-        sockets["verb"] = await _listen(
-            runners[0], inherited.get("verb") or _bind(host, port, "--port"), ssl_context=tls
-        )
-        if health is not None:
-            sockets["health"] = await _listen(
-                runners[1],
-                inherited.get("health") or _bind(health.host, health.port, "--health-port"),
-            )
-    except ExtenderError:
-        for runner in runners:
-            await runner.cleanup()
-        raise
+    """Load the provider's inventory (503 until then), then serve until the signal, or
+    until ``recycler`` wants a recycle."""
     if recycler is not None and recycler.enabled:
         extender.metrics.registry.register(recycler)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    if on_listening is not None:
-        on_listening(f"{'https' if tls is not None else 'http'}://{host}:{port}")
-        if health is not None:
-            on_listening(f"http://{health.host}:{health.port} (health and metrics)")
     gc.set_threshold(*GC_THRESHOLDS)
-    extender.provider.bind_loop(loop)  # a watching provider applies its changes on this loop
+    extender.provider.bind_loop(asyncio.get_running_loop())  # a watch applies changes here
     loading = _load_in_thread(extender.provider)
-    stopping: asyncio.Future[None] = asyncio.ensure_future(_until(stop))
+    stopping: asyncio.Future[bool] = asyncio.ensure_future(serving.stopped.wait())
     recycling: asyncio.Future[None] | None = None
     try:
         await asyncio.wait([loading, stopping], return_when=asyncio.FIRST_COMPLETED)
@@ -725,21 +528,89 @@ async def serve(
                 recycling = asyncio.ensure_future(_until_recycle(extender, recycler))
                 await asyncio.wait([stopping, recycling], return_when=asyncio.FIRST_COMPLETED)
                 if recycling.done() and not stopping.done():
-                    await _recycle(runners, sockets, recycler)
+                    await _recycle(serving, recycler)
             else:
                 await stopping
-        gate = app[GATE_KEY]
         log.info(
             "stopping on signal: no new connections; %d requests in flight get up to %.1f s",
             gate.reading + gate.busy + gate.shedding,
             shutdown_grace_s,
         )
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
         stopping.cancel()
         if recycling is not None:
             recycling.cancel()
-        for runner in runners:
-            await runner.cleanup()
+
+
+async def serve(
+    extender: Extender,
+    host: str,
+    port: int,
+    on_listening: Callable[[str], None] | None = None,
+    *,
+    tls: ReloadingTls | None = None,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+    max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
+    read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+    health: HealthListener | None = None,
+    debug_endpoints: bool = False,
+    recycler: _memory.Recycler | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT; load the provider's inventory meanwhile (503 until then).
+
+    On the signal the listening sockets close at once, and requests in flight get up to
+    ``shutdown_grace_s`` to finish. ``health``: a second listener for probes and metrics.
+    ``recycler``: once it wants a recycle, the process re-executes itself with its
+    listening sockets (extender/_memory.py); a re-executed process serves the sockets it
+    was handed.
+    Raises :class:`~layersched.serving.ServingError` if a port cannot be bound, and the
+    provider's LayerschedError if the inventory cannot be loaded.
+    """
+    app = create_app(
+        extender,
+        max_request_bytes=max_request_bytes,
+        max_concurrent_requests=max_concurrent_requests,
+        read_timeout_s=read_timeout_s,
+        debug_endpoints=debug_endpoints,
+    )
+    try:
+        inherited = _memory.inherited_sockets()
+    except ValueError as err:
+        raise ExtenderError(str(err)) from None
+    os.environ.pop(_memory.SOCKETS_ENV, None)  # not handed on to anything else
+    listeners = [
+        Listener(
+            app,
+            host,
+            port,
+            "--port",
+            tls=tls,
+            name="verb",
+            inherited=inherited.get("verb", ()),
+            lingering_s=LINGERING_S,
+        )
+    ]
+    if health is not None:
+        listeners.append(
+            Listener(
+                create_health_app(extender, debug_endpoints=debug_endpoints),
+                health.host,
+                health.port,
+                "--health-port",
+                label=" (health and metrics)",
+                name="health",
+                inherited=inherited.get("health", ()),
+                lingering_s=LINGERING_S,
+            )
+        )
+    gate = app[GATE_KEY]
+    try:
+        await serve_listeners(
+            listeners,
+            lambda running: _run(running, extender, gate, recycler, shutdown_grace_s),
+            on_listening=on_listening,
+            shutdown_grace_s=shutdown_grace_s,
+        )
+    finally:
         extender.close()

@@ -24,7 +24,6 @@ import asyncio
 import errno
 import itertools
 import logging
-import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -36,7 +35,6 @@ import grpc
 import grpc.aio
 from aiohttp import web
 from google.protobuf.message import DecodeError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from layersched.core.errors import InputError
 from layersched.cri._client import MAX_RECEIVE_MESSAGE_BYTES, normalize_endpoint
@@ -46,6 +44,8 @@ from layersched.relay._decode import decode
 from layersched.relay._dump import Dumper, DumpLevel
 from layersched.relay._methods import Cardinality, Method, parse_method
 from layersched.relay._metrics import RelayMetrics
+from layersched.serving import HEALTHZ_PATH, Listener, Serving, add_health_routes, always_ok
+from layersched.serving import serve as serve_listeners
 
 _log = logging.getLogger(__name__)
 _pull_log = logging.getLogger("layersched.relay.pulls")
@@ -498,18 +498,12 @@ class _Handler(_HandlerBase):
         return grpc.stream_stream_rpc_method_handler(stream)
 
 
-async def _metrics(request: web.Request) -> web.Response:
-    registry = request.app[METRICS_KEY].registry
-    return web.Response(
-        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-    )
-
-
-async def _healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok\n")
-
-
-METRICS_KEY: web.AppKey[RelayMetrics] = web.AppKey("metrics", RelayMetrics)
+def metrics_app(metrics: RelayMetrics) -> web.Application:
+    """``--metrics-address``'s application: ``/metrics`` and ``/healthz`` (always ok: the
+    process answers)."""
+    app = web.Application()
+    add_health_routes(app, {HEALTHZ_PATH: always_ok}, metrics.registry)
+    return app
 
 
 async def serve(
@@ -520,32 +514,18 @@ async def serve(
 ) -> None:
     """Run ``relay`` (and ``/metrics`` + ``/healthz`` on ``metrics_address``) until
     SIGTERM/SIGINT; calls in flight get ``stop_grace_s`` to finish."""
-    runner: web.AppRunner | None = None
-    await relay.start()
-    try:
-        if metrics_address is not None:
-            app = web.Application()
-            app[METRICS_KEY] = relay.metrics
-            app.router.add_get("/metrics", _metrics)
-            app.router.add_get("/healthz", _healthz)
-            runner = web.AppRunner(app, handle_signals=False, access_log=None)
-            await runner.setup()
-            host, port = metrics_address
-            try:
-                await web.TCPSite(runner, host, port).start()
-            except OSError as err:
-                raise InputError(
-                    f"cannot serve metrics on {host}:{port} ({err.strerror}): is the port "
-                    "in use? choose another with --metrics-address"
-                ) from None
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
+    listeners = []
+    if metrics_address is not None:
+        host, port = metrics_address
+        listeners.append(Listener(metrics_app(relay.metrics), host, port, "--metrics-address"))
+
+    async def until_stopped(serving: Serving) -> None:
         if on_ready is not None:
             on_ready(relay.endpoint)
-        await stop.wait()
+        await serving.stopped.wait()
+
+    await relay.start()
+    try:
+        await serve_listeners(listeners, until_stopped, shutdown_grace_s=stop_grace_s)
     finally:
         await relay.stop(stop_grace_s)
-        if runner is not None:
-            await runner.cleanup()

@@ -251,12 +251,35 @@ class Listener:
     inherited: Sequence[socket.socket] = ()
     lingering_s: float = DEFAULT_LINGERING_S
     keepalive_s: float = DEFAULT_KEEPALIVE_S
+    #: Connections held at once; past it a new one is closed as soon as it is accepted
+    #: (None: no cap, as the extender's verbs need: kube-scheduler is never refused).
+    #: asyncio accepts up to :data:`LISTEN_BACKLOG` waiting connections in one batch
+    #: before any of them counts, so a burst can pass the cap by at most that many.
+    max_connections: int | None = None
     #: Called each time the certificate was re-read (a counter's ``inc``).
     on_tls_reload: Callable[[], None] = _nothing
 
     @property
     def url(self) -> str:
         return f"{'https' if self.tls is not None else 'http'}://{self.host}:{self.port}"
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past a listener's cap: closed at once, nothing read."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+def _protocols(server: web.Server, max_connections: int | None) -> Callable[[], asyncio.Protocol]:
+    """The protocol of each accepted connection: aiohttp's, or past the cap, a refusal."""
+    if max_connections is None:
+        return server
+
+    def protocol() -> asyncio.Protocol:
+        return _Refused() if len(server.connections) >= max_connections else server()
+
+    return protocol
 
 
 def bind(host: str, port: int, flag: str) -> list[socket.socket]:
@@ -353,20 +376,33 @@ async def serve(
         for listener in listeners
     ]
     serving = Serving(asyncio.Event(), runners)
+    loop = asyncio.get_running_loop()
+    servers: list[asyncio.Server] = []
+
+    async def close() -> None:
+        for server in servers:  # no new connections; those open get the grace period
+            server.close()
+        for runner in runners:
+            await runner.cleanup()
+
     try:
         for runner in runners:
             await runner.setup()
         for listener, runner in zip(listeners, runners, strict=True):
+            assert runner.server is not None  # set up above
             sockets = list(listener.inherited) or bind(listener.host, listener.port, listener.flag)
             serving.sockets[listener.name] = sockets
+            protocols = _protocols(runner.server, listener.max_connections)
             ssl_context = listener.tls.context if listener.tls is not None else None
             for sock in sockets:
-                await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+                servers.append(
+                    await loop.create_server(
+                        protocols, sock=sock, ssl=ssl_context, backlog=LISTEN_BACKLOG
+                    )
+                )
     except ServingError:
-        for runner in runners:
-            await runner.cleanup()
+        await close()
         raise
-    loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, serving.stopped.set)
     tasks: list[asyncio.Future[None]] = []
@@ -387,5 +423,4 @@ async def serve(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for runner in runners:
-            await runner.cleanup()
+        await close()

@@ -10,7 +10,9 @@ from __future__ import annotations
 import http.client
 import os
 import signal as signals
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -30,6 +32,7 @@ from layersched.agent import (
     publish_loop,
     run,
 )
+from layersched.agent._health import HEALTH_MAX_CONNECTIONS
 from layersched.agent._publisher import PublishStats
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import HeldImage
@@ -201,6 +204,7 @@ def test_run_serves_the_probes_publishes_and_stops_on_sigterm() -> None:
     # (sent once it is ready, so the shell's handler is in place) ends it cleanly
     port = free_port()
     scraped: list[str] = []
+    refused: list[bool] = []
 
     def read() -> NodeRead:
         return NodeRead((IMAGE,), "content-store", {})
@@ -209,6 +213,17 @@ def test_run_serves_the_probes_publishes_and_stops_on_sigterm() -> None:
         try:
             eventually(port, READYZ_PATH, 200)
             scraped.append(http_get(port, METRICS_PATH)[1])
+            # idle connections hold at most the cap; one more is closed unanswered
+            idle = [
+                socket.create_connection(("127.0.0.1", port)) for _ in range(HEALTH_MAX_CONNECTIONS)
+            ]
+            time.sleep(0.1)
+            try:
+                http_get(port, LIVEZ_PATH)
+            except (http.client.RemoteDisconnected, ConnectionError):
+                refused.append(True)
+            for sock in idle:
+                sock.close()
         finally:
             os.kill(os.getpid(), signals.SIGTERM)
 
@@ -221,6 +236,7 @@ def test_run_serves_the_probes_publishes_and_stops_on_sigterm() -> None:
         assert api.applies == 1
     assert scraped, f"{READYZ_PATH} never answered 200"
     assert "layersched_agent_applies_total 1.0" in scraped[0]
+    assert refused == [True]
     # the port is closed once run() returned
     with pytest.raises(ConnectionError):
         http_get(port, LIVEZ_PATH)

@@ -41,6 +41,8 @@ LOOPBACK = "127.0.0.1"
 HTTP_TIMEOUT_S = 5.0
 #: The idle deadline the test listener gets (aiohttp's default is 75 s).
 IDLE_S = 0.3
+#: The connection cap the test listener gets.
+CAP = 3
 
 
 def _app(ready: list[bool]) -> web.Application:
@@ -232,3 +234,35 @@ def test_a_certificate_and_key_that_do_not_match_is_one_line(tmp_path: Path) -> 
     _write_pair(tmp_path, first.cert_pem, second.key_pem)
     with pytest.raises(ServingError, match=r"--tls-key-file \(from the Secret x\)"):
         ReloadingTls(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"), hint="from the Secret x")
+
+
+def test_past_the_cap_a_connection_is_closed_unanswered() -> None:
+    [sock] = bind(LOOPBACK, 0, "--health-port")
+    port = sock.getsockname()[1]
+    seen: dict[str, object] = {}
+
+    async def probe() -> int:
+        async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S) as client:
+            return (await client.get(f"http://{LOOPBACK}:{port}{LIVEZ_PATH}")).status_code
+
+    async def main(serving: Serving) -> None:
+        held = []
+        for _ in range(CAP):  # idle connections, each counted once accepted
+            held.append(await asyncio.open_connection(LOOPBACK, port))
+            await asyncio.sleep(0.02)
+        # one more is closed at once, its request unanswered
+        reader, writer = await asyncio.open_connection(LOOPBACK, port)
+        writer.write(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+        seen["refused"] = await asyncio.wait_for(reader.read(), HTTP_TIMEOUT_S)
+        writer.close()
+        # they go: probes are answered again
+        for _, idle in held:
+            idle.close()
+        await asyncio.sleep(0.1)
+        seen["after"] = await probe()
+
+    listener = Listener(
+        _app([True]), LOOPBACK, port, "--health-port", inherited=[sock], max_connections=CAP
+    )
+    _run([listener], main)
+    assert seen == {"refused": b"", "after": 200}

@@ -15,8 +15,9 @@ Both answer a short plain-text line saying why. Given a metrics registry (the ag
 
 :func:`health_app` is served by the service shell (:mod:`layersched.serving`) on the
 agent's event loop, while the publish loop runs on a thread (:mod:`._run`): a connection
-holds no thread, and one that sends no request within :data:`HEALTH_READ_TIMEOUT_S` is
-closed.
+holds no thread, one that sends no request within :data:`HEALTH_READ_TIMEOUT_S` is
+closed, and past :data:`HEALTH_MAX_CONNECTIONS` at once a new one is closed unanswered,
+so a slow or flooding client cannot hold the agent's memory.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from layersched.serving import LIVEZ_PATH, READYZ_PATH, add_health_routes
 #: A connection must bring its request within this, and is closed after as long idle
 #: (kubelet's probe timeout is 1 s by default).
 HEALTH_READ_TIMEOUT_S = 5.0
+#: Connections held at once; more are closed at once (kubelet sends one per probe).
+HEALTH_MAX_CONNECTIONS = 8
 #: A failure's text in a /readyz answer is cut to this.
 MAX_REASON_CHARS = 200
 

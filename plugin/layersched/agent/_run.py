@@ -14,7 +14,12 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-from layersched.agent._health import HEALTH_READ_TIMEOUT_S, AgentHealth, health_app
+from layersched.agent._health import (
+    HEALTH_MAX_CONNECTIONS,
+    HEALTH_READ_TIMEOUT_S,
+    AgentHealth,
+    health_app,
+)
 from layersched.agent._metrics import AgentMetrics
 from layersched.agent._publisher import (
     BACKOFF_MAX_S,
@@ -72,7 +77,7 @@ def run(
             live_bound_s=max(resync_s, poll_s, BACKOFF_MAX_S) + LIVE_GRACE_S,
             ready_bound_s=resync_s + READY_GRACE_S,
         )
-        listeners = []
+        listeners: list[Listener] = []
         if health_port is not None:
             app = health_app(health, AgentMetrics(publisher.stats).registry)
             listeners.append(
@@ -82,6 +87,7 @@ def run(
                     health_port,
                     "--health-port",
                     keepalive_s=HEALTH_READ_TIMEOUT_S,
+                    max_connections=HEALTH_MAX_CONNECTIONS,
                 )
             )
         signal = ChangeSignal()

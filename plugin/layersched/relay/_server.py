@@ -514,7 +514,7 @@ async def serve(
 ) -> None:
     """Run ``relay`` (and ``/metrics`` + ``/healthz`` on ``metrics_address``) until
     SIGTERM/SIGINT; calls in flight get ``stop_grace_s`` to finish."""
-    listeners = []
+    listeners: list[Listener] = []
     if metrics_address is not None:
         host, port = metrics_address
         listeners.append(Listener(metrics_app(relay.metrics), host, port, "--metrics-address"))

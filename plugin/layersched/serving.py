@@ -56,15 +56,17 @@ READYZ_PATH = "/readyz"
 HEALTHZ_PATH = "/healthz"
 METRICS_PATH = "/metrics"
 
-#: Connections the kernel queues on a listening socket (asyncio's default): they wait
+#: Connections the kernel queues on a listening socket (aiohttp's default): they wait
 #: there while a process hands its sockets over (the extender's recycle).
-LISTEN_BACKLOG = 100
-#: aiohttp's defaults, each listener may set its own: how long the rest of a body not
-#: read to its end is read and dropped so the client can read the answer ...
+LISTEN_BACKLOG = 128
+#: aiohttp's server defaults, each listener may set its own: how long the rest of a body
+#: not read to its end is read and dropped so the client can read the answer ...
 DEFAULT_LINGERING_S = 10.0
 #: ... and how long a connection may stay idle, its first request included (a client
 #: that connects and sends nothing, or trickles its headers, is cut off after this).
-DEFAULT_KEEPALIVE_S = 75.0
+#: Long by default: a client that keeps its connection (kube-scheduler, the API server)
+#: should not race a close on its next request.
+DEFAULT_KEEPALIVE_S = 3630.0
 #: How long SIGTERM waits for requests in flight by default.
 SHUTDOWN_GRACE_S = 5.0
 #: How often a reloading certificate's files are checked for a renewal.

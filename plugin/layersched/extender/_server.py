@@ -449,6 +449,10 @@ def _load_in_thread(provider: InventoryProvider) -> asyncio.Future[None]:
     return future
 
 
+async def _until_stopped(serving: Serving) -> None:
+    await serving.stopped.wait()
+
+
 async def _until_recycle(extender: Extender, recycler: _memory.Recycler) -> None:
     """Return once ``recycler`` wants a recycle: every check period, this process's
     resident memory against what it holds (the provider's objects and the layer
@@ -507,7 +511,7 @@ async def _run(
     gc.set_threshold(*GC_THRESHOLDS)
     extender.provider.bind_loop(asyncio.get_running_loop())  # a watch applies changes here
     loading = _load_in_thread(extender.provider)
-    stopping: asyncio.Future[bool] = asyncio.ensure_future(serving.stopped.wait())
+    stopping: asyncio.Future[None] = asyncio.ensure_future(_until_stopped(serving))
     recycling: asyncio.Future[None] | None = None
     try:
         await asyncio.wait([loading, stopping], return_when=asyncio.FIRST_COMPLETED)

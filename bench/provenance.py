@@ -301,10 +301,21 @@ def finish(record: MutableMapping[str, Any]) -> dict[str, Any]:
     return dict(record)
 
 
+def competing_cores(record: Mapping[str, Any]) -> float | None:
+    """Other processes' cores at normal priority, bounded by every busy cycle that was not
+    the benchmark's (``/proc/stat``, exact): adding up processes one by one can charge a
+    subreaper again with what its adopted children were already charged, never less."""
+    others = record.get("other_processes_cores")
+    whole = record.get("other_processes_cores_all")
+    if others is None or whole is None:
+        return others
+    return float(min(others, whole))
+
+
 def overloaded(record: Mapping[str, Any]) -> bool:
     """Whether other processes shared the machine (see the module's docstring)."""
     cpus = (record.get("machine") or {}).get("cpus") or 1
-    others = record.get("other_processes_cores")
+    others = competing_cores(record)
     if others is not None:
         return bool(others > OTHER_CORES_LIMIT)
     loads = [
@@ -319,7 +330,7 @@ def why_overloaded(record: Mapping[str, Any] | None) -> str | None:
     if not record or not overloaded(record):
         return None
     cpus = (record.get("machine") or {}).get("cpus")
-    others = record.get("other_processes_cores")
+    others = competing_cores(record)
     if others is not None:
         return (
             f"processes outside the benchmark used {others:g} of the {cpus} cores on "
@@ -351,7 +362,7 @@ def describe(record: Mapping[str, Any] | None) -> str:
         f"{record.get('load_average_1m_max', '?')} at most"
         + (
             f" (the benchmark's own processes included); other processes used "
-            f"{record['other_processes_cores']:g} cores on average at normal priority"
+            f"{competing_cores(record):g} cores on average at normal priority"
             + (
                 f", {record['other_processes_cores_all']:g} with low-priority work and the kernel's"
                 if record.get("other_processes_cores_all") is not None

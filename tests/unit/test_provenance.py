@@ -261,3 +261,18 @@ def test_a_file_without_provenance_is_described_as_unverified() -> None:
     )
     assert text.startswith("Measured at commit `abcdef012345` with uncommitted changes")
     assert "2 CPUs (X), 23.5 GiB" in text and "3.0 at most; Kubernetes v1.37.2." in text
+
+
+def test_other_processes_never_count_above_every_cycle_not_the_benchmarks() -> None:
+    record: dict[str, Any] = {
+        "machine": {"cpus": 2},
+        "other_processes_cores": 0.873,  # a subreaper charged twice
+        "other_processes_cores_all": 0.12,
+    }
+    assert provenance.competing_cores(record) == 0.12
+    assert not provenance.overloaded(record)
+    record["other_processes_cores_all"] = 0.9
+    assert provenance.why_overloaded(record) == (
+        "processes outside the benchmark used 0.873 of the 2 cores on average at normal "
+        "priority while it ran"
+    )

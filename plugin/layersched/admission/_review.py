@@ -31,6 +31,7 @@ import msgspec
 
 from layersched.core.errors import LayerschedError
 from layersched.core.nodelayers import GROUP, KIND, PLURAL, shown
+from layersched.core.objects import OwnedMeta
 
 #: The AdmissionReview version served (admission.k8s.io/v1: Kubernetes 1.16 and later).
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
@@ -79,25 +80,12 @@ class UserInfo(msgspec.Struct, frozen=True):
     extra: dict[str, list[str]] = msgspec.field(default_factory=dict)
 
 
-class OwnerReference(msgspec.Struct, frozen=True):
-    apiVersion: str = ""
-    kind: str = ""
-    name: str = ""
-    uid: str = ""
-
-
-class ObjectMeta(msgspec.Struct, frozen=True):
-    name: str = ""
-    generateName: str = ""
-    ownerReferences: list[OwnerReference] = msgspec.field(default_factory=list)
-
-
 class ObjectHead(msgspec.Struct, frozen=True):
     """What the rule reads of the object: its kind and metadata (the rest is skipped)."""
 
     apiVersion: str = ""
     kind: str = ""
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: OwnedMeta = msgspec.field(default_factory=OwnedMeta)
 
 
 class GroupVersionResource(msgspec.Struct, frozen=True):
@@ -244,7 +232,7 @@ def _agent_node(
 def _owner_problem(head: ObjectHead, node: str, node_uid: str) -> str | None:
     """What is wrong with the object's owner references (None: exactly its Node)."""
     want = f"{OWNER_API_VERSION} {OWNER_KIND} {node!r} (uid {node_uid})"
-    owners = head.metadata.ownerReferences
+    owners = head.metadata.ownerReferences or ()
     if len(owners) != 1:
         return f"it has {len(owners)} ownerReferences; it must have exactly one, its Node: {want}"
     owner = owners[0]

@@ -147,15 +147,20 @@ class Pod(msgspec.Struct, gc=False):
 
 
 class OwnerReference(msgspec.Struct, gc=False):
-    """``metadata.ownerReferences[]``: who made the object."""
+    """``metadata.ownerReferences[]``: who made the object (the admission rule checks a
+    NodeLayerInventory's is its Node, by apiVersion, kind, name and uid)."""
 
+    apiVersion: str = ""
     kind: str = ""
     name: str = ""
+    uid: str = ""
     controller: bool | None = None
 
 
-class PlacedMeta(ObjectMeta, gc=False):
-    """``metadata`` with the owners (a DaemonSet's pods are pinned to their node)."""
+class OwnedMeta(ObjectMeta, gc=False):
+    """``metadata`` with the owners (a DaemonSet's pods are pinned to their node; an
+    agent's NodeLayerInventory must be owned by its Node). The extender's hot path decodes
+    :class:`ObjectMeta`, which skips them."""
 
     ownerReferences: list[OwnerReference] | None = None
     creationTimestamp: str = ""
@@ -262,7 +267,7 @@ class PlacedPod(Pod, gc=False):
     """A v1 Pod as ``layersched estimate`` reads it: where it ran, from when to when,
     what it requested and what constrained its placement."""
 
-    metadata: PlacedMeta = msgspec.field(default_factory=PlacedMeta)
+    metadata: OwnedMeta = msgspec.field(default_factory=OwnedMeta)
     spec: PlacedPodSpec | None = None
     status: PodStatus | None = None
 

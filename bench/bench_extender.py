@@ -62,7 +62,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import provenance
-from corpus import Workload, digest_reference, workload
+from corpus import Workload, digest_reference, image_digest, workload
 from fake_api import FakeApi, Scripted
 
 from layersched.core.layers import Layer
@@ -392,7 +392,7 @@ def _held_images(load: Workload, node: dict[str, Any]) -> list[HeldImage]:
         image = by_name[entry["names"][1]]
         layers = tuple(Layer(layer.digest, layer.size_bytes) for layer in image.layers)
         ref = digest_reference(image)
-        held.append(HeldImage((ref, image.name), ref.rpartition("@")[2], layers))
+        held.append(HeldImage((ref, image.name), image_digest(image), layers))
     return held
 
 

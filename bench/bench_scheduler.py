@@ -71,6 +71,7 @@ from layersched import generated
 from layersched.builds import FALLBACK_GO, kubernetes_build
 from layersched.core.errors import KubeError, LayerschedError, TestbedError
 from layersched.core.nodelayers import HeldImage, build_document
+from layersched.core.reference import ImageReference
 from layersched.deploy import (
     DEFAULT_SCHEDULER,
     ExtenderSpec,
@@ -304,7 +305,7 @@ def inventory_document(load: Workload, item: Mapping[str, Any]) -> dict[str, Any
     held = [
         HeldImage(
             names=tuple(image["names"]),
-            digest=image["names"][0].split("@", 1)[1],
+            digest=ImageReference.parse(image["names"][0]).digest or "",
             layers=layers[image["names"][-1]],
         )
         for image in item["status"]["images"]

@@ -21,10 +21,15 @@ from layersched.sim.corpus import Corpus, CorpusImage, generate_corpus
 MIN_CONTAINERS, MAX_CONTAINERS = 1, 3
 
 
+def image_digest(image: CorpusImage) -> str:
+    """The manifest digest ``image`` is given (a hash of its name)."""
+    return f"sha256:{hashlib.sha256(image.name.encode()).hexdigest()}"
+
+
 def digest_reference(image: CorpusImage) -> str:
     """A ``repo@sha256:…`` name for ``image``, as kubelet lists first in ``names``."""
     repo = image.name.rsplit(":", 1)[0]
-    return f"{repo}@sha256:{hashlib.sha256(image.name.encode()).hexdigest()}"
+    return f"{repo}@{image_digest(image)}"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from layersched.core.errors import ImageReferenceError
-from layersched.core.reference import ImageReference, normalized_image_name, parse_or_none
+from layersched.core.reference import (
+    ImageReference,
+    is_pinned,
+    normalized_image_name,
+    parse_or_none,
+)
 
 D = "sha256:" + "a" * 64
 
@@ -103,3 +108,27 @@ def test_identity(text: str, identity: str) -> None:
 )
 def test_parse_or_none(text: str, expected: ImageReference | None) -> None:
     assert parse_or_none(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "repository", "pinned"),
+    [
+        # the tag goes; no docker.io/library/ is added
+        ("debian:12", "debian", False),
+        # a registry port is no tag
+        ("reg.lan:5000/app:v1", "reg.lan:5000/app", False),
+        ("reg.lan:5000/app", "reg.lan:5000/app", False),
+        # a digest goes, and pins; with a tag beside it both go
+        (f"reg.lan:5000/app@{D}", "reg.lan:5000/app", True),
+        (f"nginx:1.25@{D}", "nginx", True),
+    ],
+    ids=["tag", "port-and-tag", "port", "digest", "tag+digest"],
+)
+def test_suffix_and_pinned(text: str, repository: str, pinned: bool) -> None:
+    assert text.removesuffix(ImageReference.parse(text).suffix()) == repository
+    assert is_pinned(text) is pinned
+
+
+def test_a_name_that_is_no_reference_pins_nothing() -> None:
+    # kubelet lists a dangling image as '<none>@<none>': an '@' is not a digest
+    assert not is_pinned("<none>@<none>")

@@ -28,6 +28,7 @@ from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.inventory import annotation_layers
 from layersched.core.layers import Layer, LayerSource, check_digest, check_size
 from layersched.core.nodelayers import HeldImage, shown
+from layersched.core.reference import parse_or_none
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,8 @@ def cri_images(
         else:
             problems[key] = "no layer annotations, and no registry fallback (--registry-fallback)"
             continue
-        digest = image.repo_digests[0].rpartition("@")[2] if image.repo_digests else image.id
+        pinned = parse_or_none(image.repo_digests[0]) if image.repo_digests else None
+        digest = pinned.digest if pinned is not None and pinned.digest else image.id
         held.append(HeldImage(names, digest, tuple(layers)))
     return held, problems, used
 

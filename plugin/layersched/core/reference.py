@@ -123,6 +123,13 @@ class ImageReference:
         """The same repository pinned to ``digest``."""
         return ImageReference(self.domain, self.path, self.tag, digest)
 
+    def suffix(self) -> str:
+        """What follows the repository in the reference as written: ``:tag``,
+        ``@digest``, both, or nothing (``text.removesuffix(ref.suffix())`` is the
+        repository as the user wrote it, with no ``docker.io/library/`` added)."""
+        tag = f":{self.tag}" if self.tag is not None else ""
+        return tag + (f"@{self.digest}" if self.digest is not None else "")
+
 
 def parse_or_none(text: str) -> ImageReference | None:
     """``ImageReference.parse(text)``, or None when ``text`` is no reference.
@@ -134,6 +141,13 @@ def parse_or_none(text: str) -> ImageReference | None:
         return ImageReference.parse(text)
     except ImageReferenceError:
         return None
+
+
+def is_pinned(name: str) -> bool:
+    """Whether ``name`` names its content by digest (``repo@sha256:…``): immutable. A
+    name no parser accepts (``<none>@<none>``) pins nothing."""
+    reference = parse_or_none(name)
+    return reference is not None and reference.digest is not None
 
 
 def lookup_key(name: str) -> str:

@@ -109,9 +109,7 @@ def parse_image_ref(text: str, what: str, default_tag: str = __version__) -> Ima
         parsed = ImageReference.parse(text)
     except InputError as err:
         raise InputError(f"{what}: {err}") from None
-    name = text.split("@", 1)[0]
-    if parsed.tag is not None:
-        name = name[: -len(parsed.tag) - 1]
+    name = text.removesuffix(parsed.suffix())
     if parsed.digest is not None:
         return ImageRef(name, digest=parsed.digest)
     return ImageRef(name, tag=parsed.tag or default_tag)

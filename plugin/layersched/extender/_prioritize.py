@@ -17,12 +17,13 @@ from layersched.core.inventory import ClusterInventory, IndexArray, SlotCache, p
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import ObjectMeta, pod_images, pod_name
 from layersched.core.pod import PodImages
+from layersched.core.reference import is_pinned
 from layersched.core.strategies import NodeScores, PlatformGroup, Strategy, pod_layers
 from layersched.core.strategies.base import MAX_NODE_SCORE
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms, PlatformSource
 from layersched.extender._providers import InventoryProvider, request_inventory
-from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver, is_pinned
+from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver
 from layersched.extender._wire import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 
 from layersched.core.errors import LayerResolutionError, LayerschedError
 from layersched.core.layers import Layer, LayerSource, NoLayerSource, StaticLayerSource
+from layersched.core.reference import is_pinned
 from layersched.registry import (
     MAX_CACHED_BYTES,
     MAX_CACHED_IMAGES,
@@ -42,7 +43,6 @@ from layersched.registry import (
     POSITIVE_TTL_S,
     Entry,
     LayerCache,
-    is_pinned,
 )
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,6 @@ __all__ = [
     "NEGATIVE_TTL_S",
     "POSITIVE_TTL_S",
     "DeadlineResolver",
-    "is_pinned",
 ]
 #: Pod-image resolutions in flight or queued at most; beyond this a pod is
 #: answered neutrally without queueing more work (no unbounded queue).
@@ -84,7 +83,7 @@ def _retrieve(future: asyncio.Future[tuple[Layer, ...]]) -> None:
 def preferred_name(names: Sequence[str]) -> str:
     """The name to resolve a node image by: a digest reference (immutable, and one
     manifest GET by digest) if kubelet reported one, else the first name."""
-    return next((n for n in names if "@" in n), names[0])
+    return next((n for n in names if is_pinned(n)), names[0])
 
 
 class _WarningLog:

@@ -22,7 +22,6 @@ from layersched.registry._cache import (
     Entry,
     Fetched,
     LayerCache,
-    is_pinned,
 )
 from layersched.registry._client import (
     BUILTIN_TOKEN_HOSTS,
@@ -58,5 +57,4 @@ __all__ = [
     "RegistryClient",
     "RegistryLayerSource",
     "ResolvedImage",
-    "is_pinned",
 ]

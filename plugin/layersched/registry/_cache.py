@@ -37,6 +37,7 @@ from typing import Protocol, runtime_checkable
 
 from layersched.core.errors import LayerResolutionError, LayerschedError
 from layersched.core.layers import Layer, LayerSource
+from layersched.core.reference import is_pinned, parse_or_none
 
 #: Registry tags move; revalidate a tag's layers after this long (serving the old answer
 #: meanwhile). kubelet refreshes node images every ~30 s; a tag moving faster than 5 min
@@ -76,11 +77,6 @@ class DigestSource(Protocol):
     def current_digest(self, image: str) -> str | None:
         """The digest ``image`` points to now, or None if the registry does not say."""
         ...
-
-
-def is_pinned(image: str) -> bool:
-    """Whether ``image`` names its content by digest (``repo@sha256:…``): immutable."""
-    return "@" in image
 
 
 class Entry:
@@ -253,11 +249,12 @@ class LayerCache:
         source's error when nothing is known of the image; a failed revalidation returns
         the layers last known (and tells ``on_kept`` why it failed)."""
         entry, _ = self._peek(image)
-        if is_pinned(image):
+        pinned = parse_or_none(image)
+        if pinned is not None and pinned.digest is not None:
             with self._lock:
-                shared = self._shared.get(image.rpartition("@")[2])
+                shared = self._shared.get(pinned.digest)
             if shared is not None:
-                layers = self.store(image, Fetched(shared[0], image.rpartition("@")[2]))
+                layers = self.store(image, Fetched(shared[0], pinned.digest))
                 assert layers is not None
                 return layers
         try:

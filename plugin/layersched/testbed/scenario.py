@@ -190,11 +190,10 @@ def trial_images(images: ScenarioImages, tag: str) -> ScenarioImages:
 def repository_of(ref: str) -> str:
     """``ref`` without its tag, as written (``reg:5000/scenario/img1:v1`` ->
     ``reg:5000/scenario/img1``). InputError for a reference pinned by digest."""
-    ImageReference.parse(ref)  # a malformed reference is an InputError naming it
-    if "@" in ref:
+    parsed = ImageReference.parse(ref)  # a malformed reference is an InputError naming it
+    if parsed.digest is not None:
         raise InputError(f"scenario image {ref}: pinned by digest, it cannot be given a tag")
-    head, slash, last = ref.rpartition("/")
-    return f"{head}{slash}{last.partition(':')[0]}"
+    return ref.removesuffix(parsed.suffix())
 
 
 def retag(ref: str, tag: str) -> str:

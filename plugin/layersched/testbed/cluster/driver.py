@@ -43,6 +43,7 @@ from layersched.core.errors import KubeError, TestbedError
 from layersched.core.inventory import ClusterInventory
 from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
 from layersched.core.quantity import parse_quantity
+from layersched.core.reference import parse_or_none
 from layersched.core.strategies import get_strategy
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.kube import (
@@ -178,9 +179,8 @@ def still_running(
 def listed_repository(name: str) -> str:
     """The repository of an image name as a runtime lists it (``repo:tag`` or
     ``repo@sha256:…``), for matching every tag of the scenario's images."""
-    name = name.partition("@")[0]
-    head, slash, last = name.rpartition("/")
-    return f"{head}{slash}{last.partition(':')[0]}"
+    parsed = parse_or_none(name)
+    return name if parsed is None else name.removesuffix(parsed.suffix())
 
 
 def held_layers(

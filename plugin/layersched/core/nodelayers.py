@@ -117,8 +117,8 @@ class HeldImage:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeLayers:
-    """A parsed ``NodeLayerInventory``."""
+class NodeLayerInventory:
+    """A parsed ``NodeLayerInventory`` object (the Go plugin's ``layers.NodeLayerInventory``)."""
 
     node: str
     images: tuple[HeldImage, ...]
@@ -369,7 +369,7 @@ def parse_document(
     origin: str,
     pool: dict[str, Layer] | None = None,
     intern: Callable[[str], str] = sys.intern,
-) -> NodeLayers:
+) -> NodeLayerInventory:
     """Read a ``NodeLayerInventory`` object; InputError naming the node and field if it is
     malformed (an index out of range, a bad digest or size; sizes are capped by
     ``check_size`` at ``layersched.core.layers.MAX_SIZE_BYTES``).
@@ -437,7 +437,7 @@ def parse_document(
             first[index] = j
             layers.append(table[index])
         images.append(HeldImage(tuple(intern(n) for n in names), digest, tuple(layers)))
-    return NodeLayers(
+    return NodeLayerInventory(
         node=node,
         images=tuple(images),
         runtime=str(document.get("runtime") or ""),

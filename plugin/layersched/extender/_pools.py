@@ -33,7 +33,7 @@ from typing import Any
 
 from layersched.core.inventory import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import HeldImage, NodeLayers
+from layersched.core.nodelayers import HeldImage, NodeLayerInventory
 
 #: Estimated bytes held for each distinct layer the pools keep, beyond its digest's
 #: characters: the Layer, its digest and size objects, the pool entry, and the
@@ -212,7 +212,7 @@ class InventoryPools:
         return victims
 
     def hold_layers(
-        self, parsed: NodeLayers, replacing: Held | None = None, holder: str = ""
+        self, parsed: NodeLayerInventory, replacing: Held | None = None, holder: str = ""
     ) -> tuple[Held | None, list[Held]]:
         """Intern ``parsed``'s images and layers and charge them: what it holds (None:
         nothing, it is refused: over its share, or past the budget with no larger object

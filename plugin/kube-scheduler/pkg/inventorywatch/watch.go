@@ -128,7 +128,7 @@ func parse(object *unstructured.Unstructured) *parsed {
 	item := &parsed{name: object.GetName()}
 	data, err := object.MarshalJSON()
 	if err == nil {
-		item.inventory, err = layers.DecodeInventory(data)
+		item.inventory, err = layers.DecodeNodeLayerInventory(data)
 	}
 	item.err = err
 	return item
@@ -188,7 +188,7 @@ func (s *store) Delete(obj interface{}) error {
 }
 
 func (s *store) Replace(items []interface{}, _ string) error {
-	inventories := make([]*layers.Inventory, 0, len(items))
+	inventories := make([]*layers.NodeLayerInventory, 0, len(items))
 	for _, obj := range items {
 		item, ok := obj.(*parsed)
 		if !ok {
@@ -224,7 +224,7 @@ func (s *store) GetByKey(string) (interface{}, bool, error) { return nil, false,
 // item.
 type parsed struct {
 	name      string
-	inventory *layers.Inventory
+	inventory *layers.NodeLayerInventory
 	err       error
 }
 

@@ -63,10 +63,10 @@ func plugin(t *testing.T, rawArgs string) *LayerLocality {
 	// quorum 1 whatever the args say: each seed image is published by one node (the
 	// quorum itself is pkg/layers' votes_test.go)
 	index := layers.NewIndex(1)
-	index.Upsert(&layers.Inventory{Node: "N1", Images: []layers.Image{img1}, ObservedAt: now})
-	index.Upsert(&layers.Inventory{Node: "N2", Images: []layers.Image{img2}, ObservedAt: now})
-	index.Upsert(&layers.Inventory{Node: "N3", ObservedAt: now})
-	index.Upsert(&layers.Inventory{Node: "old", Images: []layers.Image{img1}, ObservedAt: now.Add(-2 * time.Hour)})
+	index.Upsert(&layers.NodeLayerInventory{Node: "N1", Images: []layers.Image{img1}, ObservedAt: now})
+	index.Upsert(&layers.NodeLayerInventory{Node: "N2", Images: []layers.Image{img2}, ObservedAt: now})
+	index.Upsert(&layers.NodeLayerInventory{Node: "N3", ObservedAt: now})
+	index.Upsert(&layers.NodeLayerInventory{Node: "old", Images: []layers.Image{img1}, ObservedAt: now.Add(-2 * time.Hour)})
 	pl := &LayerLocality{scorer: newScorer(args, index), nodes: snapshot("N1", "N2", "N3", "N4", "old")}
 	pl.now = func() time.Time { return now }
 	return pl

@@ -132,7 +132,7 @@ func (r Refusal) Error() string {
 
 // plan is an inventory as the index would hold it, and what that would cost.
 type plan struct {
-	inventory *Inventory
+	inventory *NodeLayerInventory
 	// layers are the node's distinct layer digests.
 	layers []string
 	images []imagePlan
@@ -145,7 +145,7 @@ type plan struct {
 
 // planOf reads what inventory would hold, without touching the index and before any
 // hashing: an object over MaxObjectBytes costs no more than its counting.
-func planOf(inventory *Inventory) *plan {
+func planOf(inventory *NodeLayerInventory) *plan {
 	p := &plan{inventory: inventory, images: make([]imagePlan, len(inventory.Images))}
 	seen := map[string]bool{}
 	lookups := map[string]bool{}

@@ -22,8 +22,8 @@ func chargesAddUp(t *testing.T, ix *Index) {
 }
 
 // published is one node's object of count images, each its own answer of layers layers.
-func published(node string, count, layers int) *Inventory {
-	inventory := &Inventory{Node: node, ObservedAt: observed}
+func published(node string, count, layers int) *NodeLayerInventory {
+	inventory := &NodeLayerInventory{Node: node, ObservedAt: observed}
 	for i := 0; i < count; i++ {
 		image := Image{Names: []string{fmt.Sprintf("reg:5000/%s/app%d:1", node, i)}, Digest: digest(fmt.Sprint(node, "/", i))}
 		for j := 0; j < layers; j++ {
@@ -37,18 +37,18 @@ func published(node string, count, layers int) *Inventory {
 func TestTheIssuesHostileObjectIsRefusedAtDecoding(t *testing.T) {
 	// 620 images of 8 one-letter names, index 0 a thousand times each: 308 MiB of heap
 	// in the index at 2de96fd, accepted as valid
-	_, err := DecodeInventory(hostileDocument("n1", false))
+	_, err := DecodeNodeLayerInventory(hostileDocument("n1", false))
 	if err == nil {
 		t.Fatal("the hostile object was accepted")
 	}
 	// made legal (1,000 distinct layers per image), it decodes, and the index refuses it
 	// for its size before hashing anything: the node has no inventory
-	inventory, err := DecodeInventory(hostileDocument("n1", true))
+	inventory, err := DecodeNodeLayerInventory(hostileDocument("n1", true))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ix := NewIndex(2)
-	ix.Upsert(&Inventory{Node: "n1", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "n1", Images: []Image{nginx}, ObservedAt: observed})
 	refused := ix.Upsert(inventory)
 	if len(refused) != 1 || refused[0].Reason != ReasonObjectTooLarge || refused[0].ChargeBytes <= MaxObjectBytes {
 		t.Fatalf("refusals %+v", refused)
@@ -68,7 +68,7 @@ func TestOneAnswerIsKeptOnceWhoeverGivesItUnderWhicheverName(t *testing.T) {
 	for n := 0; n < 50; n++ {
 		named := nginx
 		named.Names = []string{"nginx:1.25", "docker.io/library/nginx:1.25", fmt.Sprintf("mirror%d.example/nginx:1.25", n)}
-		ix.Upsert(&Inventory{Node: fmt.Sprint("n", n), Images: []Image{named}, ObservedAt: observed})
+		ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("n", n), Images: []Image{named}, ObservedAt: observed})
 	}
 	// keys: docker.io/library/nginx:1.25, the digest, and the 50 mirrors' names
 	if len(ix.answerID) != 1 || len(ix.lookupID) != 52 {
@@ -132,7 +132,7 @@ func TestChargesFollowTheirEntriesThroughChurn(t *testing.T) {
 			if (n+round)%3 == 0 {
 				images = []Image{nginx, img2}
 			}
-			ix.Upsert(&Inventory{Node: fmt.Sprint("n", n), Images: images, ObservedAt: observed})
+			ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("n", n), Images: images, ObservedAt: observed})
 			chargesAddUp(t, ix)
 		}
 		for n := round; n < 20; n += 2 {

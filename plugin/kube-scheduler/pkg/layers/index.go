@@ -105,7 +105,7 @@ func (ix *Index) Nodes() int {
 // Upsert records a node's inventory, replacing what the index held for that node; the
 // cost is the node's own size, never the cluster's. The refusals say which objects the
 // budget refused: this one (the node then has none), or larger ones held before.
-func (ix *Index) Upsert(inventory *Inventory) []Refusal {
+func (ix *Index) Upsert(inventory *NodeLayerInventory) []Refusal {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	return ix.upsert(inventory)
@@ -122,7 +122,7 @@ func (ix *Index) Remove(node string) bool {
 
 // Replace makes the index hold exactly these inventories (a full list), applied in order;
 // the nodes it held that are not listed are forgotten.
-func (ix *Index) Replace(inventories []*Inventory) []Refusal {
+func (ix *Index) Replace(inventories []*NodeLayerInventory) []Refusal {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	listed := make(map[string]bool, len(inventories))
@@ -146,7 +146,7 @@ func (ix *Index) Replace(inventories []*Inventory) []Refusal {
 	return refused
 }
 
-func (ix *Index) upsert(inventory *Inventory) []Refusal {
+func (ix *Index) upsert(inventory *NodeLayerInventory) []Refusal {
 	p := planOf(inventory)
 	admitted, refused := ix.admit(p, inventory.Node)
 	if !admitted {

@@ -63,8 +63,9 @@ type Image struct {
 	Layers []Layer
 }
 
-// Inventory is one parsed NodeLayerInventory: what a node's runtime holds.
-type Inventory struct {
+// NodeLayerInventory is one parsed NodeLayerInventory object: what a node's runtime
+// holds (the Python core's layersched.core.nodelayers.NodeLayerInventory).
+type NodeLayerInventory struct {
 	// Node is the object's name: the node it describes.
 	Node   string
 	Images []Image
@@ -73,10 +74,10 @@ type Inventory struct {
 	ObservedAt time.Time
 }
 
-// wireInventory mirrors the object as the API serves it; numbers stay raw JSON so that a
+// wireNodeLayerInventory mirrors the object as the API serves it; numbers stay raw JSON so that a
 // size or an index written as 1.0, 1e3 or "1" is refused, as the Python core refuses
 // anything but an integer.
-type wireInventory struct {
+type wireNodeLayerInventory struct {
 	Metadata struct {
 		Name string `json:"name"`
 	} `json:"metadata"`
@@ -96,12 +97,12 @@ type wireImage struct {
 	Layers []json.RawMessage `json:"layers"`
 }
 
-// DecodeInventory reads one NodeLayerInventory object (JSON), with the checks of the
+// DecodeNodeLayerInventory reads one NodeLayerInventory object (JSON), with the checks of the
 // Python core's parse_document (core/nodelayers.py) that the CRD schema cannot express:
 // an image's layer indexes must point into the node's layer table. The error names the
 // node and the field, and says the agent that wrote it is at fault.
-func DecodeInventory(data []byte) (*Inventory, error) {
-	var wire wireInventory
+func DecodeNodeLayerInventory(data []byte) (*NodeLayerInventory, error) {
+	var wire wireNodeLayerInventory
 	if err := json.Unmarshal(data, &wire); err != nil {
 		return nil, fmt.Errorf("decoding a %s: %v", Kind, err)
 	}
@@ -128,7 +129,7 @@ func DecodeInventory(data []byte) (*Inventory, error) {
 		}
 		table[i] = Layer{Digest: *raw.Digest, SizeBytes: size}
 	}
-	inventory := &Inventory{Node: wire.Metadata.Name, Images: make([]Image, len(wire.Images))}
+	inventory := &NodeLayerInventory{Node: wire.Metadata.Name, Images: make([]Image, len(wire.Images))}
 	for i, raw := range wire.Images {
 		if raw.Digest == nil || *raw.Digest == "" {
 			return nil, fmt.Errorf("%s: images[%d].digest is missing: the image's manifest digest", where, i)

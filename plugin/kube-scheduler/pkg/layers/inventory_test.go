@@ -21,12 +21,12 @@ func document(node string, layers string, images string) []byte {
 		"layers":[%s],"images":[%s]}`, node, layers, images))
 }
 
-func TestDecodeInventory(t *testing.T) {
+func TestDecodeNodeLayerInventory(t *testing.T) {
 	l1, l2 := digest("L1"), digest("L2")
 	doc := document("n1",
 		fmt.Sprintf(`{"digest":%q,"sizeBytes":100},{"digest":%q,"sizeBytes":0}`, l1, l2),
 		`{"names":["reg:5000/img1:1"],"digest":"sha256:aa","layers":[1,0]},{"digest":"sha256:bb","layers":[]}`)
-	inventory, err := DecodeInventory(doc)
+	inventory, err := DecodeNodeLayerInventory(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestDecodeInventory(t *testing.T) {
 	}
 }
 
-func TestDecodeInventoryRefusesWhatTheAgentCannotHaveMeant(t *testing.T) {
+func TestDecodeNodeLayerInventoryRefusesWhatTheAgentCannotHaveMeant(t *testing.T) {
 	l1 := digest("L1")
 	layer := func(size string) string { return fmt.Sprintf(`{"digest":%q,"sizeBytes":%s}`, l1, size) }
 	image := func(layers string) string { return `{"names":["a"],"digest":"sha256:aa","layers":[` + layers + `]}` }
@@ -80,7 +80,7 @@ func TestDecodeInventoryRefusesWhatTheAgentCannotHaveMeant(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := DecodeInventory([]byte(c.doc))
+			_, err := DecodeNodeLayerInventory([]byte(c.doc))
 			if err == nil || !strings.Contains(err.Error(), c.message) {
 				t.Fatalf("error %v, want one containing %q", err, c.message)
 			}
@@ -90,7 +90,7 @@ func TestDecodeInventoryRefusesWhatTheAgentCannotHaveMeant(t *testing.T) {
 
 func TestObservedAtThatIsNotRFC3339IsUnknown(t *testing.T) {
 	doc := strings.Replace(string(document("n1", "", "")), "2026-11-24T10:00:00Z", "yesterday", 1)
-	inventory, err := DecodeInventory([]byte(doc))
+	inventory, err := DecodeNodeLayerInventory([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 // IndexMemoryEnv names the JSON file TestIndexMemoryUnderHostileObjects writes its
 // figures to (bench/bench_index_memory.py sets it, runs the test on this tree and on an
 // older one, and records both). The test uses the package's exported API only
-// (DecodeInventory, NewIndex, Upsert, Remove), so the same file measures any version.
+// (DecodeNodeLayerInventory, NewIndex, Upsert, Remove), so the same file measures any version.
 const IndexMemoryEnv = "LAYERSCHED_INDEX_MEMORY_OUT"
 
 // IndexFloodEnv is how many nodes flood the index with objects each just under its
@@ -190,7 +190,7 @@ func mibOf(bytes uint64) float64 { return float64(bytes) / (1 << 20) }
 // apply decodes one object and gives it to the index, as the watch does (a malformed
 // object removes the node's inventory).
 func apply(ix *Index, data []byte) bool {
-	inventory, err := DecodeInventory(data)
+	inventory, err := DecodeNodeLayerInventory(data)
 	if err != nil {
 		var named struct {
 			Metadata struct{ Name string } `json:"metadata"`

@@ -73,7 +73,7 @@ func scoreParityCase(c parityCase) []string {
 	}
 	ix := NewIndex(quorum)
 	for i, document := range c.Inventories {
-		inventory, err := DecodeInventory(document)
+		inventory, err := DecodeNodeLayerInventory(document)
 		if (err == nil) != c.Valid[i] {
 			differences = append(differences, fmt.Sprintf("inventories[%d]: Python valid=%v, Go error %v", i, c.Valid[i], err))
 		}

@@ -22,9 +22,9 @@ var (
 // arithmetic; votes_test.go holds the quorum.
 func seedIndex() *Index {
 	ix := NewIndex(1)
-	ix.Upsert(&Inventory{Node: "N1", Images: []Image{img1}, ObservedAt: observed})
-	ix.Upsert(&Inventory{Node: "N2", Images: []Image{img2}, ObservedAt: observed})
-	ix.Upsert(&Inventory{Node: "N3", ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "N1", Images: []Image{img1}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "N2", Images: []Image{img2}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "N3", ObservedAt: observed})
 	return ix
 }
 
@@ -104,8 +104,8 @@ func TestLayerLocalityScores(t *testing.T) {
 func TestWhyANodeScoresZero(t *testing.T) {
 	ix := seedIndex()
 	stale := observed.Add(-time.Hour)
-	ix.Upsert(&Inventory{Node: "old", Images: []Image{img1}, ObservedAt: stale})
-	ix.Upsert(&Inventory{Node: "undated", Images: []Image{img1}})
+	ix.Upsert(&NodeLayerInventory{Node: "old", Images: []Image{img1}, ObservedAt: stale})
+	ix.Upsert(&NodeLayerInventory{Node: "undated", Images: []Image{img1}})
 	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img1:1"}, observed, 0), nil, observed, 0)
 	maxAge := 30 * time.Minute
 	cases := []struct {
@@ -178,7 +178,7 @@ func TestAPodWhoseLayersWeighNothingOrOverflowIsSkipped(t *testing.T) {
 	ix := NewIndex(1)
 	empty := Layer{digest("empty"), 0}
 	huge := Layer{digest("huge"), math.MaxInt64}
-	ix.Upsert(&Inventory{Node: "n", ObservedAt: observed, Images: []Image{
+	ix.Upsert(&NodeLayerInventory{Node: "n", ObservedAt: observed, Images: []Image{
 		{Names: []string{"empty:1"}, Digest: "sha256:e", Layers: []Layer{empty}},
 		{Names: []string{"huge:1"}, Digest: "sha256:h", Layers: []Layer{huge, l1}},
 	}})

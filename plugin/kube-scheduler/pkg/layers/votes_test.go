@@ -19,7 +19,7 @@ func nginxScores(quorum int, published ...holding) (map[string]int64, Resolution
 	ix := NewIndex(quorum)
 	nodes := []string{}
 	for _, p := range published {
-		ix.Upsert(&Inventory{Node: p.node, Images: p.images, ObservedAt: observed})
+		ix.Upsert(&NodeLayerInventory{Node: p.node, Images: p.images, ObservedAt: observed})
 		nodes = append(nodes, p.node)
 	}
 	_, why := ix.ImageLayers("nginx:1.25", observed, 0)
@@ -99,7 +99,7 @@ func TestANodeVotesOncePerNameAndAnswer(t *testing.T) {
 	// the liar lists the image twice, under two names that normalise alike: still one vote
 	ix := NewIndex(2)
 	twice := Image{Names: []string{"nginx", "nginx:latest"}, Digest: lie.Digest, Layers: lie.Layers}
-	ix.Upsert(&Inventory{Node: "liar", Images: []Image{twice, twice}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "liar", Images: []Image{twice, twice}, ObservedAt: observed})
 	if _, why := ix.ImageLayers("nginx", observed, 0); why != WithoutQuorum {
 		t.Errorf("one node's duplicates resolved the image: %v", why)
 	}
@@ -107,18 +107,18 @@ func TestANodeVotesOncePerNameAndAnswer(t *testing.T) {
 
 func TestVotesLeaveWithTheirObject(t *testing.T) {
 	ix := NewIndex(2)
-	ix.Upsert(&Inventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
-	ix.Upsert(&Inventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed})
 	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != Agreed {
 		t.Fatalf("two holders: %v", why)
 	}
 	// b's object is replaced by one without nginx: one vote left, below the quorum
-	ix.Upsert(&Inventory{Node: "b", Images: []Image{img2}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []Image{img2}, ObservedAt: observed})
 	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != WithoutQuorum {
 		t.Errorf("after b's replacement: %v", why)
 	}
 	// c agrees with a: the quorum is back; then a's object is deleted
-	ix.Upsert(&Inventory{Node: "c", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "c", Images: []Image{nginx}, ObservedAt: observed})
 	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != Agreed {
 		t.Errorf("after c: %v", why)
 	}
@@ -127,9 +127,9 @@ func TestVotesLeaveWithTheirObject(t *testing.T) {
 		t.Errorf("after a's deletion: %v", why)
 	}
 	// a liar's answer leaves with its object too: a fresh pair of liars, then one goes
-	ix.Upsert(&Inventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
-	ix.Upsert(&Inventory{Node: "x", Images: []Image{lie}, ObservedAt: observed})
-	ix.Upsert(&Inventory{Node: "y", Images: []Image{lie}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "x", Images: []Image{lie}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "y", Images: []Image{lie}, ObservedAt: observed})
 	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != WithoutQuorum {
 		t.Errorf("two answers at quorum: %v", why)
 	}
@@ -148,8 +148,8 @@ func TestVotesLeaveWithTheirObject(t *testing.T) {
 
 func TestAStaleInventoryDoesNotVote(t *testing.T) {
 	ix := NewIndex(2)
-	ix.Upsert(&Inventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
-	ix.Upsert(&Inventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed.Add(-2 * time.Hour)})
+	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed.Add(-2 * time.Hour)})
 	if _, why := ix.ImageLayers("nginx:1.25", observed, time.Hour); why != WithoutQuorum {
 		t.Errorf("b's two-hour-old object voted under a one-hour bound: %v", why)
 	}
@@ -196,10 +196,10 @@ func TestAgreementIsAMajorityOfPublishersAndAQuorum(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ix := NewIndex(2)
 			for i := 0; i < c.honests; i++ {
-				ix.Upsert(&Inventory{Node: fmt.Sprint("h", i), Images: []Image{c.honest}, ObservedAt: observed})
+				ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("h", i), Images: []Image{c.honest}, ObservedAt: observed})
 			}
 			for i := 0; i < c.liars; i++ {
-				ix.Upsert(&Inventory{Node: fmt.Sprint("liar", i), Images: []Image{c.liar}, ObservedAt: observed})
+				ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("liar", i), Images: []Image{c.liar}, ObservedAt: observed})
 			}
 			_, why := ix.ImageLayers(c.pod, observed, 0)
 			got := scores(ix, []string{c.pod}, nil, "h0")
@@ -215,10 +215,10 @@ func TestAStaleVoterNeitherVotesNorCountsAsAPublisher(t *testing.T) {
 	// bound: the liars count for nothing, the holders are all the publishers
 	ix := NewIndex(2)
 	for i := 0; i < 2; i++ {
-		ix.Upsert(&Inventory{Node: fmt.Sprint("h", i), Images: []Image{nginx}, ObservedAt: observed})
+		ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("h", i), Images: []Image{nginx}, ObservedAt: observed})
 	}
 	for i := 0; i < 3; i++ {
-		ix.Upsert(&Inventory{Node: fmt.Sprint("liar", i), Images: []Image{lie}, ObservedAt: observed.Add(-2 * time.Hour)})
+		ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("liar", i), Images: []Image{lie}, ObservedAt: observed.Add(-2 * time.Hour)})
 	}
 	if layers, why := ix.ImageLayers("nginx:1.25", observed, time.Hour); why != Agreed || fmt.Sprint(layers) != fmt.Sprint(nginx.Layers) {
 		t.Errorf("under the bound: %v %v", layers, why)
@@ -235,8 +235,8 @@ func TestAShortNameMatchesTheRuntimesName(t *testing.T) {
 	listed := nginx
 	listed.Names = []string{"docker.io/library/nginx:1.25"}
 	ix := NewIndex(2)
-	ix.Upsert(&Inventory{Node: "a", Images: []Image{listed}, ObservedAt: observed})
-	ix.Upsert(&Inventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []Image{listed}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed})
 	for _, pod := range []string{"nginx:1.25", "docker.io/library/nginx:1.25", "index.docker.io/library/nginx:1.25"} {
 		if _, why := ix.ImageLayers(pod, observed, 0); why != Agreed {
 			t.Errorf("%s: %v", pod, why)

@@ -97,7 +97,7 @@ REPAIR_HOLD_MAX_S = 60.0
 FUTURE_SKEW = timedelta(seconds=60)
 
 
-class NodeLayersApi(Protocol):
+class NodeLayerInventoryApi(Protocol):
     """What the publisher needs of the API (``layersched.kube.KubeClient`` fits)."""
 
     def get(self, path: str) -> dict[str, Any]: ...
@@ -190,7 +190,7 @@ class Publisher:
 
     def __init__(
         self,
-        kube: NodeLayersApi,
+        kube: NodeLayerInventoryApi,
         node: str,
         *,
         runtime: str,

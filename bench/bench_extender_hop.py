@@ -35,7 +35,7 @@ import tenacity
 
 from bench import provenance
 from bench.corpus import workload
-from layersched.testbed.local import load_inventory
+from layersched.testbed.local import load_state
 
 RESULTS = Path(__file__).resolve().parent / "results" / "extender_hop.json"
 NODES = 500
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    inventory = load_inventory(args.state_dir)
+    inventory = load_state(args.state_dir)
     server, client = inventory.nodes[1], inventory.nodes[0]
     load = workload()
     pod = load.pods(1)[0]

@@ -45,7 +45,7 @@ from layersched.sim.trace import (
 )
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.hosts import file_end, lines_since
-from layersched.testbed.local import default_state_dir, load_inventory, require_root
+from layersched.testbed.local import default_state_dir, load_state, require_root
 from layersched.testbed.local._cluster import LocalBackend
 from layersched.testbed.replay import (
     REPLAY_NAMESPACE,
@@ -169,7 +169,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     begun = time.monotonic()
     trace = read_trace(ROOT / args.trace)
     state_dir = args.state_dir or default_state_dir()
-    inventory = load_inventory(state_dir)
+    inventory = load_state(state_dir)
     rates = {n.link_rate_bits_per_s for n in inventory.nodes}
     if len(inventory.nodes) != trace.cluster.nodes or rates != {trace.cluster.link_rate_bits_per_s}:
         raise TestbedError(

@@ -70,8 +70,8 @@ from layersched.testbed.deploy_stack import (
     wait_rollout,
 )
 from layersched.testbed.local import (
-    TestbedInventory,
     TestbedSettings,
+    TestbedState,
     require_root,
 )
 from layersched.testbed.local._cluster import extender_requests
@@ -123,7 +123,7 @@ def _trials() -> int:
 class Stack:
     """The installed stack and what the fixture measured."""
 
-    inventory: TestbedInventory
+    inventory: TestbedState
     kubectl: Kubectl
     overlay: Path
     nodes_before: dict[str, Any]
@@ -162,7 +162,7 @@ def _ours(kubectl: Kubectl) -> list[str]:
     return names
 
 
-def _host_scheduler_pid(inventory: TestbedInventory) -> int:
+def _host_scheduler_pid(inventory: TestbedState) -> int:
     [daemon] = [d for d in inventory.cluster.control_plane if d.name == HOST_SCHEDULER]
     return int(Path(daemon.pidfile).read_text().strip())
 
@@ -658,7 +658,7 @@ def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path:
     )
 
 
-def _deployed_scenario(inventory: TestbedInventory, kubectl: Kubectl, trials: int) -> Any:
+def _deployed_scenario(inventory: TestbedState, kubectl: Kubectl, trials: int) -> Any:
     """The seed scenario's report, layer-locality served by the installed stack's pods
     (this install's, or the Helm chart's: tests/e2e/test_helm_install.py)."""
     images = build_and_push_scenario(inventory.registry.host)

@@ -44,7 +44,7 @@ from layersched.testbed.deploy_stack import (
     wait_rollout,
     write_helm_post_renderer,
 )
-from layersched.testbed.local import TestbedInventory, require_root
+from layersched.testbed.local import TestbedState, require_root
 from tests.e2e._checks import check_layer_locality
 from tests.e2e.test_deploy_stack import (
     _deployed_scenario,
@@ -114,7 +114,7 @@ class Helm:
 
 @dataclass
 class Installed:
-    inventory: TestbedInventory
+    inventory: TestbedState
     kubectl: Kubectl
     helm: Helm
     install_args: list[str]

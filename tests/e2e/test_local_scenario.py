@@ -42,7 +42,7 @@ from layersched.kube import (
     pods_path,
 )
 from layersched.testbed.cluster import ClusterDriver
-from layersched.testbed.local import TestbedInventory, require_root, up
+from layersched.testbed.local import TestbedState, require_root, up
 from layersched.testbed.local._agent_tokens import (
     token_lifetime,
     token_request,
@@ -71,7 +71,7 @@ from tests.fixtures.testbed import testbed_settings, testbed_up
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 #: (report, the testbed's node names, trials per strategy, inventory)
-Run = tuple[dict[str, Any], set[str], int, TestbedInventory]
+Run = tuple[dict[str, Any], set[str], int, TestbedState]
 
 #: The scenario runs K trials x 3 strategies, each pulling ~100 MiB at 20 Mbit/s.
 SCENARIO_TIMEOUT_S = 40 * 60
@@ -81,7 +81,7 @@ SCENARIO_TIMEOUT_S = 40 * 60
 def scenario_run(
     scenario_report_dir: Path,
     record_scenario_report: Callable[[Path, Mapping[str, Any]], None],
-) -> Iterator[tuple[dict[str, Any], set[str], int, TestbedInventory]]:
+) -> Iterator[tuple[dict[str, Any], set[str], int, TestbedState]]:
     """(report, the testbed's node names, trials per strategy, inventory) of one run."""
     try:
         require_root()
@@ -116,7 +116,7 @@ TERMINAL_COLUMNS = 80
 SCENARIO_POD = "layersched-scenario/p1-again"
 
 
-def _cli(inventory: TestbedInventory, *argv: str) -> str:
+def _cli(inventory: TestbedState, *argv: str) -> str:
     """``layersched ARGV`` against the testbed as a user runs it (80 columns); its output."""
     cmd = [sys.executable, "-m", "layersched.cli.main", *argv]
     cmd += ["--kubeconfig", inventory.cluster.kubeconfig]
@@ -128,19 +128,19 @@ def _cli(inventory: TestbedInventory, *argv: str) -> str:
     return done.stdout
 
 
-def _estimate(inventory: TestbedInventory, *extra: str) -> str:
+def _estimate(inventory: TestbedState, *extra: str) -> str:
     registry = inventory.registry.host
     return _cli(inventory, "estimate", "--insecure-registry", registry, *extra)
 
 
-def _explain(inventory: TestbedInventory, *extra: str) -> str:
+def _explain(inventory: TestbedState, *extra: str) -> str:
     url = inventory.cluster.extender.url
     return _cli(inventory, "explain", "pod", SCENARIO_POD, "--extender-url", url, *extra)
 
 
 @contextlib.contextmanager
 def _driver(
-    report: dict[str, Any], inventory: TestbedInventory
+    report: dict[str, Any], inventory: TestbedState
 ) -> Iterator[tuple[ClusterDriver, ScenarioImages]]:
     """The scenario's own driver on the testbed, and the report's images."""
     images = ScenarioImages(
@@ -158,7 +158,7 @@ def _driver(
         backend.close()
 
 
-def _trial(report: dict[str, Any], inventory: TestbedInventory, strategy: str) -> dict[str, Any]:
+def _trial(report: dict[str, Any], inventory: TestbedState, strategy: str) -> dict[str, Any]:
     """One more trial of ``strategy`` through the scenario's own driver, as a report's."""
     with _driver(report, inventory) as (driver, images):
         return asdict(run_trial(driver, images, strategy))
@@ -260,7 +260,7 @@ printf '"status":{{"token":"%s"}}}}\\n' "$(cat {token})"
 """
 
 
-def _exec_user(inventory: TestbedInventory, directory: Path) -> Path:
+def _exec_user(inventory: TestbedState, directory: Path) -> Path:
     """A kubeconfig file that adds, to the testbed's, a context ``exec-user`` whose user
     authenticates with an exec plugin returning a service account's token (bound to
     :data:`EXEC_USER_RULES`), in namespace layersched-scenario."""
@@ -426,7 +426,7 @@ def test_the_plugin_indexed_every_nodes_inventory(scenario_run: Run) -> None:
     assert _metric(metrics, "layersched_layer_locality_invalid_inventories_total") == 0
 
 
-def _scheduler_metrics(inventory: TestbedInventory, daemon_name: str) -> str:
+def _scheduler_metrics(inventory: TestbedState, daemon_name: str) -> str:
     """A testbed scheduler's /metrics, read with the admin's certificate."""
     cluster = inventory.cluster
     daemon = next(d for d in cluster.control_plane if d.name == daemon_name)
@@ -459,7 +459,7 @@ BATCH_HOST_PORT = 29_999
 BATCH_TIMEOUT_S = 60.0
 
 
-def _schedule_alike_pods(inventory: TestbedInventory, scheduler: str) -> None:
+def _schedule_alike_pods(inventory: TestbedState, scheduler: str) -> None:
     """BATCH_PODS pods of one signature (the sandbox image every node holds) through
     ``scheduler``, created at once; returns once all are bound, and deletes them."""
     names = [f"batch-{scheduler}-{i}" for i in range(BATCH_PODS)]
@@ -565,17 +565,17 @@ def _metric(text: str, name: str) -> float:
     return total
 
 
-def _extender_get(inventory: TestbedInventory, path: str, **params: str) -> httpx.Response:
+def _extender_get(inventory: TestbedState, path: str, **params: str) -> httpx.Response:
     return httpx.get(
         f"{inventory.cluster.extender.url}{path}", params=params, timeout=API_TIMEOUT_S
     )
 
 
-def _admin(inventory: TestbedInventory) -> KubeClient:
+def _admin(inventory: TestbedState) -> KubeClient:
     return KubeClient(load_kubeconfig(inventory.cluster.kubeconfig))
 
 
-def _held(inventory: TestbedInventory, node: str) -> list[str]:
+def _held(inventory: TestbedState, node: str) -> list[str]:
     response = _extender_get(inventory, "/debug/inventory", node=node)
     assert response.status_code == httpx.codes.OK, response.text
     images: list[str] = response.json()["images"]
@@ -639,7 +639,7 @@ def test_an_image_removed_leaves_the_inventory_promptly(scenario_run: Run) -> No
     print(f"inventory: listed {listed_s:.2f} s after the pull, gone {gone_s:.2f} s after removal")
 
 
-def _assert_held(inventory: TestbedInventory, node: str, image: str, held: bool) -> None:
+def _assert_held(inventory: TestbedState, node: str, image: str, held: bool) -> None:
     assert (image in _held(inventory, node)) is held
 
 
@@ -717,7 +717,7 @@ SELF_REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectRev
 
 
 @pytest.fixture(scope="module")
-def live_testbed() -> Iterator[TestbedInventory]:
+def live_testbed() -> Iterator[TestbedState]:
     """The testbed as it is (brought up, and down after, only when it is not up)."""
     try:
         require_root()
@@ -727,7 +727,7 @@ def live_testbed() -> Iterator[TestbedInventory]:
         yield inventory
 
 
-def _agent_config(inventory: TestbedInventory, node: str) -> KubeConfig:
+def _agent_config(inventory: TestbedState, node: str) -> KubeConfig:
     [agent] = [a for a in inventory.cluster.agents if a.node == node]
     assert agent.kubeconfig, "the inventory names no agent credentials: re-run testbed up"
     return load_kubeconfig(agent.kubeconfig)
@@ -748,7 +748,7 @@ def _written_by_another(
     return {**body, "metadata": {"name": name, "ownerReferences": [owner]}}
 
 
-def test_an_agents_token_is_refused_other_nodes_objects(live_testbed: TestbedInventory) -> None:
+def test_an_agents_token_is_refused_other_nodes_objects(live_testbed: TestbedState) -> None:
     # Issue 35's attack with node n1's real agent credentials: the token its agent runs
     # with. The API server knows it as the agents' account on node n1 (the Node the token
     # is bound to), and the policy refuses it n2's object and one for a node that does not
@@ -810,7 +810,7 @@ def _pod(image: str) -> dict[str, Any]:
     }
 
 
-def _scores(inventory: TestbedInventory, nodes: list[str]) -> dict[str, int]:
+def _scores(inventory: TestbedState, nodes: list[str]) -> dict[str, int]:
     """What the extender's /prioritize answers for a pod of the image every node holds."""
     body = {"Pod": _pod(DEFAULT_PAUSE_IMAGE), "Nodes": None, "NodeNames": nodes}
     response = httpx.post(
@@ -830,7 +830,7 @@ def _tamper(kube: KubeClient, path: str, cause: str) -> None:
 
 
 def test_an_object_changed_behind_its_agents_back_is_repaired(
-    live_testbed: TestbedInventory, scenario_report_dir: Path
+    live_testbed: TestbedState, scenario_report_dir: Path
 ) -> None:
     # An admin sets a node's object stale, empties it, or deletes it: its agent's watch
     # sees the write and republishes the truth, and the extender scores the node again
@@ -898,7 +898,7 @@ def test_an_object_changed_behind_its_agents_back_is_repaired(
     )
 
 
-def _assert_score(inventory: TestbedInventory, nodes: list[str], node: str, score: int) -> None:
+def _assert_score(inventory: TestbedState, nodes: list[str], node: str, score: int) -> None:
     assert _scores(inventory, nodes)[node] == score
 
 

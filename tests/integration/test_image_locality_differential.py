@@ -61,14 +61,14 @@ from layersched.kube import (
 )
 from layersched.testbed.cluster._measure import plugin_scores
 from layersched.testbed.local import (
-    TestbedInventory,
     TestbedSettings,
+    TestbedState,
     down,
-    load_inventory,
+    load_state,
     up,
 )
 from layersched.testbed.local._cluster import file_end, lines_since
-from layersched.testbed.local._inventory import REPO_ROOT
+from layersched.testbed.local._state import REPO_ROOT
 from tests.fixtures import prereq
 from tests.fixtures.testbed import testbed_skip_reason
 
@@ -121,7 +121,7 @@ def _skip_reason() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedInventory]:
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedState]:
     prereq.require(_skip_reason())
     settings = TestbedSettings(
         state_dir=tmp_path_factory.mktemp("difftest") / "state",
@@ -131,13 +131,13 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedInvento
     )
     try:
         up(settings)
-        yield load_inventory(settings.state_dir)
+        yield load_state(settings.state_dir)
     finally:
         down(settings.state_dir, PREFIX)
 
 
 @pytest.fixture(scope="module")
-def core(testbed: TestbedInventory) -> Iterator[KubeClient]:
+def core(testbed: TestbedState) -> Iterator[KubeClient]:
     with KubeClient(load_kubeconfig(testbed.cluster.kubeconfig)) as kube:
         yield kube
 
@@ -359,7 +359,7 @@ def _settle(core: KubeClient, log: Path, batch: Batch) -> int:
 
 # ----------------------------------------------------------------------------- the test
 def test_port_matches_the_live_kube_scheduler(
-    testbed: TestbedInventory, core: KubeClient, tmp_path: Path
+    testbed: TestbedState, core: KubeClient, tmp_path: Path
 ) -> None:
     started = time.monotonic()
     rng = random.Random(SEED)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tenacity
 
-from layersched.testbed.local._inventory import NodeInfo
+from layersched.testbed.local._state import TestbedNode
 from layersched.testbed.local._status import kubelet_cri_path
 
 pytestmark = pytest.mark.integration
@@ -27,8 +27,8 @@ CMDLINE_TIMEOUT_S = 5.0
 CMDLINE_POLL_S = 0.01
 
 
-def _node(node_dir: Path) -> NodeInfo:
-    return NodeInfo(
+def _node(node_dir: Path) -> TestbedNode:
+    return TestbedNode(
         name="n1", netns="x-n1", host_veth="x-n1", address="10.0.0.11",
         link_rate_bits_per_s=1, cri_socket=str(node_dir / "containerd.sock"),
         cri_endpoint=f"unix://{node_dir}/containerd.sock", dir=str(node_dir),

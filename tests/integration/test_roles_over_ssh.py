@@ -39,7 +39,7 @@ import tenacity
 import yaml
 
 from layersched.testbed.hosts import SSHTarget
-from layersched.testbed.local import TestbedInventory, TestbedSettings, down, load_inventory, up
+from layersched.testbed.local import TestbedSettings, TestbedState, down, load_state, up
 from layersched.testbed.remote import (
     REMOTE_TESTBED_VERSION,
     RemoteNode,
@@ -103,7 +103,7 @@ def _daemon(*args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedInventory]:
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedState]:
     prereq.require(_skip_reason())
     state_dir = tmp_path_factory.mktemp("ssh-testbed") / "state"
     settings = TestbedSettings(
@@ -111,7 +111,7 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedInvento
     )
     try:
         up(settings)
-        yield load_inventory(state_dir)
+        yield load_state(state_dir)
     finally:
         for node in (*NODES, "control-plane"):
             _daemon("stop", f"--name=sshd {node}", f"--pidfile={state_dir}/ssh/sshd-{node}.pid",
@@ -122,7 +122,7 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestbedInvento
 
 
 @pytest.fixture(scope="module")
-def ssh_inventory(testbed: TestbedInventory) -> Path:
+def ssh_inventory(testbed: TestbedState) -> Path:
     """An sshd in each node's namespace, the local node daemons stopped, an inventory."""
     state = Path(testbed.state_dir)
     ssh_dir = state / "ssh"
@@ -188,7 +188,7 @@ def _start_sshd(ssh_dir: Path, name: str, netns: str, address: str, port: int) -
     )  # fmt: skip
 
 
-def _run_playbook(testbed: TestbedInventory, inventory: Path) -> dict[str, int]:
+def _run_playbook(testbed: TestbedState, inventory: Path) -> dict[str, int]:
     """Changed tasks per host of one run of testbed-nodes.yml over SSH."""
     state = Path(testbed.state_dir)
     extra = {
@@ -217,11 +217,11 @@ def _run_playbook(testbed: TestbedInventory, inventory: Path) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def first_run(testbed: TestbedInventory, ssh_inventory: Path) -> dict[str, int]:
+def first_run(testbed: TestbedState, ssh_inventory: Path) -> dict[str, int]:
     return _run_playbook(testbed, ssh_inventory)
 
 
-def _kubectl(testbed: TestbedInventory, *args: str) -> str:
+def _kubectl(testbed: TestbedState, *args: str) -> str:
     argv = [testbed.cluster.kubectl, f"--kubeconfig={testbed.cluster.kubeconfig}", *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -229,7 +229,7 @@ def _kubectl(testbed: TestbedInventory, *args: str) -> str:
 
 
 def test_kubelets_started_over_ssh_live_in_their_node_namespaces(
-    testbed: TestbedInventory, first_run: dict[str, int]
+    testbed: TestbedState, first_run: dict[str, int]
 ) -> None:
     assert set(first_run) == {*NODES, "localhost"}
     assert all(first_run[node] for node in NODES), first_run
@@ -250,7 +250,7 @@ def test_kubelets_started_over_ssh_live_in_their_node_namespaces(
 
 
 def test_a_pod_runs_on_a_node_set_up_over_ssh(
-    testbed: TestbedInventory, first_run: dict[str, int]
+    testbed: TestbedState, first_run: dict[str, int]
 ) -> None:
     images = build_and_push_scenario(testbed.registry.host, SIZES_BYTES)
     manifest = {
@@ -283,13 +283,13 @@ def test_a_pod_runs_on_a_node_set_up_over_ssh(
 
 
 def test_second_run_over_ssh_changes_nothing(
-    testbed: TestbedInventory, ssh_inventory: Path, first_run: dict[str, int]
+    testbed: TestbedState, ssh_inventory: Path, first_run: dict[str, int]
 ) -> None:
     assert _run_playbook(testbed, ssh_inventory) == dict.fromkeys((*NODES, "localhost"), 0)
 
 
 def test_each_node_runs_its_agent_from_its_own_venv(
-    testbed: TestbedInventory, first_run: dict[str, int]
+    testbed: TestbedState, first_run: dict[str, int]
 ) -> None:
     remote = Path(testbed.state_dir) / "remote"
     published = json.loads(_kubectl(testbed, "get", "nodelayerinventories", "-o", "json"))
@@ -310,7 +310,7 @@ def test_each_node_runs_its_agent_from_its_own_venv(
         assert os.stat(f"/proc/{pid}/ns/net").st_ino == netns
 
 
-def _remote_testbed(testbed: TestbedInventory) -> RemoteTestbed:
+def _remote_testbed(testbed: TestbedState) -> RemoteTestbed:
     """What testbed-cloud.yml writes for cloud VMs, for this testbed reached over SSH."""
     ssh_dir = Path(testbed.state_dir) / "ssh"
     remote = Path(testbed.state_dir) / "remote"
@@ -343,7 +343,7 @@ def _remote_testbed(testbed: TestbedInventory) -> RemoteTestbed:
 
 
 def test_the_seed_scenario_runs_through_the_ssh_backend(
-    testbed: TestbedInventory, ssh_inventory: Path, first_run: dict[str, int], tmp_path: Path
+    testbed: TestbedState, ssh_inventory: Path, first_run: dict[str, int], tmp_path: Path
 ) -> None:
     state = tmp_path / "cloud-state"
     state.mkdir()

@@ -26,11 +26,11 @@ import tenacity
 
 from layersched.cri import CRIClient
 from layersched.testbed.local import (
-    TestbedInventory,
     TestbedSettings,
+    TestbedState,
     down,
     link_tx_bytes,
-    load_inventory,
+    load_state,
     probe,
     tbf_rate_bits_per_s,
     up,
@@ -95,15 +95,15 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> TestbedSettings:
 
 
 @pytest.fixture(scope="module")
-def testbed(settings: TestbedSettings) -> Iterator[TestbedInventory]:
+def testbed(settings: TestbedSettings) -> Iterator[TestbedState]:
     try:
         up(settings)
-        yield load_inventory(settings.state_dir)
+        yield load_state(settings.state_dir)
     finally:
         down(settings.state_dir, PREFIX)
 
 
-def test_inventory_describes_every_node(testbed: TestbedInventory) -> None:
+def test_inventory_describes_every_node(testbed: TestbedState) -> None:
     # n1 at the default rate, n2 at its override; addresses BASE.(10+K); one socket each.
     assert [n.name for n in testbed.nodes] == ["n1", "n2"]
     assert [n.address for n in testbed.nodes] == [f"{NET_BASE}.11", f"{NET_BASE}.12"]
@@ -114,7 +114,7 @@ def test_inventory_describes_every_node(testbed: TestbedInventory) -> None:
         assert Path(node.cri_socket).is_socket()
 
 
-def _kubectl(testbed: TestbedInventory, *args: str) -> str:
+def _kubectl(testbed: TestbedState, *args: str) -> str:
     cluster = testbed.cluster
     argv = [cluster.kubectl, f"--kubeconfig={cluster.kubeconfig}", *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
@@ -122,7 +122,7 @@ def _kubectl(testbed: TestbedInventory, *args: str) -> str:
     return done.stdout
 
 
-def test_every_node_is_a_ready_kubelet_of_the_built_version(testbed: TestbedInventory) -> None:
+def test_every_node_is_a_ready_kubelet_of_the_built_version(testbed: TestbedState) -> None:
     nodes = json.loads(_kubectl(testbed, "get", "nodes", "-o", "json"))["items"]
     seen = {}
     for node in nodes:
@@ -137,7 +137,7 @@ def test_every_node_is_a_ready_kubelet_of_the_built_version(testbed: TestbedInve
     assert seen == {n: ("True", version, "containerd") for n in ("n1", "n2")}
 
 
-def test_status_reports_every_component_healthy(testbed: TestbedInventory) -> None:
+def test_status_reports_every_component_healthy(testbed: TestbedState) -> None:
     status = probe(testbed)
     names = [c.status.name for c in (*status.control_plane, *status.kubelets)]
     assert names == [
@@ -157,7 +157,7 @@ def test_status_reports_every_component_healthy(testbed: TestbedInventory) -> No
 
 
 @pytest.fixture(scope="module")
-def running_pod(testbed: TestbedInventory) -> dict[str, Any]:
+def running_pod(testbed: TestbedState) -> dict[str, Any]:
     """A pod the default scheduler places on n1 and its real kubelet runs (the small Img1;
     n2's cache stays empty for the shaped-pull test)."""
     images = build_and_push_scenario(testbed.registry.host, SIZES_BYTES)
@@ -189,9 +189,7 @@ def running_pod(testbed: TestbedInventory) -> dict[str, Any]:
     return running()
 
 
-def test_a_pod_runs_on_a_real_kubelet(
-    testbed: TestbedInventory, running_pod: dict[str, Any]
-) -> None:
+def test_a_pod_runs_on_a_real_kubelet(testbed: TestbedState, running_pod: dict[str, Any]) -> None:
     # Bound by the default scheduler, given an address from its node's pod network
     # (10.244.K.0/24), and its logs in its node's own pod log directory, none in the
     # host's shared one (where the other nodes' kubelets would delete them)
@@ -204,18 +202,18 @@ def test_a_pod_runs_on_a_real_kubelet(
     assert list(POD_LOGS.glob(f"*_{uid}")) == []
 
 
-def test_registry_answers_v2(testbed: TestbedInventory) -> None:
+def test_registry_answers_v2(testbed: TestbedState) -> None:
     response = httpx.get(f"{testbed.registry.url}/v2/", timeout=PROBE_TIMEOUT_S)
     assert response.status_code == httpx.codes.OK
 
 
-def test_each_node_answers_cri_version(testbed: TestbedInventory) -> None:
+def test_each_node_answers_cri_version(testbed: TestbedState) -> None:
     for node in testbed.nodes:
         with CRIClient(node.cri_endpoint, timeout_s=PROBE_TIMEOUT_S) as cri:
             assert cri.version().runtime_name == "containerd"
 
 
-def test_each_link_has_its_tbf_rate(testbed: TestbedInventory) -> None:
+def test_each_link_has_its_tbf_rate(testbed: TestbedState) -> None:
     # tc reports bytes/s; 20 Mbit/s = 2,500,000 B/s, 4 Mbit/s = 500,000 B/s.
     rates = {n.name: tbf_rate_bits_per_s(n.host_veth) for n in testbed.nodes}
     assert rates == {"n1": FAST_BITS_PER_S, "n2": SLOW_BITS_PER_S}
@@ -235,7 +233,7 @@ def _assert_logged_blobs(access_log: Path, address: str, digests: set[str]) -> N
     assert fetched == digests
 
 
-def test_pulls_cross_the_shaped_link(testbed: TestbedInventory) -> None:
+def test_pulls_cross_the_shaped_link(testbed: TestbedState) -> None:
     # The scenario images, small: push twice (same digests: deterministic), then pull on
     # n2 (4 Mbit/s) through CRI, so containerd inside the netns downloads.
     images = build_and_push_scenario(testbed.registry.host, SIZES_BYTES)
@@ -262,7 +260,7 @@ def _assert_shaped(sent_bytes: int, seconds: float, blob_bytes: int) -> None:
     assert MIN_TIME_RATIO * link_s <= seconds <= MAX_TIME_RATIO * link_s + MAX_EXTRA_S
 
 
-def test_second_up_changes_nothing(testbed: TestbedInventory, settings: TestbedSettings) -> None:
+def test_second_up_changes_nothing(testbed: TestbedState, settings: TestbedSettings) -> None:
     # n2's 4 Mbit/s link has a 16384 B bucket that tc reads back as 16383 B: still no change.
     assert up(settings).changed == 0
 
@@ -276,7 +274,7 @@ def _containerd_pids(config: str) -> list[int]:
 
 
 def test_up_with_a_lost_pidfile_adopts_the_running_node(
-    testbed: TestbedInventory, settings: TestbedSettings
+    testbed: TestbedState, settings: TestbedSettings
 ) -> None:
     node = testbed.node("n1")
     running = _containerd_pids(node.config)
@@ -301,7 +299,7 @@ def _leftovers(
 
 
 def test_down_removes_everything_and_is_repeatable(
-    testbed: TestbedInventory, settings: TestbedSettings, running_pod: dict[str, Any]
+    testbed: TestbedState, settings: TestbedSettings, running_pod: dict[str, Any]
 ) -> None:
     state_dir = settings.state_dir.resolve()
     uid = running_pod["metadata"]["uid"]

@@ -22,7 +22,7 @@ from layersched.cli.main import main as cli_main
 from layersched.core import errors
 from layersched.core.errors import InputError
 from layersched.testbed.cli.testbed import _mbit_to_bits, _pairs, layer_sizes
-from layersched.testbed.local import TestbedSettings, parse_inventory, tbf_rate_bits_per_s
+from layersched.testbed.local import TestbedSettings, parse_state, tbf_rate_bits_per_s
 from layersched.testbed.local._ansible import (
     SETTINGS_FILE,
     _check_recorded_settings,
@@ -210,7 +210,7 @@ def test_watch_reads_ansible_output(
 def test_inventory_round_trip() -> None:
     # What the playbook writes decodes into typed structs; registry.host is what image
     # references name.
-    inventory = parse_inventory(json.dumps(inventory_doc()).encode(), "inventory.json")
+    inventory = parse_state(json.dumps(inventory_doc()).encode(), "inventory.json")
     assert inventory.registry.host == "10.250.50.1:5000"
     assert inventory.node("n1").link_rate_bits_per_s == 20_000_000
     with pytest.raises(errors.TestbedError, match="no node 'n9'"):
@@ -233,7 +233,7 @@ def test_inventory_rejects(change: Any, error: str) -> None:
     doc = inventory_doc()
     change(doc)
     with pytest.raises(errors.TestbedError, match=error):
-        parse_inventory(json.dumps(doc).encode(), "inventory.json")
+        parse_state(json.dumps(doc).encode(), "inventory.json")
 
 
 # ------------------------------------------------------------------ scenario spec

@@ -9,10 +9,10 @@ import pytest
 
 from layersched.cli.main import main
 from layersched.testbed.cli import testbed as testbed_cli
-from layersched.testbed.local import TestbedInventory, inventory_path
+from layersched.testbed.local import TestbedState, state_path
 from layersched.testbed.local._status import (
     ComponentStatus,
-    NodeStatus,
+    TestbedNodeStatus,
     TestbedStatus,
     VersionedStatus,
 )
@@ -31,7 +31,7 @@ CONTROL_PLANE = (
 
 def _status() -> TestbedStatus:
     nodes = tuple(
-        NodeStatus(
+        TestbedNodeStatus(
             ComponentStatus(n, 4200 + i, True, f"containerd 1.6.20 on .testbed/nodes/{n}/c.sock"),
             f"10.250.50.{11 + i}",
             20_000_000,
@@ -65,12 +65,12 @@ def test_status_fits_80_columns(
     # a state dir with a real inventory file; the probes (which need the running daemons)
     # answer what a healthy 3-node testbed answers
     state_dir = tmp_path / "a-rather-long-state-directory-name" / ".testbed"
-    path = inventory_path(state_dir)
+    path = state_path(state_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(inventory_doc(len(NODES))))
-    seen: list[TestbedInventory] = []
+    seen: list[TestbedState] = []
 
-    def probe(inventory: TestbedInventory) -> TestbedStatus:
+    def probe(inventory: TestbedState) -> TestbedStatus:
         seen.append(inventory)
         return _status()
 

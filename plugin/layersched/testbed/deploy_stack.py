@@ -39,7 +39,7 @@ from layersched.testbed.cluster.driver import NotYet, PodRun
 from layersched.testbed.local import (
     LOCAL_PATCHES,
     LocalTestbedTarget,
-    TestbedInventory,
+    TestbedState,
     local_testbed_overlay,
 )
 from layersched.testbed.local._cluster import LocalBackend
@@ -50,7 +50,7 @@ KUBECTL_TIMEOUT_S = 180.0
 ROLLOUT_TIMEOUT_S = 300.0
 
 
-def local_target(inventory: TestbedInventory, images: PushedStack) -> LocalTestbedTarget:
+def local_target(inventory: TestbedState, images: PushedStack) -> LocalTestbedTarget:
     """The overlay's view of a local testbed (from its inventory)."""
     api = urlsplit(inventory.cluster.api_server)
     if api.hostname is None or api.port is None:
@@ -69,7 +69,7 @@ def local_target(inventory: TestbedInventory, images: PushedStack) -> LocalTestb
 
 
 def write_local_overlay(
-    out: Path, inventory: TestbedInventory, images: PushedStack, base: Path = DEPLOY_DIR
+    out: Path, inventory: TestbedState, images: PushedStack, base: Path = DEPLOY_DIR
 ) -> list[str]:
     """The local testbed's overlay of ``base`` (images by digest, the testbed's patches,
     the admission webhook's TLS: issued, or kept from an earlier overlay in ``out``)."""
@@ -88,7 +88,7 @@ EXECUTABLE_MODE = 0o755
 
 
 def write_helm_post_renderer(
-    out: Path, inventory: TestbedInventory, images: PushedStack, spec: StackSpec | None = None
+    out: Path, inventory: TestbedState, images: PushedStack, spec: StackSpec | None = None
 ) -> Path:
     """A ``helm --post-renderer`` that adapts the chart to the local testbed: the same
     patches as the testbed's overlay of ``deploy/`` (:func:`local_testbed_overlay`: the
@@ -197,7 +197,7 @@ class DeployedBackend(LocalBackend):
     """
 
     def __init__(
-        self, inventory: TestbedInventory, scheduler_pods: Callable[[], Sequence[str]]
+        self, inventory: TestbedState, scheduler_pods: Callable[[], Sequence[str]]
     ) -> None:
         super().__init__(inventory)
         self.schedulers = {LAYER_LOCALITY: LAYER_LOCALITY_SCHEDULER}

@@ -28,7 +28,7 @@ from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.testbed.cli.testbed import add_image_options, layer_sizes
 from layersched.testbed.cluster import ClusterDriver
-from layersched.testbed.local import default_state_dir, load_inventory, require_root
+from layersched.testbed.local import default_state_dir, load_state, require_root
 from layersched.testbed.local._cluster import (
     SCORE_SOURCES,
     FileBackend,
@@ -154,7 +154,7 @@ def _local(
 ) -> _Testbed:
     require_root()
     state_dir: Path = args.state_dir or default_state_dir()
-    inventory = load_inventory(state_dir)
+    inventory = load_state(state_dir)
     if not inventory.nodes:
         raise InputError(f"{state_dir}: the testbed inventory lists no nodes")
     images = build_and_push_scenario(

@@ -39,13 +39,13 @@ from layersched.testbed.local import (
     NET_BASE_ENV,
     PREFIX_ENV,
     STATE_DIR_ENV,
-    TestbedInventory,
     TestbedSettings,
+    TestbedState,
     default_net_base,
     default_prefix,
     default_state_dir,
     down,
-    load_inventory,
+    load_state,
     probe,
     up,
 )
@@ -294,7 +294,7 @@ def run_up(args: argparse.Namespace) -> int:
     )
     console = Console(width=terminal_width())
     result = up(settings, console=Console(stderr=True))
-    _print_inventory(console, load_inventory(settings.state_dir))
+    _print_inventory(console, load_state(settings.state_dir))
     console.print(
         f"testbed up: {result.changed} change(s); ansible log {result.log_path}; "
         "tear down with `make testbed-down`"
@@ -309,7 +309,7 @@ def run_down(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_inventory(console: Console, inventory: TestbedInventory) -> None:
+def _print_inventory(console: Console, inventory: TestbedState) -> None:
     registry = inventory.registry
     console.print(f"registry {registry.url} (access log {registry.access_log})")
     cluster = inventory.cluster
@@ -335,7 +335,7 @@ def _print_inventory(console: Console, inventory: TestbedInventory) -> None:
 
 def run_status(args: argparse.Namespace) -> int:
     """Probe every daemon; exit 1 when any is down."""
-    inventory = load_inventory(args.state_dir)
+    inventory = load_state(args.state_dir)
     status = probe(inventory)
     if args.format == "json":
         doc = {
@@ -401,7 +401,7 @@ def _yes(flag: bool) -> str:
 
 def run_images(args: argparse.Namespace) -> int:
     """Build Img1/Img2 and push them; print their references and layers."""
-    registry = args.registry or load_inventory(args.state_dir).registry.host
+    registry = args.registry or load_state(args.state_dir).registry.host
     sizes = layer_sizes(args.size)
     images = build_and_push_scenario(
         registry, sizes, spec=load_spec(args.spec), console=Console(stderr=True)
@@ -456,7 +456,7 @@ def run_agent_tokens(args: argparse.Namespace) -> int:
 
 def run_overlay(args: argparse.Namespace) -> int:
     """Push the install's images to the testbed's registry; write its deploy/ overlay."""
-    inventory = load_inventory(args.state_dir)
+    inventory = load_state(args.state_dir)
     pushed = push_images(args, f"{inventory.registry.address}:{inventory.registry.port}")
     write_local_overlay(args.out, inventory, pushed)
     print_pushed(args, pushed)

@@ -4,7 +4,7 @@ Ansible (``playbooks/testbed-local.yml``) provisions it: docker-registry on a ho
 bridge, and one containerd per node inside its own network namespace, behind a veth
 whose host end carries a ``tbf`` rate limit (the registry-to-node direction). This
 package runs the playbooks with progress (:func:`up`, :func:`down`), reads the
-inventory file they write (:func:`load_inventory`), probes health (:func:`probe`)
+inventory file they write (:func:`load_state`), probes health (:func:`probe`)
 reads the link counters pulls are measured with (:func:`link_tx_bytes`), and writes its
 overlay of ``deploy/`` (:func:`local_testbed_overlay`).
 See ``docs/testbed-local.md``.
@@ -27,30 +27,30 @@ from layersched.testbed.local._ansible import (
     run_playbook,
     up,
 )
-from layersched.testbed.local._inventory import (
+from layersched.testbed.local._overlay import (
+    LOCAL_PATCHES,
+    LocalTestbedTarget,
+    local_testbed_overlay,
+)
+from layersched.testbed.local._state import (
     DEFAULT_STATE_DIR,
     STATE_DIR_ENV,
     ClusterInfo,
     DaemonInfo,
     ExtenderInfo,
     NetworkInfo,
-    NodeInfo,
     RegistryInfo,
     SchedulerInfo,
-    TestbedInventory,
+    TestbedNode,
+    TestbedState,
     default_state_dir,
-    inventory_path,
-    load_inventory,
-    parse_inventory,
-)
-from layersched.testbed.local._overlay import (
-    LOCAL_PATCHES,
-    LocalTestbedTarget,
-    local_testbed_overlay,
+    load_state,
+    parse_state,
+    state_path,
 )
 from layersched.testbed.local._status import (
     ComponentStatus,
-    NodeStatus,
+    TestbedNodeStatus,
     TestbedStatus,
     link_tx_bytes,
     pid_alive,
@@ -75,27 +75,27 @@ __all__ = [
     "ExtenderInfo",
     "LocalTestbedTarget",
     "NetworkInfo",
-    "NodeInfo",
-    "NodeStatus",
     "PlaybookResult",
     "RegistryInfo",
     "SchedulerInfo",
-    "TestbedInventory",
+    "TestbedNode",
+    "TestbedNodeStatus",
     "TestbedSettings",
+    "TestbedState",
     "TestbedStatus",
     "default_net_base",
     "default_prefix",
     "default_state_dir",
     "down",
-    "inventory_path",
     "link_tx_bytes",
-    "load_inventory",
+    "load_state",
     "local_testbed_overlay",
-    "parse_inventory",
+    "parse_state",
     "pid_alive",
     "probe",
     "require_root",
     "run_playbook",
+    "state_path",
     "tbf_rate_bits_per_s",
     "up",
 ]

@@ -24,12 +24,12 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from layersched.core.errors import TestbedError
-from layersched.testbed.local._inventory import (
+from layersched.testbed.local._listeners import foreign_listeners
+from layersched.testbed.local._state import (
     DEFAULT_STATE_DIR,
     REPO_ROOT,
     default_state_dir,
 )
-from layersched.testbed.local._listeners import foreign_listeners
 
 #: Where the testbed's playbooks live.
 PLAYBOOKS_DIR = REPO_ROOT / "playbooks"

@@ -34,7 +34,7 @@ from layersched.testbed.cluster.driver import NotYet, PodRun, listed_repository,
 from layersched.testbed.hosts import Host, LocalHost
 from layersched.testbed.hosts import file_end as file_end  # re-exported
 from layersched.testbed.hosts import lines_since as lines_since  # re-exported
-from layersched.testbed.local._inventory import TestbedInventory
+from layersched.testbed.local._state import TestbedState
 from layersched.testbed.scheduler_configs import (
     LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN,
 )
@@ -310,7 +310,7 @@ class FileBackend:
 class LocalBackend(FileBackend):
     """The local testbed's backend: its files and sockets, on this machine."""
 
-    def __init__(self, inventory: TestbedInventory) -> None:
+    def __init__(self, inventory: TestbedState) -> None:
         self.inventory = inventory
         cluster = inventory.cluster
         here = LocalHost()

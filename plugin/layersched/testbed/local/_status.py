@@ -14,7 +14,7 @@ from layersched import __version__
 from layersched.core.errors import CRIError, KubeError, TestbedError
 from layersched.cri import CRIClient
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient, load_kubeconfig
-from layersched.testbed.local._inventory import ClusterInfo, NodeInfo, TestbedInventory
+from layersched.testbed.local._state import ClusterInfo, TestbedNode, TestbedState
 
 #: A healthy local daemon answers in milliseconds; don't hang a status call on a dead one.
 PROBE_TIMEOUT_S = 3.0
@@ -50,8 +50,10 @@ class VersionedStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeStatus:
+class TestbedNodeStatus:
     """A node's daemon plus its link: shaped rate and bytes sent to it so far."""
+
+    __test__ = False  # not a pytest test class, whatever its name says
 
     daemon: ComponentStatus
     address: str
@@ -71,7 +73,7 @@ class TestbedStatus:
     __test__ = False  # not a pytest test class, whatever its name says
 
     registry: ComponentStatus
-    nodes: tuple[NodeStatus, ...]
+    nodes: tuple[TestbedNodeStatus, ...]
     #: etcd, kube-apiserver, kube-controller-manager, the schedulers, the extender.
     control_plane: tuple[VersionedStatus, ...] = ()
     #: One kubelet per node: its process, and whether its Node is Ready.
@@ -142,7 +144,7 @@ def tbf_rate_bits_per_s(dev: str) -> int | None:
     return None
 
 
-def _registry_status(inventory: TestbedInventory) -> ComponentStatus:
+def _registry_status(inventory: TestbedState) -> ComponentStatus:
     registry = inventory.registry
     pid = pid_alive(Path(registry.pidfile))
     try:
@@ -153,7 +155,7 @@ def _registry_status(inventory: TestbedInventory) -> ComponentStatus:
     return ComponentStatus("registry", pid, ok, f"{registry.url}/v2/ -> {response.status_code}")
 
 
-def _node_status(node: NodeInfo) -> NodeStatus:
+def _node_status(node: TestbedNode) -> TestbedNodeStatus:
     pid = pid_alive(Path(node.pidfile))
     try:
         with CRIClient(node.cri_endpoint, timeout_s=PROBE_TIMEOUT_S) as cri:
@@ -167,7 +169,7 @@ def _node_status(node: NodeInfo) -> NodeStatus:
         tx_bytes: int | None = link_tx_bytes(node.host_veth)
     except TestbedError:
         tx_bytes = None
-    return NodeStatus(
+    return TestbedNodeStatus(
         daemon=daemon,
         address=node.address,
         tbf_rate_bits_per_s=tbf_rate_bits_per_s(node.host_veth),
@@ -176,7 +178,7 @@ def _node_status(node: NodeInfo) -> NodeStatus:
     )
 
 
-def probe(inventory: TestbedInventory) -> TestbedStatus:
+def probe(inventory: TestbedState) -> TestbedStatus:
     """Ask every daemon of the testbed whether it is there and answering."""
     return TestbedStatus(
         registry=_registry_status(inventory),
@@ -259,7 +261,7 @@ RELAY_PIDFILE = "relay.pid"
 _ENDPOINT_FLAG = "--container-runtime-endpoint="
 
 
-def kubelet_cri_path(node: NodeInfo, kubelet_pid: int | None) -> tuple[str, bool]:
+def kubelet_cri_path(node: TestbedNode, kubelet_pid: int | None) -> tuple[str, bool]:
     """How a node's kubelet reaches its runtime, from the kubelet's command line:
     ``"CRI via relay (pid N)"`` or ``"CRI direct"``; False when the relay it uses is down."""
     if kubelet_pid is None:
@@ -293,7 +295,7 @@ def _api_objects(cluster: ClusterInfo, path: str) -> tuple[dict[str, dict[str, o
         return {}, f"listing {path}: an object without metadata.name ({err!r})"
 
 
-def _kubelet_status(inventory: TestbedInventory) -> list[VersionedStatus]:
+def _kubelet_status(inventory: TestbedState) -> list[VersionedStatus]:
     nodes, error = _api_objects(inventory.cluster, NODES_PATH)
     found = []
     for node in inventory.nodes:

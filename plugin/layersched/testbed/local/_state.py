@@ -1,4 +1,6 @@
-"""The local testbed's inventory file (``STATE_DIR/inventory.json``), typed.
+"""The local testbed's state (``STATE_DIR/inventory.json``), typed: :class:`TestbedState`.
+
+The file keeps its name, ``inventory.json``, which users and the playbooks know.
 
 The playbook ``playbooks/testbed-local.yml`` writes it; everything that drives the
 testbed (the cluster driver, CLI, tests) reads it here instead of guessing paths.
@@ -19,10 +21,10 @@ STATE_DIR_ENV = "LAYERSCHED_TESTBED_DIR"
 REPO_ROOT = Path(__file__).resolve().parents[4]
 #: Default state dir: ``.testbed/`` at the repository root (git-ignored).
 DEFAULT_STATE_DIR = REPO_ROOT / ".testbed"
-#: File name of the inventory inside the state dir.
-INVENTORY_FILE = "inventory.json"
-#: The inventory layout this code reads; the playbook writes the same number.
-INVENTORY_VERSION = 2
+#: File name of the state inside the state dir.
+STATE_FILE = "inventory.json"
+#: The state file's layout this code reads; the playbook writes the same number.
+STATE_VERSION = 2
 
 
 class NetworkInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,8 +54,10 @@ class RegistryInfo(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.address}:{self.port}"
 
 
-class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
+class TestbedNode(msgspec.Struct, frozen=True, kw_only=True):
     """One containerd node in its own network namespace."""
+
+    __test__ = False  # not a pytest test class, whatever its name says
 
     name: str
     netns: str
@@ -138,7 +142,7 @@ class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.bin_dir}/kubectl"
 
 
-class TestbedInventory(msgspec.Struct, frozen=True, kw_only=True):
+class TestbedState(msgspec.Struct, frozen=True, kw_only=True):
     """What ``inventory.json`` describes: network, registry and nodes."""
 
     __test__ = False  # not a pytest test class, whatever its name says
@@ -149,10 +153,10 @@ class TestbedInventory(msgspec.Struct, frozen=True, kw_only=True):
     prefix: str
     network: NetworkInfo
     registry: RegistryInfo
-    nodes: tuple[NodeInfo, ...]
+    nodes: tuple[TestbedNode, ...]
     cluster: ClusterInfo
 
-    def node(self, name: str) -> NodeInfo:
+    def node(self, name: str) -> TestbedNode:
         """The node called ``name``."""
         for node in self.nodes:
             if node.name == name:
@@ -167,31 +171,31 @@ def default_state_dir() -> Path:
     return Path(configured).resolve() if configured else DEFAULT_STATE_DIR
 
 
-def inventory_path(state_dir: Path) -> Path:
-    """Where the inventory of the testbed in ``state_dir`` lives."""
-    return state_dir / INVENTORY_FILE
+def state_path(state_dir: Path) -> Path:
+    """Where the state of the testbed in ``state_dir`` lives."""
+    return state_dir / STATE_FILE
 
 
-def parse_inventory(raw: bytes, where: str) -> TestbedInventory:
-    """Decode and check an inventory document; ``where`` names it in errors."""
+def parse_state(raw: bytes, where: str) -> TestbedState:
+    """Decode and check a state document; ``where`` names it in errors."""
     try:
-        inventory = msgspec.json.decode(raw, type=TestbedInventory)
+        inventory = msgspec.json.decode(raw, type=TestbedState)
     except msgspec.DecodeError as err:
         raise TestbedError(
             f"{where}: malformed testbed inventory ({err}); "
             "re-run `layersched testbed up` to rewrite it"
         ) from err
-    if inventory.version != INVENTORY_VERSION:
+    if inventory.version != STATE_VERSION:
         raise TestbedError(
-            f"{where}: inventory version {inventory.version}, expected {INVENTORY_VERSION}: "
+            f"{where}: inventory version {inventory.version}, expected {STATE_VERSION}: "
             "re-run `layersched testbed up` to rewrite it"
         )
     return inventory
 
 
-def load_inventory(state_dir: Path | None = None) -> TestbedInventory:
-    """The inventory of the testbed in ``state_dir`` (default: :func:`default_state_dir`)."""
-    path = inventory_path(state_dir or default_state_dir())
+def load_state(state_dir: Path | None = None) -> TestbedState:
+    """The state of the testbed in ``state_dir`` (default: :func:`default_state_dir`)."""
+    path = state_path(state_dir or default_state_dir())
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -201,4 +205,4 @@ def load_inventory(state_dir: Path | None = None) -> TestbedInventory:
         ) from None
     except OSError as err:
         raise TestbedError(f"{path}: unreadable testbed inventory ({err})") from err
-    return parse_inventory(raw, str(path))
+    return parse_state(raw, str(path))

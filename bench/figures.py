@@ -27,6 +27,7 @@ from typing import Any
 import bench_scheduler_perf
 import live_minors_report
 import provenance
+import replay_report
 import scheduler_report
 
 from layersched import generated
@@ -558,6 +559,13 @@ BLOCKS = (
         index_memory_markdown,
     ),
     Block("README.md", sim_report.BLOCK, sim_report.DEFAULT_REPORT, _sim_summary),
+    Block("README.md", replay_report.BLOCK, replay_report.DEFAULT_RESULTS, replay_report.markdown),
+    Block(
+        "docs/replay.md",
+        replay_report.BLOCK,
+        replay_report.DEFAULT_RESULTS,
+        replay_report.markdown,
+    ),
     Block("docs/simulator.md", sim_report.BLOCK, sim_report.DEFAULT_REPORT, _sim_full),
     Block(
         "docs/simulator.md",

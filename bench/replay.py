@@ -33,7 +33,6 @@ from rich.console import Console
 from layersched.core.errors import LayerschedError, TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
-from layersched.deploy import LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN
 from layersched.sim.trace import (
     DEFAULT_TRACE,
     Trace,
@@ -53,6 +52,9 @@ from layersched.testbed.replay import (
     build_trace_images,
     plan_runs,
     push_trace_images,
+)
+from layersched.testbed.scheduler_configs import (
+    LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

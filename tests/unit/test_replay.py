@@ -18,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import replay as bench_replay  # noqa: E402
 import replay_report as report  # noqa: E402
 
 from layersched.core.errors import InputError, TestbedError  # noqa: E402
@@ -508,3 +509,16 @@ def test_scaling_bytes_and_link_together_keeps_every_start_up() -> None:
     (small,) = simulate_trace(eighth, ["layer-locality"], seeds=[0])
     assert small.startup_s == pytest.approx(big.startup_s, abs=1e-3)
     assert small.node == big.node
+
+
+def test_the_replay_script_writes_a_trace_and_prints_its_prediction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "trace.json"
+    assert bench_replay.main(["--trace", str(path), "trace", "--seed", "36"]) == 0
+    assert trace_document(read_trace(path)) == json.loads(
+        (ROOT / DEFAULT_TRACE).read_text(encoding="utf-8")
+    )
+    assert bench_replay.main(["--trace", str(path), "simulate"]) == 0
+    out = capsys.readouterr().out
+    assert "image-locality" in out and "layer-locality" in out and "speedup" in out

@@ -498,7 +498,7 @@ def _top(
 
 def frame_package(frame: str) -> str:
     """Where a py-spy frame's code lives: ``f (aiohttp/web_protocol.py:438)`` -> ``aiohttp``;
-    layersched's own code by subpackage (``layersched/core/inventory.py`` ->
+    layersched's own code by subpackage (``layersched/core/layerindex.py`` ->
     ``layersched.core``); a top-level module by its name (``ssl.py`` -> ``ssl``)."""
     location = frame.rpartition(" (")[2].rstrip(")")
     path = location.rpartition(":")[0] or location

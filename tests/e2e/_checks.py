@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
+from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.strategies.layer_locality import LayerLocality
@@ -241,7 +241,7 @@ def core_scores_t3(report: Mapping[str, Any], trial: Mapping[str, Any]) -> dict[
     img2 = tuple(layers[label] for label in IMG2_LAYERS)
     p2_node = trial["placements"][P2]
     scored = sorted(trial["scores_t3"])
-    inventory = ClusterInventory.build(
+    inventory = LayerIndex.build(
         NodeInfo(
             name=node,
             images=(NodeImage(("Img2",), sum(x.size_bytes for x in img2), img2),)

@@ -46,7 +46,7 @@ import tenacity
 
 from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory
+from layersched.core.layerindex import LayerIndex
 from layersched.core.objects import node_info, nodes_from_document
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import ImageLocalityArgs
@@ -275,10 +275,10 @@ def _pod_body(batch: Batch, pod: PodImages) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod.name}, "spec": spec}
 
 
-def _node_list(core: KubeClient) -> ClusterInventory:
+def _node_list(core: KubeClient) -> LayerIndex:
     # the NodeList document itself, as the API sends it (one unpaged GET)
     origin = f"GET {NODES_PATH}"
-    return ClusterInventory.build(
+    return LayerIndex.build(
         node_info(node, origin) for node in nodes_from_document(core.get(NODES_PATH), origin)
     )
 
@@ -314,7 +314,7 @@ def _score_pods(
 
 
 def _port(
-    minor: tuple[int, int], pod: PodImages, inventory: ClusterInventory, nodes: list[str]
+    minor: tuple[int, int], pod: PodImages, inventory: LayerIndex, nodes: list[str]
 ) -> dict[str, int]:
     candidates, missing = inventory.indices_of(nodes)
     assert not missing, f"the scheduler scored nodes the API does not list: {missing}"

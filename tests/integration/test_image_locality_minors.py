@@ -8,7 +8,7 @@ minor the test builds the program (``go build``, cached outside the repository u
 go.mod, go.sum and sources), feeds it random cases from a fixed seed as v1 Nodes and Pods,
 and compares every score with ``ImageLocality(kubernetes_minor=minor)`` on the same objects,
 decoded as the extender decodes them (``nodes_from_document``/``node_info`` into a
-``ClusterInventory``, ``decode_pod``/``pod_images``). No API server runs.
+``LayerIndex``, ``decode_pod``/``pod_images``). No API server runs.
 
 The cases cover what the minors disagree on and what the arithmetic turns on: init
 containers and sidecars (restartPolicy Always), image volumes (KEP-4639) beside other
@@ -52,7 +52,7 @@ from layersched.builds import (
     required_version,
 )
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory
+from layersched.core.layerindex import LayerIndex
 from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import ImageLocalityArgs, KubernetesMinor
@@ -396,7 +396,7 @@ def port_scores(cases: list[Case], modes: tuple[KubernetesMinor, ...]) -> PortSc
     for case in cases:
         origin = f"case {case.name}"
         document = {"apiVersion": "v1", "kind": "NodeList", "items": case.nodes}
-        inventory = ClusterInventory.build(
+        inventory = LayerIndex.build(
             node_info(node, origin) for node in nodes_from_document(document, origin)
         )
         candidates, missing = inventory.indices_of([n["metadata"]["name"] for n in case.nodes])

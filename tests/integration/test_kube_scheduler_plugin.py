@@ -13,7 +13,7 @@ shapes: a lying node, colluders, quorums 1 to 3), scores them with layersched's 
 core, writes both to JSON, and runs the Go side's ``TestParityWithThePythonCore`` on it:
 every node score of every case must be equal.
 
-The Python side is the core's ``LayerLocality`` over a ``ClusterInventory`` of the parsed
+The Python side is the core's ``LayerLocality`` over a ``LayerIndex`` of the parsed
 objects (``parse_document``). A pod image's layers are the extender's own rule
 (``extender/_votes.py``, used as is: each node's ``ballots`` into an ``ImageVotes`` of the
 case's quorum): nodes agreeing on one (digest, layers) under the image's lookup key (as
@@ -40,7 +40,7 @@ import yaml
 
 from layersched.builds import find_go, kubernetes_build
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.inventory import ClusterInventory, NodeInfo
+from layersched.core.layerindex import LayerIndex, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import API_VERSION, KIND, parse_document
 from layersched.core.pod import PodImages
@@ -220,7 +220,7 @@ def _python_scores(case: dict[str, Any]) -> dict[str, int]:
         cast[layers.node] = new
     published = _Agreed(votes)
     by_node = {layers.node: layers for layers in parsed}
-    inventory = ClusterInventory.build(
+    inventory = LayerIndex.build(
         NodeInfo(name=node, images=by_node[node].node_images() if node in by_node else ())
         for node in case["nodes"]
     )

@@ -494,7 +494,7 @@ def test_no_verdict_without_the_row_or_the_default() -> None:
 # Two threads; the main thread's request handler (3 samples) and resolver (1), a worker
 # (2); `walk` recursive in one stack.
 _RUN, _HANDLE = "run (aiohttp/web.py:1)", "handle (layersched/extender/_server.py:9)"
-_SCORE, _WALK = "score (layersched/core/inventory.py:5)", "walk (layersched/core/layers.py:7)"
+_SCORE, _WALK = "score (layersched/core/layerindex.py:5)", "walk (layersched/core/layers.py:7)"
 PROFILE = (
     f"thread (0x1): MainThread;{_RUN};{_HANDLE};{_SCORE} 3\n"
     f"thread (0x1): MainThread;{_RUN};decode (msgspec.py:2) 1\n"
@@ -506,7 +506,7 @@ def test_collapsed_profile_self_and_total_samples() -> None:
     profile = report.collapsed_profile(PROFILE)
     assert profile.samples == 6
     assert profile.threads == {"MainThread": 4, "ThreadPoolExecutor-0": 2}
-    score = "score (layersched/core/inventory.py:5)"
+    score = "score (layersched/core/layerindex.py:5)"
     walk = "walk (layersched/core/layers.py:7)"
     assert profile.self_samples == {score: 3, "decode (msgspec.py:2)": 1, walk: 2}
     # run is on 4 samples' stacks, never innermost; walk's recursion counts once
@@ -534,7 +534,7 @@ def test_collapsed_profile_rejects_a_line_without_a_count() -> None:
     [
         ("f (aiohttp/web_protocol.py:438)", "aiohttp"),
         # layersched's own code by subpackage: core (scoring) apart from the extender
-        ("ClusterInventory.layer_holders (layersched/core/inventory.py:535)", "layersched.core"),
+        ("LayerIndex.layer_holders (layersched/core/layerindex.py:535)", "layersched.core"),
         ("_json (layersched/extender/_server.py:78)", "layersched.extender"),
         ("x (layersched/__init__.py:3)", "layersched"),
         ("SSLSocket.read (ssl.py:1158)", "ssl"),
@@ -734,7 +734,7 @@ def test_profile_markdown_from_the_results() -> None:
     assert "6 samples; the GIL was held 120% of the drain" in text
     assert "attached 150.0 pods/s (unprofiled: 160.0); 2 samples lost." in text
     assert "Self time by package: layersched.core 83%, msgspec 17%." in text
-    assert "| `score (layersched/core/inventory.py:5)` | 50.0% | 50.0% |" in text
+    assert "| `score (layersched/core/layerindex.py:5)` | 50.0% | 50.0% |" in text
     # run is on 4 of 6 stacks; no frame is on all 6 here, so none is left out
     assert "| `run (aiohttp/web.py:1)` | 66.7% |" in text
     # a frame on every stack (the entry chain) is left out of the total table only
@@ -746,7 +746,7 @@ def test_profile_markdown_from_the_results() -> None:
     assert "| `main (m.py:1)` |" not in text
     # run too is on all 4 stacks; score on 3 of 4
     assert "| `run (aiohttp/web.py:1)` |" not in text
-    assert "| `score (layersched/core/inventory.py:5)` | 75.0% |" in text
+    assert "| `score (layersched/core/layerindex.py:5)` | 75.0% |" in text
 
 
 def test_go_profile_summary_stages_and_tops() -> None:

@@ -33,7 +33,7 @@ from layersched.core.estimate import (
     ran_images,
 )
 from layersched.core.events import PullEvent
-from layersched.core.inventory import NodeImage, NodeInfo
+from layersched.core.layerindex import NodeImage, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.objects import PlacedPod
 

@@ -22,7 +22,7 @@ import pytest
 import tenacity
 
 from layersched.agent import DEFAULT_HEARTBEAT_S
-from layersched.core.inventory import NodeImage
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodelayers import LIMITS, HeldImage
 from layersched.extender import WatchInventoryProvider

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import LayerschedError
-from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo, annotation_layers
+from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo, annotation_layers
 from layersched.core.layers import MAX_SIZE_BYTES, Layer, StaticLayerSource, check_size
 from layersched.core.manifest import parse_manifest
 from layersched.core.nodelayers import HeldImage, build_document, parse_document
@@ -154,7 +154,7 @@ def test_no_strategy_wraps_or_raises_on_hostile_sizes(strategy: str, case: str) 
         NodeInfo("half", (NodeImage(("reg/half:1",), 10**12, half),)),
         NodeInfo("none", ()),
     ]
-    inventory = ClusterInventory()
+    inventory = LayerIndex()
     for node in nodes:
         inventory.add_node(node)
     candidates = np.arange(3, dtype=np.int64)
@@ -178,7 +178,7 @@ def test_scores_are_exact_below_the_guard(strategy: str) -> None:
     # holder 0 + 1 s: floor(100 * 1 / 2) = 50
     layers = (Layer(digest(1), MAX_SIZE_BYTES), Layer(digest(2), MAX_SIZE_BYTES),
               Layer(digest(3), 12_500_000))  # fmt: skip
-    inventory = ClusterInventory()
+    inventory = LayerIndex()
     inventory.add_node(NodeInfo("all", (NodeImage(("a:1",), 1, layers),)))
     inventory.add_node(NodeInfo("two", (NodeImage(("b:1",), 1, layers[:2]),)))
     result = get_strategy(strategy).score(
@@ -197,7 +197,7 @@ def test_image_locality_sums_are_clamped_as_they_grow() -> None:
     # at read (a 20,000-layer image at the cap is 2^54.3): the running clamp at the
     # upper threshold keeps every sum within 2 x threshold; the score is the maximum
     big = NodeImage(("reg/big:1",), (1 << 54) + 12345)
-    inventory = ClusterInventory()
+    inventory = LayerIndex()
     inventory.add_node(NodeInfo("n1", (big,)))
     pod = PodImages.of(*["reg/big:1"] * 30_000)
     result = get_strategy("image-locality").score(pod, (), inventory, np.arange(1, dtype=np.int64))

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
+from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
 from layersched.core.pod import PodImages
 from layersched.core.reference import normalized_image_name
 from layersched.core.strategies.args import ImageLocalityArgs
@@ -120,7 +120,7 @@ def _case_params() -> list[Any]:
     ]
 
 
-def worked(case: Case, port: ImageLocality, inventory: ClusterInventory) -> str:
+def worked(case: Case, port: ImageLocality, inventory: LayerIndex) -> str:
     """The arithmetic behind each node's score, as upstream's comments spell it out."""
     total = inventory.node_count
     threshold = MAX_CONTAINER_THRESHOLD_BYTES * max(port.threshold_count(case.pod), 1)
@@ -144,7 +144,7 @@ def worked(case: Case, port: ImageLocality, inventory: ClusterInventory) -> str:
 @pytest.mark.parametrize(("case", "minor"), _case_params())
 def test_upstream_table(case: Case, minor: KubernetesMinor) -> None:
     port = ImageLocality(ImageLocalityArgs(minor))
-    inventory = ClusterInventory.build(case.nodes)
+    inventory = LayerIndex.build(case.nodes)
     candidates = inventory.indices_of([node.name for node in case.nodes])[0]
     got = port.score(case.pod, (), inventory, candidates).as_dict(inventory)
     assert got == case.expected, worked(case, port, inventory)
@@ -182,7 +182,7 @@ def test_the_init_container_case_needs_its_minor() -> None:
     # (gcr.io/30 is on node2 only: 30M * 1/2 = 15M < 23M -> 0 there in either minor)
     (table,) = (t for t in TABLES if t.minor == (1, 30))
     case = next(c for c in table.cases if c.pod.init_containers)
-    inventory = ClusterInventory.build(case.nodes)
+    inventory = LayerIndex.build(case.nodes)
     candidates = inventory.indices_of([node.name for node in case.nodes])[0]
     port = ImageLocality(ImageLocalityArgs((1, 29)))
     before = port.score(case.pod, (), inventory, candidates).as_dict(inventory)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
+from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import (
     HeldImage,
@@ -154,7 +154,7 @@ def _random_node(rng: random.Random, name: str) -> NodeInfo:
     return NodeInfo(name=name, images=tuple(images))
 
 
-def _view(inventory: ClusterInventory) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+def _view(inventory: LayerIndex) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """Per layer and per image name, the names of the nodes holding it."""
     names = [n.name for n in inventory.nodes]
     layers = {
@@ -171,7 +171,7 @@ def _view(inventory: ClusterInventory) -> tuple[dict[str, set[str]], dict[str, s
 @pytest.mark.parametrize("seed", range(20))
 def test_upserts_and_removals_equal_a_rebuild(seed: int) -> None:
     rng = random.Random(seed)
-    live = ClusterInventory()
+    live = LayerIndex()
     nodes: dict[str, NodeInfo] = {}
     for _ in range(60):
         name = f"n{rng.randint(1, 8)}"
@@ -182,7 +182,7 @@ def test_upserts_and_removals_equal_a_rebuild(seed: int) -> None:
             node = _random_node(rng, name)
             live.upsert_node(node)
             nodes[name] = node
-    rebuilt = ClusterInventory.build(nodes.values())
+    rebuilt = LayerIndex.build(nodes.values())
     assert live.node_count == rebuilt.node_count
     assert sorted(n.name for n in live.nodes) == sorted(nodes)
     assert _view(live) == _view(rebuilt)
@@ -206,7 +206,7 @@ def test_upserts_and_removals_equal_a_rebuild(seed: int) -> None:
 
 
 def test_removing_a_node_moves_the_last_into_its_index() -> None:
-    inventory = ClusterInventory.build(
+    inventory = LayerIndex.build(
         [
             NodeInfo("a", (NodeImage(("x",), 1, (BASE,)),)),
             NodeInfo("b", ()),

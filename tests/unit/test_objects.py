@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, InventoryBuilder
+from layersched.core.layerindex import LayerIndex, LayerIndexBuilder
 from layersched.core.layers import Layer
 from layersched.core.objects import (
     add_node_object,
@@ -129,7 +129,7 @@ def test_bad_nodelists_name_file_and_field(doc: Any, message: str, suffix: str) 
 
 def test_duplicate_node_names_are_refused_where_the_inventory_is_built() -> None:
     nodes = [{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}]
-    builder = InventoryBuilder()
+    builder = LayerIndexBuilder()
     with pytest.raises(InputError, match="'a' appears twice"):
         for i, node in enumerate(nodes_from_document({"items": nodes}, "nodes.json")):
             add_node_object(builder, node, f"nodes.json: items[{i}]")
@@ -147,9 +147,9 @@ def test_a_lenient_build_keeps_the_node_and_names_its_bad_image() -> None:
         },
     }
     problems: list[str] = []
-    builder = InventoryBuilder(skip_invalid=True)
+    builder = LayerIndexBuilder(skip_invalid=True)
     add_node_object(builder, decode_node(doc, "Nodes.items[0]"), "Nodes.items[0]", problems)
-    inventory: ClusterInventory = builder.build()
+    inventory: LayerIndex = builder.build()
     assert inventory.node_image_names(0) == ["ok:1"]
     assert len(problems) == 2 and all(p.startswith("node 'a': ignoring") for p in problems)
 

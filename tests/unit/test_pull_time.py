@@ -10,7 +10,7 @@ import pytest
 
 from layersched.cli.main import main
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, NodeInfo
+from layersched.core.layerindex import LayerIndex, NodeInfo
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.pod import PodImages
 from layersched.core.strategies import (
@@ -48,7 +48,7 @@ def node(name: str, layers: tuple[Layer, ...] = (), bw: float | None = None, **k
 
 
 def scores(nodes: list[NodeInfo], pod: PodImages = POD, **opts: float) -> dict[str, int]:
-    inventory = ClusterInventory.build(nodes)
+    inventory = LayerIndex.build(nodes)
     candidates = inventory.indices_of([n.name for n in nodes])[0]
     strategy = get_strategy("pull-time", strategy_args("pull-time", **opts))
     result = strategy.score(pod, resolve_pod_layers(pod, SOURCE), inventory, candidates)
@@ -149,7 +149,7 @@ def test_pod_without_bytes_has_no_preference() -> None:
 
 def test_bandwidth_cache_follows_added_nodes() -> None:
     # The per-inventory bandwidth cache is rebuilt when a node is appended.
-    inventory = ClusterInventory.build([node("a", bw=100 * MBIT)])
+    inventory = LayerIndex.build([node("a", bw=100 * MBIT)])
     strategy = get_strategy("pull-time")
     layers = resolve_pod_layers(POD, SOURCE)
     first = strategy.score(POD, layers, inventory, inventory.indices_of(["a"])[0])

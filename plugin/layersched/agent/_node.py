@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from layersched.agent._readers import CRIImageLike
 from layersched.core.errors import InputError
-from layersched.core.inventory import annotation_layers
+from layersched.core.layerindex import annotation_layers
 
 #: kubelet's ``MaxNamesPerImageInNodeStatus``: names kept per image, so that a
 #: node with many tags of one image does not bloat its status.

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.inventory import annotation_layers
+from layersched.core.layerindex import annotation_layers
 from layersched.core.layers import Layer, LayerSource, check_digest, check_size
 from layersched.core.nodelayers import HeldImage, shown
 from layersched.core.reference import parse_or_none

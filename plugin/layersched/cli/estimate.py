@@ -51,7 +51,7 @@ from layersched.core.estimate import (
     ran_images,
 )
 from layersched.core.events import PULLED_REASON
-from layersched.core.inventory import NodeImage, NodeInfo, names_resolver
+from layersched.core.layerindex import NodeImage, NodeInfo, names_resolver
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import (
     SchedulableNode,

@@ -17,7 +17,7 @@ from layersched.cli._sources import (
 )
 from layersched.cli._tables import console, duration, size, table, table_width
 from layersched.core.errors import LayerResolutionError
-from layersched.core.inventory import ClusterInventory, InventoryBuilder
+from layersched.core.layerindex import LayerIndex, LayerIndexBuilder
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import add_node_object, decode_node_list, decode_pod, pod_images
 from layersched.core.strategies import NodeScores, Strategy, resolve_pod_layers
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     pod = pod_images(decode_pod(read_document(args.pod, "Pod"), args.pod), args.pod)
     source: LayerSource | None = open_layer_source(args) if strategy.needs_layers else None
     # the one NodeList decoder, as `layersched extender --nodes` reads the same file
-    builder = InventoryBuilder(source)
+    builder = LayerIndexBuilder(source)
     for i, node in enumerate(decode_node_list(read_bytes(args.nodes), args.nodes)):
         add_node_object(builder, node, f"{args.nodes}: items[{i}]")
     inventory = builder.build()
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_table(
     result: NodeScores,
-    inventory: ClusterInventory,
+    inventory: LayerIndex,
     strategy: Strategy,
     pod: str,
     output: str | None = None,

@@ -52,7 +52,7 @@ from layersched.core.events import (
     parse_time_s,
     reporting_host,
 )
-from layersched.core.inventory import ClusterInventory, NodeInfo
+from layersched.core.layerindex import LayerIndex, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.objects import (
     Affinity,
@@ -713,7 +713,7 @@ class _Sweep:
         problems: list[str],
     ) -> None:
         self.nodes, self.pods, self.index, self.observed = nodes, pods, index, observed
-        self.inventory = ClusterInventory.build(node.info for node in nodes)
+        self.inventory = LayerIndex.build(node.info for node in nodes)
         # the resources some node offers (bounded by the nodes, not by what pods ask for);
         # a pod asking for one no node offers fits only where it ran
         offered = {name for node in nodes for name in node.info.allocatable}
@@ -827,7 +827,7 @@ class _Held:
     """Which nodes held a layer at one moment: those holding it now through an image not
     pulled since, and those where a running pod used it."""
 
-    inventory: ClusterInventory
+    inventory: LayerIndex
     history: _History
     in_use: _InUse
     at_s: float

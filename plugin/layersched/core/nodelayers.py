@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import NodeImage
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import MAX_SIZE_BYTES, Layer, check_digest, check_size, is_digest
 
 GROUP = "layersched.io"

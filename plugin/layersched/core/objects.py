@@ -14,7 +14,7 @@ sizes, a patched kubelet's ``layers`` map, ``imageLayer.<digest>`` annotations, 
 containers and images. A Node's ``status.images`` entries stay :class:`ContainerImage`
 structs (hashable, so a builder interns the 25,000 entries of a request as the few
 thousand distinct ones) until :func:`describe_image` makes a
-:class:`~layersched.core.inventory.NodeImage` of a distinct one.
+:class:`~layersched.core.layerindex.NodeImage` of a distinct one.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import msgspec
 import yaml
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import (
+from layersched.core.layerindex import (
     LAYER_ANNOTATION_PREFIX,
-    InventoryBuilder,
+    LayerIndexBuilder,
     NodeImage,
     NodeInfo,
     annotation_layers,
@@ -602,7 +602,7 @@ def pod_images(pod: Pod | None, origin: str) -> PodImages:
 
 
 def add_node_object(
-    builder: InventoryBuilder,
+    builder: LayerIndexBuilder,
     node: Node,
     where: str,
     problems: list[str] | None = None,

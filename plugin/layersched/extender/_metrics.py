@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from layersched import __version__
-from layersched.core.inventory import Inventory
+from layersched.core.layerindex import LayerIndexView
 from layersched.core.layers import LayerSource
 from layersched.extender._resolver import DeadlineResolver
 
@@ -54,7 +54,7 @@ class _SourceCollector(Collector):
         self,
         source: LayerSource,
         resolver: DeadlineResolver,
-        inventory: Callable[[], Inventory | None],
+        inventory: Callable[[], LayerIndexView | None],
     ) -> None:
         self._source = source
         self._resolver = resolver
@@ -118,7 +118,7 @@ class ExtenderMetrics:
         self,
         source: LayerSource,
         resolver: DeadlineResolver,
-        inventory: Callable[[], Inventory | None],
+        inventory: Callable[[], LayerIndexView | None],
     ) -> None:
         self.registry = CollectorRegistry()
         # the default registry's process_*, python_gc_* and python_info, which a private

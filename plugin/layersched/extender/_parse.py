@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import NodeImage, NodeInfo
+from layersched.core.layerindex import NodeImage, NodeInfo
 from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, LIMITS, parse_document
 from layersched.core.objects import decode_node, node_info
 from layersched.extender._platforms import Platforms

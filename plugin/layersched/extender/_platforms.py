@@ -10,7 +10,7 @@ Every platform has a layer source of its own (a registry client picks one
 platform from an index), made on first use by a factory, so caches are per
 (reference, platform). Inside one snapshot the images of a node of another
 platform than the default are told apart by a prefix on their names
-(``"linux/arm64 repo:tag"``, :func:`layersched.core.inventory.prefixed`), which
+(``"linux/arm64 repo:tag"``, :func:`layersched.core.layerindex.prefixed`), which
 :class:`PlatformSource` strips to dispatch to that platform's source. Offline
 sources (``--layers``) carry no platform: without a factory every node is
 scored in the default platform.
@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.inventory import PREFIX_SEPARATOR, NamesResolver, names_resolver
+from layersched.core.layerindex import PREFIX_SEPARATOR, NamesResolver, names_resolver
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.manifest import Platform
 from layersched.core.objects import Node

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layersched.core.inventory import NodeImage
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import HeldImage, NodeLayerInventory
 

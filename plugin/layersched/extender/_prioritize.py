@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, IndexArray, SlotCache, prefixed_name
+from layersched.core.layerindex import IndexArray, LayerIndex, SlotCache, prefixed_name
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import ObjectMeta, pod_images, pod_name
 from layersched.core.pod import PodImages
@@ -230,9 +230,7 @@ class Extender:
         #: Image entries of earlier full-Nodes requests: only new ones are resolved
         #: (an offline source's misses too: its answer cannot change).
         self._slots = SlotCache(MAX_CACHED_IMAGES, keep_unresolved=resolver.local)
-        self._indices_memo: (
-            tuple[ClusterInventory, list[str], IndexArray, list[str], int] | None
-        ) = None
+        self._indices_memo: tuple[LayerIndex, list[str], IndexArray, list[str], int] | None = None
         self._groups_memo: tuple[IndexArray, Sequence[str], dict[str, IndexArray] | None] | None = (
             None
         )
@@ -302,7 +300,7 @@ class Extender:
         if args.Nodes is not None:
             items = args.Nodes.items or []
             names = [node.metadata.name for node in items]
-            inventory: ClusterInventory | None = None  # built once the pod resolves
+            inventory: LayerIndex | None = None  # built once the pod resolves
             if self.platforms is not None:
                 node_keys = [self.platforms.key(node) for node in items]
             candidates: IndexArray = np.arange(len(names), dtype=np.int64)
@@ -398,9 +396,7 @@ class Extender:
         mode = "Nodes" if args.Nodes is not None else "NodeNames"
         return self.decisions.record(meta, mode, answer, "overloaded")
 
-    def _indices(
-        self, inventory: ClusterInventory, names: list[str]
-    ) -> tuple[IndexArray, list[str]]:
+    def _indices(self, inventory: LayerIndex, names: list[str]) -> tuple[IndexArray, list[str]]:
         """``inventory.indices_of(names)``, remembered: kube-scheduler sends the same
         feasible-node list pod after pod, and comparing it costs a third of looking it up."""
         memo = self._indices_memo
@@ -411,9 +407,7 @@ class Extender:
         self._indices_memo = (inventory, names, candidates, missing, membership)
         return candidates, missing
 
-    def _request_inventory(
-        self, args: ExtenderArgs, node_keys: Sequence[str] | None
-    ) -> ClusterInventory:
+    def _request_inventory(self, args: ExtenderArgs, node_keys: Sequence[str] | None) -> LayerIndex:
         assert args.Nodes is not None
         needs_layers = self.strategy.needs_layers
         source: LayerSource | None = self.resolver.cached_source() if needs_layers else None
@@ -491,9 +485,7 @@ class Extender:
             if self._logged_unknown.first(name):
                 log.warning("node %r is not in the held inventory: scoring it 0", name)
 
-    def _log_decision(
-        self, pod: PodImages, inventory: ClusterInventory, result: NodeScores
-    ) -> None:
+    def _log_decision(self, pod: PodImages, inventory: LayerIndex, result: NodeScores) -> None:
         lines = [
             f"  {inventory.nodes[int(i)].name}: present {int(p)} / total {result.total_bytes} "
             f"bytes -> {int(s)}/100 -> {int(s) // SCORE_DIVISOR}/10"
@@ -526,7 +518,7 @@ class Extender:
 
 
 def _answer(
-    names: Sequence[str], inventory: ClusterInventory, result: NodeScores, has_missing: bool
+    names: Sequence[str], inventory: LayerIndex, result: NodeScores, has_missing: bool
 ) -> list[HostPriority]:
     scores = (result.scores // SCORE_DIVISOR).tolist()
     if not has_missing:
@@ -543,7 +535,7 @@ def _answer(
 def _held(
     strategy: str,
     names: Sequence[str],
-    inventory: ClusterInventory,
+    inventory: LayerIndex,
     result: NodeScores,
     totals: IndexArray,
     missing: Sequence[str],

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from prometheus_client.registry import Collector
 
 from layersched.core.errors import InputError, LayerschedError
-from layersched.core.inventory import ClusterInventory, InventoryBuilder, NodeInfo, SlotCache
+from layersched.core.layerindex import LayerIndex, LayerIndexBuilder, NodeInfo, SlotCache
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import Node, add_node_object, decode_node_list
 from layersched.extender import _memory
@@ -59,7 +59,7 @@ class InventoryProvider(Protocol):
     #: Per node index of the held inventory, its platform key; None: all the default.
     platform_keys: list[str] | None
 
-    def current(self) -> ClusterInventory | None:
+    def current(self) -> LayerIndex | None:
         """The inventory now, or None while it is still loading (/readyz answers 503)."""
         ...
 
@@ -93,7 +93,7 @@ class InventoryProvider(Protocol):
         ...
 
 
-def held_images(inventory: ClusterInventory | None, node: str) -> list[str] | None:
+def held_images(inventory: LayerIndex | None, node: str) -> list[str] | None:
     """The image names ``inventory`` holds for ``node`` (None: no inventory, unknown node)."""
     idx = inventory.index_of(node) if inventory is not None else None
     if inventory is None or idx is None:
@@ -108,11 +108,11 @@ def request_inventory(
     cache: SlotCache | None = None,
     problems: list[str] | None = None,
     platform_keys: Sequence[str | None] | None = None,
-) -> ClusterInventory:
+) -> LayerIndex:
     """The inventory of a request's ``Nodes.items`` (``cache``: entries seen by earlier
     requests; ``problems``: collects malformed images and annotations, ignored, instead of
     raising; ``platform_keys``: per node, its platform when not the default, else None)."""
-    builder = InventoryBuilder(source, cache, skip_invalid=problems is not None)
+    builder = LayerIndexBuilder(source, cache, skip_invalid=problems is not None)
     for i, node in enumerate(nodes):
         key = platform_keys[i] if platform_keys is not None else None
         add_node_object(builder, node, f"{where}[{i}]", problems, key)
@@ -134,10 +134,10 @@ class StaticInventoryProvider:
         self._source = source
         #: Per-platform sources: each node's images are resolved for its platform.
         self.platforms = platforms if platforms is not None and platforms.enabled else None
-        self._inventory: ClusterInventory | None = None
+        self._inventory: LayerIndex | None = None
         self.platform_keys: list[str] | None = None
 
-    def current(self) -> ClusterInventory | None:
+    def current(self) -> LayerIndex | None:
         return self._inventory
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -163,7 +163,7 @@ class StaticInventoryProvider:
 
     def load(self) -> None:
         if self.path is None:
-            self._inventory = InventoryBuilder(self._source).build()
+            self._inventory = LayerIndexBuilder(self._source).build()
             return
         path = self.path
         try:
@@ -174,7 +174,7 @@ class StaticInventoryProvider:
         source = self._source
         if platforms is not None and source is not None:
             source = PlatformSource(platforms.source, platforms.default_key)
-        builder = InventoryBuilder(source)
+        builder = LayerIndexBuilder(source)
         keys: list[str] = []
         for i, node in enumerate(decode_node_list(data, path)):
             key = None
@@ -322,7 +322,7 @@ class WatchInventoryProvider:
         """The loop changes are applied on (the extender's)."""
         self._loop = loop
 
-    def current(self) -> ClusterInventory | None:
+    def current(self) -> LayerIndex | None:
         return self._store.inventory
 
     def load(self) -> None:

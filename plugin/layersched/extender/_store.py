@@ -3,8 +3,8 @@
 The Go port's ``store`` (inventorywatch/watch.go) applies what the list/watch loop reads
 to its ``layers.Index``; this applies what :mod:`~layersched.extender._watch` parsed
 (:mod:`~layersched.extender._parse`) to one
-:class:`~layersched.core.inventory.ClusterInventory`, node by node
-(:meth:`~ClusterInventory.upsert_node`, :meth:`~ClusterInventory.remove_node`), never by
+:class:`~layersched.core.layerindex.LayerIndex`, node by node
+(:meth:`~LayerIndex.upsert_node`, :meth:`~LayerIndex.remove_node`), never by
 a rebuild, and always on the event loop's thread, so a scoring pass never sees a
 half-applied change.
 
@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
-from layersched.core.inventory import ClusterInventory, NodeImage, NodeInfo
+from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
 from layersched.core.layers import Layer
 from layersched.extender._parse import (
     IGNORED_REASONS,
@@ -97,7 +97,7 @@ class Store:
         self._platforms = platforms
         #: How long an object may go without a new ``observedAt`` (for the warning).
         self.max_age_s = max_age_s
-        self.inventory: ClusterInventory | None = None
+        self.inventory: LayerIndex | None = None
         #: Per node index, its platform key (None: every node is the default platform).
         self.platform_keys: list[str] | None = None
         self.nodes: dict[str, ParsedNode] = {}
@@ -132,7 +132,7 @@ class Store:
 
     def install(self, nodes: dict[str, Parsed], layers: dict[str, Parsed]) -> None:
         """On the loop: the first inventory, from both collections' first lists."""
-        self.inventory = ClusterInventory()
+        self.inventory = LayerIndex()
         self.replace_all(NODES, nodes)
         self.replace_all(LAYERS, layers)
 

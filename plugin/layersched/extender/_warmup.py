@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from layersched.core.errors import KubeError
-from layersched.core.inventory import NodeInfo, names_resolver, resolve_node_image
+from layersched.core.layerindex import NodeInfo, names_resolver, resolve_node_image
 from layersched.core.layers import Layer, LayerSource
 from layersched.extender._timers import TimerHeap
 from layersched.kube import KubeClient, node_layers_path

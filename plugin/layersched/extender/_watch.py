@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from layersched.core.errors import KubeError, LayerschedError
-from layersched.core.inventory import NodeInfo
+from layersched.core.layerindex import NodeInfo
 from layersched.extender._parse import (
     MAX_OBJECT_BYTES,
     Ignored,

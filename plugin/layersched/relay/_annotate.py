@@ -21,7 +21,7 @@ from typing import Protocol
 
 from layersched.containerd import ContentStoreReader
 from layersched.core.errors import LayerResolutionError, LayerschedError
-from layersched.core.inventory import LAYER_ANNOTATION_PREFIX
+from layersched.core.layerindex import LAYER_ANNOTATION_PREFIX
 from layersched.core.layers import Layer, LayerSource
 from layersched.cri._gen import api_pb2
 from layersched.relay._metrics import RelayMetrics

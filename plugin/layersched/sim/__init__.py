@@ -3,10 +3,10 @@ nodes with LRU/LFU image stores and shared links, scored by the production strat
 
 It places pods with the extender's own :mod:`layersched.core.strategies`
 (same classes, same options, bandwidth read from the same node label), against the
-one :class:`~layersched.core.inventory.ClusterInventory` type: filled node by node
+one :class:`~layersched.core.layerindex.LayerIndex` type: filled node by node
 here, as the extender's watch fills it, while the ``scale`` setting times decisions
 on a bulk-built (packed) one, as the extender's ``--nodes`` holds it (both forms
-answer every query identically: ``tests/unit/test_inventory.py``). Public entry points:
+answer every query identically: ``tests/unit/test_layer_index.py``). Public entry points:
 :func:`~layersched.sim.corpus.generate_corpus` (also used by the benchmarks),
 :func:`~layersched.sim.workload.generate_workload`,
 :func:`~layersched.sim.engine.simulate` and the named settings in

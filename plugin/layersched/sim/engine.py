@@ -3,7 +3,7 @@
 **Scheduling.** Pods wait in one FIFO queue. Whenever a pod is at its head and
 some node has a free container slot, the candidates are the nodes with a free
 slot; the strategy scores them through the *core* ``Strategy.score`` against the
-*core* :class:`ClusterInventory`; the highest score wins and ties are broken by
+*core* :class:`LayerIndex`; the highest score wins and ties are broken by
 a seeded random choice. ``random`` scores every candidate 0, so it is pure
 tie-breaking.
 
@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import ClusterInventory, IndexArray, Inventory, NodeInfo
+from layersched.core.layerindex import IndexArray, LayerIndex, LayerIndexView, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.strategies import NodeScores, Strategy
@@ -108,7 +108,7 @@ class RandomPlacement(PerNodeStrategy):
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: Inventory,
+        inventory: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
@@ -237,7 +237,7 @@ class _Simulation:
         ]
         # nodes
         bandwidths = node_bandwidths(cluster, seed)
-        self.inventory = ClusterInventory()
+        self.inventory = LayerIndex()
         self.nodes: list[_Node] = []
         for i, bits in enumerate(bandwidths):
             info = NodeInfo(f"node-{i:05d}", labels={BANDWIDTH_KEY: f"{bits:.0f}"})

@@ -129,7 +129,7 @@ def _decision_line(body: dict[str, Any]) -> list[str]:
     means = [t["mean"] for t in timings.values()]
     nodes = body["params"].get("cluster", {}).get("nodes", "?")
     return [
-        f"Scoring inside this run ({nodes} nodes, the simulator's ClusterInventory): "
+        f"Scoring inside this run ({nodes} nodes, the simulator's LayerIndex): "
         f"{min(means):.0f}-{max(means):.0f} µs per decision on average, p99 at most "
         f"{max(t['p99'] for t in timings.values()):.0f} µs (wall-clock: varies run to run)."
     ]
@@ -182,7 +182,7 @@ def markdown(report: dict[str, Any], source: str = DEFAULT_REPORT) -> str:
     scale = report.get("scale")
     if scale:
         params = scale["params"]
-        inventory = scale.get("inventory", "ClusterInventory")
+        inventory = scale.get("inventory", "LayerIndex")
         lines += [
             f"**scale** - one scoring decision over {params['nodes']:,} warm nodes on a "
             f"{inventory.split(' ')[0]} (budget {scale['budget_ms']:.0f} ms):",

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from layersched.core.inventory import ClusterInventory, InventoryBuilder, NodeImage
+from layersched.core.layerindex import LayerIndex, LayerIndexBuilder, NodeImage
 from layersched.core.pod import PodImages
 from layersched.core.strategies import resolve_pod_layers
 from layersched.core.strategies.pull_time import BANDWIDTH_KEY
@@ -133,17 +133,17 @@ def run_setting(setting: Setting, seed: int, progress: Progress | None = None) -
 
 def _warm_snapshot(
     scale: ScaleSetting, corpus: Corpus, seed: int
-) -> tuple[ClusterInventory, list[PodImages]]:
+) -> tuple[LayerIndex, list[PodImages]]:
     """What the extender scores against: an indexed (packed) inventory of warm nodes.
 
-    Built as the extender's ``--nodes`` provider builds it (``InventoryBuilder``
+    Built as the extender's ``--nodes`` provider builds it (``LayerIndexBuilder``
     over each node's ``status.images`` entries and labels, then ``index_layers``),
     with images resolved through the corpus as the extender resolves them
     through the registry.
     """
     rng = np.random.default_rng(seed + 1)
     cluster = ClusterParams(nodes=scale.nodes, bandwidth_bits_per_s=scale.bandwidth_bits_per_s)
-    builder = InventoryBuilder(corpus.layer_source())
+    builder = LayerIndexBuilder(corpus.layer_source())
     entries = [NodeImage((image.name,), image.size_bytes) for image in corpus.images]
     for i, bits in enumerate(node_bandwidths(cluster, seed)):
         used = 0
@@ -171,7 +171,7 @@ def run_scale(scale: ScaleSetting, seed: int) -> dict[str, Any]:
 
     The strategies score a packed inventory, the form the extender serves ``NodeNames``
     requests from (``--nodes``), not the simulator's node-by-node one (the two answer
-    identically: ``tests/unit/test_inventory.py``). A decision is timed with the pod's
+    identically: ``tests/unit/test_layer_index.py``). A decision is timed with the pod's
     layers resolved through the corpus, as the extender resolves them from its cache.
     """
     started = time.perf_counter()

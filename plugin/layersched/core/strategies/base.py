@@ -19,7 +19,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from layersched.core.errors import LayerResolutionError
-from layersched.core.inventory import IndexArray, Inventory
+from layersched.core.layerindex import IndexArray, LayerIndexView
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.pod import PodImages
 
@@ -46,7 +46,7 @@ class NodeScores:
     present_bytes: IndexArray
     total_bytes: int
 
-    def as_dict(self, inventory: Inventory) -> dict[str, int]:
+    def as_dict(self, inventory: LayerIndexView) -> dict[str, int]:
         """``{node name: score}`` in candidate order."""
         names = inventory.nodes
         return {names[int(i)].name: int(s) for i, s in zip(self.nodes, self.scores, strict=True)}
@@ -72,7 +72,7 @@ class Strategy(Protocol):
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: Inventory,
+        inventory: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         """Score ``candidates`` (node indices) for ``pod``, whose distinct layers are
@@ -83,7 +83,7 @@ class Strategy(Protocol):
         self,
         pod: PodImages,
         groups: Sequence[PlatformGroup],
-        inventory: Inventory,
+        inventory: LayerIndexView,
         candidates: IndexArray,
     ) -> tuple[NodeScores, list[NodeScores]]:
         """Score candidates of several platforms, each group with its own layers: the
@@ -143,7 +143,7 @@ def per_node_groups(
     strategy: Strategy,
     pod: PodImages,
     groups: Sequence[PlatformGroup],
-    inventory: Inventory,
+    inventory: LayerIndexView,
     candidates: IndexArray,
 ) -> tuple[NodeScores, list[NodeScores]]:
     """:meth:`Strategy.score_groups` of a strategy whose score of a node depends on that
@@ -172,7 +172,7 @@ class PerNodeStrategy(ABC):
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: Inventory,
+        inventory: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         """See :meth:`Strategy.score`."""
@@ -181,7 +181,7 @@ class PerNodeStrategy(ABC):
         self,
         pod: PodImages,
         groups: Sequence[PlatformGroup],
-        inventory: Inventory,
+        inventory: LayerIndexView,
         candidates: IndexArray,
     ) -> tuple[NodeScores, list[NodeScores]]:
         """See :meth:`Strategy.score_groups`."""

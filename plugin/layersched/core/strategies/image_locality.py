@@ -42,7 +42,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from layersched.core.inventory import IndexArray, Inventory
+from layersched.core.layerindex import IndexArray, LayerIndexView
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.reference import normalized_image_name
@@ -161,7 +161,7 @@ class ImageLocality(PerNodeStrategy):
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: Inventory,
+        inventory: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         total_num_nodes = inventory.node_count

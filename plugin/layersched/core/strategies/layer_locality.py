@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from layersched.core.inventory import IndexArray, Inventory
+from layersched.core.layerindex import IndexArray, LayerIndexView
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import LayerLocalityArgs
@@ -52,7 +52,7 @@ class LayerLocality(PerNodeStrategy):
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: Inventory,
+        inventory: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         # sizes in units of 2**shift bytes (1 for any pod read through the capped readers):

@@ -35,7 +35,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from layersched.core.inventory import IndexArray, Inventory, NodeInfo
+from layersched.core.layerindex import IndexArray, LayerIndexView, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import (
@@ -74,7 +74,7 @@ FloatArray = npt.NDArray[np.float64]
 # changes in place: its node_facts counter moves). Weak keys: an inventory built per
 # extender request is dropped with its cache entry.
 _BANDWIDTH_CACHE: weakref.WeakKeyDictionary[
-    Inventory, tuple[float, tuple[int, int], FloatArray]
+    LayerIndexView, tuple[float, tuple[int, int], FloatArray]
 ] = weakref.WeakKeyDictionary()
 
 
@@ -109,7 +109,7 @@ def node_bandwidth_bits_per_s(node: NodeInfo, default_bits_per_s: float) -> floa
     return default_bits_per_s
 
 
-def _bandwidths(inventory: Inventory, default_bits_per_s: float) -> FloatArray:
+def _bandwidths(inventory: LayerIndexView, default_bits_per_s: float) -> FloatArray:
     cached = _BANDWIDTH_CACHE.get(inventory)
     count = inventory.node_count
     # a live inventory changes in place: node_facts moves when labels may have changed
@@ -126,7 +126,7 @@ def _bandwidths(inventory: Inventory, default_bits_per_s: float) -> FloatArray:
     return arr
 
 
-def _present_units(inventory: Inventory, layers: Sequence[Layer], shift: int) -> IndexArray:
+def _present_units(inventory: LayerIndexView, layers: Sequence[Layer], shift: int) -> IndexArray:
     """Bytes of ``layers`` each node (by index) already holds, in units of ``2**shift``
     bytes (see :func:`~layersched.core.strategies.base.overflow_shift`)."""
     acc = np.zeros(inventory.node_count, dtype=np.int64)
@@ -166,14 +166,14 @@ class PullTime:
         return self.args.overhead_s
 
     def estimates_s(
-        self, inventory: Inventory, candidates: IndexArray, present: IndexArray, total: int
+        self, inventory: LayerIndexView, candidates: IndexArray, present: IndexArray, total: int
     ) -> FloatArray:
         """Estimated start time per candidate, given its present bytes of ``total``."""
         # in floats: a difference of byte counts never wraps, whatever their size
         return self._estimates_s(inventory, candidates, float(total) - present.astype(np.float64))
 
     def _estimates_s(
-        self, inventory: Inventory, candidates: IndexArray, missing_bytes: FloatArray
+        self, inventory: LayerIndexView, candidates: IndexArray, missing_bytes: FloatArray
     ) -> FloatArray:
         bandwidth = _bandwidths(inventory, float(self.default_bandwidth_bits_per_s))[candidates]
         estimate: FloatArray = missing_bytes * BITS_PER_BYTE / bandwidth + self.overhead_s
@@ -183,7 +183,7 @@ class PullTime:
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: Inventory,
+        inventory: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         total_bytes = sum(layer.size_bytes for layer in layers)
@@ -201,7 +201,7 @@ class PullTime:
         self,
         pod: PodImages,
         groups: Sequence[PlatformGroup],
-        inventory: Inventory,
+        inventory: LayerIndexView,
         candidates: IndexArray,
     ) -> tuple[NodeScores, list[NodeScores]]:
         """Each platform's candidates with that platform's layers; the fastest estimate

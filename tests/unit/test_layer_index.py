@@ -1,7 +1,7 @@
 """The one inventory type answers the same whether built in bulk (packed) or node by node.
 
-The simulator and the extender's watch fill a ClusterInventory node by node; a request's,
-a ``--nodes`` file's and the scale simulation's are built in bulk by InventoryBuilder and
+The simulator and the extender's watch fill a LayerIndex node by node; a request's,
+a ``--nodes`` file's and the scale simulation's are built in bulk by LayerIndexBuilder and
 stay packed until their first change. This equivalence, for every strategy including
 pull-time's bandwidth labels and annotations, before and after a packed inventory is
 unpacked by a change, is what lets a simulated result stand for the extender's.
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.core.inventory import (
+from layersched.core.layerindex import (
     COMPACT_SLACK,
-    ClusterInventory,
-    InventoryBuilder,
+    LayerIndex,
+    LayerIndexBuilder,
     NodeImage,
     NodeInfo,
     SlotCache,
@@ -115,15 +115,15 @@ def _random_cluster(seed: int) -> tuple[list[NodeInfo], StaticLayerSource, list[
 
 def _snapshot(
     nodes: list[NodeInfo], source: StaticLayerSource, cache: SlotCache | None
-) -> ClusterInventory:
-    builder = InventoryBuilder(source, cache)
+) -> LayerIndex:
+    builder = LayerIndexBuilder(source, cache)
     for node in nodes:
         builder.add_node_info(node)
     return builder.build()
 
 
-def _node_by_node(nodes: list[NodeInfo], source: StaticLayerSource) -> ClusterInventory:
-    inventory = ClusterInventory()
+def _node_by_node(nodes: list[NodeInfo], source: StaticLayerSource) -> LayerIndex:
+    inventory = LayerIndex()
     for node in nodes:
         inventory.add_node(node, source)
     return inventory
@@ -141,8 +141,8 @@ STRATEGY_CASES: list[tuple[str, StrategyArgs | None]] = [
 
 
 def _assert_same(
-    got: ClusterInventory,
-    want: ClusterInventory,
+    got: LayerIndex,
+    want: LayerIndex,
     nodes: list[NodeInfo],
     source: StaticLayerSource,
     pods: list[PodImages],
@@ -277,7 +277,7 @@ def test_a_change_unpacks_and_both_keep_answering_alike(seed: int) -> None:
 def test_interning_and_holders(
     nodes: list[NodeInfo], expected_slots: int, expected_holders: dict[str, list[int]]
 ) -> None:
-    snapshot = ClusterInventory.build(nodes, SOURCE)
+    snapshot = LayerIndex.build(nodes, SOURCE)
     assert snapshot.packed
     assert snapshot.slot_count == expected_slots
     for digest, holders in expected_holders.items():
@@ -286,7 +286,7 @@ def test_interning_and_holders(
 
 def test_unresolvable_images_are_counted_not_fatal() -> None:
     # 'nope:1' is in no layer source: counted once, listed, and the node still scores 0
-    snapshot = ClusterInventory.build(
+    snapshot = LayerIndex.build(
         [
             NodeInfo("n0", (NodeImage(("nope:1",), MB),)),
             NodeInfo("n1", (NodeImage(("nope:1",), MB),)),
@@ -361,7 +361,7 @@ def test_a_node_image_source_is_looked_up_once_per_builder() -> None:
     # three distinct images, each given with all its names in one call; whether the
     # source has resolve_names is found out once (per image it costs microseconds)
     source = _NamesSource()
-    builder = InventoryBuilder(source)
+    builder = LayerIndexBuilder(source)
     builder.add_node(
         "n0", (NodeImage(("a@sha256:" + "a" * 64, "a:1"), MB), NodeImage(("b:1",), MB))
     )
@@ -392,7 +392,7 @@ def test_skip_invalid_holds_refused_images_by_nobody_and_names_their_nodes(cache
     ]
     cache = SlotCache(max_entries=10) if cached else None
     for _ in range(2):
-        builder = InventoryBuilder(SOURCE, cache, skip_invalid=True)
+        builder = LayerIndexBuilder(SOURCE, cache, skip_invalid=True)
         found = []
         for name, images in nodes:
             idx = builder.add_node(name, images, describe=_strict_describe)
@@ -406,7 +406,7 @@ def test_skip_invalid_holds_refused_images_by_nobody_and_names_their_nodes(cache
 
 
 def test_without_skip_invalid_a_refused_image_is_an_error() -> None:
-    builder = InventoryBuilder(SOURCE)
+    builder = LayerIndexBuilder(SOURCE)
     with pytest.raises(InputError, match="negative size"):
         builder.add_node("n0", (NodeImage(("bad:1",), -1),), describe=_strict_describe)
 
@@ -419,12 +419,12 @@ def test_slot_cache_resets_when_full() -> None:
     _snapshot([NodeInfo("n0", entries)], SOURCE, cache)
     assert len(cache) == 2
     cache.max_entries = 1
-    InventoryBuilder(SOURCE, cache)
+    LayerIndexBuilder(SOURCE, cache)
     assert len(cache) == 0
 
 
 def test_duplicate_node_names_are_rejected() -> None:
-    builder = InventoryBuilder(SOURCE)
+    builder = LayerIndexBuilder(SOURCE)
     builder.add_node("n0")
     with pytest.raises(InputError, match="appears twice"):
         builder.add_node("n0")
@@ -432,7 +432,7 @@ def test_duplicate_node_names_are_rejected() -> None:
 
 def test_empty_snapshot() -> None:
     # no nodes: every query answers "nobody"
-    snapshot = ClusterInventory.build([], SOURCE)
+    snapshot = LayerIndex.build([], SOURCE)
     snapshot.index_layers()
     assert snapshot.node_count == 0
     assert snapshot.layer_holders(L1.digest).tolist() == []
@@ -444,7 +444,7 @@ def test_a_live_inventory_reuses_the_ids_of_layers_no_node_holds() -> None:
     # republishing fresh digests raised the extender's memory without bound): the
     # per-layer tables hold the 50 current layers (plus the ids freed by the last round,
     # reused by the next), never one entry per digest ever seen (10,000 before)
-    inventory = ClusterInventory()
+    inventory = LayerIndex()
     inventory.add_node(NodeInfo("other", (NodeImage(("base:1",), MB, (L1,)),)))
     for round_ in range(200):
         layers = tuple(Layer(f"sha256:{round_ * 50 + i + 1000:064x}", MB) for i in range(50))
@@ -487,7 +487,7 @@ def test_a_live_inventory_compacts_its_tables_after_heavy_churn() -> None:
         )
         for i in range(30)
     }
-    live = ClusterInventory()
+    live = LayerIndex()
     for node_info in nodes.values():
         live.add_node(node_info)
     for round_ in range(600):
@@ -501,7 +501,7 @@ def test_a_live_inventory_compacts_its_tables_after_heavy_churn() -> None:
             live.add_node(nodes[gone])
     assert len(live._layer_size) < 31 * 6 + 20 + COMPACT_SLACK + 1
     assert len(live._free_lids) <= len(live._layer_id) + COMPACT_SLACK
-    reference = ClusterInventory()
+    reference = LayerIndex()
     for node_info in nodes.values():
         reference.add_node(node_info)
     for node_info in nodes.values():
@@ -537,7 +537,7 @@ def test_compaction_after_a_flood_moves_only_the_flood_survivors_ids() -> None:
         )
         return NodeInfo(f"n{i}", (NodeImage((f"app{i}:1",), MB, (*own, *extra)),))
 
-    live = ClusterInventory()
+    live = LayerIndex()
     for i in range(40):
         live.add_node(node(i))
     calm = {i: live._node_layers[i] for i in range(10, 40)}  # never flooded
@@ -556,7 +556,7 @@ def test_compaction_after_a_flood_moves_only_the_flood_survivors_ids() -> None:
     assert len(live._free_lids) == 2_000 <= live.layer_count + COMPACT_SLACK
     assert all(live._node_layers[i] is ids for i, ids in calm.items())
     # and every answer is the one of an inventory built from the final nodes
-    reference = ClusterInventory()
+    reference = LayerIndex()
     for i in range(40):
         reference.add_node(node(i))
     for i in range(40):
@@ -577,7 +577,7 @@ def test_compaction_moves_a_surviving_fresh_layer_into_a_freed_id() -> None:
     def layer(n: int) -> Layer:
         return Layer(f"sha256:{n:064x}", 1_000 + n)
 
-    live = ClusterInventory()
+    live = LayerIndex()
     live.add_node(
         NodeInfo("n0", (NodeImage(("base:1",), MB, tuple(layer(n) for n in range(5_000))),))
     )

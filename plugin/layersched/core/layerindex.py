@@ -1,8 +1,8 @@
-"""Node layer inventory: which layers and image names each node holds, indexed for scoring.
+"""The layer index: which layers and image names each node holds, indexed for scoring.
 
-One type holds it, :class:`ClusterInventory`; the strategies read it through the read-only
-:class:`Inventory` protocol. A node's layers come from three places, in this order of
-preference:
+One type holds it, :class:`LayerIndex` (the Go plugin's ``layers.Index``); the strategies
+read it through the read-only :class:`LayerIndexView` protocol. A node's layers come from
+three places, in this order of preference:
 
 (a) ``status.images[*].names`` resolved through a :class:`LayerSource` (works on any
     unpatched cluster; the agents' ``NodeLayerInventory`` objects give the same layers
@@ -17,18 +17,18 @@ registries we cannot reach). The inventory also keeps upstream ImageLocality's "
 states": for every name reported in ``status.images[*].names`` the size first reported for
 it and the number of nodes reporting it.
 
-**Two ways to fill it.** Node by node (:meth:`~ClusterInventory.add_node`,
-:meth:`~ClusterInventory.upsert_node`, :meth:`~ClusterInventory.remove_node`, and the
+**Two ways to fill it.** Node by node (:meth:`~LayerIndex.add_node`,
+:meth:`~LayerIndex.upsert_node`, :meth:`~LayerIndex.remove_node`, and the
 layer- and name-level changes the simulator makes): each change costs the node's own size.
 Node ids and layer ids then live in sorted 32-bit id arrays, per node and per layer (4
-bytes an entry; a Python set spends about 60). Or in bulk (:class:`InventoryBuilder`): a
+bytes an entry; a Python set spends about 60). Or in bulk (:class:`LayerIndexBuilder`): a
 request's, a file's or a simulated cluster's nodes, every distinct ``status.images`` entry
 described and resolved once. A bulk-built inventory is *packed*: each distinct entry is
 interned once as a slot (names, size, layer ids), the nodes' images are two parallel arrays
 ``(node, slot)``, and a layer's holders are computed on first use (or for every layer at
-once, :meth:`~ClusterInventory.index_layers`, for a long-lived one). Its first change
+once, :meth:`~LayerIndex.index_layers`, for a long-lived one). Its first change
 unpacks it into the id arrays, once; both forms answer every query identically
-(``tests/unit/test_inventory.py`` compares them on random clusters).
+(``tests/unit/test_layer_index.py`` compares them on random clusters).
 """
 
 from __future__ import annotations
@@ -176,8 +176,8 @@ def resolve_node_image(
     return None, f"ignoring node image {key!r}: its layers are unknown ({reason})"
 
 
-class Inventory(Protocol):
-    """The read-only view strategies score against (a :class:`ClusterInventory`)."""
+class LayerIndexView(Protocol):
+    """The read-only view strategies score against (a :class:`LayerIndex`)."""
 
     @property
     def nodes(self) -> Sequence[NodeInfo]:
@@ -395,7 +395,7 @@ class _Packed:
 # -------------------------------------------------------------------- the type
 
 
-class ClusterInventory:
+class LayerIndex:
     """Layers and image names per node, with inverted indexes for fast scoring.
 
     Node indices are dense ``0..len(nodes)-1`` in insertion order; removing a node moves
@@ -440,15 +440,13 @@ class ClusterInventory:
 
     # ----------------------------------------------------------------- building
     @classmethod
-    def build(
-        cls, nodes: Iterable[NodeInfo], source: LayerSource | None = None
-    ) -> ClusterInventory:
+    def build(cls, nodes: Iterable[NodeInfo], source: LayerSource | None = None) -> LayerIndex:
         """A (packed) inventory of ``nodes``; ``source`` resolves images lacking layer data.
 
         Without a source such images only contribute their names (all that
         image-locality reads) and are neither counted nor warned about.
         """
-        builder = InventoryBuilder(source)
+        builder = LayerIndexBuilder(source)
         for node in nodes:
             builder.add_node_info(node)
         return builder.build()
@@ -461,7 +459,7 @@ class ClusterInventory:
         packed: _Packed,
         unresolved_images: int,
         warnings: list[str],
-    ) -> ClusterInventory:
+    ) -> LayerIndex:
         inventory = cls()
         inventory._nodes = nodes
         inventory._node_index = node_index
@@ -472,7 +470,7 @@ class ClusterInventory:
 
     @property
     def nodes(self) -> Sequence[NodeInfo]:
-        """The nodes by index (see :class:`Inventory`)."""
+        """The nodes by index (see :class:`LayerIndexView`)."""
         return self._nodes
 
     def __len__(self) -> int:
@@ -895,7 +893,7 @@ class SlotCache:
     A server building an inventory per request sees the same few thousand
     ``status.images`` entries every time; with this cache only new ones are
     described and resolved. Layer ids become shared too, so an inventory's
-    :meth:`~ClusterInventory.layer_size` is the size first seen by the cache.
+    :meth:`~LayerIndex.layer_size` is the size first seen by the cache.
     Unresolved entries are kept only with ``keep_unresolved`` (an offline source,
     whose answer cannot change; a registry may answer next time), together with
     their warning, which every inventory using them still counts and lists.
@@ -927,8 +925,8 @@ class SlotCache:
         return len(self.entries)
 
 
-class InventoryBuilder:
-    """Collects nodes, then :meth:`build` returns their (packed) :class:`ClusterInventory`.
+class LayerIndexBuilder:
+    """Collects nodes, then :meth:`build` returns their (packed) :class:`LayerIndex`.
 
     ``add_node`` takes each node's images as hashable *keys* plus a ``describe``
     function turning a key seen for the first time into a :class:`NodeImage`:
@@ -1095,7 +1093,7 @@ class InventoryBuilder:
             self._warnings.append(message)
             self._resolved_warning[key] = message
 
-    def build(self) -> ClusterInventory:
+    def build(self) -> LayerIndex:
         """The inventory of every node added so far (packed)."""
         node_count = len(self._nodes)
         pair_node = np.repeat(
@@ -1123,6 +1121,6 @@ class InventoryBuilder:
             layer_id=self._layer_id,
             layer_size=self._layer_size,
         )
-        return ClusterInventory._of_packed(
+        return LayerIndex._of_packed(
             self._nodes, self._node_index, packed, self._unresolved, self._warnings
         )

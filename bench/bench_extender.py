@@ -65,8 +65,9 @@ import provenance
 from corpus import Workload, digest_reference, image_digest, workload
 from fake_api import FakeApi, Scripted
 
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import HeldImage, build_document
+from layersched.core.nodelayers import build_document
 
 RESULTS = Path(__file__).resolve().parent / "results" / "extender.json"
 MEMORY_RESULTS = RESULTS.with_name("extender_memory.json")
@@ -385,14 +386,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _held_images(load: Workload, node: dict[str, Any]) -> list[HeldImage]:
+def _held_images(load: Workload, node: dict[str, Any]) -> list[NodeImage]:
     by_name = {image.name: image for image in load.corpus.images}
     held = []
     for entry in node["status"]["images"]:
         image = by_name[entry["names"][1]]
         layers = tuple(Layer(layer.digest, layer.size_bytes) for layer in image.layers)
         ref = digest_reference(image)
-        held.append(HeldImage((ref, image.name), image_digest(image), layers))
+        held.append(NodeImage.held((ref, image.name), image_digest(image), layers))
     return held
 
 
@@ -470,7 +471,7 @@ def _hostile_document(node: str, k: int) -> dict[str, Any]:
     of 8 long fresh names each on two layers. Every digest and name is new."""
     if k % 2 == 0:
         images = [
-            HeldImage(
+            NodeImage.held(
                 (f"hostile/fresh-{k}-{i}:1",),
                 f"sha256:{k:032x}{i:032x}",
                 tuple(
@@ -484,7 +485,7 @@ def _hostile_document(node: str, k: int) -> dict[str, Any]:
         shared = (Layer("sha256:" + "e" * 64, 1_000), Layer("sha256:" + "f" * 64, 2_000))
         per_image = HOSTILE_NAMES_PER_IMAGE * (HOSTILE_NAME_CHARS + 3) + 90
         images = [
-            HeldImage(
+            NodeImage.held(
                 tuple(
                     f"hostile.example.com/{k}/{i}/{m}:".ljust(HOSTILE_NAME_CHARS, "x")
                     for m in range(HOSTILE_NAMES_PER_IMAGE)

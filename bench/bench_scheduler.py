@@ -70,7 +70,8 @@ from corpus import Workload, workload
 from layersched import generated
 from layersched.builds import FALLBACK_GO, kubernetes_build
 from layersched.core.errors import KubeError, LayerschedError, TestbedError
-from layersched.core.nodelayers import HeldImage, build_document
+from layersched.core.layerindex import NodeImage
+from layersched.core.nodelayers import build_document
 from layersched.core.reference import ImageReference
 from layersched.deploy import (
     DEFAULT_SCHEDULER,
@@ -303,7 +304,7 @@ def inventory_document(load: Workload, item: Mapping[str, Any]) -> dict[str, Any
     """The node's NodeLayerInventory, as an agent would publish it for the same images."""
     layers = load.corpus.layers_by_image()
     held = [
-        HeldImage(
+        NodeImage.held(
             names=tuple(image["names"]),
             digest=ImageReference.parse(image["names"][0]).digest or "",
             layers=layers[image["names"][-1]],

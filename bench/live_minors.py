@@ -57,8 +57,9 @@ from bench_scheduler import ControlPlane, fake_node, untaint
 from layersched import generated
 from layersched.builds import REPO_ROOT, KubernetesBuild, kubernetes_build, minor_builds
 from layersched.core.errors import KubeError, LayerschedError
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import HeldImage, build_document
+from layersched.core.nodelayers import build_document
 from layersched.deploy import LAYER_LOCALITY_PLUGIN
 from layersched.kube import KubeClient, node_layers_path, node_path, pod_path, pods_path
 from layersched.testbed.cluster import plugin_scores
@@ -104,12 +105,12 @@ LAYERS = {
     "L4": Layer("sha256:" + "4" * 64, 12 * MIB),
 }
 IMAGES = {
-    "img1": HeldImage(
+    "img1": NodeImage.held(
         names=("reg.test/live/img1:v1",),
         digest="sha256:" + "a" * 64,
         layers=(LAYERS["L1"], LAYERS["L2"], LAYERS["L3"]),
     ),
-    "img2": HeldImage(
+    "img2": NodeImage.held(
         names=("reg.test/live/img2:v1",),
         digest="sha256:" + "b" * 64,
         layers=(LAYERS["L1"], LAYERS["L2"], LAYERS["L4"]),

@@ -34,8 +34,8 @@ from layersched.agent import (
 )
 from layersched.agent._health import HEALTH_MAX_CONNECTIONS
 from layersched.agent._publisher import PublishStats
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import HeldImage
 from tests.fixtures.extender import free_port
 from tests.fixtures.inventory_api import InventoryApi
 from tests.fixtures.serving import http_get, running_app
@@ -118,7 +118,7 @@ def eventually(port: int, path: str, status: int) -> str:
     return check()
 
 
-IMAGE = HeldImage(("reg/a:1",), f"sha256:{1:064x}", (Layer(f"sha256:{2:064x}", 10),))
+IMAGE = NodeImage.held(("reg/a:1",), f"sha256:{1:064x}", (Layer(f"sha256:{2:064x}", 10),))
 
 
 @contextmanager

@@ -32,8 +32,9 @@ from layersched.agent import (
 )
 from layersched.cli.main import main as cli_main
 from layersched.core.errors import KubeError
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import LIMITS, HeldImage, Limits, parse_document
+from layersched.core.nodelayers import LIMITS, Limits, parse_document
 from tests.fixtures.inventory_api import InventoryApi
 
 
@@ -68,7 +69,7 @@ class RecordingKube:
         return dict(document)
 
 
-IMG = HeldImage(("reg/a:1",), digest(100), (Layer(digest(1), 10),))
+IMG = NodeImage.held(("reg/a:1",), digest(100), (Layer(digest(1), 10),))
 
 
 def test_publishes_only_when_something_changed() -> None:
@@ -196,7 +197,7 @@ def test_a_change_another_agent_of_the_node_published_first_is_no_repair() -> No
     kube = RecordingKube()
     publisher = Publisher(kube, "n1", runtime="x")
     publisher.publish([IMG], "content-store")
-    pulled = HeldImage(("reg/b:1",), digest(101), (Layer(digest(7), 5),))
+    pulled = NodeImage.held(("reg/b:1",), digest(101), (Layer(digest(7), 5),))
     other_kube = RecordingKube()
     Publisher(other_kube, "n1", runtime="x").publish([IMG, pulled], "content-store")
     kube.existing = dict(other_kube.applied[-1])
@@ -283,7 +284,7 @@ REPAIR_TIMEOUT_S = 5.0
 
 @contextmanager
 def agent_with_own_watch(
-    api: InventoryApi, images: list[HeldImage]
+    api: InventoryApi, images: list[NodeImage]
 ) -> Iterator[tuple[Publisher, ChangeSignal]]:
     """The publish loop reading ``images`` (a resync only every 10 minutes: repairs come
     from the watch) and the watch of its own object, each on a thread and connection."""
@@ -354,7 +355,7 @@ def test_the_agent_repairs_its_object_over_the_watch_within_seconds() -> None:
             print(f"{cause}: repaired in {time.monotonic() - started:.3f} s")
             assert publisher.stats.repairs[cause] == 1
         # the agent's own change (a pull) is published, and its event is no repair
-        pulled = HeldImage(("reg/b:1",), digest(101), (Layer(digest(7), 5),))
+        pulled = NodeImage.held(("reg/b:1",), digest(101), (Layer(digest(7), 5),))
         images.append(pulled)
         signal.set()
 
@@ -375,10 +376,10 @@ def test_api_failures_surface_as_kube_errors() -> None:
 
 
 # ------------------------------------------------------------------ the CRD's limits
-def deep_image(n: int) -> HeldImage:
+def deep_image(n: int) -> NodeImage:
     """An image of one layer more than the CRD allows."""
     layers = tuple(Layer(digest(100_000 + i), 1) for i in range(LIMITS.max_layers_per_image + 1))
-    return HeldImage((f"reg/deep{n}:1",), digest(200 + n), layers)
+    return NodeImage.held((f"reg/deep{n}:1",), digest(200 + n), layers)
 
 
 def test_images_past_the_limits_are_left_out_and_logged_once(
@@ -386,7 +387,7 @@ def test_images_past_the_limits_are_left_out_and_logged_once(
 ) -> None:
     kube = RecordingKube()
     publisher = Publisher(kube, "n1", runtime="x")
-    huge = HeldImage(("reg/huge:1",), digest(300), (Layer(digest(2), 2**62),))
+    huge = NodeImage.held(("reg/huge:1",), digest(300), (Layer(digest(2), 2**62),))
     caplog.set_level(logging.WARNING, logger="layersched.agent._publisher")
     for verify in (False, True, True):  # the first read, then two resyncs
         publisher.publish([IMG, deep_image(1), huge], "content-store", verify=verify)
@@ -467,7 +468,7 @@ def test_an_object_the_api_refuses_says_which_crd_to_apply(
 ) -> None:
     # the cluster runs an older CRD that allows one image; this agent publishes two
     older = Limits(max_images=1)
-    two = (IMG, HeldImage(("reg/b:1",), digest(101), (Layer(digest(7), 5),)))
+    two = (IMG, NodeImage.held(("reg/b:1",), digest(101), (Layer(digest(7), 5),)))
 
     def read() -> NodeRead:
         return NodeRead(two, "content-store", {})

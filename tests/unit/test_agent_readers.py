@@ -15,8 +15,8 @@ import pytest
 
 from layersched.agent import CrioStorageReader, NodeImagesReader, cri_images
 from layersched.core.errors import InputError
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
-from layersched.core.nodelayers import HeldImage
 from layersched.cri import CRIImage
 
 
@@ -60,7 +60,7 @@ def test_crio_storage_walks_the_parent_chain(tmp_path: Path) -> None:
     images = reader.images()
     # base first, as in the manifest
     assert images == [
-        HeldImage(
+        NodeImage.held(
             ("reg/app:1",),
             digest(9),
             (Layer(digest(1), 300), Layer(digest(2), 20), Layer(digest(3), 1)),
@@ -91,7 +91,7 @@ def test_cri_images_use_annotations_then_the_registry() -> None:
     ryax = cri_image("reg/ryax:1", {f"imageLayer.{digest(5)}": "500"})
     plain = cri_image("reg/plain:1")
     unknown = cri_image("reg/unknown:1")
-    known = [HeldImage(("reg/known:1",), digest(8), ())]
+    known = [NodeImage.held(("reg/known:1",), digest(8), ())]
     fallback = StaticLayerSource({"reg/plain:1": (Layer(digest(6), 60),)})
     held, problems, used = cri_images(
         [ryax, plain, unknown, cri_image("reg/known:1")], fallback, known

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 import tenacity
 
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import HeldImage, parse_document
+from layersched.core.nodelayers import parse_document
 from layersched.extender._pools import MIN_SHARE_BYTES, OBJECT_BYTES, InventoryPools
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, metric, node
@@ -30,7 +31,7 @@ HOSTILE_NODES = 6
 #: Images of a hostile object: 600 of the CRD's 8 names each, all its own (~5 MB
 #: charged: more than MIN_SHARE_BYTES, so the share, not the floor, decides).
 HOSTILE_IMAGES = 600
-HONEST = HeldImage(("reg/app:1",), digest(7), (Layer(digest(8), 30_000_000),))
+HONEST = NodeImage.held(("reg/app:1",), digest(7), (Layer(digest(8), 30_000_000),))
 OVER_BUDGET = {"resource": "nodelayerinventories", "reason": "over_budget"}
 
 converging = tenacity.retry(
@@ -50,7 +51,9 @@ def loop() -> Iterator[RunningLoop]:
 def hostile(name: str, n: int) -> dict[str, Any]:
     """``name``'s object: one small layer, and HOSTILE_IMAGES images of 8 names nobody
     else has (names cost the most of all an object brings)."""
-    document = layers(name, HeldImage((f"h{n}-seed:1",), digest(900 + n), (Layer(digest(1), 1),)))
+    document = layers(
+        name, NodeImage.held((f"h{n}-seed:1",), digest(900 + n), (Layer(digest(1), 1),))
+    )
     document["images"] = [
         {
             "names": [f"h{n}-{i}-{j}:1" for j in range(8)],

@@ -21,8 +21,8 @@ import pytest
 import tenacity
 
 from layersched.core.errors import LayerResolutionError
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
-from layersched.core.nodelayers import HeldImage
 from layersched.core.strategies import get_strategy
 from layersched.extender import WatchInventoryProvider, make_extender
 from layersched.extender._wire import ExtenderArgs, HostPriority
@@ -34,16 +34,16 @@ POLL_S = 0.02
 GB = 10**9
 
 NGINX = "nginx:1.25"
-REAL = HeldImage(
+REAL = NodeImage.held(
     (NGINX, f"docker.io/library/nginx@{digest(100)}"),
     digest(100),
     (Layer(digest(1), 30_000_000), Layer(digest(2), 2_000_000)),
 )
 
 
-def poisoned(size_bytes: int, manifest: str = digest(666)) -> HeldImage:
+def poisoned(size_bytes: int, manifest: str = digest(666)) -> NodeImage:
     """The attacker's claim: ``nginx:1.25`` is one layer of ``size_bytes`` (which it holds)."""
-    return HeldImage((NGINX,), manifest, (Layer(digest(999), size_bytes),))
+    return NodeImage.held((NGINX,), manifest, (Layer(digest(999), size_bytes),))
 
 
 class CountingRegistry(StaticLayerSource):
@@ -140,7 +140,7 @@ def test_a_lie_about_the_real_digest_is_still_one_vote(loop: RunningLoop) -> Non
     }
 
 
-MOVED = HeldImage((NGINX,), digest(101), (Layer(digest(3), 40_000_000),))
+MOVED = NodeImage.held((NGINX,), digest(101), (Layer(digest(3), 40_000_000),))
 
 
 @pytest.mark.parametrize(
@@ -187,7 +187,7 @@ MOVED = HeldImage((NGINX,), digest(101), (Layer(digest(3), 40_000_000),))
     ],
 )
 def test_a_pod_image_needs_a_quorum_of_nodes_agreeing(
-    loop: RunningLoop, published: list[HeldImage], quorum: int, expected: tuple[Layer, ...] | None
+    loop: RunningLoop, published: list[NodeImage], quorum: int, expected: tuple[Layer, ...] | None
 ) -> None:
     api = FakeApi()
     names = [f"n{i}" for i in range(len(published))]
@@ -228,7 +228,7 @@ def test_a_pinned_digest_is_checked_against_the_registry(loop: RunningLoop) -> N
 def test_a_short_name_matches_the_runtimes_name(loop: RunningLoop) -> None:
     # issue 30: containerd lists nginx as kubelet pulled it, docker.io/library/nginx:1.25;
     # the pod says nginx:1.25. At 2de96fd the two never matched (the registry was asked)
-    listed = HeldImage(
+    listed = NodeImage.held(
         ("docker.io/library/nginx:1.25", f"docker.io/library/nginx@{REAL.digest}"),
         REAL.digest,
         REAL.layers,
@@ -243,7 +243,9 @@ def test_a_short_name_matches_the_runtimes_name(loop: RunningLoop) -> None:
 
 def test_a_node_votes_once_however_often_it_lists_an_image(loop: RunningLoop) -> None:
     # one node lists nginx twice (once with another name order): one vote, no quorum
-    twice = HeldImage((f"docker.io/library/nginx@{digest(100)}", NGINX), REAL.digest, REAL.layers)
+    twice = NodeImage.held(
+        (f"docker.io/library/nginx@{digest(100)}", NGINX), REAL.digest, REAL.layers
+    )
     api = FakeApi()
     api.items[NODES_PATH] = [node("n1")]
     api.items[NODE_LAYERS_PATH] = [layers("n1", REAL, twice)]

@@ -16,8 +16,8 @@ import pytest
 import tenacity
 
 from layersched.core.errors import KubeError
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
-from layersched.core.nodelayers import HeldImage
 from layersched.extender import WatchInventoryProvider
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, Gone, WatchEvent
 from tests.fixtures.fake_kube import FakeApi, digest, layers, node, started
@@ -27,7 +27,7 @@ POLL_S = 0.02
 
 BASE = Layer(digest(1), 30_000_000)
 APP = Layer(digest(2), 1_000_000)
-IMG = HeldImage(("reg/app:1",), digest(100), (BASE, APP))
+IMG = NodeImage.held(("reg/app:1",), digest(100), (BASE, APP))
 
 
 @pytest.fixture

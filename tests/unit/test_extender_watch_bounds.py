@@ -24,7 +24,7 @@ import tenacity
 from layersched.agent import DEFAULT_HEARTBEAT_S
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
-from layersched.core.nodelayers import LIMITS, HeldImage
+from layersched.core.nodelayers import LIMITS
 from layersched.extender import WatchInventoryProvider
 from layersched.extender import _memory as memory_module
 from layersched.extender._parse import (
@@ -51,7 +51,7 @@ MB = 10**6
 
 BASE = Layer(digest(1), 30 * MB)
 APP = Layer(digest(2), 1 * MB)
-IMG = HeldImage(("reg/app:1",), digest(100), (BASE, APP))
+IMG = NodeImage.held(("reg/app:1",), digest(100), (BASE, APP))
 
 
 @pytest.fixture
@@ -85,10 +85,10 @@ def assert_holders(
     assert holders(loop, provider, layer) == expected
 
 
-def fresh_image(n: int, layer_count: int = 10, size_bytes: int = 1000) -> HeldImage:
+def fresh_image(n: int, layer_count: int = 10, size_bytes: int = 1000) -> NodeImage:
     """An image of ``layer_count`` layers nobody else has (digests from ``n``)."""
     first = 1_000_000 + n * 10_000
-    return HeldImage(
+    return NodeImage.held(
         (f"reg/fresh-{n}:1",),
         digest(first),
         tuple(Layer(digest(first + 1 + j), size_bytes) for j in range(layer_count)),
@@ -468,13 +468,13 @@ def test_a_list_failing_on_anything_is_retried(loop: RunningLoop) -> None:
 
 
 # -------------------------------------------------------------------------- budget
-def _shape(kind: str, i: int) -> list[HeldImage]:
+def _shape(kind: str, i: int) -> list[NodeImage]:
     if kind == "fresh-layers":  # 400 layers nobody else has
         return [fresh_image(i, layer_count=400)]
     if kind == "many-names":  # 60 images of 8 long names each, on 2 shared layers
         shared = (BASE, APP)
         return [
-            HeldImage(
+            NodeImage.held(
                 tuple(
                     f"registry.example.com/team-{i}/image-{k}/v-{m}:{'x' * 40}" for m in range(8)
                 ),
@@ -486,7 +486,7 @@ def _shape(kind: str, i: int) -> list[HeldImage]:
     # every node the same 50 images over 300 shared layers: a cluster as it should be
     base = [Layer(digest(100 + j), MB) for j in range(300)]
     return [
-        HeldImage(
+        NodeImage.held(
             (f"reg/img{k}:1", f"reg/img{k}@{digest(9000 + k)}"),
             digest(9000 + k),
             tuple(base[(k * 7 + j) % 300] for j in range(10)),

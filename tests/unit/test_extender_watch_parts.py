@@ -8,16 +8,16 @@ import logging
 
 import pytest
 
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import HeldImage
 from layersched.extender import _memory
 from layersched.extender._parse import IGNORED_LOG_PERIOD_S, IgnoredLog
 from layersched.extender._votes import ImageVotes
 from tests.fixtures.fake_kube import digest
 
 NGINX = "nginx:1.25"
-REAL = HeldImage((NGINX,), digest(100), (Layer(digest(1), 30_000_000),))
-OTHER = HeldImage((NGINX,), digest(200), (Layer(digest(2), 1),))
+REAL = NodeImage.held((NGINX,), digest(100), (Layer(digest(1), 30_000_000),))
+OTHER = NodeImage.held((NGINX,), digest(200), (Layer(digest(2), 1),))
 
 
 # ---------------------------------------------------------------- votes per node

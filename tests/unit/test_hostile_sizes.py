@@ -19,7 +19,7 @@ from layersched.core.errors import LayerschedError
 from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo, annotation_layers
 from layersched.core.layers import MAX_SIZE_BYTES, Layer, StaticLayerSource, check_size
 from layersched.core.manifest import parse_manifest
-from layersched.core.nodelayers import HeldImage, build_document, parse_document
+from layersched.core.nodelayers import build_document, parse_document
 from layersched.core.objects import decode_node, node_info
 from layersched.core.pod import PodImages
 from layersched.core.strategies import STRATEGY_NAMES, get_strategy
@@ -38,7 +38,7 @@ OVER = MAX_SIZE_BYTES + 1
 
 def _nodelayers(size: int) -> object:
     document = build_document(
-        "n1", [HeldImage(("app:1",), digest(9), (Layer(digest(1), 1),))], runtime="r",
+        "n1", [NodeImage.held(("app:1",), digest(9), (Layer(digest(1), 1),))], runtime="r",
         source="content-store",
     )  # fmt: skip
     document["layers"][0]["sizeBytes"] = size

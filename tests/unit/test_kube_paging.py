@@ -29,8 +29,8 @@ import msgspec
 import pytest
 import tenacity
 
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import HeldImage
 from layersched.extender import WatchInventoryProvider
 from layersched.extender._parse import MAX_OBJECT_BYTES
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient, KubeConfig, Oversize
@@ -42,7 +42,7 @@ MIB = 1024 * 1024
 #: The issue's objects: 1.09 MB each (under the extender's 1.25 MiB object cap).
 BIG_OBJECT_BYTES = 1_090_000
 CHUNK_BYTES = 64 * 1024
-IMG = HeldImage(("reg/app:1",), digest(100), (Layer(digest(1), 1000),))
+IMG = NodeImage.held(("reg/app:1",), digest(100), (Layer(digest(1), 1000),))
 #: The issue's hostile Node: 650,000 empty status images, as the API server writes them
 #: in JSON (``names`` has no omitempty: 15 bytes each), 9.75 MB.
 HOSTILE_IMAGES = 650_000

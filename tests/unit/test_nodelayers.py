@@ -13,12 +13,7 @@ import pytest
 from layersched.core.errors import InputError
 from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import (
-    HeldImage,
-    build_document,
-    content_hash,
-    parse_document,
-)
+from layersched.core.nodelayers import build_document, content_hash, parse_document
 from layersched.kube import node_layers_crd
 
 
@@ -29,8 +24,8 @@ def digest(n: int) -> str:
 BASE = Layer(digest(1), 30_000_000)
 PY = Layer(digest(2), 20_000_000)
 APP = Layer(digest(3), 1_000)
-IMG_A = HeldImage(("reg/a:1",), digest(100), (BASE, PY))
-IMG_B = HeldImage(("reg/b:1",), digest(101), (BASE, PY, APP))
+IMG_A = NodeImage.held(("reg/a:1",), digest(100), (BASE, PY))
+IMG_B = NodeImage.held(("reg/b:1",), digest(101), (BASE, PY, APP))
 
 
 def test_layers_are_listed_once_and_images_index_them() -> None:
@@ -52,15 +47,15 @@ def test_layers_are_listed_once_and_images_index_them() -> None:
 
 def test_a_layer_twice_in_a_manifest_is_listed_once() -> None:
     # one blob, pulled once: the object names it once (a repeated index is refused)
-    twice = HeldImage(("reg/t:1",), digest(102), (BASE, PY, BASE))
+    twice = NodeImage.held(("reg/t:1",), digest(102), (BASE, PY, BASE))
     document = build_document("n1", [twice], runtime="x", source="content-store")
     assert document["images"][0]["layers"] == [0, 1]
     assert parse_document(document, "test").images[0].layers == (BASE, PY)
 
 
 def test_records_of_one_manifest_merge() -> None:
-    tag = HeldImage(("reg/a:1",), digest(100), (BASE,))
-    by_digest = HeldImage((f"reg/a@{digest(100)}",), digest(100), (BASE,))
+    tag = NodeImage.held(("reg/a:1",), digest(100), (BASE,))
+    by_digest = NodeImage.held((f"reg/a@{digest(100)}",), digest(100), (BASE,))
     document = build_document("n1", [tag, by_digest], runtime="x", source="content-store")
     assert document["images"] == [
         {"names": ["reg/a:1", f"reg/a@{digest(100)}"], "digest": digest(100), "layers": [0]}
@@ -70,7 +65,7 @@ def test_records_of_one_manifest_merge() -> None:
 def test_the_size_budget_drops_the_smallest_images() -> None:
     # 400 images of 20 own layers each: 8,000 distinct layers, ~800 KB of layer table
     images = [
-        HeldImage(
+        NodeImage.held(
             (f"reg/img{i}:1",),
             digest(10_000 + i),
             tuple(Layer(digest(100_000 + i * 20 + j), 1_000 * (i + 1)) for j in range(20)),

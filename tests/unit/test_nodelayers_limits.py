@@ -17,15 +17,9 @@ from typing import Any
 
 import pytest
 
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import DIGEST_PATTERN, Layer
-from layersched.core.nodelayers import (
-    LIMITS,
-    OMIT_REASONS,
-    HeldImage,
-    Limits,
-    build_document,
-    build_inventory,
-)
+from layersched.core.nodelayers import LIMITS, OMIT_REASONS, Limits, build_document, build_inventory
 from tests.fixtures.crd_schema import crd_errors, crd_schema
 
 #: The builder before it applied the CRD's limits: names cut to 8, the byte budget, and
@@ -45,7 +39,7 @@ def digest(n: int) -> str:
     return f"sha256:{n:064x}"
 
 
-HONEST = HeldImage(("reg/honest:1",), digest(1), (Layer(digest(2), 30_000_000),))
+HONEST = NodeImage.held(("reg/honest:1",), digest(1), (Layer(digest(2), 30_000_000),))
 
 
 def own_layers(n: int, count: int, size: int = 10) -> tuple[Layer, ...]:
@@ -89,25 +83,25 @@ def test_the_size_cap_keeps_a_whole_object_inside_int64() -> None:
 # Each case: hostile images (generated), what the builder leaves out and why, a field the
 # API server refuses in the object built with the limits lifted, and the byte budget.
 FLOOD_LAYER = Layer(digest(7), 10)
-Case = tuple[Callable[[], list[HeldImage]], dict[str, int], str, int]
+Case = tuple[Callable[[], list[NodeImage]], dict[str, int], str, int]
 CASES: dict[str, Case] = {
     # one layer more than the 1,000 an image may have
     "1001-layers": (
-        lambda: [HONEST, HeldImage(("reg/deep:1",), digest(3), own_layers(1, 1_001))],
+        lambda: [HONEST, NodeImage.held(("reg/deep:1",), digest(3), own_layers(1, 1_001))],
         {"layerCount": 1},
         "images.1.layers: ",
         NO_BUDGET,
     ),
     # a name of 513 characters (a real reference is at most 455)
     "513-char-name": (
-        lambda: [HONEST, HeldImage(("r/" + "x" * 511,), digest(8), own_layers(1, 1))],
+        lambda: [HONEST, NodeImage.held(("r/" + "x" * 511,), digest(8), own_layers(1, 1))],
         {"nameLength": 1},
         "images.1.names.0: ",
         NO_BUDGET,
     ),
     # a layer of 2^62 bytes: two of them wrap an int64 sum negative
     "2^62-byte-layer": (
-        lambda: [HONEST, HeldImage(("reg/huge:1",), digest(9), (Layer(digest(4), 2**62),))],
+        lambda: [HONEST, NodeImage.held(("reg/huge:1",), digest(9), (Layer(digest(4), 2**62),))],
         {"layerSize": 1},
         "layers.0.sizeBytes: ",
         NO_BUDGET,
@@ -115,7 +109,9 @@ CASES: dict[str, Case] = {
     # 5,001 images (all sharing one layer, so the default byte budget keeps every one):
     # the smallest goes, here the one with the largest digest among equals
     "5001-images": (
-        lambda: [HeldImage((f"r/i{n}:1",), digest(10 + n), (FLOOD_LAYER,)) for n in range(5_001)],
+        lambda: [
+            NodeImage.held((f"r/i{n}:1",), digest(10 + n), (FLOOD_LAYER,)) for n in range(5_001)
+        ],
         {"imageCount": 1},
         "images: ",
         1024 * 1024,
@@ -124,7 +120,7 @@ CASES: dict[str, Case] = {
     # table's cap; the 21st image would cross it (with a budget that holds them all)
     "21000-distinct-layers": (
         lambda: [
-            HeldImage((f"r/i{n}:1",), digest(10 + n), own_layers(n, 1_000)) for n in range(21)
+            NodeImage.held((f"r/i{n}:1",), digest(10 + n), own_layers(n, 1_000)) for n in range(21)
         ],
         {"layerTable": 1},
         "layers: ",
@@ -165,14 +161,14 @@ def test_a_hostile_runtime_name_is_cut_to_the_schemas_length() -> None:
     ("image", "detail"),
     [
         # Go's $ is the end of the text: a digest with a newline after it is refused
-        (HeldImage(("reg/a:1",), digest(3) + "\n", ()), "is not a digest"),
-        (HeldImage(("reg/a:1",), digest(3), (Layer("sha256:zz", 1),)), "layer 'sha256:zz'"),
+        (NodeImage.held(("reg/a:1",), digest(3) + "\n", ()), "is not a digest"),
+        (NodeImage.held(("reg/a:1",), digest(3), (Layer("sha256:zz", 1),)), "layer 'sha256:zz'"),
         # a negative size cannot come from a reader, but the builder holds the line itself
-        (HeldImage(("reg/a:1",), digest(3), (Layer(digest(4), -1),)), "-1 bytes"),
+        (NodeImage.held(("reg/a:1",), digest(3), (Layer(digest(4), -1),)), "-1 bytes"),
     ],
     ids=["digest-with-newline", "bad-layer-digest", "negative-size"],
 )
-def test_bad_digests_and_sizes_are_left_out(image: HeldImage, detail: str) -> None:
+def test_bad_digests_and_sizes_are_left_out(image: NodeImage, detail: str) -> None:
     built = build_inventory("n1", [HONEST, image], runtime="x", source="content-store")
     assert crd_errors(built.document) == []
     [omission] = built.omitted
@@ -191,7 +187,7 @@ def test_bad_digests_and_sizes_are_left_out(image: HeldImage, detail: str) -> No
 def test_everything_at_once_keeps_the_honest_images() -> None:
     # a node holding every hostile image above, plus two honest ones
     hostile = [image for make, *_ in CASES.values() for image in make() if image != HONEST]
-    second = HeldImage(("reg/second:1",), digest(5), (Layer(digest(6), 20_000_000),))
+    second = NodeImage.held(("reg/second:1",), digest(5), (Layer(digest(6), 20_000_000),))
     built = build_inventory("n1", [HONEST, second, *hostile], runtime="x", source="content-store")
     assert crd_errors(built.document) == []
     names = [image["names"][0] for image in built.document["images"]]

@@ -46,9 +46,9 @@ from typing import Any, Protocol
 from layersched.agent._health import AgentHealth
 from layersched.agent._readers import NodeRead
 from layersched.core.errors import KubeError, LayerschedError
+from layersched.core.layerindex import NodeImage
 from layersched.core.nodelayers import (
     DEFAULT_MAX_OBJECT_BYTES,
-    HeldImage,
     Omission,
     build_inventory,
     content_hash,
@@ -342,7 +342,7 @@ class Publisher:
             else "",
         )
 
-    def publish(self, images: Sequence[HeldImage], source: str, *, verify: bool = False) -> bool:
+    def publish(self, images: Sequence[NodeImage], source: str, *, verify: bool = False) -> bool:
         """Apply the object for ``images`` if it changed; True when applied.
 
         ``verify`` (every resync), or an event of the own-object watch, first reads what

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.layerindex import annotation_layers
+from layersched.core.layerindex import NodeImage, annotation_layers
 from layersched.core.layers import Layer, LayerSource, check_digest, check_size
-from layersched.core.nodelayers import HeldImage, shown
+from layersched.core.nodelayers import shown
 from layersched.core.reference import parse_or_none
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class ImageReader(Protocol):
     @property
     def problems(self) -> Mapping[str, str]: ...
 
-    def images(self) -> list[HeldImage]: ...
+    def images(self) -> list[NodeImage]: ...
 
 
 class CRIImageLike(Protocol):
@@ -87,7 +87,7 @@ class CrioStorageReader:
     #: Images skipped in the last read, and why.
     problems: dict[str, str] = field(default_factory=dict)
 
-    def images(self) -> list[HeldImage]:
+    def images(self) -> list[NodeImage]:
         images_file = self.root / f"{CRIO_DRIVER}-images" / "images.json"
         layers_file = self.root / f"{CRIO_DRIVER}-layers" / "layers.json"
         raw_layers = _json_file(layers_file)
@@ -108,7 +108,7 @@ class CrioStorageReader:
                 self.problems[key] = str(err)
                 continue
             digest = raw.get("digest") or f"sha256:{raw.get('id')}"
-            held.append(HeldImage(names, str(digest), layers))
+            held.append(NodeImage.held(names, str(digest), layers))
         return held
 
     @staticmethod
@@ -153,8 +153,8 @@ def _names(image: CRIImageLike) -> tuple[str, ...]:
 def cri_images(
     images: Iterable[CRIImageLike],
     fallback: LayerSource | None,
-    known: Iterable[HeldImage] = (),
-) -> tuple[list[HeldImage], dict[str, str], set[str]]:
+    known: Iterable[NodeImage] = (),
+) -> tuple[list[NodeImage], dict[str, str], set[str]]:
     """The CRI images no other reader explained: by their Ryax annotations, else through
     ``fallback``. Returns the images, the ones skipped (name -> why), and which ways were
     used (``annotations``, ``registry``).
@@ -162,7 +162,7 @@ def cri_images(
     An image is explained when one of its names is among ``known``'s names.
     """
     covered = {name for image in known for name in image.names}
-    held: list[HeldImage] = []
+    held: list[NodeImage] = []
     problems: dict[str, str] = {}
     used: set[str] = set()
     for image in images:
@@ -186,7 +186,7 @@ def cri_images(
             continue
         pinned = parse_or_none(image.repo_digests[0]) if image.repo_digests else None
         digest = pinned.digest if pinned is not None and pinned.digest else image.id
-        held.append(HeldImage(names, digest, tuple(layers)))
+        held.append(NodeImage.held(names, digest, tuple(layers)))
     return held, problems, used
 
 
@@ -204,7 +204,7 @@ def _resolve(source: LayerSource, names: Sequence[str]) -> tuple[Layer, ...]:
 class NodeRead:
     """One read of a node's runtime."""
 
-    images: tuple[HeldImage, ...]
+    images: tuple[NodeImage, ...]
     #: The object's ``source``: the one way the layers came, or ``mixed``.
     source: str
     #: Images left out of the read (no layers could be found), name -> why.
@@ -245,7 +245,7 @@ class NodeImagesReader:
     def read(self) -> NodeRead:
         """Every image the node holds with its layers (LayerschedError when a source
         cannot be read at all: the caller retries)."""
-        held: list[HeldImage] = []
+        held: list[NodeImage] = []
         used: list[str] = []
         problems: dict[str, str] = {}
         for store in self.stores:

@@ -91,7 +91,7 @@ def run_show(args: argparse.Namespace) -> int:
         except InputError as err:
             rows.append({"node": item.get("metadata", {}).get("name", "?"), "error": str(err)})
             continue
-        layers = {layer.digest: layer.size_bytes for i in parsed.images for layer in i.layers}
+        layers = {layer.digest: layer.size_bytes for i in parsed.images for layer in i.known_layers}
         rows.append(
             {
                 "node": parsed.node,

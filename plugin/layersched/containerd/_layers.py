@@ -17,9 +17,9 @@ from collections import OrderedDict
 
 from layersched.containerd._client import ContainerdClient, ImageRecord
 from layersched.core.errors import CRIError, ManifestError
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
 from layersched.core.manifest import DEFAULT_PLATFORM, ImageIndex, Platform, parse_manifest
-from layersched.core.nodelayers import HeldImage
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ _ID_PREFIX = "sha256:"
 
 
 class ContentStoreReader:
-    """Turns containerd's image records into :class:`HeldImage` entries."""
+    """Turns containerd's image records into :class:`NodeImage` entries."""
 
     #: The ``source`` of a NodeLayerInventory read from here.
     source = "content-store"
@@ -42,7 +42,7 @@ class ContentStoreReader:
         #: Images whose layers could not be read in the last pass, and why.
         self.problems: dict[str, str] = {}
 
-    def images(self) -> list[HeldImage]:
+    def images(self) -> list[NodeImage]:
         """Every image of the namespace with its layers; an image whose manifest cannot
         be read is left out and described in :attr:`problems`."""
         by_target: dict[str, list[ImageRecord]] = {}
@@ -57,7 +57,7 @@ class ContentStoreReader:
             except (CRIError, ManifestError) as err:
                 self.problems[names[0] if names else digest] = str(err)
                 continue
-            held.append(HeldImage(names, digest, layers))
+            held.append(NodeImage.held(names, digest, layers))
         return held
 
     def _manifest_layers(self, record: ImageRecord) -> tuple[Layer, ...]:

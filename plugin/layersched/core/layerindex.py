@@ -62,12 +62,30 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 @dataclass(frozen=True, slots=True)
 class NodeImage:
-    """One entry of ``Node.status.images``."""
+    """One image a node holds: an entry of ``Node.status.images``, or an image its agent
+    read from the runtime and publishes in its NodeLayerInventory (:meth:`held`; the Go
+    plugin's ``layers.NodeImage``)."""
 
     names: tuple[str, ...]
+    #: A status image's ``sizeBytes``; a held image's compressed bytes (its layers' sum:
+    #: what a pull of it onto an empty node transfers).
     size_bytes: int
-    #: Ryax-patched kubelet ``layers`` map, or an agent's published layers (source b).
+    #: The compressed layers in manifest order when known: an agent's published layers,
+    #: or the Ryax-patched kubelet's ``layers`` map (source b). None: resolve them (a).
     layers: tuple[Layer, ...] | None = None
+    #: A held image's manifest digest (or the runtime's image ID when the manifest is
+    #: unknown); "" for a status image, which does not say.
+    digest: str = ""
+
+    @classmethod
+    def held(cls, names: tuple[str, ...], digest: str, layers: tuple[Layer, ...]) -> NodeImage:
+        """An image a runtime holds, with its compressed layers in manifest order."""
+        return cls(names, sum(layer.size_bytes for layer in layers), layers, digest)
+
+    @property
+    def known_layers(self) -> tuple[Layer, ...]:
+        """Its layers, or none when they are not known (a status image's)."""
+        return self.layers or ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +140,7 @@ def prefixed_name(key: str, name: str) -> str:
 
 def prefixed(image: NodeImage, key: str) -> NodeImage:
     """``image`` with every name prefixed by platform ``key``."""
-    return NodeImage(
-        tuple(prefixed_name(key, name) for name in image.names), image.size_bytes, image.layers
-    )
+    return replace(image, names=tuple(prefixed_name(key, name) for name in image.names))
 
 
 #: How a node image is resolved from all its names at once (see :func:`names_resolver`).

@@ -23,7 +23,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -102,26 +102,11 @@ SHOWN_CHARS = 80
 
 
 @dataclass(frozen=True, slots=True)
-class HeldImage:
-    """One image a runtime holds, with its compressed layers in manifest order."""
-
-    names: tuple[str, ...]
-    #: The manifest digest (or the runtime's image ID when the manifest is unknown).
-    digest: str
-    layers: tuple[Layer, ...]
-
-    @property
-    def size_bytes(self) -> int:
-        """Compressed bytes: what a pull of it onto an empty node transfers."""
-        return sum(layer.size_bytes for layer in self.layers)
-
-
-@dataclass(frozen=True, slots=True)
 class NodeLayerInventory:
     """A parsed ``NodeLayerInventory`` object (the Go plugin's ``layers.NodeLayerInventory``)."""
 
     node: str
-    images: tuple[HeldImage, ...]
+    images: tuple[NodeImage, ...]
     runtime: str = ""
     source: str = ""
     observed_at: str = ""
@@ -129,12 +114,13 @@ class NodeLayerInventory:
     resource_version: str = ""
 
     def node_images(self) -> tuple[NodeImage, ...]:
-        """The images as inventory entries: names, size, and layers known (no resolving)."""
-        return tuple(NodeImage(i.names, i.size_bytes, i.layers) for i in self.images)
+        """The images as the layer index takes them: names, size, and layers known (no
+        resolving). They are the images themselves: one NodeImage serves both."""
+        return self.images
 
     def layer_digests(self) -> set[str]:
         """The node's distinct layers."""
-        return {layer.digest for image in self.images for layer in image.layers}
+        return {layer.digest for image in self.images for layer in image.known_layers}
 
 
 def rfc3339(moment: datetime) -> str:
@@ -172,15 +158,15 @@ class BuiltDocument:
     omitted: tuple[Omission, ...]
 
 
-def _omission(image: HeldImage, reason: str, detail: str) -> Omission:
+def _omission(image: NodeImage, reason: str, detail: str) -> Omission:
     label = image.names[0] if image.names else image.digest
     return Omission(shown(label), shown(image.digest), reason, detail)
 
 
-def _violation(image: HeldImage, limits: Limits) -> Omission | None:
+def _violation(image: NodeImage, limits: Limits) -> Omission | None:
     """The first of the CRD's per-image limits ``image`` breaks, if any."""
-    if len(image.layers) > limits.max_layers_per_image:
-        detail = f"{len(image.layers)} layers, more than {limits.max_layers_per_image}"
+    if len(image.known_layers) > limits.max_layers_per_image:
+        detail = f"{len(image.known_layers)} layers, more than {limits.max_layers_per_image}"
         return _omission(image, OMIT_LAYER_COUNT, detail)
     for name in image.names[: limits.max_names_per_image]:
         if len(name) > limits.max_name_chars:
@@ -188,7 +174,7 @@ def _violation(image: HeldImage, limits: Limits) -> Omission | None:
             return _omission(image, OMIT_NAME_LENGTH, detail)
     if not is_digest(image.digest):
         return _omission(image, OMIT_DIGEST, f"{shown(image.digest)!r} is not a digest")
-    for layer in image.layers:
+    for layer in image.known_layers:
         if not is_digest(layer.digest):
             return _omission(image, OMIT_DIGEST, f"layer {shown(layer.digest)!r} is not a digest")
         if not 0 <= layer.size_bytes <= limits.max_layer_size_bytes:
@@ -200,13 +186,13 @@ def _violation(image: HeldImage, limits: Limits) -> Omission | None:
     return None
 
 
-def _body(images: Sequence[HeldImage], limits: Limits) -> dict[str, Any]:
+def _body(images: Sequence[NodeImage], limits: Limits) -> dict[str, Any]:
     table: dict[str, int] = {}
     layers: list[dict[str, Any]] = []
     entries: list[dict[str, Any]] = []
     for image in images:
         indexes: dict[int, None] = {}  # a layer repeated in a manifest is one blob: once
-        for layer in image.layers:
+        for layer in image.known_layers:
             index = table.get(layer.digest)
             if index is None:
                 index = table[layer.digest] = len(layers)
@@ -222,25 +208,25 @@ def _body(images: Sequence[HeldImage], limits: Limits) -> dict[str, Any]:
     return {"layers": layers, "images": entries}
 
 
-def _ordered(images: Iterable[HeldImage]) -> list[HeldImage]:
+def _ordered(images: Iterable[NodeImage]) -> list[NodeImage]:
     """Largest first, then by digest: kubelet's status.images order, and deterministic."""
-    unique: dict[str, HeldImage] = {}
+    unique: dict[str, NodeImage] = {}
     for image in images:
         kept = unique.get(image.digest)
         if kept is None:
             unique[image.digest] = image
         else:  # one manifest under several records: one entry, every name
             names = tuple(dict.fromkeys((*kept.names, *image.names)))
-            unique[image.digest] = HeldImage(names, kept.digest, kept.layers)
+            unique[image.digest] = replace(kept, names=names)
     return sorted(unique.values(), key=lambda i: (-i.size_bytes, i.digest))
 
 
 def _within_limits(
-    images: Iterable[HeldImage], limits: Limits
-) -> tuple[list[HeldImage], list[Omission]]:
+    images: Iterable[NodeImage], limits: Limits
+) -> tuple[list[NodeImage], list[Omission]]:
     """The images the CRD accepts, largest first, and the ones left out (why)."""
     omitted: list[Omission] = []
-    ordered: list[HeldImage] = []
+    ordered: list[NodeImage] = []
     for image in _ordered(images):  # records of one manifest merged, then checked
         violation = _violation(image, limits)
         if violation is None:
@@ -250,10 +236,10 @@ def _within_limits(
     for image in ordered[limits.max_images :]:
         detail = f"the {limits.max_images} largest images are kept"
         omitted.append(_omission(image, OMIT_IMAGE_COUNT, detail))
-    kept: list[HeldImage] = []
+    kept: list[NodeImage] = []
     table: set[str] = set()
     for image in ordered[: limits.max_images]:
-        new = {layer.digest for layer in image.layers} - table
+        new = {layer.digest for layer in image.known_layers} - table
         if len(table) + len(new) > limits.max_layers:
             detail = f"its layers would take the node past {limits.max_layers} distinct layers"
             omitted.append(_omission(image, OMIT_LAYER_TABLE, detail))
@@ -265,7 +251,7 @@ def _within_limits(
 
 def build_document(
     node: str,
-    images: Iterable[HeldImage],
+    images: Iterable[NodeImage],
     *,
     runtime: str,
     source: str,
@@ -288,7 +274,7 @@ def build_document(
 
 def build_inventory(
     node: str,
-    images: Iterable[HeldImage],
+    images: Iterable[NodeImage],
     *,
     runtime: str,
     source: str,
@@ -436,7 +422,7 @@ def parse_document(
                 )
             first[index] = j
             layers.append(table[index])
-        images.append(HeldImage(tuple(intern(n) for n in names), digest, tuple(layers)))
+        images.append(NodeImage.held(tuple(intern(n) for n in names), digest, tuple(layers)))
     return NodeLayerInventory(
         node=node,
         images=tuple(images),

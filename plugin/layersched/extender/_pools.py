@@ -33,14 +33,15 @@ from typing import Any
 
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import HeldImage, NodeLayerInventory
+from layersched.core.nodelayers import NodeLayerInventory
 
 #: Estimated bytes held for each distinct layer the pools keep, beyond its digest's
 #: characters: the Layer, its digest and size objects, the pool entry, and the
 #: inventory's per-layer tables (id map, size, digest, holders array and its cache).
 LAYER_ENTRY_BYTES = 480
-#: ... for each distinct image entry: the HeldImage, its NodeImage twin, their tuples
-#: and pool entries, beyond its names and layer slots.
+#: ... for each distinct image entry: the NodeImage, its tuples and pool entry, beyond
+#: its names and layer slots (measured when each image also had a twin for the layer
+#: index: since issue 31 one NodeImage serves both, so this bounds it from above).
 IMAGE_ENTRY_BYTES = 400
 #: ... for each name of a distinct image entry (its digest too), beyond its characters:
 #: the string object and the pod-image votes keyed by it.
@@ -76,10 +77,10 @@ COMPACT_SLACK = 4_096
 class Held:
     """What one object holds of the pools: its distinct entries, and its charge."""
 
-    #: A NodeLayerInventory's images (pooled HeldImages), or () for a Node.
-    images: tuple[HeldImage, ...]
-    #: The inventory entries of those images (a NodeLayerInventory), or a Node's status
-    #: images (pooled NodeImages).
+    #: A NodeLayerInventory's images (pooled NodeImages), or () for a Node.
+    images: tuple[NodeImage, ...]
+    #: What the layer index takes: those same images (a NodeLayerInventory), or a Node's
+    #: status images (pooled NodeImages).
     node_images: tuple[NodeImage, ...]
     cost_bytes: int
     #: Who holds it ("nodes/NAME" or "nodelayerinventories/NAME"): the watch drops it by
@@ -115,8 +116,8 @@ class InventoryPools:
         self._lock = threading.Lock()
         #: value -> [shared object, references]
         self._layers: dict[Layer, list[Any]] = {}
-        #: value -> [shared HeldImage, its NodeImage twin, references]
-        self._images: dict[HeldImage, list[Any]] = {}
+        #: value -> [shared NodeImage, references]
+        self._images: dict[NodeImage, list[Any]] = {}
         #: status image value -> [shared NodeImage, references, its resolved twin?]
         self._status: dict[NodeImage, list[Any]] = {}
         #: Entries dropped since the dicts were last rebuilt.
@@ -223,11 +224,10 @@ class InventoryPools:
             cost = OBJECT_BYTES
             held_layers: dict[int, Layer] = {}  # pooled layers this object holds, by id
             pooled_of: dict[int, Layer] = {}  # the document's layer objects -> pooled
-            images: list[HeldImage] = []
-            twins: list[NodeImage] = []
+            images: list[NodeImage] = []
             for image in dict.fromkeys(parsed.images):  # a repeated entry counts once
                 layers = []
-                for layer in image.layers:
+                for layer in image.known_layers:
                     shared = pooled_of.get(id(layer))
                     if shared is None:
                         shared = pooled_of[id(layer)] = self._layer(layer)
@@ -236,20 +236,19 @@ class InventoryPools:
                             self._layers[shared][1] += 1
                             cost += LAYER_REF_BYTES
                     layers.append(shared)
-                entry = self._images.get(HeldImage(image.names, image.digest, tuple(layers)))
+                pooled = NodeImage.held(image.names, image.digest, tuple(layers))
+                entry = self._images.get(pooled)
                 if entry is None:
-                    pooled = HeldImage(image.names, image.digest, tuple(layers))
-                    twin = NodeImage(pooled.names, pooled.size_bytes, pooled.layers)
-                    entry = self._images[pooled] = [pooled, twin, 0]
+                    entry = self._images[pooled] = [pooled, 0]
                     cost += IMAGE_ENTRY_BYTES + SLOT_BYTES * len(layers)
                     cost += sum(NAME_BYTES + len(name) for name in (*image.names, image.digest))
-                entry[2] += 1
+                entry[1] += 1
                 images.append(entry[0])
-                twins.append(entry[1])
                 cost += IMAGE_REF_BYTES + NAME_REF_BYTES * len(image.names)
             cost += sum(LAYER_ENTRY_BYTES + len(layer.digest) for layer in held_layers.values()
                         if self._layers[layer][1] == 1)  # fmt: skip
-            held = Held(tuple(images), tuple(twins), cost, holder)
+            pooled_images = tuple(images)  # the layer index takes the same objects
+            held = Held(pooled_images, pooled_images, cost, holder)
             victims = self._admit(held, replacing)
             if victims is None:
                 self._release(held, charged=False)
@@ -324,11 +323,11 @@ class InventoryPools:
         if held.images:
             seen: set[int] = set()
             for image in held.images:
-                for layer in image.layers:
+                for layer in image.known_layers:
                     if id(layer) not in seen:
                         seen.add(id(layer))
                         dropped += _unref(self._layers, layer, 1)
-                dropped += _unref(self._images, image, 2)
+                dropped += _unref(self._images, image, 1)
         else:
             for status in held.node_images:
                 dropped += _unref(self._status, status, 1)

@@ -28,8 +28,8 @@ import functools
 import hashlib
 from collections.abc import Iterable
 
+from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.nodelayers import HeldImage
 from layersched.core.reference import lookup_key
 
 #: Nodes that must publish the same layers for a pod image by default.
@@ -70,18 +70,18 @@ class Answer:
 Ballot = tuple[str, str, Answer]
 
 
-def lookup_keys(image: HeldImage) -> set[str]:
+def lookup_keys(image: NodeImage) -> set[str]:
     """The keys a published image is voted under: each name's lookup key, and its
     manifest digest as written (a bare digest is no reference)."""
     return {*(cached_lookup_key(name) for name in image.names), image.digest}
 
 
-def ballots(key: str, images: Iterable[HeldImage]) -> set[Ballot]:
+def ballots(key: str, images: Iterable[NodeImage]) -> set[Ballot]:
     """A node's votes: for each image it holds, under each key its names and digest give,
     its (digest, layers) answer; a set, so a node votes once per key and answer."""
     votes: set[Ballot] = set()
     for image in images:
-        answer = Answer(image.digest, image.layers)
+        answer = Answer(image.digest, image.known_layers)
         for lookup in lookup_keys(image):
             votes.add((key, lookup, answer))
     return votes
@@ -106,7 +106,7 @@ class ImageVotes:
         #: ... and pod images answered from the votes.
         self.agreed = 0
         #: per node, the (platform key, images) it last voted with
-        self._voted: dict[str, tuple[str, tuple[HeldImage, ...]]] = {}
+        self._voted: dict[str, tuple[str, tuple[NodeImage, ...]]] = {}
 
     def __len__(self) -> int:
         """Lookup keys with at least one vote."""
@@ -117,7 +117,7 @@ class ImageVotes:
         """Nodes whose votes are cast (:meth:`vote`)."""
         return len(self._voted)
 
-    def vote(self, node: str, key: str, images: tuple[HeldImage, ...] | None) -> None:
+    def vote(self, node: str, key: str, images: tuple[NodeImage, ...] | None) -> None:
         """Node ``node``'s votes follow what it publishes: ``images`` for platform
         ``key`` (the same tuple again changes nothing), or None (nothing: its votes are
         withdrawn)."""

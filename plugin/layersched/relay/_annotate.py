@@ -156,7 +156,7 @@ class ContentStoreLayers:
         found = self._find(names)
         if found is None:
             self._by_name = {
-                name: held.layers for held in self.reader.images() for name in held.names
+                name: held.known_layers for held in self.reader.images() for name in held.names
             }
             found = self._find(names)
         return found

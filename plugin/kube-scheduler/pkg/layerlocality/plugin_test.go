@@ -26,8 +26,8 @@ func digest(label string) string {
 var (
 	l1, l2, l3, l4 = layers.Layer{Digest: digest("L1"), SizeBytes: 40}, layers.Layer{Digest: digest("L2"), SizeBytes: 30},
 		layers.Layer{Digest: digest("L3"), SizeBytes: 20}, layers.Layer{Digest: digest("L4"), SizeBytes: 10}
-	img1 = layers.Image{Names: []string{"reg:5000/img1:1"}, Digest: "sha256:img1", Layers: []layers.Layer{l1, l2, l3}}
-	img2 = layers.Image{Names: []string{"reg:5000/img2:1"}, Digest: "sha256:img2", Layers: []layers.Layer{l1, l2, l4}}
+	img1 = layers.NodeImage{Names: []string{"reg:5000/img1:1"}, Digest: "sha256:img1", Layers: []layers.Layer{l1, l2, l3}}
+	img2 = layers.NodeImage{Names: []string{"reg:5000/img2:1"}, Digest: "sha256:img2", Layers: []layers.Layer{l1, l2, l4}}
 	now  = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 )
 
@@ -63,10 +63,10 @@ func plugin(t *testing.T, rawArgs string) *LayerLocality {
 	// quorum 1 whatever the args say: each seed image is published by one node (the
 	// quorum itself is pkg/layers' votes_test.go)
 	index := layers.NewIndex(1)
-	index.Upsert(&layers.NodeLayerInventory{Node: "N1", Images: []layers.Image{img1}, ObservedAt: now})
-	index.Upsert(&layers.NodeLayerInventory{Node: "N2", Images: []layers.Image{img2}, ObservedAt: now})
+	index.Upsert(&layers.NodeLayerInventory{Node: "N1", Images: []layers.NodeImage{img1}, ObservedAt: now})
+	index.Upsert(&layers.NodeLayerInventory{Node: "N2", Images: []layers.NodeImage{img2}, ObservedAt: now})
 	index.Upsert(&layers.NodeLayerInventory{Node: "N3", ObservedAt: now})
-	index.Upsert(&layers.NodeLayerInventory{Node: "old", Images: []layers.Image{img1}, ObservedAt: now.Add(-2 * time.Hour)})
+	index.Upsert(&layers.NodeLayerInventory{Node: "old", Images: []layers.NodeImage{img1}, ObservedAt: now.Add(-2 * time.Hour)})
 	pl := &LayerLocality{scorer: newScorer(args, index), nodes: snapshot("N1", "N2", "N3", "N4", "old")}
 	pl.now = func() time.Time { return now }
 	return pl

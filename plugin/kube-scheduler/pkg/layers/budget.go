@@ -87,7 +87,7 @@ func (ix *Index) handOver(entry *charged, leaving, holder int32) {
 }
 
 func layerCost(digest string) int64 { return layerBytes + int64(len(digest)) }
-func answerCost(image *Image) int64 {
+func answerCost(image *NodeImage) int64 {
 	return answerBytes + int64(len(image.Digest)) + layerSlotBytes*int64(len(image.Layers))
 }
 func lookupCost(name string) int64 { return lookupBytes + int64(len(name)) }

@@ -25,7 +25,7 @@ func chargesAddUp(t *testing.T, ix *Index) {
 func published(node string, count, layers int) *NodeLayerInventory {
 	inventory := &NodeLayerInventory{Node: node, ObservedAt: observed}
 	for i := 0; i < count; i++ {
-		image := Image{Names: []string{fmt.Sprintf("reg:5000/%s/app%d:1", node, i)}, Digest: digest(fmt.Sprint(node, "/", i))}
+		image := NodeImage{Names: []string{fmt.Sprintf("reg:5000/%s/app%d:1", node, i)}, Digest: digest(fmt.Sprint(node, "/", i))}
 		for j := 0; j < layers; j++ {
 			image.Layers = append(image.Layers, Layer{digest(fmt.Sprint(node, "/", i, "/", j)), 1})
 		}
@@ -48,7 +48,7 @@ func TestTheIssuesHostileObjectIsRefusedAtDecoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	ix := NewIndex(2)
-	ix.Upsert(&NodeLayerInventory{Node: "n1", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "n1", Images: []NodeImage{nginx}, ObservedAt: observed})
 	refused := ix.Upsert(inventory)
 	if len(refused) != 1 || refused[0].Reason != ReasonObjectTooLarge || refused[0].ChargeBytes <= MaxObjectBytes {
 		t.Fatalf("refusals %+v", refused)
@@ -68,7 +68,7 @@ func TestOneAnswerIsKeptOnceWhoeverGivesItUnderWhicheverName(t *testing.T) {
 	for n := 0; n < 50; n++ {
 		named := nginx
 		named.Names = []string{"nginx:1.25", "docker.io/library/nginx:1.25", fmt.Sprintf("mirror%d.example/nginx:1.25", n)}
-		ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("n", n), Images: []Image{named}, ObservedAt: observed})
+		ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("n", n), Images: []NodeImage{named}, ObservedAt: observed})
 	}
 	// keys: docker.io/library/nginx:1.25, the digest, and the 50 mirrors' names
 	if len(ix.answerID) != 1 || len(ix.lookupID) != 52 {
@@ -128,9 +128,9 @@ func TestChargesFollowTheirEntriesThroughChurn(t *testing.T) {
 	ix := NewIndex(1)
 	for round := 0; round < 3; round++ {
 		for n := 0; n < 20; n++ {
-			images := []Image{img1, img2}
+			images := []NodeImage{img1, img2}
 			if (n+round)%3 == 0 {
-				images = []Image{nginx, img2}
+				images = []NodeImage{nginx, img2}
 			}
 			ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("n", n), Images: images, ObservedAt: observed})
 			chargesAddUp(t, ix)

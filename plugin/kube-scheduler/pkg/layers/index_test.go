@@ -28,7 +28,7 @@ func TestEveryEventKeepsBothDirectionsOfTheIndex(t *testing.T) {
 		t.Fatalf("after the seed: %s", got)
 	}
 	// N2 evicts Img2 and pulls Img1: L4 has no holder left and is forgotten
-	ix.Upsert(&NodeLayerInventory{Node: "N2", Images: []Image{img1}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "N2", Images: []NodeImage{img1}, ObservedAt: observed})
 	if got := fmt.Sprint(holders(ix, l3), holders(ix, l4)); got != "[N1 N2] []" {
 		t.Errorf("after N2's update: %s", got)
 	}
@@ -40,7 +40,7 @@ func TestEveryEventKeepsBothDirectionsOfTheIndex(t *testing.T) {
 		t.Errorf("after N1's removal: %s", got)
 	}
 	// a full list: N3 and N5 only; N2 was not listed, so it is gone
-	ix.Replace([]*NodeLayerInventory{{Node: "N3", ObservedAt: observed}, {Node: "N5", Images: []Image{img2}, ObservedAt: observed}})
+	ix.Replace([]*NodeLayerInventory{{Node: "N3", ObservedAt: observed}, {Node: "N5", Images: []NodeImage{img2}, ObservedAt: observed}})
 	if ix.Nodes() != 2 || fmt.Sprint(holders(ix, l1), holders(ix, l3)) != "[N5] []" {
 		t.Errorf("after a relist: %d nodes, L1 %v, L3 %v", ix.Nodes(), holders(ix, l1), holders(ix, l3))
 	}
@@ -58,7 +58,7 @@ func TestAReusedLayerIDIsNotMistakenForTheOldLayer(t *testing.T) {
 	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img2:1"}, observed, 0), nil, observed, 0)
 	// after PreScore, L4's only holder drops it, and a new layer takes L4's id
 	l5 := Layer{digest("L5"), 10}
-	ix.Upsert(&NodeLayerInventory{Node: "N2", Images: []Image{{Names: []string{"x:1"}, Digest: "sha256:x", Layers: []Layer{l1, l2, l5}}}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "N2", Images: []NodeImage{{Names: []string{"x:1"}, Digest: "sha256:x", Layers: []Layer{l1, l2, l5}}}, ObservedAt: observed})
 	// N2 holds L1+L2 = 70 of 80, not L4: floor(7000/80) = 87, not 100
 	if score, _ := ix.Score(prepared, "N2", observed, 0); score != 87 {
 		t.Errorf("N2 scored %d, want 87", score)
@@ -81,9 +81,9 @@ func TestScoresAreReadWhileEventsArrive(t *testing.T) {
 				return
 			default:
 			}
-			images := []Image{img1}
+			images := []NodeImage{img1}
 			if i%2 == 1 {
-				images = []Image{img2}
+				images = []NodeImage{img2}
 			}
 			ix.Upsert(&NodeLayerInventory{Node: "N2", Images: images, ObservedAt: observed})
 			ix.Upsert(&NodeLayerInventory{Node: fmt.Sprintf("churn-%d", i%50), Images: images, ObservedAt: observed})

@@ -55,9 +55,9 @@ type Layer struct {
 	SizeBytes int64
 }
 
-// Image is one image a node holds: its names, its manifest digest and its layers in
-// manifest order.
-type Image struct {
+// NodeImage is one image a node holds: its names, its manifest digest and its layers in
+// manifest order (the Python core's layersched.core.layerindex.NodeImage).
+type NodeImage struct {
 	Names  []string
 	Digest string
 	Layers []Layer
@@ -68,7 +68,7 @@ type Image struct {
 type NodeLayerInventory struct {
 	// Node is the object's name: the node it describes.
 	Node   string
-	Images []Image
+	Images []NodeImage
 	// ObservedAt is when the agent last read the runtime; zero when the object does not
 	// say (or says it in a form that is not RFC 3339).
 	ObservedAt time.Time
@@ -129,7 +129,7 @@ func DecodeNodeLayerInventory(data []byte) (*NodeLayerInventory, error) {
 		}
 		table[i] = Layer{Digest: *raw.Digest, SizeBytes: size}
 	}
-	inventory := &NodeLayerInventory{Node: wire.Metadata.Name, Images: make([]Image, len(wire.Images))}
+	inventory := &NodeLayerInventory{Node: wire.Metadata.Name, Images: make([]NodeImage, len(wire.Images))}
 	for i, raw := range wire.Images {
 		if raw.Digest == nil || *raw.Digest == "" {
 			return nil, fmt.Errorf("%s: images[%d].digest is missing: the image's manifest digest", where, i)
@@ -142,7 +142,7 @@ func DecodeNodeLayerInventory(data []byte) (*NodeLayerInventory, error) {
 			return nil, fmt.Errorf("%s: images[%d].layers has %d layers, over the cap of %d: the agent that wrote it is broken or hostile",
 				where, i, len(raw.Layers), MaxLayersPerImage)
 		}
-		image := Image{Names: raw.Names, Digest: *raw.Digest, Layers: make([]Layer, len(raw.Layers))}
+		image := NodeImage{Names: raw.Names, Digest: *raw.Digest, Layers: make([]Layer, len(raw.Layers))}
 		first := make(map[int64]int, len(raw.Layers))
 		for j, number := range raw.Layers {
 			index, ok := integer(number)

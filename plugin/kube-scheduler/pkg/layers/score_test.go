@@ -10,8 +10,8 @@ import (
 // The seed scenario's images: Img1 = L1+L2+L3, Img2 = L1+L2+L4 (sizes in bytes).
 var (
 	l1, l2, l3, l4 = Layer{digest("L1"), 40}, Layer{digest("L2"), 30}, Layer{digest("L3"), 20}, Layer{digest("L4"), 10}
-	img1           = Image{Names: []string{"reg:5000/img1:1"}, Digest: digest("img1"), Layers: []Layer{l1, l2, l3}}
-	img2           = Image{Names: []string{"reg:5000/img2:1"}, Digest: digest("img2"), Layers: []Layer{l1, l2, l4}}
+	img1           = NodeImage{Names: []string{"reg:5000/img1:1"}, Digest: digest("img1"), Layers: []Layer{l1, l2, l3}}
+	img2           = NodeImage{Names: []string{"reg:5000/img2:1"}, Digest: digest("img2"), Layers: []Layer{l1, l2, l4}}
 	observed       = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 )
 
@@ -22,8 +22,8 @@ var (
 // arithmetic; votes_test.go holds the quorum.
 func seedIndex() *Index {
 	ix := NewIndex(1)
-	ix.Upsert(&NodeLayerInventory{Node: "N1", Images: []Image{img1}, ObservedAt: observed})
-	ix.Upsert(&NodeLayerInventory{Node: "N2", Images: []Image{img2}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "N1", Images: []NodeImage{img1}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "N2", Images: []NodeImage{img2}, ObservedAt: observed})
 	ix.Upsert(&NodeLayerInventory{Node: "N3", ObservedAt: observed})
 	return ix
 }
@@ -104,8 +104,8 @@ func TestLayerLocalityScores(t *testing.T) {
 func TestWhyANodeScoresZero(t *testing.T) {
 	ix := seedIndex()
 	stale := observed.Add(-time.Hour)
-	ix.Upsert(&NodeLayerInventory{Node: "old", Images: []Image{img1}, ObservedAt: stale})
-	ix.Upsert(&NodeLayerInventory{Node: "undated", Images: []Image{img1}})
+	ix.Upsert(&NodeLayerInventory{Node: "old", Images: []NodeImage{img1}, ObservedAt: stale})
+	ix.Upsert(&NodeLayerInventory{Node: "undated", Images: []NodeImage{img1}})
 	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img1:1"}, observed, 0), nil, observed, 0)
 	maxAge := 30 * time.Minute
 	cases := []struct {
@@ -178,7 +178,7 @@ func TestAPodWhoseLayersWeighNothingOrOverflowIsSkipped(t *testing.T) {
 	ix := NewIndex(1)
 	empty := Layer{digest("empty"), 0}
 	huge := Layer{digest("huge"), math.MaxInt64}
-	ix.Upsert(&NodeLayerInventory{Node: "n", ObservedAt: observed, Images: []Image{
+	ix.Upsert(&NodeLayerInventory{Node: "n", ObservedAt: observed, Images: []NodeImage{
 		{Names: []string{"empty:1"}, Digest: "sha256:e", Layers: []Layer{empty}},
 		{Names: []string{"huge:1"}, Digest: "sha256:h", Layers: []Layer{huge, l1}},
 	}})

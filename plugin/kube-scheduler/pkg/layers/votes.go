@@ -33,7 +33,7 @@ const DefaultImageQuorum = 2
 // and size, every string length-prefixed (no crafted digest spells another answer).
 type answerKey [sha256.Size]byte
 
-func keyOf(image *Image) answerKey {
+func keyOf(image *NodeImage) answerKey {
 	hash := sha256.New()
 	var scratch [binary.MaxVarintLen64]byte
 	writeString := func(text string) {
@@ -83,14 +83,14 @@ func ballotLess(a, b ballot) bool {
 // imagePlan is one published image as the index will hold it: its answer's key and the
 // lookup keys it is published under (its names' and its digest).
 type imagePlan struct {
-	image   *Image
+	image   *NodeImage
 	key     answerKey
 	lookups []string
 }
 
 // lookupKeys are the keys an image is published under: each name's LookupKey, and its
 // manifest digest as written (a bare digest is no reference).
-func lookupKeys(image *Image) []string {
+func lookupKeys(image *NodeImage) []string {
 	keys := make([]string, 0, len(image.Names)+1)
 	seen := make(map[string]bool, len(image.Names)+1)
 	for _, name := range append(append(make([]string, 0, len(image.Names)+1), image.Names...), "") {

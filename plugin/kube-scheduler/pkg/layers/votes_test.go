@@ -9,8 +9,8 @@ import (
 // The attack: nginx:1.25 is L1+L2+L3 (90 bytes); the liar publishes it as one
 // layer of 10^15 bytes, which only it holds.
 var (
-	nginx = Image{Names: []string{"nginx:1.25"}, Digest: "sha256:nginx", Layers: []Layer{l1, l2, l3}}
-	lie   = Image{Names: []string{"nginx:1.25"}, Digest: "sha256:nginx", Layers: []Layer{{digest("huge"), 1_000_000_000_000_000}}}
+	nginx = NodeImage{Names: []string{"nginx:1.25"}, Digest: "sha256:nginx", Layers: []Layer{l1, l2, l3}}
+	lie   = NodeImage{Names: []string{"nginx:1.25"}, Digest: "sha256:nginx", Layers: []Layer{{digest("huge"), 1_000_000_000_000_000}}}
 )
 
 // nginxScores publishes each node's images in order, then scores an nginx pod on every
@@ -28,7 +28,7 @@ func nginxScores(quorum int, published ...holding) (map[string]int64, Resolution
 
 type holding = struct {
 	node   string
-	images []Image
+	images []NodeImage
 }
 
 func TestOneNodeCannotAttractEveryPodOfAnImage(t *testing.T) {
@@ -44,7 +44,7 @@ func TestOneNodeCannotAttractEveryPodOfAnImage(t *testing.T) {
 			// image is Unknown and nobody is attracted (today: liar 100, honest 0)
 			name:      "one liar, one honest holder, K=2",
 			quorum:    2,
-			published: []holding{{"honest1", []Image{nginx}}, {"liar", []Image{lie}}},
+			published: []holding{{"honest1", []NodeImage{nginx}}, {"liar", []NodeImage{lie}}},
 			want:      map[string]int64{"honest1": 0, "liar": 0},
 			why:       WithoutQuorum,
 		},
@@ -53,7 +53,7 @@ func TestOneNodeCannotAttractEveryPodOfAnImage(t *testing.T) {
 			// the liar holds none of them -> 0
 			name:      "one liar, two honest holders, K=2",
 			quorum:    2,
-			published: []holding{{"honest1", []Image{nginx}}, {"honest2", []Image{nginx}}, {"liar", []Image{lie}}},
+			published: []holding{{"honest1", []NodeImage{nginx}}, {"honest2", []NodeImage{nginx}}, {"liar", []NodeImage{lie}}},
 			want:      map[string]int64{"honest1": 100, "honest2": 100, "liar": 0},
 			why:       Agreed,
 		},
@@ -62,8 +62,8 @@ func TestOneNodeCannotAttractEveryPodOfAnImage(t *testing.T) {
 			// answers at the quorum -> trust neither
 			name:   "two answers with a quorum each, K=2",
 			quorum: 2,
-			published: []holding{{"honest1", []Image{nginx}}, {"honest2", []Image{nginx}},
-				{"liar1", []Image{lie}}, {"liar2", []Image{lie}}},
+			published: []holding{{"honest1", []NodeImage{nginx}}, {"honest2", []NodeImage{nginx}},
+				{"liar1", []NodeImage{lie}}, {"liar2", []NodeImage{lie}}},
 			want: map[string]int64{"honest1": 0, "honest2": 0, "liar1": 0, "liar2": 0},
 			why:  WithoutQuorum,
 		},
@@ -71,7 +71,7 @@ func TestOneNodeCannotAttractEveryPodOfAnImage(t *testing.T) {
 			// K=1, one node: the old behaviour, its word resolves the image
 			name:      "K=1, a single publisher",
 			quorum:    1,
-			published: []holding{{"only", []Image{nginx}}, {"other", []Image{img2}}},
+			published: []holding{{"only", []NodeImage{nginx}}, {"other", []NodeImage{img2}}},
 			// other holds L1+L2 = 70 of 90 -> floor(7000/90) = 77
 			want: map[string]int64{"only": 100, "other": 77},
 			why:  Agreed,
@@ -80,7 +80,7 @@ func TestOneNodeCannotAttractEveryPodOfAnImage(t *testing.T) {
 			// K=1 with a liar: two answers at quorum 1 -> neither (never last-writer-wins)
 			name:      "K=1, two answers",
 			quorum:    1,
-			published: []holding{{"honest1", []Image{nginx}}, {"liar", []Image{lie}}},
+			published: []holding{{"honest1", []NodeImage{nginx}}, {"liar", []NodeImage{lie}}},
 			want:      map[string]int64{"honest1": 0, "liar": 0},
 			why:       WithoutQuorum,
 		},
@@ -98,8 +98,8 @@ func TestOneNodeCannotAttractEveryPodOfAnImage(t *testing.T) {
 func TestANodeVotesOncePerNameAndAnswer(t *testing.T) {
 	// the liar lists the image twice, under two names that normalise alike: still one vote
 	ix := NewIndex(2)
-	twice := Image{Names: []string{"nginx", "nginx:latest"}, Digest: lie.Digest, Layers: lie.Layers}
-	ix.Upsert(&NodeLayerInventory{Node: "liar", Images: []Image{twice, twice}, ObservedAt: observed})
+	twice := NodeImage{Names: []string{"nginx", "nginx:latest"}, Digest: lie.Digest, Layers: lie.Layers}
+	ix.Upsert(&NodeLayerInventory{Node: "liar", Images: []NodeImage{twice, twice}, ObservedAt: observed})
 	if _, why := ix.ImageLayers("nginx", observed, 0); why != WithoutQuorum {
 		t.Errorf("one node's duplicates resolved the image: %v", why)
 	}
@@ -107,18 +107,18 @@ func TestANodeVotesOncePerNameAndAnswer(t *testing.T) {
 
 func TestVotesLeaveWithTheirObject(t *testing.T) {
 	ix := NewIndex(2)
-	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
-	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []NodeImage{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []NodeImage{nginx}, ObservedAt: observed})
 	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != Agreed {
 		t.Fatalf("two holders: %v", why)
 	}
 	// b's object is replaced by one without nginx: one vote left, below the quorum
-	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []Image{img2}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []NodeImage{img2}, ObservedAt: observed})
 	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != WithoutQuorum {
 		t.Errorf("after b's replacement: %v", why)
 	}
 	// c agrees with a: the quorum is back; then a's object is deleted
-	ix.Upsert(&NodeLayerInventory{Node: "c", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "c", Images: []NodeImage{nginx}, ObservedAt: observed})
 	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != Agreed {
 		t.Errorf("after c: %v", why)
 	}
@@ -127,9 +127,9 @@ func TestVotesLeaveWithTheirObject(t *testing.T) {
 		t.Errorf("after a's deletion: %v", why)
 	}
 	// a liar's answer leaves with its object too: a fresh pair of liars, then one goes
-	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
-	ix.Upsert(&NodeLayerInventory{Node: "x", Images: []Image{lie}, ObservedAt: observed})
-	ix.Upsert(&NodeLayerInventory{Node: "y", Images: []Image{lie}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []NodeImage{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "x", Images: []NodeImage{lie}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "y", Images: []NodeImage{lie}, ObservedAt: observed})
 	if _, why := ix.ImageLayers("nginx:1.25", observed, 0); why != WithoutQuorum {
 		t.Errorf("two answers at quorum: %v", why)
 	}
@@ -148,8 +148,8 @@ func TestVotesLeaveWithTheirObject(t *testing.T) {
 
 func TestAStaleInventoryDoesNotVote(t *testing.T) {
 	ix := NewIndex(2)
-	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []Image{nginx}, ObservedAt: observed})
-	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed.Add(-2 * time.Hour)})
+	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []NodeImage{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []NodeImage{nginx}, ObservedAt: observed.Add(-2 * time.Hour)})
 	if _, why := ix.ImageLayers("nginx:1.25", observed, time.Hour); why != WithoutQuorum {
 		t.Errorf("b's two-hour-old object voted under a one-hour bound: %v", why)
 	}
@@ -161,7 +161,7 @@ func TestAStaleInventoryDoesNotVote(t *testing.T) {
 func TestACraftedDigestCannotJoinAnotherAnswer(t *testing.T) {
 	// with a naive "digest|layer|size" key, this digest would spell the honest answer's key
 	key := keyOf(&nginx)
-	crafted := Image{Names: nginx.Names, Digest: string(key[:]), Layers: nil}
+	crafted := NodeImage{Names: nginx.Names, Digest: string(key[:]), Layers: nil}
 	if keyOf(&crafted) == keyOf(&nginx) {
 		t.Fatal("two answers share a key")
 	}
@@ -175,7 +175,7 @@ func TestAgreementIsAMajorityOfPublishersAndAQuorum(t *testing.T) {
 	cases := []struct {
 		name         string
 		pod          string
-		honest, liar Image
+		honest, liar NodeImage
 		honests      int
 		liars        int
 		why          Resolution
@@ -196,10 +196,10 @@ func TestAgreementIsAMajorityOfPublishersAndAQuorum(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ix := NewIndex(2)
 			for i := 0; i < c.honests; i++ {
-				ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("h", i), Images: []Image{c.honest}, ObservedAt: observed})
+				ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("h", i), Images: []NodeImage{c.honest}, ObservedAt: observed})
 			}
 			for i := 0; i < c.liars; i++ {
-				ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("liar", i), Images: []Image{c.liar}, ObservedAt: observed})
+				ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("liar", i), Images: []NodeImage{c.liar}, ObservedAt: observed})
 			}
 			_, why := ix.ImageLayers(c.pod, observed, 0)
 			got := scores(ix, []string{c.pod}, nil, "h0")
@@ -215,10 +215,10 @@ func TestAStaleVoterNeitherVotesNorCountsAsAPublisher(t *testing.T) {
 	// bound: the liars count for nothing, the holders are all the publishers
 	ix := NewIndex(2)
 	for i := 0; i < 2; i++ {
-		ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("h", i), Images: []Image{nginx}, ObservedAt: observed})
+		ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("h", i), Images: []NodeImage{nginx}, ObservedAt: observed})
 	}
 	for i := 0; i < 3; i++ {
-		ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("liar", i), Images: []Image{lie}, ObservedAt: observed.Add(-2 * time.Hour)})
+		ix.Upsert(&NodeLayerInventory{Node: fmt.Sprint("liar", i), Images: []NodeImage{lie}, ObservedAt: observed.Add(-2 * time.Hour)})
 	}
 	if layers, why := ix.ImageLayers("nginx:1.25", observed, time.Hour); why != Agreed || fmt.Sprint(layers) != fmt.Sprint(nginx.Layers) {
 		t.Errorf("under the bound: %v %v", layers, why)
@@ -235,8 +235,8 @@ func TestAShortNameMatchesTheRuntimesName(t *testing.T) {
 	listed := nginx
 	listed.Names = []string{"docker.io/library/nginx:1.25"}
 	ix := NewIndex(2)
-	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []Image{listed}, ObservedAt: observed})
-	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []Image{nginx}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "a", Images: []NodeImage{listed}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "b", Images: []NodeImage{nginx}, ObservedAt: observed})
 	for _, pod := range []string{"nginx:1.25", "docker.io/library/nginx:1.25", "index.docker.io/library/nginx:1.25"} {
 		if _, why := ix.ImageLayers(pod, observed, 0); why != Agreed {
 			t.Errorf("%s: %v", pod, why)

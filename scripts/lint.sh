@@ -22,8 +22,12 @@ lint() {
     PATH="$bin:$PATH" "$bin/ansible-lint" --profile production --offline playbooks
   fi
 }
-status=0
-lint || status=$?
+# errexit is off inside a function called from `||` (bash ignores it there), so each check
+# would go on past a failure: run it in a subshell with errexit on, and take its status
+set +o errexit
+(set -o errexit; lint)
+status=$?
+set -o errexit
 if [ -n "${LAYERSCHED_STAGE_LOG:-}" ]; then
   printf '%s %d %d\n' lint $((SECONDS - started)) "$status" >>"$LAYERSCHED_STAGE_LOG"
 fi

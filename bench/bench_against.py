@@ -26,7 +26,7 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from bench_extender import (
     _stats,
     watch_documents,
 )
-from corpus import Workload, workload
+from corpus import workload
 from fake_api import FakeApi
 from rich.console import Console
 from rich.progress import Progress
@@ -74,25 +74,29 @@ def _python_path(tree: Path | None) -> Iterator[None]:
             os.environ["PYTHONPATH"] = before
 
 
+#: What the stand-in API server serves (the nodes' objects) and streams (``update``).
+Watched = tuple[list[dict[str, Any]], Callable[[int], dict[str, Any]]]
+
+
 @contextlib.contextmanager
 def _inventory(
-    directory: Path, load: Workload, held_doc: dict[str, Any], updates_per_s: float | None
+    directory: Path,
+    held_doc: dict[str, Any],
+    watched: Watched | None,
+    updates_per_s: float,
 ) -> Iterator[tuple[list[str], FakeApi | None]]:
     """The extender's inventory arguments for one round: the ``--nodes`` file, or (with
-    ``updates_per_s``) ``--watch`` on a fresh stand-in API server, and that server."""
-    directory.mkdir()
-    layers_path = directory / "layers.json"
-    layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
-    if updates_per_s is None:
-        nodes_path = directory / "nodes.json"
-        nodes_path.write_bytes(msgspec.json.encode(held_doc))
-        yield ["--layers", str(layers_path), "--nodes", str(nodes_path)], None
+    ``watched``) ``--watch`` on a fresh stand-in API server in ``directory``, and that
+    server."""
+    if watched is None:
+        yield ["--nodes", str(directory / "nodes.json")], None
         return
-    documents, update = watch_documents(load, held_doc["items"])
-    api = FakeApi(directory, held_doc["items"], documents, update, updates_per_s)
+    round_dir = Path(tempfile.mkdtemp(dir=directory))
+    documents, update = watched
+    api = FakeApi(round_dir, held_doc["items"], documents, update, updates_per_s)
     api.start()
     try:
-        yield ["--layers", str(layers_path), "--watch", "--kubeconfig", str(api.kubeconfig())], api
+        yield ["--watch", "--kubeconfig", str(api.kubeconfig())], api
     finally:
         api.stop()
 
@@ -139,9 +143,9 @@ def main() -> int:
         parser.error(f"--against {old_tree}: no plugin/layersched there: give a checkout")
     console = Console(stderr=True)
     load = workload(IMAGES)
-    updates_per_s = args.watch_updates_per_s if args.watch else None
     pod_json = [msgspec.json.encode(p) for p in load.pods(PODS)]
     held_doc = load.node_list(HELD_NODES, IMAGES_PER_NODE, seed=1)
+    watched = watch_documents(load, held_doc["items"]) if args.watch else None
     names = msgspec.json.encode([item["metadata"]["name"] for item in held_doc["items"]])
     bodies = [b'{"Pod":' + p + b',"NodeNames":' + names + b"}" for p in pod_json]
     latencies: dict[str, list[float]] = {NEW: [], OLD: []}
@@ -153,11 +157,15 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="layersched-against-") as tmp,
         Progress(console=console) as progress,
     ):
+        layers_path = Path(tmp) / "layers.json"
+        layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
+        layers_argv = ["--layers", str(layers_path)]
+        (Path(tmp) / "nodes.json").write_bytes(msgspec.json.encode(held_doc))
         for n, side in enumerate(_order(args.rounds)):
             with (
                 _python_path(old_tree if side == OLD else None),
-                _inventory(Path(tmp) / f"{n}-{side}", load, held_doc, updates_per_s) as (argv, api),
-                _extender(argv, Path(tmp) / f"{n}-{side}.log") as (port, _),
+                _inventory(Path(tmp), held_doc, watched, args.watch_updates_per_s) as (argv, api),
+                _extender([*layers_argv, *argv], Path(tmp) / f"{n}-{side}.log") as (port, _),
             ):
                 label, sent_before = f"round {n + 1} {side}", 0
                 said: list[bytes] = []
@@ -178,8 +186,9 @@ def main() -> int:
         "case": f"NodeNames × {HELD_NODES:,} nodes, {PODS} pods cycled (bench_extender)",
         "inventory": (
             "--nodes file"
-            if updates_per_s is None
-            else f"--watch of a stand-in API server, {updates_per_s:g} updates/s streamed"
+            if watched is None
+            else f"--watch of a stand-in API server, {args.watch_updates_per_s:g} updates/s "
+            "streamed while measured"
         ),
         # what was compared: kept apart from the two sides' statistics ("new", "old"),
         # which would otherwise overwrite it

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -34,10 +34,20 @@ from layersched.extender._platforms import Platforms
 from layersched.extender._pools import NOTHING, Held, InventoryPools
 from layersched.kube import Oversize
 
-if TYPE_CHECKING:
-    from layersched.extender._store import Store
-
 log = logging.getLogger(__name__)
+
+
+class Store(Protocol):
+    """What the parser reads of the store it feeds (``_store.Store``): the objects held now,
+    whether a name is a Node, and the eviction it posts when the budget needs room."""
+
+    nodes: dict[str, ParsedNode]
+    layers: dict[str, HeldLayers]
+
+    def is_node(self, name: str) -> bool: ...
+
+    def evict(self, victim: Held) -> None: ...
+
 
 #: The agent re-applies an unchanged object every ``--heartbeat-s`` (600 s by default,
 #: ``layersched.agent.DEFAULT_HEARTBEAT_S``; a unit test holds the two equal).

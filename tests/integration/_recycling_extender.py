@@ -25,7 +25,7 @@ from layersched.core.layers import StaticLayerSource
 from layersched.core.strategies import get_strategy
 from layersched.extender import (
     Recycler,
-    StaticInventoryProvider,
+    StaticLayerIndexProvider,
     make_extender,
     recycled_before,
     serve,
@@ -69,7 +69,7 @@ def main(port: int, layers: str, nodes: str) -> int:
     if count == 0:
         threading.Thread(target=_stage_residue, args=(recycler,), daemon=True).start()
     source = StaticLayerSource.from_json(json.loads(Path(layers).read_text()), layers)
-    provider = StaticInventoryProvider(nodes, source)
+    provider = StaticLayerIndexProvider(nodes, source)
     extender = make_extender(get_strategy("layer-locality"), source, provider)
     print(f"recycling extender: count {count}", file=sys.stderr, flush=True)
     asyncio.run(serve(extender, "127.0.0.1", port, recycler=recycler))

@@ -29,7 +29,7 @@ from layersched.core.strategies import get_strategy
 from layersched.extender import (
     DeadlineResolver,
     Extender,
-    StaticInventoryProvider,
+    StaticLayerIndexProvider,
     _prioritize,
     create_app,
     make_extender,
@@ -90,7 +90,7 @@ def _extender(
     tmp_path: Any, strategy: str = "layer-locality", source: Any = SOURCE, **kw: Any
 ) -> Extender:
     # the held inventory is loaded from the offline source: only pods meet ``source``
-    provider = StaticInventoryProvider(_nodes_file(tmp_path, NODES), SOURCE)
+    provider = StaticLayerIndexProvider(_nodes_file(tmp_path, NODES), SOURCE)
     provider.load()
     return make_extender(get_strategy(strategy), source, provider, **kw)
 
@@ -498,7 +498,7 @@ def test_filter_bad_requests(tmp_path: Any, body: dict[str, Any], fragment: str)
 
 # ------------------------------------------------------------ health, metrics, logs
 def test_healthz_is_503_until_the_inventory_is_loaded(tmp_path: Any) -> None:
-    provider = StaticInventoryProvider(_nodes_file(tmp_path, NODES), SOURCE)
+    provider = StaticLayerIndexProvider(_nodes_file(tmp_path, NODES), SOURCE)
     extender = make_extender(get_strategy("layer-locality"), SOURCE, provider)
 
     async def scenario(call: Call) -> None:
@@ -946,7 +946,7 @@ def test_pull_time_uses_node_bandwidth(tmp_path: Any, mode: str) -> None:
     # fast:  40 MiB * 8 / 1e10 + 1 = 1.0336 s -> 100 -> 10
     # slow:  40 MiB * 8 / 1e8  + 1 = 4.3554 s -> floor(100 * 1.0336 / 4.3554) = 23 -> 2
     # empty: 90 MiB * 8 / 1e10 + 1 = 1.0755 s -> floor(100 * 1.0336 / 1.0755) = 96 -> 9
-    provider = StaticInventoryProvider(_nodes_file(tmp_path, PULL_NODES), SOURCE)
+    provider = StaticLayerIndexProvider(_nodes_file(tmp_path, PULL_NODES), SOURCE)
     provider.load()
     extender = make_extender(get_strategy("pull-time"), SOURCE, provider)
     names = ["fast", "slow", "empty"]
@@ -996,7 +996,7 @@ def test_image_locality_inventory_resolves_nothing(
     # other:1 would be warned about and counted), and the pod's image, not in SOURCE either,
     # is scored (resolving it would answer neutrally: all 0).
     caplog.set_level(logging.INFO)
-    provider = StaticInventoryProvider(_nodes_file(tmp_path, BIG_NODES), None)
+    provider = StaticLayerIndexProvider(_nodes_file(tmp_path, BIG_NODES), None)
     provider.load()
     extender = make_extender(get_strategy("image-locality"), SOURCE, provider)
     body = {"Pod": _pod("big:1"), "NodeNames": node_names}
@@ -1030,7 +1030,7 @@ def test_image_locality_inventory_resolves_nothing(
 def test_nodes_file_must_be_a_node_list(tmp_path: Any, document: Any, message: str) -> None:
     path = tmp_path / "nodes.json"
     path.write_text(json.dumps(document))
-    provider = StaticInventoryProvider(str(path), SOURCE)
+    provider = StaticLayerIndexProvider(str(path), SOURCE)
     with pytest.raises(InputError) as info:
         provider.load()
     assert str(info.value).startswith(f"{path}: ")
@@ -1181,7 +1181,7 @@ def test_malformed_nodes_file_is_refused(
 ) -> None:
     # the --nodes file is the operator's own: its mistakes are errors to fix, not ignored
     nodes = [{"metadata": {"name": "A"}, "status": {"images": [image]}}]
-    provider = StaticInventoryProvider(_nodes_file(tmp_path, nodes), SOURCE)
+    provider = StaticLayerIndexProvider(_nodes_file(tmp_path, nodes), SOURCE)
     with pytest.raises(InputError, match=re.escape(message)):
         provider.load()
 

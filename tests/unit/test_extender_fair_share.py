@@ -21,7 +21,7 @@ import tenacity
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import parse_document
-from layersched.extender._pools import MIN_SHARE_BYTES, OBJECT_BYTES, InventoryPools
+from layersched.extender._pools import MIN_SHARE_BYTES, OBJECT_BYTES, IndexPools
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, metric, node
 from tests.fixtures.fake_kube import started as start
@@ -67,7 +67,7 @@ def hostile(name: str, n: int) -> dict[str, Any]:
 
 def charged(document: dict[str, Any]) -> int:
     """What the pools charge ``document`` on its own."""
-    held, _ = InventoryPools(2**40).hold_layers(parse_document(document, "test"))
+    held, _ = IndexPools(2**40).hold_layers(parse_document(document, "test"))
     assert held is not None
     return held.cost_bytes
 
@@ -151,7 +151,7 @@ def test_a_status_image_keeps_kubelets_five_names_at_most(loop: RunningLoop) -> 
 def test_the_share_follows_the_nodes_with_a_floor() -> None:
     # 256 MiB over 5,000 nodes is 53,687 bytes, under the floor: the floor (4 MiB);
     # over 7 nodes, 38,347,922 bytes
-    pools = InventoryPools(256 * 1024 * 1024)
+    pools = IndexPools(256 * 1024 * 1024)
     pools.expected_nodes = 5_000
     assert pools.share_bytes == MIN_SHARE_BYTES
     pools.expected_nodes = 7

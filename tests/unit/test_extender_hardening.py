@@ -28,7 +28,7 @@ from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform
 from layersched.core.objects import Node
 from layersched.core.strategies import get_strategy
-from layersched.extender import Extender, Platforms, StaticInventoryProvider, make_extender
+from layersched.extender import Extender, Platforms, StaticLayerIndexProvider, make_extender
 from layersched.extender._platforms import MAX_PLATFORMS
 from layersched.extender._resolver import POSITIVE_TTL_S
 from tests.unit.test_extender import (
@@ -454,7 +454,7 @@ def test_pull_time_compares_nodes_across_platforms(tmp_path: Any) -> None:
     # would be its group's fastest: 10 and 10.)
     amd_source = _MovingRegistry({"app:1": (L1, L2, L3)})
     platforms = Platforms(DEFAULT_PLATFORM, amd_source, lambda _: _MovingRegistry({"app:1": (L4,)}))
-    provider = StaticInventoryProvider(None, None)
+    provider = StaticLayerIndexProvider(None, None)
     provider.load()
     extender = make_extender(
         get_strategy("pull-time"),

@@ -24,7 +24,7 @@ from layersched.core.errors import LayerResolutionError
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.strategies import get_strategy
-from layersched.extender import WatchInventoryProvider, make_extender
+from layersched.extender import WatchLayerIndexProvider, make_extender
 from layersched.extender._wire import ExtenderArgs, HostPriority
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, node, started
@@ -258,7 +258,7 @@ def test_a_node_votes_once_however_often_it_lists_an_image(loop: RunningLoop) ->
     wait=tenacity.wait_fixed(POLL_S),
     reraise=True,
 )
-def assert_answer(loop: RunningLoop, provider: WatchInventoryProvider, expected: object) -> None:
+def assert_answer(loop: RunningLoop, provider: WatchLayerIndexProvider, expected: object) -> None:
     assert loop.call(lambda: provider.image_layers(NGINX)) == expected
 
 

@@ -18,7 +18,7 @@ import tenacity
 from layersched.core.errors import KubeError
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
-from layersched.extender import WatchInventoryProvider
+from layersched.extender import WatchLayerIndexProvider
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, Gone, WatchEvent
 from tests.fixtures.fake_kube import FakeApi, digest, layers, node, started
 
@@ -53,7 +53,7 @@ def on_loop(loop: asyncio.AbstractEventLoop, fn: Any) -> Any:
     reraise=True,
 )
 def assert_holders(
-    loop: asyncio.AbstractEventLoop, provider: WatchInventoryProvider, expected: list[str]
+    loop: asyncio.AbstractEventLoop, provider: WatchLayerIndexProvider, expected: list[str]
 ) -> None:
     def holders() -> list[str]:
         inventory = provider.current()
@@ -149,7 +149,7 @@ def test_nodes_without_an_agent_fall_back_to_the_registry_after_the_grace(
     api.items[NODES_PATH] = [node("n1"), with_status]
     api.items[NODE_LAYERS_PATH] = [layers("n1", IMG)]
     source = StaticLayerSource({"reg/app:1": IMG.layers})
-    provider = WatchInventoryProvider(api.client, source, agent_grace_s=0.3)  # type: ignore[arg-type]
+    provider = WatchLayerIndexProvider(api.client, source, agent_grace_s=0.3)  # type: ignore[arg-type]
     provider.bind_loop(loop)
     provider.load()
     # n3's agent may still be starting: nothing is asked of the registry yet
@@ -166,7 +166,7 @@ def test_an_agent_publishing_within_the_grace_costs_no_registry_call(
     api = FakeApi()
     api.items[NODES_PATH] = [node("n1")]
     source = StaticLayerSource({})
-    provider = WatchInventoryProvider(api.client, source, agent_grace_s=60)  # type: ignore[arg-type]
+    provider = WatchLayerIndexProvider(api.client, source, agent_grace_s=60)  # type: ignore[arg-type]
     provider.bind_loop(loop)
     provider.load()
     api.streams[NODE_LAYERS_PATH].put(WatchEvent("ADDED", layers("n1", IMG)))

@@ -25,7 +25,7 @@ from layersched.agent import DEFAULT_HEARTBEAT_S
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodelayers import LIMITS
-from layersched.extender import WatchInventoryProvider
+from layersched.extender import WatchLayerIndexProvider
 from layersched.extender import _memory as memory_module
 from layersched.extender._parse import (
     AGENT_HEARTBEAT_S,
@@ -61,7 +61,7 @@ def loop() -> Iterator[RunningLoop]:
     running.close()
 
 
-def holders(loop: RunningLoop, provider: WatchInventoryProvider, layer: Layer) -> list[str]:
+def holders(loop: RunningLoop, provider: WatchLayerIndexProvider, layer: Layer) -> list[str]:
     def read() -> list[str]:
         inventory = provider.current()
         assert inventory is not None
@@ -80,7 +80,7 @@ converging = tenacity.retry(
 
 @converging
 def assert_holders(
-    loop: RunningLoop, provider: WatchInventoryProvider, layer: Layer, expected: list[str]
+    loop: RunningLoop, provider: WatchLayerIndexProvider, layer: Layer, expected: list[str]
 ) -> None:
     assert holders(loop, provider, layer) == expected
 
@@ -460,7 +460,7 @@ def test_a_list_failing_on_anything_is_retried(loop: RunningLoop) -> None:
                 raise failure
             return getattr(self.inner, verb)
 
-    provider = WatchInventoryProvider(Flaky, None)  # type: ignore[arg-type]
+    provider = WatchLayerIndexProvider(Flaky, None)  # type: ignore[arg-type]
     provider.bind_loop(loop.loop)
     provider.load()
     assert provider.state["nodes"].failures == 1

@@ -1,6 +1,6 @@
 """The live watch's parts on their own: the votes per node, the trim after a burst, and
 the rate-limited warnings of ignored objects (the watch as a whole is tested through
-WatchInventoryProvider in test_extender_watch*.py)."""
+WatchLayerIndexProvider in test_extender_watch*.py)."""
 
 from __future__ import annotations
 

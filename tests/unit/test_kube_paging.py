@@ -31,7 +31,7 @@ import tenacity
 
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.extender import WatchInventoryProvider
+from layersched.extender import WatchLayerIndexProvider
 from layersched.extender._parse import MAX_OBJECT_BYTES
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient, KubeConfig, Oversize
 from layersched.kube._client import _skipped_page
@@ -206,7 +206,7 @@ def test_listing_large_objects_never_holds_a_decoded_page() -> None:
     loop = RunningLoop()
     with api({NODES_PATH: nodes, NODE_LAYERS_PATH: objects}) as server:
         config = KubeConfig(server=f"http://127.0.0.1:{server.server_port}")
-        provider = WatchInventoryProvider(lambda: KubeClient(config), None)
+        provider = WatchLayerIndexProvider(lambda: KubeClient(config), None)
         provider.bind_loop(loop.loop)
         tracemalloc.start()
         try:
@@ -251,7 +251,7 @@ def test_a_hostile_node_neither_stops_the_list_nor_the_watch() -> None:
     loop = RunningLoop()
     with api(collections) as server:
         config = KubeConfig(server=f"http://127.0.0.1:{server.server_port}")
-        provider = WatchInventoryProvider(lambda: KubeClient(config), None)
+        provider = WatchLayerIndexProvider(lambda: KubeClient(config), None)
         provider.bind_loop(loop.loop)
         tracemalloc.start()
         try:

@@ -34,8 +34,8 @@ from layersched.extender import (
     HealthListener,
     Platforms,
     Recycler,
-    StaticInventoryProvider,
-    WatchInventoryProvider,
+    StaticLayerIndexProvider,
+    WatchLayerIndexProvider,
     exec_with_glibc_malloc,
     limit_malloc_arenas,
     make_extender,
@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     platforms = Platforms(Platform.parse(args.platform), source, factory)
     # a strategy without layers (image-locality) reads names only: resolve nothing
     node_source = source if strategy.needs_layers else None
-    provider: StaticInventoryProvider | WatchInventoryProvider
+    provider: StaticLayerIndexProvider | WatchLayerIndexProvider
     recycler: Recycler | None = None
     if args.watch:
         count, last_at_s = recycled_before()
@@ -325,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
             min_excess_bytes=args.recycle_excess_mib * 2**20, count=count, last_at_s=last_at_s
         )
         config = load_config(args.kubeconfig)  # fails here, early, without credentials
-        provider = WatchInventoryProvider(
+        provider = WatchLayerIndexProvider(
             lambda: KubeClient(config),
             node_source,
             platforms,
@@ -335,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
             max_inventory_bytes=args.max_inventory_bytes,
         )
     else:
-        provider = StaticInventoryProvider(args.nodes, node_source, platforms)
+        provider = StaticLayerIndexProvider(args.nodes, node_source, platforms)
     extender = make_extender(
         strategy,
         source,

@@ -2,8 +2,8 @@
 
 kube-scheduler calls it with ``ExtenderArgs`` (full ``Nodes`` or, when
 ``nodeCacheCapable``, ``NodeNames`` resolved against the inventory an
-:class:`InventoryProvider` supplies: a ``--nodes`` file, or the live watch of Nodes and
-NodeLayerInventory objects, :class:`WatchInventoryProvider`) and adds its 0–10 scores
+:class:`LayerIndexProvider` supplies: a ``--nodes`` file, or the live watch of Nodes and
+NodeLayerInventory objects, :class:`WatchLayerIndexProvider`) and adds its 0–10 scores
 to its own. Verbs: ``POST /prioritize``, ``POST /filter`` (passes every node),
 ``GET /livez``, ``GET /readyz`` (200 once the inventory is loaded; ``/healthz`` is the
 same), ``GET /metrics`` (also on ``--health-port``), ``GET /debug/inventory?node=NAME``
@@ -27,9 +27,9 @@ from layersched.extender._platforms import Platforms
 from layersched.extender._pools import DEFAULT_MAX_INVENTORY_BYTES
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
 from layersched.extender._providers import (
-    InventoryProvider,
-    StaticInventoryProvider,
-    WatchInventoryProvider,
+    LayerIndexProvider,
+    StaticLayerIndexProvider,
+    WatchLayerIndexProvider,
 )
 from layersched.extender._resolver import DeadlineResolver
 from layersched.extender._server import (
@@ -70,11 +70,11 @@ __all__ = [
     "Extender",
     "ExtenderError",
     "HealthListener",
-    "InventoryProvider",
+    "LayerIndexProvider",
     "Platforms",
     "Recycler",
-    "StaticInventoryProvider",
-    "WatchInventoryProvider",
+    "StaticLayerIndexProvider",
+    "WatchLayerIndexProvider",
     "create_app",
     "create_health_app",
     "exec_with_glibc_malloc",

@@ -31,7 +31,7 @@ from layersched.core.layerindex import NodeImage, NodeInfo
 from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, LIMITS, parse_document
 from layersched.core.objects import decode_node, node_info
 from layersched.extender._platforms import Platforms
-from layersched.extender._pools import NOTHING, Held, InventoryPools
+from layersched.extender._pools import NOTHING, Held, IndexPools
 from layersched.kube import Oversize
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ class Parser:
 
     def __init__(
         self,
-        pools: InventoryPools,
+        pools: IndexPools,
         store: Store,
         platforms: Platforms | None,
         ignored_log: IgnoredLog,
@@ -352,7 +352,7 @@ class Parser:
         return min(observed_s, time.time()) + self.max_age_s
 
 
-def over_budget(pools: InventoryPools, what: str) -> Ignored:
+def over_budget(pools: IndexPools, what: str) -> Ignored:
     """An object refused (or dropped) for the budget, and the warning."""
     return Ignored(
         OVER_BUDGET,

@@ -91,7 +91,7 @@ class Held:
 NOTHING = Held((), (), 0)
 
 
-class InventoryPools:
+class IndexPools:
     """Pooled layers and image entries with reference counts, and the memory budget.
 
     Thread-safe: the watch threads intern what they parse, and the event loop releases

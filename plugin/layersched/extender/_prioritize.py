@@ -22,7 +22,7 @@ from layersched.core.strategies import NodeScores, PlatformGroup, Strategy, pod_
 from layersched.core.strategies.base import MAX_NODE_SCORE
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms, PlatformSource
-from layersched.extender._providers import InventoryProvider, request_inventory
+from layersched.extender._providers import LayerIndexProvider, request_index
 from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver
 from layersched.extender._wire import (
     MAX_EXTENDER_PRIORITY,
@@ -204,7 +204,7 @@ class Extender:
         self,
         strategy: Strategy,
         resolver: DeadlineResolver,
-        provider: InventoryProvider,
+        provider: LayerIndexProvider,
         metrics: ExtenderMetrics,
         platforms: Platforms | None = None,
     ) -> None:
@@ -329,7 +329,7 @@ class Extender:
                 layers[key] = pod_layers(pod.pulled, resolved.__getitem__)
         if inventory is None:
             assert args.Nodes is not None
-            inventory = self._request_inventory(args, node_keys)
+            inventory = self._request_index(args, node_keys)
         totals = np.full(len(candidates), 0, dtype=np.int64)
         if groups is None:
             result = self.strategy.score(
@@ -407,7 +407,7 @@ class Extender:
         self._indices_memo = (inventory, names, candidates, missing, membership)
         return candidates, missing
 
-    def _request_inventory(self, args: ExtenderArgs, node_keys: Sequence[str] | None) -> LayerIndex:
+    def _request_index(self, args: ExtenderArgs, node_keys: Sequence[str] | None) -> LayerIndex:
         assert args.Nodes is not None
         needs_layers = self.strategy.needs_layers
         source: LayerSource | None = self.resolver.cached_source() if needs_layers else None
@@ -420,7 +420,7 @@ class Extender:
         if needs_layers and not self.resolver.local:
             self._refresh_slots()
         problems: list[str] = []
-        inventory = request_inventory(
+        inventory = request_index(
             args.Nodes.items or [],
             source,
             "Nodes.items",

@@ -1,13 +1,13 @@
 """Where the extender's inventory comes from: request bodies, a ``--nodes`` file, the API.
 
 In ``NodeNames`` mode (``nodeCacheCapable: true``) kube-scheduler sends names only, so the
-extender must already know what every node holds. An :class:`InventoryProvider` is that
+extender must already know what every node holds. An :class:`LayerIndexProvider` is that
 seam, and declares everything the extender asks of it: the ``--nodes`` snapshot
-(:class:`StaticInventoryProvider`, here) and the live watch of Nodes and
-NodeLayerInventory objects (:class:`WatchInventoryProvider`, here, in the parts of the
+(:class:`StaticLayerIndexProvider`, here) and the live watch of Nodes and
+NodeLayerInventory objects (:class:`WatchLayerIndexProvider`, here, in the parts of the
 Go port's watch: the list/watch loop, the parser, the store, the votes and the metrics).
 In full-``Nodes`` mode each request's nodes are built into an inventory of their own
-(:func:`request_inventory`).
+(:func:`request_index`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from layersched.extender._parse import (
     Parser,
 )
 from layersched.extender._platforms import Platforms, PlatformSource
-from layersched.extender._pools import DEFAULT_MAX_INVENTORY_BYTES, InventoryPools
+from layersched.extender._pools import DEFAULT_MAX_INVENTORY_BYTES, IndexPools
 from layersched.extender._store import Store
 from layersched.extender._timers import TimerHeap
 from layersched.extender._votes import DEFAULT_IMAGE_QUORUM, ImageVotes
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 HOUSEKEEPING = "housekeeping"
 
 
-class InventoryProvider(Protocol):
+class LayerIndexProvider(Protocol):
     """Supplies the inventory ``NodeNames`` are resolved against, and what goes with it."""
 
     #: Per node index of the held inventory, its platform key; None: all the default.
@@ -101,7 +101,7 @@ def held_images(inventory: LayerIndex | None, node: str) -> list[str] | None:
     return inventory.node_image_names(idx)
 
 
-def request_inventory(
+def request_index(
     nodes: list[Node],
     source: LayerSource | None,
     where: str,
@@ -119,7 +119,7 @@ def request_inventory(
     return builder.build()
 
 
-class StaticInventoryProvider:
+class StaticLayerIndexProvider:
     """The inventory of a ``--nodes NODES.json`` file (a v1 NodeList), loaded once.
 
     The file is decoded node by node (:func:`layersched.core.objects.decode_node_list`,
@@ -201,8 +201,8 @@ class StaticInventoryProvider:
         self._inventory = inventory
 
 
-class WatchInventoryProvider:
-    """An :class:`InventoryProvider` kept current by the API: the live watch of Nodes and
+class WatchLayerIndexProvider:
+    """An :class:`LayerIndexProvider` kept current by the API: the live watch of Nodes and
     NodeLayerInventory objects (docs/inventory.md), in the parts the Go port has.
 
     * :class:`~layersched.extender._watch.Watch`, the list/watch loop, one per collection
@@ -237,7 +237,7 @@ class WatchInventoryProvider:
         self.unready_after_s = unready_after_s
         self._stop = threading.Event()
         self._timers = TimerHeap("layersched-inventory-timers")
-        self._pools = InventoryPools(max_inventory_bytes)
+        self._pools = IndexPools(max_inventory_bytes)
         self._votes = ImageVotes(image_quorum)
         self._ignored_log = IgnoredLog()
         self._warmup = Warmup(
@@ -329,7 +329,7 @@ class WatchInventoryProvider:
         """List both collections page by page (retrying until the API answers), publish
         the first inventory, then keep watching on daemon threads."""
         if self._loop is None:
-            raise LayerschedError("WatchInventoryProvider.load before bind_loop")
+            raise LayerschedError("WatchLayerIndexProvider.load before bind_loop")
         nodes_watch, layers_watch = self._watches[NODES], self._watches[LAYERS]
         nodes, nodes_version = nodes_watch.list_until_ok()
         self._store.listed_nodes = set(nodes)

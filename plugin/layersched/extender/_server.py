@@ -25,7 +25,7 @@ from layersched.extender import _memory
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import MAX_DECISIONS, Extender
-from layersched.extender._providers import InventoryProvider, StaticInventoryProvider
+from layersched.extender._providers import LayerIndexProvider, StaticLayerIndexProvider
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
 from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs, NamesOnlyArgs
 from layersched.serving import (
@@ -307,7 +307,7 @@ async def _decisions(request: web.Request) -> web.Response:
 def make_extender(
     strategy: Strategy,
     source: LayerSource,
-    provider: InventoryProvider | None = None,
+    provider: LayerIndexProvider | None = None,
     *,
     resolve_timeout_s: float = DEFAULT_RESOLVE_TIMEOUT_S,
     resolve_workers: int = DEFAULT_WORKERS,
@@ -320,7 +320,7 @@ def make_extender(
     resolver = DeadlineResolver(
         source, timeout_s=resolve_timeout_s, workers=resolve_workers, clock=clock
     )
-    provider = provider or StaticInventoryProvider(None, source, platforms)
+    provider = provider or StaticLayerIndexProvider(None, source, platforms)
     metrics = ExtenderMetrics(source, resolver, provider.current)
     collector = provider.collector()
     if collector is not None:  # a watching provider reports its watches
@@ -424,7 +424,7 @@ def is_local_client(request: web.Request) -> bool:
     return isinstance(local, tuple) and bool(local) and str(local[0]) == str(peer[0])
 
 
-def _load_in_thread(provider: InventoryProvider) -> asyncio.Future[None]:
+def _load_in_thread(provider: LayerIndexProvider) -> asyncio.Future[None]:
     """Run ``provider.load()`` on a daemon thread (a SIGTERM need not wait for it)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[None] = loop.create_future()

@@ -51,7 +51,7 @@ from layersched.extender._parse import (
     stale_message,
 )
 from layersched.extender._platforms import Platforms
-from layersched.extender._pools import NOTHING, Held, InventoryPools
+from layersched.extender._pools import NOTHING, Held, IndexPools
 from layersched.extender._timers import TimerHeap
 from layersched.extender._votes import ImageVotes
 from layersched.extender._warmup import FETCH, WARM
@@ -79,7 +79,7 @@ class Store:
 
     def __init__(
         self,
-        pools: InventoryPools,
+        pools: IndexPools,
         votes: ImageVotes,
         worker: Worker,
         timers: TimerHeap,

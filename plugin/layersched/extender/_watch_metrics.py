@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from layersched.extender import _memory
-from layersched.extender._pools import InventoryPools
+from layersched.extender._pools import IndexPools
 from layersched.extender._store import Store
 from layersched.extender._votes import ImageVotes
 from layersched.extender._warmup import Warmup
@@ -32,7 +32,7 @@ class WatchMetrics:
         self,
         states: Mapping[str, WatchState],
         store: Store,
-        pools: InventoryPools,
+        pools: IndexPools,
         votes: ImageVotes,
         warmup: Warmup,
         trim: _memory.ChurnTrim,

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
 
-.PHONY: help venv kubernetes containerd tools lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf live-minors replay testbed testbed-down simulate figures proto clean
+.PHONY: help venv kubernetes containerd tools crio crio-live lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf live-minors replay testbed testbed-down simulate figures proto clean
 
 help: ## List the targets, what they write and how long they last took
 	@python3 scripts/help.py
@@ -21,6 +21,9 @@ kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the r
 
 tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (plugin/layersched/go-tools.yml; cold: minutes; cached: seconds)
 	@$(PY) scripts/go_tools.py
+
+crio: venv ## Build (or find cached) CRI-O from its Go module, cgo off (plugin/layersched/crio-build.yml; not in CI: the testbed's CRI-O nodes and make crio-live need it)
+	@$(PY) scripts/go_tools.py --crio
 
 containerd: venv ## Download (or find cached) containerd 2.x, the testbed nodes' runtime (never installed)
 	@scripts/containerd.sh

@@ -1,19 +1,21 @@
-"""make tools: build (or find cached) the Go tools of plugin/layersched/go-tools.yml.
+"""make tools: build (or find cached) the Go tools of plugin/layersched/go-tools.yml;
+make crio (``--crio``): CRI-O, as plugin/layersched/crio-build.yml pins it.
 
-Each is ``go install -ldflags LDFLAGS PACKAGE@VERSION`` from its Go module (the module
-proxy), with GOBIN ``$LAYERSCHED_CACHE_DIR/tools/NAME-VERSION/bin`` and the Kubernetes
-build's Go module and build caches (layersched.builds.GoTool). A tool already there is
-not built again. Prints a line per tool with its duration; a failure names the tool and
-ends with go's last lines.
+Each is ``go install -tags TAGS -ldflags LDFLAGS PACKAGE@VERSION`` from its Go module (the
+module proxy), with GOBIN ``$LAYERSCHED_CACHE_DIR/tools/NAME-VERSION/bin``, the Kubernetes
+build's Go module and build caches and cgo off (layersched.builds.GoTool). A tool already
+there is not built again. Prints a line per tool with the command and its duration; a
+failure names the tool and ends with go's last lines.
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
 
-from layersched.builds import find_go, go_tools, kubernetes_build
+from layersched.builds import GoTool, crio_build, find_go, go_tools, kubernetes_build
 from layersched.core.errors import LayerschedError
 
 #: go's output quoted when a tool fails.
@@ -22,20 +24,32 @@ TAIL_LINES = 30
 GO_NEEDED = "1.24"
 
 
-def main() -> int:
+def install_argv(go: str, tool: GoTool) -> list[str]:
+    """The go command that builds ``tool``."""
+    argv = [go, "install", "-trimpath", f"-ldflags={' '.join(tool.ldflags)}"]
+    if tool.tags:
+        argv.append(f"-tags={','.join(tool.tags)}")
+    return [*argv, f"{tool.package}@{tool.version}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--crio", action="store_true", help="build CRI-O (crio-build.yml)")
+    args = parser.parse_args(argv)
     try:
         go, version = find_go(GO_NEEDED)
-        env = kubernetes_build().go_env()  # the shared module and build caches
-        for tool in go_tools().values():
+        env = kubernetes_build().go_env()  # the shared module and build caches; cgo off
+        tools = [crio_build()] if args.crio else list(go_tools().values())
+        for tool in tools:
             binary = tool.binary()
             if binary.is_file():
                 print(f"{tool.name} {tool.version}: cached ({binary})")
                 continue
             started = time.monotonic()
-            argv = [go, "install", f"-ldflags={' '.join(tool.ldflags)}"]
-            argv.append(f"{tool.package}@{tool.version}")
+            command = install_argv(go, tool)
+            print(f"{tool.name} {tool.version}: {' '.join(command[1:])} ({version})", flush=True)
             done = subprocess.run(
-                argv,
+                command,
                 env={**env, "GOBIN": str(tool.bin_dir())},
                 capture_output=True,
                 text=True,

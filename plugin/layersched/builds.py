@@ -1,5 +1,5 @@
-"""Builds cached outside the repository: the cache root, the Kubernetes build, and the
-containerd 2.x download.
+"""Builds cached outside the repository: the cache root, the Kubernetes build, the
+containerd 2.x download, the Go tools and CRI-O.
 
 ``make kubernetes`` builds Kubernetes from its Go modules, the way out-of-tree schedulers
 do: every component is a small main in layersched's Go module (``plugin/kube-scheduler``;
@@ -26,6 +26,11 @@ minor's own build ID (the release and the hash of both modules).
 it) and unpacks it under ``$LAYERSCHED_CACHE_DIR/containerd/<version>``; its identity is
 ``containerd-download.yml`` beside this module, read here (the testbed's nodes and the
 integration tests) and by ``playbooks/vars/containerd.yml`` (the role that downloads it).
+
+``make tools`` (``go-tools.yml``) and ``make crio`` (``crio-build.yml``) build commands
+from their own Go modules with ``go install PACKAGE@VERSION`` (:class:`GoTool`), cached by
+version under ``$LAYERSCHED_CACHE_DIR/tools/NAME-VERSION/bin``, always with cgo off, so no
+C source fetched through the module proxy is ever compiled.
 """
 
 from __future__ import annotations
@@ -487,6 +492,10 @@ class GoTool:
     version: str
     #: ``-X`` flags the tool's own build stamps (its version; helm's Kubernetes version).
     ldflags: tuple[str, ...] = ()
+    #: Build tags (CRI-O's exclusions of what needs C libraries this machine lacks).
+    tags: tuple[str, ...] = ()
+    #: What builds it (named by :meth:`require`).
+    command: str = TOOLS_COMMAND
 
     def bin_dir(self, root: Path | None = None) -> Path:
         """``<cache root>/tools/<name>-<version>/bin``: ``go install``'s GOBIN."""
@@ -501,40 +510,68 @@ class GoTool:
         if not path.is_file():
             raise InputError(
                 f"{self.name} {self.version} is not built ({path} missing): run "
-                f"`{TOOLS_COMMAND}` (go install {self.package}@{self.version}; {CACHE_DIR_ENV} "
+                f"`{self.command}` (go install {self.package}@{self.version}; {CACHE_DIR_ENV} "
                 "moves the cache)"
             )
         return path
 
 
-def parse_go_tools(record: Any) -> dict[str, GoTool]:
-    """``go-tools.yml``: ``NAME: {package, version}`` per tool."""
+def _strings(fields: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = fields.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise InputError(f"{where}: {key} must be a list of strings")
+    return tuple(value)
+
+
+def parse_go_tools(
+    record: Any, file: str = GO_TOOLS_FILE, command: str = TOOLS_COMMAND
+) -> dict[str, GoTool]:
+    """``go-tools.yml`` (or ``crio-build.yml``, built by ``command``): ``NAME: {package,
+    version, ldflags, tags}`` per tool."""
     if not isinstance(record, dict) or not record:
-        raise InputError(f"{GO_TOOLS_FILE}: expected a mapping NAME: {{package, version}}")
+        raise InputError(f"{file}: expected a mapping NAME: {{package, version}}")
     tools = {}
     for name, fields in record.items():
         if not isinstance(fields, dict):
-            raise InputError(f"{GO_TOOLS_FILE}: {name}: expected package and version")
-        where = f"{GO_TOOLS_FILE}: {name}"
-        ldflags = fields.get("ldflags", [])
-        if not isinstance(ldflags, list) or not all(isinstance(f, str) for f in ldflags):
-            raise InputError(f"{where}: ldflags must be a list of strings")
+            raise InputError(f"{file}: {name}: expected package and version")
+        where = f"{file}: {name}"
         tools[str(name)] = GoTool(
             str(name),
             _text(fields, "package", where),
             _text(fields, "version", where),
-            tuple(ldflags),
+            _strings(fields, "ldflags", where),
+            _strings(fields, "tags", where),
+            command,
         )
     return tools
+
+
+def _package_record(file: str) -> Any:
+    return yaml.safe_load(resources.files("layersched").joinpath(file).read_text("utf-8"))
 
 
 @cache
 def go_tools() -> dict[str, GoTool]:
     """The Go tools of ``go-tools.yml`` (package data)."""
-    text = resources.files("layersched").joinpath(GO_TOOLS_FILE).read_text(encoding="utf-8")
-    return parse_go_tools(yaml.safe_load(text))
+    return parse_go_tools(_package_record(GO_TOOLS_FILE))
 
 
 def go_tool(name: str) -> GoTool:
     """One tool of ``go-tools.yml`` by name (``helm``, ``actionlint``)."""
     return go_tools()[name]
+
+
+#: CRI-O's build, beside this module, and what builds it (not CI: the live CRI-O tests
+#: and the testbed's CRI-O nodes need it).
+CRIO_BUILD_FILE = "crio-build.yml"
+CRIO_COMMAND = "make crio"
+CRIO = "crio"
+
+
+@cache
+def crio_build() -> GoTool:
+    """CRI-O as ``crio-build.yml`` pins it: the release, the package and the build tags."""
+    tools = parse_go_tools(_package_record(CRIO_BUILD_FILE), CRIO_BUILD_FILE, CRIO_COMMAND)
+    if CRIO not in tools:
+        raise InputError(f"{CRIO_BUILD_FILE}: expected a {CRIO} entry")
+    return tools[CRIO]

@@ -25,11 +25,13 @@ def digest(n: int) -> str:
 
 
 # ------------------------------------------------------------------ CRI-O storage
-def write_storage(root: Path, layers: list[dict[str, Any]], images: list[dict[str, Any]]) -> None:
-    (root / "overlay-layers").mkdir(parents=True)
-    (root / "overlay-images").mkdir(parents=True)
-    (root / "overlay-layers" / "layers.json").write_text(json.dumps(layers))
-    (root / "overlay-images" / "images.json").write_text(json.dumps(images))
+def write_storage(
+    root: Path, layers: list[dict[str, Any]], images: list[dict[str, Any]], driver: str = "overlay"
+) -> None:
+    (root / f"{driver}-layers").mkdir(parents=True)
+    (root / f"{driver}-images").mkdir(parents=True)
+    (root / f"{driver}-layers" / "layers.json").write_text(json.dumps(layers))
+    (root / f"{driver}-images" / "images.json").write_text(json.dumps(images))
 
 
 def test_crio_storage_walks_the_parent_chain(tmp_path: Path) -> None:
@@ -68,6 +70,30 @@ def test_crio_storage_walks_the_parent_chain(tmp_path: Path) -> None:
     ]
     # an image whose top layer is unknown is left out, and why is said
     assert "layer local is not in layers.json" in reader.problems["reg/local:1"]
+
+
+ONE_LAYER = [{"id": "base", "compressed-diff-digest": digest(1), "compressed-size": 300}]
+
+
+def test_crio_storage_of_another_driver_is_read_under_its_name(tmp_path: Path) -> None:
+    # CRI-O with storage_driver = "vfs" keeps the same files as vfs-layers, vfs-images
+    write_storage(
+        tmp_path, ONE_LAYER, [{"id": "f" * 64, "names": ["r/a:1"], "layer": "base"}], "vfs"
+    )
+    reader = CrioStorageReader(tmp_path)
+    assert reader.driver() == "vfs"
+    assert [image.layers for image in reader.images()] == [(Layer(digest(1), 300),)]
+    # overlay's files, when there, are the ones read (the driver CRI-O uses by default)
+    write_storage(tmp_path, ONE_LAYER, [], "overlay")
+    assert reader.driver() == "overlay"
+    assert reader.images() == []
+
+
+def test_crio_storage_of_several_other_drivers_is_refused(tmp_path: Path) -> None:
+    write_storage(tmp_path / "a", ONE_LAYER, [], "vfs")
+    write_storage(tmp_path / "a", ONE_LAYER, [], "zfs")
+    with pytest.raises(InputError, match=r"several storage drivers \(vfs, zfs\)"):
+        CrioStorageReader(tmp_path / "a").images()
 
 
 def test_crio_storage_missing_says_what_to_mount(tmp_path: Path) -> None:

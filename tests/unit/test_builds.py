@@ -27,10 +27,12 @@ from layersched.builds import (
     KubernetesBuild,
     cache_root,
     containerd_download,
+    crio_build,
     go_sources_sha256,
     kubernetes_build,
     module_sha256,
     parse_containerd_download,
+    parse_go_tools,
     parse_kubernetes_build,
     parse_minor_build,
     pinned_version,
@@ -407,3 +409,41 @@ def test_a_missing_containerd_says_how_to_download_it(tmp_path: Path) -> None:
 def test_a_malformed_containerd_record_names_the_field(record: object, message: str) -> None:
     with pytest.raises(InputError, match=f"{CONTAINERD_DOWNLOAD_FILE}: {message}"):
         parse_containerd_download(record)
+
+
+def test_crio_is_built_without_c() -> None:
+    crio = crio_build()
+    assert crio.package == "github.com/cri-o/cri-o/cmd/crio"
+    # CRI-O's minor follows Kubernetes': 1.37 is not served by the module proxy (see
+    # crio-build.yml), so the testbed runs the newest 1.36 it serves
+    assert re.fullmatch(r"v1\.3[67]\.\d+", crio.version)
+    # what CRI-O's Makefile would take from the host's C libraries, fixed to pure Go
+    assert {
+        "containers_image_openpgp",
+        "exclude_graphdriver_btrfs",
+        "exclude_graphdriver_devicemapper",
+    } <= set(crio.tags)
+    assert not {"seccomp", "selinux", "apparmor", "libsubid"} & set(crio.tags)
+    # and the build never turns cgo on: no C fetched through the proxy is compiled
+    assert kubernetes_build().go_env()["CGO_ENABLED"] == "0"
+    assert crio.bin_dir(Path("/c")) == Path(f"/c/tools/crio-{crio.version}/bin")
+
+
+def test_a_missing_crio_says_how_to_build_it(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"crio v\S+ is not built .* run `make crio`"):
+        crio_build().require(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        # tags are a list of words, as go's -tags takes them
+        ({"crio": {"package": "p", "version": "v1", "tags": "a,b"}}, "crio: tags must be a list"),
+        ({"crio": {"package": "p", "version": "v1", "ldflags": [1]}}, "crio: ldflags must be a list"),
+        ({"crio": "v1"}, "crio: expected package and version"),
+    ],
+    ids=["tags-string", "ldflags-int", "not-a-mapping"],
+)
+def test_a_malformed_tool_names_the_file_and_field(record: object, message: str) -> None:
+    with pytest.raises(InputError, match=f"crio-build.yml: {message}"):
+        parse_go_tools(record, "crio-build.yml", "make crio")

@@ -3,7 +3,6 @@ the scenario spec, the CLI's option parsing, and the playbook tools' argument pa
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -30,6 +29,7 @@ from layersched.testbed.local._ansible import (
     recorded_prefix,
 )
 from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, load_spec, parse_spec
+from tests.fixtures.playbook_tools import load_tool
 from tests.unit._testbed_docs import inventory_doc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,11 +39,7 @@ MIB = 1 << 20
 
 def _tool(name: str) -> ModuleType:
     """Import a stdlib-only playbook tool by path (they are not part of the package)."""
-    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool(name)
 
 
 # ------------------------------------------------------------------------- settings

@@ -5,7 +5,9 @@ last resort.
 * **CRI-O**: its containers/storage metadata: ``overlay-images/images.json`` names each
   image and its top layer, ``overlay-layers/layers.json`` gives every layer's parent,
   ``compressed-diff-digest`` and ``compressed-size``. The chain from the top layer down
-  is the image's layers, base first.
+  is the image's layers, base first. Another storage driver keeps the same files under
+  its own name (``vfs-images``, ``vfs-layers``): the driver is the one whose files are
+  there, overlay first.
 * **Ryax annotations**: images whose CRI ``spec.annotations`` carry
   ``imageLayer.<digest>: "<size>"`` (the Ryax-patched CRI-O, or layersched's relay).
 * **Registry**: a CRI image none of the above explains is resolved through a
@@ -34,8 +36,9 @@ log = logging.getLogger(__name__)
 
 #: CRI-O's default containers/storage root.
 DEFAULT_CRIO_STORAGE = "/var/lib/containers/storage"
-#: containers/storage's driver for CRI-O on Linux.
+#: containers/storage's driver for CRI-O on Linux (the default; see CrioStorageReader).
 CRIO_DRIVER = "overlay"
+_IMAGES_SUFFIX = "-images"
 
 
 class ImageReader(Protocol):
@@ -87,9 +90,28 @@ class CrioStorageReader:
     #: Images skipped in the last read, and why.
     problems: dict[str, str] = field(default_factory=dict)
 
+    def driver(self) -> str:
+        """The storage driver whose metadata is under the root: overlay when its files are
+        there (or nobody's are: its missing file is then the error), else the only other
+        one; an InputError when several others are."""
+        found = sorted(
+            path.name.removesuffix(_IMAGES_SUFFIX)
+            for path in self.root.glob(f"*{_IMAGES_SUFFIX}")
+            if (path / "images.json").is_file()
+        )
+        if not found or CRIO_DRIVER in found:
+            return CRIO_DRIVER
+        if len(found) > 1:
+            raise InputError(
+                f"{self.root}: images of several storage drivers ({', '.join(found)}) and none "
+                f"of {CRIO_DRIVER}: point --crio-storage at the root CRI-O's storage_driver uses"
+            )
+        return found[0]
+
     def images(self) -> list[NodeImage]:
-        images_file = self.root / f"{CRIO_DRIVER}-images" / "images.json"
-        layers_file = self.root / f"{CRIO_DRIVER}-layers" / "layers.json"
+        driver = self.driver()
+        images_file = self.root / f"{driver}{_IMAGES_SUFFIX}" / "images.json"
+        layers_file = self.root / f"{driver}-layers" / "layers.json"
         raw_layers = _json_file(layers_file)
         raw_images = _json_file(images_file)
         if not isinstance(raw_layers, list) or not isinstance(raw_images, list):

@@ -22,6 +22,8 @@ from layersched.core.errors import LayerschedError
 TAIL_LINES = 30
 #: The tools' go.mod files ask for Go 1.24 or older; the machines' Go is newer.
 GO_NEEDED = "1.24"
+#: CRI-O v1.36.3's go.mod asks for Go 1.26.3.
+CRIO_GO_NEEDED = "1.26.3"
 
 
 def install_argv(go: str, tool: GoTool) -> list[str]:
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crio", action="store_true", help="build CRI-O (crio-build.yml)")
     args = parser.parse_args(argv)
     try:
-        go, version = find_go(GO_NEEDED)
+        go, version = find_go(CRIO_GO_NEEDED if args.crio else GO_NEEDED)
         env = kubernetes_build().go_env()  # the shared module and build caches; cgo off
         tools = [crio_build()] if args.crio else list(go_tools().values())
         for tool in tools:

@@ -38,6 +38,8 @@ case "$action" in
     # the report records the whole run, bring-up included (make help shows it)
     LAYERSCHED_TESTBED_STARTED_S=$(date +%s)
     export LAYERSCHED_TESTBED_STARTED_S
+    # RUNTIMES=containerd,containerd,crio: each node's runtime (CRI-O needs make crio)
+    if [ -n "${RUNTIMES:-}" ]; then set -- --runtimes "$RUNTIMES" "$@"; fi
     "$layersched" testbed up "$@"
     read -r -a scenario_args <<<"${LAYERSCHED_SCENARIO_ARGS:-}"
     # The committed report's block in the README is regenerated with it.

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Remove what the testbed's pods leave behind once their kubelets are stopped.
 
-``kill-tasks --socket S [--socket S ...]``
+``kill-tasks --socket S [--socket S ...] [--runc-root R ...]``
     Every container task (pod sandboxes and containers) of each node's containerd is
     killed with SIGKILL and deleted. Stopping containerd and its shims alone would leave
     the containers' processes running: they are the shims' children, in namespaces of
-    their own. A socket that does not exist (a node that never came up) is skipped.
+    their own. A socket that does not exist (a node that never came up) is skipped. A
+    CRI-O node's containers are runc's under its ``runtime_root`` R (conmon, their
+    monitor, does not take them along either): each is killed and deleted with runc.
 
 ``clean-logs --kubelet-root R [--kubelet-root R ...] [--pod-logs /var/log/pods]``
     kubelet 1.20 writes container logs under ``/var/log/pods/NS_NAME_UID`` (a fixed path,
@@ -45,7 +47,14 @@ class PodsError(Exception):
 
 
 def _ctr(socket: str, *args: str) -> str:
-    argv = ["ctr", "--address", socket, "--namespace", K8S_NAMESPACE, *args]
+    return _run(["ctr", "--address", socket, "--namespace", K8S_NAMESPACE, *args])
+
+
+def _runc(root: str, *args: str) -> str:
+    return _run(["runc", "--root", root, *args])
+
+
+def _run(argv: list[str]) -> str:
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=CTR_TIMEOUT_S, check=False
@@ -74,6 +83,19 @@ def kill_tasks(args: argparse.Namespace) -> dict[str, object]:
             with args.id_file.open("a") as out:
                 for container in _ctr(socket, "containers", "ls", "--quiet").split():
                     out.write(container + "\n")
+    for root in args.runc_root:
+        if not Path(root).is_dir():
+            continue
+        containers = _runc(root, "list", "--quiet").split()
+        for container in containers:
+            with contextlib.suppress(PodsError):
+                _runc(root, "kill", container, "KILL")
+            with contextlib.suppress(PodsError):
+                _runc(root, "delete", "--force", container)
+            killed.append(container)
+        if args.id_file is not None:
+            with args.id_file.open("a") as out:
+                out.writelines(f"crio-{container}\n" for container in containers)
     return {"changed": bool(killed), "killed": killed}
 
 
@@ -146,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_kill = sub.add_parser("kill-tasks")
     p_kill.add_argument("--socket", action="append", default=[])
+    p_kill.add_argument("--runc-root", action="append", default=[])
     p_kill.add_argument("--id-file", type=Path, help="append the container ids here")
     p_logs = sub.add_parser("clean-logs")
     p_logs.add_argument("--kubelet-root", action="append", default=[])

@@ -439,7 +439,10 @@ def test_a_missing_crio_says_how_to_build_it(tmp_path: Path) -> None:
     [
         # tags are a list of words, as go's -tags takes them
         ({"crio": {"package": "p", "version": "v1", "tags": "a,b"}}, "crio: tags must be a list"),
-        ({"crio": {"package": "p", "version": "v1", "ldflags": [1]}}, "crio: ldflags must be a list"),
+        (
+            {"crio": {"package": "p", "version": "v1", "ldflags": [1]}},
+            "crio: ldflags must be a list",
+        ),
         ({"crio": "v1"}, "crio: expected package and version"),
     ],
     ids=["tags-string", "ldflags-int", "not-a-mapping"],

@@ -24,6 +24,7 @@ import pytest
 import tenacity
 
 from layersched.agent import build_node
+from layersched.cli import relay as relay_cli
 from layersched.cli.main import build_parser
 from layersched.core.errors import CRIError, InputError
 from layersched.core.layers import Layer, StaticLayerSource
@@ -628,3 +629,31 @@ def test_docs_name_only_real_flags_and_metrics() -> None:
     names = {metric.name for metric in metrics.registry.collect()}
     for name in re.findall(r"`(layersched_relay_[a-z_]+)`", text):
         assert name.removesuffix("_total") in names, name
+
+
+def test_crio_storage_is_a_layer_source(tmp_path: Path) -> None:
+    # CRI-O's containers/storage: base <- top, named as the CRI answer names the image
+    (tmp_path / "overlay-layers").mkdir()
+    (tmp_path / "overlay-images").mkdir()
+    base = {"id": "base", "compressed-diff-digest": f"sha256:{1:064x}", "compressed-size": 300}
+    top = {"id": "top", "parent": "base", "compressed-diff-digest": f"sha256:{2:064x}"}
+    top["compressed-size"] = 20
+    (tmp_path / "overlay-layers" / "layers.json").write_text(json.dumps([base, top]))
+    image = {"id": "f" * 64, "names": ["reg/app:1"], "layer": "top"}
+    (tmp_path / "overlay-images" / "images.json").write_text(json.dumps([image]))
+    args = build_parser().parse_args(["relay", "--inject-layers-from-crio-storage", str(tmp_path)])
+    source = relay_cli._layers(args)
+    assert source is not None
+    # base first, with the compressed digests and sizes the manifest lists
+    assert source.image_layers("f" * 64, ["reg/app:1"]) == (
+        Layer(f"sha256:{1:064x}", 300),
+        Layer(f"sha256:{2:064x}", 20),
+    )
+    assert source.image_layers("e" * 64, ["reg/other:1"]) is None
+
+
+def test_one_layer_source_at_most(tmp_path: Path) -> None:
+    argv = ["relay", "--inject-layers-from-containerd", "/run/x.sock"]
+    argv += ["--inject-layers-from-crio-storage", str(tmp_path)]
+    with pytest.raises(InputError, match="--inject-layers-from-containerd and --inject-layers-"):
+        relay_cli._layers(build_parser().parse_args(argv))

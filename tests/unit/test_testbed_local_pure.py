@@ -21,7 +21,12 @@ from layersched.cli.main import main as cli_main
 from layersched.core import errors
 from layersched.core.errors import InputError
 from layersched.testbed.cli.testbed import _mbit_to_bits, _pairs, layer_sizes
-from layersched.testbed.local import TestbedSettings, parse_state, tbf_rate_bits_per_s
+from layersched.testbed.local import (
+    TestbedSettings,
+    parse_runtimes,
+    parse_state,
+    tbf_rate_bits_per_s,
+)
 from layersched.testbed.local._ansible import (
     SETTINGS_FILE,
     _check_recorded_settings,
@@ -98,6 +103,8 @@ def test_settings_extra_vars_name_the_playbook_variables(tmp_path: Path) -> None
         "testbed_node_rate_bits_per_s": {"n2": 1_000_000},
         "testbed_prefix": "lstb",
         "testbed_net_base": "10.250.50",
+        # every node containerd (nodes past the list do)
+        "testbed_node_runtimes": [],
     }
     shared = (TOOLS.parent / "vars" / "testbed-local.yml").read_text()
     for key in extra:
@@ -721,3 +728,34 @@ def test_testbed_up_takes_its_prefix_and_network_from_the_environment(
     monkeypatch.delenv("LAYERSCHED_TESTBED_NET_BASE")
     args = build_parser().parse_args(["testbed", "up"])
     assert (args.prefix, args.net_base) == ("lstb", "10.250.50")
+
+
+@pytest.mark.parametrize(
+    ("text", "runtimes", "error"),
+    [
+        # the issue's mix: n3 on CRI-O, n1 and n2 on containerd
+        ("containerd,containerd,crio", ("containerd", "containerd", "crio"), None),
+        # n1 on CRI-O; n2 and n3, past the list, on containerd
+        ("crio", ("crio",), None),
+        # nothing said: every node on containerd
+        ("", (), None),
+        # a typo must not quietly become containerd
+        ("containerd,cri-o", None, "cri-o unknown"),
+        # four runtimes for three nodes
+        ("crio,crio,crio,crio", None, "4 runtimes for 3 nodes"),
+    ],
+    ids=["issue-mix", "first-only", "default", "typo", "too-many"],
+)
+def test_runtimes_name_a_known_runtime_per_node(
+    text: str, runtimes: tuple[str, ...] | None, error: str | None, tmp_path: Path
+) -> None:
+    def settings() -> TestbedSettings:
+        made = TestbedSettings(state_dir=tmp_path, runtimes=parse_runtimes(text))
+        made.check()
+        return made
+
+    if error is not None:
+        with pytest.raises(errors.TestbedError, match=error):
+            settings()
+        return
+    assert settings().extra_vars()["testbed_node_runtimes"] == list(runtimes or ())

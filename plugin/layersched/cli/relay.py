@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from layersched.agent import CrioStorageReader
 from layersched.cli._io import read_document
 from layersched.containerd import CRI_NAMESPACE, ContainerdClient, ContentStoreReader
 from layersched.core.errors import InputError
@@ -129,6 +130,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "socket (e.g. /run/containerd/containerd.sock; the node's own manifests)",
     )
     inject.add_argument(
+        "--inject-layers-from-crio-storage",
+        metavar="DIR",
+        help="add imageLayer.<digest> annotations from CRI-O's containers/storage at this "
+        "root (e.g. /var/lib/containers/storage; its layers' compressed digests and sizes)",
+    )
+    inject.add_argument(
         "--containerd-namespace",
         default=CRI_NAMESPACE,
         help="containerd namespace of the CRI's images (default: %(default)s)",
@@ -166,11 +173,20 @@ def _address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+#: The layer sources of annotation injection: one at most.
+_LAYER_SOURCES = (
+    "inject_layers_from",
+    "inject_layers_from_containerd",
+    "inject_layers_from_crio_storage",
+)
+
+
 def _layers(args: argparse.Namespace) -> ImageLayers | None:
-    if args.inject_layers_from and args.inject_layers_from_containerd:
-        raise InputError(
-            "--inject-layers-from and --inject-layers-from-containerd: choose one layer source"
-        )
+    given = [f"--{name.replace('_', '-')}" for name in _LAYER_SOURCES if getattr(args, name)]
+    if len(given) > 1:
+        raise InputError(f"{' and '.join(given)}: choose one layer source")
+    if args.inject_layers_from_crio_storage:
+        return ContentStoreLayers(CrioStorageReader(Path(args.inject_layers_from_crio_storage)))
     if args.inject_layers_from_containerd:
         client = ContainerdClient(args.inject_layers_from_containerd, args.containerd_namespace)
         return ContentStoreLayers(ContentStoreReader(client))

@@ -23,6 +23,7 @@ from layersched.containerd import ContentStoreReader
 from layersched.core.errors import LayerResolutionError, LayerschedError
 from layersched.core.layerindex import LAYER_ANNOTATION_PREFIX
 from layersched.core.layers import Layer, LayerSource
+from layersched.core.nodelayers import HeldImage
 from layersched.cri._gen import api_pb2
 from layersched.relay._metrics import RelayMetrics
 
@@ -133,15 +134,24 @@ class LayersByName:
         return None
 
 
-class ContentStoreLayers:
-    """:class:`ImageLayers` from containerd's content store (the node's own manifests).
+class HeldImagesReader(Protocol):
+    """A runtime's own record of the images it holds: containerd's content store
+    (:class:`~layersched.containerd.ContentStoreReader`) or CRI-O's containers/storage
+    (``layersched.agent.CrioStorageReader``)."""
 
-    The CRI plugin names its image records by the same tags and digest references
-    the CRI answer lists, so an image is found by any of its names. The name index
-    is rebuilt from the store only when a name is not in it (a new pull).
+    def images(self) -> list[HeldImage]: ...
+
+
+class ContentStoreLayers:
+    """:class:`ImageLayers` from the runtime's own store: containerd's content store (the
+    node's own manifests) or CRI-O's storage (its layers' compressed digests and sizes).
+
+    Both name their image records by the same tags and digest references the CRI answer
+    lists, so an image is found by any of its names. The name index is rebuilt from the
+    store only when a name is not in it (a new pull).
     """
 
-    def __init__(self, reader: ContentStoreReader) -> None:
+    def __init__(self, reader: HeldImagesReader | ContentStoreReader) -> None:
         self.reader = reader
         self._by_name: dict[str, tuple[Layer, ...]] = {}
 

@@ -38,14 +38,18 @@ from layersched.testbed.local import (
     DEFAULT_RATE_BITS_PER_S,
     NET_BASE_ENV,
     PREFIX_ENV,
+    RUNTIMES,
+    RUNTIMES_ENV,
     STATE_DIR_ENV,
     TestbedSettings,
     TestbedState,
     default_net_base,
     default_prefix,
+    default_runtimes,
     default_state_dir,
     down,
     load_state,
+    parse_runtimes,
     probe,
     up,
 )
@@ -98,6 +102,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=[],
         metavar="NODE=MBIT",
         help="per-node link rate, Mbit/s (repeatable), e.g. n3=5",
+    )
+    p_up.add_argument(
+        "--runtimes",
+        default=None,
+        metavar="RUNTIME,...",
+        help=f"each node's runtime, n1 first: {' or '.join(RUNTIMES)} (CRI-O: make crio); "
+        f"nodes past the list run containerd (default ${RUNTIMES_ENV}, else all containerd)",
     )
     p_up.add_argument(
         "--prefix",
@@ -291,6 +302,7 @@ def run_up(args: argparse.Namespace) -> int:
         },
         prefix=args.prefix,
         net_base=args.net_base,
+        runtimes=default_runtimes() if args.runtimes is None else parse_runtimes(args.runtimes),
     )
     console = Console(width=terminal_width())
     result = up(settings, console=Console(stderr=True))

@@ -50,6 +50,12 @@ DEFAULT_NET_BASE = "10.250.50"
 #: tests' defaults.
 PREFIX_ENV = "LAYERSCHED_TESTBED_PREFIX"
 NET_BASE_ENV = "LAYERSCHED_TESTBED_NET_BASE"
+#: The nodes' runtimes, n1 first (``containerd,containerd,crio``; ``make testbed
+#: RUNTIMES=...`` sets it): the CLI's and the tests' default.
+RUNTIMES_ENV = "LAYERSCHED_TESTBED_RUNTIMES"
+#: A node's container runtime: containerd 2.x (``make containerd``, the default) or CRI-O
+#: (``make crio``).
+RUNTIMES = ("containerd", "crio")
 
 
 def default_prefix() -> str:
@@ -60,6 +66,23 @@ def default_prefix() -> str:
 def default_net_base() -> str:
     """``$LAYERSCHED_TESTBED_NET_BASE`` if set, else :data:`DEFAULT_NET_BASE`."""
     return os.environ.get(NET_BASE_ENV) or DEFAULT_NET_BASE
+
+
+def parse_runtimes(text: str) -> tuple[str, ...]:
+    """``containerd,containerd,crio`` as a tuple (empty text: every node containerd)."""
+    runtimes = tuple(word.strip() for word in text.split(",") if word.strip())
+    unknown = sorted(set(runtimes) - set(RUNTIMES))
+    if unknown:
+        raise TestbedError(
+            f"runtimes {text!r}: {', '.join(unknown)} unknown; each node runs one of "
+            f"{', '.join(RUNTIMES)} (example: containerd,containerd,crio)"
+        )
+    return runtimes
+
+
+def default_runtimes() -> tuple[str, ...]:
+    """``$LAYERSCHED_TESTBED_RUNTIMES`` if set, else every node containerd."""
+    return parse_runtimes(os.environ.get(RUNTIMES_ENV, ""))
 
 
 #: A Unix socket's path holds at most 107 bytes (sun_path is 108, with its NUL); the
@@ -102,6 +125,8 @@ class TestbedSettings:
     prefix: str = DEFAULT_PREFIX
     #: First three octets of the testbed's /24; two testbeds need two bases.
     net_base: str = DEFAULT_NET_BASE
+    #: Each node's runtime, n1 first (:data:`RUNTIMES`); nodes past the end run containerd.
+    runtimes: tuple[str, ...] = ()
 
     def check(self) -> None:
         """Raise :class:`TestbedError` on settings the playbook would reject."""
@@ -120,6 +145,11 @@ class TestbedSettings:
             raise TestbedError(
                 f"prefix {self.prefix!r}: use 1-{MAX_PREFIX_CHARS} lowercase letters/digits"
             )
+        if len(self.runtimes) > self.node_count:
+            raise TestbedError(
+                f"--runtimes names {len(self.runtimes)} runtimes for {self.node_count} nodes"
+            )
+        parse_runtimes(",".join(self.runtimes))
         octets = _NET_BASE.match(self.net_base)
         if octets is None or any(int(o) > 255 for o in octets.groups()):
             raise TestbedError(f"net base {self.net_base!r}: expected three octets, e.g. 10.250.50")
@@ -133,6 +163,7 @@ class TestbedSettings:
             "testbed_node_rate_bits_per_s": dict(self.node_rate_bits_per_s),
             "testbed_prefix": self.prefix,
             "testbed_net_base": self.net_base,
+            "testbed_node_runtimes": list(self.runtimes),
         }
 
 

@@ -55,11 +55,14 @@ class RegistryInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TestbedNode(msgspec.Struct, frozen=True, kw_only=True):
-    """One containerd node in its own network namespace."""
+    """One node in its own network namespace, on containerd or CRI-O."""
 
     __test__ = False  # not a pytest test class, whatever its name says
 
     name: str
+    #: ``containerd`` or ``crio``; the paths below are that runtime's (for CRI-O,
+    #: ``root_dir`` is its containers/storage graph root, what the agent reads).
+    runtime: str = "containerd"
     netns: str
     #: Host end of the node's veth; its egress (registry to node) carries the tbf limit.
     host_veth: str

@@ -10,7 +10,9 @@ import pytest
 from layersched import generated
 from layersched.builds import kubernetes_build
 from layersched.cli.main import main
-from layersched.testbed.report import BLOCK, markdown
+from layersched.testbed.report import BLOCK, markdown, per_node
+
+MIB = 1 << 20
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,3 +56,35 @@ def test_a_saved_report_prints_without_root_or_a_testbed(
     assert main(["scenario", "--from-report", str(other)]) == 2
     err = capsys.readouterr().err
     assert f"{other}: not a scenario report" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_mixed_cluster_is_reported_per_node_and_runtime() -> None:
+    # two trials on n1, n2 (containerd) and n3 (CRI-O): P1 on n1, P2 and P1-again on n3
+    def trial(again_s: float) -> dict[str, object]:
+        return {
+            "placements": {"P1": "n1", "P2": "n3", "P1-again": "n3"},
+            "pulls": [
+                {"pod": "P1", "node": "n1", "bytes": 40 * MIB, "seconds": 18.0},
+                {"pod": "P2", "node": "n3", "bytes": 40 * MIB, "seconds": 20.0},
+                {"pod": "P1-again", "node": "n3", "bytes": 4 * MIB, "seconds": again_s},
+            ],
+        }
+
+    report = {
+        "node_runtimes": {"n1": "containerd://2.1.9", "n2": "containerd://2.1.9"}
+        | {"n3": "cri-o://1.36.3"},
+        "strategies": {"layer-locality": {"trials": [trial(2.0), trial(3.0)]}},
+    }
+    rows = {row["node"]: row for row in per_node(report)}
+    assert rows["n3"] == {
+        "node": "n3",
+        "runtime": "cri-o://1.36.3",
+        "placements": {"P2": 2, "P1-again": 2},
+        "pulls": 4,
+        # (20 + 2 + 20 + 3) / 4 = 11.25 s; (40 + 4 + 40 + 4) / 4 = 22 MiB
+        "pull_s_mean": 11.25,
+        "pull_bytes_mean": 22 * MIB,
+    }
+    # n2 ran nothing: its runtime is still listed
+    assert rows["n2"]["pulls"] == 0 and rows["n2"]["pull_s_mean"] is None
+    assert rows["n1"]["placements"] == {"P1": 2}

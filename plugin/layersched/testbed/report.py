@@ -55,6 +55,61 @@ def print_table(report: Mapping[str, Any], console: Console | None = None) -> No
     )
 
 
+def per_node(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per node: its runtime (``node_runtimes``), how often each pod landed there
+    over every strategy's trials, and its pulls' mean time and bytes."""
+    runtimes: Mapping[str, str] = report.get("node_runtimes") or {}
+    rows: dict[str, dict[str, Any]] = {
+        node: {"node": node, "runtime": runtime, "placements": {}, "pulls": []}
+        for node, runtime in runtimes.items()
+    }
+    for data in report["strategies"].values():
+        for trial in data["trials"]:
+            for pod, node in trial["placements"].items():
+                row = rows.setdefault(
+                    node, {"node": node, "runtime": "", "placements": {}, "pulls": []}
+                )
+                row["placements"][pod] = row["placements"].get(pod, 0) + 1
+            for pull in trial["pulls"]:
+                rows.setdefault(
+                    pull["node"],
+                    {"node": pull["node"], "runtime": "", "placements": {}, "pulls": []},
+                )["pulls"].append(pull)
+    table = []
+    for node in sorted(rows):
+        row = rows[node]
+        pulls = row.pop("pulls")
+        row["pulls"] = len(pulls)
+        row["pull_s_mean"] = (
+            round(statistics.fmean(p["seconds"] for p in pulls), 2) if pulls else None
+        )
+        row["pull_bytes_mean"] = (
+            round(statistics.fmean(p["bytes"] for p in pulls)) if pulls else None
+        )
+        table.append(row)
+    return table
+
+
+def print_nodes(report: Mapping[str, Any], console: Console | None = None) -> None:
+    """The per-node table (:func:`per_node`): runtime, placements, pulls."""
+    table = Table(title="per node")
+    for column in ("node", "runtime", "placements", "pulls", "pull s (mean)", "MiB (mean)"):
+        table.add_column(column, justify="left" if column != "pulls" else "right")
+    for row in per_node(report):
+        placed = ", ".join(f"{pod} x{count}" for pod, count in sorted(row["placements"].items()))
+        mean_s = row["pull_s_mean"]
+        mean_bytes = row["pull_bytes_mean"]
+        table.add_row(
+            row["node"],
+            row["runtime"] or "-",
+            placed or "-",
+            str(row["pulls"]),
+            "-" if mean_s is None else f"{mean_s:.2f}",
+            "-" if mean_bytes is None else f"{mean_bytes / MIB:.2f}",
+        )
+    (console or Console()).print(table)
+
+
 def plot(report: Mapping[str, Any], path: Path) -> None:
     """Bar charts of P1-again pull time and bytes per strategy, optimum marked."""
     import matplotlib

@@ -43,7 +43,7 @@ from layersched.testbed.remote import (
     remote_backend,
     remote_testbed_path,
 )
-from layersched.testbed.report import BLOCK, markdown, plot, print_table
+from layersched.testbed.report import BLOCK, markdown, plot, print_nodes, print_table
 from layersched.testbed.scenario import (
     ScenarioImages,
     Trial,
@@ -294,6 +294,8 @@ def _run(
         components=driver.components(),
         score_sources={s: SCORE_SOURCES[s] for s in strategies},
     )
+    # A mixed cluster (containerd and CRI-O nodes) is reported per node and runtime.
+    doc["node_runtimes"] = driver.node_runtimes()
     # Proof that the real kube-scheduler called the extender: its own request counter.
     doc["extender_prioritize_requests"] = extender_after - extender_before
     doc["run_time_s"] = round(time.monotonic() - started, 1)  # images and trials
@@ -305,6 +307,7 @@ def _run(
     png = args.report.with_suffix(".png")
     plot(doc, png)
     print_table(doc, Console())
+    print_nodes(doc, Console())
     for target in args.markdown_into:
         generated.write_block(target, BLOCK, markdown(doc, str(args.report)))
         console.print(f"results block written into {target}")
@@ -327,6 +330,8 @@ def print_saved(path: Path, console: Console) -> None:
     document = read_document(str(path), "scenario report")
     try:
         print_table(document, console)
+        if "node_runtimes" in document:
+            print_nodes(document, console)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise InputError(
             f"{path}: not a scenario report ({type(err).__name__}: {err}): give the JSON "

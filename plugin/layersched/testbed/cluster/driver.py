@@ -425,6 +425,16 @@ class ClusterDriver:
         pods_here = pods_path(self.namespace)
         return self._kube.list(pods_here, label_selector=selector(SCENARIO_LABEL))[0]
 
+    def node_runtimes(self) -> dict[str, str]:
+        """Each worker's runtime as its kubelet reports it (``containerd://2.1.9``,
+        ``cri-o://1.36.3``): a mixed cluster's scenario is reported per runtime."""
+        runtimes = {}
+        for node in self._workers(self._nodes()):
+            info = (node.get("status") or {}).get("nodeInfo") or {}
+            name = str((node.get("metadata") or {}).get("name") or "")
+            runtimes[name] = str(info.get("containerRuntimeVersion") or "")
+        return dict(sorted(runtimes.items()))
+
     def components(self) -> dict[str, str]:
         """Versions of what runs the scenario: the API server, kubelets, runtimes, and the
         backend's own (etcd, for example)."""

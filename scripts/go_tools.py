@@ -2,7 +2,8 @@
 make crio (``--crio``): CRI-O, as plugin/layersched/crio-build.yml pins it.
 
 Each is ``go install -tags TAGS -ldflags LDFLAGS PACKAGE@VERSION`` from its Go module (the
-module proxy), with GOBIN ``$LAYERSCHED_CACHE_DIR/tools/NAME-VERSION/bin``, the Kubernetes
+module proxy), or ``go build -o BIN PACKAGE`` in a module of ours that requires it (CRI-O:
+plugin/crio), with GOBIN ``$LAYERSCHED_CACHE_DIR/tools/NAME-VERSION/bin``, the Kubernetes
 build's Go module and build caches and cgo off (layersched.builds.GoTool). A tool already
 there is not built again. Prints a line per tool with the command and its duration; a
 failure names the tool and ends with go's last lines.
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from layersched.builds import GoTool, crio_build, find_go, go_tools, kubernetes_build
+from layersched.builds import REPO_ROOT, GoTool, crio_build, find_go, go_tools, kubernetes_build
 from layersched.core.errors import LayerschedError
 
 #: go's output quoted when a tool fails.
@@ -27,11 +28,13 @@ CRIO_GO_NEEDED = "1.26.3"
 
 
 def install_argv(go: str, tool: GoTool) -> list[str]:
-    """The go command that builds ``tool``."""
-    argv = [go, "install", "-trimpath", f"-ldflags={' '.join(tool.ldflags)}"]
+    """The go command that builds ``tool``: ``go install PACKAGE@VERSION``, or ``go build
+    -o BIN PACKAGE`` in the tool's own module (run it there)."""
+    verb = ["build", "-o", str(tool.binary())] if tool.module else ["install"]
+    argv = [go, *verb, "-trimpath", f"-ldflags={' '.join(tool.ldflags)}"]
     if tool.tags:
         argv.append(f"-tags={','.join(tool.tags)}")
-    return [*argv, f"{tool.package}@{tool.version}"]
+    return [*argv, tool.package if tool.module else f"{tool.package}@{tool.version}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{tool.name} {tool.version}: {' '.join(command[1:])} ({version})", flush=True)
             done = subprocess.run(
                 command,
+                cwd=REPO_ROOT / tool.module if tool.module else None,
                 env={**env, "GOBIN": str(tool.bin_dir())},
                 capture_output=True,
                 text=True,

@@ -496,6 +496,11 @@ class GoTool:
     tags: tuple[str, ...] = ()
     #: What builds it (named by :meth:`require`).
     command: str = TOOLS_COMMAND
+    #: A Go module of ours (relative to the repository root) whose go.mod requires the
+    #: tool's module at ``version``: the package is built there with ``go build`` rather
+    #: than ``go install PACKAGE@VERSION`` (which reads the module's version list, and
+    #: the proxy refuses CRI-O's). Empty: ``go install``.
+    module: str = ""
 
     def bin_dir(self, root: Path | None = None) -> Path:
         """``<cache root>/tools/<name>-<version>/bin``: ``go install``'s GOBIN."""
@@ -542,6 +547,7 @@ def parse_go_tools(
             _strings(fields, "ldflags", where),
             _strings(fields, "tags", where),
             command,
+            str(fields.get("module") or ""),
         )
     return tools
 
@@ -566,12 +572,27 @@ def go_tool(name: str) -> GoTool:
 CRIO_BUILD_FILE = "crio-build.yml"
 CRIO_COMMAND = "make crio"
 CRIO = "crio"
+CRIO_MODULE = "github.com/cri-o/cri-o"
 
 
 @cache
 def crio_build() -> GoTool:
-    """CRI-O as ``crio-build.yml`` pins it: the release, the package and the build tags."""
+    """CRI-O as ``crio-build.yml`` pins it: the release, the package, the build tags and
+    the module it is built in, whose go.mod must require that release."""
     tools = parse_go_tools(_package_record(CRIO_BUILD_FILE), CRIO_BUILD_FILE, CRIO_COMMAND)
     if CRIO not in tools:
         raise InputError(f"{CRIO_BUILD_FILE}: expected a {CRIO} entry")
-    return tools[CRIO]
+    crio = tools[CRIO]
+    if crio.module:
+        go_mod = REPO_ROOT / crio.module / "go.mod"
+        try:
+            required = required_version(go_mod.read_text("utf-8"), CRIO_MODULE)
+        except OSError as err:
+            raise InputError(f"{CRIO_BUILD_FILE}: module {crio.module}: {err.strerror}") from err
+        if required != crio.version:
+            raise InputError(
+                f"{go_mod} requires {CRIO_MODULE} {required}, {CRIO_BUILD_FILE} says "
+                f"{crio.version}: make them agree (go get {CRIO_MODULE}@{crio.version} && "
+                "go mod tidy in that module)"
+            )
+    return crio

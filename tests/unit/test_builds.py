@@ -426,6 +426,11 @@ def test_crio_is_built_without_c() -> None:
     assert not {"seccomp", "selinux", "apparmor", "libsubid"} & set(crio.tags)
     # and the build never turns cgo on: no C fetched through the proxy is compiled
     assert kubernetes_build().go_env()["CGO_ENABLED"] == "0"
+    # built in our module plugin/crio, whose go.mod requires that very release
+    assert crio.module == "plugin/crio"
+    go_mod = (REPO / crio.module / "go.mod").read_text()
+    assert required_version(go_mod, "github.com/cri-o/cri-o") == crio.version
+    assert "\ntool github.com/cri-o/cri-o/cmd/crio\n" in go_mod
     assert crio.bin_dir(Path("/c")) == Path(f"/c/tools/crio-{crio.version}/bin")
 
 

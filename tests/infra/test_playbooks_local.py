@@ -19,6 +19,7 @@ import pytest
 from layersched.builds import (
     CACHE_DIR_ENV,
     containerd_download,
+    crio_build,
     go_sources_sha256,
     kubernetes_build,
     module_sha256,
@@ -84,6 +85,9 @@ CONTAINERD_VARS = (
     "'cache_dir': containerd_cache_dir, 'tree_dir': containerd_tree_dir, "
     "'containerd': containerd_bin_dir ~ '/containerd'} | to_json }}"
 )
+
+#: What playbooks/vars/crio.yml derives.
+CRIO_VARS = "{{ {'version': crio_version, 'crio': crio_binary} | to_json }}"
 
 
 def _playbook_vars(
@@ -151,6 +155,11 @@ def _containerd_paths() -> dict[str, object]:
     }
 
 
+def _crio_paths() -> dict[str, object]:
+    crio = crio_build()
+    return {"version": crio.version, "crio": str(crio.binary())}
+
+
 @pytest.mark.parametrize("cache_dir", [None, "/srv/other-cache"], ids=["default", "moved"])
 @pytest.mark.parametrize(
     ("vars_file", "expression", "python_paths"),
@@ -161,8 +170,11 @@ def _containerd_paths() -> dict[str, object]:
         # plugin/layersched/containerd-download.yml: make containerd, and the integration
         # tests' fixture
         ("containerd.yml", CONTAINERD_VARS, _containerd_paths),
+        # plugin/layersched/crio-build.yml: make crio, the testbed's CRI-O nodes, and the
+        # live CRI-O tests' fixture
+        ("crio.yml", CRIO_VARS, _crio_paths),
     ],
-    ids=["kubernetes", "containerd"],
+    ids=["kubernetes", "containerd", "crio"],
 )
 def test_playbooks_derive_the_build_paths_as_the_cli_does(
     cache_dir: str | None,

@@ -21,9 +21,8 @@ from typing import Protocol
 
 from layersched.containerd import ContentStoreReader
 from layersched.core.errors import LayerResolutionError, LayerschedError
-from layersched.core.layerindex import LAYER_ANNOTATION_PREFIX
+from layersched.core.layerindex import LAYER_ANNOTATION_PREFIX, NodeImage
 from layersched.core.layers import Layer, LayerSource
-from layersched.core.nodelayers import HeldImage
 from layersched.cri._gen import api_pb2
 from layersched.relay._metrics import RelayMetrics
 
@@ -139,7 +138,7 @@ class HeldImagesReader(Protocol):
     (:class:`~layersched.containerd.ContentStoreReader`) or CRI-O's containers/storage
     (``layersched.agent.CrioStorageReader``)."""
 
-    def images(self) -> list[HeldImage]: ...
+    def images(self) -> list[NodeImage]: ...
 
 
 class ContentStoreLayers:

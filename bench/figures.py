@@ -515,6 +515,19 @@ def _scenario(report: Mapping[str, Any]) -> str:
     return scenario_report.markdown(report)
 
 
+CRIO_SCENARIO = "reports/scenario-crio.json"
+
+
+def _scenario_crio(report: Mapping[str, Any]) -> str:
+    """The mixed-runtime scenario (``--runtimes containerd,containerd,crio``): the scenario
+    block, then placements, pulls and each node's runtime."""
+    return (
+        scenario_report.markdown(report, source=CRIO_SCENARIO)
+        + "\n\nPer node and runtime, over every trial of both strategies:\n\n"
+        + scenario_report.nodes_markdown(report)
+    )
+
+
 def _sim_summary(report: Mapping[str, Any]) -> str:
     return sim_report.summary_markdown(dict(report), sim_report.DEFAULT_REPORT)
 
@@ -540,6 +553,7 @@ BLOCKS = (
     Block("docs/relay.md", "relay-latency", RELAY_RESULTS, relay_latency_markdown),
     Block("docs/security.md", "extender-against", AGAINST_ISSUE30_RESULTS, against_markdown),
     Block("README.md", scenario_report.BLOCK, scenario_report.DEFAULT_REPORT, _scenario),
+    Block("docs/testbed-local.md", "scenario-crio", CRIO_SCENARIO, _scenario_crio),
     Block(
         "docs/kube-scheduler-plugin.md",
         scenario_report.BLOCK,

@@ -10,7 +10,7 @@ import pytest
 from layersched import generated
 from layersched.builds import kubernetes_build
 from layersched.cli.main import main
-from layersched.testbed.report import BLOCK, markdown, per_node
+from layersched.testbed.report import BLOCK, markdown, nodes_markdown, per_node
 
 MIB = 1 << 20
 
@@ -88,3 +88,9 @@ def test_a_mixed_cluster_is_reported_per_node_and_runtime() -> None:
     # n2 ran nothing: its runtime is still listed
     assert rows["n2"]["pulls"] == 0 and rows["n2"]["pull_s_mean"] is None
     assert rows["n1"]["placements"] == {"P1": 2}
+    table = nodes_markdown(report).splitlines()
+    assert table[2:] == [
+        "| n1 | containerd://2.1.9 | P1 x2 | 2 | 18.00 | 40.00 |",
+        "| n2 | containerd://2.1.9 | - | 0 | - | - |",
+        "| n3 | cri-o://1.36.3 | P1-again x2, P2 x2 | 4 | 11.25 | 22.00 |",
+    ]

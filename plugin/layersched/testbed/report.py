@@ -90,6 +90,23 @@ def per_node(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     return table
 
 
+def nodes_markdown(report: Mapping[str, Any]) -> str:
+    """The per-node table (:func:`per_node`) as Markdown, for a generated block."""
+    lines = [
+        "| node | runtime | placements | pulls | pull s (mean) | MiB (mean) |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for row in per_node(report):
+        placed = ", ".join(f"{pod} x{count}" for pod, count in sorted(row["placements"].items()))
+        mean_s, mean_bytes = row["pull_s_mean"], row["pull_bytes_mean"]
+        lines.append(
+            f"| {row['node']} | {row['runtime'] or '-'} | {placed or '-'} | {row['pulls']} "
+            f"| {'-' if mean_s is None else f'{mean_s:.2f}'} "
+            f"| {'-' if mean_bytes is None else f'{mean_bytes / MIB:.2f}'} |"
+        )
+    return "\n".join(lines)
+
+
 def print_nodes(report: Mapping[str, Any], console: Console | None = None) -> None:
     """The per-node table (:func:`per_node`): runtime, placements, pulls."""
     table = Table(title="per node")

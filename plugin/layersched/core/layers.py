@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.reference import normalized_image_name, parse_or_none
+from layersched.core.reference import ImageName, normalized_image_name, parse_or_none
 
 #: A layer or manifest digest: algorithm, colon, hex (sha256 and sha512). The CRD's
 #: schema uses the same pattern; the API server matches it with Go's regexp, where ``$``
@@ -46,7 +46,7 @@ class Layer:
 class LayerSource(Protocol):
     """Resolves an image reference to its ordered layers."""
 
-    def resolve(self, image: str) -> tuple[Layer, ...]:
+    def resolve(self, image: ImageName) -> tuple[Layer, ...]:
         """Return the image's layers, or raise :class:`LayerResolutionError`."""
         ...
 
@@ -61,7 +61,7 @@ class NodeImageSource(Protocol):
     uses it to queue one registry resolution per node image, not one per name).
     """
 
-    def resolve_names(self, names: Sequence[str]) -> tuple[Layer, ...]:
+    def resolve_names(self, names: Sequence[ImageName]) -> tuple[Layer, ...]:
         """The layers of the image reported as ``names``, or raise LayerResolutionError."""
         ...
 
@@ -100,7 +100,7 @@ CANONICAL_CACHE_SIZE = 65_536
 
 
 @functools.lru_cache(maxsize=CANONICAL_CACHE_SIZE)
-def _canonical(image: str) -> str | None:
+def _canonical(image: ImageName) -> str | None:
     """What ``image`` names, in registry form (``docker.io/library/nginx:1.25``, or
     ``docker.io/library/nginx@sha256:…`` when a digest pins it, tag or not);
     None if unparsable."""
@@ -120,9 +120,9 @@ class StaticLayerSource:
     No network access ever happens.
     """
 
-    def __init__(self, layers_by_image: Mapping[str, tuple[Layer, ...]]) -> None:
+    def __init__(self, layers_by_image: Mapping[ImageName, tuple[Layer, ...]]) -> None:
         self._layers = {normalized_image_name(k): v for k, v in layers_by_image.items()}
-        self._by_canonical: dict[str, tuple[str, tuple[Layer, ...]]] = {}
+        self._by_canonical: dict[str, tuple[ImageName, tuple[Layer, ...]]] = {}
         for key, layers in self._layers.items():
             canonical = _canonical(key)
             if canonical is None:
@@ -163,7 +163,7 @@ class StaticLayerSource:
         except InputError as err:
             raise InputError(f"{origin}: {err}") from None
 
-    def resolve(self, image: str) -> tuple[Layer, ...]:
+    def resolve(self, image: ImageName) -> tuple[Layer, ...]:
         layers = self._layers.get(normalized_image_name(image))
         if layers is not None:
             return layers
@@ -175,7 +175,7 @@ class StaticLayerSource:
             f"image {image!r} is not in the offline layer file: add its layers there"
         )
 
-    def images(self) -> list[str]:
+    def images(self) -> list[ImageName]:
         """The normalised image names this source knows."""
         return list(self._layers)
 
@@ -183,7 +183,7 @@ class StaticLayerSource:
 class NoLayerSource:
     """A layer source that knows nothing (used when only ``status.images`` carry layers)."""
 
-    def resolve(self, image: str) -> tuple[Layer, ...]:
+    def resolve(self, image: ImageName) -> tuple[Layer, ...]:
         raise LayerResolutionError(
             f"no layer source is configured to resolve {image!r}: pass --layers or a registry"
         )

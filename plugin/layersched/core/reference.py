@@ -9,12 +9,22 @@
   canonical form, without the tag when a digest pins it.
 * :func:`lookup_key` is how a pod's image and the images nodes publish are matched
   (the extender's votes, and the Go plugin's ``LookupKey``): as kubelet pulls them.
+
+Two kinds of value cross modules. An :class:`ImageReference` is parsed and valid. An
+:data:`ImageName` is an image as a pod writes it or a runtime lists it, which is not
+always a reference: kubelet lists ``<none>@<none>``, the API server accepts any non-empty
+``image``, and the extender prefixes a node image's names with its platform. Layer sources,
+the layer cache and the deadline resolver are keyed by names (matched as text, as
+upstream's ImageLocality matches them); what needs a reference parses the name once, at
+that edge (the registry source, the cache's digest check), and a name that does not parse
+is an error naming it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from layersched.core.errors import ImageReferenceError
 
@@ -27,6 +37,10 @@ _PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$", re.ASCII)
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
 _DOMAIN = re.compile(r"^(?:[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$")
+
+#: An image as a pod's ``image`` field writes it or a runtime lists it
+#: (``status.images[*].names``): text, not always a reference (see the module docstring).
+ImageName: TypeAlias = str
 
 
 def normalized_image_name(name: str) -> str:

@@ -27,6 +27,7 @@ from layersched.core.layerindex import PREFIX_SEPARATOR, NamesResolver, names_re
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.manifest import Platform
 from layersched.core.objects import Node
+from layersched.core.reference import ImageName
 
 log = logging.getLogger(__name__)
 
@@ -139,10 +140,10 @@ class PlatformSource:
             resolver = self._resolvers[key] = names_resolver(self._source_of(key))
         return resolver
 
-    def resolve(self, image: str) -> tuple[Layer, ...]:
+    def resolve(self, image: ImageName) -> tuple[Layer, ...]:
         return self.resolve_names((image,))
 
-    def resolve_names(self, names: Sequence[str]) -> tuple[Layer, ...]:
+    def resolve_names(self, names: Sequence[ImageName]) -> tuple[Layer, ...]:
         if not names:
             raise LayerResolutionError("a node image without names cannot be resolved")
         key, separator, _ = names[0].partition(PREFIX_SEPARATOR)

@@ -26,6 +26,7 @@ from layersched.core.errors import InputError, LayerschedError
 from layersched.core.layerindex import LayerIndex, LayerIndexBuilder, NodeInfo, SlotCache
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import Node, add_node_object, decode_node_list
+from layersched.core.reference import ImageName
 from layersched.extender import _memory
 from layersched.extender._parse import (
     DEFAULT_INVENTORY_MAX_AGE_S,
@@ -75,7 +76,7 @@ class LayerIndexProvider(Protocol):
         """(ready, why) for /readyz."""
         ...
 
-    def image_layers(self, image: str, key: str) -> tuple[Layer, ...] | None:
+    def image_layers(self, image: ImageName, key: str) -> tuple[Layer, ...] | None:
         """Layers of pod image ``image`` for platform ``key`` when the inventory knows them
         without a registry (an agent published them); None otherwise."""
         ...
@@ -148,7 +149,7 @@ class StaticLayerIndexProvider:
             return False, "loading the node inventory"
         return True, "ok"
 
-    def image_layers(self, image: str, key: str) -> tuple[Layer, ...] | None:
+    def image_layers(self, image: ImageName, key: str) -> tuple[Layer, ...] | None:
         """A file has no agent-published images: pods resolve through the layer source."""
         return None
 
@@ -384,7 +385,7 @@ class WatchLayerIndexProvider:
         """Estimated bytes the watched objects hold (the pools' charge)."""
         return self._pools.held_bytes
 
-    def image_layers(self, image: str, key: str = "") -> tuple[Layer, ...] | None:
+    def image_layers(self, image: ImageName, key: str = "") -> tuple[Layer, ...] | None:
         """Layers of pod image ``image`` for platform ``key`` when at least the quorum of
         nodes publish the same layers for it (and no other answer has a quorum too);
         None otherwise: the registry is asked."""

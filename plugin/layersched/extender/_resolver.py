@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 
 from layersched.core.errors import LayerResolutionError, LayerschedError
 from layersched.core.layers import Layer, LayerSource, NoLayerSource, StaticLayerSource
-from layersched.core.reference import is_pinned
+from layersched.core.reference import ImageName, is_pinned
 from layersched.registry import (
     MAX_CACHED_BYTES,
     MAX_CACHED_IMAGES,
@@ -80,7 +80,7 @@ def _retrieve(future: asyncio.Future[tuple[Layer, ...]]) -> None:
         future.exception()
 
 
-def preferred_name(names: Sequence[str]) -> str:
+def preferred_name(names: Sequence[ImageName]) -> ImageName:
     """The name to resolve a node image by: a digest reference (immutable, and one
     manifest GET by digest) if kubelet reported one, else the first name."""
     return next((n for n in names if is_pinned(n)), names[0])
@@ -92,10 +92,10 @@ class _WarningLog:
     def __init__(self, period_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._period_s = period_s
         self._clock = clock
-        self._last: dict[str, float] = {}
+        self._last: dict[ImageName, float] = {}
         self._lock = threading.Lock()
 
-    def level(self, image: str) -> int:
+    def level(self, image: ImageName) -> int:
         now = self._clock()
         with self._lock:
             last = self._last.get(image)
@@ -105,6 +105,81 @@ class _WarningLog:
                 self._last.clear()
             self._last[image] = now
             return logging.WARNING
+
+
+class _FailureLog:
+    """How a resolver's failures are logged: a pod image's at WARNING once per
+    POD_WARNING_PERIOD_S, a node image's once per NODE_WARNING_PERIOD_S, else INFO."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.pods = _WarningLog(POD_WARNING_PERIOD_S, clock)
+        self.nodes = _WarningLog(NODE_WARNING_PERIOD_S, clock)
+
+    def pod_failed(
+        self, image: ImageName, err: BaseException | None, *, warning_only: bool = False
+    ) -> None:
+        """A pod image's failure (or nothing, with ``warning_only`` and no warning due: a
+        pod answered from the negative cache)."""
+        level = self.pods.level(image)
+        if warning_only and level != logging.WARNING:
+            return
+        log.log(
+            level,
+            "pod image %r: layers cannot be resolved, pods using it score 0 "
+            "(retried after %.0f s): %s",
+            image,
+            NEGATIVE_TTL_S,
+            err,
+        )
+
+    def node_failed(self, image: ImageName, err: LayerschedError) -> None:
+        level = self.nodes.level(image)
+        log.log(level, "node image %r: layers cannot be resolved, ignored: %s", image, err)
+
+    def kept(self, image: ImageName, err: LayerschedError) -> None:
+        """A failed revalidation that kept the last known layers."""
+        log.log(
+            self.nodes.level(image),
+            "image %r: revalidating its layers failed, keeping the last known ones "
+            "(retried after %.0f s): %s",
+            image,
+            NEGATIVE_TTL_S,
+            err,
+        )
+
+    def bug(self, image: ImageName, err: Exception, *, for_pod: bool) -> None:
+        """The layer source raised what it never should (a KeyError in a parser, say): its
+        traceback is in the operator's log once per period."""
+        warnings = self.pods if for_pod else self.nodes
+        if warnings.level(image) == logging.WARNING:
+            log.exception(
+                "%s image %r: the layer source failed unexpectedly (a bug: please report "
+                "it with this traceback); the image counts as unresolved, retried after %.0f s",
+                "pod" if for_pod else "node",
+                image,
+                NEGATIVE_TTL_S,
+            )
+        else:
+            log.info("image %r: the layer source failed unexpectedly again: %r", image, err)
+
+    def unknown_offline(self, image: ImageName, err: LayerschedError) -> None:
+        level = self.pods.level(image)
+        log.log(level, "pod image %r: layers unknown, pods using it score 0: %s", image, err)
+
+
+def _resolve_offline(
+    source: LayerSource, images: Sequence[ImageName], failures: _FailureLog
+) -> dict[ImageName, tuple[Layer, ...]] | None:
+    """Layers of each of ``images`` from an offline source (inline), or None if any is
+    unknown."""
+    found: dict[ImageName, tuple[Layer, ...]] = {}
+    for image in images:
+        try:
+            found[image] = source.resolve(image)
+        except LayerResolutionError as err:
+            failures.unknown_offline(image, err)
+            return None
+    return found
 
 
 class DeadlineResolver:
@@ -135,16 +210,15 @@ class DeadlineResolver:
         self._max_warming = max_warming
         #: The one cache of remote answers (never used for an offline source).
         self.cache = LayerCache(clock=clock)
-        self._pending: dict[str, Future] = {}
-        self._warming: dict[str, Future] = {}
+        self._pending: dict[ImageName, Future] = {}
+        self._warming: dict[ImageName, Future] = {}
         # re-entrant: cancelling a queued warm-up runs its done callback, which locks
         self._lock = threading.RLock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._warm_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._workers = workers
         self._warm_workers = warm_workers if warm_workers is not None else max(1, workers // 2)
-        self._pod_warnings = _WarningLog(POD_WARNING_PERIOD_S, clock)
-        self._node_warnings = _WarningLog(NODE_WARNING_PERIOD_S, clock)
+        self._failures = _FailureLog(clock)
         #: Pods answered neutrally because resolution missed the deadline.
         self.timeouts = 0
         #: Pod images not queued because MAX_PENDING resolutions were already under way.
@@ -169,7 +243,7 @@ class DeadlineResolver:
         return self.cache.revalidations
 
     # ---------------------------------------------------------------- cache
-    def _lookup(self, image: str) -> Entry | None:
+    def _lookup(self, image: ImageName) -> Entry | None:
         """The cached answer for ``image``, or None. A failure is forgotten once it expires
         (retried); expired layers are still returned, and revalidated in the background."""
         entry, stale = self.cache.get(image)
@@ -188,90 +262,47 @@ class DeadlineResolver:
         for image in self.cache.due(limit=room):
             self.warm(image)
 
-    def changed(self) -> set[str]:
+    def changed(self) -> set[ImageName]:
         """Names whose layers changed on revalidation since the last call (then forgotten)."""
         return self.cache.changed()
 
-    def _resolve_now(self, image: str, for_pod: bool) -> tuple[Layer, ...]:
-        def kept(err: LayerschedError) -> None:
-            level = self._node_warnings.level(image)
-            log.log(
-                level,
-                "image %r: revalidating its layers failed, keeping the last known ones "
-                "(retried after %.0f s): %s",
-                image,
-                NEGATIVE_TTL_S,
-                err,
-            )
-
+    def _resolve_now(self, image: ImageName, for_pod: bool) -> tuple[Layer, ...]:
+        failures = self._failures
         try:
-            return self.cache.refresh(image, self.source, on_kept=kept)
+            return self.cache.refresh(image, self.source, lambda err: failures.kept(image, err))
         except LayerschedError as err:
             if for_pod:
-                self._pod_failed(image, err)
+                failures.pod_failed(image, err)
             else:
-                level = self._node_warnings.level(image)
-                log.log(level, "node image %r: layers cannot be resolved, ignored: %s", image, err)
+                failures.node_failed(image, err)
             raise
         except Exception as err:
-            # a bug in the layer source (a KeyError in a parser, say): negative-cached like
-            # any failure, so pods do not queue it again and again, and its traceback is
-            # in the operator's log once per period
+            # a bug in the layer source: negative-cached like any failure, so pods do not
+            # queue it again and again
             self.cache.store(image, None, err)
-            kept_layers = self._kept(image)
-            warnings = self._pod_warnings if for_pod else self._node_warnings
-            if warnings.level(image) == logging.WARNING:
-                log.exception(
-                    "%s image %r: the layer source failed unexpectedly (a bug: please report "
-                    "it with this traceback); the image counts as unresolved, retried after %.0f s",
-                    "pod" if for_pod else "node",
-                    image,
-                    NEGATIVE_TTL_S,
-                )
-            else:
-                log.info("image %r: the layer source failed unexpectedly again: %r", image, err)
+            failures.bug(image, err, for_pod=for_pod)
+            kept_layers = self.cache.layers_of(image)  # kept through a failed revalidation
             if kept_layers is not None:
                 return kept_layers
             raise LayerResolutionError(
                 f"resolving layers of {image!r}: the layer source failed unexpectedly ({err!r})"
             ) from err
 
-    def _kept(self, image: str) -> tuple[Layer, ...] | None:
-        """The last known layers of ``image`` kept through a failed revalidation, if any."""
-        return self.cache.layers_of(image)
-
-    def _pod_failed(
-        self, image: str, err: BaseException | None, *, warning_only: bool = False
-    ) -> None:
-        """Log a pod image's failure: WARNING once per POD_WARNING_PERIOD_S, else INFO
-        (or nothing, with ``warning_only``: a pod answered from the negative cache)."""
-        level = self._pod_warnings.level(image)
-        if warning_only and level != logging.WARNING:
-            return
-        log.log(
-            level,
-            "pod image %r: layers cannot be resolved, pods using it score 0 "
-            "(retried after %.0f s): %s",
-            image,
-            NEGATIVE_TTL_S,
-            err,
-        )
-
-    def _joined_warm_up(self, image: str, future: Future) -> None:
+    def _joined_warm_up(self, image: ImageName, future: Future) -> None:
         """Done callback of a node-image warm-up a pod waits for: the warm-up logs its
         failure as a node image's (once per 5 min); the pod's own warning is logged here."""
         if future.cancelled():
             return
         err = future.exception()
         if err is not None:
-            self._pod_failed(image, err)
+            self._failures.pod_failed(image, err)
 
-    def _finished(self, queue: dict[str, Future], image: str, future: Future) -> None:
+    def _finished(self, queue: dict[ImageName, Future], image: ImageName, future: Future) -> None:
         with self._lock:
             if queue.get(image) is future:
                 del queue[image]
 
-    def _start(self, image: str, *, for_pod: bool) -> Future:
+    def _start(self, image: ImageName, *, for_pod: bool) -> Future:
         """Queue ``image`` on its pool (lock held by the caller)."""
         if for_pod:
             if self._pool is None:
@@ -289,7 +320,7 @@ class DeadlineResolver:
         queue[image] = future
         return future
 
-    def _submit(self, image: str) -> Future | None:
+    def _submit(self, image: ImageName) -> Future | None:
         """The in-flight resolution of pod image ``image``, started if needed; None when
         saturated. A node-image warm-up of it (under this very name) still queued is
         moved to the pod pool; one already running is joined."""
@@ -311,12 +342,12 @@ class DeadlineResolver:
         future.add_done_callback(lambda f: self._finished(self._pending, image, f))
         return future
 
-    def _join(self, image: str, warming: Future) -> Future:
+    def _join(self, image: ImageName, warming: Future) -> Future:
         """Wait for a node-image warm-up as a pod: its failure gets the pod's warning too."""
         warming.add_done_callback(lambda f: self._joined_warm_up(image, f))
         return warming
 
-    def known_layers(self, image: str) -> tuple[Layer, ...] | None:
+    def known_layers(self, image: ImageName) -> tuple[Layer, ...] | None:
         """The source's answer for ``image`` when it has one already (an offline source
         answers at once); else None, and its resolution is started in the background,
         never awaited. A digest-pinned image's answer is kept for good (its digest names
@@ -332,7 +363,7 @@ class DeadlineResolver:
             return None
         return entry.layers
 
-    def warm(self, image: str) -> None:
+    def warm(self, image: ImageName) -> None:
         """Resolve node image ``image`` in the background, behind every pod image."""
         with self._lock:
             if image in self._pending or image in self._warming:
@@ -343,31 +374,23 @@ class DeadlineResolver:
         future.add_done_callback(lambda f: self._finished(self._warming, image, f))
 
     # ------------------------------------------------------------ interface
-    async def resolve_pod(self, images: Sequence[str]) -> dict[str, tuple[Layer, ...]] | None:
+    async def resolve_pod(
+        self, images: Sequence[ImageName]
+    ) -> dict[ImageName, tuple[Layer, ...]] | None:
         """Layers of each of ``images``, or None if any is unknown or late (score neutrally)."""
         distinct = list(dict.fromkeys(images))
         if self.local:
-            found_now: dict[str, tuple[Layer, ...]] = {}
-            for image in distinct:
-                try:
-                    found_now[image] = self.source.resolve(image)
-                except LayerResolutionError as err:
-                    level = self._pod_warnings.level(image)
-                    log.log(
-                        level, "pod image %r: layers unknown, pods using it score 0: %s", image, err
-                    )
-                    return None
-            return found_now
-        found: dict[str, tuple[Layer, ...]] = {}
+            return _resolve_offline(self.source, distinct, self._failures)
+        found: dict[ImageName, tuple[Layer, ...]] = {}
         waiting: list[Future] = []
-        names: list[str] = []
+        names: list[ImageName] = []
         for image in distinct:
             entry = self._lookup(image)
             if entry is not None:
                 if entry.layers is None:
                     # failed recently: answer at once, retried after NEGATIVE_TTL_S; warned
                     # here if a node-image warm-up failed it (no pod warning yet)
-                    self._pod_failed(image, entry.error, warning_only=True)
+                    self._failures.pod_failed(image, entry.error, warning_only=True)
                     return None
                 found[image] = entry.layers
                 continue
@@ -417,10 +440,10 @@ class _CachedOnly:
     def __init__(self, resolver: DeadlineResolver) -> None:
         self._resolver = resolver
 
-    def resolve(self, image: str) -> tuple[Layer, ...]:
+    def resolve(self, image: ImageName) -> tuple[Layer, ...]:
         return self.resolve_names((image,))
 
-    def resolve_names(self, names: Sequence[str]) -> tuple[Layer, ...]:
+    def resolve_names(self, names: Sequence[ImageName]) -> tuple[Layer, ...]:
         """Cached layers under any of ``names``; else warm one name (a digest if any) and fail."""
         if not names:
             raise LayerResolutionError("a node image without names cannot be resolved")

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.reference import lookup_key
+from layersched.core.reference import ImageName, lookup_key
 
 #: Nodes that must publish the same layers for a pod image by default.
 DEFAULT_IMAGE_QUORUM = 2
@@ -164,7 +164,7 @@ class ImageVotes:
             self._tally, self._dropped = dict(self._tally), 0
             self._publishers = dict(self._publishers)
 
-    def layers(self, image: str, key: str) -> tuple[Layer, ...] | None:
+    def layers(self, image: ImageName, key: str) -> tuple[Layer, ...] | None:
         """The layers of pod image ``image`` for platform ``key`` when ``quorum`` nodes, and
         a majority of those publishing under its lookup key, agree on one answer for it;
         None otherwise (ask the registry)."""

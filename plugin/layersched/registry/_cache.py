@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from layersched.core.errors import LayerResolutionError, LayerschedError
+from layersched.core.errors import ImageReferenceError, LayerResolutionError, LayerschedError
 from layersched.core.layers import Layer, LayerSource
-from layersched.core.reference import is_pinned, parse_or_none
+from layersched.core.reference import ImageName, ImageReference, is_pinned
 
 #: Registry tags move; revalidate a tag's layers after this long (serving the old answer
 #: meanwhile). kubelet refreshes node images every ~30 s; a tag moving faster than 5 min
@@ -70,12 +70,12 @@ class DigestSource(Protocol):
     """A layer source that also tells the digest a name points to, cheaply (a registry:
     ``HEAD``), so that a tag is revalidated without fetching its manifest again."""
 
-    def fetch(self, image: str) -> Fetched:
+    def fetch(self, ref: ImageReference) -> Fetched:
         """The image's layers and manifest digest; LayschedError subclasses on failure."""
         ...
 
-    def current_digest(self, image: str) -> str | None:
-        """The digest ``image`` points to now, or None if the registry does not say."""
+    def current_digest(self, ref: ImageReference) -> str | None:
+        """The digest ``ref`` points to now, or None if the registry does not say."""
         ...
 
 
@@ -146,7 +146,7 @@ class LayerCache:
         self.evictions = 0
 
     # ------------------------------------------------------------------ reading
-    def get(self, image: str) -> tuple[Entry | None, bool]:
+    def get(self, image: ImageName) -> tuple[Entry | None, bool]:
         """(entry, stale): the cached answer for ``image``, or (None, False). An expired
         failure is forgotten (to be retried); expired layers are returned, stale."""
         with self._lock:
@@ -165,7 +165,7 @@ class LayerCache:
             self.hits += 1
             return entry, True
 
-    def layers_of(self, image: str) -> tuple[Layer, ...] | None:
+    def layers_of(self, image: ImageName) -> tuple[Layer, ...] | None:
         """The last known layers of ``image`` (stale or not), if any."""
         with self._lock:
             entry = self._entries.get(image)
@@ -185,7 +185,7 @@ class LayerCache:
                     found.append(image)
         return found
 
-    def changed(self) -> set[str]:
+    def changed(self) -> set[ImageName]:
         """Names whose layers changed on revalidation since the last call (then forgotten)."""
         with self._lock:
             names, self._changed = self._changed, set()
@@ -202,15 +202,17 @@ class LayerCache:
     # ------------------------------------------------------------------ writing
     def store(
         self,
-        image: str,
+        image: ImageName,
         fetched: Fetched | None,
         error: BaseException | None = None,
         *,
         unchanged: bool = False,
+        pinned: bool | None = None,
     ) -> tuple[Layer, ...] | None:
         """Remember what resolving ``image`` gave (``fetched``, or None and ``error``);
         returns the layers now held for it. ``unchanged``: a digest check found the tag
-        where it was, so the entry is only renewed.
+        where it was, so the entry is only renewed; ``pinned``: whether a digest pins the
+        name, when the caller parsed it already (a pinned name's layers never expire).
 
         A failure where layers are known (a failed revalidation) keeps them, retried after
         ``negative_ttl_s``."""
@@ -232,14 +234,16 @@ class LayerCache:
                 self.revalidations += 1
                 if old.layers != fetched.layers:
                     self._changed.add(image)
-            expires_at = math.inf if is_pinned(image) else now + self.positive_ttl_s
+            if pinned is None:
+                pinned = is_pinned(image)
+            expires_at = math.inf if pinned else now + self.positive_ttl_s
             layers = self._share(fetched)
             self._put(image, Entry(layers, expires_at, None, fetched.digest))
             return layers
 
     def refresh(
         self,
-        image: str,
+        image: ImageName,
         source: LayerSource,
         on_kept: Callable[[LayerschedError], None] | None = None,
     ) -> tuple[Layer, ...]:
@@ -249,27 +253,30 @@ class LayerCache:
         source's error when nothing is known of the image; a failed revalidation returns
         the layers last known (and tells ``on_kept`` why it failed)."""
         entry, _ = self._peek(image)
-        pinned = parse_or_none(image)
-        if pinned is not None and pinned.digest is not None:
+        ref, unparsed = _parsed(image)  # the one parse of the name on this path
+        digest = ref.digest if ref is not None else None
+        if digest is not None:
             with self._lock:
-                shared = self._shared.get(pinned.digest)
+                shared = self._shared.get(digest)
             if shared is not None:
-                layers = self.store(image, Fetched(shared[0], pinned.digest))
+                layers = self.store(image, Fetched(shared[0], digest), pinned=True)
                 assert layers is not None
                 return layers
         try:
             if isinstance(source, DigestSource):
+                if ref is None:
+                    raise unparsed or LayerResolutionError(f"{image!r} is no image reference")
                 if (
                     entry is not None
                     and entry.layers is not None
                     and entry.digest is not None
-                    and not is_pinned(image)
-                    and source.current_digest(image) == entry.digest
+                    and digest is None
+                    and source.current_digest(ref) == entry.digest
                 ):
                     layers = self.store(image, None, unchanged=True)
                     assert layers is not None
                     return layers
-                fetched = source.fetch(image)
+                fetched = source.fetch(ref)
             else:
                 fetched = Fetched(source.resolve(image))
         except LayerschedError as err:
@@ -279,11 +286,11 @@ class LayerCache:
             if on_kept is not None:
                 on_kept(err)
             return kept
-        layers = self.store(image, fetched)
+        layers = self.store(image, fetched, pinned=digest is not None)
         assert layers is not None
         return layers
 
-    def resolve(self, image: str, source: LayerSource) -> tuple[Layer, ...]:
+    def resolve(self, image: ImageName, source: LayerSource) -> tuple[Layer, ...]:
         """The layers of ``image``: cached, else (or when stale) refreshed through
         ``source`` inline. A recent failure raises without asking the source again."""
         entry, stale = self.get(image)
@@ -296,12 +303,12 @@ class LayerCache:
             return entry.layers
         return self.refresh(image, source)
 
-    def _peek(self, image: str) -> tuple[Entry | None, bool]:
+    def _peek(self, image: ImageName) -> tuple[Entry | None, bool]:
         with self._lock:
             entry = self._entries.get(image)
             return entry, entry is not None and entry.expires_at < self.clock()
 
-    def _renew(self, image: str, entry: Entry, expires_at: float) -> None:
+    def _renew(self, image: ImageName, entry: Entry, expires_at: float) -> None:
         entry.expires_at = expires_at
         self._entries.move_to_end(image)
         if expires_at != math.inf:
@@ -318,7 +325,7 @@ class LayerCache:
         self._shared[fetched.digest] = (fetched.layers, 1 + (shared[1] if shared else 0))
         return fetched.layers
 
-    def _put(self, image: str, entry: Entry) -> None:
+    def _put(self, image: ImageName, entry: Entry) -> None:
         self._drop(image)
         self._entries[image] = entry
         self._bytes += entry.cost_bytes
@@ -331,7 +338,7 @@ class LayerCache:
             self._drop(oldest)
             self.evictions += 1
 
-    def _drop(self, image: str) -> None:
+    def _drop(self, image: ImageName) -> None:
         entry = self._entries.pop(image, None)
         if entry is None:
             return
@@ -345,6 +352,15 @@ class LayerCache:
                     self._shared[entry.digest] = (shared[0], shared[1] - 1)
 
 
+def _parsed(image: ImageName) -> tuple[ImageReference | None, LayerResolutionError | None]:
+    """``image`` as a reference, or None and the error naming it (a runtime's name such as
+    ``<none>@<none>`` is none: a registry cannot be asked for it)."""
+    try:
+        return ImageReference.parse(image), None
+    except ImageReferenceError as err:
+        return None, LayerResolutionError(f"resolving layers of {image!r}: {err}")
+
+
 class CachedLayerSource:
     """A :class:`~layersched.core.layers.LayerSource` through a :class:`LayerCache`: for
     callers that resolve inline (the agent's registry fallback, ``layersched score``)."""
@@ -353,5 +369,5 @@ class CachedLayerSource:
         self.source = source
         self.cache = cache if cache is not None else LayerCache()
 
-    def resolve(self, image: str) -> tuple[Layer, ...]:
+    def resolve(self, image: ImageName) -> tuple[Layer, ...]:
         return self.cache.resolve(image, self.source)

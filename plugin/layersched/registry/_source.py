@@ -23,7 +23,7 @@ from layersched.core.errors import (
     RegistryNotAllowedError,
 )
 from layersched.core.layers import Layer
-from layersched.core.reference import ImageReference
+from layersched.core.reference import ImageName, ImageReference
 from layersched.registry._cache import Fetched
 from layersched.registry._client import RegistryClient
 
@@ -49,31 +49,30 @@ class RegistryLayerSource:
         self.not_allowed = 0
         self._refused_registries: set[str] = set()
 
-    def resolve(self, image: str) -> tuple[Layer, ...]:
-        return self.fetch(image).layers
+    def resolve(self, image: ImageName) -> tuple[Layer, ...]:
+        return self.fetch(self._parse(image)).layers
 
-    def fetch(self, image: str) -> Fetched:
+    def fetch(self, ref: ImageReference) -> Fetched:
         """The image's layers on the client's platform, and the digest its name points to."""
-        ref = self._parse(image)
         with self._errors(ref):
             resolved = self.client.resolve(ref)
         with self._lock:
             self.fetches += 1
         return Fetched(resolved.layers, resolved.digest)
 
-    def current_digest(self, image: str) -> str | None:
-        """The digest ``image`` points to now (one ``HEAD``), None if the registry omits it."""
-        ref = self._parse(image)
+    def current_digest(self, ref: ImageReference) -> str | None:
+        """The digest ``ref`` points to now (one ``HEAD``), None if the registry omits it."""
         if ref.digest is not None:
             return ref.digest
         with self._errors(ref):
-            digest = self.client.manifest_digest(ref, image=image)
+            digest = self.client.manifest_digest(ref)
         with self._lock:
             self.digest_checks += 1
         return digest
 
     @staticmethod
-    def _parse(image: str) -> ImageReference:
+    def _parse(image: ImageName) -> ImageReference:
+        """The edge where a name becomes a reference: an error naming it if it is none."""
         try:
             return ImageReference.parse(image)
         except InputError as err:

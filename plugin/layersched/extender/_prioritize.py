@@ -13,15 +13,15 @@ import msgspec
 import numpy as np
 
 from layersched.core.errors import InputError
-from layersched.core.layerindex import IndexArray, LayerIndex, SlotCache, prefixed_name
+from layersched.core.layerindex import IndexArray, LayerIndex, SlotCache
 from layersched.core.layers import Layer, LayerSource
-from layersched.core.objects import ObjectMeta, pod_images, pod_name
+from layersched.core.objects import Node, ObjectMeta, pod_images, pod_name
 from layersched.core.pod import PodImages
-from layersched.core.reference import is_pinned
 from layersched.core.strategies import NodeScores, PlatformGroup, Strategy, pod_layers
 from layersched.core.strategies.base import MAX_NODE_SCORE
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms, PlatformSource
+from layersched.extender._pod_layers import PodLayers
 from layersched.extender._providers import LayerIndexProvider, request_index
 from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver
 from layersched.extender._wire import (
@@ -192,6 +192,85 @@ class _LogOnce:
             self._seen.popitem(last=False)
         return True
 
+    def warn(self, warnings: Sequence[str]) -> None:
+        """Log each warning not logged recently."""
+        for warning in warnings:
+            if self.first(warning):
+                log.warning("%s", warning)
+
+
+class _RequestIndexes:
+    """The index of a full-Nodes request, built from the request's own Node objects
+    (a NodeNames request is scored in the provider's), over the node-image entries of
+    earlier requests: only new ones are resolved."""
+
+    def __init__(self, needs_layers: bool, pod_layers: PodLayers, metrics: ExtenderMetrics) -> None:
+        self._needs_layers = needs_layers
+        self._pod_layers = pod_layers
+        self._metrics = metrics
+        #: The default platform's resolver.
+        self._resolver = pod_layers.resolver(pod_layers.default_key)
+        self._logged_unresolved = _LogOnce(MAX_LOGGED_UNRESOLVED_IMAGES)
+        self._logged_invalid = _LogOnce(MAX_LOGGED_INVALID_NODE_DATA)
+        #: Image entries of earlier requests (an offline source's misses too: its answer
+        #: cannot change).
+        self._slots = SlotCache(MAX_CACHED_IMAGES, keep_unresolved=self._resolver.local)
+
+    def build(self, items: list[Node], node_keys: Sequence[str] | None) -> LayerIndex:
+        """The index of ``items`` (``node_keys``: each one's platform; None: all the
+        default's), its problems counted and logged once each."""
+        needs_layers = self._needs_layers
+        source: LayerSource | None = self._resolver.cached_source() if needs_layers else None
+        platform_keys: list[str | None] | None = None
+        if node_keys is not None:
+            default = self._pod_layers.default_key
+            if any(key != default for key in node_keys):
+                source = PlatformSource(
+                    lambda key: self._pod_layers.resolver(key).cached_source(), default
+                )
+                platform_keys = [None if key == default else key for key in node_keys]
+        if needs_layers and not self._resolver.local:
+            self._refresh_slots()
+        problems: list[str] = []
+        inventory = request_index(
+            items,
+            source,
+            "Nodes.items",
+            self._slots,
+            problems,
+            platform_keys,
+        )
+        if problems:
+            self._metrics.invalid_node_data.inc(len(problems))
+            self._logged_invalid.warn(problems)
+        if needs_layers and inventory.unresolved_images:
+            self._metrics.unresolved_node_images.inc(inventory.unresolved_images)
+            if not self._resolver.local:
+                # being resolved, or failed: the resolver logs the failure and its reason
+                log.debug("%d node images ignored for now", inventory.unresolved_images)
+                return inventory
+            self._logged_unresolved.warn(inventory.warnings)
+        return inventory
+
+    def _refresh_slots(self) -> None:
+        """Revalidate tags past their TTL in the background, and forget the slot-cache
+        entries of names whose layers changed (only those: the rest stay valid)."""
+        changed = self._pod_layers.changed()
+        if changed:
+            entries = self._slots.entries
+            stale = [key for key, entry in entries.items() if not changed.isdisjoint(entry[0])]
+            for key in stale:
+                del entries[key]
+            log.info(
+                "layers of %d images changed on revalidation: %d cached node image entries dropped",
+                len(changed),
+                len(stale),
+            )
+
+
+#: A request's nodes: names, the index (None for full Nodes, until the pod resolves),
+#: platform keys (None: all the default), positions in the index, names it lacks.
+_Nodes = tuple[list[str], LayerIndex | None, Sequence[str] | None, IndexArray, list[str]]
 
 #: What a prioritize request without a pod is told.
 _NO_POD = "Pod is missing: a prioritize request is ExtenderArgs {Pod, Nodes|NodeNames}"
@@ -219,67 +298,24 @@ class Extender:
             if platforms is not None and platforms.enabled and strategy.needs_layers
             else None
         )
-        self._resolvers: dict[str, DeadlineResolver] = {
-            self.platforms.default_key if self.platforms is not None else "": resolver
-        }
+        #: The pod's layers in each platform, and the resolvers behind them.
+        self.pod_layers = PodLayers(resolver, provider, metrics, self.platforms)
         #: What was answered for recent pods (``/debug/decisions``).
         self.decisions = Decisions()
         self._logged_unknown = _LogOnce(MAX_LOGGED_UNKNOWN_NODES)
-        self._logged_unresolved = _LogOnce(MAX_LOGGED_UNRESOLVED_IMAGES)
-        self._logged_invalid = _LogOnce(MAX_LOGGED_INVALID_NODE_DATA)
-        #: Image entries of earlier full-Nodes requests: only new ones are resolved
-        #: (an offline source's misses too: its answer cannot change).
-        self._slots = SlotCache(MAX_CACHED_IMAGES, keep_unresolved=resolver.local)
+        self._request_indexes = _RequestIndexes(strategy.needs_layers, self.pod_layers, metrics)
         self._indices_memo: tuple[LayerIndex, list[str], IndexArray, list[str], int] | None = None
         self._groups_memo: tuple[IndexArray, Sequence[str], dict[str, IndexArray] | None] | None = (
             None
         )
 
-    def _resolver(self, key: str) -> DeadlineResolver:
-        """The resolver of platform ``key`` (made on first use, like the first's)."""
-        resolver = self._resolvers.get(key)
-        if resolver is None:
-            assert self.platforms is not None
-            resolver = self._resolvers[key] = self.resolver.sibling(self.platforms.source(key))
-        return resolver
-
-    async def _resolve_pod(
-        self, key: str, images: Sequence[str], from_inventory: bool
-    ) -> dict[str, tuple[Layer, ...]] | None:
-        """The pod's layers for platform ``key``: from the held inventory first (an image
-        some node's agent published needs no registry call), else the resolver."""
-        if from_inventory:
-            lookup = self.provider.image_layers
-            known = {image: self._checked(key, image, lookup(image, key)) for image in images}
-            if all(layers is not None for layers in known.values()):
-                self.metrics.pod_images_from_inventory.inc(len(known))
-                return {image: layers for image, layers in known.items() if layers is not None}
-        return await self._resolver(key).resolve_pod(images)
-
-    def _checked(
-        self, key: str, image: str, agreed: tuple[Layer, ...] | None
-    ) -> tuple[Layer, ...] | None:
-        """A digest-pinned pod image's layers as the nodes agree on them, checked against
-        the layer source (the registry) once: its answer when it has one (kept for good: a
-        digest names its content), the nodes' meanwhile (the source is asked in the
-        background, never awaited). Issue 30: agreeing liars are outvoted by the registry."""
-        if agreed is None or not is_pinned(image):
-            return agreed
-        registry = self._resolver(key).known_layers(image)
-        if registry is None:
-            return agreed
-        if registry != agreed:
-            self.metrics.pod_images_disputed.inc()
-        return registry
-
     def cached_bytes(self) -> int:
         """Estimated bytes the resolvers' layer caches hold."""
-        return sum(resolver.cache.cost_bytes for resolver in list(self._resolvers.values()))
+        return self.pod_layers.cached_bytes()
 
     def close(self) -> None:
         """Stop every resolver's workers."""
-        for resolver in self._resolvers.values():
-            resolver.close()
+        self.pod_layers.close()
 
     # ------------------------------------------------------------- prioritize
     async def prioritize(self, args: ExtenderArgs) -> msgspec.Raw:
@@ -295,57 +331,19 @@ class Extender:
         if args.Pod is None:
             raise InputError(_NO_POD)
         pod = pod_images(args.Pod, f"pod {pod_name(args.Pod.metadata)!r}")
-        #: per node of the request (full Nodes) or of the held inventory (NodeNames)
-        node_keys: Sequence[str] | None = None
-        if args.Nodes is not None:
-            items = args.Nodes.items or []
-            names = [node.metadata.name for node in items]
-            inventory: LayerIndex | None = None  # built once the pod resolves
-            if self.platforms is not None:
-                node_keys = [self.platforms.key(node) for node in items]
-            candidates: IndexArray = np.arange(len(names), dtype=np.int64)
-            missing: list[str] = []
-        elif args.NodeNames is not None:
-            names = args.NodeNames
-            inventory = self.provider.current()
-            if inventory is None:
-                return self._neutral(names, "not_ready", pod), "not_ready", None
-            if self.platforms is not None:
-                node_keys = self.provider.platform_keys
-            candidates, missing = self._indices(inventory, names)
-        else:
-            raise InputError("neither Nodes nor NodeNames is set: send one of them")
+        nodes = self._nodes(args)
+        if nodes is None:
+            assert args.NodeNames is not None
+            return self._neutral(args.NodeNames, "not_ready", pod), "not_ready", None
+        names, inventory, node_keys, candidates, missing = nodes
         groups = self._platform_groups(node_keys, candidates)
-        # the pod's images are resolved once per platform, and the strategy gets its layers
-        layers: dict[str, tuple[Layer, ...]] = {}
-        if self.strategy.needs_layers:
-            keys = list(groups) if groups is not None else [next(iter(self._resolvers))]
-            answers = await asyncio.gather(
-                *(self._resolve_pod(key, pod.pulled, args.Nodes is None) for key in keys)
-            )
-            for key, resolved in zip(keys, answers, strict=True):
-                if resolved is None:
-                    return self._neutral(names, "pod_unresolved", pod), "pod_unresolved", None
-                layers[key] = pod_layers(pod.pulled, resolved.__getitem__)
+        layers = await self._layers(pod, groups, from_inventory=args.Nodes is None)
+        if layers is None:
+            return self._neutral(names, "pod_unresolved", pod), "pod_unresolved", None
         if inventory is None:
             assert args.Nodes is not None
-            inventory = self._request_index(args, node_keys)
-        totals = np.full(len(candidates), 0, dtype=np.int64)
-        if groups is None:
-            result = self.strategy.score(
-                pod, next(iter(layers.values()), ()), inventory, candidates
-            )
-            parts = [result]
-            totals[:] = min(result.total_bytes, _INT64_MAX)
-        else:
-            result, parts = self.strategy.score_groups(
-                pod,
-                [PlatformGroup(positions, layers[key]) for key, positions in groups.items()],
-                inventory,
-                candidates,
-            )
-            for positions, part in zip(groups.values(), parts, strict=True):
-                totals[positions] = min(part.total_bytes, _INT64_MAX)
+            inventory = self._request_indexes.build(args.Nodes.items or [], node_keys)
+        result, parts, totals = self._score(pod, layers, inventory, candidates, groups)
         if missing:
             self._note_unknown(missing)
         if log.isEnabledFor(logging.DEBUG):
@@ -353,6 +351,72 @@ class Extender:
                 self._log_decision(pod, inventory, part)
         answer = _answer(names, inventory, result, bool(missing))
         return answer, "", _held(self.strategy.name, names, inventory, result, totals, missing)
+
+    def _nodes(self, args: ExtenderArgs) -> _Nodes | None:
+        """The request's nodes: their names, the index to score them in (None for full
+        Nodes: built once the pod resolves), their platform keys (None: all the default),
+        their positions in the index and the names it lacks. None: no inventory yet."""
+        if args.Nodes is not None:
+            items = args.Nodes.items or []
+            node_keys = None
+            if self.platforms is not None:
+                node_keys = [self.platforms.key(node) for node in items]
+            names = [node.metadata.name for node in items]
+            return names, None, node_keys, np.arange(len(names), dtype=np.int64), []
+        if args.NodeNames is None:
+            raise InputError("neither Nodes nor NodeNames is set: send one of them")
+        inventory = self.provider.current()
+        if inventory is None:
+            return None
+        node_keys = self.provider.platform_keys if self.platforms is not None else None
+        candidates, missing = self._indices(inventory, args.NodeNames)
+        return args.NodeNames, inventory, node_keys, candidates, missing
+
+    async def _layers(
+        self, pod: PodImages, groups: dict[str, IndexArray] | None, from_inventory: bool
+    ) -> dict[str, tuple[Layer, ...]] | None:
+        """The pod's layers in each platform of ``groups`` (the default's alone when None),
+        resolved once per platform; None if they are not known in time. Empty for a
+        strategy that needs no layers."""
+        layers: dict[str, tuple[Layer, ...]] = {}
+        if not self.strategy.needs_layers:
+            return layers
+        keys = list(groups) if groups is not None else [self.pod_layers.default_key]
+        answers = await asyncio.gather(
+            *(self.pod_layers.resolve(key, pod.pulled, from_inventory) for key in keys)
+        )
+        for key, resolved in zip(keys, answers, strict=True):
+            if resolved is None:
+                return None
+            layers[key] = pod_layers(pod.pulled, resolved.__getitem__)
+        return layers
+
+    def _score(
+        self,
+        pod: PodImages,
+        layers: dict[str, tuple[Layer, ...]],
+        inventory: LayerIndex,
+        candidates: IndexArray,
+        groups: dict[str, IndexArray] | None,
+    ) -> tuple[NodeScores, list[NodeScores], IndexArray]:
+        """The strategy's scores of ``candidates`` (once per platform group), its parts (one
+        per group), and per candidate the pod's bytes in its platform."""
+        totals = np.full(len(candidates), 0, dtype=np.int64)
+        if groups is None:
+            result = self.strategy.score(
+                pod, next(iter(layers.values()), ()), inventory, candidates
+            )
+            totals[:] = min(result.total_bytes, _INT64_MAX)
+            return result, [result], totals
+        result, parts = self.strategy.score_groups(
+            pod,
+            [PlatformGroup(positions, layers[key]) for key, positions in groups.items()],
+            inventory,
+            candidates,
+        )
+        for positions, part in zip(groups.values(), parts, strict=True):
+            totals[positions] = min(part.total_bytes, _INT64_MAX)
+        return result, parts, totals
 
     def _platform_groups(
         self, node_keys: Sequence[str] | None, candidates: IndexArray
@@ -406,68 +470,6 @@ class Extender:
         candidates, missing = inventory.indices_of(names)
         self._indices_memo = (inventory, names, candidates, missing, membership)
         return candidates, missing
-
-    def _request_index(self, args: ExtenderArgs, node_keys: Sequence[str] | None) -> LayerIndex:
-        assert args.Nodes is not None
-        needs_layers = self.strategy.needs_layers
-        source: LayerSource | None = self.resolver.cached_source() if needs_layers else None
-        platform_keys: list[str | None] | None = None
-        if self.platforms is not None and node_keys is not None:
-            default = self.platforms.default_key
-            if any(key != default for key in node_keys):
-                source = PlatformSource(lambda key: self._resolver(key).cached_source(), default)
-                platform_keys = [None if key == default else key for key in node_keys]
-        if needs_layers and not self.resolver.local:
-            self._refresh_slots()
-        problems: list[str] = []
-        inventory = request_index(
-            args.Nodes.items or [],
-            source,
-            "Nodes.items",
-            self._slots,
-            problems,
-            platform_keys,
-        )
-        if problems:
-            self.metrics.invalid_node_data.inc(len(problems))
-            self._warn_once(problems, self._logged_invalid)
-        if needs_layers and inventory.unresolved_images:
-            self.metrics.unresolved_node_images.inc(inventory.unresolved_images)
-            if not self.resolver.local:
-                # being resolved, or failed: the resolver logs the failure and its reason
-                log.debug("%d node images ignored for now", inventory.unresolved_images)
-                return inventory
-            self._warn_once(inventory.warnings, self._logged_unresolved)
-        return inventory
-
-    def _refresh_slots(self) -> None:
-        """Revalidate tags past their TTL in the background, and forget the slot-cache
-        entries of names whose layers changed (only those: the rest stay valid)."""
-        changed: set[str] = set()
-        default = self.platforms.default_key if self.platforms is not None else ""
-        for platform, resolver in list(self._resolvers.items()):
-            resolver.revalidate_due()
-            names = resolver.changed()
-            # slot entries of another platform's nodes carry prefixed names
-            if platform != default:
-                names = {prefixed_name(platform, name) for name in names}
-            changed |= names
-        if changed:
-            entries = self._slots.entries
-            stale = [key for key, entry in entries.items() if not changed.isdisjoint(entry[0])]
-            for key in stale:
-                del entries[key]
-            log.info(
-                "layers of %d images changed on revalidation: %d cached node image entries dropped",
-                len(changed),
-                len(stale),
-            )
-
-    def _warn_once(self, warnings: Sequence[str], logged: _LogOnce) -> None:
-        """Log each warning not in ``logged`` (the recently logged ones)."""
-        for warning in warnings:
-            if logged.first(warning):
-                log.warning("%s", warning)
 
     def _neutral(self, names: Sequence[str], reason: str, pod: PodImages) -> list[HostPriority]:
         return self._neutral_named(names, reason, pod.name)

@@ -1,0 +1,95 @@
+"""A pod's layers in each node platform, the first half of a prioritize (the Go plugin's
+``Index.ResolvePod``): what the held inventory's nodes agree on, else the registry within
+the deadline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from layersched.core.layerindex import prefixed_name
+from layersched.core.layers import Layer
+from layersched.core.reference import is_pinned
+from layersched.extender._metrics import ExtenderMetrics
+from layersched.extender._platforms import Platforms
+from layersched.extender._providers import LayerIndexProvider
+from layersched.extender._resolver import DeadlineResolver
+
+
+class PodLayers:
+    """A :class:`DeadlineResolver` per platform (the default's given, the others' made on
+    first use from it, each over its platform's layer source), and a pod's layers
+    through them."""
+
+    def __init__(
+        self,
+        resolver: DeadlineResolver,
+        provider: LayerIndexProvider,
+        metrics: ExtenderMetrics,
+        platforms: Platforms | None,
+    ) -> None:
+        self.provider = provider
+        self.metrics = metrics
+        self.platforms = platforms
+        #: The default platform's key ("" when every node is scored in one platform).
+        self.default_key = platforms.default_key if platforms is not None else ""
+        self._resolvers: dict[str, DeadlineResolver] = {self.default_key: resolver}
+
+    def resolver(self, key: str) -> DeadlineResolver:
+        """The resolver of platform ``key`` (made on first use, like the first's)."""
+        resolver = self._resolvers.get(key)
+        if resolver is None:
+            assert self.platforms is not None
+            default = self._resolvers[self.default_key]
+            resolver = self._resolvers[key] = default.sibling(self.platforms.source(key))
+        return resolver
+
+    async def resolve(
+        self, key: str, images: Sequence[str], from_inventory: bool
+    ) -> dict[str, tuple[Layer, ...]] | None:
+        """The pod's layers for platform ``key``: from the held inventory first (an image
+        some node's agent published needs no registry call), else the resolver."""
+        if from_inventory:
+            lookup = self.provider.image_layers
+            known = {image: self._checked(key, image, lookup(image, key)) for image in images}
+            if all(layers is not None for layers in known.values()):
+                self.metrics.pod_images_from_inventory.inc(len(known))
+                return {image: layers for image, layers in known.items() if layers is not None}
+        return await self.resolver(key).resolve_pod(images)
+
+    def _checked(
+        self, key: str, image: str, agreed: tuple[Layer, ...] | None
+    ) -> tuple[Layer, ...] | None:
+        """A digest-pinned pod image's layers as the nodes agree on them, checked against
+        the layer source (the registry) once: its answer when it has one (kept for good: a
+        digest names its content), the nodes' meanwhile (the source is asked in the
+        background, never awaited). Issue 30: agreeing liars are outvoted by the registry."""
+        if agreed is None or not is_pinned(image):
+            return agreed
+        registry = self.resolver(key).known_layers(image)
+        if registry is None:
+            return agreed
+        if registry != agreed:
+            self.metrics.pod_images_disputed.inc()
+        return registry
+
+    def changed(self) -> set[str]:
+        """Revalidate tags past their TTL in the background, in every platform; the names
+        whose layers changed since the last call (another platform's prefixed with its
+        key, as its nodes' image names are in a snapshot)."""
+        changed: set[str] = set()
+        for platform, resolver in list(self._resolvers.items()):
+            resolver.revalidate_due()
+            names = resolver.changed()
+            if platform != self.default_key:
+                names = {prefixed_name(platform, name) for name in names}
+            changed |= names
+        return changed
+
+    def cached_bytes(self) -> int:
+        """Estimated bytes the resolvers' layer caches hold."""
+        return sum(resolver.cache.cost_bytes for resolver in list(self._resolvers.values()))
+
+    def close(self) -> None:
+        """Stop every resolver's workers."""
+        for resolver in self._resolvers.values():
+            resolver.close()

@@ -12,7 +12,6 @@ import os
 import signal as signals
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -198,6 +197,23 @@ def test_metrics_are_served_when_given() -> None:
         )
 
 
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(TURN_TIMEOUT_S),
+    wait=tenacity.wait_fixed(POLL_S),
+    retry=tenacity.retry_if_result(lambda closed: not closed),
+    retry_error_callback=lambda state: False,
+)
+def closed_unanswered(port: int) -> bool:
+    """Whether a new connection to ``port`` is closed unanswered, asked until it is (the
+    connections opened before it count once the server has accepted them) or the turn
+    is over (False)."""
+    try:
+        http_get(port, LIVEZ_PATH)
+    except (http.client.RemoteDisconnected, ConnectionError):
+        return True
+    return False
+
+
 def test_run_serves_the_probes_publishes_and_stops_on_sigterm() -> None:
     # the whole agent in the service shell, on this (main) thread: health port, the
     # publish loop on a thread, the poll timer, the watch of its own object; SIGTERM
@@ -217,11 +233,7 @@ def test_run_serves_the_probes_publishes_and_stops_on_sigterm() -> None:
             idle = [
                 socket.create_connection(("127.0.0.1", port)) for _ in range(HEALTH_MAX_CONNECTIONS)
             ]
-            time.sleep(0.1)
-            try:
-                http_get(port, LIVEZ_PATH)
-            except (http.client.RemoteDisconnected, ConnectionError):
-                refused.append(True)
+            refused.append(closed_unanswered(port))
             for sock in idle:
                 sock.close()
         finally:

@@ -325,9 +325,23 @@ def _until(check: Callable[[], None], timeout_s: float = REPAIR_TIMEOUT_S) -> No
     )(check)()
 
 
-def test_the_agent_repairs_its_object_over_the_watch_within_seconds() -> None:
+def test_the_agent_repairs_its_object_over_the_watch_within_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     images = [IMG]
     with InventoryApi() as api, agent_with_own_watch(api, images) as (publisher, signal):
+        # what the watch told the publisher: each object's resourceVersion, and whether
+        # it called for a repair
+        noticed: list[tuple[str, bool]] = []
+        notice = publisher.notice
+
+        def recording(current: Mapping[str, Any] | None) -> bool:
+            due = notice(current)
+            version = (current or {}).get("metadata", {}).get("resourceVersion", "")
+            noticed.append((version, due))
+            return due
+
+        monkeypatch.setattr(publisher, "notice", recording)
 
         def published() -> None:
             assert api.applies == 1 and publisher.stats.applies == 1
@@ -363,7 +377,13 @@ def test_the_agent_repairs_its_object_over_the_watch_within_seconds() -> None:
             assert parse_document(api.objects["n1"], "api").images == (IMG, pulled)
 
         _until(followed)
-        time.sleep(0.5)  # the apply's own event has come and gone
+        applied = api.objects["n1"]["metadata"]["resourceVersion"]
+
+        def seen() -> None:
+            assert any(version == applied for version, _ in noticed), "no event yet"
+
+        _until(seen)  # the apply's own event reached the publisher: no repair is due
+        assert (applied, False) in noticed
         assert sum(publisher.stats.repairs.values()) == 3
         assert publisher.notice(api.objects["n1"]) is False  # in step with the API
 

@@ -64,55 +64,83 @@ class _SourceCollector(Collector):
         for attribute, name, documentation in SOURCE_COUNTERS:
             value = getattr(self._source, attribute, None)
             if isinstance(value, int | float):
-                family = CounterMetricFamily(name, documentation)
-                family.add_metric([], float(value))
-                yield family
+                yield _one(CounterMetricFamily, name, documentation, value)
         cache = self._resolver.cache
         for attribute, name, documentation in CACHE_COUNTERS:
-            family = CounterMetricFamily(name, documentation)
-            family.add_metric([], float(getattr(cache, attribute)))
-            yield family
-        held = GaugeMetricFamily(
+            yield _one(CounterMetricFamily, name, documentation, getattr(cache, attribute))
+        yield _one(
+            GaugeMetricFamily,
             "layersched_layer_cache_bytes",
             "Estimated bytes the layer cache holds (bounded by MAX_CACHED_BYTES).",
+            cache.cost_bytes,
         )
-        held.add_metric([], float(cache.cost_bytes))
-        yield held
-        timeouts = CounterMetricFamily(
+        yield _one(
+            CounterMetricFamily,
             "layersched_extender_resolve_timeouts",
             "Pods whose layers were not resolved within --resolve-timeout-s.",
+            self._resolver.timeouts,
         )
-        timeouts.add_metric([], float(self._resolver.timeouts))
-        yield timeouts
-        rejected = CounterMetricFamily(
+        yield _one(
+            CounterMetricFamily,
             "layersched_extender_resolve_rejected",
             "Pod-image resolutions not queued because the worker pool was saturated.",
+            self._resolver.rejected,
         )
-        rejected.add_metric([], float(self._resolver.rejected))
-        yield rejected
-        revalidations = CounterMetricFamily(
+        yield _one(
+            CounterMetricFamily,
             "layersched_extender_revalidations",
             "Tag entries answered again by the layer source after their TTL (default platform).",
+            self._resolver.revalidations,
         )
-        revalidations.add_metric([], float(self._resolver.revalidations))
-        yield revalidations
         inventory = self._inventory()
         if inventory is not None:
-            nodes = GaugeMetricFamily(
-                "layersched_extender_inventory_nodes", "Nodes in the held inventory."
+            yield _one(
+                GaugeMetricFamily,
+                "layersched_extender_inventory_nodes",
+                "Nodes in the held inventory.",
+                inventory.node_count,
             )
-            nodes.add_metric([], float(inventory.node_count))
-            yield nodes
-            unresolved = GaugeMetricFamily(
+            yield _one(
+                GaugeMetricFamily,
                 "layersched_extender_inventory_unresolved_node_images",
                 "Images of the held inventory whose layers are unknown (ignored).",
+                inventory.unresolved_images,
             )
-            unresolved.add_metric([], float(inventory.unresolved_images))
-            yield unresolved
+
+
+def _one(
+    kind: type[CounterMetricFamily | GaugeMetricFamily],
+    name: str,
+    documentation: str,
+    value: float,
+) -> Metric:
+    """A metric family of one unlabelled sample."""
+    family = kind(name, documentation)
+    family.add_metric([], float(value))
+    return family
+
+
+def process_registry() -> CollectorRegistry:
+    """A registry of its own with what the default registry has (``process_*``,
+    ``python_gc_*``, ``python_info``: stateless readers, shared safely), and
+    ``layersched_build_info``."""
+    registry = CollectorRegistry()
+    for collector in (PROCESS_COLLECTOR, GC_COLLECTOR, PLATFORM_COLLECTOR):
+        registry.register(collector)
+    build_info = Gauge(
+        "layersched_build_info",
+        "Always 1: the layersched version and Python implementation serving.",
+        ["version", "python"],
+        registry=registry,
+    )
+    build_info.labels(__version__, platform.python_version()).set(1)
+    return registry
 
 
 class ExtenderMetrics:
-    """The extender's metrics, in a registry of their own."""
+    """The extender's metrics, in a registry of their own: the verbs' requests (how many
+    at once, how long, how answered), then what the answers were made of, then what the
+    layer source and the held inventory say at scrape time."""
 
     def __init__(
         self,
@@ -120,18 +148,7 @@ class ExtenderMetrics:
         resolver: DeadlineResolver,
         inventory: Callable[[], LayerIndexView | None],
     ) -> None:
-        self.registry = CollectorRegistry()
-        # the default registry's process_*, python_gc_* and python_info, which a private
-        # registry lacks: the collectors are stateless readers, shared safely
-        for collector in (PROCESS_COLLECTOR, GC_COLLECTOR, PLATFORM_COLLECTOR):
-            self.registry.register(collector)
-        self.build_info = Gauge(
-            "layersched_build_info",
-            "Always 1: the layersched version and Python implementation serving.",
-            ["version", "python"],
-            registry=self.registry,
-        )
-        self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.registry = process_registry()
         self.in_progress = Gauge(
             "layersched_extender_requests_in_progress",
             "Verb requests being answered now: 'working' (under --max-concurrent-requests) "
@@ -146,49 +163,44 @@ class ExtenderMetrics:
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
-        self.requests = Counter(
+        self.requests = self._counter(
             "layersched_extender_requests",
             "Extender requests, by verb and HTTP status code.",
-            ["verb", "code"],
-            registry=self.registry,
+            ("verb", "code"),
         )
-        self.neutral = Counter(
-            "layersched_extender_neutral_answers",
-            "Prioritize answers of all zeros, by reason.",
-            ["reason"],
-            registry=self.registry,
-        )
-        self.unresolved_node_images = Counter(
-            "layersched_extender_unresolved_node_images",
-            "Node images of full-Nodes requests whose layers were unknown (ignored).",
-            registry=self.registry,
-        )
-        self.invalid_node_data = Counter(
-            "layersched_extender_invalid_node_data",
-            "Malformed node images or imageLayer annotations in full-Nodes requests (ignored).",
-            registry=self.registry,
-        )
-        self.unknown_nodes = Counter(
-            "layersched_extender_unknown_nodes",
-            "NodeNames absent from the held inventory (scored 0).",
-            registry=self.registry,
-        )
-        self.overloaded = Counter(
+        self.overloaded = self._counter(
             "layersched_extender_overloaded_requests",
             "Requests answered at once without work (neutral scores, or every node passing) "
             "because --max-concurrent-requests were already being answered, by verb.",
-            ["verb"],
-            registry=self.registry,
+            ("verb",),
         )
-        self.pod_images_from_inventory = Counter(
+        self.neutral = self._counter(
+            "layersched_extender_neutral_answers",
+            "Prioritize answers of all zeros, by reason.",
+            ("reason",),
+        )
+        self.unresolved_node_images = self._counter(
+            "layersched_extender_unresolved_node_images",
+            "Node images of full-Nodes requests whose layers were unknown (ignored).",
+        )
+        self.invalid_node_data = self._counter(
+            "layersched_extender_invalid_node_data",
+            "Malformed node images or imageLayer annotations in full-Nodes requests (ignored).",
+        )
+        self.unknown_nodes = self._counter(
+            "layersched_extender_unknown_nodes",
+            "NodeNames absent from the held inventory (scored 0).",
+        )
+        self.pod_images_from_inventory = self._counter(
             "layersched_extender_pod_images_from_inventory",
             "Pod images whose layers came from the watched inventory (no registry call).",
-            registry=self.registry,
         )
-        self.pod_images_disputed = Counter(
+        self.pod_images_disputed = self._counter(
             "layersched_extender_pod_images_disputed",
             "Digest-pinned pod images whose layers the nodes agreed on but the registry "
             "gave otherwise (the registry's answer is used): lying nodes show here.",
-            registry=self.registry,
         )
         self.registry.register(_SourceCollector(source, resolver, inventory))
+
+    def _counter(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> Counter:
+        return Counter(name, documentation, labels, registry=self.registry)

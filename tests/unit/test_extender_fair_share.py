@@ -156,3 +156,28 @@ def test_the_share_follows_the_nodes_with_a_floor() -> None:
     assert pools.share_bytes == MIN_SHARE_BYTES
     pools.expected_nodes = 7
     assert pools.share_bytes == 256 * 1024 * 1024 // 7
+
+
+@pytest.mark.parametrize("status", [False, True], ids=["published-object", "node-status-images"])
+def test_a_repeated_image_entry_counts_once(status: bool) -> None:
+    # an object listing HONEST three times holds and is charged what it holds listing it
+    # once: one pooled entry, one reference; releasing it leaves the pools empty
+    def hold(images: tuple[NodeImage, ...]) -> tuple[IndexPools, Any]:
+        pools = IndexPools(2**40)
+        if status:
+            held, _ = pools.hold_status(images)
+        else:
+            document = layers("n1", HONEST)
+            document["images"] = document["images"] * len(images)
+            held, _ = pools.hold_layers(parse_document(document, "test"))
+        assert held is not None
+        return pools, held
+
+    once_pools, once = hold((HONEST,))
+    pools, repeated = hold((HONEST, HONEST, HONEST))
+    assert repeated.cost_bytes == once.cost_bytes
+    assert len(repeated.node_images) == 1
+    assert pools.images == once_pools.images == 1
+    pools.release(repeated)
+    assert pools.images == 0
+    assert pools.held_bytes == 0

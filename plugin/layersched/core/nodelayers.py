@@ -353,17 +353,15 @@ def _list(value: object, where: str) -> list[Any]:
 def parse_document(
     document: Any,
     origin: str,
-    pool: dict[str, Layer] | None = None,
     intern: Callable[[str], str] = sys.intern,
 ) -> NodeLayerInventory:
     """Read a ``NodeLayerInventory`` object; InputError naming the node and field if it is
     malformed (an index out of range, a bad digest or size; sizes are capped by
     ``check_size`` at ``layersched.core.layers.MAX_SIZE_BYTES``).
 
-    ``pool`` shares one :class:`Layer` per digest across objects (a base layer on 5,000
-    nodes is then one object, not 5,000); ``intern`` shares image names (the watching
-    extender pools whole images instead, and interns nothing an object it may refuse
-    names)."""
+    ``intern`` shares image names. The watching extender shares layers and whole images
+    across objects in its own pools (``layersched.extender._pools``), and interns nothing
+    an object it may refuse names."""
     if not isinstance(document, dict):
         raise InputError(f"{origin}: expected a {KIND} object")
     meta = document.get("metadata")
@@ -380,9 +378,6 @@ def parse_document(
             check_digest(raw.get("digest"), f"{lw}.digest"),
             check_size(raw.get("sizeBytes"), f"{lw}.sizeBytes", LIMITS.max_layer_size_bytes),
         )
-        if pool is not None:
-            shared = pool.setdefault(layer.digest, layer)
-            layer = shared if shared == layer else layer
         table.append(layer)
     images = []
     for i, raw in enumerate(_list(document.get("images"), f"{where}: images")):

@@ -629,11 +629,12 @@ def add_node_object(
         keys = [(platform_key, image) for image in keys]
         describe = _platform_describer(platform_key)
     meta = node.metadata
+    layers = node_annotation_layers(node, where, mine)
     idx = builder.add_node(
         name,
         keys,
         describe=describe,
-        annotation_layers=node_annotation_layers(node, where, mine),
+        annotation_layers=layers,
         labels=meta.labels,
         annotations=meta.annotations,
         allocatable=node.status.allocatable,

@@ -225,7 +225,8 @@ class IndexPools:
             held_layers: dict[int, Layer] = {}  # pooled layers this object holds, by id
             pooled_of: dict[int, Layer] = {}  # the document's layer objects -> pooled
             images: list[NodeImage] = []
-            for image in dict.fromkeys(parsed.images):  # a repeated entry counts once
+            held_entries: set[int] = set()  # pool entries this object holds, by id
+            for image in parsed.images:
                 layers = []
                 for layer in image.known_layers:
                     shared = pooled_of.get(id(layer))
@@ -242,6 +243,9 @@ class IndexPools:
                     entry = self._images[pooled] = [pooled, 0]
                     cost += IMAGE_ENTRY_BYTES + SLOT_BYTES * len(layers)
                     cost += sum(NAME_BYTES + len(name) for name in (*image.names, image.digest))
+                elif id(entry) in held_entries:
+                    continue  # a repeated entry counts once: the pool's lookup finds it
+                held_entries.add(id(entry))
                 entry[1] += 1
                 images.append(entry[0])
                 cost += IMAGE_REF_BYTES + NAME_REF_BYTES * len(image.names)
@@ -274,8 +278,11 @@ class IndexPools:
         with self._lock:
             cost = OBJECT_BYTES + extra_bytes
             pooled: list[NodeImage] = []
-            for image in dict.fromkeys(images):
+            held_entries: set[int] = set()  # pool entries this Node holds, by id
+            for image in images:
                 entry = self._status.get(image)
+                if entry is not None and id(entry) in held_entries:
+                    continue  # a repeated entry counts once: the pool's lookup finds it
                 if entry is None:
                     entry = self._status[image] = [image, 0]
                     cost += IMAGE_ENTRY_BYTES + SLOT_BYTES * len(image.layers or ())
@@ -283,6 +290,7 @@ class IndexPools:
                     cost += sum(
                         LAYER_ENTRY_BYTES + len(layer.digest) for layer in image.layers or ()
                     )
+                held_entries.add(id(entry))
                 entry[1] += 1
                 pooled.append(entry[0])
                 cost += IMAGE_REF_BYTES + NAME_REF_BYTES * len(image.names)

@@ -46,6 +46,7 @@ from layersched.testbed.local import (
 from layersched.testbed.scheduler_configs import (
     IMAGE_LOCALITY_SCHEDULER,
     LAYER_LOCALITY_PLUGIN_SCHEDULER,
+    PULL_TIME_SCHEDULER,
     TestbedSchedulers,
     for_process,
     image_locality_scheduler_config,
@@ -305,11 +306,35 @@ def test_the_role_writes_the_generators_files_and_has_no_template_of_its_own() -
     assert argv[1:5] == ["-m", "layersched.cli.main", "testbed", "scheduler-configs"]
     [write] = [t for t in tasks if t["name"] == "Write the scheduler configurations"]
     assert "k8s_control_plane_scheduler_configs.stdout" in write["ansible.builtin.copy"]["content"]
-    # the processes it loops over are the generator's, and each one is started
+    # the processes it loops over are the generator's (the fourth, pull-time, when the
+    # testbed asks for it: the render always passes its extender), and each one is started
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    assert defaults["k8s_control_plane_schedulers"] == list(generate_testbed_configs(SPEC))
-    components = set(defaults["k8s_control_plane_components"])
-    assert {f"scheduler-{name}" for name in defaults["k8s_control_plane_schedulers"]} <= components
+    assert defaults["k8s_control_plane_default_schedulers"] == list(generate_testbed_configs(SPEC))
+    opt_in = defaults["k8s_control_plane_schedulers"]
+    assert "['pull-time'] if k8s_control_plane_pull_time" in opt_in
+    assert any(a.startswith("--pull-time-extender-url=") for a in argv)
+    pull_time = replace(SPEC, pull_time_extender_url="http://10.250.71.1:8889")
+    assert list(generate_testbed_configs(pull_time)) == [
+        *defaults["k8s_control_plane_default_schedulers"],
+        PULL_TIME_SCHEDULER,
+    ]
+    assert "regex_replace', '^', 'scheduler-'" in defaults["k8s_control_plane_components"]
+    [describe] = [t for t in tasks if t["name"] == "Describe the control plane daemons"]
+    daemons = {d["name"] for d in describe["ansible.builtin.set_fact"]["k8s_control_plane_daemons"]}
+    assert {f"scheduler-{name}" for name in generate_testbed_configs(pull_time)} <= daemons
+
+
+def test_the_pull_time_process_is_the_extenders_with_its_own_url() -> None:
+    configs = generate_testbed_configs(
+        replace(SPEC, pull_time_extender_url="http://10.250.71.1:8889", pull_time="pt")
+    )
+    layer, pull_time = configs[LAYER_LOCALITY_SCHEDULER], configs[PULL_TIME_SCHEDULER]
+    # the same process as layer-locality's but for its profile's name and extender URL
+    assert [p["schedulerName"] for p in pull_time["profiles"]] == ["pt"]
+    [entry] = pull_time["extenders"]
+    assert entry["urlPrefix"] == "http://10.250.71.1:8889"
+    assert entry == dict(layer["extenders"][0], urlPrefix="http://10.250.71.1:8889")
+    assert pull_time["clientConnection"] == layer["clientConnection"]
 
 
 def test_the_install_renders_the_plugin_on_deploys_version() -> None:

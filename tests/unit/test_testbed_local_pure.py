@@ -105,6 +105,8 @@ def test_settings_extra_vars_name_the_playbook_variables(tmp_path: Path) -> None
         "testbed_net_base": "10.250.50",
         # every node containerd (nodes past the list do)
         "testbed_node_runtimes": [],
+        # three schedulers: pull-time is opt-in (layersched testbed up --pull-time)
+        "testbed_pull_time": False,
     }
     shared = (TOOLS.parent / "vars" / "testbed-local.yml").read_text()
     for key in extra:

@@ -36,6 +36,9 @@ INTREE_SCHEDULER = "layer-locality-intree"
 IMAGE_LOCALITY_SCHEDULER = "image-locality"
 #: The local testbed's third process: layer-locality through the LayerLocality plugin.
 LAYER_LOCALITY_PLUGIN_SCHEDULER = "layer-locality-plugin"
+#: The local testbed's fourth process, opt-in (``layersched testbed up --pull-time``):
+#: the default plugins and an extender serving the pull-time strategy.
+PULL_TIME_SCHEDULER = "pull-time"
 #: The Ryax fork registers its plugin under this name (``names.ImageLayersLocality``).
 RYAX_PLUGIN_NAME = "ImageLayersLocality"
 #: Upstream's plugin, disabled in the in-tree profile so only layers count.
@@ -114,9 +117,10 @@ def for_process(
 
 @dataclass(frozen=True, slots=True)
 class TestbedSchedulers:
-    """The local testbed's three kube-scheduler processes: the Kubernetes release they
-    are (which sets the configuration's API), where each serves plain-HTTP health
-    (``HOST:PORT``, up to 1.21 only) and its (first non-default) profile's name."""
+    """The local testbed's three kube-scheduler processes (four with the pull-time
+    extender's URL): the Kubernetes release they are (which sets the configuration's API),
+    where each serves plain-HTTP health (``HOST:PORT``, up to 1.21 only) and its (first
+    non-default) profile's name."""
 
     __test__ = False  # not a pytest test class, whatever its name says
 
@@ -130,9 +134,14 @@ class TestbedSchedulers:
     image_locality_bind: str | None = None
     layer_locality_bind: str | None = None
     plugin_bind: str | None = None
+    #: The second extender, serving pull-time (it reads each Node's
+    #: ``layersched.io/bandwidth-bits-per-s`` label); None: no fourth process.
+    pull_time_extender_url: str | None = None
+    pull_time_bind: str | None = None
     image_locality: str = IMAGE_LOCALITY_SCHEDULER
     layer_locality: str = LAYER_LOCALITY_SCHEDULER
     plugin: str = LAYER_LOCALITY_PLUGIN_SCHEDULER
+    pull_time: str = PULL_TIME_SCHEDULER
     #: The plugin's imageQuorum on the testbed: 1, not deploy/'s 2. The seed scenario's
     #: Img1 is held by one node only (P1's) when P1-again is scheduled, and the plugin has
     #: no registry to fall back on as the extender has, so at 2 P1-again would score 0
@@ -148,14 +157,16 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
     default plugins and the extender, in NodeNames mode: extenders are global to a
     kube-scheduler process, hence a process of its own) and ``layer-locality-plugin`` (the
     default plugins and LayerLocality, reading the agents' NodeLayerInventory objects
-    itself). In the seed scenario the default plugins tie at t3 (both candidate nodes are
+    itself), and with ``spec.pull_time_extender_url`` ``pull-time`` (the default plugins
+    and the second extender, serving pull-time, as ``layer-locality`` is built). In the
+    seed scenario the default plugins tie at t3 (both candidate nodes are
     empty, identical and hold no image of the pod by name), so the layer score is what
     separates them."""
     api = scheduler_api_version_for(spec.kubernetes_version)
     extender = ExtenderSpec(
         spec.extender_url, http_timeout_s=spec.extender_timeout_s, node_cache_capable=True
     )
-    return {
+    configs = {
         IMAGE_LOCALITY_SCHEDULER: for_process(
             image_locality_scheduler_config(spec.image_locality, api),
             spec.kubeconfig,
@@ -185,6 +196,18 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             spec.plugin_bind,
         ),
     }
+    if spec.pull_time_extender_url is not None:
+        pull_time = ExtenderSpec(
+            spec.pull_time_extender_url,
+            http_timeout_s=spec.extender_timeout_s,
+            node_cache_capable=True,
+        )
+        configs[PULL_TIME_SCHEDULER] = for_process(
+            extender_scheduler_config(pull_time, spec.pull_time, api),
+            spec.kubeconfig,
+            spec.pull_time_bind,
+        )
+    return configs
 
 
 #: The upstream plugin whose system default constraints make every pod unsignable.

@@ -104,6 +104,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="per-node link rate, Mbit/s (repeatable), e.g. n3=5",
     )
     p_up.add_argument(
+        "--pull-time",
+        action="store_true",
+        help="also run the fourth kube-scheduler, pull-time (default plugins and an extender "
+        "serving pull-time, which reads each node's link rate from its "
+        "layersched.io/bandwidth-bits-per-s label); make replay asks for it",
+    )
+    p_up.add_argument(
         "--runtimes",
         default=None,
         metavar="RUNTIME,...",
@@ -219,7 +226,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_configs = actions.add_parser(
         "scheduler-configs",
         help="print the local testbed's kube-scheduler configurations (JSON: process -> YAML)",
-        description="The three scheduler processes of the local testbed, from "
+        description="The three scheduler processes of the local testbed (four with "
+        "--pull-time-extender-url), from "
         "layersched.testbed.scheduler_configs (built on layersched.deploy's generator).",
     )
     p_configs.add_argument("--kubeconfig", required=True, help="the schedulers' kubeconfig")
@@ -232,7 +240,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the testbed's Kubernetes release, which sets the configurations' API "
         "(default: the release `make kubernetes` builds)",
     )
-    for process in ("image-locality", "layer-locality", "plugin"):
+    p_configs.add_argument(
+        "--pull-time-extender-url",
+        help="the pull-time extender's URL prefix: adds the fourth process, pull-time",
+    )
+    for process in ("image-locality", "layer-locality", "plugin", "pull-time"):
         p_configs.add_argument(
             f"--{process}-bind",
             metavar="HOST:PORT",
@@ -303,6 +315,7 @@ def run_up(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         net_base=args.net_base,
         runtimes=default_runtimes() if args.runtimes is None else parse_runtimes(args.runtimes),
+        pull_time=args.pull_time,
     )
     console = Console(width=terminal_width())
     result = up(settings, console=Console(stderr=True))
@@ -483,6 +496,7 @@ def run_scheduler_configs(args: argparse.Namespace) -> int:
             ("image_locality", args.image_locality_name),
             ("layer_locality", args.layer_locality_name),
             ("plugin", args.plugin_name),
+            ("pull_time", args.pull_time_name),
         )
         if value
     }
@@ -494,6 +508,8 @@ def run_scheduler_configs(args: argparse.Namespace) -> int:
         image_locality_bind=args.image_locality_bind,
         layer_locality_bind=args.layer_locality_bind,
         plugin_bind=args.plugin_bind,
+        pull_time_extender_url=args.pull_time_extender_url,
+        pull_time_bind=args.pull_time_bind,
         **names,
     )
     configs = testbed_scheduler_configs(spec)

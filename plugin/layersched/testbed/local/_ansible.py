@@ -127,6 +127,9 @@ class TestbedSettings:
     net_base: str = DEFAULT_NET_BASE
     #: Each node's runtime, n1 first (:data:`RUNTIMES`); nodes past the end run containerd.
     runtimes: tuple[str, ...] = ()
+    #: Also run the pull-time kube-scheduler and its extender (``make replay``); the
+    #: default testbed (the seed scenario's) runs three schedulers.
+    pull_time: bool = False
 
     def check(self) -> None:
         """Raise :class:`TestbedError` on settings the playbook would reject."""
@@ -164,6 +167,7 @@ class TestbedSettings:
             "testbed_prefix": self.prefix,
             "testbed_net_base": self.net_base,
             "testbed_node_runtimes": list(self.runtimes),
+            "testbed_pull_time": self.pull_time,
         }
 
 

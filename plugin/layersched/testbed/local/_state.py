@@ -136,6 +136,8 @@ class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: strategy -> the scheduler that implements it.
     schedulers: dict[str, SchedulerInfo]
     extender: ExtenderInfo
+    #: The pull-time scheduler's extender (``layersched testbed up --pull-time``), or None.
+    pull_time_extender: ExtenderInfo | None = None
     #: One node agent per node, publishing its NodeLayerInventory.
     agents: tuple[AgentInfo, ...] = ()
 

@@ -2,6 +2,7 @@
 
     python3 bench/replay.py trace      # (re)write bench/replay/trace.json from its seed
     python3 bench/replay.py simulate   # the simulator's prediction for it (no testbed)
+    python3 bench/replay.py up-args    # `layersched testbed up`'s arguments for its cluster
     python3 bench/replay.py run        # the live replay (root; the testbed up, its nodes
                                        # and links as the trace says): bench/results/replay.json
 
@@ -85,7 +86,7 @@ def _trace_summary(trace: Trace, path: str) -> dict[str, Any]:
         "cluster": {
             "nodes": trace.cluster.nodes,
             "containers_per_node": trace.cluster.containers_per_node,
-            "link_rate_bits_per_s": trace.cluster.link_rate_bits_per_s,
+            "link_rates_bits_per_s": list(trace.cluster.link_rates_bits_per_s),
             "start_overhead_s": trace.cluster.start_overhead_s,
         },
     }
@@ -165,6 +166,31 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def up_arguments(trace: Trace) -> list[str]:
+    """``layersched testbed up``'s arguments for the trace's cluster: its nodes, each
+    node's link rate (Mbit/s) and the pull-time scheduler."""
+    argv = ["--nodes", str(trace.cluster.nodes), "--pull-time"]
+    for node, rate in trace.cluster.node_rates_bits_per_s().items():
+        argv += ["--node-rate", f"{node}={rate / 1e6:g}"]
+    return argv
+
+
+def check_rates(trace: Trace, testbed_rates: dict[str, int], state_dir: Path) -> None:
+    """Raise unless the testbed's nodes and their link rates are the trace's, node by node."""
+    wanted = trace.cluster.node_rates_bits_per_s()
+    if testbed_rates != wanted:
+        raise TestbedError(
+            f"the testbed at {state_dir} has links {testbed_rates} (bit/s); the trace wants "
+            f"{wanted}: layersched testbed down, then layersched testbed up "
+            + " ".join(up_arguments(trace))
+        )
+
+
+def cmd_up_args(args: argparse.Namespace) -> int:
+    print(" ".join(up_arguments(read_trace(ROOT / args.trace))))
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     require_root()
     console = Console(stderr=True)
@@ -172,15 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     trace = read_trace(ROOT / args.trace)
     state_dir = args.state_dir or default_state_dir()
     inventory = load_state(state_dir)
-    rates = {n.link_rate_bits_per_s for n in inventory.nodes}
-    if len(inventory.nodes) != trace.cluster.nodes or rates != {trace.cluster.link_rate_bits_per_s}:
-        raise TestbedError(
-            f"the testbed at {state_dir} has {len(inventory.nodes)} nodes at "
-            f"{sorted(rates)} bit/s; "
-            f"the trace wants {trace.cluster.nodes} at {trace.cluster.link_rate_bits_per_s}: "
-            f"layersched testbed up --nodes {trace.cluster.nodes} "
-            f"--rate-mbit {trace.cluster.link_rate_bits_per_s / 1e6:g}"
-        )
+    check_rates(trace, {n.name: n.link_rate_bits_per_s for n in inventory.nodes}, state_dir)
     backend = LocalBackend(inventory)
     strategies = [s for s in (args.strategy or STRATEGIES) if s in backend.schedulers]
     record = provenance.start(inventory.cluster.kubernetes_version)
@@ -215,7 +233,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "testbed": {
             "driver": backend.name,
             "nodes": [n.name for n in inventory.nodes],
-            "link_rate_bits_per_s": trace.cluster.link_rate_bits_per_s,
+            "link_rates_bits_per_s": {n.name: n.link_rate_bits_per_s for n in inventory.nodes},
             "components": driver.components(),
             "blob_bytes": sum(b.size_bytes for b in build.layers.values()),
         },
@@ -270,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     trace.add_argument("--seed", type=int, default=DEFAULT_SEED)
     trace.set_defaults(handler=cmd_trace)
     sub.add_parser("simulate", help="the simulator's prediction").set_defaults(handler=cmd_simulate)
+    sub.add_parser(
+        "up-args", help="layersched testbed up's arguments for the trace's nodes and links"
+    ).set_defaults(handler=cmd_up_args)
     run = sub.add_parser("run", help="the live replay on the local testbed (root)")
     run.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     run.add_argument(

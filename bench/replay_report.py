@@ -234,6 +234,17 @@ def _ratio(entry: Mapping[str, Any] | None) -> str:
     return cell if cell == "-" else cell.replace(" (", "× (", 1) if "(" in cell else cell + "×"
 
 
+def links_text(cluster: Mapping[str, Any]) -> str:
+    """The trace's links in words: one rate for all (results from before issue 37), or
+    each node's, ``n1`` first."""
+    rates = cluster.get("link_rates_bits_per_s")
+    if rates is None:
+        return f"{cluster['link_rate_bits_per_s'] / 1e6:g} Mbit/s links"
+    if len(set(rates)) == 1:
+        return f"{rates[0] / 1e6:g} Mbit/s links"
+    return f"links of {', '.join(f'{r / 1e6:g}' for r in rates)} Mbit/s, n1 first"
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     """The README block: the per-scheduler table with each figure's range over the rounds,
     the simulator's prediction for the same trace beside it, the estimate check, and where
@@ -252,7 +263,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"images, {trace['layers']} distinct layers, {trace['distinct_bytes'] / MIB:,.0f} MiB) "
         f"replayed through the real kube-schedulers of the local testbed "
         f"({cluster['nodes']} nodes × {cluster['containers_per_node']} slots, "
-        f"{cluster['link_rate_bits_per_s'] / 1e6:g} Mbit/s links), "
+        f"{links_text(cluster)}), "
         f"{done} round{'s' if done != 1 else ''} per scheduler, alternated"
         + (f" (**{asked} were asked; the others did not run**)" if asked and done < asked else "")
         + ". Start-up is pod creation to container start from the API's timestamps "

@@ -45,7 +45,14 @@ from layersched.testbed.replay import (  # noqa: E402
     slot_requests,
 )
 
-SMALL = TraceParams(pods=8, images=6, rate_per_s=2.0, nodes=2, containers_per_node=2)
+SMALL = TraceParams(
+    pods=8,
+    images=6,
+    rate_per_s=2.0,
+    nodes=2,
+    containers_per_node=2,
+    link_rates_bits_per_s=(20_000_000, 5_000_000),
+)
 
 
 # ------------------------------------------------------------------ the trace
@@ -109,6 +116,15 @@ def _broken(change: Any) -> dict[str, Any]:
         (lambda d: d["cluster"].update(nodes="6"), "cluster.nodes: expected int"),
         (lambda d: d["layers"]["L001"].update(size_bytes=0), "layers.L001.size_bytes"),
         (lambda d: d["pods"].append(dict(d["pods"][0], arrival_s=1e9)), "share a name"),
+        # two nodes, three rates: one per node or the trace is refused
+        (
+            lambda d: d["cluster"]["link_rates_bits_per_s"].append(1),
+            "cluster.link_rates_bits_per_s: expected 2 positive",
+        ),
+        (
+            lambda d: d["cluster"].update(link_rates_bits_per_s=[20_000_000, 0]),
+            "cluster.link_rates_bits_per_s",
+        ),
     ],
     ids=[
         "format",
@@ -120,11 +136,42 @@ def _broken(change: Any) -> dict[str, Any]:
         "string-count",
         "empty-layer",
         "duplicate-pod",
+        "rate-per-node",
+        "zero-rate",
     ],
 )
 def test_a_bad_trace_names_the_field(change: Any, message: str) -> None:
     with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
         parse_trace(_broken(change), "t.json")
+
+
+def test_a_trace_from_before_the_links_differed_gives_every_node_its_one_rate() -> None:
+    doc = _broken(lambda d: d["cluster"].pop("link_rates_bits_per_s"))
+    doc["cluster"]["link_rate_bits_per_s"] = 2_500_000
+    trace = parse_trace(doc, "t.json")
+    assert trace.cluster.link_rates_bits_per_s == (2_500_000, 2_500_000)
+    assert trace.cluster.node_rates_bits_per_s() == {"n1": 2_500_000, "n2": 2_500_000}
+
+
+def test_the_committed_trace_has_two_fast_two_medium_two_slow_unscaled() -> None:
+    trace = read_trace(ROOT / DEFAULT_TRACE)
+    assert trace.cluster.node_rates_bits_per_s() == {
+        "n1": 40_000_000,
+        "n2": 40_000_000,
+        "n3": 20_000_000,
+        "n4": 20_000_000,
+        "n5": 10_000_000,
+        "n6": 10_000_000,
+    }
+    assert trace.params["byte_scale"] == 1.0
+    # unscaled: every image is the corpus's own size, MiB to tens of MiB
+    sizes = [trace.image_size_bytes(image.name) for image in trace.images]
+    assert min(sizes) > 10 * MIB and max(sizes) < 100 * MIB
+
+
+def test_a_rate_per_node_is_asked_of_the_params() -> None:
+    with pytest.raises(InputError, match="one positive rate per node"):
+        generate_trace(3, TraceParams(nodes=2, link_rates_bits_per_s=(1, 1, 1)))
 
 
 def test_an_unreadable_trace_says_how_to_make_one(tmp_path: Path) -> None:
@@ -156,8 +203,34 @@ def test_the_simulator_reads_the_trace_pod_by_pod() -> None:
         # its bytes over the link plus the overhead (longer if a later pod shares the link)
         size = trace.image_size_bytes(first.image)
         assert run.bytes_pulled[0] == size
-        alone_s = size * 8 / trace.cluster.link_rate_bits_per_s + trace.cluster.start_overhead_s
+        rate = trace.cluster.link_rates_bits_per_s[run.node[0]]
+        alone_s = size * 8 / rate + trace.cluster.start_overhead_s
         assert run.startup_s[0] >= alone_s - 1e-3
+
+
+@pytest.mark.parametrize("strategy", ["layer-locality", "pull-time"])
+def test_each_simulated_node_pulls_at_its_own_rate(strategy: str) -> None:
+    # one pod, one 1 MB layer, no overhead: 8 Mbit take 1 s over n1's 8 Mbit/s and 0.5 s
+    # over n2's 16; pull-time knows the rates and takes n2 on every seed, layer-locality
+    # ties and draws, but each pull takes its own node's time
+    doc = {
+        "format": "layersched-replay-trace/1",
+        "seed": 1,
+        "cluster": {
+            "nodes": 2,
+            "containers_per_node": 1,
+            "link_rates_bits_per_s": [8_000_000, 16_000_000],
+            "start_overhead_s": 0.0,
+        },
+        "layers": {"L1": {"seed": 1, "size_bytes": 1_000_000}},
+        "images": [{"name": "a", "layers": ["L1"]}],
+        "pods": [{"name": "p1", "image": "a", "arrival_s": 0.0, "lifetime_s": 5.0}],
+    }
+    runs = simulate_trace(parse_trace(doc, "t.json"), [strategy], seeds=range(8))
+    for run in runs:
+        assert run.startup_s[0] == pytest.approx([1.0, 0.5][run.node[0]])
+    if strategy == "pull-time":
+        assert {run.node[0] for run in runs} == {1}
 
 
 def test_the_engines_per_pod_bytes_sum_to_its_total() -> None:
@@ -422,7 +495,11 @@ def _results() -> dict[str, Any]:
             "images": 2,
             "layers": 3,
             "distinct_bytes": 30 * MIB,
-            "cluster": {"nodes": 6, "containers_per_node": 4, "link_rate_bits_per_s": 20_000_000},
+            "cluster": {
+                "nodes": 6,
+                "containers_per_node": 4,
+                "link_rates_bits_per_s": [20_000_000] * 6,
+            },
         },
         "rounds_asked": 3,
         "runs": runs,
@@ -453,6 +530,22 @@ def test_the_block_gives_real_and_simulated_figures_with_their_ranges() -> None:
     assert "layer-locality pulled 10 MiB less" in text
     assert "1.4–2.3×" in text
     assert "records no commit" in text
+
+
+@pytest.mark.parametrize(
+    ("cluster", "expected"),
+    [
+        ({"link_rate_bits_per_s": 2_500_000}, "2.5 Mbit/s links"),
+        ({"link_rates_bits_per_s": [20_000_000] * 3}, "20 Mbit/s links"),
+        (
+            {"link_rates_bits_per_s": [40_000_000, 20_000_000, 10_000_000]},
+            "links of 40, 20, 10 Mbit/s, n1 first",
+        ),
+    ],
+    ids=["results-before-37", "equal", "differing"],
+)
+def test_the_block_names_the_links(cluster: dict[str, Any], expected: str) -> None:
+    assert report.links_text(cluster) == expected
 
 
 def test_the_plot_is_drawn(tmp_path: Path) -> None:
@@ -503,12 +596,28 @@ def test_scaling_bytes_and_link_together_keeps_every_start_up() -> None:
     # (to the rounding of layer sizes to whole bytes)
     whole = generate_trace(3, TraceParams(pods=12, images=6, byte_scale=1.0))
     eighth = generate_trace(3, TraceParams(pods=12, images=6, byte_scale=0.125))
-    assert eighth.cluster.link_rate_bits_per_s * 8 == whole.cluster.link_rate_bits_per_s
+    assert [r * 8 for r in eighth.cluster.link_rates_bits_per_s] == list(
+        whole.cluster.link_rates_bits_per_s
+    )
     assert eighth.distinct_bytes() == pytest.approx(whole.distinct_bytes() / 8, rel=1e-4)
     (big,) = simulate_trace(whole, ["layer-locality"], seeds=[0])
     (small,) = simulate_trace(eighth, ["layer-locality"], seeds=[0])
     assert small.startup_s == pytest.approx(big.startup_s, abs=1e-3)
     assert small.node == big.node
+
+
+def test_the_testbed_is_brought_up_with_the_traces_links_and_checked_against_them(
+    tmp_path: Path,
+) -> None:
+    trace = generate_trace(3, SMALL)
+    args = bench_replay.up_arguments(trace)
+    assert args == ["--nodes", "2", "--pull-time", "--node-rate", "n1=20", "--node-rate", "n2=5"]
+    bench_replay.check_rates(trace, {"n1": 20_000_000, "n2": 5_000_000}, tmp_path)
+    # the same rates on the other nodes: refused, saying how to bring it up right
+    with pytest.raises(TestbedError, match="testbed up --nodes 2 --pull-time --node-rate n1=20"):
+        bench_replay.check_rates(trace, {"n1": 5_000_000, "n2": 20_000_000}, tmp_path)
+    with pytest.raises(TestbedError, match="the trace wants"):
+        bench_replay.check_rates(trace, {"n1": 20_000_000}, tmp_path)
 
 
 def test_the_replay_script_writes_a_trace_and_prints_its_prediction(

@@ -90,6 +90,8 @@ class ClusterParams:
     gc_target_fraction: float = 0.9
     #: Link bandwidth range; nodes get log-uniform draws in it (equal ends: homogeneous).
     bandwidth_bits_per_s: tuple[float, float] = (1e9, 1e9)
+    #: Each node's bandwidth, given (a replay trace's links): one per node, no draw.
+    node_bandwidth_bits_per_s: tuple[float, ...] = ()
     #: Fixed cost of creating and starting a container once its layers are present.
     start_overhead_s: float = 1.0
     #: Pull one job at a time per node, first come first served, as a kubelet with
@@ -189,7 +191,15 @@ class _Node:
 
 
 def node_bandwidths(params: ClusterParams, seed: int) -> FloatArray:
-    """Seeded per-node bandwidths, log-uniform over ``params.bandwidth_bits_per_s``."""
+    """Seeded per-node bandwidths, log-uniform over ``params.bandwidth_bits_per_s``, or
+    ``params.node_bandwidth_bits_per_s`` when given (the same for every seed)."""
+    given = params.node_bandwidth_bits_per_s
+    if given:
+        if len(given) != params.nodes or min(given) <= 0:
+            raise InputError(
+                f"node bandwidths {list(given)}: give one positive rate per node ({params.nodes})"
+            )
+        return np.asarray(given, dtype=np.float64)
     lo, hi = params.bandwidth_bits_per_s
     if not 0 < lo <= hi:
         raise InputError(f"bandwidth range {lo}..{hi} bit/s must satisfy 0 < low <= high")

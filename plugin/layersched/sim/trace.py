@@ -12,7 +12,8 @@ so the testbed builds the same bytes every time (:mod:`layersched.images.oci`); 
 The document::
 
     {"format": "layersched-replay-trace/1", "seed": 36, "params": {...},
-     "cluster": {"nodes": 6, "containers_per_node": 4, "link_rate_bits_per_s": 2500000,
+     "cluster": {"nodes": 6, "containers_per_node": 4,
+                 "link_rates_bits_per_s": [40000000, 40000000, 20000000, ...],
                  "start_overhead_s": 1.0, "serial_pulls": true},
      "layers": {"L001": {"seed": 3600001, "size_bytes": 1071459}, ...},
      "images": [{"name": "app-01", "layers": ["L001", "L004", "L009"]}, ...],
@@ -65,10 +66,13 @@ class TraceParams:
     Sized for one 2-core machine shared with other work (docs/replay.md): 6 nodes of 4
     slots, 50 pods arriving at 0.5/s (about 100 s), living 10..30 s once started; images
     of 3..7 layers drawn from 24 over 3 OS bases and 8 runtimes, most of a few to tens of
-    MiB, with the corpus's heavy tail capped at 96 MiB a layer, over 20 Mbit/s links. Both
-    the bytes and the link rate are then scaled by ``byte_scale`` (1/8: the host disk had
-    under 1 GB free), which leaves every pull's duration, and so the placement's effect on
-    start-up, as the unscaled trace would have them.
+    MiB, with the corpus's heavy tail capped at 96 MiB a layer. The links differ (issue 37,
+    fixed before any result): two fast nodes at 40 Mbit/s, two at 20 (the single rate of
+    the trace before) and two slow ones at 10, a 4x spread, so that where a pod pulls
+    matters as well as what it pulls, and pull-time has something to weigh. Unscaled
+    (``byte_scale`` 1): the images as run are the sizes drawn. ``byte_scale`` below 1
+    divides both the bytes and every link rate, which leaves every pull's duration, and so
+    the placement's effect on start-up, as the unscaled trace would have them.
     """
 
     pods: int = 50
@@ -78,10 +82,18 @@ class TraceParams:
     max_lifetime_s: float = 30.0
     nodes: int = 6
     containers_per_node: int = 4
-    #: The link rate before ``byte_scale``.
-    link_rate_bits_per_s: int = 20_000_000
-    #: Every layer's size and the link rate are multiplied by this.
-    byte_scale: float = 0.125
+    #: Each node's link rate before ``byte_scale``, the first node's first (``n1`` on the
+    #: testbed): as many as ``nodes``.
+    link_rates_bits_per_s: tuple[int, ...] = (
+        40_000_000,
+        40_000_000,
+        20_000_000,
+        20_000_000,
+        10_000_000,
+        10_000_000,
+    )
+    #: Every layer's size and every link rate are multiplied by this.
+    byte_scale: float = 1.0
     start_overhead_s: float = 1.0
     #: The testbed's kubelets pull one image at a time (``serializeImagePulls: true``).
     serial_pulls: bool = True
@@ -138,10 +150,15 @@ class TraceCluster:
 
     nodes: int
     containers_per_node: int
-    link_rate_bits_per_s: int
+    #: Each node's link rate, the first node's first (the testbed's ``n1``).
+    link_rates_bits_per_s: tuple[int, ...]
     start_overhead_s: float
     #: Whether a node pulls one image at a time (the simulator then does too).
     serial_pulls: bool = False
+
+    def node_rates_bits_per_s(self) -> dict[str, int]:
+        """Each testbed node's link rate by name (``n1``, ``n2``, ...)."""
+        return {f"n{i}": rate for i, rate in enumerate(self.link_rates_bits_per_s, start=1)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +203,14 @@ def generate_trace(seed: int, params: TraceParams | None = None) -> Trace:
         raise InputError(f"trace pods: expected 1..{MAX_PODS}, got {params.pods}")
     if not 0 < params.byte_scale <= 1:
         raise InputError(f"trace byte_scale {params.byte_scale}: expected within (0, 1]")
+    if (
+        len(params.link_rates_bits_per_s) != params.nodes
+        or min(params.link_rates_bits_per_s, default=0) < 1
+    ):
+        raise InputError(
+            f"trace link_rates_bits_per_s {list(params.link_rates_bits_per_s)}: give one "
+            f"positive rate per node ({params.nodes})"
+        )
     if not 0 < params.min_lifetime_s <= params.max_lifetime_s:
         raise InputError(
             f"trace lifetimes {params.min_lifetime_s}..{params.max_lifetime_s} s: "
@@ -240,7 +265,7 @@ def generate_trace(seed: int, params: TraceParams | None = None) -> Trace:
     cluster = TraceCluster(
         params.nodes,
         params.containers_per_node,
-        max(1, round(params.link_rate_bits_per_s * params.byte_scale)),
+        tuple(max(1, round(r * params.byte_scale)) for r in params.link_rates_bits_per_s),
         params.start_overhead_s,
         params.serial_pulls,
     )
@@ -256,7 +281,8 @@ def trace_document(trace: Trace) -> dict[str, Any]:
         "format": FORMAT,
         "seed": trace.seed,
         "params": dict(trace.params),
-        "cluster": asdict(trace.cluster),
+        "cluster": asdict(trace.cluster)
+        | {"link_rates_bits_per_s": list(trace.cluster.link_rates_bits_per_s)},
         "layers": {label: asdict(layer) for label, layer in trace.layers.items()},
         "images": [{"name": i.name, "layers": list(i.layers)} for i in trace.images],
         "pods": [asdict(pod) for pod in trace.pods],
@@ -288,6 +314,25 @@ def _positive(value: float, where: str) -> float:
     return value
 
 
+def _link_rates(cluster_doc: Mapping[str, Any], nodes: int, where: str) -> tuple[int, ...]:
+    """Each node's rate: ``link_rates_bits_per_s``, one per node; a trace written before
+    the links differed (issue 36) has one ``link_rate_bits_per_s`` for every node."""
+    if "link_rates_bits_per_s" not in cluster_doc and "link_rate_bits_per_s" in cluster_doc:
+        rates = [_field(cluster_doc, "link_rate_bits_per_s", int, where)] * max(nodes, 0)
+    else:
+        rates = _field(cluster_doc, "link_rates_bits_per_s", list, where)
+    if (
+        len(rates) != nodes
+        or not all(isinstance(r, int) and not isinstance(r, bool) for r in rates)
+        or min(rates, default=0) < 1
+    ):
+        raise InputError(
+            f"{where}.link_rates_bits_per_s: expected {nodes} positive whole bit rates, one "
+            f"per node, got {rates!r:.200}; regenerate the trace (python3 bench/replay.py trace)"
+        )
+    return tuple(rates)
+
+
 def parse_trace(doc: Any, where: str) -> Trace:
     """A :class:`Trace` from the document read at ``where`` (named in every error)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -297,10 +342,11 @@ def parse_trace(doc: Any, where: str) -> Trace:
         )
     number = (int, float)
     cluster_doc = _field(doc, "cluster", dict, where)
+    nodes = _field(cluster_doc, "nodes", int, f"{where}: cluster")
     cluster = TraceCluster(
-        nodes=_field(cluster_doc, "nodes", int, f"{where}: cluster"),
+        nodes=nodes,
         containers_per_node=_field(cluster_doc, "containers_per_node", int, f"{where}: cluster"),
-        link_rate_bits_per_s=_field(cluster_doc, "link_rate_bits_per_s", int, f"{where}: cluster"),
+        link_rates_bits_per_s=_link_rates(cluster_doc, nodes, f"{where}: cluster"),
         start_overhead_s=float(
             _field(cluster_doc, "start_overhead_s", number, f"{where}: cluster")
         ),
@@ -308,8 +354,8 @@ def parse_trace(doc: Any, where: str) -> Trace:
         if "serial_pulls" in cluster_doc
         else False,
     )
-    if cluster.nodes < 1 or cluster.containers_per_node < 1 or cluster.link_rate_bits_per_s < 1:
-        raise InputError(f"{where}: cluster: nodes, slots and link rate must be at least 1")
+    if cluster.nodes < 1 or cluster.containers_per_node < 1:
+        raise InputError(f"{where}: cluster: nodes and slots must be at least 1")
     if cluster.start_overhead_s < 0:
         raise InputError(f"{where}: cluster.start_overhead_s must not be negative")
     layer_docs = _field(doc, "layers", dict, where)
@@ -429,13 +475,14 @@ def simulator_inputs(trace: Trace) -> tuple[Corpus, Workload, ClusterParams]:
             max_pod_duration_s=max(lifetimes),
         ),
     )
-    rate = float(trace.cluster.link_rate_bits_per_s)
+    rates = tuple(float(r) for r in trace.cluster.link_rates_bits_per_s)
     cluster = ClusterParams(
         nodes=trace.cluster.nodes,
         containers_per_node=trace.cluster.containers_per_node,
         store_capacity_bytes=UNBOUNDED_STORE_BYTES,
         eviction="lru",
-        bandwidth_bits_per_s=(rate, rate),
+        bandwidth_bits_per_s=(min(rates), max(rates)),
+        node_bandwidth_bits_per_s=rates,
         start_overhead_s=trace.cluster.start_overhead_s,
         serial_pulls=trace.cluster.serial_pulls,
     )

@@ -383,7 +383,8 @@ def staleness(record: Mapping[str, Any] | None, root: Path = ROOT) -> str | None
     head = _git("rev-parse", "HEAD", root=root)
     if head is None or commit == head:
         return None
+    # an existing commit off HEAD's history (a branch rebased after its run) is no ancestor
     behind = _git("rev-list", "--count", f"{commit}..HEAD", root=root)
-    if behind is None:
+    if behind is None or _git("merge-base", "--is-ancestor", commit, "HEAD", root=root) is None:
         return f"measured at {commit[:12]}, which is not in this checkout's history"
     return f"measured at {commit[:12]}, {behind} commits before HEAD ({head[:12]})"

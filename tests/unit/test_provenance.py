@@ -243,6 +243,15 @@ def test_staleness_against_head(repo: Path) -> None:
     assert "not in this checkout's history" in str(
         provenance.staleness({"commit": "0" * 40}, root=repo)
     )
+    # a commit that exists but is off HEAD's history (the replay's dba54d5, rebased away)
+    _git(repo, "checkout", "-q", "-b", "side", "HEAD~1")
+    (repo / "f").write_text("side")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "side")
+    side = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "-")
+    assert provenance.staleness({"commit": side}, root=repo) == (
+        f"measured at {side[:12]}, which is not in this checkout's history"
+    )
 
 
 def test_a_file_without_provenance_is_described_as_unverified() -> None:

@@ -379,32 +379,7 @@ async def serve(
     ]
     serving = Serving(asyncio.Event(), runners)
     loop = asyncio.get_running_loop()
-    servers: list[asyncio.Server] = []
-
-    async def close() -> None:
-        for server in servers:  # no new connections; those open get the grace period
-            server.close()
-        for runner in runners:
-            await runner.cleanup()
-
-    try:
-        for runner in runners:
-            await runner.setup()
-        for listener, runner in zip(listeners, runners, strict=True):
-            assert runner.server is not None  # set up above
-            sockets = list(listener.inherited) or bind(listener.host, listener.port, listener.flag)
-            serving.sockets[listener.name] = sockets
-            protocols = _protocols(runner.server, listener.max_connections)
-            ssl_context = listener.tls.context if listener.tls is not None else None
-            for sock in sockets:
-                servers.append(
-                    await loop.create_server(
-                        protocols, sock=sock, ssl=ssl_context, backlog=LISTEN_BACKLOG
-                    )
-                )
-    except ServingError:
-        await close()
-        raise
+    servers = await _listen(listeners, serving)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, serving.stopped.set)
     tasks: list[asyncio.Future[None]] = []
@@ -425,4 +400,38 @@ async def serve(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await close()
+        await _close(servers, runners)
+
+
+async def _listen(listeners: Sequence[Listener], serving: Serving) -> list[asyncio.Server]:
+    """Set up every runner of ``serving`` and serve each listener's sockets (inherited, else
+    bound; recorded in ``serving.sockets``). On a :class:`ServingError` whatever was set
+    up is closed before it is raised."""
+    loop = asyncio.get_running_loop()
+    servers: list[asyncio.Server] = []
+    try:
+        for runner in serving.runners:
+            await runner.setup()
+        for listener, runner in zip(listeners, serving.runners, strict=True):
+            assert runner.server is not None  # set up above
+            sockets = list(listener.inherited) or bind(listener.host, listener.port, listener.flag)
+            serving.sockets[listener.name] = sockets
+            protocols = _protocols(runner.server, listener.max_connections)
+            ssl_context = listener.tls.context if listener.tls is not None else None
+            for sock in sockets:
+                servers.append(
+                    await loop.create_server(
+                        protocols, sock=sock, ssl=ssl_context, backlog=LISTEN_BACKLOG
+                    )
+                )
+    except ServingError:
+        await _close(servers, serving.runners)
+        raise
+    return servers
+
+
+async def _close(servers: Sequence[asyncio.Server], runners: Sequence[web.AppRunner]) -> None:
+    for server in servers:  # no new connections; those open get the grace period
+        server.close()
+    for runner in runners:
+        await runner.cleanup()

@@ -165,39 +165,10 @@ def _verb(
             response.headers["Retry-After"] = str(OVERLOAD_RETRY_AFTER_S)
             metrics.requests.labels(name, str(response.status)).inc()
             return response
-        gate.reading += 1
-        try:
-            body: bytes | None = await asyncio.wait_for(request.read(), gate.read_timeout_s)
-        except TimeoutError:
-            body, response = (
-                None,
-                _error(
-                    name,
-                    f"the request body did not arrive within {gate.read_timeout_s:g} s "
-                    "(--request-read-timeout-s)",
-                    HTTP_REQUEST_TIMEOUT,
-                ),
-            )
-            response.force_close()
-        except web.HTTPRequestEntityTooLarge as err:
-            body, response = (
-                None,
-                _error(
-                    name,
-                    f"request body too large ({(err.text or '').rstrip('.')}): send NodeNames "
-                    "(nodeCacheCapable: true) instead of full Nodes, or raise --max-request-bytes",
-                    HTTP_TOO_LARGE,
-                ),
-            )
-        except ConnectionResetError:
-            # the client hung up before sending its whole body: nobody reads an answer
-            body, response = (
-                None,
-                _error(name, "the client closed the connection", HTTP_CLIENT_CLOSED),
-            )
-        finally:
-            gate.reading -= 1
-        if body is not None:
+        body = await _read(name, request, gate)
+        if isinstance(body, web.Response):
+            response = body
+        else:
             response = await _answer(name, extender, gate, body, answer, shed)
         if response.status != HTTP_OK:
             log.info("%s: %d %s", name, response.status, response.text)
@@ -206,6 +177,35 @@ def _verb(
         return response
 
     return handler
+
+
+async def _read(name: str, request: web.Request, gate: _Gate) -> bytes | web.Response:
+    """The request's body, read within the deadline while counted as being read; else the
+    answer to send: 408 (the connection then closes), 413, or the client's hang-up."""
+    gate.reading += 1
+    try:
+        return await asyncio.wait_for(request.read(), gate.read_timeout_s)
+    except TimeoutError:
+        response = _error(
+            name,
+            f"the request body did not arrive within {gate.read_timeout_s:g} s "
+            "(--request-read-timeout-s)",
+            HTTP_REQUEST_TIMEOUT,
+        )
+        response.force_close()
+        return response
+    except web.HTTPRequestEntityTooLarge as err:
+        return _error(
+            name,
+            f"request body too large ({(err.text or '').rstrip('.')}): send NodeNames "
+            "(nodeCacheCapable: true) instead of full Nodes, or raise --max-request-bytes",
+            HTTP_TOO_LARGE,
+        )
+    except ConnectionResetError:
+        # the client hung up before sending its whole body: nobody reads an answer
+        return _error(name, "the client closed the connection", HTTP_CLIENT_CLOSED)
+    finally:
+        gate.reading -= 1
 
 
 async def _answer(
@@ -546,6 +546,50 @@ async def _run(
             recycling.cancel()
 
 
+def _listeners(
+    app: web.Application,
+    extender: Extender,
+    host: str,
+    port: int,
+    tls: ReloadingTls | None,
+    health: HealthListener | None,
+    debug_endpoints: bool,
+) -> list[Listener]:
+    """The verb listener of ``app`` (on ``tls`` when given) and the health one, each on the
+    sockets a recycled process was handed for it, else bound anew."""
+    try:
+        inherited = _memory.inherited_sockets()
+    except ValueError as err:
+        raise ExtenderError(str(err)) from None
+    os.environ.pop(_memory.SOCKETS_ENV, None)  # not handed on to anything else
+    listeners = [
+        Listener(
+            app,
+            host,
+            port,
+            "--port",
+            tls=tls,
+            name="verb",
+            inherited=inherited.get("verb", ()),
+            lingering_s=LINGERING_S,
+        )
+    ]
+    if health is not None:
+        listeners.append(
+            Listener(
+                create_health_app(extender, debug_endpoints=debug_endpoints),
+                health.host,
+                health.port,
+                "--health-port",
+                label=" (health and metrics)",
+                name="health",
+                inherited=inherited.get("health", ()),
+                lingering_s=LINGERING_S,
+            )
+        )
+    return listeners
+
+
 async def serve(
     extender: Extender,
     host: str,
@@ -578,36 +622,7 @@ async def serve(
         read_timeout_s=read_timeout_s,
         debug_endpoints=debug_endpoints,
     )
-    try:
-        inherited = _memory.inherited_sockets()
-    except ValueError as err:
-        raise ExtenderError(str(err)) from None
-    os.environ.pop(_memory.SOCKETS_ENV, None)  # not handed on to anything else
-    listeners = [
-        Listener(
-            app,
-            host,
-            port,
-            "--port",
-            tls=tls,
-            name="verb",
-            inherited=inherited.get("verb", ()),
-            lingering_s=LINGERING_S,
-        )
-    ]
-    if health is not None:
-        listeners.append(
-            Listener(
-                create_health_app(extender, debug_endpoints=debug_endpoints),
-                health.host,
-                health.port,
-                "--health-port",
-                label=" (health and metrics)",
-                name="health",
-                inherited=inherited.get("health", ()),
-                lingering_s=LINGERING_S,
-            )
-        )
+    listeners = _listeners(app, extender, host, port, tls, health, debug_endpoints)
     gate = app[GATE_KEY]
     try:
         await serve_listeners(

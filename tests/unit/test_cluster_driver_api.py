@@ -472,3 +472,44 @@ def test_reset_waits_until_no_agent_lists_a_scenario_layer(
         TestbedError, match=rf"node w1's agent still lists scenario layers \['{L3}'\]"
     ):
         driver.reset()
+
+
+def _submit_pinned(api: StandInApi, pins: Mapping[str, str], pod: str = "P2") -> ClusterDriver:
+    nodes = [_node("w1", "10.0.0.1"), _node("w2", "10.0.0.2")]
+    api.route("GET", NODES_PATH, items(nodes))
+    api.route("GET", ALL_PODS_PATH, items([]))
+    api.route("POST", pods_path(NS), lambda r: ok({**r.json(), "metadata": {"uid": UID}}))
+    api.route("GET", pod_path(NS, "p2"), ok({"spec": {"nodeName": "w2"}}))
+    api.route("GET", events_path(NS), items([]))
+    driver = ClusterDriver(str(api.kubeconfig), RecordingBackend(), (IMAGE,), pins=pins)
+    driver.submit(pod, IMAGE, SCHEDULER)
+    return driver
+
+
+def test_a_pinned_pod_is_still_the_strategys_to_bind_on_its_one_node(api: StandInApi) -> None:
+    # --pin P2=w2: a required node affinity on metadata.name, the strategy's scheduler
+    # (not spec.nodeName, which would bypass it), and w2 the only candidate scored
+    _submit_pinned(api, {"P2": "w2"})
+    [created] = api.sent("POST", pods_path(NS))
+    spec = created.json()["spec"]
+    assert spec["schedulerName"] == SCHEDULER and "nodeName" not in spec
+    required = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required == {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["w2"]}]}
+        ]
+    }
+
+
+def test_an_unpinned_pod_has_no_affinity(api: StandInApi) -> None:
+    _submit_pinned(api, {"P1": "w1"})
+    [created] = api.sent("POST", pods_path(NS))
+    assert "affinity" not in created.json()["spec"]
+
+
+def test_a_pin_to_no_worker_names_the_workers(api: StandInApi) -> None:
+    with pytest.raises(
+        TestbedError, match=r"--pin P2=n9: no worker is named n9 \(the workers are w1, w2\)"
+    ):
+        _submit_pinned(api, {"P2": "n9"})
+    assert api.sent("POST", pods_path(NS)) == []

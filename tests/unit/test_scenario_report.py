@@ -94,3 +94,31 @@ def test_a_mixed_cluster_is_reported_per_node_and_runtime() -> None:
         "| n2 | containerd://2.1.9 | - | 0 | - | - |",
         "| n3 | cri-o://1.36.3 | P1-again x2, P2 x2 | 4 | 11.25 | 22.00 |",
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--pin", "P1-again=n3"], "P1-again is what the scenario measures, never pinned"),
+        (["--pin", "P2"], "expected POD=NODE"),
+        (["--pin", "P2="], "expected POD=NODE"),
+        (["--pin", "P3=n1"], "POD one of P1, P2"),
+    ],
+    ids=["p1-again", "no-node-part", "empty-node", "unknown-pod"],
+)
+def test_a_bad_pin_is_refused_before_anything_runs(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["scenario", *argv])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_pins_are_said_in_the_block() -> None:
+    # a report of a run with --pin P1=n1 --pin P2=n3 says so under the table
+    report = json.loads((ROOT / "reports/scenario.json").read_text())
+    assert "Pinned" not in markdown(report)
+    pinned = markdown(report | {"pins": {"P1": "n1", "P2": "n3"}})
+    assert "- Pinned (`layersched scenario --pin`" in pinned
+    assert ": P1 on n1, P2 on n3. `P1-again` is never pinned." in pinned

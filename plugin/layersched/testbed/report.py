@@ -250,6 +250,13 @@ def markdown(report: Mapping[str, Any], source: str = DEFAULT_REPORT) -> str:
             "- Pulls from an empty cache moved the whole image: "
             f"{_bytes_range(p['bytes'] for p in empty)} in {lo:.1f}-{hi:.1f} s."
         )
+    pins = report.get("pins")
+    if pins:
+        pinned = ", ".join(f"{pod} on {node}" for pod, node in sorted(pins.items()))
+        lines.append(
+            f"- Pinned (`layersched scenario --pin`, a required node affinity; the strategy's "
+            f"scheduler still binds them): {pinned}. `{P1_AGAIN}` is never pinned."
+        )
     for strategy, data in report["strategies"].items():
         if data.get("scores_t3_source"):
             lines.append(f"- `{strategy}` scores: {data['scores_t3_source']}.")

@@ -45,6 +45,9 @@ from layersched.testbed.remote import (
 )
 from layersched.testbed.report import BLOCK, markdown, plot, print_nodes, print_table
 from layersched.testbed.scenario import (
+    P1,
+    P1_AGAIN,
+    P2,
     ScenarioImages,
     Trial,
     report,
@@ -100,6 +103,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--state-dir", type=Path, default=None, help="testbed state dir")
     p.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        type=_pin,
+        metavar="POD=NODE",
+        help=f"pin {P1} or {P2} to a worker (repeatable; e.g. --pin {P1}=n1 --pin {P2}=n3 puts "
+        f"what {P1_AGAIN} is scored on in n3's runtime); {P1_AGAIN} is never pinned",
+    )
+    p.add_argument(
         "--report",
         type=Path,
         default=DEFAULT_REPORT,
@@ -123,6 +135,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_image_options(p)
     p.set_defaults(handler=run_or_print)
+
+
+#: The pods ``--pin`` may place: P1-again's placement is what the scenario measures.
+PINNABLE = (P1, P2)
+
+
+def _pin(text: str) -> tuple[str, str]:
+    pod, sep, node = text.partition("=")
+    if not sep or not node or pod not in PINNABLE:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected POD=NODE with POD one of {', '.join(PINNABLE)} "
+            f"(e.g. {P2}=n3; {P1_AGAIN} is what the scenario measures, never pinned)"
+        )
+    return pod, node
 
 
 def _positive_int(text: str) -> int:
@@ -250,11 +276,13 @@ def _run(
     tags: list[str],
 ) -> int:
     backend, images = testbed.backend, testbed.images
+    pins = dict(args.pin)
     driver = ClusterDriver(
         testbed.kubeconfig,
         backend,
         (images.img1, images.img2),
         layer_digests=[digest for digest, _size in images.layers.values()],
+        pins=pins,
     )
     extender_before = extender_requests(testbed.extender_url)
     columns = (
@@ -296,6 +324,8 @@ def _run(
     )
     # A mixed cluster (containerd and CRI-O nodes) is reported per node and runtime.
     doc["node_runtimes"] = driver.node_runtimes()
+    if pins:
+        doc["pins"] = dict(sorted(pins.items()))
     # Proof that the real kube-scheduler called the extender: its own request counter.
     doc["extender_prioritize_requests"] = extender_after - extender_before
     doc["run_time_s"] = round(time.monotonic() - started, 1)  # images and trials

@@ -315,11 +315,16 @@ def scenario_pod(
     namespace: str,
     *,
     pull_policy: str = "Always",
+    node: str | None = None,
 ) -> dict[str, Any]:
     """A scenario pod: one container, ``requests`` (the seed scenario's: a whole node), the
     strategy's scheduler. The seed scenario always pulls (the node's cache is the
-    experiment); a replay pulls ``IfNotPresent``, as a tagged image is pulled by default."""
-    return {
+    experiment); a replay pulls ``IfNotPresent``, as a tagged image is pulled by default.
+
+    ``node`` pins the pod to that node by a required node affinity on ``metadata.name``
+    (as DaemonSets pin theirs): the strategy's scheduler still places and binds it,
+    with that node the only feasible one."""
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": dict(SCENARIO_LABEL)},
@@ -339,6 +344,14 @@ def scenario_pod(
             ],
         },
     }
+    if node is not None:
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        pod["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        }
+    return pod
 
 
 def image_locality_scores(
@@ -385,8 +398,13 @@ class ClusterDriver:
         namespace: str = SCENARIO_NAMESPACE,
         is_worker: Callable[[Mapping[str, Any]], bool] | None = None,
         layer_digests: Sequence[str] = (),
+        pins: Mapping[str, str] | None = None,
     ) -> None:
         self.backend = backend
+        #: pod -> the node it is pinned to (``scenario --pin P2=n3``): a way to choose which
+        #: node's runtime holds what P1-again is scored on. Unpinned pods go where the
+        #: strategy puts them.
+        self.pins = dict(pins or {})
         #: The scenario's layers: a reset waits until no agent's inventory lists one.
         self.layer_digests = tuple(layer_digests)
         self.name = backend.name
@@ -574,7 +592,20 @@ class ClusterDriver:
         requests = whole_node_requests(workers, others)
         busy = {p["spec"].get("nodeName") for p in scenario}
         candidates = [n for n in workers if n["metadata"]["name"] not in busy]
-        document = scenario_pod(name, image, scheduler, requests, self.namespace)
+        pinned = self.pins.get(pod)
+        if pinned is not None:
+            if pinned not in {n["metadata"]["name"] for n in workers}:
+                raise TestbedError(
+                    f"--pin {pod}={pinned}: no worker is named {pinned} (the workers are "
+                    f"{', '.join(sorted(n['metadata']['name'] for n in workers))})"
+                )
+            if pinned in busy:
+                raise TestbedError(
+                    f"--pin {pod}={pinned}: a scenario pod runs on {pinned} already (each "
+                    "requests a whole node): pin the other pods elsewhere"
+                )
+            candidates = [n for n in candidates if n["metadata"]["name"] == pinned]
+        document = scenario_pod(name, image, scheduler, requests, self.namespace, node=pinned)
         mark = self.backend.mark()
         created = self._kube.create(pods_path(self.namespace), document)
         uid = str((created.get("metadata") or {}).get("uid"))

@@ -1,0 +1,189 @@
+"""The CRI-O node of a mixed local testbed, live (``make crio-live`` with
+``LAYERSCHED_TESTBED_RUNTIMES`` naming ``crio``, e.g. ``containerd,containerd,crio``):
+
+* the NodeLayerInventory the node's agent published to the testbed's API server, read back
+  from the cluster, holds every layer of the seed's Img1 and Img2 as CRI-O pulled them
+  over the node's link, with the pushed manifests' digests and sizes, byte for byte;
+* the testbed's relay role (``playbooks/testbed-relay.yml``) puts the relay between that
+  node's kubelet and CRI-O, with its dump and ``imageLayer.*`` annotations taken from
+  CRI-O's storage, and takes it out again.
+
+A testbed that is up already (``layersched testbed up --runtimes ...``) is used as it
+is; else one is brought up and taken down again. Without a CRI-O node in the runtimes,
+every test here skips with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tenacity
+
+from layersched.builds import crio_build
+from layersched.core.nodelayers import parse_document
+from layersched.cri import CRIClient
+from layersched.images.oci import BuiltImage, push_image
+from layersched.kube import KubeClient, load_kubeconfig, node_layers_path
+from layersched.registry import RegistryClient
+from layersched.testbed.local import TestbedState
+from tests.crio.test_crio_live import manifest_layers
+from tests.fixtures.crio import require_crio
+from tests.fixtures.testbed import testbed_settings, testbed_skip_reason, testbed_up
+from tests.integration.test_cri import IMG1, IMG2
+
+pytestmark = pytest.mark.crio
+
+CRIO = "crio"
+#: The agent publishes within a poll or two of a pull; the testbed's links are 20 Mbit/s.
+PUBLISHED_TIMEOUT_S = 90.0
+PULL_TIMEOUT_S = 180.0
+#: The relay playbook restarts a kubelet and waits for every node to be Ready.
+PLAYBOOK_TIMEOUT_S = 600
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def testbed() -> Iterator[TestbedState]:
+    """The mixed testbed: LAYERSCHED_TESTBED_RUNTIMES must name a CRI-O node."""
+    settings = testbed_settings()
+    if CRIO not in settings.runtimes:
+        pytest.skip(
+            "no CRI-O node in the testbed's runtimes (LAYERSCHED_TESTBED_RUNTIMES="
+            f"{os.environ.get('LAYERSCHED_TESTBED_RUNTIMES', '')!r}): set e.g. "
+            "containerd,containerd,crio to run the CRI-O testbed tests"
+        )
+    reason = testbed_skip_reason()
+    if reason is not None:
+        pytest.skip(f"local testbed unavailable: {reason}")
+    require_crio()
+    with testbed_up(settings, refresh=False) as state:
+        yield state
+
+
+@pytest.fixture(scope="module")
+def crio_node(testbed: TestbedState) -> str:
+    (name, *_others) = [n.name for n in testbed.nodes if n.runtime == CRIO]
+    return name
+
+
+@pytest.fixture(scope="module")
+def pulled(testbed: TestbedState, crio_node: str) -> Iterator[dict[str, BuiltImage]]:
+    """Img1 and Img2 pushed to the testbed's registry under a tag of this run and pulled
+    by the CRI-O node over its link; removed again afterwards (the scenario's resets wait
+    until no node lists a layer they do not know of)."""
+    host = testbed.registry.host
+    tag = time.strftime("t%Y%m%d%H%M%S", time.gmtime())
+    images = {f"{host}/crio-testbed/img1:{tag}": IMG1, f"{host}/crio-testbed/img2:{tag}": IMG2}
+    with RegistryClient(insecure_hosts=(host,)) as registry:
+        for ref, image in images.items():
+            assert push_image(registry, ref, image) == image.digest
+    node = testbed.node(crio_node)
+    with CRIClient(node.cri_endpoint, pull_timeout_s=PULL_TIMEOUT_S) as cri:
+        try:
+            for ref in images:
+                cri.pull_image(ref)
+            yield images
+        finally:
+            for ref in images:
+                cri.remove_image(ref)
+
+
+def _inventory(testbed: TestbedState, node: str) -> dict[str, object]:
+    kube = KubeClient(load_kubeconfig(testbed.cluster.kubeconfig))
+    try:
+        return kube.get(node_layers_path(node))
+    finally:
+        kube.close()
+
+
+def test_the_testbeds_object_matches_the_manifests_byte_for_byte(
+    testbed: TestbedState, crio_node: str, pulled: dict[str, BuiltImage]
+) -> None:
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(PUBLISHED_TIMEOUT_S),
+        wait=tenacity.wait_fixed(1),
+        reraise=True,
+    )
+    def published_both() -> dict[str, object]:
+        document = _inventory(testbed, crio_node)
+        names = {n for image in parse_document(document, crio_node).images for n in image.names}
+        assert set(pulled) <= names, f"{crio_node}'s inventory lists {sorted(names)}"
+        return document
+
+    published = parse_document(published_both(), crio_node)
+    assert published.source == "crio-storage"
+    assert published.runtime == f"cri-o://{crio_build().version.lstrip('v')}"
+    for ref, image in pulled.items():
+        (found,) = [h for h in published.images if ref in h.names]
+        # every layer, base first: the pushed manifest's descriptor digests and sizes
+        assert found.layers == manifest_layers(image), ref
+        assert found.digest == image.digest, ref
+
+
+def _playbook(testbed: TestbedState, playbook: str, *extra: str) -> None:
+    argv = [str(Path(sys.executable).with_name("ansible-playbook"))]
+    argv += ["-i", str(REPO / "playbooks/inventory/local.yml"), str(REPO / "playbooks" / playbook)]
+    argv += ["-e", f"testbed_state_dir={testbed.state_dir}", *extra]
+    done = subprocess.run(argv, cwd=REPO, timeout=PLAYBOOK_TIMEOUT_S, check=False)
+    assert done.returncode == 0, f"{playbook} failed (its output is above)"
+
+
+def _kubelet_argv(testbed: TestbedState, node: str) -> list[str]:
+    pid = Path(testbed.node(node).kubelet_pidfile).read_text().strip()
+    return [a for a in Path(f"/proc/{pid}/cmdline").read_text().split("\0") if a]
+
+
+def test_the_testbeds_relay_role_in_front_of_crio(
+    testbed: TestbedState, crio_node: str, pulled: dict[str, BuiltImage]
+) -> None:
+    node = testbed.node(crio_node)
+    relay_socket = f"{node.dir}/relay.sock"
+    dump = Path(node.dir) / "relay-dump.jsonl"
+    try:
+        _playbook(testbed, "testbed-relay.yml", "-e", "testbed_relay_inject_layers=true")
+        # kubelet -> relay -> CRI-O; the playbook waited for every node to be Ready again
+        assert f"--container-runtime-endpoint=unix://{relay_socket}" in _kubelet_argv(
+            testbed, crio_node
+        )
+        with CRIClient(f"unix://{relay_socket}") as via, CRIClient(node.cri_endpoint) as direct:
+            assert via.version().runtime_name == "cri-o"
+            annotated = {i.id: i.annotations for i in via.list_images()}
+            for held in direct.list_images():
+                ours = [ref for ref in pulled if ref in held.repo_tags]
+                if not ours:
+                    continue
+                # CRI-O annotates nothing; the relay adds one entry per compressed layer,
+                # read from CRI-O's storage on the node
+                assert not any(k.startswith("imageLayer.") for k in held.annotations)
+                injected = {
+                    k: v for k, v in annotated[held.id].items() if k.startswith("imageLayer.")
+                }
+                expected = {
+                    f"imageLayer.{layer.digest}": str(layer.size_bytes)
+                    for layer in manifest_layers(pulled[ours[0]])
+                }
+                assert injected == expected, ours[0]
+
+        @tenacity.retry(
+            stop=tenacity.stop_after_delay(PUBLISHED_TIMEOUT_S),
+            wait=tenacity.wait_fixed(1),
+            reraise=True,
+        )
+        def kubelet_calls_through_the_relay() -> set[str]:
+            records = [json.loads(line) for line in dump.read_text().splitlines() if line]
+            methods = {r["method"].rsplit("/", 1)[-1] for r in records}
+            # the kubelet's own periodic calls: its pod and image lists
+            assert {"ListPodSandbox", "ListImages"} <= methods, sorted(methods)
+            return methods
+
+        kubelet_calls_through_the_relay()
+    finally:
+        _playbook(testbed, "testbed-relay-remove.yml")
+    assert f"--container-runtime-endpoint={node.cri_endpoint}" in _kubelet_argv(testbed, crio_node)

@@ -28,6 +28,7 @@ from layersched.testbed.cluster.driver import (
     SCENARIO_NAMESPACE,
     ClusterDriver,
     PodRun,
+    Submitted,
     held_layers,
     listed_repository,
     still_running,
@@ -474,22 +475,38 @@ def test_reset_waits_until_no_agent_lists_a_scenario_layer(
         driver.reset()
 
 
-def _submit_pinned(api: StandInApi, pins: Mapping[str, str], pod: str = "P2") -> ClusterDriver:
+def _submit_pinned(
+    api: StandInApi, pins: Mapping[str, str], backend: RecordingBackend | None = None
+) -> tuple[ClusterDriver, Submitted]:
+    backend = backend or RecordingBackend()
+    pod = "P2"
     nodes = [_node("w1", "10.0.0.1"), _node("w2", "10.0.0.2")]
     api.route("GET", NODES_PATH, items(nodes))
+    api.route("GET", node_path("w2"), ok(nodes[1]))
     api.route("GET", ALL_PODS_PATH, items([]))
     api.route("POST", pods_path(NS), lambda r: ok({**r.json(), "metadata": {"uid": UID}}))
     api.route("GET", pod_path(NS, "p2"), ok({"spec": {"nodeName": "w2"}}))
-    api.route("GET", events_path(NS), items([]))
-    driver = ClusterDriver(str(api.kubeconfig), RecordingBackend(), (IMAGE,), pins=pins)
-    driver.submit(pod, IMAGE, SCHEDULER)
-    return driver
+    pulled = 'Successfully pulled image "reg.test/img1:v1" in 1.5s'
+    found = {
+        "Pulled": [_event("Pulled", UID, "2026-11-23T04:50:02Z", message=pulled)],
+        "Scheduled": [
+            _event("Scheduled", UID, "2026-11-23T04:50:01Z", reportingComponent=SCHEDULER)
+        ],
+    }
+    api.route(
+        "GET",
+        events_path(NS),
+        lambda r: items(found[r.query["fieldSelector"].rpartition("reason=")[2]]),
+    )
+    driver = ClusterDriver(str(api.kubeconfig), backend, (IMAGE,), pins=pins)
+    return driver, driver.submit(pod, IMAGE, SCHEDULER)
 
 
 def test_a_pinned_pod_is_still_the_strategys_to_bind_on_its_one_node(api: StandInApi) -> None:
     # --pin P2=w2: a required node affinity on metadata.name, the strategy's scheduler
     # (not spec.nodeName, which would bypass it), and w2 the only candidate scored
-    _submit_pinned(api, {"P2": "w2"})
+    backend = RecordingBackend()
+    driver, submitted = _submit_pinned(api, {"P2": "w2"}, backend)
     [created] = api.sent("POST", pods_path(NS))
     spec = created.json()["spec"]
     assert spec["schedulerName"] == SCHEDULER and "nodeName" not in spec
@@ -499,6 +516,16 @@ def test_a_pinned_pod_is_still_the_strategys_to_bind_on_its_one_node(api: StandI
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["w2"]}]}
         ]
     }
+    # one feasible node: kube-scheduler binds without scoring, so none are waited for
+    placement = driver.complete(submitted)
+    assert (placement.node, placement.scores, placement.pull.bytes) == ("w2", {}, 4321)
+    assert [a for a in backend.asked if a[0] == "scores"] == []
+
+
+def test_an_unpinned_pods_scores_are_waited_for(api: StandInApi) -> None:
+    backend = RecordingBackend()
+    driver, submitted = _submit_pinned(api, {"P1": "w1"}, backend)
+    assert driver.complete(submitted).scores == {"w1": 3, "w2": 10}
 
 
 def test_an_unpinned_pod_has_no_affinity(api: StandInApi) -> None:

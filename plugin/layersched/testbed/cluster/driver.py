@@ -663,7 +663,12 @@ class ClusterDriver:
                 lambda: self.backend.registry_bytes(mark, address), LOG_SETTLE_TIMEOUT_S
             )
         bound_by = wait_for(lambda: self._scheduled_by(name, uid), SCORES_TIMEOUT_S)
-        scores = wait_for(lambda: self.backend.scores(run), SCORES_TIMEOUT_S)
+        if pod in self.pins:
+            # one feasible node: kube-scheduler binds it without scoring (no plugin Score,
+            # no extender /prioritize), so there are no scores to wait for
+            scores: dict[str, int] = {}
+        else:
+            scores = wait_for(lambda: self.backend.scores(run), SCORES_TIMEOUT_S)
         log.info(
             "%s -> %s by %s: %d bytes in %.2fs", pod, node, bound_by, size_bytes, event.seconds
         )

@@ -196,17 +196,15 @@ def test_schedule_submits_waits_and_measures(api: StandInApi) -> None:
     assert 0 <= driver.settle("P1", "image-locality") < 1
 
 
-def test_settle_waits_for_status_images_only_where_the_strategy_reads_it(
-    api: StandInApi, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # w2 never lists the image in status.images (a kubelet that lags)
-    monkeypatch.setattr("layersched.testbed.cluster.driver.IMAGE_LISTED_TIMEOUT_S", 3.0)
+def _bound_on_w2(api: StandInApi, name: str) -> None:
+    """Two workers; pod ``name`` is created, bound to w2, pulled in 1.5 s and Scheduled by
+    the strategy's scheduler (events of its uid)."""
     nodes = [_node("w1", "10.0.0.1"), _node("w2", "10.0.0.2")]
     api.route("GET", NODES_PATH, items(nodes))
     api.route("GET", node_path("w2"), ok(nodes[1]))
     api.route("GET", ALL_PODS_PATH, items([]))
     api.route("POST", pods_path(NS), lambda r: ok({**r.json(), "metadata": {"uid": UID}}))
-    api.route("GET", pod_path(NS, "p1"), ok({"spec": {"nodeName": "w2"}}))
+    api.route("GET", pod_path(NS, name), ok({"spec": {"nodeName": "w2"}}))
     pulled = 'Successfully pulled image "reg.test/img1:v1" in 1.5s'
     found = {
         "Pulled": [_event("Pulled", UID, "2026-11-23T04:50:02Z", message=pulled)],
@@ -219,6 +217,14 @@ def test_settle_waits_for_status_images_only_where_the_strategy_reads_it(
         events_path(NS),
         lambda r: items(found[r.query["fieldSelector"].rpartition("reason=")[2]]),
     )
+
+
+def test_settle_waits_for_status_images_only_where_the_strategy_reads_it(
+    api: StandInApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # w2 never lists the image in status.images (a kubelet that lags)
+    monkeypatch.setattr("layersched.testbed.cluster.driver.IMAGE_LISTED_TIMEOUT_S", 3.0)
+    _bound_on_w2(api, "p1")
     driver = _driver(api)
     driver.schedule("P1", IMAGE, SCHEDULER)
     # layer-locality scores from the agents' inventory: status.images is not waited for
@@ -480,24 +486,7 @@ def _submit_pinned(
 ) -> tuple[ClusterDriver, Submitted]:
     backend = backend or RecordingBackend()
     pod = "P2"
-    nodes = [_node("w1", "10.0.0.1"), _node("w2", "10.0.0.2")]
-    api.route("GET", NODES_PATH, items(nodes))
-    api.route("GET", node_path("w2"), ok(nodes[1]))
-    api.route("GET", ALL_PODS_PATH, items([]))
-    api.route("POST", pods_path(NS), lambda r: ok({**r.json(), "metadata": {"uid": UID}}))
-    api.route("GET", pod_path(NS, "p2"), ok({"spec": {"nodeName": "w2"}}))
-    pulled = 'Successfully pulled image "reg.test/img1:v1" in 1.5s'
-    found = {
-        "Pulled": [_event("Pulled", UID, "2026-11-23T04:50:02Z", message=pulled)],
-        "Scheduled": [
-            _event("Scheduled", UID, "2026-11-23T04:50:01Z", reportingComponent=SCHEDULER)
-        ],
-    }
-    api.route(
-        "GET",
-        events_path(NS),
-        lambda r: items(found[r.query["fieldSelector"].rpartition("reason=")[2]]),
-    )
+    _bound_on_w2(api, "p2")
     driver = ClusterDriver(str(api.kubeconfig), backend, (IMAGE,), pins=pins)
     return driver, driver.submit(pod, IMAGE, SCHEDULER)
 

@@ -7,14 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from layersched import __version__
 from layersched.cli.main import main
 from layersched.testbed.cli import testbed as testbed_cli
 from layersched.testbed.local import TestbedState, state_path
+from layersched.testbed.local._state import ClusterInfo, DaemonInfo, ExtenderInfo
 from layersched.testbed.local._status import (
     ComponentStatus,
     TestbedNodeStatus,
     TestbedStatus,
     VersionedStatus,
+    _control_plane_status,
 )
 from tests.unit._testbed_docs import inventory_doc
 
@@ -92,3 +95,51 @@ def test_status_fits_80_columns(
         # a long name is shortened in the middle (its start and end survive), never cut
         assert cell == name or ("…" in cell and name.endswith(cell.split("…")[1])), (row, name)
     assert lines[-1] == "healthy"
+
+
+def test_the_pull_time_scheduler_and_its_extender_are_probed(tmp_path: Path) -> None:
+    # a testbed brought up with --pull-time: a fourth scheduler process (the one
+    # kube-scheduler binary) and a second extender; nothing answers here (port 1), so each
+    # is probed and reported down, by name, and none is left out or raises
+    scheduler = tmp_path / "kube-scheduler"
+    scheduler.write_text("#!/bin/sh\necho Kubernetes v1.37.2\n", encoding="utf-8")
+    scheduler.chmod(0o755)
+
+    def extender(strategy: str) -> ExtenderInfo:
+        return ExtenderInfo(
+            url="http://127.0.0.1:1",
+            strategy=strategy,
+            pidfile=str(tmp_path / f"extender-{strategy}.pid"),
+            log=str(tmp_path / f"extender-{strategy}.log"),
+        )
+
+    names = ("scheduler-layer-locality", "scheduler-pull-time")
+    cluster = ClusterInfo(
+        kubernetes_version="v1.37.2",
+        kubeconfig=str(tmp_path / "kubeconfig"),
+        api_server="https://127.0.0.1:1",
+        ca_file=str(tmp_path / "ca.crt"),
+        admin_cert=str(tmp_path / "admin.crt"),
+        admin_key=str(tmp_path / "admin.key"),
+        bin_dir=str(tmp_path),
+        control_plane=tuple(
+            DaemonInfo(
+                name=name,
+                pidfile=str(tmp_path / f"{name}.pid"),
+                log=str(tmp_path / f"{name}.log"),
+                health_url="https://127.0.0.1:1/healthz",
+            )
+            for name in names
+        ),
+        schedulers={},
+        extender=extender("layer-locality"),
+        pull_time_extender=extender("pull-time"),
+    )
+    found = _control_plane_status(cluster)
+    assert [(s.status.name, s.version) for s in found] == [
+        ("scheduler-layer-locality", "v1.37.2"),
+        ("scheduler-pull-time", "v1.37.2"),
+        ("layersched extender (layer-locality)", __version__),
+        ("layersched extender (pull-time)", __version__),
+    ]
+    assert not any(s.status.answers for s in found)

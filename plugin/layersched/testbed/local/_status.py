@@ -215,12 +215,10 @@ def _https(cluster: ClusterInfo, url: str) -> httpx.Response:
 
 def _control_plane_status(cluster: ClusterInfo) -> list[VersionedStatus]:
     found = []
+    # every scheduler-* process is the one kube-scheduler binary (the fourth, pull-time, too)
     binaries = {
         "kube-apiserver": "kube-apiserver",
         "kube-controller-manager": "kube-controller-manager",
-        "scheduler-image-locality": "kube-scheduler",
-        "scheduler-layer-locality": "kube-scheduler",
-        "scheduler-layer-locality-plugin": "kube-scheduler",
     }
     for daemon in cluster.control_plane:
         pid = pid_alive(Path(daemon.pidfile))
@@ -240,18 +238,20 @@ def _control_plane_status(cluster: ClusterInfo) -> list[VersionedStatus]:
             except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError):
                 version = "?"
         else:
-            version = _binary_version(f"{cluster.bin_dir}/{binaries[daemon.name]}")
+            binary = binaries.get(daemon.name, "kube-scheduler")
+            version = _binary_version(f"{cluster.bin_dir}/{binary}")
         found.append(VersionedStatus(ComponentStatus(daemon.name, pid, ok, detail), version))
-    extender = cluster.extender
-    pid = pid_alive(Path(extender.pidfile))
-    try:
-        response = httpx.get(f"{extender.url}/healthz", timeout=PROBE_TIMEOUT_S)
-        ok, detail = response.status_code == httpx.codes.OK, f"{extender.url}/healthz"
-        detail += f" -> {response.status_code}"
-    except httpx.HTTPError as err:
-        ok, detail = False, f"{extender.url}/healthz: {err}"
-    name = f"layersched extender ({extender.strategy})"
-    found.append(VersionedStatus(ComponentStatus(name, pid, ok, detail), __version__))
+    extenders = (cluster.extender, cluster.pull_time_extender)
+    for extender in (e for e in extenders if e is not None):
+        pid = pid_alive(Path(extender.pidfile))
+        try:
+            response = httpx.get(f"{extender.url}/healthz", timeout=PROBE_TIMEOUT_S)
+            ok, detail = response.status_code == httpx.codes.OK, f"{extender.url}/healthz"
+            detail += f" -> {response.status_code}"
+        except httpx.HTTPError as err:
+            ok, detail = False, f"{extender.url}/healthz: {err}"
+        name = f"layersched extender ({extender.strategy})"
+        found.append(VersionedStatus(ComponentStatus(name, pid, ok, detail), __version__))
     return found
 
 

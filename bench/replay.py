@@ -201,7 +201,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_rates(trace, {n.name: n.link_rate_bits_per_s for n in inventory.nodes}, state_dir)
     backend = LocalBackend(inventory)
     strategies = [s for s in (args.strategy or STRATEGIES) if s in backend.schedulers]
-    record = provenance.start(inventory.cluster.kubernetes_version)
+    # The testbed's daemons (API server, etcd, kubelets, runtimes, schedulers, extenders,
+    # agents, registry) were started by `testbed up`, outside this process's tree; each
+    # names the state directory, so they count as the benchmark's own, not as others.
+    record = provenance.start(inventory.cluster.kubernetes_version, own_commands=[str(state_dir)])
     console.print(f"building {len(trace.layers)} layers, {len(trace.images)} images")
     build = build_trace_images(trace)
     plan = plan_runs(strategies, args.rounds)

@@ -25,6 +25,7 @@ from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.strategies import get_strategy
 from layersched.extender import WatchLayerIndexProvider, make_extender
+from layersched.extender._pod_layers import PINNED_CACHE_SIZE, pinned
 from layersched.extender._wire import ExtenderArgs, HostPriority
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, node, started
@@ -223,6 +224,24 @@ def test_a_pinned_digest_is_checked_against_the_registry(loop: RunningLoop) -> N
     assert pinned in registry.asked
     disputed = "layersched_extender_pod_images_disputed_total"
     assert extender.metrics.registry.get_sample_value(disputed) == 1.0
+
+
+def test_a_pinned_pod_image_is_parsed_once_not_per_request(loop: RunningLoop) -> None:
+    # issue 31: the pinned check of a pod image the nodes agree on parsed it on every
+    # request; it is remembered now, in a cache bounded by construction
+    pinned_image = f"nginx@{REAL.digest}"
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("h"), node("k")]
+    api.items[NODE_LAYERS_PATH] = [layers("h", REAL), layers("k", REAL)]
+    provider = started(api, loop.loop)
+    registry = CountingRegistry({pinned_image: REAL.layers})
+    extender = make_extender(get_strategy("layer-locality"), registry, provider)
+    pinned.cache_clear()
+    for _ in range(3):
+        prioritize(loop, extender, pinned_image, ["h", "k"])
+    cached = pinned.cache_info()
+    assert (cached.misses, cached.hits) == (1, 2)
+    assert cached.maxsize == PINNED_CACHE_SIZE
 
 
 def test_a_short_name_matches_the_runtimes_name(loop: RunningLoop) -> None:

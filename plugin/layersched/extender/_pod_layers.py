@@ -4,6 +4,7 @@ the deadline."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from layersched.core.layerindex import prefixed_name
@@ -13,6 +14,13 @@ from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
 from layersched.extender._providers import LayerIndexProvider
 from layersched.extender._resolver import DeadlineResolver
+
+#: Pod images whose pinning (a digest in the reference) is remembered, so a request parses
+#: none it parsed before: a cluster's pod images (a few thousand) fit; bounded, as pods
+#: may name any number of distinct images (a flood of fresh names only churns it).
+PINNED_CACHE_SIZE = 8_192
+
+pinned = functools.lru_cache(maxsize=PINNED_CACHE_SIZE)(is_pinned)
 
 
 class PodLayers:
@@ -63,7 +71,7 @@ class PodLayers:
         the layer source (the registry) once: its answer when it has one (kept for good: a
         digest names its content), the nodes' meanwhile (the source is asked in the
         background, never awaited). Issue 30: agreeing liars are outvoted by the registry."""
-        if agreed is None or not is_pinned(image):
+        if agreed is None or not pinned(image):
             return agreed
         registry = self.resolver(key).known_layers(image)
         if registry is None:

@@ -17,6 +17,7 @@ from layersched.agent import CrioStorageReader, NodeImagesReader, cri_images
 from layersched.core.errors import InputError
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.nodelayers import build_document
 from layersched.cri import CRIImage
 
 
@@ -167,6 +168,35 @@ def test_the_merge_reads_the_store_then_the_cri_images_it_does_not_explain(
     assert read.source == "mixed"
     assert set(read.problems) == {"reg/bare:1"}
     assert "--registry-fallback" in read.problems["reg/bare:1"]
+
+
+def test_a_pull_between_the_store_read_and_the_cri_listing_is_published_once(
+    tmp_path: Path,
+) -> None:
+    # the store read finds manifest digest(90) as reg/old:1; before the CRI listing,
+    # reg/old:1 goes and the same manifest is pulled as reg/new:1. No name is shared,
+    # so the CRI image is read too: the read lists digest(90) twice, and the one
+    # writer of the object (core.nodelayers) publishes one entry, the store's names
+    # first (issue 31: the guard the two deduplications keep; see the agent's README)
+    one_image_storage(tmp_path, "reg/old:1", digest(1), 100)
+    pulled = CRIImage(
+        id=digest(91),
+        repo_tags=("reg/new:1",),
+        repo_digests=(f"reg/new@{digest(90)}",),
+        size_bytes=1,
+        annotations={f"imageLayer.{digest(1)}": "100"},
+        pinned=False,
+    )
+    read = NodeImagesReader([CrioStorageReader(tmp_path)], ListedImages(pulled)).read()
+    assert [i.digest for i in read.images] == [digest(90), digest(90)]
+    document = build_document("n1", read.images, runtime="x", source=read.source)
+    assert document["images"] == [
+        {
+            "names": ["reg/old:1", f"reg/new@{digest(90)}", "reg/new:1"],
+            "digest": digest(90),
+            "layers": [0],
+        }
+    ]
 
 
 @pytest.mark.parametrize(

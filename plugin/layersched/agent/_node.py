@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from layersched.agent._readers import CRIImageLike
 from layersched.core.errors import InputError
 from layersched.core.layerindex import annotation_layers
+from layersched.core.reference import ImageName
 
 #: kubelet's ``MaxNamesPerImageInNodeStatus``: names kept per image, so that a
 #: node with many tags of one image does not bloat its status.
@@ -44,7 +45,7 @@ class AgentImage(CRIImageLike, Protocol):
     def size_bytes(self) -> int: ...
 
 
-def _names(image: AgentImage) -> list[str]:
+def _names(image: AgentImage) -> list[ImageName]:
     """Repo digests first, then repo tags, at most :data:`MAX_NAMES_PER_IMAGE`."""
     return [*image.repo_digests, *image.repo_tags][:MAX_NAMES_PER_IMAGE]
 

@@ -30,7 +30,7 @@ from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.layerindex import NodeImage, annotation_layers
 from layersched.core.layers import Layer, LayerSource, check_digest, check_size
 from layersched.core.nodelayers import shown
-from layersched.core.reference import parse_or_none
+from layersched.core.reference import ImageName, parse_or_none
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,9 @@ class CRIImageLike(Protocol):
     @property
     def id(self) -> str: ...
     @property
-    def repo_tags(self) -> Sequence[str]: ...
+    def repo_tags(self) -> Sequence[ImageName]: ...
     @property
-    def repo_digests(self) -> Sequence[str]: ...
+    def repo_digests(self) -> Sequence[ImageName]: ...
     @property
     def annotations(self) -> Mapping[str, str]: ...
 
@@ -122,7 +122,7 @@ class CrioStorageReader:
         for raw in raw_images:
             if not isinstance(raw, dict):
                 continue
-            names = tuple(str(n) for n in raw.get("names") or [])
+            names = tuple(ImageName(str(n)) for n in raw.get("names") or [])
             key = names[0] if names else str(raw.get("id"))
             try:
                 layers = self._chain(by_id, raw.get("layer"), f"{images_file}: image {key!r}")
@@ -168,7 +168,7 @@ class CRIImageLister(Protocol):
     def list_images(self) -> Sequence[CRIImageLike]: ...
 
 
-def _names(image: CRIImageLike) -> tuple[str, ...]:
+def _names(image: CRIImageLike) -> tuple[ImageName, ...]:
     return (*image.repo_digests, *image.repo_tags)
 
 
@@ -212,7 +212,7 @@ def cri_images(
     return held, problems, used
 
 
-def _resolve(source: LayerSource, names: Sequence[str]) -> tuple[Layer, ...]:
+def _resolve(source: LayerSource, names: Sequence[ImageName]) -> tuple[Layer, ...]:
     reason = ""
     for name in names:
         try:

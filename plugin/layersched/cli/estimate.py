@@ -59,6 +59,7 @@ from layersched.core.objects import (
     decode_schedulable_node,
     node_info,
 )
+from layersched.core.reference import ImageName
 from layersched.core.strategies.args import DEFAULT_BANDWIDTH_BITS_PER_S
 from layersched.kube import (
     ALL_EVENTS_PATH,
@@ -296,10 +297,10 @@ def _read_pods(
     since_s: float,
     until_s: float,
     namespaces: frozenset[str] | None,
-) -> tuple[list[PodFacts], dict[str, dict[str, str]]]:
+) -> tuple[list[PodFacts], dict[str, dict[ImageName, ImageName]]]:
     """Every bound pod's facts, and for those weighed, what their runtimes ran (by uid)."""
     pods: list[PodFacts] = []
-    ran: dict[str, dict[str, str]] = {}
+    ran: dict[str, dict[ImageName, ImageName]] = {}
     problems: list[str] = []
     items = _pages(kube, progress, ALL_PODS_PATH, "pods", field_selector=BOUND_PODS)
     for i, item in enumerate(items):
@@ -377,7 +378,7 @@ def _resolve_nodes(
 
 def _resolve_pods(
     pods: list[PodFacts],
-    ran: dict[str, dict[str, str]],
+    ran: dict[str, dict[ImageName, ImageName]],
     source: LayerSource,
     progress: Progress,
     since_s: float,
@@ -393,14 +394,14 @@ def _resolve_pods(
     ]
     references = {(image, ran[pods[i].uid].get(image)) for i in weighed for image in pods[i].images}
     step = _resolving(progress, "the pods' images", len(references))
-    resolved: dict[tuple[str, str | None], tuple[Layer, ...] | str] = {}
+    resolved: dict[tuple[ImageName, ImageName | None], tuple[Layer, ...] | str] = {}
     for image, by_digest in references:
         resolved[(image, by_digest)] = _resolve_image(source, image, by_digest)
         step()
     out = list(pods)
     for i in weighed:
         pod = pods[i]
-        found: dict[str, tuple[Layer, ...]] = {}
+        found: dict[ImageName, tuple[Layer, ...]] = {}
         why = ""
         for image in pod.images:
             layers = resolved[(image, ran[pod.uid].get(image))]
@@ -413,7 +414,7 @@ def _resolve_pods(
 
 
 def _resolve_image(
-    source: LayerSource, image: str, by_digest: str | None
+    source: LayerSource, image: ImageName, by_digest: ImageName | None
 ) -> tuple[Layer, ...] | str:
     """The layers of ``image`` (the digest it ran from first), or why they are unknown."""
     reason = ""

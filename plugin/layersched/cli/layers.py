@@ -21,6 +21,7 @@ from pathlib import Path
 
 from layersched.cli._sources import add_layer_source_options, open_layer_source
 from layersched.core.errors import InputError, LayerResolutionError
+from layersched.core.reference import ImageName
 from layersched.registry import DEFAULT_DEADLINE_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=run)
 
 
-def image_list(args: argparse.Namespace) -> list[str]:
+def image_list(args: argparse.Namespace) -> list[ImageName]:
     """The images of the arguments and ``--from``, each once, in order."""
-    images = list(args.images)
+    images = [ImageName(image) for image in args.images]
     if args.from_file:
         try:
             text = (
@@ -82,7 +83,7 @@ def image_list(args: argparse.Namespace) -> list[str]:
         for line in text.splitlines():
             line = line.split("#", 1)[0].strip()
             if line:
-                images.append(line)
+                images.append(ImageName(line))
     images = list(dict.fromkeys(images))
     if not images:
         raise InputError("no image given: name images as arguments or pass --from FILE")

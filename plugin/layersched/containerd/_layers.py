@@ -20,6 +20,7 @@ from layersched.core.errors import CRIError, ManifestError
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
 from layersched.core.manifest import DEFAULT_PLATFORM, ImageIndex, Platform, parse_manifest
+from layersched.core.reference import ImageName
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,9 @@ class ContentStoreReader:
         self.problems = {}
         held = []
         for digest, records in sorted(by_target.items()):
-            names = tuple(sorted(r.name for r in records if not r.name.startswith(_ID_PREFIX)))
+            names = tuple(
+                sorted(ImageName(r.name) for r in records if not r.name.startswith(_ID_PREFIX))
+            )
             try:
                 layers = self._manifest_layers(records[0])
             except (CRIError, ManifestError) as err:

@@ -63,7 +63,12 @@ from layersched.core.objects import (
     pod_name,
 )
 from layersched.core.quantity import parse_quantity
-from layersched.core.reference import ImageReference, listed_name_matches, parse_or_none
+from layersched.core.reference import (
+    ImageName,
+    ImageReference,
+    listed_name_matches,
+    parse_or_none,
+)
 from layersched.core.strategies import pod_layers
 from layersched.core.strategies.pull_time import BITS_PER_BYTE, node_bandwidth_bits_per_s
 
@@ -121,7 +126,7 @@ class PodFacts:
     node: str
     scheduler: str
     #: Every image the kubelet pulls for it (init containers, containers, image volumes).
-    images: tuple[str, ...]
+    images: tuple[ImageName, ...]
     #: Epoch seconds: when the kubelet took the pod (``status.startTime``), and when it
     #: stopped holding its node's resources (None: still running).
     started_s: float
@@ -135,7 +140,7 @@ class PodFacts:
     #: Why its node was not a scheduler's choice ("" when it was).
     pinned: str = ""
     #: The layers of each of ``images`` (filled for pods in the window; None: unknown).
-    image_layers: Mapping[str, tuple[Layer, ...]] | None = None
+    image_layers: Mapping[ImageName, tuple[Layer, ...]] | None = None
     #: Why its layers are unknown.
     unresolved: str = ""
 
@@ -159,7 +164,7 @@ class PodEstimate:
     node: str
     scheduler: str
     started_s: float
-    images: tuple[str, ...]
+    images: tuple[ImageName, ...]
     #: The bytes of its distinct layers.
     total_bytes: int
     pulled_bytes: int
@@ -295,12 +300,12 @@ def _terms(affinity: Affinity | None) -> tuple[Term, ...] | None:
     )
 
 
-def ran_image(status: str) -> str | None:
+def ran_image(status: str) -> ImageName | None:
     """The reference a container status's ``imageID`` names by digest
     (``repo@sha256:…``), or None when it names none (a bare ``sha256:`` image id)."""
     text = status.split(_SCHEME, 1)[1] if _SCHEME in status else status
     ref = parse_or_none(text)
-    return text if ref is not None and ref.digest is not None else None
+    return ImageName(text) if ref is not None and ref.digest is not None else None
 
 
 def pod_facts(pod: PlacedPod, problems: list[str] | None = None) -> PodFacts | None:
@@ -355,7 +360,7 @@ def pod_facts(pod: PlacedPod, problems: list[str] | None = None) -> PodFacts | N
     )
 
 
-def ran_images(pod: PlacedPod) -> dict[str, str]:
+def ran_images(pod: PlacedPod) -> dict[ImageName, ImageName]:
     """Each container image of ``pod`` -> the reference by digest its runtime ran it from
     (``status.containerStatuses[].imageID``), where the runtime names one."""
     spec, status = pod.spec, pod.status
@@ -365,7 +370,7 @@ def ran_images(pod: PlacedPod) -> dict[str, str]:
         s.name: s.imageID
         for s in (*(status.containerStatuses or ()), *(status.initContainerStatuses or ()))
     }
-    found: dict[str, str] = {}
+    found: dict[ImageName, ImageName] = {}
     for container in (*(spec.initContainers or ()), *(spec.containers or ())):
         ran = ran_image(by_name.get(container.name, ""))
         if ran is not None:

@@ -45,6 +45,7 @@ import numpy.typing as npt
 
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.layers import Layer, LayerSource, check_digest, check_size
+from layersched.core.reference import ImageName
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class NodeImage:
     read from the runtime and publishes in its NodeLayerInventory (:meth:`held`; the Go
     plugin's ``layers.NodeImage``)."""
 
-    names: tuple[str, ...]
+    names: tuple[ImageName, ...]
     #: A status image's ``sizeBytes``; a held image's compressed bytes (its layers' sum:
     #: what a pull of it onto an empty node transfers).
     size_bytes: int
@@ -78,7 +79,9 @@ class NodeImage:
     digest: str = ""
 
     @classmethod
-    def held(cls, names: tuple[str, ...], digest: str, layers: tuple[Layer, ...]) -> NodeImage:
+    def held(
+        cls, names: tuple[ImageName, ...], digest: str, layers: tuple[Layer, ...]
+    ) -> NodeImage:
         """An image a runtime holds, with its compressed layers in manifest order."""
         return cls(names, sum(layer.size_bytes for layer in layers), layers, digest)
 
@@ -133,9 +136,10 @@ def annotation_layers(
     return tuple(layers)
 
 
-def prefixed_name(key: str, name: str) -> str:
-    """``name`` prefixed by platform ``key`` (see :data:`PREFIX_SEPARATOR`)."""
-    return f"{key}{PREFIX_SEPARATOR}{name}"
+def prefixed_name(key: str, name: ImageName) -> ImageName:
+    """``name`` prefixed by platform ``key`` (see :data:`PREFIX_SEPARATOR`): a name,
+    no reference."""
+    return ImageName(f"{key}{PREFIX_SEPARATOR}{name}")
 
 
 def prefixed(image: NodeImage, key: str) -> NodeImage:
@@ -144,7 +148,7 @@ def prefixed(image: NodeImage, key: str) -> NodeImage:
 
 
 #: How a node image is resolved from all its names at once (see :func:`names_resolver`).
-NamesResolver = Callable[[Sequence[str]], tuple[Layer, ...]]
+NamesResolver = Callable[[Sequence[ImageName]], tuple[Layer, ...]]
 
 
 def names_resolver(source: LayerSource) -> NamesResolver:
@@ -159,7 +163,7 @@ def names_resolver(source: LayerSource) -> NamesResolver:
         return own
     resolve = source.resolve
 
-    def each_name(names: Sequence[str]) -> tuple[Layer, ...]:
+    def each_name(names: Sequence[ImageName]) -> tuple[Layer, ...]:
         reason = "it has no name to resolve"
         for name in names:
             try:

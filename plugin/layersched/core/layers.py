@@ -142,7 +142,7 @@ class StaticLayerSource:
                 f"{origin}: expected a JSON object mapping image reference -> "
                 '[{"digest": "sha256:…", "size": <bytes>}, …]'
             )
-        parsed: dict[str, tuple[Layer, ...]] = {}
+        parsed: dict[ImageName, tuple[Layer, ...]] = {}
         for image, entries in document.items():
             where = f"{origin}: [{image!r}]"
             if not isinstance(entries, list):
@@ -157,7 +157,7 @@ class StaticLayerSource:
                         check_size(entry.get("size"), f"{where}[{i}].size"),
                     )
                 )
-            parsed[image] = tuple(layers)
+            parsed[ImageName(image)] = tuple(layers)
         try:
             return cls(parsed)
         except InputError as err:

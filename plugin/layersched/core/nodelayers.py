@@ -25,11 +25,12 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from layersched.core.errors import InputError
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import MAX_SIZE_BYTES, Layer, check_digest, check_size, is_digest
+from layersched.core.reference import ImageName
 
 GROUP = "layersched.io"
 VERSION = "v1alpha1"
@@ -417,7 +418,8 @@ def parse_document(
                 )
             first[index] = j
             layers.append(table[index])
-        images.append(NodeImage.held(tuple(intern(n) for n in names), digest, tuple(layers)))
+        held_names = cast("tuple[ImageName, ...]", tuple(intern(n) for n in names))
+        images.append(NodeImage.held(held_names, digest, tuple(layers)))
     return NodeLayerInventory(
         node=node,
         images=tuple(images),

@@ -23,7 +23,7 @@ import re
 import sys
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePath
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 import yaml
@@ -39,6 +39,7 @@ from layersched.core.layerindex import (
 )
 from layersched.core.layers import Layer, check_digest, check_size
 from layersched.core.pod import PodImages
+from layersched.core.reference import ImageName
 
 NODE_KIND = "Node"
 POD_KIND = "Pod"
@@ -60,7 +61,7 @@ class ObjectMeta(msgspec.Struct, gc=False):
 class ContainerImage(msgspec.Struct, frozen=True, gc=False):
     """One ``Node.status.images`` entry; hashable (to be interned) unless it has ``layers``."""
 
-    names: tuple[str, ...] | None = None
+    names: tuple[ImageName, ...] | None = None
     #: Checked where it is used: a negative size ignores the image, not the request.
     sizeBytes: int = 0
     #: Ryax-patched kubelet: ``{layer digest: compressed size}``.
@@ -108,13 +109,13 @@ class Container(msgspec.Struct, gc=False):
     """A container: only its image matters."""
 
     name: str = ""
-    image: str = ""
+    image: ImageName = ImageName("")
 
 
 class ImageVolumeSource(msgspec.Struct, gc=False):
     """``volumes[].image`` (KEP-4639): an OCI image mounted as a volume."""
 
-    reference: str = ""
+    reference: ImageName = ImageName("")
 
 
 class Volume(msgspec.Struct, gc=False):
@@ -458,7 +459,8 @@ def describe_image(image: ContainerImage | NodeImage) -> NodeImage:
     except InputError as err:
         raise InputError(f"ignoring image {image_key_name(image)!r}: {err}") from err
     # names repeat on every node holding the image: one string each
-    return NodeImage(tuple(sys.intern(n) for n in image.names or ()), image.sizeBytes, None)
+    names = cast("tuple[ImageName, ...]", tuple(sys.intern(n) for n in image.names or ()))
+    return NodeImage(names, image.sizeBytes, None)
 
 
 def node_image_keys(
@@ -574,7 +576,7 @@ def pod_images(pod: Pod | None, origin: str) -> PodImages:
     containers = spec.containers or []
     if not containers:
         raise InputError(f"{origin}: spec.containers is empty: {_POD_HINT}")
-    images: list[tuple[str, ...]] = []
+    images: list[tuple[ImageName, ...]] = []
     for key, listed in (("initContainers", spec.initContainers or []), ("containers", containers)):
         for i, container in enumerate(listed):
             if not container.image:
@@ -583,7 +585,7 @@ def pod_images(pod: Pod | None, origin: str) -> PodImages:
                     "image reference"
                 )
         images.append(tuple(c.image for c in listed))
-    volumes = []
+    volumes: list[ImageName] = []
     for i, volume in enumerate(spec.volumes or []):
         if volume.image is None:
             continue  # another kind of volume

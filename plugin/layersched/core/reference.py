@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NewType
 
 from layersched.core.errors import ImageReferenceError
 
@@ -40,18 +40,21 @@ _DOMAIN = re.compile(r"^(?:[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*|\[[0-9a-fA-F:]+\])(
 
 #: An image as a pod's ``image`` field writes it or a runtime lists it
 #: (``status.images[*].names``): text, not always a reference (see the module docstring).
-ImageName: TypeAlias = str
+#: A distinct type for the checker only (``ImageName(text)`` is ``text`` at run time): a
+#: name is made one where it is born (a pod's decoding, a node's listed images, a layer
+#: source's keys, the CRI listing), so no plain string passes for one unnoticed.
+ImageName = NewType("ImageName", str)
 
 
-def normalized_image_name(name: str) -> str:
+def normalized_image_name(name: str) -> ImageName:
     """Upstream ImageLocality's rule: add ``:latest`` if the name carries no tag.
 
     A tag is present when the last ``:`` comes after the last ``/`` (so a
     registry port such as ``host:5000/app`` is not mistaken for a tag).
     """
     if name.rfind(":") <= name.rfind("/"):
-        return name + ":" + DEFAULT_TAG
-    return name
+        return ImageName(name + ":" + DEFAULT_TAG)
+    return ImageName(name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
 
 from layersched.core.errors import CRIError
+from layersched.core.reference import ImageName
 from layersched.cri._gen import api_pb2
 
 #: containerd's default CRI socket (the one kubelet's ``--container-runtime-endpoint`` uses).
@@ -63,8 +64,8 @@ class CRIImage:
     """
 
     id: str
-    repo_tags: tuple[str, ...]
-    repo_digests: tuple[str, ...]
+    repo_tags: tuple[ImageName, ...]
+    repo_digests: tuple[ImageName, ...]
     size_bytes: int
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
     pinned: bool = False
@@ -98,8 +99,8 @@ def normalize_endpoint(endpoint: str) -> str:
 def _image(message: api_pb2.Image) -> CRIImage:
     return CRIImage(
         id=message.id,
-        repo_tags=tuple(message.repo_tags),
-        repo_digests=tuple(message.repo_digests),
+        repo_tags=cast("tuple[ImageName, ...]", tuple(message.repo_tags)),
+        repo_digests=cast("tuple[ImageName, ...]", tuple(message.repo_digests)),
         size_bytes=message.size,
         annotations=types.MappingProxyType(dict(message.spec.annotations)),
         pinned=message.pinned,

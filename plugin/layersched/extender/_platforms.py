@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.layerindex import PREFIX_SEPARATOR, NamesResolver, names_resolver
@@ -149,7 +150,7 @@ class PlatformSource:
         key, separator, _ = names[0].partition(PREFIX_SEPARATOR)
         if not separator:
             return self._resolver(self._default_key)(names)
-        stripped = [name.partition(PREFIX_SEPARATOR)[2] for name in names]
+        stripped = cast("list[ImageName]", [name.partition(PREFIX_SEPARATOR)[2] for name in names])
         try:
             return self._resolver(key)(stripped)
         except LayerResolutionError as err:

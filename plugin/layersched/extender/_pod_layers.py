@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from layersched.core.layerindex import prefixed_name
 from layersched.core.layers import Layer
-from layersched.core.reference import is_pinned
+from layersched.core.reference import ImageName, is_pinned
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
 from layersched.extender._providers import LayerIndexProvider
@@ -52,8 +52,8 @@ class PodLayers:
         return resolver
 
     async def resolve(
-        self, key: str, images: Sequence[str], from_inventory: bool
-    ) -> dict[str, tuple[Layer, ...]] | None:
+        self, key: str, images: Sequence[ImageName], from_inventory: bool
+    ) -> dict[ImageName, tuple[Layer, ...]] | None:
         """The pod's layers for platform ``key``: from the held inventory first (an image
         some node's agent published needs no registry call), else the resolver."""
         if from_inventory:
@@ -65,7 +65,7 @@ class PodLayers:
         return await self.resolver(key).resolve_pod(images)
 
     def _checked(
-        self, key: str, image: str, agreed: tuple[Layer, ...] | None
+        self, key: str, image: ImageName, agreed: tuple[Layer, ...] | None
     ) -> tuple[Layer, ...] | None:
         """A digest-pinned pod image's layers as the nodes agree on them, checked against
         the layer source (the registry) once: its answer when it has one (kept for good: a
@@ -80,11 +80,11 @@ class PodLayers:
             self.metrics.pod_images_disputed.inc()
         return registry
 
-    def changed(self) -> set[str]:
+    def changed(self) -> set[ImageName]:
         """Revalidate tags past their TTL in the background, in every platform; the names
         whose layers changed since the last call (another platform's prefixed with its
         key, as its nodes' image names are in a snapshot)."""
-        changed: set[str] = set()
+        changed: set[ImageName] = set()
         for platform, resolver in list(self._resolvers.items()):
             resolver.revalidate_due()
             names = resolver.changed()

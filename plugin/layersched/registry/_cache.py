@@ -128,7 +128,7 @@ class LayerCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.clock = clock
-        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._entries: OrderedDict[ImageName, Entry] = OrderedDict()
         #: digest -> (the layer tuple entries of that digest share, how many share it)
         self._shared: dict[str, tuple[tuple[Layer, ...], int]] = {}
         self._bytes = 0
@@ -136,9 +136,9 @@ class LayerCache:
         self._lock = threading.RLock()
         #: (expiry, image) of tag entries in expiry order (the TTL is constant), so that
         #: those no lookup asks for (node images answered by a slot cache) are revalidated.
-        self._due: deque[tuple[float, str]] = deque()
+        self._due: deque[tuple[float, ImageName]] = deque()
         #: Names whose layers changed when revalidated, until :meth:`changed` drains them.
-        self._changed: set[str] = set()
+        self._changed: set[ImageName] = set()
         self.hits = 0
         self.misses = 0
         self.revalidations = 0
@@ -171,12 +171,12 @@ class LayerCache:
             entry = self._entries.get(image)
             return entry.layers if entry is not None else None
 
-    def due(self, limit: int | None = None) -> list[str]:
+    def due(self, limit: int | None = None) -> list[ImageName]:
         """Tag entries past their TTL that no lookup revalidated yet (each once, at most
         ``limit``: the rest wait for the next call), oldest first; a caller revalidates
         them (in the background)."""
         now = self.clock()
-        found: list[str] = []
+        found: list[ImageName] = []
         with self._lock:
             while self._due and self._due[0][0] < now and (limit is None or len(found) < limit):
                 expires_at, image = self._due.popleft()

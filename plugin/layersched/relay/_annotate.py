@@ -17,12 +17,13 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 from layersched.containerd import ContentStoreReader
 from layersched.core.errors import LayerResolutionError, LayerschedError
 from layersched.core.layerindex import LAYER_ANNOTATION_PREFIX, NodeImage
 from layersched.core.layers import Layer, LayerSource
+from layersched.core.reference import ImageName
 from layersched.cri._gen import api_pb2
 from layersched.relay._metrics import RelayMetrics
 
@@ -36,7 +37,7 @@ DEFAULT_CACHE_IMAGES = 4096
 class ImageLayers(Protocol):
     """Where the relay learns an image's compressed layers."""
 
-    def image_layers(self, image_id: str, names: Sequence[str]) -> Sequence[Layer] | None:
+    def image_layers(self, image_id: str, names: Sequence[ImageName]) -> Sequence[Layer] | None:
         """The layers of the image with this ID (``names``: its repo digests and tags),
         or None when unknown. May block; raises :class:`LayerschedError` on failure."""
         ...
@@ -66,7 +67,7 @@ class Annotator:
         if cached is not None:
             self._cache.move_to_end(image.id)
             return cached
-        names = [*image.repo_digests, *image.repo_tags]
+        names = cast("list[ImageName]", [*image.repo_digests, *image.repo_tags])
         found = await asyncio.to_thread(self.source.image_layers, image.id, names)
         if found is None:
             return None
@@ -124,7 +125,7 @@ class LayersByName:
     def __init__(self, source: LayerSource) -> None:
         self.source = source
 
-    def image_layers(self, image_id: str, names: Sequence[str]) -> Sequence[Layer] | None:
+    def image_layers(self, image_id: str, names: Sequence[ImageName]) -> Sequence[Layer] | None:
         for name in names:
             try:
                 return self.source.resolve(name)
@@ -152,16 +153,16 @@ class ContentStoreLayers:
 
     def __init__(self, reader: HeldImagesReader | ContentStoreReader) -> None:
         self.reader = reader
-        self._by_name: dict[str, tuple[Layer, ...]] = {}
+        self._by_name: dict[ImageName, tuple[Layer, ...]] = {}
 
-    def _find(self, names: Sequence[str]) -> tuple[Layer, ...] | None:
+    def _find(self, names: Sequence[ImageName]) -> tuple[Layer, ...] | None:
         for name in names:
             found = self._by_name.get(name)
             if found is not None:
                 return found
         return None
 
-    def image_layers(self, image_id: str, names: Sequence[str]) -> Sequence[Layer] | None:
+    def image_layers(self, image_id: str, names: Sequence[ImageName]) -> Sequence[Layer] | None:
         found = self._find(names)
         if found is None:
             self._by_name = {

@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from layersched.core.errors import InputError
 from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.reference import ImageName
 
 MIB = 1024 * 1024
 
@@ -95,7 +96,7 @@ class CorpusParams:
 class CorpusImage(NamedTuple):
     """One image: its (normalised, tagged) name and its ordered layers, base first."""
 
-    name: str
+    name: ImageName
     layers: tuple[Layer, ...]
 
     @property
@@ -114,7 +115,7 @@ class Corpus:
     params: CorpusParams
     seed: int
 
-    def layers_by_image(self) -> dict[str, tuple[Layer, ...]]:
+    def layers_by_image(self) -> dict[ImageName, tuple[Layer, ...]]:
         """``{image name: layers}``, e.g. to write a LAYERS.json for ``layersched score``."""
         return {image.name: image.layers for image in self.images}
 
@@ -233,7 +234,9 @@ def generate_corpus(
             params.private_layer_sigma,
             max(1, target - len(parent)),
         )
-        images.append(CorpusImage(f"{IMAGE_NAME_PREFIX}-{rank:05d}:v1", parent + private))
+        images.append(
+            CorpusImage(ImageName(f"{IMAGE_NAME_PREFIX}-{rank:05d}:v1"), parent + private)
+        )
 
     return Corpus(
         images=tuple(images),

@@ -39,6 +39,7 @@ import numpy as np
 
 from layersched.core.errors import InputError
 from layersched.core.layers import Layer
+from layersched.core.reference import ImageName
 from layersched.sim.corpus import MIB, Corpus, CorpusImage, CorpusParams, generate_corpus
 from layersched.sim.engine import ClusterParams, RunResult, simulate
 from layersched.sim.settings import build_strategy
@@ -447,7 +448,7 @@ def simulator_inputs(trace: Trace) -> tuple[Corpus, Workload, ClusterParams]:
     """The trace as the simulator's corpus, workload and cluster."""
     corpus_images = tuple(
         CorpusImage(
-            f"replay/{image.name}:v1",
+            ImageName(f"replay/{image.name}:v1"),
             tuple(
                 Layer(layer_digest(trace.seed, label), trace.layers[label].size_bytes)
                 for label in image.layers

@@ -22,6 +22,7 @@ from layersched.core.errors import LayerResolutionError
 from layersched.core.layerindex import IndexArray, LayerIndexView
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.pod import PodImages
+from layersched.core.reference import ImageName
 
 #: Framework scores run from 0 to MAX_NODE_SCORE (upstream ``framework.MaxNodeScore``).
 MAX_NODE_SCORE = 100
@@ -92,7 +93,7 @@ class Strategy(Protocol):
 
 
 def pod_layers(
-    images: Iterable[str], layers_of: Callable[[str], Sequence[Layer]]
+    images: Iterable[ImageName], layers_of: Callable[[ImageName], Sequence[Layer]]
 ) -> tuple[Layer, ...]:
     """The distinct layers of ``images`` (``PodImages.pulled``), first occurrence order;
     ``layers_of`` gives an image's layers (a source's ``resolve``, or a mapping's lookup)."""

@@ -608,7 +608,12 @@ def test_layer_locality_ran_on_node_names_fed_by_agents(scenario_run: Run) -> No
     with _admin(inventory) as kube:
         published, _ = kube.list(NODE_LAYERS_PATH)
     assert sorted(o["metadata"]["name"] for o in published) == sorted(nodes)
-    assert {o["source"] for o in published} == {"content-store"}
+    # each agent read its own runtime's store: containerd's content store, or CRI-O's
+    # containers/storage on a CRI-O node (LAYERSCHED_TESTBED_RUNTIMES)
+    sources = {"containerd": "content-store", "crio": "crio-storage"}
+    assert {o["metadata"]["name"]: o["source"] for o in published} == {
+        node.name: sources[node.runtime] for node in inventory.nodes
+    }
     assert {o["metadata"]["ownerReferences"][0]["kind"] for o in published} == {"Node"}
 
 

@@ -6,7 +6,11 @@
   over the node's link, with the pushed manifests' digests and sizes, byte for byte;
 * the testbed's relay role (``playbooks/testbed-relay.yml``) puts the relay between that
   node's kubelet and CRI-O, with its dump and ``imageLayer.*`` annotations taken from
-  CRI-O's storage, and takes it out again.
+  CRI-O's storage, and takes it out again;
+* a Guaranteed and a BestEffort pod reach Running on that node: CRI-O runs runc through
+  our wrapper (``playbooks/tools/runc_wrapper.py``), which raises the Guaranteed
+  container's ``oom_score_adj`` to its own and drops the hugepage limits this host has no
+  hugetlb cgroup for, and says so in the node's ``runc-wrapper.log``.
 
 A testbed that is up already (``layersched testbed up --runtimes ...``) is used as it
 is; else one is brought up and taken down again. Without a CRI-O node in the runtimes,
@@ -30,11 +34,14 @@ from layersched.builds import crio_build
 from layersched.core.nodelayers import parse_document
 from layersched.cri import CRIClient
 from layersched.images.oci import BuiltImage, push_image
-from layersched.kube import KubeClient, load_kubeconfig, node_layers_path
+from layersched.kube import KubeClient, load_kubeconfig, node_layers_path, pod_path, pods_path
 from layersched.registry import RegistryClient
 from layersched.testbed.local import TestbedState
+from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE
 from tests.crio.test_crio_live import manifest_layers
+from tests.fixtures import prereq
 from tests.fixtures.crio import require_crio
+from tests.fixtures.playbook_tools import load_tool
 from tests.fixtures.testbed import testbed_settings, testbed_skip_reason, testbed_up
 from tests.integration.test_cri import IMG1, IMG2
 
@@ -46,6 +53,13 @@ PUBLISHED_TIMEOUT_S = 90.0
 PULL_TIMEOUT_S = 180.0
 #: The relay playbook restarts a kubelet and waits for every node to be Ready.
 PLAYBOOK_TIMEOUT_S = 600
+#: The pause image is in the node's storage already: creating and starting takes seconds.
+RUNNING_TIMEOUT_S = 120.0
+NAMESPACE = "default"
+#: A Guaranteed pod: requests equal to limits (small: scenario pods may hold the rest).
+GUARANTEED = {"cpu": "10m", "memory": "16Mi"}
+#: What the kubelet asks for a Guaranteed pod's containers (its guaranteedOOMScoreAdj).
+KUBELET_GUARANTEED_OOM_SCORE_ADJ = -997
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -187,3 +201,97 @@ def test_the_testbeds_relay_role_in_front_of_crio(
     finally:
         _playbook(testbed, "testbed-relay-remove.yml")
     assert f"--container-runtime-endpoint={node.cri_endpoint}" in _kubelet_argv(testbed, crio_node)
+
+
+class _Rejected(Exception):
+    """The kubelet refused the pod at admission (its phase is Failed)."""
+
+
+def _pod(name: str, node: str, resources: dict[str, dict[str, str]]) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "crio-testbed"}},
+        "spec": {
+            # the runtime is under test, not the scheduler
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "pause",
+                    "image": DEFAULT_PAUSE_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "resources": resources,
+                }
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("qos", "resources"),
+    [
+        # the kubelet asks for oom_score_adj -997, which runc may not set here
+        ("Guaranteed", {"requests": GUARANTEED, "limits": GUARANTEED}),
+        # oom_score_adj 1000; it failed on the hugepage limits alone
+        ("BestEffort", {}),
+    ],
+    ids=["guaranteed", "besteffort"],
+)
+def test_pods_run_on_the_crio_node(
+    testbed: TestbedState, crio_node: str, qos: str, resources: dict[str, dict[str, str]]
+) -> None:
+    wrapper = load_tool("runc_wrapper")
+    name = f"crio-{qos.lower()}-{time.strftime('%H%M%S', time.gmtime())}"
+    kube = KubeClient(load_kubeconfig(testbed.cluster.kubeconfig))
+    try:
+        kube.create(pods_path(NAMESPACE), _pod(name, crio_node, resources))
+
+        @tenacity.retry(
+            stop=tenacity.stop_after_delay(RUNNING_TIMEOUT_S),
+            wait=tenacity.wait_fixed(1),
+            retry=tenacity.retry_if_exception_type(AssertionError),
+            reraise=True,
+        )
+        def running() -> dict[str, object]:
+            pod = kube.get(pod_path(NAMESPACE, name))
+            status = pod.get("status") or {}
+            if status.get("phase") == "Failed":
+                raise _Rejected(f"{status.get('reason')}: {status.get('message')}")
+            (container,) = status.get("containerStatuses") or [{}]
+            # CreateContainerError, with runc's message, when the wrapper is not there
+            assert "running" in (container.get("state") or {}), container.get("state")
+            assert status.get("phase") == "Running", status
+            return dict(status)
+
+        try:
+            status = running()
+        except _Rejected as err:
+            # the kubelet's admission (OutOfcpu, ...): the pods that hold the node are
+            # someone else's, e.g. the last pods `layersched scenario` leaves behind
+            prereq.missing(
+                f"{crio_node} has no room for a {qos} pod ({err}): delete the pods that "
+                f"hold it (kubectl get pods -A --field-selector spec.nodeName={crio_node})"
+            )
+        assert status["qosClass"] == qos
+        (container,) = status["containerStatuses"]
+        container_id = str(container["containerID"]).removeprefix("cri-o://")
+        log = Path(testbed.node(crio_node).dir) / "runc-wrapper.log"
+        said = [line for line in log.read_text().splitlines() if f" {container_id} " in line]
+        hugepages = [line for line in said if "hugepageLimits" in line]
+        if wrapper.host_hugetlb_present():
+            assert hugepages == [], said
+        else:
+            assert len(hugepages) == 1, said
+            assert "dropped: the host has no hugetlb cgroup" in hugepages[0]
+        raised = [line for line in said if "oomScoreAdj" in line]
+        # the wrapper runs as root under conmon, at this test's score on this host (0 here)
+        own = wrapper.current_oom_score_adj()
+        if qos == "Guaranteed" and own > KUBELET_GUARANTEED_OOM_SCORE_ADJ:
+            assert len(raised) == 1, said
+            assert f"oomScoreAdj {KUBELET_GUARANTEED_OOM_SCORE_ADJ} raised to {own}" in raised[0]
+        elif qos == "BestEffort":
+            assert raised == [], said
+    finally:
+        kube.delete(pod_path(NAMESPACE, name), grace_period_s=0)
+        kube.close()

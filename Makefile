@@ -25,7 +25,7 @@ tools: venv ## Build (or find cached) the Go tools the tests run, from their Go 
 crio: venv ## Build (or find cached) CRI-O from its Go module, cgo off (plugin/layersched/crio-build.yml; not in CI: the testbed's CRI-O nodes and make crio-live need it)
 	@$(PY) scripts/go_tools.py --crio
 
-crio-live: crio ## The live CRI-O tests (root; not in CI): the agent on CRI-O's real storage (overlay, vfs) against the manifests, its verbose ImageStatus, the relay in front of it; with LAYERSCHED_TESTBED_RUNTIMES naming crio, the testbed's CRI-O node (its published inventory, the relay role)
+crio-live: crio ## The live CRI-O tests (root; not in CI): the agent on CRI-O's real storage (overlay, vfs) against the manifests, its verbose ImageStatus, the relay in front of it; with LAYERSCHED_TESTBED_RUNTIMES naming crio, the testbed's CRI-O node (its published inventory, the relay role, Guaranteed and BestEffort pods Running through the runc wrapper)
 	@scripts/crio-live.sh
 
 containerd: venv ## Download (or find cached) containerd 2.x, the testbed nodes' runtime (never installed)

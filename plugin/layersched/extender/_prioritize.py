@@ -288,8 +288,6 @@ class Extender:
         platforms: Platforms | None = None,
     ) -> None:
         self.strategy = strategy
-        #: The default platform's resolver.
-        self.resolver = resolver
         self.provider = provider
         self.metrics = metrics
         #: Per-platform layer sources; None: every node is scored in the default platform.
@@ -308,6 +306,11 @@ class Extender:
         self._groups_memo: tuple[IndexArray, Sequence[str], dict[str, IndexArray] | None] | None = (
             None
         )
+
+    @property
+    def resolver(self) -> DeadlineResolver:
+        """The default platform's resolver (held by :attr:`pod_layers`)."""
+        return self.pod_layers.resolver(self.pod_layers.default_key)
 
     def cached_bytes(self) -> int:
         """Estimated bytes the resolvers' layer caches hold."""

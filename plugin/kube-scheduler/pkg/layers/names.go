@@ -56,6 +56,54 @@ func LookupKey(name string) string {
 	return domain + "/" + path + ":" + tag
 }
 
+// Reference is a parsed image reference, as the Python core's ImageReference holds it:
+// the registry's domain ("docker.io" for a name without one), the repository path
+// ("library/nginx" for "nginx"), the tag and the digest as written ("" when absent).
+type Reference struct {
+	Domain, Path, Tag, Digest string
+}
+
+// ParseReference parses "[domain/]path[:tag][@digest]" by docker/distribution's rules
+// (the Python core's ImageReference.parse); ok is false where that raises.
+func ParseReference(text string) (ref Reference, ok bool) {
+	ref.Domain, ref.Path, ref.Tag, ref.Digest, ok = parseReference(text)
+	return ref, ok
+}
+
+// Name is what to ask a registry for: the digest when one pins the reference, else
+// the tag (default "latest"), the Python core's ImageReference.reference.
+func (r Reference) Name() string {
+	switch {
+	case r.Digest != "":
+		return r.Digest
+	case r.Tag != "":
+		return r.Tag
+	}
+	return defaultTag
+}
+
+// Canonical is the fully qualified form ("docker.io/library/nginx:latest"), the Python
+// core's ImageReference.canonical.
+func (r Reference) Canonical() string {
+	name := r.Domain + "/" + r.Path
+	switch {
+	case r.Digest != "" && r.Tag != "":
+		return name + ":" + r.Tag + "@" + r.Digest
+	case r.Digest != "":
+		return name + "@" + r.Digest
+	case r.Tag != "":
+		return name + ":" + r.Tag
+	}
+	return name + ":" + defaultTag
+}
+
+// Pinned says whether name names its content by digest ("repo@sha256:..."): immutable.
+// A name no parser accepts pins nothing (the Python core's is_pinned).
+func Pinned(name string) bool {
+	_, _, _, digest, ok := parseReference(name)
+	return ok && digest != ""
+}
+
 // parseReference splits "[domain/]path[:tag][@digest]" as the Python core's
 // ImageReference.parse does; ok is false where it raises.
 func parseReference(text string) (domain, path, tag, digest string, ok bool) {

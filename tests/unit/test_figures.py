@@ -211,21 +211,6 @@ def test_the_index_table_shows_the_runs_spread_and_the_refusals() -> None:
     assert "**missed**" in figures.index_memory_markdown(results)
 
 
-def test_the_hot_path_block_gives_each_sides_round_spread() -> None:
-    # new rounds at p50 4.48 and 44.614 ms print as "new 4.5 to 44.6"; answers that
-    # differed between the two versions are said in bold
-    results = json.loads((ROOT / figures.AGAINST_ISSUE30_RESULTS).read_text())
-    results["rounds"] = [
-        {"side": "new", "p50_ms": 4.48},
-        {"side": "old", "p50_ms": 8.7},
-        {"side": "new", "p50_ms": 44.614},
-    ]
-    results["same_answers"] = False
-    text = figures.against_markdown(results)
-    assert "(new 4.5 to 44.6, old 8.7 to 8.7)" in text
-    assert text.endswith("**The answers differed.**")
-
-
 #: Phrases only a measurement writes. Outside a generated block each is a figure that no
 #: results file holds; a setting or a target is written otherwise ("p99 ≤ 5 ms", "default
 #: 5 s", "lease 15 s"), and an upstream figure names no percentile, load or peak of ours.

@@ -32,7 +32,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import provenance
 from bench_extender import (
     HELD_NODES,
     IMAGES,
@@ -50,6 +49,8 @@ from fake_api import FakeApi
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+
+from layersched.evidence import provenance
 
 AGAINST_RESULTS = RESULTS.with_name("extender_against.json")
 #: Rounds per side, and measured requests per round (after as many warm-up ones).

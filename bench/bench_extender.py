@@ -61,13 +61,13 @@ from rich.progress import Progress
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import provenance
 from corpus import Workload, digest_reference, image_digest, workload
 from fake_api import FakeApi, Scripted
 
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import build_document
+from layersched.evidence import provenance
 
 RESULTS = Path(__file__).resolve().parent / "results" / "extender.json"
 MEMORY_RESULTS = RESULTS.with_name("extender_memory.json")

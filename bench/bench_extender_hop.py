@@ -33,8 +33,8 @@ from typing import Any
 import msgspec
 import tenacity
 
-from bench import provenance
 from bench.corpus import workload
+from layersched.evidence import provenance
 from layersched.testbed.local import load_state
 
 RESULTS = Path(__file__).resolve().parent / "results" / "extender_hop.json"

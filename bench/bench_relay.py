@@ -30,9 +30,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import provenance
-
 from layersched.cri import CRIClient
+from layersched.evidence import provenance
 
 DEFAULT_CALLS = 300
 WARMUP_CALLS = 20

@@ -63,7 +63,6 @@ from rich.console import Console
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import provenance
 import scheduler_report as report
 from corpus import Workload, workload
 
@@ -82,6 +81,7 @@ from layersched.deploy import (
     plugin_scheduler_config,
     scheduler_api_version_for,
 )
+from layersched.evidence import provenance
 from layersched.kube import NODE_LAYERS_PATH, KubeClient, extender_rules, load_kubeconfig
 from layersched.testbed.local import PLAYBOOKS_DIR, down, require_root, run_playbook
 from layersched.testbed.scheduler_configs import (

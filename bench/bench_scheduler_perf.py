@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import provenance
 import scheduler_report
 
 from layersched.builds import REPO_ROOT, find_go, kubernetes_build
 from layersched.core.errors import InputError
+from layersched.evidence import provenance
 
 MODULE = REPO_ROOT / "plugin" / "kube-scheduler" / "perf"
 RESULTS = REPO_ROOT / "bench" / "results" / "scheduler_perf.json"

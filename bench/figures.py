@@ -8,11 +8,14 @@ listed here so that one command rewrites every block and one test holds them all
 
     make figures     # .venv/bin/python bench/figures.py: rewrite every block from its results file
 
-``tests/unit/test_figures.py`` fails when a block differs from its results file. Each results
-file's provenance (``bench/provenance.py``: the commit it was measured at, its date, machine
-and load) is printed by ``make figures`` against HEAD, so a stale file says so where its
-figures are regenerated; a file recording none is named as such. Sizes read
-from ``/proc`` (VmRSS, VmHWM: KiB / 1024) are MiB, and are written as MiB.
+``tests/unit/test_figures.py`` fails when a block differs from its results file. Every block
+names its results file's commit: where its renderer does not, :func:`render` ends it with
+the file's provenance (``layersched.evidence.provenance``: commit, date, machine, load),
+so a reader sees which commit and day each figure is from, or that the file records none.
+``make figures`` also prints each file's commit against HEAD. Only ``make figures`` writes
+the blocks: a run writes results files (``layersched.evidence.results``), never a
+document. Sizes read from ``/proc`` (VmRSS, VmHWM: KiB / 1024) are MiB, and are written
+as MiB.
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ from typing import Any
 
 import bench_scheduler_perf
 import live_minors_report
-import provenance
 import replay_report
 import scheduler_report
 
 from layersched import generated
 from layersched.core.errors import InputError
+from layersched.evidence import provenance
 from layersched.sim import report as sim_report
 from layersched.testbed import report as scenario_report
 
@@ -595,8 +598,17 @@ def read_results(path: Path) -> dict[str, Any]:
 
 
 def render(block: Block, root: Path = ROOT) -> str:
-    """What ``block`` must hold, from its results file under ``root``."""
-    return block.render(read_results(root / block.results))
+    """What ``block`` must hold, from its results file under ``root``: its renderer's text,
+    which names the file's commit, or else ends with the file's provenance
+    (:func:`provenance.describe`: commit, date, machine, load), so that every block says
+    which commit and day its figures are from (or that the file records none)."""
+    results = read_results(root / block.results)
+    text = block.render(results)
+    record = provenance.record_of(results)
+    commit = (record or {}).get("commit")
+    if not commit or f"`{commit[:12]}`" not in text:
+        text += "\n\n" + provenance.describe(record)
+    return text
 
 
 def provenance_notes(root: Path = ROOT) -> list[str]:
@@ -604,7 +616,7 @@ def provenance_notes(root: Path = ROOT) -> list[str]:
     commits since (or that it records none)."""
     notes = []
     for results in sorted({block.results for block in BLOCKS}):
-        record = read_results(root / results).get("provenance")
+        record = provenance.record_of(read_results(root / results))
         stale = provenance.staleness(record, root)
         if stale:
             notes.append(f"{results}: {stale}")

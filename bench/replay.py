@@ -12,8 +12,9 @@ alternated, ``--rounds`` rounds, each run from a clean state (no pod, no trace i
 layer on any node; the registry warm). After each image-locality run it asks
 ``layersched estimate`` what that run could have saved. The results file is rewritten after
 every run, so an interrupted replay keeps what ran; it records its provenance
-(``bench/provenance.py``) and the simulator's prediction for the same trace. ``make figures``
-renders the README block from it; the plot is ``bench/results/replay.png``.
+(``layersched.evidence.provenance``) and the simulator's prediction for the same trace.
+``make figures`` renders the README block from it; the plot is
+``bench/results/replay.png``.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import provenance
 import replay_report
 from rich.console import Console
 
 from layersched.core.errors import LayerschedError, TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.evidence import provenance
 from layersched.sim.trace import (
     DEFAULT_TRACE,
     Trace,

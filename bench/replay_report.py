@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import provenance
+
+from layersched.evidence import provenance
 
 #: The committed results, their plot, and the README block generated from them.
 DEFAULT_RESULTS = "bench/results/replay.json"

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import provenance
 from prometheus_client.parser import text_string_to_metric_families
+
+from layersched.evidence import provenance
 
 #: The README block this module writes (``<!-- scheduler:begin -->``), and the block of
 #: ``docs/bench-scheduler.md`` holding the extender's profile.

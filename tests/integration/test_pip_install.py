@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: venv from pip's cache about a minute on 2 cores, from the index a few.
 INSTALL_TIMEOUT_S = 900
 RUN_TIMEOUT_S = 120
-HARNESS = ("layersched/testbed/", "layersched/sim/")
+HARNESS = ("layersched/testbed/", "layersched/sim/", "layersched/evidence/")
 #: The commands the harness's distribution adds (harness/pyproject.toml), through the
 #: entry-point group the product's CLI reads (layersched.cli.main.COMMAND_GROUP).
 HARNESS_COMMANDS = ("testbed", "scenario", "simulate")

@@ -864,12 +864,6 @@ def test_readme_block_is_generated_from_the_committed_results() -> None:
                 assert row["drain"]["binding_source"] in ("events", "watch")
 
 
-def test_docs_profile_block_is_generated_from_the_committed_results() -> None:
-    results = json.loads((ROOT / "bench" / "results" / "scheduler.json").read_text())
-    docs = ROOT / "docs" / "bench-scheduler.md"
-    assert generated.read_block(docs, report.PROFILE_BLOCK) == report.profile_markdown(results)
-
-
 def test_the_results_hold_every_configuration_at_every_node_count() -> None:
     """A row that did not run says why (never a silent gap)."""
     results = json.loads((ROOT / "bench" / "results" / "scheduler.json").read_text())

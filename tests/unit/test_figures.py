@@ -116,6 +116,42 @@ def test_make_figures_names_a_results_file_that_records_no_commit(
     assert notes == ["old.json: records no commit"]
 
 
+def test_make_figures_reads_a_commit_kept_at_the_top_level(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # reports/live-minors.json keeps its commit beside its figures, not under
+    # "provenance": make figures once said it "records no commit"
+    head = figures.provenance._git("rev-parse", "HEAD", root=ROOT)
+    (tmp_path / "minors.json").write_text(json.dumps({"commit": head, "minors": {}}))
+    monkeypatch.setattr(figures, "BLOCKS", (figures.Block("a.md", "a", "minors.json", str),))
+    monkeypatch.setattr(figures.provenance, "ROOT", ROOT)
+    assert figures.provenance_notes(tmp_path) == []
+
+
+@pytest.mark.parametrize("block", figures.BLOCKS, ids=IDS)
+def test_every_block_names_its_results_commit(block: figures.Block) -> None:
+    # a reader sees which commit and day a figure is from, and so when it is older than
+    # the code it describes; a file recording none is said to be unverified
+    record = figures.provenance.record_of(figures.read_results(ROOT / block.results))
+    text = generated.read_block(ROOT / block.document, block.name)
+    commit = (record or {}).get("commit")
+    if commit:
+        assert f"`{commit[:12]}`" in text, f"{block.document}:{block.name} names no commit"
+    else:
+        assert "records no commit, date, machine or load" in text
+
+
+def test_a_block_whose_renderer_names_no_commit_ends_with_the_files_provenance(
+    tmp_path: Path,
+) -> None:
+    record = {"commit": "c" * 40, "date": "2026-11-28T20:00:00+00:00"}
+    (tmp_path / "r.json").write_text(json.dumps({"provenance": record, "v": 7}))
+    bare = figures.Block("a.md", "a", "r.json", lambda r: f"v = {r['v']}")
+    said = figures.Block("a.md", "a", "r.json", lambda r: f"v = {r['v']} at `{'c' * 12}`")
+    assert figures.render(bare, tmp_path) == "v = 7\n\n" + figures.provenance.describe(record)
+    assert figures.render(said, tmp_path) == f"v = 7 at `{'c' * 12}`"
+
+
 def _memory() -> dict[str, object]:
     return json.loads((ROOT / figures.MEMORY_RESULTS).read_text())
 

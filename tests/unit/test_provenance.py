@@ -1,4 +1,4 @@
-"""What every results file records of where it comes from (bench/provenance.py), and what
+"""What every results file records of where it comes from (layersched.evidence.provenance), and what
 is said of a file measured on another commit or on a machine busier than its cores."""
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import provenance  # noqa: E402
+from layersched.core.errors import InputError
+from layersched.evidence import provenance
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -285,3 +283,63 @@ def test_other_processes_never_count_above_every_cycle_not_the_benchmarks() -> N
         "processes outside the benchmark used 0.873 of the 2 cores on average at normal "
         "priority while it ran"
     )
+
+
+def test_a_record_from_start_and_finish_lacks_nothing(repo: Path) -> None:
+    record = provenance.finish(provenance.start(None, root=repo))
+    assert provenance.problems(record) == []
+    assert provenance.in_history(record["commit"], repo)
+
+
+@pytest.mark.parametrize(
+    ("change", "lacking"),
+    [
+        ({"commit": "be55df8"}, "commit 'be55df8' is no full commit hash"),
+        ({"dirty": None}, "dirty is None"),
+        ({"date": "2026-11-27 10:14 UTC"}, "is no ISO 8601 date"),
+        ({"date": "2026-11-27T10:14:00"}, "has no time zone"),
+        ({"machine": {"cpus": 2}}, "machine lacks memory_gib, model, kernel"),
+        ({"other_processes_cores": None}, "other_processes_cores is None, not a number"),
+    ],
+    ids=["short-commit", "dirty-unknown", "date-by-hand", "naive-date", "machine", "no-cores"],
+)
+def test_problems_names_what_a_record_lacks(
+    repo: Path, change: dict[str, Any], lacking: str
+) -> None:
+    # scenario-crio.json's hand-typed record had a commit but dirty None and no cores
+    record = provenance.finish(provenance.start(None, root=repo)) | change
+    assert any(lacking in problem for problem in provenance.problems(record))
+    assert provenance.problems(None) == ['no "provenance" record']
+
+
+def test_a_commit_kept_at_the_top_level_is_the_files_record() -> None:
+    # reports/live-minors.json kept its commit beside its figures: make figures once said
+    # it "records no commit"
+    legacy = {"commit": "385bf2a651481f45b2bd770fad8c216be7ea2e49", "date": "d", "minors": {}}
+    assert provenance.record_of(legacy) == {"commit": legacy["commit"], "date": "d"}
+    assert provenance.record_of({"provenance": {"commit": "x"}}) == {"commit": "x"}
+    assert provenance.record_of({"commit_new": "be55df8"}) is None
+    text = provenance.describe(provenance.record_of(legacy))
+    assert text.startswith("Measured at commit `385bf2a65148` on d;")
+    assert "unverified" in text
+
+
+def test_committing_refuses_a_dirty_tree_before_measuring(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(provenance.RESULTS_ENV, provenance.COMMIT)
+    (repo / "reports").mkdir()
+    (repo / "reports" / "r.json").write_text("{}")
+    _git(repo, "add", "reports/r.json")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "r")
+    # an earlier result of the same run is no uncommitted code
+    (repo / "reports" / "r.json").write_text('{"new": 1}')
+    assert provenance.start(None, root=repo)["dirty"] is False
+    (repo / "f").write_text("edited")
+    with pytest.raises(InputError, match=r"uncommitted changes outside bench/results and reports"):
+        provenance.start(None, root=repo)
+    monkeypatch.setenv(provenance.RESULTS_ENV, "commits")
+    with pytest.raises(InputError, match=r"LAYERSCHED_RESULTS='commits': expected 'commit'"):
+        provenance.committing()
+    monkeypatch.delenv(provenance.RESULTS_ENV)
+    assert provenance.start(None, root=repo)["dirty"] is True  # a user's run is written

@@ -4,7 +4,6 @@ marked blocks of README.md / docs/simulator.md that must equal it."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ import pytest
 from layersched.core.errors import InputError
 from layersched.sim.report import (
     BEGIN_MARKER,
-    DEFAULT_REPORT,
     END_MARKER,
     markdown,
     read_block,
@@ -190,17 +188,3 @@ def test_missing_or_broken_markers_are_an_error(tmp_path: Path, document: str) -
     with pytest.raises(InputError, match="add the pair where the simulation results belong"):
         write_block(path, "NEW")
     assert path.read_text(encoding="utf-8") == document  # untouched
-
-
-@pytest.mark.parametrize(
-    ("document", "render"),
-    [("README.md", summary_markdown), ("docs/simulator.md", markdown)],
-    ids=["readme-summary", "simulator-doc-full"],
-)
-def test_committed_results_blocks_match_the_committed_report(
-    document: str, render: Callable[[dict[str, Any], str], str]
-) -> None:
-    # The docs cannot drift from the report: regenerate both with 'make simulate'
-    # (or 'scripts/simulate.sh --from-report').
-    expected = render(read_report(ROOT / DEFAULT_REPORT), DEFAULT_REPORT)
-    assert read_block(ROOT / document) == expected

@@ -1,0 +1,84 @@
+"""Where a run writes its results (layersched.evidence.results): a run directory by
+default, the committed file only when asked, and a plot that names the JSON's commit."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from layersched.core.errors import InputError
+from layersched.evidence import provenance, results
+from tests.fixtures import prereq
+
+RECORD = {"commit": "a" * 40, "date": "2026-11-28T20:00:00+00:00"}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(results, "_run_dir", None)
+    monkeypatch.delenv(results.RUN_DIR_ENV, raising=False)
+    monkeypatch.delenv(provenance.RESULTS_ENV, raising=False)
+
+
+def test_a_run_writes_under_its_own_directory_mirroring_the_committed_path(
+    tmp_path: Path,
+) -> None:
+    # runs/<UTC time>/reports/scenario.json: the committed reports/ is left alone
+    path = results.destination("reports/scenario.json", root=tmp_path)
+    relative = path.relative_to(tmp_path).as_posix()
+    assert re.fullmatch(r"runs/\d{8}T\d{6}Z/reports/scenario\.json", relative)
+    assert path.parent.is_dir() and not (tmp_path / "reports").exists()
+    # one run, one directory: the plot goes beside its JSON
+    assert results.destination("reports/scenario.png", root=tmp_path).parent == path.parent
+
+
+def test_commit_writes_the_committed_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(provenance.RESULTS_ENV, provenance.COMMIT)
+    assert results.destination("bench/results/x.json", root=tmp_path) == (
+        tmp_path / "bench/results/x.json"
+    )
+
+
+def test_the_run_directory_can_be_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # make testbed's steps (bring-up, scenario) share the directory scripts/testbed.sh names
+    monkeypatch.setenv(results.RUN_DIR_ENV, str(tmp_path / "mine"))
+    assert results.destination("reports/a.json") == tmp_path / "mine/reports/a.json"
+    with pytest.raises(InputError, match="relative to the checkout"):
+        results.destination(tmp_path / "reports/a.json")
+
+
+def test_a_document_without_provenance_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"x\.json: the results document has no provenance"):
+        results.write_json("reports/x.json", {"figures": 1}, root=tmp_path)
+
+
+def test_the_writer_says_what_keeps_a_file_from_being_committed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = results.write_json(
+        "reports/x.json", {"provenance": RECORD, "v": 1}, output=tmp_path / "x.json"
+    )
+    assert json.loads(path.read_text()) == {"provenance": RECORD, "v": 1}
+    assert "not committable as results (dirty is None" in capsys.readouterr().err
+
+
+def test_a_plot_carries_the_commit_of_its_json(tmp_path: Path) -> None:
+    matplotlib = prereq.module("matplotlib", "the plots need layersched[sim]")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2])
+    fig.savefig(tmp_path / "p.png", metadata=results.plot_metadata(RECORD))
+    plt.close(fig)
+    assert results.png_provenance(tmp_path / "p.png") == RECORD
+    fig, _ = plt.subplots()
+    fig.savefig(tmp_path / "bare.png", metadata=results.plot_metadata(None))
+    plt.close(fig)
+    assert results.png_provenance(tmp_path / "bare.png") is None
+    (tmp_path / "no.png").write_text("x")
+    with pytest.raises(InputError, match="not a PNG"):
+        results.png_provenance(tmp_path / "no.png")

@@ -299,11 +299,20 @@ def test_unresolvable_node_images_are_named_then_counted(
         # pull-time options with another strategy would be silently ignored
         (
             ("--default-bandwidth-bits-per-s", "1e9"),
-            "--default-bandwidth-bits-per-s applies to --strategy pull-time only",
+            "--default-bandwidth-bits-per-s applies to --strategy in-flight and pull-time only",
         ),
         (
             ("--strategy", "image-locality", "--pull-overhead-s", "2"),
-            "--pull-overhead-s applies to --strategy pull-time only",
+            "--pull-overhead-s applies to --strategy in-flight and pull-time only",
+        ),
+        # in-flight's own options
+        (
+            ("--strategy", "pull-time", "--pull-mode", "parallel"),
+            "--pull-mode applies to --strategy in-flight only",
+        ),
+        (
+            ("--strategy", "in-flight", "--new-bytes-weight", "-1"),
+            "--new-bytes-weight: in-flight: new_bytes_weight=-1.0 must be a finite number >= 0",
         ),
         (
             ("--strategy", "pull-time", "--default-bandwidth-bits-per-s", "0"),
@@ -326,7 +335,8 @@ def test_unresolvable_node_images_are_named_then_counted(
         ),
     ],
     ids=["spread-image-locality", "spread-pull-time", "bandwidth-layer-locality",
-         "overhead-image-locality", "zero-bandwidth", "negative-overhead",
+         "overhead-image-locality", "pull-mode-pull-time", "negative-weight", "zero-bandwidth",
+         "negative-overhead",
          "version-layer-locality", "version-too-old"],
 )  # fmt: skip
 def test_options_of_another_strategy_are_refused(

@@ -8,11 +8,13 @@ from pathlib import Path
 
 from layersched.cli._io import read_document
 from layersched.core.errors import InputError
+from layersched.core.inflight import DEFAULT_MAX_PENDING_AGE_S, DEFAULT_NEW_BYTES_WEIGHT, PULL_MODES
 from layersched.core.layers import LayerSource, StaticLayerSource
 from layersched.core.manifest import Platform
 from layersched.core.strategies import (
     STRATEGY_NAMES,
     ImageLocalityArgs,
+    InFlightArgs,
     LayerLocalityArgs,
     PullTimeArgs,
     Strategy,
@@ -34,6 +36,7 @@ from layersched.core.strategies.image_locality import (
     INIT_CONTAINERS_COUNT_SINCE,
 )
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
+from layersched.core.strategies.in_flight import NAME as IN_FLIGHT
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.core.strategies.pull_time import BANDWIDTH_KEY
 from layersched.core.strategies.pull_time import NAME as PULL_TIME
@@ -63,15 +66,35 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
         "--default-bandwidth-bits-per-s",
         type=float,
         metavar="BITS_PER_S",
-        help=f"{PULL_TIME} only: bandwidth of a node without a {BANDWIDTH_KEY} label or "
-        f"annotation (default: {DEFAULT_BANDWIDTH_BITS_PER_S})",
+        help=f"{PULL_TIME} and {IN_FLIGHT} only: bandwidth of a node without a {BANDWIDTH_KEY} "
+        f"label or annotation (default: {DEFAULT_BANDWIDTH_BITS_PER_S})",
     )
     parser.add_argument(
         "--pull-overhead-s",
         type=float,
         metavar="SECONDS",
-        help=f"{PULL_TIME} only: fixed start cost added to every pull estimate "
+        help=f"{PULL_TIME} and {IN_FLIGHT} only: fixed start cost added to every pull estimate "
         f"(default: {DEFAULT_OVERHEAD_S})",
+    )
+    parser.add_argument(
+        "--pull-mode",
+        choices=PULL_MODES,
+        help=f"{IN_FLIGHT} only: how the nodes' kubelets pull, serial (serializeImagePulls: "
+        "true, the kubelet's default) or parallel (default: serial)",
+    )
+    parser.add_argument(
+        "--new-bytes-weight",
+        type=float,
+        metavar="WEIGHT",
+        help=f"{IN_FLIGHT} only: how much the link time of the pod's own new bytes counts "
+        f"again, for the later pods on the node (default: {DEFAULT_NEW_BYTES_WEIGHT})",
+    )
+    parser.add_argument(
+        "--max-pending-age-s",
+        type=float,
+        metavar="SECONDS",
+        help=f"{IN_FLIGHT} only: a pod bound this long ago whose containers have not started "
+        f"no longer counts as pulling (default: {DEFAULT_MAX_PENDING_AGE_S:g})",
     )
 
 
@@ -80,21 +103,27 @@ def strategy_args_from_flags(args: argparse.Namespace) -> StrategyArgs:
     another strategy is an InputError. Values are validated by the arguments themselves
     (:mod:`layersched.core.strategies.args`), when the strategy is built."""
     name: str = args.strategy
+    link = frozenset({PULL_TIME, IN_FLIGHT})
     owner = {
-        "spread": (LAYER_LOCALITY, "--spread"),
-        "kubernetes_version": (IMAGE_LOCALITY, "--kubernetes-version"),
-        "default_bandwidth_bits_per_s": (PULL_TIME, "--default-bandwidth-bits-per-s"),
-        "pull_overhead_s": (PULL_TIME, "--pull-overhead-s"),
+        "spread": (frozenset({LAYER_LOCALITY}), "--spread"),
+        "kubernetes_version": (frozenset({IMAGE_LOCALITY}), "--kubernetes-version"),
+        "default_bandwidth_bits_per_s": (link, "--default-bandwidth-bits-per-s"),
+        "pull_overhead_s": (link, "--pull-overhead-s"),
+        "pull_mode": (frozenset({IN_FLIGHT}), "--pull-mode"),
+        "new_bytes_weight": (frozenset({IN_FLIGHT}), "--new-bytes-weight"),
+        "max_pending_age_s": (frozenset({IN_FLIGHT}), "--max-pending-age-s"),
     }
-    for attribute, (strategy, flag) in owner.items():
+    for attribute, (strategies, flag) in owner.items():
         value = getattr(args, attribute)
-        if value not in (None, False) and strategy != name:
+        if value not in (None, False) and name not in strategies:
             if attribute == "spread":
                 raise InputError(
                     f"--spread applies to {LAYER_LOCALITY} only (image-locality always uses "
                     f"upstream's spread factor; {PULL_TIME} has none): drop --spread"
                 )
-            raise InputError(f"{flag} applies to --strategy {strategy} only: drop it")
+            raise InputError(
+                f"{flag} applies to --strategy {' and '.join(sorted(strategies))} only: drop it"
+            )
     if name == LAYER_LOCALITY:
         return LayerLocalityArgs(spread=bool(args.spread))
     if name == IMAGE_LOCALITY:
@@ -104,15 +133,20 @@ def strategy_args_from_flags(args: argparse.Namespace) -> StrategyArgs:
             return ImageLocalityArgs(parse_kubernetes_minor(args.kubernetes_version))
         except InputError as err:
             raise InputError(f"--kubernetes-version: {err}") from None
-    defaults = PullTimeArgs()
-    return PullTimeArgs(
-        default_bandwidth_bits_per_s=(
-            defaults.default_bandwidth_bits_per_s
-            if args.default_bandwidth_bits_per_s is None
-            else args.default_bandwidth_bits_per_s
-        ),
-        overhead_s=defaults.overhead_s if args.pull_overhead_s is None else args.pull_overhead_s,
-    )
+    given = {
+        field: getattr(args, attribute)
+        for attribute, field in (
+            ("default_bandwidth_bits_per_s", "default_bandwidth_bits_per_s"),
+            ("pull_overhead_s", "overhead_s"),
+            ("pull_mode", "pull_mode"),
+            ("new_bytes_weight", "new_bytes_weight"),
+            ("max_pending_age_s", "max_pending_age_s"),
+        )
+        if getattr(args, attribute) is not None
+    }
+    if name == IN_FLIGHT:
+        return InFlightArgs(**given)
+    return PullTimeArgs(**given)
 
 
 #: The flag that sets each strategy argument.
@@ -121,6 +155,9 @@ FLAG_OF_FIELD = {
     "kubernetes_minor": "--kubernetes-version",
     "default_bandwidth_bits_per_s": "--default-bandwidth-bits-per-s",
     "overhead_s": "--pull-overhead-s",
+    "pull_mode": "--pull-mode",
+    "new_bytes_weight": "--new-bytes-weight",
+    "max_pending_age_s": "--max-pending-age-s",
 }
 
 

@@ -22,7 +22,10 @@ kubelet's ``serializeImagePulls``, the replay trace's cluster).
 
 **What the scheduler sees.** A layer enters the inventory when its pull
 completes; an image *name* (what ``image-locality`` uses) when every layer of the
-image is on disk. Both leave it on eviction. The kubelet's ~30 s status lag is
+image is on disk. Both leave it on eviction. A strategy that counts the pulls in flight
+(``in-flight``, :class:`~layersched.core.strategies.base.InFlightAware`) is told of each
+pod from its binding until it starts (its image's layers, at the simulated time), and
+reads the simulated clock. The kubelet's ~30 s status lag is
 not modelled: every strategy sees the same, fresher state.
 
 **Eviction.** Like the kubelet's image GC: when a new pull would overflow the
@@ -47,11 +50,12 @@ import numpy as np
 import numpy.typing as npt
 
 from layersched.core.errors import InputError
+from layersched.core.inflight import PendingPull, PendingPulls
 from layersched.core.layerindex import IndexArray, LayerIndex, LayerIndexView, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.strategies import NodeScores, Strategy
-from layersched.core.strategies.base import PerNodeStrategy, zeros
+from layersched.core.strategies.base import InFlightAware, PerNodeStrategy, zeros
 from layersched.core.strategies.pull_time import BANDWIDTH_KEY
 from layersched.sim.corpus import Corpus
 from layersched.sim.workload import Workload
@@ -272,6 +276,11 @@ class _Simulation:
         self.evicted = 0
         self.overcommitted = 0
         self.now = 0.0
+        #: An in-flight strategy's pending pulls, kept here; None for the others.
+        self.pending: PendingPulls | None = None
+        if isinstance(strategy, InFlightAware):
+            self.pending = strategy.pending
+            strategy.clock = lambda: self.now
 
     # ------------------------------------------------------------- the loop
     def run(self, on_progress: Callable[[float], None] | None) -> None:
@@ -362,8 +371,14 @@ class _Simulation:
             job.waiters.append(pod)
         if not waits:
             self._started(pod, node)
+        elif self.pending is not None:
+            name = self.inventory.nodes[node.index].name
+            pull = PendingPull(f"pod-{pod.request}", self.now, self.pod_layers[pod.image])
+            self.pending.put(name, pull)
 
     def _started(self, pod: _Pod, node: _Node) -> None:
+        if self.pending is not None:
+            self.pending.discard(f"pod-{pod.request}")
         entry = node.images[pod.image]
         if not entry.present:
             entry.present = True
@@ -419,6 +434,8 @@ class _Simulation:
                 del node.inflight[lid]
                 node.present.add(lid)
             self.inventory.add_layers(node.index, [self.layers[lid] for lid in job.layers])
+            if self.pending is not None:
+                self.pending.node_changed(self.inventory.nodes[node.index].name)
             for pod in job.waiters:
                 pod.pending -= 1
                 if pod.pending == 0:
@@ -458,6 +475,8 @@ class _Simulation:
             freed.append(self.layers[lid].digest)
         if freed:
             self.inventory.remove_layers(node.index, freed)
+            if self.pending is not None:
+                self.pending.node_changed(self.inventory.nodes[node.index].name)
 
     def result(self) -> RunResult:
         wait_s = np.asarray(self.wait_s, dtype=np.float64)

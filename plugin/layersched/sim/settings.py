@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from layersched.core.errors import InputError
-from layersched.core.strategies import LayerLocalityArgs, Strategy, get_strategy
+from layersched.core.inflight import PARALLEL
+from layersched.core.strategies import InFlightArgs, LayerLocalityArgs, Strategy, get_strategy
 from layersched.sim.corpus import CorpusParams
 from layersched.sim.engine import GIB, ClusterParams, RandomPlacement
 from layersched.sim.workload import WorkloadParams
@@ -34,6 +35,10 @@ IMAGE_LOCALITY = "image-locality"
 LAYER_LOCALITY = "layer-locality"
 LAYER_LOCALITY_SPREAD = "layer-locality+spread"
 PULL_TIME = "pull-time"
+#: ``in-flight`` for nodes whose kubelets pull serially (its default), and for nodes that
+#: pull in parallel: run each against a cluster that pulls that way (``serial_pulls``).
+IN_FLIGHT = "in-flight"
+IN_FLIGHT_PARALLEL = "in-flight+parallel"
 
 #: Every strategy compared, in report order; the image-level baseline is ``image-locality``.
 STRATEGIES: tuple[str, ...] = (
@@ -43,6 +48,9 @@ STRATEGIES: tuple[str, ...] = (
     LAYER_LOCALITY_SPREAD,
     PULL_TIME,
 )
+#: Every strategy :func:`build_strategy` builds: the compared ones and the in-flight arms
+#: (a replay's, not ``make simulate``'s settings).
+KNOWN_STRATEGIES: tuple[str, ...] = (*STRATEGIES, IN_FLIGHT, IN_FLIGHT_PARALLEL)
 #: The speedups in the report divide this strategy's mean startup by each other's.
 BASELINE = IMAGE_LOCALITY
 
@@ -53,9 +61,11 @@ def build_strategy(label: str) -> Strategy:
         return RandomPlacement()
     if label == LAYER_LOCALITY_SPREAD:
         return get_strategy(LAYER_LOCALITY, LayerLocalityArgs(spread=True))
-    if label not in STRATEGIES:
+    if label == IN_FLIGHT_PARALLEL:
+        return get_strategy(IN_FLIGHT, InFlightArgs(pull_mode=PARALLEL))
+    if label not in KNOWN_STRATEGIES:
         raise InputError(
-            f"unknown simulated strategy {label!r}: choose one of {', '.join(STRATEGIES)}"
+            f"unknown simulated strategy {label!r}: choose one of {', '.join(KNOWN_STRATEGIES)}"
         )
     return get_strategy(label)
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from layersched.core.errors import InputError
-from layersched.core.strategies import image_locality, layer_locality, pull_time
+from layersched.core.strategies import image_locality, in_flight, layer_locality, pull_time
 from layersched.core.strategies.args import (
     ARGS_BY_STRATEGY,
     ImageLocalityArgs,
+    InFlightArgs,
     LayerLocalityArgs,
     PullTimeArgs,
     StrategyArgs,
@@ -30,6 +31,7 @@ from layersched.core.strategies.base import (
 __all__ = [
     "STRATEGY_NAMES",
     "ImageLocalityArgs",
+    "InFlightArgs",
     "LayerLocalityArgs",
     "NodeScores",
     "PlatformGroup",
@@ -58,10 +60,16 @@ def _pull_time(args: StrategyArgs) -> Strategy:
     return pull_time.PullTime(args)
 
 
+def _in_flight(args: StrategyArgs) -> Strategy:
+    assert isinstance(args, InFlightArgs)
+    return in_flight.InFlight(args)
+
+
 _FACTORIES: dict[str, Callable[[StrategyArgs], Strategy]] = {
     image_locality.NAME: _image_locality,
     layer_locality.NAME: _layer_locality,
     pull_time.NAME: _pull_time,
+    in_flight.NAME: _in_flight,
 }
 
 STRATEGY_NAMES: tuple[str, ...] = tuple(_FACTORIES)

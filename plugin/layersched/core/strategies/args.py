@@ -15,9 +15,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields
-from typing import ClassVar
+from typing import ClassVar, TypeGuard
 
 from layersched.core.errors import InputError
+from layersched.core.inflight import (
+    DEFAULT_MAX_PENDING_AGE_S,
+    DEFAULT_NEW_BYTES_WEIGHT,
+    PULL_MODES,
+    SERIAL,
+    PullMode,
+)
 
 #: Kubernetes ``(major, minor)``, e.g. ``(1, 20)``.
 KubernetesMinor = tuple[int, int]
@@ -83,16 +90,45 @@ class PullTimeArgs:
 
     def validate(self) -> None:
         """Bandwidth finite and > 0; overhead finite and >= 0."""
-        bandwidth = self.default_bandwidth_bits_per_s
-        if not _finite(bandwidth) or bandwidth <= 0:
+        _check_link(self.strategy, self.default_bandwidth_bits_per_s, self.overhead_s)
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightArgs:
+    """``in-flight``: the pod's estimated start, the pulls in flight on each node counted
+    (``layersched.core.inflight``; the Go plugin's ``strategy: in-flight`` args)."""
+
+    strategy: ClassVar[str] = "in-flight"
+    #: How the nodes' kubelets pull: "serial" (``serializeImagePulls: true``, the
+    #: default) or "parallel" (``serializeImagePulls: false``).
+    pull_mode: PullMode = SERIAL
+    #: Bandwidth assumed for a node without a readable label or annotation (> 0).
+    default_bandwidth_bits_per_s: float = DEFAULT_BANDWIDTH_BITS_PER_S
+    #: Fixed start cost added to every estimate (seconds, >= 0).
+    overhead_s: float = DEFAULT_OVERHEAD_S
+    #: How much the link time of the pod's own new bytes counts again, for the later
+    #: pods on the node (>= 0; 0: the pod's start alone).
+    new_bytes_weight: float = DEFAULT_NEW_BYTES_WEIGHT
+    #: A pending pull stops counting this long after its pod was bound (seconds, > 0).
+    max_pending_age_s: float = DEFAULT_MAX_PENDING_AGE_S
+
+    def validate(self) -> None:
+        """A known pull mode; bandwidth > 0, overhead and weight >= 0, age > 0, finite."""
+        if self.pull_mode not in PULL_MODES:
             raise InputError(
-                f"{self.strategy}: default_bandwidth_bits_per_s={bandwidth!r} must be a "
-                "finite number of bits per second > 0"
+                f"{self.strategy}: pull_mode={self.pull_mode!r}: choose {' or '.join(PULL_MODES)} "
+                "(the kubelet's serializeImagePulls: true is serial)"
             )
-        if not _finite(self.overhead_s) or self.overhead_s < 0:
+        _check_link(self.strategy, self.default_bandwidth_bits_per_s, self.overhead_s)
+        weight = self.new_bytes_weight
+        if not _finite(weight) or weight < 0:
             raise InputError(
-                f"{self.strategy}: overhead_s={self.overhead_s!r} must be a finite number of "
-                "seconds >= 0"
+                f"{self.strategy}: new_bytes_weight={weight!r} must be a finite number >= 0"
+            )
+        age = self.max_pending_age_s
+        if not _finite(age) or age <= 0:
+            raise InputError(
+                f"{self.strategy}: max_pending_age_s={age!r} must be a finite number of seconds > 0"
             )
 
 
@@ -132,10 +168,11 @@ class ImageLocalityArgs:
 
 
 #: The arguments of one strategy.
-StrategyArgs = LayerLocalityArgs | PullTimeArgs | ImageLocalityArgs
+StrategyArgs = LayerLocalityArgs | PullTimeArgs | InFlightArgs | ImageLocalityArgs
 #: Each strategy's arguments type, by strategy name.
 ARGS_BY_STRATEGY: dict[str, type[StrategyArgs]] = {
-    args.strategy: args for args in (LayerLocalityArgs, PullTimeArgs, ImageLocalityArgs)
+    args.strategy: args
+    for args in (LayerLocalityArgs, PullTimeArgs, InFlightArgs, ImageLocalityArgs)
 }
 
 
@@ -144,7 +181,21 @@ def field_names(args: type[StrategyArgs]) -> tuple[str, ...]:
     return tuple(f.name for f in fields(args))
 
 
-def _finite(value: object) -> bool:
+def _check_link(strategy: str, bandwidth: object, overhead_s: object) -> None:
+    """A default bandwidth finite and > 0, an overhead finite and >= 0 (pull-time's and
+    in-flight's)."""
+    if not _finite(bandwidth) or bandwidth <= 0:
+        raise InputError(
+            f"{strategy}: default_bandwidth_bits_per_s={bandwidth!r} must be a "
+            "finite number of bits per second > 0"
+        )
+    if not _finite(overhead_s) or overhead_s < 0:
+        raise InputError(
+            f"{strategy}: overhead_s={overhead_s!r} must be a finite number of seconds >= 0"
+        )
+
+
+def _finite(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from layersched.core.errors import LayerResolutionError
+from layersched.core.inflight import PendingPulls
 from layersched.core.layerindex import IndexArray, LayerIndexView
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.pod import PodImages
@@ -90,6 +91,17 @@ class Strategy(Protocol):
         """Score candidates of several platforms, each group with its own layers: the
         combined scores in candidate order, and each group's own."""
         ...
+
+
+@runtime_checkable
+class InFlightAware(Protocol):
+    """A strategy that counts the pulls in flight (``in-flight``): its caller keeps
+    :attr:`pending` current (pods bound whose containers have not started, with the
+    nodes' held layers changing under them: :meth:`PendingPulls.node_changed`) and sets
+    :attr:`clock` to the time their bind times are on (epoch seconds; a simulator's)."""
+
+    pending: PendingPulls
+    clock: Callable[[], float]
 
 
 def pod_layers(

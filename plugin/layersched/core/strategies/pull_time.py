@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -65,7 +65,11 @@ __all__ = [
     "DEFAULT_OVERHEAD_S",
     "NAME",
     "PullTime",
+    "bandwidths",
+    "compare_across_groups",
     "node_bandwidth_bits_per_s",
+    "present_units",
+    "ratio_scores",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -109,7 +113,9 @@ def node_bandwidth_bits_per_s(node: NodeInfo, default_bits_per_s: float) -> floa
     return default_bits_per_s
 
 
-def _bandwidths(inventory: LayerIndexView, default_bits_per_s: float) -> FloatArray:
+def bandwidths(inventory: LayerIndexView, default_bits_per_s: float) -> FloatArray:
+    """Every node's bandwidth in bits per second, by node index (remembered per inventory
+    until its nodes' facts change)."""
     cached = _BANDWIDTH_CACHE.get(inventory)
     count = inventory.node_count
     # a live inventory changes in place: node_facts moves when labels may have changed
@@ -126,7 +132,7 @@ def _bandwidths(inventory: LayerIndexView, default_bits_per_s: float) -> FloatAr
     return arr
 
 
-def _present_units(inventory: LayerIndexView, layers: Sequence[Layer], shift: int) -> IndexArray:
+def present_units(inventory: LayerIndexView, layers: Sequence[Layer], shift: int) -> IndexArray:
     """Bytes of ``layers`` each node (by index) already holds, in units of ``2**shift``
     bytes (see :func:`~layersched.core.strategies.base.overflow_shift`)."""
     acc = np.zeros(inventory.node_count, dtype=np.int64)
@@ -135,7 +141,7 @@ def _present_units(inventory: LayerIndexView, layers: Sequence[Layer], shift: in
     return acc
 
 
-def _ratio_scores(estimate_s: FloatArray) -> IndexArray:
+def ratio_scores(estimate_s: FloatArray) -> IndexArray:
     """``floor(100 * t_min / t)``; a zero estimate scores 100 (only with zero overhead)."""
     if len(estimate_s) == 0:
         return np.empty(0, dtype=np.int64)
@@ -175,7 +181,7 @@ class PullTime:
     def _estimates_s(
         self, inventory: LayerIndexView, candidates: IndexArray, missing_bytes: FloatArray
     ) -> FloatArray:
-        bandwidth = _bandwidths(inventory, float(self.default_bandwidth_bits_per_s))[candidates]
+        bandwidth = bandwidths(inventory, float(self.default_bandwidth_bits_per_s))[candidates]
         estimate: FloatArray = missing_bytes * BITS_PER_BYTE / bandwidth + self.overhead_s
         return estimate
 
@@ -191,11 +197,11 @@ class PullTime:
             return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
         shift = overflow_shift(total_bytes)  # 0 for sizes read through the capped readers
         total_units = sum(layer.size_bytes >> shift for layer in layers)
-        present_units = _present_units(inventory, layers, shift)[candidates]
-        missing_bytes = (total_units - present_units).astype(np.float64) * float(1 << shift)
+        held_units = present_units(inventory, layers, shift)[candidates]
+        missing_bytes = (total_units - held_units).astype(np.float64) * float(1 << shift)
         estimate = self._estimates_s(inventory, candidates, missing_bytes)
-        present = unshift(present_units, shift)
-        return NodeScores(candidates, _ratio_scores(estimate), present, total_bytes)
+        present = unshift(held_units, shift)
+        return NodeScores(candidates, ratio_scores(estimate), present, total_bytes)
 
     def score_groups(
         self,
@@ -207,22 +213,39 @@ class PullTime:
         """Each platform's candidates with that platform's layers; the fastest estimate
         over *all* groups scores 100 (estimates compare nodes, so they are compared
         across groups). A group with nothing to pull leaves every node at 0, as alone."""
-        scores = zeros(candidates)
-        present = zeros(candidates)
-        estimates_s = np.zeros(len(candidates), dtype=np.float64)
-        parts = []
-        for group in groups:
+
+        def part_of(group: PlatformGroup) -> tuple[NodeScores, FloatArray]:
             part = self.score(pod, group.layers, inventory, candidates[group.positions])
-            scores[group.positions] = part.scores
-            present[group.positions] = part.present_bytes
-            if part.total_bytes > 0:
-                estimates_s[group.positions] = self.estimates_s(
-                    inventory, part.nodes, part.present_bytes, part.total_bytes
-                )
-            parts.append(part)
-        if parts and all(part.total_bytes > 0 for part in parts):
-            fastest_s = float(estimates_s.min()) if len(estimates_s) else 0.0
-            if fastest_s > 0:
-                scores = np.floor(MAX_NODE_SCORE * fastest_s / estimates_s).astype(np.int64)
-        total = max((part.total_bytes for part in parts), default=0)
-        return NodeScores(candidates, scores, present, total), parts
+            if part.total_bytes == 0:
+                return part, np.zeros(len(part.nodes), dtype=np.float64)
+            estimate = self.estimates_s(inventory, part.nodes, part.present_bytes, part.total_bytes)
+            return part, estimate
+
+        return compare_across_groups(candidates, groups, part_of)
+
+
+def compare_across_groups(
+    candidates: IndexArray,
+    groups: Sequence[PlatformGroup],
+    part_of: Callable[[PlatformGroup], tuple[NodeScores, FloatArray]],
+) -> tuple[NodeScores, list[NodeScores]]:
+    """A time-ranking strategy's :meth:`~Strategy.score_groups`: each group scored alone
+    (``part_of``: its scores and its candidates' seconds), then, when every group has
+    bytes to pull, ``floor(100 * min / seconds)`` over *all* candidates (pull-time's and
+    in-flight's estimates compare nodes, so they are compared across groups)."""
+    scores = zeros(candidates)
+    present = zeros(candidates)
+    seconds = np.zeros(len(candidates), dtype=np.float64)
+    parts = []
+    for group in groups:
+        part, part_seconds = part_of(group)
+        scores[group.positions] = part.scores
+        present[group.positions] = part.present_bytes
+        seconds[group.positions] = part_seconds
+        parts.append(part)
+    if parts and all(part.total_bytes > 0 for part in parts):
+        least_s = float(seconds.min()) if len(seconds) else 0.0
+        if least_s > 0:
+            scores = np.floor(MAX_NODE_SCORE * least_s / seconds).astype(np.int64)
+    total = max((part.total_bytes for part in parts), default=0)
+    return NodeScores(candidates, scores, present, total), parts

@@ -40,12 +40,14 @@ import yaml
 
 from layersched.builds import find_go, kubernetes_build
 from layersched.core.errors import InputError, LayerResolutionError
+from layersched.core.inflight import PendingPull
 from layersched.core.layerindex import LayerIndex, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import API_VERSION, KIND, parse_document
 from layersched.core.pod import PodImages
-from layersched.core.strategies.args import LayerLocalityArgs
+from layersched.core.strategies.args import InFlightArgs, LayerLocalityArgs
 from layersched.core.strategies.base import resolve_pod_layers
+from layersched.core.strategies.in_flight import InFlight
 from layersched.core.strategies.layer_locality import LayerLocality
 from layersched.deploy import (
     plugin_readme_block,
@@ -510,3 +512,256 @@ def _random_case(rng: random.Random, number: int) -> dict[str, Any]:
     if rng.random() < 0.02 and case["inventories"]:
         case["inventories"][0]["layers"].append({"digest": "sha256:short", "sizeBytes": 1})
     return case
+
+
+# ------------------------------------------------------------------ in-flight parity
+#: The Go test reading the in-flight cases, and the variable naming its input.
+IN_FLIGHT_PARITY_TEST = "TestInFlightParityWithThePythonCore"
+IN_FLIGHT_PARITY_ENV = "LAYERSCHED_IN_FLIGHT_PARITY_CASES"
+#: Random in-flight cases, on top of the shapes.
+IN_FLIGHT_RANDOM_CASES = 1_500
+_IN_FLIGHT_LINE = re.compile(
+    r"in-flight parity: (?P<cases>\d+) cases, (?P<nodes>\d+) nodes, costs bit for bit"
+)
+_NOW_S = 1_800_000_000.25
+_MB = 1_000_000
+
+
+def test_go_and_the_python_core_agree_on_every_in_flight_cost(tree: Path, tmp_path: Path) -> None:
+    # the in-flight rule (docs/in-flight.md): costs compared bit for bit, scores equal
+    cases = [
+        *_in_flight_shapes(),
+        *(_in_flight_random(random.Random(SEED * 7 + i), i) for i in range(IN_FLIGHT_RANDOM_CASES)),
+    ]
+    for case in cases:
+        case["costs"], case["scores"] = _in_flight_python(case)
+    path = tmp_path / "in-flight-parity.json"
+    path.write_text(json.dumps({"cases": cases}))
+    done = _go_test_on(tree, IN_FLIGHT_PARITY_TEST, "pkg/layers", IN_FLIGHT_PARITY_ENV, path)
+    match = _IN_FLIGHT_LINE.search(done.stdout)
+    assert match, done.stdout
+    assert int(match["cases"]) == len(cases) >= MIN_CASES
+    assert int(match["nodes"]) == sum(len(c["nodes"]) for c in cases)
+    # not degenerate: pending pulls change the ranking in many cases, both modes ran
+    moved = sum(c["scores"] != c["idle_scores"] for c in cases)
+    assert moved > len(cases) // 4, moved
+    assert {c["mode"] for c in cases} == {"serial", "parallel"}
+    print(
+        f"in-flight parity: {match['cases']} cases, {match['nodes']} nodes compared, "
+        f"differing 0 (costs bit for bit); {moved} cases ranked otherwise than without "
+        "their pending pulls"
+    )
+
+
+def _in_flight_python(case: dict[str, Any]) -> tuple[dict[str, float], dict[str, int]]:
+    """The core's costs and scores of ``case`` (and, in ``idle_scores``, its scores with
+    no pending pull, to show the pulls mattered)."""
+
+    def layers(entries: Sequence[dict[str, Any]]) -> tuple[Layer, ...]:
+        return tuple(Layer(e["digest"], e["size"]) for e in entries)
+
+    nodes = [
+        NodeInfo(
+            node["name"],
+            annotation_layers=layers(node["held"]),
+            labels=node["labels"],
+            annotations=node["annotations"],
+        )
+        for node in case["nodes"]
+    ]
+    inventory = LayerIndex.build(nodes)
+    candidates = np.arange(len(nodes), dtype=np.int64)
+    args = InFlightArgs(
+        pull_mode=case["mode"],
+        default_bandwidth_bits_per_s=case["default_bandwidth_bits_per_s"],
+        overhead_s=case["overhead_s"],
+        new_bytes_weight=case["new_bytes_weight"],
+        max_pending_age_s=case["max_pending_age_s"],
+    )
+    pod = layers(case["pod"])
+    idle = InFlight(args, clock=lambda: case["now"])
+    case["idle_scores"] = idle.score(PodImages.of(), pod, inventory, candidates).as_dict(inventory)
+    strategy = InFlight(args, clock=lambda: case["now"])
+    for node in case["nodes"]:
+        for pending in node["pending"]:
+            pull = PendingPull(pending["key"], pending["bound_at"], layers(pending["layers"]))
+            assert strategy.pending.put(node["name"], pull)
+    costs = strategy.costs_s(pod, inventory, candidates)[0]
+    scores = strategy.score(PodImages.of(), pod, inventory, candidates).as_dict(inventory)
+    return {n.name: float(c) for n, c in zip(nodes, costs, strict=True)}, scores
+
+
+def _layer_entry(label: str, size: int) -> dict[str, Any]:
+    return {"digest": _digest(label), "size": size}
+
+
+def _in_flight_case(
+    case_id: str,
+    nodes: Sequence[dict[str, Any]],
+    pod: Sequence[dict[str, Any]],
+    mode: str = "serial",
+    **options: float,
+) -> dict[str, Any]:
+    return {
+        "id": case_id,
+        "mode": mode,
+        "overhead_s": options.get("overhead_s", 1.0),
+        "new_bytes_weight": options.get("new_bytes_weight", 0.25),
+        "default_bandwidth_bits_per_s": options.get("default_bandwidth_bits_per_s", 1e8),
+        "max_pending_age_s": options.get("max_pending_age_s", 600.0),
+        "now": options.get("now", _NOW_S),
+        "nodes": list(nodes),
+        "pod": list(pod),
+    }
+
+
+def _in_flight_node(
+    name: str,
+    held: Sequence[dict[str, Any]] = (),
+    pending: Sequence[dict[str, Any]] = (),
+    label: str | None = "80000000",
+    annotation: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "held": list(held),
+        "labels": {} if label is None else {"layersched.io/bandwidth-bits-per-s": label},
+        "annotations": {}
+        if annotation is None
+        else {"layersched.io/bandwidth-bits-per-s": annotation},
+        "pending": list(pending),
+    }
+
+
+def _pending(
+    key: str, ago_s: float, layers: Sequence[dict[str, Any]], now_s: float = _NOW_S
+) -> dict[str, Any]:
+    return {"key": key, "bound_at": now_s - ago_s, "layers": list(layers)}
+
+
+def _in_flight_shapes() -> Iterator[dict[str, Any]]:
+    """The worked table's cases and the edges: ties by key, a bind after now, the age
+    bound exactly, the caps, a held pod at zero overhead, an empty pod, odd labels."""
+    l1, l2 = _layer_entry("F1", 40 * _MB), _layer_entry("F2", 40 * _MB)
+    other, small = _layer_entry("FY", 80 * _MB), _layer_entry("SMALL", 8 * _MB)
+    image = [l1, l2]
+    for mode in ("serial", "parallel"):
+        yield _in_flight_case(
+            f"worked-{mode}",
+            [
+                _in_flight_node("idle"),
+                _in_flight_node("half", pending=[_pending("u1", 4.0, image)]),
+                _in_flight_node("fresh", pending=[_pending("u2", 0.0, image)]),
+                _in_flight_node("other", pending=[_pending("u3", 0.0, [other])]),
+                _in_flight_node("holds", held=[l1]),
+                _in_flight_node("slow", label="20000000", pending=[_pending("u4", 0.0, image)]),
+            ],
+            image,
+            mode,
+        )
+        yield _in_flight_case(
+            f"small-pod-{mode}",
+            [
+                _in_flight_node("busy", pending=[_pending("u1", 0.0, [other])]),
+                _in_flight_node("idle"),
+            ],
+            [small],
+            mode,
+        )
+    yield _in_flight_case(
+        "ties-by-key-and-future-bind",
+        [
+            _in_flight_node("n1", pending=[_pending("b", 1.0, [l1]), _pending("a", 1.0, image)]),
+            _in_flight_node("n2", pending=[_pending("c", -30.0, image)]),
+            _in_flight_node("n3"),
+        ],
+        image,
+    )
+    yield _in_flight_case(
+        "age-bound-exactly",
+        [
+            _in_flight_node("at", pending=[_pending("a", 600.0, image)]),
+            _in_flight_node("past", pending=[_pending("b", 600.5, image)]),
+        ],
+        image,
+    )
+    many = [_pending(f"p{i:03}", i * 0.1, [_layer_entry(f"M{i}", _MB)]) for i in range(90)]
+    wide = [_layer_entry(f"W{i}", _MB) for i in range(170)]
+    yield _in_flight_case(
+        "caps",
+        [
+            _in_flight_node("many", pending=many),
+            _in_flight_node("wide", pending=[_pending("w", 3.0, wide)]),
+        ],
+        image,
+        "parallel",
+    )
+    yield _in_flight_case(
+        "zero-overhead-held",
+        [_in_flight_node("has", held=image), _in_flight_node("not")],
+        image,
+        overhead_s=0.0,
+    )
+    yield _in_flight_case("empty-pod", [_in_flight_node("a"), _in_flight_node("b")], [])
+    yield _in_flight_case(
+        "odd-labels",
+        [
+            _in_flight_node("underscores", label="40_000_000"),
+            _in_flight_node("spaces", label=None, annotation=" 2e7 "),
+            _in_flight_node("bad-label", label="fast", annotation="5e7"),
+            _in_flight_node("negative", label="-1"),
+            _in_flight_node("hex", label="0x10"),
+            _in_flight_node("inf", label="inf", pending=[_pending("x", 1.0, image)]),
+        ],
+        image,
+        default_bandwidth_bits_per_s=3.3e7,
+    )
+
+
+def _in_flight_random(rng: random.Random, number: int) -> dict[str, Any]:
+    pool = [
+        _layer_entry(f"r{number} l{i}", rng.choice((rng.randint(1, 60 * _MB), rng.randint(0, 3))))
+        for i in range(rng.randint(2, 14))
+    ]
+    if rng.random() < 0.05:  # one huge layer (the readers' cap is 1 TiB)
+        pool.append(_layer_entry(f"r{number} huge", rng.randint(2**38, 2**40)))
+
+    def some(most: int) -> list[dict[str, Any]]:
+        return rng.sample(pool, rng.randint(0, min(most, len(pool))))
+
+    labels = ("80000000", "20000000", "40000000", "1e8", "3.3e7", "1_000_000", "bad", None)
+    keys = iter(range(10**6))
+    now_s = rng.choice((_NOW_S, rng.uniform(0, 2e9)))
+    nodes = []
+    for i in range(rng.randint(1, 8)):
+        pending = [
+            _pending(
+                f"k{next(keys):04}",
+                rng.choice(
+                    (0.0, rng.uniform(0, 40), rng.uniform(-5, 700), float(rng.randint(0, 30)))
+                ),
+                some(5),
+                now_s,
+            )
+            for _ in range(rng.choice((0, 0, 1, 1, 2, 3, 5)))
+        ]
+        nodes.append(
+            _in_flight_node(
+                f"n{i}",
+                held=some(4),
+                pending=pending,
+                label=rng.choice(labels),
+                annotation=rng.choice((None, None, "2.5e7", "-3")),
+            )
+        )
+    return _in_flight_case(
+        f"random-{number}",
+        nodes,
+        some(5),
+        rng.choice(("serial", "parallel")),
+        overhead_s=rng.choice((1.0, 0.0, rng.uniform(0, 3))),
+        new_bytes_weight=rng.choice((0.25, 0.0, 1.0, rng.uniform(0, 2))),
+        default_bandwidth_bits_per_s=rng.choice((1e8, rng.uniform(1e6, 1e9))),
+        max_pending_age_s=rng.choice((600.0, rng.uniform(1, 60))),
+        now=now_s,
+    )

@@ -1,0 +1,161 @@
+package layers
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// The Python core's worked table (tests/unit/test_in_flight.py), node by node: 80 Mbit/s
+// links (10 MB/s), 1 s overhead, weight 0.25; the pod's image is L1 + L2 = 80 MB.
+const (
+	mb     = 1_000_000
+	link   = 80e6
+	rateBs = link / BitsPerByte
+	now    = 1000.0
+)
+
+var (
+	f1    = Layer{digest("F1"), 40 * mb}
+	f2    = Layer{digest("F2"), 40 * mb}
+	fy    = Layer{digest("FY"), 80 * mb}
+	small = Layer{digest("SMALL"), 8 * mb}
+	image = []Layer{f1, f2}
+)
+
+func pull(key string, ago float64, layers ...Layer) PendingPull {
+	return PendingPull{Key: key, BoundAt: now - ago, Layers: layers}
+}
+
+func heldOf(layers ...Layer) func(string) bool {
+	set := map[string]bool{}
+	for _, layer := range layers {
+		set[layer.Digest] = true
+	}
+	return func(digest string) bool { return set[digest] }
+}
+
+func cost(pod []Layer, pulls []PendingPull, held func(string) bool, bits float64, args CostArgs) float64 {
+	backlog := NodeBacklog(pulls, held, bits/BitsPerByte, now, DefaultMaxPendingAgeSeconds)
+	h, a, total := SplitBytes(pod, held, &backlog)
+	return StartCost(h, a, total, backlog.Remaining(bits/BitsPerByte, now), backlog.EnqueuedBytes, backlog.Pulls, bits, args)
+}
+
+func TestInFlightWorkedCosts(t *testing.T) {
+	serial := CostArgs{Mode: Serial, OverheadSeconds: 1, NewBytesWeight: 0.25}
+	parallel := CostArgs{Mode: Parallel, OverheadSeconds: 1, NewBytesWeight: 0.25}
+	none := heldOf()
+	cases := []struct {
+		name  string
+		pod   []Layer
+		pulls []PendingPull
+		held  func(string) bool
+		bits  float64
+		args  CostArgs
+		want  float64
+	}{
+		// idle: 80 MB -> 8 s + 1 s + 0.25 x 8 s = 11 s
+		{"idle", image, nil, none, link, serial, 11},
+		// a replica bound 4 s ago has 40 of 80 MB left: 4 + 1 = 5 s
+		{"half-way", image, []PendingPull{pull("u1", 4, f1, f2)}, none, link, serial, 5},
+		// a replica bound just now: 8 + 1 = 9 s (beats the idle node's 11 through the weight)
+		{"just bound", image, []PendingPull{pull("u2", 0, f1, f2)}, none, link, serial, 9},
+		// 80 MB of another image first, then its own 80: 16 + 1 + 2 = 19 s
+		{"other image first", image, []PendingPull{pull("u3", 0, fy)}, none, link, serial, 19},
+		// holds L1: its own 40 MB: 4 + 1 + 1 = 6 s
+		{"holds half", image, nil, heldOf(f1), link, serial, 6},
+		// 20 Mbit/s, a replica just bound: 32 + 1 = 33 s
+		{"slow link pulling", image, []PendingPull{pull("u1", 0, f1, f2)}, none, 20e6, serial, 33},
+		// parallel: 8 MB shares the link with 80 MB: 8 + min(80, 8) = 16 MB -> 1.6 + 1 + 0.2
+		{"parallel shares", []Layer{small}, []PendingPull{pull("u1", 0, fy)}, none, link, parallel, 2.8},
+		// serial: 80 + 8 = 88 MB -> 8.8 + 1 + 0.2 = 10 s
+		{"serial waits", []Layer{small}, []PendingPull{pull("u1", 0, fy)}, none, link, serial, 10},
+		// parallel, arriving a quarter done: N_left = 80 x 60 / 80 = 60 MB -> 6 + 1 = 7 s
+		{"parallel arriving", image, []PendingPull{pull("u1", 2, f1, f2)}, none, link, parallel, 7},
+		// p1 (40 MB) bound 12 s ago is done; p2 (L1) bound 2 s ago has 20 MB left; own L2:
+		// 20 + 40 = 60 MB -> 6 + 1 + 1 = 8 s
+		{"drains between binds", image, []PendingPull{pull("p1", 12, Layer{digest("FY2"), 40 * mb}), pull("p2", 2, f1)}, none, link, serial, 8},
+		// bound 601 s ago: no longer counted, the node is idle
+		{"aged out", image, []PendingPull{pull("u1", 601, f1, f2)}, none, link, serial, 11},
+	}
+	for _, c := range cases {
+		got := cost(c.pod, c.pulls, c.held, c.bits, c.args)
+		if math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: cost %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestInFlightRatioScores(t *testing.T) {
+	// idle 11, half 5, fresh 9, other 19 -> floor(100 * 5 / c): 45, 100, 55, 26
+	got := RatioScores([]float64{11, 5, 9, 19})
+	want := []int64{45, 100, 55, 26}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("scores %v, want %v", got, want)
+	}
+	if got := RatioScores([]float64{0, 3, 0}); fmt.Sprint(got) != "[100 0 100]" {
+		t.Errorf("zero costs: %v", got)
+	}
+	if got := RatioScores(nil); len(got) != 0 {
+		t.Errorf("no candidates: %v", got)
+	}
+}
+
+func TestInFlightBacklogCountsEachDigestOnce(t *testing.T) {
+	backlog := NodeBacklog([]PendingPull{pull("a", 0, f1, f2), pull("b", 0, f2, f1)}, heldOf(), rateBs, now, DefaultMaxPendingAgeSeconds)
+	if backlog.EnqueuedBytes != 80*mb || backlog.Pulls != 1 || backlog.BacklogBytes != 80e6 || len(backlog.Arriving) != 2 {
+		t.Errorf("backlog %+v", backlog)
+	}
+	// a bind time ahead of now is now
+	future := NodeBacklog([]PendingPull{pull("a", -5, f1)}, heldOf(), rateBs, now, DefaultMaxPendingAgeSeconds)
+	if future.Since != now || future.Remaining(rateBs, now) != 40e6 {
+		t.Errorf("future bind: %+v", future)
+	}
+	// held layers bring nothing: no pull counts, nothing remains
+	held := NodeBacklog([]PendingPull{pull("a", 0, f1)}, heldOf(f1), rateBs, now, DefaultMaxPendingAgeSeconds)
+	if held.Pulls != 0 || held.Remaining(rateBs, now) != 0 || held.Expires != now+DefaultMaxPendingAgeSeconds {
+		t.Errorf("held: %+v", held)
+	}
+	if idle := NodeBacklog(nil, heldOf(), rateBs, now, 600); idle.Pulls != 0 || !math.IsInf(idle.Expires, 1) {
+		t.Errorf("idle: %+v", idle)
+	}
+}
+
+func TestInFlightBounds(t *testing.T) {
+	many := make([]PendingPull, 100)
+	for i := range many {
+		many[i] = pull(fmt.Sprintf("p%03d", i), 0, Layer{digest(fmt.Sprintf("M%d", i)), mb})
+	}
+	if got := NodeBacklog(many, heldOf(), rateBs, now, 600).Pulls; got != MaxPendingPullsPerNode {
+		t.Errorf("pulls counted: %d", got)
+	}
+	wide := make([]Layer, MaxLayersPerPendingPod+50)
+	for i := range wide {
+		wide[i] = Layer{digest(fmt.Sprintf("W%d", i)), mb}
+	}
+	if got := NodeBacklog([]PendingPull{pull("w", 0, wide...)}, heldOf(), rateBs, now, 600).EnqueuedBytes; got != MaxLayersPerPendingPod*mb {
+		t.Errorf("layers counted: %d bytes", got)
+	}
+}
+
+func TestParseBandwidthAsPython(t *testing.T) {
+	cases := map[string]float64{
+		"100000000": 1e8, "1e8": 1e8, " 2.5e7 ": 2.5e7, "1_000_000": 1e6, "+4e7": 4e7, ".5": 0.5,
+		"0": 0, "-1": 0, "nan": 0, "inf": 0, "1e400": 0, "0x10": 0, "1__0": 0, "_1": 0, "1_": 0,
+		"fast": 0, "": 0, "1e-400": 0,
+	}
+	for raw, want := range cases {
+		got, ok := ParseBandwidth(raw)
+		if want == 0 && ok || want != 0 && (!ok || got != want) {
+			t.Errorf("%q: %v %v, want %v", raw, got, ok, want)
+		}
+	}
+	labels := map[string]string{BandwidthKey: "bad"}
+	annotations := map[string]string{BandwidthKey: "2e7"}
+	if got := Bandwidth(labels, annotations, 1); got != 2e7 {
+		t.Errorf("an unreadable label falls back to the annotation: %v", got)
+	}
+	if got := Bandwidth(nil, nil, 5); got != 5 {
+		t.Errorf("the default: %v", got)
+	}
+}

@@ -5,6 +5,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DRIVER ?= local
 export DRIVER
+# RESULTS=commit: a run writes bench/results/ and reports/ (to be committed, from a clean
+# tree); by default it writes under runs/<UTC time>/ and leaves the clone as it was.
+ifdef RESULTS
+export LAYERSCHED_RESULTS := $(RESULTS)
+endif
 
 .PHONY: help venv kubernetes containerd tools crio crio-live lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf live-minors replay testbed testbed-down simulate figures proto clean
 
@@ -51,31 +56,31 @@ test: lint unit integration infra e2e ## Everything CI runs: lint, unit, integra
 ci-fresh: ## Rehearse CI on a fresh machine: clone HEAD, empty caches, new venv, .ci/run
 	@scripts/ci-fresh.sh
 
-bench: venv ## The extender's benchmarks (latency, memory, watch): bench/results/extender.json and the blocks generated from it {last: bench/results/extender.json#run_time_s}
+bench: venv ## The extender's benchmarks (latency, memory, watch): runs/<time>/bench/results/extender.json (RESULTS=commit: bench/results/) {last: bench/results/extender.json#run_time_s}
 	@scripts/bench.sh
 
-bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency in 3 alternating rounds, 500 and 5,000 fake nodes (root; inconclusive when the load exceeds the cores) {last: bench/results/scheduler.json#run_time_s}
+bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency in 3 alternating rounds, 500 and 5,000 fake nodes (root; inconclusive when the load exceeds the cores): runs/<time>/bench/results/scheduler.json (RESULTS=commit: bench/results/) {last: bench/results/scheduler.json#run_time_s}
 	@scripts/bench-scheduler.sh
 
-bench-perf: venv ## Upstream's scheduler_perf with LayerLocality out of tree, in process (etcd from make kubernetes), 3 rounds: bench/results/scheduler_perf.json {last: bench/results/scheduler_perf.json#run_time_s}
+bench-perf: venv ## Upstream's scheduler_perf with LayerLocality out of tree, in process (etcd from make kubernetes), 3 rounds: runs/<time>/bench/results/scheduler_perf.json (RESULTS=commit: bench/results/) {last: bench/results/scheduler_perf.json#run_time_s}
 	@$(PY) bench/bench_scheduler_perf.py
 
-live-minors: venv ## The plugin live on the older minors (1.35, 1.36; not in CI): each built from its module, on a loopback control plane with fake nodes: the seed scenario and batching; writes reports/live-minors.json and its docs block {last: reports/live-minors.json#run_time_s}
+live-minors: venv ## The plugin live on the older minors (1.35, 1.36; not in CI): each built from its module, on a loopback control plane with fake nodes: the seed scenario and batching: runs/<time>/reports/live-minors.json (RESULTS=commit: reports/) {last: reports/live-minors.json#run_time_s}
 	@$(PY) bench/live_minors.py
 
-replay: venv ## Replay bench/replay/trace.json (50 pods, 6 nodes) through each kube-scheduler of the local testbed, 3 alternated rounds from a clean state (root; not in CI): bench/results/replay.json, .png and the README block {last: bench/results/replay.json#run_time_s}
+replay: venv ## Replay bench/replay/trace.json (50 pods, 6 nodes) through each kube-scheduler of the local testbed, 3 alternated rounds from a clean state (root; not in CI): runs/<time>/bench/results/replay.json, .png (RESULTS=commit: bench/results/) {last: bench/results/replay.json#run_time_s}
 	@scripts/replay.sh
 
-testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table; writes reports/scenario.json, .png and the README block {last: reports/scenario.json#make_testbed_s}
+testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table: runs/<time>/reports/scenario.json, .png (RESULTS=commit: reports/); no tracked file changes {last: reports/scenario.json#make_testbed_s}
 	@scripts/testbed.sh up
 
 testbed-down: venv ## DRIVER=local (default), kind or cloud: tear the testbed down (safe to run twice)
 	@scripts/testbed.sh down
 
-simulate: venv ## Scale simulation: plots, README/doc results {last: reports/simulation.json#run_time_s}
+simulate: venv ## Scale simulation: runs/<time>/reports/simulation.json and plots (RESULTS=commit: reports/) {last: reports/simulation.json#run_time_s}
 	@scripts/simulate.sh
 
-figures: venv ## Rewrite every measured figure in README.md and docs/ from bench/results/ and reports/ (runs nothing)
+figures: venv ## Rewrite every measured figure in README.md and docs/ from bench/results/ and reports/ (runs nothing; the only writer of those blocks)
 	@$(PY) bench/figures.py
 
 proto: venv ## Regenerate the gRPC message code: CRI (cri/api.proto) and containerd (containerd/protos/)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import subprocess
 import tempfile
@@ -37,7 +36,6 @@ from bench_extender import (
     IMAGES,
     IMAGES_PER_NODE,
     PODS,
-    RESULTS,
     WATCH_UPDATES_PER_S,
     _extender,
     _run_requests,
@@ -51,8 +49,11 @@ from rich.progress import Progress
 from rich.table import Table
 
 from layersched.evidence import provenance
+from layersched.evidence.results import write_json
 
-AGAINST_RESULTS = RESULTS.with_name("extender_against.json")
+#: Where a comparison goes when committed (LAYERSCHED_RESULTS=commit; name it with
+#: --output, e.g. bench/results/extender_against_issue31.json).
+AGAINST_RESULTS = "bench/results/extender_against.json"
 #: Rounds per side, and measured requests per round (after as many warm-up ones).
 DEFAULT_ROUNDS = 6
 DEFAULT_REQUESTS = 1000
@@ -126,7 +127,12 @@ def main() -> int:
     parser.add_argument("--against", type=Path, required=True, help="checkout of the old version")
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="rounds per side")
     parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS, help="per round")
-    parser.add_argument("--output", type=Path, default=AGAINST_RESULTS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help=f"results file (default: {AGAINST_RESULTS} under this run's directory, "
+        f"runs/<UTC time>/, or {AGAINST_RESULTS} itself with LAYERSCHED_RESULTS=commit)",
+    )
     parser.add_argument(
         "--watch",
         action="store_true",
@@ -208,7 +214,7 @@ def main() -> int:
     }
     for stat in ("p50_ms", "p99_ms"):
         result[f"{stat}_new_over_old"] = round(result[NEW][stat] / result[OLD][stat], 3)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    written = write_json(AGAINST_RESULTS, result, output=args.output)
     table = Table("side", "requests", "p50 ms", "p99 ms", "mean ms")
     for side in (NEW, OLD):
         s = result[side]
@@ -218,7 +224,7 @@ def main() -> int:
     console.print(table)
     console.print(
         f"new/old: p50 {result['p50_ms_new_over_old']}, p99 {result['p99_ms_new_over_old']}; "
-        f"same answers: {same}; {args.output}"
+        f"same answers: {same}; {written}"
     )
     per_round = np.array([r["p50_ms"] for r in rounds])
     console.print(f"round p50s: {per_round.round(3).tolist()}")

@@ -68,9 +68,12 @@ from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import build_document
 from layersched.evidence import provenance
+from layersched.evidence.results import write_json
 
-RESULTS = Path(__file__).resolve().parent / "results" / "extender.json"
-MEMORY_RESULTS = RESULTS.with_name("extender_memory.json")
+#: The committed results files (a run writes them under its run directory unless
+#: committing: LAYERSCHED_RESULTS=commit).
+RESULTS = "bench/results/extender.json"
+MEMORY_RESULTS = "bench/results/extender_memory.json"
 LOOPBACK = "127.0.0.1"
 #: Targets from the issue.
 TARGET_NODE_NAMES_P99_MS = 5.0
@@ -266,7 +269,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=WATCH_UPDATES_PER_S,
         help="inventory updates streamed during the watch case",
     )
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help=f"results file (default: {RESULTS} under this run's directory, runs/<UTC "
+        f"time>/, or {RESULTS} itself with LAYERSCHED_RESULTS=commit)",
+    )
     parser.add_argument(
         "--only",
         choices=["watch-memory"],
@@ -310,8 +318,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory["machine"] = results["machine"] | {
             "load_average_1m_at_end": round(os.getloadavg()[0], 2)
         }
-        MEMORY_RESULTS.write_text(json.dumps(memory, indent=2) + "\n")
-        console.print(f"memory case: {MEMORY_RESULTS}: pass={memory['pass']}")
+        memory["provenance"] = provenance.finish(dict(record))
+        written = write_json(MEMORY_RESULTS, memory)
+        console.print(f"memory case: {written}: pass={memory['pass']}")
         if args.only == "watch-memory":
             return 0 if memory["pass"] else 1
         results["watch_memory_hostile"] = {
@@ -379,10 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     results["provenance"] = provenance.finish(record)
     results["run_time_s"] = round(time.monotonic() - run_started, 1)  # for `make help`
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    written = write_json(RESULTS, results, output=args.output)
     _print(console, results)
-    console.print(f"results: {args.output}")
+    console.print(f"results: {written} (committed results: make figures rewrites the blocks)")
     return 0
 
 

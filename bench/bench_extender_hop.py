@@ -14,19 +14,19 @@ make it:
 
 Needs root and a local testbed (its node network namespaces):
 ``sudo .venv/bin/python -m bench.bench_extender_hop --state-dir /tmp/lsdp-state``.
-Results go to ``bench/results/extender_hop.json``.
+Results go to ``extender_hop.json`` under this run's directory
+(``runs/<UTC time>/bench/results/``), or to ``bench/results/extender_hop.json`` with
+``LAYERSCHED_RESULTS=commit``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,11 @@ import tenacity
 
 from bench.corpus import workload
 from layersched.evidence import provenance
+from layersched.evidence.results import write_json
 from layersched.testbed.local import load_state
 
-RESULTS = Path(__file__).resolve().parent / "results" / "extender_hop.json"
+#: The committed results file (a run writes it under its run directory unless committing).
+RESULTS = "bench/results/extender_hop.json"
 NODES = 500
 IMAGES_PER_NODE = 50
 PORT = 18888
@@ -109,7 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--requests", type=int, default=20)
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help=f"results file (default: {RESULTS} under this run's directory, runs/<UTC "
+        f"time>/, or {RESULTS} itself with LAYERSCHED_RESULTS=commit)",
+    )
     args = parser.parse_args(argv)
     inventory = load_state(args.state_dir)
     server, client = inventory.nodes[1], inventory.nodes[0]
@@ -117,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     pod = load.pods(1)[0]
     nodes = load.node_list(NODES, IMAGES_PER_NODE, seed=3)
     names = [n["metadata"]["name"] for n in nodes["items"]]
-    record = provenance.start(None)
+    # the testbed's daemons name its state directory: the benchmark's own, not others'
+    record = provenance.start(None, own_commands=[str(args.state_dir.resolve())])
     results: dict[str, Any] = {
         "nodes": NODES,
         "images_per_node": IMAGES_PER_NODE,
@@ -138,12 +146,10 @@ def main(argv: list[str] | None = None) -> int:
                 server.netns, client.netns, server.address,
                 ["--layers", str(layers), *extra], body, args.requests,
             )  # fmt: skip
-    results["load_average_1m"] = round(os.getloadavg()[0], 2)
-    results["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     results["provenance"] = provenance.finish(record)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    written = write_json(RESULTS, results, output=args.output)
     print(json.dumps(results, indent=2))
+    print(f"results: {written}", file=sys.stderr)
     return 0
 
 

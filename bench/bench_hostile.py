@@ -33,14 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from bench_against import _commit, _python_path
+from bench_against import _python_path, commit
 from bench_extender import (
     CONTAINER_LIMIT_MIB,
     HELD_NODES,
     IMAGES,
     IMAGES_PER_NODE,
     PODS,
-    RESULTS,
     _extender,
     _held_images,
     _memory_mb,
@@ -55,8 +54,11 @@ from rich.console import Console
 from rich.progress import Progress
 
 from layersched.core.nodelayers import build_document
+from layersched.evidence import provenance
+from layersched.evidence.results import write_json
 
-HOSTILE_RESULTS = RESULTS.with_name("extender_hostile.json")
+#: The committed results file (a run writes it under its run directory unless committing).
+HOSTILE_RESULTS = "bench/results/extender_hostile.json"
 #: The issue's Node: empty status images, as the API server writes them in JSON.
 HOSTILE_NODE_IMAGES = 650_000
 HOSTILE_INVENTORIES = 6
@@ -154,7 +156,12 @@ def main() -> int:
     parser.add_argument(
         "--nodes", type=int, default=HELD_NODES, help="honest nodes (default: %(default)s)"
     )
-    parser.add_argument("--output", type=Path, default=HOSTILE_RESULTS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help=f"results file (default: {HOSTILE_RESULTS} under this run's directory, "
+        f"runs/<UTC time>/, or {HOSTILE_RESULTS} itself with LAYERSCHED_RESULTS=commit)",
+    )
     args = parser.parse_args()
     console = Console(stderr=True)
     load = workload(IMAGES)
@@ -178,9 +185,11 @@ def main() -> int:
         "hostile_inventories": (nodes, [*floods, *honest[HOSTILE_INVENTORIES:]]),
     }
     sides = {"new": args.new} | ({"old": args.against} if args.against else {})
+    record = provenance.start(None)
     results: dict[str, Any] = {
-        "commit_new": args.label_new or _commit(args.new or Path(__file__).resolve().parent.parent),
-        "commit_old": args.label_old or (_commit(args.against) if args.against else None),
+        "provenance": record,
+        "commit_new": args.label_new or commit(args.new or Path(__file__).resolve().parent.parent),
+        "commit_old": args.label_old or (commit(args.against) if args.against else None),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "workload": {
@@ -210,6 +219,7 @@ def main() -> int:
                     )
                 console.print(scenario, side, results[scenario][side])
     results["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    results["provenance"] = provenance.finish(record)
     new = [results[s]["new"] for s in scenarios]
     results["pass"] = (
         all(
@@ -220,8 +230,8 @@ def main() -> int:
         and results["hostile_inventories"]["new"]["nodes_with_layers"]
         == args.nodes - HOSTILE_INVENTORIES
     )
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    console.print(f"results: {args.output}: pass={results['pass']}")
+    written = write_json(HOSTILE_RESULTS, results, output=args.output)
+    console.print(f"results: {written}: pass={results['pass']}")
     return 0 if results["pass"] else 1
 
 

@@ -1,7 +1,7 @@
 """Memory of the Go plugin's layer index under issue 30's hostile objects, before and after.
 
-Runs ``TestIndexMemoryUnderHostileObjects`` (``plugin/kube-scheduler/pkg/layers/
-memory_bench_test.go``) on this tree ("after") and on the package as it was at
+Runs ``BenchmarkIndexMemoryUnderHostileObjects`` once (``plugin/kube-scheduler/pkg/layers/
+memory_bench_test.go``, ``-benchtime 1x``) on this tree ("after") and on the package as it was at
 ``--before`` (default 2de96fd, the commit the issue's review measured; its ``pkg/layers``
 imports the standard library only, so it is copied into a scratch module with the same
 measurement file), alternating before/after ``--repeats`` times. Each run loads 5,000
@@ -12,7 +12,9 @@ before side: at 2de96fd 100 such objects hold some 15 GiB), and the honest objec
 Per phase: the live heap once collected (settled) and the largest heap seen while the
 phase's objects were applied (peak), in MiB above the process's start.
 
-Writes ``bench/results/index_memory.json`` with the commit, date, machine and load.
+Writes ``index_memory.json`` with its provenance (commit, date, machine, load, other
+processes' cores) under this run's directory (``runs/<UTC time>/bench/results/``), or
+``bench/results/index_memory.json`` with ``LAYERSCHED_RESULTS=commit``.
 
     python bench/bench_index_memory.py [--repeats 2] [--flood 100]
 """
@@ -22,15 +24,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from layersched.builds import find_go, kubernetes_build
+from layersched.evidence import provenance
+from layersched.evidence.results import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "plugin/kube-scheduler/pkg/layers"
@@ -38,10 +40,11 @@ MEASUREMENT = f"{PACKAGE}/memory_bench_test.go"
 #: What the measurement calls by a name issue 31 gave it, and the name before (an older
 #: commit's package is measured by the same file, under its own names).
 RENAMED = {"DecodeNodeLayerInventory": "DecodeInventory"}
-TEST = "TestIndexMemoryUnderHostileObjects"
+#: The measurement: a benchmark run once (today's file, copied into an older package too).
+BENCHMARK = "BenchmarkIndexMemoryUnderHostileObjects"
 OUT_ENV = "LAYERSCHED_INDEX_MEMORY_OUT"
 FLOOD_ENV = "LAYERSCHED_INDEX_MEMORY_FLOOD"
-RESULTS = ROOT / "bench/results/index_memory.json"
+RESULTS = "bench/results/index_memory.json"
 #: The before side's flood: 100 objects at 2de96fd would hold ~15 GiB of a shared box.
 BEFORE_FLOOD = 3
 #: The budget the docs state (docs/kube-scheduler-plugin.md, "Memory"): the index's
@@ -77,7 +80,10 @@ def _run(module: Path, flood: int, out: Path) -> dict[str, Any]:
     build = kubernetes_build()
     go, _ = find_go(build.go_version_needed())
     env = {**os.environ, **build.go_env(), OUT_ENV: str(out), FLOOD_ENV: str(flood)}
-    argv = [go, "test", "-count=1", "-timeout", "30m", "-run", TEST, "./pkg/layers"]
+    argv = [
+        go, "test", "-count=1", "-timeout", "30m", "-run", "^$",
+        "-bench", f"^{BENCHMARK}$", "-benchtime", "1x", "-benchmem", "./pkg/layers",
+    ]  # fmt: skip
     done = subprocess.run(
         argv, cwd=module, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
     )
@@ -116,8 +122,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs of each side, alternated")
     parser.add_argument("--flood", type=int, default=100, help="flooding nodes (after side)")
     args = parser.parse_args()
-    started = datetime.now(UTC)
-    load_start = os.getloadavg()[0]
+    record = provenance.start(None)
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="layersched-index-memory-") as tmp:
         before = _before_module(args.before, Path(tmp) / "before")
@@ -130,21 +135,14 @@ def main() -> None:
                 begin = time.monotonic()
                 runs[side].append(_run(module, flood, Path(tmp) / f"{side}-{repeat}.json"))
                 print(f"{side} #{repeat + 1}: {time.monotonic() - begin:.0f} s", flush=True)
+                provenance.sample_load(record)
     after_runs = runs["after"]
     worst = max(phase["settled_mib"] for run in after_runs for phase in run["phases"].values())
     results = {
         "pass": worst <= BUDGET_MIB,
         "budget_mib": BUDGET_MIB,
-        "commit": _git("rev-parse", "HEAD"),
         "before_commit": _git("rev-parse", args.before),
-        "date": started.isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "go": after_runs[0]["go"],
-            "load_average_1m_at_start": round(load_start, 2),
-            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-        },
+        "go": after_runs[0]["go"],
         "repeats": args.repeats,
         "flooding_nodes": {"before": BEFORE_FLOOD, "after": args.flood},
         "before": _spread(runs["before"]),
@@ -162,8 +160,10 @@ def main() -> None:
             "(after only)."
         ),
     }
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    results["provenance"] = provenance.finish(record)
+    written = write_json(RESULTS, results)
     print(json.dumps(results, indent=2))
+    print(f"results: {written}")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,14 @@ Two views (issue 14, "Measure"):
   difference. This includes what ``relay_s`` cannot see (the relay's gRPC server and
   the second unix-socket hop).
 
-Writes ``--output`` (JSON) and prints it.
+Writes ``relay.json`` under this run's directory (``runs/<UTC time>/bench/results/``), or
+``bench/results/relay.json`` with ``LAYERSCHED_RESULTS=commit`` (or ``--output``), and
+prints it. On a local testbed whose kubelets go through the relay
+(``playbooks/testbed-relay.yml``, docs/relay.md) and have pulled through it (the seed
+scenario), ``--state-dir`` finds everything: the first node's runtime and relay sockets
+and the relay's pid, and every node's dump:
 
+    sudo .venv/bin/python bench/bench_relay.py --state-dir .testbed
     python bench/bench_relay.py --runtime unix:///…/containerd.sock \\
         --relay unix:///…/relay.sock --dump …/relay-dump.jsonl --pid RELAY_PID
 """
@@ -29,10 +35,15 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layersched.cri import CRIClient
 from layersched.evidence import provenance
+from layersched.evidence.results import write_json
+from layersched.testbed.local import load_state
 
+#: The committed results file (a run writes it under its run directory unless committing).
+RESULTS = "bench/results/relay.json"
+#: What the testbed's relay role keeps in each node's directory (playbooks/roles/testbed_relay).
+RELAY_SOCKET, RELAY_PIDFILE, RELAY_DUMP = "relay.sock", "relay.pid", "relay-dump.jsonl"
 DEFAULT_CALLS = 300
 WARMUP_CALLS = 20
 US_PER_S = 1e6
@@ -102,25 +113,56 @@ def memory(pid: int) -> dict[str, int]:
     return found
 
 
+def _from_testbed(args: argparse.Namespace) -> list[str]:
+    """Fill the endpoints, dumps and pid from the local testbed at ``--state-dir``; return
+    what the CPU watch counts as the benchmark's own (the testbed's daemons)."""
+    state_dir = args.state_dir.resolve()
+    nodes = load_state(state_dir).nodes
+    first = Path(nodes[0].dir)
+    args.runtime = args.runtime or nodes[0].cri_endpoint
+    args.relay = args.relay or f"unix://{first / RELAY_SOCKET}"
+    args.dump = args.dump or [
+        Path(n.dir) / RELAY_DUMP for n in nodes if (Path(n.dir) / RELAY_DUMP).is_file()
+    ]
+    if args.pid is None:
+        try:
+            args.pid = int((first / RELAY_PIDFILE).read_text().strip())
+        except (OSError, ValueError) as err:
+            raise SystemExit(
+                f"{first / RELAY_PIDFILE}: {err}: is the relay up? "
+                "(playbooks/testbed-relay.yml, docs/relay.md)"
+            ) from err
+    return [str(state_dir)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--runtime", required=True, help="the runtime's CRI endpoint")
-    parser.add_argument("--relay", required=True, help="the relay's endpoint")
+    parser.add_argument("--state-dir", type=Path, help="a local testbed with the relay role")
+    parser.add_argument("--runtime", help="the runtime's CRI endpoint")
+    parser.add_argument("--relay", help="the relay's endpoint")
     parser.add_argument("--dump", type=Path, action="append", default=[], help="dump file(s)")
     parser.add_argument("--pid", type=int, help="the relay's pid (memory)")
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
-    parser.add_argument("--output", type=Path, default=Path("bench/results/relay.json"))
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help=f"results file (default: {RESULTS} under this run's directory, runs/<UTC "
+        f"time>/, or {RESULTS} itself with LAYERSCHED_RESULTS=commit)",
+    )
     args = parser.parse_args()
-    record = provenance.start(None)
+    own = _from_testbed(args) if args.state_dir else []
+    if not (args.runtime and args.relay):
+        parser.error("give --state-dir, or --runtime and --relay")
+    record = provenance.start(None, own_commands=own)
     report: dict[str, Any] = {"paired": paired(args.runtime, args.relay, args.calls)}
     for path in args.dump:
         report.setdefault("dump", {})[str(path)] = from_dump(path)
     if args.pid:
         report["memory"] = memory(args.pid)
     report["provenance"] = provenance.finish(record)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    written = write_json(RESULTS, report, output=args.output)
     print(json.dumps(report, indent=2))
+    print(f"results: {written}", file=sys.stderr)
 
 
 if __name__ == "__main__":

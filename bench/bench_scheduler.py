@@ -28,10 +28,11 @@ ImageLocality included), ``plugin`` (the LayerLocality Score plugin built into
 kube-scheduler, with the profile the deploy generator renders), ``extender-node-names``
 (+ the extender in ``NodeNames`` mode fed by its live watch), ``extender-noop`` (+ an
 extender answering zeros at once, ``bench/noop_extender.py``: the hop without our work),
-``extender-nodes`` (+ the extender, full ``Nodes``). Results:
-``bench/results/scheduler.json``, ``scheduler.png``, the README block and the profile
-block of ``docs/bench-scheduler.md``. Run: ``make bench-scheduler`` (root: the control
-plane gets its own bridge).
+``extender-nodes`` (+ the extender, full ``Nodes``). Results: ``scheduler.json`` and
+``scheduler.png`` under this run's directory (``runs/<UTC time>/bench/results/``), or over
+``bench/results/`` with ``LAYERSCHED_RESULTS=commit``; ``make figures`` renders the README
+block and the profile block of ``docs/bench-scheduler.md`` from the committed file. Run:
+``make bench-scheduler`` (root: the control plane gets its own bridge).
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scheduler_report as report
 from corpus import Workload, workload
 
-from layersched import generated
 from layersched.builds import FALLBACK_GO, kubernetes_build
 from layersched.core.errors import KubeError, LayerschedError, TestbedError
 from layersched.core.layerindex import NodeImage
@@ -82,6 +82,7 @@ from layersched.deploy import (
     scheduler_api_version_for,
 )
 from layersched.evidence import provenance
+from layersched.evidence.results import destination, write_json
 from layersched.kube import NODE_LAYERS_PATH, KubeClient, extender_rules, load_kubeconfig
 from layersched.testbed.local import PLAYBOOKS_DIR, down, require_root, run_playbook
 from layersched.testbed.scheduler_configs import (
@@ -91,10 +92,8 @@ from layersched.testbed.scheduler_configs import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results" / "scheduler.json"
-PLOT = ROOT / "bench" / "results" / "scheduler.png"
-README = ROOT / "README.md"
-DOCS = ROOT / "docs" / "bench-scheduler.md"
+#: The committed results file (a run writes it under its run directory unless committing).
+RESULTS = "bench/results/scheduler.json"
 PLAYBOOK = PLAYBOOKS_DIR / "bench-control-plane.yml"
 NOOP_EXTENDER = Path(__file__).resolve().parent / "noop_extender.py"
 
@@ -1338,10 +1337,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--log-dir", type=Path, default=DEFAULT_LOG_DIR, help="scheduler/extender logs (kept)"
     )
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--plot", type=Path, default=PLOT)
-    parser.add_argument("--readme", type=Path, default=README)
-    parser.add_argument("--docs", type=Path, default=DOCS, help="where the profile block goes")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help=f"results file (default: {RESULTS} under this run's directory, runs/<UTC "
+        f"time>/, or {RESULTS} itself with LAYERSCHED_RESULTS=commit; with --render-only: "
+        f"{RESULTS})",
+    )
+    parser.add_argument("--plot", type=Path, help="the plot (default: beside --output, .png)")
     parser.add_argument(
         "--kubernetes-bin-dir",
         type=Path,
@@ -1352,11 +1355,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--render-only",
         action="store_true",
-        help="run nothing: write the plot, the README block and the docs' profile block "
-        "from the results at --output (after a change to how they are rendered)",
+        help="run nothing: write the plot from the results at --output and print the README "
+        "block (after a change to how they are rendered; make figures writes the blocks)",
     )
     args = parser.parse_args(argv)
     console = Console(stderr=True)
+    if args.output is None:
+        args.output = ROOT / RESULTS if args.render_only else destination(RESULTS)
+    if args.plot is None:
+        args.plot = args.output.with_suffix(".png")
     if args.render_only:
         try:
             results = json.loads(args.output.read_text())
@@ -1392,17 +1399,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"logs in {args.log_dir}[/red]"
         )
         return 1
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(RESULTS, results, output=args.output)
     return render(results, args, console)
 
 
 def render(results: Mapping[str, Any], args: argparse.Namespace, console: Console) -> int:
-    """The plot, the README block and the docs' profile block, from ``results``."""
+    """The plot from ``results``, and the README block printed (``make figures`` writes the
+    blocks, from the committed results)."""
     try:
         report.plot(results, args.plot)
-        generated.write_block(args.readme, report.BLOCK, report.markdown(results))
-        generated.write_block(args.docs, report.PROFILE_BLOCK, report.profile_markdown(results))
     except LayerschedError as err:
         console.print(f"[red]bench-scheduler: {err} (the results are in {args.output})[/red]")
         return 1
@@ -1414,7 +1419,8 @@ def render(results: Mapping[str, Any], args: argparse.Namespace, console: Consol
         return 1
     console.print(report.markdown(results))
     console.print(
-        f"results: {args.output}, plot: {args.plot}, README and {args.docs.name} blocks updated"
+        f"results: {args.output}, plot: {args.plot} (committed results: make figures rewrites "
+        "the README and docs blocks)"
     )
     return 0
 
@@ -1572,8 +1578,7 @@ def write_partial(
         str(n): report.target_verdicts(partial[str(n)], busy) for n in node_counts
     }
     partial["run_time_s"] = round(time.perf_counter() - started, 1)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(partial, indent=2) + "\n")
+    write_json(RESULTS, partial, output=output)
 
 
 def _profile_s(row: Mapping[str, Any] | None) -> int:

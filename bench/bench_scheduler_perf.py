@@ -40,9 +40,11 @@ import scheduler_report
 from layersched.builds import REPO_ROOT, find_go, kubernetes_build
 from layersched.core.errors import InputError
 from layersched.evidence import provenance
+from layersched.evidence.results import destination, write_json
 
 MODULE = REPO_ROOT / "plugin" / "kube-scheduler" / "perf"
-RESULTS = REPO_ROOT / "bench" / "results" / "scheduler_perf.json"
+#: The committed results file (a run writes it under its run directory unless committing).
+RESULTS = "bench/results/scheduler_perf.json"
 WORKLOADS = ("SchedulingBasic/500Nodes", "SchedulingBasic/5000Nodes", "SharedLayers/500Nodes")
 #: The profiles (``perf/config/profiles/NAME.yaml``); the first is every ratio's base.
 PROFILES = (
@@ -302,7 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--profiles", default=",".join(PROFILES), help="profile names, default first"
     )
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help=f"results file (default: {RESULTS} under this run's directory, runs/<UTC "
+        f"time>/, or {RESULTS} itself with LAYERSCHED_RESULTS=commit)",
+    )
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/layersched-scheduler-perf"))
     args = parser.parse_args(argv)
     workloads, profiles = _csv(args.workloads), _csv(args.profiles)
@@ -312,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--rounds must be at least 1")
     started = time.monotonic()
     record = provenance.start(kubernetes_build().version)
+    output = args.output or destination(RESULTS)
     args.log_dir.mkdir(parents=True, exist_ok=True)
     rounds = []
     try:
@@ -341,12 +349,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "workloads": summarise(rounds, workloads, profiles),
                     "run_time_s": round(time.monotonic() - started, 1),
                 }
-                args.output.parent.mkdir(parents=True, exist_ok=True)
-                args.output.write_text(json.dumps(results, indent=2) + "\n")
+                write_json(RESULTS, results, output=output)
     except InputError as err:
         print(f"bench-perf: {err}", file=sys.stderr)
         return 1
     print(markdown(results))
+    print(f"results: {output} (committed results: make figures rewrites the block)")
     return 0
 
 

@@ -21,17 +21,18 @@ For each older minor with a module under ``plugin/kube-scheduler/minors`` (1.35,
    ``scheduler_batch_attempts_total``: hints taken means batching stayed on;
 6. tear the control plane down.
 
-Writes ``reports/live-minors.json`` (commit, date, machine, load, versions) and the block of
-``docs/kube-scheduler-plugin.md`` (``make figures`` rewrites it from the file). Needs no
-root and no bridge; listens on 127.0.0.1:26xxx only.
+Writes ``live-minors.json`` (versions, placements, batching, and its provenance: commit,
+date, machine, load, other processes' cores) under this run's directory
+(``runs/<UTC time>/reports/``), or ``reports/live-minors.json`` with
+``LAYERSCHED_RESULTS=commit``; ``make figures`` rewrites the block of
+``docs/kube-scheduler-plugin.md`` from the committed file. Needs no root and no bridge;
+listens on 127.0.0.1:26xxx only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import re
 import ssl
 import subprocess
@@ -40,7 +41,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,24 +51,22 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import live_minors_report as report
-from bench_against import commit
 from bench_scheduler import ControlPlane, fake_node, untaint
 
-from layersched import generated
 from layersched.builds import REPO_ROOT, KubernetesBuild, kubernetes_build, minor_builds
 from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import build_document
 from layersched.deploy import LAYER_LOCALITY_PLUGIN
+from layersched.evidence import provenance
+from layersched.evidence.results import write_json
 from layersched.kube import KubeClient, node_layers_path, node_path, pod_path, pods_path
 from layersched.testbed.cluster import plugin_scores
 from layersched.testbed.deploy_stack import Kubectl
 from layersched.testbed.local import PLAYBOOKS_DIR, down, run_playbook
 
 PLAYBOOK = PLAYBOOKS_DIR / "bench-control-plane.yml"
-RESULTS = REPO_ROOT / report.DEFAULT_REPORT
-DOCS = REPO_ROOT / "docs" / "kube-scheduler-plugin.md"
 BUILDER = REPO_ROOT / "scripts" / "kubernetes_build.py"
 #: The name prefix the bring-up records (no bridge is made: nothing carries it).
 PREFIX = "lsmin"
@@ -467,8 +465,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minor", action="append", help="only this minor (1.35); repeatable")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--docs", type=Path, default=DOCS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help=f"results file (default: {report.DEFAULT_REPORT} under this run's directory, "
+        f"runs/<UTC time>/, or itself with LAYERSCHED_RESULTS=commit)",
+    )
     args = parser.parse_args(argv)
     console = Console(stderr=True)
     minors = [
@@ -477,14 +479,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.minor or m.version.lstrip("v").rsplit(".", 1)[0] in args.minor
     ]
     started = time.monotonic()
+    # each minor's etcd, kube-apiserver and kube-scheduler name the state directory
+    record = provenance.start(
+        kubernetes_build().version, own_commands=[str(args.state_dir.resolve())]
+    )
     results: dict[str, Any] = {
-        "commit": commit(REPO_ROOT),
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "load_average_1m_at_start": round(os.getloadavg()[0], 2),
-        },
+        "provenance": record,
         "main_build": kubernetes_build().version,
         "minors": [],
     }
@@ -496,11 +496,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LayerschedError, subprocess.CalledProcessError, httpx.HTTPError) as err:
         console.print(f"[red]make live-minors: {err}")
         return 1
-    results["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    results["provenance"] = provenance.finish(record)
     results["run_time_s"] = round(time.monotonic() - started, 1)
-    args.output.write_text(json.dumps(results, indent=2) + "\n", "utf-8")
-    generated.write_block(args.docs, report.BLOCK, report.markdown(results))
+    written = write_json(report.DEFAULT_REPORT, results, output=args.output)
     console.print(report.markdown(results))
+    console.print(f"results: {written} (committed results: make figures rewrites the block)")
     failed = any(t["verdict"] for m in results["minors"] for t in m["trials"])
     return 1 if failed or not all(m["batching"]["on"] for m in results["minors"]) else 0
 

@@ -35,6 +35,7 @@ from layersched.core.errors import LayerschedError, TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.evidence import provenance
+from layersched.evidence.results import destination, write_json
 from layersched.sim.trace import (
     DEFAULT_TRACE,
     Trace,
@@ -139,8 +140,7 @@ def _estimate(kubeconfig: str, registry: str, since_s: float) -> dict[str, Any]:
 
 
 def _write(results: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    write_json(replay_report.DEFAULT_RESULTS, results, output=path)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -246,7 +246,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "simulation": simulation(trace, strategies),
         "runs": [],
     }
-    out = ROOT / args.results
+    # a run directory unless asked (LAYERSCHED_RESULTS=commit): the clone stays clean
+    out = ROOT / args.results if args.results else destination(replay_report.DEFAULT_RESULTS)
     try:
         for (number, strategy), tag in zip(plan, tags, strict=True):
             reset_s = replay.reset(tag)
@@ -275,7 +276,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     results["summary"] = replay_report.summarise(results["runs"], trace.smallest_layer_bytes())
     results["run_time_s"] = round(time.monotonic() - begun, 1)
     _write(results, out)
-    replay_report.plot(results, ROOT / replay_report.DEFAULT_PLOT)
+    replay_report.plot(results, out.with_suffix(".png"))
+    console.print(f"results: {out} (make figures renders the blocks of committed results)")
     console.print(replay_report.markdown(results))
     return 0
 
@@ -301,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
         "--strategy", action="append", help="repeatable; default: every one the testbed runs"
     )
     run.add_argument("--state-dir", type=Path, default=None)
-    run.add_argument("--results", default=replay_report.DEFAULT_RESULTS)
+    run.add_argument(
+        "--results",
+        help=f"results path from the repository root (default: {replay_report.DEFAULT_RESULTS} "
+        "under this run's directory, runs/<UTC time>/, or itself with LAYERSCHED_RESULTS=commit)",
+    )
     run.set_defaults(handler=cmd_run)
     args = parser.parse_args(argv)
     try:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from layersched.evidence import provenance
+from layersched.evidence.results import plot_metadata
 
 #: The committed results, their plot, and the README block generated from them.
 DEFAULT_RESULTS = "bench/results/replay.json"
@@ -357,5 +358,5 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata=plot_metadata(results.get("provenance")))
     plt.close(fig)

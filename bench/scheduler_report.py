@@ -23,6 +23,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from layersched.evidence import provenance
+from layersched.evidence.results import plot_metadata
 
 #: The README block this module writes (``<!-- scheduler:begin -->``), and the block of
 #: ``docs/bench-scheduler.md`` holding the extender's profile.
@@ -931,5 +932,5 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
         title += " - INCONCLUSIVE (load over the cores)"
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata=plot_metadata(results.get("provenance")))
     plt.close(fig)

@@ -4,8 +4,11 @@
 #   scripts/testbed.sh up   [layersched testbed up options, e.g. --node-rate n3=5]
 #   scripts/testbed.sh down
 # `layersched scenario` builds and pushes the scenario images itself (once), then writes
-# reports/scenario.json and reports/scenario.png. LAYERSCHED_SCENARIO_ARGS passes it
-# options, e.g. LAYERSCHED_SCENARIO_ARGS="--trials 5 --size L3=8Mi".
+# scenario.json and scenario.png under the run's directory (runs/<UTC time>/reports/), or
+# over reports/ with RESULTS=commit (LAYERSCHED_RESULTS=commit): a user's run leaves the
+# clone as it was; `make figures` alone rewrites the blocks quoting reports/.
+# LAYERSCHED_SCENARIO_ARGS passes it options, e.g. LAYERSCHED_SCENARIO_ARGS="--trials 5
+# --size L3=8Mi".
 # DRIVER=local (default): real registry + containerd nodes in network namespaces on this
 # host (needs root on Linux). DRIVER=kind: hands over to infra/kind/kind.sh. DRIVER=cloud:
 # hands over to infra/cloud/cloud.sh (AWS VMs from infra/cloud, Ansible over SSH).
@@ -42,10 +45,7 @@ case "$action" in
     if [ -n "${RUNTIMES:-}" ]; then set -- --runtimes "$RUNTIMES" "$@"; fi
     "$layersched" testbed up "$@"
     read -r -a scenario_args <<<"${LAYERSCHED_SCENARIO_ARGS:-}"
-    # The committed report's block in the README is regenerated with it.
-    "$layersched" scenario --markdown-into README.md "${scenario_args[@]}"
-    # ...and every other block quoting reports/ or bench/results/ (docs copies, run time)
-    "${VENV:-.venv}/bin/python" bench/figures.py
+    "$layersched" scenario "${scenario_args[@]}"
     echo "explore: ${layersched} testbed status; tear down: make testbed-down" >&2
     ;;
   down)

@@ -77,9 +77,13 @@ case "$action" in
     check_tools
     check_config
     provision
-    echo "== scenario (reports/scenario.json)" >&2
+    # a run's report goes under runs/ (git-ignored); RESULTS=commit writes reports/
+    if [ "${LAYERSCHED_RESULTS:-}" = commit ]; then report_dir=reports
+    else report_dir=runs/$(date -u +%Y%m%dT%H%M%SZ)/reports; fi
+    report_dir=${LAYERSCHED_E2E_REPORT_DIR:-$report_dir}
+    echo "== scenario ($report_dir/scenario.json)" >&2
     LAYERSCHED_CLOUD_STACK=$stack LAYERSCHED_CLOUD_STATE_DIR=$state_dir LAYERSCHED_KEEP_TESTBED=1 \
-      LAYERSCHED_E2E_REPORT_DIR=${LAYERSCHED_E2E_REPORT_DIR:-reports} \
+      LAYERSCHED_E2E_REPORT_DIR=$report_dir \
       "$venv/bin/python" -m pytest -m cloud -p no:cacheprovider tests/e2e/test_cloud_scenario.py
     echo "explore: KUBECONFIG=$state_dir/kubeconfig kubectl get nodes; tear down: $teardown" >&2
     ;;

@@ -5,7 +5,8 @@
 #   infra/kind/kind.sh down       kind export logs, then pulumi destroy (safe to run twice)
 # Settings: LAYERSCHED_KIND_STACK (Pulumi stack, default dev), PULUMI_CONFIG_PASSPHRASE
 # (local backend; empty by default), LAYERSCHED_E2E_TRIALS (scenario trials per strategy,
-# default 5). The report goes to reports/scenario.json (LAYERSCHED_E2E_REPORT_DIR overrides).
+# default 5). The report goes to runs/<UTC time>/reports/scenario.json, reports/ with
+# RESULTS=commit (LAYERSCHED_E2E_REPORT_DIR overrides both).
 # Side-loading (LAYERSCHED_KIND_SIDELOAD=1) needs the stack's kubernetesVersion to have the
 # patched tree's minor, LAYERSCHED_PATCHED_KUBERNETES_MINOR (default 1.22, the Ryax fork's);
 # LAYERSCHED_KIND_SIDELOAD_ANY_VERSION=1 skips that check.
@@ -84,9 +85,13 @@ case "$action" in
     ;;
   up)
     provision
-    echo "== scenario (reports/scenario.json)" >&2
+    # a run's report goes under runs/ (git-ignored); RESULTS=commit writes reports/
+    if [ "${LAYERSCHED_RESULTS:-}" = commit ]; then report_dir=reports
+    else report_dir=runs/$(date -u +%Y%m%dT%H%M%SZ)/reports; fi
+    report_dir=${LAYERSCHED_E2E_REPORT_DIR:-$report_dir}
+    echo "== scenario ($report_dir/scenario.json)" >&2
     LAYERSCHED_KIND_STACK=$stack LAYERSCHED_KEEP_TESTBED=1 \
-      LAYERSCHED_E2E_REPORT_DIR=${LAYERSCHED_E2E_REPORT_DIR:-reports} \
+      LAYERSCHED_E2E_REPORT_DIR=$report_dir \
       "$venv/bin/python" -m pytest -m kind -p no:cacheprovider tests/e2e/test_kind_scenario.py
     echo "explore: KUBECONFIG=$(output kubeconfig_path) kubectl get pods -A;" \
       "tear down: make testbed-down DRIVER=kind" >&2

@@ -25,15 +25,14 @@ image, and Go's ``size * (3/11)`` scores 3 where ``size * 3 / 11`` would score 4
 with init containers show the version setting matters: from 1.30 they count, and the
 1.29-mode port (init containers ignored) disagrees with the real scheduler on them.
 
-The counts are printed, and written to the test's own temporary directory. The committed
-``reports/image-locality-differential.json`` is rewritten only when asked
-(``LAYERSCHED_RECORD_REPORTS=1``): a test run never changes a committed file.
+The counts are printed, and written with their provenance to the test's own temporary
+directory. The committed ``reports/image-locality-differential.json`` is rewritten only
+when asked (``LAYERSCHED_RESULTS=commit``, from a clean tree): a test run never changes a
+committed file.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import time
 from collections.abc import Iterator
@@ -51,6 +50,8 @@ from layersched.core.objects import node_info, nodes_from_document
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import ImageLocalityArgs
 from layersched.core.strategies.image_locality import ImageLocality
+from layersched.evidence import provenance
+from layersched.evidence.results import write_json
 from layersched.kube import (
     NODES_PATH,
     KubeClient,
@@ -68,7 +69,6 @@ from layersched.testbed.local import (
     up,
 )
 from layersched.testbed.local._cluster import file_end, lines_since
-from layersched.testbed.local._state import REPO_ROOT
 from tests.fixtures import prereq
 from tests.fixtures.testbed import testbed_skip_reason
 
@@ -103,9 +103,8 @@ SCORES_TIMEOUT_S = 120.0
 #: How long until the scheduler's snapshot holds a batch's nodes as last patched.
 SETTLE_TIMEOUT_S = 30.0
 POLL_S = 0.5
-REPORT = REPO_ROOT / "reports" / "image-locality-differential.json"
-#: Set to 1 to rewrite the committed report from this run (a recorded measurement).
-RECORD_ENV = "LAYERSCHED_RECORD_REPORTS"
+#: The committed report (rewritten with LAYERSCHED_RESULTS=commit only).
+REPORT = "reports/image-locality-differential.json"
 #: Generous capacity: the pods request nothing, but a node needs allocatable pods.
 CAPACITY = {"cpu": "64", "memory": "256Gi", "pods": "250"}
 
@@ -362,6 +361,8 @@ def test_port_matches_the_live_kube_scheduler(
     testbed: TestbedState, core: KubeClient, tmp_path: Path
 ) -> None:
     started = time.monotonic()
+    # the testbed's daemons name its state directory: the test's own, not other processes
+    record = provenance.start(testbed.cluster.kubernetes_version, own_commands=[testbed.state_dir])
     rng = random.Random(SEED)
     log = Path(testbed.cluster.schedulers[SCHEDULER].log)
     batches = [_random_batch(rng, b, count) for b, count in enumerate(BATCH_NODES)]
@@ -404,10 +405,10 @@ def test_port_matches_the_live_kube_scheduler(
         "canary_pods_scored": canary_tries,
         "runtime_s": round(runtime_s, 1),
         "mismatches": mismatches,
+        "provenance": provenance.finish(record),
     }
-    target = REPORT if os.environ.get(RECORD_ENV) == "1" else tmp_path / REPORT.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(report, indent=2) + "\n")
+    target = None if provenance.committing() else tmp_path / Path(REPORT).name
+    target = write_json(REPORT, report, output=target)
     print(f"image-locality differential: {matched} of {cases} matched ({target})")
     assert mismatches == []
     # the boundary case: 3 holders score 3 (quotient first), 4 would be size * 3 / 11

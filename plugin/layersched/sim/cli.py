@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from layersched.evidence import provenance, results
 from layersched.sim.report import (
     BEGIN_MARKER,
     DEFAULT_REPORT,
@@ -50,7 +51,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="S",
         help="override every setting's arrival window (seconds), e.g. for a quick look",
     )
-    p.add_argument("--out", default=DEFAULT_REPORT, metavar="JSON", help="report path")
+    p.add_argument(
+        "--out",
+        metavar="JSON",
+        help=f"report path (default: {DEFAULT_REPORT} under this run's directory, runs/<UTC "
+        f"time>/, or {DEFAULT_REPORT} itself with LAYERSCHED_RESULTS=commit; with "
+        f"--from-report: {DEFAULT_REPORT})",
+    )
     p.add_argument(
         "--plots-dir", metavar="DIR", help="where PNG plots go (default: the report's directory)"
     )
@@ -81,7 +88,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--from-report",
         action="store_true",
-        help="do not simulate: render plots/Markdown from the existing report at --out",
+        help="do not simulate: render plots/Markdown from the existing report at --out "
+        f"(default {DEFAULT_REPORT})",
     )
     p.set_defaults(handler=run)
 
@@ -131,7 +139,12 @@ def _simulate(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Simulate (or reload), then write the report, plots and Markdown."""
     console = Console(stderr=True)
-    out = Path(args.out)
+    if args.out:
+        out = Path(args.out)
+    elif args.from_report:
+        out = Path(DEFAULT_REPORT)
+    else:
+        out = results.destination(DEFAULT_REPORT)
     targets = [Path(f) for f in args.markdown_into]
     summaries = [Path(f) for f in args.summary_into]
     # Fail on a missing marker now, not after minutes of simulation.
@@ -141,8 +154,10 @@ def run(args: argparse.Namespace) -> int:
         report = read_report(out)
     else:
         started = time.monotonic()
+        record = provenance.start(None)
         report = _simulate(args, console)
         report["run_time_s"] = round(time.monotonic() - started, 1)  # for `make help`
+        report["provenance"] = provenance.finish(record)
         write_report(report, out)
         console.print(f"report: {out}")
     if not args.no_plots and (report["settings"] or report.get("scale")):
@@ -150,12 +165,13 @@ def run(args: argparse.Namespace) -> int:
 
         for path in write_plots(report, Path(args.plots_dir) if args.plots_dir else out.parent):
             console.print(f"plot: {path}")
-    snippet = markdown(report, source=args.out)
+    source = args.out or DEFAULT_REPORT
+    snippet = markdown(report, source=source)
     for target in targets:
         write_block(target, snippet)
         console.print(f"results: {target}")
     if summaries:
-        summary = summary_markdown(report, source=args.out)
+        summary = summary_markdown(report, source=source)
         for target in summaries:
             write_block(target, summary)
             console.print(f"results summary: {target}")

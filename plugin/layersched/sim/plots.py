@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use(): the backend must be chosen first
 
 from layersched.core.errors import InputError
+from layersched.evidence.results import plot_metadata
 
 GB = 1e9
 #: Resolution of the written PNGs; enough to read tick labels in a README.
@@ -34,9 +35,9 @@ _LABEL_OFFSET = 1.25
 _STYLES = ("-", "--", "-.", ":", (0, (5, 1)))
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Any, path: Path, record: dict[str, Any] | None) -> Path:
     try:
-        fig.savefig(path, dpi=DPI, bbox_inches="tight")
+        fig.savefig(path, dpi=DPI, bbox_inches="tight", metadata=plot_metadata(record))
     except OSError as err:
         raise InputError(f"writing plot {path}: {err.strerror}") from err
     finally:
@@ -44,7 +45,7 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def _cdf(name: str, body: dict[str, Any], out_dir: Path) -> Path:
+def _cdf(name: str, body: dict[str, Any], out_dir: Path, record: dict[str, Any] | None) -> Path:
     cdf = body["pull_cdf_s"]
     fractions = [p / 100 for p in cdf["percentiles"]]
     overhead_s = body["params"].get("cluster", {}).get("start_overhead_s", 0)
@@ -72,10 +73,10 @@ def _cdf(name: str, body: dict[str, Any], out_dir: Path) -> Path:
     ax.set_title(f"Pull-wait CDF per strategy - {name}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small", loc="lower right")
-    return _save(fig, out_dir / f"simulation-cdf-{name}.png")
+    return _save(fig, out_dir / f"simulation-cdf-{name}.png", record)
 
 
-def _bytes(settings: dict[str, Any], out_dir: Path) -> Path:
+def _bytes(settings: dict[str, Any], out_dir: Path, record: dict[str, Any] | None) -> Path:
     names = list(settings)
     labels = list(dict.fromkeys(k for body in settings.values() for k in body["bytes_pulled"]))
     height = 0.8 / max(len(labels), 1)
@@ -95,10 +96,10 @@ def _bytes(settings: dict[str, Any], out_dir: Path) -> Path:
         fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0)
     )  # outside: no bar hidden
     ax.grid(True, axis="x", alpha=0.3)
-    return _save(fig, out_dir / "simulation-bytes.png")
+    return _save(fig, out_dir / "simulation-bytes.png", record)
 
 
-def _scale(scale: dict[str, Any], out_dir: Path) -> Path:
+def _scale(scale: dict[str, Any], out_dir: Path, record: dict[str, Any] | None) -> Path:
     timings = scale["decision_time_ms"]
     labels = list(timings)
     ys = range(len(labels))
@@ -127,19 +128,21 @@ def _scale(scale: dict[str, Any], out_dir: Path) -> Path:
     )
     ax.grid(True, axis="x", which="both", alpha=0.3)
     ax.legend(fontsize="small", loc="lower right")
-    return _save(fig, out_dir / "simulation-scale.png")
+    return _save(fig, out_dir / "simulation-scale.png", record)
 
 
 def write_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
-    """Write every plot of ``report`` into ``out_dir``; returns the paths."""
+    """Write every plot of ``report`` into ``out_dir``, each marked with the report's
+    provenance (commit and date); returns the paths."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InputError(f"creating the plot directory {out_dir}: {err.strerror}") from err
     settings: dict[str, Any] = report["settings"]
-    written = [_cdf(name, body, out_dir) for name, body in settings.items()]
+    record = report.get("provenance")
+    written = [_cdf(name, body, out_dir, record) for name, body in settings.items()]
     if settings:
-        written.append(_bytes(settings, out_dir))
+        written.append(_bytes(settings, out_dir, record))
     if report.get("scale"):
-        written.append(_scale(report["scale"], out_dir))
+        written.append(_scale(report["scale"], out_dir, record))
     return written

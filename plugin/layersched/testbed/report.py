@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from layersched.evidence.results import plot_metadata
 from layersched.testbed.scenario import P1_AGAIN, P2
 
 BITS_PER_BYTE = 8
@@ -161,7 +162,7 @@ def plot(report: Mapping[str, Any], path: Path) -> None:
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, metadata=plot_metadata(report.get("provenance")))
     plt.close(fig)
 
 

@@ -14,9 +14,9 @@ import (
 	"time"
 )
 
-// IndexMemoryEnv names the JSON file TestIndexMemoryUnderHostileObjects writes its
-// figures to (bench/bench_index_memory.py sets it, runs the test on this tree and on an
-// older one, and records both). The test uses the package's exported API only
+// IndexMemoryEnv names the JSON file BenchmarkIndexMemoryUnderHostileObjects writes its
+// figures to (bench/bench_index_memory.py sets it, runs the benchmark once on this tree and
+// on an older one, and records both). The benchmark uses the package's exported API only
 // (DecodeNodeLayerInventory, NewIndex, Upsert, Remove), so the same file measures any version.
 const IndexMemoryEnv = "LAYERSCHED_INDEX_MEMORY_OUT"
 
@@ -204,11 +204,35 @@ func apply(ix *Index, data []byte) bool {
 	return true
 }
 
-func TestIndexMemoryUnderHostileObjects(t *testing.T) {
-	out := os.Getenv(IndexMemoryEnv)
-	if out == "" {
-		t.Skip(IndexMemoryEnv + " is not set: bench/bench_index_memory.py runs this measurement")
+// BenchmarkIndexMemoryUnderHostileObjects measures the index's heap through issue 30's
+// phases (honest cluster, hostile objects, a flood, the honest objects again): a memory
+// measurement, so a benchmark, never a test (go test -bench
+// BenchmarkIndexMemoryUnderHostileObjects -benchtime 1x). Each phase's settled and peak
+// MiB are reported as metrics, and written as JSON to $LAYERSCHED_INDEX_MEMORY_OUT when set.
+func BenchmarkIndexMemoryUnderHostileObjects(b *testing.B) {
+	for range b.N {
+		phases, version := measureIndexMemory(b)
+		for _, name := range []string{"honest", "flood", "republished"} {
+			phase := phases[name].(map[string]any)
+			b.ReportMetric(phase["settled_mib"].(float64), name+"-settled-MiB")
+		}
+		out := os.Getenv(IndexMemoryEnv)
+		if out == "" {
+			continue
+		}
+		data, err := json.MarshalIndent(map[string]any{"phases": phases, "go": version}, "", "  ")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(out, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
 	}
+}
+
+// measureIndexMemory runs the phases once and returns each phase's figures.
+func measureIndexMemory(b *testing.B) (map[string]any, string) {
+	b.Helper()
 	images := honestCorpus()
 	sampler := newHeapSampler()
 	started := settled()
@@ -221,7 +245,7 @@ func TestIndexMemoryUnderHostileObjects(t *testing.T) {
 		}
 		phases[name] = phase
 		sampler.peak = 0
-		t.Logf("%s: %v", name, phase)
+		b.Logf("%s: %v", name, phase)
 	}
 	ix := NewIndex(DefaultImageQuorum)
 	begin := time.Now()
@@ -268,11 +292,5 @@ func TestIndexMemoryUnderHostileObjects(t *testing.T) {
 	if used, ok := any(ix).(interface{ UsedBytes() int64 }); ok {
 		phases["republished"].(map[string]any)["charged_mib"] = float64(used.UsedBytes()) / (1 << 20)
 	}
-	data, err := json.MarshalIndent(map[string]any{"phases": phases, "go": runtime.Version()}, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(out, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return phases, runtime.Version()
 }

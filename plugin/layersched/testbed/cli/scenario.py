@@ -1,6 +1,8 @@
 """``layersched scenario``: run the seed's two-image, three-node scenario on the local
-testbed's real cluster for each strategy, write ``reports/scenario.json`` and
-``reports/scenario.png`` (or ``--report``), and print the comparison table.
+testbed's real cluster for each strategy, write ``scenario.json`` and ``scenario.png``
+under the run's directory (``runs/<UTC time>/reports/``; ``reports/`` itself with
+``LAYERSCHED_RESULTS=commit``, or ``--report``), and print the comparison table. The
+README's block changes only through ``make figures``, from the committed report.
 
 It builds and pushes the scenario images itself, with the same ``--spec``/``--size``
 options as ``layersched testbed images`` (blobs the registry holds are not pushed again),
@@ -11,13 +13,13 @@ and the real kubelets pull and run them.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,6 +28,8 @@ from layersched import generated
 from layersched.core.errors import InputError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.evidence import provenance
+from layersched.evidence.results import write_json
 from layersched.testbed.cli.testbed import add_image_options, layer_sizes
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.local import default_state_dir, load_state, require_root
@@ -114,8 +118,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--report",
         type=Path,
-        default=DEFAULT_REPORT,
-        help=f"JSON report path (default {DEFAULT_REPORT}); the plot is written beside it as .png",
+        help=f"JSON report path (default: {DEFAULT_REPORT} under this run's directory, "
+        f"runs/<UTC time>/, or {DEFAULT_REPORT} itself with LAYERSCHED_RESULTS=commit); the "
+        "plot is written beside it as .png",
     )
     p.add_argument(
         "--markdown-into",
@@ -252,6 +257,10 @@ def run(args: argparse.Namespace) -> int:
     sizes = layer_sizes(args.size)
     console = Console(stderr=True)
     started = time.monotonic()
+    # the testbed's daemons (kubelets, runtimes, schedulers) name its state directory: the
+    # scenario's own, not other processes (a dirty tree is refused now when committing)
+    state_dir = args.state_dir or (default_state_dir() if args.driver == LOCAL else None)
+    record = provenance.start(None, own_commands=[str(state_dir.resolve())] if state_dir else [])
     # Each trial pulls a tag of its own (the same layers): no node ever listed that name,
     # so a reset never waits for the kubelets to notice the last trial's removal.
     run_id = time.strftime("%Y%m%d%H%M%S", time.gmtime())
@@ -262,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         s for s in DEFAULT_STRATEGIES if s in testbed.backend.schedulers
     ]
     try:
-        return _run(args, testbed, strategies, console, started, tags)
+        return _run(args, testbed, strategies, console, started, tags, record)
     finally:
         testbed.backend.close()
 
@@ -274,6 +283,7 @@ def _run(
     console: Console,
     started: float,
     tags: list[str],
+    record: dict[str, Any],
 ) -> int:
     backend, images = testbed.backend, testbed.images
     pins = dict(args.pin)
@@ -332,17 +342,35 @@ def _run(
     whole_s = make_testbed_s(os.environ.get(STARTED_ENV), time.time())
     if whole_s is not None:
         doc["make_testbed_s"] = whole_s  # bring-up, images and trials: `make help`
-    args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    png = args.report.with_suffix(".png")
-    plot(doc, png)
+    record["kubernetes_version"] = doc["components"].get("kubernetes")
+    doc["provenance"] = provenance.finish(record)
+    report_path, png = write_report(doc, args.report, args.markdown_into)
     print_table(doc, Console())
     print_nodes(doc, Console())
     for target in args.markdown_into:
-        generated.write_block(target, BLOCK, markdown(doc, str(args.report)))
         console.print(f"results block written into {target}")
-    console.print(f"report: {args.report}  plot: {png}")
+    console.print(f"report: {report_path}  plot: {png}")
+    if not provenance.committing() and args.report is None:
+        console.print(
+            "a run's report: LAYERSCHED_RESULTS=commit (make testbed RESULTS=commit) writes "
+            f"{DEFAULT_REPORT}, and make figures the README's block"
+        )
     return 0
+
+
+def write_report(
+    doc: dict[str, Any], report: Path | None = None, markdown_into: Sequence[Path] = ()
+) -> tuple[Path, Path]:
+    """The scenario's report step: the JSON (``report``, else :data:`DEFAULT_REPORT` under
+    the run's directory, or itself when committing), the plot beside it, and the block in
+    each of ``markdown_into`` (only those the user named: ``make testbed`` names none).
+    Returns the JSON's and the plot's paths."""
+    path = write_json(DEFAULT_REPORT, doc, output=report)
+    png = path.with_suffix(".png")
+    plot(doc, png)
+    for target in markdown_into:
+        generated.write_block(target, BLOCK, markdown(doc, str(report or DEFAULT_REPORT)))
+    return path, png
 
 
 def run_or_print(args: argparse.Namespace) -> int:

@@ -30,8 +30,8 @@ def _layer_specs() -> list[str]:
 
 
 def _layers() -> list[list[str]]:
-    """The layers contract, top first, each layer's modules (``a : b`` are independent of
-    each other, ``a | b`` may import each other)."""
+    """The layers contract, top first, each layer's modules (``a | b`` are independent of
+    each other, ``a : b`` may import each other: import-linter's sibling syntax)."""
     return [[m.strip() for m in spec.replace("|", ":").split(":")] for spec in _layer_specs()]
 
 
@@ -59,7 +59,7 @@ def package_block(module: str) -> str:
     [index] = [i for i, layer in enumerate(layers) if module in layer]
     below = [_short(m) for layer in layers[index + 1 :] for m in layer]
     siblings = [_short(m) for m in layers[index] if m != module]
-    independent = "|" not in _layer_specs()[index]
+    independent = "|" in _layer_specs()[index]
     forbidden = _forbidden(module)
     lines = [
         f"Layer {index + 1} of {len(layers)}, counted from the top "

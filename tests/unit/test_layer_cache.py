@@ -15,7 +15,7 @@ from layersched.registry import (
     LayerCache,
     RegistryLayerSource,
 )
-from layersched.registry._cache import ENTRY_BYTES, LAYER_BYTES
+from layersched.registry._cache import ENTRY_BYTES, EXPIRY_BYTES, LAYER_BYTES, LAYERS_BYTES
 from tests.unit.test_registry_client import HOST, IMG, INDEX, FakeRegistry, client_for
 
 
@@ -121,13 +121,18 @@ def test_due_tags_are_handed_out_once_and_at_most_limit_at_a_time() -> None:
     assert cache.due() == []
 
 
+#: What each of the test's entries is charged: a tag's ("a:1", 3 characters: a 52-byte
+#: string) with an expiry, and its 10 layers (their digests 71 characters: 120 bytes each).
+TAG_OF_10_BYTES = ENTRY_BYTES + 52 + EXPIRY_BYTES + LAYERS_BYTES + 10 * (LAYER_BYTES + 120)
+
+
 @pytest.mark.parametrize(
     ("max_entries", "max_bytes", "kept"),
     [
         # 3 entries fit neither bound of 2: the least recently used goes
         (2, 10**9, ["b:1", "c:1"]),
-        # bytes: each entry costs ENTRY_BYTES + 10 layers x LAYER_BYTES; two fit
-        (100, 2 * (ENTRY_BYTES + 10 * LAYER_BYTES), ["b:1", "c:1"]),
+        # bytes: each entry costs TAG_OF_10_BYTES; two fit
+        (100, 2 * TAG_OF_10_BYTES, ["b:1", "c:1"]),
     ],
     ids=["entries", "bytes"],
 )
@@ -141,7 +146,7 @@ def test_the_cache_is_bounded_in_entries_and_bytes(
         cache.resolve(name, fetcher)
     assert [name for name in ("a:1", "b:1", "c:1") if cache.layers_of(name)] == kept
     assert cache.evictions == 1
-    assert cache.cost_bytes == 2 * (ENTRY_BYTES + 10 * LAYER_BYTES)
+    assert cache.cost_bytes == 2 * TAG_OF_10_BYTES
 
 
 def test_tags_of_one_digest_share_their_layers() -> None:

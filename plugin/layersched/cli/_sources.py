@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from layersched.cli._io import read_document
 from layersched.core.errors import InputError
@@ -30,6 +31,9 @@ from layersched.core.strategies.args import (
     format_kubernetes_minor,
     parse_kubernetes_minor,
 )
+
+if TYPE_CHECKING:
+    from layersched.registry import MemoryBudget
 from layersched.core.strategies.image_locality import (
     IMAGE_VOLUMES_COUNT_SINCE,
     IMAGE_VOLUMES_RAISE_THRESHOLD_SINCE,
@@ -248,10 +252,13 @@ def add_layer_source_options(
     )
 
 
-def open_layer_source(args: argparse.Namespace, *, cached: bool = False) -> LayerSource:
+def open_layer_source(
+    args: argparse.Namespace, *, cached: bool = False, budget: MemoryBudget | None = None
+) -> LayerSource:
     """The offline source for ``--layers``, else a registry-backed one for ``--platform``
     (with ``cached``, behind the one layer cache: for callers resolving inline, such as the
-    agent's fallback; the extender's resolver keeps its own)."""
+    agent's fallback; the extender's resolver keeps its own; ``budget``: the memory budget
+    the registries it refuses are charged to, the extender's)."""
     if not args.registry_timeout_s > 0:
         raise InputError(f"--registry-timeout-s {args.registry_timeout_s}: must be > 0 seconds")
     if args.registry_retries < 0:
@@ -267,7 +274,7 @@ def open_layer_source(args: argparse.Namespace, *, cached: bool = False) -> Laye
             )
     if args.layers:
         return StaticLayerSource.from_json(read_document(args.layers), args.layers)
-    factory = registry_source_factory(args)
+    factory = registry_source_factory(args, budget)
     assert factory is not None
     source = factory(Platform.parse(args.platform))
     if cached:
@@ -277,9 +284,12 @@ def open_layer_source(args: argparse.Namespace, *, cached: bool = False) -> Laye
     return source
 
 
-def registry_source_factory(args: argparse.Namespace) -> Callable[[Platform], LayerSource] | None:
+def registry_source_factory(
+    args: argparse.Namespace, budget: MemoryBudget | None = None
+) -> Callable[[Platform], LayerSource] | None:
     """Makes a registry-backed source for a platform (one client each: a client resolves
-    indexes for its platform); None with ``--layers``, whose layers have no platform."""
+    indexes for its platform); None with ``--layers``, whose layers have no platform.
+    ``budget``: the memory budget the registries each refuses are charged to."""
     if args.layers:
         return None
     from layersched.registry import RegistryClient, RegistryLayerSource
@@ -297,7 +307,7 @@ def registry_source_factory(args: argparse.Namespace) -> Callable[[Platform], La
             token_hosts=token_hosts,
             allowed_registries=args.allow_registry,
         )
-        return RegistryLayerSource(client)
+        return RegistryLayerSource(client, budget)
 
     return make
 

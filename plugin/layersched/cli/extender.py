@@ -43,12 +43,15 @@ from layersched.extender import (
     serve,
 )
 from layersched.kube import KubeClient, load_config
+from layersched.registry import DEFAULT_BUDGET_BYTES, MemoryBudget
 from layersched.serving import ReloadingTls
 
 #: Smallest --max-request-bytes accepted: below this not even a small pod fits.
 MIN_REQUEST_BYTES = 4096
 #: Smallest --max-inventory-bytes accepted: below this not even a few nodes fit.
 MIN_INVENTORY_BYTES = 1024 * 1024
+#: Smallest --max-cache-bytes accepted: a few thousand answers.
+MIN_CACHE_BYTES = 1024 * 1024
 #: Where --health-port listens by default: every address, so the kubelet's probes (to
 #: the pod IP) reach it while the verbs stay on loopback.
 DEFAULT_HEALTH_HOST = "0.0.0.0"  # health and metrics only, by design
@@ -222,6 +225,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "past it are refused and counted (default: %(default)s = 256 MiB)",
     )
     p.add_argument(
+        "--max-cache-bytes",
+        type=int,
+        default=DEFAULT_BUDGET_BYTES,
+        metavar="BYTES",
+        help="what every platform's layer cache, its failures and the registries refused "
+        "may hold in all, as measured; past it the least recently used answers go "
+        "(default: %(default)s = 64 MiB)",
+    )
+    p.add_argument(
         "--resolve-timeout-s",
         type=float,
         default=DEFAULT_RESOLVE_TIMEOUT_S,
@@ -287,6 +299,10 @@ def _check(args: argparse.Namespace) -> None:
             f"--max-inventory-bytes {args.max_inventory_bytes}: must be at least "
             f"{MIN_INVENTORY_BYTES} (1 MiB)"
         )
+    if args.max_cache_bytes < MIN_CACHE_BYTES:
+        raise InputError(
+            f"--max-cache-bytes {args.max_cache_bytes}: must be at least {MIN_CACHE_BYTES} (1 MiB)"
+        )
     if args.recycle_excess_mib < 0:
         raise InputError(
             f"--recycle-excess-mib {args.recycle_excess_mib}: must be >= 0 (0: never recycle)"
@@ -310,10 +326,15 @@ def run(args: argparse.Namespace) -> int:
         exec_with_glibc_malloc()
     limit_malloc_arenas()
     strategy = strategy_from_args(args)
-    source: LayerSource = open_layer_source(args) if strategy.needs_layers else NoLayerSource()
+    # one memory budget for everything a request can make the extender remember: every
+    # platform's layer cache, its failures, the registries refused (issue 44)
+    budget = MemoryBudget(args.max_cache_bytes)
+    source: LayerSource = (
+        open_layer_source(args, budget=budget) if strategy.needs_layers else NoLayerSource()
+    )
     # each node's images (and a pod on it) are resolved for the node's platform: one
-    # registry source per platform met, --platform's being ``source``
-    factory = registry_source_factory(args) if strategy.needs_layers else None
+    # registry source per platform two nodes report, --platform's being ``source``
+    factory = registry_source_factory(args, budget) if strategy.needs_layers else None
     platforms = Platforms(Platform.parse(args.platform), source, factory)
     # a strategy without layers (image-locality) reads names only: resolve nothing
     node_source = source if strategy.needs_layers else None
@@ -343,6 +364,7 @@ def run(args: argparse.Namespace) -> int:
         resolve_timeout_s=args.resolve_timeout_s,
         resolve_workers=args.resolve_workers,
         platforms=platforms,
+        budget=budget,
     )
     tls = (
         ReloadingTls(

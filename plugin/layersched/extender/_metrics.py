@@ -71,8 +71,40 @@ class _SourceCollector(Collector):
         yield _one(
             GaugeMetricFamily,
             "layersched_layer_cache_bytes",
-            "Estimated bytes the layer cache holds (bounded by MAX_CACHED_BYTES).",
-            cache.cost_bytes,
+            "Bytes the default platform's layer cache holds, as charged to the budget.",
+            cache.held_bytes,
+        )
+        yield _one(
+            GaugeMetricFamily,
+            "layersched_layer_cache_entries",
+            "Answers the default platform's layer cache holds (failures included).",
+            len(cache),
+        )
+        yield _one(
+            GaugeMetricFamily,
+            "layersched_layer_cache_failures",
+            "Failures the default platform's layer cache remembers (until their TTL).",
+            cache.failures,
+        )
+        budget = cache.budget
+        yield _one(
+            GaugeMetricFamily,
+            "layersched_extender_cache_budget_held_bytes",
+            "Bytes every platform's layer cache and the registries refused hold, as "
+            "measured (at most layersched_extender_cache_budget_bytes).",
+            budget.held_bytes,
+        )
+        yield _one(
+            GaugeMetricFamily,
+            "layersched_extender_cache_budget_bytes",
+            "The budget of every cache a request can fill (--max-cache-bytes).",
+            budget.max_bytes,
+        )
+        yield _one(
+            CounterMetricFamily,
+            "layersched_extender_cache_budget_evictions",
+            "Cached answers dropped to keep the caches within --max-cache-bytes.",
+            budget.evictions,
         )
         yield _one(
             CounterMetricFamily,

@@ -94,8 +94,9 @@ class PodLayers:
         return changed
 
     def cached_bytes(self) -> int:
-        """Estimated bytes the resolvers' layer caches hold."""
-        return sum(resolver.cache.cost_bytes for resolver in list(self._resolvers.values()))
+        """Bytes every platform's layer cache (and the registries refused) hold: their one
+        budget's."""
+        return self._resolvers[self.default_key].cache.budget.held_bytes
 
     def close(self) -> None:
         """Stop every resolver's workers."""

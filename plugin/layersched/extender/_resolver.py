@@ -16,7 +16,9 @@ Offline sources (``--layers``, or none) answer from memory, so they are called
 inline: no thread hop, no cache in front of them.
 
 Remote answers are kept in the one layer cache (:class:`~layersched.registry.LayerCache`:
-TTLs, revalidation by digest, bounded in bytes; the registry source is a plain fetcher).
+TTLs, revalidation by digest, failures as text; the registry source is a plain fetcher),
+charged to the extender's one :class:`~layersched.registry.MemoryBudget`, which every
+platform's resolver and the registries refused share (issue 44).
 A digest-pinned name never expires; a tag's layers are revalidated in the background
 once ``POSITIVE_TTL_S`` has passed, and the old answer is served meanwhile (and kept if
 the registry cannot be reached). Names whose layers changed on revalidation are reported
@@ -43,6 +45,7 @@ from layersched.registry import (
     POSITIVE_TTL_S,
     Entry,
     LayerCache,
+    MemoryBudget,
 )
 
 log = logging.getLogger(__name__)
@@ -116,7 +119,7 @@ class _FailureLog:
         self.nodes = _WarningLog(NODE_WARNING_PERIOD_S, clock)
 
     def pod_failed(
-        self, image: ImageName, err: BaseException | None, *, warning_only: bool = False
+        self, image: ImageName, err: BaseException | str | None, *, warning_only: bool = False
     ) -> None:
         """A pod image's failure (or nothing, with ``warning_only`` and no warning due: a
         pod answered from the negative cache)."""
@@ -187,6 +190,8 @@ class DeadlineResolver:
 
     ``workers`` threads resolve pod images; ``warm_workers`` more (default half as
     many, at least one) warm node images, so the two never queue behind each other.
+    ``budget``: the memory budget its cache is charged to (the extender's one, shared by
+    every platform's resolver), else one of its own.
     """
 
     def __init__(
@@ -199,6 +204,7 @@ class DeadlineResolver:
         warm_workers: int | None = None,
         max_warming: int = MAX_WARMING,
         clock: Callable[[], float] = time.monotonic,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.source = source
         #: Monotonic seconds; injected by tests to cross the TTLs without waiting.
@@ -209,7 +215,7 @@ class DeadlineResolver:
         self._max_pending = max_pending
         self._max_warming = max_warming
         #: The one cache of remote answers (never used for an offline source).
-        self.cache = LayerCache(clock=clock)
+        self.cache = LayerCache(clock=clock, budget=budget)
         self._pending: dict[ImageName, Future] = {}
         self._warming: dict[ImageName, Future] = {}
         # re-entrant: cancelling a queued warm-up runs its done callback, which locks
@@ -235,6 +241,7 @@ class DeadlineResolver:
             warm_workers=self._warm_workers,
             max_warming=self._max_warming,
             clock=self.clock,
+            budget=self.cache.budget,
         )
 
     @property
@@ -426,12 +433,15 @@ class DeadlineResolver:
         """
         return self.source if self.local else _CachedOnly(self)
 
-    def close(self) -> None:
-        """Stop the workers (running resolutions are abandoned)."""
+    def close(self, *, forget: bool = False) -> None:
+        """Stop the workers (running resolutions are abandoned); with ``forget``, also drop
+        every cached answer and leave the budget (a platform no node reports any more)."""
         for pool in (self._pool, self._warm_pool):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._warm_pool = None
+        if forget:
+            self.cache.clear()
 
 
 class _CachedOnly:

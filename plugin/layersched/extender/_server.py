@@ -28,6 +28,7 @@ from layersched.extender._prioritize import MAX_DECISIONS, Extender
 from layersched.extender._providers import LayerIndexProvider, StaticLayerIndexProvider
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
 from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs, NamesOnlyArgs
+from layersched.registry import MemoryBudget
 from layersched.serving import (
     HEALTHZ_PATH,
     HTTP_BAD_REQUEST,
@@ -313,12 +314,15 @@ def make_extender(
     resolve_workers: int = DEFAULT_WORKERS,
     clock: Callable[[], float] = time.monotonic,
     platforms: Platforms | None = None,
+    budget: MemoryBudget | None = None,
 ) -> Extender:
     """An Extender for ``strategy`` (provider: the ``NodeNames`` inventory; none = empty;
     ``clock``: the resolver's monotonic clock, injected by tests to cross TTLs;
-    ``platforms``: a layer source per node platform, ``source`` being the default's)."""
+    ``platforms``: a layer source per node platform, ``source`` being the default's;
+    ``budget``: the memory budget every platform's layer cache is charged to, shared with
+    the registries refused)."""
     resolver = DeadlineResolver(
-        source, timeout_s=resolve_timeout_s, workers=resolve_workers, clock=clock
+        source, timeout_s=resolve_timeout_s, workers=resolve_workers, clock=clock, budget=budget
     )
     provider = provider or StaticLayerIndexProvider(None, source, platforms)
     metrics = ExtenderMetrics(source, resolver, provider.current)

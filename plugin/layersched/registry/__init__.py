@@ -6,15 +6,17 @@ docker config files and credential helpers), bounded retries, body caps, a
 per-request deadline, and a policy for which hosts it may contact on an
 image's behalf. :class:`RegistryLayerSource` is a plain fetcher over it; the
 one cache of answers is :class:`LayerCache` (TTLs, revalidation by digest,
-bounded in bytes), used inline through :class:`CachedLayerSource` or by the
-extender's deadline resolver. See ``docs/registry.md`` for why this is not
-built on oras-py.
+charged at its real size to a :class:`MemoryBudget` it may share), used inline
+through :class:`CachedLayerSource` or by the extender's deadline resolver.
+See ``docs/registry.md`` for why this is not built on oras-py.
 """
 
 from layersched.registry._auth import DEFAULT_MAX_TOKEN_BYTES
+from layersched.registry._budget import DEFAULT_BUDGET_BYTES, MemoryBudget
 from layersched.registry._cache import (
     MAX_CACHED_BYTES,
     MAX_CACHED_IMAGES,
+    MAX_ERROR_CHARS,
     NEGATIVE_TTL_S,
     POSITIVE_TTL_S,
     CachedLayerSource,
@@ -34,10 +36,15 @@ from layersched.registry._client import (
     RegistryClient,
     ResolvedImage,
 )
-from layersched.registry._source import RegistryLayerSource
+from layersched.registry._source import (
+    MAX_REFUSED_REGISTRIES,
+    RefusedRegistries,
+    RegistryLayerSource,
+)
 
 __all__ = [
     "BUILTIN_TOKEN_HOSTS",
+    "DEFAULT_BUDGET_BYTES",
     "DEFAULT_DEADLINE_S",
     "DEFAULT_MAX_MANIFEST_BYTES",
     "DEFAULT_MAX_TOKEN_BYTES",
@@ -45,7 +52,9 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "MAX_CACHED_BYTES",
     "MAX_CACHED_IMAGES",
+    "MAX_ERROR_CHARS",
     "MAX_LAYERS_PER_MANIFEST",
+    "MAX_REFUSED_REGISTRIES",
     "NEGATIVE_TTL_S",
     "POSITIVE_TTL_S",
     "CachedLayerSource",
@@ -54,6 +63,8 @@ __all__ = [
     "Fetched",
     "FetchedManifest",
     "LayerCache",
+    "MemoryBudget",
+    "RefusedRegistries",
     "RegistryClient",
     "RegistryLayerSource",
     "ResolvedImage",

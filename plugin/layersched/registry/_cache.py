@@ -16,21 +16,29 @@ score`` (:class:`CachedLayerSource`). The registry source itself
   known to hold, it never drops to "absent" on a timer. Names whose layers changed are
   reported by :meth:`LayerCache.changed`.
 * A failure is remembered for ``negative_ttl_s``, so a down registry is asked once per
-  period per image, not once per pod.
-* Tags naming the same digest share one layer tuple, and the cache is bounded both in
-  entries and in estimated bytes: past either bound the least recently used entries go.
-  A manifest's layer count is capped by the registry client, so no one entry can be huge.
+  period per image, not once per pod. It is remembered as **text** (at most
+  :data:`MAX_ERROR_CHARS`), never as the exception: an exception keeps its chained cause,
+  its traceback and every frame's locals, 5.8 KB where 300 bytes were charged (issue 44).
+  Expired failures are swept as others are stored, not only when their name is asked
+  for again.
+* Tags naming the same digest share one layer tuple. Every entry is charged what it
+  really costs (measured with tracemalloc: tests/unit/test_layer_cache_memory.py) to a
+  :class:`~layersched.registry.MemoryBudget`, which the extender shares between the
+  caches of every platform and the registries it refused: past the budget, the least
+  recently used entries of the cache holding the most go. A manifest's layer count is
+  capped by the registry client, so no one entry can be huge.
 
 Thread-safe: network calls happen outside the lock (two concurrent refreshes of one cold
-image may both fetch it; the answer is the same).
+image may both fetch it; the answer is the same). The lock is the budget's, shared by
+its caches.
 """
 
 from __future__ import annotations
 
 import math
-import threading
+import sys
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -38,6 +46,7 @@ from typing import Protocol, runtime_checkable
 from layersched.core.errors import ImageReferenceError, LayerResolutionError, LayerschedError
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.reference import ImageName, ImageReference, is_pinned
+from layersched.registry._budget import DEFAULT_BUDGET_BYTES, MemoryBudget
 
 #: Registry tags move; revalidate a tag's layers after this long (serving the old answer
 #: meanwhile). kubelet refreshes node images every ~30 s; a tag moving faster than 5 min
@@ -45,16 +54,49 @@ from layersched.core.reference import ImageName, ImageReference, is_pinned
 POSITIVE_TTL_S = 300.0
 #: A failed image is retried after this long, not on every pod.
 NEGATIVE_TTL_S = 10.0
-#: Images whose layers are remembered; a cluster runs far fewer distinct images.
+#: Images whose layers are remembered by one cache; a cluster runs far fewer distinct
+#: images (the budget bounds what they cost in all).
 MAX_CACHED_IMAGES = 65_536
-#: What the entries may cost in all (estimated: a layer reference ~100 bytes, an entry
-#: ~300): 64 MiB holds 65,536 images of ~10 layers each with room to spare, and bounds
-#: what hostile registries can make the extender hold.
-MAX_CACHED_BYTES = 64 * 1024 * 1024
-#: Estimated bytes of one entry, and of one layer in it (a Layer, its digest string and
-#: the tuple slot pointing at it).
-ENTRY_BYTES = 300
-LAYER_BYTES = 100
+#: What a cache's entries may cost when it has a budget of its own (the extender shares
+#: one between every platform's cache: ``DEFAULT_BUDGET_BYTES``).
+MAX_CACHED_BYTES = DEFAULT_BUDGET_BYTES
+#: A failure's reason is kept to this many characters (a registry's error body, a long
+#: name: the rest says nothing the first 300 characters did not).
+MAX_ERROR_CHARS = 300
+#: Expired failures dropped per insertion at most (the rest go with later insertions, or
+#: all at once with :meth:`LayerCache.due`).
+SWEEP_BATCH = 16
+#: What an entry costs beyond its strings, measured with tracemalloc on CPython 3.11
+#: (tests/unit/test_layer_cache_memory.py holds the charge to it): the Entry, its expiry,
+#: its slot in the cache's LRU dict.
+ENTRY_BYTES = 200
+#: ... while it waits in an expiry order (a tag, a failure): its slot there.
+EXPIRY_BYTES = 100
+#: ... for a layer tuple (its header), and per layer (the Layer, its size, its tuple slot)
+#: beyond its digest string.
+LAYERS_BYTES = 60
+LAYER_BYTES = 90
+#: ... for one digest's shared record (the dict slot and its list), beyond the tuple.
+SHARED_BYTES = 110
+
+
+def text_bytes(text: str) -> int:
+    """What ``text`` costs as a Python string (its object, every character included)."""
+    return sys.getsizeof(text)
+
+
+def layers_cost_bytes(layers: tuple[Layer, ...]) -> int:
+    """What a layer tuple costs, its Layers and their digests included."""
+    return LAYERS_BYTES + sum(LAYER_BYTES + text_bytes(layer.digest) for layer in layers)
+
+
+def error_text(error: BaseException | str | None) -> str:
+    """A failure as the cache keeps it: its message, cut to :data:`MAX_ERROR_CHARS` (never
+    the exception, which holds its cause, traceback and frames)."""
+    text = error if isinstance(error, str) else str(error) if error is not None else "failed"
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,64 +121,85 @@ class DigestSource(Protocol):
         ...
 
 
+class _Shared:
+    """One digest's layer tuple, shared by the entries of its tags (and its digest
+    reference), and how many share it."""
+
+    __slots__ = ("count", "digest", "layers")
+
+    def __init__(self, digest: str, layers: tuple[Layer, ...]) -> None:
+        self.digest = digest
+        self.layers = layers
+        self.count = 0
+
+    @property
+    def cost_bytes(self) -> int:
+        return SHARED_BYTES + text_bytes(self.digest) + layers_cost_bytes(self.layers)
+
+
 class Entry:
     """One cached answer: layers (None: the last attempt failed), when it expires, why it
-    failed, and the manifest digest when known."""
+    failed (text), the manifest digest when known, and whether its layers are the tuple
+    its digest's tags share (charged once, with that record)."""
 
-    __slots__ = ("digest", "error", "expires_at", "layers")
+    __slots__ = ("digest", "error", "expires_at", "layers", "shared")
 
     def __init__(
         self,
         layers: tuple[Layer, ...] | None,
         expires_at: float,
-        error: BaseException | None,
+        error: str | None,
         digest: str | None,
+        shared: bool = False,
     ) -> None:
         self.layers = layers
         self.expires_at = expires_at
         self.error = error
         self.digest = digest
-
-    @property
-    def cost_bytes(self) -> int:
-        """Estimated bytes the entry holds (:data:`ENTRY_BYTES` + a layer's each)."""
-        return ENTRY_BYTES + LAYER_BYTES * len(self.layers or ())
+        self.shared = shared
 
 
 class LayerCache:
     """Image name -> layers, with TTLs, revalidation and bounds (see the module docstring).
 
     ``clock`` is a monotonic clock, injected by tests to cross the TTLs without waiting.
+    ``budget``: the memory budget its entries are charged to (shared with other caches),
+    else one of its own of ``max_bytes``.
     Counters (plain ints, exported as metrics): ``hits``, ``misses``, ``revalidations``
     (tag entries answered again after their TTL), ``unchanged`` (revalidations a digest
-    check answered without a manifest fetch), ``evictions``.
+    check answered without a manifest fetch), ``evictions``, ``swept`` (expired failures
+    dropped before their name was asked for again).
     """
 
     def __init__(
         self,
         *,
-        positive_ttl_s: float = POSITIVE_TTL_S,
-        negative_ttl_s: float = NEGATIVE_TTL_S,
+        positive_ttl_s: float | None = None,
+        negative_ttl_s: float | None = None,
         max_entries: int = MAX_CACHED_IMAGES,
         max_bytes: int = MAX_CACHED_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        budget: MemoryBudget | None = None,
     ) -> None:
-        if max_entries < 1 or max_bytes < ENTRY_BYTES:
+        if max_entries < 1 or (budget is None and max_bytes < ENTRY_BYTES):
             raise ValueError(f"cache bounds too small: {max_entries} entries, {max_bytes} bytes")
-        self.positive_ttl_s = positive_ttl_s
-        self.negative_ttl_s = negative_ttl_s
+        # read at construction, so tests may change the module's TTLs
+        self.positive_ttl_s = POSITIVE_TTL_S if positive_ttl_s is None else positive_ttl_s
+        self.negative_ttl_s = NEGATIVE_TTL_S if negative_ttl_s is None else negative_ttl_s
         self.max_entries = max_entries
-        self.max_bytes = max_bytes
         self.clock = clock
+        self.budget = budget if budget is not None else MemoryBudget(max_bytes)
         self._entries: OrderedDict[ImageName, Entry] = OrderedDict()
-        #: digest -> (the layer tuple entries of that digest share, how many share it)
-        self._shared: dict[str, tuple[tuple[Layer, ...], int]] = {}
+        #: digest -> the layer tuple the entries of that digest share
+        self._shared: dict[str, _Shared] = {}
         self._bytes = 0
-        # re-entrant: a caller's callback may look up while it holds the lock
-        self._lock = threading.RLock()
-        #: (expiry, image) of tag entries in expiry order (the TTL is constant), so that
-        #: those no lookup asks for (node images answered by a slot cache) are revalidated.
-        self._due: deque[tuple[float, ImageName]] = deque()
+        self._lock = self.budget.lock
+        #: Entries with layers and an expiry (tags; layers kept through a failed
+        #: revalidation), in expiry order, so that those no lookup asks for (node images
+        #: answered by a slot cache) are revalidated.
+        self._due: OrderedDict[ImageName, None] = OrderedDict()
+        #: Failures in expiry order (one TTL: the order they were stored in), swept.
+        self._failed: OrderedDict[ImageName, None] = OrderedDict()
         #: Names whose layers changed when revalidated, until :meth:`changed` drains them.
         self._changed: set[ImageName] = set()
         self.hits = 0
@@ -144,6 +207,8 @@ class LayerCache:
         self.revalidations = 0
         self.unchanged = 0
         self.evictions = 0
+        self.swept = 0
+        self.budget.join(self)
 
     # ------------------------------------------------------------------ reading
     def get(self, image: ImageName) -> tuple[Entry | None, bool]:
@@ -172,17 +237,22 @@ class LayerCache:
             return entry.layers if entry is not None else None
 
     def due(self, limit: int | None = None) -> list[ImageName]:
-        """Tag entries past their TTL that no lookup revalidated yet (each once, at most
-        ``limit``: the rest wait for the next call), oldest first; a caller revalidates
-        them (in the background)."""
+        """Entries with layers past their TTL that no lookup revalidated yet (each once, at
+        most ``limit``: the rest wait for the next call), oldest first; a caller
+        revalidates them (in the background). Expired failures are swept meanwhile."""
         now = self.clock()
         found: list[ImageName] = []
         with self._lock:
-            while self._due and self._due[0][0] < now and (limit is None or len(found) < limit):
-                expires_at, image = self._due.popleft()
-                entry = self._entries.get(image)
-                if entry is not None and entry.expires_at == expires_at:
-                    found.append(image)
+            self._sweep(now, None)
+            while self._due and (limit is None or len(found) < limit):
+                image = next(iter(self._due))
+                entry = self._entries[image]
+                if entry.expires_at >= now:
+                    break
+                del self._due[image]
+                self._bytes -= EXPIRY_BYTES  # out of the expiry order until renewed
+                self.budget.charge(-EXPIRY_BYTES)
+                found.append(image)
         return found
 
     def changed(self) -> set[ImageName]:
@@ -195,24 +265,32 @@ class LayerCache:
         return len(self._entries)
 
     @property
-    def cost_bytes(self) -> int:
-        """Estimated bytes the entries hold now."""
+    def failures(self) -> int:
+        """Failures remembered now."""
+        return len(self._failed)
+
+    @property
+    def held_bytes(self) -> int:
+        """What the entries cost now (as charged to the budget)."""
         return self._bytes
+
+    cost_bytes = held_bytes
 
     # ------------------------------------------------------------------ writing
     def store(
         self,
         image: ImageName,
         fetched: Fetched | None,
-        error: BaseException | None = None,
+        error: BaseException | str | None = None,
         *,
         unchanged: bool = False,
         pinned: bool | None = None,
     ) -> tuple[Layer, ...] | None:
-        """Remember what resolving ``image`` gave (``fetched``, or None and ``error``);
-        returns the layers now held for it. ``unchanged``: a digest check found the tag
-        where it was, so the entry is only renewed; ``pinned``: whether a digest pins the
-        name, when the caller parsed it already (a pinned name's layers never expire).
+        """Remember what resolving ``image`` gave (``fetched``, or None and ``error``, kept
+        as text); returns the layers now held for it. ``unchanged``: a digest check found
+        the tag where it was, so the entry is only renewed; ``pinned``: whether a digest
+        pins the name, when the caller parsed it already (a pinned name's layers never
+        expire).
 
         A failure where layers are known (a failed revalidation) keeps them, retried after
         ``negative_ttl_s``."""
@@ -228,7 +306,7 @@ class LayerCache:
                 if old is not None and old.layers is not None:
                     self._renew(image, old, now + self.negative_ttl_s)
                     return old.layers
-                self._put(image, Entry(None, now + self.negative_ttl_s, error, None))
+                self._put(image, Entry(None, now + self.negative_ttl_s, error_text(error), None))
                 return None
             if old is not None and old.layers is not None:
                 self.revalidations += 1
@@ -237,9 +315,9 @@ class LayerCache:
             if pinned is None:
                 pinned = is_pinned(image)
             expires_at = math.inf if pinned else now + self.positive_ttl_s
-            layers = self._share(fetched)
-            self._put(image, Entry(layers, expires_at, None, fetched.digest))
-            return layers
+            entry = self._entry(fetched, expires_at)
+            self._put(image, entry)
+            return entry.layers
 
     def refresh(
         self,
@@ -259,7 +337,7 @@ class LayerCache:
             with self._lock:
                 shared = self._shared.get(digest)
             if shared is not None:
-                layers = self.store(image, Fetched(shared[0], digest), pinned=True)
+                layers = self.store(image, Fetched(shared.layers, digest), pinned=True)
                 assert layers is not None
                 return layers
         try:
@@ -303,53 +381,114 @@ class LayerCache:
             return entry.layers
         return self.refresh(image, source)
 
+    def evict_oldest(self) -> bool:
+        """Drop the least recently used entry (the budget asks, under its lock)."""
+        if not self._entries:
+            return False
+        self._drop(next(iter(self._entries)))
+        self.evictions += 1
+        return True
+
+    def clear(self) -> None:
+        """Forget every entry and leave the budget (a platform no node reports any more)."""
+        with self._lock:
+            while self._entries:
+                self._drop(next(iter(self._entries)))
+            self.budget.leave(self)
+
+    def entry_cost_bytes(self, image: ImageName, entry: Entry) -> int:
+        """What ``entry`` costs under ``image`` (its shared layers are charged with their
+        digest's record, once for every tag of it)."""
+        cost = ENTRY_BYTES + text_bytes(image)
+        if entry.error is not None:
+            cost += text_bytes(entry.error)
+        if not entry.shared:
+            if entry.layers is not None:
+                cost += layers_cost_bytes(entry.layers)
+            if entry.digest is not None:
+                cost += text_bytes(entry.digest)
+        return cost
+
     def _peek(self, image: ImageName) -> tuple[Entry | None, bool]:
         with self._lock:
             entry = self._entries.get(image)
             return entry, entry is not None and entry.expires_at < self.clock()
 
     def _renew(self, image: ImageName, entry: Entry, expires_at: float) -> None:
+        self._unschedule(image, entry)
         entry.expires_at = expires_at
         self._entries.move_to_end(image)
-        if expires_at != math.inf:
-            self._due.append((expires_at, image))
+        self._schedule(image, entry)
 
-    def _share(self, fetched: Fetched) -> tuple[Layer, ...]:
-        """One layer tuple per digest: tags of one manifest hold the same object."""
-        if fetched.digest is None:
-            return fetched.layers
-        shared = self._shared.get(fetched.digest)
-        if shared is not None and shared[0] == fetched.layers:
-            self._shared[fetched.digest] = (shared[0], shared[1] + 1)
-            return shared[0]
-        self._shared[fetched.digest] = (fetched.layers, 1 + (shared[1] if shared else 0))
-        return fetched.layers
+    def _schedule(self, image: ImageName, entry: Entry) -> None:
+        """Into its expiry order (charged): a failure to be swept, layers to revalidate."""
+        if entry.expires_at == math.inf:
+            return
+        (self._due if entry.layers is not None else self._failed)[image] = None
+        self._bytes += EXPIRY_BYTES
+        self.budget.charge(EXPIRY_BYTES)
+
+    def _unschedule(self, image: ImageName, entry: Entry) -> None:
+        order = self._due if entry.layers is not None else self._failed
+        if order.pop(image, False) is None:
+            self._bytes -= EXPIRY_BYTES
+            self.budget.charge(-EXPIRY_BYTES)
+
+    def _entry(self, fetched: Fetched, expires_at: float) -> Entry:
+        """The entry of ``fetched``: its layers the tuple its digest's tags share (one per
+        digest; a digest whose layers differ from the shared ones keeps its own)."""
+        digest = fetched.digest
+        if digest is None:
+            return Entry(fetched.layers, expires_at, None, None)
+        record = self._shared.get(digest)
+        if record is None:
+            record = self._shared[digest] = _Shared(digest, fetched.layers)
+            self._bytes += record.cost_bytes
+            self.budget.charge(record.cost_bytes)
+        elif record.layers != fetched.layers:
+            return Entry(fetched.layers, expires_at, None, digest)
+        record.count += 1
+        # the record's digest string and tuple: its entries hold no copy of their own
+        return Entry(record.layers, expires_at, None, record.digest, shared=True)
 
     def _put(self, image: ImageName, entry: Entry) -> None:
         self._drop(image)
         self._entries[image] = entry
-        self._bytes += entry.cost_bytes
-        if entry.layers is not None and entry.expires_at != math.inf:
-            self._due.append((entry.expires_at, image))
-        while len(self._entries) > 1 and (
-            len(self._entries) > self.max_entries or self._bytes > self.max_bytes
-        ):
-            oldest = next(iter(self._entries))
-            self._drop(oldest)
-            self.evictions += 1
+        cost = self.entry_cost_bytes(image, entry)
+        self._bytes += cost
+        self.budget.charge(cost)
+        self._schedule(image, entry)
+        self._sweep(self.clock(), SWEEP_BATCH)
+        while len(self._entries) > self.max_entries:
+            self.evict_oldest()
+        self.budget.settle()
+
+    def _sweep(self, now: float, limit: int | None) -> None:
+        """Drop failures whose TTL passed (at most ``limit``), oldest first."""
+        swept = 0
+        while self._failed and (limit is None or swept < limit):
+            image = next(iter(self._failed))
+            if self._entries[image].expires_at >= now:
+                return
+            self._drop(image)
+            swept += 1
+        self.swept += swept
 
     def _drop(self, image: ImageName) -> None:
         entry = self._entries.pop(image, None)
         if entry is None:
             return
-        self._bytes -= entry.cost_bytes
-        if entry.digest is not None:
-            shared = self._shared.get(entry.digest)
-            if shared is not None:
-                if shared[1] <= 1:
-                    del self._shared[entry.digest]
-                else:
-                    self._shared[entry.digest] = (shared[0], shared[1] - 1)
+        self._unschedule(image, entry)
+        cost = self.entry_cost_bytes(image, entry)
+        if entry.shared:
+            assert entry.digest is not None
+            record = self._shared[entry.digest]
+            record.count -= 1
+            if record.count == 0:
+                del self._shared[entry.digest]
+                cost += record.cost_bytes
+        self._bytes -= cost
+        self.budget.charge(-cost)
 
 
 def _parsed(image: ImageName) -> tuple[ImageReference | None, LayerResolutionError | None]:

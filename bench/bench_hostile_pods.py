@@ -28,13 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import provenance
 from bench_against import _python_path, commit
 from bench_extender import (
     CONTAINER_LIMIT_MIB,
     HTTP_TIMEOUT_S,
     LOOPBACK,
-    RESULTS,
     _extender,
     _memory_mb,
     _metrics,
@@ -42,7 +40,11 @@ from bench_extender import (
 from rich.console import Console
 from rich.progress import Progress
 
-HOSTILE_PODS_RESULTS = RESULTS.with_name("extender_hostile_pods.json")
+from layersched.evidence import provenance, results
+
+#: The committed home of the results (a run writes under runs/ unless
+#: LAYERSCHED_RESULTS=commit: layersched.evidence.results).
+HOSTILE_PODS_RESULTS = "bench/results/extender_hostile_pods.json"
 #: The issue's stream: pods, and distinct refused images per pod.
 PODS = 4_000
 IMAGES_PER_POD = 300
@@ -147,12 +149,12 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=PODS, help="default: %(default)s")
     parser.add_argument("--images", type=int, default=IMAGES_PER_POD, help="per pod")
     parser.add_argument("--sample-every", type=int, default=SAMPLE_EVERY)
-    parser.add_argument("--output", type=Path, default=HOSTILE_PODS_RESULTS)
+    parser.add_argument("--output", type=Path, help="default: the run's " + HOSTILE_PODS_RESULTS)
     args = parser.parse_args()
     console = Console(stderr=True)
     sides = {"new": args.new} | ({"old": args.against} if args.against else {})
     record = provenance.start(None)
-    results: dict[str, Any] = {
+    found: dict[str, Any] = {
         "compared": {
             "new": args.label_new or commit(args.new or Path(__file__).resolve().parents[1]),
             "old": args.label_old or (commit(args.against) if args.against else None),
@@ -173,16 +175,16 @@ def main() -> int:
     with Progress(console=console) as progress:
         for side, tree in sides.items():
             with _python_path(tree):
-                results[side] = _stream(
+                found[side] = _stream(
                     side, args.pods, args.images, args.sample_every, logs, progress, record
                 )
-            console.print(side, {k: v for k, v in results[side].items() if k != "samples"})
-    results = {"provenance": provenance.finish(record), **results}
-    new = results["new"]
-    results["pass"] = max(new["peak_vm_hwm_mib"], new["rss_mib_after"]) < CONTAINER_LIMIT_MIB
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
-    console.print(f"results: {args.output}: pass={results['pass']}")
-    return 0 if results["pass"] else 1
+            console.print(side, {k: v for k, v in found[side].items() if k != "samples"})
+    new = found["new"]
+    found["pass"] = max(new["peak_vm_hwm_mib"], new["rss_mib_after"]) < CONTAINER_LIMIT_MIB
+    document = {"provenance": provenance.finish(record), **found}
+    path = results.write_json(HOSTILE_PODS_RESULTS, document, output=args.output)
+    console.print(f"results: {path}: pass={found['pass']}")
+    return 0 if found["pass"] else 1
 
 
 if __name__ == "__main__":

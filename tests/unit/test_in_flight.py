@@ -431,7 +431,7 @@ def _burst(strategy: str, links: tuple[float, ...], serial: bool = True) -> RunR
         containers_per_node=8,
         node_bandwidth_bits_per_s=links,
         start_overhead_s=1.0,
-        serial_pulls=serial,
+        max_parallel_pulls=1 if serial else 0,
     )
     return simulate(corpus, workload, cluster, build_strategy(strategy), seed=3)
 

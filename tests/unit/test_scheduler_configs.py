@@ -47,6 +47,8 @@ from layersched.testbed.scheduler_configs import (
     IMAGE_LOCALITY_SCHEDULER,
     LAYER_LOCALITY_PLUGIN_SCHEDULER,
     PULL_TIME_SCHEDULER,
+    REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
+    REPLAY_PLUGIN_SCHEDULER,
     TestbedSchedulers,
     for_process,
     image_locality_scheduler_config,
@@ -302,8 +304,11 @@ def test_the_role_writes_the_generators_files_and_has_no_template_of_its_own() -
     assert not list(ROLE.rglob("scheduler-*.j2")), "scheduler templates are back in the role"
     tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
     [render] = [t for t in tasks if t["name"] == "Render the scheduler configurations"]
-    argv = render["ansible.builtin.command"]["argv"]
+    argv = render["vars"]["k8s_control_plane_render_argv"]
     assert argv[1:5] == ["-m", "layersched.cli.main", "testbed", "scheduler-configs"]
+    # the replay's arms (testbed up --replay-arms) add the plugin process's replay profiles
+    assert "k8s_control_plane_render_argv" in render["ansible.builtin.command"]["argv"]
+    assert "['--replay-arms'] if testbed_replay_arms" in render["ansible.builtin.command"]["argv"]
     [write] = [t for t in tasks if t["name"] == "Write the scheduler configurations"]
     assert "k8s_control_plane_scheduler_configs.stdout" in write["ansible.builtin.copy"]["content"]
     # the processes it loops over are the generator's (the fourth, pull-time, when the
@@ -430,3 +435,42 @@ def test_the_testbeds_plugin_process_lets_pods_be_batched() -> None:
     # 1.20's v1beta1 had no batching: nothing added there
     old = generate_testbed_configs(SPEC_1_20)[LAYER_LOCALITY_PLUGIN_SCHEDULER]
     assert [c["name"] for c in old["profiles"][0]["pluginConfig"]] == [LAYER_LOCALITY_PLUGIN]
+
+
+def test_the_replay_arms_are_install_profiles_in_the_plugin_process() -> None:
+    # --replay-arms: two more profiles in the plugin process, each upstream's default
+    # profile plus LayerLocality as an install renders it (PodTopologySpread's system
+    # defaults kept, unlike the batchable first profile: a Deployment's replicas spread
+    # as under the default profile), one with ImageLocality disabled at score
+    plain = generate_testbed_configs(SPEC)[LAYER_LOCALITY_PLUGIN_SCHEDULER]
+    armed = generate_testbed_configs(replace(SPEC, replay_arms=True))
+    process = armed[LAYER_LOCALITY_PLUGIN_SCHEDULER]
+    assert process["profiles"][0] == plain["profiles"][0]
+    names = [p["schedulerName"] for p in process["profiles"]]
+    assert names == [
+        LAYER_LOCALITY_PLUGIN_SCHEDULER,
+        REPLAY_PLUGIN_SCHEDULER,
+        REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
+    ]
+    with_il, without_il = process["profiles"][1:]
+    for profile in (with_il, without_il):
+        assert [c["name"] for c in profile["pluginConfig"]] == [LAYER_LOCALITY_PLUGIN]
+        assert profile["plugins"]["score"]["enabled"] == [
+            {"name": LAYER_LOCALITY_PLUGIN, "weight": 1}
+        ]
+    assert "disabled" not in with_il["plugins"]["score"]
+    assert without_il["plugins"]["score"]["disabled"] == [{"name": "ImageLocality"}]
+    # the other processes are unchanged; the playbook names the profiles the generator does
+    assert {k: v for k, v in armed.items() if k != LAYER_LOCALITY_PLUGIN_SCHEDULER} == {
+        k: v
+        for k, v in generate_testbed_configs(SPEC).items()
+        if k != LAYER_LOCALITY_PLUGIN_SCHEDULER
+    }
+    shared = yaml.safe_load((ROLE.parents[1] / "vars" / "testbed-local.yml").read_text())
+    assert shared["testbed_scheduler_replay_plugin"] == REPLAY_PLUGIN_SCHEDULER
+    assert (
+        shared["testbed_scheduler_replay_plugin_no_image_locality"]
+        == REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER
+    )
+    minor = ".".join(SPEC.kubernetes_version.lstrip("v").split(".")[:2])
+    assert [p for p in config_problems(process, minor) if "but missing" not in p] == []

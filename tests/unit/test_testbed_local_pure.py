@@ -107,6 +107,10 @@ def test_settings_extra_vars_name_the_playbook_variables(tmp_path: Path) -> None
         "testbed_node_runtimes": [],
         # three schedulers: pull-time is opt-in (layersched testbed up --pull-time)
         "testbed_pull_time": False,
+        # and the replay's other arms (--replay-arms)
+        "testbed_replay_arms": False,
+        # the kubelets pull one image at a time, their default (--parallel-pulls)
+        "testbed_parallel_pulls": False,
     }
     shared = (TOOLS.parent / "vars" / "testbed-local.yml").read_text()
     for key in extra:

@@ -5,19 +5,27 @@ some node has a free container slot, the candidates are the nodes with a free
 slot; the strategy scores them through the *core* ``Strategy.score`` against the
 *core* :class:`LayerIndex`; the highest score wins and ties are broken by
 a seeded random choice. ``random`` scores every candidate 0, so it is pure
-tie-breaking.
+tie-breaking. Given a kube-scheduler :class:`~layersched.sim.kube.Profile` instead
+(a replayed trace), the candidates are scored as that profile does: the default
+plugins' resource and topology spreading and ImageLocality beside the strategy's score
+(as a plugin or through an extender), ties broken as kube-scheduler breaks them
+(:mod:`layersched.sim.kube`).
 
 **Nodes.** Each node has ``containers_per_node`` slots (a pod holds one from
 binding to exit, pulling included), an image store of ``store_capacity_bytes``
 and a link of ``bandwidth_bits_per_s``.
 
-**Pulling.** A pod bound to a node needs the layers of its image the node holds
-neither on disk nor in flight; they are pulled as one job. Concurrent jobs on one
-node share its link equally (processor sharing): two equal pulls that start
-together both finish after twice the time of one. A pod also waits for layers
-another pod's job is already fetching (containerd pulls a blob once). With
-``serial_pulls`` a node pulls one job at a time instead, first come first served (a
-kubelet's ``serializeImagePulls``, the replay trace's cluster).
+**Pulling.** A pod bound to a node whose image the node does not hold asks the node
+for a pull (``pull_request_delay_s`` after binding: the kubelet creates the pod's
+sandbox first). A pull fetches the layers of the image the node holds neither on disk
+nor in flight, as one job, and waits for those another pull is already fetching
+(containerd fetches a blob once). Concurrent jobs on one node share its link equally
+(processor sharing): two equal pulls that start together both finish after twice the
+time of one. ``max_parallel_pulls`` bounds the pulls a node runs at once, as the
+kubelet's pull queue does: 1 is its default ``serializeImagePulls`` (one pull at a
+time, first come first served, and a pull queued behind another of the same image then
+finds it present), N its ``maxParallelImagePulls``, 0 no bound. A pulling pod's wait
+behind other pulls is the time its request spent queued.
 ``startup = queue wait + pull wait + start_overhead_s``.
 
 **What the scheduler sees.** A layer enters the inventory when its pull
@@ -40,6 +48,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -54,9 +63,11 @@ from layersched.core.inflight import PendingPull, PendingPulls
 from layersched.core.layerindex import IndexArray, LayerIndex, LayerIndexView, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
-from layersched.core.strategies import NodeScores, Strategy
+from layersched.core.strategies import NodeScores, Strategy, get_strategy
 from layersched.core.strategies.base import InFlightAware, PerNodeStrategy, zeros
+from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.pull_time import BANDWIDTH_KEY
+from layersched.sim import kube
 from layersched.sim.corpus import Corpus
 from layersched.sim.workload import Workload
 
@@ -69,6 +80,8 @@ BITS_PER_BYTE = 8
 _DONE_EPSILON_BYTES = 1e-3
 #: How often (in arrivals) the progress callback is told the simulated time.
 _PROGRESS_EVERY = 2000
+#: An event version marking a pod's delayed pull request (not a node's pull progress).
+_ASK = -1
 
 Eviction = Literal["lru", "lfu"]
 
@@ -98,10 +111,24 @@ class ClusterParams:
     node_bandwidth_bits_per_s: tuple[float, ...] = ()
     #: Fixed cost of creating and starting a container once its layers are present.
     start_overhead_s: float = 1.0
-    #: Pull one job at a time per node, first come first served, as a kubelet with
-    #: ``serializeImagePulls: true`` (its default) does; False: concurrent pulls share the
-    #: link equally.
-    serial_pulls: bool = False
+    #: Pulls a node runs at once, the rest queued first come first served: 1 as a kubelet
+    #: with ``serializeImagePulls: true`` (its default), N with ``maxParallelImagePulls:
+    #: N``; 0: no bound (every pull starts at once). Concurrent pulls share the link
+    #: equally.
+    max_parallel_pulls: int = 0
+    #: From binding to the pod's pull request (the kubelet creates the sandbox first).
+    pull_request_delay_s: float = 0.0
+    #: A node's allocatable cpu and memory, and what each pod requests, in any one unit
+    #: per resource (kube-scheduler's resource scores read them); empty: the node is
+    #: ``containers_per_node`` units of each and a pod requests one.
+    node_allocatable: tuple[int, int] | None = None
+    pod_requests: tuple[int, int] | None = None
+
+    def allocatable_and_requests(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """``node_allocatable`` and ``pod_requests``, or the slots as units."""
+        if self.node_allocatable is not None and self.pod_requests is not None:
+            return self.node_allocatable, self.pod_requests
+        return (self.containers_per_node, self.containers_per_node), (1, 1)
 
 
 class RandomPlacement(PerNodeStrategy):
@@ -148,6 +175,11 @@ class RunResult:
     pod_node: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     pod_startup_s: FloatArray = field(default_factory=lambda: np.zeros(0, np.float64))
     pod_bytes: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: Per request: its pull's wait in the node's pull queue behind other pulls, and the
+    #: pull itself (from leaving the queue to its layers all present); NaN: no pull (the
+    #: image was on the node when the pod asked).
+    pod_queue_s: FloatArray = field(default_factory=lambda: np.zeros(0, np.float64))
+    pod_pull_s: FloatArray = field(default_factory=lambda: np.zeros(0, np.float64))
 
 
 # --------------------------------------------------------------------- state
@@ -172,7 +204,15 @@ class _Pod:
     request: int
     image: int
     node: int = -1
+    #: Jobs its pull waits for.
     pending: int = 0
+    #: When it asked for a pull and when the pull left the queue (NaN: not yet).
+    asked_s: float = math.nan
+    began_s: float = math.nan
+    #: Whether its pull holds one of the node's pull slots.
+    pulling: bool = False
+    #: Whether it ended (a delayed pull request of an ended pod is void).
+    ended: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -189,8 +229,11 @@ class _Node:
     vtime: float = 0.0
     vtime_at_s: float = 0.0
     active: list[tuple[float, int, _Job]] = field(default_factory=list)
-    #: Jobs waiting for the link, with serial pulls.
-    queued: deque[_Job] = field(default_factory=deque)
+    #: Pull requests waiting for a pull slot (``max_parallel_pulls``), and those holding one.
+    waiting: deque[_Pod] = field(default_factory=deque)
+    pulls: int = 0
+    #: Bound pods not ended, by owner (PodTopologySpread's count).
+    owned: dict[int, int] = field(default_factory=dict)
     version: int = 0
 
 
@@ -218,14 +261,21 @@ class _Simulation:
         corpus: Corpus,
         workload: Workload,
         cluster: ClusterParams,
-        strategy: Strategy,
+        strategy: Strategy | None,
         seed: int,
         warmup_s: float,
+        profile: kube.Profile | None = None,
     ) -> None:
         self.corpus = corpus
         self.workload = workload
         self.cluster = cluster
         self.strategy = strategy
+        self.profile = profile
+        self.image_locality = (
+            get_strategy(IMAGE_LOCALITY)
+            if profile is not None and profile.image_locality_weight
+            else None
+        )
         self.rng = np.random.default_rng(seed)
         self.warmup_s = warmup_s
         # corpus as dense ids
@@ -245,10 +295,16 @@ class _Simulation:
         self.image_name = [image.name for image in corpus.images]
         self.pods = [PodImages.of(name, name=f"pod-{i}") for i, name in enumerate(self.image_name)]
         #: Each image's distinct layers, resolved once: what the strategy scores a pod with.
+        needs_layers = strategy is not None and strategy.needs_layers
         self.pod_layers = [
-            tuple(self.layers[lid] for lid in ids) if strategy.needs_layers else ()
+            tuple(self.layers[lid] for lid in ids) if needs_layers else ()
             for ids in self.image_layers
         ]
+        #: Nodes holding each image whole, and images some pod of was scored already (what
+        #: the plugin's knowledge of an image's layers depends on).
+        self.holders = [0] * len(corpus.images)
+        self.scored_images: set[int] = set()
+        self.allocatable, self.requests = cluster.allocatable_and_requests()
         # nodes
         bandwidths = node_bandwidths(cluster, seed)
         self.inventory = LayerIndex()
@@ -260,7 +316,8 @@ class _Simulation:
         self.free = np.full(cluster.nodes, cluster.containers_per_node, dtype=np.int64)
         self.total_free = cluster.nodes * cluster.containers_per_node
         # bookkeeping
-        # (time, tie-break sequence, node whose pull may end | pod that exits, node version)
+        # (time, tie-break sequence, node whose pull may end | pod that exits or asks for
+        # its pull (version -1), node version)
         self.events: list[tuple[float, int, _Node | _Pod, int]] = []
         self.seq = itertools.count()
         self.queue: deque[_Pod] = deque()
@@ -272,6 +329,8 @@ class _Simulation:
         self.pod_node = np.full(n, -1, dtype=np.int64)
         self.pod_startup_s = np.full(n, np.nan, dtype=np.float64)
         self.pod_bytes = np.zeros(n, dtype=np.int64)
+        self.pod_queue_s = np.full(n, np.nan, dtype=np.float64)
+        self.pod_pull_s = np.full(n, np.nan, dtype=np.float64)
         self.queued = 0
         self.evicted = 0
         self.overcommitted = 0
@@ -293,7 +352,10 @@ class _Simulation:
             if self.events and self.events[0][0] <= next_arrival:
                 self.now, _, target, version = heapq.heappop(self.events)
                 if isinstance(target, _Pod):
-                    self._finish(target)
+                    if version == _ASK:
+                        self._ask(target)
+                    else:
+                        self._finish(target)
                 elif version == target.version:  # else superseded by a later reschedule
                     self._pull_progress(target)
                 continue
@@ -317,13 +379,19 @@ class _Simulation:
     def _schedule(self, pod: _Pod) -> None:
         candidates = np.flatnonzero(self.free > 0)
         started = time.perf_counter()
-        result = self.strategy.score(
-            self.pods[pod.image], self.pod_layers[pod.image], self.inventory, candidates
-        )
+        if self.profile is None:
+            assert self.strategy is not None  # simulate() checks
+            result = self.strategy.score(
+                self.pods[pod.image], self.pod_layers[pod.image], self.inventory, candidates
+            )
+            scores = result.scores
+            best = np.flatnonzero(scores == scores.max())
+            pick = int(best[0] if len(best) == 1 else best[self.rng.integers(len(best))])
+        else:
+            pick = kube.pick(
+                self._profile_totals(pod, candidates), self.rng, self.profile.random_ties
+            )
         self.decision_s.append(time.perf_counter() - started)
-        scores = result.scores
-        best = np.flatnonzero(scores == scores.max())
-        pick = best[0] if len(best) == 1 else best[self.rng.integers(len(best))]
         if self.workload.arrival_s[pod.request] >= self.warmup_s:
             per_node = self.cluster.containers_per_node
             busy = per_node * len(self.free) - self.total_free
@@ -332,29 +400,111 @@ class _Simulation:
                 self.imbalance.append(most * len(self.free) / busy)
         self._place(pod, self.nodes[int(candidates[pick])])
 
+    def _profile_totals(self, pod: _Pod, candidates: IndexArray) -> list[int]:
+        """Each candidate's total score under :attr:`profile` (see :mod:`.kube`)."""
+        profile = self.profile
+        assert profile is not None
+        totals = [0] * len(candidates)
+        if profile.resource_plugins:
+            slots = self.cluster.containers_per_node
+            for k, node in enumerate(candidates):
+                bound = slots - int(self.free[node])
+                before = [bound * r for r in self.requests]
+                after = [(bound + 1) * r for r in self.requests]
+                totals[k] += kube.FIT_WEIGHT * kube.least_allocated(after, self.allocatable)
+                totals[k] += kube.BALANCED_WEIGHT * kube.balanced_allocation(
+                    after, before, self.allocatable
+                )
+        owner = self.workload.owner_of(pod.request)
+        if profile.topology_spread_weight and owner is not None:
+            matching = [self.nodes[int(node)].owned.get(owner, 0) for node in candidates]
+            for k, score in enumerate(kube.topology_spread(matching)):
+                totals[k] += profile.topology_spread_weight * score
+        if self.image_locality is not None:
+            located = self.image_locality.score(
+                self.pods[pod.image], (), self.inventory, candidates
+            )
+            for k, score in enumerate(located.scores):
+                totals[k] += profile.image_locality_weight * int(score)
+        if self.strategy is not None and self._knows(pod.image):
+            layered = self.strategy.score(
+                self.pods[pod.image], self.pod_layers[pod.image], self.inventory, candidates
+            )
+            for k, score in enumerate(layered.scores):
+                totals[k] += (
+                    kube.extender_points(int(score), profile.weight)
+                    if profile.via == "extender"
+                    else profile.weight * int(score)
+                )
+        self.scored_images.add(pod.image)
+        return totals
+
+    def _knows(self, image: int) -> bool:
+        """Whether the profile's layer score knows ``image``'s layers now."""
+        profile = self.profile
+        assert profile is not None
+        if profile.knowledge == "registry":
+            return True
+        if self.holders[image] >= profile.image_quorum:
+            return True
+        return profile.knowledge == "resolved" and image in self.scored_images
+
     def _place(self, pod: _Pod, node: _Node) -> None:
         pod.node = node.index
         self.pod_node[pod.request] = node.index
         self.free[node.index] -= 1
         self.total_free -= 1
+        owner = self.workload.owner_of(pod.request)
+        if owner is not None:
+            node.owned[owner] = node.owned.get(owner, 0) + 1
         entry = node.images.get(pod.image)
-        layer_ids = self.image_layers[pod.image]
         if entry is None:
             entry = node.images[pod.image] = _Image()
-            for lid in layer_ids:
+            for lid in self.image_layers[pod.image]:
                 node.refs[lid] = node.refs.get(lid, 0) + 1
         entry.in_use += 1
         entry.uses += 1
         entry.last_used_s = self.now
+        if self.pending is not None:  # bound, not started: what in-flight scoring counts
+            name = self.inventory.nodes[node.index].name
+            pull = PendingPull(f"pod-{pod.request}", self.now, self.pod_layers[pod.image])
+            self.pending.put(name, pull)
+        delay_s = self.cluster.pull_request_delay_s
+        if delay_s > 0:
+            self._push(self.now + delay_s, pod, _ASK)
+        else:
+            self._ask(pod)
+
+    def _ask(self, pod: _Pod) -> None:
+        """The kubelet checks the pod's image: present, the pod starts; else it asks for
+        a pull, which waits for a pull slot."""
+        if pod.ended:
+            return
+        node = self.nodes[pod.node]
+        if node.images[pod.image].present:
+            self._started(pod, node)
+            return
+        pod.asked_s = self.now
+        limit = self.cluster.max_parallel_pulls
+        if limit and node.pulls >= limit:
+            node.waiting.append(pod)
+            return
+        self._begin(pod, node)
+
+    def _begin(self, pod: _Pod, node: _Node) -> None:
+        """The pod's pull leaves the queue: it fetches what is neither on the node nor in
+        flight, and waits for what is in flight."""
+        pod.began_s = self.now
+        pod.pulling = True
+        node.pulls += 1
         waits: set[_Job] = set()
         missing: list[int] = []
-        if not entry.present:
-            for lid in layer_ids:
-                job = node.inflight.get(lid)
-                if job is not None:
-                    waits.add(job)
-                elif lid not in node.present:
-                    missing.append(lid)
+        for lid in self.image_layers[pod.image]:
+            job = node.inflight.get(lid)
+            if job is not None:
+                waits.add(job)
+            elif lid not in node.present:
+                missing.append(lid)
         if missing:
             need = sum(self.layers[lid].size_bytes for lid in missing)
             self._make_room(node, need)
@@ -370,11 +520,19 @@ class _Simulation:
         for job in waits:
             job.waiters.append(pod)
         if not waits:
-            self._started(pod, node)
-        elif self.pending is not None:
-            name = self.inventory.nodes[node.index].name
-            pull = PendingPull(f"pod-{pod.request}", self.now, self.pod_layers[pod.image])
-            self.pending.put(name, pull)
+            self._pulled(pod, node)
+
+    def _pulled(self, pod: _Pod, node: _Node) -> None:
+        """The pod's pull is done: its slot goes to the next queued pull, the pod starts."""
+        pod.pulling = False
+        node.pulls -= 1
+        self.pod_queue_s[pod.request] = pod.began_s - pod.asked_s
+        self.pod_pull_s[pod.request] = self.now - pod.began_s
+        self._started(pod, node)
+        while node.waiting and (
+            not self.cluster.max_parallel_pulls or node.pulls < self.cluster.max_parallel_pulls
+        ):
+            self._begin(node.waiting.popleft(), node)
 
     def _started(self, pod: _Pod, node: _Node) -> None:
         if self.pending is not None:
@@ -382,6 +540,7 @@ class _Simulation:
         entry = node.images[pod.image]
         if not entry.present:
             entry.present = True
+            self.holders[pod.image] += 1
             self.inventory.add_image_name(
                 node.index, self.image_name[pod.image], self.image_size[pod.image]
             )
@@ -394,7 +553,11 @@ class _Simulation:
 
     def _finish(self, pod: _Pod) -> None:
         node = self.nodes[pod.node]
+        pod.ended = True
         node.images[pod.image].in_use -= 1
+        owner = self.workload.owner_of(pod.request)
+        if owner is not None:
+            node.owned[owner] -= 1
         self.free[pod.node] += 1
         self.total_free += 1
         self._drain()
@@ -413,9 +576,6 @@ class _Simulation:
             self._push(at_s, node, node.version)
 
     def _start_job(self, node: _Node, job: _Job) -> None:
-        if self.cluster.serial_pulls and node.active:
-            node.queued.append(job)
-            return
         self._advance(node)
         job.finish_v = node.vtime + job.size_bytes
         heapq.heappush(node.active, (job.finish_v, next(self.seq), job))
@@ -427,8 +587,6 @@ class _Simulation:
         while node.active and node.active[0][0] - node.vtime <= _DONE_EPSILON_BYTES:
             done.append(heapq.heappop(node.active)[2])
         self._reschedule(node)
-        if done and node.queued and not node.active:
-            self._start_job(node, node.queued.popleft())
         for job in done:
             for lid in job.layers:
                 del node.inflight[lid]
@@ -439,7 +597,7 @@ class _Simulation:
             for pod in job.waiters:
                 pod.pending -= 1
                 if pod.pending == 0:
-                    self._started(pod, node)
+                    self._pulled(pod, node)
 
     # -------------------------------------------------------------- eviction
     def _make_room(self, node: _Node, need: int) -> None:
@@ -460,7 +618,9 @@ class _Simulation:
             self.overcommitted += 1
 
     def _evict(self, node: _Node, img: int) -> None:
-        del node.images[img]
+        entry = node.images.pop(img)
+        if entry.present:
+            self.holders[img] -= 1
         self.evicted += 1
         self.inventory.remove_image_name(node.index, self.image_name[img])
         freed = []
@@ -481,7 +641,7 @@ class _Simulation:
     def result(self) -> RunResult:
         wait_s = np.asarray(self.wait_s, dtype=np.float64)
         return RunResult(
-            strategy=self.strategy.name,
+            strategy=self._label(),
             startup_s=wait_s + self.cluster.start_overhead_s,
             wait_s=wait_s,
             bytes_pulled=self.bytes_pulled,
@@ -494,20 +654,31 @@ class _Simulation:
             pod_node=self.pod_node,
             pod_startup_s=self.pod_startup_s,
             pod_bytes=self.pod_bytes,
+            pod_queue_s=self.pod_queue_s,
+            pod_pull_s=self.pod_pull_s,
         )
+
+    def _label(self) -> str:
+        if self.profile is not None:
+            return self.profile.name
+        assert self.strategy is not None
+        return self.strategy.name
 
 
 def simulate(
     corpus: Corpus,
     workload: Workload,
     cluster: ClusterParams,
-    strategy: Strategy,
+    strategy: Strategy | None,
     *,
     seed: int = 0,
     warmup_s: float = 0.0,
     on_progress: Callable[[float], None] | None = None,
+    profile: kube.Profile | None = None,
 ) -> RunResult:
-    """Run ``workload`` on a fresh, empty ``cluster`` scheduled by ``strategy``.
+    """Run ``workload`` on a fresh, empty ``cluster`` scheduled by ``strategy``, alone
+    (ties at random) or, with ``profile``, inside that kube-scheduler profile (the
+    strategy its layer score, None for a profile without one).
 
     Pods arriving before ``warmup_s`` run but are not measured (their caches
     warm the cluster). ``on_progress`` is called with the simulated time now
@@ -517,6 +688,12 @@ def simulate(
         raise InputError("a simulated cluster needs at least one node with one container slot")
     if cluster.eviction not in ("lru", "lfu"):
         raise InputError(f"eviction {cluster.eviction!r} is unknown: choose 'lru' or 'lfu'")
-    sim = _Simulation(corpus, workload, cluster, strategy, seed, warmup_s)
+    if cluster.max_parallel_pulls < 0 or cluster.pull_request_delay_s < 0:
+        raise InputError(
+            "max_parallel_pulls (0: no bound) and pull_request_delay_s must not be negative"
+        )
+    if strategy is None and profile is None:
+        raise InputError("simulate: give a strategy, a kube-scheduler profile, or both")
+    sim = _Simulation(corpus, workload, cluster, strategy, seed, warmup_s, profile)
     sim.run(on_progress)
     return sim.result()

@@ -36,7 +36,7 @@ LAYER_LOCALITY = "layer-locality"
 LAYER_LOCALITY_SPREAD = "layer-locality+spread"
 PULL_TIME = "pull-time"
 #: ``in-flight`` for nodes whose kubelets pull serially (its default), and for nodes that
-#: pull in parallel: run each against a cluster that pulls that way (``serial_pulls``).
+#: pull in parallel: run each against a cluster that pulls that way (``max_parallel_pulls``).
 IN_FLIGHT = "in-flight"
 IN_FLIGHT_PARALLEL = "in-flight+parallel"
 

@@ -21,7 +21,10 @@ The document::
                "lifetime_s": 17.2}, ...]}
 
 :func:`read_trace` checks it and names the field and the fix on bad input;
-:func:`simulate_trace` runs the simulator on it, pod by pod.
+:func:`simulate_trace` runs the simulator on it, pod by pod, as a strategy alone or as a
+kube-scheduler profile places it (:mod:`layersched.sim.kube`), under the kubelets' serial
+or parallel pulls; :func:`simulate_burst` runs the burst case (:class:`BurstParams`: a
+Deployment's replicas of the trace's largest image, created at once) on its nodes.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ from layersched.core.layers import Layer
 from layersched.core.reference import ImageName
 from layersched.sim.corpus import MIB, Corpus, CorpusImage, CorpusParams, generate_corpus
 from layersched.sim.engine import ClusterParams, RunResult, simulate
+from layersched.sim.kube import Profile
 from layersched.sim.settings import build_strategy
 from layersched.sim.workload import Workload, WorkloadParams, generate_workload
 
@@ -444,26 +448,20 @@ def layer_digest(trace_seed: int, label: str) -> str:
     return "sha256:" + hashlib.sha256(text).hexdigest()
 
 
-def simulator_inputs(trace: Trace) -> tuple[Corpus, Workload, ClusterParams]:
-    """The trace as the simulator's corpus, workload and cluster."""
-    corpus_images = tuple(
-        CorpusImage(
-            ImageName(f"replay/{image.name}:v1"),
-            tuple(
-                Layer(layer_digest(trace.seed, label), trace.layers[label].size_bytes)
-                for label in image.layers
-            ),
-        )
-        for image in trace.images
-    )
+def simulator_inputs(
+    trace: Trace,
+    max_parallel_pulls: int | None = None,
+    start_overhead_s: float | None = None,
+    resources: Resources | None = None,
+) -> tuple[Corpus, Workload, ClusterParams]:
+    """The trace as the simulator's corpus, workload and cluster. ``max_parallel_pulls``:
+    the nodes' pull queue (default: the trace's, 1 with ``serial_pulls``, else no bound);
+    ``start_overhead_s``: the fixed start cost (default the trace's); ``resources``: the
+    nodes' allocatable cpu and memory and a pod's requests (default: the slots)."""
+    corpus = _corpus(trace, [image.name for image in trace.images])
     index = {image.name: i for i, image in enumerate(trace.images)}
     counts = np.bincount([index[pod.image] for pod in trace.pods], minlength=len(trace.images))
-    corpus = Corpus(
-        images=corpus_images,
-        popularity=np.asarray(counts / counts.sum(), dtype=np.float64),
-        params=CorpusParams(),
-        seed=trace.seed,
-    )
+    corpus = replace(corpus, popularity=np.asarray(counts / counts.sum(), dtype=np.float64))
     lifetimes = [pod.lifetime_s for pod in trace.pods]
     workload = Workload(
         arrival_s=np.asarray([pod.arrival_s for pod in trace.pods], dtype=np.float64),
@@ -476,50 +474,188 @@ def simulator_inputs(trace: Trace) -> tuple[Corpus, Workload, ClusterParams]:
             max_pod_duration_s=max(lifetimes),
         ),
     )
-    rates = tuple(float(r) for r in trace.cluster.link_rates_bits_per_s)
-    cluster = ClusterParams(
-        nodes=trace.cluster.nodes,
-        containers_per_node=trace.cluster.containers_per_node,
-        store_capacity_bytes=UNBOUNDED_STORE_BYTES,
-        eviction="lru",
-        bandwidth_bits_per_s=(min(rates), max(rates)),
-        node_bandwidth_bits_per_s=rates,
-        start_overhead_s=trace.cluster.start_overhead_s,
-        serial_pulls=trace.cluster.serial_pulls,
+    cluster = _cluster(
+        trace, trace.cluster.containers_per_node, max_parallel_pulls, start_overhead_s, resources
     )
     return corpus, workload, cluster
 
 
 @dataclass(frozen=True, slots=True)
+class Resources:
+    """A node's allocatable cpu and memory and what one pod requests (kube-scheduler's
+    resource scores read them), as the testbed had them (millicores, bytes)."""
+
+    allocatable: tuple[int, int]
+    requests: tuple[int, int]
+
+
+def _corpus(trace: Trace, names: Sequence[str]) -> Corpus:
+    images = tuple(
+        CorpusImage(
+            ImageName(f"replay/{name}:v1"),
+            tuple(
+                Layer(layer_digest(trace.seed, label), trace.layers[label].size_bytes)
+                for label in trace.image(name).layers
+            ),
+        )
+        for name in names
+    )
+    uniform = np.full(len(images), 1.0 / len(images), dtype=np.float64)
+    return Corpus(images=images, popularity=uniform, params=CorpusParams(), seed=trace.seed)
+
+
+def _cluster(
+    trace: Trace,
+    slots: int,
+    max_parallel_pulls: int | None,
+    start_overhead_s: float | None,
+    resources: Resources | None,
+) -> ClusterParams:
+    rates = tuple(float(r) for r in trace.cluster.link_rates_bits_per_s)
+    if max_parallel_pulls is None:
+        max_parallel_pulls = 1 if trace.cluster.serial_pulls else 0
+    return ClusterParams(
+        nodes=trace.cluster.nodes,
+        containers_per_node=slots,
+        store_capacity_bytes=UNBOUNDED_STORE_BYTES,
+        eviction="lru",
+        bandwidth_bits_per_s=(min(rates), max(rates)),
+        node_bandwidth_bits_per_s=rates,
+        start_overhead_s=(
+            trace.cluster.start_overhead_s if start_overhead_s is None else start_overhead_s
+        ),
+        max_parallel_pulls=max_parallel_pulls,
+        node_allocatable=resources.allocatable if resources else None,
+        pod_requests=resources.requests if resources else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class SimulatedPods:
-    """One simulated run of a trace, pod by pod (trace order)."""
+    """One simulated run of a trace (or a burst), pod by pod (trace order): the profile
+    (or strategy) it ran, the tie-break seed, and per pod its node, start-up, bytes its
+    own pull fetched, its pull's wait behind other pulls and the pull itself (NaN: it
+    pulled nothing)."""
 
     strategy: str
     seed: int
     node: tuple[int, ...]
     startup_s: tuple[float, ...]
     bytes_pulled: tuple[int, ...]
+    queue_s: tuple[float, ...] = ()
+    pull_s: tuple[float, ...] = ()
 
 
-def _per_pod(result: RunResult, strategy: str, seed: int) -> SimulatedPods:
+def _per_pod(result: RunResult, label: str, seed: int) -> SimulatedPods:
     return SimulatedPods(
-        strategy=strategy,
+        strategy=label,
         seed=seed,
         node=tuple(int(n) for n in result.pod_node),
         startup_s=tuple(_round(s, 4) for s in result.pod_startup_s),
         bytes_pulled=tuple(int(b) for b in result.pod_bytes),
+        queue_s=tuple(_round(s, 4) for s in result.pod_queue_s),
+        pull_s=tuple(_round(s, 4) for s in result.pod_pull_s),
     )
 
 
+def _run(
+    corpus: Corpus, workload: Workload, cluster: ClusterParams, model: str | Profile, seed: int
+) -> SimulatedPods:
+    """One simulated run: a strategy alone (ties at random) or a kube-scheduler profile."""
+    if isinstance(model, Profile):
+        strategy = build_strategy(model.strategy) if model.strategy else None
+        result = simulate(corpus, workload, cluster, strategy, seed=seed, profile=model)
+        return _per_pod(result, model.name, seed)
+    result = simulate(corpus, workload, cluster, build_strategy(model), seed=seed)
+    return _per_pod(result, model, seed)
+
+
 def simulate_trace(
-    trace: Trace, strategies: Sequence[str], seeds: Sequence[int]
+    trace: Trace,
+    models: Sequence[str | Profile],
+    seeds: Sequence[int],
+    *,
+    max_parallel_pulls: int | None = None,
+    start_overhead_s: float | None = None,
+    resources: Resources | None = None,
 ) -> list[SimulatedPods]:
-    """Simulate ``trace`` once per strategy and tie-break seed (the real schedulers break
-    ties at random too: several seeds give the prediction's spread)."""
-    corpus, workload, cluster = simulator_inputs(trace)
-    runs = []
-    for strategy in strategies:
-        for seed in seeds:
-            result = simulate(corpus, workload, cluster, build_strategy(strategy), seed=seed)
-            runs.append(_per_pod(result, strategy, seed))
-    return runs
+    """Simulate ``trace`` once per model and tie-break seed: a strategy name (the strategy
+    alone, ties at random) or a kube-scheduler :class:`~layersched.sim.kube.Profile`
+    (what a testbed scheduler does). Several seeds give the prediction's spread, for
+    random ties; a profile without an extender ties in node order and gives one answer."""
+    corpus, workload, cluster = simulator_inputs(
+        trace, max_parallel_pulls, start_overhead_s, resources
+    )
+    return [_run(corpus, workload, cluster, model, seed) for model in models for seed in seeds]
+
+
+# ------------------------------------------------------------------ the burst
+
+
+@dataclass(frozen=True, slots=True)
+class BurstParams:
+    """The burst case (issue 42), fixed before any result: a Deployment of ``replicas``
+    pods of one image no node holds, all created at once, on the trace's nodes and links.
+    Each replica requests ``1 / slots_per_node`` of a worker: all of them fit on one node,
+    so that only the schedulers' scores spread them, not the resource filter. The image
+    is the trace's largest (:func:`burst_image`): its pull over the slowest link is the
+    longest any trace pod waits for, so the spread between a fast and a slow placement
+    is widest."""
+
+    replicas: int = 20
+    slots_per_node: int = 20
+
+
+def burst_image(trace: Trace) -> str:
+    """The trace's image of the most bytes (the first such in trace order)."""
+    return max(trace.images, key=lambda image: trace.image_size_bytes(image.name)).name
+
+
+#: The replicas run until the Deployment is deleted: longer than any simulated burst.
+_BURST_LIFETIME_S = 1e9
+
+
+def burst_inputs(
+    trace: Trace,
+    params: BurstParams,
+    max_parallel_pulls: int | None = None,
+    start_overhead_s: float | None = None,
+    resources: Resources | None = None,
+) -> tuple[Corpus, Workload, ClusterParams]:
+    """The burst as the simulator's corpus (its one image), workload (every replica at
+    time 0, one owner) and cluster (the trace's nodes and links, ``slots_per_node``)."""
+    if params.replicas < 1 or params.slots_per_node < 1:
+        raise InputError(
+            f"burst: replicas {params.replicas} and slots {params.slots_per_node} must be "
+            "at least 1"
+        )
+    corpus = _corpus(trace, [burst_image(trace)])
+    workload = Workload(
+        arrival_s=np.zeros(params.replicas, dtype=np.float64),
+        image=np.zeros(params.replicas, dtype=np.int64),
+        pod_duration_s=np.full(params.replicas, _BURST_LIFETIME_S, dtype=np.float64),
+        params=WorkloadParams(rate_per_s=1.0, window_s=1.0),
+        owner=np.zeros(params.replicas, dtype=np.int64),
+    )
+    cluster = _cluster(
+        trace, params.slots_per_node, max_parallel_pulls, start_overhead_s, resources
+    )
+    return corpus, workload, cluster
+
+
+def simulate_burst(
+    trace: Trace,
+    params: BurstParams,
+    models: Sequence[str | Profile],
+    seeds: Sequence[int],
+    *,
+    max_parallel_pulls: int | None = None,
+    start_overhead_s: float | None = None,
+    resources: Resources | None = None,
+) -> list[SimulatedPods]:
+    """Simulate the burst once per model and seed (see :func:`simulate_trace`); a run's
+    time until all are Ready is its largest start-up."""
+    corpus, workload, cluster = burst_inputs(
+        trace, params, max_parallel_pulls, start_overhead_s, resources
+    )
+    return [_run(corpus, workload, cluster, model, seed) for model in models for seed in seeds]

@@ -42,15 +42,24 @@ class WorkloadParams:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """Pod requests in arrival order: when, which corpus image, how long it runs."""
+    """Pod requests in arrival order: when, which corpus image, how long it runs, and
+    which controller owns it, if any (a Deployment's replicas share an owner)."""
 
     arrival_s: FloatArray
     image: IntArray
     pod_duration_s: FloatArray
     params: WorkloadParams
+    #: Each request's owner (any id; negative: none); None: no request has one.
+    owner: IntArray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    def owner_of(self, request: int) -> int | None:
+        """The owner of request ``request``, or None."""
+        if self.owner is None or self.owner[request] < 0:
+            return None
+        return int(self.owner[request])
 
 
 def _arrivals(rng: np.random.Generator, rate_per_s: float, window_s: float) -> FloatArray:

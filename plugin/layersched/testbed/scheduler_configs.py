@@ -39,6 +39,13 @@ LAYER_LOCALITY_PLUGIN_SCHEDULER = "layer-locality-plugin"
 #: The local testbed's fourth process, opt-in (``layersched testbed up --pull-time``):
 #: the default plugins and an extender serving the pull-time strategy.
 PULL_TIME_SCHEDULER = "pull-time"
+#: The replay's plugin arms (``layersched testbed up --replay-arms``), profiles of the
+#: plugin process beside ``layer-locality-plugin``: upstream's default profile plus
+#: LayerLocality as ``layersched.deploy`` renders it for an install (PodTopologySpread's
+#: system defaults on, unlike the batchable ``layer-locality-plugin``), with ImageLocality
+#: and without it.
+REPLAY_PLUGIN_SCHEDULER = "layer-locality-plugin-replay"
+REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER = "layer-locality-plugin-no-imagelocality"
 #: The Ryax fork registers its plugin under this name (``names.ImageLayersLocality``).
 RYAX_PLUGIN_NAME = "ImageLayersLocality"
 #: Upstream's plugin, disabled in the in-tree profile so only layers count.
@@ -142,6 +149,9 @@ class TestbedSchedulers:
     layer_locality: str = LAYER_LOCALITY_SCHEDULER
     plugin: str = LAYER_LOCALITY_PLUGIN_SCHEDULER
     pull_time: str = PULL_TIME_SCHEDULER
+    #: Also the replay's plugin arms (:data:`REPLAY_PLUGIN_SCHEDULER` and
+    #: :data:`REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER`) in the plugin process.
+    replay_arms: bool = False
     #: The plugin's imageQuorum on the testbed: 1, not deploy/'s 2. The seed scenario's
     #: Img1 is held by one node only (P1's) when P1-again is scheduled, and the plugin has
     #: no registry to fall back on as the extender has, so at 2 P1-again would score 0
@@ -161,11 +171,24 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
     and the second extender, serving pull-time, as ``layer-locality`` is built). In the
     seed scenario the default plugins tie at t3 (both candidate nodes are
     empty, identical and hold no image of the pod by name), so the layer score is what
-    separates them."""
+    separates them. With ``spec.replay_arms`` the plugin process also runs the replay's
+    plugin profiles (:func:`replay_plugin_profiles`)."""
     api = scheduler_api_version_for(spec.kubernetes_version)
     extender = ExtenderSpec(
         spec.extender_url, http_timeout_s=spec.extender_timeout_s, node_cache_capable=True
     )
+    plugin_process = batchable(
+        plugin_scheduler_config(
+            # spread off: the testbed's 3-node scenario compares the plugin with
+            # the extender, which runs without --spread there
+            _testbed_plugin_args(spec),
+            spec.plugin,
+            api_version=api,
+            kubernetes_version=spec.kubernetes_version,
+        )
+    )
+    if spec.replay_arms:
+        plugin_process["profiles"] += replay_plugin_profiles(spec, api)
     configs = {
         IMAGE_LOCALITY_SCHEDULER: for_process(
             image_locality_scheduler_config(spec.image_locality, api),
@@ -178,22 +201,7 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             spec.layer_locality_bind,
         ),
         LAYER_LOCALITY_PLUGIN_SCHEDULER: for_process(
-            batchable(
-                plugin_scheduler_config(
-                    # spread off: the testbed's 3-node scenario compares the plugin with
-                    # the extender, which runs without --spread there
-                    PluginArgs(
-                        spread=False,
-                        kubeconfig=spec.kubeconfig,
-                        image_quorum=spec.plugin_image_quorum,
-                    ),
-                    spec.plugin,
-                    api_version=api,
-                    kubernetes_version=spec.kubernetes_version,
-                )
-            ),
-            spec.kubeconfig,
-            spec.plugin_bind,
+            plugin_process, spec.kubeconfig, spec.plugin_bind
         ),
     }
     if spec.pull_time_extender_url is not None:
@@ -208,6 +216,37 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             spec.pull_time_bind,
         )
     return configs
+
+
+def _testbed_plugin_args(spec: TestbedSchedulers) -> PluginArgs:
+    """The LayerLocality args of every testbed profile: spread off, as the testbed's
+    extender runs; the testbed's quorum; the scheduler's kubeconfig."""
+    return PluginArgs(
+        spread=False, kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum
+    )
+
+
+def replay_plugin_profiles(spec: TestbedSchedulers, api_version: str) -> list[dict[str, Any]]:
+    """The replay's plugin arms, as profiles of the plugin process: upstream's default
+    profile plus LayerLocality as an install renders it (PodTopologySpread's system
+    defaults on, so that a Deployment's replicas spread as the default profile spreads
+    them), under :data:`REPLAY_PLUGIN_SCHEDULER`, and the same with ImageLocality
+    disabled under :data:`REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER`."""
+    profiles = []
+    for name, image_locality in (
+        (REPLAY_PLUGIN_SCHEDULER, True),
+        (REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER, False),
+    ):
+        (profile,) = plugin_scheduler_config(
+            _testbed_plugin_args(spec),
+            name,
+            api_version=api_version,
+            kubernetes_version=spec.kubernetes_version,
+        )["profiles"]
+        if not image_locality:
+            profile["plugins"]["score"]["disabled"] = [{"name": IMAGE_LOCALITY_PLUGIN}]
+        profiles.append(profile)
+    return profiles
 
 
 #: The upstream plugin whose system default constraints make every pod unsignable.

@@ -111,6 +111,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "layersched.io/bandwidth-bits-per-s label); make replay asks for it",
     )
     p_up.add_argument(
+        "--replay-arms",
+        action="store_true",
+        help="also run every scheduler make replay compares: pull-time (as --pull-time) and "
+        "the plugin process's replay profiles (the default profile plus LayerLocality, with "
+        "and without ImageLocality); make replay asks for it",
+    )
+    p_up.add_argument(
+        "--parallel-pulls",
+        action="store_true",
+        help="the kubelets pull in parallel (serializeImagePulls: false, "
+        "maxParallelImagePulls: 3); without it they pull one image at a time, the "
+        "kubelet's default. Recorded in the state dir; switching restarts the kubelets",
+    )
+    p_up.add_argument(
         "--runtimes",
         default=None,
         metavar="RUNTIME,...",
@@ -244,6 +258,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--pull-time-extender-url",
         help="the pull-time extender's URL prefix: adds the fourth process, pull-time",
     )
+    p_configs.add_argument(
+        "--replay-arms",
+        action="store_true",
+        help="add the replay's plugin profiles to the plugin process",
+    )
     for process in ("image-locality", "layer-locality", "plugin", "pull-time"):
         p_configs.add_argument(
             f"--{process}-bind",
@@ -315,7 +334,9 @@ def run_up(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         net_base=args.net_base,
         runtimes=default_runtimes() if args.runtimes is None else parse_runtimes(args.runtimes),
-        pull_time=args.pull_time,
+        pull_time=args.pull_time or args.replay_arms,
+        replay_arms=args.replay_arms,
+        parallel_pulls=args.parallel_pulls,
     )
     console = Console(width=terminal_width())
     result = up(settings, console=Console(stderr=True))
@@ -510,6 +531,7 @@ def run_scheduler_configs(args: argparse.Namespace) -> int:
         plugin_bind=args.plugin_bind,
         pull_time_extender_url=args.pull_time_extender_url,
         pull_time_bind=args.pull_time_bind,
+        replay_arms=args.replay_arms,
         **names,
     )
     configs = testbed_scheduler_configs(spec)

@@ -56,6 +56,9 @@ RUNTIMES_ENV = "LAYERSCHED_TESTBED_RUNTIMES"
 #: A node's container runtime: containerd 2.x (``make containerd``, the default) or CRI-O
 #: (``make crio``).
 RUNTIMES = ("containerd", "crio")
+#: ``maxParallelImagePulls`` of a testbed brought up with parallel pulls (issue 42's
+#: setting); the same as playbooks/vars/testbed-local.yml's.
+PARALLEL_IMAGE_PULLS = 3
 
 
 def default_prefix() -> str:
@@ -130,6 +133,13 @@ class TestbedSettings:
     #: Also run the pull-time kube-scheduler and its extender (``make replay``); the
     #: default testbed (the seed scenario's) runs three schedulers.
     pull_time: bool = False
+    #: Also run the replay's other arms (``make replay``: the plugin process's replay
+    #: profiles); implies ``pull_time`` in the CLI.
+    replay_arms: bool = False
+    #: The kubelets pull in parallel (``serializeImagePulls: false``,
+    #: ``maxParallelImagePulls``: :data:`PARALLEL_IMAGE_PULLS`); False: one at a time,
+    #: the kubelet's default.
+    parallel_pulls: bool = False
 
     def check(self) -> None:
         """Raise :class:`TestbedError` on settings the playbook would reject."""
@@ -168,6 +178,8 @@ class TestbedSettings:
             "testbed_net_base": self.net_base,
             "testbed_node_runtimes": list(self.runtimes),
             "testbed_pull_time": self.pull_time,
+            "testbed_replay_arms": self.replay_arms,
+            "testbed_parallel_pulls": self.parallel_pulls,
         }
 
 

@@ -80,6 +80,9 @@ class TestbedNode(msgspec.Struct, frozen=True, kw_only=True):
     kubelet_pidfile: str
     kubelet_log: str
     kubelet_root_dir: str
+    #: The kubelet's pull queue: 1 pulls one image at a time (``serializeImagePulls``,
+    #: its default), more in parallel (``layersched testbed up --parallel-pulls``).
+    max_parallel_image_pulls: int = 1
 
 
 class DaemonInfo(msgspec.Struct, frozen=True, kw_only=True):

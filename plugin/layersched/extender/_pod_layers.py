@@ -5,6 +5,7 @@ the deadline."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Sequence
 
 from layersched.core.layerindex import prefixed_name
@@ -26,7 +27,9 @@ pinned = functools.lru_cache(maxsize=PINNED_CACHE_SIZE)(is_pinned)
 class PodLayers:
     """A :class:`DeadlineResolver` per platform (the default's given, the others' made on
     first use from it, each over its platform's layer source), and a pod's layers
-    through them."""
+    through them; also the status images of nodes without an agent, for the watch's
+    warm-up (a :class:`~layersched.extender._warmup.StatusImages`: the same resolvers,
+    cache and TTLs)."""
 
     def __init__(
         self,
@@ -41,15 +44,36 @@ class PodLayers:
         #: The default platform's key ("" when every node is scored in one platform).
         self.default_key = platforms.default_key if platforms is not None else ""
         self._resolvers: dict[str, DeadlineResolver] = {self.default_key: resolver}
+        # the loop and the warm-up's worker both make resolvers
+        self._lock = threading.Lock()
 
     def resolver(self, key: str) -> DeadlineResolver:
         """The resolver of platform ``key`` (made on first use, like the first's)."""
         resolver = self._resolvers.get(key)
         if resolver is None:
-            assert self.platforms is not None
-            default = self._resolvers[self.default_key]
-            resolver = self._resolvers[key] = default.sibling(self.platforms.source(key))
+            with self._lock:
+                resolver = self._resolvers.get(key)
+                if resolver is None:
+                    assert self.platforms is not None
+                    default = self._resolvers[self.default_key]
+                    resolver = default.sibling(self.platforms.source(key))
+                    self._resolvers[key] = resolver
         return resolver
+
+    def _status_resolver(self, key: str) -> DeadlineResolver:
+        return self.resolver(key if self.platforms is not None else self.default_key)
+
+    def status_layers(self, key: str, names: Sequence[ImageName]) -> tuple[Layer, ...] | None:
+        """On the loop: a status image's layers in platform ``key``, as its own names
+        resolved (the cache only)."""
+        return self._status_resolver(key).cached_names(names)
+
+    def resolve_status(
+        self, key: str, names: Sequence[ImageName]
+    ) -> tuple[tuple[Layer, ...] | None, float | None]:
+        """On the warm-up's worker: a status image's layers in platform ``key``, its names
+        resolved each for itself, and when to look again."""
+        return self._status_resolver(key).resolve_names_now(names)
 
     async def resolve(
         self, key: str, images: Sequence[ImageName], from_inventory: bool

@@ -296,8 +296,10 @@ class Extender:
             if platforms is not None and platforms.enabled and strategy.needs_layers
             else None
         )
-        #: The pod's layers in each platform, and the resolvers behind them.
+        #: The pod's layers in each platform, and the resolvers behind them (which also
+        #: resolve the status images of nodes without an agent, for a watching provider).
         self.pod_layers = PodLayers(resolver, provider, metrics, self.platforms)
+        provider.use_resolvers(self.pod_layers)
         #: What was answered for recent pods (``/debug/decisions``).
         self.decisions = Decisions()
         self._logged_unknown = _LogOnce(MAX_LOGGED_UNKNOWN_NODES)

@@ -42,7 +42,7 @@ from layersched.extender._pools import DEFAULT_MAX_INVENTORY_BYTES, IndexPools
 from layersched.extender._store import Store
 from layersched.extender._timers import TimerHeap
 from layersched.extender._votes import DEFAULT_IMAGE_QUORUM, ImageVotes
-from layersched.extender._warmup import DEFAULT_AGENT_GRACE_S, Warmup
+from layersched.extender._warmup import DEFAULT_AGENT_GRACE_S, StatusImages, Warmup
 from layersched.extender._watch import DEFAULT_UNREADY_AFTER_S, Watch
 from layersched.extender._watch_metrics import WatchMetrics
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient
@@ -91,6 +91,11 @@ class LayerIndexProvider(Protocol):
 
     def held_bytes(self) -> int:
         """Estimated bytes what the provider keeps holds (0: a file, loaded once)."""
+        ...
+
+    def use_resolvers(self, images: StatusImages) -> None:
+        """Resolve nodes' status images through ``images`` (the extender's resolvers, one
+        per platform, and their cache), if the provider resolves any."""
         ...
 
 
@@ -161,6 +166,9 @@ class StaticLayerIndexProvider:
 
     def held_bytes(self) -> int:
         return 0
+
+    def use_resolvers(self, images: StatusImages) -> None:
+        """A file's node images are resolved once, at load, through its source."""
 
     def load(self) -> None:
         if self.path is None:
@@ -249,6 +257,7 @@ class WatchLayerIndexProvider:
             has_layers=lambda name: name in self._store.layers,
             warmed=lambda name: self._post(self._store.refresh, name),
             fetched=self._fetched,
+            key_of=self._key_of,
         )
         store = Store(
             self._pools,
@@ -384,6 +393,18 @@ class WatchLayerIndexProvider:
     def held_bytes(self) -> int:
         """Estimated bytes the watched objects hold (the pools' charge)."""
         return self._pools.held_bytes
+
+    def use_resolvers(self, images: StatusImages) -> None:
+        """Nodes without an agent: their status images through ``images``."""
+        self._warmup.use(images)
+
+    def _key_of(self, name: str) -> str:
+        """The platform key node ``name`` is scored in (read off the loop: one dict
+        lookup, as the parser reads the store's nodes)."""
+        node = self._store.nodes.get(name)
+        if node is None or self.platforms is None:
+            return self.platforms.default_key if self.platforms is not None else ""
+        return node.key
 
     def image_layers(self, image: ImageName, key: str = "") -> tuple[Layer, ...] | None:
         """Layers of pod image ``image`` for platform ``key`` when at least the quorum of

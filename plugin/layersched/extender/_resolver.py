@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -87,6 +88,13 @@ def preferred_name(names: Sequence[ImageName]) -> ImageName:
     """The name to resolve a node image by: a digest reference (immutable, and one
     manifest GET by digest) if kubelet reported one, else the first name."""
     return next((n for n in names if is_pinned(n)), names[0])
+
+
+def preferred_order(names: Sequence[ImageName]) -> list[ImageName]:
+    """A node image's names in the order they are tried: digest references first (kubelet
+    lists them first anyway), then the others as listed."""
+    pinned = [name for name in names if is_pinned(name)]
+    return pinned + [name for name in names if name not in pinned] if pinned else list(names)
 
 
 class _WarningLog:
@@ -370,6 +378,51 @@ class DeadlineResolver:
             return None
         return entry.layers
 
+    def cached_names(self, names: Sequence[ImageName]) -> tuple[Layer, ...] | None:
+        """A node image's layers as cached, never asking the source (the event loop's
+        view): the layers of the first of ``names`` (a digest first) that has an answer
+        of its own, stale or not; None when none has. A name answers only for itself
+        (issue 44): what another name of the image resolved to is never its answer."""
+        if self.local:
+            for name in preferred_order(names):
+                try:
+                    return self.source.resolve(name)
+                except LayerResolutionError:
+                    continue
+            return None
+        layers_of = self.cache.layers_of
+        for name in preferred_order(names):
+            layers = layers_of(name)
+            if layers is not None:
+                return layers
+        return None
+
+    def resolve_names_now(
+        self, names: Sequence[ImageName]
+    ) -> tuple[tuple[Layer, ...] | None, float | None]:
+        """A node image's layers, blocking (the warm-up's worker): each of ``names`` in
+        turn (a digest first) until one has layers of its own, from the cache while its
+        answer is fresh, else through the source now (an expired failure is retried, a
+        stale tag revalidated). Returns (layers or None, seconds until the answer should
+        be looked at again: a tag's TTL, a failure's; None for a digest's, or an offline
+        source's, which never change)."""
+        if self.local:
+            return self.cached_names(names), None
+        now = self.clock()
+        for name in preferred_order(names):
+            entry, stale = self.cache.get(name)
+            if entry is not None and not stale:
+                if entry.layers is None:
+                    continue  # failed recently: retried once its TTL is over
+                return entry.layers, _until(entry.expires_at, now)
+            try:
+                layers = self._resolve_now(name, for_pod=False)
+            except LayerschedError:
+                continue
+            entry, _ = self.cache.get(name)
+            return layers, _until(entry.expires_at, now) if entry is not None else None
+        return None, self.cache.negative_ttl_s
+
     def warm(self, image: ImageName) -> None:
         """Resolve node image ``image`` in the background, behind every pod image."""
         with self._lock:
@@ -454,21 +507,28 @@ class _CachedOnly:
         return self.resolve_names((image,))
 
     def resolve_names(self, names: Sequence[ImageName]) -> tuple[Layer, ...]:
-        """Cached layers under any of ``names``; else warm one name (a digest if any) and fail."""
+        """The cached layers of the first of ``names`` (a digest first) that has an answer
+        of its own; else warm the first name not tried yet and fail. A name answers only
+        for itself: another name's answer is never this one's (issue 44)."""
         if not names:
             raise LayerResolutionError("a node image without names cannot be resolved")
         lookup = self._resolver._lookup
-        failed = False
-        for name in names:
+        untried: ImageName | None = None
+        ordered = preferred_order(names)
+        for name in ordered:
             entry = lookup(name)
-            if entry is not None:
-                if entry.layers is not None:
-                    return entry.layers
-                failed = True
-        preferred = preferred_name(names)
-        if failed:
+            if entry is None:
+                untried = untried or name
+            elif entry.layers is not None:
+                return entry.layers
+        if untried is None:
             raise LayerResolutionError(
-                f"resolving {preferred!r} failed recently; retried after {NEGATIVE_TTL_S:.0f} s"
+                f"resolving {ordered[0]!r} failed recently; retried after {NEGATIVE_TTL_S:.0f} s"
             )
-        self._resolver.warm(preferred)
-        raise LayerResolutionError(f"layers of {preferred!r} are not cached yet (being resolved)")
+        self._resolver.warm(untried)
+        raise LayerResolutionError(f"layers of {untried!r} are not cached yet (being resolved)")
+
+
+def _until(expires_at: float, now: float) -> float | None:
+    """Seconds from ``now`` until ``expires_at`` (at least one), None for never."""
+    return None if expires_at == math.inf else max(1.0, expires_at - now)

@@ -30,11 +30,12 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
 from layersched.core.layers import Layer
+from layersched.core.reference import ImageName
 from layersched.extender._parse import (
     IGNORED_REASONS,
     LAYERS,
@@ -70,7 +71,9 @@ class Worker(Protocol):
 
     def forget(self, name: str, gone: NodeInfo | None) -> None: ...
 
-    def resolved(self, name: str) -> tuple[Layer, ...] | None: ...
+    def resolved(
+        self, node: str, key: str, names: Sequence[ImageName]
+    ) -> tuple[Layer, ...] | None: ...
 
 
 class Store:
@@ -214,7 +217,7 @@ class Store:
         if published is not None:
             images = published.held.node_images
         else:
-            images = tuple(self._resolved_image(image) for image in info.images)
+            images = tuple(self._resolved_image(name, image, key) for image in info.images)
         was = inventory.index_of(name)
         inventory.upsert_node(dataclasses.replace(info, images=images))
         if was is None or self._keys.get(name) != key:
@@ -325,12 +328,13 @@ class Store:
         # a new list object: the extender's memo of platform groups keys on identity
         self.platform_keys = [self._keys.get(n.name, default) for n in inventory.nodes]
 
-    def _resolved_image(self, image: NodeImage) -> NodeImage:
-        """On the loop: a status image with the layers the worker resolved (names only
-        until then: no registry call ever blocks the loop)."""
+    def _resolved_image(self, node: str, image: NodeImage, key: str) -> NodeImage:
+        """On the loop: node ``node``'s status image with the layers its own names resolved
+        to in platform ``key`` (names only until then: no registry call ever blocks the
+        loop)."""
         if image.layers is not None or not image.names:
             return image
-        layers = self._worker.resolved(image.names[0])
+        layers = self._worker.resolved(node, key, image.names)
         return image if layers is None else self._pools.resolved_status(image, layers)
 
 

@@ -9,6 +9,17 @@ publishes within seconds of the node registering, so a node is given
 Node appears ("fetch"). Both jobs run on one daemon thread, each (job, node) queued once,
 and never on the event loop: the store finds their results there
 (:meth:`Warmup.resolved`) and is posted what changed.
+
+**A name answers only for itself** (issue 44). The answers are the resolvers' own
+(:class:`StatusImages`: the extender's per-platform resolvers, their one layer cache and
+its TTLs), looked up name by name: a status image's layers are those of the first of
+its names (a digest first) that resolved *itself*. Before, an answer was kept under an
+image's first name whichever name gave it, and every node listing that first name was
+credited with it: a node listing ``[K, attacker/tiny:1]``, K unresolvable at that moment,
+made an honest node's 1 GB image K one 1-byte layer. A node whose images did not all
+resolve is warmed again once the failures' TTL is over (before, a failure at first sight
+was kept for good), and one whose answers came from tags once those are due for
+revalidation.
 """
 
 from __future__ import annotations
@@ -19,20 +30,19 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from layersched.core.errors import KubeError
-from layersched.core.layerindex import NodeInfo, names_resolver, resolve_node_image
+from layersched.core.layerindex import NodeInfo
 from layersched.core.layers import Layer, LayerSource
+from layersched.core.reference import ImageName
+from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
 from layersched.extender._timers import TimerHeap
 from layersched.kube import KubeClient, node_layers_path
 
 log = logging.getLogger(__name__)
 
-#: Node-image resolutions (nodes without an agent) remembered, by first name.
-MAX_RESOLVED = 50_000
 #: A new node's agent publishes within seconds of the node registering; only a node that
 #: published nothing for this long has its status images resolved through the registry.
 DEFAULT_AGENT_GRACE_S = 60.0
@@ -41,6 +51,42 @@ DEFAULT_AGENT_GRACE_S = 60.0
 WARM = "warm"
 FETCH = "fetch"
 _STOP = "stop"
+#: The deadline of a provider's own resolver (one used without an extender: tools and
+#: tests); the warm-up itself never waits on it, it resolves on its worker.
+OWN_RESOLVER_TIMEOUT_S = 1.0
+
+
+class StatusImages(Protocol):
+    """How the warm-up resolves status images: through the extender's resolvers, one per
+    platform (:class:`~layersched.extender._pod_layers.PodLayers`), their cache and TTLs."""
+
+    def status_layers(self, key: str, names: Sequence[ImageName]) -> tuple[Layer, ...] | None:
+        """On the loop: the layers of the first of ``names`` with an answer of its own in
+        platform ``key``'s cache; None (never a registry call)."""
+        ...
+
+    def resolve_status(
+        self, key: str, names: Sequence[ImageName]
+    ) -> tuple[tuple[Layer, ...] | None, float | None]:
+        """On the worker, blocking: the layers of the first of ``names`` that resolves
+        itself in platform ``key``, and when to look again (seconds; None: never)."""
+        ...
+
+
+class OneResolver:
+    """:class:`StatusImages` through one :class:`DeadlineResolver`, every node in one
+    platform: a provider's own when no extender gave it its resolvers."""
+
+    def __init__(self, resolver: DeadlineResolver) -> None:
+        self.resolver = resolver
+
+    def status_layers(self, key: str, names: Sequence[ImageName]) -> tuple[Layer, ...] | None:
+        return self.resolver.cached_names(names)
+
+    def resolve_status(
+        self, key: str, names: Sequence[ImageName]
+    ) -> tuple[tuple[Layer, ...] | None, float | None]:
+        return self.resolver.resolve_names_now(names)
 
 
 class Warmup:
@@ -57,13 +103,17 @@ class Warmup:
         has_layers: Callable[[str], bool],
         warmed: Callable[[str], None],
         fetched: Callable[[str, Mapping[str, Any], int], None],
+        key_of: Callable[[str], str] = lambda name: "",
     ) -> None:
-        """``has_layers``: whether the store holds the node's object; ``warmed``: some
-        of the node's images were resolved (refresh it); ``fetched``: the node's object,
-        read again, and its JSON's length (parse and apply it)."""
+        """``has_layers``: whether the store holds the node's object; ``warmed``: what the
+        node's images resolve to changed (refresh it); ``fetched``: the node's object,
+        read again, and its JSON's length (parse and apply it); ``key_of``: the platform
+        key the node is scored in."""
         self._kube_factory = kube_factory
         self._source = source
-        self._resolver = names_resolver(source) if source is not None else None
+        #: The resolvers (:meth:`use`), else one of the warm-up's own over ``source``.
+        self._images: StatusImages | None = None
+        self._key_of = key_of
         self._timers = timers
         #: How long a node may go without a NodeLayerInventory before its status images
         #: are resolved through the layer source (its agent is starting, usually).
@@ -75,8 +125,9 @@ class Warmup:
         self._grace_lock = threading.Lock()
         self.first_seen: dict[str, float] = {}
         self.latest: dict[str, NodeInfo] = {}
-        # node-image resolutions (worker thread writes, loop reads)
-        self._resolved: OrderedDict[str, tuple[Layer, ...] | None] = OrderedDict()
+        #: Per node warmed, what its status images resolved to last (hashes of
+        #: their layers): it is refreshed only when that changes. Goes with the node.
+        self._answers: dict[str, tuple[int, ...]] = {}
         #: Node images resolved through the layer source (nodes without an agent).
         self.node_image_resolutions = 0
         self._stop = threading.Event()
@@ -87,15 +138,36 @@ class Warmup:
 
     def tracked(self) -> dict[str, int]:
         with self._grace_lock:
-            return {"first_seen": len(self.first_seen), "latest": len(self.latest)}
+            return {
+                "first_seen": len(self.first_seen),
+                "latest": len(self.latest),
+                "warmed": len(self._answers),
+            }
+
+    def use(self, images: StatusImages) -> None:
+        """Resolve status images through ``images`` (the extender's resolvers)."""
+        self._images = images
+
+    def _status_images(self) -> StatusImages | None:
+        if self._images is None and self._source is not None:
+            own = DeadlineResolver(
+                self._source, timeout_s=OWN_RESOLVER_TIMEOUT_S, workers=DEFAULT_WORKERS
+            )
+            self._images = OneResolver(own)
+        return self._images
 
     def stop(self) -> None:
         self._stop.set()
         self._work.put((_STOP, ""))
 
-    def resolved(self, name: str) -> tuple[Layer, ...] | None:
-        """The layers the worker resolved for the status image first named ``name``."""
-        return self._resolved.get(name)
+    def resolved(self, node: str, key: str, names: Sequence[ImageName]) -> tuple[Layer, ...] | None:
+        """On the loop: the layers a status image of ``names`` has in platform ``key``, as
+        its own names resolved (cached: the worker resolves them); None for a node not
+        warmed yet (within its agent grace, or waiting for the worker)."""
+        images = self._images
+        if images is None or node not in self._answers:
+            return None
+        return images.status_layers(key, names)
 
     def note_node(self, name: str, info: NodeInfo, *, has_layers: bool | None = None) -> None:
         """On the nodes watch thread: remember a node's latest facts, and if it has no
@@ -125,7 +197,9 @@ class Warmup:
             if latest is None or gone is None or latest is gone:
                 self.latest.pop(name, None)
                 self.first_seen.pop(name, None)
+                self._answers.pop(name, None)
         self._timers.cancel(("grace", name))
+        self._timers.cancel(("again", name))
 
     def want(self, job: str, name: str) -> None:
         """Queue ``job`` (:data:`WARM`: resolve the node's status images; :data:`FETCH`:
@@ -160,31 +234,39 @@ class Warmup:
 
     def warm(self, name: str) -> bool:
         """On the worker: resolve the status images of a node without published layers
-        through the layer source (the registry), so the loop finds them resolved. True
-        when some of its images have layers (the node is then refreshed)."""
+        through the resolvers (their cache first), name by name, so the loop finds them
+        resolved; come back once a failure's TTL is over (or a tag's). True when what
+        its images resolve to changed (the node is then refreshed)."""
         with self._grace_lock:
             info = self.latest.get(name)
             first_s = self.first_seen.get(name)
-        if self._source is None or info is None or first_s is None or self._has_layers(name):
+        images = self._status_images()
+        if images is None or info is None or first_s is None or self._has_layers(name):
             return False
         if time.monotonic() - first_s < self.agent_grace_s:
             return False  # its grace timer comes back for it
-        fresh = False
+        key = self._key_of(name)
+        answers: list[int] = []
+        again_s: float | None = None
         for image in info.images:
             if image.layers is not None or not image.names:
                 continue
-            if image.names[0] not in self._resolved:
-                layers, warning = resolve_node_image(image, self._source, self._resolver)
-                self.node_image_resolutions += 1
-                if warning is not None:
-                    log.warning(warning)
-                self._resolved[image.names[0]] = layers
-            # resolved now or for another node: this node may have been refreshed before
-            # (its images names only), and nothing else would refresh it
-            fresh = fresh or self._resolved.get(image.names[0]) is not None
-        while len(self._resolved) > MAX_RESOLVED:
-            self._resolved.popitem(last=False)
-        return fresh
+            layers, image_again_s = images.resolve_status(key, image.names)
+            self.node_image_resolutions += 1
+            answers.append(hash(layers) if layers is not None else 0)
+            if image_again_s is not None:
+                again_s = image_again_s if again_s is None else min(again_s, image_again_s)
+        if again_s is not None:
+            again = functools.partial(self.want, WARM, name)
+            self._timers.schedule(("again", name), time.monotonic() + again_s, again)
+        answered = tuple(answers)
+        with self._grace_lock:
+            if name not in self.latest:
+                return False  # gone meanwhile: nothing of it is kept
+            before = self._answers.get(name)
+            self._answers[name] = answered
+        # refreshed when the answers changed (the first time: when any image has layers)
+        return answered != before and (before is not None or any(answered))
 
     def _fetch(self, name: str) -> None:
         """On the worker: read the object of a node that just appeared, ignored earlier

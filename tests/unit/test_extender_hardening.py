@@ -410,8 +410,11 @@ ARM_LABELS = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64"}
         (None, None, "linux/amd64"),
         # garbage is the default, not a new platform
         ({"kubernetes.io/os": "linux", "kubernetes.io/arch": "ARM 64!"}, None, "linux/amd64"),
+        # well formed but no known pair (issue 44): the default too
+        ({"kubernetes.io/os": "linux", "kubernetes.io/arch": "a7"}, None, "linux/amd64"),
+        ({"kubernetes.io/os": "plan9", "kubernetes.io/arch": "amd64"}, None, "linux/amd64"),
     ],
-    ids=["labels", "node-info", "alias", "unknown", "garbage"],
+    ids=["labels", "node-info", "alias", "unknown", "garbage", "made-up-arch", "made-up-os"],
 )
 def test_a_nodes_platform(
     labels: dict[str, str] | None, info: dict[str, str] | None, key: str
@@ -424,25 +427,66 @@ def test_a_nodes_platform(
 
     platforms = Platforms(DEFAULT_PLATFORM, StaticLayerSource({}), factory)
     assert platforms.key(_wire_node(labels, info)) == key
-    assert platforms.key(_wire_node(labels, info)) == key  # remembered: made once
-    assert made == ([] if key == "linux/amd64" else [key])
+    assert platforms.key(_wire_node(labels, info)) == key  # remembered
+    assert made == []  # what one node reports makes no source
 
 
-def test_platforms_are_bounded() -> None:
-    # requests name platforms: past MAX_PLATFORMS, further ones score in the default
+def _labelled(name: str, arch: str) -> dict[str, Any]:
+    labels = {"kubernetes.io/os": "linux", "kubernetes.io/arch": arch}
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def test_one_kubelet_cannot_claim_the_platform_slots() -> None:
+    # issue 44: one kubelet cycled its arch label through made-up values, each request a
+    # new platform, until every slot was taken for good; two real arm64 nodes added
+    # later were scored as amd64. Now a made-up pair is the default, and a known one
+    # gets a source only while two nodes report it
     made: list[str] = []
+    arm_source = _MovingRegistry({"app:1": (L4,)})
 
-    def factory(platform: Platform) -> StaticLayerSource:
+    def factory(platform: Platform) -> _MovingRegistry:
         made.append(str(platform))
-        return StaticLayerSource({})
+        return arm_source if str(platform) == "linux/arm64" else _MovingRegistry({})
 
-    platforms = Platforms(DEFAULT_PLATFORM, StaticLayerSource({}), factory)
-    keys = [
-        platforms.key(_wire_node({"kubernetes.io/os": "linux", "kubernetes.io/arch": f"a{k}"}))
-        for k in range(MAX_PLATFORMS + 5)
-    ]
-    assert len(made) == MAX_PLATFORMS - 1  # the default has its source already
-    assert keys[-1] == "linux/amd64"
+    amd_source = _MovingRegistry({"app:1": (L1, L2, L3)})
+    platforms = Platforms(DEFAULT_PLATFORM, amd_source, factory)
+    provider = StaticLayerIndexProvider(None, None)
+    provider.load()
+    extender = make_extender(
+        get_strategy("layer-locality"),
+        amd_source,
+        provider,
+        resolve_timeout_s=WARM_TIMEOUT_S,
+        platforms=platforms,
+    )
+    arches = [f"a{k}" for k in range(MAX_PLATFORMS + 5)] + ["s390x", "ppc64le", "riscv64"]
+
+    async def scenario(call: Call) -> None:
+        for arch in arches:  # the kubelet's label, one request each
+            nodes = {"items": [{"metadata": {"name": "amd"}}, _labelled("evil", arch)]}
+            await _assert_scores(call, {"Pod": _pod("app:1"), "Nodes": nodes}, [0, 0])
+        assert made == []
+        # two real arm64 nodes: app:1 is L4 there, which arm-1's node image holds
+        arm = [_labelled("arm-1", "arm64"), _labelled("arm-2", "arm64")]
+        arm[0]["status"] = {"images": [{"names": ["app:1"], "sizeBytes": 10 * MB}]}
+        nodes = {"items": [{"metadata": {"name": "amd"}}, *arm]}
+        body = {"Pod": _pod("app:1"), "Nodes": nodes}
+
+        @tenacity.retry(
+            stop=tenacity.stop_after_delay(WARM_TIMEOUT_S),
+            wait=tenacity.wait_fixed(0.05),
+            reraise=True,
+        )
+        async def scored_in_arm64() -> None:
+            await _assert_scores(call, body, [0, 10, 0])
+
+        await scored_in_arm64()
+        assert made == ["linux/arm64"]
+
+    try:
+        _serve(extender, scenario)
+    finally:
+        extender.close()
 
 
 def test_pull_time_compares_nodes_across_platforms(tmp_path: Any) -> None:
@@ -451,7 +495,7 @@ def test_pull_time_compares_nodes_across_platforms(tmp_path: Any) -> None:
     # at the default 1e8 bit/s: 90 MiB * 8 / 1e8 + 1 = 8.55 s. "arm" holds nothing
     # either: 10 MiB * 8 / 1e8 + 1 = 1.84 s, the fastest: 100 -> 10.
     # amd: floor(100 * 1.8389 / 8.5498) = 21 -> 2. (Scored per platform alone, each
-    # would be its group's fastest: 10 and 10.)
+    # would be its group's fastest: 10 and 10.) arm-2 is arm's twin.
     amd_source = _MovingRegistry({"app:1": (L1, L2, L3)})
     platforms = Platforms(DEFAULT_PLATFORM, amd_source, lambda _: _MovingRegistry({"app:1": (L4,)}))
     provider = StaticLayerIndexProvider(None, None)
@@ -467,12 +511,14 @@ def test_pull_time_compares_nodes_across_platforms(tmp_path: Any) -> None:
         "items": [
             {"metadata": {"name": "amd"}},
             {"metadata": {"name": "arm", "labels": ARM_LABELS}},
+            # a platform is scored in its own only when two nodes report it (issue 44)
+            {"metadata": {"name": "arm-2", "labels": ARM_LABELS}},
         ]
     }
     body = {"Pod": _pod("app:1"), "Nodes": nodes}
 
     async def scenario(call: Call) -> None:
-        await _assert_scores(call, body, [2, 10])
+        await _assert_scores(call, body, [2, 10, 10])
 
     try:
         _serve(extender, scenario)

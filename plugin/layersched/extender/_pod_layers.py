@@ -48,17 +48,31 @@ class PodLayers:
         self._lock = threading.Lock()
 
     def resolver(self, key: str) -> DeadlineResolver:
-        """The resolver of platform ``key`` (made on first use, like the first's)."""
+        """The resolver of platform ``key`` (made on first use, like the first's); the
+        default's for a platform without a source of its own (dropped meanwhile)."""
         resolver = self._resolvers.get(key)
         if resolver is None:
             with self._lock:
                 resolver = self._resolvers.get(key)
                 if resolver is None:
-                    assert self.platforms is not None
                     default = self._resolvers[self.default_key]
+                    if self.platforms is None or key not in self.platforms.active():
+                        return default
                     resolver = default.sibling(self.platforms.source(key))
                     self._resolvers[key] = resolver
         return resolver
+
+    def sweep(self) -> None:
+        """Drop the resolvers (their workers, their cached answers) of the platforms no
+        longer reported by two nodes (issue 44: a platform's slot is never held for
+        good)."""
+        if self.platforms is None:
+            return
+        for key in self.platforms.dropped():
+            with self._lock:
+                resolver = self._resolvers.pop(key, None)
+            if resolver is not None:
+                resolver.close(forget=True)
 
     def _status_resolver(self, key: str) -> DeadlineResolver:
         return self.resolver(key if self.platforms is not None else self.default_key)

@@ -337,6 +337,8 @@ class Extender:
             raise InputError(_NO_POD)
         pod = pod_images(args.Pod, f"pod {pod_name(args.Pod.metadata)!r}")
         nodes = self._nodes(args)
+        if self.platforms is not None:
+            self.pod_layers.sweep()  # platforms no longer reported by two nodes
         if nodes is None:
             assert args.NodeNames is not None
             return self._neutral(args.NodeNames, "not_ready", pod), "not_ready", None
@@ -365,7 +367,9 @@ class Extender:
             items = args.Nodes.items or []
             node_keys = None
             if self.platforms is not None:
-                node_keys = [self.platforms.key(node) for node in items]
+                # each node's own platform when two of the request's nodes report it
+                key = self.platforms.key
+                node_keys = self.platforms.effective_keys([key(node) for node in items])
             names = [node.metadata.name for node in items]
             return names, None, node_keys, np.arange(len(names), dtype=np.int64), []
         if args.NodeNames is None:

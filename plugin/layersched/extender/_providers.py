@@ -185,12 +185,18 @@ class StaticLayerIndexProvider:
             source = PlatformSource(platforms.source, platforms.default_key)
         builder = LayerIndexBuilder(source)
         keys: list[str] = []
-        for i, node in enumerate(decode_node_list(data, path)):
-            key = None
-            if platforms is not None:
+        if platforms is not None:
+            # a first pass for the platforms alone (the file is decoded node by node): a
+            # platform two of its nodes report gets its source; a lone node of another
+            # platform is scored in the default one
+            for node in decode_node_list(data, path):
                 keys.append(platforms.key(node))
-                key = keys[-1] if keys[-1] != platforms.default_key else None
-            add_node_object(builder, node, f"{path}: items[{i}]", platform_key=key)
+                platforms.note(None, keys[-1])
+            keys = [platforms.effective(key) for key in keys]
+        for i, node in enumerate(decode_node_list(data, path)):
+            own = keys[i] if keys else None
+            platform_key = own if platforms is not None and own != platforms.default_key else None
+            add_node_object(builder, node, f"{path}: items[{i}]", platform_key=platform_key)
         del data
         inventory = builder.build()
         inventory.index_layers()
@@ -404,7 +410,7 @@ class WatchLayerIndexProvider:
         node = self._store.nodes.get(name)
         if node is None or self.platforms is None:
             return self.platforms.default_key if self.platforms is not None else ""
-        return node.key
+        return self.platforms.effective(node.key)
 
     def image_layers(self, image: ImageName, key: str = "") -> tuple[Layer, ...] | None:
         """Layers of pod image ``image`` for platform ``key`` when at least the quorum of

@@ -118,6 +118,8 @@ class Store:
         self.expired = 0
         #: Called on the loop after a node's entry changed (tests and metrics hook in).
         self.on_change: Callable[[str], None] | None = None
+        #: A platform got or lost its source: every node's key is read again.
+        self._rekey = False
 
     def tracked(self) -> dict[str, int]:
         """How many entries each piece of per-node state holds."""
@@ -252,6 +254,11 @@ class Store:
     def _apply_node(self, name: str, parsed: ParsedNode | None) -> None:
         old = self.nodes.pop(name, None)
         dropped: HeldLayers | None = None
+        platforms = self._platforms
+        if platforms is not None and platforms.note(
+            old.key if old is not None else None, parsed.key if parsed is not None else None
+        ):
+            self._rekey = True  # a platform got or lost its source: every node's key
         if parsed is not None:
             self.nodes[name] = parsed
             if old is None and name in self.orphans:
@@ -266,6 +273,9 @@ class Store:
             self._timers.cancel(("expire", name))
         self._pools.expected_nodes = max(1, len(self.nodes))
         self.refresh(name)
+        if self._rekey:
+            self._rekey = False
+            self._reindex_keys()
         if old is not None:
             self._pools.release(old.held)
         if dropped is not None:
@@ -325,8 +335,9 @@ class Store:
             self.platform_keys = None
             return
         default = self._platforms.default_key
+        effective = self._platforms.effective  # a node reported alone: the default's
         # a new list object: the extender's memo of platform groups keys on identity
-        self.platform_keys = [self._keys.get(n.name, default) for n in inventory.nodes]
+        self.platform_keys = [effective(self._keys.get(n.name, default)) for n in inventory.nodes]
 
     def _resolved_image(self, node: str, image: NodeImage, key: str) -> NodeImage:
         """On the loop: node ``node``'s status image with the layers its own names resolved

@@ -11,7 +11,7 @@ ifdef RESULTS
 export LAYERSCHED_RESULTS := $(RESULTS)
 endif
 
-.PHONY: help venv kubernetes containerd tools crio crio-live lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf live-minors replay testbed testbed-down simulate figures proto clean
+.PHONY: help venv kubernetes containerd tools images crio crio-live lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf live-minors replay testbed testbed-down simulate figures proto clean
 
 help: ## List the targets, what they write and how long they last took
 	@python3 scripts/help.py
@@ -26,6 +26,9 @@ kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the r
 
 tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (plugin/layersched/go-tools.yml; cold: minutes; cached: seconds)
 	@$(PY) scripts/go_tools.py
+
+images: venv ## The release's images, built without Docker: layersched and layersched's kube-scheduler for 1.35, 1.36, 1.37, each for amd64 and arm64 in one multi-arch OCI index (kube-scheduler cross-compiled with CGO_ENABLED=0, cached by build ID and arch; OCI layouts and images.json under the cache; IMAGES_ARGS='--minor 37 --arch amd64' narrows it; not in CI: cold, six kube-scheduler compiles of minutes each; cached, seconds)
+	@$(PY) scripts/images.py $(IMAGES_ARGS)
 
 crio: venv ## Build (or find cached) CRI-O from its Go module, cgo off (plugin/layersched/crio-build.yml; not in CI: the testbed's CRI-O nodes and make crio-live need it)
 	@$(PY) scripts/go_tools.py --crio

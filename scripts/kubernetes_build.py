@@ -7,8 +7,13 @@ Go module and build caches live under ``$LAYERSCHED_CACHE_DIR/go``, outside the
 repository. With every binary there and stamped with the build ID nothing runs; a changed
 plugin recompiles only what changed (warm: well under a minute). With ``--minor 1.35``
 it builds that older minor's ``minor_binaries`` from its module under ``minors/``
-(``make live-minors``), under that minor's own build ID. Prints a line per binary
-with its duration; a failure names the binary and ends with the compiler's last lines.
+(``make live-minors``), under that minor's own build ID. With ``--arch amd64|arm64`` it
+compiles ``--binary`` (default: kube-scheduler, the images' one binary) for
+``linux/<arch>`` into the build's ``linux-<arch>/`` (``GOARCH``, cgo off: a static
+binary; without a VCS stamp, so that it is a function of the build ID and the
+architecture only; the host's own architecture is a relink from Go's build cache), for
+``make images``. Prints a line per binary with its duration; a failure names
+the binary and ends with the compiler's last lines.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 
 from layersched.builds import (
     BUILD_STAMP,
+    IMAGE_ARCHES,
     KubernetesBuild,
     cache_root,
     find_go,
@@ -83,6 +89,47 @@ def build_all(build: KubernetesBuild) -> int:
     return 0
 
 
+#: What ``--arch`` builds unless ``--binary`` says: the images' one Go binary.
+IMAGE_BINARY = "kube-scheduler"
+
+
+def build_platform(build: KubernetesBuild, name: str, arch: str) -> int:
+    """Binary ``name`` of ``build`` for ``linux/<arch>`` into its cache path
+    (:meth:`KubernetesBuild.platform_binary`), unless it is there."""
+    target = build.platform_binary(name, arch)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{name}.partial")
+    with (target.parent / LOCK).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():
+            print(f"{name} {build.version} linux/{arch}: cached in {target.parent}")
+            return 0
+        began = time.monotonic()
+        go, go_version = find_go(build.go_version_needed())
+        print(
+            f"{name} {build.version} for linux/{arch}, build {build.build_id}, {go_version}, "
+            f"into {target.parent}",
+            flush=True,
+        )
+        env = {**build.go_env(), "GOOS": "linux", "GOARCH": arch}
+        # no VCS stamp: the binary is a function of the build ID (release and sources)
+        # and the architecture, whichever commit builds it, as its cache path says
+        argv = [go, "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags(build)]
+        argv += ["-o", str(partial), build.main_package(name)]
+        done = subprocess.run(
+            argv, cwd=build.directory(), env=env, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).splitlines()[-TAIL_LINES:])
+            where = f"go build in {build.directory()}"
+            print(f"building {name} for linux/{arch} failed ({where}):\n{tail}", file=sys.stderr)
+            partial.unlink(missing_ok=True)
+            return 1
+        partial.replace(target)
+        print(f"  {name} linux/{arch}: {time.monotonic() - began:.0f} s", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -91,14 +138,35 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="build this older minor (1.35) from its module under minors/ instead; repeatable",
     )
+    parser.add_argument(
+        "--arch",
+        action="append",
+        choices=IMAGE_ARCHES,
+        default=[],
+        help="cross-compile --binary for linux/ARCH instead (repeatable)",
+    )
+    parser.add_argument(
+        "--binary",
+        action="append",
+        default=[],
+        help=f"with --arch: the binary to build (repeatable; default: {IMAGE_BINARY})",
+    )
     args = parser.parse_args(argv)
+    if args.binary and not args.arch:
+        parser.error("--binary goes with --arch (without it every binary is built)")
     try:
         builds = [kubernetes_build(m) for m in args.minor] or [kubernetes_build()]
         print(f"cache root: {cache_root()}")
         for build in builds:
-            status = build_all(build)
-            if status != 0:
-                return status
+            if not args.arch:
+                status = build_all(build)
+                if status != 0:
+                    return status
+            for arch in args.arch:
+                for name in args.binary or [IMAGE_BINARY]:
+                    status = build_platform(build, name, arch)
+                    if status != 0:
+                        return status
         return 0
     except LayerschedError as err:
         print(f"make kubernetes: {err}", file=sys.stderr)

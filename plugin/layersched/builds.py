@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -83,8 +84,34 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Hex digits of the module's hash in the build ID.
 PLUGIN_HASH_CHARS = 12
 GO_SOURCE_SUFFIX = ".go"
+#: The architectures layersched's images are built for (Go's GOARCH names, as OCI
+#: platforms name them too): every cloud's x86 and Arm nodes (Graviton, Ampere, Axion).
+IMAGE_ARCHES = ("amd64", "arm64")
+#: ``platform.machine()`` of the hosts that build them, as Go names the architecture.
+_MACHINE_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+#: A cross-compiled binary's directory in a build's cache dir: ``linux-<arch>``.
+PLATFORM_DIR_PREFIX = "linux-"
 GO_TEST_SUFFIX = "_test.go"
 GO_TESTDATA = "testdata"
+
+
+def host_arch() -> str:
+    """This machine's architecture as Go and OCI name it (``amd64``, ``arm64``)."""
+    machine = platform.machine()
+    try:
+        return _MACHINE_ARCH[machine.lower()]
+    except KeyError:
+        raise InputError(
+            f"this machine's architecture {machine!r} is none of layersched's image "
+            f"architectures ({', '.join(IMAGE_ARCHES)}): build on an x86-64 or Arm64 host"
+        ) from None
+
+
+def check_arch(arch: str, what: str = "--arch") -> str:
+    """``arch`` when it is one of :data:`IMAGE_ARCHES`; else an InputError naming them."""
+    if arch not in IMAGE_ARCHES:
+        raise InputError(f"{what} {arch!r}: choose {' or '.join(IMAGE_ARCHES)}")
+    return arch
 
 
 def cache_root() -> Path:
@@ -222,6 +249,27 @@ class KubernetesBuild:
     def binary(self, name: str, root: Path | None = None) -> Path:
         """The path of binary ``name`` (``kube-scheduler``, ``kubectl``, ``pause`` …)."""
         return self.bin_dir(root) / name
+
+    def platform_binary(self, name: str, arch: str, root: Path | None = None) -> Path:
+        """Binary ``name`` compiled for ``linux/<arch>`` (``GOARCH``, cgo off), the images'
+        input: ``<cache dir>/linux-<arch>/<name>``, keyed like :meth:`bin_dir` by the build
+        ID and by the architecture. Written under a temporary name and renamed, so a file
+        there is a whole build (``scripts/kubernetes_build.py --arch``)."""
+        return self.cache_dir(root) / f"{PLATFORM_DIR_PREFIX}{check_arch(arch)}" / name
+
+    def require_platform(self, name: str, arch: str, root: Path | None = None) -> Path:
+        """:meth:`platform_binary` once built; else an InputError saying how to build it."""
+        path = self.platform_binary(name, arch, root)
+        if not path.is_file():
+            older = Path(self.module).parent.name == GO_MINORS
+            minor = f" --minor {Path(self.module).name}" if older else ""
+            raise InputError(
+                f"{name} of Kubernetes {self.version} for linux/{arch} (build {self.build_id}) "
+                f"is not built: {path} missing: run `.venv/bin/python scripts/kubernetes_build.py "
+                f"--arch {arch} --binary {name}{minor}` or `make images` (caches under "
+                f"{self.cache_dir(root).parent}; {CACHE_DIR_ENV} moves it)"
+            )
+        return path
 
     def stamped(self, root: Path | None = None) -> bool:
         """The bin dir's stamp names this build (written once every binary was built)."""

@@ -8,6 +8,7 @@ The live install, upgrade, rollback and uninstall: tests/e2e/test_helm_install.p
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from dataclasses import dataclass, field
@@ -21,13 +22,18 @@ from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
 from layersched.deploy import (
     CHART_DIR,
+    CONFIG_CHECKSUM_ANNOTATION,
     K3S_CONTAINERD_SOCKET,
+    PUBLISHED_KUBE_SCHEDULER,
     RUNTIME_CRIO,
     SCHEDULER_PLUGIN,
+    EgressPeer,
+    EgressSpec,
     ImageRef,
     StackSpec,
     base_tree,
     chart_values,
+    default_published,
     parse_kubernetes_version,
     upstream_kube_scheduler,
     write_tree,
@@ -92,6 +98,19 @@ class Case:
     #: helm's --kube-version (the cluster's, for kubernetesVersion "")
     kube_version: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the plugin's images by minor, as a release's record writes them into the values
+    plugin_digests: dict[int, str] = field(default_factory=dict)
+
+    def kube_scheduler(self) -> ImageRef:
+        """What the chart picks: upstream's for the extender; for the plugin, the minor's
+        published build, by digest when the values carry one."""
+        version = parse_kubernetes_version(self.spec.kubernetes_version)
+        if self.spec.scheduler != SCHEDULER_PLUGIN:
+            return upstream_kube_scheduler(version)
+        digest = self.plugin_digests.get(version.minor)
+        if digest is not None:
+            return ImageRef(PUBLISHED_KUBE_SCHEDULER, digest=digest)
+        return default_published().plugin_image(version.minor).ref
 
 
 CASES = {
@@ -119,6 +138,21 @@ CASES = {
     ),
     # no kubernetesVersion: the cluster's (helm's --kube-version stands for it)
     "cluster-version": Case(StackSpec().for_version("v1.33.5"), kube_version="v1.33.5"),
+    # the API server's addresses and an internal registry narrow the scheduler's egress
+    "1.37-egress": Case(
+        StackSpec(
+            egress=EgressSpec(
+                (EgressPeer("10.0.0.5/32", 6443), EgressPeer("10.96.0.1/32", 443)),
+                (EgressPeer("10.1.0.0/24", 5000), EgressPeer("fd00::7/128", 5000)),
+            )
+        ).for_version("1.37")
+    ),
+    # the plugin on the cluster's minor, by the digest a release's record wrote
+    "plugin-by-digest-cluster-version": Case(
+        StackSpec(scheduler=SCHEDULER_PLUGIN).for_version("v1.35.2"),
+        kube_version="v1.35.2",
+        plugin_digests={35: "sha256:" + "5" * 64, 37: "sha256:" + "7" * 64},
+    ),
 }
 
 
@@ -128,6 +162,8 @@ def _values(case: Case) -> dict[str, Any]:
     values = chart_values(case.spec, image=image)
     if case.kube_version is not None:
         values["kubernetesVersion"] = ""
+    for minor, digest in case.plugin_digests.items():
+        values["kubeScheduler"]["plugin"]["images"][f"1.{minor}"]["digest"] = digest
     return values
 
 
@@ -136,11 +172,7 @@ def test_helm_template_is_the_rendered_tree(
     name: str, helm: list[str], kubectl: Path, tmp_path: Path
 ) -> None:
     case = CASES[name]
-    version = parse_kubernetes_version(case.spec.kubernetes_version)
-    write_tree(
-        tmp_path / "tree",
-        base_tree(case.spec, case.image, upstream_kube_scheduler(version)),
-    )
+    write_tree(tmp_path / "tree", base_tree(case.spec, case.image, case.kube_scheduler()))
     built = _run([str(kubectl), "kustomize", str(tmp_path / "tree")])
     assert built.returncode == 0, built.stderr
     tree = _by_key(_objects(built.stdout))
@@ -181,11 +213,54 @@ def test_helm_lint(helm: list[str]) -> None:
             ["--set", "scheduler=plugin", "--set", "kubernetesVersion=1.34"],
             "the LayerLocality plugin is built for kube-scheduler 1.35 and newer",
         ),
+        # a minor without a published build (values whose list drops 1.36: helm deletes a
+        # key set to null): named, with what to do instead
+        (
+            ["--set", "scheduler=plugin", "--set", "kubernetesVersion=1.36",
+             "--set-json", 'kubeScheduler.plugin.images={"1.36":null}'],
+            "layersched publishes its kube-scheduler (with the LayerLocality plugin) for 1.35, "
+            "1.37 only (kubeScheduler.plugin.images); set kubeScheduler.image to a build of "
+            "your own for 1.36, or use scheduler: extender",
+        ),
+        # NetworkPolicy's ipBlock needs a prefix: the schema says so before the API does
+        (["--set-json", 'egress.apiServer=[{"cidr":"10.0.0.5","port":6443}]'],
+         "/egress/apiServer/0/cidr"),
     ],
-    ids=["weight", "runtime", "strategy", "old-minor", "plugin-before-1.35"],
-)
+    ids=["weight", "runtime", "strategy", "old-minor", "plugin-before-1.35",
+         "plugin-minor-unpublished", "cidr-without-prefix"],
+)  # fmt: skip
 def test_bad_values_are_refused_by_name(helm: list[str], values: list[str], message: str) -> None:
     done = _run([*helm, "template", "layersched", str(CHART), "--kube-version", "1.37.2",
                  *values])  # fmt: skip
     assert done.returncode != 0
     assert message in done.stderr, done.stderr
+
+
+def _rendered(helm: list[str], *values: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    done = _run([*helm, "template", "layersched", str(CHART), "--kube-version", "1.37.2",
+                 *values])  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return _by_key(_objects(done.stdout))
+
+
+def test_a_weight_change_changes_the_pod_template(helm: list[str]) -> None:
+    # the annotation hashes the ConfigMap's text as helm rendered it: an upgrade that
+    # changes the weight (or the quorum) rolls the scheduler by itself
+    key = ("Deployment", "layersched", "layer-locality")
+    config_key = ("ConfigMap", "layersched", "layer-locality-config")
+    for scheduler in ("extender", "plugin"):
+        before = _rendered(helm, "--set", f"scheduler={scheduler}")
+        after = _rendered(helm, "--set", f"scheduler={scheduler}", "--set", "weight=5")
+        checksums = []
+        for objects in (before, after):
+            template = objects[key]["spec"]["template"]["metadata"]
+            text = objects[config_key]["data"]["scheduler-config.yaml"]
+            checksum = template["annotations"][CONFIG_CHECKSUM_ANNOTATION]
+            assert checksum == hashlib.sha256(text.encode()).hexdigest()
+            checksums.append(checksum)
+        assert checksums[0] != checksums[1], scheduler
+        # a value the config does not hold leaves the template alone
+        cpu = _rendered(helm, "--set", f"scheduler={scheduler}",
+                        "--set", "resources.agent.requests.cpu=30m")  # fmt: skip
+        template = cpu[key]["spec"]["template"]["metadata"]["annotations"]
+        assert template[CONFIG_CHECKSUM_ANNOTATION] == checksums[0]

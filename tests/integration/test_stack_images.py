@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 
 from layersched import __version__
-from layersched.builds import kubernetes_build
+from layersched.builds import find_go, kubernetes_build
 from layersched.core.errors import InputError
 from layersched.images.build import (
     LAYERSCHED_BIN,
     REPO_ROOT,
     SITE_PACKAGES,
     build_kube_scheduler_image,
+    build_kube_scheduler_index,
     build_layersched_image,
     unpack,
 )
@@ -125,19 +126,39 @@ def test_contents_run_as_the_images_user(layersched_image: Any, tmp_path: Path) 
 
 
 def test_kube_scheduler_image(tmp_path: Path) -> None:
+    # CI's kube-scheduler image: 1.37's, for amd64, from the binary make kubernetes built
     build = kubernetes_build()
     try:
         kube_scheduler = build.require("kube-scheduler") / "kube-scheduler"
     except InputError as err:
         prereq.missing(str(err))
-    image = build_kube_scheduler_image(kube_scheduler, build.version)
+    image = build_kube_scheduler_image(kube_scheduler, build.version, "amd64")
     assert build_kube_scheduler_image(kube_scheduler, build.version).digest == image.digest
-    config = json.loads(image.config_bytes)["config"]
-    assert config["Entrypoint"] == ["/usr/local/bin/kube-scheduler"]
-    assert config["User"] == "65532:65532"
+    config = json.loads(image.config_bytes)
+    assert (config["os"], config["architecture"]) == ("linux", "amd64")
+    assert config["config"]["Entrypoint"] == ["/usr/local/bin/kube-scheduler"]
+    assert config["config"]["User"] == "65532:65532"
+    # what went in, read from the binary's own build info (go version -m prints the same)
+    labels = config["config"]["Labels"]
+    go_version = subprocess.run(
+        [find_go(build.go_version_needed())[0], "version", str(kube_scheduler)],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=True,
+    ).stdout.split()[-1]  # fmt: skip
+    assert labels["io.layersched.inputs.go-version"] == go_version
+    settings = labels["io.layersched.inputs.go-build"].split()
+    assert {"CGO_ENABLED=0", "GOARCH=amd64", "GOOS=linux", "-trimpath=true"} <= set(settings)
+    assert labels["io.layersched.inputs.kubernetes-module"].startswith(
+        f"k8s.io/kubernetes {build.version} h1:"
+    )
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", labels["io.layersched.inputs.go-modules"])
     root = tmp_path / "rootfs"
     list(unpack(image, root))
     assert (root / "usr/local/bin/kube-scheduler").read_bytes() == kube_scheduler.read_bytes()
+    # an index of it: the chart's plugin mode installs by the index's digest
+    index = build_kube_scheduler_index([image], build.version)
+    [entry] = json.loads(index.index_bytes)["manifests"]
+    assert entry["digest"] == image.digest
+    assert entry["platform"] == {"architecture": "amd64", "os": "linux"}
 
 
 def test_the_image_carries_the_product_and_not_the_harness(

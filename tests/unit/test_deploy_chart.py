@@ -6,6 +6,7 @@ Regenerate after changing the generator: ``.venv/bin/layersched deploy chart``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -21,13 +22,21 @@ from layersched.core.errors import InputError
 from layersched.deploy import (
     CHART_DIR,
     CHART_MINORS,
+    CONFIG_CHECKSUM_ANNOTATION,
     NEWEST_MINOR,
     PUBLISHED_IMAGE,
+    PUBLISHED_KUBE_SCHEDULER,
+    SCHEDULER_CONFIG_FILE,
+    SCHEDULER_PLUGIN,
+    EgressPeer,
+    EgressSpec,
     ImageRef,
     StackSpec,
     chart_files,
     chart_values,
     parse_image_ref,
+    plugin_image_tag,
+    stack_objects,
     stale_files,
 )
 from layersched.deploy._chart import VARIANTS, Variant, _condition, default_values
@@ -184,3 +193,110 @@ def test_go_tools_are_pinned_by_version() -> None:
     assert helm.bin_dir(Path("/c")) == Path(f"/c/tools/helm-{helm.version}/bin")
     with pytest.raises(InputError, match="helm: version must be a non-empty string"):
         parse_go_tools({"helm": {"package": "helm.sh/helm/v3/cmd/helm"}})
+
+
+RECORD = {
+    "layersched": {
+        "repository": "ghcr.io/layersched/layersched",
+        "tag": __version__,
+        "digest": "sha256:" + "1" * 64,
+    },
+    "kube-scheduler": {
+        "1.37": {
+            "repository": PUBLISHED_KUBE_SCHEDULER,
+            "tag": plugin_image_tag(37, __version__),
+            "digest": "sha256:" + "7" * 64,
+            "platforms": {"linux/amd64": {"digest": "sha256:" + "8" * 64, "size_bytes": 1}},
+        },
+    },
+}
+
+
+def test_a_releases_record_pins_the_charts_images(tmp_path: Path) -> None:
+    record = tmp_path / "images.json"
+    record.write_text(json.dumps(RECORD))
+    out = tmp_path / "chart"
+    assert main(["deploy", "chart", "--images", str(record), "--out", str(out)]) == 0
+    values = yaml.safe_load((out / "values.yaml").read_text())
+    assert values["image"] == {
+        "repository": "ghcr.io/layersched/layersched", "tag": "", "digest": "sha256:" + "1" * 64
+    }  # fmt: skip
+    plugin = values["kubeScheduler"]["plugin"]
+    assert plugin["repository"] == PUBLISHED_KUBE_SCHEDULER
+    assert plugin["images"]["1.37"] == {
+        "tag": plugin_image_tag(37, __version__), "digest": "sha256:" + "7" * 64
+    }  # fmt: skip
+    # a minor the record leaves out keeps the release's tag
+    assert plugin["images"]["1.35"] == {"tag": plugin_image_tag(35, __version__), "digest": ""}
+    # only values change: the committed chart's templates are the record's too
+    assert stale_files(REPO_ROOT / CHART_DIR, chart_files()) == []
+    assert {name for name in stale_files(out, chart_files())} == {"values.yaml"}
+
+
+def test_a_releases_record_pins_deploy(tmp_path: Path) -> None:
+    record = tmp_path / "images.json"
+    record.write_text(json.dumps(RECORD))
+    assert main(["deploy", "render", "--images", str(record), "--dir", str(tmp_path / "d")]) == 0
+    kustomization = yaml.safe_load((tmp_path / "d" / "kustomization.yaml").read_text())
+    assert kustomization["images"] == [
+        {"name": "layersched", "newName": "ghcr.io/layersched/layersched",
+         "digest": "sha256:" + "1" * 64},
+        {"name": "kube-scheduler", "newName": PUBLISHED_KUBE_SCHEDULER,
+         "digest": "sha256:" + "7" * 64},
+    ]  # fmt: skip
+    # the objects are deploy/'s
+    assert (tmp_path / "d" / "stack" / "scheduler.yaml").read_text() == (
+        REPO_ROOT / "deploy" / "stack" / "scheduler.yaml"
+    ).read_text()
+
+
+def test_the_scheduler_pods_hash_their_config() -> None:
+    # the annotation is the sha256 of the ConfigMap's text: a weight change rolls the pods
+    def checksum_and_config(spec: StackSpec) -> tuple[str, str]:
+        [config, deployment, _pdb] = stack_objects(spec)["scheduler.yaml"]
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        return annotations[CONFIG_CHECKSUM_ANNOTATION], config["data"][SCHEDULER_CONFIG_FILE]
+
+    checksum, config = checksum_and_config(StackSpec())
+    assert checksum == hashlib.sha256(config.encode()).hexdigest()
+    assert checksum_and_config(StackSpec(weight=5))[0] != checksum
+    assert checksum_and_config(StackSpec(scheduler=SCHEDULER_PLUGIN, image_quorum=3))[0] not in (
+        checksum,
+        checksum_and_config(StackSpec(scheduler=SCHEDULER_PLUGIN))[0],
+    )
+
+
+def test_chart_values_carry_the_egress_peers() -> None:
+    spec = StackSpec(
+        egress=EgressSpec(
+            (EgressPeer("10.0.0.5/32", 6443), EgressPeer("fd00::1/128", 443)),
+            (EgressPeer("10.1.0.0/24", 5000),),
+        )
+    )
+    values = chart_values(spec.for_version("1.37"))
+    assert values["egress"] == {
+        "apiServer": [{"cidr": "10.0.0.5/32", "port": 6443}, {"cidr": "fd00::1/128", "port": 443}],
+        "registries": [{"cidr": "10.1.0.0/24", "port": 5000}],
+    }
+
+
+def test_the_schema_refuses_bad_egress_peers_and_plugin_images(files: dict[str, str]) -> None:
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a dev dependency")
+    schema = json.loads(files["values.schema.json"])
+    good = json.loads(json.dumps(default_values()))
+    good["egress"]["apiServer"] = [{"cidr": "10.0.0.5/32", "port": 6443}]
+    jsonschema.validate(good, schema)
+    for bad in (
+        {"cidr": "10.0.0.5", "port": 6443},  # NetworkPolicy's ipBlock needs the prefix
+        {"cidr": "10.0.0.5/32", "port": 70_000},
+        {"cidr": "10.0.0.5/32"},
+        {"cidr": "10.0.0.5/32", "port": 443, "host": "x"},
+    ):
+        values = json.loads(json.dumps(good))
+        values["egress"]["registries"] = [bad]
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(values, schema)
+    values = json.loads(json.dumps(good))
+    values["kubeScheduler"]["plugin"]["images"]["latest"] = {"tag": "x", "digest": ""}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(values, schema)

@@ -8,18 +8,24 @@ import io
 import marshal
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
+from layersched.builds import IMAGE_ARCHES
 from layersched.core.errors import InputError
 from layersched.core.manifest import sha256_digest
 from layersched.images.build import (
+    DEBIAN_KEYRING,
     DEBIAN_LOCK,
     REQUIREMENTS_LOCK,
+    WHEEL_PLATFORMS,
     LayerCache,
     TarTree,
+    debian_pins,
     parse_debian_lock,
     parse_requirements_lock,
+    private_apt_options,
 )
 from tests.fixtures import prereq
 
@@ -131,6 +137,52 @@ def test_committed_lock_files_parse() -> None:
     wheels = parse_requirements_lock(REQUIREMENTS_LOCK.read_text(), str(REQUIREMENTS_LOCK))
     assert "python3.11-minimal" in {p.name for p in debs}
     assert {"httpx", "numpy", "grpcio"} <= {p.name for p in wheels}
+    # every architecture of the images pins the same packages at the same versions
+    by_arch = {
+        arch: {(p.name, p.version) for p in debian_pins(debs, arch, "lock")}
+        for arch in IMAGE_ARCHES
+    }
+    assert by_arch["amd64"] == by_arch["arm64"]
+    # architecture-independent packages are one file: the same sha256 on both lines
+    amd64, arm64 = ({p.name: p.sha256 for p in debs if p.arch == a} for a in IMAGE_ARCHES)
+    assert amd64["tzdata"] == arm64["tzdata"]
+    assert amd64["libc6"] != arm64["libc6"]
+
+
+def test_a_lock_line_names_its_architecture() -> None:
+    # apt's own name:arch=version; a line without one is amd64's
+    [amd64, arm64] = parse_debian_lock(
+        f"libc6=2.36-9 sha256:{'a' * 64}\nlibc6:arm64=2.36-9 sha256:{'b' * 64}\n", "lock"
+    )
+    assert (amd64.arch, arm64.arch) == ("amd64", "arm64")
+    assert debian_pins([amd64, arm64], "arm64", "lock") == [arm64]
+    with pytest.raises(InputError, match=r"lock: no package pinned for riscv64 \(it pins amd64"):
+        debian_pins([amd64, arm64], "riscv64", "lock")
+
+
+def test_the_private_apt_reads_one_architecture_of_bookworm(tmp_path: Path) -> None:
+    if not DEBIAN_KEYRING.is_file():
+        prereq.unavailable(f"{DEBIAN_KEYRING} (package debian-archive-keyring) is not installed")
+    options = private_apt_options(tmp_path / "apt", "arm64")
+    assert set(options[::2]) == {"-o"}
+    settings = options[1::2]
+    assert "APT::Architecture=arm64" in settings and "APT::Architectures::=arm64" in settings
+    # nothing of this machine's apt or dpkg: its own sources, lists, cache and status
+    assert f"Dir::State::status={tmp_path / 'apt' / 'status'}" in settings
+    assert "Dir::Etc::SourceParts=/dev/null" in settings
+    sources = (tmp_path / "apt" / "sources.list").read_text().splitlines()
+    assert [line.split()[-2] for line in sources] == [
+        "bookworm", "bookworm-updates", "bookworm-security"
+    ]  # fmt: skip
+    assert all(f"[signed-by={DEBIAN_KEYRING}]" in line for line in sources)
+
+
+def test_each_architecture_downloads_its_own_wheels() -> None:
+    # manylinux tags of the image's glibc and older, for that machine only
+    assert WHEEL_PLATFORMS["arm64"] == (
+        "manylinux_2_36_aarch64", "manylinux_2_28_aarch64", "manylinux2014_aarch64"
+    )  # fmt: skip
+    assert all(tag.endswith("_x86_64") for tag in WHEEL_PLATFORMS["amd64"])
 
 
 @pytest.mark.parametrize(

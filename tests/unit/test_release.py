@@ -1,4 +1,5 @@
-"""The release workflow names what the rest of the project names: one image, one helm."""
+"""The release workflow names what the rest of the project names: the images the chart
+pulls, the builder that makes them, one helm, one Go."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from layersched.builds import go_tool
-from layersched.deploy import CHART_DIR, PUBLISHED_IMAGE
+from layersched.builds import FALLBACK_GO, go_tool
+from layersched.deploy import CHART_DIR, PUBLISHED_IMAGE, PUBLISHED_KUBE_SCHEDULER
+from tests.fixtures import prereq
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "release.yml"
@@ -18,20 +20,38 @@ def _workflow() -> dict[str, object]:
     return loaded
 
 
-def test_the_workflow_publishes_the_image_the_chart_pulls() -> None:
+def test_the_workflow_publishes_the_images_the_chart_pulls() -> None:
     env = _workflow()["env"]
     assert isinstance(env, dict)
     assert env["IMAGE"] == PUBLISHED_IMAGE
+    assert env["KUBE_SCHEDULER_IMAGE"] == PUBLISHED_KUBE_SCHEDULER
     assert env["HELM_VERSION"] == go_tool("helm").version
 
 
-def test_it_runs_on_tags_and_publishes_wheel_image_and_chart() -> None:
+def test_it_builds_with_the_go_the_binaries_were_tested_with() -> None:
+    # the kube-scheduler binaries' toolchain is part of their digests: the release's is
+    # this project's machines' (where the images and the plugin are built and tested)
+    env = _workflow()["env"]
+    assert isinstance(env, dict)
+    try:
+        version = (FALLBACK_GO.parent.parent / "VERSION").read_text().split()[0]
+    except OSError as err:
+        prereq.missing(f"the project's Go toolchain at {FALLBACK_GO}: {err}")
+    assert f"go{env['GO_VERSION']}" == version
+
+
+def test_it_runs_on_tags_and_publishes_wheel_images_and_chart() -> None:
     workflow = _workflow()
     # PyYAML reads the key `on` as True
     assert workflow[True] == {"push": {"tags": ["v*"]}}  # type: ignore[index]
     jobs = workflow["jobs"]
-    assert isinstance(jobs, dict) and set(jobs) == {"wheel", "image", "chart"}
+    assert isinstance(jobs, dict) and set(jobs) == {"wheel", "images", "chart"}
     text = WORKFLOW.read_text()
-    assert "images/layersched/Containerfile" in text
-    assert "linux/amd64,linux/arm64" in text
+    # the images: the Docker-free builder's, pushed as built, digests checked
+    assert "python scripts/images.py --out dist/images --record dist/images.json" in text
+    assert "skopeo copy --all --preserve-digests" in text
+    assert "docker/build-push-action" not in text
+    # the chart and deploy/ pinned to those digests
+    assert "layersched deploy chart --images dist/images.json" in text
+    assert "layersched deploy render --images dist/images.json" in text
     assert f"helm lint --strict {CHART_DIR}" in text

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from layersched import generated
+from layersched import __version__, generated
 from layersched.cli.deploy import PLUGIN_README_BLOCK, plugin_readme
 from layersched.cli.main import EXIT_USAGE, main
 from layersched.core.errors import InputError
@@ -27,12 +27,14 @@ from layersched.deploy import (
     LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
+    PUBLISHED_KUBE_SCHEDULER,
     SCHEDULER_PLUGIN,
     LeaderElectionSpec,
     PluginArgs,
     StackSpec,
     base_tree,
     issue_webhook_tls,
+    plugin_image_tag,
     plugin_readme_block,
     plugin_scheduler_config,
     scheduler_config,
@@ -407,14 +409,31 @@ def test_render_refuses_to_write_the_plugin_install_over_deploy(
     assert "give a --dir of its own" in capsys.readouterr().err
 
 
-def test_render_refuses_the_plugin_with_an_upstream_version(
+def test_render_refuses_the_plugin_before_its_framework(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # --kubernetes-version installs upstream's kube-scheduler image, which has no plugin
+    # the plugin is built for 1.35+ (upstream's image before that has no plugin)
     argv = ["deploy", "render", "--scheduler", "plugin", "--dir", str(tmp_path)]
-    assert main([*argv, "--kubernetes-version", "1.20"]) == EXIT_USAGE
-    assert "not upstream's image" in capsys.readouterr().err
+    assert main([*argv, "--kubernetes-version", "1.34"]) == EXIT_USAGE
+    assert "built for kube-scheduler 1.35 and newer only" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_render_installs_the_published_plugin_image_of_the_minor(tmp_path: Path) -> None:
+    argv = ["deploy", "render", "--scheduler", "plugin", "--dir", str(tmp_path)]
+    assert main([*argv, "--kubernetes-version", "1.36"]) == 0
+    kustomization = yaml.safe_load((tmp_path / "kustomization.yaml").read_text())
+    [scheduler] = [i for i in kustomization["images"] if i["name"] == "kube-scheduler"]
+    assert scheduler == {
+        "name": "kube-scheduler",
+        "newName": PUBLISHED_KUBE_SCHEDULER,
+        "newTag": plugin_image_tag(36, __version__),
+    }
+    written = yaml.safe_load_all((tmp_path / "stack" / "scheduler.yaml").read_text())
+    [deployment] = [o for o in written if o and o["kind"] == "Deployment"]
+    assert [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]] == [
+        "kube-scheduler"
+    ]
 
 
 def test_render_writes_the_plugin_install_elsewhere(tmp_path: Path) -> None:

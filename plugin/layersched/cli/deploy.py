@@ -12,7 +12,11 @@ Either way ``kubectl apply -k DIR`` installs and ``kubectl delete -k DIR`` remov
 local testbed's overlay, with its patches: ``layersched testbed overlay``.) ``render
 --scheduler plugin --dir DIR`` writes the install whose kube-scheduler (the project's own
 build, 1.35 and later) runs the LayerLocality plugin instead of the extender sidecar.
-``agent-guard`` prints the per-node guard (the
+With ``--kubernetes-version 1.35`` or newer, ``--scheduler plugin`` installs
+the kube-scheduler the release publishes for that minor (layersched's build, with the plugin).
+``render --images RECORD`` and ``chart --images RECORD`` pin the install's images by the
+digests a release recorded (``make images`` writes the record; the release workflow runs
+both). ``agent-guard`` prints the per-node guard (the
 ValidatingAdmissionPolicy) for the agents of a namespace (the role installs it for the
 testbed's host agents); ``chart`` writes the Helm chart (``charts/layersched``) from the
 same generator. See docs/deploy.md.
@@ -43,6 +47,7 @@ from layersched.deploy import (
     NAMESPACE,
     NEWEST_MINOR,
     OLDEST_MINOR,
+    PLUGIN_RELEASES,
     PUBLISHED_IMAGE,
     SCHEDULER_EXTENDER,
     SCHEDULER_KINDS,
@@ -52,13 +57,16 @@ from layersched.deploy import (
     EgressSpec,
     ImageRef,
     KubernetesVersion,
+    PublishedImages,
     StackSpec,
     admission_objects,
     base_tree,
     chart_files,
+    default_published,
     parse_image_ref,
     parse_kubernetes_version,
     plugin_readme_block,
+    read_published_images,
     stale_files,
     to_yaml_stream,
     upstream_kube_scheduler,
@@ -120,8 +128,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=SCHEDULER_EXTENDER,
         help="how the second scheduler scores layers: the extender sidecar (default, every "
         "Kubernetes version) or the LayerLocality plugin (layersched's kube-scheduler build, "
-        "Kubernetes 1.20 only; write it to a --dir of its own: deploy/ holds the extender's)",
+        f"Kubernetes 1.{min(PLUGIN_RELEASES)} to 1.{max(PLUGIN_RELEASES)}, the image the "
+        "release publishes for the minor; write it to a --dir of its own: deploy/ holds the "
+        "extender's)",
     )
+    add_images_record_option(p_render)
     p_render.set_defaults(handler=_render)
 
     p_chart = actions.add_parser(
@@ -137,6 +148,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_chart.add_argument(
         "--check", action="store_true", help="only compare; exit 1 if a file is stale"
     )
+    add_images_record_option(p_chart)
     p_chart.set_defaults(handler=_chart)
 
     p_guard = actions.add_parser(
@@ -176,6 +188,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             )
             add_install_options(q)
         q.set_defaults(handler=_overlay if name == "overlay" else _images)
+
+
+def add_images_record_option(q: argparse.ArgumentParser) -> None:
+    """``--images RECORD``: the published images' digests."""
+    q.add_argument(
+        "--images",
+        type=Path,
+        metavar="RECORD",
+        help="pin the images by the digests of a release's record (the images.json `make "
+        "images` writes; default: the release's tags, which no registry has before it)",
+    )
+
+
+def published_images(args: argparse.Namespace) -> PublishedImages:
+    """The record of ``--images``, over the release's tags (a minor it omits keeps its
+    tag); the release's tags without it."""
+    defaults = default_published()
+    record: Path | None = getattr(args, "images", None)
+    if record is None:
+        return defaults
+    found = read_published_images(record)
+    return PublishedImages(found.layersched, {**defaults.kube_scheduler, **found.kube_scheduler})
 
 
 def add_install_options(q: argparse.ArgumentParser) -> None:
@@ -361,29 +395,47 @@ def install_for(args: argparse.Namespace) -> Install | None:
     else:
         version = parse_kubernetes_version(args.kubernetes_version)
     allowed = tuple(args.allow_registry or DEFAULT_ALLOWED_REGISTRIES)
+    scheduler = getattr(args, "scheduler", SCHEDULER_EXTENDER)
     spec = StackSpec(
         allowed_registries=allowed,
         egress=EgressSpec(api_server, registries),
         weight=args.weight,
         namespace=checked_name(args.namespace or NAMESPACE, "--namespace"),
+        scheduler=scheduler,
+        kubernetes_version=version.tag,
     ).for_version(version.tag)
-    return Install(
-        spec,
-        upstream_kube_scheduler(version, args.kube_scheduler_image),
-        parse_image_ref(args.image or f"{PUBLISHED_IMAGE}:{__version__}", "--image"),
-    )
+    published = published_images(args)
+    if scheduler == SCHEDULER_PLUGIN:
+        plugin = published.plugin_image(version.minor)
+        kube_scheduler = plugin.ref
+        if args.kube_scheduler_image != UPSTREAM_KUBE_SCHEDULER:  # a mirror of ours
+            kube_scheduler = ImageRef(args.kube_scheduler_image, tag=plugin.tag)
+    else:
+        kube_scheduler = upstream_kube_scheduler(version, args.kube_scheduler_image)
+    layersched = published.layersched.ref
+    if args.image:
+        layersched = parse_image_ref(args.image, "--image")
+    return Install(spec, kube_scheduler, layersched)
 
 
 def _render(args: argparse.Namespace) -> int:
     plugin = args.scheduler == SCHEDULER_PLUGIN
     install = install_for(args)
-    if plugin:
-        return _render_plugin(args, install)
+    if plugin and install is None:
+        return _render_plugin(args)
     if install is None:
         directory: Path = args.dir or DEPLOY_DIR
-        files = base_tree()
+        if args.images is None:
+            files = base_tree()
+        else:  # deploy/, its images by the digests a release recorded
+            published = published_images(args)
+            files = base_tree(
+                StackSpec(),
+                layersched_image=published.layersched.ref,
+                kube_scheduler_image=published.plugin_image(NEWEST_MINOR).ref,
+            )
     else:
-        if args.dir is None:
+        if args.dir is None or (plugin and args.dir.resolve() == DEPLOY_DIR.resolve()):
             raise InputError(
                 "--kubernetes-version renders an install of your own: give its directory "
                 "with --dir (deploy/ is the local testbed's)"
@@ -396,7 +448,7 @@ def _render(args: argparse.Namespace) -> int:
         )
         print(f"Kubernetes {install.spec.kubernetes_version}: {_summary(install)}")
     # deploy/ and the plugin's README are rendered (and checked) together
-    readme = plugin_readme() if install is None else None
+    readme = plugin_readme() if install is None and args.images is None else None
     if args.check:
         stale = [str(directory / name) for name in stale_files(directory, files)]
         if readme is not None and generated.read_block(readme, PLUGIN_README_BLOCK) != (
@@ -418,7 +470,7 @@ def _render(args: argparse.Namespace) -> int:
 
 def _chart(args: argparse.Namespace) -> int:
     directory: Path = args.out or DEPLOY_DIR.parent / CHART_DIR
-    files = chart_files()
+    files = chart_files(published_images(args) if args.images is not None else None)
     if args.check:
         stale = stale_files(directory, files)
         for name in stale:
@@ -429,14 +481,9 @@ def _chart(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _render_plugin(args: argparse.Namespace, install: Install | None) -> int:
-    """``--scheduler plugin``: the v1.20 install whose kube-scheduler runs LayerLocality."""
-    if install is not None:
-        raise InputError(
-            f"--scheduler {SCHEDULER_PLUGIN} runs layersched's own kube-scheduler build "
-            "(Kubernetes 1.20, packaged by `layersched deploy images`), not upstream's image: "
-            "drop --kubernetes-version and its options, or use the extender (the default)"
-        )
+def _render_plugin(args: argparse.Namespace) -> int:
+    """``--scheduler plugin`` without ``--kubernetes-version``: deploy/'s install (the local
+    testbed's images) with LayerLocality in its kube-scheduler, into a ``--dir`` of its own."""
     if args.dir is None or args.dir.resolve() == DEPLOY_DIR.resolve():
         raise InputError(
             f"--scheduler {SCHEDULER_PLUGIN}: give a --dir of its own: {DEPLOY_DIR} holds the "

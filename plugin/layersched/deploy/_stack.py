@@ -35,6 +35,7 @@ Pure data: tests check it without a cluster, ``deploy/`` is written from it
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from layersched.agent import DEFAULT_CRIO_STORAGE
@@ -118,6 +119,11 @@ STARTUP_FAILURES = 30
 LIVENESS_FAILURES = 3
 LIVEZ_PATH = "/livez"
 READYZ_PATH = "/readyz"
+#: The scheduler pod template's hash of its ``KubeSchedulerConfiguration`` (the
+#: ConfigMap's text): a changed weight, quorum or plugin arg changes the template, so the
+#: Deployment rolls by itself (kube-scheduler reads its config at start only), with
+#: ``kubectl apply -k`` and ``helm upgrade`` alike.
+CONFIG_CHECKSUM_ANNOTATION = "layersched.io/config-sha256"
 #: kube-scheduler's own fault tolerance: a pod killed mid-cycle has its pods retried
 #: by the new leader; a PDB keeps one of the two pods through voluntary disruptions.
 PDB_MIN_AVAILABLE = 1
@@ -198,6 +204,17 @@ def scheduler_config(spec: StackSpec) -> dict[str, Any]:
         api_version=spec.scheduler_api_version,
         leader_election=LeaderElectionSpec(spec.scheduler_name, spec.namespace),
     )
+
+
+def scheduler_config_text(spec: StackSpec) -> str:
+    """The ConfigMap's ``KubeSchedulerConfiguration``, as the file kube-scheduler reads."""
+    return to_yaml(scheduler_config(spec))
+
+
+def config_checksum(text: str) -> str:
+    """:data:`CONFIG_CHECKSUM_ANNOTATION`'s value: the hex sha256 of the config's text (what
+    helm's ``sha256sum`` gives of the same text)."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def plugin_readme_block() -> str:
@@ -340,7 +357,12 @@ def scheduler_deployment(spec: StackSpec) -> dict[str, Any]:
             # Replace one pod at a time: the other keeps (or takes) the lease.
             "strategy": one_pod_at_a_time(),
             "template": {
-                "metadata": {"labels": selector},
+                "metadata": {
+                    "labels": selector,
+                    "annotations": {
+                        CONFIG_CHECKSUM_ANNOTATION: config_checksum(scheduler_config_text(spec))
+                    },
+                },
                 "spec": {
                     "serviceAccountName": spec.scheduler_name,
                     # No token for the whole pod: each container mounts its own
@@ -578,7 +600,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": _meta(f"{name}-config", name, namespace),
-                "data": {SCHEDULER_CONFIG_FILE: to_yaml(scheduler_config(spec))},
+                "data": {SCHEDULER_CONFIG_FILE: scheduler_config_text(spec)},
             },
             scheduler_deployment(spec),
             {

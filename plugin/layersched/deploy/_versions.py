@@ -54,6 +54,32 @@ PDB_API_VERSION_V1BETA1 = "policy/v1beta1"
 PDB_API_VERSION_V1 = "policy/v1"
 #: Where upstream publishes kube-scheduler, one tag per Kubernetes release.
 UPSTREAM_KUBE_SCHEDULER = "registry.k8s.io/kube-scheduler"
+#: Where the release publishes layersched's kube-scheduler (upstream's with the
+#: LayerLocality plugin), one multi-arch image per supported minor.
+PUBLISHED_KUBE_SCHEDULER = "ghcr.io/layersched/kube-scheduler"
+#: The Kubernetes release each of those images is built from: the release that minor's Go
+#: module compiles (``plugin/kube-scheduler``'s go.mod for the newest, ``minors/1.X``'s
+#: replace for the older ones; tests/unit/test_published.py holds the two equal). Installed
+#: packages read it here, without the Go module.
+PLUGIN_RELEASES: dict[int, str] = {35: "v1.35.4", 36: "v1.36.3", 37: "v1.37.2"}
+#: What tags an image of layersched's kube-scheduler: the Kubernetes release, then
+#: layersched's (k3s's convention: ``v1.37.2-layersched.0.1.0``).
+PLUGIN_TAG_SEPARATOR = "-layersched."
+
+
+def plugin_image_tag(minor: int, version: str) -> str:
+    """The tag of layersched ``version``'s kube-scheduler for Kubernetes 1.``minor``."""
+    try:
+        release = PLUGIN_RELEASES[minor]
+    except KeyError:
+        have = ", ".join(f"1.{m}" for m in sorted(PLUGIN_RELEASES))
+        raise InputError(
+            f"Kubernetes 1.{minor}: layersched's kube-scheduler (the LayerLocality plugin) is "
+            f"built for {have}; use the extender on this version"
+        ) from None
+    return f"{release}{PLUGIN_TAG_SEPARATOR}{version}"
+
+
 #: kube-scheduler's health paths.
 HEALTHZ_PATH = "/healthz"
 LIVEZ_PATH = "/livez"

@@ -33,7 +33,10 @@
 {{- include "layersched.reference" (dict "image" .Values.image "tag" .Chart.AppVersion) -}}
 {{- end -}}
 
-{{/* kube-scheduler's: the version's tag, or the newest patch we know of a bare minor. */}}
+{{/* kube-scheduler's: kubeScheduler.image when it names a repository; else, with the
+plugin, layersched's build for the cluster's minor (kubeScheduler.plugin.images, by digest
+once a release wrote it); else upstream's of the cluster's version. A tag "" is the
+published build's tag (plugin) or the version's, the newest patch we know of a bare minor. */}}
 {{- define "layersched.kubeSchedulerImage" -}}
 {{- $v := include "layersched.kubeVersion" . -}}
 {{- $sv := semver $v -}}
@@ -41,5 +44,20 @@
 {{- $given := regexMatch "^1\\.[0-9]+\\.[0-9]+" $v -}}
 {{- $patch := ternary (toString $sv.Patch) (get $patches (toString $sv.Minor)) $given -}}
 {{- $tag := printf "v1.%d.%s" $sv.Minor $patch -}}
-{{- include "layersched.reference" (dict "image" .Values.kubeScheduler.image "tag" $tag) -}}
+{{- $image := .Values.kubeScheduler.image -}}
+{{- if eq .Values.scheduler "plugin" -}}
+{{- $minor := printf "1.%d" $sv.Minor -}}
+{{- $published := get .Values.kubeScheduler.plugin.images $minor -}}
+{{- if $published -}}
+{{- $tag = $published.tag -}}
+{{- if not $image.repository -}}
+{{- $image = dict "repository" .Values.kubeScheduler.plugin.repository "tag" $published.tag "digest" ($published.digest | default "") -}}
+{{- end -}}
+{{- else if not $image.repository -}}
+{{- fail (printf "scheduler: plugin on Kubernetes %s: layersched publishes its kube-scheduler (with the LayerLocality plugin) for %s only (kubeScheduler.plugin.images); set kubeScheduler.image to a build of your own for %s, or use scheduler: extender" $minor (keys .Values.kubeScheduler.plugin.images | sortAlpha | join ", ") $minor) -}}
+{{- end -}}
+{{- else if not $image.repository -}}
+{{- $image = dict "repository" "@UPSTREAM@" "tag" $image.tag "digest" $image.digest -}}
+{{- end -}}
+{{- include "layersched.reference" (dict "image" $image "tag" $tag) -}}
 {{- end -}}

@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -58,16 +58,19 @@ from urllib.parse import quote
 import httpx
 
 from layersched import __version__
-from layersched.builds import CACHE_DIR_ENV, cache_root
+from layersched.builds import CACHE_DIR_ENV, IMAGE_ARCHES, cache_root, check_arch, host_arch
 from layersched.core.errors import InputError, TestbedError
-from layersched.core.manifest import sha256_digest
+from layersched.core.manifest import Platform, sha256_digest
+from layersched.images.binary import GoBuildInfo, elf_facts, go_build_info
 from layersched.images.oci import (
     EXECUTABLE_MODE,
     FILE_MODE,
     FIXED_MTIME,
     BuiltImage,
+    BuiltIndex,
     LayerBlob,
     build_image,
+    build_index,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -96,9 +99,14 @@ DIR_MODE = 0o755
 _DROPPED_PREFIXES = ("usr/share/man/", "usr/share/lintian/", "usr/share/locale/", "usr/share/info/")
 _DOC_PREFIX = "usr/share/doc/"
 _COPYRIGHT = "/copyright"
+#: ``package[:arch]=version sha256:HEX``: apt's own ``name:arch=version``; a line without an
+#: architecture is amd64's (the lock's first architecture).
 _DEB_LINE = re.compile(
-    r"^(?P<package>[a-z0-9][a-z0-9.+-]*)=(?P<version>\S+) sha256:(?P<sha>[0-9a-f]{64})$"
+    r"^(?P<package>[a-z0-9][a-z0-9.+-]*)(?::(?P<arch>[a-z0-9]+))?=(?P<version>\S+)"
+    r" sha256:(?P<sha>[0-9a-f]{64})$"
 )
+#: The architecture of a debian.lock line that names none.
+LOCK_DEFAULT_ARCH = "amd64"
 #: The first hash is the x86_64 wheel's (this builder's); more may follow (other
 #: platforms' wheels, for the Containerfile's multi-arch build).
 _WHEEL_LINE = re.compile(
@@ -135,11 +143,15 @@ _ENTRY_SCRIPT = (
 
 @dataclass(frozen=True, slots=True)
 class Pin:
-    """One pinned input: a Debian package (``name=version``) or a wheel (``name==version``)."""
+    """One pinned input: a Debian package (``name[:arch]=version``) or a wheel
+    (``name==version``)."""
 
     name: str
     version: str
     sha256: str
+    #: A Debian package's architecture (:data:`LOCK_DEFAULT_ARCH` when the line names
+    #: none); empty for a wheel (its lock lists every platform's hashes on one line).
+    arch: str = ""
 
 
 def _parse_lock(text: str, where: str, line_re: re.Pattern[str], example: str) -> list[Pin]:
@@ -151,16 +163,31 @@ def _parse_lock(text: str, where: str, line_re: re.Pattern[str], example: str) -
         match = line_re.match(line)
         if match is None:
             raise InputError(f"{where}:{number}: {line!r} is not a pin: write it like {example}")
-        name = match["package"] if "package" in line_re.groupindex else match["name"]
-        pins.append(Pin(name, match["version"], match["sha"]))
+        if "package" in line_re.groupindex:
+            arch = match["arch"] or LOCK_DEFAULT_ARCH
+            pins.append(Pin(match["package"], match["version"], match["sha"], arch))
+        else:
+            pins.append(Pin(match["name"], match["version"], match["sha"]))
     if not pins:
         raise InputError(f"{where}: no pins; it lists one input a line, like {example}")
     return pins
 
 
 def parse_debian_lock(text: str, where: str) -> list[Pin]:
-    """``package=version sha256:HEX`` lines (``#`` comments)."""
-    return _parse_lock(text, where, _DEB_LINE, "'libc6=2.36-9+deb12u14 sha256:<64 hex>'")
+    """``package[:arch]=version sha256:HEX`` lines (``#`` comments), every architecture's."""
+    return _parse_lock(text, where, _DEB_LINE, "'libc6:arm64=2.36-9+deb12u14 sha256:<64 hex>'")
+
+
+def debian_pins(pins: Sequence[Pin], arch: str, where: str) -> list[Pin]:
+    """The pins of ``arch``, in the lock's order; an InputError when it has none."""
+    chosen = [pin for pin in pins if pin.arch == arch]
+    if not chosen:
+        have = ", ".join(sorted({pin.arch for pin in pins}))
+        raise InputError(
+            f"{where}: no package pinned for {arch} (it pins {have}): add "
+            f"'NAME:{arch}=VERSION sha256:HEX' lines (the file's header says how)"
+        )
+    return chosen
 
 
 def parse_requirements_lock(text: str, where: str) -> list[Pin]:
@@ -428,8 +455,8 @@ class LayerCache:
 #: checked against the lock's sha256 like any other.
 SNAPSHOT_ENV = "LAYERSCHED_DEBIAN_SNAPSHOT"
 DEFAULT_SNAPSHOT = "https://snapshot.debian.org"
-#: The image's architecture, and architecture-independent packages.
-SNAPSHOT_ARCHES = ("amd64", "all")
+#: Architecture-independent packages (one file for every architecture).
+ARCH_ALL = "all"
 #: The largest package of the lock is ~5 MB (libpython3.11-stdlib); a body past this is no
 #: package of ours, and is not read further.
 MAX_DEB_BYTES = 64 * 1024 * 1024
@@ -444,16 +471,17 @@ def snapshot_base() -> str:
 def snapshot_deb(pin: Pin, directory: Path, base: str) -> Path:
     """``pin``'s ``.deb`` from Debian's snapshot archive at ``base``, checked against its
     sha256, written into ``directory`` under the archive's file name."""
-    where = f"{pin.name}={pin.version} from {base}"
+    arches = (pin.arch or LOCK_DEFAULT_ARCH, ARCH_ALL)
+    where = f"{pin.name}:{arches[0]}={pin.version} from {base}"
     name, version = quote(pin.name, safe=""), quote(pin.version, safe="")
     try:
         with httpx.Client(timeout=SNAPSHOT_TIMEOUT_S, follow_redirects=True) as client:
             answer = client.get(f"{base}/mr/binary/{name}/{version}/binfiles?fileinfo=1")
             answer.raise_for_status()
             doc = answer.json()
-            found = [r["hash"] for r in doc["result"] if r["architecture"] in SNAPSHOT_ARCHES]
+            found = [r["hash"] for r in doc["result"] if r["architecture"] in arches]
             if not found:
-                raise TestbedError(f"{where}: no {'/'.join(SNAPSHOT_ARCHES)} file listed")
+                raise TestbedError(f"{where}: no {'/'.join(arches)} file listed")
             sha1 = found[0]
             filename = Path(doc["fileinfo"][sha1][0]["name"]).name
             digest = hashlib.sha256()
@@ -481,9 +509,106 @@ def snapshot_deb(pin: Pin, directory: Path, base: str) -> Path:
     return path
 
 
-def fetch_debs(pins: Sequence[Pin], directory: Path, snapshot: str | None = None) -> list[Path]:
+#: The archive the image's packages come from when this machine's own apt cannot serve
+#: them (another architecture, or a host that is no Debian bookworm: the release's
+#: runner): bookworm with its updates and security suites, checked against Debian's
+#: archive keyring (package debian-archive-keyring, on Ubuntu too).
+DEBIAN_CODENAME = "bookworm"
+DEBIAN_MIRROR_ENV = "LAYERSCHED_DEBIAN_MIRROR"
+DEBIAN_SECURITY_MIRROR_ENV = "LAYERSCHED_DEBIAN_SECURITY_MIRROR"
+DEFAULT_DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_DEBIAN_SECURITY_MIRROR = "http://deb.debian.org/debian-security"
+DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+OS_RELEASE = Path("/etc/os-release")
+#: Inside a download directory: the private apt state (sources, lists, cache, status).
+PRIVATE_APT_DIR = ".apt"
+
+
+def _dpkg_arch() -> str | None:
+    try:
+        return _run(["dpkg", "--print-architecture"], "asking dpkg its architecture", 30).strip()
+    except TestbedError:
+        return None
+
+
+def _host_codename() -> str:
+    try:
+        text = OS_RELEASE.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    match = re.search(r"^VERSION_CODENAME=\"?([a-z]+)", text, re.M)
+    return match[1] if match else ""
+
+
+def uses_host_apt(arch: str) -> bool:
+    """Whether this machine's own apt serves the image's packages of ``arch``: a Debian
+    bookworm host of that architecture. Else a private apt (:func:`private_apt_options`)."""
+    return _host_codename() == DEBIAN_CODENAME and _dpkg_arch() == arch
+
+
+def debian_sources() -> str:
+    """The private apt's sources list: bookworm, its updates and its security suite."""
+    mirror = (os.environ.get(DEBIAN_MIRROR_ENV) or DEFAULT_DEBIAN_MIRROR).rstrip("/")
+    security = os.environ.get(DEBIAN_SECURITY_MIRROR_ENV) or DEFAULT_DEBIAN_SECURITY_MIRROR
+    signed = f"[signed-by={DEBIAN_KEYRING}]"
+    lines = [
+        f"deb {signed} {mirror} {DEBIAN_CODENAME} main",
+        f"deb {signed} {mirror} {DEBIAN_CODENAME}-updates main",
+        f"deb {signed} {security.rstrip('/')} {DEBIAN_CODENAME}-security main",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def private_apt_options(state: Path, arch: str) -> list[str]:
+    """apt options that read ``arch``'s index of :func:`debian_sources` into ``state``
+    (lists, cache, an empty dpkg status): this machine's apt configuration and dpkg
+    database are never read or changed."""
+    if not DEBIAN_KEYRING.is_file():
+        raise TestbedError(
+            f"{DEBIAN_KEYRING} is missing: the image's Debian packages for {arch} are checked "
+            "against Debian's archive keyring: install the package debian-archive-keyring"
+        )
+    try:
+        for sub in ("lists/partial", "cache/archives/partial"):
+            (state / sub).mkdir(parents=True, exist_ok=True)
+        (state / "sources.list").write_text(debian_sources(), encoding="utf-8")
+        (state / "status").touch()
+    except OSError as err:
+        raise TestbedError(f"preparing a private apt state in {state}: {err}") from err
+    options = {
+        "Dir::Etc::SourceList": state / "sources.list",
+        "Dir::Etc::SourceParts": "/dev/null",
+        "Dir::State::Lists": state / "lists",
+        "Dir::Cache": state / "cache",
+        "Dir::State::status": state / "status",
+        "APT::Architecture": arch,
+        "APT::Architectures::": arch,
+    }
+    return [word for key, value in options.items() for word in ("-o", f"{key}={value}")]
+
+
+def _apt_download(missing: Sequence[Pin], directory: Path, arch: str | None) -> None:
+    """apt-get download of ``missing`` into ``directory``: the host's apt for its own
+    architecture (``arch`` None, or a bookworm host's own), else a private apt of ``arch``."""
+    if arch is None or uses_host_apt(arch):
+        names = [f"{p.name}={p.version}" for p in missing]
+        what = f"apt-get download into {directory}"
+        _run(["apt-get", "download", *names], what, FETCH_TIMEOUT_S, cwd=directory)
+        return
+    options = private_apt_options(directory / PRIVATE_APT_DIR, arch)
+    where = f"Debian {DEBIAN_CODENAME} for {arch}"
+    _run(["apt-get", "-q", *options, "update"], f"apt-get update ({where})", FETCH_TIMEOUT_S)
+    names = [f"{p.name}:{arch}={p.version}" for p in missing]
+    what = f"apt-get download ({where}) into {directory}"
+    _run(["apt-get", "-q", *options, "download", *names], what, FETCH_TIMEOUT_S, cwd=directory)
+
+
+def fetch_debs(
+    pins: Sequence[Pin], directory: Path, snapshot: str | None = None, arch: str | None = None
+) -> list[Path]:
     """The ``.deb`` of every pin in ``directory``: downloaded with apt-get when missing (the
-    mirrors: apt checks them against the signed index), else, for versions the mirrors no
+    mirrors: apt checks them against the signed index; ``arch`` None: this machine's apt,
+    else the private apt of :func:`_apt_download`), else, for versions the mirrors no
     longer carry, from Debian's snapshot archive (``snapshot``, default
     :func:`snapshot_base`); either way checked against the lock's sha256."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -499,9 +624,8 @@ def fetch_debs(pins: Sequence[Pin], directory: Path, snapshot: str | None = None
 
     missing = stale(present())
     if missing:
-        argv = ["apt-get", "download", *(f"{p.name}={p.version}" for p in missing)]
         try:
-            _run(argv, f"apt-get download into {directory}", FETCH_TIMEOUT_S, cwd=directory)
+            _apt_download(missing, directory, arch)
         except TestbedError as mirrors:
             base = snapshot or snapshot_base()
             for pin in stale(present()):
@@ -550,21 +674,40 @@ def debian_layer(pins: Sequence[Pin], debs: Sequence[Path]) -> LayerBlob:
     return tree.layer()
 
 
-def fetch_wheels(lock: Path, directory: Path) -> None:
-    """Every wheel of ``lock`` in ``directory`` (pip download, hashes required)."""
+#: The manylinux tags pip may take a wheel of, per architecture (newest first): the image's
+#: glibc is bookworm's 2.36.
+WHEEL_PLATFORMS = {
+    arch: tuple(f"{tag}_{machine}" for tag in ("manylinux_2_36", "manylinux_2_28", "manylinux2014"))
+    for arch, machine in (("amd64", "x86_64"), ("arm64", "aarch64"))
+}
+
+
+def _wheel_platform_args(arch: str) -> list[str]:
+    argv = ["--only-binary", ":all:", "--python-version", PYTHON_VERSION]
+    argv += ["--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none"]
+    for tag in WHEEL_PLATFORMS[arch]:
+        argv += ["--platform", tag]
+    return argv
+
+
+def fetch_wheels(lock: Path, directory: Path, arch: str = LOCK_DEFAULT_ARCH) -> None:
+    """Every wheel of ``lock`` for ``arch`` in ``directory`` (pip download, hashes
+    required: the lock lists each platform's wheel's)."""
     directory.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
-    argv += ["--only-binary", ":all:", "--python-version", PYTHON_VERSION]
-    argv += ["--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none"]
-    for tag in ("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64"):
-        argv += ["--platform", tag]
-    argv += ["--dest", str(directory), "-r", str(lock)]
-    _run(argv, f"pip download of {lock.name}", FETCH_TIMEOUT_S)
+    argv += [*_wheel_platform_args(arch), "--dest", str(directory), "-r", str(lock)]
+    _run(argv, f"pip download of {lock.name} for {arch}", FETCH_TIMEOUT_S)
 
 
-def _pip_target(wheel_dir: Path, names: Sequence[str], target: Path) -> None:
+def _pip_target(
+    wheel_dir: Path, names: Sequence[str], target: Path, arch: str | None = None
+) -> None:
+    """``pip install --target``; with ``arch``, that architecture's wheels (pip installs
+    another platform's wheels only when told its tags)."""
     argv = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
     argv += ["--no-compile", "--no-warn-script-location", "--disable-pip-version-check"]
+    if arch is not None:
+        argv += _wheel_platform_args(arch)
     argv += ["--find-links", str(wheel_dir), "--target", str(target), *names]
     # A constraint file of the machine's (pip.conf) must not override our pins.
     env_argv = ["env", "PIP_CONSTRAINT=", "PIP_CONFIG_FILE=/dev/null", *argv]
@@ -572,11 +715,11 @@ def _pip_target(wheel_dir: Path, names: Sequence[str], target: Path) -> None:
     shutil.rmtree(target / "bin", ignore_errors=True)
 
 
-def python_layer(pins: Sequence[Pin], wheel_dir: Path) -> LayerBlob:
-    """Layer 2: the pinned wheels installed into Debian Python's dist-packages."""
+def python_layer(pins: Sequence[Pin], wheel_dir: Path, arch: str | None = None) -> LayerBlob:
+    """Layer 2: the pinned wheels (``arch``'s) installed into Debian Python's dist-packages."""
     with tempfile.TemporaryDirectory(prefix="layersched-image-") as tmp:
         target = Path(tmp) / "site"
-        _pip_target(wheel_dir, [f"{p.name}=={p.version}" for p in pins], target)
+        _pip_target(wheel_dir, [f"{p.name}=={p.version}" for p in pins], target, arch)
         tree = TarTree()
         tree.add_tree(target, SITE_PACKAGES)
     tree.add_bytecode(SITE_PACKAGES)
@@ -641,32 +784,50 @@ class StackImages:
     kube_scheduler: BuiltImage
 
 
+def _arch_suffix(arch: str) -> str:
+    """What names ``arch``'s cache entries and download directories: nothing for amd64
+    (the builder's first architecture, whose entries predate the others), ``-arm64``."""
+    return "" if arch == LOCK_DEFAULT_ARCH else f"-{arch}"
+
+
 def build_layersched_image(
     repo_root: Path = REPO_ROOT,
     root: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    arch: str = LOCK_DEFAULT_ARCH,
 ) -> BuiltImage:
-    """The layersched image (see the module docstring); layers come from the cache when they can."""
+    """The layersched image for ``linux/<arch>`` (see the module docstring): ``arch``'s
+    Debian packages and wheels, the same product layer; layers come from the cache when
+    they can."""
     say = progress or (lambda _message: None)
     cache = LayerCache(root or cache_root())
     downloads = (root or cache_root()) / "images"
-    deb_pins = _read_lock(DEBIAN_LOCK, parse_debian_lock)
+    suffix = _arch_suffix(check_arch(arch, "the image's architecture"))
+    deb_pins = debian_pins(_read_lock(DEBIAN_LOCK, parse_debian_lock), arch, str(DEBIAN_LOCK))
     wheel_pins = _read_lock(REQUIREMENTS_LOCK, parse_requirements_lock)
+    # another architecture's wheels are installed by their tags; the host's as before
+    foreign = None if arch == host_arch() else arch
 
     def debian() -> LayerBlob:
-        say("fetching and unpacking the Debian packages")
-        return debian_layer(deb_pins, fetch_debs(deb_pins, downloads / "debs"))
+        say(f"fetching and unpacking the Debian packages ({arch})")
+        debs = downloads / f"debs{suffix}"
+        return debian_layer(deb_pins, fetch_debs(deb_pins, debs, arch=arch))
 
     def python() -> LayerBlob:
-        say("fetching and installing the pinned wheels")
-        fetch_wheels(REQUIREMENTS_LOCK, downloads / "wheels")
-        return python_layer(wheel_pins, downloads / "wheels")
+        say(f"fetching and installing the pinned wheels ({arch})")
+        wheels = downloads / f"wheels{suffix}"
+        fetch_wheels(REQUIREMENTS_LOCK, wheels, arch)
+        return python_layer(wheel_pins, wheels, foreign)
 
     files = tracked_files(repo_root)
-    say("layer 1/3: debian")
-    base = cache.layer(cache.key("debian", (f"{p.name}={p.sha256}" for p in deb_pins)), debian)
-    say("layer 2/3: python")
-    deps = cache.layer(cache.key("python", (f"{p.name}={p.sha256}" for p in wheel_pins)), python)
+    say(f"layer 1/3: debian ({arch})")
+    base = cache.layer(
+        cache.key(f"debian{suffix}", (f"{p.name}={p.sha256}" for p in deb_pins)), debian
+    )
+    say(f"layer 2/3: python ({arch})")
+    deps = cache.layer(
+        cache.key(f"python{suffix}", (f"{p.name}={p.sha256}" for p in wheel_pins)), python
+    )
     say("layer 3/3: layersched")
     app = cache.layer(
         cache.key("layersched", [source_hash(repo_root, files), sys.version.split()[0]]),
@@ -674,6 +835,7 @@ def build_layersched_image(
     )
     return build_image(
         [base, deps, app],
+        platform=Platform("linux", arch),
         labels={
             TITLE_LABEL: "layersched",
             VERSION_LABEL: __version__,
@@ -690,25 +852,97 @@ def build_layersched_image(
     )
 
 
-def build_kube_scheduler_image(binary: Path, kubernetes_version: str) -> BuiltImage:
-    """The kube-scheduler image: the cluster's own binary, run as user 65532."""
+def build_layersched_index(
+    arches: Sequence[str] = IMAGE_ARCHES,
+    repo_root: Path = REPO_ROOT,
+    root: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BuiltIndex:
+    """The layersched image of each architecture, in one OCI index (the product layer is
+    the same blob in each)."""
+    images = [build_layersched_image(repo_root, root, progress, arch) for arch in arches]
+    return build_index(images, annotations=_index_annotations("layersched", __version__))
+
+
+def _index_annotations(title: str, version: str) -> dict[str, str]:
+    return {TITLE_LABEL: title, VERSION_LABEL: version}
+
+
+#: Labels of the kube-scheduler image: what the binary's Go build info says went in.
+GO_VERSION_LABEL = INPUTS_LABEL_PREFIX + "go-version"
+GO_BUILD_LABEL = INPUTS_LABEL_PREFIX + "go-build"
+GO_MODULES_LABEL = INPUTS_LABEL_PREFIX + "go-modules"
+KUBERNETES_MODULE_LABEL = INPUTS_LABEL_PREFIX + "kubernetes-module"
+KUBERNETES_GO_MODULE = "k8s.io/kubernetes"
+
+
+def kube_scheduler_labels(info: GoBuildInfo) -> dict[str, str]:
+    """The image's record of its inputs, read from its binary: the Go version, the build
+    settings (``CGO_ENABLED``, ``GOARCH``, ``-trimpath``...), the Kubernetes release
+    compiled with its go.sum checksum, and one digest over every linked module's path,
+    version and checksum (:attr:`GoBuildInfo.deps_sha256`; ``go version -m`` on the
+    binary lists them)."""
+    kubernetes = info.dep(KUBERNETES_GO_MODULE)
+    labels = {
+        GO_VERSION_LABEL: info.go_version,
+        GO_BUILD_LABEL: " ".join(f"{key}={value}" for key, value in info.settings),
+        GO_MODULES_LABEL: info.deps_sha256,
+    }
+    if kubernetes is not None:
+        labels[KUBERNETES_MODULE_LABEL] = kubernetes.line()
+    return labels
+
+
+def build_kube_scheduler_image(
+    binary: Path,
+    kubernetes_version: str,
+    arch: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> BuiltImage:
+    """The kube-scheduler image for ``linux/<arch>`` (default: the binary's own
+    architecture): ``binary``, which must be a static ELF of that architecture, run as
+    user 65532, its inputs recorded in labels (:func:`kube_scheduler_labels`, and
+    ``labels``)."""
+    what = f"the kube-scheduler binary {binary}"
     try:
         content = binary.read_bytes()
     except OSError as err:
+        raise InputError(f"reading {what}: {err}; build it with `make kubernetes`") from err
+    facts = elf_facts(content, what)
+    arch = arch or facts.machine
+    if facts.machine != check_arch(arch, "the image's architecture"):
         raise InputError(
-            f"reading the kube-scheduler binary {binary}: {err}; build it with `make kubernetes`"
-        ) from err
+            f"{what} is built for {facts.machine}, not {arch}: build it with GOARCH={arch} "
+            f"(.venv/bin/python scripts/kubernetes_build.py --arch {arch})"
+        )
+    if not facts.static:
+        raise InputError(
+            f"{what} needs a dynamic loader, which the image has not: build it with "
+            "CGO_ENABLED=0 (as make kubernetes does)"
+        )
     tree = TarTree()
     tree.add_file(KUBE_SCHEDULER_BIN, content, EXECUTABLE_MODE)
     _base_files(tree)
     return build_image(
         [tree.layer()],
-        labels={TITLE_LABEL: "kube-scheduler", VERSION_LABEL: kubernetes_version},
+        platform=Platform("linux", arch),
+        labels={
+            TITLE_LABEL: "kube-scheduler",
+            VERSION_LABEL: kubernetes_version,
+            **kube_scheduler_labels(go_build_info(content, what)),
+            **(labels or {}),
+        },
         entrypoint=(f"/{KUBE_SCHEDULER_BIN}",),
         env=KUBE_SCHEDULER_ENV,
         user=USER,
         working_dir="/",
     )
+
+
+def build_kube_scheduler_index(images: Sequence[BuiltImage], kubernetes_version: str) -> BuiltIndex:
+    """One kube-scheduler image per architecture (:func:`build_kube_scheduler_image`), in
+    one OCI index."""
+    return build_index(images, annotations=_index_annotations("kube-scheduler", kubernetes_version))
 
 
 def image_size_bytes(image: BuiltImage) -> int:

@@ -247,13 +247,22 @@ def build_image(
     )
 
 
-def build_index(images: Sequence[BuiltImage]) -> BuiltIndex:
-    """An OCI index listing ``images`` with their platforms, in the given order."""
-    index = {
+def build_index(
+    images: Sequence[BuiltImage], annotations: Mapping[str, str] | None = None
+) -> BuiltIndex:
+    """An OCI index listing ``images`` with their platforms, in the given order; with
+    ``annotations`` (each left out when None, so indexes built without them keep their
+    digests)."""
+    platforms = [image.platform for image in images]
+    if len(set(platforms)) != len(platforms):
+        raise InputError(f"an index lists each platform once: {platforms} repeats one")
+    index: dict[str, Any] = {
         "schemaVersion": 2,
         "mediaType": OCI_INDEX,
         "manifests": [image.descriptor().to_json() for image in images],
     }
+    if annotations is not None:
+        index["annotations"] = dict(annotations)
     blobs: dict[str, bytes] = {}
     for image in images:
         blobs.update(image.blobs)

@@ -96,7 +96,8 @@ def _trace_summary(trace: Trace, path: str) -> dict[str, Any]:
 
 def simulation(trace: Trace, strategies: list[str]) -> dict[str, Any]:
     """The simulator on ``trace``, per simulated strategy and tie-break seed."""
-    wanted = list(dict.fromkeys(replay_report.SIMULATED_AS.get(s, s) for s in strategies))
+    mapping = {s: replay_report.SIMULATED_AS.get(s, s) for s in strategies}
+    wanted = list(dict.fromkeys(mapping.values()))
     runs: dict[str, list[dict[str, Any]]] = {}
     for run in simulate_trace(trace, wanted, SIM_SEEDS):
         runs.setdefault(run.strategy, []).append(
@@ -106,7 +107,7 @@ def simulation(trace: Trace, strategies: list[str]) -> dict[str, Any]:
                 "bytes_pulled": list(run.bytes_pulled),
             }
         )
-    return {"seeds_count": len(SIM_SEEDS), "runs": runs}
+    return {"seeds_count": len(SIM_SEEDS), "simulated_as": mapping, "runs": runs}
 
 
 def _estimate(kubeconfig: str, registry: str, since_s: float) -> dict[str, Any]:

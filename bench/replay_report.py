@@ -26,13 +26,28 @@ BLOCK = "replay"
 REGENERATE = "make figures"
 BASELINE = "image-locality"
 #: What each testbed scheduler is in the simulator (the extender and the plugin run the
-#: same strategy; the testbed runs both without spread).
+#: same strategy, with spread, as installed: issue 45). A run records the mapping it used
+#: (``simulation.simulated_as``).
 SIMULATED_AS = {
     "image-locality": "image-locality",
-    "layer-locality": "layer-locality",
-    "layer-locality-plugin": "layer-locality",
+    "layer-locality": "layer-locality+spread",
+    "layer-locality-plugin": "layer-locality+spread",
     "pull-time": "pull-time",
 }
+#: The mapping of runs that recorded none: the testbed ran both without spread then.
+SIMULATED_AS_WITHOUT_SPREAD = {
+    **SIMULATED_AS,
+    "layer-locality": "layer-locality",
+    "layer-locality-plugin": "layer-locality",
+}
+
+
+def simulated_as(results: dict[str, Any]) -> dict[str, str]:
+    """What each testbed scheduler of ``results`` was in the simulator."""
+    recorded = (results.get("simulation") or {}).get("simulated_as")
+    return dict(recorded) if recorded else SIMULATED_AS_WITHOUT_SPREAD
+
+
 #: Labels in the block, in its order.
 LABELS = {
     "image-locality": "image-locality (upstream ImageLocality alone)",
@@ -255,6 +270,7 @@ def markdown(results: Mapping[str, Any]) -> str:
     nothing_below = int(trace.get("smallest_layer_bytes") or NOTHING_BYTES)
     summary = summarise(results["runs"], nothing_below)
     sim = results.get("simulation") or {}
+    mapping = simulated_as(results)
     sim_summary = simulation_summary(sim.get("runs") or {}, nothing_below)
     cluster = trace["cluster"]
     asked = results.get("rounds_asked")
@@ -278,7 +294,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for strategy, entry in summary.items():
-        simulated = sim_summary.get(SIMULATED_AS.get(strategy, strategy)) or {}
+        simulated = sim_summary.get(mapping.get(strategy, strategy)) or {}
         lines.append(
             f"| {LABELS.get(strategy, strategy)} | {_cell(entry['mean_startup_s'], '.1f')} "
             f"| {_cell(entry['p50_startup_s'], '.1f')} | {_cell(entry['p95_startup_s'], '.1f')} "
@@ -325,6 +341,7 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    mapping = simulated_as(results)
     colours = {}
     for strategy in dict.fromkeys(run["strategy"] for run in results["runs"]):
         values = sorted(
@@ -337,7 +354,7 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
             continue
         ys = np.arange(1, len(values) + 1) / len(values)
         (line,) = ax.step(values, ys, where="post", label=f"{strategy} (testbed)")
-        colours[SIMULATED_AS.get(strategy, strategy)] = line.get_color()
+        colours[mapping.get(strategy, strategy)] = line.get_color()
     for strategy, runs in ((results.get("simulation") or {}).get("runs") or {}).items():
         values = sorted(v for run in runs for v in run["startup_s"])
         if not values:

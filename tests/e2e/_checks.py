@@ -14,12 +14,12 @@ import os
 from collections.abc import Collection, Mapping
 from typing import Any
 
-import numpy as np
 import pytest
 
 from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
+from layersched.core.strategies import LayerLocalityArgs
 from layersched.core.strategies.layer_locality import LayerLocality
 from layersched.testbed.scenario import P1, P1_AGAIN, P2
 from layersched.testbed.scheduler_configs import (
@@ -232,28 +232,33 @@ def check_pull_bytes(report: Mapping[str, Any]) -> None:
 
 
 def core_scores_t3(report: Mapping[str, Any], trial: Mapping[str, Any]) -> dict[str, int]:
-    """What layersched's Python core scores the nodes scored at t3 (0..100): P2's node holds
-    Img2 (L1, L2, L4), every other scored node none of the scenario's layers."""
+    """What layersched's Python core scores the nodes scored at t3 (0..100), with spread
+    on as the testbed runs it (issue 45): P1's node (full, not scored) holds Img1 (L1, L2,
+    L3), P2's node Img2 (L1, L2, L4), every other node none of the scenario's layers; the
+    spread counts every node of the cluster (the plugin's: the scheduler's snapshot)."""
     layers = {
         label: Layer(str(entry["digest"]), int(entry["size"]))
         for label, entry in report["layers"].items()
     }
+    img1 = tuple(layers[label] for label in IMG1_LAYERS)
     img2 = tuple(layers[label] for label in IMG2_LAYERS)
-    p2_node = trial["placements"][P2]
+    held = {trial["placements"][P1]: ("Img1", img1), trial["placements"][P2]: ("Img2", img2)}
     scored = sorted(trial["scores_t3"])
+    nodes = sorted(report_nodes(report) or {*scored, *held})
     inventory = LayerIndex.build(
         NodeInfo(
             name=node,
-            images=(NodeImage(("Img2",), sum(x.size_bytes for x in img2), img2),)
-            if node == p2_node
+            images=(NodeImage((held[node][0],), sum(x.size_bytes for x in held[node][1]),
+                              held[node][1]),)
+            if node in held
             else (),
         )
-        for node in scored
-    )
-
-    img1 = tuple(layers[label] for label in IMG1_LAYERS)
-    result = LayerLocality().score(
-        PodImages.of("Img1"), img1, inventory, np.arange(len(scored), dtype=np.int64)
+        for node in nodes
+    )  # fmt: skip
+    candidates, missing = inventory.indices_of(scored)
+    assert not missing, f"scored nodes {missing} are not the report's nodes {nodes}"
+    result = LayerLocality(LayerLocalityArgs(spread=True)).score(
+        PodImages.of("Img1"), img1, inventory, candidates
     )
     return result.as_dict(inventory)
 
@@ -262,7 +267,7 @@ def check_plugin_scores_are_the_cores(
     report: Mapping[str, Any], strategy: str = LAYER_LOCALITY_PLUGIN
 ) -> None:
     """The LayerLocality plugin's real t3 scores (kube-scheduler's -v=10 lines) are the
-    Python core's for the same layers: floor(100 x (L1+L2) / (L1+L2+L3)) on P2's node, 0
-    on the empty ones."""
+    Python core's for the same layers, spread on: L1 and L2 are on 2 of the 3 nodes, so
+    floor(100 x (L1+L2) x 2/3 / (L1+L2+L3)) on P2's node, 0 on the empty ones."""
     for i, t in enumerate(_trials(report, strategy)):
         assert t["scores_t3"] == core_scores_t3(report, t), f"trial {i}: {t['scores_t3']}"

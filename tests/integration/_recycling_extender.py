@@ -22,7 +22,7 @@ from pathlib import Path
 import tenacity
 
 from layersched.core.layers import StaticLayerSource
-from layersched.core.strategies import get_strategy
+from layersched.core.strategies import LayerLocalityArgs, get_strategy
 from layersched.extender import (
     Recycler,
     StaticLayerIndexProvider,
@@ -70,7 +70,12 @@ def main(port: int, layers: str, nodes: str) -> int:
         threading.Thread(target=_stage_residue, args=(recycler,), daemon=True).start()
     source = StaticLayerSource.from_json(json.loads(Path(layers).read_text()), layers)
     provider = StaticLayerIndexProvider(nodes, source)
-    extender = make_extender(get_strategy("layer-locality"), source, provider)
+    extender = make_extender(
+        # unscaled scores, as the test expects: spread off, said here (issue 45)
+        get_strategy("layer-locality", LayerLocalityArgs(spread=False)),
+        source,
+        provider,
+    )
     print(f"recycling extender: count {count}", file=sys.stderr, flush=True)
     asyncio.run(serve(extender, "127.0.0.1", port, recycler=recycler))
     return 0

@@ -62,6 +62,7 @@ def test_allow_registry(
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": image}]}}
     log_path = tmp_path / "extender.log"
     extra = (
+        "--no-spread",  # N1 alone holds the layers: unscaled, 10 (issue 45: said here)
         "--nodes",
         str(nodes),
         "--allow-registry",

@@ -47,7 +47,8 @@ NODE_NAMES_BODY = {"Pod": POD, "NodeNames": ["N1", "N2", "N3"]}
 
 
 def _common(files: dict[str, Path]) -> tuple[str, ...]:
-    return ("--layers", str(files["layers"]), "--nodes", str(files["nodes"]))
+    # unscaled scores (floor(100 * present / total)): spread off, said here (issue 45)
+    return ("--layers", str(files["layers"]), "--nodes", str(files["nodes"]), "--no-spread")
 
 
 @pytest.fixture
@@ -256,6 +257,7 @@ def test_sigterm_finishes_the_request_in_flight(files: dict[str, Path], tmp_path
         address = f"{LOOPBACK}:{registry.server_port}"
         extra = (
             "--nodes", _slow_nodes(tmp_path, address),
+            "--no-spread",  # N1 alone holds the layers: unscaled, 10 (issue 45: said here)
             "--resolve-timeout-s", "5",
             "--shutdown-grace-s", str(GRACE_S),
         )  # fmt: skip
@@ -391,6 +393,7 @@ def test_past_the_limit_a_request_is_answered_neutrally_at_once(
         address = f"{LOOPBACK}:{registry.server_port}"
         extra = (
             "--nodes", _slow_nodes(tmp_path, address),
+            "--no-spread",  # N1 alone holds the layers: unscaled, 10 (issue 45: said here)
             "--resolve-timeout-s", "10",
             "--registry-timeout-s", "10",
             "--max-concurrent-requests", "1",

@@ -83,7 +83,8 @@ def files(tmp_path: Path) -> dict[str, Path]:
 def extender(
     files: dict[str, Path], tmp_path: Path
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    extra = ("--layers", str(files["layers"]), "--nodes", str(files["nodes"]))
+    # unscaled scores (floor(100 * present / total)): spread off, said here (issue 45)
+    extra = ("--layers", str(files["layers"]), "--nodes", str(files["nodes"]), "--no-spread")
     with running_extender(tmp_path / "extender.log", *extra) as (url, proc):
         yield url, proc
 

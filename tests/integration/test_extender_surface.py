@@ -50,7 +50,8 @@ MAX_POD_BYTES = 1_572_864
 
 
 def _common(files: dict[str, Path]) -> tuple[str, ...]:
-    return ("--layers", str(files["layers"]), "--nodes", str(files["nodes"]))
+    # unscaled scores (floor(100 * present / total)): spread off, said here (issue 45)
+    return ("--layers", str(files["layers"]), "--nodes", str(files["nodes"]), "--no-spread")
 
 
 def _sh(*argv: str) -> None:

@@ -65,21 +65,28 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize(
-    ("strategy", "expected"),
+    ("strategy", "flags", "expected"),
     [
-        # n2 holds L1+L2 = 40M of 44M -> floor(100 * 40/44) = 90
-        ("layer-locality", {"n1": 100, "n2": 90, "n3": 0}),
+        # spread on, the default (as installed): L1 and L2 on 2 of 3 nodes count 2/3, L3
+        # on 1 of 3 counts 1/3: n1 (40 * 2/3 + 4/3) / 44 -> 63; n2 (40 * 2/3) / 44 -> 60
+        ("layer-locality", (), {"n1": 63, "n2": 60, "n3": 0}),
+        # spread off: n2 holds L1+L2 = 40M of 44M -> floor(100 * 40/44) = 90
+        ("layer-locality", ("--no-spread",), {"n1": 100, "n2": 90, "n3": 0}),
         # only n1 holds img1 by name: 44M * 1/3 = 14.7M < 23M threshold -> 0 everywhere
-        ("image-locality", {"n1": 0, "n2": 0, "n3": 0}),
+        ("image-locality", (), {"n1": 0, "n2": 0, "n3": 0}),
     ],
-    ids=["layer-locality", "image-locality"],
+    ids=["layer-locality", "layer-locality-no-spread", "image-locality"],
 )
 def test_json_output_is_one_object(
-    files: dict[str, str], capsys: pytest.CaptureFixture[str], strategy: str, expected: dict
+    files: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    strategy: str,
+    flags: tuple[str, ...],
+    expected: dict,
 ) -> None:
     code, out, _ = run(
         capsys, "score", "--nodes", files["nodes"], "--pod", files["pod"],
-        "--strategy", strategy, "--layers", files["layers"], "-o", "json",
+        "--strategy", strategy, *flags, "--layers", files["layers"], "-o", "json",
     )  # fmt: skip
     assert code == 0
     assert json.loads(out) == expected
@@ -100,8 +107,9 @@ def test_table_explains_present_and_total(
     )
     assert code == 0
     row = next(line for line in out.splitlines() if "n2" in line)
-    # compact units in the table (exact bytes: --format json): 40 of 44 MiB held -> 90
-    assert "40.0 MiB" in row and "44.0 MiB" in row and row.rstrip(" │|").endswith("90")
+    # compact units in the table (exact bytes: --format json): 40 of 44 MiB held, the
+    # score spread (the default): 40 * 2/3 of 44 -> 60
+    assert "40.0 MiB" in row and "44.0 MiB" in row and row.rstrip(" │|").endswith("60")
 
 
 def test_the_table_fits_80_columns(

@@ -51,8 +51,9 @@ def _trial(p1: str, p2: str, again: str, scores: dict[str, int]) -> dict[str, An
 
 def _report() -> dict[str, Any]:
     layer = [
-        _trial("n2", "n3", "n3", {"n1": 0, "n3": 9}),
-        _trial("n1", "n2", "n2", {"n2": 9, "n3": 0}),
+        # floor(100 * 40 * 2/3 / 44) = 60 -> 6 on the extender's 0-10 scale
+        _trial("n2", "n3", "n3", {"n1": 0, "n3": 6}),
+        _trial("n1", "n2", "n2", {"n2": 6, "n3": 0}),
     ]
     image = [
         _trial("n3", "n2", "n1", {"n1": 0, "n2": 0}),
@@ -230,12 +231,13 @@ def test_a_pull_faster_than_its_link_fails() -> None:
 def _local_report() -> dict[str, Any]:
     """A local run: layer-locality through the extender and through the plugin too."""
     report = _report()
-    # the plugin's scale is 0-100: P2's node holds L1+L2 of L1+L2+L3 = 40 of 44 MiB:
-    # floor(100 * 40 / 44) = 90; the empty node 0
+    # the plugin's scale is 0-100: P2's node holds L1+L2 of L1+L2+L3 = 40 of 44 MiB, and
+    # spread (on, as the testbed runs it) counts L1 and L2 on 2 of the 3 nodes:
+    # floor(100 * 40 * 2/3 / 44) = 60; the empty node 0
     report["strategies"][LAYER_LOCALITY_PLUGIN] = {
         "trials": [
-            _trial("n2", "n3", "n3", {"n1": 0, "n3": 90}),
-            _trial("n1", "n2", "n2", {"n2": 90, "n3": 0}),
+            _trial("n2", "n3", "n3", {"n1": 0, "n3": 60}),
+            _trial("n1", "n2", "n2", {"n2": 60, "n3": 0}),
         ]
     }
     return report
@@ -258,14 +260,16 @@ def test_the_plugin_column_is_required_where_the_testbed_runs_it() -> None:
 @pytest.mark.parametrize(
     "scores",
     [
-        # 91 would be rounding, not the core's floor
-        {"n1": 0, "n3": 91},
+        # 61 would be rounding (60.6), not the core's floor
+        {"n1": 0, "n3": 61},
         # the extender's 0-10 scale is not the plugin's
-        {"n1": 0, "n3": 9},
+        {"n1": 0, "n3": 6},
         # an empty node scoring above 0
-        {"n1": 1, "n3": 90},
+        {"n1": 1, "n3": 60},
+        # spread off (floor(100 * 40 / 44)): not the testbed's plugin
+        {"n1": 0, "n3": 90},
     ],
-    ids=["rounded", "extender-scale", "empty-node-scored"],
+    ids=["rounded", "extender-scale", "empty-node-scored", "unspread"],
 )
 def test_plugin_scores_other_than_the_cores_fail(scores: dict[str, int]) -> None:
     report = _local_report()

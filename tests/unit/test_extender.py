@@ -36,6 +36,7 @@ from layersched.extender import (
 )
 from layersched.extender._prioritize import Decisions
 from layersched.extender._wire import ExtenderArgs, HostPriority
+from tests.fixtures.strategies import without_spread
 
 MB = 1024 * 1024
 #: How long a background resolution may take to warm the cache in these tests.
@@ -92,7 +93,8 @@ def _extender(
     # the held inventory is loaded from the offline source: only pods meet ``source``
     provider = StaticLayerIndexProvider(_nodes_file(tmp_path, NODES), SOURCE)
     provider.load()
-    return make_extender(get_strategy(strategy), source, provider, **kw)
+    # unscaled scores, worked out in each case's comment: spread off, said here
+    return make_extender(without_spread(strategy), source, provider, **kw)
 
 
 Call = Callable[[str, str, Any], Awaitable[tuple[int, Any]]]
@@ -499,7 +501,7 @@ def test_filter_bad_requests(tmp_path: Any, body: dict[str, Any], fragment: str)
 # ------------------------------------------------------------ health, metrics, logs
 def test_healthz_is_503_until_the_inventory_is_loaded(tmp_path: Any) -> None:
     provider = StaticLayerIndexProvider(_nodes_file(tmp_path, NODES), SOURCE)
-    extender = make_extender(get_strategy("layer-locality"), SOURCE, provider)
+    extender = make_extender(without_spread("layer-locality"), SOURCE, provider)
 
     async def scenario(call: Call) -> None:
         assert (await call("GET", "/healthz"))[0] == 503
@@ -1207,7 +1209,7 @@ def test_hostile_layer_sizes_are_scored_not_a_500(
     # is scored: N1 10, N2 0; nothing fails, nothing is logged as a bug
     layers = tuple(Layer(_digest(f"h{i}"), size) for i, size in enumerate(sizes))
     source = StaticLayerSource({"huge:1": layers})
-    extender = make_extender(get_strategy(strategy), source)
+    extender = make_extender(without_spread(strategy), source)
     nodes = [_node("N1", "huge:1"), _node("N2")]
     body = {"Pod": _pod("huge:1"), "Nodes": {"items": nodes}}
     status, answer = _request(tmp_path, extender, "POST", "/prioritize", body)

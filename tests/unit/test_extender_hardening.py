@@ -31,6 +31,7 @@ from layersched.core.strategies import get_strategy
 from layersched.extender import Extender, Platforms, StaticLayerIndexProvider, make_extender
 from layersched.extender._platforms import MAX_PLATFORMS
 from layersched.extender._resolver import POSITIVE_TTL_S
+from tests.fixtures.strategies import without_spread
 from tests.unit.test_extender import (
     L1,
     L2,
@@ -453,7 +454,7 @@ def test_one_kubelet_cannot_claim_the_platform_slots() -> None:
     provider = StaticLayerIndexProvider(None, None)
     provider.load()
     extender = make_extender(
-        get_strategy("layer-locality"),
+        without_spread("layer-locality"),  # the arm64 node holds all: unscaled, 10
         amd_source,
         provider,
         resolve_timeout_s=WARM_TIMEOUT_S,

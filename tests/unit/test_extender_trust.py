@@ -23,12 +23,12 @@ import tenacity
 from layersched.core.errors import LayerResolutionError
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
-from layersched.core.strategies import get_strategy
 from layersched.extender import WatchLayerIndexProvider, make_extender
 from layersched.extender._pod_layers import PINNED_CACHE_SIZE, pinned
 from layersched.extender._wire import ExtenderArgs, HostPriority
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, node, started
+from tests.fixtures.strategies import without_spread
 
 CONVERGE_TIMEOUT_S = 5.0
 POLL_S = 0.02
@@ -112,7 +112,7 @@ def test_one_node_cannot_attract_every_pod_of_an_image(loop: RunningLoop, size_b
     api.items[NODE_LAYERS_PATH] = [layers("node-b", REAL), layers("node-a", poisoned(size_bytes))]
     registry = CountingRegistry()
     provider = started(api, loop.loop)
-    extender = make_extender(get_strategy("layer-locality"), registry, provider)
+    extender = make_extender(without_spread("layer-locality"), registry, provider)
     names = ["node-a", "node-b"]
     assert prioritize(loop, extender, NGINX, names) == {"node-a": 0, "node-b": 10}
     assert registry.asked  # nobody's word was enough: the registry answered
@@ -133,7 +133,7 @@ def test_a_lie_about_the_real_digest_is_still_one_vote(loop: RunningLoop) -> Non
         layers("node-a", poisoned(500 * GB, manifest=REAL.digest)),
     ]
     provider = started(api, loop.loop)
-    extender = make_extender(get_strategy("layer-locality"), NoRegistry(), provider)  # type: ignore[arg-type]
+    extender = make_extender(without_spread("layer-locality"), NoRegistry(), provider)  # type: ignore[arg-type]
     assert prioritize(loop, extender, NGINX, ["node-a", "b1", "b2"]) == {
         "node-a": 0,
         "b1": 10,
@@ -218,7 +218,7 @@ def test_a_pinned_digest_is_checked_against_the_registry(loop: RunningLoop) -> N
     provider = started(api, loop.loop)
     assert loop.call(lambda: provider.image_layers(pinned)) == lie.layers  # the votes alone
     registry = CountingRegistry({pinned: REAL.layers})
-    extender = make_extender(get_strategy("layer-locality"), registry, provider)
+    extender = make_extender(without_spread("layer-locality"), registry, provider)
     names = ["h", "l1", "l2"]
     assert prioritize(loop, extender, pinned, names) == {"h": 10, "l1": 0, "l2": 0}
     assert pinned in registry.asked
@@ -235,7 +235,7 @@ def test_a_pinned_pod_image_is_parsed_once_not_per_request(loop: RunningLoop) ->
     api.items[NODE_LAYERS_PATH] = [layers("h", REAL), layers("k", REAL)]
     provider = started(api, loop.loop)
     registry = CountingRegistry({pinned_image: REAL.layers})
-    extender = make_extender(get_strategy("layer-locality"), registry, provider)
+    extender = make_extender(without_spread("layer-locality"), registry, provider)
     pinned.cache_clear()
     for _ in range(3):
         prioritize(loop, extender, pinned_image, ["h", "k"])

@@ -22,8 +22,9 @@ from layersched.core.manifest import parse_manifest
 from layersched.core.nodelayers import build_document, parse_document
 from layersched.core.objects import decode_node, node_info
 from layersched.core.pod import PodImages
-from layersched.core.strategies import STRATEGY_NAMES, get_strategy
+from layersched.core.strategies import STRATEGY_NAMES, Strategy, get_strategy
 from layersched.core.strategies.base import MAX_EXACT_SUM_BYTES, MAX_NODE_SCORE
+from tests.fixtures.strategies import without_spread
 
 INT64_MAX = (1 << 63) - 1
 
@@ -139,12 +140,23 @@ def _hostile_layers(case: str, rng: random.Random) -> tuple[Layer, ...]:
     return tuple(Layer(digest(i), rng.getrandbits(rng.randint(1, 64))) for i in range(1, 51))
 
 
-@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
+#: Every strategy as built by default, and layer-locality with its spread off too.
+SCORERS = [*STRATEGY_NAMES, "layer-locality-no-spread"]
+
+
+def _scorer(label: str) -> Strategy:
+    if label == "layer-locality-no-spread":
+        return without_spread("layer-locality")
+    return get_strategy(label)
+
+
+@pytest.mark.parametrize("strategy", SCORERS)
 @pytest.mark.parametrize("case", ["two-2^62", "int64-max", "past-int64", "many-at-cap", "random"])
 def test_no_strategy_wraps_or_raises_on_hostile_sizes(strategy: str, case: str) -> None:
     # three nodes: "all" holds every layer, "half" the first half, "none" nothing. Whatever
     # the sizes, scores stay in 0..100, the full holder scores at least as much as the
-    # others, and a node holding nothing never outscores one holding something
+    # others, and a node holding nothing never outscores one holding something; without
+    # spread, the full holder scores 100 (with it, its layers weigh 1/3 or 2/3)
     rng = random.Random(23)
     layers = _hostile_layers(case, rng)
     half = layers[: max(1, len(layers) // 2)]
@@ -158,14 +170,15 @@ def test_no_strategy_wraps_or_raises_on_hostile_sizes(strategy: str, case: str) 
     for node in nodes:
         inventory.add_node(node)
     candidates = np.arange(3, dtype=np.int64)
-    scorer = get_strategy(strategy)
+    scorer = _scorer(strategy)
     pod = PodImages.of(image)
     result = scorer.score(pod, layers if scorer.needs_layers else (), inventory, candidates)
     scores = result.scores.tolist()
     assert all(0 <= s <= MAX_NODE_SCORE for s in scores), scores
     assert scores[0] >= scores[1] >= scores[2], scores
     if scorer.needs_layers:
-        assert scores[0] == MAX_NODE_SCORE  # holds all of it: it is the best there is
+        if strategy != "layer-locality":  # unscaled: holds all of it, the best there is
+            assert scores[0] == MAX_NODE_SCORE
         assert (result.present_bytes >= 0).all()
 
 
@@ -173,7 +186,7 @@ def test_no_strategy_wraps_or_raises_on_hostile_sizes(strategy: str, case: str) 
 def test_scores_are_exact_below_the_guard(strategy: str) -> None:
     # sizes read through the readers never reach the guard, and then nothing is rounded.
     # Layers: 1 TiB, 1 TiB and 12.5 MB; "two" holds the two big ones.
-    # layer-locality: floor(100 * 2^41 / (2^41 + 12.5e6)) = 99 (99.99943...)
+    # layer-locality, spread off: floor(100 * 2^41 / (2^41 + 12.5e6)) = 99 (99.99943...)
     # pull-time: "two" pulls 12.5 MB at 100 Mbit/s = 1 s, + 1 s overhead = 2 s; the full
     # holder 0 + 1 s: floor(100 * 1 / 2) = 50
     layers = (Layer(digest(1), MAX_SIZE_BYTES), Layer(digest(2), MAX_SIZE_BYTES),
@@ -181,7 +194,7 @@ def test_scores_are_exact_below_the_guard(strategy: str) -> None:
     inventory = LayerIndex()
     inventory.add_node(NodeInfo("all", (NodeImage(("a:1",), 1, layers),)))
     inventory.add_node(NodeInfo("two", (NodeImage(("b:1",), 1, layers[:2]),)))
-    result = get_strategy(strategy).score(
+    result = without_spread(strategy).score(
         PodImages.of("a:1"), layers, inventory, np.arange(2, dtype=np.int64)
     )
     expected = {"layer-locality": [100, 99], "pull-time": [100, 50]}[strategy]

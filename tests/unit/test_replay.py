@@ -532,6 +532,26 @@ def test_the_block_gives_real_and_simulated_figures_with_their_ranges() -> None:
     assert "records no commit" in text
 
 
+def test_the_simulator_column_follows_the_mapping_the_run_recorded() -> None:
+    # issue 45: the testbed runs layer-locality with spread; a run records what each
+    # scheduler was in the simulator. One recording nothing (before then) ran without
+    # spread: its "layer-locality" row reads the simulator's "layer-locality" (2.0 s)
+    def row(results: dict[str, Any]) -> str:
+        text = report.markdown(results)
+        return next(line for line in text.splitlines() if line.startswith("| layer-locality, ex"))
+
+    assert row(_results()).endswith("| 2.0 | 2.00× |")
+    assert report.simulated_as(_results())["layer-locality"] == "layer-locality"
+    spread = _results()
+    spread["simulation"]["runs"]["layer-locality+spread"] = [
+        {"seed": 0, "startup_s": [3.0, 3.0], "bytes_pulled": [1, 1]}
+    ]
+    spread["simulation"]["simulated_as"] = dict(report.SIMULATED_AS)
+    # the recorded mapping: layer-locality+spread's 3.0 s, 4/3 = 1.33x
+    assert report.SIMULATED_AS["layer-locality"] == "layer-locality+spread"
+    assert row(spread).endswith("| 3.0 | 1.33× |")
+
+
 @pytest.mark.parametrize(
     ("cluster", "expected"),
     [

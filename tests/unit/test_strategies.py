@@ -18,6 +18,7 @@ from layersched.core.strategies import (
 )
 from layersched.core.strategies.args import NEWEST_KUBERNETES_MINOR, parse_kubernetes_minor
 from layersched.core.strategies.image_locality import _scaled_image_score
+from tests.fixtures.strategies import without_spread
 
 MB = 1024 * 1024
 
@@ -311,17 +312,17 @@ N3 = node("n3")
     ("pod", "opts", "expected"),
     [
         (
-            # the seed's t3: n1 holds all 44M -> 100; n2 holds L1+L2 = 40M of 44M
-            # -> floor(100 * 40 / 44) = 90; n3 holds nothing -> 0
+            # spread off: the seed's t3: n1 holds all 44M -> 100; n2 holds L1+L2 = 40M
+            # of 44M -> floor(100 * 40 / 44) = 90; n3 holds nothing -> 0
             PodImages.of("img1:v1"),
-            {},
+            {"spread": False},
             {"n1": 100, "n2": 90, "n3": 0},
         ),
         (
-            # distinct layers across init + containers: L1 L2 L3 L4 = 48M
+            # spread off: distinct layers across init + containers: L1 L2 L3 L4 = 48M
             # n1 has 44M -> floor(4400/48) = 91; n2 has 44M -> 91
             PodImages("p", ("img2:v1",), ("img1:v1", "img1:v1")),
-            {},
+            {"spread": False},
             {"n1": 91, "n2": 91, "n3": 0},
         ),
         (
@@ -331,15 +332,16 @@ N3 = node("n3")
             {"n1": 0, "n2": 0, "n3": 0},
         ),
         (
-            # spread: L1 and L2 are on 2 of 3 nodes -> count 2/3 each; L3 on 1 of 3.
+            # the default, spread on (as installed): L1 and L2 are on 2 of 3 nodes -> count
+            # 2/3 each; L3 on 1 of 3.
             # n1: (30 + 10) * 2/3 + 4 * 1/3 = 28M -> floor(100 * 28 / 44) = 63
             # n2: (30 + 10) * 2/3 = 26.67M -> floor(100 * 26.67 / 44) = 60
             PodImages.of("img1:v1"),
-            {"spread": True},
+            {},
             {"n1": 63, "n2": 60, "n3": 0},
         ),
     ],
-    ids=["seed-t3", "dedup-init", "zero-total", "spread"],
+    ids=["seed-t3-no-spread", "dedup-init-no-spread", "zero-total", "spread-by-default"],
 )
 def test_layer_locality(pod: PodImages, opts: dict, expected: dict) -> None:
     assert scores("layer-locality", pod, [N1, N2, N3], SCENARIO, **opts) == expected
@@ -365,8 +367,9 @@ def test_layer_locality_uses_ryax_layers_and_annotations_without_a_source() -> N
     n1 = NodeInfo("n1", (NodeImage(("other:1",), 0, (L1, L2)),))
     n2 = NodeInfo("n2", annotation_layers=(L1,))
     pod_source = StaticLayerSource({"img1:v1": (L1, L2, L3)})
-    # n1: 40/44 -> 90; n2: 30/44 -> 68
-    assert scores("layer-locality", PodImages.of("img1:v1"), [n1, n2], pod_source) == {
+    # spread off: n1: 40/44 -> 90; n2: 30/44 -> 68
+    pod = PodImages.of("img1:v1")
+    assert scores("layer-locality", pod, [n1, n2], pod_source, spread=False) == {
         "n1": 90,
         "n2": 68,
     }
@@ -395,7 +398,8 @@ def test_candidates_subset_and_unknown_names() -> None:
     idx, missing = inventory.indices_of(["n3", "ghost", "n2"])
     assert missing == ["ghost"]
     pod = PodImages.of("img1:v1")
-    result = get_strategy("layer-locality").score(
+    # spread off: n2 holds 40M of 44M -> 90
+    result = without_spread("layer-locality").score(
         pod, resolve_pod_layers(pod, SCENARIO), inventory, idx
     )
     assert result.as_dict(inventory) == {"n3": 0, "n2": 90}

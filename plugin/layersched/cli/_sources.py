@@ -51,9 +51,9 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", choices=STRATEGY_NAMES, default=LAYER_LOCALITY)
     parser.add_argument(
         "--spread",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help=f"{LAYER_LOCALITY} only: scale present layers by nodes-holding / nodes "
-        "(anti node heating)",
+        "(anti node heating; default: on, as installed)",
     )
     parser.add_argument(
         "--kubernetes-version",
@@ -119,17 +119,18 @@ def strategy_args_from_flags(args: argparse.Namespace) -> StrategyArgs:
     }
     for attribute, (strategies, flag) in owner.items():
         value = getattr(args, attribute)
-        if value not in (None, False) and name not in strategies:
+        if value is not None and name not in strategies:
             if attribute == "spread":
+                flag = "--spread" if value else "--no-spread"
                 raise InputError(
-                    f"--spread applies to {LAYER_LOCALITY} only (image-locality always uses "
-                    f"upstream's spread factor; {PULL_TIME} has none): drop --spread"
+                    f"{flag} applies to {LAYER_LOCALITY} only (image-locality always uses "
+                    f"upstream's spread factor; {PULL_TIME} and {IN_FLIGHT} have none): drop {flag}"
                 )
             raise InputError(
                 f"{flag} applies to --strategy {' and '.join(sorted(strategies))} only: drop it"
             )
     if name == LAYER_LOCALITY:
-        return LayerLocalityArgs(spread=bool(args.spread))
+        return LayerLocalityArgs() if args.spread is None else LayerLocalityArgs(args.spread)
     if name == IMAGE_LOCALITY:
         if args.kubernetes_version is None:
             return ImageLocalityArgs()

@@ -490,9 +490,9 @@ def _templated(text: str, extra: Mapping[str, str] | None = None) -> str:
             pad = item["indent"]
             out += [
                 f"{pad}- {{{{ .Values.imageQuorum | quote }}}}",
-                f"{pad}{{{{- if and .Values.extender.spread "
-                f'(eq .Values.extender.strategy "{LAYER_LOCALITY_STRATEGY}") }}}}',
-                f"{pad}- --spread",
+                f'{pad}{{{{- if eq .Values.extender.strategy "{LAYER_LOCALITY_STRATEGY}" }}}}',
+                f"{pad}- {{{{ if .Values.extender.spread }}}}--spread"
+                "{{ else }}--no-spread{{ end }}",
                 f"{pad}{{{{- end }}}}",
             ]
             continue

@@ -275,8 +275,9 @@ def extender_args(spec: StackSpec) -> list[str]:
     # info: what changed and what failed, never a line per node per pod (debug)
     argv += ["--watch", "--strategy", spec.strategy, "--log-level", "info"]
     argv += ["--image-quorum", str(spec.image_quorum)]
-    if spec.spread and spec.strategy == LAYER_LOCALITY_STRATEGY:
-        argv += ["--spread"]
+    if spec.strategy == LAYER_LOCALITY_STRATEGY:
+        # said either way, so that the install never rests on the CLI's default
+        argv += ["--spread" if spec.spread else "--no-spread"]
     for registry in spec.allowed_registries:
         argv += ["--allow-registry", registry]
     return [*argv, *spec.extender_args]

@@ -56,11 +56,17 @@ BASELINE = IMAGE_LOCALITY
 
 
 def build_strategy(label: str) -> Strategy:
-    """The production strategy behind a report label (``random`` is the sim's tie-break)."""
+    """The production strategy behind a report label (``random`` is the sim's tie-break).
+
+    ``layer-locality+spread`` is layer-locality as installed (the library's default);
+    ``layer-locality`` says its spread is off, so that each label keeps the meaning its
+    recorded results were measured with."""
     if label == RANDOM:
         return RandomPlacement()
     if label == LAYER_LOCALITY_SPREAD:
         return get_strategy(LAYER_LOCALITY, LayerLocalityArgs(spread=True))
+    if label == LAYER_LOCALITY:
+        return get_strategy(LAYER_LOCALITY, LayerLocalityArgs(spread=False))
     if label == IN_FLIGHT_PARALLEL:
         return get_strategy(IN_FLIGHT, InFlightArgs(pull_mode=PARALLEL))
     if label not in KNOWN_STRATEGIES:

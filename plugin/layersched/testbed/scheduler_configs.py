@@ -179,8 +179,6 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
     )
     plugin_process = batchable(
         plugin_scheduler_config(
-            # spread off: the testbed's 3-node scenario compares the plugin with
-            # the extender, which runs without --spread there
             _testbed_plugin_args(spec),
             spec.plugin,
             api_version=api,
@@ -219,11 +217,9 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
 
 
 def _testbed_plugin_args(spec: TestbedSchedulers) -> PluginArgs:
-    """The LayerLocality args of every testbed profile: spread off, as the testbed's
-    extender runs; the testbed's quorum; the scheduler's kubeconfig."""
-    return PluginArgs(
-        spread=False, kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum
-    )
+    """The LayerLocality args of every testbed profile: spread on, as installed and as the
+    testbed's extender runs (issue 45); the testbed's quorum; the scheduler's kubeconfig."""
+    return PluginArgs(kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum)
 
 
 def replay_plugin_profiles(spec: TestbedSchedulers, api_version: str) -> list[dict[str, Any]]:

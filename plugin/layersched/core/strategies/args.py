@@ -70,7 +70,10 @@ class LayerLocalityArgs:
 
     strategy: ClassVar[str] = "layer-locality"
     #: Scale each present layer by (nodes holding it / all nodes) against node heating.
-    spread: bool = False
+    #: On, as everything installed runs it (the chart, ``deploy/``, the Go plugin's
+    #: ``DefaultSpread``), so that ``score``, the simulator and the testbed predict the
+    #: scheduler a user installs (issue 45); a caller that wants it off says so.
+    spread: bool = True
 
     def validate(self) -> None:
         """Nothing to check beyond the type."""

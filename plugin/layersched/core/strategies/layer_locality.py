@@ -6,8 +6,10 @@ digest). A pod whose layers weigh nothing scores 0 everywhere.
 
 With ``spread=True`` each present layer counts ``size * holders / nodes``, as
 upstream ImageLocality scales images, so a layer found on one node in a
-thousand does not drag every pod to that node ("node heating"). Off by
-default: on small clusters it blurs exactly the signal we want.
+thousand does not drag every pod to that node ("node heating"), and an agent
+claiming layers it copied from other nodes' objects gains at most what their real
+holders share. On by default, as installed (:class:`LayerLocalityArgs`); on a small
+cluster it blurs the signal somewhat (a layer on two of three nodes counts two thirds).
 """
 
 from __future__ import annotations

@@ -204,7 +204,16 @@ def test_the_testbeds_relay_role_in_front_of_crio(
 
 
 class _Rejected(Exception):
-    """The kubelet refused the pod at admission (its phase is Failed)."""
+    """The kubelet refused the pod at admission for want of room (phase Failed, reason
+    ``OutOf<resource>``: OutOfcpu, OutOfmemory, OutOfpods, ...)."""
+
+
+class _PodFailed(Exception):
+    """The pod failed for any other reason: what the test is there to catch."""
+
+
+#: The reason prefix of the kubelet's admission refusals for want of a resource.
+OUT_OF = "OutOf"
 
 
 def _pod(name: str, node: str, resources: dict[str, dict[str, str]]) -> dict[str, object]:
@@ -257,7 +266,10 @@ def test_pods_run_on_the_crio_node(
             pod = kube.get(pod_path(NAMESPACE, name))
             status = pod.get("status") or {}
             if status.get("phase") == "Failed":
-                raise _Rejected(f"{status.get('reason')}: {status.get('message')}")
+                said = f"{status.get('reason')}: {status.get('message')}"
+                if str(status.get("reason") or "").startswith(OUT_OF):
+                    raise _Rejected(said)
+                raise _PodFailed(said)
             (container,) = status.get("containerStatuses") or [{}]
             # CreateContainerError, with runc's message, when the wrapper is not there
             assert "running" in (container.get("state") or {}), container.get("state")
@@ -266,6 +278,8 @@ def test_pods_run_on_the_crio_node(
 
         try:
             status = running()
+        except _PodFailed as err:
+            pytest.fail(f"{name} on {crio_node} failed: {err}", pytrace=False)
         except _Rejected as err:
             # the kubelet's admission (OutOfcpu, ...): the pods that hold the node are
             # someone else's, e.g. the last pods `layersched scenario` leaves behind

@@ -220,18 +220,23 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         print(f"\nhelm measurements: {json.dumps(measurements)}")
 
 
-def test_install_rolls_out_the_stack(installed: Installed) -> None:
-    status = json.loads(installed.helm.run("status", RELEASE, "-o", "json"))
-    assert status["info"]["status"] == "deployed" and status["version"] == 1
+def _assert_stack_ready(installed: Installed) -> None:
+    """Both scheduler replicas with each container ready, and an agent ready per node."""
     pods = _scheduler_pods(installed.kubectl)
-    assert len(pods) == 2
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
     for pod in pods:
-        ready = {c["name"]: c["ready"] for c in pod["status"]["containerStatuses"]}
+        ready = {c["name"]: c["ready"] for c in pod["status"].get("containerStatuses") or []}
         assert ready == {"kube-scheduler": True, "extender": True}, pod["metadata"]["name"]
     agents = json.loads(
         installed.kubectl.run("-n", NAMESPACE, "get", "daemonset", AGENT_NAME, "-o", "json")
     )
     assert agents["status"]["numberReady"] == len(installed.inventory.nodes)
+
+
+def test_install_rolls_out_the_stack(installed: Installed) -> None:
+    status = json.loads(installed.helm.run("status", RELEASE, "-o", "json"))
+    assert status["info"]["status"] == "deployed" and status["version"] == 1
+    _assert_stack_ready(installed)
     # the chart's defaults: weight 1, the generator's resources
     assert _scheduler_objects(installed.kubectl)[0] == 1
 
@@ -275,8 +280,9 @@ def test_upgrade_then_rollback(installed: Installed) -> None:
         (3, "deployed"),
     ]
     assert "Rollback to 1" in history[-1]["description"]
-    # the rolled-back stack still schedules: its pods are ready again
-    assert len(_scheduler_pods(kubectl)) == 2
+    # the rolled-back stack is whole again: every container of both replicas ready, and
+    # the agents
+    _assert_stack_ready(installed)
 
 
 def test_uninstall_leaves_nothing(installed: Installed) -> None:
@@ -285,7 +291,8 @@ def test_uninstall_leaves_nothing(installed: Installed) -> None:
     installed.removed = True
     assert set(_ours(kubectl)) == installed.ours_before
     assert _node_state(kubectl) == installed.nodes_before
-    assert kubectl.run("get", "namespace", NAMESPACE, check=False) == ""
+    # gone, not unreadable: any other kubectl error fails here (check=True)
+    assert kubectl.run("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name") == ""
     # no release record either
     assert helm.run("list", "-a", "-q").strip() == ""
     secrets = kubectl.run("-n", RELEASE_NAMESPACE, "get", "secret", "-l", "owner=helm", "-o",

@@ -40,6 +40,7 @@ from layersched.deploy import (
     stale_files,
 )
 from layersched.deploy._chart import VARIANTS, Variant, _condition, default_values
+from tests.fixtures import prereq
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +81,7 @@ def test_values_are_the_installs_defaults_with_the_published_image(files: dict[s
 
 
 def test_the_schema_holds_the_defaults_and_refuses_bad_values(files: dict[str, str]) -> None:
-    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a dev dependency")
+    jsonschema = prereq.module("jsonschema", "the schema check needs the dev extra")
     schema = json.loads(files["values.schema.json"])
     jsonschema.validate(default_values(), schema)
     for path, bad in (

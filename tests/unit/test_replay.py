@@ -44,6 +44,7 @@ from layersched.testbed.replay import (  # noqa: E402
     plan_runs,
     slot_requests,
 )
+from tests.fixtures import prereq  # noqa: E402
 
 SMALL = TraceParams(
     pods=8,
@@ -569,7 +570,7 @@ def test_the_block_names_the_links(cluster: dict[str, Any], expected: str) -> No
 
 
 def test_the_plot_is_drawn(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib", reason="matplotlib (layersched[sim]) draws the plot")
+    prereq.module("matplotlib", "matplotlib (layersched[sim]) draws the plot")
     report.plot(_results(), tmp_path / "replay.png")
     assert (tmp_path / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

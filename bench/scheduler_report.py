@@ -247,26 +247,30 @@ def cost_ms(row: Mapping[str, Any] | None, base: Mapping[str, Any] | None) -> di
     """What ``row`` adds to each pod's drain cost over ``base`` (``1000 / rate``), round by
     round (the rounds alternate, so round ``r`` of both ran side by side).
 
-    A cost is *resolved* when every one of at least :data:`MIN_ROUNDS` rounds shows it
-    (each round's difference is positive): then its median and range are given.
-    Otherwise the difference is within the rounds' noise and no number is given. A
-    negative cost is never reported: a configuration that does strictly more work
-    cannot be faster, so a negative difference is noise."""
+    The noise is ``base``'s own spread: how far its cost per pod moved from round to round
+    (``noise_ms``, its highest less its lowest). A cost is *resolved* when every one of at
+    least :data:`MIN_ROUNDS` rounds shows more than that noise: then its median is given.
+    Otherwise the difference is within the noise and no median is given, only the
+    rounds' range. A negative cost is never reported: a configuration that does strictly
+    more work cannot be faster, so a negative difference is noise."""
     diffs = []
-    for mine, theirs in zip(
-        _round_values(row, "pods_per_s"), _round_values(base, "pods_per_s"), strict=False
-    ):
-        a, b = per_pod_ms(mine), per_pod_ms(theirs)
-        if a is not None and b is not None:
-            diffs.append(a - b)
-    if len(diffs) < MIN_ROUNDS or min(diffs) <= 0:
-        return {"resolved": False, "rounds": len(diffs)}
-    return {
-        "resolved": True,
+    base_ms = [per_pod_ms(v) for v in _round_values(base, "pods_per_s")]
+    for mine, theirs in zip(_round_values(row, "pods_per_s"), base_ms, strict=False):
+        a = per_pod_ms(mine)
+        if a is not None and theirs is not None:
+            diffs.append(a - theirs)
+    known = [v for v in base_ms if v is not None]
+    noise = round(max(known) - min(known), 2) if known else 0.0
+    if not diffs:
+        return {"resolved": False, "rounds": 0}
+    spread = {
         "rounds": len(diffs),
-        "median_ms": round(float(np.median(diffs)), 2),
         "range_ms": [round(min(diffs), 2), round(max(diffs), 2)],
+        "noise_ms": noise,
     }
+    if len(diffs) < MIN_ROUNDS or min(diffs) <= max(noise, 0.0):
+        return {"resolved": False, **spread}
+    return {"resolved": True, "median_ms": round(float(np.median(diffs)), 2), **spread}
 
 
 def hop_split_ms(rows: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -656,15 +660,35 @@ def _range(values: Sequence[float] | None, digits: int = 1) -> str:
     return f" ({values[0]:,.{digits}f}-{values[1]:,.{digits}f})"
 
 
-def _cost_text(cost: Mapping[str, Any]) -> str:
-    """A :func:`cost_ms` in words: never a negative number."""
+def _cost_text(cost: Mapping[str, Any], base: str) -> str:
+    """A :func:`cost_ms` in words, with the rounds' spread: never a negative number, and
+    no figure for a cost within the noise."""
     if not cost["resolved"]:
+        if cost["rounds"] < MIN_ROUNDS:
+            return f"is not resolved ({cost['rounds']} round(s): fewer than {MIN_ROUNDS})"
+        high = cost["range_ms"][1]
+        if high <= 0:
+            return f"shows no cost in any of the {cost['rounds']} rounds (within the noise)"
         return (
-            f"adds no cost the {cost['rounds']} round(s) resolve (some round shows none, or "
-            f"fewer than {MIN_ROUNDS} rounds: within the noise)"
+            f"is within the noise (at most {high:g} ms in a round, against {base}'s own "
+            f"spread of {cost['noise_ms']:g} ms from round to round)"
         )
     low, high = cost["range_ms"]
-    return f"adds {cost['median_ms']:g} ms (rounds {low:g}-{high:g} ms)"
+    return (
+        f"adds {cost['median_ms']:g} ms (rounds {low:g}-{high:g} ms; {base}'s own spread "
+        f"{cost['noise_ms']:g} ms)"
+    )
+
+
+def _per_round(row: Mapping[str, Any], base: Mapping[str, Any], key: str) -> str:
+    """``row``'s ``key`` against the default's, round by round: the median of the rounds'
+    ratios and their range (``0.88x (0.84-0.90)``), or ``-`` without rounds to compare."""
+    ratios = _ratios(row, base, key) if base else []
+    if not ratios:
+        return "-"
+    text = f"{float(np.median(ratios)):.2f}x"
+    low, high = f"{min(ratios):.2f}", f"{max(ratios):.2f}"
+    return text if low == high else f"{text} ({low}-{high})"
 
 
 def _algorithm_mean_ms(row: Mapping[str, Any]) -> float | None:
@@ -706,7 +730,9 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"{settings['steady_rate_pods_per_s']:g} pods/s (creation to binding, seen by a "
         f"watch). {_rounds_text(results, rounds)} per configuration (every configuration "
         "once per round, the order rotated each round): the medians, and the rounds' range "
-        f"in brackets. Run time {results['run_time_s'] / 60:.1f} min. "
+        "in brackets; `vs default` is each round's ratio to the default of the same round, "
+        "their median and range (what the targets below judge). Run time "
+        f"{results['run_time_s'] / 60:.1f} min. "
         + provenance.describe(record),
         "",
         "| nodes | configuration | drain pods/s | vs default | p50 (steady) | p99 (steady) "
@@ -739,10 +765,10 @@ def markdown(results: Mapping[str, Any]) -> str:
             lines.append(
                 f"| {n:,} | {label} | {_fmt(row['pods_per_s'])}"
                 f"{_range(row.get('pods_per_s_range'))} "
-                f"| {_fmt(ratio(row['pods_per_s'], base.get('pods_per_s')), 'x', 2)} "
+                f"| {_per_round(row, base, 'pods_per_s')} "
                 f"| {_fmt(row['p50_ms'], ' ms', 0)} | {_fmt(row['p99_ms'], ' ms', 0)}"
                 f"{_range(row.get('p99_ms_range'), digits=0)} "
-                f"| {_fmt(ratio(row['p99_ms'], base.get('p99_ms')), 'x', 2)} "
+                f"| {_per_round(row, base, 'p99_ms')} "
                 f"| {_fmt(_algorithm_mean_ms(row), ' ms')} "
                 f"| {_fmt(_answer_mean_ms(row), ' ms', 2)} "
                 f"| {_fmt(row['decision']['mean_pull_mib'], ' MiB')} | {cpu_text} |"
@@ -772,8 +798,8 @@ def markdown(results: Mapping[str, Any]) -> str:
             lines.append(
                 f"- **{n:,} nodes, each pod's cost in the drain** (1,000 / pods/s): default "
                 f"{split['default_ms']:g} ms; the extender hop alone (no-op extender) "
-                f"{_cost_text(split['hop'])}; layersched's answer on top of the hop "
-                f"{_cost_text(split['layersched'])}."
+                f"{_cost_text(split['hop'], 'the default')}; layersched's answer on top of "
+                f"the hop {_cost_text(split['layersched'], 'the no-op extender')}."
             )
     lines.extend(notes)
     return "\n".join(lines)

@@ -282,7 +282,7 @@ def test_chart_values_carry_the_egress_peers() -> None:
 
 
 def test_the_schema_refuses_bad_egress_peers_and_plugin_images(files: dict[str, str]) -> None:
-    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a dev dependency")
+    jsonschema = prereq.module("jsonschema", "the schema check needs the dev extra")
     schema = json.loads(files["values.schema.json"])
     good = json.loads(json.dumps(default_values()))
     good["egress"]["apiServer"] = [{"cidr": "10.0.0.5/32", "port": 6443}]

@@ -71,7 +71,7 @@ bench-perf: venv ## Upstream's scheduler_perf with LayerLocality out of tree, in
 live-minors: venv ## The plugin live on the older minors (1.35, 1.36; not in CI): each built from its module, on a loopback control plane with fake nodes: the seed scenario and batching: runs/<time>/reports/live-minors.json (RESULTS=commit: reports/) {last: reports/live-minors.json#run_time_s}
 	@$(PY) bench/live_minors.py
 
-replay: venv ## Replay bench/replay/trace.json (50 pods, 6 nodes) through each kube-scheduler of the local testbed, 3 alternated rounds from a clean state (root; not in CI): runs/<time>/bench/results/replay.json, .png (RESULTS=commit: bench/results/) {last: bench/results/replay.json#run_time_s}
+replay: venv ## Replay bench/replay/trace.json (50 pods, 6 nodes) and the 20-replica burst through every arm's kube-scheduler against the default profile, serial and parallel pulls, 3 alternated rounds from a clean state, resumable (root; not in CI; REPLAY_ARGS="--rounds 1"): runs/<time>/bench/results/replay.json, .png (RESULTS=commit: bench/results/) {last: bench/results/replay.json#run_time_s}
 	@scripts/replay.sh
 
 testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table: runs/<time>/reports/scenario.json, .png (RESULTS=commit: reports/); no tracked file changes {last: reports/scenario.json#make_testbed_s}

@@ -42,6 +42,7 @@ from layersched.testbed.replay import (  # noqa: E402
     deadline_s,
     is_running,
     plan_runs,
+    plan_steps,
     slot_requests,
 )
 from tests.fixtures import prereq  # noqa: E402
@@ -440,35 +441,49 @@ def test_the_replay_creates_pods_on_time_ends_them_by_deadline_and_measures_them
 # ------------------------------------------------------------------ the results
 
 
-def _run(strategy: str, number: int, startups: list[float], sizes: list[int]) -> dict[str, Any]:
+def _pod(startup: float, size: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "startup_s": startup,
+        "observed_startup_s": startup + 0.2,
+        "pull_s": startup - 1,
+        "bytes": size,
+        "pulled": size > 0,
+    } | extra
+
+
+def _run(
+    arm: str, number: int, startups: list[float], sizes: list[int], mode: str = "serial"
+) -> dict[str, Any]:
     return {
         "round": number,
-        "strategy": strategy,
-        "pods": [
-            {"startup_s": s, "observed_startup_s": s + 0.2, "pull_s": s - 1, "bytes": b}
-            for s, b in zip(startups, sizes, strict=True)
-        ],
+        "mode": mode,
+        "arm": arm,
+        "pods": [_pod(s, b) for s, b in zip(startups, sizes, strict=True)],
     }
 
 
 MIB = 1024 * 1024
+DEFAULT = report.BASELINE
 RUNS = [
-    # round 1: image-locality mean 4 s, layer-locality mean 2 s: 2x
-    _run("image-locality", 1, [2.0, 6.0], [10 * MIB, 10 * MIB]),
+    # round 1: the default profile's mean 4 s, the extender's 2 s: 2x
+    _run(DEFAULT, 1, [2.0, 6.0], [10 * MIB, 10 * MIB]),
     _run("layer-locality", 1, [1.0, 3.0], [10 * MIB, 1000]),
     # round 2: 6 s against 4 s: 1.5x
     _run("layer-locality", 2, [3.0, 5.0], [10 * MIB, 5 * MIB]),
-    _run("image-locality", 2, [5.0, 7.0], [10 * MIB, 10 * MIB]),
+    _run(DEFAULT, 2, [5.0, 7.0], [10 * MIB, 10 * MIB]),
+    # the other pull mode: its own comparison
+    _run(DEFAULT, 1, [8.0, 8.0], [10 * MIB, 10 * MIB], "parallel"),
+    _run("layer-locality", 1, [4.0, 4.0], [10 * MIB, 10 * MIB], "parallel"),
 ]
 
 
 def test_the_speedup_is_taken_round_by_round_then_spread() -> None:
-    summary = report.summarise(RUNS)
-    speedup = summary["layer-locality"]["speedup_vs_image-locality"]
+    summary = report.summarise(RUNS, "serial")
+    speedup = summary["layer-locality"]["speedup"]
     # mean of 2.0 and 1.5; the range is the rounds'
     assert speedup == {"mean": 1.75, "min": 1.5, "max": 2.0, "n": 2}
-    assert summary["image-locality"]["speedup_vs_image-locality"]["mean"] == 1.0
-    # round 1's layer-locality pod of 1,000 bytes pulled no layer; round 2's both did
+    assert summary[DEFAULT]["speedup"]["mean"] == 1.0
+    # round 1's extender pod of 1,000 bytes pulled no layer; round 2's both did
     assert summary["layer-locality"]["pulled_nothing_share"] == {
         "mean": 0.25,
         "min": 0.0,
@@ -481,6 +496,45 @@ def test_the_speedup_is_taken_round_by_round_then_spread() -> None:
         "max": 4.0,
         "n": 2,
     }
+    # the parallel mode is compared within itself: 8 s against 4 s
+    assert report.summarise(RUNS, "parallel")["layer-locality"]["speedup"]["mean"] == 2.0
+
+
+@pytest.mark.parametrize(
+    ("pulls", "mean", "most"),
+    [
+        # n1 pulls 0-10 and 5-15, n2 0-10: at n1's midpoints (5, 10) both run; n2's alone
+        ([("n1", 10.0, 10.0), ("n1", 15.0, 10.0), ("n2", 10.0, 10.0)], 1.667, 2),
+        # one after the other (serial): each alone at its midpoint
+        ([("n1", 10.0, 10.0), ("n1", 20.0, 10.0)], 1.0, 1),
+        # a 0.2 s pull found its layers present: not a concurrent pull
+        ([("n1", 10.0, 10.0), ("n1", 5.0, 0.2)], 1.0, 1),
+    ],
+    ids=["overlapping", "serial", "present"],
+)
+def test_concurrent_pulls_per_node(
+    pulls: list[tuple[str, float, float]], mean: float, most: int
+) -> None:
+    pods = [
+        {"node": node, "pulled": True, "pulled_at_s": end, "pull_s": took}
+        for node, end, took in pulls
+    ]
+    found = report.concurrency(pods)
+    assert (found["mean"], found["max"]) == (mean, most)
+
+
+def test_the_wait_behind_other_pulls_is_the_pulling_pods_kubelet_wait() -> None:
+    pods = [
+        _pod(10.0, 5 * MIB, wait_behind_s=4.0, node="n1"),
+        _pod(6.0, 5 * MIB, wait_behind_s=0.0, node="n2"),
+        # found its image present: no wait to count
+        _pod(2.0, 0, wait_behind_s=None, node="n1"),
+    ]
+    figures = report.run_figures(pods, nodes=["n1", "n2", "n3"])
+    assert figures["mean_wait_behind_s"] == 2.0
+    assert figures["pulling_pods"] == 2
+    assert figures["pods_per_node"] == {"n1": 2, "n2": 1, "n3": 0}
+    assert (figures["min_pods_per_node"], figures["max_pods_per_node"]) == (0, 2)
 
 
 def _results() -> dict[str, Any]:
@@ -488,7 +542,13 @@ def _results() -> dict[str, Any]:
     runs[0]["estimate"] = {
         "totals": {"pulled_bytes": 20 * MIB, "avoidable_bytes": 8 * MIB, "pods": 2}
     }
+    sim = {
+        DEFAULT: [{"seed": 0, "startup_s": [4.0, 4.0], "bytes_pulled": [1, 1]}],
+        "layer-locality": [{"seed": 0, "startup_s": [2.0, 2.0], "bytes_pulled": [1, 0]}],
+    }
+    burst_pods = [{"node": "n1", "bytes": MIB}, {"node": "n2", "bytes": MIB}]
     return {
+        "format": report.FORMAT,
         "trace": {
             "path": "bench/replay/trace.json",
             "seed": 36,
@@ -502,14 +562,23 @@ def _results() -> dict[str, Any]:
                 "link_rates_bits_per_s": [20_000_000] * 6,
             },
         },
-        "rounds_asked": 3,
+        "burst": {"image": "app-20", "image_bytes": 43 * MIB, "replicas": 2, "slots_per_node": 20},
+        "plan": {"rounds": 3},
         "runs": runs,
+        "bursts": [
+            {"round": 1, "mode": "serial", "arm": DEFAULT, "all_ready_s": 40.0, "pods": burst_pods},
+            {
+                "round": 1,
+                "mode": "serial",
+                "arm": "layer-locality",
+                "all_ready_s": 20.0,
+                "pods": burst_pods[:1],
+            },
+        ],
         "simulation": {
             "seeds_count": 1,
-            "runs": {
-                "image-locality": [{"seed": 0, "startup_s": [4.0, 4.0], "bytes_pulled": [1, 1]}],
-                "layer-locality": [{"seed": 0, "startup_s": [2.0, 2.0], "bytes_pulled": [1, 0]}],
-            },
+            "serial": {"trace": sim, "burst": {DEFAULT: [{"seed": 0, "startup_s": [30.0, 36.0]}]}},
+            "parallel": {"trace": sim, "burst": {}},
         },
         "provenance": None,
     }
@@ -517,40 +586,45 @@ def _results() -> dict[str, Any]:
 
 def test_the_block_gives_real_and_simulated_figures_with_their_ranges() -> None:
     text = report.markdown(_results())
-    row = next(line for line in text.splitlines() if line.startswith("| layer-locality, extender"))
+    serial, parallel = text.split("**Parallel pulls")
+    row = next(
+        line
+        for line in serial.splitlines()
+        if line.startswith("| default plugins + layersched extender | 3.0")
+    )
     # mean start-up 3.0 over rounds of 2.0 and 4.0; speedup 1.75 (1.50-2.00); the
-    # simulator's 2.0 s, 4/2 = 2x
+    # simulator's 2.0 s, 4/2 = 2x; simulated over real 2.0 / 3.0 = 0.67: flagged
     assert "| 3.0 (2.0–4.0) |" in row
     assert "1.75× (1.50–2.00)" in row
-    assert row.endswith("| 2.0 | 2.00× |")
+    assert row.endswith("| 2.0 | 2.00× | 0.67 **off** |")
+    assert "differ by more than 10% for: default profile (the baseline); default plugins" in serial
+    # the parallel mode's own table: 8 s against 4 s
+    assert "| default plugins + layersched extender | 4.0 | 4.0 | 4.0 | 2.00×" in parallel
     # 2 of the 3 rounds asked ran: said in bold
     assert "**3 were asked; the others did not run**" in text
-    # the estimate after round 1's image-locality run: 8 MiB avoidable; layer-locality
+    # the estimate after round 1's default-profile run: 8 MiB avoidable; the extender
     # pulled 20 - 10 MiB = 10 MiB less
     assert "called 8 MiB of that run's pulls avoidable" in text
-    assert "layer-locality pulled 10 MiB less" in text
+    assert "default plugins + layersched extender pulled 10 MiB less" in text
+    # the burst: 40 s against 20 s, one node against two; the simulator's last start 36 s
+    burst = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("| default profile (the baseline) | 40.0")
+    )
+    assert burst.endswith("| 36.0 | - |")
+    assert "| default plugins + layersched extender | 20.0 | 2.00× | 1.0 |" in text
+    # no run finished: the simulator columns say they are the nominal prediction
+    assert "no measured overheads calibrate it" in text
     assert "1.4–2.3×" in text
     assert "records no commit" in text
 
 
-def test_the_simulator_column_follows_the_mapping_the_run_recorded() -> None:
-    # issue 45: the testbed runs layer-locality with spread; a run records what each
-    # scheduler was in the simulator. One recording nothing (before then) ran without
-    # spread: its "layer-locality" row reads the simulator's "layer-locality" (2.0 s)
-    def row(results: dict[str, Any]) -> str:
-        text = report.markdown(results)
-        return next(line for line in text.splitlines() if line.startswith("| layer-locality, ex"))
-
-    assert row(_results()).endswith("| 2.0 | 2.00× |")
-    assert report.simulated_as(_results())["layer-locality"] == "layer-locality"
-    spread = _results()
-    spread["simulation"]["runs"]["layer-locality+spread"] = [
-        {"seed": 0, "startup_s": [3.0, 3.0], "bytes_pulled": [1, 1]}
-    ]
-    spread["simulation"]["simulated_as"] = dict(report.SIMULATED_AS)
-    # the recorded mapping: layer-locality+spread's 3.0 s, 4/3 = 1.33x
-    assert report.SIMULATED_AS["layer-locality"] == "layer-locality+spread"
-    assert row(spread).endswith("| 3.0 | 1.33× |")
+def test_a_results_file_from_before_the_fair_replay_is_named_not_shown() -> None:
+    legacy = {"runs": [], "strategies": ["image-locality"], "provenance": None}
+    text = report.markdown(legacy)
+    assert "before issue 42's fair replay" in text
+    assert "|" not in text
 
 
 @pytest.mark.parametrize(
@@ -632,10 +706,12 @@ def test_the_testbed_is_brought_up_with_the_traces_links_and_checked_against_the
 ) -> None:
     trace = generate_trace(3, SMALL)
     args = bench_replay.up_arguments(trace)
-    assert args == ["--nodes", "2", "--pull-time", "--node-rate", "n1=20", "--node-rate", "n2=5"]
+    assert args == ["--nodes", "2", "--replay-arms", "--node-rate", "n1=20", "--node-rate", "n2=5"]
+    # the parallel mode's testbed: the same, its kubelets pulling in parallel
+    assert bench_replay.up_arguments(trace, "parallel") == [*args, "--parallel-pulls"]
     bench_replay.check_rates(trace, {"n1": 20_000_000, "n2": 5_000_000}, tmp_path)
     # the same rates on the other nodes: refused, saying how to bring it up right
-    with pytest.raises(TestbedError, match="testbed up --nodes 2 --pull-time --node-rate n1=20"):
+    with pytest.raises(TestbedError, match="testbed up --nodes 2 --replay-arms --node-rate n1=20"):
         bench_replay.check_rates(trace, {"n1": 5_000_000, "n2": 20_000_000}, tmp_path)
     with pytest.raises(TestbedError, match="the trace wants"):
         bench_replay.check_rates(trace, {"n1": 20_000_000}, tmp_path)
@@ -651,4 +727,231 @@ def test_the_replay_script_writes_a_trace_and_prints_its_prediction(
     )
     assert bench_replay.main(["--trace", str(path), "simulate"]) == 0
     out = capsys.readouterr().out
-    assert "image-locality" in out and "layer-locality" in out and "speedup" in out
+    # every arm under both pull modes, with the burst
+    for key in report.ARM_KEYS:
+        assert out.count(f"  {key} ") == 2
+    assert "serial pulls:" in out and "parallel pulls:" in out and "burst all Ready" in out
+
+
+# ------------------------------------------------------------------ the plan and its resumption
+
+
+def test_every_step_runs_once_and_the_kubelets_switch_once_a_round() -> None:
+    arms = ["default-scheduler", "layer-locality", "pull-time"]
+    steps = plan_steps(arms, ["serial", "parallel"], 3)
+    keys = [step.key for step in steps]
+    assert len(keys) == len(set(keys)) == 3 * 2 * 2 * len(arms)
+    # serial, parallel | parallel, serial | serial, parallel: one setting, then 3 switches
+    modes = list(dict.fromkeys((step.round, step.mode) for step in steps))
+    assert [mode for _, mode in modes] == ["serial", "parallel"] * 1 + [
+        "parallel",
+        "serial",
+        "serial",
+        "parallel",
+    ]
+    assert bench_replay._switches(steps, None) == 4
+    assert bench_replay._switches(steps, "serial") == 3
+    # each round rotates the arms by one; a mode's replays come before its bursts
+    firsts = [step.arm for step in steps if step.kind == "replay" and step.mode == "serial"][::3]
+    assert firsts == ["default-scheduler", "layer-locality", "pull-time"]
+    block = [step.kind for step in steps[: 2 * len(arms)]]
+    assert block == ["replay"] * 3 + ["burst"] * 3
+    # the estimate counts each kind and switch
+    assert bench_replay.duration_s(steps, None) == pytest.approx(
+        18 * bench_replay.REPLAY_STEP_S + 18 * bench_replay.BURST_STEP_S + 4 * bench_replay.SWITCH_S
+    )
+
+
+PLAN = {"rounds": 3, "modes": ["serial", "parallel"], "arms": ["a"], "burst": True}
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({}, None),
+        ({"complete": True}, "not an unfinished run"),
+        ({"format": "layersched-replay-results/1"}, "not an unfinished run"),
+        ({"plan": PLAN | {"rounds": 1}}, "another plan"),
+        ({"trace": {"sha256": "other"}}, "another trace"),
+        ({"provenance": {"commit": "def"}}, "another commit"),
+    ],
+    ids=["same", "finished", "older-format", "other-plan", "other-trace", "other-commit"],
+)
+def test_an_unfinished_run_of_the_same_plan_trace_and_commit_is_continued(
+    change: dict[str, Any], why: str | None
+) -> None:
+    found = {
+        "format": report.FORMAT,
+        "complete": False,
+        "plan": PLAN,
+        "trace": {"sha256": "abc"},
+        "provenance": {"commit": "c0ffee"},
+    } | change
+    answer = bench_replay.resumable(found, PLAN, "abc", "c0ffee")
+    assert answer is None if why is None else why in (answer or "")
+
+
+def test_the_records_of_a_resumed_run_are_merged() -> None:
+    first = {
+        "commit": "c0ffee",
+        "dirty": False,
+        "date": "2026-11-29T00:00:00+00:00",
+        "load_average_1m_at_start": 1.0,
+        "load_average_1m_at_end": 2.0,
+        "load_average_1m_max": 3.0,
+        "other_processes_cores": 0.1,
+        "other_processes_cores_all": 0.2,
+        "duration_s": 3000.0,
+    }
+    second = first | {
+        "date": "2026-11-29T02:00:00+00:00",
+        "load_average_1m_at_end": 1.5,
+        "load_average_1m_max": 5.0,
+        "other_processes_cores": 0.4,
+        "other_processes_cores_all": 0.4,
+        "duration_s": 1000.0,
+    }
+    merged = bench_replay._merged([first, second])
+    # the first's date and start, the last's end, the highest load; the other processes'
+    # cores weighted by each invocation's time: (0.1 * 3000 + 0.4 * 1000) / 4000
+    assert merged["date"] == first["date"]
+    assert merged["load_average_1m_at_end"] == 1.5
+    assert merged["load_average_1m_max"] == 5.0
+    assert merged["other_processes_cores"] == 0.175
+    assert merged["other_processes_cores_all"] == 0.25
+    assert "duration_s" not in merged
+
+
+@pytest.mark.parametrize(
+    ("config", "want", "ok"),
+    [
+        ({"serializeImagePulls": True}, 1, True),
+        ({}, 1, True),  # the kubelet's default is serial
+        ({"serializeImagePulls": False, "maxParallelImagePulls": 3}, 3, True),
+        ({"serializeImagePulls": True}, 3, False),
+        ({"serializeImagePulls": False}, 1, False),  # no bound at all
+    ],
+    ids=["serial", "default", "parallel", "still-serial", "unbounded"],
+)
+def test_the_kubelets_running_configuration_is_checked(
+    config: dict[str, Any], want: int, ok: bool
+) -> None:
+    if ok:
+        bench_replay.check_pulls("n1", config, want)
+    else:
+        with pytest.raises(TestbedError, match="node n1's kubelet pulls"):
+            bench_replay.check_pulls("n1", config, want)
+
+
+# ------------------------------------------------------------------ the burst
+
+
+class _BurstDriver(_RecordingDriver):
+    """A cluster in which a Deployment's replicas are bound at once to n1 and n2 in turn
+    and Ready 3 s (n1) or 5 s (n2) after it was created, each with its Scheduled and
+    Pulled events (the first replica of a node pulled 2 s after waiting 1 s)."""
+
+    def create_deployment(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        self.deployment = (self.clock.now, copy.deepcopy(dict(document)))
+        return {"metadata": {"creationTimestamp": self._stamp(self.clock.now)}}
+
+    def delete_deployment(self, name: str) -> bool:
+        self.deleted = name
+        return True
+
+    def pods(self) -> list[dict[str, Any]]:
+        at, document = self.deployment
+        template = document["spec"]["template"]
+        out = []
+        for i in range(document["spec"]["replicas"]):
+            node, ready_after = ("n1", 3.0) if i % 2 == 0 else ("n2", 5.0)
+            ready = self.clock.now - at >= ready_after
+            status: dict[str, Any] = {
+                "phase": "Running" if ready else "Pending",
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True" if ready else "False",
+                        "lastTransitionTime": self._stamp(at + ready_after),
+                    }
+                ],
+            }
+            if ready:
+                started = {"startedAt": self._stamp(at + ready_after)}
+                status["containerStatuses"] = [{"name": "main", "state": {"running": started}}]
+            out.append(
+                {
+                    "metadata": {
+                        "name": f"burst-{i}",
+                        "uid": f"uid-{i}",
+                        "labels": template["metadata"]["labels"],
+                        "creationTimestamp": self._stamp(at),
+                    },
+                    "spec": {"nodeName": node},
+                    "status": status,
+                }
+            )
+        return out
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        at, _ = self.deployment
+        if reason == "Scheduled":
+            return [
+                {
+                    "reason": "Scheduled",
+                    "involvedObject": {"uid": f"uid-{i}"},
+                    "reportingComponent": "sched-default-scheduler",
+                    "eventTime": self._stamp(at + 0.25),
+                    "message": f"Successfully assigned ns/burst-{i} to n1",
+                }
+                for i in range(4)
+            ]
+        message = 'Successfully pulled image "x" in 2s (3s including waiting). Image size: 9 bytes.'
+        return [
+            {
+                "reason": "Pulled",
+                "involvedObject": {"uid": f"uid-{i}"},
+                "firstTimestamp": self._stamp(at + 3),
+                "message": message,
+            }
+            for i in range(2)
+        ]
+
+
+def test_the_burst_is_one_deployment_timed_until_its_last_replica_is_ready() -> None:
+    trace = generate_trace(3, SMALL)
+    clock = _Clock()
+    driver = _BurstDriver(clock)
+    replay = Replay(
+        driver,  # type: ignore[arg-type]
+        trace,
+        "10.0.0.1:5000",
+        access_log=lambda offset: [],
+        log_end=lambda: 0,
+        build=TraceBuild({}, {}),
+        clock=clock,
+        wall=lambda: 1_800_000_000 + clock.now,
+        sleep=clock.sleep,
+    )
+    burst = replay.burst("default-scheduler", "run-7", trace.images[0].name, 4, 20)
+    _, document = driver.deployment
+    spec = document["spec"]
+    assert spec["replicas"] == 4
+    assert spec["selector"]["matchLabels"] == {"layersched.io/replay-burst": "run-7"}
+    pod = spec["template"]["spec"]
+    # a Deployment's pods restart always; each asks a twentieth of a worker (2 cores)
+    assert pod["restartPolicy"] == "Always"
+    assert pod["schedulerName"] == "sched-default-scheduler"
+    assert pod["containers"][0]["resources"]["requests"]["cpu"] == "100m"
+    assert pod["containers"][0]["image"].endswith(f"/replay/{trace.images[0].name}:run-7")
+    # the last replica (on n2) was Ready 5 s after the Deployment was made
+    assert burst["all_ready_s"] == 5.0
+    assert 5.0 <= burst["observed_all_ready_s"] <= 5.5
+    assert driver.deleted == "burst"
+    first = burst["pods"][0]
+    # bound a quarter of a second after creation (the event's microseconds), its pull of
+    # 2 s waited 1 s behind another
+    assert first["scheduled_at_s"] - first["created_at_s"] == pytest.approx(0.25)
+    assert first["wait_behind_s"] == 1.0 and first["pull_s"] == 2.0
+    assert first["image_size_bytes"] == 9
+    assert burst["pods"][3]["pulled"] is None  # no event for it

@@ -74,6 +74,16 @@ def events_path(namespace: str) -> str:
     return f"{namespace_path(namespace)}/events"
 
 
+def deployments_path(namespace: str) -> str:
+    """The apps/v1 Deployments of ``namespace``."""
+    return f"/apis/apps/v1/namespaces/{checked_name(namespace, 'namespace')}/deployments"
+
+
+def deployment_path(namespace: str, name: str) -> str:
+    """One Deployment."""
+    return f"{deployments_path(namespace)}/{checked_name(name, 'deployment')}"
+
+
 def node_layers_path(node: str) -> str:
     """The URL of ``node``'s NodeLayerInventory."""
     return f"{NODE_LAYERS_PATH}/{checked_name(node, 'node')}"

@@ -451,13 +451,14 @@ def layer_digest(trace_seed: int, label: str) -> str:
 def simulator_inputs(
     trace: Trace,
     max_parallel_pulls: int | None = None,
-    start_overhead_s: float | None = None,
+    overheads: Overheads | None = None,
     resources: Resources | None = None,
 ) -> tuple[Corpus, Workload, ClusterParams]:
     """The trace as the simulator's corpus, workload and cluster. ``max_parallel_pulls``:
     the nodes' pull queue (default: the trace's, 1 with ``serial_pulls``, else no bound);
-    ``start_overhead_s``: the fixed start cost (default the trace's); ``resources``: the
-    nodes' allocatable cpu and memory and a pod's requests (default: the slots)."""
+    ``overheads``: the fixed costs and the links' efficiency (default: the trace's start
+    overhead, nothing else); ``resources``: the nodes' allocatable cpu and memory and a
+    pod's requests (default: the slots)."""
     corpus = _corpus(trace, [image.name for image in trace.images])
     index = {image.name: i for i, image in enumerate(trace.images)}
     counts = np.bincount([index[pod.image] for pod in trace.pods], minlength=len(trace.images))
@@ -475,9 +476,34 @@ def simulator_inputs(
         ),
     )
     cluster = _cluster(
-        trace, trace.cluster.containers_per_node, max_parallel_pulls, start_overhead_s, resources
+        trace, trace.cluster.containers_per_node, max_parallel_pulls, overheads, resources
     )
     return corpus, workload, cluster
+
+
+@dataclass(frozen=True, slots=True)
+class Overheads:
+    """What the simulator takes as given rather than models: the time from a pod's
+    creation to its pull request (scheduling and the sandbox), from its layers' arrival
+    to its container's start, and the share of a link's rate a pull achieves (transfer,
+    unpacking and the kubelet's bookkeeping): ``make replay`` measures each on the testbed
+    (the same for every arm of a pull mode)."""
+
+    pull_request_delay_s: float = 0.0
+    #: None: the trace's ``start_overhead_s``.
+    start_overhead_s: float | None = None
+    link_efficiency: float = 1.0
+
+    def __post_init__(self) -> None:
+        if (
+            self.pull_request_delay_s < 0
+            or (self.start_overhead_s is not None and self.start_overhead_s < 0)
+            or not 0 < self.link_efficiency <= 1
+        ):
+            raise InputError(
+                f"overheads {self}: delays must not be negative and the link efficiency "
+                "must be within (0, 1]"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,10 +534,11 @@ def _cluster(
     trace: Trace,
     slots: int,
     max_parallel_pulls: int | None,
-    start_overhead_s: float | None,
+    overheads: Overheads | None,
     resources: Resources | None,
 ) -> ClusterParams:
-    rates = tuple(float(r) for r in trace.cluster.link_rates_bits_per_s)
+    costs = overheads or Overheads()
+    rates = tuple(float(r) * costs.link_efficiency for r in trace.cluster.link_rates_bits_per_s)
     if max_parallel_pulls is None:
         max_parallel_pulls = 1 if trace.cluster.serial_pulls else 0
     return ClusterParams(
@@ -522,8 +549,11 @@ def _cluster(
         bandwidth_bits_per_s=(min(rates), max(rates)),
         node_bandwidth_bits_per_s=rates,
         start_overhead_s=(
-            trace.cluster.start_overhead_s if start_overhead_s is None else start_overhead_s
+            trace.cluster.start_overhead_s
+            if costs.start_overhead_s is None
+            else costs.start_overhead_s
         ),
+        pull_request_delay_s=costs.pull_request_delay_s,
         max_parallel_pulls=max_parallel_pulls,
         node_allocatable=resources.allocatable if resources else None,
         pod_requests=resources.requests if resources else None,
@@ -576,16 +606,14 @@ def simulate_trace(
     seeds: Sequence[int],
     *,
     max_parallel_pulls: int | None = None,
-    start_overhead_s: float | None = None,
+    overheads: Overheads | None = None,
     resources: Resources | None = None,
 ) -> list[SimulatedPods]:
     """Simulate ``trace`` once per model and tie-break seed: a strategy name (the strategy
     alone, ties at random) or a kube-scheduler :class:`~layersched.sim.kube.Profile`
     (what a testbed scheduler does). Several seeds give the prediction's spread, for
     random ties; a profile without an extender ties in node order and gives one answer."""
-    corpus, workload, cluster = simulator_inputs(
-        trace, max_parallel_pulls, start_overhead_s, resources
-    )
+    corpus, workload, cluster = simulator_inputs(trace, max_parallel_pulls, overheads, resources)
     return [_run(corpus, workload, cluster, model, seed) for model in models for seed in seeds]
 
 
@@ -619,7 +647,7 @@ def burst_inputs(
     trace: Trace,
     params: BurstParams,
     max_parallel_pulls: int | None = None,
-    start_overhead_s: float | None = None,
+    overheads: Overheads | None = None,
     resources: Resources | None = None,
 ) -> tuple[Corpus, Workload, ClusterParams]:
     """The burst as the simulator's corpus (its one image), workload (every replica at
@@ -637,9 +665,7 @@ def burst_inputs(
         params=WorkloadParams(rate_per_s=1.0, window_s=1.0),
         owner=np.zeros(params.replicas, dtype=np.int64),
     )
-    cluster = _cluster(
-        trace, params.slots_per_node, max_parallel_pulls, start_overhead_s, resources
-    )
+    cluster = _cluster(trace, params.slots_per_node, max_parallel_pulls, overheads, resources)
     return corpus, workload, cluster
 
 
@@ -650,12 +676,12 @@ def simulate_burst(
     seeds: Sequence[int],
     *,
     max_parallel_pulls: int | None = None,
-    start_overhead_s: float | None = None,
+    overheads: Overheads | None = None,
     resources: Resources | None = None,
 ) -> list[SimulatedPods]:
     """Simulate the burst once per model and seed (see :func:`simulate_trace`); a run's
     time until all are Ready is its largest start-up."""
     corpus, workload, cluster = burst_inputs(
-        trace, params, max_parallel_pulls, start_overhead_s, resources
+        trace, params, max_parallel_pulls, overheads, resources
     )
     return [_run(corpus, workload, cluster, model, seed) for model in models for seed in seeds]

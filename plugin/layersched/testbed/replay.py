@@ -20,8 +20,15 @@ One **run** replays every pod of the trace for one strategy, from a clean state:
 4. **Measures**, per pod: the node and who bound it (the ``Scheduled`` event), start-up
    from the API's timestamps (``creationTimestamp`` to the container's ``startedAt``, 1 s
    resolution) and as seen here (the create call to the first poll that saw it running),
-   the kubelet's pull time (its ``Pulled`` event) and the bytes the registry sent the node
-   for the pod's repository (its access log).
+   the kubelet's pull time and its wait in the kubelet's pull queue behind other pulls
+   (its ``Pulled`` event: the pull, and the pull "including waiting", to the
+   millisecond), when it was bound, pulled, started and Ready (the API's, 1 s), and the
+   bytes the registry sent the node for the pod's repository (its access log).
+
+A **burst** (:meth:`Replay.burst`, issue 42) creates one Deployment of many replicas of
+one image no node holds, for one scheduler, and measures the time until all are Ready
+(the Deployment's ``creationTimestamp`` to the last replica's ``Ready`` condition, and as
+seen here) and each replica as above.
 """
 
 from __future__ import annotations
@@ -39,9 +46,12 @@ from layersched.core.errors import KubeError, TestbedError
 from layersched.core.events import (
     PULLED_REASON,
     SCHEDULED_REASON,
+    event_time_s,
+    involved_uid,
     parse_time_s,
     pull_event_for,
     scheduled_by,
+    scheduled_event,
 )
 from layersched.core.quantity import parse_quantity
 from layersched.images.oci import (
@@ -55,7 +65,7 @@ from layersched.images.oci import (
 )
 from layersched.registry import RegistryClient
 from layersched.testbed.cluster._measure import pulled_bytes_by_repository
-from layersched.testbed.cluster.driver import ClusterDriver, scenario_pod
+from layersched.testbed.cluster.driver import SCENARIO_LABEL, ClusterDriver, scenario_pod
 from layersched.testbed.idle_program import idle_program
 from layersched.testbed.scenario_images import ENTRYPOINT_PATH, TITLE_LABEL, WORKING_DIR
 
@@ -75,6 +85,11 @@ STUCK_AFTER_S = 600.0
 #: Pod phases in which the pod has ended.
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
 RUNNING = "Running"
+#: The burst's Deployment, and the label its replicas carry (the run's tag).
+BURST_DEPLOYMENT = "burst"
+BURST_LABEL = "layersched.io/replay-burst"
+#: A burst whose replicas are not all Ready this long after its creation is stuck.
+BURST_STUCK_AFTER_S = 600.0
 
 
 class TraceLayer(Protocol):
@@ -238,6 +253,7 @@ class _Live:
     lifetime_s: float
     uid: str = ""
     created_s: float = 0.0
+    created_wall_s: float | None = None
     running_s: float | None = None
     ended: bool = False
     deadline_s: int | None = None
@@ -266,6 +282,21 @@ class PodResult:
     bytes: int
     #: ``DeadlineExceeded`` when the lifetime ended it, as expected.
     end_reason: str | None
+    #: Its wait in the kubelet's pull queue behind other pulls (the pull with the wait,
+    #: less the pull: the kubelet's own, to the millisecond); None when it pulled nothing.
+    wait_behind_s: float | None = None
+    #: The image's size as the kubelet reports it (compressed, on containerd).
+    image_size_bytes: int | None = None
+    #: When (epoch seconds) it was created (the API's, 1 s resolution, and the replay's
+    #: create call, exact; None for a burst's replicas, which their ReplicaSet creates),
+    #: bound (kube-scheduler's Scheduled event, to the microsecond), its pull ended (the
+    #: kubelet's Pulled event), its container started and it became Ready (the API's, 1 s).
+    created_at_s: float | None = None
+    created_wall_s: float | None = None
+    scheduled_at_s: float | None = None
+    pulled_at_s: float | None = None
+    started_at_s: float | None = None
+    ready_at_s: float | None = None
 
 
 class Replay:
@@ -333,10 +364,11 @@ class Replay:
                     self.driver.namespace,
                     pull_policy=PULL_POLICY,
                 )
-                created_s = self._clock()
+                created_s, created_wall_s = self._clock(), self._wall()
                 made = self.driver.create_pod(document)
                 live[pod.name].uid = str((made.get("metadata") or {}).get("uid"))
                 live[pod.name].created_s = created_s
+                live[pod.name].created_wall_s = created_wall_s
             if self._clock() - last_poll >= POLL_S:
                 last_poll = self._clock()
                 self._observe(live)
@@ -353,7 +385,7 @@ class Replay:
             next_arrival = pending[0].arrival_s - now if pending else POLL_S
             self._sleep(max(0.0, min(POLL_S, next_arrival)))
         duration_s = self._clock() - started
-        pods = self._measure(live, mark)
+        pods = self._measure([live[pod.name] for pod in self.trace.pods], mark)
         return {
             "strategy": strategy,
             "scheduler": scheduler,
@@ -389,54 +421,209 @@ class Replay:
             if status.get("phase") in ENDED_PHASES:
                 seen.ended = True
 
-    def _measure(self, live: Mapping[str, _Live], mark: int) -> list[PodResult]:
+    def _measure(self, live: Sequence[_Live], mark: int) -> list[PodResult]:
+        """Each pod of ``live`` measured (see the module docstring), from the events and
+        the registry's access log since ``mark``."""
         pulled = self.driver.events(PULLED_REASON)
         scheduled = self.driver.events(SCHEDULED_REASON)
         by_repository = pulled_bytes_by_repository(self._access_log(mark))
         addresses: dict[str, str] = {}
-        charged: set[tuple[str, str]] = set()
-        results = []
-        for pod in self.trace.pods:
-            seen = live[pod.name]
-            document = seen.last
-            spec, status = document.get("spec") or {}, document.get("status") or {}
-            node = spec.get("nodeName")
-            created = parse_time_s((document.get("metadata") or {}).get("creationTimestamp"))
-            container_started = _container_started_s(document)
+        # The bytes a node fetched for a repository go to the pod whose pull fetched them:
+        # of the pods of that image on that node that pulled, the longest pull (a pull
+        # queued behind it, or waiting for its layers, found them present).
+        puller: dict[tuple[str, str], tuple[float, str]] = {}
+        for seen in live:
+            node = (seen.last.get("spec") or {}).get("nodeName")
             event = pull_event_for(pulled, seen.uid)
-            size = 0
-            if node:
+            if node and event is not None and event.pulled:
                 address = addresses.get(node) or addresses.setdefault(
                     node, self.driver.node_address(node)
                 )
-                key = (address, f"{REPOSITORY_PREFIX}/{pod.image}")
-                if key not in charged and event is not None and event.pulled:
-                    charged.add(key)
-                    size = by_repository.get(key, 0)
-            results.append(
-                PodResult(
-                    name=pod.name,
-                    image=pod.image,
-                    node=str(node) if node else None,
-                    scheduler=scheduled_by(scheduled, seen.uid),
-                    startup_s=(
-                        None
-                        if created is None or container_started is None
-                        else round(container_started - created, 3)
-                    ),
-                    observed_startup_s=(
-                        None
-                        if seen.running_s is None
-                        else round(seen.running_s - seen.created_s, 3)
-                    ),
-                    pull_s=None if event is None else event.seconds,
-                    pulled=None if event is None else event.pulled,
-                    pull_waited_s=None if event is None else event.waited_seconds,
-                    bytes=size,
-                    end_reason=status.get("reason"),
+                key = (address, f"{REPOSITORY_PREFIX}/{seen.image}")
+                took = event.seconds or 0.0
+                if key not in puller or took > puller[key][0]:
+                    puller[key] = (took, seen.uid)
+        charged = {uid: by_repository.get(key, 0) for key, (_, uid) in puller.items()}
+        return [measure_pod(seen, pulled, scheduled, charged.get(seen.uid, 0)) for seen in live]
+
+    def burst(
+        self, arm: str, tag: str, image: str, replicas: int, slots_per_node: int
+    ) -> dict[str, Any]:
+        """One Deployment of ``replicas`` pods of ``image`` (pulling ``tag``) for ``arm``'s
+        scheduler, each requesting ``1 / slots_per_node`` of a worker; waits until all are
+        Ready; the burst's record (time until all Ready, per replica measures). Call
+        :meth:`reset` first; the Deployment is deleted afterwards."""
+        scheduler = self.driver.scheduler_name(arm)
+        requests = slot_requests(self.driver.free_requests(), slots_per_node)
+        ref = f"{repository(self.registry, image)}:{tag}"
+        document = burst_deployment(ref, scheduler, requests, replicas, tag, self.driver.namespace)
+        mark = self._log_end()
+        started = self._clock()
+        started_wall = self._wall()
+        made = self.driver.create_deployment(document)
+        created_at = parse_time_s((made.get("metadata") or {}).get("creationTimestamp"))
+        seen: dict[str, _Live] = {}
+        while True:
+            now = self._clock()
+            for pod in self.driver.pods():
+                meta = pod.get("metadata") or {}
+                if (meta.get("labels") or {}).get(BURST_LABEL) != tag:
+                    continue
+                uid = str(meta.get("uid"))
+                one = seen.setdefault(uid, _Live(str(meta.get("name")), image, 0.0, uid=uid))
+                one.created_s = one.created_s or started
+                one.last = pod
+                if one.running_s is None and is_ready(pod):
+                    one.running_s = now
+            ready = [one for one in seen.values() if one.running_s is not None]
+            if len(ready) >= replicas:
+                break
+            if now - started > BURST_STUCK_AFTER_S:
+                raise TestbedError(
+                    f"burst ({arm}): {len(ready)} of {replicas} replicas Ready "
+                    f"{BURST_STUCK_AFTER_S:.0f} s after the Deployment was created: see "
+                    f"kubectl -n {self.driver.namespace} get pods -l {BURST_LABEL}={tag}"
                 )
-            )
-        return results
+            # Pacing, not waiting for a condition: poll again after POLL_S.
+            self._sleep(POLL_S)
+        observed_s = max(one.running_s or 0.0 for one in seen.values()) - started
+        pods = self._measure(sorted(seen.values(), key=lambda one: one.name), mark)
+        self.driver.delete_deployment(BURST_DEPLOYMENT)
+        ready_at = [p.ready_at_s for p in pods if p.ready_at_s is not None]
+        all_ready_s = (
+            None
+            if created_at is None or len(ready_at) < replicas
+            else round(max(ready_at) - created_at, 3)
+        )
+        return {
+            "arm": arm,
+            "scheduler": scheduler,
+            "tag": tag,
+            "image": image,
+            "replicas": replicas,
+            "started_at_s": round(started_wall, 3),
+            "requests": requests,
+            "all_ready_s": all_ready_s,
+            "observed_all_ready_s": round(observed_s, 3),
+            "pods": [asdict(p) for p in pods],
+        }
+
+
+def _pulled_at(events: Iterable[Mapping[str, Any]], uid: str) -> float | None:
+    """When the kubelet reported the pod ``uid``'s pull (its first Pulled event)."""
+    times = [
+        event_time_s(e)
+        for e in events
+        if involved_uid(e) == uid and e.get("reason") == PULLED_REASON
+    ]
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
+def _scheduled_at(
+    scheduled: Sequence[Mapping[str, Any]], uid: str, pod: Mapping[str, Any]
+) -> float | None:
+    """When the pod ``uid`` was bound: its Scheduled event (kube-scheduler's carry
+    microseconds), else its PodScheduled condition (1 s)."""
+    found = scheduled_event(scheduled, uid)
+    if found is not None and found[2] is not None:
+        return round(found[2], 6)
+    return _condition_s(pod, "PodScheduled")
+
+
+def _condition_s(pod: Mapping[str, Any], kind: str) -> float | None:
+    """When the pod's condition ``kind`` last turned True (None: it is not True)."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return parse_time_s(condition.get("lastTransitionTime"))
+    return None
+
+
+def is_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's Ready condition is True."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def measure_pod(
+    seen: _Live,
+    pulled: Sequence[Mapping[str, Any]],
+    scheduled: Sequence[Mapping[str, Any]],
+    size: int,
+) -> PodResult:
+    """One pod's :class:`PodResult` from its last seen document, the namespace's Pulled
+    and Scheduled events, and the registry bytes charged to it."""
+    document = seen.last
+    spec, status = document.get("spec") or {}, document.get("status") or {}
+    node = spec.get("nodeName")
+    created = parse_time_s((document.get("metadata") or {}).get("creationTimestamp"))
+    container_started = _container_started_s(document)
+    event = pull_event_for(pulled, seen.uid)
+    waited = (
+        round(event.waited_seconds - event.seconds, 3)
+        if event is not None
+        and event.pulled
+        and event.waited_seconds is not None
+        and event.seconds is not None
+        else None
+    )
+    return PodResult(
+        name=seen.name,
+        image=seen.image,
+        node=str(node) if node else None,
+        scheduler=scheduled_by(scheduled, seen.uid),
+        startup_s=(
+            None
+            if created is None or container_started is None
+            else round(container_started - created, 3)
+        ),
+        observed_startup_s=(
+            None if seen.running_s is None else round(seen.running_s - seen.created_s, 3)
+        ),
+        pull_s=None if event is None else event.seconds,
+        pulled=None if event is None else event.pulled,
+        pull_waited_s=None if event is None else event.waited_seconds,
+        bytes=size,
+        end_reason=status.get("reason"),
+        wait_behind_s=waited,
+        image_size_bytes=None if event is None else event.size_bytes,
+        created_at_s=created,
+        created_wall_s=None if seen.created_wall_s is None else round(seen.created_wall_s, 3),
+        scheduled_at_s=_scheduled_at(scheduled, seen.uid, document),
+        pulled_at_s=_pulled_at(pulled, seen.uid),
+        started_at_s=container_started,
+        ready_at_s=_condition_s(document, "Ready"),
+    )
+
+
+def burst_deployment(
+    image: str,
+    scheduler_name: str,
+    requests: Mapping[str, str],
+    replicas: int,
+    tag: str,
+    namespace: str,
+) -> dict[str, Any]:
+    """The burst's Deployment: ``replicas`` pods as a replay pod is (the scheduler, the
+    requests, ``IfNotPresent``), restarted always as a Deployment's must be, labelled with
+    the scenario's label (a reset deletes what is left) and the run's ``tag``."""
+    pod = scenario_pod(
+        "replica", image, scheduler_name, requests, namespace, pull_policy=PULL_POLICY
+    )
+    labels = {**SCENARIO_LABEL, BURST_LABEL: tag}
+    spec = pod["spec"] | {"restartPolicy": "Always"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": BURST_DEPLOYMENT, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {BURST_LABEL: tag}},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
 
 
 def plan_runs(strategies: Sequence[str], rounds: int) -> list[tuple[int, str]]:
@@ -455,3 +642,51 @@ def plan_runs(strategies: Sequence[str], rounds: int) -> list[tuple[int, str]]:
         order = [*strategies[shift:], *strategies[:shift]]
         runs += [(r + 1, strategy) for strategy in order]
     return runs
+
+
+#: What a step runs: one replay of the trace, or one burst.
+REPLAY, BURST = "replay", "burst"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One run of a replay plan: a replay of the trace or a burst, for one arm, in one
+    round, under one pull mode."""
+
+    kind: str
+    round: int
+    mode: str
+    arm: str
+
+    @property
+    def key(self) -> tuple[str, int, str, str]:
+        """What identifies the step in a results file (a resumed plan skips it)."""
+        return (self.kind, self.round, self.mode, self.arm)
+
+
+def plan_steps(
+    arms: Sequence[str], modes: Sequence[str], rounds: int, *, burst: bool = True
+) -> list[Step]:
+    """Every step in run order. Each round runs every pull mode once, their order
+    alternating round by round (serial, parallel; then parallel, serial; ...), so that the
+    kubelets switch mode once a round; within a mode, every arm's replay, then every arm's
+    burst, the arms' order rotated by one each round (:func:`plan_runs`).
+
+    >>> [(s.kind[0], s.round, s.mode[0], s.arm) for s in plan_steps(["a", "b"], ["S", "P"], 2)]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('r', 1, 'S', 'a'), ('r', 1, 'S', 'b'), ('b', 1, 'S', 'a'), ('b', 1, 'S', 'b'),
+     ('r', 1, 'P', 'a'), ('r', 1, 'P', 'b'), ('b', 1, 'P', 'a'), ('b', 1, 'P', 'b'),
+     ('r', 2, 'P', 'b'), ('r', 2, 'P', 'a'), ('b', 2, 'P', 'b'), ('b', 2, 'P', 'a'),
+     ('r', 2, 'S', 'b'), ('r', 2, 'S', 'a'), ('b', 2, 'S', 'b'), ('b', 2, 'S', 'a')]
+    """
+    if not modes:
+        raise TestbedError("a replay needs at least one pull mode")
+    orders = plan_runs(arms, rounds)
+    steps = []
+    for r in range(1, rounds + 1):
+        order = [arm for number, arm in orders if number == r]
+        for mode in modes if r % 2 else modes[::-1]:
+            steps += [Step(REPLAY, r, mode, arm) for arm in order]
+            if burst:
+                steps += [Step(BURST, r, mode, arm) for arm in order]
+    return steps

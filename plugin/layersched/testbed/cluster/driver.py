@@ -55,6 +55,8 @@ from layersched.kube import (
     NODES_PATH,
     VERSION_PATH,
     KubeClient,
+    deployment_path,
+    deployments_path,
     events_path,
     load_kubeconfig,
     node_path,
@@ -575,6 +577,39 @@ class ClusterDriver:
     def node_address(self, node: str) -> str:
         """``node``'s InternalIP (what the registry's access log names it by)."""
         return self._node_address(node)
+
+    def node_allocatable(self) -> dict[str, dict[str, str]]:
+        """Each worker's ``status.allocatable`` (what kube-scheduler's resource scores
+        divide by)."""
+        return {
+            str(n["metadata"]["name"]): dict((n.get("status") or {}).get("allocatable") or {})
+            for n in self._workers(self._nodes())
+        }
+
+    def kubelet_config(self, node: str) -> dict[str, Any]:
+        """The configuration ``node``'s kubelet runs with, as it says itself (its
+        ``/configz``, through the API server's node proxy)."""
+        found = self._kube.get(f"{node_path(node)}/proxy/configz")
+        config = found.get("kubeletconfig")
+        if not isinstance(config, dict):
+            raise TestbedError(f"node {node}: its kubelet's /configz has no kubeletconfig")
+        return config
+
+    def create_deployment(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an apps/v1 Deployment of this namespace; the object as created."""
+        created = self._kube.create(deployments_path(self.namespace), document)
+        for container in document["spec"]["template"]["spec"]["containers"]:
+            self._used.append(container["image"])
+        return created
+
+    def deployment(self, name: str) -> dict[str, Any]:
+        """The Deployment ``name`` of this namespace, as it is now."""
+        return self._kube.get(deployment_path(self.namespace, name))
+
+    def delete_deployment(self, name: str) -> bool:
+        """Delete the Deployment ``name`` (its ReplicaSets and pods go after it: apps/v1's
+        default is background deletion); False when it was gone."""
+        return self._kube.delete(deployment_path(self.namespace, name))
 
     def schedule(self, pod: str, image: str, strategy: str) -> Placement:
         """Submit ``pod`` for ``strategy``'s scheduler, wait for its pull, measure it."""

@@ -34,20 +34,28 @@ AWAITING = {
     "reports/scenario.json": "make testbed RESULTS=commit",
     "reports/scenario.png": "make testbed RESULTS=commit",
     "reports/scenario-crio.json": (
-        "RUNTIMES=containerd,containerd,crio make testbed RESULTS=commit (docs/testbed-local.md)"
+        "LAYERSCHED_RESULTS=commit layersched scenario --pin P1=n1 --pin P2=n3 --report "
+        "reports/scenario-crio.json on a RUNTIMES=containerd,containerd,crio testbed with the "
+        "relay role (docs/testbed-local.md)"
     ),
     "reports/live-minors.json": "make live-minors RESULTS=commit",
     "reports/simulation.json": "make simulate RESULTS=commit",
     "reports/image-locality-differential.json": (
-        "LAYERSCHED_DIFFERENTIAL_REPORT=1 RESULTS=commit pytest "
-        "tests/integration/test_image_locality_differential.py"
+        "LAYERSCHED_RESULTS=commit pytest tests/integration/test_image_locality_differential.py"
     ),
     "bench/results/extender.json": "make bench RESULTS=commit",
     "bench/results/extender_memory.json": "make bench RESULTS=commit",
-    "bench/results/extender_hop.json": "bench/bench_extender_hop.py (docs/deploy.md)",
-    "bench/results/extender_hostile.json": "bench/bench_hostile.py --against (docs/inventory.md)",
-    "bench/results/index_memory.json": "bench/bench_index_memory.py",
-    "bench/results/relay.json": "bench/bench_relay.py --state-dir (docs/relay.md)",
+    "bench/results/extender_hop.json": (
+        "LAYERSCHED_RESULTS=commit python -m bench.bench_extender_hop --state-dir .testbed"
+    ),
+    "bench/results/extender_hostile.json": (
+        "LAYERSCHED_RESULTS=commit bench/bench_hostile.py --against <1e8b238 checkout> "
+        "--label-old 1e8b238 --nodes 1000"
+    ),
+    "bench/results/index_memory.json": "LAYERSCHED_RESULTS=commit bench/bench_index_memory.py",
+    "bench/results/relay.json": (
+        "LAYERSCHED_RESULTS=commit bench/bench_relay.py --state-dir .testbed (relay role up)"
+    ),
     "bench/results/replay.png": "make replay RESULTS=commit",
     "bench/results/scheduler.png": "make bench-scheduler RESULTS=commit",
 }

@@ -136,6 +136,8 @@ CASES = {
             "1.36.1"
         )
     ),
+    # in-flight: the extender may list and watch pods (its own ClusterRole)
+    "1.35-in-flight": Case(StackSpec(strategy="in-flight", weight=2).for_version("1.35")),
     # no kubernetesVersion: the cluster's (helm's --kube-version stands for it)
     "cluster-version": Case(StackSpec().for_version("v1.33.5"), kube_version="v1.33.5"),
     # the API server's addresses and an internal registry narrow the scheduler's egress

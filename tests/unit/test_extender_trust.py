@@ -12,11 +12,9 @@ fake of tests/fixtures/fake_kube.py.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
 import pytest
 import tenacity
 
@@ -25,9 +23,17 @@ from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.extender import WatchLayerIndexProvider, make_extender
 from layersched.extender._pod_layers import PINNED_CACHE_SIZE, pinned
-from layersched.extender._wire import ExtenderArgs, HostPriority
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH
-from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, node, started
+from tests.fixtures.fake_kube import (
+    FakeApi,
+    RunningLoop,
+    digest,
+    event,
+    layers,
+    node,
+    prioritize,
+    started,
+)
 from tests.fixtures.strategies import without_spread
 
 CONVERGE_TIMEOUT_S = 5.0
@@ -71,20 +77,6 @@ def loop() -> Iterator[RunningLoop]:
     running = RunningLoop()
     yield running
     running.close()
-
-
-def prioritize(loop: RunningLoop, extender: Any, pod_image: str, names: list[str]) -> dict:
-    body = {
-        "Pod": {
-            "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
-            "spec": {"containers": [{"name": "c", "image": pod_image}]},
-        },
-        "NodeNames": names,
-    }
-    args = msgspec.json.decode(msgspec.json.encode(body), type=ExtenderArgs)
-    future = asyncio.run_coroutine_threadsafe(extender.prioritize(args), loop.loop)
-    answer = msgspec.json.decode(future.result(timeout=5), type=list[HostPriority])
-    return {entry.Host: entry.Score for entry in answer}
 
 
 @tenacity.retry(

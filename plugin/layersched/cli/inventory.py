@@ -50,6 +50,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="KIND:NAME",
         help=f"who runs the extender (repeatable; default {DEFAULT_EXTENDER_SUBJECT})",
     )
+    m.add_argument(
+        "--in-flight",
+        action="store_true",
+        help="the extender subjects may also list and watch pods (an extender that scores "
+        "in flight, --strategy in-flight)",
+    )
     m.add_argument("--no-crd", action="store_true", help="RBAC only")
     add_output_option(m, outputs=(YAML, JSON))
     m.set_defaults(handler=run_manifests)
@@ -64,7 +70,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run_manifests(args: argparse.Namespace) -> int:
     agents = [parse_subject(s) for s in args.agent_subject or [DEFAULT_AGENT_SUBJECT]]
     extenders = [parse_subject(s) for s in args.extender_subject or [DEFAULT_EXTENDER_SUBJECT]]
-    objects = ([] if args.no_crd else [node_layers_crd()]) + rbac_objects(agents, extenders)
+    rbac = rbac_objects(agents, extenders, in_flight=args.in_flight)
+    objects = ([] if args.no_crd else [node_layers_crd()]) + rbac
     if args.output == JSON:
         print_document({"apiVersion": "v1", "kind": "List", "items": objects}, JSON)
     else:

@@ -40,13 +40,14 @@ import json
 import re
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
 from layersched import __version__
 from layersched.core.errors import InputError
 from layersched.core.strategies import STRATEGY_NAMES
+from layersched.core.strategies.in_flight import NAME as IN_FLIGHT_STRATEGY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy._network import (
     API_SERVER_PORT,
@@ -85,6 +86,7 @@ from layersched.deploy._stack import (
     EXTENDER_RESOURCES,
     SCHEDULER_RESOURCES,
     config_checksum,
+    pending_pods_rbac,
     stack_objects,
 )
 from layersched.deploy._tree import FILE_ORDER
@@ -621,15 +623,21 @@ _FILE_PRELUDE = (
 
 
 def _file_template(
-    objects: Sequence[tuple[str, frozenset[Variant]]],
+    objects: Sequence[tuple[str, frozenset[Variant], str | None]],
     guard: str | None,
     defines: Sequence[ConfigTemplate] = (),
 ) -> str:
+    """One template file: each object under the test of its variants, and of its own
+    value (``objects``' third item: a test on ``.Values``, or None)."""
     parts = [TEMPLATE_HEADER, *(define.define() for define in defines), _FILE_PRELUDE]
     if guard is not None:
         parts.append(f"{{{{- if {guard} }}}}\n")
-    for text, variants in objects:
+    for text, variants, when in objects:
         condition = _condition(variants)
+        if when is not None:
+            if condition is not None and not condition.startswith("("):
+                condition = f"({condition})"
+            condition = when if condition is None else f"and {condition} {when}"
         if condition is None:
             parts.append(f"---\n{text}")
         else:
@@ -643,14 +651,21 @@ def _file_template(
 _FILE_GUARDS = {NAMESPACE_FILE: ".Values.createNamespace", CRD_FILE: ".Values.crd.install"}
 
 
+#: What the extender needs only with one strategy, and the value that asks for it: the
+#: right to list and watch pods, with ``in-flight`` (``pending_pods_rbac``).
+_STRATEGY_OBJECTS = (("rbac.yaml", IN_FLIGHT_STRATEGY, pending_pods_rbac),)
+
+
 def templates() -> dict[str, str]:
     """``templates/<file>``: every variant's objects, each distinct object once, in the
     order the variants first render them; the scheduler's configurations as named
-    templates in its file."""
-    by_file: dict[str, dict[str, set[Variant]]] = {}
+    templates in its file; the objects one strategy needs under a test of
+    ``extender.strategy``."""
+    by_file: dict[str, dict[tuple[str, str | None], set[Variant]]] = {}
     configs: dict[str, ConfigTemplate] = {}
     for variant in VARIANTS:
-        groups = stack_objects(_sentinel_spec(variant))
+        spec = _sentinel_spec(variant)
+        groups = stack_objects(spec)
         for obj in groups[SCHEDULER_FILE]:
             if obj["kind"] == "ConfigMap":
                 checksum, template = _config_template(obj["data"][SCHEDULER_CONFIG_FILE])
@@ -661,17 +676,22 @@ def templates() -> dict[str, str]:
             for checksum, template in configs.items()
             for form in (f"'{checksum}'", checksum)
         }
-        for name, objects in groups.items():
-            texts = by_file.setdefault(name, {})
-            for obj in objects:
-                text = _templated(to_yaml(_with_sentinels(json.loads(json.dumps(obj)))), checksums)
-                texts.setdefault(text, set()).add(variant)
+
+        strategies = [
+            (name, f'(eq .Values.extender.strategy "{strategy}")', obj)
+            for name, strategy, render in _STRATEGY_OBJECTS
+            for obj in render(replace(spec, strategy=strategy))
+        ]
+        placed = [(name, None, obj) for name, objects in groups.items() for obj in objects]
+        for name, when, obj in [*placed, *strategies]:
+            text = _templated(to_yaml(_with_sentinels(json.loads(json.dumps(obj)))), checksums)
+            by_file.setdefault(name, {}).setdefault((text, when), set()).add(variant)
     files = {}
     for name in FILE_ORDER:
         found = by_file.get(name)
         if not found:
             continue
-        entries = [(text, frozenset(variants)) for text, variants in found.items()]
+        entries = [(text, frozenset(variants), when) for (text, when), variants in found.items()]
         defines = list(configs.values()) if name == SCHEDULER_FILE else []
         files[f"templates/{name}"] = _file_template(entries, _FILE_GUARDS.get(name), defines)
     return files

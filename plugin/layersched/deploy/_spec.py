@@ -12,6 +12,7 @@ from typing import Any
 
 from layersched.agent import DEFAULT_CRIO_STORAGE
 from layersched.core.errors import InputError
+from layersched.core.strategies.in_flight import NAME as IN_FLIGHT_STRATEGY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy._network import EgressSpec
 from layersched.deploy._scheduler_config import (
@@ -160,6 +161,12 @@ class StackSpec:
     def plugin(self) -> bool:
         """Whether LayerLocality scores in kube-scheduler (no extender sidecar)."""
         return self.scheduler == SCHEDULER_PLUGIN
+
+    @property
+    def watches_pods(self) -> bool:
+        """Whether the extender watches the pods bound to nodes (``in-flight``), and may
+        list and watch pods."""
+        return not self.plugin and self.strategy == IN_FLIGHT_STRATEGY
 
 
 def stack_spec_for(kubernetes_version: str, **fields: Any) -> StackSpec:

@@ -85,7 +85,7 @@ from layersched.deploy._workloads import (
     spread_over_nodes,
 )
 from layersched.deploy._yaml import to_yaml
-from layersched.kube import agent_rules, extender_rules, node_layers_crd
+from layersched.kube import agent_rules, extender_rules, node_layers_crd, pending_pod_rules
 
 #: The extender sidecar: kube-scheduler calls it on loopback.
 EXTENDER_URL = f"http://127.0.0.1:{EXTENDER_PORT}"
@@ -146,6 +146,28 @@ AGENT_RULES: tuple[dict[str, Any], ...] = tuple(agent_rules())
 #: The extender's ``--watch``: list and watch Nodes and NodeLayerInventory objects (the
 #: same rules the testbed's extender gets), under its own service account.
 EXTENDER_RULES: tuple[dict[str, Any], ...] = tuple(extender_rules())
+
+
+#: An extender scoring in flight lists and watches the pods bound to nodes too.
+PENDING_POD_RULES: tuple[dict[str, Any], ...] = tuple(pending_pod_rules())
+
+
+def pending_pods_rbac(spec: StackSpec) -> list[dict[str, Any]]:
+    """The ClusterRole and binding that let the extender list and watch pods: only for an
+    extender that scores in flight (``spec.watches_pods``), under its own account."""
+    if not spec.watches_pods:
+        return []
+    role = f"layersched:{spec.scheduler_name}:pods"
+    account = spec.extender_account
+    return [
+        {
+            "apiVersion": f"{RBAC_GROUP}/v1",
+            "kind": "ClusterRole",
+            "metadata": _meta(role, spec.scheduler_name),
+            "rules": list(PENDING_POD_RULES),
+        },
+        _binding("ClusterRoleBinding", role, "ClusterRole", role, account, spec, None),
+    ]
 
 
 def lease_role(spec: StackSpec) -> dict[str, Any]:
@@ -565,6 +587,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
                 spec,
                 None,
             ),
+            *pending_pods_rbac(spec),
             lease_role(spec),
             _binding(
                 "RoleBinding",

@@ -17,9 +17,12 @@ from layersched.core.layerindex import IndexArray, LayerIndex, SlotCache
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import Node, ObjectMeta, pod_images, pod_name
 from layersched.core.pod import PodImages
+from layersched.core.reference import ImageName
 from layersched.core.strategies import NodeScores, PlatformGroup, Strategy, pod_layers
 from layersched.core.strategies.base import MAX_NODE_SCORE
+from layersched.core.strategies.in_flight import InFlight
 from layersched.extender._metrics import ExtenderMetrics
+from layersched.extender._pending import PendingPods
 from layersched.extender._platforms import Platforms, PlatformSource
 from layersched.extender._pod_layers import PodLayers
 from layersched.extender._providers import LayerIndexProvider, request_index
@@ -308,6 +311,53 @@ class Extender:
         self._groups_memo: tuple[IndexArray, Sequence[str], dict[str, IndexArray] | None] | None = (
             None
         )
+        #: The pods bound to nodes whose pulls in-flight scoring counts (None: another
+        #: strategy, or a provider that cannot watch pods).
+        self.pending_pods: PendingPods | None = None
+        if isinstance(strategy, InFlight):
+            self._track_pending(strategy)
+
+    def _track_pending(self, strategy: InFlight) -> None:
+        """Have the provider keep ``strategy``'s pending pulls current, each node's
+        backlog summed when its pods or layers change (never in a request)."""
+
+        def changed(node: str) -> None:
+            inventory = self.provider.current()
+            if inventory is not None:
+                strategy.refresh_node(node, inventory)
+
+        pods = PendingPods(strategy.pending, self._pending_layers, changed)
+        if self.provider.track_pending(pods):
+            self.pending_pods = pods
+            self.metrics.registry.register(pods)
+            return
+        log.warning(
+            "--strategy in-flight without --watch sees no pod bound to a node: no pull is "
+            "known to be in flight, and nodes are scored by their held bytes and links "
+            "alone (as pull-time, with the weight on the pod's own bytes); pass --watch"
+        )
+
+    def _pending_layers(
+        self, node: str, images: Sequence[ImageName]
+    ) -> tuple[tuple[Layer, ...], bool]:
+        """A pending pod's distinct layers on ``node`` (its platform's), from what the
+        nodes agree on, else the layer cache (an image not cached is resolved in the
+        background, never waited for), and whether every image's were known."""
+        key = self.pod_layers.default_key
+        keys = self.provider.platform_keys if self.platforms is not None else None
+        inventory = self.provider.current()
+        idx = inventory.index_of(node) if inventory is not None and keys is not None else None
+        if keys is not None and idx is not None:
+            key = keys[idx]
+        found: dict[ImageName, tuple[Layer, ...]] = {}
+        for image in images:
+            layers = self.provider.image_layers(image, key)
+            if layers is None:
+                layers = self.pod_layers.resolver(key).known_layers(image)
+            if layers is not None:
+                found[image] = layers
+        complete = len(found) == len(set(images))
+        return pod_layers(images, lambda image: found.get(image, ())), complete
 
     @property
     def resolver(self) -> DeadlineResolver:

@@ -37,6 +37,14 @@ from layersched.extender._parse import (
     ParsedNode,
     Parser,
 )
+from layersched.extender._pending import (
+    PENDING_PODS_SELECTOR,
+    PODS,
+    RETRY_PERIOD_S,
+    PendingPods,
+    PodParser,
+    pod_key,
+)
 from layersched.extender._platforms import Platforms, PlatformSource
 from layersched.extender._pools import DEFAULT_MAX_INVENTORY_BYTES, IndexPools
 from layersched.extender._store import Store
@@ -45,13 +53,16 @@ from layersched.extender._votes import DEFAULT_IMAGE_QUORUM, ImageVotes
 from layersched.extender._warmup import DEFAULT_AGENT_GRACE_S, StatusImages, Warmup
 from layersched.extender._watch import DEFAULT_UNREADY_AFTER_S, Watch
 from layersched.extender._watch_metrics import WatchMetrics
-from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient
+from layersched.kube import ALL_PODS_PATH, NODE_LAYERS_PATH, NODES_PATH, KubeClient
 
 log = logging.getLogger(__name__)
 
 #: The watch's own deadline on its timer thread (beside the nodes'): every
 #: :data:`~layersched.extender._memory.TRIM_PERIOD_S`.
 HOUSEKEEPING = "housekeeping"
+#: The pending pods' retry of layers not known yet (``in-flight``): every
+#: :data:`~layersched.extender._pending.RETRY_PERIOD_S`.
+PENDING_RETRY = "pending-retry"
 
 
 class LayerIndexProvider(Protocol):
@@ -96,6 +107,12 @@ class LayerIndexProvider(Protocol):
     def use_resolvers(self, images: StatusImages) -> None:
         """Resolve nodes' status images through ``images`` (the extender's resolvers, one
         per platform, and their cache), if the provider resolves any."""
+        ...
+
+    def track_pending(self, pods: PendingPods) -> bool:
+        """Keep ``pods`` current (``in-flight``): watch the pods bound to nodes whose
+        containers have not started, and tell it when a node's layers change. False when
+        this provider cannot (no API to watch)."""
         ...
 
 
@@ -169,6 +186,10 @@ class StaticLayerIndexProvider:
 
     def use_resolvers(self, images: StatusImages) -> None:
         """A file's node images are resolved once, at load, through its source."""
+
+    def track_pending(self, pods: PendingPods) -> bool:
+        """A file says nothing of pods: no pull is known to be in flight."""
+        return False
 
     def load(self) -> None:
         if self.path is None:
@@ -285,6 +306,10 @@ class WatchLayerIndexProvider:
         }
         #: How each watched collection is doing (for /readyz and /metrics).
         self.state = {kind: watch.state for kind, watch in self._watches.items()}
+        self._kube_factory = kube_factory
+        #: With in-flight scoring: the pending pods and their watch (track_pending).
+        self._pods: PendingPods | None = None
+        self._pods_watch: Watch | None = None
         self._trim = _memory.ChurnTrim(self._churned_bytes)
         parts = (store, self._pools, self._votes, self._warmup, self._trim)
         self._metrics = WatchMetrics(self.state, *parts, self._node_deadlines)
@@ -371,6 +396,8 @@ class WatchLayerIndexProvider:
         self._timers.schedule(
             HOUSEKEEPING, time.monotonic() + _memory.TRIM_PERIOD_S, self._housekeep
         )
+        if self._pods_watch is not None:
+            self._start_pods()
         inventory = self._store.inventory
         assert inventory is not None
         log.info(
@@ -387,10 +414,15 @@ class WatchLayerIndexProvider:
     def ready(self) -> tuple[bool, str]:
         """(ready, why): ready once both collections were listed and while no watch has
         been disconnected for longer than ``unready_after_s``; the text says whether the
-        watches are connected or the inventory is being served stale, and why."""
+        watches are connected or the inventory is being served stale, and why. The pods'
+        watch (in-flight) is said too, but never makes the extender unready: without it
+        nodes are scored without pulls in flight."""
         readiness = [watch.readiness(self.unready_after_s) for watch in self._watches.values()]
         ok = self._store.inventory is not None and all(ok for ok, _ in readiness)
-        return ok, "\n".join(line for _, line in readiness)
+        lines = [line for _, line in readiness]
+        if self._pods_watch is not None:
+            lines.append(self._pods_watch.readiness(self.unready_after_s)[1])
+        return ok, "\n".join(lines)
 
     def collector(self) -> Collector | None:
         """The watches' metrics."""
@@ -411,6 +443,38 @@ class WatchLayerIndexProvider:
         if node is None or self.platforms is None:
             return self.platforms.default_key if self.platforms is not None else ""
         return self.platforms.effective(node.key)
+
+    def track_pending(self, pods: PendingPods) -> bool:
+        """Watch the pods bound to nodes and still Pending into ``pods`` (listed once the
+        inventory is, on a thread of their own: a cluster that forbids listing pods keeps
+        scoring, without pulls in flight), and tell it when a node's layers change."""
+        self._pods = pods
+        self._pods_watch = Watch(
+            PODS,
+            ALL_PODS_PATH,
+            self._kube_factory,
+            PodParser(),
+            pods,
+            self._post,
+            self._stop,
+            field_selector=PENDING_PODS_SELECTOR,
+            key_of=pod_key,
+        )
+        self.state[PODS] = self._pods_watch.state
+        earlier = self._store.on_change
+
+        def changed(name: str) -> None:
+            if earlier is not None:
+                earlier(name)
+            pods.node_changed(name)
+
+        self._store.on_change = changed
+        if self._store.inventory is not None:  # loaded already: list the pods now
+            self._start_pods()
+        return True
+
+    def _start_pods(self) -> None:
+        threading.Thread(target=self._watch_pods, name="list-pods", daemon=True).start()
 
     def image_layers(self, image: ImageName, key: str = "") -> tuple[Layer, ...] | None:
         """Layers of pod image ``image`` for platform ``key`` when at least the quorum of
@@ -450,13 +514,34 @@ class WatchLayerIndexProvider:
         parts = (self._parser, self._store, self._post, self._stop)
         return Watch(kind, path, kube_factory, *parts, on_node=on_node)
 
+    def _watch_pods(self) -> None:
+        """On its own thread: list the pending pods (retrying until the API answers),
+        apply them on the loop, then watch; and retry the pods whose layers were not all
+        known every RETRY_PERIOD_S."""
+        watch, pods = self._pods_watch, self._pods
+        assert watch is not None and pods is not None
+        try:
+            items, version = watch.list_until_ok()
+        except Exception:  # noqa: BLE001 - stopping: list_until_ok gave up
+            return
+        self._post(watch.apply_list, items)
+        watch.start(version)
+        self._timers.schedule(PENDING_RETRY, time.monotonic() + RETRY_PERIOD_S, self._retry_pods)
+
+    def _retry_pods(self) -> None:
+        """On the timer thread: the pending pods' retry, on the loop."""
+        if self._pods is not None:
+            self._post(self._pods.retry)
+        self._timers.schedule(PENDING_RETRY, time.monotonic() + RETRY_PERIOD_S, self._retry_pods)
+
     def _churned_bytes(self) -> int:
         """Bytes of objects parsed or released in all (for the trim after a burst)."""
         return self._parser.parsed_bytes + self._pools.released_bytes
 
     def _node_deadlines(self) -> int:
-        """Deadlines pending for nodes (not the housekeeping's own)."""
-        return len(self._timers) - (1 if self._timers.scheduled(HOUSEKEEPING) else 0)
+        """Deadlines pending for nodes (not the housekeeping's nor the pods' retry)."""
+        own = (HOUSEKEEPING, PENDING_RETRY)
+        return len(self._timers) - sum(1 for key in own if self._timers.scheduled(key))
 
     def _housekeep(self) -> None:
         """On the timer thread, every TRIM_PERIOD_S: sum up the warnings of ignored

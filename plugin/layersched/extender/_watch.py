@@ -20,21 +20,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
 
 from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.layerindex import NodeInfo
-from layersched.extender._parse import (
-    MAX_OBJECT_BYTES,
-    Ignored,
-    Parsed,
-    ParsedNode,
-    Parser,
-    object_name,
-)
-from layersched.extender._store import Store
-from layersched.kube import Gone, KubeClient, WatchEvent
+from layersched.extender._parse import MAX_OBJECT_BYTES, Ignored, ParsedNode, object_name
+from layersched.kube import Gone, KubeClient, Oversize, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +43,30 @@ LIST_PAGE_SIZE = 100
 LIST_PAGE_BYTES = 4 * 1024 * 1024
 #: A watch disconnected for longer than this makes /readyz answer 503.
 DEFAULT_UNREADY_AFTER_S = 300.0
+
+
+class WatchParser(Protocol):
+    """What a watch asks of its parser (``_parse.Parser`` for Nodes and inventories,
+    ``_pending.PodParser`` for pods), on the watch's thread."""
+
+    def parse(
+        self, kind: str, obj: Mapping[str, Any] | bytes, size_bytes: int, name: str = ""
+    ) -> Any: ...
+
+    def parse_raw(self, kind: str, raw: msgspec.Raw | Oversize) -> tuple[str, Any]: ...
+
+    def oversize(self, kind: str, name: str, size_bytes: int) -> Any: ...
+
+    def drop(self, parsed: Any) -> None: ...
+
+
+class WatchStore(Protocol):
+    """What a watch asks of its store (``_store.Store``, ``_pending.PendingPods``), on
+    the event loop."""
+
+    def apply(self, kind: str, name: str, parsed: Any) -> None: ...
+
+    def replace_all(self, kind: str, items: Any) -> None: ...
 
 
 @dataclass
@@ -65,23 +84,30 @@ class WatchState:
 
 
 class Watch:
-    """One collection (``kind`` at ``path``): listed, then watched into the store."""
+    """One collection (``kind`` at ``path``, the objects ``field_selector`` matches when
+    given): listed, then watched into the store."""
 
     def __init__(
         self,
         kind: str,
         path: str,
         kube_factory: Callable[[], KubeClient],
-        parser: Parser,
-        store: Store,
+        parser: WatchParser,
+        store: WatchStore,
         post: Callable[..., None],
         stop: threading.Event,
         on_node: Callable[[str, NodeInfo], None] | None = None,
+        *,
+        field_selector: str | None = None,
+        key_of: Callable[[object], str] = object_name,
     ) -> None:
         """``post``: run a function on the event loop; ``on_node``: told each Node event
-        parsed (on this watch's thread)."""
+        parsed (on this watch's thread); ``key_of``: an object's key in the store (its
+        name, or a namespaced object's ``namespace/name``)."""
         self.kind = kind
         self.path = path
+        self.field_selector = field_selector
+        self._key_of = key_of
         self.state = WatchState()
         self._kube_factory = kube_factory
         self._parser = parser
@@ -116,13 +142,13 @@ class Watch:
             f"{stale_s:.0f} s ({state.last_error})"
         )
 
-    def list_until_ok(self) -> tuple[dict[str, Parsed], str]:
+    def list_until_ok(self) -> tuple[dict[str, Any], str]:
         """Every object, parsed page by page, and the list's resourceVersion; retried
         (backing off) until the API answers. Raises only once stopped."""
         state = self.state
         pause_s = RETRY_FIRST_S
         while True:
-            parsed: dict[str, Parsed] = {}
+            parsed: dict[str, Any] = {}
             try:
                 version = self._list_pages(parsed)
                 state.last_error = ""
@@ -137,12 +163,12 @@ class Watch:
                     raise
                 pause_s = min(RETRY_MAX_S, pause_s * 2)
 
-    def _list_pages(self, parsed: dict[str, Parsed]) -> str:
+    def _list_pages(self, parsed: dict[str, Any]) -> str:
         """Read the list into ``parsed`` (by name); its resourceVersion."""
         version = ""
         with self._kube_factory() as kube:
             for page, page_version in kube.list_raw_pages(
-                self.path, LIST_PAGE_SIZE, LIST_PAGE_BYTES
+                self.path, LIST_PAGE_SIZE, LIST_PAGE_BYTES, field_selector=self.field_selector
             ):
                 version = page_version
                 for raw in page:
@@ -165,7 +191,10 @@ class Watch:
                         state.since = time.monotonic()
                     state.connected = True
                     for event in kube.watch(
-                        self.path, state.resource_version, max_event_bytes=MAX_OBJECT_BYTES
+                        self.path,
+                        state.resource_version,
+                        max_event_bytes=MAX_OBJECT_BYTES,
+                        field_selector=self.field_selector,
                     ):
                         self._on_event(event)
                         pause_s = RETRY_FIRST_S
@@ -178,7 +207,7 @@ class Watch:
                     items, state.resource_version = self.list_until_ok()
                 except Exception:  # noqa: BLE001 - stopping: list_until_ok gave up
                     return
-                self._post(self._relisted, items)
+                self._post(self.apply_list, items)
             except Exception as err:  # noqa: BLE001 - an API error, or a bug: logged, retried
                 self._disconnected(err)
                 state.failures += 1
@@ -186,7 +215,8 @@ class Watch:
                 self._stop.wait(pause_s)
                 pause_s = min(RETRY_MAX_S, pause_s * 2)
 
-    def _relisted(self, items: dict[str, Parsed]) -> None:
+    def apply_list(self, items: dict[str, Any]) -> None:
+        """On the loop: a full list read on the watch's thread (or another), applied."""
         self._store.replace_all(self.kind, items)
         self.synced()
 
@@ -199,7 +229,7 @@ class Watch:
             self.state.resource_version = event.resource_version
         if event.type == "BOOKMARK":
             return
-        name = object_name(event.object)
+        name = self._key_of(event.object)
         if not name:
             if event.oversize:  # nothing to apply it to: counted
                 self._post(apply, kind, "", self._parser.oversize(kind, "", event.size_bytes))

@@ -58,6 +58,7 @@ from layersched.kube._rbac import (
     agent_rules,
     extender_rules,
     parse_subject,
+    pending_pod_rules,
     rbac_objects,
 )
 
@@ -100,6 +101,7 @@ __all__ = [
     "node_layers_path",
     "node_path",
     "parse_subject",
+    "pending_pod_rules",
     "pod_log_path",
     "pod_path",
     "pods_path",

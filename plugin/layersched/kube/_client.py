@@ -280,9 +280,12 @@ class KubeClient:
         path: str,
         page_size: int = DEFAULT_PAGE_SIZE,
         max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES,
+        *,
+        field_selector: str | None = None,
     ) -> Iterator[tuple[builtins.list[msgspec.Raw | Oversize], str]]:
-        """A collection page by page, each object as its raw JSON (undecoded: a caller may
-        skip one by its length), with the list's resourceVersion.
+        """A collection page by page (the objects ``field_selector`` matches, when given),
+        each object as its raw JSON (undecoded: a caller may skip one by its length), with
+        the list's resourceVersion.
 
         No page read is longer than ``max_page_bytes``: a page that would be is dropped
         while it arrives and asked for again with half as many objects (the API cannot
@@ -292,8 +295,9 @@ class KubeClient:
         ``continue`` token), and the list carries on after it.
         """
         limit, token, what = page_size, "", f"listing {path}"
+        selected = {"fieldSelector": field_selector} if field_selector else {}
         while True:
-            params = {"limit": str(limit)} | ({"continue": token} if token else {})
+            params = {"limit": str(limit)} | selected | ({"continue": token} if token else {})
             body, head = self._read_capped(path, what, params, max_page_bytes)
             if body is None:
                 if limit > 1:

@@ -5,11 +5,16 @@
   its own, by a field selector on its name, to repair it when another writer changes
   it; RBAC cannot confine a field-selected watch to one name without a role per node,
   and what the objects say is already readable in every Node's ``status.images``);
-* the **extender** lists and watches Nodes and NodeLayerInventory objects.
+* the **extender** lists and watches Nodes and NodeLayerInventory objects, and with
+  ``--strategy in-flight`` (only then) lists and watches Pods: the pods bound to nodes
+  whose containers have not started (:func:`pending_pod_rules`; field-selected, but RBAC
+  cannot confine a list to a field selector, so the right is granted only to an
+  extender that scores in flight).
 
-Neither may read Secrets, Pods or anything else. Kubernetes RBAC cannot confine an agent
-to its own node's object (``resourceNames`` would need a role per node): admission does
-(:mod:`layersched.admission`, installed by ``deploy/``; docs/inventory.md, trust model).
+Neither may read Secrets or anything else; the agent never reads Pods. Kubernetes RBAC
+cannot confine an agent to its own node's object (``resourceNames`` would need a role per
+node): admission does (:mod:`layersched.admission`, installed by ``deploy/``;
+docs/inventory.md, trust model).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from layersched.core.nodelayers import GROUP, PLURAL
 
 AGENT_ROLE = "layersched:agent"
 EXTENDER_ROLE = "layersched:extender"
+#: What an extender scoring in flight may do besides: list and watch pods.
+PENDING_PODS_ROLE = "layersched:extender:pods"
 _LABELS = {"app.kubernetes.io/part-of": "layersched"}
 SUBJECT_KINDS = ("User", "Group", "ServiceAccount")
 
@@ -42,6 +49,12 @@ def extender_rules() -> list[dict[str, Any]]:
         {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     ]
+
+
+def pending_pod_rules() -> list[dict[str, Any]]:
+    """What an extender scoring in flight needs besides :func:`extender_rules`: to list
+    and watch pods (never to get one by name, nor to change any)."""
+    return [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
 
 
 def parse_subject(text: str) -> dict[str, str]:
@@ -81,12 +94,22 @@ def cluster_role_binding(name: str, subjects: Sequence[dict[str, str]]) -> dict[
 
 
 def rbac_objects(
-    agent_subjects: Sequence[dict[str, str]], extender_subjects: Sequence[dict[str, str]]
+    agent_subjects: Sequence[dict[str, str]],
+    extender_subjects: Sequence[dict[str, str]],
+    *,
+    in_flight: bool = False,
 ) -> list[dict[str, Any]]:
-    """The two ClusterRoles and their bindings to the given subjects."""
-    return [
+    """The two ClusterRoles and their bindings to the given subjects; with ``in_flight``
+    a third, for extenders that score in flight: :func:`pending_pod_rules`."""
+    objects = [
         cluster_role(AGENT_ROLE, agent_rules()),
         cluster_role_binding(AGENT_ROLE, agent_subjects),
         cluster_role(EXTENDER_ROLE, extender_rules()),
         cluster_role_binding(EXTENDER_ROLE, extender_subjects),
     ]
+    if in_flight:
+        objects += [
+            cluster_role(PENDING_PODS_ROLE, pending_pod_rules()),
+            cluster_role_binding(PENDING_PODS_ROLE, extender_subjects),
+        ]
+    return objects

@@ -76,6 +76,16 @@ class InFlight:
         #: The time the pending pulls' bind times are on.
         self.clock = clock
 
+    def refresh_node(self, name: str, inventory: LayerIndexView) -> None:
+        """Sum node ``name``'s backlog now (after its pods or its layers changed), so that
+        a request only reads it."""
+        idx = inventory.index_of(name)
+        if idx is None:
+            return
+        bits = bandwidths(inventory, float(self.args.default_bandwidth_bits_per_s))
+        rate = float(bits[idx]) / BITS_PER_BYTE
+        self.pending.backlog(name, _holds(inventory, idx), rate, self.clock())
+
     def costs_s(
         self, layers: Sequence[Layer], inventory: LayerIndexView, candidates: IndexArray
     ) -> tuple[FloatArray, IndexArray, int]:

@@ -59,8 +59,7 @@ func eventually(t *testing.T, what string, check func() bool) {
 }
 
 func holds(index *layers.Index, node, image string) bool {
-	prepared := index.Prepare(index.ResolvePod([]string{image}, time.Time{}, 0), nil, time.Time{}, 0)
-	score, state := index.Score(prepared, node, time.Time{}, 0)
+	score, state := index.Prepare([]string{image}, nil, time.Time{}, 0).Score(node)
 	return state == layers.Scored && score == layers.MaxNodeScore
 }
 

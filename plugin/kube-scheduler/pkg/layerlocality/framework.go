@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,17 +51,42 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 
 // snapshotNodes reads the scheduler's snapshot of this cycle.
 func snapshotNodes(handle fwk.Handle) func() (nodeSet, error) {
+	var identity snapshotIdentity
 	return func() (nodeSet, error) {
 		lister := handle.SnapshotSharedLister().NodeInfos()
 		all, err := lister.List()
 		if err != nil {
 			return nodeSet{}, err
 		}
-		return nodeSet{count: len(all), contains: func(node string) bool {
+		return nodeSet{count: len(all), version: identity.of(all), contains: func(node string) bool {
 			_, err := lister.Get(node)
 			return err == nil
 		}}, nil
 	}
+}
+
+// snapshotIdentity names a snapshot's node list: the same version while the list holds
+// the same NodeInfos in the same order. kube-scheduler's snapshot keeps one NodeInfo per
+// node name (updated in place) and makes a new list whenever a node comes or goes, so
+// an unchanged list is an unchanged set of names; the check is one comparison of
+// pointers a node, instead of one name lookup a node.
+type snapshotIdentity struct {
+	mu      sync.Mutex
+	infos   []fwk.NodeInfo
+	version *snapshotVersion
+}
+
+// snapshotVersion is one version's identity (not of size zero: distinct pointers).
+type snapshotVersion struct{ _ byte }
+
+func (s *snapshotIdentity) of(infos []fwk.NodeInfo) *snapshotVersion {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.version == nil || !slices.Equal(s.infos, infos) {
+		s.infos = slices.Clone(infos)
+		s.version = &snapshotVersion{}
+	}
+	return s.version
 }
 
 // Name is the plugin's name.
@@ -79,7 +105,7 @@ func (s *preScoreState) Clone() fwk.StateData {
 // scoring result under opportunistic batching; the node side (the inventories) is the
 // scheduler's snapshot's concern, as for every plugin.
 func (pl *LayerLocality) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	images := podImages(pod)
+	images := appendPodImages(nil, pod)
 	slices.Sort(images)
 	return []fwk.SignFragment{{Key: SignerName, Value: slices.Compact(images)}}, nil
 }

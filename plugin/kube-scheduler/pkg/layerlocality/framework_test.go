@@ -3,6 +3,7 @@ package layerlocality
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -117,4 +118,89 @@ func TestSignPodSignsTheImagesTheScoreReads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// infosOf are NodeInfos of these node names, as a snapshot lists them.
+func infosOf(names ...string) []fwk.NodeInfo {
+	infos := make([]fwk.NodeInfo, len(names))
+	for i, name := range names {
+		info := framework.NewNodeInfo()
+		info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		infos[i] = info
+	}
+	return infos
+}
+
+func TestTheSpreadFollowsTheSchedulersSnapshot(t *testing.T) {
+	pl := plugin(t, `{"spread": true}`)
+	all := infosOf("N1", "N2", "N3", "N4", "old")
+	handle := &snapshotHandle{lister: newSnapshotLister(all)}
+	pl.nodes = snapshotNodes(handle)
+	// as TestScores' spread: 5 nodes, L1 and L2 on N1 and N2 -> N2 31
+	if got := score(t, pl, pod(nil, "reg:5000/img1:1"), "N2"); got["N2"] != 31 {
+		t.Fatalf("N2 %d, want 31", got["N2"])
+	}
+	// N1 leaves the snapshot (a new list): L1, L2 on N2 alone of 4 nodes:
+	// 40/4 + 30/4 = 17.5 -> floor(100*17.5/90) = 19
+	handle.lister = newSnapshotLister([]fwk.NodeInfo{all[1], all[2], all[3], all[4]})
+	if got := score(t, pl, pod(nil, "reg:5000/img1:1"), "N2"); got["N2"] != 19 {
+		t.Errorf("N1 gone: N2 %d, want 19", got["N2"])
+	}
+	// back again, in a list of the same NodeInfos: 31 again
+	handle.lister = newSnapshotLister(slices.Clone(all))
+	if got := score(t, pl, pod(nil, "reg:5000/img1:1"), "N2"); got["N2"] != 31 {
+		t.Errorf("N1 back: N2 %d, want 31", got["N2"])
+	}
+}
+
+func TestASnapshotListKeepsItsVersionWhileItsNodesAreTheSame(t *testing.T) {
+	var identity snapshotIdentity
+	infos := infosOf("a", "b")
+	first := identity.of(infos)
+	if identity.of(slices.Clone(infos)) != first {
+		t.Error("the same NodeInfos in another slice got a new version")
+	}
+	if identity.of(infos[:1]) == first || identity.of(infosOf("a", "b")) == first {
+		t.Error("other NodeInfos kept the version")
+	}
+}
+
+// snapshotHandle is the one part of the framework's handle the plugin reads: the
+// scheduler's snapshot.
+type snapshotHandle struct {
+	fwk.Handle
+	lister fwk.SharedLister
+}
+
+func (h *snapshotHandle) SnapshotSharedLister() fwk.SharedLister { return h.lister }
+
+// snapshotLister is a snapshot of these nodes, as kube-scheduler's lists and gets them.
+type snapshotLister struct {
+	fwk.SharedLister
+	nodes nodeInfoLister
+}
+
+func newSnapshotLister(infos []fwk.NodeInfo) snapshotLister {
+	byName := make(map[string]fwk.NodeInfo, len(infos))
+	for _, info := range infos {
+		byName[info.Node().Name] = info
+	}
+	return snapshotLister{nodes: nodeInfoLister{infos: infos, byName: byName}}
+}
+
+func (s snapshotLister) NodeInfos() fwk.NodeInfoLister { return s.nodes }
+
+type nodeInfoLister struct {
+	fwk.NodeInfoLister
+	infos  []fwk.NodeInfo
+	byName map[string]fwk.NodeInfo
+}
+
+func (l nodeInfoLister) List() ([]fwk.NodeInfo, error) { return l.infos, nil }
+
+func (l nodeInfoLister) Get(name string) (fwk.NodeInfo, error) {
+	if info, ok := l.byName[name]; ok {
+		return info, nil
+	}
+	return nil, fmt.Errorf("nodeinfo not found for node name %q", name)
 }

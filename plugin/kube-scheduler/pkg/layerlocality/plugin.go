@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
 	"layersched.io/kube-scheduler/pkg/inventorywatch"
@@ -30,13 +31,16 @@ const Name = "LayerLocality"
 // userAgent names the plugin's API requests in the API server's logs and audit.
 const userAgent = "kube-scheduler/LayerLocality"
 
-// scorer is the plugin's work, whatever the framework: the pod's layers prepared once
-// per cycle, then one read-only lookup per node.
+// scorer is the plugin's work, whatever the framework: the pod's terms by node prepared
+// once per cycle (PreScore), then one lookup per node (Score).
 type scorer struct {
 	args   *Args
 	maxAge time.Duration
 	index  *layers.Index
 	now    func() time.Time
+	// withoutInventory are the metric's counters by why a node scored 0, resolved once
+	// (a label lookup per Score would take the vector's lock).
+	withoutInventory [layers.OverBudget + 1]metrics.CounterMetric
 }
 
 func newScorer(args *Args, index *layers.Index) scorer {
@@ -46,61 +50,77 @@ func newScorer(args *Args, index *layers.Index) scorer {
 		maxAge: time.Duration(*args.InventoryMaxAgeSeconds) * time.Second,
 		index:  index,
 		now:    time.Now,
+		withoutInventory: [...]metrics.CounterMetric{
+			layers.NoInventory: nodesWithoutInventory.WithLabelValues(ReasonMissing),
+			layers.Stale:       nodesWithoutInventory.WithLabelValues(ReasonStale),
+			layers.OverBudget:  nodesWithoutInventory.WithLabelValues(ReasonOverBudget),
+		},
 	}
 }
 
-// preScoreState is the pod's layers, ready for every node, and the moment the cycle
-// judges inventories' age at. It is never modified after PreScore.
+// preScoreState is what PreScore prepares once for every node of the cycle; it is never
+// modified after PreScore. Another per-node term of the pod joins here, prepared by
+// node in PreScore and read by Score without a lock.
 type preScoreState struct {
+	// prepared is the pod's layer terms by node, as the index was at PreScore, and the
+	// age judgement at PreScore's time.
 	prepared *layers.Prepared
-	now      time.Time
 }
 
 // nodeSet is what the spread needs of the scheduler's snapshot: how many nodes it holds,
-// and whether it holds a given one.
+// whether it holds a given one, and the identity of that set (equal, with ==, while the
+// snapshot's nodes are the same; nil: unknown), so that the index asks contains once
+// per node while the snapshot's nodes stay the same.
 type nodeSet struct {
 	count    int
 	contains func(node string) bool
+	version  any
 }
 
-// prepare computes the pod's distinct layers once, from the images the agents published;
-// a pod none of whose layers is known is scored 0 everywhere without any lookup. nodes
-// is called only when the args ask for the spread.
+// imagesPool holds the pod image lists PreScore reads the pod into (none leaves it).
+var imagesPool = sync.Pool{New: func() any { return new([]string) }}
+
+// prepare computes the pod's terms once for every node, from the images the agents
+// published; a pod none of whose layers is known is scored 0 everywhere. nodes is called
+// only when the args ask for the spread.
 func (s *scorer) prepare(pod *v1.Pod, nodes func() (nodeSet, error)) (*preScoreState, error) {
-	now := s.now()
-	podLayers := s.index.ResolvePod(podImages(pod), now, s.maxAge)
-	if len(podLayers.Unknown) > 0 {
-		podImagesUnknown.Add(float64(len(podLayers.Unknown)))
-		klog.V(4).Infof("%s: pod %s/%s: no quorum of %d nodes agrees on %v (published without one: %v): scoring its other images' layers",
-			Name, pod.Namespace, pod.Name, *s.args.ImageQuorum, podLayers.Unknown, podLayers.WithoutQuorum)
-	}
-	if len(podLayers.WithoutQuorum) > 0 {
-		podImagesWithoutQuorum.Add(float64(len(podLayers.WithoutQuorum)))
-	}
 	var spread *layers.Spread
 	if *s.args.Spread {
 		set, err := nodes()
 		if err != nil {
 			return nil, fmt.Errorf("listing the snapshot's nodes for the spread: %w", err)
 		}
-		spread = &layers.Spread{Nodes: set.count, Counts: set.contains}
+		spread = &layers.Spread{Nodes: set.count, Counts: set.contains, CountsVersion: set.version}
 	}
-	prepared := s.index.Prepare(podLayers, spread, now, s.maxAge)
-	klog.V(5).Infof("%s: pod %s/%s: %d distinct layers, %d bytes", Name, pod.Namespace, pod.Name, len(podLayers.Layers), prepared.TotalBytes())
-	return &preScoreState{prepared: prepared, now: now}, nil
+	buffer := imagesPool.Get().(*[]string)
+	images := appendPodImages((*buffer)[:0], pod)
+	prepared := s.index.Prepare(images, spread, s.now(), s.maxAge)
+	clear(images) // the pool keeps no pod's strings
+	*buffer = images[:0]
+	imagesPool.Put(buffer)
+	if len(prepared.Unknown) > 0 {
+		podImagesUnknown.Add(float64(len(prepared.Unknown)))
+		if v := klog.V(4); v.Enabled() {
+			v.Infof("%s: pod %s/%s: no quorum of %d nodes agrees on %v (published without one: %v): scoring its other images' layers",
+				Name, pod.Namespace, pod.Name, *s.args.ImageQuorum, prepared.Unknown, prepared.WithoutQuorum)
+		}
+	}
+	if len(prepared.WithoutQuorum) > 0 {
+		podImagesWithoutQuorum.Add(float64(len(prepared.WithoutQuorum)))
+	}
+	if v := klog.V(5); v.Enabled() {
+		v.Infof("%s: pod %s/%s: %d distinct layers, %d bytes", Name, pod.Namespace, pod.Name, prepared.LayerCount, prepared.TotalBytes())
+	}
+	return &preScoreState{prepared: prepared}, nil
 }
 
-// score is a read-only lookup into the index (kube-scheduler runs it on 16 workers in
-// parallel): no API call, no lock but the index's read lock.
+// score is a lookup into what PreScore prepared (kube-scheduler runs it on 16 workers in
+// parallel): no API call, no lock, no allocation; a counter only for a node without a
+// usable inventory.
 func (s *scorer) score(state *preScoreState, nodeName string) int64 {
-	score, why := s.index.Score(state.prepared, nodeName, state.now, s.maxAge)
-	switch why {
-	case layers.NoInventory:
-		nodesWithoutInventory.WithLabelValues(ReasonMissing).Inc()
-	case layers.Stale:
-		nodesWithoutInventory.WithLabelValues(ReasonStale).Inc()
-	case layers.OverBudget:
-		nodesWithoutInventory.WithLabelValues(ReasonOverBudget).Inc()
+	score, why := state.prepared.Score(nodeName)
+	if why != layers.Scored {
+		s.withoutInventory[why].Inc()
 	}
 	return score
 }
@@ -111,9 +131,9 @@ func noStateError(err error) error {
 	return fmt.Errorf("%s: no PreScore state (enable %s at preScore as well as score): %w", Name, Name, err)
 }
 
-// podImages are the pod's images in upstream order: init containers, then containers.
-func podImages(pod *v1.Pod) []string {
-	images := make([]string, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+// appendPodImages appends the pod's images in upstream order: init containers, then
+// containers.
+func appendPodImages(images []string, pod *v1.Pod) []string {
 	for _, container := range pod.Spec.InitContainers {
 		images = append(images, container.Image)
 	}

@@ -267,7 +267,7 @@ func (ix *Index) admit(p *plan, name string) (bool, []Refusal) {
 		evicted := ix.nodes[largest].name
 		refused = append(refused, Refusal{Node: evicted, Reason: ReasonOverBudget, ChargeBytes: largestCharge, Evicted: true})
 		ix.remove(evicted)
-		ix.refused[evicted] = refused[len(refused)-1]
+		ix.refuse(refused[len(refused)-1])
 	}
 }
 

@@ -53,7 +53,7 @@ func TestTheIssuesHostileObjectIsRefusedAtDecoding(t *testing.T) {
 	if len(refused) != 1 || refused[0].Reason != ReasonObjectTooLarge || refused[0].ChargeBytes <= MaxObjectBytes {
 		t.Fatalf("refusals %+v", refused)
 	}
-	if _, state := ix.Score(ix.Prepare(PodLayers{}, nil, observed, 0), "n1", observed, 0); state != OverBudget || ix.Nodes() != 0 || ix.usedBytes != 0 {
+	if _, state := ix.Prepare(nil, nil, observed, 0).Score("n1"); state != OverBudget || ix.Nodes() != 0 || ix.usedBytes != 0 {
 		t.Errorf("after the refusal: state %v, %d nodes, %d bytes held", state, ix.Nodes(), ix.usedBytes)
 	}
 	var wrapped error = refused[0]
@@ -108,8 +108,9 @@ func TestAFloodFromAFewNodesRefusesThemNotTheHonest(t *testing.T) {
 		}
 		chargesAddUp(t, ix)
 	}
+	prepared := ix.Prepare(nil, nil, observed, 0)
 	for n := 0; n < 64; n++ {
-		if _, state := ix.Score(&Prepared{}, fmt.Sprint("honest", n), observed, 0); state != Scored {
+		if _, state := prepared.Score(fmt.Sprint("honest", n)); state != Scored {
 			t.Errorf("honest%d: %v", n, state)
 		}
 	}

@@ -3,17 +3,17 @@ package layers
 import (
 	"sort"
 	"sync"
-	"time"
 )
 
 // noLayer marks a pod layer that no node holds.
 const noLayer = -1
 
-// Index is what every NodeLayerInventory event updates and every Score reads: which
+// Index is what every NodeLayerInventory event updates and every PreScore reads: which
 // layers each node holds, which nodes hold each layer, and, for each published image
 // name, which nodes vote for which answer (see votes.go). Writers (the watch) take the
-// write lock for one node's change; readers (PreScore, and Score from kube-scheduler's
-// parallel workers) share the read lock, so a reader never sees half a change. It holds
+// write lock for one node's change; readers (PreScore, once per pod: prepare.go) share
+// the read lock, so a reader never sees half a change; Score reads what PreScore
+// prepared, without the lock. It holds
 // no API object: only ids, the layer digests, and the votes of the objects it holds
 // (they leave with their object), within a budget (budget.go): its memory is bounded by
 // construction, whatever the objects say.
@@ -23,6 +23,9 @@ type Index struct {
 	nodeID    map[string]int32
 	nodes     []nodeEntry
 	freeNodes []int32
+	// observed is each node's observedNanos by id (a free id's is undated): dense, so
+	// that a pod's freshness pass reads 8 bytes a node.
+	observed []int64
 
 	layerID    map[string]int32
 	layers     []layerEntry
@@ -44,14 +47,21 @@ type Index struct {
 	maxBytes, maxObjectBytes, usedBytes int64
 	// refused are the nodes whose latest object is not held for its size.
 	refused map[string]Refusal
+
+	// namesVersion counts the changes to nodeID and refused (under the write lock);
+	// names is the name table of one version and members the spread's counts of one
+	// (prepare.go), both rebuilt by readers under namesMu when out of date.
+	namesVersion uint64
+	namesMu      sync.Mutex
+	names        *nodeNames
+	members      *spreadMembers
 }
 
 type nodeEntry struct {
 	name string
 	// layers are the ids of the node's distinct layers, sorted.
-	layers     []int32
-	observedAt time.Time
-	live       bool
+	layers []int32
+	live   bool
 	// ballots are the node's votes, one per (lookup key, answer), sorted; lookups and
 	// answers count the distinct ones.
 	ballots          []ballot
@@ -116,7 +126,7 @@ func (ix *Index) Upsert(inventory *NodeLayerInventory) []Refusal {
 func (ix *Index) Remove(node string) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	delete(ix.refused, node)
+	ix.unrefuse(node)
 	return ix.remove(node)
 }
 
@@ -136,7 +146,7 @@ func (ix *Index) Replace(inventories []*NodeLayerInventory) []Refusal {
 	}
 	for name := range ix.refused {
 		if !listed[name] {
-			delete(ix.refused, name)
+			ix.unrefuse(name)
 		}
 	}
 	var refused []Refusal
@@ -151,10 +161,10 @@ func (ix *Index) upsert(inventory *NodeLayerInventory) []Refusal {
 	admitted, refused := ix.admit(p, inventory.Node)
 	if !admitted {
 		ix.remove(inventory.Node)
-		ix.refused[inventory.Node] = refused[len(refused)-1]
+		ix.refuse(refused[len(refused)-1])
 		return refused
 	}
-	delete(ix.refused, inventory.Node)
+	ix.unrefuse(inventory.Node)
 	id, ok := ix.nodeID[inventory.Node]
 	if !ok {
 		id = ix.newNode(inventory.Node)
@@ -182,7 +192,7 @@ func (ix *Index) upsert(inventory *NodeLayerInventory) []Refusal {
 		}
 	}
 	node.layers = held
-	node.observedAt = inventory.ObservedAt
+	ix.observed[id] = observedNanos(inventory.ObservedAt)
 	ix.vote(id, p.images)
 	ix.setRefs(id)
 	return refused
@@ -210,8 +220,24 @@ func (ix *Index) remove(name string) bool {
 	ix.usedBytes -= ix.nodes[id].refsBytes // a node's entry goes too
 	delete(ix.nodeID, name)
 	ix.nodes[id] = nodeEntry{}
+	ix.observed[id] = undatedNanos
 	ix.freeNodes = append(ix.freeNodes, id)
+	ix.namesVersion++
 	return true
+}
+
+// refuse records that the budget does not hold a node's object (the node then has
+// none); unrefuse forgets it (its object was admitted, or deleted).
+func (ix *Index) refuse(refusal Refusal) {
+	ix.refused[refusal.Node] = refusal
+	ix.namesVersion++
+}
+
+func (ix *Index) unrefuse(node string) {
+	if _, ok := ix.refused[node]; ok {
+		delete(ix.refused, node)
+		ix.namesVersion++
+	}
 }
 
 // slot is the id for a new entry of entries: one freed earlier (free), or one appended.
@@ -241,7 +267,11 @@ func (ix *Index) leave(holders *[]int32, entry *charged, node int32) bool {
 func (ix *Index) newNode(name string) int32 {
 	id := slot(&ix.nodes, &ix.freeNodes)
 	ix.nodes[id] = nodeEntry{name: name, live: true}
+	if int(id) == len(ix.observed) {
+		ix.observed = append(ix.observed, undatedNanos)
+	}
 	ix.nodeID[name] = id
+	ix.namesVersion++
 	return id
 }
 
@@ -258,8 +288,7 @@ func (ix *Index) layerOf(digest string, node int32) int32 {
 }
 
 // dropHolder removes node from layer's holders; a layer nobody holds is forgotten (its
-// id is reused: readers check the digest, see Prepared), else another holder is charged
-// for it if node was.
+// id is reused), else another holder is charged for it if node was.
 func (ix *Index) dropHolder(layer, node int32) {
 	entry := &ix.layers[layer]
 	if ix.leave(&entry.holders, &entry.charged, node) {
@@ -267,30 +296,6 @@ func (ix *Index) dropHolder(layer, node int32) {
 		*entry = layerEntry{}
 		ix.freeLayers = append(ix.freeLayers, layer)
 	}
-}
-
-// fresh says whether a node's inventory counts at now: observed within maxAge (0: no
-// bound). An inventory that does not say when it was observed is of unknown age: stale
-// under a bound.
-func (node *nodeEntry) fresh(now time.Time, maxAge time.Duration) bool {
-	if maxAge <= 0 {
-		return true
-	}
-	return !node.observedAt.IsZero() && now.Sub(node.observedAt) <= maxAge
-}
-
-// holds says whether node holds layer id (its sorted ids, binary search).
-func (node *nodeEntry) holds(layer int32) bool {
-	low, high := 0, len(node.layers)
-	for low < high {
-		middle := int(uint(low+high) >> 1)
-		if node.layers[middle] < layer {
-			low = middle + 1
-		} else {
-			high = middle
-		}
-	}
-	return low < len(node.layers) && node.layers[low] == layer
 }
 
 func insertSorted(ids []int32, id int32) []int32 {

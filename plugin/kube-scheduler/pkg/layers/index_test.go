@@ -53,23 +53,42 @@ func TestEveryEventKeepsBothDirectionsOfTheIndex(t *testing.T) {
 	}
 }
 
-func TestAReusedLayerIDIsNotMistakenForTheOldLayer(t *testing.T) {
+func TestAPreparedPodIsTheIndexAsPreScoreSawIt(t *testing.T) {
 	ix := seedIndex()
-	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img2:1"}, observed, 0), nil, observed, 0)
-	// after PreScore, L4's only holder drops it, and a new layer takes L4's id
+	prepared := ix.Prepare([]string{"reg:5000/img2:1", "reg:5000/img1:1"}, nil, observed, 0)
+	// after PreScore, L4's only holder drops it (a new layer takes L4's id), N1's object
+	// goes and N5 comes
 	l5 := Layer{digest("L5"), 10}
-	ix.Upsert(&NodeLayerInventory{Node: "N2", Images: []NodeImage{{Names: []string{"x:1"}, Digest: "sha256:x", Layers: []Layer{l1, l2, l5}}}, ObservedAt: observed})
-	// N2 holds L1+L2 = 70 of 80, not L4: floor(7000/80) = 87, not 100
-	if score, _ := ix.Score(prepared, "N2", observed, 0); score != 87 {
-		t.Errorf("N2 scored %d, want 87", score)
+	ix.Upsert(&NodeLayerInventory{Node: "N2", Images: []NodeImage{img1, {Names: []string{"x:1"}, Digest: "sha256:x", Layers: []Layer{l1, l2, l5}}}, ObservedAt: observed})
+	ix.Remove("N1")
+	ix.Upsert(&NodeLayerInventory{Node: "N5", Images: []NodeImage{img2}, ObservedAt: observed})
+	// this cycle: total L1+L2+L4+L3 = 100; N2 held L1 L2 L4 = 80; N1 L1 L2 L3 = 90; N5
+	// had no object yet
+	for node, want := range map[string]int64{"N1": 90, "N2": 80} {
+		if score, state := prepared.Score(node); score != want || state != Scored {
+			t.Errorf("this cycle: %s (%d, %v), want %d", node, score, state, want)
+		}
+	}
+	if _, state := prepared.Score("N5"); state != NoInventory {
+		t.Errorf("this cycle: N5 %v, want NoInventory", state)
+	}
+	// the next cycle sees the events: Img2 is N5's alone now, total L1+L2+L4 = 80; N2
+	// holds L1 L2 (L5 reused L4's id, and is not L4): floor(7000/80) = 87; N1 is gone
+	next := ix.Prepare([]string{"reg:5000/img2:1"}, nil, observed, 0)
+	for node, want := range map[string]int64{"N2": 87, "N5": 100} {
+		if score, _ := next.Score(node); score != want {
+			t.Errorf("next cycle: %s scored %d, want %d", node, score, want)
+		}
+	}
+	if _, state := next.Score("N1"); state != NoInventory {
+		t.Errorf("next cycle: N1 %v, want NoInventory", state)
 	}
 }
 
 func TestScoresAreReadWhileEventsArrive(t *testing.T) {
-	// 16 readers (kube-scheduler's Score workers) and one writer (the watch); with
-	// `go test -race` this also proves the locking
+	// 16 readers (each a PreScore, then Score as kube-scheduler's workers do) and one
+	// writer (the watch); with `go test -race` this also proves the locking
 	ix := seedIndex()
-	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img1:1"}, observed, 0), nil, observed, 0)
 	stop := make(chan struct{})
 	var writer sync.WaitGroup
 	writer.Add(1)
@@ -97,12 +116,13 @@ func TestScoresAreReadWhileEventsArrive(t *testing.T) {
 			defer readers.Done()
 			deadline := time.Now().Add(200 * time.Millisecond)
 			for time.Now().Before(deadline) {
+				prepared := ix.Prepare([]string{"reg:5000/img1:1"}, nil, observed, 0)
 				// N2 holds Img1 (100) or Img2 (77), never anything in between
-				if score, _ := ix.Score(prepared, "N2", observed, 0); score != 100 && score != 77 {
+				if score, _ := prepared.Score("N2"); score != 100 && score != 77 {
 					failures <- fmt.Sprintf("N2 scored %d", score)
 					return
 				}
-				if score, _ := ix.Score(prepared, "N1", observed, 0); score != 100 {
+				if score, _ := prepared.Score("N1"); score != 100 {
 					failures <- fmt.Sprintf("N1 scored %d", score)
 					return
 				}

@@ -85,11 +85,11 @@ func scoreParityCase(c parityCase) []string {
 	if c.Spread {
 		spread = &Spread{Nodes: len(c.Nodes)}
 	}
-	prepared := ix.Prepare(ix.ResolvePod(c.Images, observed, 0), spread, observed, 0)
+	prepared := ix.Prepare(c.Images, spread, observed, 0)
 	nodes := append([]string(nil), c.Nodes...)
 	sort.Strings(nodes)
 	for _, node := range nodes {
-		score, _ := ix.Score(prepared, node, observed, 0)
+		score, _ := prepared.Score(node)
 		if want, ok := c.Scores[node]; !ok || score != want {
 			differences = append(differences, fmt.Sprintf("node %s: Go %d, Python %d (present: %v)", node, score, want, ok))
 		}

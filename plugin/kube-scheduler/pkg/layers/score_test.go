@@ -29,10 +29,10 @@ func seedIndex() *Index {
 }
 
 func scores(ix *Index, images []string, spread *Spread, nodes ...string) map[string]int64 {
-	prepared := ix.Prepare(ix.ResolvePod(images, observed, 0), spread, observed, 0)
+	prepared := ix.Prepare(images, spread, observed, 0)
 	got := map[string]int64{}
 	for _, node := range nodes {
-		got[node], _ = ix.Score(prepared, node, observed, 0)
+		got[node], _ = prepared.Score(node)
 	}
 	return got
 }
@@ -106,8 +106,8 @@ func TestWhyANodeScoresZero(t *testing.T) {
 	stale := observed.Add(-time.Hour)
 	ix.Upsert(&NodeLayerInventory{Node: "old", Images: []NodeImage{img1}, ObservedAt: stale})
 	ix.Upsert(&NodeLayerInventory{Node: "undated", Images: []NodeImage{img1}})
-	prepared := ix.Prepare(ix.ResolvePod([]string{"reg:5000/img1:1"}, observed, 0), nil, observed, 0)
-	maxAge := 30 * time.Minute
+	// the age bound is PreScore's: the cycle judges every node at one time
+	prepared := ix.Prepare([]string{"reg:5000/img1:1"}, nil, observed, 30*time.Minute)
 	cases := []struct {
 		node  string
 		score int64
@@ -121,13 +121,13 @@ func TestWhyANodeScoresZero(t *testing.T) {
 		{"undated", 0, Stale},
 	}
 	for _, c := range cases {
-		score, state := ix.Score(prepared, c.node, observed, maxAge)
+		score, state := prepared.Score(c.node)
 		if score != c.score || state != c.state {
 			t.Errorf("%s: (%d, %v), want (%d, %v)", c.node, score, state, c.score, c.state)
 		}
 	}
 	// without a bound, age does not matter
-	if score, state := ix.Score(prepared, "old", observed, 0); score != 100 || state != Scored {
+	if score, state := ix.Prepare([]string{"reg:5000/img1:1"}, nil, observed, 0).Score("old"); score != 100 || state != Scored {
 		t.Errorf("old without a bound: (%d, %v)", score, state)
 	}
 }
@@ -183,12 +183,11 @@ func TestAPodWhoseLayersWeighNothingOrOverflowIsSkipped(t *testing.T) {
 		{Names: []string{"huge:1"}, Digest: "sha256:h", Layers: []Layer{huge, l1}},
 	}})
 	for _, image := range []string{"empty:1", "huge:1"} {
-		pod := ix.ResolvePod([]string{image}, observed, 0)
-		prepared := ix.Prepare(pod, nil, observed, 0)
+		prepared := ix.Prepare([]string{image}, nil, observed, 0)
 		if !prepared.Skip() {
-			t.Errorf("%s: not skipped (%+v)", image, pod)
+			t.Errorf("%s: not skipped (%d layers, %d bytes)", image, prepared.LayerCount, prepared.TotalBytes())
 		}
-		if score, state := ix.Score(prepared, "n", observed, 0); score != 0 || state != Scored {
+		if score, state := prepared.Score("n"); score != 0 || state != Scored {
 			t.Errorf("%s: (%d, %v)", image, score, state)
 		}
 	}

@@ -54,8 +54,9 @@ func keyOf(image *NodeImage) answerKey {
 type answerEntry struct {
 	key    answerKey
 	digest string
-	// layers share the index's digest strings (layerEntry.digest).
-	layers []Layer
+	// layers are the answer's layers by the index's ids (every node giving the answer
+	// holds them, so they live as long as it does), in manifest order.
+	layers []layerRef
 	// holders are the nodes giving this answer under any name, sorted.
 	holders []int32
 	charged
@@ -227,10 +228,9 @@ func (ix *Index) answerOf(plan *imagePlan, id int32) int32 {
 		return a
 	}
 	a := slot(&ix.answers, &ix.freeAnswers)
-	layers := make([]Layer, len(plan.image.Layers))
+	layers := make([]layerRef, len(plan.image.Layers))
 	for i, layer := range plan.image.Layers {
-		// the index's own string: the decoded object's can then be freed
-		layers[i] = Layer{Digest: ix.layers[ix.layerID[layer.Digest]].digest, SizeBytes: layer.SizeBytes}
+		layers[i] = layerRef{id: ix.layerID[layer.Digest], sizeBytes: layer.SizeBytes}
 	}
 	ix.answers[a] = answerEntry{key: plan.key, digest: plan.image.Digest, layers: layers}
 	ix.answerID[plan.key] = a
@@ -292,22 +292,33 @@ const (
 func (ix *Index) ImageLayers(image string, now time.Time, maxAge time.Duration) ([]Layer, Resolution) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return ix.imageLayers(image, now, maxAge)
+	terms := make([]Terms, len(ix.nodes))
+	ix.markStale(terms, now, maxAge)
+	refs, resolution := ix.imageLayers(image, terms)
+	if resolution != Agreed {
+		return nil, resolution
+	}
+	layers := make([]Layer, len(refs))
+	for i, ref := range refs {
+		layers[i] = Layer{Digest: ix.layers[ref.id].digest, SizeBytes: ref.sizeBytes}
+	}
+	return layers, Agreed
 }
 
-func (ix *Index) imageLayers(image string, now time.Time, maxAge time.Duration) ([]Layer, Resolution) {
+// imageLayers resolves image by the votes of the nodes whose terms are not stale.
+func (ix *Index) imageLayers(image string, terms []Terms) ([]layerRef, Resolution) {
 	l, ok := ix.lookupID[LookupKey(image)]
 	if !ok {
 		return nil, Unpublished
 	}
 	entry := &ix.lookups[l]
-	publishers := ix.freshCount(entry.publishers, now, maxAge)
+	publishers := freshCount(entry.publishers, terms)
 	agreed := int32(noLayer)
 	for a, voters := range entry.votes {
 		if len(voters) < ix.quorum || 2*len(voters) <= publishers {
 			continue // too few, even if all were fresh
 		}
-		fresh := ix.freshCount(voters, now, maxAge)
+		fresh := freshCount(voters, terms)
 		if fresh < ix.quorum || 2*fresh <= publishers {
 			continue
 		}
@@ -322,14 +333,11 @@ func (ix *Index) imageLayers(image string, now time.Time, maxAge time.Duration) 
 	return ix.answers[agreed].layers, Agreed
 }
 
-// freshCount is how many of nodes have a fresh inventory at now.
-func (ix *Index) freshCount(nodes []int32, now time.Time, maxAge time.Duration) int {
-	if maxAge <= 0 {
-		return len(nodes)
-	}
+// freshCount is how many of nodes are not stale in terms.
+func freshCount(nodes []int32, terms []Terms) int {
 	fresh := 0
 	for _, id := range nodes {
-		if ix.nodes[id].fresh(now, maxAge) {
+		if terms[id].PresentBytes != staleNode {
 			fresh++
 		}
 	}

@@ -1,0 +1,155 @@
+package layerlocality
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"layersched.io/kube-scheduler/pkg/layers"
+)
+
+// The cluster the benchmark scores: the extender benchmark's shape (bench/corpus.py, and
+// pkg/layers' memory measurement): 5,000 nodes of 50 images each, drawn by Zipf
+// popularity from 2,000 images of 3 to 11 layers on 40 shared bases, every node with a
+// fresh inventory and in the scheduler's snapshot, the plugin's default args (spread,
+// quorum 2, a 30 min age bound).
+const (
+	benchNodes         = 5_000
+	benchImagesPerNode = 50
+	benchImages        = 2_000
+	benchBases         = 40
+	// benchPods are the pods scored in turn, their images drawn by the same popularity.
+	benchPods = 64
+	// scoreWorkers is kube-scheduler's parallelism (its Score plugins run on 16
+	// goroutines, parallelism's default).
+	scoreWorkers = 16
+)
+
+// benchCluster is the plugin over such an index, the snapshot's NodeInfos and the pods.
+func benchCluster(b *testing.B) (*LayerLocality, []fwk.NodeInfo, []*v1.Pod) {
+	b.Helper()
+	random := rand.New(rand.NewPCG(20261201, 43))
+	bases := make([][]layers.Layer, benchBases)
+	for i := range bases {
+		for j := 0; j < 2+random.IntN(3); j++ {
+			bases[i] = append(bases[i], layers.Layer{Digest: digest(fmt.Sprint("base-", i, "-", j)), SizeBytes: 1_000_000 + random.Int64N(50_000_000)})
+		}
+	}
+	images := make([]layers.NodeImage, benchImages)
+	for i := range images {
+		imageLayers := append([]layers.Layer(nil), bases[random.IntN(benchBases)]...)
+		for len(imageLayers) < 3+random.IntN(9) {
+			imageLayers = append(imageLayers, layers.Layer{Digest: digest(fmt.Sprint("image-", i, "-", len(imageLayers))), SizeBytes: 1_000 + random.Int64N(30_000_000)})
+		}
+		repo := fmt.Sprintf("registry.example:5000/team%d/app%d", i%37, i)
+		manifest := digest(fmt.Sprint("manifest-", i))
+		images[i] = layers.NodeImage{Names: []string{repo + "@" + manifest, fmt.Sprintf("%s:v%d", repo, i%5)}, Digest: manifest, Layers: imageLayers}
+	}
+	zipf := rand.NewZipf(random, 1.1, 1, benchImages-1)
+	index := layers.NewIndex(layers.DefaultImageQuorum)
+	infos := make([]fwk.NodeInfo, benchNodes)
+	for n := range infos {
+		name := fmt.Sprintf("node-%05d", n)
+		chosen := map[uint64]bool{}
+		var held []layers.NodeImage
+		for len(held) < benchImagesPerNode {
+			if i := zipf.Uint64(); !chosen[i] {
+				chosen[i] = true
+				held = append(held, images[i])
+			}
+		}
+		index.Upsert(&layers.NodeLayerInventory{Node: name, Images: held, ObservedAt: now})
+		info := framework.NewNodeInfo()
+		info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		infos[n] = info
+	}
+	pods := make([]*v1.Pod, benchPods)
+	for i := range pods {
+		pods[i] = pod(nil, images[zipf.Uint64()].Names[1])
+	}
+	args, err := DecodeArgs(&runtime.Unknown{Raw: []byte(`{}`), ContentType: runtime.ContentTypeJSON})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pl := &LayerLocality{scorer: newScorer(args, index), nodes: snapshotNodes(&snapshotHandle{lister: newSnapshotLister(infos)})}
+	pl.now = func() time.Time { return now }
+	return pl, infos, pods
+}
+
+// BenchmarkPreScoreScore is one pod's scheduling cycle as kube-scheduler runs the
+// plugin: PreScore, then Score on every node (percentageOfNodesToScore 100). Per op: one
+// pod. serial scores on one goroutine, workers on 16 (kube-scheduler's parallelism);
+// PreScore alone; Score alone is one node's Score on a prepared pod (its allocations:
+// the target is 0). Besides wall time, each reports the process's CPU time per op
+// (cpu-ns/op), which a shared machine's waits for a core do not inflate.
+func BenchmarkPreScoreScore(b *testing.B) {
+	pl, infos, pods := benchCluster(b)
+	ctx := context.Background()
+	preScore := func(b *testing.B, p *v1.Pod) fwk.CycleState {
+		state := framework.NewCycleState()
+		if status := pl.PreScore(ctx, state, p, infos); !status.IsSuccess() {
+			b.Fatal(status.Message())
+		}
+		return state
+	}
+	b.Run("serial", func(b *testing.B) {
+		defer reportCPU(b)()
+		for i := 0; b.Loop(); i++ {
+			p := pods[i%len(pods)]
+			state := preScore(b, p)
+			for _, info := range infos {
+				pl.Score(ctx, state, p, info)
+			}
+		}
+	})
+	b.Run("workers", func(b *testing.B) {
+		defer reportCPU(b)()
+		for i := 0; b.Loop(); i++ {
+			p := pods[i%len(pods)]
+			state := preScore(b, p)
+			var wg sync.WaitGroup
+			for w := 0; w < scoreWorkers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for n := w; n < len(infos); n += scoreWorkers {
+						pl.Score(ctx, state, p, infos[n])
+					}
+				}()
+			}
+			wg.Wait()
+		}
+	})
+	b.Run("PreScore", func(b *testing.B) {
+		defer reportCPU(b)()
+		for i := 0; b.Loop(); i++ {
+			preScore(b, pods[i%len(pods)])
+		}
+	})
+	b.Run("Score", func(b *testing.B) {
+		p := pods[0]
+		state := preScore(b, p)
+		defer reportCPU(b)()
+		for i := 0; b.Loop(); i++ {
+			pl.Score(ctx, state, p, infos[i%len(infos)])
+		}
+	})
+}
+
+// reportCPU reports allocations, and returns what reports the CPU time per op since.
+func reportCPU(b *testing.B) func() {
+	b.ReportAllocs()
+	started := processCPU()
+	return func() {
+		b.ReportMetric(float64(processCPU()-started)/float64(b.N), "cpu-ns/op")
+	}
+}

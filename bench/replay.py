@@ -84,8 +84,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The issue this replay answers (#36): the trace's seed.
 DEFAULT_SEED = 36
 DEFAULT_ROUNDS = 3
-#: Tie-break seeds of the simulator's prediction (its spread), for arms whose ties are
-#: random (an extender's); the others tie in node order and need one.
+#: Seeds of the simulator's prediction (its spread): an extender's random ties, and for
+#: every arm the start of kube-scheduler's node order (``sim.kube``).
 SIM_SEEDS = tuple(range(10))
 #: The window ``layersched estimate`` looks back over, beyond the run itself.
 ESTIMATE_SLACK_S = 60
@@ -148,7 +148,8 @@ def simulation(
 ) -> dict[str, Any]:
     """The simulator on ``trace`` and on the burst, per pull mode, per arm (as its
     kube-scheduler profile places pods) and tie-break seed (one for an arm whose ties
-    fall in node order); with ``costs``, each mode's measured overheads."""
+    fall in node order, from a start drawn per seed); with ``costs``, each mode's
+    measured overheads."""
     doc: dict[str, Any] = {"seeds_count": len(SIM_SEEDS)}
     for mode in MODES:
         trace_runs, burst_runs = [], []
@@ -157,7 +158,7 @@ def simulation(
         profiles = {key: replay_report.arm(key).simulated(mode) for key in arms}
         for key in arms:
             profile = profiles[key]
-            seeds = SIM_SEEDS if profile.random_ties else SIM_SEEDS[:1]
+            seeds = SIM_SEEDS
             trace_runs += simulate_trace(
                 trace,
                 [profile],
@@ -362,11 +363,11 @@ def _recorded_settings(state_dir: Path) -> dict[str, Any]:
 def restart_schedulers(state_dir: Path, console: Console) -> None:
     """Stop the testbed's kube-schedulers (by pidfile, with the tool its playbook stops
     them with), for the next ``testbed up`` to start them again. A kube-scheduler scores
-    the nodes in the order its cache took them in, and keeps it while it runs: started
+    the nodes in the order its cache took them in, from a start index it moves: started
     by ``testbed up`` before the kubelets registered, each process took them in
     registration order, which differs from one bring-up (and one process) to the next;
-    started once every node exists, each lists them in name order (the API's), n1 first,
-    as the simulator does."""
+    started once every node exists, each holds them in name order (the API's), as the
+    simulator does (from a start it draws per seed: ``layersched.sim.kube``)."""
     inventory = load_state(state_dir)
     for daemon in inventory.cluster.control_plane:
         if not daemon.name.startswith("scheduler-"):

@@ -732,8 +732,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         "once per round, the order rotated each round): the medians, and the rounds' range "
         "in brackets; `vs default` is each round's ratio to the default of the same round, "
         "their median and range (what the targets below judge). Run time "
-        f"{results['run_time_s'] / 60:.1f} min. "
-        + provenance.describe(record),
+        f"{results['run_time_s'] / 60:.1f} min. " + provenance.describe(record),
         "",
         "| nodes | configuration | drain pods/s | vs default | p50 (steady) | p99 (steady) "
         "| p99 vs default | algorithm mean | extender answer | pull per pod "

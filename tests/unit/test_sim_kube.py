@@ -4,6 +4,8 @@ worked by hand from the v1.37.2 sources they port."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -104,6 +106,12 @@ def test_heap_top(totals: list[int], randomizers: list[int], top: int) -> None:
 
 # ------------------------------------------------------------------------ the engine
 
+
+def _profile(name: str, **fields: Any) -> kube.Profile:
+    """A profile taking the nodes from n1 on (the node order's start not drawn)."""
+    return kube.Profile(name, **({"rotate_node_order": False} | fields))
+
+
 BASE = Layer("sha256:" + "b" * 64, 8 * MB)
 A_TOP = Layer("sha256:" + "a" * 64, 1 * MB)
 B_TOP = Layer("sha256:" + "c" * 64, 1 * MB)
@@ -170,6 +178,7 @@ def test_the_kubelets_pull_queue(parallel: int, startup: list[float], queued: li
 def _placed(
     profile: kube.Profile, arrivals: list[float], images: list[int], seed: int = 0
 ) -> RunResult:
+    """Placed by ``profile`` from n1 on (the node order's start fixed, unless it says)."""
     corpus = _corpus((BASE, A_TOP), (BASE, B_TOP))
     strategy = build_strategy(profile.strategy) if profile.strategy else None
     return simulate(
@@ -187,17 +196,17 @@ def test_the_default_profile_spreads_in_node_order_and_imagelocality_alone_fills
     # profile's LeastAllocated sends each pod to the emptiest node, ties to n1 first;
     # ImageLocality alone ties everywhere and fills n1 (4 slots) first
     arrivals, images = [0.0, 0.1, 0.2, 0.3, 0.4], [0, 0, 0, 0, 0]
-    default = _placed(kube.Profile("default"), arrivals, images)
+    default = _placed(_profile("default"), arrivals, images)
     assert default.pod_node.tolist() == [0, 1, 2, 0, 1]
-    alone = kube.Profile("il", resource_plugins=False, topology_spread_weight=0)
+    alone = _profile("il", resource_plugins=False, topology_spread_weight=0)
     assert _placed(alone, arrivals, images).pod_node.tolist() == [0, 0, 0, 0, 1]
 
 
 def test_only_extender_scored_nodes_tie_at_random() -> None:
     # layer-locality scores 0 everywhere for the first pod: through the extender its
     # node is a draw (seeds differ), through the plugin always n1
-    extender = kube.Profile("ext", strategy="layer-locality", via="extender")
-    plugin = kube.Profile("plugin", strategy="layer-locality")
+    extender = _profile("ext", strategy="layer-locality", via="extender")
+    plugin = _profile("plugin", strategy="layer-locality")
     firsts = {int(_placed(extender, [0.0], [0], seed).pod_node[0]) for seed in range(12)}
     assert firsts == {0, 1, 2}
     assert {int(_placed(plugin, [0.0], [0], seed).pod_node[0]) for seed in range(12)} == {0}
@@ -218,7 +227,7 @@ def test_only_extender_scored_nodes_tie_at_random() -> None:
 )
 def test_what_the_layer_score_knows_of_a_pods_image(knowledge: str, second_node: int) -> None:
     via = "extender" if knowledge == "registry" else "plugin"
-    profile = kube.Profile("p", strategy="layer-locality", via=via, knowledge=knowledge)  # type: ignore[arg-type]
+    profile = _profile("p", strategy="layer-locality", via=via, knowledge=knowledge)  # type: ignore[arg-type]
     # a lands on n1 and is pulled by 1 s (9 MB at 80 Mbit/s); b arrives at 2 s
     result = _placed(profile, [0.0, 2.0], [0, 1])
     assert result.pod_node.tolist() == [0, second_node]
@@ -228,8 +237,8 @@ def test_background_resolution_scores_the_next_pod_of_an_image() -> None:
     # b's first pod (2 s) goes to n2 unscored and pulls there until 3 s; b's second pod
     # (2.5 s) finds b resolved: n1 holds 8 of its 9 MB (88) and n2 nothing yet (its pull
     # is in flight): 88 + 50 (n1: one pod) against 0 + 50 (n2: one pod) and 75 (n3, empty)
-    resolved = kube.Profile("p", strategy="layer-locality", knowledge="resolved")
-    published = kube.Profile("p", strategy="layer-locality", knowledge="published")
+    resolved = _profile("p", strategy="layer-locality", knowledge="resolved")
+    published = _profile("p", strategy="layer-locality", knowledge="published")
     arrivals, images = [0.0, 2.0, 2.5], [0, 1, 1]
     assert _placed(resolved, arrivals, images).pod_node.tolist() == [0, 1, 0]
     assert _placed(published, arrivals, images).pod_node.tolist() == [0, 1, 2]
@@ -245,7 +254,7 @@ def test_topology_spread_weighs_a_deployments_replicas() -> None:
         _workload([0.0] * 6, [0] * 6, owner=True),
         cluster,
         None,
-        profile=kube.Profile("default"),
+        profile=_profile("default"),
     )
     assert result.pod_node.tolist() == [0, 1, 2, 0, 1, 2]
 
@@ -259,8 +268,8 @@ def test_the_burst_is_the_traces_largest_image_on_its_nodes() -> None:
         trace,
         params,
         [
-            kube.Profile("default"),
-            kube.Profile("il", resource_plugins=False, topology_spread_weight=0),
+            _profile("default"),
+            _profile("il", resource_plugins=False, topology_spread_weight=0),
         ],
         seeds=[0],
     )
@@ -273,3 +282,16 @@ def test_the_burst_is_the_traces_largest_image_on_its_nodes() -> None:
     assert max(default.startup_s) == pytest.approx(
         size_bits / slowest + trace.cluster.start_overhead_s, rel=1e-3
     )
+
+
+def test_plugin_ties_start_from_a_node_drawn_per_seed() -> None:
+    # ImageLocality alone ties everywhere: every pod goes to the first node of the order,
+    # which starts at a node drawn per seed (kube-scheduler's start index): one node a
+    # run, not always n1
+    alone = kube.Profile("il", resource_plugins=False, topology_spread_weight=0)
+    firsts = set()
+    for seed in range(12):
+        nodes = set(_placed(alone, [0.0, 0.1, 0.2], [0, 0, 0], seed).pod_node.tolist())
+        assert len(nodes) == 1
+        firsts |= nodes
+    assert firsts == {0, 1, 2}

@@ -277,6 +277,13 @@ class _Simulation:
             else None
         )
         self.rng = np.random.default_rng(seed)
+        #: The node kube-scheduler's filtering starts from (its ``nextStartNodeIndex`` over
+        #: the nodes in name order): drawn per seed when the profile says so.
+        self.first_node = (
+            int(self.rng.integers(cluster.nodes))
+            if profile is not None and profile.rotate_node_order
+            else 0
+        )
         self.warmup_s = warmup_s
         # corpus as dense ids
         layer_ids: dict[str, int] = {}
@@ -378,6 +385,9 @@ class _Simulation:
 
     def _schedule(self, pod: _Pod) -> None:
         candidates = np.flatnonzero(self.free > 0)
+        if self.profile is not None and self.first_node:
+            # kube-scheduler filters nodes from its start index on (kube.py)
+            candidates = np.roll(candidates, -int(np.searchsorted(candidates, self.first_node)))
         started = time.perf_counter()
         if self.profile is None:
             assert self.strategy is not None  # simulate() checks

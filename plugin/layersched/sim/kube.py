@@ -26,9 +26,15 @@ them. Read from the v1.37.2 module (``k8s.io/kubernetes/pkg/scheduler``):
   is the top of a ``container/heap`` built over the scored nodes in the order they
   passed the filters, ordered by total score and then by a ``Randomizer`` that only
   nodes an extender scored get (``rand.Int()``); plugin scores alone tie in node order,
-  more precisely in the heap's order (:func:`heap_top`). With fewer than 100 nodes every
-  node is filtered every cycle and ``nextStartNodeIndex`` never moves, so that order is
-  the snapshot's node order, n1 first on the testbed.
+  more precisely in the heap's order (:func:`heap_top`). The filters run over the
+  snapshot's nodes from ``nextStartNodeIndex`` on, in parallel, and a node joins the list
+  as it passes. On the testbed (kube-schedulers started once every node existed, so the
+  snapshot holds them in name order) their ``-v=10`` logs showed the nodes scored as a
+  rotation of n1..n6 whose start moved now and then during a run (n6 first for most pods
+  of one run, n1 for others), and neighbours swapped at times by the parallel filters. So
+  the simulator takes the nodes in name order from a start it draws per seed
+  (:attr:`Profile.rotate_node_order`): which node a tie goes to first is the real one's
+  family, not its exact draw.
 """
 
 from __future__ import annotations
@@ -87,6 +93,9 @@ class Profile:
     knowledge: Knowledge = "registry"
     #: Nodes that must publish an image before ``published`` knowledge has its layers.
     image_quorum: int = 1
+    #: Start the node order at a node drawn per seed (kube-scheduler's start index over
+    #: the nodes in name order); False: n1 first.
+    rotate_node_order: bool = True
 
     def __post_init__(self) -> None:
         if self.weight < 1 or self.image_locality_weight < 0 or self.image_quorum < 1:

@@ -128,6 +128,11 @@ def test_json_has_exact_bytes_and_reads_only_what_it_needs(
     assert again["avoidable_bytes"] == SIZES["L1"] + SIZES["L2"]  # exact bytes
     assert document["totals"]["pods_affected"] == 1
     assert document["totals"]["avoidable_bytes"] == SIZES["L1"] + SIZES["L2"]
+    # the waits in flight, next to layer-locality's picks: nothing was in flight when
+    # P1-again started (P1's pull had ended), so both picks wait what n2's L3 takes
+    assert again["in_flight_node"] == "n2"
+    assert again["in_flight_wait_s"] == again["layer_locality_wait_s"] < again["wait_s"]
+    assert {"wait_s", "in_flight_wait_s", "pods_in_flight_moved"} <= set(document["totals"])
     # bound pods only, Pulled events only, in pages; nothing written
     pods = kube_api.sent("GET", "/api/v1/pods")[0]
     assert pods.query["fieldSelector"] == "spec.nodeName!=" and pods.query["limit"] == "500"
@@ -154,6 +159,7 @@ def test_the_table_fits_80_columns(
     assert again.startswith("│ scenar…again │") and "40.0 MiB" in again
     assert again.count("…l-a-n") == 2 and "n3 │" in again and "n2 │" in again
     assert "1 of 2 pods (50%) would have pulled less" in " ".join(out.split())
+    assert "on in-flight's picks" in " ".join(out.split())
     assert "approximated:" in out
 
 

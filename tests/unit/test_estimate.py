@@ -36,6 +36,7 @@ from layersched.core.events import PullEvent
 from layersched.core.layerindex import NodeImage, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.objects import PlacedPod
+from layersched.core.strategies import InFlightArgs
 
 MB = 1024 * 1024
 REG = "10.250.50.1:5000/scenario"
@@ -530,3 +531,54 @@ def test_a_large_cluster_is_weighed() -> None:
     assert pulled["ns/p0"].avoidable_bytes == L1.size_bytes + L2.size_bytes
     assert all(p.avoidable_bytes == img1 for name, p in pulled.items() if name != "ns/p0")
     assert result.totals.avoidable_bytes == L1.size_bytes + L2.size_bytes + 499 * img1
+
+
+# --------------------------------------------------------------------------- in flight
+def test_waits_in_flight_where_it_ran_and_on_each_scorings_pick() -> None:
+    # Three nodes pulling 10 MiB/s (n1, n2 observed, n3 its label); Img1 is 44 MiB: 4.4 s.
+    # p1 starts on n1 at T0 and pulls Img1 until T0+4.4. p2 (Img1 too) starts on n2 at
+    # T0+1, where nothing was in flight: it waits 4.4 s. Layer-locality's pick is n2 too
+    # (no node held a byte of Img1: a tie, where it ran). In-flight's pick is n1: p1's
+    # pull of Img1 is a second along, 3.4 s to go, and p2 pulls nothing more there
+    # (cost 1 + 3.4 against 1 + 4.4 + 0.25 x 4.4 = 6.5 on n2 and n3).
+    label = {"layersched.io/bandwidth-bits-per-s": str(44 * MB * 8 / 4.4)}
+    nodes = [_node("n1", IMG1), _node("n2", IMG1), _node("n3", labels=label)]
+    pods = [
+        _pod("p1", "n1", T0, IMG1, whole=False),
+        _pod("p2", "n2", T0 + 1, IMG1, whole=False),
+    ]
+    pulls = [
+        _pull("n1", "p1", T0 + 4.4, IMG1, 4.4),
+        _pull("n2", "p2", T0 + 5.4, IMG1, 4.4),
+    ]
+    result = _run(nodes, pods, pulls)
+    by_pod = {p.pod: p for p in result.pods}
+    p1, p2 = by_pod["ns/p1"], by_pod["ns/p2"]
+    assert (p1.in_flight_node, p1.wait_s, p1.in_flight_wait_s) == (
+        "n1",
+        pytest.approx(4.4),
+        pytest.approx(4.4),
+    )
+    assert p2.wait_s == pytest.approx(4.4)
+    assert p2.layer_locality_wait_s == pytest.approx(4.4)
+    assert (p2.in_flight_node, p2.in_flight_wait_s) == ("n1", pytest.approx(3.4))
+    totals = result.totals
+    assert totals.wait_s == pytest.approx(8.8)
+    assert totals.in_flight_wait_s == pytest.approx(7.8)
+    assert totals.pods_in_flight_moved == 1
+    assert any("in-flight rule" in note for note in result.approximations)
+    # the same with parallel pulls: p1's pull is the only one in flight, the same waits
+    parallel = _run(nodes, pods, pulls, in_flight=InFlightArgs(pull_mode="parallel"))
+    assert parallel.totals.in_flight_wait_s == pytest.approx(7.8)
+
+
+def test_a_pull_that_ended_is_no_longer_in_flight() -> None:
+    # p2 starts after p1's pull ended (T0+10 > T0+4.4): n1 holds Img1 by then, and
+    # layer-locality and in-flight both pick n1 with nothing to wait for
+    label = {"layersched.io/bandwidth-bits-per-s": str(44 * MB * 8 / 4.4)}
+    nodes = [_node("n1", IMG1), _node("n2", IMG1), _node("n3", labels=label)]
+    pods = [_pod("p1", "n1", T0, IMG1, whole=False), _pod("p2", "n2", T0 + 10, IMG1, whole=False)]
+    pulls = [_pull("n1", "p1", T0 + 4.4, IMG1, 4.4), _pull("n2", "p2", T0 + 14.4, IMG1, 4.4)]
+    p2 = next(p for p in _run(nodes, pods, pulls).pods if p.pod == "ns/p2")
+    assert p2.best_node == "n1" and p2.layer_locality_wait_s == pytest.approx(0.0)
+    assert (p2.in_flight_node, p2.in_flight_wait_s) == ("n1", pytest.approx(0.0))

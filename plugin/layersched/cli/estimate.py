@@ -51,6 +51,7 @@ from layersched.core.estimate import (
     ran_images,
 )
 from layersched.core.events import PULLED_REASON
+from layersched.core.inflight import PULL_MODES, SERIAL
 from layersched.core.layerindex import NodeImage, NodeInfo, names_resolver
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import (
@@ -60,7 +61,7 @@ from layersched.core.objects import (
     node_info,
 )
 from layersched.core.reference import ImageName
-from layersched.core.strategies.args import DEFAULT_BANDWIDTH_BITS_PER_S
+from layersched.core.strategies.args import DEFAULT_BANDWIDTH_BITS_PER_S, InFlightArgs
 from layersched.kube import (
     ALL_EVENTS_PATH,
     ALL_PODS_PATH,
@@ -143,6 +144,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="pull rate of a node when no pull was observed anywhere and it has no "
         "bandwidth label (default: %(default)s)",
     )
+    p.add_argument(
+        "--pull-mode",
+        choices=PULL_MODES,
+        default=SERIAL,
+        help="how the cluster's kubelets pull, for the waits in flight: serial "
+        "(serializeImagePulls: true, the kubelet's default) or parallel (default: %(default)s)",
+    )
     add_layer_source_options(
         p,
         registry_timeout_s=DEFAULT_TIMEOUT_S,
@@ -215,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
             default_bits_per_s=args.default_bandwidth_bits_per_s,
             namespaces=namespaces,
             notes=notes,
+            in_flight=InFlightArgs(pull_mode=args.pull_mode),
         )
         progress.remove_task(task)
     short = coverage_warning(result)
@@ -509,10 +518,29 @@ def print_estimate(
         f"{duration(totals.avoidable_s)} of pull time; {totals.pods_affected} of "
         f"{totals.pods} pods ({_percent(totals.affected_share)}) would have pulled less[/bold]"
     )
+    out.print(in_flight_line(result, out.width), markup=False)
     out.print("approximated:")
     for note in result.approximations:
         text = textwrap.fill(note, out.width - 1, initial_indent=" - ", subsequent_indent="   ")
         out.print(text, markup=False)  # a note may quote the cluster's own strings
+
+
+def in_flight_line(result: Estimate, width: int) -> str:
+    """The waits behind pulls in flight, where the pods ran and on each scoring's picks."""
+    totals = result.totals
+    text = (
+        f"waiting (estimated, pulls in flight counted): {duration(totals.wait_s)} where the "
+        f"pods ran; on layer-locality's picks {duration(totals.layer_locality_wait_s)} "
+        f"({_saved(totals.wait_s - totals.layer_locality_wait_s)}); on in-flight's picks "
+        f"{duration(totals.in_flight_wait_s)} "
+        f"({_saved(totals.wait_s - totals.in_flight_wait_s)}, {totals.pods_in_flight_moved} "
+        f"of {totals.pods} pods elsewhere)"
+    )
+    return textwrap.fill(text, width - 1)
+
+
+def _saved(seconds: float) -> str:
+    return f"{duration(seconds)} less" if seconds >= 0 else f"{duration(-seconds)} more"
 
 
 def plot(result: Estimate, path: Path) -> None:

@@ -35,9 +35,9 @@ changed what later pods found, which no estimate from the past can know.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +52,7 @@ from layersched.core.events import (
     parse_time_s,
     reporting_host,
 )
+from layersched.core.inflight import PendingPull, node_backlog, start_costs_s
 from layersched.core.layerindex import LayerIndex, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.objects import (
@@ -69,8 +70,10 @@ from layersched.core.reference import (
     listed_name_matches,
     parse_or_none,
 )
-from layersched.core.strategies import pod_layers
+from layersched.core.strategies import InFlightArgs, pod_layers
 from layersched.core.strategies.pull_time import BITS_PER_BYTE, node_bandwidth_bits_per_s
+
+T = TypeVar("T")
 
 #: Quantities are kept in thousandths (``500m`` CPU is 500, ``1`` pod is 1000), capped here
 #: so that a hostile ``1e999`` neither overflows the int64 arrays nor builds a giant int.
@@ -178,6 +181,13 @@ class PodEstimate:
     best_pulled_bytes: int
     avoidable_bytes: int
     avoidable_s: float
+    #: In flight (the in-flight rule, docs/in-flight.md, from the weighed pods' pulls in
+    #: flight at its start): its estimated wait where it ran, on the best node above
+    #: (layer-locality's pick), and on in-flight scoring's pick, seconds.
+    wait_s: float = 0.0
+    layer_locality_wait_s: float = 0.0
+    in_flight_node: str = ""
+    in_flight_wait_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +210,12 @@ class Totals:
     avoidable_bytes: int
     pull_s: float
     avoidable_s: float
+    #: The estimated waits (in flight) summed: where the pods ran, on layer-locality's
+    #: picks, on in-flight's picks; and the pods in-flight scoring would have moved.
+    wait_s: float = 0.0
+    layer_locality_wait_s: float = 0.0
+    in_flight_wait_s: float = 0.0
+    pods_in_flight_moved: int = 0
 
     @property
     def affected_share(self) -> float:
@@ -664,12 +680,14 @@ def estimate(
     default_bits_per_s: float,
     namespaces: Collection[str] | None = None,
     notes: Sequence[str] = (),
+    in_flight: InFlightArgs | None = None,
 ) -> Estimate:
     """The what-if over pods of ``namespaces`` (default: all) that started in
     ``[since_s, until_s]`` (see the module docstring). ``pods`` are every pod bound to a
     node (those running before the window, or in other namespaces, take their nodes'
     resources); only those weighed need ``image_layers``. ``notes`` are approximations
-    the caller made, reported with the others."""
+    the caller made, reported with the others. ``in_flight``: the rule's settings for the
+    waits in flight (its defaults: serial pulls)."""
     index = {node.info.name: i for i, node in enumerate(nodes)}
     problems: list[str] = []
     window = [p for p in pods if in_window(p, since_s, until_s, namespaces)]
@@ -677,14 +695,16 @@ def estimate(
     skipped = [(p.key, _skip_reason(p)) for p in window if _skip_reason(p) and p.node in index]
     skipped += [(p.key, SKIP_NODE_GONE) for p in window if p.node not in index]
     sweep = _Sweep(nodes, pods, index, window, observed, problems)
-    rows = sweep.run(_History(nodes, pulls, index))
+    history = _History(nodes, pulls, index)
+    rows = sweep.run(history)
     # A pull far quicker than its bytes at the rate seen elsewhere moved nothing: the image
     # was there (imagePullPolicy: Always re-pulls on every start). Its pod's pull is then
     # no arrival of the image, and the pods are weighed again without it.
     idle = _idle_pulls(rows)
     extra = list(notes)
     if idle:
-        rows = sweep.run(_History(nodes, [p for p in pulls if p.pod_uid not in idle], index))
+        history = _History(nodes, [p for p in pulls if p.pod_uid not in idle], index)
+        rows = sweep.run(history)
         extra.append(
             f"{len(idle)} pod(s) pulled in under {IDLE_PULL_SHARE:.0%} of the time their "
             "bytes take at the rate seen elsewhere: their pulls are counted as moving "
@@ -692,6 +712,10 @@ def estimate(
         )
     rates = _rates(nodes, index, rows, default_bits_per_s)
     estimates = [_timed(row, nodes, index, rates) for row in rows]
+    what_if = _InFlightWhatIf(nodes, index, rates, rows, in_flight or InFlightArgs())
+    waits = sweep.visit(history, what_if)
+    estimates = [replace(e, **w) for e, w in zip(estimates, waits, strict=True)]
+    extra.append(IN_FLIGHT_APPROXIMATED)
     estimates.sort(key=lambda e: (-e.avoidable_bytes, e.started_s, e.pod))
     return Estimate(
         since_s=since_s,
@@ -753,12 +777,23 @@ class _Sweep:
 
     def run(self, history: _History) -> list[_Row]:
         """Every weighed pod's row, in the order they started."""
+
+        def weigh(pod: PodFacts, node: int, feasible: BoolArray, held: _Held) -> _Row:
+            return _weigh(pod, node, feasible, held, self.observed.get(pod.uid))
+
+        return self.visit(history, weigh)
+
+    def visit(
+        self, history: _History, weigh: Callable[[PodFacts, int, BoolArray, _Held], T]
+    ) -> list[T]:
+        """``weigh`` of every weighed pod (its node, the nodes it fitted on and what they
+        held, at its start), in the order they started."""
         pods, index = self.pods, self.index
         usage = _Usage(self.nodes, self.resources, self.problems)
         in_use = _InUse(len(self.nodes))
         requests = {i: usage.vector(pods[i].requests) for _, _, i in self.timeline}
         layers_of: dict[int, set[str]] = {}
-        rows: list[_Row] = []
+        rows: list[T] = []
         for at_s, kind, i in self.timeline:
             pod = pods[i]
             node = index[pod.node]
@@ -783,7 +818,7 @@ class _Sweep:
                         feasible = static & usage.unlimited
                     feasible[node] = True  # it ran there
                     held = _Held(self.inventory, history, in_use, at_s)
-                    rows.append(_weigh(pod, node, feasible, held, self.observed.get(pod.uid)))
+                    rows.append(weigh(pod, node, feasible, held))
                 usage.add(node, requests[i], 1)
         return rows
 
@@ -889,6 +924,129 @@ def _weigh(
     )
 
 
+#: Said of every estimate's waits in flight.
+IN_FLIGHT_APPROXIMATED = (
+    "waits in flight are the in-flight rule's estimates (docs/in-flight.md), the same for "
+    "where a pod ran and for the nodes it could have run on: a weighed pod's pull is in "
+    "flight on its node from its start (status.startTime) until its Pulled event, or its "
+    "bytes at its node's rate; the pulls of pods not weighed (outside the window, pinned, "
+    "layers unknown) are not counted"
+)
+
+
+class _InFlightWhatIf:
+    """The in-flight view of each weighed pod, visited in the order they started: the
+    pulls in flight then (the weighed pods before it whose pulls had not ended) give each
+    feasible node's backlog, and the rule its wait there."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeFacts],
+        index: Mapping[str, int],
+        rates: Sequence[NodeRate],
+        rows: Sequence[_Row],
+        args: InFlightArgs,
+    ) -> None:
+        self.nodes, self.args = nodes, args
+        self.rates = np.fromiter((r.bytes_per_s for r in rates), np.float64, count=len(rates))
+        self.bits = self.rates * BITS_PER_BYTE
+        self.rows = {row.pod.uid: row for row in rows}
+        #: when each pod's pull ended: its last Pulled event, else its bytes at the rate
+        self.ends = {row.pod.uid: _pull_end(row, self.rates[index[row.pod.node]]) for row in rows}
+        #: node -> (pod, its layers, when its pull ends), for pulls maybe still in flight
+        self.pending: dict[int, list[tuple[PodFacts, tuple[Layer, ...], float]]] = {}
+
+    def __call__(
+        self, pod: PodFacts, node: int, feasible: BoolArray, held: _Held
+    ) -> dict[str, Any]:
+        at_s, row, count = pod.started_s, self.rows[pod.uid], len(self.nodes)
+        image_layers = pod.image_layers or {}
+        layers = pod_layers(pod.images, lambda image: image_layers.get(image, ()))
+        masks: dict[str, BoolArray] = {}
+
+        def mask(digest: str) -> BoolArray:
+            found = masks.get(digest)
+            if found is None:
+                found = masks[digest] = held.mask(digest)
+            return found
+
+        held_bytes = np.zeros(count, dtype=np.int64)
+        for layer in layers:
+            held_bytes[mask(layer.digest)] += layer.size_bytes
+        total = sum(layer.size_bytes for layer in layers)
+        backlog = np.zeros((4, count), dtype=np.float64)  # W(now), E, k, arriving
+        for at, entries in list(self.pending.items()):
+            live = [entry for entry in entries if entry[2] > at_s]
+            if not live:
+                del self.pending[at]
+                continue
+            self.pending[at] = live
+            summed = node_backlog(
+                [PendingPull(p.uid, p.started_s, p_layers) for p, p_layers, _ in live],
+                _holder(mask, at),
+                float(self.rates[at]),
+                at_s,
+                self.args.max_pending_age_s,
+            )
+            backlog[:, at] = (
+                summed.remaining_bytes(float(self.rates[at]), at_s),
+                summed.enqueued_bytes,
+                summed.pulls,
+                sum(
+                    layer.size_bytes
+                    for layer in layers
+                    if layer.digest in summed.arriving and not mask(layer.digest)[at]
+                ),
+            )
+        candidates = np.flatnonzero(feasible)
+        c = candidates
+        own = (total - held_bytes[c] - backlog[3, c]).astype(np.float64)
+        start, cost = start_costs_s(
+            own,
+            backlog[3, c],
+            backlog[0, c],
+            backlog[1, c],
+            backlog[2, c],
+            self.bits[c],
+            self.args.pull_mode,
+            self.args.overhead_s,
+            self.args.new_bytes_weight,
+        )
+        wait = start - self.args.overhead_s
+        here = int(np.searchsorted(candidates, node))
+        pick = int(np.argmin(cost)) if len(cost) else here
+        if cost[here] <= cost[pick]:  # a tie with where it ran: it ran on a best node
+            pick = here
+        layer_locality = int(np.searchsorted(candidates, row.best))
+        end = self.ends[pod.uid]
+        if row.pulled_bytes > 0 and end > at_s:
+            self.pending.setdefault(node, []).append((pod, layers, end))
+        return {
+            "wait_s": float(wait[here]),
+            "layer_locality_wait_s": float(wait[layer_locality]),
+            "in_flight_node": self.nodes[int(candidates[pick])].info.name,
+            "in_flight_wait_s": float(wait[pick]),
+        }
+
+
+def _holder(mask: Callable[[str], BoolArray], node: int) -> Callable[[str], bool]:
+    """Whether ``node`` held a layer (by digest) at the moment ``mask`` is of."""
+
+    def holds(digest: str) -> bool:
+        return bool(mask(digest)[node])
+
+    return holds
+
+
+def _pull_end(row: _Row, bytes_per_s: float) -> float:
+    """When ``row``'s pod's pull ended: its last Pulled event after its start, else its
+    bytes at its node's rate from its start."""
+    seen = row.observed
+    if seen is not None and seen.last_at_s > row.pod.started_s:
+        return seen.last_at_s
+    return row.pod.started_s + row.pulled_bytes / bytes_per_s
+
+
 def _rates(
     nodes: Sequence[NodeFacts],
     index: Mapping[str, int],
@@ -952,6 +1110,10 @@ def _timed(
 
 def _totals(estimates: Sequence[PodEstimate]) -> Totals:
     return Totals(
+        wait_s=sum(e.wait_s for e in estimates),
+        layer_locality_wait_s=sum(e.layer_locality_wait_s for e in estimates),
+        in_flight_wait_s=sum(e.in_flight_wait_s for e in estimates),
+        pods_in_flight_moved=sum(e.in_flight_node not in ("", e.node) for e in estimates),
         pods=len(estimates),
         pods_affected=sum(e.avoidable_bytes > 0 for e in estimates),
         pulled_bytes=sum(e.pulled_bytes for e in estimates),

@@ -54,6 +54,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from layersched.core.events import parse_time_s
 from layersched.core.layers import Layer
 from layersched.core.objects import BoundPod, BoundPodStatus
@@ -273,6 +276,36 @@ def start_cost_s(
         wait = ahead + min(max(0.0, remaining_bytes - left), float(pulls) * ahead)
     start = wait * BITS_PER_BYTE / bits_per_s + overhead_s
     return start + new_bytes_weight * (own * BITS_PER_BYTE / bits_per_s)
+
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def start_costs_s(
+    own_bytes: FloatArray,
+    arriving_bytes: FloatArray,
+    remaining_bytes: FloatArray,
+    enqueued_bytes: FloatArray,
+    pulls: FloatArray,
+    bits_per_s: FloatArray,
+    mode: PullMode,
+    overhead_s: float,
+    new_bytes_weight: float,
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`start_cost_s` over arrays (one entry a node), in the same order of
+    operations: each node's estimated start and its cost, seconds. ``own_bytes`` is
+    ``total - held - arriving``."""
+    left = np.zeros(len(own_bytes), dtype=np.float64)
+    np.divide(arriving_bytes * remaining_bytes, enqueued_bytes, out=left, where=enqueued_bytes > 0)
+    if mode == SERIAL:
+        wait = remaining_bytes + own_bytes
+    else:
+        ahead = own_bytes + left
+        others = np.maximum(0.0, remaining_bytes - left)
+        wait = ahead + np.minimum(others, pulls * ahead)
+    start: FloatArray = wait * BITS_PER_BYTE / bits_per_s + overhead_s
+    cost: FloatArray = start + new_bytes_weight * (own_bytes * BITS_PER_BYTE / bits_per_s)
+    return start, cost
 
 
 def split_bytes(

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from layersched.core.inflight import BITS_PER_BYTE, SERIAL, PendingPulls
+from layersched.core.inflight import BITS_PER_BYTE, PendingPulls, start_costs_s
 from layersched.core.layerindex import IndexArray, LayerIndexView
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
@@ -101,19 +101,18 @@ class InFlight:
         held = held_units[candidates]
         own = (total_units - held - arriving_units[candidates]).astype(np.float64) * scale
         arriving = arriving_units[candidates].astype(np.float64) * scale
-        remaining_c = remaining[candidates]
-        enqueued_c = enqueued[candidates]
-        left = np.zeros(len(candidates), dtype=np.float64)
-        np.divide(arriving * remaining_c, enqueued_c, out=left, where=enqueued_c > 0)
-        if self.args.pull_mode == SERIAL:
-            wait = remaining_c + own
-        else:
-            ahead = own + left
-            others = np.maximum(0.0, remaining_c - left)
-            wait = ahead + np.minimum(others, pulls[candidates] * ahead)
         bits = bandwidths(inventory, float(self.args.default_bandwidth_bits_per_s))[candidates]
-        start = wait * BITS_PER_BYTE / bits + self.args.overhead_s
-        cost: FloatArray = start + self.args.new_bytes_weight * (own * BITS_PER_BYTE / bits)
+        _, cost = start_costs_s(
+            own,
+            arriving,
+            remaining[candidates],
+            enqueued[candidates],
+            pulls[candidates],
+            bits,
+            self.args.pull_mode,
+            self.args.overhead_s,
+            self.args.new_bytes_weight,
+        )
         return cost, unshift(held, shift), total_bytes
 
     def _in_flight(

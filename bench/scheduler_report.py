@@ -65,8 +65,9 @@ class Target:
 MIN_ROUNDS = 3
 
 TARGETS = (
-    # a native plugin runs in kube-scheduler's own Score workers: near the default
-    Target("plugin", 0.95, 1.2),
+    # a native plugin runs in kube-scheduler's own Score workers: near the default (issue
+    # 43: at least 0.97x per round, p99 at most 1.1x; issue 24 had 0.95x and 1.2x)
+    Target("plugin", 0.97, 1.1),
     # an HTTP hop and JSON per pod, serial after the plugins (measured after profiling)
     Target("extender-node-names", 0.8, 2.0),
 )

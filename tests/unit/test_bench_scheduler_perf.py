@@ -8,6 +8,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
+from layersched.deploy import (
+    DEFAULT_SCHEDULER,
+    KUBE_SCHEDULER_CONFIG_V1,
+    PluginArgs,
+    plugin_scheduler_config,
+)
+from layersched.testbed.scheduler_configs import batchable
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -111,7 +122,8 @@ def _results(load_max: float) -> dict[str, Any]:
 def test_the_block_labels_an_overloaded_run_inconclusive() -> None:
     quiet = perf.markdown(_results(1.5))
     assert "Inconclusive" not in quiet
-    assert "| SchedulingBasic/500Nodes | layer-locality | 190 | 0.95x | 12 ms | 1.2x |" in quiet
+    row = "| SchedulingBasic/500Nodes | layer-locality | 190 | 0.95x | 0.95 0.95 0.95 | 0.0% "
+    assert row + "| 12 ms | 1.2x |" in quiet
     assert "Measured at commit `0123456789ab`" in quiet
     busy = perf.markdown(_results(7.0))
     assert busy.startswith("**Inconclusive run:** the load average reached 7.0 on 2 cores")
@@ -133,15 +145,52 @@ def _judged(rounds: list[tuple[float, float, float]], others: float = 0.01) -> s
 
 
 def test_the_plugins_target_is_judged_on_every_rounds_ratio() -> None:
-    # (default pods/s, plugin pods/s, plugin p99 against the default's 10 ms)
-    assert _judged([(200, 196, 11), (200, 198, 10), (200, 200, 12)]) == "met"
-    # one round under 0.95x: the spread straddles the target
-    assert _judged([(200, 196, 11), (200, 180, 10), (200, 200, 12)]) == "inconclusive"
-    # every round's p99 over 1.2x
-    assert _judged([(200, 196, 13), (200, 198, 14), (200, 200, 15)]) == "missed"
+    # (default pods/s, plugin pods/s, plugin p99 against the default's 10 ms); issue 43's
+    # target: >= 0.97x, p99 <= 1.1x
+    assert _judged([(200, 196, 11), (200, 198, 10), (200, 200, 10.5)]) == "met"
+    # one round under 0.97x: the spread straddles the target
+    assert _judged([(200, 196, 11), (200, 190, 10), (200, 200, 10.5)]) == "inconclusive"
+    # every round's p99 over 1.1x
+    assert _judged([(200, 196, 12), (200, 198, 14), (200, 200, 15)]) == "missed"
     # two rounds are too few; a shared machine gives no verdict
     assert _judged([(200, 196, 11), (200, 198, 10)]) == "inconclusive"
-    assert _judged([(200, 196, 11), (200, 198, 10), (200, 200, 12)], others=0.6) == "inconclusive"
+    assert _judged([(200, 196, 11), (200, 198, 10), (200, 200, 10)], others=0.6) == "inconclusive"
+
+
+def _judged_large(rates: list[float]) -> dict[str, Any]:
+    workload = perf.LARGE_WORKLOADS[0]
+    rounds = []
+    for rate in rates:
+        items = perf.parse_items(_round(200.0, rate, 10.0))
+        rounds.append({workload: items["SchedulingBasic/500Nodes"]})
+    results = {
+        "provenance": {"machine": {"cpus": 2}, "other_processes_cores": 0.01},
+        "rounds": len(rates),
+        "workloads": perf.summarise(rounds, [workload], ["default", "layer-locality"]),
+    }
+    ((_, _, _, verdict),) = perf.verdicts(results)
+    return verdict
+
+
+def test_a_large_workload_is_met_only_with_rounds_under_five_percent_apart() -> None:
+    # issue 43: ratios 0.98, 0.99, 1.0: spread 0.02 / 0.99 = 2.0%: met
+    tight = _judged_large([196.0, 198.0, 200.0])
+    assert (tight["verdict"], tight["ratio_spread"]) == ("met", 0.02)
+    # ratios 0.975, 1.0, 1.05 (every round >= 0.97x): spread 0.075 / 1.0 = 7.5%: the
+    # rounds do not resolve 3%, whatever side they are on
+    wide = _judged_large([195.0, 200.0, 210.0])
+    assert (wide["verdict"], wide["ratio_spread"]) == ("inconclusive", 0.075)
+    assert "7.5%" in wide["why"]
+
+
+def test_each_rounds_ratio_and_their_spread_are_kept() -> None:
+    rounds = [perf.parse_items(_round(200.0, rate, 10.0)) for rate in (190.0, 200.0, 210.0)]
+    summary = perf.summarise(rounds, ["SchedulingBasic/500Nodes"], ["default", "layer-locality"])
+    row = summary["SchedulingBasic/500Nodes"]["layer-locality"]
+    # 0.95, 1.0, 1.05 in round order; (1.05 - 0.95) / 1.0
+    assert row["pods_per_s_vs_default_rounds"] == [0.95, 1.0, 1.05]
+    assert row["pods_per_s_vs_default_spread"] == 0.1
+    assert perf.ratio_spread([1.0]) is None
 
 
 def test_the_block_ends_with_the_verdicts() -> None:
@@ -149,4 +198,35 @@ def test_the_block_ends_with_the_verdicts() -> None:
     assert text.splitlines()[-1].startswith(
         "- SchedulingBasic/500Nodes, `layer-locality` against `default`: pods/s 0.95x"
     )
-    assert "**met**" in text.splitlines()[-1]
+    # 0.95x in every round, under issue 43's 0.97x
+    assert "**missed**" in text.splitlines()[-1]
+
+
+PROFILES_DIR = ROOT / "plugin/kube-scheduler/perf/config/profiles"
+
+
+@pytest.mark.parametrize(
+    ("profile", "image_locality", "batching"),
+    [
+        ("layer-locality", True, False),
+        ("no-image-locality-layer-locality", False, False),
+        ("batching-layer-locality", True, True),
+    ],
+)
+def test_the_layer_locality_profiles_are_the_generators(
+    profile: str, image_locality: bool, batching: bool
+) -> None:
+    # each LayerLocality profile is the generator's plugin profile (the install's args:
+    # spread on, quorum 2), with and without ImageLocality, plus upstream's batching
+    # settings; only the start-up wait differs (the CRD is created after the scheduler)
+    config = plugin_scheduler_config(
+        PluginArgs(inventory_sync_timeout_s=1),
+        scheduler_name=DEFAULT_SCHEDULER,
+        api_version=KUBE_SCHEDULER_CONFIG_V1,
+        image_locality=image_locality,
+    )
+    if batching:
+        config = batchable(config)
+    (want,) = config["profiles"]
+    (got,) = yaml.safe_load((PROFILES_DIR / f"{profile}.yaml").read_text())["profiles"]
+    assert got == want

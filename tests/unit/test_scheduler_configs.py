@@ -20,6 +20,7 @@ from layersched.cli.deploy import PLUGIN_README_BLOCK, plugin_readme
 from layersched.cli.main import EXIT_USAGE, main
 from layersched.core.errors import InputError
 from layersched.deploy import (
+    IMAGE_LOCALITY_PLUGIN,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA3,
@@ -27,6 +28,7 @@ from layersched.deploy import (
     LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_SCHEDULER,
     NAMESPACE,
+    PLUGIN_KEEPS_IMAGE_LOCALITY,
     PUBLISHED_KUBE_SCHEDULER,
     SCHEDULER_PLUGIN,
     LeaderElectionSpec,
@@ -201,6 +203,28 @@ def test_the_plugin_profile_for_the_1_35_framework_reads_v1(minor: str) -> None:
     }
     # every field is one kube-scheduler of that minor declares (its config/v1/types.go)
     assert config_problems(config, minor) == []
+
+
+@pytest.mark.parametrize("minor", ["1.35", "1.37"])
+def test_the_plugin_profile_can_replace_image_locality(minor: str) -> None:
+    # issue 43: without ImageLocality the profile disables it at score (the one point it
+    # has), beside LayerLocality; a field every such kube-scheduler declares
+    config = plugin_scheduler_config(
+        api_version=KUBE_SCHEDULER_CONFIG_V1,
+        kubernetes_version=minor,
+        leader_election=LeaderElectionSpec(LAYER_LOCALITY_SCHEDULER, NAMESPACE),
+        image_locality=False,
+    )
+    score = _profile(config, LAYER_LOCALITY_SCHEDULER)["plugins"]["score"]
+    assert score == {
+        "enabled": [{"name": LAYER_LOCALITY_PLUGIN, "weight": 1}],
+        "disabled": [{"name": IMAGE_LOCALITY_PLUGIN}],
+    }
+    assert config_problems(config, minor) == []
+    # the installed profile is the generator's default, whichever way it is decided
+    default = plugin_scheduler_config(api_version=KUBE_SCHEDULER_CONFIG_V1)
+    keeps = "disabled" not in _profile(default, LAYER_LOCALITY_SCHEDULER)["plugins"]["score"]
+    assert keeps is PLUGIN_KEEPS_IMAGE_LOCALITY
 
 
 def test_the_module_builds_release_is_one_the_plugin_config_is_rendered_for() -> None:

@@ -33,7 +33,12 @@ from layersched.testbed.local._ansible import (
     _Watch,
     recorded_prefix,
 )
+from layersched.testbed.local._cluster import PLUGIN_OF_STRATEGY, SCORE_SOURCES, LocalBackend
 from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, load_spec, parse_spec
+from layersched.testbed.scheduler_configs import (
+    REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
+    REPLAY_PLUGIN_SCHEDULER,
+)
 from tests.fixtures.playbook_tools import load_tool
 from tests.unit._testbed_docs import inventory_doc
 
@@ -224,6 +229,26 @@ def test_inventory_round_trip() -> None:
     assert inventory.node("n1").link_rate_bits_per_s == 20_000_000
     with pytest.raises(errors.TestbedError, match="no node 'n9'"):
         inventory.node("n9")
+
+
+def test_the_scenario_may_run_the_replays_plugin_profiles() -> None:
+    # issue 43: with --replay-arms the plugin process's replay profiles (ImageLocality
+    # kept, disabled) are strategies the scenario runs, scored from that process's log
+    doc = inventory_doc()
+    plugin_log = "/s/control-plane/scheduler-layer-locality-plugin.log"
+    replay = (REPLAY_PLUGIN_SCHEDULER, REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER)
+    profiles = ("layer-locality-plugin", *replay)
+    for strategy in profiles:
+        doc["cluster"]["schedulers"][strategy] = {"name": strategy, "log": plugin_log}
+    backend = LocalBackend(parse_state(json.dumps(doc).encode(), "inventory.json"))
+    for strategy in profiles:
+        assert backend.schedulers[strategy] == strategy
+        assert backend._score_logs[strategy] == plugin_log
+        assert PLUGIN_OF_STRATEGY[strategy] == "LayerLocality"
+        assert strategy in SCORE_SOURCES
+    # a testbed without them runs neither
+    plain = LocalBackend(parse_state(json.dumps(inventory_doc()).encode(), "inventory.json"))
+    assert not set(replay) & set(plain._score_logs)
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,7 @@ const topic = "layersched"
 const crdEstablishedTimeout = time.Minute
 
 var (
-	workloads = flag.String("workloads", "SchedulingBasic/500Nodes,SchedulingBasic/5000Nodes,SharedLayers/500Nodes",
+	workloads = flag.String("workloads", "SchedulingBasic/500Nodes,SchedulingBasic/5000Nodes,SharedLayers/500Nodes_5000Pods,SharedLayers/5000Nodes_5000Pods",
 		"comma-separated TESTCASE/WORKLOAD to run, from upstream's misc/performance-config.yaml and config/layer-locality.yaml")
 	profiles = flag.String("profiles", "default,no-image-locality,no-image-locality-layer-locality,layer-locality,batching,batching-layer-locality",
 		"comma-separated profiles (config/profiles/NAME.yaml), each run on every workload")

@@ -59,6 +59,7 @@ from layersched.deploy._rbac import (
 )
 from layersched.deploy._scheduler_config import (
     DEFAULT_SCHEDULER,
+    IMAGE_LOCALITY_PLUGIN,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
@@ -66,6 +67,7 @@ from layersched.deploy._scheduler_config import (
     LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_SCHEDULER,
     PLUGIN_FRAMEWORK_SINCE_MINOR,
+    PLUGIN_KEEPS_IMAGE_LOCALITY,
     PLUGIN_KUBERNETES_MINOR,
     ExtenderSpec,
     LeaderElectionSpec,
@@ -173,6 +175,7 @@ __all__ = [
     "EXTENDER_PORT",
     "EXTENDER_RULES",
     "HEALTHZ_PATH",
+    "IMAGE_LOCALITY_PLUGIN",
     "INTERNAL_IPV4",
     "INTERNAL_IPV6",
     "K3S_CONTAINERD_SOCKET",
@@ -190,6 +193,7 @@ __all__ = [
     "NEWEST_MINOR",
     "OLDEST_MINOR",
     "PLUGIN_FRAMEWORK_SINCE_MINOR",
+    "PLUGIN_KEEPS_IMAGE_LOCALITY",
     "PLUGIN_KUBERNETES_MINOR",
     "PLUGIN_RELEASES",
     "POLICY_NAME",

@@ -174,6 +174,9 @@ _SCHEDULER_TEXT = {
     "layer-locality": "default plugins + layersched extender",
     "layer-locality-plugin": "default plugins + layersched's LayerLocality score plugin",
     "image-locality": "upstream ImageLocality only",
+    "layer-locality-plugin-replay": "default profile + LayerLocality, ImageLocality kept",
+    "layer-locality-plugin-no-imagelocality": "default profile + LayerLocality, "
+    "ImageLocality disabled",
 }
 #: What the e2e allows P1-again (L3 only) over the link-limited time: 1.15x + 1 s.
 _BOUND_FACTOR = 1.15

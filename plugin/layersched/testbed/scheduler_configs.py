@@ -18,6 +18,7 @@ from typing import Any
 from layersched.core.errors import InputError
 from layersched.deploy import (
     DEFAULT_SCHEDULER,
+    IMAGE_LOCALITY_PLUGIN,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
@@ -48,8 +49,6 @@ REPLAY_PLUGIN_SCHEDULER = "layer-locality-plugin-replay"
 REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER = "layer-locality-plugin-no-imagelocality"
 #: The Ryax fork registers its plugin under this name (``names.ImageLayersLocality``).
 RYAX_PLUGIN_NAME = "ImageLayersLocality"
-#: Upstream's plugin, disabled in the in-tree profile so only layers count.
-IMAGE_LOCALITY_PLUGIN = "ImageLocality"
 
 
 def image_locality_scheduler_config(
@@ -238,9 +237,8 @@ def replay_plugin_profiles(spec: TestbedSchedulers, api_version: str) -> list[di
             name,
             api_version=api_version,
             kubernetes_version=spec.kubernetes_version,
+            image_locality=image_locality,
         )["profiles"]
-        if not image_locality:
-            profile["plugins"]["score"]["disabled"] = [{"name": IMAGE_LOCALITY_PLUGIN}]
         profiles.append(profile)
     return profiles
 

@@ -28,6 +28,7 @@ from layersched.core.errors import CRIError, TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.cri import CRIClient
+from layersched.deploy import IMAGE_LOCALITY_PLUGIN
 from layersched.deploy import LAYER_LOCALITY_PLUGIN as LAYER_LOCALITY_PLUGIN_NAME
 from layersched.testbed.cluster._measure import extender_decision, plugin_scores
 from layersched.testbed.cluster.driver import NotYet, PodRun, listed_repository, wait_for
@@ -38,23 +39,34 @@ from layersched.testbed.local._state import TestbedState
 from layersched.testbed.scheduler_configs import (
     LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN,
 )
+from layersched.testbed.scheduler_configs import (
+    REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
+    REPLAY_PLUGIN_SCHEDULER,
+)
 
 log = logging.getLogger(__name__)
 
 DRIVER_NAME = "local"
-#: The upstream plugin whose logged scores are the image-locality baseline.
-IMAGE_LOCALITY_PLUGIN = "ImageLocality"
 #: Where each strategy's scores come from, and their scale (the report says so).
 SCORE_SOURCES = {
     LAYER_LOCALITY: "layersched extender answer to kube-scheduler (0-10, weight 1: x10)",
     IMAGE_LOCALITY: "kube-scheduler ImageLocality plugin, from its -v=10 log (0-100)",
     LAYER_LOCALITY_PLUGIN: "kube-scheduler LayerLocality plugin (layersched's build), "
     "from its -v=10 log (0-100)",
+    REPLAY_PLUGIN_SCHEDULER: "kube-scheduler LayerLocality plugin in the default profile "
+    "as installed (ImageLocality kept), from its -v=10 log (0-100)",
+    REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER: "kube-scheduler LayerLocality plugin in the "
+    "default profile with ImageLocality disabled, from its -v=10 log (0-100)",
 }
+#: The replay's plugin profiles (``layersched testbed up --replay-arms``): profiles of the
+#: plugin process, which the scenario may run too (issue 43: with and without
+#: ImageLocality).
+REPLAY_PLUGIN_STRATEGIES = (REPLAY_PLUGIN_SCHEDULER, REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER)
 #: The strategies whose scores a kube-scheduler plugin logs, and that plugin's name.
 PLUGIN_OF_STRATEGY = {
     IMAGE_LOCALITY: IMAGE_LOCALITY_PLUGIN,
     LAYER_LOCALITY_PLUGIN: LAYER_LOCALITY_PLUGIN_NAME,
+    **dict.fromkeys(REPLAY_PLUGIN_STRATEGIES, LAYER_LOCALITY_PLUGIN_NAME),
 }
 #: A registry log line is written when its response completes; wait for quiet.
 LOG_SETTLE_POLL_S = 0.2
@@ -318,9 +330,11 @@ class LocalBackend(FileBackend):
             LAYER_LOCALITY: cluster.extender.log,
             IMAGE_LOCALITY: cluster.schedulers[IMAGE_LOCALITY].log,
         }
-        plugin_scheduler = cluster.schedulers.get(LAYER_LOCALITY_PLUGIN)
-        if plugin_scheduler is not None:  # testbeds brought up before the plugin have none
-            score_logs[LAYER_LOCALITY_PLUGIN] = plugin_scheduler.log
+        # testbeds brought up before the plugin have none; the replay's profiles only
+        # with --replay-arms
+        for strategy in (LAYER_LOCALITY_PLUGIN, *REPLAY_PLUGIN_STRATEGIES):
+            if (plugin_scheduler := cluster.schedulers.get(strategy)) is not None:
+                score_logs[strategy] = plugin_scheduler.log
         super().__init__(
             DRIVER_NAME,
             schedulers={strategy: s.name for strategy, s in cluster.schedulers.items()},

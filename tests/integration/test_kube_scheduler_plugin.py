@@ -40,10 +40,11 @@ import yaml
 
 from layersched.builds import find_go, kubernetes_build
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.inflight import PendingPull
+from layersched.core.inflight import PendingPull, bound_at_s, pending_images
 from layersched.core.layerindex import LayerIndex, NodeInfo
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import API_VERSION, KIND, parse_document
+from layersched.core.objects import decode_bound_pod
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import InFlightArgs, LayerLocalityArgs
 from layersched.core.strategies.base import resolve_pod_layers
@@ -765,3 +766,79 @@ def _in_flight_random(rng: random.Random, number: int) -> dict[str, Any]:
         max_pending_age_s=rng.choice((600.0, rng.uniform(1, 60))),
         now=now_s,
     )
+
+
+# -------------------------------------------------------------- pending pods parity
+PENDING_PODS_TEST = "TestPendingPodsParityWithThePythonCore"
+PENDING_PODS_ENV = "LAYERSCHED_PENDING_PODS_CASES"
+PENDING_PODS_CASES = 2_000
+_PENDING_LINE = re.compile(r"pending pods parity: (?P<pods>\d+) pods, all equal")
+
+
+def test_go_and_the_python_core_agree_on_which_pods_are_pulling(tree: Path, tmp_path: Path) -> None:
+    # which of a node's pods are pulls in flight, and since when: the extender reads
+    # watched pods (core.inflight.pending_images), the plugin its NodeInfos' v1.Pods
+    rng = random.Random(SEED * 11)
+    cases = []
+    for number in range(PENDING_PODS_CASES):
+        document = _random_pod(rng, number)
+        pod = decode_bound_pod(document, f"pod {number}")
+        cases.append(
+            {"pod": document, "images": list(pending_images(pod)), "bound_at": bound_at_s(pod)}
+        )
+    pulling = sum(bool(c["images"]) for c in cases)
+    assert PENDING_PODS_CASES // 5 < pulling < PENDING_PODS_CASES  # both kinds, often
+    path = tmp_path / "pending-pods.json"
+    path.write_text(json.dumps({"cases": cases}))
+    done = _go_test_on(tree, PENDING_PODS_TEST, "pkg/layerlocality", PENDING_PODS_ENV, path)
+    match = _PENDING_LINE.search(done.stdout)
+    assert match and int(match["pods"]) == len(cases), done.stdout
+    print(f"pending pods parity: {len(cases)} pods ({pulling} pulling), all equal")
+
+
+def _random_pod(rng: random.Random, number: int) -> dict[str, Any]:
+    images = [f"reg/i{i}:1" for i in range(5)]
+    reasons = ("ContainerCreating", "PodInitializing", "ErrImagePull", "ImagePullBackOff", "")
+    containers = [{"name": f"c{i}", "image": rng.choice(images)} for i in range(rng.randint(1, 3))]
+    init = [{"name": f"i{i}", "image": rng.choice(images)} for i in range(rng.choice((0, 0, 1)))]
+    statuses: list[dict[str, Any]] = []
+    init_statuses: list[dict[str, Any]] = []
+    for container, into in [(c, statuses) for c in containers] + [(c, init_statuses) for c in init]:
+        pick = rng.random()
+        if pick < 0.3:
+            continue  # not reported yet
+        state: dict[str, Any]
+        if pick < 0.55:
+            state = {"waiting": {"reason": rng.choice(reasons)}}
+        elif pick < 0.75:
+            state = {"running": {"startedAt": "2027-01-15T08:00:05Z"}}
+        else:
+            state = {"terminated": {"exitCode": 0, "finishedAt": "2027-01-15T08:00:06Z"}}
+        image_id = f"reg/i@sha256:{number:064x}" if rng.random() < 0.4 else ""
+        into.append({"name": container["name"], "imageID": image_id, "state": state})
+    status: dict[str, Any] = {
+        "phase": rng.choice(("Pending", "Pending", "Pending", "Running", "Succeeded", "")),
+        "containerStatuses": statuses,
+        "initContainerStatuses": init_statuses,
+    }
+    if rng.random() < 0.7:
+        status["conditions"] = [
+            {
+                "type": rng.choice(("PodScheduled", "PodScheduled", "Ready")),
+                "status": rng.choice(("True", "True", "False")),
+                "lastTransitionTime": f"2027-01-15T08:00:{rng.randint(0, 59):02d}Z",
+            }
+        ]
+    volumes = [{"name": "v", "image": {"reference": "reg/vol:1"}}] if rng.random() < 0.3 else []
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"p{number}", "namespace": "ns", "uid": f"uid-{number}"},
+        "spec": {
+            "nodeName": rng.choice(("n1", "n1", "n1", "")),
+            "initContainers": init,
+            "containers": containers,
+            "volumes": volumes,
+        },
+        "status": status,
+    }

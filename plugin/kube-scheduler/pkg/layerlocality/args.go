@@ -12,9 +12,9 @@ import (
 	"layersched.io/kube-scheduler/pkg/layers"
 )
 
-// StrategyLayerLocality is the one strategy the plugin runs: the Python core's
-// layer-locality. Pull-time needs registry calls and stays the extender's; image-locality
-// is upstream's ImageLocality plugin.
+// StrategyLayerLocality is the plugin's default strategy: the Python core's
+// layer-locality; StrategyInFlight (inflight.go) the other one it runs. Pull-time stays
+// the extender's; image-locality is upstream's ImageLocality plugin.
 const StrategyLayerLocality = "layer-locality"
 
 // Bounds and defaults of the args.
@@ -41,7 +41,8 @@ const (
 
 // Args are LayerLocality's args in a KubeSchedulerConfiguration profile's pluginConfig.
 type Args struct {
-	// Strategy is the scoring rule: "layer-locality" (the default and the only one).
+	// Strategy is the scoring rule: "layer-locality" (the default) or "in-flight" (the
+	// pod's estimated start, the pulls in flight counted: InFlight; spread does not apply).
 	Strategy string `json:"strategy,omitempty"`
 	// Spread scales each present layer by (nodes holding it / all nodes), as upstream
 	// ImageLocality scales images, so that a layer found on one node in a thousand does
@@ -68,6 +69,9 @@ type Args struct {
 	// with; empty: kube-scheduler's own client configuration (framework.Handle's
 	// KubeConfig(): its --kubeconfig, or its pod's service account).
 	KubeConfigPath string `json:"kubeConfigPath,omitempty"`
+	// InFlight are the in-flight strategy's args (inflight.go); only with strategy
+	// in-flight, whose defaults fill what they leave out.
+	InFlight *InFlightArgs `json:"inFlight,omitempty"`
 }
 
 // DecodeArgs reads the plugin's args (nil: every default), strictly: an unknown field is
@@ -92,7 +96,7 @@ func DecodeArgs(obj runtime.Object) (*Args, error) {
 			decoder := json.NewDecoder(bytes.NewReader(raw))
 			decoder.DisallowUnknownFields()
 			if err := decoder.Decode(args); err != nil {
-				return nil, fmt.Errorf("%s args: %v (fields: strategy, spread, inventoryMaxAgeSeconds, inventorySyncTimeoutSeconds, imageQuorum, kubeConfigPath)", Name, err)
+				return nil, fmt.Errorf("%s args: %v (fields: strategy, spread, inventoryMaxAgeSeconds, inventorySyncTimeoutSeconds, imageQuorum, kubeConfigPath, inFlight: %s)", Name, err, inFlightFields)
 			}
 		}
 	default:
@@ -126,14 +130,29 @@ func SetDefaults(args *Args) {
 		value := DefaultImageQuorum
 		args.ImageQuorum = &value
 	}
+	if args.Strategy == StrategyInFlight {
+		if args.InFlight == nil {
+			args.InFlight = &InFlightArgs{}
+		}
+		args.InFlight.setDefaults()
+	}
 }
 
 // Validate checks defaulted args, each error naming its field and the allowed values.
 func Validate(args *Args) field.ErrorList {
 	var errs field.ErrorList
-	if args.Strategy != StrategyLayerLocality {
+	switch args.Strategy {
+	case StrategyLayerLocality:
+		if args.InFlight != nil {
+			errs = append(errs, inFlightArgsError(args.Strategy))
+		}
+	case StrategyInFlight:
+		if args.InFlight != nil {
+			errs = append(errs, args.InFlight.validate(field.NewPath("inFlight"))...)
+		}
+	default:
 		errs = append(errs, field.NotSupported(field.NewPath("strategy"), args.Strategy,
-			[]string{StrategyLayerLocality}))
+			[]string{StrategyLayerLocality, StrategyInFlight}))
 	}
 	within := func(path string, value *int64, max int64) {
 		if value != nil && (*value < 0 || *value > max) {

@@ -1,0 +1,354 @@
+package layerlocality
+
+// The in-flight strategy (strategy: in-flight): the pod's estimated start on each node,
+// the pulls in flight there counted (docs/in-flight.md). The rule is package layers'
+// (inflight.go, held to the Python core by a parity test); this file reads its inputs
+// from what kube-scheduler already holds: each node's pods, assumed and bound, from its
+// NodeInfo (no API call), their images' layers from the index's agreement, the node's
+// link from its label.
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"layersched.io/kube-scheduler/pkg/layers"
+)
+
+// StrategyInFlight is the in-flight strategy's name in the args.
+const StrategyInFlight = "in-flight"
+
+// Bounds of the in-flight state, against hostile pods (the Python core's by the same
+// meaning: layers.MaxPendingPullsPerNode and MaxLayersPerPendingPod bound what counts).
+const (
+	// maxInFlightNodes bounds the per-node entries kept between cycles; past it they are
+	// dropped at once and rebuilt from the NodeInfos as cycles need them.
+	maxInFlightNodes = 20_000
+	// maxFirstSeen bounds the pods remembered without a PodScheduled time (assumed pods).
+	maxFirstSeen = 65_536
+	// maxResolvedImages bounds the pending images whose layers are remembered;
+	// imageTTL is how long (an image's agreement may change).
+	maxResolvedImages = 8_192
+	imageTTL          = 30 * time.Second
+	// missTTL is how long an image no agreement answers is not asked again (a node that
+	// keeps one such pod pending is made again each cycle meanwhile, from this cache).
+	missTTL = 5 * time.Second
+)
+
+// pullFailures are the kubelet's waiting reasons for a failed pull: such a pod pulls
+// nothing meanwhile (the Python core's PULL_FAILURES).
+var pullFailures = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
+	"ErrImageNeverPull": true, "RegistryUnavailable": true, "SignatureValidationFailed": true,
+}
+
+// InFlightArgs are the in-flight strategy's args (the Python core's InFlightArgs).
+type InFlightArgs struct {
+	// PullMode is how the nodes' kubelets pull: "serial" (serializeImagePulls: true, the
+	// default) or "parallel".
+	PullMode string `json:"pullMode,omitempty"`
+	// NewBytesWeight is how much the link time of the pod's own new bytes counts again,
+	// for the later pods on the node (>= 0; default 0.25).
+	NewBytesWeight *float64 `json:"newBytesWeight,omitempty"`
+	// OverheadSeconds is the start cost added to every estimate (>= 0; default 1).
+	OverheadSeconds *float64 `json:"overheadSeconds,omitempty"`
+	// DefaultBandwidthBitsPerS is a node's link without a layersched.io/bandwidth-bits-per-s
+	// label or annotation (> 0; default 100 Mbit/s).
+	DefaultBandwidthBitsPerS *float64 `json:"defaultBandwidthBitsPerS,omitempty"`
+	// MaxPendingAgeSeconds: a pod bound longer ago no longer counts as pulling (> 0;
+	// default 600).
+	MaxPendingAgeSeconds *float64 `json:"maxPendingAgeSeconds,omitempty"`
+}
+
+// inFlightFields names the fields for the decoder's error.
+const inFlightFields = "pullMode, newBytesWeight, overheadSeconds, defaultBandwidthBitsPerS, maxPendingAgeSeconds"
+
+func (a *InFlightArgs) setDefaults() {
+	if a.PullMode == "" {
+		a.PullMode = string(layers.Serial)
+	}
+	defaulted := func(value **float64, def float64) {
+		if *value == nil {
+			*value = &def
+		}
+	}
+	defaulted(&a.NewBytesWeight, layers.DefaultNewBytesWeight)
+	defaulted(&a.OverheadSeconds, layers.DefaultOverheadSeconds)
+	defaulted(&a.DefaultBandwidthBitsPerS, layers.DefaultBandwidthBitsPerS)
+	defaulted(&a.MaxPendingAgeSeconds, layers.DefaultMaxPendingAgeSeconds)
+}
+
+func (a *InFlightArgs) validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if a.PullMode != string(layers.Serial) && a.PullMode != string(layers.Parallel) {
+		errs = append(errs, field.NotSupported(path.Child("pullMode"), a.PullMode,
+			[]string{string(layers.Serial), string(layers.Parallel)}))
+	}
+	check := func(name string, value *float64, positive bool) {
+		if value == nil {
+			return
+		}
+		if math.IsNaN(*value) || math.IsInf(*value, 0) || *value < 0 || (positive && *value == 0) {
+			bound := ">= 0"
+			if positive {
+				bound = "> 0"
+			}
+			errs = append(errs, field.Invalid(path.Child(name), *value, "must be a finite number "+bound))
+		}
+	}
+	check("newBytesWeight", a.NewBytesWeight, false)
+	check("overheadSeconds", a.OverheadSeconds, false)
+	check("defaultBandwidthBitsPerS", a.DefaultBandwidthBitsPerS, true)
+	check("maxPendingAgeSeconds", a.MaxPendingAgeSeconds, true)
+	return errs
+}
+
+// pendingImages are the images a pod bound to a node still waits for: those of its
+// containers not created yet (no image ID, not running, not terminated; init containers
+// first) that no created container runs, and its image volumes while none is created;
+// none for a pod not bound, not Pending, or whose pull failed. The Python core's
+// pending_images (the same table in both languages' tests).
+func pendingImages(pod *v1.Pod) []string {
+	if pod.Spec.NodeName == "" || (pod.Status.Phase != "" && pod.Status.Phase != v1.PodPending) {
+		return nil
+	}
+	statuses := make(map[string]*v1.ContainerStatus,
+		len(pod.Status.InitContainerStatuses)+len(pod.Status.ContainerStatuses))
+	for _, list := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for i := range list {
+			statuses[list[i].Name] = &list[i]
+		}
+	}
+	var waiting []string
+	present := map[string]bool{}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, container := range list {
+			status, ok := statuses[container.Name]
+			if ok && status.State.Waiting != nil && pullFailures[status.State.Waiting.Reason] {
+				return nil
+			}
+			if ok && (status.ImageID != "" || status.State.Running != nil || status.State.Terminated != nil) {
+				present[container.Image] = true
+				continue
+			}
+			waiting = append(waiting, container.Image)
+		}
+	}
+	if len(present) == 0 {
+		for _, volume := range pod.Spec.Volumes {
+			if volume.Image != nil {
+				waiting = append(waiting, volume.Image.Reference)
+			}
+		}
+	}
+	images := waiting[:0]
+	seen := map[string]bool{}
+	for _, image := range waiting {
+		if image != "" && !present[image] && !seen[image] {
+			seen[image] = true
+			images = append(images, image)
+		}
+	}
+	return images
+}
+
+// boundAt is when the pod was bound (its PodScheduled condition turned true), in Unix
+// seconds; false when it does not say (an assumed pod).
+func boundAt(pod *v1.Pod) (float64, bool) {
+	for _, condition := range pod.Status.Conditions {
+		if condition.Type == v1.PodScheduled && condition.Status == v1.ConditionTrue {
+			if condition.LastTransitionTime.IsZero() {
+				return 0, false
+			}
+			return float64(condition.LastTransitionTime.Unix()), true
+		}
+	}
+	return 0, false
+}
+
+// pendingNode is what the in-flight strategy reads of a candidate node: kube-scheduler's
+// NodeInfo, through the framework's adapter.
+type pendingNode struct {
+	name        string
+	generation  int64
+	labels      map[string]string
+	annotations map[string]string
+	pods        func() []*v1.Pod
+}
+
+// nodeFacts are a node's link and pending pulls, as of one NodeInfo generation.
+type nodeFacts struct {
+	generation int64
+	bitsPerS   float64
+	// pulls are its pending pods (their layers resolved when the entry was made); a
+	// pull whose images were not all known makes the entry be made again next cycle.
+	pulls    []layers.PendingPull
+	complete bool
+}
+
+type resolvedImage struct {
+	layers []layers.Layer
+	known  bool
+	at     time.Time
+}
+
+// inFlight is the strategy's state between cycles: each node's facts by generation,
+// pods' first-seen times, pending images' layers; bounded (the constants above).
+type inFlight struct {
+	args        layers.CostArgs
+	defaultBits float64
+	maxAge      float64
+	// resolve gives an image's layers (the index's agreement), or false.
+	resolve func(image string, now time.Time) ([]layers.Layer, bool)
+
+	mu        sync.Mutex
+	nodes     map[string]*nodeFacts
+	firstSeen map[string]float64
+	images    map[string]resolvedImage
+}
+
+func newInFlight(args *InFlightArgs, resolve func(string, time.Time) ([]layers.Layer, bool)) *inFlight {
+	return &inFlight{
+		args: layers.CostArgs{
+			Mode:            layers.PullMode(args.PullMode),
+			OverheadSeconds: *args.OverheadSeconds,
+			NewBytesWeight:  *args.NewBytesWeight,
+		},
+		defaultBits: *args.DefaultBandwidthBitsPerS,
+		maxAge:      *args.MaxPendingAgeSeconds,
+		resolve:     resolve,
+		nodes:       map[string]*nodeFacts{},
+		firstSeen:   map[string]float64{},
+		images:      map[string]resolvedImage{},
+	}
+}
+
+// facts are node's link and pending pulls: kept while its NodeInfo's generation is the
+// same (a pod added, changed or removed, or the Node changed, moves it).
+func (f *inFlight) facts(node pendingNode, now time.Time) *nodeFacts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if kept, ok := f.nodes[node.name]; ok && kept.generation == node.generation && kept.complete {
+		return kept
+	}
+	facts := &nodeFacts{
+		generation: node.generation,
+		bitsPerS:   layers.Bandwidth(node.labels, node.annotations, f.defaultBits),
+		complete:   true,
+	}
+	nowS := unixSeconds(now)
+	for _, pod := range node.pods() {
+		images := pendingImages(pod)
+		if len(images) == 0 {
+			continue
+		}
+		key := string(pod.UID)
+		if key == "" {
+			key = pod.Namespace + "/" + pod.Name
+		}
+		bound, ok := boundAt(pod)
+		if !ok {
+			bound = f.seen(key, nowS)
+		}
+		var podLayers []layers.Layer
+		seen := map[string]bool{}
+		for _, image := range images {
+			imageLayers, known := f.layersOf(image, now)
+			facts.complete = facts.complete && known
+			for _, layer := range imageLayers {
+				if !seen[layer.Digest] {
+					seen[layer.Digest] = true
+					podLayers = append(podLayers, layer)
+				}
+			}
+		}
+		facts.pulls = append(facts.pulls, layers.PendingPull{Key: key, BoundAt: bound, Layers: podLayers})
+	}
+	if _, kept := f.nodes[node.name]; !kept && len(f.nodes) >= maxInFlightNodes {
+		clear(f.nodes)
+	}
+	f.nodes[node.name] = facts
+	return facts
+}
+
+// seen is when pod key was first seen without a bind time (called with f.mu held).
+func (f *inFlight) seen(key string, nowS float64) float64 {
+	if at, ok := f.firstSeen[key]; ok {
+		return at
+	}
+	if len(f.firstSeen) >= maxFirstSeen {
+		clear(f.firstSeen)
+	}
+	f.firstSeen[key] = nowS
+	return nowS
+}
+
+// layersOf are image's layers (and whether known), remembered for imageTTL, a miss for
+// missTTL (called with f.mu held).
+func (f *inFlight) layersOf(image string, now time.Time) ([]layers.Layer, bool) {
+	if kept, ok := f.images[image]; ok {
+		ttl := imageTTL
+		if !kept.known {
+			ttl = missTTL
+		}
+		if now.Sub(kept.at) < ttl {
+			return kept.layers, kept.known
+		}
+	}
+	found, known := f.resolve(image, now)
+	if _, kept := f.images[image]; !kept && len(f.images) >= maxResolvedImages {
+		clear(f.images)
+	}
+	f.images[image] = resolvedImage{layers: found, known: known, at: now}
+	return found, known
+}
+
+// podTerms is what the in-flight costs need of the pod on one node: its distinct
+// layers (with their total) and whether the node holds a layer.
+type podTerms struct {
+	layers []layers.Layer
+	total  int64
+	// holds says whether node holds digest; counts whether node's inventory counts at
+	// all (a node without one holds nothing).
+	holds func(node, digest string) bool
+}
+
+// scores are the candidates' in-flight scores, by name (the rule: layers.NodeBacklog,
+// SplitBytes, StartCost, ScoreCosts; the Python core's InFlight.score).
+func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[string]int64 {
+	nowS := unixSeconds(now)
+	costs := make([]float64, len(nodes))
+	for i, node := range nodes {
+		facts := f.facts(node, now)
+		name := node.name
+		holds := func(digest string) bool { return pod.holds(name, digest) }
+		backlog := layers.Idle
+		if len(facts.pulls) > 0 {
+			backlog = layers.NodeBacklog(facts.pulls, holds, facts.bitsPerS/layers.BitsPerByte, nowS, f.maxAge)
+		}
+		held, arriving, total := layers.SplitBytes(pod.layers, holds, &backlog)
+		remaining := backlog.Remaining(facts.bitsPerS/layers.BitsPerByte, nowS)
+		costs[i] = layers.StartCost(held, arriving, total, remaining, backlog.EnqueuedBytes, backlog.Pulls, facts.bitsPerS, f.args)
+	}
+	scores := layers.ScoreCosts(costs, pod.total)
+	byName := make(map[string]int64, len(nodes))
+	for i, node := range nodes {
+		byName[node.name] = scores[i]
+	}
+	return byName
+}
+
+// unixSeconds is t in Unix seconds with its fraction (as Python's time.time()).
+func unixSeconds(t time.Time) float64 {
+	return float64(t.UnixNano()) / 1e9
+}
+
+// inFlightArgsError names an in-flight field set for another strategy.
+func inFlightArgsError(strategy string) *field.Error {
+	return field.Invalid(field.NewPath("inFlight"), "(set)",
+		fmt.Sprintf("applies to strategy %q only, not %q", StrategyInFlight, strategy))
+}

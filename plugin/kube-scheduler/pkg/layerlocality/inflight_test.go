@@ -1,0 +1,228 @@
+package layerlocality
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"layersched.io/kube-scheduler/pkg/layers"
+)
+
+// PendingPodsCasesEnv names the JSON file of pods whose pending images the Python core
+// worked out (tests/integration/test_kube_scheduler_plugin.py writes it and runs
+// TestPendingPodsParityWithThePythonCore with it).
+const PendingPodsCasesEnv = "LAYERSCHED_PENDING_PODS_CASES"
+
+func status(name, imageID string, state v1.ContainerState) v1.ContainerStatus {
+	return v1.ContainerStatus{Name: name, ImageID: imageID, State: state}
+}
+
+func waitingFor(reason string) v1.ContainerState {
+	return v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: reason}}
+}
+
+// The Python core's table (tests/unit/test_extender_in_flight.py): init container
+// reg/init:1, containers a (reg/a:1), b (reg/b:1) and again (reg/a:1 repeated), an image
+// volume reg/vol:1.
+func TestPendingImages(t *testing.T) {
+	base := func() *v1.Pod {
+		return &v1.Pod{
+			Spec: v1.PodSpec{
+				NodeName:       "n1",
+				InitContainers: []v1.Container{{Name: "init", Image: "reg/init:1"}},
+				Containers: []v1.Container{
+					{Name: "a", Image: "reg/a:1"}, {Name: "b", Image: "reg/b:1"}, {Name: "again", Image: "reg/a:1"},
+				},
+				Volumes: []v1.Volume{
+					{Name: "v", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "reg/vol:1"}}},
+					{Name: "e"},
+				},
+			},
+			Status: v1.PodStatus{Phase: v1.PodPending},
+		}
+	}
+	terminated := v1.ContainerState{Terminated: &v1.ContainerStateTerminated{}}
+	cases := []struct {
+		name   string
+		change func(*v1.Pod)
+		want   []string
+	}{
+		{"nothing started", func(*v1.Pod) {}, []string{"reg/init:1", "reg/a:1", "reg/b:1", "reg/vol:1"}},
+		{"not bound", func(p *v1.Pod) { p.Spec.NodeName = "" }, nil},
+		{"running", func(p *v1.Pod) { p.Status.Phase = v1.PodRunning }, nil},
+		{"init done", func(p *v1.Pod) {
+			p.Status.InitContainerStatuses = []v1.ContainerStatus{status("init", "sha256:i", terminated)}
+		}, []string{"reg/a:1", "reg/b:1"}},
+		{"one created", func(p *v1.Pod) {
+			p.Status.ContainerStatuses = []v1.ContainerStatus{status("a", "sha256:a", waitingFor("CreateContainerError"))}
+		}, []string{"reg/init:1", "reg/b:1"}},
+		{"container creating", func(p *v1.Pod) {
+			p.Status.ContainerStatuses = []v1.ContainerStatus{status("a", "", waitingFor("ContainerCreating"))}
+		}, []string{"reg/init:1", "reg/a:1", "reg/b:1", "reg/vol:1"}},
+		{"image pull backoff", func(p *v1.Pod) {
+			p.Status.ContainerStatuses = []v1.ContainerStatus{status("b", "", waitingFor("ImagePullBackOff"))}
+		}, nil},
+		{"err image pull", func(p *v1.Pod) {
+			p.Status.InitContainerStatuses = []v1.ContainerStatus{status("init", "", waitingFor("ErrImagePull"))}
+		}, nil},
+	}
+	for _, c := range cases {
+		pod := base()
+		c.change(pod)
+		if got := pendingImages(pod); !reflect.DeepEqual(got, c.want) && !(len(got) == 0 && len(c.want) == 0) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestBoundAt(t *testing.T) {
+	at := time.Date(2027, 1, 15, 8, 0, 0, 0, time.UTC)
+	pod := &v1.Pod{Status: v1.PodStatus{Conditions: []v1.PodCondition{
+		{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)},
+	}}}
+	if got, ok := boundAt(pod); !ok || got != float64(at.Unix()) {
+		t.Errorf("bound at %v %v", got, ok)
+	}
+	if _, ok := boundAt(&v1.Pod{}); ok {
+		t.Error("an assumed pod says no bind time")
+	}
+}
+
+func TestInFlightArgs(t *testing.T) {
+	decode := func(raw string) (*Args, error) {
+		return DecodeArgs(&runtime.Unknown{Raw: []byte(raw), ContentType: runtime.ContentTypeJSON})
+	}
+	args, err := decode(`{"strategy": "in-flight", "inFlight": {"pullMode": "parallel"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := args.InFlight
+	if got.PullMode != "parallel" || *got.NewBytesWeight != 0.25 || *got.OverheadSeconds != 1 ||
+		*got.DefaultBandwidthBitsPerS != 1e8 || *got.MaxPendingAgeSeconds != 600 {
+		t.Errorf("defaults: %+v", got)
+	}
+	if args, err := decode(`{"strategy": "in-flight"}`); err != nil || args.InFlight.PullMode != "serial" {
+		t.Errorf("in-flight without its args: %v %v", args, err)
+	}
+	for raw, want := range map[string]string{
+		`{"strategy": "in-flight", "inFlight": {"pullMode": "lazy"}}`:            "inFlight.pullMode",
+		`{"strategy": "in-flight", "inFlight": {"newBytesWeight": -1}}`:          "inFlight.newBytesWeight",
+		`{"strategy": "in-flight", "inFlight": {"maxPendingAgeSeconds": 0}}`:     "inFlight.maxPendingAgeSeconds",
+		`{"strategy": "in-flight", "inFlight": {"defaultBandwidthBitsPerS": 0}}`: "inFlight.defaultBandwidthBitsPerS",
+		`{"inFlight": {"pullMode": "serial"}}`:                                   `applies to strategy "in-flight" only`,
+		`{"strategy": "in-flight", "inFlight": {"lazy": true}}`:                  "unknown field",
+		`{"strategy": "pull-time"}`:                                              "strategy",
+	} {
+		if _, err := decode(raw); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error naming %q", raw, err, want)
+		}
+	}
+}
+
+// fakeNode is a candidate node of the worked case: 80 Mbit/s, its pods.
+func fakeNode(name string, generation int64, pods ...*v1.Pod) pendingNode {
+	return pendingNode{
+		name: name, generation: generation,
+		labels: map[string]string{layers.BandwidthKey: "80000000"},
+		pods:   func() []*v1.Pod { return pods },
+	}
+}
+
+func replica(uid, node string, bound time.Time, image string) *v1.Pod {
+	pod := &v1.Pod{Spec: v1.PodSpec{NodeName: node, Containers: []v1.Container{{Name: "c", Image: image}}}}
+	pod.UID = types.UID("uid-" + uid)
+	pod.Status.Phase = v1.PodPending
+	pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(bound)}}
+	return pod
+}
+
+// The worked table's first case, through the plugin's reading of NodeInfos: idle 11 s,
+// half-way 5 s, just bound 9 s, another image first 19 s -> 45, 100, 55, 26.
+func TestInFlightScoresFromTheNodesPods(t *testing.T) {
+	now := time.Date(2027, 1, 15, 8, 0, 10, 0, time.UTC)
+	mb := int64(1_000_000)
+	l1, l2, y := layers.Layer{Digest: "sha256:l1", SizeBytes: 40 * mb}, layers.Layer{Digest: "sha256:l2", SizeBytes: 40 * mb}, layers.Layer{Digest: "sha256:y", SizeBytes: 80 * mb}
+	images := map[string][]layers.Layer{"reg/x:1": {l1, l2}, "reg/y:1": {y}}
+	asked := 0
+	resolve := func(image string, _ time.Time) ([]layers.Layer, bool) {
+		asked++
+		found, ok := images[image]
+		return found, ok
+	}
+	args := &InFlightArgs{}
+	args.setDefaults()
+	f := newInFlight(args, resolve)
+	nodes := []pendingNode{
+		fakeNode("idle", 1),
+		fakeNode("half", 1, replica("h", "half", now.Add(-4*time.Second), "reg/x:1")),
+		fakeNode("fresh", 1, replica("f", "fresh", now, "reg/x:1")),
+		fakeNode("other", 1, replica("o", "other", now, "reg/y:1")),
+	}
+	pod := podTerms{layers: []layers.Layer{l1, l2}, total: 80 * mb, holds: func(string, string) bool { return false }}
+	want := map[string]int64{"idle": 45, "half": 100, "fresh": 55, "other": 26}
+	if got := f.scores(now, nodes, pod); !reflect.DeepEqual(got, want) {
+		t.Errorf("scores %v, want %v", got, want)
+	}
+	// the same generations again: nothing read or resolved again
+	before := asked
+	f.scores(now, nodes, pod)
+	if asked != before {
+		t.Errorf("resolved %d images again for unchanged nodes", asked-before)
+	}
+	// the half-way replica started (a new generation): that node is idle again
+	nodes[1] = fakeNode("half", 2)
+	if got := f.scores(now, nodes, pod)["half"]; got != 81 { // 9 s (fresh) / 11 s
+		t.Errorf("half after its replica started: %d, want 81", got)
+	}
+}
+
+func TestPendingPodsParityWithThePythonCore(t *testing.T) {
+	path := os.Getenv(PendingPodsCasesEnv)
+	if path == "" {
+		t.Skip(PendingPodsCasesEnv + " is not set: tests/integration/test_kube_scheduler_plugin.py " +
+			"generates the pods with layersched.core and runs this test with it")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Cases []struct {
+			Pod     json.RawMessage `json:"pod"`
+			Images  []string        `json:"images"`
+			BoundAt *float64        `json:"bound_at"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	differing := 0
+	for i, c := range file.Cases {
+		var pod v1.Pod
+		if err := json.Unmarshal(c.Pod, &pod); err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		got := pendingImages(&pod)
+		bound, ok := boundAt(&pod)
+		sameBound := (c.BoundAt == nil && !ok) || (c.BoundAt != nil && ok && *c.BoundAt == bound)
+		if fmt.Sprint(got) != fmt.Sprint(c.Images) && !(len(got) == 0 && len(c.Images) == 0) || !sameBound {
+			differing++
+			if differing <= 20 {
+				t.Errorf("case %d: Go %v (bound %v %v), Python %v (bound %v)", i, got, bound, ok, c.Images, c.BoundAt)
+			}
+		}
+	}
+	if differing > 0 {
+		t.Fatalf("%d of %d pods differ", differing, len(file.Cases))
+	}
+	t.Logf("pending pods parity: %d pods, all equal", len(file.Cases))
+}

@@ -119,6 +119,13 @@ ARMS: tuple[Arm, ...] = (
         "default plugins + pull-time extender",
         kube.Profile("pull-time", strategy="pull-time", via="extender"),
     ),
+    Arm(
+        "layer-locality-inflight",
+        "default plugins + in-flight extender",
+        kube.Profile("layer-locality-inflight", strategy="in-flight", via="extender"),
+        # told the kubelets' pull mode (the testbed passes it: --pull-mode)
+        strategy_by_mode={SERIAL: "in-flight", PARALLEL: "in-flight+parallel"},
+    ),
 )
 ARM_KEYS = tuple(arm.key for arm in ARMS)
 LABELS = {arm.key: arm.label for arm in ARMS}

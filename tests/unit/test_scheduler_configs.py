@@ -49,6 +49,7 @@ from layersched.testbed.local import (
 )
 from layersched.testbed.scheduler_configs import (
     IMAGE_LOCALITY_SCHEDULER,
+    INFLIGHT_SCHEDULER,
     LAYER_LOCALITY_PLUGIN_SCHEDULER,
     PULL_TIME_SCHEDULER,
     REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
@@ -334,7 +335,11 @@ def test_the_role_writes_the_generators_files_and_has_no_template_of_its_own() -
     assert argv[1:5] == ["-m", "layersched.cli.main", "testbed", "scheduler-configs"]
     # the replay's arms (testbed up --replay-arms) add the plugin process's replay profiles
     assert "k8s_control_plane_render_argv" in render["ansible.builtin.command"]["argv"]
-    assert "['--replay-arms'] if testbed_replay_arms" in render["ansible.builtin.command"]["argv"]
+    assert (
+        "k8s_control_plane_replay_argv if testbed_replay_arms"
+        in (render["ansible.builtin.command"]["argv"])
+    )
+    assert "--replay-arms" in render["vars"]["k8s_control_plane_replay_argv"]
     [write] = [t for t in tasks if t["name"] == "Write the scheduler configurations"]
     assert "k8s_control_plane_scheduler_configs.stdout" in write["ansible.builtin.copy"]["content"]
     # the processes it loops over are the generator's (the fourth, pull-time, when the
@@ -517,3 +522,30 @@ def test_the_replay_arms_are_install_profiles_in_the_plugin_process() -> None:
     )
     minor = ".".join(SPEC.kubernetes_version.lstrip("v").split(".")[:2])
     assert [p for p in config_problems(process, minor) if "but missing" not in p] == []
+
+
+def test_the_inflight_arm_is_a_process_of_its_own_with_its_extender() -> None:
+    # the replay's in-flight extender arm: the default plugins and an extender serving
+    # in-flight, a process of its own (extenders are global to a process), started with
+    # the replay's arms only
+    url = "http://10.250.71.1:8890"
+    configs = generate_testbed_configs(replace(SPEC, replay_arms=True, inflight_extender_url=url))
+    process = configs[INFLIGHT_SCHEDULER]
+    assert [p["schedulerName"] for p in process["profiles"]] == [INFLIGHT_SCHEDULER]
+    [extender] = process["extenders"]
+    assert extender["urlPrefix"] == url and extender["nodeCacheCapable"] is True
+    assert INFLIGHT_SCHEDULER not in generate_testbed_configs(SPEC)
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert (
+        "['layer-locality-inflight'] if testbed_replay_arms"
+        in defaults["k8s_control_plane_schedulers"]
+    )
+    tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
+    [render] = [t for t in tasks if t["name"] == "Render the scheduler configurations"]
+    replay_argv = render["vars"]["k8s_control_plane_replay_argv"]
+    assert any(a.startswith("--inflight-extender-url=") for a in replay_argv)
+    [describe] = [t for t in tasks if t["name"] == "Describe the control plane daemons"]
+    daemons = {d["name"] for d in describe["ansible.builtin.set_fact"]["k8s_control_plane_daemons"]}
+    assert f"scheduler-{INFLIGHT_SCHEDULER}" in daemons
+    shared = yaml.safe_load((ROLE.parents[1] / "vars" / "testbed-local.yml").read_text())
+    assert shared["testbed_scheduler_inflight"] == INFLIGHT_SCHEDULER

@@ -47,6 +47,9 @@ PULL_TIME_SCHEDULER = "pull-time"
 #: and without it.
 REPLAY_PLUGIN_SCHEDULER = "layer-locality-plugin-replay"
 REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER = "layer-locality-plugin-no-imagelocality"
+#: The replay's in-flight extender arm: the default plugins and an extender serving
+#: in-flight (told the kubelets' pull mode), a process of its own.
+INFLIGHT_SCHEDULER = "layer-locality-inflight"
 #: The Ryax fork registers its plugin under this name (``names.ImageLayersLocality``).
 RYAX_PLUGIN_NAME = "ImageLayersLocality"
 
@@ -151,6 +154,10 @@ class TestbedSchedulers:
     #: Also the replay's plugin arms (:data:`REPLAY_PLUGIN_SCHEDULER` and
     #: :data:`REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER`) in the plugin process.
     replay_arms: bool = False
+    #: The in-flight extender; None: no in-flight process.
+    inflight_extender_url: str | None = None
+    inflight_bind: str | None = None
+    inflight: str = INFLIGHT_SCHEDULER
     #: The plugin's imageQuorum on the testbed: 1, not deploy/'s 2. The seed scenario's
     #: Img1 is held by one node only (P1's) when P1-again is scheduled, and the plugin has
     #: no registry to fall back on as the extender has, so at 2 P1-again would score 0
@@ -201,16 +208,17 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             plugin_process, spec.kubeconfig, spec.plugin_bind
         ),
     }
-    if spec.pull_time_extender_url is not None:
-        pull_time = ExtenderSpec(
-            spec.pull_time_extender_url,
-            http_timeout_s=spec.extender_timeout_s,
-            node_cache_capable=True,
+    for key, url, name, bind in (
+        (PULL_TIME_SCHEDULER, spec.pull_time_extender_url, spec.pull_time, spec.pull_time_bind),
+        (INFLIGHT_SCHEDULER, spec.inflight_extender_url, spec.inflight, spec.inflight_bind),
+    ):
+        if url is None:
+            continue
+        extender_of_process = ExtenderSpec(
+            url, http_timeout_s=spec.extender_timeout_s, node_cache_capable=True
         )
-        configs[PULL_TIME_SCHEDULER] = for_process(
-            extender_scheduler_config(pull_time, spec.pull_time, api),
-            spec.kubeconfig,
-            spec.pull_time_bind,
+        configs[key] = for_process(
+            extender_scheduler_config(extender_of_process, name, api), spec.kubeconfig, bind
         )
     return configs
 

@@ -263,7 +263,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="add the replay's plugin profiles to the plugin process",
     )
-    for process in ("image-locality", "layer-locality", "plugin", "pull-time"):
+    p_configs.add_argument(
+        "--inflight-extender-url",
+        help="the in-flight extender's URL prefix: adds the replay's in-flight process",
+    )
+    for process in ("image-locality", "layer-locality", "plugin", "pull-time", "inflight"):
         p_configs.add_argument(
             f"--{process}-bind",
             metavar="HOST:PORT",
@@ -518,6 +522,7 @@ def run_scheduler_configs(args: argparse.Namespace) -> int:
             ("layer_locality", args.layer_locality_name),
             ("plugin", args.plugin_name),
             ("pull_time", args.pull_time_name),
+            ("inflight", args.inflight_name),
         )
         if value
     }
@@ -532,6 +537,8 @@ def run_scheduler_configs(args: argparse.Namespace) -> int:
         pull_time_extender_url=args.pull_time_extender_url,
         pull_time_bind=args.pull_time_bind,
         replay_arms=args.replay_arms,
+        inflight_extender_url=args.inflight_extender_url,
+        inflight_bind=args.inflight_bind,
         **names,
     )
     configs = testbed_scheduler_configs(spec)

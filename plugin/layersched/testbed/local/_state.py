@@ -141,6 +141,8 @@ class ClusterInfo(msgspec.Struct, frozen=True, kw_only=True):
     extender: ExtenderInfo
     #: The pull-time scheduler's extender (``layersched testbed up --pull-time``), or None.
     pull_time_extender: ExtenderInfo | None = None
+    #: The in-flight scheduler's extender (``layersched testbed up --replay-arms``), or None.
+    inflight_extender: ExtenderInfo | None = None
     #: One node agent per node, publishing its NodeLayerInventory.
     agents: tuple[AgentInfo, ...] = ()
 

@@ -241,7 +241,7 @@ def _control_plane_status(cluster: ClusterInfo) -> list[VersionedStatus]:
             binary = binaries.get(daemon.name, "kube-scheduler")
             version = _binary_version(f"{cluster.bin_dir}/{binary}")
         found.append(VersionedStatus(ComponentStatus(daemon.name, pid, ok, detail), version))
-    extenders = (cluster.extender, cluster.pull_time_extender)
+    extenders = (cluster.extender, cluster.pull_time_extender, cluster.inflight_extender)
     for extender in (e for e in extenders if e is not None):
         pid = pid_alive(Path(extender.pidfile))
         try:

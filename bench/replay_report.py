@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from layersched.deploy import IN_FLIGHT_WEIGHT
 from layersched.evidence import provenance
 from layersched.evidence.results import plot_metadata
 from layersched.sim import kube
@@ -122,7 +123,10 @@ ARMS: tuple[Arm, ...] = (
     Arm(
         "layer-locality-inflight",
         "default plugins + in-flight extender",
-        kube.Profile("layer-locality-inflight", strategy="in-flight", via="extender"),
+        # at its recommended weight, as the testbed runs it (docs/in-flight.md)
+        kube.Profile(
+            "layer-locality-inflight", strategy="in-flight", via="extender", weight=IN_FLIGHT_WEIGHT
+        ),
         # told the kubelets' pull mode (the testbed passes it: --pull-mode)
         strategy_by_mode={SERIAL: "in-flight", PARALLEL: "in-flight+parallel"},
     ),

@@ -21,6 +21,7 @@ from layersched.cli.main import EXIT_USAGE, main
 from layersched.core.errors import InputError
 from layersched.deploy import (
     IMAGE_LOCALITY_PLUGIN,
+    IN_FLIGHT_WEIGHT,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA3,
@@ -534,6 +535,8 @@ def test_the_inflight_arm_is_a_process_of_its_own_with_its_extender() -> None:
     assert [p["schedulerName"] for p in process["profiles"]] == [INFLIGHT_SCHEDULER]
     [extender] = process["extenders"]
     assert extender["urlPrefix"] == url and extender["nodeCacheCapable"] is True
+    # at in-flight's recommended weight (docs/in-flight.md), the pull-time arm at 1
+    assert extender["weight"] == IN_FLIGHT_WEIGHT == 3
     assert INFLIGHT_SCHEDULER not in generate_testbed_configs(SPEC)
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert (

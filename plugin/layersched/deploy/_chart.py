@@ -268,8 +268,9 @@ _VALUES_COMMENTS = {
         "of your own instead."
     ),
     "weight": (
-        "The weight of layer scores against the default plugins (docs/extender.md); a "
-        "change rolls the scheduler pods (their template hashes the config)."
+        "The weight of layer scores against the default plugins (docs/extender.md; 3 "
+        "with extender.strategy in-flight, docs/in-flight.md); a change rolls the scheduler "
+        "pods (their template hashes the config)."
     ),
     "imageQuorum": "Nodes that must publish the same layers for a pod image.",
     "extender": (

@@ -54,6 +54,11 @@ RUNTIMES = (RUNTIME_CONTAINERD, RUNTIME_CRIO)
 #: The recommended weight of layer scores against the default plugins (one setting: the
 #: extender's ``weight``, or the plugin's score weight); docs/extender.md explains it.
 DEFAULT_WEIGHT = 1
+#: The recommended weight of ``in-flight`` scores (docs/in-flight.md, "How it combines"):
+#: at 3 (TaintToleration's, the default profile's largest) a node that would start the
+#: pod four times later loses 240 points, more than PodTopologySpread's largest penalty
+#: (200), while between nodes of equal links (20 points a replica) spreading still wins.
+IN_FLIGHT_WEIGHT = 3
 SCHEDULER_REPLICAS = 2
 #: The registries ``deploy/``'s extender may resolve images from (``--allow-registry``):
 #: the public ones most images come from. An install names its own

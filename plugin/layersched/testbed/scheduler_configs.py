@@ -18,7 +18,9 @@ from typing import Any
 from layersched.core.errors import InputError
 from layersched.deploy import (
     DEFAULT_SCHEDULER,
+    DEFAULT_WEIGHT,
     IMAGE_LOCALITY_PLUGIN,
+    IN_FLIGHT_WEIGHT,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
@@ -208,14 +210,27 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             plugin_process, spec.kubeconfig, spec.plugin_bind
         ),
     }
-    for key, url, name, bind in (
-        (PULL_TIME_SCHEDULER, spec.pull_time_extender_url, spec.pull_time, spec.pull_time_bind),
-        (INFLIGHT_SCHEDULER, spec.inflight_extender_url, spec.inflight, spec.inflight_bind),
+    for key, url, name, bind, weight in (
+        (
+            PULL_TIME_SCHEDULER,
+            spec.pull_time_extender_url,
+            spec.pull_time,
+            spec.pull_time_bind,
+            DEFAULT_WEIGHT,
+        ),
+        # in-flight at its recommended weight (docs/in-flight.md, "How it combines")
+        (
+            INFLIGHT_SCHEDULER,
+            spec.inflight_extender_url,
+            spec.inflight,
+            spec.inflight_bind,
+            IN_FLIGHT_WEIGHT,
+        ),
     ):
         if url is None:
             continue
         extender_of_process = ExtenderSpec(
-            url, http_timeout_s=spec.extender_timeout_s, node_cache_capable=True
+            url, weight=weight, http_timeout_s=spec.extender_timeout_s, node_cache_capable=True
         )
         configs[key] = for_process(
             extender_scheduler_config(extender_of_process, name, api), spec.kubeconfig, bind

@@ -11,7 +11,7 @@ ifdef RESULTS
 export LAYERSCHED_RESULTS := $(RESULTS)
 endif
 
-.PHONY: help venv kubernetes containerd tools images crio crio-live lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf live-minors replay testbed testbed-down simulate figures proto clean
+.PHONY: help venv kubernetes containerd tools images crio crio-live lint go-lint unit integration infra e2e test ci-fresh bench bench-scheduler bench-perf live-minors replay testbed testbed-down simulate figures proto clean
 
 help: ## List the targets, what they write and how long they last took
 	@python3 scripts/help.py
@@ -39,14 +39,17 @@ crio-live: crio ## The live CRI-O tests (root; not in CI): the agent on CRI-O's 
 containerd: venv ## Download (or find cached) containerd 2.x, the testbed nodes' runtime (never installed)
 	@scripts/containerd.sh
 
-lint: venv ## ruff, mypy --strict on plugin/, import-linter, test modules collect, ansible-lint
+lint: venv ## ruff, mypy --strict on plugin/, import-linter, test modules collect, ansible-lint, and go-lint
 	@scripts/lint.sh
+
+go-lint: venv ## go vet and go test -race in every Go module (the build's toolchain and caches; cold: minutes per Kubernetes release)
+	@scripts/go-lint.sh
 
 unit: venv ## Unit tests (nothing outside the process)
 	@scripts/pytest.sh unit tests/unit
 
 integration: venv ## Integration tests against real docker-registry / containerd processes
-	@scripts/pytest.sh integration tests/integration
+	@scripts/pytest.sh integration tests/integration $(PYTEST_ARGS)
 
 infra: venv ## kind/Pulumi/Ansible checks that run without a cluster (mocks, syntax-check)
 	@scripts/pytest.sh infra tests/infra

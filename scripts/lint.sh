@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Lint gate: ruff, mypy --strict, import-linter, every test module collects,
-# ansible-lint (production profile).
+# ansible-lint (production profile), then go vet and go test -race in every Go module
+# (scripts/go-lint.sh; LAYERSCHED_LINT_GO=0 leaves it out: .ci/run runs it as a stage of
+# its own, beside the e2e).
 # With LAYERSCHED_STAGE_LOG set (.ci/run sets it), the duration is appended there.
 set -o errexit -o nounset -o pipefail
 bin=${VENV:-.venv}/bin
@@ -20,6 +22,10 @@ lint() {
   if [ -d playbooks ] && compgen -G "playbooks/*.yml" >/dev/null; then
     echo "== ansible-lint (production)"
     PATH="$bin:$PATH" "$bin/ansible-lint" --profile production --offline playbooks
+  fi
+  if [ "${LAYERSCHED_LINT_GO:-1}" != 0 ]; then
+    echo "== go vet, go test -race (every Go module)"
+    LAYERSCHED_STAGE_LOG='' scripts/go-lint.sh
   fi
 }
 # errexit is off inside a function called from `||` (bash ignores it there), so each check

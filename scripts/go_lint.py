@@ -1,0 +1,192 @@
+"""make go-lint (part of make lint): ``go vet`` and ``go test -race`` in every Go module.
+
+Every ``go.mod`` git tracks is a module (:func:`modules`), none is left out:
+
+* its packages are its own (``./...``); a module with no Go file of its own that replaces
+  ``layersched.io/kube-scheduler`` (``plugin/kube-scheduler/minors/<minor>``) checks that
+  module's packages against its release (``layersched.io/kube-scheduler/pkg/...``); a
+  module with neither (``plugin/crio``: it only requires the CRI-O release it builds) has
+  nothing to check, and says so;
+* ``go vet -trimpath`` on every package, with the Kubernetes build's toolchain, caches and
+  cgo off, as ``make kubernetes`` compiles: the same compile cache entries, so what the
+  build compiled is not compiled again;
+* ``go test -race -trimpath -count=1`` on every package with tests (``go list``'s
+  ``TestGoFiles``/``XTestGoFiles`` holding a ``func Test``): the race detector needs cgo,
+  so these compile apart (cold on a fresh machine: minutes per Kubernetes release). A
+  package whose tests are benchmarks only (``plugin/kube-scheduler/perf``:
+  ``BenchmarkPerfScheduling``, run by make bench-perf) has no test to run under it.
+
+Prints a line per module and step with its duration; exits 1 naming every failure, with
+go's last lines. ``--module DIR`` (repeatable) checks only those; ``--no-race`` vets only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from layersched.builds import REPO_ROOT, find_go, kubernetes_build
+from layersched.core.errors import LayerschedError
+
+#: The module the minors' modules compile against their release.
+MAIN_MODULE = "layersched.io/kube-scheduler"
+MAIN_PACKAGES = f"{MAIN_MODULE}/pkg/..."
+#: A cold race build of a Kubernetes release's packages takes minutes on 2 cores.
+GO_TIMEOUT_S = 3600
+TAIL_CHARS = 4000
+#: A test function (TestMain runs the others: alone it tests nothing).
+_TEST_FUNC = re.compile(r"^func Test(?!Main\()[A-Z0-9_]\w*\(", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Module:
+    """A Go module of the repository and the packages checked in it."""
+
+    directory: Path
+    packages: tuple[str, ...]
+    #: Why nothing is checked, when ``packages`` is empty.
+    why_none: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.directory.relative_to(REPO_ROOT).as_posix()
+
+
+def _replaces_main(go_mod: str) -> bool:
+    return re.search(rf"^replace {re.escape(MAIN_MODULE)} =>", go_mod, re.MULTILINE) is not None
+
+
+def modules(root: Path = REPO_ROOT) -> list[Module]:
+    """Every tracked ``go.mod``'s module, with what is checked there."""
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "*go.mod"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    found = []
+    for relative in sorted(listed):
+        directory = (root / relative).parent
+        own = [p for p in directory.rglob("*.go") if not _in_nested_module(p, directory)]
+        if own:
+            found.append(Module(directory, ("./...",)))
+        elif _replaces_main((directory / "go.mod").read_text("utf-8")):
+            found.append(Module(directory, (MAIN_PACKAGES,)))
+        else:
+            found.append(Module(directory, (), "no Go package of its own (it builds a tool)"))
+    return found
+
+
+def _in_nested_module(path: Path, module: Path) -> bool:
+    """Whether ``path`` belongs to a module nested under ``module`` (minors/, perf/)."""
+    parent = path.parent
+    while parent != module:
+        if (parent / "go.mod").is_file():
+            return True
+        parent = parent.parent
+    return False
+
+
+def _go(
+    go: str, module: Module, *args: str, race: bool = False
+) -> subprocess.CompletedProcess[str]:
+    env = kubernetes_build().go_env()
+    if race:
+        env["CGO_ENABLED"] = "1"  # the race detector needs cgo
+    return subprocess.run(
+        [go, *args],
+        cwd=module.directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=GO_TIMEOUT_S,
+        check=False,
+    )
+
+
+def tested_packages(go: str, module: Module) -> list[str]:
+    """The module's packages that hold a ``func Test`` in their test files."""
+    listed = _go(
+        go, module, "list", "-json=ImportPath,Dir,TestGoFiles,XTestGoFiles", *module.packages
+    )
+    if listed.returncode != 0:
+        raise LayerschedError(f"go list in {module.name}: {listed.stderr[-TAIL_CHARS:]}")
+    decoder, text, at, tested = json.JSONDecoder(), listed.stdout, 0, []
+    while at < len(text):
+        package, at = decoder.raw_decode(text, at)
+        while at < len(text) and text[at].isspace():
+            at += 1
+        files = [*package.get("TestGoFiles", []), *package.get("XTestGoFiles", [])]
+        directory = Path(package["Dir"])
+        if any(_TEST_FUNC.search((directory / f).read_text("utf-8")) for f in files):
+            tested.append(package["ImportPath"])
+    return tested
+
+
+def check(go: str, module: Module, race: bool) -> list[str]:
+    """Vet, then race-test, one module; the failures, each with go's last output."""
+    if not module.packages:
+        print(f"{module.name}: nothing to check: {module.why_none}", flush=True)
+        return []
+    failures = []
+    steps: list[tuple[str, list[str], bool]] = [
+        ("go vet", ["vet", "-trimpath", *module.packages], False)
+    ]
+    if race:
+        tested = tested_packages(go, module)
+        if tested:
+            steps.append(
+                ("go test -race", ["test", "-trimpath", "-race", "-count=1", *tested], True)
+            )
+        else:
+            print(f"{module.name}: go test -race: no package with a Test function", flush=True)
+    for label, args, with_race in steps:
+        started = time.monotonic()
+        done = _go(go, module, *args, race=with_race)
+        took = time.monotonic() - started
+        verdict = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
+        print(f"{module.name}: {label}: {verdict} in {took:.0f} s", flush=True)
+        if done.returncode != 0:
+            failures.append(
+                f"{module.name}: go {' '.join(args)}:\n{(done.stdout + done.stderr)[-TAIL_CHARS:]}"
+            )
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--module", action="append", default=[], help="only this module dir")
+    parser.add_argument("--no-race", action="store_true", help="go vet only")
+    args = parser.parse_args(argv)
+    try:
+        go, _ = find_go(kubernetes_build().go_version_needed())
+    except LayerschedError as err:
+        print(f"go-lint: {err}", file=sys.stderr)
+        return 1
+    chosen = modules()
+    if args.module:
+        wanted = {Path(m).resolve() for m in args.module}
+        chosen = [m for m in chosen if m.directory.resolve() in wanted]
+        unknown = wanted - {m.directory.resolve() for m in chosen}
+        if unknown:
+            print(f"go-lint: no tracked Go module at {sorted(map(str, unknown))}", file=sys.stderr)
+            return 2
+    failures: list[str] = []
+    for module in chosen:
+        try:
+            failures += check(go, module, race=not args.no_race)
+        except (LayerschedError, subprocess.TimeoutExpired) as err:
+            failures.append(f"{module.name}: {err}")
+    for failure in failures:
+        print(f"\n== {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

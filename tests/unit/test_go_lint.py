@@ -1,0 +1,49 @@
+"""make go-lint covers every Go module of the repository (scripts/go_lint.py): a module
+added later is vetted and race-tested without anyone listing it, and one with nothing of
+its own to check says why."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import go_lint  # noqa: E402
+
+
+def test_every_tracked_module_is_checked_or_says_why_not() -> None:
+    tracked = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "*go.mod"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    found = {m.name: m for m in go_lint.modules()}
+    assert sorted(found) == sorted(str(Path(t).parent) for t in tracked)
+    for module in found.values():
+        assert module.packages or module.why_none, module.name
+    assert found["plugin/kube-scheduler"].packages == ("./...",)
+    assert found["plugin/imagelocality-reference"].packages == ("./...",)
+    # a minor's module has no Go file of its own: it checks the plugin's packages against
+    # its release
+    minors = [m for name, m in found.items() if name.startswith("plugin/kube-scheduler/minors/")]
+    assert minors and all(m.packages == (go_lint.MAIN_PACKAGES,) for m in minors)
+    # CRI-O's module only builds the release's binary
+    assert found["plugin/crio"].packages == () and "tool" in found["plugin/crio"].why_none
+
+
+def test_a_nested_modules_files_are_not_its_parents(tmp_path: Path) -> None:
+    # plugin/kube-scheduler/minors/1.35 is its own module, not plugin/kube-scheduler's
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "go.mod").write_text("module b\n")
+    (tmp_path / "a" / "b" / "x.go").write_text("package b\n")
+    (tmp_path / "a" / "y.go").write_text("package a\n")
+    assert go_lint._in_nested_module(tmp_path / "a" / "b" / "x.go", tmp_path / "a")
+    assert not go_lint._in_nested_module(tmp_path / "a" / "y.go", tmp_path / "a")
+
+
+def test_testmain_alone_is_no_test() -> None:
+    # plugin/kube-scheduler/perf holds TestMain and a benchmark: nothing to race-test
+    assert not go_lint._TEST_FUNC.search("func TestMain(m *testing.M) {\n")
+    assert go_lint._TEST_FUNC.search("func TestScores(t *testing.T) {\n")
+    assert not go_lint._TEST_FUNC.search("func BenchmarkPerfScheduling(b *testing.B) {\n")

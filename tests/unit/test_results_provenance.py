@@ -40,9 +40,6 @@ AWAITING = {
     ),
     "reports/live-minors.json": "make live-minors RESULTS=commit",
     "reports/simulation.json": "make simulate RESULTS=commit",
-    "reports/image-locality-differential.json": (
-        "LAYERSCHED_RESULTS=commit pytest tests/integration/test_image_locality_differential.py"
-    ),
     "bench/results/extender.json": "make bench RESULTS=commit",
     "bench/results/extender_memory.json": "make bench RESULTS=commit",
     "bench/results/extender_hop.json": (

@@ -6,6 +6,12 @@ repository root so that ``tests`` is importable).
 """
 
 from tests.fixtures.containerd import containerd
-from tests.fixtures.registry import auth_registry, registry, token_registry
+from tests.fixtures.registry import auth_registry, private_token_registry, registry, token_registry
 
-__all__ = ["auth_registry", "containerd", "registry", "token_registry"]
+__all__ = [
+    "auth_registry",
+    "containerd",
+    "private_token_registry",
+    "registry",
+    "token_registry",
+]

@@ -149,6 +149,14 @@ CASES = {
             )
         ).for_version("1.37")
     ),
+    # the extender may read the pull secrets of two namespaces, regcred only (issue 45)
+    "1.37-pull-secrets": Case(
+        StackSpec(
+            pull_secret_namespaces=("team", "ci"), pull_secret_names=("regcred",)
+        ).for_version("1.37")
+    ),
+    # any secret of one namespace (no resourceNames)
+    "1.33-pull-secrets-any": Case(StackSpec(pull_secret_namespaces=("team",)).for_version("1.33")),
     # the plugin on the cluster's minor, by the digest a release's record wrote
     "plugin-by-digest-cluster-version": Case(
         StackSpec(scheduler=SCHEDULER_PLUGIN).for_version("v1.35.2"),

@@ -4,6 +4,7 @@ and a stand-in kubectl whose ``port-forward`` points at it (a real child process
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import os
@@ -17,7 +18,7 @@ import pytest
 
 from layersched.cli import explain as explain_module
 from layersched.cli.main import main
-from tests.fixtures.kube_api import StandInApi, items, ok
+from tests.fixtures.kube_api import StandInApi, items, ok, status
 from tests.fixtures.serving import serving
 
 MB = 1024 * 1024
@@ -367,3 +368,61 @@ def test_a_missing_pod_is_one_line(
     code, _, err = _explain(capsys, kube_api, "--extender-url", "http://127.0.0.1:9")
     assert code == 1 and "pod scenario/p1-again does not exist" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_pods_pull_secrets_as_the_users_credentials_read_them(
+    kube_api: StandInApi, extender: _Extender, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 45: regcred (readable) names the pod's private registry; gone is forbidden to
+    # the user. explain says which images a secret covers, and never what it holds.
+    _cluster(kube_api)
+    password = "hunter2-secret-password"
+    auth = base64.b64encode(f"robot:{password}".encode()).decode()
+    config = {"auths": {"private.example:5000": {"auth": auth}}}
+    secret = {
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()},
+    }
+    pod = {
+        "metadata": {"name": "p1-again", "namespace": "scenario", "uid": "uid-1"},
+        "spec": {
+            "schedulerName": "layer-locality",
+            "nodeName": "n2",
+            "containers": [
+                {"name": "app", "image": "private.example:5000/team/app:1"},
+                {"name": "side", "image": "docker.io/library/busybox:1"},
+            ],
+            "imagePullSecrets": [{"name": "regcred"}, {"name": "gone"}],
+        },
+    }
+    kube_api.route("GET", POD_PATH, ok(pod))
+    kube_api.route("GET", "/api/v1/namespaces/scenario/secrets/regcred", ok(secret))
+    kube_api.route(
+        "GET",
+        "/api/v1/namespaces/scenario/secrets/gone",
+        status(403, "Forbidden", 'secrets "gone" is forbidden'),
+    )
+    _answer(extender, _decision())
+    code, out, err = _explain(capsys, kube_api, "-o", "json", "--extender-url", _url(extender))
+    assert code == 0, err
+    explained = json.loads(out)
+    assert explained["pull_secrets"] == [
+        {
+            "secret": "scenario/regcred",
+            "readable": True,
+            "outcome": "read",
+            "registries": ["private.example:5000"],
+            "images": ["private.example:5000/team/app:1"],
+        },
+        {
+            "secret": "scenario/gone",
+            "readable": False,
+            "outcome": "forbidden",
+            "registries": [],
+            "images": [],
+        },
+    ]
+    notes = " ".join(explained["notes"])
+    assert "pull secret scenario/gone: forbidden with your credentials" in notes
+    assert "--pull-secret-namespace" in notes
+    assert password not in out + err and auth not in out + err

@@ -6,6 +6,7 @@ Regenerate after changing the generator: ``.venv/bin/layersched deploy render``.
 from __future__ import annotations
 
 import base64
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -685,5 +686,55 @@ def test_the_spread_is_on_by_default_in_the_extender_and_the_plugin(spread: bool
     ids=["weight", "quorum", "runtime", "relative-socket"],
 )
 def test_bad_install_options_are_named(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        StackSpec(**fields)
+
+
+def test_pull_secret_roles_grant_get_in_the_namespaces_named_and_nowhere_else() -> None:
+    # issue 45: the extender reads pull secrets only where the user opts in, by name
+    spec = StackSpec(pull_secret_namespaces=("team", "ci"), pull_secret_names=("regcred",))
+    roles = [
+        obj
+        for obj in stack_objects(spec)["rbac.yaml"]
+        if obj["kind"] in ("Role", "RoleBinding")
+        and obj["metadata"]["name"].endswith("-pull-secrets")
+    ]
+    assert [(o["kind"], o["metadata"]["namespace"]) for o in roles] == [
+        ("Role", "team"), ("RoleBinding", "team"), ("Role", "ci"), ("RoleBinding", "ci"),
+    ]  # fmt: skip
+    assert roles[0]["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["regcred"],
+         "verbs": ["get"]}
+    ]  # fmt: skip
+    assert roles[1]["subjects"] == [
+        {"kind": "ServiceAccount", "name": spec.extender_account, "namespace": spec.namespace}
+    ]
+    deployment = stack_objects(spec)["scheduler.yaml"][1]
+    [sidecar] = [c for c in deployment["spec"]["template"]["spec"]["containers"]
+                 if c["name"] == "extender"]  # fmt: skip
+    assert "--pull-secrets" in sidecar["args"]
+    # by default: no Role anywhere, and the extender reads no secret
+    default = stack_objects(StackSpec())
+    assert not [o for o in default["rbac.yaml"] if "secrets" in json.dumps(o.get("rules", []))]
+    assert "--pull-secrets" not in json.dumps(default["scheduler.yaml"])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"pull_secret_names": ("regcred",)}, "pull secret names without namespaces"),
+        ({"pull_secret_namespaces": ("Team",)}, "pull secret namespace 'Team': not a Kubernetes"),
+        (
+            {"pull_secret_namespaces": ("team",), "pull_secret_names": ("../x",)},
+            "pull secret name '../x'",
+        ),
+        (
+            {"pull_secret_namespaces": ("team",), "scheduler": "plugin"},
+            "resolves layers at no registry",
+        ),
+    ],
+    ids=["names-alone", "bad-namespace", "bad-name", "plugin"],
+)
+def test_bad_pull_secret_settings_are_named(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(InputError, match=re.escape(message)):
         StackSpec(**fields)

@@ -33,7 +33,7 @@ from layersched.core.strategies.args import (
 )
 
 if TYPE_CHECKING:
-    from layersched.registry import MemoryBudget
+    from layersched.registry import MemoryBudget, PullCredential
 from layersched.core.strategies.image_locality import (
     IMAGE_VOLUMES_COUNT_SINCE,
     IMAGE_VOLUMES_RAISE_THRESHOLD_SINCE,
@@ -309,6 +309,34 @@ def registry_source_factory(
             allowed_registries=args.allow_registry,
         )
         return RegistryLayerSource(client, budget)
+
+    return make
+
+
+def credential_source_factory(
+    args: argparse.Namespace, budget: MemoryBudget | None = None
+) -> Callable[[Platform, PullCredential], LayerSource]:
+    """Makes a registry-backed source for a platform that resolves with one pull
+    credential and nothing else (no docker config file, no credential helper), its errors
+    scrubbed of it (:class:`~layersched.registry.CredentialSource`); the registry rules
+    are the other sources' (allowed registries, token hosts, timeouts)."""
+    from layersched.registry import CredentialSource, RegistryClient, RegistryLayerSource
+
+    token_hosts = token_hosts_from_args(args.registry_token_host)
+
+    def make(platform: Platform, credential: PullCredential) -> LayerSource:
+        client = RegistryClient(
+            platform=platform,
+            insecure_hosts=tuple(args.insecure_registry),
+            credentials={credential.registry: credential.credentials},
+            timeout_s=args.registry_timeout_s,
+            retries=args.registry_retries,
+            deadline_s=args.registry_deadline_s,
+            auth_files=(),
+            token_hosts=token_hosts,
+            allowed_registries=args.allow_registry,
+        )
+        return CredentialSource(RegistryLayerSource(client, budget), credential)
 
     return make
 

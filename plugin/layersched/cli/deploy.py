@@ -267,6 +267,23 @@ def add_install_options(q: argparse.ArgumentParser) -> None:
         f"{' '.join(DEFAULT_ALLOWED_REGISTRIES)}); images from others get neutral scores",
     )
     q.add_argument(
+        "--pull-secret-namespace",
+        action="append",
+        default=[],
+        metavar="NAMESPACE",
+        help="let the extender read the pull secrets pods of NAMESPACE name (a Role granting "
+        "get on its secrets; repeatable; default: none: private images resolve only through "
+        "the nodes' agents)",
+    )
+    q.add_argument(
+        "--pull-secret-name",
+        action="append",
+        default=[],
+        metavar="SECRET",
+        help="with --pull-secret-namespace: only these secrets (the Roles' resourceNames; "
+        "repeatable; default: any secret a pod names)",
+    )
+    q.add_argument(
         "--api-server",
         action="append",
         default=[],
@@ -367,6 +384,8 @@ def install_for(args: argparse.Namespace) -> Install | None:
                 ("--allow-registry", args.allow_registry),
                 ("--api-server", args.api_server),
                 ("--registry-address", args.registry_address),
+                ("--pull-secret-namespace", args.pull_secret_namespace),
+                ("--pull-secret-name", args.pull_secret_name),
                 ("--kubeconfig", args.kubeconfig),
                 ("--context", args.context),
                 ("--namespace", args.namespace),
@@ -403,6 +422,8 @@ def install_for(args: argparse.Namespace) -> Install | None:
         namespace=checked_name(args.namespace or NAMESPACE, "--namespace"),
         scheduler=scheduler,
         kubernetes_version=version.tag,
+        pull_secret_namespaces=tuple(dict.fromkeys(args.pull_secret_namespace)),
+        pull_secret_names=tuple(dict.fromkeys(args.pull_secret_name)),
     ).for_version(version.tag)
     published = published_images(args)
     if scheduler == SCHEDULER_PLUGIN:

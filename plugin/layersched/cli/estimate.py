@@ -34,7 +34,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from layersched.cli._kube import add_cluster_options, open_client
 from layersched.cli._output import add_output_option, is_document, print_document
-from layersched.cli._sources import add_layer_source_options, open_layer_source
+from layersched.cli._pull_secrets import UserPullSecrets
+from layersched.cli._sources import (
+    add_layer_source_options,
+    credential_source_factory,
+    open_layer_source,
+)
 from layersched.cli._tables import console, duration, size, table, table_width
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.estimate import (
@@ -54,6 +59,7 @@ from layersched.core.events import PULLED_REASON
 from layersched.core.inflight import PULL_MODES, SERIAL
 from layersched.core.layerindex import NodeImage, NodeInfo, names_resolver
 from layersched.core.layers import Layer, LayerSource
+from layersched.core.manifest import Platform
 from layersched.core.objects import (
     SchedulableNode,
     decode_placed_pod,
@@ -62,6 +68,7 @@ from layersched.core.objects import (
 )
 from layersched.core.reference import ImageName
 from layersched.core.strategies.args import DEFAULT_BANDWIDTH_BITS_PER_S, InFlightArgs
+from layersched.extender import pull_secret_names
 from layersched.kube import (
     ALL_EVENTS_PATH,
     ALL_PODS_PATH,
@@ -208,11 +215,16 @@ def run(args: argparse.Namespace) -> int:
         with open_client(args) as kube:
             server = kube.config.server
             nodes = _read_nodes(kube, progress)
-            pods, ran = _read_pods(kube, progress, since_s, until_s, namespaces)
+            pods, ran, pulling = _read_pods(kube, progress, since_s, until_s, namespaces)
             pulls = _read_pulls(kube, progress, since_s, {p.uid: p.node for p in pods})
-        notes: list[str] = []
-        facts = _resolve_nodes(nodes, source, progress, notes)
-        pods = _resolve_pods(pods, ran, source, progress, since_s, until_s, namespaces)
+            notes: list[str] = []
+            facts = _resolve_nodes(nodes, source, progress, notes)
+            secrets = _user_pull_secrets(args, kube)
+            pods = _resolve_pods(
+                pods, ran, source, progress, since_s, until_s, namespaces, pulling, secrets
+            )
+            if secrets is not None:
+                notes += secrets.notes()
         task = progress.add_task("weighing the pods", total=None)
         result = estimate(
             facts,
@@ -300,16 +312,22 @@ def _read_nodes(kube: KubeClient, progress: Progress) -> list[tuple[SchedulableN
     return found
 
 
+#: A weighed pod's pull secrets: (its namespace, the secrets it names), by uid.
+PullSecretNames = dict[str, tuple[str, tuple[str, ...]]]
+
+
 def _read_pods(
     kube: KubeClient,
     progress: Progress,
     since_s: float,
     until_s: float,
     namespaces: frozenset[str] | None,
-) -> tuple[list[PodFacts], dict[str, dict[ImageName, ImageName]]]:
-    """Every bound pod's facts, and for those weighed, what their runtimes ran (by uid)."""
+) -> tuple[list[PodFacts], dict[str, dict[ImageName, ImageName]], PullSecretNames]:
+    """Every bound pod's facts, and for those weighed, what their runtimes ran and the pull
+    secrets they name (by uid)."""
     pods: list[PodFacts] = []
     ran: dict[str, dict[ImageName, ImageName]] = {}
+    pulling: PullSecretNames = {}
     problems: list[str] = []
     items = _pages(kube, progress, ALL_PODS_PATH, "pods", field_selector=BOUND_PODS)
     for i, item in enumerate(items):
@@ -324,9 +342,12 @@ def _read_pods(
         pods.append(facts)
         if in_window(facts, since_s, until_s, namespaces):
             ran[facts.uid] = ran_images(pod)
+            names = pull_secret_names(pod)
+            if names and pod.metadata.namespace:
+                pulling[facts.uid] = (pod.metadata.namespace, names)
     for problem in problems:
         log.warning("%s", problem)
-    return pods, ran
+    return pods, ran, pulling
 
 
 def _read_pulls(
@@ -385,6 +406,16 @@ def _resolve_nodes(
     return facts
 
 
+def _user_pull_secrets(args: argparse.Namespace, kube: KubeClient) -> UserPullSecrets | None:
+    """Pods' pull secrets read with the user's credentials (None with ``--layers``, an
+    offline source: no registry to ask with them)."""
+    if args.layers:
+        return None
+    make = credential_source_factory(args)
+    platform = Platform.parse(args.platform)
+    return UserPullSecrets(kube, lambda credential: make(platform, credential))
+
+
 def _resolve_pods(
     pods: list[PodFacts],
     ran: dict[str, dict[ImageName, ImageName]],
@@ -393,19 +424,37 @@ def _resolve_pods(
     since_s: float,
     until_s: float,
     namespaces: frozenset[str] | None,
+    pulling: PullSecretNames | None = None,
+    secrets: UserPullSecrets | None = None,
 ) -> list[PodFacts]:
     """The pods, those weighed with the layers of their images (by the digest their runtime
-    ran, else by their reference)."""
+    ran, else by their reference); a private image with the pod's pull secret for its
+    registry (``secrets``: read with the user's credentials), the others with ``source``."""
     weighed = [
         i
         for i, pod in enumerate(pods)
         if not pod.pinned and in_window(pod, since_s, until_s, namespaces)
     ]
-    references = {(image, ran[pods[i].uid].get(image)) for i in weighed for image in pods[i].images}
+    # the source of each weighed pod's image: its pull secret's credential's, else None
+    source_of: dict[tuple[str, ImageName], LayerSource | None] = {}
+    for i in weighed:
+        pod = pods[i]
+        named = (pulling or {}).get(pod.uid)
+        credentials = secrets.credentials(*named) if secrets is not None and named else {}
+        for image in pod.images:
+            own = secrets.source(image, credentials) if secrets is not None else None
+            source_of[(pod.uid, image)] = own
+    Key = tuple[ImageName, ImageName | None, int]
+    references: dict[Key, LayerSource] = {}
+    for i in weighed:
+        for image in pods[i].images:
+            own = source_of[(pods[i].uid, image)]
+            chosen = own if own is not None else source
+            references[(image, ran[pods[i].uid].get(image), id(chosen))] = chosen
     step = _resolving(progress, "the pods' images", len(references))
-    resolved: dict[tuple[ImageName, ImageName | None], tuple[Layer, ...] | str] = {}
-    for image, by_digest in references:
-        resolved[(image, by_digest)] = _resolve_image(source, image, by_digest)
+    resolved: dict[Key, tuple[Layer, ...] | str] = {}
+    for (image, by_digest, which), chosen in references.items():
+        resolved[(image, by_digest, which)] = _resolve_image(chosen, image, by_digest)
         step()
     out = list(pods)
     for i in weighed:
@@ -413,7 +462,9 @@ def _resolve_pods(
         found: dict[ImageName, tuple[Layer, ...]] = {}
         why = ""
         for image in pod.images:
-            layers = resolved[(image, ran[pod.uid].get(image))]
+            own = source_of[(pod.uid, image)]
+            which = id(own if own is not None else source)
+            layers = resolved[(image, ran[pod.uid].get(image), which)]
             if isinstance(layers, str):
                 why = why or f"{image}: {layers}"
             else:

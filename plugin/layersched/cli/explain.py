@@ -28,9 +28,11 @@ from rich.markup import escape
 
 from layersched.cli._kube import add_cluster_options, open_client
 from layersched.cli._output import add_output_option, is_document, print_document
+from layersched.cli._pull_secrets import UserPullSecrets
 from layersched.cli._tables import console, size, table, table_width
 from layersched.core.errors import InputError, KubeError
 from layersched.core.events import SCHEDULED_REASON, scheduled_event
+from layersched.core.objects import decode_pod, pod_images
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.deploy import (
     EXTENDER_PORT,
@@ -41,6 +43,7 @@ from layersched.deploy import (
     labels,
     parse_kubernetes_version,
 )
+from layersched.extender import pull_secret_names
 from layersched.kube import (
     HTTP_NOT_FOUND,
     VERSION_PATH,
@@ -181,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
             lookup = ask(args.extender_url, key, uid, args.extender_url)
         else:
             lookup = _ask_install(kube, args, key, uid)
+        pulls = _pull_secrets(kube, pod)
     explained = explain(
         key=key,
         uid=uid,
@@ -190,11 +194,44 @@ def run(args: argparse.Namespace) -> int:
         ours=args.scheduler_name,
         lookup=lookup,
     )
+    _add_pull_secrets(explained, pulls)
     if is_document(args.output):
         print_document(explained, args.output)
     else:
         print_explanation(explained, console(wide=args.output == "wide"), args.output)
     return 0
+
+
+def _pull_secrets(kube: KubeClient, document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's pull secrets as the user's credentials read them (issue 45): readable or
+    why not, the registries each names and the pod's images it covers."""
+    try:
+        pod = decode_pod(document, "the pod")
+        images = pod_images(pod, "the pod").pulled
+    except InputError:
+        return []
+    names = pull_secret_names(pod)
+    if not names or not pod.metadata.namespace:
+        return []
+    return UserPullSecrets(kube).describe(pod.metadata.namespace, names, images)
+
+
+def _add_pull_secrets(explained: dict[str, Any], pulls: list[dict[str, Any]]) -> None:
+    """``pull_secrets`` in the document, and what they mean for the answer in its notes."""
+    explained["pull_secrets"] = pulls
+    private = sorted({image for pull in pulls for image in pull["images"]})
+    for pull in pulls:
+        if not pull["readable"]:
+            explained["notes"].append(
+                f"pull secret {pull['secret']}: {pull['outcome']} with your credentials"
+            )
+    if private:
+        explained["notes"].append(
+            f"{', '.join(private)}: pulled with the pod's pull secret; the extender resolves "
+            "them with it only where a Role lets it get that secret (layersched deploy "
+            "render --pull-secret-namespace NS; the chart's extender.pullSecrets), else "
+            "from the nodes' agents alone"
+        )
 
 
 def _read_pod(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from layersched.cli._logging import add_log_options
 from layersched.cli._sources import (
     add_layer_source_options,
     add_strategy_options,
+    credential_source_factory,
     open_layer_source,
     registry_source_factory,
     strategy_from_args,
@@ -19,6 +20,7 @@ from layersched.core.layers import LayerSource, NoLayerSource
 from layersched.core.manifest import Platform
 from layersched.extender import (
     ALLOCATORS,
+    CREDENTIAL_WORKERS,
     DEFAULT_AGENT_GRACE_S,
     DEFAULT_IMAGE_QUORUM,
     DEFAULT_INVENTORY_MAX_AGE_S,
@@ -31,8 +33,10 @@ from layersched.extender import (
     PYMALLOC,
     REQUEST_READ_TIMEOUT_S,
     SHUTDOWN_GRACE_S,
+    DeadlineResolver,
     HealthListener,
     Platforms,
+    PullSecrets,
     Recycler,
     StaticLayerIndexProvider,
     WatchLayerIndexProvider,
@@ -43,7 +47,7 @@ from layersched.extender import (
     serve,
 )
 from layersched.kube import KubeClient, load_config
-from layersched.registry import DEFAULT_BUDGET_BYTES, MemoryBudget
+from layersched.registry import DEFAULT_BUDGET_BYTES, MemoryBudget, PullCredential
 from layersched.serving import ReloadingTls
 
 #: Smallest --max-request-bytes accepted: below this not even a small pod fits.
@@ -170,7 +174,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="API credentials for --watch (default: the pod's service account)",
+        help="API credentials for --watch and --pull-secrets (default: the pod's service account)",
+    )
+    p.add_argument(
+        "--pull-secrets",
+        action="store_true",
+        help="resolve a pod's private images with the pull secrets it names "
+        "(spec.imagePullSecrets), read one by one (get) from its namespace where a Role "
+        "grants it; answers kept per credential, never shared (docs/extender.md, Pull "
+        "secrets)",
     )
     p.add_argument(
         "--agent-grace-s",
@@ -278,8 +290,15 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError("--tls-cert-file and --tls-key-file go together: pass both or neither")
     if not args.agent_grace_s >= 0:
         raise InputError(f"--agent-grace-s {args.agent_grace_s}: must be >= 0 seconds")
-    if args.kubeconfig is not None and not args.watch:
-        raise InputError("--kubeconfig is for --watch: pass --watch too, or drop it")
+    if args.kubeconfig is not None and not (args.watch or args.pull_secrets):
+        raise InputError(
+            "--kubeconfig is for --watch and --pull-secrets: pass one of them too, or drop it"
+        )
+    if args.pull_secrets and args.layers:
+        raise InputError(
+            "--pull-secrets resolves private images at their registries: drop --layers "
+            "(an offline source), or drop --pull-secrets"
+        )
     if args.health_port is not None and not 0 < args.health_port <= MAX_PORT:
         raise InputError(
             f"--health-port {args.health_port}: choose a TCP port between 1 and {MAX_PORT}"
@@ -311,6 +330,28 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(
             "--client-ca-file verifies clients over TLS: pass --tls-cert-file and --tls-key-file"
         )
+
+
+def _pull_secrets(args: argparse.Namespace, budget: MemoryBudget) -> PullSecrets | None:
+    """With ``--pull-secrets``: pods' pull secrets read with the extender's API identity,
+    and a resolver per credential (its own registry client and cache, in the budget)."""
+    if not args.pull_secrets:
+        return None
+    config = load_config(args.kubeconfig)  # fails here, early, without credentials
+    make_source = credential_source_factory(args, budget)
+    default = Platform.parse(args.platform)
+
+    def make_resolver(credential: PullCredential, platform_key: str) -> DeadlineResolver:
+        platform = Platform.parse(platform_key) if platform_key else default
+        return DeadlineResolver(
+            make_source(platform, credential),
+            timeout_s=args.resolve_timeout_s,
+            workers=CREDENTIAL_WORKERS,
+            warm_workers=1,
+            budget=budget,
+        )
+
+    return PullSecrets(lambda: KubeClient(config), make_resolver, timeout_s=args.resolve_timeout_s)
 
 
 def _listening(url: str) -> None:
@@ -365,6 +406,7 @@ def run(args: argparse.Namespace) -> int:
         resolve_workers=args.resolve_workers,
         platforms=platforms,
         budget=budget,
+        pull_secrets=_pull_secrets(args, budget) if strategy.needs_layers else None,
     )
     tls = (
         ReloadingTls(

@@ -125,12 +125,20 @@ class Volume(msgspec.Struct, gc=False):
     image: ImageVolumeSource | None = None
 
 
+class LocalObjectReference(msgspec.Struct, gc=False):
+    """A reference to an object of the same namespace, by name (a pull secret)."""
+
+    name: str = ""
+
+
 class PodSpec(msgspec.Struct, gc=False):
-    """``Pod.spec``: the containers (init containers first, in upstream's order) and volumes."""
+    """``Pod.spec``: the containers (init containers first, in upstream's order), volumes,
+    and the pull secrets the kubelet pulls the images with."""
 
     initContainers: Sequence[Container] | None = None
     containers: Sequence[Container] | None = None
     volumes: list[Volume] | None = None
+    imagePullSecrets: list[LocalObjectReference] | None = None
 
 
 class Pod(msgspec.Struct, gc=False):

@@ -129,6 +129,13 @@ _SOCKET = "/chart-sentinel/containerd.sock"
 _CRIO_STORAGE = "/chart-sentinel/crio-storage"
 _WEIGHT = 999_983
 _QUORUM = 99_991
+#: The pull secrets' sentinels: a namespace the extender may read pull secrets in (each a
+#: Role and its binding: a ``range`` over the values) and one secret the Roles name.
+_PULL_NAMESPACE = "chart-sentinel-pull-namespace"
+_PULL_SECRET = "chart-sentinel-pull-secret"  # noqa: S105 (a name, no password)
+_PULL_FLAG = "--pull-secrets"
+#: The variable a pull-secret Role's ``range`` binds (its namespace).
+_PULL_VARIABLE = "$pullNamespace"
 #: The egress rules' sentinels: list items where the API server's and the registries'
 #: rules go, and one rule's address and port (a ``range`` item's fields).
 _EGRESS_API = "chart-sentinel-egress-api-server"
@@ -227,6 +234,7 @@ def default_values(published: PublishedImages | None = None) -> dict[str, Any]:
             "strategy": StackSpec().strategy,
             "spread": StackSpec().spread,
             "allowedRegistries": list(DEFAULT_ALLOWED_REGISTRIES),
+            "pullSecrets": {"namespaces": [], "names": []},
             "extraArgs": [],
         },
         "egress": {"apiServer": [], "registries": []},
@@ -275,7 +283,10 @@ _VALUES_COMMENTS = {
     "imageQuorum": "Nodes that must publish the same layers for a pod image.",
     "extender": (
         "The extender's strategy, its spread (layer-locality's --spread, on by default), the "
-        "registries it may resolve images from, and extra arguments."
+        "registries it may resolve images from, the namespaces whose pods' pull secrets it "
+        "may read (pullSecrets.namespaces: a Role granting get on secrets in each, and "
+        "--pull-secrets; pullSecrets.names: only those secrets; default: none), and extra "
+        "arguments."
     ),
     "egress": (
         "Where the scheduler pods may connect besides DNS and public registries on 443 "
@@ -377,6 +388,26 @@ def values_schema() -> dict[str, Any]:
                             "minItems": 1,
                             "items": {"type": "string", "minLength": 1},
                         },
+                        "pullSecrets": _object_schema(
+                            {
+                                "namespaces": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "string",
+                                        "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                                        "maxLength": 63,
+                                    },
+                                },
+                                "names": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "string",
+                                        "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                                        "maxLength": 253,
+                                    },
+                                },
+                            }
+                        ),
                         "extraArgs": {"type": "array", "items": {"type": "string"}},
                     }
                 ),
@@ -396,6 +427,7 @@ def values_schema() -> dict[str, Any]:
 
 
 def _sentinel_spec(variant: Variant) -> StackSpec:
+    pulls = variant.scheduler == SCHEDULER_EXTENDER  # the plugin reads no pull secret
     return StackSpec(
         namespace=_NAMESPACE,
         strategy=_STRATEGY,
@@ -407,6 +439,8 @@ def _sentinel_spec(variant: Variant) -> StackSpec:
         runtime=variant.runtime,
         containerd_socket=_SOCKET,
         crio_storage=_CRIO_STORAGE,
+        pull_secret_namespaces=(_PULL_NAMESPACE,) if pulls else (),
+        pull_secret_names=(_PULL_SECRET,) if pulls else (),
     ).for_version(f"v1.{variant.minor}.{NEWEST_PATCH[variant.minor]}")
 
 
@@ -456,7 +490,8 @@ def _peer_rules(pad: str, values: str, otherwise: list[dict[str, Any]] | None) -
 
 
 def _scalars(line: str, extra: Mapping[str, str]) -> str:
-    for sentinel, expression in (*_SCALARS, *extra.items()):
+    for sentinel, expression in (*_SCALARS, (_PULL_NAMESPACE, f"{{{{ {_PULL_VARIABLE} }}}}"),
+                                 *extra.items()):  # fmt: skip
         line = line.replace(sentinel, expression)
     return line
 
@@ -496,6 +531,25 @@ def _templated(text: str, extra: Mapping[str, str] | None = None) -> str:
                 f'{pad}{{{{- if eq .Values.extender.strategy "{LAYER_LOCALITY_STRATEGY}" }}}}',
                 f"{pad}- {{{{ if .Values.extender.spread }}}}--spread"
                 "{{ else }}--no-spread{{ end }}",
+                f"{pad}{{{{- end }}}}",
+            ]
+            continue
+        if item is not None and item["value"] == _PULL_FLAG:
+            pad = item["indent"]
+            out += [
+                f"{pad}{{{{- if .Values.extender.pullSecrets.namespaces }}}}",
+                line,
+                f"{pad}{{{{- end }}}}",
+            ]
+            continue
+        if item is not None and item["value"] == _PULL_SECRET:
+            # "resourceNames:" (already written) and its one sentinel item: the names given
+            key = out.pop()
+            pad = key[: len(key) - len(key.lstrip())]
+            out += [
+                f"{pad}{{{{- with $.Values.extender.pullSecrets.names }}}}",
+                key,
+                f"{pad}{{{{- toYaml . | nindent {len(pad)} }}}}",
                 f"{pad}{{{{- end }}}}",
             ]
             continue
@@ -639,13 +693,24 @@ def _file_template(
             if condition is not None and not condition.startswith("("):
                 condition = f"({condition})"
             condition = when if condition is None else f"and {condition} {when}"
+        document = _per_pull_namespace(text) if _PULL_VARIABLE in text else f"---\n{text}"
         if condition is None:
-            parts.append(f"---\n{text}")
+            parts.append(document)
         else:
-            parts.append(f"{{{{- if {condition} }}}}\n---\n{text}{{{{- end }}}}\n")
+            parts.append(f"{{{{- if {condition} }}}}\n{document}{{{{- end }}}}\n")
     if guard is not None:
         parts.append("{{- end }}\n")
     return "".join(parts)
+
+
+def _per_pull_namespace(text: str) -> str:
+    """An object of a pull-secret namespace (a Role, its binding), once per namespace of
+    ``extender.pullSecrets.namespaces`` (inside the ``range``, the values are ``$``'s)."""
+    body = text.replace("{{ .Values.", "{{ $.Values.")
+    return (
+        f"{{{{- range {_PULL_VARIABLE} := .Values.extender.pullSecrets.namespaces }}}}\n"
+        f"---\n{body}{{{{- end }}}}\n"
+    )
 
 
 #: Files that a value turns off as a whole.
@@ -814,6 +879,10 @@ def chart_values(spec: StackSpec, **images: Mapping[str, str]) -> dict[str, Any]
         "strategy": spec.strategy,
         "spread": spec.spread,
         "allowedRegistries": list(spec.allowed_registries),
+        "pullSecrets": {
+            "namespaces": list(spec.pull_secret_namespaces),
+            "names": list(spec.pull_secret_names),
+        },
         "extraArgs": list(spec.extender_args),
     }
     values["runtime"] = {

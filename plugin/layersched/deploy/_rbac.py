@@ -16,6 +16,17 @@ builds; 1.21 and 1.22 inferred) is written per minor in
 tests/fixtures/kube_scheduler_rbac.json, and tests/unit/test_deploy_versions.py holds
 :func:`scheduler_rules` to it for every minor from 1.20 to 1.37.
 
+**The extender's pull-secret Roles** (:func:`pull_secret_roles`): where the user opts in
+(``StackSpec.pull_secret_namespaces``), a Role in that namespace granting ``get`` on
+secrets (by name when ``pull_secret_names`` lists them; never ``list`` or ``watch``),
+bound to the extender's own service account: the extender reads the pull secrets a pod
+names, one by one, and nothing in a namespace nobody named. A ServiceAccount token
+projected for that purpose would not do less: the registry must accept it (a cloud's
+workload identity federated with the cluster's issuer), and the extender would need to
+mint tokens for each pod's account (``create`` on ``serviceaccounts/token``, every
+account of the namespace), more than reading the secrets the kubelet itself reads
+(docs/extender.md, "Pull secrets").
+
 The kind stack's in-tree scheduler (no part of ``deploy/``) binds upstream's own roles
 (:data:`SCHEDULER_CLUSTER_ROLES`) and may read the authentication ConfigMap in
 ``kube-system``, exactly what kubeadm grants the default scheduler.
@@ -26,7 +37,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from layersched.deploy._spec import StackSpec
 from layersched.deploy._versions import parse_kubernetes_version
+from layersched.deploy._workloads import labels
+from layersched.kube import pull_secret_rbac
 
 #: Upstream's bootstrap ClusterRoles for a kube-scheduler.
 SCHEDULER_CLUSTER_ROLES = ("system:kube-scheduler", "system:volume-scheduler")
@@ -97,3 +111,28 @@ def scheduler_rules(kubernetes_version: str) -> list[dict[str, Any]]:
     """The second scheduler's ClusterRole rules for a cluster of ``kubernetes_version``."""
     minor = parse_kubernetes_version(kubernetes_version, "kubernetesVersion").minor
     return [*SCHEDULER_RULES, *(r for since, r in SCHEDULER_RULES_SINCE if minor >= since)]
+
+
+def pull_secret_role_name(spec: StackSpec) -> str:
+    """The Role (and its binding) in each namespace whose pull secrets the extender reads."""
+    return f"{spec.scheduler_name}-pull-secrets"
+
+
+def pull_secret_roles(spec: StackSpec) -> list[dict[str, Any]]:
+    """For each of ``spec.pull_secret_namespaces``: a Role granting ``get`` on its secrets
+    (``spec.pull_secret_names`` only, when given) and its binding to the extender's service
+    account; none without the extender."""
+    if spec.plugin:
+        return []
+    account = {"kind": "ServiceAccount", "name": spec.extender_account, "namespace": spec.namespace}
+    return [
+        obj
+        for namespace in spec.pull_secret_namespaces
+        for obj in pull_secret_rbac(
+            pull_secret_role_name(spec),
+            namespace,
+            [account],
+            spec.pull_secret_names,
+            labels(spec.scheduler_name),
+        )
+    ]

@@ -7,6 +7,7 @@ another to learn what an install is.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -113,6 +114,12 @@ class StackSpec:
     containerd_socket: str = CONTAINERD_SOCKET
     #: CRI-O's storage root on the host (``runtime`` ``crio``).
     crio_storage: str = DEFAULT_CRIO_STORAGE
+    #: Namespaces whose pods' pull secrets the extender may read (``--pull-secrets``): a
+    #: Role granting ``get`` on secrets in each, bound to the extender's account; none by
+    #: default (docs/extender.md, "Pull secrets").
+    pull_secret_namespaces: tuple[str, ...] = ()
+    #: The secrets those Roles name (``resourceNames``); empty: any secret of the namespace.
+    pull_secret_names: tuple[str, ...] = ()
 
     @property
     def extender_account(self) -> str:
@@ -153,6 +160,7 @@ class StackSpec:
         ):
             if not path.startswith("/"):
                 raise InputError(f"{what} {path!r}: give the absolute path on the node")
+        self._check_pull_secrets()
         minor = kubernetes_minor(self.kubernetes_version)
         if self.scheduler == SCHEDULER_PLUGIN and minor < PLUGIN_FRAMEWORK_SINCE_MINOR:
             since = ".".join(map(str, PLUGIN_FRAMEWORK_SINCE_MINOR))
@@ -161,6 +169,32 @@ class StackSpec:
                 f"{LAYER_LOCALITY_PLUGIN} plugin is built for kube-scheduler {since} and newer "
                 f"only; use {SCHEDULER_EXTENDER!r}, which serves every version (docs/deploy.md)"
             )
+
+    def _check_pull_secrets(self) -> None:
+        """Pull secrets are the extender's (the plugin resolves at no registry), in real
+        namespaces, naming real secrets."""
+        if self.pull_secret_names and not self.pull_secret_namespaces:
+            raise InputError(
+                "pull secret names without namespaces: name the namespaces whose pods' pull "
+                "secrets the extender may read (--pull-secret-namespace)"
+            )
+        if self.pull_secret_namespaces and self.scheduler == SCHEDULER_PLUGIN:
+            raise InputError(
+                f"pull secrets with scheduler {SCHEDULER_PLUGIN!r}: the {LAYER_LOCALITY_PLUGIN} "
+                "plugin resolves layers at no registry, so it reads no pull secret; use "
+                f"{SCHEDULER_EXTENDER!r}, or drop the pull secret namespaces"
+            )
+        for what, names, label in (
+            ("pull secret namespace", self.pull_secret_namespaces, True),
+            ("pull secret name", self.pull_secret_names, False),
+        ):
+            for name in names:
+                if not _object_name(name, label=label):
+                    raise InputError(
+                        f"{what} {name!r}: not a Kubernetes "
+                        f"{'namespace' if label else 'object'} name (lowercase letters, "
+                        "digits and '-')"
+                    )
 
     @property
     def plugin(self) -> bool:
@@ -172,6 +206,16 @@ class StackSpec:
         """Whether the extender watches the pods bound to nodes (``in-flight``), and may
         list and watch pods."""
         return not self.plugin and self.strategy == IN_FLIGHT_STRATEGY
+
+
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _object_name(name: str, *, label: bool) -> bool:
+    """A namespace's name (a DNS-1123 label, 63 characters) or an object's (a subdomain)."""
+    pattern, most = (_LABEL, 63) if label else (_SUBDOMAIN, 253)
+    return len(name) <= most and pattern.fullmatch(name) is not None
 
 
 def stack_spec_for(kubernetes_version: str, **fields: Any) -> StackSpec:

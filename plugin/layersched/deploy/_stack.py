@@ -48,6 +48,7 @@ from layersched.deploy._rbac import (
     AUTH_READER_NAMESPACE,
     AUTH_READER_ROLE,
     RBAC_GROUP,
+    pull_secret_roles,
     rule,
     scheduler_rules,
 )
@@ -302,6 +303,8 @@ def extender_args(spec: StackSpec) -> list[str]:
         argv += ["--spread" if spec.spread else "--no-spread"]
     for registry in spec.allowed_registries:
         argv += ["--allow-registry", registry]
+    if spec.pull_secret_namespaces:
+        argv += ["--pull-secrets"]  # the Roles of pull_secret_roles let it read them
     return [*argv, *spec.extender_args]
 
 
@@ -618,6 +621,7 @@ def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any
             _binding(
                 "ClusterRoleBinding", agent_role, "ClusterRole", agent_role, AGENT_NAME, spec, None
             ),
+            *pull_secret_roles(spec),
         ],
         "scheduler.yaml": [
             {

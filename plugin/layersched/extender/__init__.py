@@ -24,12 +24,23 @@ from layersched.extender._memory import (
 from layersched.extender._metrics import LATENCY_BUCKETS_S
 from layersched.extender._parse import DEFAULT_INVENTORY_MAX_AGE_S
 from layersched.extender._platforms import Platforms
+from layersched.extender._pod_layers import registry_of
 from layersched.extender._pools import DEFAULT_MAX_INVENTORY_BYTES
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
 from layersched.extender._providers import (
     LayerIndexProvider,
     StaticLayerIndexProvider,
     WatchLayerIndexProvider,
+)
+from layersched.extender._pull_secrets import (
+    CREDENTIAL_WORKERS,
+    MAX_CACHED_SECRETS,
+    MAX_CREDENTIALS,
+    MAX_PULL_SECRETS_PER_POD,
+    MAX_SECRETS_PER_NAMESPACE,
+    PullSecrets,
+    SecretCache,
+    pull_secret_names,
 )
 from layersched.extender._resolver import DeadlineResolver
 from layersched.extender._server import (
@@ -51,6 +62,7 @@ from layersched.extender._wire import MAX_EXTENDER_PRIORITY
 
 __all__ = [
     "ALLOCATORS",
+    "CREDENTIAL_WORKERS",
     "DEFAULT_AGENT_GRACE_S",
     "DEFAULT_IMAGE_QUORUM",
     "DEFAULT_INVENTORY_MAX_AGE_S",
@@ -59,9 +71,13 @@ __all__ = [
     "DEFAULT_RESOLVE_TIMEOUT_S",
     "GLIBC",
     "LATENCY_BUCKETS_S",
+    "MAX_CACHED_SECRETS",
     "MAX_CONCURRENT_REQUESTS",
+    "MAX_CREDENTIALS",
     "MAX_EXTENDER_PRIORITY",
+    "MAX_PULL_SECRETS_PER_POD",
     "MAX_REQUEST_BYTES",
+    "MAX_SECRETS_PER_NAMESPACE",
     "PYMALLOC",
     "REQUEST_READ_TIMEOUT_S",
     "SCORE_DIVISOR",
@@ -72,7 +88,9 @@ __all__ = [
     "HealthListener",
     "LayerIndexProvider",
     "Platforms",
+    "PullSecrets",
     "Recycler",
+    "SecretCache",
     "StaticLayerIndexProvider",
     "WatchLayerIndexProvider",
     "create_app",
@@ -80,6 +98,8 @@ __all__ = [
     "exec_with_glibc_malloc",
     "limit_malloc_arenas",
     "make_extender",
+    "pull_secret_names",
     "recycled_before",
+    "registry_of",
     "serve",
 ]

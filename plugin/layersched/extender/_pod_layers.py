@@ -4,17 +4,21 @@ the deadline."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from layersched.core.errors import InputError
 from layersched.core.layerindex import prefixed_name
 from layersched.core.layers import Layer
-from layersched.core.reference import ImageName, is_pinned
+from layersched.core.reference import ImageName, ImageReference, is_pinned
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
 from layersched.extender._providers import LayerIndexProvider
+from layersched.extender._pull_secrets import PullSecrets
 from layersched.extender._resolver import DeadlineResolver
+from layersched.registry import PullCredential
 
 #: Pod images whose pinning (a digest in the reference) is remembered, so a request parses
 #: none it parsed before: a cluster's pod images (a few thousand) fit; bounded, as pods
@@ -22,6 +26,16 @@ from layersched.extender._resolver import DeadlineResolver
 PINNED_CACHE_SIZE = 8_192
 
 pinned = functools.lru_cache(maxsize=PINNED_CACHE_SIZE)(is_pinned)
+
+
+@functools.lru_cache(maxsize=PINNED_CACHE_SIZE)
+def registry_of(image: ImageName) -> str | None:
+    """The registry ``image`` is pulled from, as pull secrets name it (None: no
+    reference): remembered like :func:`pinned`, bounded alike."""
+    try:
+        return ImageReference.parse(image).domain
+    except InputError:
+        return None
 
 
 class PodLayers:
@@ -37,8 +51,11 @@ class PodLayers:
         provider: LayerIndexProvider,
         metrics: ExtenderMetrics,
         platforms: Platforms | None,
+        pull_secrets: PullSecrets | None = None,
     ) -> None:
         self.provider = provider
+        #: Pods' pull secrets and a resolver per credential (``--pull-secrets``), or None.
+        self.pull_secrets = pull_secrets
         self.metrics = metrics
         self.platforms = platforms
         #: The default platform's key ("" when every node is scored in one platform).
@@ -90,17 +107,42 @@ class PodLayers:
         return self._status_resolver(key).resolve_names_now(names)
 
     async def resolve(
-        self, key: str, images: Sequence[ImageName], from_inventory: bool
+        self,
+        key: str,
+        images: Sequence[ImageName],
+        from_inventory: bool,
+        credentials: Mapping[str, PullCredential] | None = None,
     ) -> dict[ImageName, tuple[Layer, ...]] | None:
         """The pod's layers for platform ``key``: from the held inventory first (an image
-        some node's agent published needs no registry call), else the resolver."""
+        some node's agent published needs no registry call), else the resolver; an image
+        of a registry the pod's pull secrets name (``credentials``, by registry) through
+        that credential's own resolver, never the extender's."""
         if from_inventory:
             lookup = self.provider.image_layers
             known = {image: self._checked(key, image, lookup(image, key)) for image in images}
             if all(layers is not None for layers in known.values()):
                 self.metrics.pod_images_from_inventory.inc(len(known))
                 return {image: layers for image, layers in known.items() if layers is not None}
-        return await self.resolver(key).resolve_pod(images)
+        if not credentials or self.pull_secrets is None:
+            return await self.resolver(key).resolve_pod(images)
+        groups: dict[int, tuple[DeadlineResolver, list[ImageName]]] = {}
+        for image in dict.fromkeys(images):
+            credential = credentials.get(registry_of(image) or "")
+            resolver = (
+                self.pull_secrets.resolver(credential, key)
+                if credential is not None
+                else self.resolver(key)
+            )
+            groups.setdefault(id(resolver), (resolver, []))[1].append(image)
+        answers = await asyncio.gather(
+            *(resolver.resolve_pod(names) for resolver, names in groups.values())
+        )
+        found: dict[ImageName, tuple[Layer, ...]] = {}
+        for answer in answers:
+            if answer is None:
+                return None
+            found.update(answer)
+        return found
 
     def _checked(
         self, key: str, image: ImageName, agreed: tuple[Layer, ...] | None
@@ -137,6 +179,8 @@ class PodLayers:
         return self._resolvers[self.default_key].cache.budget.held_bytes
 
     def close(self) -> None:
-        """Stop every resolver's workers."""
+        """Stop every resolver's workers (every credential's too)."""
         for resolver in self._resolvers.values():
             resolver.close()
+        if self.pull_secrets is not None:
+            self.pull_secrets.close()

@@ -7,7 +7,7 @@ import logging
 import time
 from array import array
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 from layersched.core.errors import InputError
 from layersched.core.layerindex import IndexArray, LayerIndex, SlotCache
 from layersched.core.layers import Layer, LayerSource
-from layersched.core.objects import Node, ObjectMeta, pod_images, pod_name
+from layersched.core.objects import Node, ObjectMeta, Pod, pod_images, pod_name
 from layersched.core.pod import PodImages
 from layersched.core.reference import ImageName
 from layersched.core.strategies import NodeScores, PlatformGroup, Strategy, pod_layers
@@ -26,6 +26,7 @@ from layersched.extender._pending import PendingPods
 from layersched.extender._platforms import Platforms, PlatformSource
 from layersched.extender._pod_layers import PodLayers
 from layersched.extender._providers import LayerIndexProvider, request_index
+from layersched.extender._pull_secrets import PullSecrets, pull_secret_names
 from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver
 from layersched.extender._wire import (
     MAX_EXTENDER_PRIORITY,
@@ -36,6 +37,7 @@ from layersched.extender._wire import (
     NamesOnlyArgs,
     NodeNamesList,
 )
+from layersched.registry import PullCredential
 
 log = logging.getLogger("layersched.extender")
 #: The pod's bytes a decision records saturate here (only an explanation: a hostile size
@@ -289,6 +291,7 @@ class Extender:
         provider: LayerIndexProvider,
         metrics: ExtenderMetrics,
         platforms: Platforms | None = None,
+        pull_secrets: PullSecrets | None = None,
     ) -> None:
         self.strategy = strategy
         self.provider = provider
@@ -301,7 +304,7 @@ class Extender:
         )
         #: The pod's layers in each platform, and the resolvers behind them (which also
         #: resolve the status images of nodes without an agent, for a watching provider).
-        self.pod_layers = PodLayers(resolver, provider, metrics, self.platforms)
+        self.pod_layers = PodLayers(resolver, provider, metrics, self.platforms, pull_secrets)
         provider.use_resolvers(self.pod_layers)
         #: What was answered for recent pods (``/debug/decisions``).
         self.decisions = Decisions()
@@ -394,7 +397,10 @@ class Extender:
             return self._neutral(args.NodeNames, "not_ready", pod), "not_ready", None
         names, inventory, node_keys, candidates, missing = nodes
         groups = self._platform_groups(node_keys, candidates)
-        layers = await self._layers(pod, groups, from_inventory=args.Nodes is None)
+        credentials = await self._pull_credentials(args.Pod)
+        if credentials is None:
+            return self._neutral(names, "pod_unresolved", pod), "pod_unresolved", None
+        layers = await self._layers(pod, groups, args.Nodes is None, credentials)
         if layers is None:
             return self._neutral(names, "pod_unresolved", pod), "pod_unresolved", None
         if inventory is None:
@@ -431,18 +437,35 @@ class Extender:
         candidates, missing = self._indices(inventory, args.NodeNames)
         return args.NodeNames, inventory, node_keys, candidates, missing
 
+    async def _pull_credentials(self, pod: Pod) -> dict[str, PullCredential] | None:
+        """The credentials of the pod's pull secrets by registry (empty: it names none, or
+        the extender reads none: no ``--pull-secrets``, a strategy without layers); None
+        when they were not read in time."""
+        pull_secrets = self.pod_layers.pull_secrets
+        if pull_secrets is None or not self.strategy.needs_layers:
+            return {}
+        names = pull_secret_names(pod)
+        if not names or not pod.metadata.namespace:
+            return {}
+        return await pull_secrets.credentials(pod.metadata.namespace, names)
+
     async def _layers(
-        self, pod: PodImages, groups: dict[str, IndexArray] | None, from_inventory: bool
+        self,
+        pod: PodImages,
+        groups: dict[str, IndexArray] | None,
+        from_inventory: bool,
+        credentials: Mapping[str, PullCredential] | None = None,
     ) -> dict[str, tuple[Layer, ...]] | None:
         """The pod's layers in each platform of ``groups`` (the default's alone when None),
-        resolved once per platform; None if they are not known in time. Empty for a
-        strategy that needs no layers."""
+        resolved once per platform (a private image with its pull secret's
+        ``credentials``); None if they are not known in time. Empty for a strategy that
+        needs no layers."""
         layers: dict[str, tuple[Layer, ...]] = {}
         if not self.strategy.needs_layers:
             return layers
         keys = list(groups) if groups is not None else [self.pod_layers.default_key]
         answers = await asyncio.gather(
-            *(self.pod_layers.resolve(key, pod.pulled, from_inventory) for key in keys)
+            *(self.pod_layers.resolve(key, pod.pulled, from_inventory, credentials) for key in keys)
         )
         for key, resolved in zip(keys, answers, strict=True):
             if resolved is None:

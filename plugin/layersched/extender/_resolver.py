@@ -474,7 +474,9 @@ class DeadlineResolver:
                 )
                 return None
             for image, task in zip(names, wrapped, strict=True):
-                if task.exception() is not None:
+                # cancelled: its resolver was closed meanwhile (a platform dropped, a pull
+                # credential past the bound): unresolved, as a failure is
+                if task.cancelled() or task.exception() is not None:
                     return None
                 found[image] = task.result()
         return found

@@ -26,6 +26,7 @@ from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import MAX_DECISIONS, Extender
 from layersched.extender._providers import LayerIndexProvider, StaticLayerIndexProvider
+from layersched.extender._pull_secrets import PullSecrets
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
 from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs, NamesOnlyArgs
 from layersched.registry import MemoryBudget
@@ -315,12 +316,14 @@ def make_extender(
     clock: Callable[[], float] = time.monotonic,
     platforms: Platforms | None = None,
     budget: MemoryBudget | None = None,
+    pull_secrets: PullSecrets | None = None,
 ) -> Extender:
     """An Extender for ``strategy`` (provider: the ``NodeNames`` inventory; none = empty;
     ``clock``: the resolver's monotonic clock, injected by tests to cross TTLs;
     ``platforms``: a layer source per node platform, ``source`` being the default's;
     ``budget``: the memory budget every platform's layer cache is charged to, shared with
-    the registries refused)."""
+    the registries refused; ``pull_secrets``: pods' pull secrets and a resolver per
+    credential, ``--pull-secrets``)."""
     resolver = DeadlineResolver(
         source, timeout_s=resolve_timeout_s, workers=resolve_workers, clock=clock, budget=budget
     )
@@ -329,7 +332,9 @@ def make_extender(
     collector = provider.collector()
     if collector is not None:  # a watching provider reports its watches
         metrics.registry.register(collector)
-    return Extender(strategy, resolver, provider, metrics, platforms)
+    if pull_secrets is not None:
+        metrics.registry.register(pull_secrets.collector())
+    return Extender(strategy, resolver, provider, metrics, platforms, pull_secrets)
 
 
 def create_app(

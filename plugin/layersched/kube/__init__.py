@@ -49,6 +49,7 @@ from layersched.kube._paths import (
     pod_log_path,
     pod_path,
     pods_path,
+    secret_path,
     selector,
 )
 from layersched.kube._portforward import FORWARD_TIMEOUT_S, find_kubectl, port_forward
@@ -59,6 +60,8 @@ from layersched.kube._rbac import (
     extender_rules,
     parse_subject,
     pending_pod_rules,
+    pull_secret_rbac,
+    pull_secret_rules,
     rbac_objects,
 )
 
@@ -106,6 +109,9 @@ __all__ = [
     "pod_path",
     "pods_path",
     "port_forward",
+    "pull_secret_rbac",
+    "pull_secret_rules",
     "rbac_objects",
+    "secret_path",
     "selector",
 ]

@@ -64,6 +64,11 @@ def pod_path(namespace: str, name: str) -> str:
     return f"{pods_path(namespace)}/{checked_name(name, 'pod')}"
 
 
+def secret_path(namespace: str, name: str) -> str:
+    """One Secret (a pod's pull secret, read by name: never listed)."""
+    return f"{namespace_path(namespace)}/secrets/{checked_name(name, 'secret')}"
+
+
 def pod_log_path(namespace: str, name: str) -> str:
     """One pod's log (read it with :meth:`KubeClient.read_log`)."""
     return f"{pod_path(namespace, name)}/log"

@@ -11,10 +11,12 @@
   cannot confine a list to a field selector, so the right is granted only to an
   extender that scores in flight).
 
-Neither may read Secrets or anything else; the agent never reads Pods. Kubernetes RBAC
-cannot confine an agent to its own node's object (``resourceNames`` would need a role per
-node): admission does (:mod:`layersched.admission`, installed by ``deploy/``;
-docs/inventory.md, trust model).
+Neither may read Secrets or anything else, with one opt-in exception: where a user names
+a namespace, the extender may ``get`` (never list or watch) its secrets, to read the pull
+secrets its pods name (:func:`pull_secret_rbac`; ``--pull-secrets``); the agent never
+reads Pods. Kubernetes RBAC cannot confine an agent to its own node's object
+(``resourceNames`` would need a role per node): admission does
+(:mod:`layersched.admission`, installed by ``deploy/``; docs/inventory.md, trust model).
 """
 
 from __future__ import annotations
@@ -113,3 +115,41 @@ def rbac_objects(
             cluster_role_binding(PENDING_PODS_ROLE, extender_subjects),
         ]
     return objects
+
+
+def pull_secret_rules(names: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The one rule of a pull-secret Role: ``get`` on secrets (by name when ``names``)."""
+    rule: dict[str, Any] = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    if names:
+        rule = {"apiGroups": [""], "resources": ["secrets"], "resourceNames": list(names),
+                "verbs": ["get"]}  # fmt: skip
+    return [rule]
+
+
+def pull_secret_rbac(
+    name: str,
+    namespace: str,
+    subjects: Sequence[dict[str, str]],
+    names: Sequence[str] = (),
+    labels: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """A Role ``name`` in ``namespace`` granting ``get`` on its secrets (``names`` only,
+    when given) and its RoleBinding to ``subjects``: what lets the extender read the pull
+    secrets pods of that namespace name, and nothing else."""
+    tags = dict(labels or _LABELS)
+    meta = {"name": name, "namespace": namespace, "labels": tags}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": pull_secret_rules(names),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {**meta, "labels": dict(tags)},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": list(subjects),
+        },
+    ]

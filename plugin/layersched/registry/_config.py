@@ -111,7 +111,7 @@ def load_registry_config(paths: Iterable[Path]) -> RegistryConfig:
             )
         auths = doc.get("auths")
         for key, entry in (auths if isinstance(auths, dict) else {}).items():
-            creds = _decode_auth_entry(entry)
+            creds = decode_auth_entry(entry)
             host = auth_key_host(key)
             if creds is not None and host not in credentials:
                 credentials[host] = creds
@@ -132,7 +132,7 @@ def _helper_name(path: Path, name: object) -> str:
     return name
 
 
-def _decode_auth_entry(entry: object) -> Credentials | None:
+def decode_auth_entry(entry: object) -> Credentials | None:
     if not isinstance(entry, dict):
         return None
     if isinstance(entry.get("identitytoken"), str) and entry["identitytoken"]:

@@ -32,22 +32,20 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import tenacity
 
 from layersched.core.errors import TestbedError
 from layersched.core.quantity import parse_quantity
-from layersched.kube import ALL_PODS_PATH, KubeClient, load_kubeconfig, node_path, pod_path
+from layersched.kube import ALL_PODS_PATH, KubeClient, load_kubeconfig, node_path
 from layersched.testbed.cluster import ClusterDriver
-from layersched.testbed.cluster.driver import PodRun, scenario_pod
-from layersched.testbed.local import TestbedState, require_root
+from layersched.testbed.cluster.driver import scenario_pod
+from layersched.testbed.local import require_root
 from layersched.testbed.local._cluster import LocalBackend
 from layersched.testbed.scenario import ScenarioImages
 from layersched.testbed.scenario_images import build_and_push_scenario
@@ -55,6 +53,17 @@ from layersched.testbed.scheduler_configs import (
     LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN,
 )
 from tests.e2e._checks import LAYER_LOCALITY
+from tests.e2e._live import (
+    BIND_TIMEOUT_S,
+    SMALL,
+    Live,
+    Placed,
+    assert_phase,
+    extender_answer,
+    place,
+    wait,
+    warm,
+)
 from tests.fixtures import prereq
 from tests.fixtures.testbed import testbed_settings, testbed_up
 
@@ -67,35 +76,20 @@ CASES = ("taint", "node-affinity", "full-node", "topology-spread")
 TAINT = {"key": "layersched.io/coexistence", "value": "e2e", "effect": "NoSchedule"}
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SPREAD_LABEL = "layersched.io/coexistence"
-#: What an ordinary test pod asks: a little, so that it fits anywhere but a full node.
-SMALL = {"cpu": "10m", "memory": "16Mi"}
-#: A pod is bound within seconds on an idle testbed; a loaded machine takes longer.
-BIND_TIMEOUT_S = 120.0
-#: The warm-up pull: Img1 (about 44 MiB) over the holder's link, then its agent publishes.
-WARM_TIMEOUT_S = 600.0
-#: Scores are logged when the pod is scored, just before it is bound.
-SCORES_TIMEOUT_S = 30.0
-HTTP_TIMEOUT_S = 10.0
-POLL_S = 0.5
 
 
 @dataclass
-class Bed:
-    """The testbed as this module uses it."""
+class Bed(Live):
+    """The testbed as this module uses it: the scenario's images, and every case's
+    outcome (written next to the scenario's report at the end)."""
 
-    inventory: TestbedState
-    driver: ClusterDriver
-    backend: LocalBackend
-    kube: KubeClient
-    images: ScenarioImages
-    nodes: list[str]
-    holder: str
-    #: Every case's outcome, written next to the scenario's report at the end.
+    images: ScenarioImages | None = None
     results: list[dict[str, Any]] = field(default_factory=list)
 
     @property
-    def others(self) -> list[str]:
-        return [n for n in self.nodes if n != self.holder]
+    def img1(self) -> str:
+        assert self.images is not None
+        return self.images.img1
 
 
 @pytest.fixture(scope="module")
@@ -128,14 +122,14 @@ def bed(scenario_report_dir: Path) -> Iterator[Bed]:
             layer_digests=[digest for digest, _size in images.layers.values()],
         )
         nodes = sorted(driver.worker_names())
-        bed = Bed(inventory, driver, backend, kube, images, nodes, holder=nodes[-1])
+        bed = Bed(inventory, driver, backend, kube, NAMESPACE, nodes, nodes[-1], images)
         try:
             assert len(bed.others) >= 2, f"coexistence needs 3 nodes or more: {nodes}"
             driver.reset()  # no node holds a layer of the scenario's images
-            _warm(bed)
+            warm(bed, bed.img1, driver.scheduler_name(LAYER_LOCALITY))
             yield bed
         finally:
-            record = {"holder": bed.holder, "images": bed.images.img1, "cases": bed.results}
+            record = {"holder": bed.holder, "images": bed.img1, "cases": bed.results}
             (scenario_report_dir / "coexistence.json").write_text(
                 json.dumps(record, indent=2) + "\n"
             )
@@ -147,60 +141,11 @@ def bed(scenario_report_dir: Path) -> Iterator[Bed]:
                 kube.close()
 
 
-def _warm(bed: Bed) -> None:
-    """The holder pulls Img1 (a pod pinned there, deleted again: the image stays) and its
-    agent publishes it: the extender's inventory lists it on the holder."""
-    name = "warm"
-    pod = scenario_pod(
-        name,
-        bed.images.img1,
-        bed.driver.scheduler_name(LAYER_LOCALITY),
-        SMALL,
-        NAMESPACE,
-        node=bed.holder,
-    )
-    bed.driver.create_pod(pod)
-    _wait(lambda: _assert_running(bed, name), WARM_TIMEOUT_S)
-    _wait(lambda: _assert_listed(bed), WARM_TIMEOUT_S)
-    bed.driver.delete_all([name])
-
-
-def _wait(check: Callable[[], Any], timeout_s: float) -> Any:
-    return tenacity.retry(
-        stop=tenacity.stop_after_delay(timeout_s),
-        wait=tenacity.wait_fixed(POLL_S),
-        retry=tenacity.retry_if_exception_type((AssertionError, TestbedError)),
-        reraise=True,
-    )(check)()
-
-
-def _assert_running(bed: Bed, name: str) -> None:
-    status = bed.kube.get(pod_path(NAMESPACE, name)).get("status") or {}
-    assert status.get("phase") == "Running", f"pod {name}: {status.get('phase')}"
-
-
-def _assert_listed(bed: Bed) -> None:
-    assert bed.backend.inventory_holds(bed.holder, bed.images.img1), (
-        f"the extender's inventory does not list {bed.images.img1} on {bed.holder} yet"
-    )
-
-
 # ------------------------------------------------------------------------ one pod
-@dataclass(frozen=True)
-class Placed:
-    """A pod the scheduler placed, and the scores it gave the nodes it scored."""
-
-    name: str
-    node: str
-    #: The scheduler's own scores (extender 0-10, plugin 0-100); None: not scored (one
-    #: feasible node: kube-scheduler binds it without scoring).
-    scores: dict[str, int] | None
-
-
 def _pod(bed: Bed, name: str, strategy: str, **spec: Any) -> dict[str, Any]:
     pod = scenario_pod(
         name,
-        bed.images.img1,
+        bed.img1,
         bed.driver.scheduler_name(strategy),
         SMALL,
         NAMESPACE,
@@ -210,44 +155,6 @@ def _pod(bed: Bed, name: str, strategy: str, **spec: Any) -> dict[str, Any]:
     pod["metadata"]["labels"].update(labels)
     pod["spec"].update(spec)
     return pod
-
-
-def _place(bed: Bed, pod: Mapping[str, Any], strategy: str, *, scored: bool = True) -> Placed:
-    """Create ``pod``, wait until it is bound, and read the scores its scheduler gave."""
-    name = pod["metadata"]["name"]
-    mark = bed.backend.mark()
-    created = bed.driver.create_pod(pod)
-    node = _wait(lambda: _bound(bed, name), BIND_TIMEOUT_S)
-    if not scored:
-        return Placed(name, node, None)
-    run = PodRun(
-        key=f"{NAMESPACE}/{name}",
-        uid=created["metadata"]["uid"],
-        strategy=strategy,
-        document=pod,
-        nodes=(),
-        candidates=(),
-        mark=mark,
-    )
-    return Placed(name, node, _wait(lambda: bed.backend.scores(run), SCORES_TIMEOUT_S))
-
-
-def _bound(bed: Bed, name: str) -> str:
-    spec = bed.kube.get(pod_path(NAMESPACE, name)).get("spec") or {}
-    assert spec.get("nodeName"), f"pod {name} is not bound yet"
-    return str(spec["nodeName"])
-
-
-def _extender_ranks(bed: Bed, pod: Mapping[str, Any]) -> dict[str, int]:
-    """The extender's answer for ``pod`` over every node, constraints unknown to it: what
-    the layers alone say (0-10)."""
-    response = httpx.post(
-        f"{bed.backend.extender_url}/prioritize",
-        json={"Pod": pod, "NodeNames": bed.nodes},
-        timeout=HTTP_TIMEOUT_S,
-    )
-    response.raise_for_status()
-    return {entry["Host"]: entry["Score"] for entry in response.json()}
 
 
 def _assert_pulled_to_holder(bed: Bed, control: Placed) -> None:
@@ -264,7 +171,7 @@ def _assert_held_off(bed: Bed, pod: Mapping[str, Any], placed: Placed) -> dict[s
     assert placed.node != bed.holder, f"{placed}"
     if placed.scores is not None:
         assert bed.holder not in placed.scores, f"the holder was scored: {placed}"
-    ranks = _extender_ranks(bed, pod)
+    ranks = extender_answer(bed, pod)
     assert ranks[bed.holder] > max(ranks[n] for n in bed.others), f"layers say {ranks}"
     return ranks
 
@@ -286,10 +193,10 @@ def _taint_case(bed: Bed, strategy: str, tag: str) -> dict[str, Any]:
         bed.kube.patch(node_path(bed.holder), {"spec": {"taints": [*before, TAINT]}})
         try:
             toleration = {**TAINT, "operator": "Equal"}
-            control = _place(bed, _pod(bed, names[0], strategy, tolerations=[toleration]), strategy)
+            control = place(bed, _pod(bed, names[0], strategy, tolerations=[toleration]), strategy)
             _assert_pulled_to_holder(bed, control)
             pod = _pod(bed, names[1], strategy)
-            placed = _place(bed, pod, strategy)
+            placed = place(bed, pod, strategy)
             ranks = _assert_held_off(bed, pod, placed)
         finally:
             bed.kube.patch(node_path(bed.holder), {"spec": {"taints": before or None}})
@@ -307,11 +214,11 @@ def _affinity_case(bed: Bed, strategy: str, tag: str) -> dict[str, Any]:
         }
     }
     with _cleanup(bed, names):
-        control = _place(bed, _pod(bed, names[0], strategy), strategy)
+        control = place(bed, _pod(bed, names[0], strategy), strategy)
         _assert_pulled_to_holder(bed, control)
         bed.driver.delete_all(names[:1])
         pod = _pod(bed, names[1], strategy, affinity=affinity)
-        placed = _place(bed, pod, strategy)
+        placed = place(bed, pod, strategy)
         ranks = _assert_held_off(bed, pod, placed)
     return _result(strategy, "node-affinity", control, placed, ranks)
 
@@ -339,7 +246,7 @@ def _free_on(bed: Bed, node_name: str) -> dict[str, str]:
 def _full_node_case(bed: Bed, strategy: str, tag: str) -> dict[str, Any]:
     names = [f"control-{tag}", f"filler-{tag}", f"pod-{tag}"]
     with _cleanup(bed, names):
-        control = _place(bed, _pod(bed, names[0], strategy), strategy)
+        control = place(bed, _pod(bed, names[0], strategy), strategy)
         _assert_pulled_to_holder(bed, control)
         bed.driver.delete_all(names[:1])
         # the filler is bound by name (no scheduler): all the holder has left
@@ -347,9 +254,9 @@ def _full_node_case(bed: Bed, strategy: str, tag: str) -> dict[str, Any]:
         requests = _free_on(bed, bed.holder)
         filler["spec"]["containers"][0]["resources"] = {"requests": requests, "limits": requests}
         bed.driver.create_pod(filler)
-        _wait(lambda: _assert_running(bed, names[1]), BIND_TIMEOUT_S)
+        wait(lambda: assert_phase(bed, names[1], "Running"), BIND_TIMEOUT_S)
         pod = _pod(bed, names[2], strategy)
-        placed = _place(bed, pod, strategy)
+        placed = place(bed, pod, strategy)
         ranks = _assert_held_off(bed, pod, placed)
     result = _result(strategy, "full-node", control, placed, ranks)
     result["filler_requests"] = requests
@@ -371,7 +278,7 @@ def _spread_case(bed: Bed, strategy: str, tag: str) -> dict[str, Any]:
         for i, name in enumerate(names):
             pod = _pod(bed, name, strategy, labels=labels, topologySpreadConstraints=[constraint])
             # the last pod has one feasible node left: kube-scheduler binds it unscored
-            placed.append(_place(bed, pod, strategy, scored=i < len(names) - 1))
+            placed.append(place(bed, pod, strategy, scored=i < len(names) - 1))
             if i == 0:
                 _assert_pulled_to_holder(bed, placed[0])  # the first is free to follow layers
             elif i == 1:

@@ -65,10 +65,10 @@ ci-fresh: ## Rehearse CI on a fresh machine: clone HEAD, empty caches, new venv,
 bench: venv ## The extender's benchmarks (latency, memory, watch): runs/<time>/bench/results/extender.json (RESULTS=commit: bench/results/) {last: bench/results/extender.json#run_time_s}
 	@scripts/bench.sh
 
-bench-scheduler: venv ## Real kube-scheduler: queue drain rate and latency in 3 alternating rounds, 500 and 5,000 fake nodes (root; inconclusive when the load exceeds the cores): runs/<time>/bench/results/scheduler.json (RESULTS=commit: bench/results/) {last: bench/results/scheduler.json#run_time_s}
+bench-scheduler: venv ## Real kube-scheduler: queue drain rate, latency and CPU per pod in alternating rounds (5 at 500 fake nodes, 3 at 5,000) (root; inconclusive when the load exceeds the cores): runs/<time>/bench/results/scheduler.json (RESULTS=commit: bench/results/) {last: bench/results/scheduler.json#run_time_s}
 	@scripts/bench-scheduler.sh
 
-bench-perf: venv ## Upstream's scheduler_perf with LayerLocality out of tree, in process (etcd from make kubernetes), 3 rounds: runs/<time>/bench/results/scheduler_perf.json (RESULTS=commit: bench/results/) {last: bench/results/scheduler_perf.json#run_time_s}
+bench-perf: venv ## Upstream's scheduler_perf with LayerLocality out of tree, in process (etcd from make kubernetes), 5 rounds, 5,000 measured pods at 500 and 5,000 nodes beside SchedulingBasic: runs/<time>/bench/results/scheduler_perf.json (RESULTS=commit: bench/results/) {last: bench/results/scheduler_perf.json#run_time_s}
 	@$(PY) bench/bench_scheduler_perf.py
 
 live-minors: venv ## The plugin live on the older minors (1.35, 1.36; not in CI): each built from its module, on a loopback control plane with fake nodes: the seed scenario and batching: runs/<time>/reports/live-minors.json (RESULTS=commit: reports/) {last: reports/live-minors.json#run_time_s}

@@ -25,7 +25,8 @@ its top frames go to the results and ``docs/bench-scheduler.md``.
 
 Configurations (``scheduler_report.CONFIGURATIONS``): ``default`` (the default profile,
 ImageLocality included), ``plugin`` (the LayerLocality Score plugin built into
-kube-scheduler, with the profile the deploy generator renders), ``extender-node-names``
+kube-scheduler, with the profile the deploy generator renders), ``plugin-no-image-locality``
+(the same with upstream's ImageLocality disabled, issue 43), ``extender-node-names``
 (+ the extender in ``NodeNames`` mode fed by its live watch), ``extender-noop`` (+ an
 extender answering zeros at once, ``bench/noop_extender.py``: the hop without our work),
 ``extender-nodes`` (+ the extender, full ``Nodes``). Results: ``scheduler.json`` and
@@ -33,6 +34,12 @@ extender answering zeros at once, ``bench/noop_extender.py``: the hop without ou
 ``bench/results/`` with ``LAYERSCHED_RESULTS=commit``; ``make figures`` renders the README
 block and the profile block of ``docs/bench-scheduler.md`` from the committed file. Run:
 ``make bench-scheduler`` (root: the control plane gets its own bridge).
+
+Rounds (issue 43): 5 at 500 nodes and 3 at 5,000 by default (``--rounds 500=5,5000=3``; a
+plain number gives every node count that many). kube-scheduler's CPU per pod is taken
+over the drain's span, from the first binding to the last (its start-up, listing nodes and
+inventories, is not the drain's), as the CPU seconds it used over the pods bound after the
+first.
 """
 
 from __future__ import annotations
@@ -74,6 +81,7 @@ from layersched.core.nodelayers import build_document
 from layersched.core.reference import ImageReference
 from layersched.deploy import (
     DEFAULT_SCHEDULER,
+    PLUGIN_KEEPS_IMAGE_LOCALITY,
     ExtenderSpec,
     PluginArgs,
     default_scheduler_config,
@@ -123,11 +131,16 @@ SCHEDULER_OPEN_PATHS = "/healthz,/readyz,/livez,/metrics,/debug/pprof/*"
 #: a certificate it signed itself at start-up (no CA to check it against), on the
 #: benchmark's own bridge; what is read is metrics and profiles, nothing is sent.
 SELF_SIGNED = False
-#: Rounds per configuration, alternating (every configuration once per round).
-DEFAULT_ROUNDS = 3
+#: Rounds per configuration at each node count, alternating (every configuration once per
+#: round); a node count not named here gets MIN_ROUNDS (issue 43: 5 at 500 nodes, 3 at
+#: 5,000).
+DEFAULT_ROUNDS = {500: 5, 5000: 3}
 PLUGIN_NAME = report.PLUGIN_NAME
+#: The configurations of the kube-scheduler carrying LayerLocality, and whether each keeps
+#: upstream's ImageLocality (issue 43: the plugin row is the install's profile).
+PLUGIN_CONFIGURATIONS = {"plugin": PLUGIN_KEEPS_IMAGE_LOCALITY, "plugin-no-image-locality": False}
 #: The configurations whose processes need the NodeLayerInventory objects.
-INVENTORY_CONFIGURATIONS = ("plugin", "extender-node-names")
+INVENTORY_CONFIGURATIONS = (*PLUGIN_CONFIGURATIONS, "extender-node-names")
 #: The ClusterRole (and binding) letting kube-scheduler's identity read the inventories
 #: for the plugin's informer: the extender's rules, given to ``system:kube-scheduler``.
 PLUGIN_READER = "layersched-bench-plugin-inventory-reader"
@@ -158,7 +171,7 @@ WATCH_PERIOD_S = 5
 #: py-spy's default 100 Hz would leave ~100 samples for 2,000 pods; the profiled drain is
 #: not a measured row, so the pauses of a higher rate cost nothing but its speed.
 PROFILE_RATE_HZ = 250
-PROFILED_CONFIGURATIONS = ("extender-node-names",)
+PROFILED_CONFIGURATIONS = ("extender-node-names", "plugin")
 #: How long py-spy may take to write its profile after SIGINT.
 PROFILER_STOP_TIMEOUT_S = 60.0
 #: Functions ``go tool pprof -top`` lists at most: more than a profile has above its
@@ -593,9 +606,12 @@ class PluginUnavailable(BenchError):
     """The plugin row cannot be configured from what this checkout has."""
 
 
-def plugin_config(plane: ControlPlane, plugin_name: str = PLUGIN_NAME) -> dict[str, Any]:
-    """The ``plugin`` row's configuration, under the default scheduler's name (the
-    benchmark's pods name no scheduler), from the generator.
+def plugin_config(
+    plane: ControlPlane, plugin_name: str = PLUGIN_NAME, image_locality: bool = True
+) -> dict[str, Any]:
+    """A plugin row's configuration, under the default scheduler's name (the benchmark's
+    pods name no scheduler), from the generator; without ``image_locality``, upstream's
+    ImageLocality disabled.
 
     LayerLocality's is what the deploy generator renders for the plugin-built scheduler
     (``layersched.deploy.plugin_scheduler_config``, issue 24: the default plugins plus
@@ -619,6 +635,7 @@ def plugin_config(plane: ControlPlane, plugin_name: str = PLUGIN_NAME) -> dict[s
         scheduler_name=DEFAULT_SCHEDULER,
         api_version=api_version,
         kubernetes_version=version,
+        image_locality=image_locality,
     )
 
 
@@ -634,8 +651,8 @@ def scheduler_config(
     (KEP-5598) never runs, in any row."""
     version = kubernetes_build().version
     api_version = scheduler_api_version_for(version)
-    if config == "plugin":
-        doc = plugin_config(plane, plugin_name)
+    if config in PLUGIN_CONFIGURATIONS:
+        doc = plugin_config(plane, plugin_name, PLUGIN_CONFIGURATIONS[config])
     elif config in EXTENDER_NODE_CACHE_CAPABLE:
         extender = ExtenderSpec(
             f"http://{plane.address}:{EXTENDER_PORT}",
@@ -1005,7 +1022,8 @@ def measure(ctx: Context, run: Run) -> dict[str, Any]:
     config_path.write_text(
         yaml.safe_dump(scheduler_config(plane, config, ctx.plugin_name), sort_keys=False)
     )
-    binary = ctx.plugin_binary if config == "plugin" else plane.bin_dir / "kube-scheduler"
+    plugin = config in PLUGIN_CONFIGURATIONS
+    binary = ctx.plugin_binary if plugin else plane.bin_dir / "kube-scheduler"
     scheduler_url = f"https://{plane.address}:{SCHEDULER_METRICS_PORT}"
     metrics_url = f"{scheduler_url}/metrics"
     extender_url = f"http://{plane.address}:{EXTENDER_PORT}"
@@ -1039,13 +1057,14 @@ def measure(ctx: Context, run: Run) -> dict[str, Any]:
         all_pods = {p["metadata"]["name"]: p for p in pods}
         created = queue_pods(ctx.api, pods, ctx.progress, f"{n} nodes, {config}: queueing")
         extender_before = scrape(extender_url + "/metrics") if has_extender else ""
+        # py-spy samples the extender; a configuration without one is profiled in Go only
         profiler = (
             PySpy(
                 pids["extender"],
                 ctx.log_dir / f"py-spy-{tag}.txt",
                 ctx.log_dir / f"py-spy-{tag}.log",
             )
-            if profile
+            if profile and has_extender
             else None
         )
         if profiler is not None:
@@ -1066,9 +1085,10 @@ def measure(ctx: Context, run: Run) -> dict[str, Any]:
         usage.add_started("kube-scheduler", pids["kube-scheduler"])
         names = list(all_pods)
         go_profile = None
+        # from the first binding: its start-up (listing 5,000 nodes) is not the drain
+        wait_bound(watch, names, ctx.phase_timeout_s, at_least=1)
+        first_bound, scheduler_cpu_s = watch.bound(names), cpu_s(pids["kube-scheduler"])
         if profile:
-            # from the first binding: its start-up (listing 5,000 nodes) is not the drain
-            wait_bound(watch, names, ctx.phase_timeout_s, at_least=1)
             go_profile = GoProfile(
                 f"{scheduler_url}/debug/pprof/profile",
                 profile_s,
@@ -1076,25 +1096,40 @@ def measure(ctx: Context, run: Run) -> dict[str, Any]:
             )
         drain = Phase(names, created, wait_bound(watch, names, ctx.phase_timeout_s))
         drain_usage = usage.result()
+        scheduler_cpu_s = cpu_s(pids["kube-scheduler"]) - scheduler_cpu_s
+        after_first = watch.bound(names) - first_bound
         sampled = profiler.stop() if profiler else None
         scrape_all("drain")
         if has_extender:
             scrapes.extender["before"] = extender_before
         bound = [name for name in names if name in watch.bound_at]
         result: dict[str, Any] = {
-            "drain": drain_result(drain, watch, binding_events(plane, bound), started_at_s)
+            "drain": drain_result(drain, watch, binding_events(plane, bound), started_at_s),
+            "scheduler_cpu": {
+                "cpu_s": round(scheduler_cpu_s, 2),
+                "pods": after_first,
+                "ms_per_pod": (
+                    round(scheduler_cpu_s * report.MS_PER_S / after_first, 3)
+                    if after_first > 0
+                    else None
+                ),
+            },
         }
         delete_pods(ctx.api)
         delete_events(ctx.api)
-        if profiler is not None and sampled is not None and go_profile is not None:
-            return {
+        if go_profile is not None:
+            profiled: dict[str, Any] = {
                 "drain": result["drain"],
-                "sampled_s": round(profiler.sampled_s, 1),
-                "rate_hz": profiler.rate_hz,
-                "sample_errors": profiler.errors(),
-                "extender": report.profile_summary(sampled),
                 "kube_scheduler": go_profile.result(),
             }
+            if profiler is not None and sampled is not None:
+                profiled |= {
+                    "sampled_s": round(profiler.sampled_s, 1),
+                    "rate_hz": profiler.rate_hz,
+                    "sample_errors": profiler.errors(),
+                    "extender": report.profile_summary(sampled),
+                }
+            return profiled
 
         warm = bench_pods(ctx.load, WARMUP_PODS, f"warm-{tag}", seed=seed + 100)
         if not run_steady(ctx.api, watch, warm, ctx.steady_rate, READY_TIMEOUT_S).complete:
@@ -1116,6 +1151,7 @@ def measure(ctx: Context, run: Run) -> dict[str, Any]:
     result["pods_per_s"] = result["drain"]["pods_per_s"]
     result["p50_ms"] = result["steady"]["latency"]["p50_ms"]
     result["p99_ms"] = result["steady"]["latency"]["p99_ms"]
+    result["scheduler_cpu_ms_per_pod"] = result["scheduler_cpu"]["ms_per_pod"]
     result["resources"] = {"drain": drain_usage, "steady": steady_usage}
     result["scheduler_metrics"] = {
         # a fresh kube-scheduler: everything it observed until the drain's end is the drain's
@@ -1127,7 +1163,7 @@ def measure(ctx: Context, run: Run) -> dict[str, Any]:
             "drain": extender_metrics(scrapes.extender["before"], scrapes.extender["drain"]),
             "steady": extender_metrics(scrapes.extender["warm"], scrapes.extender["steady"]),
         }
-    if config == "plugin":
+    if plugin:
         result["plugin_name"] = ctx.plugin_name
     result["decision"] = decision_quality(ctx, all_pods, watch)
     return result
@@ -1294,10 +1330,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steady-pods", type=int, default=500, help="pods at --steady-rate")
     parser.add_argument(
         "--rounds",
-        type=int,
-        default=DEFAULT_ROUNDS,
-        help="alternating rounds (every configuration once per round); a verdict needs "
-        f"{report.MIN_ROUNDS} (default: %(default)s)",
+        default=",".join(f"{n}={r}" for n, r in DEFAULT_ROUNDS.items()),
+        help="alternating rounds (every configuration once per round): a number for every "
+        "node count, or N=ROUNDS,... (a node count not named gets "
+        f"{report.MIN_ROUNDS}); a verdict needs {report.MIN_ROUNDS} (default: %(default)s)",
     )
     parser.add_argument(
         "--steady-rate", type=float, default=20.0, help="pods/s of the steady phase (latency)"
@@ -1311,8 +1347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--profile",
         default=",".join(PROFILED_CONFIGURATIONS),
-        help="configurations whose extender py-spy samples in one more drain per node "
-        "count ('' for none; default: %(default)s)",
+        help="configurations profiled in one more drain per node count: kube-scheduler's "
+        "Go CPU profile, and py-spy on the extender where there is one ('' for none; "
+        "default: %(default)s)",
     )
     parser.add_argument(
         "--plugin-kube-scheduler",
@@ -1376,16 +1413,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--nodes {args.nodes!r}: expected comma-separated integers, e.g. 500,5000")
     configs = [c for c in report.CONFIGURATIONS if c in _csv(args.configurations)]
     unknown = sorted(set(_csv(args.configurations)) - set(report.CONFIGURATIONS))
-    unknown += sorted(set(_csv(args.profile)) - set(EXTENDER_NODE_CACHE_CAPABLE))
+    unknown += sorted(set(_csv(args.profile)) - set(report.CONFIGURATIONS))
     if unknown:
         parser.error(
-            f"--configurations/--profile: unknown {', '.join(unknown)} (--profile takes "
-            f"extender configurations: {', '.join(EXTENDER_NODE_CACHE_CAPABLE)})"
+            f"--configurations/--profile: unknown {', '.join(unknown)} (choose from "
+            f"{', '.join(report.CONFIGURATIONS)})"
         )
-    if args.drain_pods < MIN_DRAIN_PODS or args.steady_pods < 1 or args.rounds < 1:
+    try:
+        args.rounds = rounds_by_nodes(args.rounds, node_counts)
+    except ValueError as err:
+        parser.error(f"--rounds {args.rounds!r}: {err}")
+    if args.drain_pods < MIN_DRAIN_PODS or args.steady_pods < 1:
         parser.error(
             f"--drain-pods needs at least {MIN_DRAIN_PODS} pods (a rate spans two bindings) "
-            "and --steady-pods and --rounds at least 1"
+            "and --steady-pods at least 1"
         )
     try:
         require_root()
@@ -1401,6 +1442,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     write_json(RESULTS, results, output=args.output)
     return render(results, args, console)
+
+
+def rounds_by_nodes(text: str, node_counts: Sequence[int]) -> dict[int, int]:
+    """``--rounds``: a number for every node count, or ``N=ROUNDS,...`` (a node count not
+    named gets :data:`report.MIN_ROUNDS`); ValueError saying what is wrong."""
+    if text.strip().isdigit():
+        every = int(text)
+        if every < 1:
+            raise ValueError("at least 1 round")
+        return dict.fromkeys(node_counts, every)
+    named: dict[int, int] = {}
+    for item in _csv(text):
+        nodes, _, rounds = item.partition("=")
+        if not (nodes.strip().isdigit() and rounds.strip().isdigit()) or int(rounds) < 1:
+            raise ValueError(f"{item!r} is not NODES=ROUNDS with at least 1 round (e.g. 500=5)")
+        named[int(nodes)] = int(rounds)
+    return {n: named.get(n, report.MIN_ROUNDS) for n in node_counts}
 
 
 def render(results: Mapping[str, Any], args: argparse.Namespace, console: Console) -> int:
@@ -1443,7 +1501,8 @@ def run(
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "settings": {
             "kubernetes_version": kubernetes_build().version,
-            "rounds": args.rounds,
+            "rounds": {str(n): args.rounds[n] for n in node_counts},
+            "configurations": list(configs),
             "images": len(load.corpus.images),
             "images_per_node": IMAGES_PER_NODE,
             "drain_pods": args.drain_pods,
@@ -1469,17 +1528,16 @@ def run(
             if args.plugin_kube_scheduler
             else f"the Kubernetes build's kube-scheduler {kubernetes_build().version}"
         )
-        absent = (
-            plugin_absent(plugin_binary, args.plugin_name, what) if "plugin" in configs else None
-        )
-        if "plugin" in configs and not absent:
+        plugins = set(PLUGIN_CONFIGURATIONS) & set(configs)
+        absent = plugin_absent(plugin_binary, args.plugin_name, what) if plugins else None
+        if plugins and not absent:
             try:
                 plugin_config(plane, args.plugin_name)
             except LayerschedError as err:  # no generator yet, or args it refuses
                 absent = f"the {args.plugin_name} configuration cannot be rendered: {err}"
         with plane.client() as api, Progress(console=console) as progress:
             prepare_namespace(api)
-            if "plugin" in configs:
+            if plugins:
                 grant_plugin_inventory_read(api)
             created = 0
             for i, n in enumerate(node_counts):
@@ -1514,12 +1572,12 @@ def run(
                 )  # fmt: skip
                 seed = 10 * (i + 1)  # the same pods for every configuration at one N
                 measured: dict[str, list[dict[str, Any]]] = {config: [] for config in configs}
-                for r in range(args.rounds):
+                for r in range(args.rounds[n]):
                     # every configuration once per round, the order rotated each round
                     shift = r % len(configs)
                     for config in [*configs[shift:], *configs[:shift]]:
-                        if config == "plugin" and absent:
-                            console.log(f"[yellow]{n} nodes, plugin: not run: {absent}[/yellow]")
+                        if config in PLUGIN_CONFIGURATIONS and absent:
+                            console.log(f"[yellow]{n} nodes, {config}: not run: {absent}[/yellow]")
                             measured[config].append({"round": r, "skipped": absent})
                             continue
                         load_before = provenance.sample_load(record)

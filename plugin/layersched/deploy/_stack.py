@@ -481,6 +481,14 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         ],
         "ports": [{"name": "health", "containerPort": AGENT_HEALTH_PORT}],
+        # as the extender's: a slow start (Python's imports on a busy node; seen on the
+        # loaded testbed, where the liveness probe killed agents before their health
+        # server listened) gets up to a minute before the liveness probe may restart it
+        "startupProbe": {
+            "httpGet": _http_get(AGENT_LIVEZ_PATH, "health"),
+            "periodSeconds": STARTUP_PERIOD_S,
+            "failureThreshold": STARTUP_FAILURES,
+        },
         "livenessProbe": {
             "httpGet": _http_get(AGENT_LIVEZ_PATH, "health"),
             "periodSeconds": PROBE_PERIOD_S,

@@ -202,14 +202,10 @@ def add_images_record_option(q: argparse.ArgumentParser) -> None:
 
 
 def published_images(args: argparse.Namespace) -> PublishedImages:
-    """The record of ``--images``, over the release's tags (a minor it omits keeps its
-    tag); the release's tags without it."""
-    defaults = default_published()
+    """The record of ``--images`` (the minors it lists, nothing else: a minor it leaves out
+    was not published there); the release's tags without it."""
     record: Path | None = getattr(args, "images", None)
-    if record is None:
-        return defaults
-    found = read_published_images(record)
-    return PublishedImages(found.layersched, {**defaults.kube_scheduler, **found.kube_scheduler})
+    return default_published() if record is None else read_published_images(record)
 
 
 def add_install_options(q: argparse.ArgumentParser) -> None:

@@ -62,8 +62,10 @@ from layersched.kube import (
 )
 from layersched.testbed.cluster.driver import ClusterDriver
 from layersched.testbed.deploy_stack import (
+    DEPLOYED_PLUGIN_SCORE_SOURCE,
     DEPLOYED_SCORE_SOURCE,
     DeployedBackend,
+    DeployedPluginBackend,
     Kubectl,
     install,
     uninstall,
@@ -78,6 +80,7 @@ from layersched.testbed.local._cluster import extender_requests
 from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE
 from layersched.testbed.scenario import report, run_scenario
 from layersched.testbed.scenario_images import build_and_push_scenario
+from layersched.testbed.scheduler_configs import LAYER_LOCALITY_PLUGIN_SCHEDULER
 from tests.e2e._checks import check_layer_locality
 from tests.fixtures import prereq
 from tests.fixtures.testbed import NOTHING_LEFT, leftovers, testbed_settings, testbed_up
@@ -658,15 +661,26 @@ def test_an_agent_may_write_only_its_own_nodes_inventory(stack: Stack, tmp_path:
     )
 
 
-def _deployed_scenario(inventory: TestbedState, kubectl: Kubectl, trials: int) -> Any:
+def _deployed_scenario(
+    inventory: TestbedState, kubectl: Kubectl, trials: int, plugin: bool = False
+) -> Any:
     """The seed scenario's report, layer-locality served by the installed stack's pods
-    (this install's, or the Helm chart's: tests/e2e/test_helm_install.py)."""
+    (this install's, or the Helm chart's: tests/e2e/test_helm_install.py); with ``plugin``,
+    the chart's plugin mode (layer-locality-plugin: tests/e2e/test_helm_plugin.py)."""
     images = build_and_push_scenario(inventory.registry.host)
-    backend = DeployedBackend(
-        inventory, lambda: [p["metadata"]["name"] for p in _scheduler_pods(kubectl)]
-    )
+
+    def pods() -> list[str]:
+        return [p["metadata"]["name"] for p in _scheduler_pods(kubectl)]
+
+    backend: DeployedBackend | DeployedPluginBackend
+    if plugin:
+        backend = DeployedPluginBackend(inventory, kubectl, pods)
+        strategy, source = LAYER_LOCALITY_PLUGIN_SCHEDULER, DEPLOYED_PLUGIN_SCORE_SOURCE
+    else:
+        backend = DeployedBackend(inventory, pods)
+        strategy, source = LAYER_LOCALITY, DEPLOYED_SCORE_SOURCE
     driver = ClusterDriver(inventory.cluster.kubeconfig, backend, (images.img1, images.img2))
-    results = run_scenario(driver, images, [LAYER_LOCALITY], trials)
+    results = run_scenario(driver, images, [strategy], trials)
     rates = {n.name: n.link_rate_bits_per_s for n in inventory.nodes}
     return report(
         backend.name,
@@ -675,7 +689,7 @@ def _deployed_scenario(inventory: TestbedState, kubectl: Kubectl, trials: int) -
         results,
         rates,
         components=driver.components(),
-        score_sources={LAYER_LOCALITY: DEPLOYED_SCORE_SOURCE},
+        score_sources={strategy: source},
     )
 
 

@@ -122,6 +122,8 @@ class Installed:
     nodes_before: dict[str, Any]
     measurements: dict[str, Any] = field(default_factory=dict)
     removed: bool = False
+    #: The chart installed (the committed one, or a copy pinned to a release's record).
+    chart: Path = CHART
 
 
 def _trials() -> int:
@@ -167,57 +169,113 @@ def _rolled_out(kubectl: Kubectl) -> float:
     )
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+@dataclass(frozen=True)
+class HelmTestbed:
+    """The local testbed, helm for it, and what is there before a chart is installed."""
+
+    inventory: TestbedState
+    kubectl: Kubectl
+    helm: Helm
+    #: ``HOST:PORT`` of its registry (plain HTTP).
+    registry: str
+    ours_before: set[str]
+    nodes_before: dict[str, Any]
+
+
+@contextlib.contextmanager
+def helm_testbed(work: Path) -> Iterator[HelmTestbed]:
+    """The local testbed (brought up when it is not), with no install of ours on it."""
     try:
         require_root()
     except TestbedError as err:
         prereq.missing(f"local testbed unavailable: {err}")
     helm_bin = tool("helm")
-    work = tmp_path_factory.mktemp("helm")
-    with contextlib.ExitStack() as undo:
-        inventory = undo.enter_context(testbed_up(testbed_settings(), refresh=False, shared=True))
+    with testbed_up(testbed_settings(), refresh=False, shared=True) as inventory:
         kubectl = Kubectl(inventory.cluster.kubectl, inventory.cluster.kubeconfig)
         ours_before = set(_ours(kubectl))
         assert f"namespace/{NAMESPACE}" not in ours_before, "a previous install is still there"
-        registry = f"{inventory.registry.address}:{inventory.registry.port}"
+        yield HelmTestbed(
+            inventory,
+            kubectl,
+            Helm(helm_bin, inventory.cluster.kubeconfig, work / "home"),
+            f"{inventory.registry.address}:{inventory.registry.port}",
+            ours_before,
+            _node_state(kubectl),
+        )
+
+
+@contextlib.contextmanager
+def helm_release(
+    bed: HelmTestbed,
+    chart: Path,
+    install_args: list[str],
+    measurements: dict[str, Any],
+    name: str = "helm",
+) -> Iterator[Installed]:
+    """``helm install --wait`` of ``chart`` while the testbed's own host-side
+    ``layer-locality`` scheduler is paused, the rollout timed. Uninstalled at the end unless
+    a test did (``Installed.removed``), a failed install too; the host's scheduler resumes
+    after; ``measurements`` printed as ``NAME measurements:``."""
+    stack = Installed(
+        bed.inventory, bed.kubectl, bed.helm, install_args, bed.ours_before, bed.nodes_before,
+        measurements, chart=chart,
+    )  # fmt: skip
+    host_scheduler = _host_scheduler_pid(bed.inventory)
+    os.kill(host_scheduler, signal.SIGSTOP)
+    try:
+        try:
+            bed.helm.run("install", RELEASE, str(chart), *install_args,
+                         "--wait", "--timeout", HELM_TIMEOUT)  # fmt: skip
+            measurements["rollout_s"] = round(_rolled_out(bed.kubectl), 1)
+            yield stack
+            measurements["helm_s"] = bed.helm.timings
+            print(f"\n{name} measurements: {json.dumps(measurements)}")
+        finally:
+            if not stack.removed:
+                bed.helm.run("uninstall", RELEASE, "--wait", "--timeout", HELM_TIMEOUT,
+                             check=False)  # fmt: skip
+    finally:
+        os.kill(host_scheduler, signal.SIGCONT)
+
+
+def check_uninstall_leaves_nothing(installed: Installed) -> None:
+    """``helm uninstall --wait``, then: no object of ours but what was there before, the
+    nodes as before, the namespace gone, no release record."""
+    helm, kubectl = installed.helm, installed.kubectl
+    helm.run("uninstall", RELEASE, "--wait", "--timeout", HELM_TIMEOUT)
+    installed.removed = True
+    assert set(_ours(kubectl)) == installed.ours_before
+    assert _node_state(kubectl) == installed.nodes_before
+    # gone, not unreadable: any other kubectl error fails here (check=True)
+    assert kubectl.run("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name") == ""
+    # no release record either
+    assert helm.run("list", "-a", "-q").strip() == ""
+    secrets = kubectl.run("-n", RELEASE_NAMESPACE, "get", "secret", "-l", "owner=helm", "-o",
+                          "name")  # fmt: skip
+    assert secrets.strip() == ""
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    work = tmp_path_factory.mktemp("helm")
+    with contextlib.ExitStack() as undo:
+        bed = undo.enter_context(helm_testbed(work))
         started = time.monotonic()
         pushed = build_and_push(
-            registry, kubernetes_build().require("kube-scheduler") / "kube-scheduler"
+            bed.registry, kubernetes_build().require("kube-scheduler") / "kube-scheduler"
         )
         measurements: dict[str, Any] = {
             "images_build_and_push_s": round(time.monotonic() - started, 1)
         }
-        post_renderer = write_helm_post_renderer(work / "post-render", inventory, pushed)
+        post_renderer = write_helm_post_renderer(work / "post-render", bed.inventory, pushed)
         values = work / "values.json"
         values.write_text(
-            json.dumps(_values(registry, pushed.layersched.ref, pushed.kube_scheduler.ref))
+            json.dumps(_values(bed.registry, pushed.layersched.ref, pushed.kube_scheduler.ref))
         )
-        helm = Helm(helm_bin, inventory.cluster.kubeconfig, work / "home")
-        host_scheduler = _host_scheduler_pid(inventory)
-        os.kill(host_scheduler, signal.SIGSTOP)
-        undo.callback(os.kill, host_scheduler, signal.SIGCONT)
-        stack = Installed(
-            inventory,
-            kubectl,
-            helm,
-            ["-f", str(values), "--post-renderer", str(post_renderer)],
-            ours_before,
-            _node_state(kubectl),
-            measurements,
-        )
-
-        def remove() -> None:
-            if not stack.removed:
-                helm.run("uninstall", RELEASE, "--wait", "--timeout", HELM_TIMEOUT, check=False)
-
-        undo.callback(remove)  # registered before the install: a failed one is removed too
-        helm.run("install", RELEASE, str(CHART), *stack.install_args,
-                 "--wait", "--timeout", HELM_TIMEOUT)  # fmt: skip
-        measurements["rollout_s"] = round(_rolled_out(kubectl), 1)
-        yield stack
-        measurements["helm_s"] = helm.timings
-        print(f"\nhelm measurements: {json.dumps(measurements)}")
+        yield undo.enter_context(
+            helm_release(bed, CHART, ["-f", str(values), "--post-renderer", str(post_renderer)],
+                         measurements)
+        )  # fmt: skip
 
 
 def _assert_stack_ready(installed: Installed) -> None:
@@ -286,15 +344,4 @@ def test_upgrade_then_rollback(installed: Installed) -> None:
 
 
 def test_uninstall_leaves_nothing(installed: Installed) -> None:
-    helm, kubectl = installed.helm, installed.kubectl
-    helm.run("uninstall", RELEASE, "--wait", "--timeout", HELM_TIMEOUT)
-    installed.removed = True
-    assert set(_ours(kubectl)) == installed.ours_before
-    assert _node_state(kubectl) == installed.nodes_before
-    # gone, not unreadable: any other kubectl error fails here (check=True)
-    assert kubectl.run("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name") == ""
-    # no release record either
-    assert helm.run("list", "-a", "-q").strip() == ""
-    secrets = kubectl.run("-n", RELEASE_NAMESPACE, "get", "secret", "-l", "owner=helm", "-o",
-                          "name")  # fmt: skip
-    assert secrets.strip() == ""
+    check_uninstall_leaves_nothing(installed)

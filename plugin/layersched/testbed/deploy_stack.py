@@ -13,7 +13,7 @@ import json
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,10 +31,14 @@ from layersched.deploy import (
     StackSpec,
     kustomization,
     overlay_tls,
+    scheduler_container,
+    to_yaml_stream,
     write_tree,
 )
 from layersched.images.push import DEPLOY_DIR, PushedStack, relative_base
 from layersched.kube import port_forward
+from layersched.testbed._patches import pod_template_patch
+from layersched.testbed.cluster._measure import plugin_scores
 from layersched.testbed.cluster.driver import NotYet, PodRun
 from layersched.testbed.local import (
     LOCAL_PATCHES,
@@ -42,7 +46,8 @@ from layersched.testbed.local import (
     TestbedState,
     local_testbed_overlay,
 )
-from layersched.testbed.local._cluster import LocalBackend
+from layersched.testbed.local._cluster import LocalBackend, LogMarks
+from layersched.testbed.scheduler_configs import LAYER_LOCALITY_PLUGIN_SCHEDULER
 
 #: kubectl apply/delete of a dozen objects takes seconds; deleting the namespace waits
 #: for its pods to stop (terminationGracePeriodSeconds 30).
@@ -88,17 +93,34 @@ EXECUTABLE_MODE = 0o755
 
 
 def write_helm_post_renderer(
-    out: Path, inventory: TestbedState, images: PushedStack, spec: StackSpec | None = None
+    out: Path,
+    inventory: TestbedState,
+    images: PushedStack,
+    spec: StackSpec | None = None,
+    scheduler_verbosity: int | None = None,
 ) -> Path:
     """A ``helm --post-renderer`` that adapts the chart to the local testbed: the same
     patches as the testbed's overlay of ``deploy/`` (:func:`local_testbed_overlay`: the
     node's network, the API server's address, each node's own containerd socket), applied
-    with the cluster's own ``kubectl kustomize`` to what helm rendered. Returns the
-    script. Harness only: a real cluster installs the chart as it is."""
+    with the cluster's own ``kubectl kustomize`` to what helm rendered; with
+    ``scheduler_verbosity``, kube-scheduler's ``--v`` too (10: it logs each plugin's scores,
+    which is how the plugin's scores are read). Returns the script. Harness only: a real
+    cluster installs the chart as it is."""
     spec = spec or StackSpec()
     overlay = local_testbed_overlay(local_target(inventory, images), ".", spec)
+    patches = overlay[LOCAL_PATCHES]
+    if scheduler_verbosity is not None:
+        verbose = replace(spec, scheduler_verbosity=scheduler_verbosity)
+        command = {"name": "kube-scheduler", "command": scheduler_container(verbose)["command"]}
+        patches += "---\n" + to_yaml_stream(
+            [
+                pod_template_patch(
+                    "Deployment", spec.scheduler_name, spec.namespace, {"containers": [command]}
+                )
+            ]
+        )
     files = {
-        LOCAL_PATCHES: overlay[LOCAL_PATCHES],
+        LOCAL_PATCHES: patches,
         KUSTOMIZATION: kustomization(
             {"resources": [HELM_RENDERED], "patchesStrategicMerge": [LOCAL_PATCHES]}
         ),
@@ -243,3 +265,64 @@ class DeployedBackend(LocalBackend):
                 notes.append(f"{url}: {err}")
         seen = "; ".join(notes) or "none running"
         raise NotYet(f"no deployed extender has answered for pod {run.key} (uid {run.uid}): {seen}")
+
+
+#: Where the chart's plugin-mode scores come from on the local testbed, and their scale.
+DEPLOYED_PLUGIN_SCORE_SOURCE = (
+    "deployed layersched kube-scheduler (the chart's plugin mode): the LayerLocality scores "
+    "its pod logs at --v=10, read with kubectl logs (0-100, before the weight)"
+)
+#: The plugin's name, as kube-scheduler logs its scores.
+LAYER_LOCALITY_PLUGIN_NAME = "LayerLocality"
+#: The log lines of a pod's scheduling are read from this long before its creation (the
+#: host's clock is the cluster's: the local testbed runs on it).
+LOG_SINCE_SLACK_S = 2
+
+
+class DeployedPluginBackend(LocalBackend):
+    """The local testbed with the chart's plugin mode installed: the strategy
+    ``layer-locality-plugin`` is served by the installed kube-scheduler (``layer-locality``)
+    and its scores are the ``LayerLocality`` lines its pods log at ``--v=10``
+    (:func:`write_helm_post_renderer` ``scheduler_verbosity``), read with ``kubectl logs``
+    since just before the pod was created. Bytes, cache emptying and versions are the
+    local testbed's."""
+
+    def __init__(
+        self, inventory: TestbedState, kubectl: Kubectl, scheduler_pods: Callable[[], Sequence[str]]
+    ) -> None:
+        super().__init__(inventory)
+        self.schedulers = {LAYER_LOCALITY_PLUGIN_SCHEDULER: LAYER_LOCALITY_SCHEDULER}
+        self._kubectl = kubectl
+        self._scheduler_pods = scheduler_pods
+
+    def mark(self) -> LogMarks:
+        # the time the pod's scheduling may start, in place of a log offset
+        since = int(time.time()) - LOG_SINCE_SLACK_S
+        return LogMarks(
+            registry=super().mark().registry, logs={LAYER_LOCALITY_PLUGIN_SCHEDULER: since}
+        )
+
+    def scores(self, run: PodRun) -> dict[str, int]:
+        if run.strategy != LAYER_LOCALITY_PLUGIN_SCHEDULER:
+            raise TestbedError(
+                f"strategy {run.strategy!r}: the deployed plugin serves "
+                f"{LAYER_LOCALITY_PLUGIN_SCHEDULER}"
+            )
+        since = time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(run.mark.logs[LAYER_LOCALITY_PLUGIN_SCHEDULER])
+        )
+        notes = []
+        for pod in self._scheduler_pods():
+            try:
+                logs = self._kubectl.run(
+                    "-n", NAMESPACE, "logs", pod, "-c", "kube-scheduler", f"--since-time={since}"
+                )
+            except TestbedError as err:
+                notes.append(f"{pod}: {err}")
+                continue
+            found = plugin_scores(logs.splitlines(), LAYER_LOCALITY_PLUGIN_NAME, run.key)
+            if found is not None:
+                return found
+            notes.append(f"{pod}: no {LAYER_LOCALITY_PLUGIN_NAME} scores for it")
+        seen = "; ".join(notes) or "none running"
+        raise NotYet(f"no deployed kube-scheduler has logged scores for pod {run.key}: {seen}")

@@ -49,7 +49,6 @@ AWAITING = {
         "LAYERSCHED_RESULTS=commit bench/bench_hostile.py --against <1e8b238 checkout> "
         "--label-old 1e8b238 --nodes 1000"
     ),
-    "bench/results/index_memory.json": "LAYERSCHED_RESULTS=commit bench/bench_index_memory.py",
     "bench/results/relay.json": (
         "LAYERSCHED_RESULTS=commit bench/bench_relay.py --state-dir .testbed (relay role up)"
     ),

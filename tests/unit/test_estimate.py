@@ -89,7 +89,7 @@ def _pod(
         started_s=started_s,
         finished_s=kw.pop("finished_s", None),
         requests=kw.pop("requests", requests),
-        image_layers=kw.pop("image_layers", {i: LAYERS[i] for i in images}),
+        image_layers=kw.pop("image_layers", None) or {i: LAYERS[i] for i in images},
         **kw,
     )
 
@@ -139,6 +139,26 @@ def test_image_locality_on_the_empty_node_could_have_saved_l1_l2() -> None:
     assert totals.avoidable_bytes == again.avoidable_bytes
     assert totals.affected_share == 0.5
     assert result.rates["n2"].source == "cluster"
+
+
+def test_the_best_node_is_the_one_layer_locality_as_installed_picks() -> None:
+    # issue 45: the estimate predicts the installed scheduler, whose spread is on. Layer X
+    # (10 MiB) is on a alone, Y (8 MiB) on b, c and d; the pod needs both and ran on e.
+    # By bytes a is best (8 missing), but with spread a scores floor(100 * 10 * 1/5 / 18)
+    # = 11 and b, c, d floor(100 * 8 * 3/5 / 18) = 26: b (the first of the three) is the
+    # pick, missing X; avoidable: the 18 MiB pulled on e less X's 10 = Y's 8
+    x, y = _layer("X", 10 * MB), _layer("Y", 8 * MB)
+
+    def node(name: str, *layers: Layer) -> NodeFacts:
+        held = (NodeImage((f"{REG}/{name}:1",), 0, layers),) if layers else ()
+        return NodeFacts(NodeInfo(name, images=held, allocatable=WHOLE_NODE))
+
+    nodes = [node("a", x), node("b", y), node("c", y), node("d", y), node("e")]
+    pod = _pod("p", "e", T0, f"{REG}/app:1", whole=False,
+               image_layers={f"{REG}/app:1": (x, y)})  # fmt: skip
+    (weighed,) = _run(nodes, [pod]).pods
+    assert (weighed.best_node, weighed.best_pulled_bytes) == ("b", x.size_bytes)
+    assert weighed.avoidable_bytes == y.size_bytes
 
 
 def test_layer_locality_on_p2s_node_saved_it_already() -> None:

@@ -71,6 +71,7 @@ from layersched.core.reference import (
     parse_or_none,
 )
 from layersched.core.strategies import InFlightArgs, pod_layers
+from layersched.core.strategies.base import MAX_NODE_SCORE
 from layersched.core.strategies.pull_time import BITS_PER_BYTE, node_bandwidth_bits_per_s
 
 T = TypeVar("T")
@@ -884,15 +885,19 @@ def _weigh(
     pod: PodFacts, own: int, feasible: BoolArray, held: _Held, seen: _Observed | None
 ) -> _Row:
     """What ``pod`` pulled on node ``own``, and what the best of the ``feasible`` nodes
-    would have pulled (the node layer-locality scores highest: the most bytes held)."""
+    would have pulled: the node layer-locality, as installed (spread on), scores highest:
+    each held layer weighed by how many nodes held it (issue 45), ties to the node missing
+    the fewest bytes, then to where it ran."""
     image_layers = pod.image_layers or {}
     layers = pod_layers(pod.images, lambda image: image_layers.get(image, ()))
     total = sum(layer.size_bytes for layer in layers)
     present = np.zeros(len(feasible), dtype=np.int64)
+    weighted = np.zeros(len(feasible), dtype=np.float64)
     masks = {}
     for layer in layers:
         masks[layer.digest] = mask = held.mask(layer.digest)
         present[mask] += layer.size_bytes
+        weighted[mask] += layer.size_bytes * int(mask.sum()) / len(feasible)
     pulled = total - int(present[own])
     if seen is not None and seen.present:
         # the kubelet found these images on its node: it pulled none of their layers
@@ -902,17 +907,14 @@ def _weigh(
             if image in seen.present
             for layer in image_layers.get(image, ())
         }
-        pulled -= sum(
-            layer.size_bytes
-            for layer in layers
-            if layer.digest in kept and not masks[layer.digest][own]
-        )
+        found = [layer for layer in layers if layer.digest in kept and not masks[layer.digest][own]]
+        pulled -= sum(layer.size_bytes for layer in found)
         present[own] = total - pulled
+        # and its score counts them, its node one more of their holders
+        for layer in found:
+            weighted[own] += layer.size_bytes * (int(masks[layer.digest].sum()) + 1) / len(feasible)
     candidates = np.flatnonzero(feasible)
-    missing = total - present[candidates]
-    position = int(np.argmin(missing))
-    # a tie with where it ran: it ran on a best node
-    best = own if int(missing[position]) == pulled else int(candidates[position])
+    best = _layer_locality_pick(candidates, own, total, weighted, total - present)
     return _Row(
         pod=pod,
         total_bytes=total,
@@ -922,6 +924,23 @@ def _weigh(
         feasible=len(candidates),
         observed=seen,
     )
+
+
+def _layer_locality_pick(
+    candidates: IntArray, own: int, total: int, weighted: FloatArray, missing: IntArray
+) -> int:
+    """The candidate layer-locality scores highest, its score as the strategy computes it
+    with spread (``floor(100 * weighted / total)``); among equal scores the one missing
+    the fewest bytes, and where the pod ran when it is one of the best."""
+    if total <= 0:
+        return own
+    scores = np.floor(MAX_NODE_SCORE * weighted / total).astype(np.int64)
+    # best first: the highest score, then the fewest bytes missing
+    order = np.lexsort((missing[candidates], -scores[candidates]))
+    first = int(candidates[order[0]])
+    if (scores[own], -missing[own]) == (scores[first], -missing[first]):
+        return own  # a tie with where it ran: it ran on a best node
+    return first
 
 
 #: Said of every estimate's waits in flight.

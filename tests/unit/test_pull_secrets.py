@@ -2,7 +2,8 @@
 per credential and never across, nothing of a secret shown anywhere, memory bounded.
 
 The registry here is a stand-in layer source that answers only the credential it was
-made for; the API server a stub whose ``get`` answers a secret, 403 or 404. The real
+made for; the API server a stub whose ``get`` answers a secret, 403 or 404. ``estimate``
+reads them with the user's credentials (the CLI's ``UserPullSecrets``) the same way. The real
 registry (htpasswd and token) and the real extender process are
 tests/integration/test_extender_pull_secrets.py's; the live cluster's the e2e's.
 """
@@ -18,8 +19,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from rich.progress import Progress
 
+from layersched.cli._pull_secrets import UserPullSecrets
+from layersched.cli.estimate import PullSecretNames, _resolve_pods
 from layersched.core.errors import InputError, KubeError, LayerResolutionError
+from layersched.core.estimate import PodFacts
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.objects import LocalObjectReference, Pod, PodSpec
 from layersched.core.reference import ImageName, ImageReference
@@ -37,6 +42,7 @@ from layersched.registry import (
     DOCKER_CFG_TYPE,
     DOCKER_CONFIG_JSON_TYPE,
     MAX_SECRET_BYTES,
+    CachedLayerSource,
     CredentialSource,
     Fetched,
     PullCredential,
@@ -471,3 +477,51 @@ def test_a_resolver_closed_under_a_waiting_pod_answers_unresolved_not_an_error()
         return await waiting
 
     assert asyncio.run(scenario()) is None
+
+
+# ------------------------------------------------------------------ estimate, as the user
+def test_estimate_resolves_a_pods_private_image_with_its_secret_as_the_user_reads_it() -> None:
+    # issue 45: estimate reads the pod's secrets with the user's own credentials and
+    # resolves its private image with the one naming its registry, each credential through
+    # its own source; a secret the user may not read leaves the image to the user's source
+    # (here anonymous: unknown), said in a note by name, never by content
+    kube = StubKube(
+        {secret_path("team", "regcred"): secret("regcred"),
+         secret_path("team", "stolen"): secret("stolen", OTHER)},
+        forbidden={"locked"},
+    )  # fmt: skip
+    registry = PrivateRegistry()
+
+    def make(credential: PullCredential) -> Any:
+        # as the CLI's factory: one credential, its errors scrubbed of it
+        return CredentialSource(registry.source(credential), credential)
+
+    def pod(name: str, namespace: str) -> PodFacts:
+        return PodFacts(f"{namespace}/{name}", f"uid-{name}", "N1", "layer-locality",
+                        (IMAGE,), 100.0, None)  # fmt: skip
+
+    pods = [pod("with", "team"), pod("without", "team"), pod("stolen", "team"),
+            pod("locked", "locked")]  # fmt: skip
+    pulling: PullSecretNames = {
+        "uid-with": ("team", ("regcred",)),
+        "uid-stolen": ("team", ("stolen",)),
+        "uid-locked": ("locked", ("regcred",)),
+    }
+    users = UserPullSecrets(kube, make)  # type: ignore[arg-type]
+    user = registry.source(None)  # the user's own source: anonymous here
+    with Progress(disable=True) as progress:
+        out = _resolve_pods(pods, {p.uid: {} for p in pods}, CachedLayerSource(user), progress,
+                            0.0, 200.0, None, pulling, users)  # fmt: skip
+    by_name = {p.key.split("/")[1]: p for p in out}
+    assert by_name["with"].image_layers == {IMAGE: LAYERS}
+    for name in ("without", "stolen", "locked"):
+        assert by_name[name].image_layers is None and "401 unauthorized" in by_name[name].unresolved
+    # each credential asks once, the user's own (anonymous) once for its two pods
+    asked = [creds for _ref, creds in registry.asked]
+    assert sorted(asked, key=str) == sorted([GOOD, OTHER, None], key=str)
+    assert kube.gets == [secret_path("team", "regcred"), secret_path("team", "stolen"),
+                         secret_path("locked", "regcred")]  # fmt: skip
+    notes = users.notes()
+    assert len(notes) == 1 and "(locked/regcred)" in notes[0] and "forbidden" in notes[0]
+    shown = " ".join(notes) + " ".join(p.unresolved for p in out)
+    assert _leaks(shown) == [], shown

@@ -20,6 +20,7 @@ from layersched.core.strategies.layer_locality import LayerLocality
 from layersched.deploy import StackSpec, extender_args
 from layersched.deploy._scheduler_config import PluginArgs
 from layersched.sim.settings import LAYER_LOCALITY, LAYER_LOCALITY_SPREAD, build_strategy
+from layersched.testbed.scheduler_configs import TestbedSchedulers, _testbed_plugin_args
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GO_ARGS = REPO_ROOT / "plugin" / "kube-scheduler" / "pkg" / "layerlocality" / "args.go"
@@ -47,6 +48,9 @@ def test_every_default_is_on_and_agrees() -> None:
         "install (StackSpec)": StackSpec().spread,
         "Go plugin (DefaultSpread)": _go_default_spread(),
         "simulator's installed label": build_strategy(LAYER_LOCALITY_SPREAD).spread,  # type: ignore[attr-defined]
+        "testbed's plugin profiles": _testbed_plugin_args(
+            TestbedSchedulers("kubeconfig", "http://127.0.0.1:8888", 5.0, "v1.37.2")
+        ).spread,
     }
     assert all(defaults.values()), defaults
 

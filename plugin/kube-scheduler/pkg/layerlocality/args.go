@@ -72,6 +72,10 @@ type Args struct {
 	// InFlight are the in-flight strategy's args (inflight.go); only with strategy
 	// in-flight, whose defaults fill what they leave out.
 	InFlight *InFlightArgs `json:"inFlight,omitempty"`
+	// Registry resolves, in the background, the layers of pod images no quorum of nodes
+	// publishes, from their registry, as the extender does (registry_args.go). Off when
+	// omitted: the plugin then makes no registry call.
+	Registry *RegistryArgs `json:"registry,omitempty"`
 }
 
 // DecodeArgs reads the plugin's args (nil: every default), strictly: an unknown field is
@@ -96,7 +100,7 @@ func DecodeArgs(obj runtime.Object) (*Args, error) {
 			decoder := json.NewDecoder(bytes.NewReader(raw))
 			decoder.DisallowUnknownFields()
 			if err := decoder.Decode(args); err != nil {
-				return nil, fmt.Errorf("%s args: %v (fields: strategy, spread, inventoryMaxAgeSeconds, inventorySyncTimeoutSeconds, imageQuorum, kubeConfigPath, inFlight: %s)", Name, err, inFlightFields)
+				return nil, fmt.Errorf("%s args: %v (fields: strategy, spread, inventoryMaxAgeSeconds, inventorySyncTimeoutSeconds, imageQuorum, kubeConfigPath, inFlight: %s, registry: %s)", Name, err, inFlightFields, registryFields)
 			}
 		}
 	default:
@@ -136,6 +140,10 @@ func SetDefaults(args *Args) {
 		}
 		args.InFlight.setDefaults()
 	}
+	if args.Registry == nil {
+		args.Registry = &RegistryArgs{}
+	}
+	args.Registry.setDefaults()
 }
 
 // Validate checks defaulted args, each error naming its field and the allowed values.
@@ -165,6 +173,9 @@ func Validate(args *Args) field.ErrorList {
 	if args.ImageQuorum != nil && (*args.ImageQuorum < 1 || *args.ImageQuorum > MaxImageQuorum) {
 		errs = append(errs, field.Invalid(field.NewPath("imageQuorum"), *args.ImageQuorum,
 			fmt.Sprintf("must be between 1 and %d nodes (1 trusts any single node's word for an image)", MaxImageQuorum)))
+	}
+	if args.Registry != nil {
+		errs = append(errs, args.Registry.validate(field.NewPath("registry"))...)
 	}
 	return errs
 }

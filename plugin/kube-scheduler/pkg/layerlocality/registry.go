@@ -1,0 +1,297 @@
+package layerlocality
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+
+	"layersched.io/kube-scheduler/pkg/layers"
+	"layersched.io/kube-scheduler/pkg/registry"
+	"layersched.io/kube-scheduler/pkg/resolver"
+)
+
+// Resolving pod images from their registry (RegistryArgs): one resolver per scheduler
+// and registry settings, shared by its profiles as the index is; PreScore asks it and
+// never waits (package resolver), and podLayers merges its answers with the nodes'
+// agreed ones as the extender does (extender/_pod_layers.py).
+
+// Outcome labels of layersched_layer_locality_registry_resolutions_total.
+const (
+	OutcomeResolved  = "resolved"
+	OutcomeUnchanged = "unchanged"
+	OutcomeKept      = "kept"
+	OutcomeCancelled = "error"
+)
+
+var (
+	registryResolutions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "registry_resolutions_total",
+		Help:           "Pod images resolved from their registry in the background, by outcome: resolved, unchanged (a tag revalidated by its digest), kept (a failed revalidation kept the layers last known), not_allowed (the registry is not in allowRegistries: no request sent), registry_error, manifest_error (not a manifest read, or content other than the digest pinned), invalid_reference, error.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"outcome"})
+	registryQueueDrops = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "registry_queue_dropped_total",
+		Help:           "Pod images not queued for resolution because queueSize resolutions were queued or under way (the next pod of the image asks again).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	registryCacheEntries = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "registry_cache_entries",
+		Help:           "Answers (layers or failures, per image and platform) the registry resolver holds, at most maxCachedImages.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	registryCacheBytes = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "registry_cache_bytes",
+		Help:           "Estimated bytes the registry resolver's answers cost, at most maxCachedBytes.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	podImagesFromRegistry = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "pod_images_from_registry_total",
+		Help:           "Pod images scored with the layers their registry gave, because no quorum of nodes agreed on some image of the pod.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	podImagesDisputed = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "pod_images_disputed_total",
+		Help:           "Digest-pinned pod images whose layers the nodes agree on differently from what the registry serves for the digest: the registry's are used (agreeing liars are outvoted).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	registerRegistryMetrics sync.Once
+)
+
+func registerRegistry() {
+	registerRegistryMetrics.Do(func() {
+		legacyregistry.MustRegister(registryResolutions, registryQueueDrops, registryCacheEntries, registryCacheBytes, podImagesFromRegistry, podImagesDisputed)
+	})
+}
+
+// outcomeLabel is how a resolution is counted.
+func outcomeLabel(outcome resolver.Outcome) string {
+	switch {
+	case outcome.Err == nil && outcome.Unchanged:
+		return OutcomeUnchanged
+	case outcome.Err == nil:
+		return OutcomeResolved
+	case outcome.Kept:
+		return OutcomeKept
+	}
+	var typed *registry.Error
+	if errors.As(outcome.Err, &typed) {
+		return string(typed.Kind)
+	}
+	return OutcomeCancelled
+}
+
+// newResolver is a started resolver for the args, stopped with ctx; the auth files are
+// read here, so a wrong one stops kube-scheduler at start-up with its name.
+func newResolver(ctx context.Context, args *RegistryArgs) (*resolver.Resolver, error) {
+	registerRegistry()
+	credentials, err := registry.LoadAuthFiles(args.AuthFiles)
+	if err != nil {
+		return nil, fmt.Errorf("%s args: registry.authFiles: %w", Name, err)
+	}
+	hosts, err := tokenHosts(args.TokenHosts)
+	if err != nil {
+		return nil, fmt.Errorf("%s args: registry.tokenHosts: %w", Name, err)
+	}
+	client := registry.New(registry.Options{
+		AllowRegistries:    args.AllowRegistries,
+		InsecureRegistries: args.InsecureRegistries,
+		TokenHosts:         hosts,
+		Credentials:        credentials,
+		Timeout:            time.Duration(*args.TimeoutSeconds) * time.Second,
+		Deadline:           time.Duration(*args.DeadlineSeconds) * time.Second,
+		Retries:            int(*args.Retries),
+	})
+	r := resolver.New(resolver.RegistrySource{Client: client}, resolver.Config{
+		Workers:     int(*args.Workers),
+		QueueSize:   int(*args.QueueSize),
+		MaxEntries:  int(*args.MaxCachedImages),
+		MaxBytes:    *args.MaxCachedBytes,
+		PositiveTTL: time.Duration(*args.CacheTTLSeconds) * time.Second,
+		NegativeTTL: time.Duration(*args.FailureTTLSeconds) * time.Second,
+		Hooks: resolver.Hooks{
+			Resolved: func(outcome resolver.Outcome) { registryResolutions.WithLabelValues(outcomeLabel(outcome)).Inc() },
+			Dropped:  func(resolver.Key) { registryQueueDrops.Inc() },
+			Size: func(entries int, bytes int64) {
+				registryCacheEntries.Set(float64(entries))
+				registryCacheBytes.Set(float64(bytes))
+			},
+		},
+	})
+	r.Start(ctx)
+	go func() {
+		<-ctx.Done()
+		client.Close()
+	}()
+	klog.Infof("%s: resolving pod images no quorum of nodes publishes from their registry (allowed: %v; plain HTTP: %v; %d auth files; %d workers)",
+		Name, args.AllowRegistries, args.InsecureRegistries, len(args.AuthFiles), *args.Workers)
+	return r, nil
+}
+
+// Node platforms: a node's images, and a pod on it, are resolved for the node's
+// platform (kubernetes.io/os and kubernetes.io/arch labels, else status.nodeInfo), as
+// the extender does (extender/_platforms.py); nodes of a platform past the first
+// maxPlatforms are resolved in the default one (nodes name platforms: they must not
+// make resolutions without bound).
+const (
+	osLabel      = "kubernetes.io/os"
+	archLabel    = "kubernetes.io/arch"
+	maxPlatforms = 8
+	// maxPlatformMemo bounds the (os, arch) spellings remembered.
+	maxPlatformMemo = 1024
+)
+
+// platforms keys nodes by platform, bounded.
+type platforms struct {
+	fallback string
+	mu       sync.Mutex
+	known    map[string]bool
+	memo     map[[2]string]string
+}
+
+func newPlatforms(fallback string) *platforms {
+	platform, err := registry.ParsePlatform(fallback)
+	if err == nil {
+		fallback = platform.String()
+	}
+	return &platforms{fallback: fallback, known: map[string]bool{fallback: true}, memo: map[[2]string]string{}}
+}
+
+// key is the platform node is resolved in.
+func (p *platforms) key(node *v1.Node) string {
+	if node == nil {
+		return p.fallback
+	}
+	osName, arch := node.Labels[osLabel], node.Labels[archLabel]
+	if osName == "" {
+		osName = node.Status.NodeInfo.OperatingSystem
+	}
+	if arch == "" {
+		arch = node.Status.NodeInfo.Architecture
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if key, ok := p.memo[[2]string{osName, arch}]; ok {
+		return key
+	}
+	key := p.fallback
+	if platform, err := registry.ParsePlatform(osName + "/" + arch); osName != "" && arch != "" && err == nil {
+		switch text := platform.String(); {
+		case p.known[text]:
+			key = text
+		case len(p.known) < maxPlatforms:
+			p.known[text] = true
+			key = text
+		default:
+			klog.Warningf("%s: node %s: platform %s is one more than the %d handled: resolving its pods' images for %s", Name, node.Name, text, maxPlatforms, p.fallback)
+		}
+	}
+	if len(p.memo) >= maxPlatformMemo {
+		clear(p.memo)
+	}
+	p.memo[[2]string{osName, arch}] = key
+	return key
+}
+
+// registryLayers is the registry's half of a pod's layers in one platform.
+type registryLayers struct {
+	resolver *resolver.Resolver
+	platform string
+}
+
+// podLayers is the pod's layers on one platform, as the extender merges the nodes' and
+// the registry's answers (extender/_pod_layers.py, PodLayers.resolve, NodeNames mode):
+//
+//  1. each image's layers as a quorum of nodes agrees on them; a digest-pinned image's
+//     checked against the registry's answer for the digest when it has one (then the
+//     registry's are used: agreeing liars are outvoted), the registry asked in the
+//     background otherwise;
+//  2. every image agreed on: those layers;
+//  3. otherwise every image's layers from the registry, when it has answered for each
+//     (the extender resolves the whole pod there);
+//  4. otherwise the images still missing are queued, and the pod is scored as without
+//     a registry: the agreed images' layers, the others counting neither present nor
+//     needed (where the extender, waiting within its deadline, would score the pod
+//     neutrally when the registry is late; the plugin never waits).
+//
+// Within each, the pod's distinct layers in image order, each counted once.
+func podLayers(index *layers.Index, reg *registryLayers, images []string, now time.Time, maxAge time.Duration) layers.PodLayers {
+	if reg == nil {
+		return index.ResolvePod(images, now, maxAge)
+	}
+	agreed := make([][]layers.Layer, len(images))
+	var unknown, withoutQuorum []string
+	for i, image := range images {
+		found, resolution := index.ImageLayers(image, now, maxAge)
+		switch resolution {
+		case layers.Agreed:
+			agreed[i] = reg.checked(image, found)
+		case layers.WithoutQuorum:
+			withoutQuorum = append(withoutQuorum, image)
+			unknown = append(unknown, image)
+		default:
+			unknown = append(unknown, image)
+		}
+	}
+	if len(unknown) == 0 {
+		return layers.Collect(agreed, nil, nil)
+	}
+	fromRegistry := make([][]layers.Layer, len(images))
+	complete := true
+	for i, image := range images {
+		found, ok := reg.resolver.Layers(resolver.Key{Platform: reg.platform, Image: image})
+		fromRegistry[i] = found
+		complete = complete && ok
+	}
+	if complete {
+		podImagesFromRegistry.Add(float64(len(images)))
+		return layers.Collect(fromRegistry, nil, nil)
+	}
+	return layers.Collect(agreed, unknown, withoutQuorum)
+}
+
+// checked is a pinned image's agreed layers checked against the registry's (see
+// podLayers, 1).
+func (r *registryLayers) checked(image string, agreed []layers.Layer) []layers.Layer {
+	if !layers.Pinned(image) {
+		return agreed
+	}
+	served, ok := r.resolver.Layers(resolver.Key{Platform: r.platform, Image: image})
+	if !ok {
+		return agreed
+	}
+	if !sameLayers(served, agreed) {
+		podImagesDisputed.Inc()
+	}
+	return served
+}
+
+func sameLayers(a, b []layers.Layer) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

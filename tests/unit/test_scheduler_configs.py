@@ -8,6 +8,7 @@ install's plugin mode) and the local testbed's three processes (built on it by
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from layersched.cli.deploy import PLUGIN_README_BLOCK, plugin_readme
 from layersched.cli.main import EXIT_USAGE, main
 from layersched.core.errors import InputError
 from layersched.deploy import (
+    DEFAULT_ALLOWED_REGISTRIES,
     IMAGE_LOCALITY_PLUGIN,
     IN_FLIGHT_WEIGHT,
     KUBE_SCHEDULER_CONFIG_V1,
@@ -34,6 +36,7 @@ from layersched.deploy import (
     SCHEDULER_PLUGIN,
     LeaderElectionSpec,
     PluginArgs,
+    PluginRegistryArgs,
     StackSpec,
     base_tree,
     issue_webhook_tls,
@@ -44,7 +47,18 @@ from layersched.deploy import (
     stack_objects,
     webhook_dns_names,
 )
+from layersched.deploy._scheduler_config import PLUGIN_REGISTRY_BOUNDS
+from layersched.extender._resolver import DEFAULT_WORKERS, MAX_PENDING
 from layersched.extender._votes import DEFAULT_IMAGE_QUORUM
+from layersched.registry import (
+    DEFAULT_DEADLINE_S,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    MAX_CACHED_BYTES,
+    MAX_CACHED_IMAGES,
+    NEGATIVE_TTL_S,
+    POSITIVE_TTL_S,
+)
 from layersched.testbed.local import (
     local_testbed_overlay,
 )
@@ -109,12 +123,79 @@ def test_the_plugin_profile_enables_layer_locality_at_prescore_and_score() -> No
                 "inventorySyncTimeoutSeconds": 30,
                 "imageQuorum": 2,
                 "kubeConfigPath": KUBECONFIG,
+                # resolving unpublished pod images from their registry, as the extender
+                # does: on, the public registries allowed, the extender's bounds
+                "registry": {
+                    "enabled": True,
+                    "allowRegistries": ["docker.io", "registry.k8s.io", "ghcr.io", "quay.io"],
+                    "platform": "linux/amd64",
+                    "timeoutSeconds": 10,
+                    "deadlineSeconds": 30,
+                    "retries": 3,
+                    "workers": 4,
+                    "queueSize": 256,
+                    "maxCachedImages": 65_536,
+                    "maxCachedBytes": 64 * 1024 * 1024,
+                    "cacheTTLSeconds": 300,
+                    "failureTTLSeconds": 10,
+                },
             },
         }
     ]
     assert "extenders" not in config
     # in a pod: no kubeConfigPath, the plugin uses the service account
     assert "kubeConfigPath" not in PluginArgs().to_config()
+
+
+def test_the_plugins_registry_bounds_are_the_extenders() -> None:
+    # one registry policy, two schedulers: each default the plugin's args render is the
+    # Python extender's own (held here: rendering does not import the registry client)
+    defaults = {name: bounds[0] for name, bounds in PLUGIN_REGISTRY_BOUNDS.items()}
+    assert defaults == {
+        "timeoutSeconds": DEFAULT_TIMEOUT_S,
+        "deadlineSeconds": DEFAULT_DEADLINE_S,
+        "retries": DEFAULT_RETRIES,
+        "workers": DEFAULT_WORKERS,
+        "queueSize": MAX_PENDING,
+        "maxCachedImages": MAX_CACHED_IMAGES,
+        "maxCachedBytes": MAX_CACHED_BYTES,
+        "cacheTTLSeconds": POSITIVE_TTL_S,
+        "failureTTLSeconds": NEGATIVE_TTL_S,
+    }
+    assert PluginRegistryArgs().allow_registries == DEFAULT_ALLOWED_REGISTRIES
+    # omitted, the Go side makes no registry call (the testbed without a registry)
+    assert "registry" not in PluginArgs(registry=None).to_config()
+
+
+def test_the_install_and_the_testbed_allow_their_own_registries() -> None:
+    # deploy/'s plugin mode allows what the extender would (--allow-registry)
+    spec = StackSpec(scheduler=SCHEDULER_PLUGIN, allowed_registries=("reg.corp:5000",))
+    args = scheduler_config(spec)["profiles"][0]["pluginConfig"][0]["args"]
+    assert args["registry"]["allowRegistries"] == ["reg.corp:5000"]
+    assert args["registry"]["enabled"] is True
+    # the testbed's plugin: its one plain-HTTP registry, as its extender's --insecure-registry
+    configs = generate_testbed_configs(replace(SPEC, plugin_registry="10.250.61.1:5000"))
+    registry = _profile(configs["layer-locality-plugin"], "layer-locality-plugin")["pluginConfig"][
+        0
+    ]["args"]["registry"]
+    assert registry["allowRegistries"] == registry["insecureRegistries"] == ["10.250.61.1:5000"]
+    plain = generate_testbed_configs(SPEC)["layer-locality-plugin"]
+    assert "registry" not in _profile(plain, "layer-locality-plugin")["pluginConfig"][0]["args"]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: PluginRegistryArgs(timeout_s=0).to_config(), "registry.timeoutSeconds 0 .* 1 to"),
+        (lambda: PluginRegistryArgs(workers=65).to_config(), "registry.workers 65"),
+        (lambda: PluginRegistryArgs(retries=True).to_config(), "registry.retries True"),
+        (lambda: PluginRegistryArgs(allow_registries=()).to_config(), "no registry allowed"),
+    ],
+    ids=["timeout 0", "65 workers", "a bool for a number", "nothing allowed"],
+)
+def test_bad_registry_args_are_refused(make: Callable[[], object], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        make()
 
 
 def test_the_plugins_image_quorum_defaults_to_the_extenders() -> None:

@@ -58,6 +58,7 @@ from layersched.deploy._rbac import (
     scheduler_rules,
 )
 from layersched.deploy._scheduler_config import (
+    DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_SCHEDULER,
     IMAGE_LOCALITY_PLUGIN,
     KUBE_SCHEDULER_CONFIG_V1,
@@ -72,6 +73,7 @@ from layersched.deploy._scheduler_config import (
     ExtenderSpec,
     LeaderElectionSpec,
     PluginArgs,
+    PluginRegistryArgs,
     default_scheduler_config,
     extender_scheduler_config,
     go_duration,
@@ -81,7 +83,6 @@ from layersched.deploy._scheduler_config import (
 )
 from layersched.deploy._spec import (
     CONTAINERD_SOCKET,
-    DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_WEIGHT,
     IN_FLIGHT_WEIGHT,
     K3S_CONTAINERD_SOCKET,
@@ -225,6 +226,7 @@ __all__ = [
     "KubernetesVersion",
     "LeaderElectionSpec",
     "PluginArgs",
+    "PluginRegistryArgs",
     "PublishedImage",
     "PublishedImages",
     "StackSpec",

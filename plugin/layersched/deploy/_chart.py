@@ -62,6 +62,7 @@ from layersched.deploy._published import (
     default_published,
 )
 from layersched.deploy._scheduler_config import (
+    DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_IMAGE_QUORUM,
     MAX_EXTENDER_WEIGHT,
     MAX_IMAGE_QUORUM,
@@ -70,7 +71,6 @@ from layersched.deploy._scheduler_config import (
 )
 from layersched.deploy._spec import (
     CONTAINERD_SOCKET,
-    DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_WEIGHT,
     KUBE_SCHEDULER_IMAGE,
     LAYERSCHED_IMAGE,
@@ -513,12 +513,13 @@ def _templated(text: str, extra: Mapping[str, str] | None = None) -> str:
             out += _peer_rules(item["indent"], ".Values.egress.registries", None)
             continue
         if item is not None and item["value"] == _REGISTRY:
-            # "- --allow-registry" (already written) and "- REGISTRY": one pair per value
-            flag = out.pop()
+            # the extender's "- --allow-registry" (already written) and "- REGISTRY": one
+            # pair per value; the plugin's registry.allowRegistries: "- REGISTRY" alone
+            flag = [out.pop()] if out and out[-1].strip() == "- --allow-registry" else []
             pad = item["indent"]
             out += [
                 f"{pad}{{{{- range .Values.extender.allowedRegistries }}}}",
-                flag,
+                *flag,
                 f"{pad}- {{{{ . | quote }}}}",
                 f"{pad}{{{{- end }}}}",
             ]

@@ -90,6 +90,31 @@ IMAGE_LOCALITY_PLUGIN = "ImageLocality"
 #: by the seed scenario and the replay's plugin arms with and without it
 #: (docs/kube-scheduler-plugin.md); until the replay decides, the profile keeps it.
 PLUGIN_KEEPS_IMAGE_LOCALITY = True
+#: The registries layersched resolves images from when an install names none (the
+#: extender's ``--allow-registry`` and the plugin's ``registry.allowRegistries``): the
+#: public ones most images come from. An install names its own (``layersched deploy
+#: render|overlay --allow-registry``); images from any other registry get no layer score
+#: from a registry, and that registry is sent nothing.
+DEFAULT_ALLOWED_REGISTRIES = ("docker.io", "registry.k8s.io", "ghcr.io", "quay.io")
+#: The plugin's registry resolution (``registry`` in its args, registry_args.go): each
+#: default is the Python extender's (registry/_client.py DEFAULT_TIMEOUT_S,
+#: DEFAULT_DEADLINE_S, DEFAULT_RETRIES; registry/_cache.py MAX_CACHED_IMAGES,
+#: MAX_CACHED_BYTES, POSITIVE_TTL_S, NEGATIVE_TTL_S; extender/_resolver.py DEFAULT_WORKERS,
+#: MAX_PENDING), which a unit test holds these to (not imported, as rendering must not
+#: load the registry client); (least, most) bound each as the Go side does.
+DEFAULT_REGISTRY_PLATFORM = "linux/amd64"
+PLUGIN_REGISTRY_BOUNDS: dict[str, tuple[int, int, int]] = {
+    # field: (default, least, most)
+    "timeoutSeconds": (10, 1, 300),
+    "deadlineSeconds": (30, 1, 600),
+    "retries": (3, 0, 10),
+    "workers": (4, 1, 64),
+    "queueSize": (256, 1, 65_536),
+    "maxCachedImages": (65_536, 1, 1_000_000),
+    "maxCachedBytes": (64 * 1024 * 1024, 64 * 1024, 4 * 1024 * 1024 * 1024),
+    "cacheTTLSeconds": (300, 1, 24 * 3600),
+    "failureTTLSeconds": (10, 1, 3600),
+}
 
 
 #: The extender answers from memory in milliseconds; anything slower means it is
@@ -265,6 +290,79 @@ def extender_scheduler_config(
     return config
 
 
+def _registry_default(name: str) -> int:
+    return PLUGIN_REGISTRY_BOUNDS[name][0]
+
+
+@dataclass(frozen=True, slots=True)
+class PluginRegistryArgs:
+    """The plugin's ``registry`` args: resolving, in the background, the layers of pod
+    images no quorum of nodes publishes from their registry, under the rules of
+    layersched's registry client (docs/registry.md; ``RegistryArgs`` in Go, which is off
+    when the args omit it: what layersched renders turns it on)."""
+
+    enabled: bool = True
+    #: The only registries contacted (``host`` or ``host:port``; the extender's
+    #: ``--allow-registry``).
+    allow_registries: tuple[str, ...] = DEFAULT_ALLOWED_REGISTRIES
+    #: Registries reached over plain HTTP (the extender's ``--insecure-registry``).
+    insecure_registries: tuple[str, ...] = ()
+    #: ``REGISTRY=HOST`` entries (the extender's ``--registry-token-host``).
+    token_hosts: tuple[str, ...] = ()
+    #: Docker config files (mounted dockerconfigjson Secrets) with registries' auths.
+    auth_files: tuple[str, ...] = ()
+    #: What an index is resolved to for a node whose platform is unknown.
+    platform: str = DEFAULT_REGISTRY_PLATFORM
+    timeout_s: int = _registry_default("timeoutSeconds")
+    deadline_s: int = _registry_default("deadlineSeconds")
+    retries: int = _registry_default("retries")
+    workers: int = _registry_default("workers")
+    queue_size: int = _registry_default("queueSize")
+    max_cached_images: int = _registry_default("maxCachedImages")
+    max_cached_bytes: int = _registry_default("maxCachedBytes")
+    cache_ttl_s: int = _registry_default("cacheTTLSeconds")
+    failure_ttl_s: int = _registry_default("failureTTLSeconds")
+
+    def to_config(self) -> dict[str, Any]:
+        """The ``registry`` mapping (the Go field names); lists only when not empty."""
+        numbers = {
+            "timeoutSeconds": self.timeout_s,
+            "deadlineSeconds": self.deadline_s,
+            "retries": self.retries,
+            "workers": self.workers,
+            "queueSize": self.queue_size,
+            "maxCachedImages": self.max_cached_images,
+            "maxCachedBytes": self.max_cached_bytes,
+            "cacheTTLSeconds": self.cache_ttl_s,
+            "failureTTLSeconds": self.failure_ttl_s,
+        }
+        for name, value in numbers.items():
+            _, least, most = PLUGIN_REGISTRY_BOUNDS[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+                raise InputError(
+                    f"{LAYER_LOCALITY_PLUGIN} args: registry.{name} {value!r} must be a whole "
+                    f"number from {least} to {most}"
+                )
+        if self.enabled and not self.allow_registries:
+            raise InputError(
+                f"{LAYER_LOCALITY_PLUGIN} args: registry resolution is enabled with no "
+                "registry allowed: name the registries pods' images come from "
+                "(--allow-registry), or disable it"
+            )
+        config: dict[str, Any] = {
+            "enabled": self.enabled,
+            "allowRegistries": list(self.allow_registries),
+        }
+        for name, values in (
+            ("insecureRegistries", self.insecure_registries),
+            ("tokenHosts", self.token_hosts),
+            ("authFiles", self.auth_files),
+        ):
+            if values:
+                config[name] = list(values)
+        return {**config, "platform": self.platform, **numbers}
+
+
 @dataclass(frozen=True, slots=True)
 class PluginArgs:
     """The LayerLocality plugin's ``pluginConfig`` args (``layerlocality.Args`` in Go, which
@@ -283,6 +381,9 @@ class PluginArgs:
     image_quorum: int = DEFAULT_IMAGE_QUORUM
     #: Credentials to watch NodeLayerInventory with; None: the pod's service account.
     kubeconfig: str | None = None
+    #: Resolving pod images no quorum of nodes publishes from their registry (on, with
+    #: the public registries allowed); None: omitted, so the plugin makes no registry call.
+    registry: PluginRegistryArgs | None = PluginRegistryArgs()
 
     def to_config(self) -> dict[str, Any]:
         """The ``args`` mapping (the Go field names)."""
@@ -324,6 +425,8 @@ class PluginArgs:
                     "kubeconfig path, or None for the pod's service account"
                 )
             args["kubeConfigPath"] = self.kubeconfig
+        if self.registry is not None:
+            args["registry"] = self.registry.to_config()
         return args
 
 

@@ -17,6 +17,7 @@ from layersched.core.strategies.in_flight import NAME as IN_FLIGHT_STRATEGY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy._network import EgressSpec
 from layersched.deploy._scheduler_config import (
+    DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_IMAGE_QUORUM,
     KUBE_SCHEDULER_CONFIG_V1,
     LAYER_LOCALITY_PLUGIN,
@@ -61,11 +62,6 @@ DEFAULT_WEIGHT = 1
 #: (200), while between nodes of equal links (20 points a replica) spreading still wins.
 IN_FLIGHT_WEIGHT = 3
 SCHEDULER_REPLICAS = 2
-#: The registries ``deploy/``'s extender may resolve images from (``--allow-registry``):
-#: the public ones most images come from. An install names its own
-#: (``layersched deploy render|overlay --allow-registry``); images from any other
-#: registry get neutral layer scores, and the extender sends that registry nothing.
-DEFAULT_ALLOWED_REGISTRIES = ("docker.io", "registry.k8s.io", "ghcr.io", "quay.io")
 #: How the second scheduler scores layers: the extender sidecar (every version), or the
 #: LayerLocality plugin built into layersched's kube-scheduler (1.35 and newer).
 SCHEDULER_EXTENDER = "extender"
@@ -92,7 +88,8 @@ class StackSpec:
     #: PodDisruptionBudget's API, kube-scheduler's RBAC and probes);
     #: ``scheduler_api_version`` follows it too (:func:`stack_spec_for`).
     kubernetes_version: str = KUBERNETES_VERSION
-    #: The registries the extender may contact (``--allow-registry``, one each).
+    #: The registries the extender (``--allow-registry``, one each) or the plugin
+    #: (``registry.allowRegistries``) may contact.
     allowed_registries: tuple[str, ...] = DEFAULT_ALLOWED_REGISTRIES
     #: Where the scheduler pods may connect (their egress NetworkPolicy).
     egress: EgressSpec = DEFAULT_EGRESS

@@ -56,6 +56,7 @@ from layersched.deploy._scheduler_config import (
     ExtenderSpec,
     LeaderElectionSpec,
     PluginArgs,
+    PluginRegistryArgs,
     extender_scheduler_config,
     plugin_scheduler_config,
 )
@@ -215,7 +216,11 @@ def scheduler_config(spec: StackSpec) -> dict[str, Any]:
     runs as the pod's service account); leader election on."""
     if spec.plugin:
         return plugin_scheduler_config(
-            PluginArgs(image_quorum=spec.image_quorum, spread=spec.spread),
+            PluginArgs(
+                image_quorum=spec.image_quorum,
+                spread=spec.spread,
+                registry=PluginRegistryArgs(allow_registries=spec.allowed_registries),
+            ),
             scheduler_name=spec.scheduler_name,
             weight=spec.weight,
             api_version=spec.scheduler_api_version,

@@ -28,6 +28,7 @@ from layersched.deploy import (
     ExtenderSpec,
     LeaderElectionSpec,
     PluginArgs,
+    PluginRegistryArgs,
     default_scheduler_config,
     extender_scheduler_config,
     plugin_scheduler_config,
@@ -167,6 +168,13 @@ class TestbedSchedulers:
     #: its own host processes, each held to its node by per-node write authority
     #: (:mod:`layersched.deploy._admission`).
     plugin_image_quorum: int = 1
+    #: The testbed's registry (``HOST:PORT``, plain HTTP on the bridge address), which the
+    #: plugin resolves pod images no quorum of nodes publishes from, as the testbed's
+    #: extender does (``--insecure-registry``): the only registry it may contact, over
+    #: plain HTTP. None: the plugin makes no registry call (a registry on a private
+    #: address needs nothing more: the address guard refuses a registry on a cloud
+    #: metadata address only, docs/registry.md).
+    plugin_registry: str | None = None
 
 
 def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, Any]]:
@@ -240,8 +248,13 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
 
 def _testbed_plugin_args(spec: TestbedSchedulers) -> PluginArgs:
     """The LayerLocality args of every testbed profile: spread on, as installed and as the
-    testbed's extender runs (issue 45); the testbed's quorum; the scheduler's kubeconfig."""
-    return PluginArgs(kubeconfig=spec.kubeconfig, image_quorum=spec.plugin_image_quorum)
+    testbed's extender runs (issue 45); the testbed's quorum; the scheduler's kubeconfig;
+    the testbed's registry, when it runs one (:func:`_plugin_registry`)."""
+    return PluginArgs(
+        kubeconfig=spec.kubeconfig,
+        image_quorum=spec.plugin_image_quorum,
+        registry=_plugin_registry(spec.plugin_registry),
+    )
 
 
 def replay_plugin_profiles(spec: TestbedSchedulers, api_version: str) -> list[dict[str, Any]]:
@@ -264,6 +277,13 @@ def replay_plugin_profiles(spec: TestbedSchedulers, api_version: str) -> list[di
         )["profiles"]
         profiles.append(profile)
     return profiles
+
+
+def _plugin_registry(registry: str | None) -> PluginRegistryArgs | None:
+    """The plugin's registry args on the testbed: its one plain-HTTP registry allowed."""
+    if registry is None:
+        return None
+    return PluginRegistryArgs(allow_registries=(registry,), insecure_registries=(registry,))
 
 
 #: The upstream plugin whose system default constraints make every pod unsignable.

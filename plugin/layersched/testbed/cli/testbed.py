@@ -267,6 +267,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--inflight-extender-url",
         help="the in-flight extender's URL prefix: adds the replay's in-flight process",
     )
+    p_configs.add_argument(
+        "--plugin-registry",
+        metavar="HOST:PORT",
+        help="the testbed's plain-HTTP registry, which the plugin resolves pod images no "
+        "quorum of nodes publishes from (as the extender does); empty or absent: the "
+        "plugin makes no registry call",
+    )
     for process in ("image-locality", "layer-locality", "plugin", "pull-time", "inflight"):
         p_configs.add_argument(
             f"--{process}-bind",
@@ -539,6 +546,7 @@ def run_scheduler_configs(args: argparse.Namespace) -> int:
         replay_arms=args.replay_arms,
         inflight_extender_url=args.inflight_extender_url,
         inflight_bind=args.inflight_bind,
+        plugin_registry=args.plugin_registry or None,
         **names,
     )
     configs = testbed_scheduler_configs(spec)

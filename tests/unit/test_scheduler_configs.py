@@ -175,9 +175,8 @@ def test_the_install_and_the_testbed_allow_their_own_registries() -> None:
     assert args["registry"]["enabled"] is True
     # the testbed's plugin: its one plain-HTTP registry, as its extender's --insecure-registry
     configs = generate_testbed_configs(replace(SPEC, plugin_registry="10.250.61.1:5000"))
-    registry = _profile(configs["layer-locality-plugin"], "layer-locality-plugin")["pluginConfig"][
-        0
-    ]["args"]["registry"]
+    profile = _profile(configs["layer-locality-plugin"], "layer-locality-plugin")
+    registry = profile["pluginConfig"][0]["args"]["registry"]
     assert registry["allowRegistries"] == registry["insecureRegistries"] == ["10.250.61.1:5000"]
     plain = generate_testbed_configs(SPEC)["layer-locality-plugin"]
     assert "registry" not in _profile(plain, "layer-locality-plugin")["pluginConfig"][0]["args"]

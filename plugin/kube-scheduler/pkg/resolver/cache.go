@@ -23,9 +23,9 @@ const (
 	// 65,536 images of ~10 layers each, and bounds what hostile registries can make the
 	// scheduler hold.
 	DefaultMaxBytes = 64 * 1024 * 1024
-	// MaxFailureChars: a failure is kept as text this long at most (its message says
-	// where and why; the rest is detail).
-	MaxFailureChars = 512
+	// MaxFailureChars: a failure is kept as text this long at most, the Python cache's
+	// MAX_ERROR_CHARS (its message says where and why first; the rest is detail).
+	MaxFailureChars = 300
 	// entryOverheadBytes and layerOverheadBytes estimate an entry's heap beyond its
 	// strings: the entry, its list element and map slot; a Layer's string header and size.
 	entryOverheadBytes = 256

@@ -46,7 +46,11 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	if err != nil {
 		return nil, err
 	}
-	return &LayerLocality{scorer: newScorer(args, index), nodes: snapshotNodes(handle)}, nil
+	pl := &LayerLocality{scorer: newScorer(args, index), nodes: snapshotNodes(handle)}
+	if pl.registry, err = sharedRegistry(ctx, args.Registry); err != nil {
+		return nil, err
+	}
+	return pl, nil
 }
 
 // snapshotNodes reads the scheduler's snapshot of this cycle.
@@ -111,13 +115,27 @@ func (pl *LayerLocality) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFrag
 }
 
 // PreScore prepares the pod's layers once for every node.
-func (pl *LayerLocality) PreScore(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	prepared, err := pl.prepare(pod, pl.nodes)
+func (pl *LayerLocality) PreScore(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	prepared, err := pl.prepare(pod, pl.nodes, candidates(nodes))
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
 	state.Write(stateKey, prepared)
 	return nil
+}
+
+// candidates are the cycle's nodes, read only when the pod needs the registry (their
+// platforms).
+func candidates(nodes []fwk.NodeInfo) func() []*v1.Node {
+	return func() []*v1.Node {
+		found := make([]*v1.Node, 0, len(nodes))
+		for _, info := range nodes {
+			if node := info.Node(); node != nil {
+				found = append(found, node)
+			}
+		}
+		return found
+	}
 }
 
 // Score looks the node up in the index.

@@ -38,6 +38,8 @@ type scorer struct {
 	maxAge time.Duration
 	index  *layers.Index
 	now    func() time.Time
+	// registry resolves pod images the nodes do not agree on (registry.go); nil: off.
+	registry *registrySet
 	// withoutInventory are the metric's counters by why a node scored 0, resolved once
 	// (a label lookup per Score would take the vector's lock).
 	withoutInventory [layers.OverBudget + 1]metrics.CounterMetric
@@ -65,6 +67,9 @@ type preScoreState struct {
 	// prepared is the pod's layer terms by node, as the index was at PreScore, and the
 	// age judgement at PreScore's time.
 	prepared *layers.Prepared
+	// byNode are the terms of the nodes of another platform than the registry's default
+	// (registry.go), when the pod needed the registry; nil otherwise.
+	byNode map[string]*layers.Prepared
 }
 
 // nodeSet is what the spread needs of the scheduler's snapshot: how many nodes it holds,
@@ -81,9 +86,11 @@ type nodeSet struct {
 var imagesPool = sync.Pool{New: func() any { return new([]string) }}
 
 // prepare computes the pod's terms once for every node, from the images the agents
-// published; a pod none of whose layers is known is scored 0 everywhere. nodes is called
-// only when the args ask for the spread.
-func (s *scorer) prepare(pod *v1.Pod, nodes func() (nodeSet, error)) (*preScoreState, error) {
+// published (and, with registry resolution, what the registry answered); a pod none of
+// whose layers is known is scored 0 everywhere. nodes is called only when the args ask
+// for the spread; candidates (the cycle's nodes; nil: unknown) only when the pod needed
+// the registry.
+func (s *scorer) prepare(pod *v1.Pod, nodes func() (nodeSet, error), candidates func() []*v1.Node) (*preScoreState, error) {
 	var spread *layers.Spread
 	if *s.args.Spread {
 		set, err := nodes()
@@ -94,7 +101,13 @@ func (s *scorer) prepare(pod *v1.Pod, nodes func() (nodeSet, error)) (*preScoreS
 	}
 	buffer := imagesPool.Get().(*[]string)
 	images := appendPodImages((*buffer)[:0], pod)
-	prepared := s.index.Prepare(images, spread, s.now(), s.maxAge)
+	var prepared *layers.Prepared
+	var byNode map[string]*layers.Prepared
+	if s.registry == nil {
+		prepared = s.index.Prepare(images, spread, s.now(), s.maxAge)
+	} else {
+		prepared, byNode = s.registry.prepare(s.index, images, spread, s.now(), s.maxAge, candidates)
+	}
 	clear(images) // the pool keeps no pod's strings
 	*buffer = images[:0]
 	imagesPool.Put(buffer)
@@ -111,14 +124,18 @@ func (s *scorer) prepare(pod *v1.Pod, nodes func() (nodeSet, error)) (*preScoreS
 	if v := klog.V(5); v.Enabled() {
 		v.Infof("%s: pod %s/%s: %d distinct layers, %d bytes", Name, pod.Namespace, pod.Name, prepared.LayerCount, prepared.TotalBytes())
 	}
-	return &preScoreState{prepared: prepared}, nil
+	return &preScoreState{prepared: prepared, byNode: byNode}, nil
 }
 
 // score is a lookup into what PreScore prepared (kube-scheduler runs it on 16 workers in
 // parallel): no API call, no lock, no allocation; a counter only for a node without a
 // usable inventory.
 func (s *scorer) score(state *preScoreState, nodeName string) int64 {
-	score, why := state.prepared.Score(nodeName)
+	prepared := state.prepared
+	if other, ok := state.byNode[nodeName]; ok {
+		prepared = other
+	}
+	score, why := prepared.Score(nodeName)
 	if why != layers.Scored {
 		s.withoutInventory[why].Inc()
 	}

@@ -2,6 +2,7 @@ package layerlocality
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -19,8 +20,8 @@ import (
 
 // Resolving pod images from their registry (RegistryArgs): one resolver per scheduler
 // and registry settings, shared by its profiles as the index is; PreScore asks it and
-// never waits (package resolver), and podLayers merges its answers with the nodes'
-// agreed ones as the extender does (extender/_pod_layers.py).
+// never waits (package resolver), and layers.PrepareFrom merges its answers with the
+// nodes' agreed ones as the extender does (extender/_pod_layers.py).
 
 // Outcome labels of layersched_layer_locality_registry_resolutions_total.
 const (
@@ -211,87 +212,103 @@ func (p *platforms) key(node *v1.Node) string {
 	return key
 }
 
-// registryLayers is the registry's half of a pod's layers in one platform.
-type registryLayers struct {
+// registrySet is the plugin's registry resolution: the resolver (one per scheduler and
+// registry settings, shared by its profiles) and the node platforms it resolves for.
+type registrySet struct {
+	resolver  *resolver.Resolver
+	platforms *platforms
+}
+
+// platformSource is the resolver as one platform's layers.ImageSource.
+type platformSource struct {
 	resolver *resolver.Resolver
 	platform string
 }
 
-// podLayers is the pod's layers on one platform, as the extender merges the nodes' and
-// the registry's answers (extender/_pod_layers.py, PodLayers.resolve, NodeNames mode):
-//
-//  1. each image's layers as a quorum of nodes agrees on them; a digest-pinned image's
-//     checked against the registry's answer for the digest when it has one (then the
-//     registry's are used: agreeing liars are outvoted), the registry asked in the
-//     background otherwise;
-//  2. every image agreed on: those layers;
-//  3. otherwise every image's layers from the registry, when it has answered for each
-//     (the extender resolves the whole pod there);
-//  4. otherwise the images still missing are queued, and the pod is scored as without
-//     a registry: the agreed images' layers, the others counting neither present nor
-//     needed (where the extender, waiting within its deadline, would score the pod
-//     neutrally when the registry is late; the plugin never waits).
-//
-// Within each, the pod's distinct layers in image order, each counted once.
-func podLayers(index *layers.Index, reg *registryLayers, images []string, now time.Time, maxAge time.Duration) layers.PodLayers {
-	if reg == nil {
-		return index.ResolvePod(images, now, maxAge)
-	}
-	agreed := make([][]layers.Layer, len(images))
-	var unknown, withoutQuorum []string
-	for i, image := range images {
-		found, resolution := index.ImageLayers(image, now, maxAge)
-		switch resolution {
-		case layers.Agreed:
-			agreed[i] = reg.checked(image, found)
-		case layers.WithoutQuorum:
-			withoutQuorum = append(withoutQuorum, image)
-			unknown = append(unknown, image)
-		default:
-			unknown = append(unknown, image)
-		}
-	}
-	if len(unknown) == 0 {
-		return layers.Collect(agreed, nil, nil)
-	}
-	fromRegistry := make([][]layers.Layer, len(images))
-	complete := true
-	for i, image := range images {
-		found, ok := reg.resolver.Layers(resolver.Key{Platform: reg.platform, Image: image})
-		fromRegistry[i] = found
-		complete = complete && ok
-	}
-	if complete {
-		podImagesFromRegistry.Add(float64(len(images)))
-		return layers.Collect(fromRegistry, nil, nil)
-	}
-	return layers.Collect(agreed, unknown, withoutQuorum)
+func (s platformSource) Layers(image string) ([]layers.Layer, bool) {
+	return s.resolver.Layers(resolver.Key{Platform: s.platform, Image: image})
 }
 
-// checked is a pinned image's agreed layers checked against the registry's (see
-// podLayers, 1).
-func (r *registryLayers) checked(image string, agreed []layers.Layer) []layers.Layer {
-	if !layers.Pinned(image) {
-		return agreed
+// prepare is the pod's terms with the registry's answers merged (layers.PrepareFrom):
+// for the default platform's nodes, and byNode for the nodes of another platform when
+// the pod needed the registry at all and candidates has some (nil otherwise). Nothing
+// here waits: the resolver answers from its cache and queues the rest.
+func (r *registrySet) prepare(index *layers.Index, images []string, spread *layers.Spread, now time.Time, maxAge time.Duration,
+	candidates func() []*v1.Node) (*layers.Prepared, map[string]*layers.Prepared) {
+	fallback := r.platforms.fallback
+	prepared := index.PrepareFrom(images, platformSource{r.resolver, fallback}, spread, now, maxAge)
+	countRegistry(prepared)
+	if !prepared.Consulted || candidates == nil {
+		return prepared, nil
 	}
-	served, ok := r.resolver.Layers(resolver.Key{Platform: r.platform, Image: image})
-	if !ok {
-		return agreed
-	}
-	if !sameLayers(served, agreed) {
-		podImagesDisputed.Inc()
-	}
-	return served
-}
-
-func sameLayers(a, b []layers.Layer) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
+	groups := map[string][]string{}
+	for _, node := range candidates() {
+		if key := r.platforms.key(node); key != fallback {
+			groups[key] = append(groups[key], node.Name)
 		}
 	}
-	return true
+	if len(groups) == 0 {
+		return prepared, nil
+	}
+	byNode := map[string]*layers.Prepared{}
+	for key, names := range groups {
+		other := index.PrepareFrom(images, platformSource{r.resolver, key}, spread, now, maxAge)
+		countRegistry(other)
+		for _, name := range names {
+			byNode[name] = other
+		}
+	}
+	return prepared, byNode
+}
+
+func countRegistry(prepared *layers.Prepared) {
+	if prepared.FromSource > 0 {
+		podImagesFromRegistry.Add(float64(prepared.FromSource))
+	}
+	if prepared.Disputed > 0 {
+		podImagesDisputed.Add(float64(prepared.Disputed))
+	}
+}
+
+// Shared resolvers: one per scheduler and registry settings, whichever profiles enable
+// the plugin with them (as the index is shared), stopped with the scheduler.
+type resolverKey struct {
+	scheduler <-chan struct{}
+	settings  string
+}
+
+var (
+	resolversMu sync.Mutex
+	resolvers   = map[resolverKey]*registrySet{}
+)
+
+// sharedRegistry is the scheduler's registry resolution for these args (nil when they
+// turn it off), started on first use.
+func sharedRegistry(ctx context.Context, args *RegistryArgs) (*registrySet, error) {
+	if !args.on() {
+		return nil, nil
+	}
+	settings, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("%s args: registry: %w", Name, err)
+	}
+	key := resolverKey{ctx.Done(), string(settings)}
+	resolversMu.Lock()
+	defer resolversMu.Unlock()
+	if found, ok := resolvers[key]; ok {
+		return found, nil
+	}
+	r, err := newResolver(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	set := &registrySet{resolver: r, platforms: newPlatforms(args.Platform)}
+	resolvers[key] = set
+	go func() {
+		<-ctx.Done()
+		resolversMu.Lock()
+		defer resolversMu.Unlock()
+		delete(resolvers, key)
+	}()
+	return set, nil
 }

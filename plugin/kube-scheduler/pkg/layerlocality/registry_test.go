@@ -95,6 +95,12 @@ type tableSource struct {
 	fetches int
 }
 
+func (s *tableSource) fetched() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fetches
+}
+
 func (s *tableSource) Fetch(_ context.Context, key resolver.Key) (resolver.Fetched, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,70 +116,107 @@ func (s *tableSource) CurrentDigest(context.Context, resolver.Key) (string, erro
 	return "", errors.New("no HEAD here")
 }
 
-func TestPodLayersMergeTheRegistryAsTheExtenderDoes(t *testing.T) {
-	// the seed's index at quorum 1: Img1 on N1, Img2 on N2; img3 (L1+L5) on no node
-	index := layers.NewIndex(1)
-	index.Upsert(&layers.NodeLayerInventory{Node: "N1", Images: []layers.NodeImage{img1}, ObservedAt: now})
-	index.Upsert(&layers.NodeLayerInventory{Node: "N2", Images: []layers.NodeImage{img2}, ObservedAt: now})
-	l5 := layers.Layer{Digest: digest("L5"), SizeBytes: 5}
-	pinned := "reg:5000/img1@" + digest("img1-manifest")
-	pinnedImage := layers.NodeImage{Names: []string{pinned}, Digest: digest("img1-manifest"), Layers: []layers.Layer{l1, l2, l3}}
-	index.Upsert(&layers.NodeLayerInventory{Node: "N3", Images: []layers.NodeImage{pinnedImage}, ObservedAt: now})
+// registryPlugin is the seed's plugin (N1 Img1, N2 Img2, N3 nothing; quorum 1, no
+// spread) with registry resolution over source, its workers stopped with the test.
+func registryPlugin(t *testing.T, source resolver.Source) (*LayerLocality, *resolver.Resolver) {
+	t.Helper()
+	pl := plugin(t, `{"spread": false}`)
+	r := resolver.New(source, resolver.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r.Start(ctx)
+	pl.registry = &registrySet{resolver: r, platforms: newPlatforms("linux/amd64")}
+	return pl, r
+}
+
+func TestUnpublishedImagesScoreOnceTheRegistryAnswered(t *testing.T) {
+	// img3 = L1 + L5 is on no node; its registry answers (amd64); a pod of img1 (agreed
+	// by N1) and img3
+	l5 := layers.Layer{Digest: digest("L5"), SizeBytes: 10}
 	source := &tableSource{answers: map[resolver.Key][]layers.Layer{
 		{Platform: "linux/amd64", Image: "reg:5000/img3:1"}: {l1, l5},
 		{Platform: "linux/amd64", Image: "reg:5000/img1:1"}: {l1, l2, l3},
-		// the registry serves the pinned digest as other layers than N3 claims
-		{Platform: "linux/amd64", Image: pinned}: {l1, l4},
 	}}
-	r := resolver.New(source, resolver.Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	r.Start(ctx)
-	reg := &registryLayers{resolver: r, platform: "linux/amd64"}
-	resolve := func(images ...string) layers.PodLayers {
-		return podLayers(index, reg, images, now, 0)
+	pl, r := registryPlugin(t, source)
+	p := pod(nil, "reg:5000/img1:1", "reg:5000/img3:1")
+	// the first pod: img3 unknown, the agreed img1 alone (total 90): N1 100, N2 77, and
+	// both images queued
+	if got := score(t, pl, p, "N1", "N2", "N3"); got["N1"] != 100 || got["N2"] != 77 || got["N3"] != 0 {
+		t.Fatalf("first pod %v", got)
 	}
+	r.Wait()
+	// the next: the registry's layers for the whole pod, L1 L2 L3 L5 = 100 bytes:
+	// N1 90, N2 L1+L2 = 70
+	if got := score(t, pl, p, "N1", "N2", "N3"); got["N1"] != 90 || got["N2"] != 70 || got["N3"] != 0 {
+		t.Fatalf("next pod %v", got)
+	}
+	// a pod of agreed images only never asks the registry
+	before := source.fetched()
+	score(t, pl, pod(nil, "reg:5000/img2:1"), "N1")
+	r.Wait()
+	if source.fetched() != before {
+		t.Fatal("an agreed image was resolved from the registry")
+	}
+}
 
-	// every image agreed on: the nodes' layers, no registry call
-	if got := resolve("reg:5000/img1:1"); !reflect.DeepEqual(got.Layers, []layers.Layer{l1, l2, l3}) || len(got.Unknown) != 0 {
-		t.Fatalf("agreed: %+v", got)
+func TestNodesOfAnotherPlatformAreScoredWithItsLayers(t *testing.T) {
+	// img3 on arm64 is L1 + L2 (all of it on N2's L1 L2); on amd64 L4 + L5
+	l5 := layers.Layer{Digest: digest("L5"), SizeBytes: 10}
+	source := &tableSource{answers: map[resolver.Key][]layers.Layer{
+		{Platform: "linux/amd64", Image: "reg:5000/img3:1"}: {l4, l5},
+		{Platform: "linux/arm64", Image: "reg:5000/img3:1"}: {l1, l2},
+	}}
+	pl, r := registryPlugin(t, source)
+	arm := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "N2", Labels: map[string]string{osLabel: "linux", archLabel: "arm64"}}}
+	amd := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "N1"}}
+	nodes := func() []*v1.Node { return []*v1.Node{amd, arm} }
+	p := pod(nil, "reg:5000/img3:1")
+	run := func() map[string]int64 {
+		state, err := pl.prepare(p, pl.nodes, nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string]int64{"N1": pl.score(state, "N1"), "N2": pl.score(state, "N2")}
+	}
+	// the first cycle queues img3 for each platform of the cycle's nodes
+	if got := run(); got["N1"] != 0 || got["N2"] != 0 {
+		t.Fatalf("before the registry answered %v", got)
 	}
 	r.Wait()
-	if source.fetches != 0 {
-		t.Fatalf("%d fetches for agreed images", source.fetches)
+	// N2 (arm64) holds all of its platform's L1 L2: 100; N1 (amd64) none of L4 L5: 0
+	if got := run(); got["N2"] != 100 || got["N1"] != 0 {
+		t.Fatalf("by platform %v", got)
 	}
-	// img3 unknown: the first pod scores the agreed image's layers only (as today) and
-	// queues both images; the next gets the registry's answer for the whole pod
-	first := resolve("reg:5000/img1:1", "reg:5000/img3:1")
-	if !reflect.DeepEqual(first.Layers, []layers.Layer{l1, l2, l3}) || !reflect.DeepEqual(first.Unknown, []string{"reg:5000/img3:1"}) {
-		t.Fatalf("first pod: %+v", first)
+}
+
+func TestConcurrentCyclesWhileResolutionsLand(t *testing.T) {
+	answers := map[resolver.Key][]layers.Layer{{Platform: "linux/amd64", Image: "reg:5000/img1:1"}: {l1, l2, l3}}
+	for i := range 30 {
+		answers[resolver.Key{Platform: "linux/amd64", Image: fmt.Sprintf("reg:5000/app%d:1", i)}] = []layers.Layer{l1, {Digest: digest(fmt.Sprint(i)), SizeBytes: 7}}
 	}
+	pl, r := registryPlugin(t, &tableSource{answers: answers})
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				p := pod(nil, fmt.Sprintf("reg:5000/app%d:1", (g+i)%30), "reg:5000/img1:1")
+				got, message := cycle(pl, p, true, "N1", "N2", "N3")
+				if message != "" {
+					t.Error(message)
+					return
+				}
+				// whether or not app's answer is in: N1 holds everything but app's own layer
+				if got["N1"] < got["N2"] || got["N3"] != 0 {
+					t.Errorf("scores %v", got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 	r.Wait()
-	next := resolve("reg:5000/img1:1", "reg:5000/img3:1")
-	// distinct layers in image order: L1 L2 L3 (img1), then L5 (img3's L1 counted once)
-	if !reflect.DeepEqual(next.Layers, []layers.Layer{l1, l2, l3, l5}) || len(next.Unknown) != 0 || next.TotalBytes != 95 {
-		t.Fatalf("next pod: %+v", next)
-	}
-	// an image the registry cannot resolve: the pod stays scored as without a registry
-	failing := resolve("reg:5000/img2:1", "reg:5000/gone:1")
-	r.Wait()
-	again := resolve("reg:5000/img2:1", "reg:5000/gone:1")
-	if !reflect.DeepEqual(failing, again) || !reflect.DeepEqual(again.Layers, []layers.Layer{l1, l2, l4}) {
-		t.Fatalf("with a failing image: %+v then %+v", failing, again)
-	}
-	// a pinned image the nodes agree on: their layers until the registry answered for
-	// the digest, then the registry's (it outvotes agreeing liars)
-	if got := resolve(pinned); !reflect.DeepEqual(got.Layers, []layers.Layer{l1, l2, l3}) {
-		t.Fatalf("pinned, before the registry: %+v", got)
-	}
-	r.Wait()
-	if got := resolve(pinned); !reflect.DeepEqual(got.Layers, []layers.Layer{l1, l4}) {
-		t.Fatalf("pinned, after the registry: %+v", got)
-	}
-	// without a registry: the index's own resolution, unchanged
-	if got, want := podLayers(index, nil, []string{"reg:5000/img1:1", "reg:5000/img3:1"}, now, 0), index.ResolvePod([]string{"reg:5000/img1:1", "reg:5000/img3:1"}, now, 0); !reflect.DeepEqual(got, want) {
-		t.Fatalf("without a registry: %+v, want %+v", got, want)
-	}
 }
 
 func TestOutcomeLabels(t *testing.T) {

@@ -62,6 +62,12 @@ type Prepared struct {
 	WithoutQuorum []string
 	// LayerCount is the number of the pod's distinct known layers.
 	LayerCount int
+	// With an ImageSource (source.go): Consulted says whether the source was asked at
+	// all, FromSource how many images were scored with its layers, Disputed how many
+	// pinned images it serves otherwise than the nodes agree.
+	Consulted  bool
+	FromSource int
+	Disputed   int
 
 	names      *nodeNames
 	terms      []Terms
@@ -160,6 +166,12 @@ func (p *Prepared) Score(node string) (int64, NodeState) {
 // without the spread factor; at time now, counting inventories observed within maxAge
 // (0: no bound). The index's read lock is taken once.
 func (ix *Index) Prepare(images []string, spread *Spread, now time.Time, maxAge time.Duration) *Prepared {
+	return ix.PrepareFrom(images, nil, spread, now, maxAge)
+}
+
+// PrepareFrom is Prepare with the answers of source (a registry, source.go) merged with
+// the nodes' as the extender merges them; nil: the nodes' alone, as Prepare.
+func (ix *Index) PrepareFrom(images []string, source ImageSource, spread *Spread, now time.Time, maxAge time.Duration) *Prepared {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	p := &Prepared{names: ix.nameTable(), spread: spread != nil, terms: make([]Terms, len(ix.nodes))}
@@ -169,21 +181,34 @@ func (ix *Index) Prepare(images []string, spread *Spread, now time.Time, maxAge 
 	s.reset(len(ix.layers))
 	var total uint64
 	overflow := false
-	for _, image := range images {
-		refs, resolution := ix.imageLayers(image, p.terms)
-		if resolution != Agreed {
-			p.Unknown = append(p.Unknown, image)
-			if resolution == WithoutQuorum {
-				p.WithoutQuorum = append(p.WithoutQuorum, image)
+	var perImage [][]layerRef
+	if source != nil {
+		perImage = ix.mergeSource(images, source, p)
+	}
+	for i, image := range images {
+		var refs []layerRef
+		if perImage != nil {
+			refs = perImage[i]
+		} else {
+			var resolution Resolution
+			refs, resolution = ix.imageLayers(image, p.terms)
+			if resolution != Agreed {
+				p.Unknown = append(p.Unknown, image)
+				if resolution == WithoutQuorum {
+					p.WithoutQuorum = append(p.WithoutQuorum, image)
+				}
+				continue
 			}
-			continue
 		}
 		// each distinct layer once, at its first occurrence (the Python core's pod_layers)
 		for _, ref := range refs {
-			if s.seen[ref.id] == s.generation {
+			if ref.id == absentLayer {
+				// no node holds it: needed, never present (mergeSource counted it once)
+			} else if s.seen[ref.id] == s.generation {
 				continue
+			} else {
+				s.seen[ref.id] = s.generation
 			}
-			s.seen[ref.id] = s.generation
 			s.layers = append(s.layers, ref)
 			sum, carry := bits.Add64(total, uint64(ref.sizeBytes), 0)
 			overflow = overflow || carry != 0 || sum > math.MaxInt64
@@ -200,6 +225,9 @@ func (ix *Index) Prepare(images []string, spread *Spread, now time.Time, maxAge 
 		counts = ix.spreadCounts(spread, p.names)
 	}
 	for _, ref := range s.layers {
+		if ref.id == absentLayer {
+			continue
+		}
 		holders := ix.layers[ref.id].holders
 		weight := 0.0
 		if spread != nil && spread.Nodes > 0 {

@@ -600,7 +600,20 @@ def _config_template(config_text: str) -> tuple[str, ConfigTemplate]:
     """The sentinel config's checksum (as the sentinel Deployment carries it) and its
     named template."""
     checksum = config_checksum(config_text)
-    body = "\n".join(_scalars(line, {}) for line in config_text.split("\n"))
+    lines: list[str] = []
+    for line in config_text.split("\n"):
+        item = _LIST_ITEM.match(line)
+        if item is not None and item["value"] == _REGISTRY:
+            # the plugin's registry.allowRegistries: one item per allowed registry
+            pad = item["indent"]
+            lines += [
+                f"{pad}{{{{- range .Values.extender.allowedRegistries }}}}",
+                f"{pad}- {{{{ . | quote }}}}",
+                f"{pad}{{{{- end }}}}",
+            ]
+            continue
+        lines.append(_scalars(line, {}))
+    body = "\n".join(lines)
     if "chart-sentinel" in body or str(_WEIGHT) in body:
         raise AssertionError(f"a sentinel left in the scheduler config: {body!r}")
     return checksum, ConfigTemplate(

@@ -499,6 +499,17 @@ def _scalars(line: str, extra: Mapping[str, str]) -> str:
 _LIST_ITEM = re.compile(r"^(?P<indent> *)- (?P<value>.*)$")
 
 
+def _ranged(pad: str, values: str, before: Sequence[str] = ()) -> list[str]:
+    """List items, one per entry of the values list ``values`` (each quoted), each after
+    the lines ``before``."""
+    return [
+        f"{pad}{{{{- range {values} }}}}",
+        *before,
+        f"{pad}- {{{{ . | quote }}}}",
+        f"{pad}{{{{- end }}}}",
+    ]
+
+
 def _templated(text: str, extra: Mapping[str, str] | None = None) -> str:
     """The YAML of one object with every sentinel replaced by its expression (``extra``:
     more substitutions, sentinel text to expression)."""
@@ -516,13 +527,7 @@ def _templated(text: str, extra: Mapping[str, str] | None = None) -> str:
             # the extender's "- --allow-registry" (already written) and "- REGISTRY": one
             # pair per value; the plugin's registry.allowRegistries: "- REGISTRY" alone
             flag = [out.pop()] if out and out[-1].strip() == "- --allow-registry" else []
-            pad = item["indent"]
-            out += [
-                f"{pad}{{{{- range .Values.extender.allowedRegistries }}}}",
-                *flag,
-                f"{pad}- {{{{ . | quote }}}}",
-                f"{pad}{{{{- end }}}}",
-            ]
+            out += _ranged(item["indent"], ".Values.extender.allowedRegistries", flag)
             continue
         if item is not None and item["value"] == f"'{_QUORUM}'":
             # the extender's quorum, then layer-locality's --spread (extender_args' rule)
@@ -555,12 +560,7 @@ def _templated(text: str, extra: Mapping[str, str] | None = None) -> str:
             ]
             continue
         if item is not None and item["value"] == _EXTRA_ARG:
-            pad = item["indent"]
-            out += [
-                f"{pad}{{{{- range .Values.extender.extraArgs }}}}",
-                f"{pad}- {{{{ . | quote }}}}",
-                f"{pad}{{{{- end }}}}",
-            ]
+            out += _ranged(item["indent"], ".Values.extender.extraArgs")
             continue
         key, sep, value = line.partition(": ")
         if sep and value in _RESOURCES.values():
@@ -605,12 +605,7 @@ def _config_template(config_text: str) -> tuple[str, ConfigTemplate]:
         item = _LIST_ITEM.match(line)
         if item is not None and item["value"] == _REGISTRY:
             # the plugin's registry.allowRegistries: one item per allowed registry
-            pad = item["indent"]
-            lines += [
-                f"{pad}{{{{- range .Values.extender.allowedRegistries }}}}",
-                f"{pad}- {{{{ . | quote }}}}",
-                f"{pad}{{{{- end }}}}",
-            ]
+            lines += _ranged(item["indent"], ".Values.extender.allowedRegistries")
             continue
         lines.append(_scalars(line, {}))
     body = "\n".join(lines)

@@ -218,9 +218,11 @@ def test_the_layer_locality_profiles_are_the_generators(
 ) -> None:
     # each LayerLocality profile is the generator's plugin profile (the install's args:
     # spread on, quorum 2), with and without ImageLocality, plus upstream's batching
-    # settings; only the start-up wait differs (the CRD is created after the scheduler)
+    # settings; only the start-up wait differs (the CRD is created after the scheduler),
+    # and registry resolution is off (scheduler_perf has no registry: its pods' images
+    # are never fetched during a measurement)
     config = plugin_scheduler_config(
-        PluginArgs(inventory_sync_timeout_s=1),
+        PluginArgs(inventory_sync_timeout_s=1, registry=None),
         scheduler_name=DEFAULT_SCHEDULER,
         api_version=KUBE_SCHEDULER_CONFIG_V1,
         image_locality=image_locality,

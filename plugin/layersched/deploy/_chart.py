@@ -499,13 +499,15 @@ def _scalars(line: str, extra: Mapping[str, str]) -> str:
 _LIST_ITEM = re.compile(r"^(?P<indent> *)- (?P<value>.*)$")
 
 
-def _ranged(pad: str, values: str, before: Sequence[str] = ()) -> list[str]:
-    """List items, one per entry of the values list ``values`` (each quoted), each after
-    the lines ``before``."""
+def _ranged(pad: str, values: str, before: Sequence[str] = (), item: str = "quote") -> list[str]:
+    """List items, one per entry of the values list ``values`` (each through ``item``:
+    quoted, or ``toYaml`` where the list is text inside a ConfigMap, so that it reads as
+    the generator's YAML writes it: quoted only where YAML needs it), each after the lines
+    ``before``."""
     return [
         f"{pad}{{{{- range {values} }}}}",
         *before,
-        f"{pad}- {{{{ . | quote }}}}",
+        f"{pad}- {{{{ . | {item} }}}}",
         f"{pad}{{{{- end }}}}",
     ]
 
@@ -527,7 +529,12 @@ def _templated(text: str, extra: Mapping[str, str] | None = None) -> str:
             # the extender's "- --allow-registry" (already written) and "- REGISTRY": one
             # pair per value; the plugin's registry.allowRegistries: "- REGISTRY" alone
             flag = [out.pop()] if out and out[-1].strip() == "- --allow-registry" else []
-            out += _ranged(item["indent"], ".Values.extender.allowedRegistries", flag)
+            out += _ranged(
+                item["indent"],
+                ".Values.extender.allowedRegistries",
+                flag,
+                "quote" if flag else "toYaml",
+            )
             continue
         if item is not None and item["value"] == f"'{_QUORUM}'":
             # the extender's quorum, then layer-locality's --spread (extender_args' rule)
@@ -605,7 +612,7 @@ def _config_template(config_text: str) -> tuple[str, ConfigTemplate]:
         item = _LIST_ITEM.match(line)
         if item is not None and item["value"] == _REGISTRY:
             # the plugin's registry.allowRegistries: one item per allowed registry
-            lines += _ranged(item["indent"], ".Values.extender.allowedRegistries")
+            lines += _ranged(item["indent"], ".Values.extender.allowedRegistries", item="toYaml")
             continue
         lines.append(_scalars(line, {}))
     body = "\n".join(lines)

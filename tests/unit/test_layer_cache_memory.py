@@ -113,7 +113,8 @@ def test_each_entry_is_charged_what_it_costs(
 ) -> None:
     # the names, layers and errors are made while traced, as a request's are: what the
     # cache keeps of them is its own; what it does not keep (the exceptions) is freed
-    cache = LayerCache(budget=MemoryBudget(2**40), max_entries=10**7)
+    # a clock that stands still: a loaded machine's loop may outlast the failures' TTL
+    cache = LayerCache(budget=MemoryBudget(2**40), max_entries=10**7, clock=FakeClock())
     make = SHAPES[shape]
     for i in range(size):
         name, fetched, error = make(i)
@@ -152,7 +153,9 @@ def test_refused_images_cost_what_they_are_charged(traced: Callable[[], int]) ->
     fake = FakeRegistry()
     with client_for(fake, allowed_registries=[ALLOWED]) as client:
         source = RegistryLayerSource(client)
-        cache = LayerCache(max_entries=10**7)
+        # a clock that stands still: on a loaded machine the loop can outlast the
+        # failures' TTL, and the cache rightly sweeps what expired
+        cache = LayerCache(max_entries=10**7, clock=FakeClock())
         for i in range(5_000):
             with pytest.raises(LayerResolutionError, match="not an allowed registry"):
                 cache.refresh(ImageName(f"{REFUSED}/p{i}/c{i % 300}:1"), source)

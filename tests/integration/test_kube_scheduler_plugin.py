@@ -51,7 +51,11 @@ from layersched.core.strategies.base import resolve_pod_layers
 from layersched.core.strategies.in_flight import InFlight
 from layersched.core.strategies.layer_locality import LayerLocality
 from layersched.deploy import (
+    IN_FLIGHT_WEIGHT,
+    KUBE_SCHEDULER_CONFIG_V1,
+    PluginArgs,
     plugin_readme_block,
+    plugin_scheduler_config,
 )
 from layersched.extender._votes import DEFAULT_IMAGE_QUORUM, Ballot, ImageVotes, ballots
 from layersched.testbed.scheduler_configs import (
@@ -159,11 +163,22 @@ def test_the_generators_plugin_args_decode_in_go(tree: Path, tmp_path: Path) -> 
         )
     )
     readme = yaml.safe_load(plugin_readme_block().removeprefix("```yaml\n").removesuffix("```"))
-    configs = {"testbed": testbed["layer-locality-plugin"], "readme": readme}
+    # the in-flight strategy's args, as the replay's plugin arm would render them
+    in_flight = plugin_scheduler_config(
+        PluginArgs(in_flight=InFlightArgs(pull_mode="parallel")),
+        weight=IN_FLIGHT_WEIGHT,
+        api_version=KUBE_SCHEDULER_CONFIG_V1,
+        kubernetes_version=kubernetes_build().version,
+    )
+    configs = {
+        "testbed": testbed["layer-locality-plugin"],
+        "readme": readme,
+        "in-flight": in_flight,
+    }
     path = tmp_path / "configs.json"
     path.write_text(json.dumps(configs))
     done = _go_test_on(tree, ARGS_TEST, "pkg/layerlocality", ARGS_ENV, path)
-    assert "decoded 2 generated configurations" in done.stdout
+    assert "decoded 3 generated configurations" in done.stdout
 
 
 def test_go_and_the_python_core_agree_on_every_score(tree: Path, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from layersched import __version__, generated
 from layersched.cli.deploy import PLUGIN_README_BLOCK, plugin_readme
 from layersched.cli.main import EXIT_USAGE, main
 from layersched.core.errors import InputError
+from layersched.core.strategies.args import InFlightArgs
 from layersched.deploy import (
     DEFAULT_ALLOWED_REGISTRIES,
     IMAGE_LOCALITY_PLUGIN,
@@ -165,6 +166,28 @@ def test_the_plugins_registry_bounds_are_the_extenders() -> None:
     assert PluginRegistryArgs().allow_registries == DEFAULT_ALLOWED_REGISTRIES
     # omitted, the Go side makes no registry call (the testbed without a registry)
     assert "registry" not in PluginArgs(registry=None).to_config()
+
+
+def test_the_plugins_in_flight_args_are_the_cores() -> None:
+    # strategy: in-flight with the core's arguments under their Go names (InFlightArgs);
+    # spread stays in the args (the Go side ignores it for in-flight)
+    args = PluginArgs(in_flight=InFlightArgs(pull_mode="parallel", overhead_s=2.5)).to_config()
+    assert args["strategy"] == "in-flight"
+    assert args["inFlight"] == {
+        "pullMode": "parallel",
+        "newBytesWeight": InFlightArgs().new_bytes_weight,
+        "overheadSeconds": 2.5,
+        "defaultBandwidthBitsPerS": InFlightArgs().default_bandwidth_bits_per_s,
+        "maxPendingAgeSeconds": InFlightArgs().max_pending_age_s,
+    }
+    # layer-locality renders no inFlight at all (the Go side refuses it with another
+    # strategy)
+    plain = PluginArgs().to_config()
+    assert plain["strategy"] == "layer-locality"
+    assert "inFlight" not in plain
+    # the core's own validation, before anything is rendered
+    with pytest.raises(InputError, match="pull_mode='eager'"):
+        PluginArgs(in_flight=InFlightArgs(pull_mode="eager")).to_config()  # type: ignore[arg-type]
 
 
 def test_the_install_and_the_testbed_allow_their_own_registries() -> None:

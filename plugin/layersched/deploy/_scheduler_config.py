@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from layersched.core.errors import InputError
+from layersched.core.strategies.args import InFlightArgs
+from layersched.core.strategies.in_flight import NAME as IN_FLIGHT_STRATEGY
 from layersched.deploy._versions import NEWEST_MINOR
 
 KUBE_SCHEDULER_CONFIG_V1 = "kubescheduler.config.k8s.io/v1"
@@ -363,6 +365,18 @@ class PluginRegistryArgs:
         return {**config, "platform": self.platform, **numbers}
 
 
+def in_flight_config(args: InFlightArgs) -> dict[str, Any]:
+    """The plugin's ``inFlight`` args (``InFlightArgs`` in Go) of the core's, validated."""
+    args.validate()
+    return {
+        "pullMode": args.pull_mode,
+        "newBytesWeight": args.new_bytes_weight,
+        "overheadSeconds": args.overhead_s,
+        "defaultBandwidthBitsPerS": args.default_bandwidth_bits_per_s,
+        "maxPendingAgeSeconds": args.max_pending_age_s,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class PluginArgs:
     """The LayerLocality plugin's ``pluginConfig`` args (``layerlocality.Args`` in Go, which
@@ -372,6 +386,9 @@ class PluginArgs:
     #: and an agent claiming layers copied from other nodes (on by default, as the Go
     #: side's ``DefaultSpread``: issue 30).
     spread: bool = True
+    #: The in-flight strategy's args (``strategy: in-flight`` with ``inFlight``,
+    #: docs/in-flight.md; spread does not apply); None: layer-locality.
+    in_flight: InFlightArgs | None = None
     #: How old a node's NodeLayerInventory may be and still count (0: no bound).
     inventory_max_age_s: int = DEFAULT_INVENTORY_MAX_AGE_S
     #: How long start-up waits for the first list of NodeLayerInventory objects.
@@ -412,12 +429,14 @@ class PluginArgs:
                 "for an image's layers)"
             )
         args: dict[str, Any] = {
-            "strategy": PLUGIN_STRATEGY,
+            "strategy": PLUGIN_STRATEGY if self.in_flight is None else IN_FLIGHT_STRATEGY,
             "spread": self.spread,
             "inventoryMaxAgeSeconds": self.inventory_max_age_s,
             "inventorySyncTimeoutSeconds": self.inventory_sync_timeout_s,
             "imageQuorum": quorum,
         }
+        if self.in_flight is not None:
+            args["inFlight"] = in_flight_config(self.in_flight)
         if self.kubeconfig is not None:
             if not self.kubeconfig:
                 raise InputError(

@@ -14,6 +14,10 @@ import (
 // stateKey is where PreScore leaves the pod's prepared layers for Score.
 const stateKey fwk.StateKey = Name
 
+// unsignedInFlight says why the in-flight strategy signs no pod (opportunistic batching
+// stays on for the pods of profiles that do not run it).
+const unsignedInFlight = "in-flight scores change with each pod placed: not batched"
+
 // SignerName keys the plugin's fragment of a pod's signature: the pod's container and
 // init-container images, the only pod fields the score reads.
 const SignerName = "layersched.io/LayerLocality: v1.Pod.Spec.{InitContainers,Containers}.Image"
@@ -22,6 +26,8 @@ const SignerName = "layersched.io/LayerLocality: v1.Pod.Spec.{InitContainers,Con
 // from the NodeLayerInventory objects the layersched agents publish.
 type LayerLocality struct {
 	scorer
+	// inFlight is the in-flight strategy's state (inflight.go); nil under layer-locality.
+	inFlight *inFlight
 	// nodes is the scheduler's snapshot of the cluster's nodes (the spread's node count).
 	nodes func() (nodeSet, error)
 }
@@ -49,6 +55,9 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	pl := &LayerLocality{scorer: newScorer(args, index), nodes: snapshotNodes(handle)}
 	if pl.registry, err = sharedRegistry(ctx, args.Registry); err != nil {
 		return nil, err
+	}
+	if args.Strategy == StrategyInFlight {
+		pl.inFlight = newInFlight(args.InFlight, pl.imageLayers)
 	}
 	return pl, nil
 }
@@ -103,19 +112,34 @@ func (s *preScoreState) Clone() fwk.StateData {
 	return s
 }
 
+// Clone: the state is never modified after PreScore.
+func (s *inFlightState) Clone() fwk.StateData {
+	return s
+}
+
 // SignPod returns the one pod field the score depends on: its container and
 // init-container images, sorted and without repeats (the score counts distinct layers,
 // so neither order nor repetition changes it). Pods that sign alike may share one
 // scoring result under opportunistic batching; the node side (the inventories) is the
 // scheduler's snapshot's concern, as for every plugin.
 func (pl *LayerLocality) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if pl.inFlight != nil {
+		// in flight, a pod's scores depend on the pods placed just before it (the pulls
+		// they started): no result may be reused for the next pod that signs alike
+		return nil, fwk.NewStatus(fwk.Unschedulable, unsignedInFlight)
+	}
 	images := appendPodImages(nil, pod)
 	slices.Sort(images)
 	return []fwk.SignFragment{{Key: SignerName, Value: slices.Compact(images)}}, nil
 }
 
-// PreScore prepares the pod's layers once for every node.
+// PreScore prepares the pod's layers once for every node (under in-flight, its score on
+// every candidate).
 func (pl *LayerLocality) PreScore(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	if pl.inFlight != nil {
+		state.Write(stateKey, pl.inFlight.prepare(pl.index, pod, pendingNodes(nodes), pl.now(), pl.maxAge))
+		return nil
+	}
 	prepared, err := pl.prepare(pod, pl.nodes, candidates(nodes))
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -144,11 +168,39 @@ func (pl *LayerLocality) Score(_ context.Context, state fwk.CycleState, _ *v1.Po
 	if err != nil {
 		return 0, fwk.AsStatus(noStateError(err))
 	}
-	prepared, ok := data.(*preScoreState)
-	if !ok {
-		return 0, fwk.AsStatus(noStateError(fmt.Errorf("state of type %T", data)))
+	switch prepared := data.(type) {
+	case *preScoreState:
+		return pl.score(prepared, nodeInfo.Node().Name), nil
+	case *inFlightState:
+		return prepared.scores[nodeInfo.Node().Name], nil
 	}
-	return pl.score(prepared, nodeInfo.Node().Name), nil
+	return 0, fwk.AsStatus(noStateError(fmt.Errorf("state of type %T", data)))
+}
+
+// pendingNodes are the candidates as the in-flight strategy reads them: name,
+// generation, link labels and pods (assumed and bound), from kube-scheduler's NodeInfos.
+func pendingNodes(infos []fwk.NodeInfo) []pendingNode {
+	nodes := make([]pendingNode, 0, len(infos))
+	for _, info := range infos {
+		node := info.Node()
+		if node == nil {
+			continue
+		}
+		nodes = append(nodes, pendingNode{
+			name:        node.Name,
+			generation:  info.GetGeneration(),
+			labels:      node.Labels,
+			annotations: node.Annotations,
+			pods: func() []*v1.Pod {
+				pods := make([]*v1.Pod, 0, len(info.GetPods()))
+				for _, pod := range info.GetPods() {
+					pods = append(pods, pod.GetPod())
+				}
+				return pods
+			},
+		})
+	}
+	return nodes
 }
 
 // ScoreExtensions: scores are already 0..MaxNodeScore, nothing to normalise.

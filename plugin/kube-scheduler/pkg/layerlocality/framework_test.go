@@ -5,14 +5,19 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"layersched.io/kube-scheduler/pkg/layers"
+	"layersched.io/kube-scheduler/pkg/resolver"
 )
 
 // The test side of framework.go: how the shared tests drive the plugin through the
@@ -203,4 +208,91 @@ func (l nodeInfoLister) Get(name string) (fwk.NodeInfo, error) {
 		return info, nil
 	}
 	return nil, fmt.Errorf("nodeinfo not found for node name %q", name)
+}
+
+// inFlightNode is a NodeInfo of node name with pods (assumed or bound).
+func inFlightNode(name string, pods ...*v1.Pod) fwk.NodeInfo {
+	info := framework.NewNodeInfo(pods...)
+	info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	return info
+}
+
+// inFlightCycle is one scheduling cycle of p through the framework's calls: PreScore
+// over infos, then Score on each; the scores by node.
+func inFlightCycle(t *testing.T, pl *LayerLocality, p *v1.Pod, infos ...fwk.NodeInfo) map[string]int64 {
+	t.Helper()
+	state := framework.NewCycleState()
+	if status := pl.PreScore(context.Background(), state, p, infos); !status.IsSuccess() {
+		t.Fatal(status.Message())
+	}
+	got := map[string]int64{}
+	for _, info := range infos {
+		value, status := pl.Score(context.Background(), state, p, info)
+		if !status.IsSuccess() {
+			t.Fatal(status.Message())
+		}
+		got[info.Node().Name] = value
+	}
+	return got
+}
+
+// replicaOn is a replica of image assumed on node a moment ago (no PodScheduled yet: the
+// plugin first sees it now), its containers not started.
+func replicaOn(node, image string) *v1.Pod {
+	replica := pod(nil, image)
+	replica.Name, replica.UID, replica.Spec.NodeName = "replica-"+node, types.UID("uid-replica-"+node), node
+	return replica
+}
+
+// The seed scenario through the framework with strategy: in-flight. Img1 (L1 40 + L2 30
+// + L3 20 = 90 bytes) at 8 bits per second: 90 s on an empty node. N1 holds Img1 (1 s,
+// the overhead), N2 Img2 (L1 + L2: 20 s to pull L3, + 1 + 0.25 x 20 = 26 s), N3 nothing
+// (90 + 1 + 22.5 = 113.5 s). A replica assumed on N3 a moment ago (no PodScheduled yet:
+// first seen now) has all of Img1 arriving there: N3 costs 90 + 1 = 91 s. Scores:
+// floor(100 * 1 / c): N1 100, N2 3, N3 1 then, with nothing pending, 0.
+func TestInFlightThroughTheFramework(t *testing.T) {
+	pl := plugin(t, `{"strategy": "in-flight", "inFlight": {"defaultBandwidthBitsPerS": 8}}`)
+	pl.inFlight = newInFlight(pl.args.InFlight, pl.imageLayers)
+	newPod := pod(nil, "reg:5000/img1:1")
+	idle := inFlightCycle(t, pl, newPod, inFlightNode("N1"), inFlightNode("N2"), inFlightNode("N3"))
+	if want := map[string]int64{"N1": 100, "N2": 3, "N3": 0}; fmt.Sprint(idle) != fmt.Sprint(want) {
+		t.Errorf("nothing in flight: %v, want %v", idle, want)
+	}
+	pulling := inFlightCycle(t, pl, newPod, inFlightNode("N1"), inFlightNode("N2"), inFlightNode("N3", replicaOn("N3", "reg:5000/img1:1")))
+	if want := map[string]int64{"N1": 100, "N2": 3, "N3": 1}; fmt.Sprint(pulling) != fmt.Sprint(want) {
+		t.Errorf("a replica pulling on N3: %v, want %v", pulling, want)
+	}
+	// in flight no pod is signed: a result of one pod must not serve the next
+	if _, status := pl.SignPod(context.Background(), newPod); status.Code() != fwk.Unschedulable {
+		t.Errorf("SignPod under in-flight: %v", status)
+	}
+}
+
+// The burst the in-flight strategy is for: replicas of an image no node publishes. Its
+// layers come from the registry resolver (L9, 60 bytes at 1 byte/s). The first replica
+// finds the image unknown (queued): every node scores alike. 5 s later (a miss is kept
+// that long), the registry having answered, with one replica pulling on N2 since it was
+// first seen: N1 and N3 cost 60 + 1 + 0.25 x 60 = 76 s, N2 the replica's 55 s still to
+// come + 1 = 56 s: N2 100, N1 and N3 floor(100 x 56 / 76) = 73.
+func TestInFlightReadsTheRegistrysLayers(t *testing.T) {
+	l9 := layers.Layer{Digest: digest("L9"), SizeBytes: 60}
+	source := &tableSource{answers: map[resolver.Key][]layers.Layer{
+		{Platform: "linux/amd64", Image: "reg:5000/img9:1"}: {l9},
+	}}
+	pl, r := registryPluginWith(t, `{"strategy": "in-flight", "inFlight": {"defaultBandwidthBitsPerS": 8}}`, source)
+	pl.inFlight = newInFlight(pl.args.InFlight, pl.imageLayers)
+	newPod := pod(nil, "reg:5000/img9:1")
+	nodes := func() []fwk.NodeInfo {
+		return []fwk.NodeInfo{inFlightNode("N1"), inFlightNode("N2", replicaOn("N2", "reg:5000/img9:1")), inFlightNode("N3")}
+	}
+	first := inFlightCycle(t, pl, newPod, nodes()...)
+	if first["N1"] != first["N2"] || first["N2"] != first["N3"] {
+		t.Errorf("before the registry answered: %v, want every node alike", first)
+	}
+	r.Wait()
+	// the pending replica's image was a miss a moment ago (kept missTTL): a later cycle
+	pl.now = func() time.Time { return now.Add(missTTL) }
+	if want, got := map[string]int64{"N1": 73, "N2": 100, "N3": 73}, inFlightCycle(t, pl, newPod, nodes()...); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("once the registry answered: %v, want %v", got, want)
+	}
 }

@@ -307,32 +307,46 @@ func (f *inFlight) layersOf(image string, now time.Time) ([]layers.Layer, bool) 
 	return found, known
 }
 
-// podTerms is what the in-flight costs need of the pod on one node: its distinct
-// layers (with their total) and whether the node holds a layer.
+// podTerms is what the in-flight costs need of the pod: its distinct layers (with their
+// total), and heldOf, which answers which nodes hold which of digests, and whether each
+// node of byNode holds its own digests (one look at the index for the pod's layers on
+// every candidate and the candidates' pending pods' layers on their nodes).
 type podTerms struct {
 	layers []layers.Layer
 	total  int64
-	// holds says whether node holds digest; counts whether node's inventory counts at
-	// all (a node without one holds nothing).
-	holds func(node, digest string) bool
+	heldOf func(digests []string, byNode map[string][]string) func(node, digest string) bool
 }
 
 // scores are the candidates' in-flight scores, by name (the rule: layers.NodeBacklog,
 // SplitBytes, StartCost, ScoreCosts; the Python core's InFlight.score).
 func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[string]int64 {
 	nowS := unixSeconds(now)
+	facts := make([]*nodeFacts, len(nodes))
+	digests := make([]string, 0, len(pod.layers))
+	for _, layer := range pod.layers {
+		digests = append(digests, layer.Digest)
+	}
+	pending := map[string][]string{}
+	for i, node := range nodes {
+		facts[i] = f.facts(node, now)
+		for _, pull := range facts[i].pulls {
+			for _, layer := range pull.Layers {
+				pending[node.name] = append(pending[node.name], layer.Digest)
+			}
+		}
+	}
+	holds := pod.heldOf(digests, pending)
 	costs := make([]float64, len(nodes))
 	for i, node := range nodes {
-		facts := f.facts(node, now)
-		name := node.name
-		holds := func(digest string) bool { return pod.holds(name, digest) }
+		name, rate := node.name, facts[i].bitsPerS/layers.BitsPerByte
+		nodeHolds := func(digest string) bool { return holds(name, digest) }
 		backlog := layers.Idle
-		if len(facts.pulls) > 0 {
-			backlog = layers.NodeBacklog(facts.pulls, holds, facts.bitsPerS/layers.BitsPerByte, nowS, f.maxAge)
+		if len(facts[i].pulls) > 0 {
+			backlog = layers.NodeBacklog(facts[i].pulls, nodeHolds, rate, nowS, f.maxAge)
 		}
-		held, arriving, total := layers.SplitBytes(pod.layers, holds, &backlog)
-		remaining := backlog.Remaining(facts.bitsPerS/layers.BitsPerByte, nowS)
-		costs[i] = layers.StartCost(held, arriving, total, remaining, backlog.EnqueuedBytes, backlog.Pulls, facts.bitsPerS, f.args)
+		held, arriving, total := layers.SplitBytes(pod.layers, nodeHolds, &backlog)
+		remaining := backlog.Remaining(rate, nowS)
+		costs[i] = layers.StartCost(held, arriving, total, remaining, backlog.EnqueuedBytes, backlog.Pulls, facts[i].bitsPerS, f.args)
 	}
 	scores := layers.ScoreCosts(costs, pod.total)
 	byName := make(map[string]int64, len(nodes))
@@ -340,6 +354,52 @@ func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[
 		byName[node.name] = scores[i]
 	}
 	return byName
+}
+
+// inFlightState is what PreScore leaves for Score under the in-flight strategy: every
+// candidate's score, never modified after PreScore.
+type inFlightState struct {
+	scores map[string]int64
+}
+
+// prepare scores the pod on every candidate once (PreScore): its images' layers as
+// f.resolve answers them (an image it does not know counts neither as held nor as
+// needed), held and arriving as the index and the candidates' pods say at now.
+func (f *inFlight) prepare(index *layers.Index, pod *v1.Pod, nodes []pendingNode, now time.Time, maxAge time.Duration) *inFlightState {
+	var terms podTerms
+	seen := map[string]bool{}
+	for _, image := range appendPodImages(nil, pod) {
+		found, known := f.resolve(image, now)
+		if !known {
+			continue
+		}
+		for _, layer := range found {
+			if !seen[layer.Digest] {
+				seen[layer.Digest] = true
+				terms.layers = append(terms.layers, layer)
+				terms.total += layer.SizeBytes // sizes are capped at 1 TiB: no pod wraps
+			}
+		}
+	}
+	terms.heldOf = func(digests []string, byNode map[string][]string) func(node, digest string) bool {
+		return index.Held(digests, byNode, now, maxAge).Holds
+	}
+	return &inFlightState{scores: f.scores(now, nodes, terms)}
+}
+
+// imageLayers is how the in-flight strategy resolves an image (the pod's and its
+// candidates' pending pods'): the layers a quorum of nodes agrees on; else, with
+// registry resolution, the registry's answer for the default platform when the
+// background resolver has one (asking queues it for a later cycle); else unknown.
+func (pl *LayerLocality) imageLayers(image string, now time.Time) ([]layers.Layer, bool) {
+	found, resolution := pl.index.ImageLayers(image, now, pl.maxAge)
+	if resolution == layers.Agreed {
+		return found, true
+	}
+	if pl.registry == nil {
+		return nil, false
+	}
+	return platformSource{pl.registry.resolver, pl.registry.platforms.fallback}.Layers(image)
 }
 
 // unixSeconds is t in Unix seconds with its fraction (as Python's time.time()).

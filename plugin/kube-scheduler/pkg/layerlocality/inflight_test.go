@@ -167,7 +167,10 @@ func TestInFlightScoresFromTheNodesPods(t *testing.T) {
 		fakeNode("fresh", 1, replica("f", "fresh", now, "reg/x:1")),
 		fakeNode("other", 1, replica("o", "other", now, "reg/y:1")),
 	}
-	pod := podTerms{layers: []layers.Layer{l1, l2}, total: 80 * mb, holds: func(string, string) bool { return false }}
+	nothing := func([]string, map[string][]string) func(string, string) bool {
+		return func(string, string) bool { return false }
+	}
+	pod := podTerms{layers: []layers.Layer{l1, l2}, total: 80 * mb, heldOf: nothing}
 	want := map[string]int64{"idle": 45, "half": 100, "fresh": 55, "other": 26}
 	if got := f.scores(now, nodes, pod); !reflect.DeepEqual(got, want) {
 		t.Errorf("scores %v, want %v", got, want)

@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -29,13 +30,18 @@ const (
 	benchBases         = 40
 	// benchPods are the pods scored in turn, their images drawn by the same popularity.
 	benchPods = 64
+	// benchPendingEvery: under in-flight, every this many nodes has a replica bound and
+	// not started (a pending pull of a popular image).
+	benchPendingEvery = 10
 	// scoreWorkers is kube-scheduler's parallelism (its Score plugins run on 16
 	// goroutines, parallelism's default).
 	scoreWorkers = 16
 )
 
-// benchCluster is the plugin over such an index, the snapshot's NodeInfos and the pods.
-func benchCluster(b *testing.B) (*LayerLocality, []fwk.NodeInfo, []*v1.Pod) {
+// benchCluster is the plugin (its args: rawArgs) over such an index, the snapshot's
+// NodeInfos and the pods; with the in-flight strategy, every benchPendingEvery-th node
+// has a pending replica.
+func benchCluster(b *testing.B, rawArgs string) (*LayerLocality, []fwk.NodeInfo, []*v1.Pod) {
 	b.Helper()
 	random := rand.New(rand.NewPCG(20261201, 43))
 	bases := make([][]layers.Layer, benchBases)
@@ -55,6 +61,10 @@ func benchCluster(b *testing.B) (*LayerLocality, []fwk.NodeInfo, []*v1.Pod) {
 		images[i] = layers.NodeImage{Names: []string{repo + "@" + manifest, fmt.Sprintf("%s:v%d", repo, i%5)}, Digest: manifest, Layers: imageLayers}
 	}
 	zipf := rand.NewZipf(random, 1.1, 1, benchImages-1)
+	args, err := DecodeArgs(&runtime.Unknown{Raw: []byte(rawArgs), ContentType: runtime.ContentTypeJSON})
+	if err != nil {
+		b.Fatal(err)
+	}
 	index := layers.NewIndex(layers.DefaultImageQuorum)
 	infos := make([]fwk.NodeInfo, benchNodes)
 	for n := range infos {
@@ -68,7 +78,13 @@ func benchCluster(b *testing.B) (*LayerLocality, []fwk.NodeInfo, []*v1.Pod) {
 			}
 		}
 		index.Upsert(&layers.NodeLayerInventory{Node: name, Images: held, ObservedAt: now})
-		info := framework.NewNodeInfo()
+		var pending []*v1.Pod
+		if args.Strategy == StrategyInFlight && n%benchPendingEvery == 0 {
+			replica := pod(nil, images[zipf.Uint64()].Names[1])
+			replica.Name, replica.UID, replica.Spec.NodeName = "replica-"+name, types.UID("uid-"+name), name
+			pending = append(pending, replica)
+		}
+		info := framework.NewNodeInfo(pending...)
 		info.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 		infos[n] = info
 	}
@@ -76,12 +92,11 @@ func benchCluster(b *testing.B) (*LayerLocality, []fwk.NodeInfo, []*v1.Pod) {
 	for i := range pods {
 		pods[i] = pod(nil, images[zipf.Uint64()].Names[1])
 	}
-	args, err := DecodeArgs(&runtime.Unknown{Raw: []byte(`{}`), ContentType: runtime.ContentTypeJSON})
-	if err != nil {
-		b.Fatal(err)
-	}
 	pl := &LayerLocality{scorer: newScorer(args, index), nodes: snapshotNodes(&snapshotHandle{lister: newSnapshotLister(infos)})}
 	pl.now = func() time.Time { return now }
+	if args.Strategy == StrategyInFlight {
+		pl.inFlight = newInFlight(args.InFlight, pl.imageLayers)
+	}
 	return pl, infos, pods
 }
 
@@ -92,7 +107,18 @@ func benchCluster(b *testing.B) (*LayerLocality, []fwk.NodeInfo, []*v1.Pod) {
 // the target is 0). Besides wall time, each reports the process's CPU time per op
 // (cpu-ns/op), which a shared machine's waits for a core do not inflate.
 func BenchmarkPreScoreScore(b *testing.B) {
-	pl, infos, pods := benchCluster(b)
+	benchmarkCycle(b, `{}`)
+}
+
+// BenchmarkPreScoreScoreInFlight is the same cycle under strategy: in-flight, a tenth
+// of the nodes pulling a replica (their facts kept between cycles, as their NodeInfos'
+// generations do not move; Score reads PreScore's map: no lock, no allocation).
+func BenchmarkPreScoreScoreInFlight(b *testing.B) {
+	benchmarkCycle(b, `{"strategy": "in-flight"}`)
+}
+
+func benchmarkCycle(b *testing.B, rawArgs string) {
+	pl, infos, pods := benchCluster(b, rawArgs)
 	ctx := context.Background()
 	preScore := func(b *testing.B, p *v1.Pod) fwk.CycleState {
 		state := framework.NewCycleState()

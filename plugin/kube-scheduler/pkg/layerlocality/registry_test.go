@@ -120,7 +120,13 @@ func (s *tableSource) CurrentDigest(context.Context, resolver.Key) (string, erro
 // spread) with registry resolution over source, its workers stopped with the test.
 func registryPlugin(t *testing.T, source resolver.Source) (*LayerLocality, *resolver.Resolver) {
 	t.Helper()
-	pl := plugin(t, `{"spread": false}`)
+	return registryPluginWith(t, `{"spread": false}`, source)
+}
+
+// registryPluginWith is registryPlugin with rawArgs.
+func registryPluginWith(t *testing.T, rawArgs string, source resolver.Source) (*LayerLocality, *resolver.Resolver) {
+	t.Helper()
+	pl := plugin(t, rawArgs)
 	r := resolver.New(source, resolver.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 )
 
 // The Python core's worked table (tests/unit/test_in_flight.py), node by node: 80 Mbit/s
@@ -157,5 +158,32 @@ func TestParseBandwidthAsPython(t *testing.T) {
 	}
 	if got := Bandwidth(nil, nil, 5); got != 5 {
 		t.Errorf("the default: %v", got)
+	}
+}
+
+func TestHeldFollowsTheInventoriesAndTheirAge(t *testing.T) {
+	ix := seedIndex() // N1 holds Img1 (L1 L2 L3), N2 Img2 (L1 L2 L4), N3 nothing
+	// the pod's L1 L3 L4 on every node; N1's pending L4 and L2, N2's L3 and L4, N3's L1,
+	// on that node alone
+	byNode := map[string][]string{"N1": {l4.Digest, l2.Digest}, "N2": {l3.Digest, l4.Digest}, "N3": {l1.Digest}}
+	held := ix.Held([]string{l1.Digest, l3.Digest, l4.Digest, "sha256:nowhere"}, byNode, observed, 0)
+	for _, c := range []struct {
+		node, digest string
+		want         bool
+	}{
+		{"N1", l1.Digest, true}, {"N1", l3.Digest, true}, {"N1", l4.Digest, false},
+		{"N2", l4.Digest, true}, {"N2", l3.Digest, false}, {"N3", l1.Digest, false},
+		{"N1", "sha256:nowhere", false},
+		{"N1", l2.Digest, true},  // asked of N1 alone
+		{"N2", l2.Digest, false}, // L2 not asked of N2
+	} {
+		if got := held.Holds(c.node, c.digest); got != c.want {
+			t.Errorf("%s holds %s: %v", c.node, c.digest, got)
+		}
+	}
+	// inventories observed an hour before, under a 30 min bound: nobody holds anything
+	stale := ix.Held([]string{l1.Digest}, map[string][]string{"N1": {l2.Digest}}, observed.Add(time.Hour), 30*time.Minute)
+	if stale.Holds("N1", l1.Digest) || stale.Holds("N1", l2.Digest) {
+		t.Error("a stale inventory's layers count")
 	}
 }

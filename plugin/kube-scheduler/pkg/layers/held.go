@@ -1,0 +1,89 @@
+package layers
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Held is which nodes hold which layers, as the index was at one moment: the in-flight
+// strategy's held and arriving bytes. The pod's own layers are asked of every node (each
+// layer's holders walked: the cost is the sum of their holders, as Prepare's); the
+// layers of a node's pending pods of that node alone (a binary search among its layer
+// ids each: a popular base layer's thousands of holders are never walked for them).
+// Built under one read lock; never modified once built, read without a lock.
+type Held struct {
+	layer map[string]int
+	// byNode is, for each node with a fresh inventory holding any of the pod's layers,
+	// which of them (by the layer's position).
+	byNode map[string][]bool
+	// pairs are the (node, digest) pairs asked of one node that it holds.
+	pairs map[nodeDigest]struct{}
+}
+
+type nodeDigest struct{ node, digest string }
+
+// Held answers for digests on every node and, for each node of byNode, for its digests
+// on that node, counting the nodes whose inventory is fresh at now within maxAge (0: no
+// bound), as Prepare does.
+func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Time, maxAge time.Duration) *Held {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	cutoff := int64(math.MinInt64)
+	if maxAge > 0 {
+		cutoff = clampedNanos(now.Add(-maxAge))
+	}
+	fresh := func(node int32) bool {
+		observed := ix.observed[node]
+		return observed >= cutoff && (maxAge <= 0 || observed != undatedNanos) && ix.nodes[node].live
+	}
+	held := &Held{layer: make(map[string]int, len(digests)), byNode: map[string][]bool{}, pairs: map[nodeDigest]struct{}{}}
+	for _, digest := range digests {
+		if _, ok := held.layer[digest]; ok {
+			continue
+		}
+		position := len(held.layer)
+		held.layer[digest] = position
+		id, ok := ix.layerID[digest]
+		if !ok {
+			continue
+		}
+		for _, node := range ix.layers[id].holders {
+			if !fresh(node) {
+				continue
+			}
+			name := ix.nodes[node].name
+			marks := held.byNode[name]
+			for len(marks) <= position {
+				marks = append(marks, false)
+			}
+			marks[position] = true
+			held.byNode[name] = marks
+		}
+	}
+	for name, asked := range byNode {
+		node, ok := ix.nodeID[name]
+		if !ok || !fresh(node) {
+			continue
+		}
+		for _, digest := range asked {
+			if id, ok := ix.layerID[digest]; ok {
+				if _, found := slices.BinarySearch(ix.nodes[node].layers, id); found {
+					held.pairs[nodeDigest{name, digest}] = struct{}{}
+				}
+			}
+		}
+	}
+	return held
+}
+
+// Holds says whether node holds digest (false for a digest Held was not asked about, for
+// every node or for this one).
+func (h *Held) Holds(node, digest string) bool {
+	if position, ok := h.layer[digest]; ok {
+		marks := h.byNode[node]
+		return position < len(marks) && marks[position]
+	}
+	_, ok := h.pairs[nodeDigest{node, digest}]
+	return ok
+}

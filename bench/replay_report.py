@@ -130,6 +130,22 @@ ARMS: tuple[Arm, ...] = (
         # told the kubelets' pull mode (the testbed passes it: --pull-mode)
         strategy_by_mode={SERIAL: "in-flight", PARALLEL: "in-flight+parallel"},
     ),
+    Arm(
+        "layer-locality-plugin-inflight",
+        "default plugins + in-flight plugin",
+        # the plugin process's profile (testbed/scheduler_configs.py): at the recommended
+        # weight, its ties in node order, an image's layers known once an earlier pod of
+        # it was scored (the plugin's background registry resolution)
+        kube.Profile(
+            "layer-locality-plugin-inflight",
+            strategy="in-flight",
+            weight=IN_FLIGHT_WEIGHT,
+            knowledge="resolved",
+            image_quorum=1,
+        ),
+        # told the kubelets' pull mode (the scheduler configuration's pullMode)
+        strategy_by_mode={SERIAL: "in-flight", PARALLEL: "in-flight+parallel"},
+    ),
 )
 ARM_KEYS = tuple(arm.key for arm in ARMS)
 LABELS = {arm.key: arm.label for arm in ARMS}

@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import replay as bench_replay  # noqa: E402
 import replay_report as report  # noqa: E402
 
+from layersched.builds import kubernetes_build  # noqa: E402
 from layersched.core.errors import InputError, TestbedError  # noqa: E402
 from layersched.sim.engine import simulate  # noqa: E402
 from layersched.sim.settings import build_strategy  # noqa: E402
@@ -44,6 +45,14 @@ from layersched.testbed.replay import (  # noqa: E402
     plan_runs,
     plan_steps,
     slot_requests,
+)
+from layersched.testbed.scheduler_configs import (  # noqa: E402
+    LAYER_LOCALITY_PLUGIN_SCHEDULER,
+    REPLAY_PLUGIN_INFLIGHT_SCHEDULER,
+    TestbedSchedulers,
+)
+from layersched.testbed.scheduler_configs import (  # noqa: E402
+    testbed_scheduler_configs as generate_testbed_configs,  # not test_-collected by name
 )
 from tests.fixtures import prereq  # noqa: E402
 
@@ -955,3 +964,32 @@ def test_the_burst_is_one_deployment_timed_until_its_last_replica_is_ready() -> 
     assert first["wait_behind_s"] == 1.0 and first["pull_s"] == 2.0
     assert first["image_size_bytes"] == 9
     assert burst["pods"][3]["pulled"] is None  # no event for it
+
+
+def test_every_plugin_arm_is_a_profile_the_testbed_runs() -> None:
+    # the in-flight plugin arm (and the other plugin arms) are profiles of the testbed's
+    # plugin process under --replay-arms, named as the replay's arms: a run finds them
+    configs = generate_testbed_configs(
+        TestbedSchedulers(
+            kubeconfig="/k",
+            extender_url="http://e",
+            extender_timeout_s=1,
+            kubernetes_version=kubernetes_build().version,
+            replay_arms=True,
+        )
+    )
+    profiles = {p["schedulerName"]: p for p in configs[LAYER_LOCALITY_PLUGIN_SCHEDULER]["profiles"]}
+    in_flight = report.arm(REPLAY_PLUGIN_INFLIGHT_SCHEDULER)
+    assert in_flight.key in report.ARM_KEYS
+    assert in_flight.profile.strategy == "in-flight" and in_flight.profile.via == "plugin"
+    (args,) = [c["args"] for c in profiles[in_flight.key]["pluginConfig"]]
+    assert args["strategy"] == "in-flight"
+    assert (
+        in_flight.profile.weight
+        == profiles[in_flight.key]["plugins"]["score"]["enabled"][0]["weight"]
+    )
+    # told the kubelets' pull mode in the simulator as on the testbed
+    assert in_flight.simulated("parallel").strategy == "in-flight+parallel"
+    assert {"layer-locality-plugin-replay", "layer-locality-plugin-no-imagelocality"} < set(
+        profiles
+    )

@@ -68,6 +68,7 @@ from layersched.testbed.scheduler_configs import (
     INFLIGHT_SCHEDULER,
     LAYER_LOCALITY_PLUGIN_SCHEDULER,
     PULL_TIME_SCHEDULER,
+    REPLAY_PLUGIN_INFLIGHT_SCHEDULER,
     REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
     REPLAY_PLUGIN_SCHEDULER,
     TestbedSchedulers,
@@ -603,8 +604,9 @@ def test_the_replay_arms_are_install_profiles_in_the_plugin_process() -> None:
         LAYER_LOCALITY_PLUGIN_SCHEDULER,
         REPLAY_PLUGIN_SCHEDULER,
         REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
+        REPLAY_PLUGIN_INFLIGHT_SCHEDULER,
     ]
-    with_il, without_il = process["profiles"][1:]
+    with_il, without_il, in_flight = process["profiles"][1:]
     for profile in (with_il, without_il):
         assert [c["name"] for c in profile["pluginConfig"]] == [LAYER_LOCALITY_PLUGIN]
         assert profile["plugins"]["score"]["enabled"] == [
@@ -612,6 +614,24 @@ def test_the_replay_arms_are_install_profiles_in_the_plugin_process() -> None:
         ]
     assert "disabled" not in with_il["plugins"]["score"]
     assert without_il["plugins"]["score"]["disabled"] == [{"name": "ImageLocality"}]
+    # the in-flight arm: strategy in-flight at its weight, told the kubelets' pull mode,
+    # ImageLocality kept (as the in-flight extender arm runs beside the default plugins)
+    assert in_flight["plugins"]["score"] == {
+        "enabled": [{"name": LAYER_LOCALITY_PLUGIN, "weight": IN_FLIGHT_WEIGHT}]
+    }
+    (args,) = [c["args"] for c in in_flight["pluginConfig"]]
+    assert args["strategy"] == "in-flight"
+    assert args["inFlight"]["pullMode"] == "serial"
+    # under parallel pulls it is told so; it resolves from the testbed's registry as the
+    # other plugin profiles do (the burst's image is on no node)
+    parallel = generate_testbed_configs(
+        replace(SPEC, replay_arms=True, pull_mode="parallel", plugin_registry="10.0.0.1:5000")
+    )
+    profiles = parallel[LAYER_LOCALITY_PLUGIN_SCHEDULER]["profiles"]
+    parallel_args = profiles[3]["pluginConfig"][0]["args"]
+    assert parallel_args["inFlight"]["pullMode"] == "parallel"
+    assert parallel_args["registry"]["allowRegistries"] == ["10.0.0.1:5000"]
+    assert parallel_args["registry"] == profiles[1]["pluginConfig"][0]["args"]["registry"]
     # the other processes are unchanged; the playbook names the profiles the generator does
     assert {k: v for k, v in armed.items() if k != LAYER_LOCALITY_PLUGIN_SCHEDULER} == {
         k: v
@@ -624,6 +644,7 @@ def test_the_replay_arms_are_install_profiles_in_the_plugin_process() -> None:
         shared["testbed_scheduler_replay_plugin_no_image_locality"]
         == REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER
     )
+    assert shared["testbed_scheduler_replay_plugin_inflight"] == REPLAY_PLUGIN_INFLIGHT_SCHEDULER
     minor = ".".join(SPEC.kubernetes_version.lstrip("v").split(".")[:2])
     assert [p for p in config_problems(process, minor) if "but missing" not in p] == []
 

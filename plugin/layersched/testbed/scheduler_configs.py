@@ -12,10 +12,12 @@ kube-scheduler's in-tree plugin (the kind testbed's third scheduler) and a profi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from layersched.core.errors import InputError
+from layersched.core.inflight import SERIAL, PullMode
+from layersched.core.strategies.args import InFlightArgs
 from layersched.deploy import (
     DEFAULT_SCHEDULER,
     DEFAULT_WEIGHT,
@@ -50,6 +52,9 @@ PULL_TIME_SCHEDULER = "pull-time"
 #: and without it.
 REPLAY_PLUGIN_SCHEDULER = "layer-locality-plugin-replay"
 REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER = "layer-locality-plugin-no-imagelocality"
+#: The replay's in-flight plugin arm: the same install profile with LayerLocality under
+#: ``strategy: in-flight`` at its recommended weight, told the kubelets' pull mode.
+REPLAY_PLUGIN_INFLIGHT_SCHEDULER = "layer-locality-plugin-inflight"
 #: The replay's in-flight extender arm: the default plugins and an extender serving
 #: in-flight (told the kubelets' pull mode), a process of its own.
 INFLIGHT_SCHEDULER = "layer-locality-inflight"
@@ -157,6 +162,9 @@ class TestbedSchedulers:
     #: Also the replay's plugin arms (:data:`REPLAY_PLUGIN_SCHEDULER` and
     #: :data:`REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER`) in the plugin process.
     replay_arms: bool = False
+    #: How the kubelets pull (``serial``, their default, or ``parallel``): the replay's
+    #: in-flight plugin arm is told it, as the in-flight extender is (``--pull-mode``).
+    pull_mode: PullMode = SERIAL
     #: The in-flight extender; None: no in-flight process.
     inflight_extender_url: str | None = None
     inflight_bind: str | None = None
@@ -261,16 +269,22 @@ def replay_plugin_profiles(spec: TestbedSchedulers, api_version: str) -> list[di
     """The replay's plugin arms, as profiles of the plugin process: upstream's default
     profile plus LayerLocality as an install renders it (PodTopologySpread's system
     defaults on, so that a Deployment's replicas spread as the default profile spreads
-    them), under :data:`REPLAY_PLUGIN_SCHEDULER`, and the same with ImageLocality
-    disabled under :data:`REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER`."""
+    them), under :data:`REPLAY_PLUGIN_SCHEDULER`; the same with ImageLocality disabled
+    under :data:`REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER`; and with ``strategy:
+    in-flight`` (``spec.pull_mode``) at :data:`IN_FLIGHT_WEIGHT` under
+    :data:`REPLAY_PLUGIN_INFLIGHT_SCHEDULER`, as the in-flight extender arm is built."""
+    layer_locality = _testbed_plugin_args(spec)
+    in_flight = replace(layer_locality, in_flight=InFlightArgs(pull_mode=spec.pull_mode))
     profiles = []
-    for name, image_locality in (
-        (REPLAY_PLUGIN_SCHEDULER, True),
-        (REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER, False),
+    for name, args, weight, image_locality in (
+        (REPLAY_PLUGIN_SCHEDULER, layer_locality, DEFAULT_WEIGHT, True),
+        (REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER, layer_locality, DEFAULT_WEIGHT, False),
+        (REPLAY_PLUGIN_INFLIGHT_SCHEDULER, in_flight, IN_FLIGHT_WEIGHT, True),
     ):
         (profile,) = plugin_scheduler_config(
-            _testbed_plugin_args(spec),
+            args,
             name,
+            weight=weight,
             api_version=api_version,
             kubernetes_version=spec.kubernetes_version,
             image_locality=image_locality,

@@ -26,6 +26,7 @@ from layersched.cli._tables import size, table, terminal_width
 from layersched.cli.deploy import add_image_options as add_push_options
 from layersched.cli.deploy import print_install, print_pushed, push_images
 from layersched.core.errors import InputError
+from layersched.core.inflight import PULL_MODES, SERIAL
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform
 from layersched.core.quantity import parse_quantity
 from layersched.deploy import to_yaml
@@ -266,6 +267,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_configs.add_argument(
         "--inflight-extender-url",
         help="the in-flight extender's URL prefix: adds the replay's in-flight process",
+    )
+    p_configs.add_argument(
+        "--pull-mode",
+        choices=PULL_MODES,
+        default=SERIAL,
+        help="how the kubelets pull (the replay's in-flight plugin arm is told it, as the "
+        "in-flight extender's --pull-mode; default: %(default)s)",
     )
     p_configs.add_argument(
         "--plugin-registry",
@@ -546,6 +554,7 @@ def run_scheduler_configs(args: argparse.Namespace) -> int:
         replay_arms=args.replay_arms,
         inflight_extender_url=args.inflight_extender_url,
         inflight_bind=args.inflight_bind,
+        pull_mode=args.pull_mode,
         plugin_registry=args.plugin_registry or None,
         **names,
     )

@@ -14,12 +14,16 @@ import (
 // Built under one read lock; never modified once built, read without a lock.
 type Held struct {
 	layer map[string]int
-	// byNode is, for each node with a fresh inventory holding any of the pod's layers,
-	// which of them (by the layer's position).
-	byNode map[string][]bool
-	// pairs are the (node, digest) pairs asked of one node that it holds.
+	// byNode is, for each node with a fresh inventory holding any of the pod's first
+	// 64 layers, which of them (bit i: the layer at position i): no allocation a node.
+	byNode map[string]uint64
+	// pairs are the (node, digest) pairs it holds of those asked of one node, and of the
+	// pod's layers past the 64th.
 	pairs map[nodeDigest]struct{}
 }
+
+// maskedLayers is how many of the pod's layers byNode's bits hold.
+const maskedLayers = 64
 
 type nodeDigest struct{ node, digest string }
 
@@ -37,7 +41,7 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 		observed := ix.observed[node]
 		return observed >= cutoff && (maxAge <= 0 || observed != undatedNanos) && ix.nodes[node].live
 	}
-	held := &Held{layer: make(map[string]int, len(digests)), byNode: map[string][]bool{}, pairs: map[nodeDigest]struct{}{}}
+	held := &Held{layer: make(map[string]int, len(digests)), byNode: map[string]uint64{}, pairs: map[nodeDigest]struct{}{}}
 	for _, digest := range digests {
 		if _, ok := held.layer[digest]; ok {
 			continue
@@ -53,12 +57,11 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 				continue
 			}
 			name := ix.nodes[node].name
-			marks := held.byNode[name]
-			for len(marks) <= position {
-				marks = append(marks, false)
+			if position < maskedLayers {
+				held.byNode[name] |= 1 << position
+			} else {
+				held.pairs[nodeDigest{name, digest}] = struct{}{}
 			}
-			marks[position] = true
-			held.byNode[name] = marks
 		}
 	}
 	for name, asked := range byNode {
@@ -80,9 +83,8 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 // Holds says whether node holds digest (false for a digest Held was not asked about, for
 // every node or for this one).
 func (h *Held) Holds(node, digest string) bool {
-	if position, ok := h.layer[digest]; ok {
-		marks := h.byNode[node]
-		return position < len(marks) && marks[position]
+	if position, ok := h.layer[digest]; ok && position < maskedLayers {
+		return h.byNode[node]&(1<<position) != 0
 	}
 	_, ok := h.pairs[nodeDigest{node, digest}]
 	return ok

@@ -187,3 +187,26 @@ func TestHeldFollowsTheInventoriesAndTheirAge(t *testing.T) {
 		t.Error("a stale inventory's layers count")
 	}
 }
+
+func TestHeldPastTheSixtyFourthLayer(t *testing.T) {
+	// a pod of 70 layers: N1 holds every one, N2 the even ones; the first 64 are bits,
+	// the rest pairs
+	var all, even []Layer
+	var digests []string
+	for i := range 70 {
+		layer := Layer{Digest: digest(fmt.Sprint("many-", i)), SizeBytes: 10}
+		all, digests = append(all, layer), append(digests, layer.Digest)
+		if i%2 == 0 {
+			even = append(even, layer)
+		}
+	}
+	ix := NewIndex(1)
+	ix.Upsert(&NodeLayerInventory{Node: "N1", Images: []NodeImage{{Names: []string{"reg/all:1"}, Digest: digest("all"), Layers: all}}, ObservedAt: observed})
+	ix.Upsert(&NodeLayerInventory{Node: "N2", Images: []NodeImage{{Names: []string{"reg/even:1"}, Digest: digest("even"), Layers: even}}, ObservedAt: observed})
+	held := ix.Held(digests, nil, observed, 0)
+	for i, d := range digests {
+		if !held.Holds("N1", d) || held.Holds("N2", d) != (i%2 == 0) || held.Holds("N3", d) {
+			t.Errorf("layer %d: N1 %v, N2 %v, N3 %v", i, held.Holds("N1", d), held.Holds("N2", d), held.Holds("N3", d))
+		}
+	}
+}

@@ -100,7 +100,7 @@ ARMS: tuple[Arm, ...] = (
         kube.Profile(
             "layer-locality-plugin-replay",
             strategy=LAYER_LOCALITY,
-            knowledge="published",
+            knowledge="resolved",
             image_quorum=1,
         ),
     ),
@@ -111,7 +111,7 @@ ARMS: tuple[Arm, ...] = (
             "layer-locality-plugin-no-imagelocality",
             image_locality_weight=0,
             strategy=LAYER_LOCALITY,
-            knowledge="published",
+            knowledge="resolved",
             image_quorum=1,
         ),
     ),

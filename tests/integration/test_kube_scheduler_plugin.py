@@ -9,18 +9,19 @@ The differential test generates pods and NodeLayerInventory objects (1,200 rando
 and the hidden-parity shapes: shared layers, repeated images, init containers, spread,
 digest and untagged references, a moved tag, a repeated or resized layer, a malformed
 object, a size over the 1 TiB cap, holders x size past 2^53 under spread, and the trust
-shapes: a lying node, colluders, quorums 1 to 3), scores them with layersched's Python
-core, writes both to JSON, and runs the Go side's ``TestParityWithThePythonCore`` on it:
-every node score of every case must be equal.
+shapes: a lying node, colluders, quorums 1 to 3, a pinned image with a dissenting
+publisher), scores them with layersched's Python core, writes both to JSON, and runs the
+Go side's ``TestParityWithThePythonCore`` on it: every node score of every case must be
+equal.
 
 The Python side is the core's ``LayerLocality`` over a ``LayerIndex`` of the parsed
 objects (``parse_document``). A pod image's layers are the extender's own rule
 (``extender/_votes.py``, used as is: each node's ``ballots`` into an ``ImageVotes`` of the
 case's quorum): nodes agreeing on one (digest, layers) under the image's lookup key (as
 kubelet normalises names) must be a quorum and a majority of those publishing under it
-(issue 30), and no other answer may pass too. An image without such agreement
-is left out of the pod on both sides (the plugin makes no registry call; the extender
-would ask a registry).
+(issue 30), and no other answer may pass too; for a digest-pinned image every publisher
+(issue 44). An image without such agreement is left out of the pod on both sides (the
+plugin makes no registry call; the extender would ask a registry).
 """
 
 from __future__ import annotations
@@ -447,6 +448,22 @@ def _trust_shapes(img1: dict[str, Any], img2: dict[str, Any]) -> Iterator[dict[s
     ):
         listed = [*nodes, *(n for n in holdings if n not in nodes)]
         yield _case(case_id, listed, holdings, [], pod, False, quorum=quorum)
+    # issue 44: a digest-pinned pod image (the liars claim its digest) resolves from the
+    # nodes only with no dissenting publisher; otherwise it is unknown on both sides
+    pinned = [f"reg:5000/img1@{img1['digest']}"]
+    for quorum, holdings, case_id in (
+        (2, {"h1": [img1], "liar": [lie], "liar2": [lie]}, "pinned-two-liars-of-three-k2"),
+        (
+            2,
+            {**{f"h{i}": [img1] for i in range(1, 6)}, "liar": [lie], "liar2": [lie]},
+            "pinned-five-vs-two-k2",
+        ),
+        (2, {"h1": [img1], "h2": [img1]}, "pinned-unanimous-k2"),
+        (2, {"liar": [lie], "liar2": [lie]}, "pinned-unanimous-liars-k2"),
+        (1, {"h1": [img1], "liar": [lie]}, "pinned-liar-k1"),
+    ):
+        listed = [*nodes, *(n for n in holdings if n not in nodes)]
+        yield _case(case_id, listed, holdings, [], pinned, False, quorum=quorum)
 
 
 _SIZES = (

@@ -22,7 +22,7 @@ from layersched.core.errors import LayerResolutionError
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.extender import WatchLayerIndexProvider, make_extender
-from layersched.extender._pod_layers import PINNED_CACHE_SIZE, pinned
+from layersched.extender._votes import PINNED_CACHE_SIZE, pinned
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH
 from tests.fixtures.fake_kube import (
     FakeApi,
@@ -190,9 +190,11 @@ def test_a_pod_image_needs_a_quorum_of_nodes_agreeing(
     ]
     provider = started(api, loop.loop, image_quorum=quorum)
     assert loop.call(lambda: provider.image_layers(NGINX)) == expected
-    # by its real digest the real holders always agree, whatever else is claimed by tag
+    # by its real digest the real holders agree, whatever else is claimed by tag, unless
+    # a publisher claims that digest with other layers (a pinned image: no dissent)
     by_digest = f"nginx@{REAL.digest}"
-    agreeing = published.count(REAL) >= quorum
+    dissent = any(i.digest == REAL.digest and i != REAL for i in published)
+    agreeing = published.count(REAL) >= quorum and not dissent
     assert loop.call(lambda: provider.image_layers(by_digest)) == (
         REAL.layers if agreeing else None
     )
@@ -208,14 +210,74 @@ def test_a_pinned_digest_is_checked_against_the_registry(loop: RunningLoop) -> N
     api.items[NODES_PATH] = [node("h"), node("l1"), node("l2")]
     api.items[NODE_LAYERS_PATH] = [layers("h", REAL), layers("l1", lie), layers("l2", lie)]
     provider = started(api, loop.loop)
-    assert loop.call(lambda: provider.image_layers(pinned)) == lie.layers  # the votes alone
+    # issue 44: a pinned image with a dissenting publisher is not the nodes' to answer
+    assert loop.call(lambda: provider.image_layers(pinned)) is None
     registry = CountingRegistry({pinned: REAL.layers})
     extender = make_extender(without_spread("layer-locality"), registry, provider)
     names = ["h", "l1", "l2"]
     assert prioritize(loop, extender, pinned, names) == {"h": 10, "l1": 0, "l2": 0}
     assert pinned in registry.asked
-    disputed = "layersched_extender_pod_images_disputed_total"
-    assert extender.metrics.registry.get_sample_value(disputed) == 1.0
+
+
+def test_unanimous_nodes_are_checked_against_the_registry(loop: RunningLoop) -> None:
+    # every publisher of the pinned image tells the same lie: their answer stands until
+    # the registry has one (asked in the background), then the registry's is used and
+    # the dispute counted
+    pinned = f"nginx@{REAL.digest}"
+    lie = poisoned(500 * GB, manifest=REAL.digest)
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("h"), node("l1"), node("l2")]
+    api.items[NODE_LAYERS_PATH] = [layers("l1", lie), layers("l2", lie)]
+    provider = started(api, loop.loop)
+    assert loop.call(lambda: provider.image_layers(pinned)) == lie.layers
+    registry = CountingRegistry({pinned: REAL.layers})
+    extender = make_extender(without_spread("layer-locality"), registry, provider)
+    names = ["h", "l1", "l2"]
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(CONVERGE_TIMEOUT_S),
+        wait=tenacity.wait_fixed(POLL_S),
+        reraise=True,
+    )
+    def registry_answers() -> None:
+        assert prioritize(loop, extender, pinned, names) == {"h": 0, "l1": 0, "l2": 0}
+        assert pinned in registry.asked
+        disputed = "layersched_extender_pod_images_disputed_total"
+        assert extender.metrics.registry.get_sample_value(disputed) == 1.0
+
+    registry_answers()
+
+
+def test_a_pinned_image_the_registry_cannot_confirm_fails_closed(loop: RunningLoop) -> None:
+    # issue 44: the registry cannot answer for the pinned image (private, refused, 429,
+    # not asked yet). Two liars are a majority of its three publishers and the quorum; at
+    # 40ab284 their answer was used (they scored 10, the real holder 0). Now a dissenting
+    # publisher leaves the image unknown: the pod is scored neutrally, nobody attracted
+    pinned = f"nginx@{REAL.digest}"
+    lie = poisoned(500 * GB, manifest=REAL.digest)
+    api = FakeApi()
+    api.items[NODES_PATH] = [node("h"), node("l1"), node("l2")]
+    api.items[NODE_LAYERS_PATH] = [layers("h", REAL), layers("l1", lie), layers("l2", lie)]
+    provider = started(api, loop.loop)
+    extender = make_extender(without_spread("layer-locality"), NoRegistry(), provider)  # type: ignore[arg-type]
+    names = ["h", "l1", "l2"]
+    for _ in range(3):  # the registry's failure is remembered: the same answer each time
+        assert prioritize(loop, extender, pinned, names) == {"h": 0, "l1": 0, "l2": 0}
+    # with no dissent the nodes' word stands (the registry checks it when it can)
+    api.put(NODE_LAYERS_PATH, event("MODIFIED", layers("l1", REAL)))
+    api.put(NODE_LAYERS_PATH, event("MODIFIED", layers("l2", REAL)))
+    assert_pinned_scores(loop, extender, pinned, names, {"h": 10, "l1": 10, "l2": 10})
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(CONVERGE_TIMEOUT_S),
+    wait=tenacity.wait_fixed(POLL_S),
+    reraise=True,
+)
+def assert_pinned_scores(
+    loop: RunningLoop, extender: Any, image: str, names: list[str], expected: dict
+) -> None:
+    assert prioritize(loop, extender, image, names) == expected
 
 
 def test_a_pinned_pod_image_is_parsed_once_not_per_request(loop: RunningLoop) -> None:
@@ -232,7 +294,8 @@ def test_a_pinned_pod_image_is_parsed_once_not_per_request(loop: RunningLoop) ->
     for _ in range(3):
         prioritize(loop, extender, pinned_image, ["h", "k"])
     cached = pinned.cache_info()
-    assert (cached.misses, cached.hits) == (1, 2)
+    # parsed once; asked twice a request (the votes' rule for pinned images, the check)
+    assert (cached.misses, cached.hits) == (1, 5)
     assert cached.maxsize == PINNED_CACHE_SIZE
 
 

@@ -12,20 +12,14 @@ from collections.abc import Mapping, Sequence
 from layersched.core.errors import InputError
 from layersched.core.layerindex import prefixed_name
 from layersched.core.layers import Layer
-from layersched.core.reference import ImageName, ImageReference, is_pinned
+from layersched.core.reference import ImageName, ImageReference
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
 from layersched.extender._providers import LayerIndexProvider
 from layersched.extender._pull_secrets import PullSecrets
 from layersched.extender._resolver import DeadlineResolver
+from layersched.extender._votes import PINNED_CACHE_SIZE, pinned
 from layersched.registry import PullCredential
-
-#: Pod images whose pinning (a digest in the reference) is remembered, so a request parses
-#: none it parsed before: a cluster's pod images (a few thousand) fit; bounded, as pods
-#: may name any number of distinct images (a flood of fresh names only churns it).
-PINNED_CACHE_SIZE = 8_192
-
-pinned = functools.lru_cache(maxsize=PINNED_CACHE_SIZE)(is_pinned)
 
 
 @functools.lru_cache(maxsize=PINNED_CACHE_SIZE)
@@ -150,7 +144,10 @@ class PodLayers:
         """A digest-pinned pod image's layers as the nodes agree on them, checked against
         the layer source (the registry) once: its answer when it has one (kept for good: a
         digest names its content), the nodes' meanwhile (the source is asked in the
-        background, never awaited). Issue 30: agreeing liars are outvoted by the registry."""
+        background, never awaited). Issue 30: agreeing liars are outvoted by the registry;
+        issue 44: the nodes' answer for a pinned image comes with no dissenting publisher
+        (:meth:`~layersched.extender._votes.ImageVotes.layers`), else the registry is
+        awaited like any unknown image's."""
         if agreed is None or not pinned(image):
             return agreed
         registry = self.resolver(key).known_layers(image)

@@ -14,8 +14,14 @@ agents' objects only when the nodes publishing one (digest, layers) answer under
 are at least ``quorum`` (``--image-quorum``, default 2) AND a strict majority of the nodes
 publishing anything under it (issue 30: ten honest holders outvote two liars, where a
 count alone let two liars veto them); otherwise the registry is asked, as on a cluster
-without agents. A node votes at most once per key and answer, and its votes go with its
-object (replaced, deleted, stale, or its Node gone). The Go plugin's ``pkg/layers``
+without agents. A **digest-pinned** pod image (``repo@sha256:…``) names content the
+registry alone can confirm, so the nodes' word is taken for it only when **no publisher
+dissents** (issue 44: 2 liars beat 1 honest holder whenever the registry could not
+answer: private, refused, 429, not yet asked): the extender then asks the registry
+(:mod:`~layersched.extender._pod_layers`, whose answer wins once it has one), and the Go
+plugin, which asks none, scores the image as unknown. A node votes at most once per
+key and answer, and its votes go with its object (replaced, deleted, stale, or its Node
+gone). The Go plugin's ``pkg/layers``
 (votes.go) holds the same rule; the differential test holds the two equal.
 
 Memory: an answer is kept once, by the sha256 of its content, whoever gives it under
@@ -30,7 +36,7 @@ from collections.abc import Iterable
 
 from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
-from layersched.core.reference import ImageName, lookup_key
+from layersched.core.reference import ImageName, is_pinned, lookup_key
 
 #: Nodes that must publish the same layers for a pod image by default.
 DEFAULT_IMAGE_QUORUM = 2
@@ -43,6 +49,12 @@ LOOKUP_CACHE_SIZE = 8_192
 COMPACT_SLACK = 4_096
 
 cached_lookup_key = functools.lru_cache(maxsize=LOOKUP_CACHE_SIZE)(lookup_key)
+#: Pod images whose pinning (a digest in the reference) is remembered, so a request parses
+#: none it parsed before: a cluster's pod images (a few thousand) fit; bounded, as pods
+#: may name any number of distinct images (a flood of fresh names only churns it).
+PINNED_CACHE_SIZE = 8_192
+
+pinned = functools.lru_cache(maxsize=PINNED_CACHE_SIZE)(is_pinned)
 
 
 class Answer:
@@ -166,17 +178,18 @@ class ImageVotes:
 
     def layers(self, image: ImageName, key: str) -> tuple[Layer, ...] | None:
         """The layers of pod image ``image`` for platform ``key`` when ``quorum`` nodes, and
-        a majority of those publishing under its lookup key, agree on one answer for it;
-        None otherwise (ask the registry)."""
+        a majority of those publishing under its lookup key (every one of them for a
+        digest-pinned image), agree on one answer for it; None otherwise (ask the
+        registry)."""
         pair = (key, cached_lookup_key(image))
         answers = self._tally.get(pair)
         if not answers:
             return None
         publishers = self._publishers.get(pair, 0)
+        # a pinned image's content: no dissenting publisher (the registry would confirm)
+        needed = publishers if pinned(image) else publishers // 2 + 1
         agreed = [
-            answer
-            for answer, count in answers.items()
-            if count >= self.quorum and 2 * count > publishers
+            answer for answer, count in answers.items() if count >= self.quorum and count >= needed
         ]
         if len(agreed) == 1:
             self.agreed += 1

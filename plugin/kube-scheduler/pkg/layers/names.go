@@ -56,6 +56,13 @@ func LookupKey(name string) string {
 	return domain + "/" + path + ":" + tag
 }
 
+// isPinned is whether name names its content by digest ("repo@sha256:…"), as the Python
+// core's is_pinned: a name no parser accepts pins nothing.
+func isPinned(name string) bool {
+	_, _, _, digest, ok := parseReference(name)
+	return ok && digest != ""
+}
+
 // Reference is a parsed image reference, as the Python core's ImageReference holds it:
 // the registry's domain ("docker.io" for a name without one), the repository path
 // ("library/nginx" for "nginx"), the tag and the digest as written ("" when absent).

@@ -21,7 +21,10 @@ const DefaultImageQuorum = 2
 // resolves to an answer (manifest digest, layers) only when the nodes giving that answer
 // are at least the quorum AND a strict majority of the nodes publishing anything under
 // that key, each with a fresh inventory (issue 30: ten honest holders outvote two liars;
-// a count alone let two liars veto them). Otherwise the image is Unknown: its layers
+// a count alone let two liars veto them). A digest-pinned image names content only the
+// registry can confirm, and the plugin asks none: its answer must have no dissenting
+// fresh publisher at all (issue 44: two liars beat one honest holder of a pinned image
+// whenever the registry could not answer). Otherwise the image is Unknown: its layers
 // count neither present nor needed (the plugin makes no registry call). A node votes once
 // per (key, answer), and its votes go with its object (replaced, deleted or refused).
 //
@@ -313,13 +316,18 @@ func (ix *Index) imageLayers(image string, terms []Terms) ([]layerRef, Resolutio
 	}
 	entry := &ix.lookups[l]
 	publishers := freshCount(entry.publishers, terms)
+	// a majority of the fresh publishers; for a pinned image, every one of them
+	needed := publishers/2 + 1
+	if isPinned(image) {
+		needed = publishers
+	}
 	agreed := int32(noLayer)
 	for a, voters := range entry.votes {
-		if len(voters) < ix.quorum || 2*len(voters) <= publishers {
+		if len(voters) < ix.quorum || len(voters) < needed {
 			continue // too few, even if all were fresh
 		}
 		fresh := freshCount(voters, terms)
-		if fresh < ix.quorum || 2*fresh <= publishers {
+		if fresh < ix.quorum || fresh < needed {
 			continue
 		}
 		if agreed != noLayer {

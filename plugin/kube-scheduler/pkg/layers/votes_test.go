@@ -184,8 +184,15 @@ func TestAgreementIsAMajorityOfPublishersAndAQuorum(t *testing.T) {
 		// issue 30: ten holders and two liars gave no answer at 2de96fd (two answers at
 		// the quorum); ten of twelve is a majority: the holders score 100
 		{"ten holders, two liars", "nginx:1.25", nginx, lie, 10, 2, Agreed, 100},
-		// the same on a digest-pinned pod image, the liars claiming the real digest
-		{"five holders, two liars, by digest", "nginx@" + pinned.Digest, pinned, liarOnDigest, 5, 2, Agreed, 100},
+		// a digest-pinned pod image, the liars claiming the real digest: its content is
+		// the registry's to confirm, and the plugin asks none, so any dissenting
+		// publisher leaves it unknown (issue 44: fail closed)
+		{"five holders, two liars, by digest", "nginx@" + pinned.Digest, pinned, liarOnDigest, 5, 2, WithoutQuorum, 0},
+		// issue 44's case: one holder, two liars, by digest; at 40ab284 the liars'
+		// answer (a majority and the quorum) resolved it
+		{"one holder, two liars, by digest", "nginx@" + pinned.Digest, pinned, liarOnDigest, 1, 2, WithoutQuorum, 0},
+		// no dissent: the holders' word is the answer
+		{"three holders, no liar, by digest", "nginx@" + pinned.Digest, pinned, liarOnDigest, 3, 0, Agreed, 100},
 		// two of four is no majority: nobody is attracted
 		{"two against two", "nginx:1.25", nginx, lie, 2, 2, WithoutQuorum, 0},
 		// the bound (docs/inventory.md, "Trust model"): two liars of three publishers are

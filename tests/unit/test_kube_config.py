@@ -9,19 +9,28 @@ from __future__ import annotations
 import base64
 import http.server
 import json
+import logging
 import os
 import select
 import socket
 import ssl
 import stat
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tenacity
 
 from layersched.core.errors import KubeError
-from layersched.kube import KubeClient, in_cluster_config, load_client_config, load_kubeconfig
+from layersched.kube import (
+    KubeClient,
+    KubeConfig,
+    in_cluster_config,
+    load_client_config,
+    load_kubeconfig,
+)
 from tests.fixtures.extender import make_pki
 from tests.fixtures.kube_api import StandInApi, ok
 from tests.fixtures.kubeconfig import write_kubeconfig
@@ -279,3 +288,74 @@ def test_proxy_url_carries_the_requests(kube_api: StandInApi, tmp_path: Path) ->
             assert client.get("/version")["gitVersion"] == "v1.37.2"
         server = config["clusters"][0]["cluster"]["server"].removeprefix("https://")
         assert proxy.tunnels == [server]
+
+
+def test_no_secret_in_a_repr_or_a_proxy_error(tmp_path: Path) -> None:
+    # issue 44: repr(KubeConfig) held the client key, the token and the proxy's password,
+    # and a proxy-url refused by the client was printed raw in the error (httpx itself
+    # masks it in its own)
+    proxy = "ftp://admin:hunter3@proxy.example:21"  # no proxy scheme httpx takes
+    config = KubeConfig(
+        server="https://10.0.0.1:6443",
+        key_data=b"-----BEGIN PRIVATE KEY-----hunter1",
+        token="hunter2",
+        proxy_url=proxy,
+    )
+    shown = repr(config)
+    assert "hunter" not in shown
+    assert "admin:<redacted>@proxy.example:21" in shown
+    with pytest.raises(KubeError, match="proxy-url") as refused:
+        KubeClient(KubeConfig(server="https://10.0.0.1:6443", token="hunter2", proxy_url=proxy))
+    assert "hunter" not in str(refused.value)
+    assert "admin:<redacted>@proxy.example:21" in str(refused.value)
+
+
+#: How long an exec plugin may take to start on a loaded machine.
+PLUGIN_START_TIMEOUT_S = 10.0
+
+
+def test_overlapping_token_renewals_leave_the_logging_as_it_was(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # issue 44: a renewal of the exec plugin's token swapped the root logger's handlers
+    # for a capturing one, without a lock; two renewals overlapping (A starts, B starts,
+    # A ends, B ends) put A's capturing handler back for good, and every later log line
+    # was lost. The plugin's credential has expired already, so each call runs it again;
+    # it sleeps so that the two overlap in that order
+    script = tmp_path / "plugin"
+    credential = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "kind": "ExecCredential",
+        "status": {"token": "renewed", "expirationTimestamp": "2000-01-01T00:00:00Z"},
+    }
+    started = tmp_path / "started"
+    script.write_text(f"#!/bin/sh\ntouch {started}\nsleep 0.6\necho '{json.dumps(credential)}'\n")
+    script.chmod(0o755)
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(script)}}
+    path = write_kubeconfig(tmp_path / "kubeconfig", {"server": "https://x:6443"}, user)
+    loaded = load_kubeconfig(str(path))
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    tokens: list[str | None] = []
+    first = threading.Thread(target=lambda: tokens.append(loaded.bearer()))
+    second = threading.Thread(target=lambda: tokens.append(loaded.bearer()))
+    started.unlink()  # the load ran the plugin once
+    first.start()
+
+    @tenacity.retry(
+        stop=tenacity.stop_after_delay(PLUGIN_START_TIMEOUT_S),
+        wait=tenacity.wait_fixed(0.01),
+        reraise=True,
+    )
+    def first_plugin_running() -> None:
+        assert started.exists()
+
+    first_plugin_running()  # the second renewal starts while the first runs
+    second.start()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert tokens == ["renewed", "renewed"]
+    assert root.handlers == handlers
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("layersched.test").warning("a line after the renewals")
+    assert "a line after the renewals" in caplog.text

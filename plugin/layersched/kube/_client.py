@@ -23,7 +23,7 @@ import httpx
 import msgspec
 
 from layersched.core.errors import KubeError
-from layersched.kube._config import KubeConfig
+from layersched.kube._config import KubeConfig, redacted_url
 
 #: A request that is not a watch: the API answers in milliseconds; 30 s covers a
 #: loaded API server without hiding a dead one.
@@ -148,8 +148,9 @@ class KubeClient:
                 event_hooks=hooks,
             )
         except (ImportError, ValueError) as err:  # a SOCKS proxy without socksio; a bad URL
+            proxy = redacted_url(config.proxy_url) if config.proxy_url else None
             raise KubeError(
-                f"{config.origin}: proxy-url {config.proxy_url!r}: {err} (fix the cluster's "
+                f"{config.origin}: proxy-url {proxy!r}: {err} (fix the cluster's "
                 "proxy-url; a socks5:// proxy needs pip install 'httpx[socks]')"
             ) from None
 

@@ -17,9 +17,11 @@ import logging
 import os
 import ssl
 import tempfile
+import threading
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +36,32 @@ DEFAULT_KUBECONFIG = "~/.kube/config"
 #: The namespace of a context that names none (kubectl's too).
 DEFAULT_NAMESPACE = "default"
 _BEARER = "Bearer "
+#: What a secret is shown as in a ``repr`` or a message.
+REDACTED = "<redacted>"
+#: The fields of a KubeConfig a ``repr`` never shows (issue 44: it held the client key,
+#: the token and the proxy's password).
+_SECRET_FIELDS = frozenset({"key_data", "token"})
 
 
-@dataclass(frozen=True, slots=True)
+def redacted_url(url: str) -> str:
+    """``url`` with the password of its user info replaced (a ``proxy-url`` may carry
+    one): ``http://user:<redacted>@proxy:3128``."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL a client would take either: show its scheme alone
+        return url.partition("://")[0] + "://" + REDACTED if "@" in url else url
+    if password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.partition(":")[0]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{name}:{REDACTED}@{host}"))
+
+
+@dataclass(frozen=True, slots=True, repr=False)
 class KubeConfig:
-    """How to reach and authenticate to one API server."""
+    """How to reach and authenticate to one API server. Its ``repr`` shows no secret:
+    no key, no token, no proxy password."""
 
     server: str
     ca_file: str | None = None
@@ -66,6 +89,17 @@ class KubeConfig:
     #: A token that may change (an exec plugin's, re-run when it expires); wins over
     #: ``token`` and ``token_file``.
     token_source: Callable[[], str | None] | None = None
+
+    def __repr__(self) -> str:
+        shown = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name in _SECRET_FIELDS and value is not None:
+                value = REDACTED
+            elif field.name == "proxy_url" and value is not None:
+                value = redacted_url(value)
+            shown.append(f"{field.name}={value!r}")
+        return f"KubeConfig({', '.join(shown)})"
 
     def ssl_context(self) -> ssl.SSLContext:
         """Verify the server with the CA (the system's when none is given), unless the
@@ -141,29 +175,53 @@ def kubeconfig_paths(kubeconfig: str | None = None) -> list[str]:
     return paths or [str(Path(DEFAULT_KUBECONFIG).expanduser())]
 
 
-class _Captured(logging.Handler):
+class _Captured:
     """The errors the official loader logs instead of raising (a failed exec plugin)."""
 
     def __init__(self) -> None:
-        super().__init__(logging.ERROR)
         self.messages: list[str] = []
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+
+class _LoaderRecords(logging.Filter):
+    """On the root logger, where the official loader logs (``logging.error``): a record
+    logged there by a thread inside :func:`_captured_errors` is kept for that block (its
+    errors) and not emitted; every other record passes untouched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        captured: _Captured | None = getattr(self.local, "captured", None)
+        if captured is None:
+            return True
+        if record.levelno >= logging.ERROR:
+            captured.messages.append(record.getMessage())
+        return False
+
+
+_LOADER_RECORDS = _LoaderRecords()
+_INSTALLING = threading.Lock()
 
 
 @contextmanager
 def _captured_errors() -> Iterator[_Captured]:
-    """The root logger's records go to a :class:`_Captured` alone for the block: the
-    loader's errors are said once, in the KubeError that explains them."""
-    handler = _Captured()
+    """What this thread logs on the root logger during the block is kept, not emitted:
+    the loader's errors are said once, in the KubeError that explains them. Thread-safe,
+    and no handler is ever swapped: before issue 44 the block replaced the root logger's
+    handlers, and two token renewals overlapping left the capturing one installed (every
+    later line lost), while other threads' lines logged meanwhile were taken for the
+    loader's."""
     root = logging.getLogger()
-    saved = root.handlers[:]
-    root.handlers = [handler]
+    with _INSTALLING:
+        if _LOADER_RECORDS not in root.filters:
+            root.addFilter(_LOADER_RECORDS)
+    outer = getattr(_LOADER_RECORDS.local, "captured", None)
+    captured = _LOADER_RECORDS.local.captured = _Captured()
     try:
-        yield handler
+        yield captured
     finally:
-        root.handlers = saved
+        _LOADER_RECORDS.local.captured = outer
 
 
 def _documents(files: Sequence[str]) -> list[Mapping[str, Any]]:

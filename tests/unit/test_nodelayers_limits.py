@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from layersched.core.layerindex import NodeImage
-from layersched.core.layers import DIGEST_PATTERN, Layer
+from layersched.core.layers import Layer
 from layersched.core.nodelayers import LIMITS, OMIT_REASONS, Limits, build_document, build_inventory
+from layersched.kube._crd import CRD_DIGEST_MAX_CHARS, CRD_DIGEST_PATTERN
 from tests.fixtures.crd_schema import crd_errors, crd_schema
 
 #: The builder before it applied the CRD's limits: names cut to 8, the byte budget, and
@@ -71,7 +72,8 @@ def test_the_crd_schema_is_generated_from_the_limits() -> None:
     assert root["images"]["items"]["properties"]["layers"]["items"]["maximum"] == (
         LIMITS.max_layers - 1
     )
-    assert root["layers"]["items"]["properties"]["digest"]["pattern"] == DIGEST_PATTERN
+    assert root["layers"]["items"]["properties"]["digest"]["pattern"] == CRD_DIGEST_PATTERN
+    assert root["images"]["items"]["properties"]["digest"]["maxLength"] == CRD_DIGEST_MAX_CHARS
     assert set(root["omittedByReason"]["properties"]) == set(OMIT_REASONS)
 
 
@@ -197,3 +199,26 @@ def test_everything_at_once_keeps_the_honest_images() -> None:
     long_names = [o.image for o in built.omitted if o.reason == "nameLength"]
     # a hostile name is shown cut, never in full
     assert long_names and all(len(name) < 120 for name in long_names)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "hex_digits", "accepted"),
+    [
+        ("sha256", "a" * 64, True),  # what containerd and CRI-O compute
+        ("sha512", "b" * 128, True),
+        # issue 44: no length bound: a digest of 10,000 hex digits was stored as is
+        ("sha256", "c" * 10_000, False),
+        ("sha256", "d" * 63, False),
+        ("sha384", "e" * 96, False),  # no algorithm the runtimes use
+        ("sha256", "F" * 64, False),  # the image spec writes lowercase hex
+    ],
+    ids=["sha256", "sha512", "10000-digits", "63-digits", "sha384", "uppercase"],
+)
+def test_the_crd_bounds_every_digest(algorithm: str, hex_digits: str, accepted: bool) -> None:
+    value = f"{algorithm}:{hex_digits}"
+    for where in ("layer", "image"):
+        layer = Layer(value if where == "layer" else digest(1), 10)
+        image = NodeImage.held(("reg/app:1",), value if where == "image" else digest(2), (layer,))
+        document = build_document("n1", [image], runtime="x", source="content-store")
+        errors = crd_errors(document)
+        assert (errors == []) == accepted, (where, errors)

@@ -7,13 +7,17 @@ would choke on. Every bound comes from :data:`layersched.core.nodelayers.LIMITS`
 same object the agent's builder applies, so the agent never builds an object this schema
 refuses. What the schema cannot say (an image's layer indexes point into ``layers``) the
 extender checks when it reads the object, and ignores the node's object with a warning.
+
+A digest is one a runtime computes: ``sha256:`` and 64 lowercase hex digits, or
+``sha512:`` and 128 (:data:`CRD_DIGEST_PATTERN`, at most 135 characters). The parsers
+accept any algorithm and length (``DIGEST_PATTERN``); the schema is the bound on what a
+hostile agent can store (issue 44: a digest had no length limit).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from layersched.core.layers import DIGEST_PATTERN
 from layersched.core.nodelayers import (
     GROUP,
     KIND,
@@ -29,10 +33,15 @@ from layersched.core.nodelayers import (
 )
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
+#: What a published digest may be (OCI's registered algorithms, lowercase hex as the
+#: image spec writes it): the digests containerd and CRI-O compute.
+CRD_DIGEST_PATTERN = "^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$"
+#: ... and so its length at most ("sha512:" and 128 digits).
+CRD_DIGEST_MAX_CHARS = len("sha512:") + 128
 
 
 def _schema(limits: Limits) -> dict[str, Any]:
-    digest = {"type": "string", "pattern": DIGEST_PATTERN}
+    digest = {"type": "string", "pattern": CRD_DIGEST_PATTERN, "maxLength": CRD_DIGEST_MAX_CHARS}
     size = {
         "type": "integer",
         "format": "int64",

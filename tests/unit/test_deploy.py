@@ -622,14 +622,8 @@ def _agent(spec: StackSpec) -> dict[str, Any]:
             K3S_CONTAINERD_SOCKET,
             ["--containerd", CONTAINERD_SOCKET],
         ),
-        # CRI-O: its storage metadata, read-only files, no socket
-        (
-            StackSpec(runtime=RUNTIME_CRIO, crio_storage="/data/containers/storage"),
-            "/data/containers/storage",
-            ["--crio-storage", "/var/lib/containers/storage"],
-        ),
     ],
-    ids=["containerd", "k3s", "crio"],
+    ids=["containerd", "k3s"],
 )
 def test_the_agent_mounts_the_nodes_runtime(
     spec: StackSpec, host_path: str, args: list[str]
@@ -643,7 +637,39 @@ def test_the_agent_mounts_the_nodes_runtime(
     assert argv[argv.index(flag) : argv.index(flag) + 2] == args
     [mount] = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
     assert mount["mountPath"] == args[1]
-    assert mount.get("readOnly", False) is (spec.runtime == RUNTIME_CRIO)
+    assert mount.get("readOnly", False) is False
+
+
+@pytest.mark.parametrize(
+    ("version", "recursive"),
+    [("v1.30.14", False), ("v1.32.13", False), ("v1.33.0", True), ("v1.37.2", True)],
+)
+def test_the_crio_agent_mounts_only_the_two_directories_it_reads(
+    version: str, recursive: bool
+) -> None:
+    # issue 44: the whole storage was mounted readOnly, and every running container's
+    # root filesystem below it (overlay/<id>/merged, submounts) stayed writable to the
+    # agent (uid 0). Now only overlay-images and overlay-layers, each read-only, and from
+    # 1.33 (recursiveReadOnly GA) read-only all the way down
+    spec = stack_spec_for(version, runtime=RUNTIME_CRIO, crio_storage="/data/containers/storage")
+    pod = _agent(spec)
+    host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    assert sorted(path["path"] for path in host.values()) == [
+        "/data/containers/storage/overlay-images",
+        "/data/containers/storage/overlay-layers",
+    ]
+    assert {path["type"] for path in host.values()} == {"Directory"}
+    [container] = pod["containers"]
+    argv = container["args"]
+    root = argv[argv.index("--crio-storage") + 1]
+    mounts = [m for m in container["volumeMounts"] if m["name"] in host]
+    assert sorted(m["mountPath"] for m in mounts) == [
+        f"{root}/overlay-images",
+        f"{root}/overlay-layers",
+    ]
+    for mount in mounts:
+        assert mount["readOnly"] is True
+        assert mount.get("recursiveReadOnly") == ("Enabled" if recursive else None)
 
 
 def test_weight_and_quorum_reach_the_extender_and_the_plugin() -> None:

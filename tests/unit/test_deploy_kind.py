@@ -222,8 +222,14 @@ def test_kind_patches_agent_reads_crio_only() -> None:
     assert health == ["--health-host", "$(POD_IP)", "--health-port", "8889"]
     deleted = [m for m in container["volumeMounts"] if m.get("$patch") == "delete"]
     assert deleted == [{"mountPath": "/run/containerd/containerd.sock", "$patch": "delete"}]
-    storage = next(m for m in container["volumeMounts"] if m.get("name") == "crio-storage")
-    assert storage["readOnly"] is True
+    # of CRI-O's storage, only the two directories the agent reads, read-only (kind's
+    # Kubernetes, 1.30, has no recursiveReadOnly yet) (issue 44)
+    storage = [m for m in container["volumeMounts"] if m.get("name", "").startswith("crio-")]
+    assert [(m["mountPath"], m.get("readOnly"), m.get("recursiveReadOnly")) for m in storage] == [
+        ("/var/run/crio/crio.sock", None, None),
+        ("/var/lib/containers/storage/overlay-images", True, None),
+        ("/var/lib/containers/storage/overlay-layers", True, None),
+    ]
     assert [v for v in pod["volumes"] if v.get("$patch")] == [
         {"name": "containerd-socket", "$patch": "delete"}
     ]

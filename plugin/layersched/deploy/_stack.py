@@ -68,7 +68,11 @@ from layersched.deploy._spec import (
     SCHEDULER_PLUGIN,
     StackSpec,
 )
-from layersched.deploy._versions import pdb_api_version, scheduler_probe_paths
+from layersched.deploy._versions import (
+    pdb_api_version,
+    recursive_read_only,
+    scheduler_probe_paths,
+)
 from layersched.deploy._workloads import (
     AGENT_NAME,
     CREDENTIAL_FILE_MODE,
@@ -434,8 +438,15 @@ AGENT_HEALTH_PORT = 8889
 AGENT_HEALTH_ARGS = ("--health-host", "$(POD_IP)", "--health-port", str(AGENT_HEALTH_PORT))
 
 
-#: Where the agent sees CRI-O's storage (mounted read-only from ``spec.crio_storage``).
+#: Where the agent sees CRI-O's storage: of it only the two directories it reads are
+#: mounted, read-only (``spec.crio_storage``'s, under the same names).
 CRIO_STORAGE_MOUNT = DEFAULT_CRIO_STORAGE
+#: The two directories of CRI-O's storage the agent reads (``images.json``, ``layers.json``
+#: of the overlay driver, CRI-O's default), by volume name. Nothing else of the storage is
+#: mounted: its ``overlay/`` holds every running container's root filesystem, and a
+#: ``readOnly`` mount of the whole storage left those submounts writable to the agent,
+#: which runs as uid 0 (issue 44).
+CRIO_STORAGE_DIRS = (("crio-images", "overlay-images"), ("crio-layers", "overlay-layers"))
 
 
 def _runtime_args(spec: StackSpec) -> list[str]:
@@ -444,26 +455,36 @@ def _runtime_args(spec: StackSpec) -> list[str]:
     return ["--containerd", CONTAINERD_SOCKET]
 
 
-def _runtime_volume(spec: StackSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+def _runtime_volumes(spec: StackSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The agent's one view of the host: containerd's socket (from wherever the
-    distribution puts it), or CRI-O's storage, read-only."""
+    distribution puts it), or the two directories of CRI-O's storage it reads, read-only
+    (recursively where the minor has ``recursiveReadOnly``)."""
     if spec.runtime == RUNTIME_CRIO:
-        mount = {"name": "crio-storage", "mountPath": CRIO_STORAGE_MOUNT, "readOnly": True}
-        volume = {
-            "name": "crio-storage",
-            "hostPath": {"path": spec.crio_storage, "type": "Directory"},
-        }
-        return mount, volume
+        mounts, volumes = [], []
+        recursive = recursive_read_only(spec.kubernetes_version)
+        for name, directory in CRIO_STORAGE_DIRS:
+            mount: dict[str, Any] = {
+                "name": name,
+                "mountPath": f"{CRIO_STORAGE_MOUNT}/{directory}",
+                "readOnly": True,
+            }
+            if recursive:
+                mount["recursiveReadOnly"] = "Enabled"
+            mounts.append(mount)
+            path = f"{spec.crio_storage.rstrip('/')}/{directory}"
+            volumes.append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
+        return mounts, volumes
     mount = {"name": "containerd-socket", "mountPath": CONTAINERD_SOCKET}
     volume = {
         "name": "containerd-socket",
         "hostPath": {"path": spec.containerd_socket, "type": "Socket"},
     }
-    return mount, volume
+    return [mount], [volume]
 
 
 def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
-    """The agent on every node: containerd's socket, nothing else of the host.
+    """The agent on every node: containerd's socket (or the two directories of CRI-O's
+    storage it reads), nothing else of the host.
 
     It runs as root only because the socket is root's; every capability is dropped
     and its root filesystem is read-only. Liveness restarts an agent whose loop is stuck;
@@ -475,7 +496,7 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
     token_volume, token_mount = bound_token_volume()
     argv = ["agent", "--publish", "--node-name", "$(NODE_NAME)"]
     argv += [*_runtime_args(spec), *AGENT_HEALTH_ARGS]
-    runtime_mount, runtime_volume = _runtime_volume(spec)
+    runtime_mounts, runtime_volumes = _runtime_volumes(spec)
     container = {
         "name": "agent",
         "image": LAYERSCHED_IMAGE,
@@ -505,7 +526,7 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
         },
         "resources": AGENT_RESOURCES,
         "securityContext": restricted(uid=0),
-        "volumeMounts": [runtime_mount, token_mount],
+        "volumeMounts": [*runtime_mounts, token_mount],
     }
     return {
         "apiVersion": "apps/v1",
@@ -521,7 +542,7 @@ def agent_daemonset(spec: StackSpec) -> dict[str, Any]:
                     "automountServiceAccountToken": False,
                     "priorityClassName": "system-node-critical",
                     "containers": [container],
-                    "volumes": [runtime_volume, token_volume],
+                    "volumes": [*runtime_volumes, token_volume],
                     "tolerations": [{"operator": "Exists"}],
                 },
             },

@@ -13,7 +13,9 @@ chooses (docs/deploy.md has the matrix):
 * kube-scheduler's RBAC: upstream's bootstrap policy of that minor
   (:mod:`layersched.deploy._rbac`);
 * kube-scheduler's probes: ``/healthz`` up to 1.30; ``/livez`` and ``/readyz`` from 1.31
-  (:func:`scheduler_probe_paths`).
+  (:func:`scheduler_probe_paths`);
+* the CRI-O agent's mounts: ``recursiveReadOnly: Enabled`` from 1.33
+  (:func:`recursive_read_only`).
 
 Pure: parsing and tables, no API access (``--kubernetes-version auto`` reads the server's
 ``/version`` in the CLI and hands the answer here).
@@ -48,6 +50,10 @@ NEWEST_PATCH: dict[int, int] = {
 #: ``InstallReadyzHandler`` (its readiness adds the informers' sync and the leader
 #: election watchdog); 1.30's installs ``/healthz`` only.
 SCHEDULER_LIVEZ_SINCE_MINOR = 31
+#: The minor from which a volume mount's ``recursiveReadOnly`` is GA (KEP-3857: alpha in
+#: 1.30, beta and on by default in 1.31, GA in 1.33). Before it, a ``readOnly`` hostPath
+#: leaves the mounts below it writable (issue 44).
+RECURSIVE_READ_ONLY_SINCE_MINOR = 33
 #: policy/v1 PodDisruptionBudget is served from 1.21; 1.20 has v1beta1 only (removed in 1.25).
 PDB_V1_SINCE_MINOR = 21
 PDB_API_VERSION_V1BETA1 = "policy/v1beta1"
@@ -141,6 +147,14 @@ def pdb_api_version(kubernetes_version: str) -> str:
     """``policy/v1`` from Kubernetes 1.21 on (the only one from 1.25), else ``policy/v1beta1``."""
     version = parse_kubernetes_version(kubernetes_version, "kubernetesVersion")
     return PDB_API_VERSION_V1 if version.minor >= PDB_V1_SINCE_MINOR else PDB_API_VERSION_V1BETA1
+
+
+def recursive_read_only(kubernetes_version: str) -> bool:
+    """Whether a volume mount may say ``recursiveReadOnly: Enabled`` (GA from 1.33: the
+    kubelet then refuses the pod if the runtime cannot make the mount read-only all the
+    way down)."""
+    version = parse_kubernetes_version(kubernetes_version, "kubernetesVersion")
+    return version.minor >= RECURSIVE_READ_ONLY_SINCE_MINOR
 
 
 def scheduler_probe_paths(kubernetes_version: str) -> tuple[str, str]:

@@ -19,9 +19,10 @@ CRI-O. The overlay changes only what differs:
   ``Always`` as the testbed re-pushes the same tag; the extender reads manifests from
   that plain-HTTP registry (``--insecure-registry``), the only one it may contact
   (``--allow-registry``);
-* **the agent reads CRI-O**, not containerd: its containers/storage metadata, mounted
-  read-only (``--crio-storage``), and CRI-O's socket (``--cri``) for images the storage
-  does not explain.
+* **the agent reads CRI-O**, not containerd: its containers/storage metadata (the two
+  directories it reads, mounted read-only as the generator mounts them for CRI-O:
+  ``--crio-storage``), and CRI-O's socket (``--cri``) for images the storage does not
+  explain.
 
 Leader election stays on, as in ``deploy/``. The overlay itself is kustomize v2.0.3 syntax
 (kubectl 1.20's) that newer kustomize reads too; ``deploy/`` (1.37's) lists ``stack/``
@@ -44,6 +45,7 @@ from layersched.deploy import (
     CRIO_SOCKET_PATH,
     KUSTOMIZATION,
     LAYERSCHED_IMAGE,
+    RUNTIME_CRIO,
     UPSTREAM_KUBE_SCHEDULER,
     ImageRef,
     StackSpec,
@@ -252,6 +254,20 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
     [base_volume] = [
         v for v in base_agent["volumes"] if v.get("hostPath", {}).get("path") == CONTAINERD_SOCKET
     ]
+    # CRI-O's storage as the generator mounts it for a CRI-O install of kind's version:
+    # the two directories the agent reads, read-only (recursively where the minor can)
+    crio_agent = agent_daemonset(
+        replace(spec, runtime=RUNTIME_CRIO, crio_storage=target.crio_storage).for_version(
+            target.kubernetes_version
+        )
+    )["spec"]["template"]["spec"]
+    crio_names = {
+        v["name"] for v in crio_agent["volumes"] if v.get("hostPath", {}).get("type") == "Directory"
+    }
+    crio_mounts = [
+        m for m in crio_agent["containers"][0]["volumeMounts"] if m["name"] in crio_names
+    ]
+    crio_volumes = [v for v in crio_agent["volumes"] if v["name"] in crio_names]
     crio_socket = f"unix://{CRIO_SOCKET_PATH}"
     agent_args = [
         "agent", "--publish", "--node-name", "$(NODE_NAME)",
@@ -284,14 +300,11 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
                     "imagePullPolicy": "Always",
                     "args": agent_args,
                     "volumeMounts": [
-                        # Only the runtime's socket and storage, never containerd's.
+                        # Only the runtime's socket and the storage it reads, never
+                        # containerd's.
                         {"mountPath": CONTAINERD_SOCKET, "$patch": "delete"},
                         {"name": "crio-socket", "mountPath": CRIO_SOCKET_PATH},
-                        {
-                            "name": "crio-storage",
-                            "mountPath": target.crio_storage,
-                            "readOnly": True,
-                        },
+                        *crio_mounts,
                     ],
                 }
             ],
@@ -301,10 +314,7 @@ def kind_patches(target: KindTarget, spec: StackSpec) -> list[dict[str, Any]]:
                     "name": "crio-socket",
                     "hostPath": {"path": CRIO_SOCKET_PATH, "type": "Socket"},
                 },
-                {
-                    "name": "crio-storage",
-                    "hostPath": {"path": target.crio_storage, "type": "Directory"},
-                },
+                *crio_volumes,
             ],
         },
     )

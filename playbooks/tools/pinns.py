@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3 -I
 """Pin new namespaces to files: the testbed's stand-in for CRI-O's ``pinns`` helper.
 
 CRI-O creates a pod's IPC, UTS and network namespaces by running ``pinns_path`` with
@@ -17,6 +17,9 @@ message, and the testbed never asks for them. Only sysctls that belong to a name
 pinned here are accepted (``net.*`` with ``--net``; ``kernel.shm*``, ``kernel.msg*``,
 ``kernel.sem`` and ``fs.mqueue.*`` with ``--ipc``; ``kernel.hostname`` and
 ``kernel.domainname`` with ``--uts``): any other would change the host.
+
+The testbed installs a root-owned copy outside the checkout and runs it as
+``/usr/bin/python3 -I`` (this file's first line): CRI-O runs it as root.
 
 Exit status 0 when every namespace is pinned, 1 with the reason on stderr otherwise
 (what CRI-O logs as "failed to pin namespaces"). Linux and root only.

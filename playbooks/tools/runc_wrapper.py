@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3 -I
 """Run runc for CRI-O, first doing to the bundle what containerd's CRI does on this VM.
 
 CRI-O's ``runtime_path`` points here. For ``create`` and ``run`` this program reads the
@@ -23,8 +23,11 @@ execs runc with the very same arguments; every other verb (``start``, ``state``,
 
 Each change is logged, one line per container, to the file ``$LAYERSCHED_RUNC_WRAPPER_LOG``
 names (the testbed sets it in CRI-O's ``monitor_env``: conmon runs ``create`` with that
-environment), else to stderr. Never to stdout or stderr under conmon: those are the
-container's own streams.
+environment), never through a symbolic link (``O_NOFOLLOW``), else to stderr. Never to
+stdout or stderr under conmon: those are the container's own streams.
+
+The testbed installs a root-owned copy outside the checkout and runs it as
+``/usr/bin/python3 -I`` (this file's first line): CRI-O runs it as root.
 
 Exit status: runc's, or 1 with the reason on stderr when the bundle cannot be read or
 written (runc would fail on it too). Standard library only; Linux.
@@ -54,6 +57,8 @@ GLOBAL_VALUE_OPTIONS = frozenset({"--root", "--log", "--log-format", "--criu", "
 BUNDLE_OPTIONS = frozenset({"--bundle", "-bundle", "-b", "--b"})
 CONFIG = "config.json"
 LOG_ENV = "LAYERSCHED_RUNC_WRAPPER_LOG"
+#: The log's mode when the wrapper creates it.
+LOG_MODE = 0o644
 OOM_SCORE_ADJ = Path("/proc/self/oom_score_adj")
 MOUNTINFO = Path("/proc/self/mountinfo")
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -224,16 +229,23 @@ def restrict_bundle(bundle: Path, current_oom: int, hugetlb: bool) -> list[str]:
 
 
 def _log(line: str) -> None:
+    """Append ``line`` to the log ``$LAYERSCHED_RUNC_WRAPPER_LOG`` names (else stderr). The
+    file is opened without following a symbolic link (``O_NOFOLLOW``): the wrapper runs as
+    root, and the node's directory may be a user's, who could otherwise point the log at
+    any file root may write (issue 44)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     text = f"{stamp} runc_wrapper: {line}\n"
     target = os.environ.get(LOG_ENV)
     if target:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            with Path(target).open("a") as file:
-                file.write(text)
-            return
+            fd = os.open(target, flags, LOG_MODE)
         except OSError:
             pass
+        else:
+            with os.fdopen(fd, "a") as file:
+                file.write(text)
+            return
     sys.stderr.write(text)
 
 

@@ -13,9 +13,12 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.fixtures.crio import HELPERS, RUNC_WRAPPER, render
-from tests.fixtures.playbook_tools import load_tool
+from tests.fixtures.playbook_tools import TOOLS, load_tool
+
+PLAYBOOKS = TOOLS.parent
 
 
 @pytest.fixture(scope="module")
@@ -336,3 +339,57 @@ def test_the_testbeds_crio_runs_the_wrapper_in_front_of_debians_runc(
     # the wrapper execs the runc the fixtures and the testbed install from Debian
     assert HELPERS[wrapper.RUNC] == "runc"
     assert RUNC_WRAPPER.stat().st_mode & 0o111, "CRI-O runs it: it must be executable"
+
+
+def test_the_log_is_never_opened_through_a_symbolic_link(
+    wrapper: ModuleType,
+    execs: list[list[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # issue 44: the wrapper runs as root and its log is in the node's directory, which may
+    # be a user's: a symbolic link there made root append to any file (here a stand-in
+    # for /etc/shadow). Now the link is refused (O_NOFOLLOW) and the line goes to stderr
+    (tmp_path / "b").mkdir()
+    bundle = _bundle(tmp_path / "b", _spec(-997))
+    victim = tmp_path / "shadow"
+    victim.write_text("root:*:\n")
+    link = tmp_path / "runc-wrapper.log"
+    link.symlink_to(victim)
+    monkeypatch.setenv(wrapper.LOG_ENV, str(link))
+    with pytest.raises(_Execed):
+        wrapper.main(["create", "--bundle", str(bundle), "3f2c"])
+    assert victim.read_text() == "root:*:\n"
+    assert "process.oomScoreAdj -997 raised to 0" in capsys.readouterr().err
+
+
+def test_the_testbed_runs_root_owned_isolated_copies_of_its_root_helpers() -> None:
+    # issue 44: CRI-O ran pinns and the wrapper as root from the checkout (a user's, maybe)
+    # through `#!/usr/bin/env python3` (PYTHON* variables, the script's directory and the
+    # user's site on the import path). Now: /usr/bin/python3 -I, and root-owned copies in
+    # a root-owned directory outside the checkout, which teardown removes
+    for tool in ("pinns.py", "runc_wrapper.py"):
+        assert (TOOLS / tool).read_text().splitlines()[0] == "#!/usr/bin/python3 -I"
+    crio_vars = yaml.safe_load((PLAYBOOKS / "vars" / "crio.yml").read_text())
+    assert crio_vars["crio_runtime_path"] == "{{ crio_helpers_dir }}/runc_wrapper.py"
+    assert crio_vars["crio_pinns_path"] == "{{ crio_helpers_dir }}/pinns.py"
+    assert crio_vars["crio_helpers_dir"] == "{{ crio_helpers_root }}/{{ testbed_prefix }}"
+    root = Path(crio_vars["crio_helpers_root"])
+    assert root.is_absolute() and not root.is_relative_to(PLAYBOOKS.parent)
+    tasks = yaml.safe_load(
+        (PLAYBOOKS / "roles" / "local_testbed_node" / "tasks" / "crio.yml").read_text()
+    )
+    [install] = [t for t in tasks if "ansible.builtin.copy" in t and "helpers" in t["name"]]
+    copy = install["ansible.builtin.copy"]
+    assert (copy["owner"], copy["group"], copy["mode"]) == ("root", "root", "0755")
+    assert copy["dest"].startswith("{{ crio_helpers_dir }}/")
+    assert sorted(install["loop"]) == ["pinns.py", "runc_wrapper.py"]
+    teardown = yaml.safe_load(
+        (PLAYBOOKS / "roles" / "local_testbed_teardown" / "tasks" / "main.yml").read_text()
+    )
+    assert any(
+        t.get("ansible.builtin.file", {}).get("path", "").startswith("{{ crio_helpers_root }}/")
+        and t["ansible.builtin.file"]["state"] == "absent"
+        for t in teardown
+    )

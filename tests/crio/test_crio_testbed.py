@@ -10,7 +10,11 @@
 * a Guaranteed and a BestEffort pod reach Running on that node: CRI-O runs runc through
   our wrapper (``playbooks/tools/runc_wrapper.py``), which raises the Guaranteed
   container's ``oom_score_adj`` to its own and drops the hugepage limits this host has no
-  hugetlb cgroup for, and says so in the node's ``runc-wrapper.log``.
+  hugetlb cgroup for, and says so in the node's ``runc-wrapper.log``;
+* the agent's storage mounts as the generator renders them for CRI-O keep every running
+  container's root filesystem out of its reach (issue 44): a probe with those mounts
+  writes nowhere, where with the whole storage mounted ``readOnly`` (as at 40ab284) it
+  writes into a running container's rootfs.
 
 A testbed that is up already (``layersched testbed up --runtimes ...``) is used as it
 is; else one is brought up and taken down again. Without a CRI-O node in the runtimes,
@@ -19,22 +23,42 @@ every test here skips with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tenacity
 
-from layersched.builds import crio_build
+from layersched.agent import DEFAULT_CRIO_STORAGE as CRIO_STORAGE_MOUNT
+from layersched.builds import crio_build, kubernetes_build
 from layersched.core.nodelayers import parse_document
 from layersched.cri import CRIClient
-from layersched.images.oci import BuiltImage, push_image
-from layersched.kube import KubeClient, load_kubeconfig, node_layers_path, pod_path, pods_path
+from layersched.deploy import RUNTIME_CRIO, agent_daemonset, stack_spec_for
+from layersched.images.oci import (
+    EXECUTABLE_MODE,
+    BuiltImage,
+    LayerFile,
+    build_image,
+    files_layer,
+    push_image,
+)
+from layersched.kube import (
+    KubeClient,
+    load_kubeconfig,
+    node_layers_path,
+    pod_log_path,
+    pod_path,
+    pods_path,
+)
 from layersched.registry import RegistryClient
 from layersched.testbed.local import TestbedState
 from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE
@@ -309,3 +333,200 @@ def test_pods_run_on_the_crio_node(
     finally:
         kube.delete(pod_path(NAMESPACE, name), grace_period_s=0)
         kube.close()
+
+
+# ------------------------------------------------------------------ the agent's mounts
+#: The probe's source (built here with gcc -static into a one-file image).
+WRITE_PROBE_SOURCE = Path(__file__).with_name("write_probe.c")
+WRITE_PROBE_PATH = "/write-probe"
+#: A pod that runs the probe once: created, pulled (a few hundred KB over the link) and run.
+PROBE_TIMEOUT_S = 180.0
+
+
+def _write_probe_image() -> BuiltImage:
+    """The probe as an image: one static binary, its entrypoint."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        prereq.missing("gcc not found on PATH: the write probe is built with gcc -static")
+    with tempfile.TemporaryDirectory(prefix="layersched-probe-") as scratch:
+        binary = Path(scratch) / "write-probe"
+        subprocess.run(
+            [gcc, "-static", "-O2", "-o", str(binary), str(WRITE_PROBE_SOURCE)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        layer = files_layer([LayerFile(WRITE_PROBE_PATH.lstrip("/"), binary.read_bytes(),
+                                       EXECUTABLE_MODE)])  # fmt: skip
+    return build_image([layer], entrypoint=[WRITE_PROBE_PATH], working_dir="/")
+
+
+def _mounts_as_generated(
+    storage: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """The agent's CRI-O storage mounts and volumes (and its securityContext) as the
+    generator renders them for this testbed's Kubernetes, its storage the node's."""
+    spec = stack_spec_for(kubernetes_build().version, runtime=RUNTIME_CRIO, crio_storage=storage)
+    pod = agent_daemonset(spec)["spec"]["template"]["spec"]
+    volumes = [v for v in pod["volumes"] if "hostPath" in v]
+    names = {v["name"] for v in volumes}
+    [container] = pod["containers"]
+    mounts = [m for m in container["volumeMounts"] if m["name"] in names]
+    return mounts, volumes, container["securityContext"]
+
+
+def _mounts_before(storage: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What the generator rendered at 40ab284: the whole storage, ``readOnly`` alone."""
+    mount = {"name": "crio-storage", "mountPath": CRIO_STORAGE_MOUNT, "readOnly": True}
+    volume = {"name": "crio-storage", "hostPath": {"path": storage, "type": "Directory"}}
+    return [mount], [volume]
+
+
+def _probe_pod(
+    name: str,
+    node: str,
+    image: str,
+    mounts: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    security: dict[str, Any],
+) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "crio-testbed"}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": image,
+                    "args": [CRIO_STORAGE_MOUNT],
+                    "securityContext": security,
+                    "volumeMounts": mounts,
+                }
+            ],
+            "volumes": volumes,
+        },
+    }
+
+
+def _run_probe(kube: KubeClient, pod: dict[str, object]) -> list[str]:
+    """Create ``pod``, wait for it to finish, return its output's lines (the pod goes)."""
+    name = str(pod["metadata"]["name"])  # type: ignore[index]
+    kube.create(pods_path(NAMESPACE), pod)
+    try:
+
+        @tenacity.retry(
+            stop=tenacity.stop_after_delay(PROBE_TIMEOUT_S),
+            wait=tenacity.wait_fixed(1),
+            retry=tenacity.retry_if_exception_type(AssertionError),
+            reraise=True,
+        )
+        def finished() -> None:
+            status = kube.get(pod_path(NAMESPACE, name)).get("status") or {}
+            (container,) = status.get("containerStatuses") or [{}]
+            state = container.get("state") or {}
+            waiting = state.get("waiting") or {}
+            # the kubelet refusing a mount (recursiveReadOnly the runtime cannot do) says so
+            assert waiting.get("reason") not in (
+                "CreateContainerError",
+                "CreateContainerConfigError",
+            ), waiting
+            assert status.get("phase") == "Succeeded", (status.get("phase"), state)
+
+        finished()
+        return kube.read_log(pod_log_path(NAMESPACE, name), container="probe").splitlines()
+    finally:
+        kube.delete(pod_path(NAMESPACE, name), grace_period_s=0)
+
+
+@contextlib.contextmanager
+def _shared(path: str) -> Iterator[bool]:
+    """``path`` as a shared mount for the block, as it is on a systemd host (``/`` shared),
+    when this VM's ``/`` is private: CRI-O mounts a host path holding its storage root
+    with HostToContainer propagation (rslave), which needs a shared or slave mount, and
+    refuses the pod otherwise. The testbed's own node directory only; undone after (the
+    copy is lazily unmounted, the mounts beneath it stay CRI-O's). Yields whether it
+    changed anything."""
+    propagation = subprocess.run(
+        ["findmnt", "--noheadings", "--output", "PROPAGATION", "--target", path],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    if propagation and propagation[0] != "private":
+        yield False
+        return
+    subprocess.run(["mount", "--rbind", path, path], check=True)
+    try:
+        subprocess.run(["mount", "--make-rshared", path], check=True)
+        yield True
+    finally:
+        subprocess.run(["umount", "--lazy", path], check=True)
+
+
+def test_the_agents_mounts_keep_every_containers_rootfs_out_of_reach(
+    testbed: TestbedState, crio_node: str
+) -> None:
+    # issue 44, live: a pause pod runs on the CRI-O node (its root filesystem is a mount
+    # under the storage's overlay/). A probe with the agent's mounts and securityContext
+    # tries to write into every container's rootfs and into the two directories it reads.
+    # As the generator mounts them now (the two directories, read-only, recursively on
+    # 1.37) no rootfs is in view, the two directories refuse writes, and the two files the
+    # agent reads are readable. As 40ab284 mounted the storage (all of it, readOnly
+    # alone), with the storage a shared mount as on a systemd host, the probe writes into
+    # the running containers' root filesystems: the hole
+    if os.geteuid() != 0:
+        prereq.missing("the probe's control makes the node's storage a shared mount: root only")
+    storage = testbed.node(crio_node).root_dir
+    host = testbed.registry.host
+    image = f"{host}/crio-testbed/write-probe:{time.strftime('t%Y%m%d%H%M%S', time.gmtime())}"
+    with RegistryClient(insecure_hosts=(host,)) as registry:
+        push_image(registry, image, _write_probe_image())
+    stamp = time.strftime("%H%M%S", time.gmtime())
+    victim = f"crio-victim-{stamp}"
+    kube = KubeClient(load_kubeconfig(testbed.cluster.kubeconfig))
+    try:
+        kube.create(pods_path(NAMESPACE), _pod(victim, crio_node, {}))
+
+        @tenacity.retry(
+            stop=tenacity.stop_after_delay(RUNNING_TIMEOUT_S),
+            wait=tenacity.wait_fixed(1),
+            reraise=True,
+        )
+        def victim_running() -> None:
+            status = kube.get(pod_path(NAMESPACE, victim)).get("status") or {}
+            assert status.get("phase") == "Running", status
+
+        victim_running()
+        mounts, volumes, security = _mounts_as_generated(storage)
+        assert all(m.get("recursiveReadOnly") == "Enabled" for m in mounts)  # 1.37
+        now = _run_probe(
+            kube, _probe_pod(f"probe-now-{stamp}", crio_node, image, mounts, volumes, security)
+        )
+        old_mounts, old_volumes = _mounts_before(storage)
+        with _shared(storage) as made_shared:
+            before = _run_probe(
+                kube,
+                _probe_pod(
+                    f"probe-before-{stamp}", crio_node, image, old_mounts, old_volumes, security
+                ),
+            )
+    finally:
+        kube.delete(pod_path(NAMESPACE, victim), grace_period_s=0)
+        kube.close()
+    print("as the generator mounts it:", *now, sep="\n  ")
+    print(f"as 40ab284 mounted it (storage made shared: {made_shared}):", *before, sep="\n  ")
+    root = CRIO_STORAGE_MOUNT
+    # now: the two files are read, nothing is written anywhere, no rootfs is in view
+    assert f"READ {root}/overlay-images/images.json" in now
+    assert f"READ {root}/overlay-layers/layers.json" in now
+    assert not [line for line in now if line.startswith("WROTE")], now
+    for directory in ("overlay-images", "overlay-layers"):
+        path = f"{root}/{directory}/.layersched-write-probe"
+        assert f"REFUSED {path} Read-only file system" in now, now
+    assert any(line.startswith(f"NO-ROOTFS {root}/overlay ") for line in now), now
+    # before: some running container's rootfs took a write through the agent's mount
+    # (the storage's own directories refused it: readOnly holds for the top mount only)
+    assert [line for line in before if line.startswith(f"WROTE {root}/overlay/")], before
+    assert f"REFUSED {root}/overlay-images/.layersched-write-probe Read-only file system" in before

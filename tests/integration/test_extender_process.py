@@ -187,7 +187,10 @@ def test_port_in_use_is_a_one_line_error(files: dict[str, Path]) -> None:
     ("extra", "fragment"),
     [
         (("--strategy", "image-locality", "--spread"), "--spread applies to layer-locality only"),
-        (("--pull-overhead-s", "2"), "--pull-overhead-s applies to --strategy pull-time only"),
+        (
+            ("--pull-overhead-s", "2"),
+            "--pull-overhead-s applies to --strategy in-flight and pull-time only",
+        ),
         (("--registry-retries", "-1"), "--registry-retries -1: must be 0 or more"),
     ],
     ids=["spread-image-locality", "pull-option-layer-locality", "negative-retries"],

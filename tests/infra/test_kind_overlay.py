@@ -95,13 +95,21 @@ def test_agent_mounts_crio_not_containerd(tmp_path: Path) -> None:
     pod = agent["spec"]["template"]["spec"]
     [container] = pod["containers"]
     mounts = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
-    # the runtime's socket and storage, and the agent's pod-bound token: nothing else
+    # the runtime's socket, the two storage directories the agent reads (issue 44: never
+    # the whole storage, whose containers' rootfs it must not reach), and the agent's
+    # pod-bound token: nothing else
     assert mounts == {
-        "/var/run/crio/crio.sock": False, "/var/lib/containers/storage": True,
+        "/var/run/crio/crio.sock": False,
+        "/var/lib/containers/storage/overlay-images": True,
+        "/var/lib/containers/storage/overlay-layers": True,
         "/var/run/secrets/kubernetes.io/serviceaccount": True,
     }  # fmt: skip
     paths = sorted(v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v)
-    assert paths == ["/var/lib/containers/storage", "/var/run/crio/crio.sock"]
+    assert paths == [
+        "/var/lib/containers/storage/overlay-images",
+        "/var/lib/containers/storage/overlay-layers",
+        "/var/run/crio/crio.sock",
+    ]
     # Still the hardened container deploy/ defines: no capabilities, read-only root.
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True

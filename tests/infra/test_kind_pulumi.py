@@ -264,20 +264,23 @@ def test_workloads_run_kind_images_and_crio(graph: Graph) -> None:
     assert args[args.index("--crio-storage") + 1] == "/var/lib/containers/storage"
     assert args[args.index("--cri") + 1] == "unix:///var/run/crio/crio.sock"
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    # CRI-O's socket and its storage (read-only), never containerd's; the pod-bound token.
+    # CRI-O's socket and the two storage directories the agent reads (read-only; never the
+    # whole storage: issue 44), never containerd's; the pod-bound token.
+    read = (
+        "/var/lib/containers/storage/overlay-images",
+        "/var/lib/containers/storage/overlay-layers",
+    )
     assert set(mounts) == {
-        "/var/run/crio/crio.sock", "/var/lib/containers/storage",
+        "/var/run/crio/crio.sock", *read,
         "/var/run/secrets/kubernetes.io/serviceaccount",
     }  # fmt: skip
-    assert mounts["/var/lib/containers/storage"]["readOnly"] is True
+    assert all(mounts[path]["readOnly"] is True for path in read)
     volumes = {
         v["name"]: v["hostPath"]
         for v in agent["spec"]["template"]["spec"]["volumes"]
         if "hostPath" in v
     }
-    assert sorted(p["path"] for p in volumes.values()) == [
-        "/var/lib/containers/storage", "/var/run/crio/crio.sock"
-    ]  # fmt: skip
+    assert sorted(p["path"] for p in volumes.values()) == [*read, "/var/run/crio/crio.sock"]
 
 
 def test_rbac_and_pdb_follow_kubernetes_1_30(graph: Graph) -> None:

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -63,10 +64,30 @@ func holds(index *layers.Index, node, image string) bool {
 	return state == layers.Scored && score == layers.MaxNodeScore
 }
 
+// watchOpened tells on the returned channel each time a watch is registered with the
+// fake's tracker. Unlike an API server, the fake does not replay what changed between a
+// list and the watch that follows it, so a test changes objects only once one is open.
+func watchOpened(client *fake.FakeDynamicClient) <-chan struct{} {
+	opened := make(chan struct{}, 1)
+	client.PrependWatchReactor("*", func(action k8stesting.Action) (bool, apiwatch.Interface, error) {
+		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		select {
+		case opened <- struct{}{}:
+		default:
+		}
+		return true, w, nil
+	})
+	return opened
+}
+
 func TestTheIndexFollowsEveryEvent(t *testing.T) {
 	client := fake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{GroupVersionResource: layers.Kind + "List"},
 		object("n1", "a:1", false, "L1", "L2"), object("n2", "b:1", true, "L3"))
+	opened := watchOpened(client)
 	// quorum 1: each node's own image resolves from its object alone
 	index := layers.NewIndex(1)
 	var mu sync.Mutex
@@ -90,6 +111,11 @@ func TestTheIndexFollowsEveryEvent(t *testing.T) {
 		t.Errorf("invalid: %v", invalid)
 	}
 	mu.Unlock()
+	select {
+	case <-opened:
+	case <-time.After(waitFor):
+		t.Fatalf("no watch opened within %s", waitFor)
+	}
 	resource := client.Resource(GroupVersionResource)
 	ctx := context.Background()
 	// added

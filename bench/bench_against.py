@@ -144,6 +144,12 @@ def main() -> int:
         default=WATCH_UPDATES_PER_S,
         help="with --watch: NodeLayerInventory updates streamed while measuring",
     )
+    parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="both sides score with --spread (the default from issue 45 on, off before: "
+        "without it, a side older than that and a newer one answer differently)",
+    )
     args = parser.parse_args()
     old_tree = args.against.resolve()
     if not (old_tree / "plugin" / "layersched" / "__init__.py").is_file():
@@ -166,7 +172,7 @@ def main() -> int:
     ):
         layers_path = Path(tmp) / "layers.json"
         layers_path.write_bytes(msgspec.json.encode(load.layers_document()))
-        layers_argv = ["--layers", str(layers_path)]
+        layers_argv = ["--layers", str(layers_path), *(["--spread"] if args.spread else [])]
         (Path(tmp) / "nodes.json").write_bytes(msgspec.json.encode(held_doc))
         for n, side in enumerate(_order(args.rounds)):
             with (
@@ -190,7 +196,8 @@ def main() -> int:
     same = answers[NEW] == answers[OLD]
     result: dict[str, Any] = {
         "provenance": provenance.finish(record),
-        "case": f"NodeNames × {HELD_NODES:,} nodes, {PODS} pods cycled (bench_extender)",
+        "case": f"NodeNames × {HELD_NODES:,} nodes, {PODS} pods cycled (bench_extender)"
+        + (", --spread on both sides" if args.spread else ""),
         "inventory": (
             "--nodes file"
             if watched is None

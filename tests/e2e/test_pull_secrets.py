@@ -72,19 +72,7 @@ from tests.fixtures import prereq
 from tests.fixtures.registry import RegistryProcess
 from tests.fixtures.testbed import testbed_settings, testbed_up
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.slow,
-    # Known failure, under investigation: run alone (19e9286, its own testbed) both tests
-    # pass; run last in the full e2e suite on the shared testbed (2026-11-29, 2412ef8),
-    # the extender's log held no scores for either pod within the wait. Not strict: a pass
-    # shows as XPASS, and the failure's message is printed as xfail's reason.
-    pytest.mark.xfail(
-        reason="in the full e2e suite the shared testbed's extender logged no scores for "
-        "these pods (passes alone); under investigation",
-        strict=False,
-    ),
-]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NAMESPACE = "layersched-pull-secrets"
 SECRET = "regcred"

@@ -179,28 +179,39 @@ func (pl *LayerLocality) Score(_ context.Context, state fwk.CycleState, _ *v1.Po
 
 // pendingNodes are the candidates as the in-flight strategy reads them: name,
 // generation, link labels and pods (assumed and bound), from kube-scheduler's NodeInfos.
+// One allocation for all of them: each node's pods are read through a pointer into one
+// slice of NodeInfos.
 func pendingNodes(infos []fwk.NodeInfo) []pendingNode {
 	nodes := make([]pendingNode, 0, len(infos))
-	for _, info := range infos {
+	lists := make([]nodeInfoPods, len(infos))
+	for i, info := range infos {
 		node := info.Node()
 		if node == nil {
 			continue
 		}
+		lists[i].info = info
 		nodes = append(nodes, pendingNode{
 			name:        node.Name,
 			generation:  info.GetGeneration(),
 			labels:      node.Labels,
 			annotations: node.Annotations,
-			pods: func() []*v1.Pod {
-				pods := make([]*v1.Pod, 0, len(info.GetPods()))
-				for _, pod := range info.GetPods() {
-					pods = append(pods, pod.GetPod())
-				}
-				return pods
-			},
+			pods:        &lists[i],
 		})
 	}
 	return nodes
+}
+
+// nodeInfoPods lists a NodeInfo's pods.
+type nodeInfoPods struct {
+	info fwk.NodeInfo
+}
+
+func (n *nodeInfoPods) list() []*v1.Pod {
+	pods := make([]*v1.Pod, 0, len(n.info.GetPods()))
+	for _, pod := range n.info.GetPods() {
+		pods = append(pods, pod.GetPod())
+	}
+	return pods
 }
 
 // ScoreExtensions: scores are already 0..MaxNodeScore, nothing to normalise.

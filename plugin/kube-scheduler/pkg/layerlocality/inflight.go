@@ -177,7 +177,14 @@ type pendingNode struct {
 	generation  int64
 	labels      map[string]string
 	annotations map[string]string
-	pods        func() []*v1.Pod
+	// pods lists the node's pods (assumed and bound), read only when its facts are made
+	// again (a pointer in an interface: no allocation per node and cycle).
+	pods podLister
+}
+
+// podLister lists a node's pods.
+type podLister interface {
+	list() []*v1.Pod
 }
 
 // nodeFacts are a node's link and pending pulls, as of one NodeInfo generation.
@@ -241,7 +248,7 @@ func (f *inFlight) facts(node pendingNode, now time.Time) *nodeFacts {
 		complete:   true,
 	}
 	nowS := unixSeconds(now)
-	for _, pod := range node.pods() {
+	for _, pod := range node.pods.list() {
 		images := pendingImages(pod)
 		if len(images) == 0 {
 			continue
@@ -314,7 +321,14 @@ func (f *inFlight) layersOf(image string, now time.Time) ([]layers.Layer, bool) 
 type podTerms struct {
 	layers []layers.Layer
 	total  int64
-	heldOf func(digests []string, byNode map[string][]string) func(node, digest string) bool
+	heldOf func(digests []string, byNode map[string][]string) holdings
+}
+
+// holdings say which nodes hold which layers (layers.Held).
+type holdings interface {
+	Holds(node, digest string) bool
+	// Mask: bit i for the i-th distinct digest asked of every node (the first 64).
+	Mask(node string) uint64
 }
 
 // scores are the candidates' in-flight scores, by name (the rule: layers.NodeBacklog,
@@ -337,9 +351,26 @@ func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[
 	}
 	holds := pod.heldOf(digests, pending)
 	costs := make([]float64, len(nodes))
+	var name string
+	nodeHolds := func(digest string) bool { return holds.Holds(name, digest) }
+	masked := len(pod.layers) <= layers.MaskedLayers
 	for i, node := range nodes {
-		name, rate := node.name, facts[i].bitsPerS/layers.BitsPerByte
-		nodeHolds := func(digest string) bool { return holds(name, digest) }
+		name = node.name
+		if masked && len(facts[i].pulls) == 0 {
+			// an idle node (most of them): the held bytes from one lookup, nothing arriving
+			// nor queued (SplitBytes and StartCost with layers.Idle)
+			mask := holds.Mask(name)
+			var held, total int64
+			for j, layer := range pod.layers {
+				total += layer.SizeBytes
+				if mask&(1<<j) != 0 {
+					held += layer.SizeBytes
+				}
+			}
+			costs[i] = layers.StartCost(held, 0, total, 0, 0, 0, facts[i].bitsPerS, f.args)
+			continue
+		}
+		rate := facts[i].bitsPerS / layers.BitsPerByte
 		backlog := layers.Idle
 		if len(facts[i].pulls) > 0 {
 			backlog = layers.NodeBacklog(facts[i].pulls, nodeHolds, rate, nowS, f.maxAge)
@@ -381,8 +412,8 @@ func (f *inFlight) prepare(index *layers.Index, pod *v1.Pod, nodes []pendingNode
 			}
 		}
 	}
-	terms.heldOf = func(digests []string, byNode map[string][]string) func(node, digest string) bool {
-		return index.Held(digests, byNode, now, maxAge).Holds
+	terms.heldOf = func(digests []string, byNode map[string][]string) holdings {
+		return index.Held(digests, byNode, now, maxAge)
 	}
 	return &inFlightState{scores: f.scores(now, nodes, terms)}
 }

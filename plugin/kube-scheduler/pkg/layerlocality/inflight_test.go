@@ -3,6 +3,7 @@ package layerlocality
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"reflect"
 	"strings"
@@ -133,9 +134,20 @@ func fakeNode(name string, generation int64, pods ...*v1.Pod) pendingNode {
 	return pendingNode{
 		name: name, generation: generation,
 		labels: map[string]string{layers.BandwidthKey: "80000000"},
-		pods:   func() []*v1.Pod { return pods },
+		pods:   podList(pods),
 	}
 }
+
+// holdsNothing: no node holds any layer.
+type holdsNothing struct{}
+
+func (holdsNothing) Holds(string, string) bool { return false }
+func (holdsNothing) Mask(string) uint64        { return 0 }
+
+// podList lists fixed pods.
+type podList []*v1.Pod
+
+func (p podList) list() []*v1.Pod { return p }
 
 func replica(uid, node string, bound time.Time, image string) *v1.Pod {
 	pod := &v1.Pod{Spec: v1.PodSpec{NodeName: node, Containers: []v1.Container{{Name: "c", Image: image}}}}
@@ -167,9 +179,7 @@ func TestInFlightScoresFromTheNodesPods(t *testing.T) {
 		fakeNode("fresh", 1, replica("f", "fresh", now, "reg/x:1")),
 		fakeNode("other", 1, replica("o", "other", now, "reg/y:1")),
 	}
-	nothing := func([]string, map[string][]string) func(string, string) bool {
-		return func(string, string) bool { return false }
-	}
+	nothing := func([]string, map[string][]string) holdings { return holdsNothing{} }
 	pod := podTerms{layers: []layers.Layer{l1, l2}, total: 80 * mb, heldOf: nothing}
 	want := map[string]int64{"idle": 45, "half": 100, "fresh": 55, "other": 26}
 	if got := f.scores(now, nodes, pod); !reflect.DeepEqual(got, want) {
@@ -185,6 +195,74 @@ func TestInFlightScoresFromTheNodesPods(t *testing.T) {
 	nodes[1] = fakeNode("half", 2)
 	if got := f.scores(now, nodes, pod)["half"]; got != 81 { // 9 s (fresh) / 11 s
 		t.Errorf("half after its replica started: %d, want 81", got)
+	}
+}
+
+// holdsSet holds the (node, digest) pairs listed; Mask by the pod's layer positions.
+type holdsSet struct {
+	pairs   map[[2]string]bool
+	digests []string
+}
+
+func (h holdsSet) Holds(node, digest string) bool { return h.pairs[[2]string{node, digest}] }
+func (h holdsSet) Mask(node string) uint64 {
+	var mask uint64
+	for i, digest := range h.digests {
+		if i < layers.MaskedLayers && h.pairs[[2]string{node, digest}] {
+			mask |= 1 << i
+		}
+	}
+	return mask
+}
+
+// An idle node's score (read from one mask) is the rule's: SplitBytes and StartCost with
+// layers.Idle, on random holdings and links, serial and parallel.
+func TestInFlightIdleNodesScoreAsTheRule(t *testing.T) {
+	now := time.Date(2027, 1, 15, 8, 0, 10, 0, time.UTC)
+	rng := rand.New(rand.NewPCG(7, 43))
+	for _, mode := range []string{string(layers.Serial), string(layers.Parallel)} {
+		args := &InFlightArgs{PullMode: mode}
+		args.setDefaults()
+		f := newInFlight(args, func(string, time.Time) ([]layers.Layer, bool) { return nil, false })
+		for round := 0; round < 50; round++ {
+			pod := podTerms{}
+			for j := 0; j < 1+rng.IntN(70); j++ {
+				layer := layers.Layer{Digest: fmt.Sprintf("sha256:%d", j), SizeBytes: 1 + rng.Int64N(1<<30)}
+				pod.layers = append(pod.layers, layer)
+				pod.total += layer.SizeBytes
+			}
+			held := holdsSet{pairs: map[[2]string]bool{}}
+			for _, layer := range pod.layers {
+				held.digests = append(held.digests, layer.Digest)
+			}
+			var nodes []pendingNode
+			for n := 0; n < 20; n++ {
+				name := fmt.Sprintf("n%d", n)
+				node := pendingNode{name: name, generation: int64(round), pods: podList(nil),
+					labels: map[string]string{layers.BandwidthKey: fmt.Sprint(1 + rng.IntN(1_000_000_000))}}
+				nodes = append(nodes, node)
+				for _, layer := range pod.layers {
+					if rng.IntN(2) == 0 {
+						held.pairs[[2]string{name, layer.Digest}] = true
+					}
+				}
+			}
+			pod.heldOf = func([]string, map[string][]string) holdings { return held }
+			got := f.scores(now, nodes, pod)
+			costs := make([]float64, len(nodes))
+			for i, node := range nodes {
+				holds := func(digest string) bool { return held.Holds(node.name, digest) }
+				h, a, total := layers.SplitBytes(pod.layers, holds, &layers.Idle)
+				bits := layers.Bandwidth(node.labels, nil, 0)
+				costs[i] = layers.StartCost(h, a, total, 0, 0, 0, bits, f.args)
+			}
+			for i, score := range layers.ScoreCosts(costs, pod.total) {
+				if got[nodes[i].name] != score {
+					t.Fatalf("%s round %d node %s: %d, the rule %d (%d layers)",
+						mode, round, nodes[i].name, got[nodes[i].name], score, len(pod.layers))
+				}
+			}
+		}
 	}
 }
 

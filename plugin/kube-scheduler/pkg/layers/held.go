@@ -22,8 +22,8 @@ type Held struct {
 	pairs map[nodeDigest]struct{}
 }
 
-// maskedLayers is how many of the pod's layers byNode's bits hold.
-const maskedLayers = 64
+// MaskedLayers is how many of the digests asked of every node Mask answers for.
+const MaskedLayers = 64
 
 type nodeDigest struct{ node, digest string }
 
@@ -41,7 +41,19 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 		observed := ix.observed[node]
 		return observed >= cutoff && (maxAge <= 0 || observed != undatedNanos) && ix.nodes[node].live
 	}
-	held := &Held{layer: make(map[string]int, len(digests)), byNode: map[string]uint64{}, pairs: map[nodeDigest]struct{}{}}
+	// byNode sized once for its nodes (at most the first 64 layers' holders, at most every
+	// node): no growth, no rehash, while every holder is added
+	holders := 0
+	for i, digest := range digests {
+		if id, ok := ix.layerID[digest]; ok && i < MaskedLayers {
+			holders += len(ix.layers[id].holders)
+		}
+	}
+	held := &Held{
+		layer:  make(map[string]int, len(digests)),
+		byNode: make(map[string]uint64, min(holders, len(ix.nodes))),
+		pairs:  map[nodeDigest]struct{}{},
+	}
 	for _, digest := range digests {
 		if _, ok := held.layer[digest]; ok {
 			continue
@@ -57,7 +69,7 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 				continue
 			}
 			name := ix.nodes[node].name
-			if position < maskedLayers {
+			if position < MaskedLayers {
 				held.byNode[name] |= 1 << position
 			} else {
 				held.pairs[nodeDigest{name, digest}] = struct{}{}
@@ -83,9 +95,15 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 // Holds says whether node holds digest (false for a digest Held was not asked about, for
 // every node or for this one).
 func (h *Held) Holds(node, digest string) bool {
-	if position, ok := h.layer[digest]; ok && position < maskedLayers {
+	if position, ok := h.layer[digest]; ok && position < MaskedLayers {
 		return h.byNode[node]&(1<<position) != 0
 	}
 	_, ok := h.pairs[nodeDigest{node, digest}]
 	return ok
+}
+
+// Mask has bit i set when node holds the i-th distinct digest asked of every node, for
+// the first MaskedLayers of them: one lookup a node instead of one a layer.
+func (h *Held) Mask(node string) uint64 {
+	return h.byNode[node]
 }

@@ -70,6 +70,10 @@ from layersched.core.nodelayers import build_document
 from layersched.evidence import provenance
 from layersched.evidence.results import write_json
 
+#: ``--max-request-bytes`` of the full-``Nodes`` case, as a full-``Nodes`` deployment sets it
+#: (docs/extender.md, Limits; bench/figures.py's FULL_NODES_MAX_REQUEST_BYTES).
+FULL_NODES_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
 #: The committed results files (a run writes them under its run directory unless
 #: committing: LAYERSCHED_RESULTS=commit).
 RESULTS = "bench/results/extender.json"
@@ -370,7 +374,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         results["inventory_object_bytes"] = _object_sizes(load)
 
-        with _extender(argv_common, Path(tmp) / "full.log") as (port, proc):
+        # a full-Nodes deployment raises the request bound (docs/extender.md, Limits): the
+        # default 4 MiB, sized for NodeNames, refuses 500 full Nodes with HTTP 413
+        full_argv = [*argv_common, "--max-request-bytes", str(FULL_NODES_MAX_REQUEST_BYTES)]
+        with _extender(full_argv, Path(tmp) / "full.log") as (port, proc):
             bodies = [b'{"Pod":' + p + b',"Nodes":' + full_json + b"}" for p in pod_json[:20]]
             warmup = len(bodies)
             latencies, _ = _run_requests(

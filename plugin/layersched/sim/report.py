@@ -185,7 +185,7 @@ def markdown(report: dict[str, Any], source: str = DEFAULT_REPORT) -> str:
         inventory = scale.get("inventory", "LayerIndex")
         lines += [
             f"**scale** - one scoring decision over {params['nodes']:,} warm nodes on a "
-            f"{inventory.split(' ')[0]} (budget {scale['budget_ms']:.0f} ms):",
+            f"{inventory.split(',')[0].split(' (')[0]} (budget {scale['budget_ms']:.0f} ms):",
             "",
             "| strategy | mean (ms) | p50 (ms) | p99 (ms) | within budget |",
             "|---|---:|---:|---:|---|",

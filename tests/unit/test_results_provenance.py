@@ -31,15 +31,11 @@ RESULTS_DIRS = provenance.RESULTS_DIRS
 #: The files without usable provenance today, and the command (the lead's quiet run) that
 #: writes each again with its record; ``RESULTS=commit`` writes the committed file.
 AWAITING = {
-    "reports/scenario.json": "make testbed RESULTS=commit",
-    "reports/scenario.png": "make testbed RESULTS=commit",
     "reports/scenario-crio.json": (
         "LAYERSCHED_RESULTS=commit layersched scenario --pin P1=n1 --pin P2=n3 --report "
         "reports/scenario-crio.json on a RUNTIMES=containerd,containerd,crio testbed with the "
         "relay role (docs/testbed-local.md)"
     ),
-    "reports/live-minors.json": "make live-minors RESULTS=commit",
-    "reports/simulation.json": "make simulate RESULTS=commit",
     "bench/results/extender.json": "make bench RESULTS=commit",
     "bench/results/extender_memory.json": "make bench RESULTS=commit",
     "bench/results/extender_hop.json": (
@@ -52,11 +48,7 @@ AWAITING = {
     "bench/results/relay.json": (
         "LAYERSCHED_RESULTS=commit bench/bench_relay.py --state-dir .testbed (relay role up)"
     ),
-    "bench/results/replay.png": "make replay RESULTS=commit",
-    "bench/results/scheduler.png": "make bench-scheduler RESULTS=commit",
 }
-for _png in sorted((ROOT / "reports").glob("simulation-*.png")):
-    AWAITING[_png.relative_to(ROOT).as_posix()] = "make simulate RESULTS=commit"
 
 
 def results_files() -> list[str]:

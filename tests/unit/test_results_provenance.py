@@ -36,8 +36,6 @@ AWAITING = {
         "reports/scenario-crio.json on a RUNTIMES=containerd,containerd,crio testbed with the "
         "relay role (docs/testbed-local.md)"
     ),
-    "bench/results/extender.json": "make bench RESULTS=commit",
-    "bench/results/extender_memory.json": "make bench RESULTS=commit",
     "bench/results/extender_hop.json": (
         "LAYERSCHED_RESULTS=commit python -m bench.bench_extender_hop --state-dir .testbed"
     ),

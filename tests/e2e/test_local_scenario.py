@@ -243,33 +243,38 @@ def test_explain_tells_who_placed_p1_again_and_why(
     assert explained["scheduled_by"] == checks.IMAGE_LOCALITY
     ran = explained["node"]  # it pulled all of Img1 there
     # P1-again again, through layer-locality (a pod, not a trial: seconds, not minutes):
-    # P1's node is full; the extender scored the node holding all of Img1 against P2's
-    # (L1+L2) or an empty one, and kube-scheduler bound it to the first
+    # P1's node is full; the extender scores the node holding all of Img1 (where it ran)
+    # against P2's (L1+L2) or an empty one, and explain names the node it is bound to
     with _driver(report, inventory) as (driver, images):
         driver.delete(P1_AGAIN)
         placed = driver.schedule(P1_AGAIN, images.img1, checks.LAYER_LOCALITY)
     explained = json.loads(_explain(inventory, "-o", "json"))
     assert explained["verdict"] == "scored", explained
-    assert explained["node"] == placed.node == ran
+    assert explained["node"] == placed.node
     img1 = checks.layer_bytes(report, *checks.IMG1_LAYERS)
-    chosen = next(node for node in explained["nodes"] if node["chosen"])
-    assert (chosen["present_bytes"], chosen["missing_bytes"], chosen["total_bytes"]) == (
+    (holder,) = [node for node in explained["nodes"] if node["node"] == ran]
+    assert (holder["present_bytes"], holder["missing_bytes"], holder["total_bytes"]) == (
         img1,
         0,
         img1,
     )
-    (other,) = [node for node in explained["nodes"] if not node["chosen"]]
+    (other,) = [node for node in explained["nodes"] if node["node"] != ran]
     assert other["present_bytes"] in (checks.layer_bytes(report, "L1", "L2"), 0), other
     assert other["missing_bytes"] == img1 - other["present_bytes"]
-    assert chosen["present_bytes"] > other["present_bytes"]
-    # the chosen node had the extender's highest score, not always a strictly higher one:
-    # with spread (on, as installed) on three nodes, when the other node holds L1+L2 (41.96
-    # of Img1's 46.15 MB, 90%) and L3 sits on two of the three (P1's node and this one), the
-    # chosen node weighs 97%: both are 9 on the extender's 0..10 scale, and the default
-    # profile's ImageLocality (the chosen node holds Img1 under its name) breaks the tie
-    assert chosen["score"] >= other["score"]
+    # the extender's scores are the spread formula's (on, as installed): when the other
+    # node holds L1+L2 (41.96 of Img1's 46.15 MB) and L3 sits on two of the three nodes
+    # (P1's and the holder), the holder weighs 97% and the other 91%: both 9 on the
+    # extender's 0..10 scale; when the other is empty, 6 against 0
     expected = _spread_score(report, l3_holders=2, other_holds=other["present_bytes"])
-    assert (chosen["score"], other["score"]) == expected, (chosen, other)
+    assert (holder["score"], other["score"]) == expected, (holder, other)
+    # where kube-scheduler bound it is its sum with the default plugins (spread keeps the
+    # extender's margin small on three nodes: 2026-11-29, 3acd426, the pod went to the
+    # other node once); explain says which it was
+    placed_score = holder["score"] if placed.node == ran else other["score"]
+    if placed_score < max(expected):
+        assert "other scores outweighed it" in explained["why"], explained
+    else:
+        assert "had its highest score" in explained["why"], explained
     _fits(_explain(inventory), "explain pod", scenario_report_dir)
 
 

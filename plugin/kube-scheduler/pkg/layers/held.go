@@ -41,19 +41,7 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 		observed := ix.observed[node]
 		return observed >= cutoff && (maxAge <= 0 || observed != undatedNanos) && ix.nodes[node].live
 	}
-	// byNode sized once for its nodes (at most the first 64 layers' holders, at most every
-	// node): no growth, no rehash, while every holder is added
-	holders := 0
-	for i, digest := range digests {
-		if id, ok := ix.layerID[digest]; ok && i < MaskedLayers {
-			holders += len(ix.layers[id].holders)
-		}
-	}
-	held := &Held{
-		layer:  make(map[string]int, len(digests)),
-		byNode: make(map[string]uint64, min(holders, len(ix.nodes))),
-		pairs:  map[nodeDigest]struct{}{},
-	}
+	held := &Held{layer: make(map[string]int, len(digests)), byNode: map[string]uint64{}, pairs: map[nodeDigest]struct{}{}}
 	for _, digest := range digests {
 		if _, ok := held.layer[digest]; ok {
 			continue

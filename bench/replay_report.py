@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from layersched.deploy import IN_FLIGHT_WEIGHT
+from layersched.deploy import IN_FLIGHT_WEIGHT, PLUGIN_KEEPS_IMAGE_LOCALITY
 from layersched.evidence import provenance
 from layersched.evidence.results import plot_metadata
 from layersched.sim import kube
@@ -134,10 +134,12 @@ ARMS: tuple[Arm, ...] = (
         "layer-locality-plugin-inflight",
         "default plugins + in-flight plugin",
         # the plugin process's profile (testbed/scheduler_configs.py): at the recommended
-        # weight, its ties in node order, an image's layers known once an earlier pod of
-        # it was scored (the plugin's background registry resolution)
+        # weight, ImageLocality as the install has it, its ties in node order, an image's
+        # layers known once an earlier pod of it was scored (the plugin's background
+        # registry resolution)
         kube.Profile(
             "layer-locality-plugin-inflight",
+            image_locality_weight=kube.IMAGE_LOCALITY_WEIGHT if PLUGIN_KEEPS_IMAGE_LOCALITY else 0,
             strategy="in-flight",
             weight=IN_FLIGHT_WEIGHT,
             knowledge="resolved",

@@ -41,8 +41,10 @@ CONFIGURATIONS = (
 )
 LABELS = {
     "default": "default profile (ImageLocality included)",
-    "plugin": "LayerLocality Score plugin in kube-scheduler (the install's profile)",
-    "plugin-no-image-locality": "LayerLocality Score plugin, ImageLocality disabled",
+    "plugin": "LayerLocality Score plugin beside ImageLocality (the install's profile "
+    "until issue 43)",
+    "plugin-no-image-locality": "LayerLocality Score plugin, ImageLocality disabled (the "
+    "install's profile)",
     "extender-node-names": "+ layersched extender, `NodeNames` + live watch",
     "extender-noop": "+ no-op extender (zeros at once), `NodeNames`",
     "extender-nodes": "+ layersched extender, full `Nodes`",

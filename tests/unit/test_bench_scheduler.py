@@ -190,9 +190,10 @@ def test_every_row_is_the_generators_configuration_for_the_build(
 
 
 def test_the_plugin_row_is_the_generators_plugin_profile(tmp_path: Path) -> None:
-    """The plugin row's profile is layersched.deploy's plugin_scheduler_config (the install's
-    plugin mode), with the scheduler's kubeconfig for the plugin's informer and a staleness
-    bound the run cannot reach: LayerLocality at preScore and score beside the defaults."""
+    """The plugin rows' profiles are layersched.deploy's plugin_scheduler_config (the
+    install's plugin mode, ImageLocality as each row says), with the scheduler's kubeconfig
+    for the plugin's informer and a staleness bound the run cannot reach: LayerLocality at
+    preScore and score beside the defaults."""
     plane = _plane(tmp_path)
     version = bench.kubernetes_build().version
     expected = deploy.plugin_scheduler_config(
@@ -204,6 +205,7 @@ def test_the_plugin_row_is_the_generators_plugin_profile(tmp_path: Path) -> None
         "default-scheduler",
         api_version=deploy.scheduler_api_version_for(version),
         kubernetes_version=version,
+        image_locality=True,
     )
     [profile] = bench.scheduler_config(plane, "plugin")["profiles"]
     assert profile == batchable(expected)["profiles"][0]
@@ -1016,4 +1018,7 @@ def test_the_plugin_rows_render_the_generators_profile_with_and_without_image_lo
         (profile,) = bench.scheduler_config(plane, config)["profiles"]
         disabled = profile["plugins"]["score"].get("disabled", [])
         assert ({"name": "ImageLocality"} not in disabled) is keeps
-    assert bench.PLUGIN_CONFIGURATIONS["plugin"] is deploy.PLUGIN_KEEPS_IMAGE_LOCALITY
+    # one row is the install's profile, whichever way issue 43 decided it
+    installed = bench.INSTALLED_PLUGIN_CONFIGURATION
+    assert bench.PLUGIN_CONFIGURATIONS[installed] is deploy.PLUGIN_KEEPS_IMAGE_LOCALITY
+    assert installed == "plugin-no-image-locality"

@@ -109,10 +109,14 @@ def _profile(config: dict[str, Any], name: str) -> dict[str, Any]:
 def test_the_plugin_profile_enables_layer_locality_at_prescore_and_score() -> None:
     config = plugin_scheduler_config(PluginArgs(spread=True, kubeconfig=KUBECONFIG))
     profile = _profile(config, LAYER_LOCALITY_SCHEDULER)
-    # kube-scheduler 1.20 enables a plugin per extension point; the default plugins stay
+    # kube-scheduler 1.20 enables a plugin per extension point; the default plugins stay,
+    # but ImageLocality, which LayerLocality replaces (issue 43)
     assert profile["plugins"] == {
         "preScore": {"enabled": [{"name": LAYER_LOCALITY_PLUGIN}]},
-        "score": {"enabled": [{"name": LAYER_LOCALITY_PLUGIN, "weight": 1}]},
+        "score": {
+            "enabled": [{"name": LAYER_LOCALITY_PLUGIN, "weight": 1}],
+            "disabled": [{"name": IMAGE_LOCALITY_PLUGIN}],
+        },
     }
     # the Go field names (plugin/kube-scheduler/pkg/layerlocality/args.go), every field
     assert profile["pluginConfig"] == [
@@ -305,7 +309,10 @@ def test_the_plugin_profile_for_the_1_35_framework_reads_v1(minor: str) -> None:
     profile = _profile(config, LAYER_LOCALITY_SCHEDULER)
     assert profile["plugins"] == {
         "preScore": {"enabled": [{"name": LAYER_LOCALITY_PLUGIN}]},
-        "score": {"enabled": [{"name": LAYER_LOCALITY_PLUGIN, "weight": 1}]},
+        "score": {
+            "enabled": [{"name": LAYER_LOCALITY_PLUGIN, "weight": 1}],
+            "disabled": [{"name": IMAGE_LOCALITY_PLUGIN}],
+        },
     }
     # every field is one kube-scheduler of that minor declares (its config/v1/types.go)
     assert config_problems(config, minor) == []
@@ -615,10 +622,11 @@ def test_the_replay_arms_are_install_profiles_in_the_plugin_process() -> None:
     assert "disabled" not in with_il["plugins"]["score"]
     assert without_il["plugins"]["score"]["disabled"] == [{"name": "ImageLocality"}]
     # the in-flight arm: strategy in-flight at its weight, told the kubelets' pull mode,
-    # ImageLocality kept (as the in-flight extender arm runs beside the default plugins)
-    assert in_flight["plugins"]["score"] == {
-        "enabled": [{"name": LAYER_LOCALITY_PLUGIN, "weight": IN_FLIGHT_WEIGHT}]
-    }
+    # ImageLocality as the install has it (issue 43 replaced it)
+    assert in_flight["plugins"]["score"]["enabled"] == [
+        {"name": LAYER_LOCALITY_PLUGIN, "weight": IN_FLIGHT_WEIGHT}
+    ]
+    assert ("disabled" not in in_flight["plugins"]["score"]) is PLUGIN_KEEPS_IMAGE_LOCALITY
     (args,) = [c["args"] for c in in_flight["pluginConfig"]]
     assert args["strategy"] == "in-flight"
     assert args["inFlight"]["pullMode"] == "serial"

@@ -84,14 +84,15 @@ MAX_IMAGE_QUORUM = 100_000
 #: Upstream's score plugin for images already on a node, by name.
 IMAGE_LOCALITY_PLUGIN = "ImageLocality"
 #: Whether the plugin's profile keeps upstream's ImageLocality beside LayerLocality
-#: (issue 43). LayerLocality counts the bytes of a pod's layers a node holds, whatever
-#: the image's name, and with ``spread`` scales them as ImageLocality scales images: what
-#: ImageLocality rewards (the whole image present) it rewards too, and a node holding part
-#: of the image as well. ImageLocality then only adds its own weight to the same signal
-#: and costs a Score call per node. Whether placement stays as good without it is measured
-#: by the seed scenario and the replay's plugin arms with and without it
-#: (docs/kube-scheduler-plugin.md); until the replay decides, the profile keeps it.
-PLUGIN_KEEPS_IMAGE_LOCALITY = True
+#: (issue 43): it does not. LayerLocality counts the bytes of a pod's layers a node holds,
+#: whatever the image's name, and with ``spread`` scales them as ImageLocality scales
+#: images: what ImageLocality rewards (the whole image present) it rewards too, and a node
+#: holding part of the image as well. ImageLocality only added its own weight to the same
+#: signal, at 10-13% of kube-scheduler's CPU. The replay (bench/results/replay.json, a7dc206,
+#: 2 quiet rounds) placed better without it: 0.97x the default profile's mean start-up
+#: against 0.87x with it, p95 1.00x against 0.72x; the seed scenario cannot differ
+#: (ImageLocality scores 0 on every node there). docs/kube-scheduler-plugin.md says so.
+PLUGIN_KEEPS_IMAGE_LOCALITY = False
 #: The registries layersched resolves images from when an install names none (the
 #: extender's ``--allow-registry`` and the plugin's ``registry.allowRegistries``): the
 #: public ones most images come from. An install names its own (``layersched deploy

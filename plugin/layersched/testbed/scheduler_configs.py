@@ -27,6 +27,7 @@ from layersched.deploy import (
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
     LAYER_LOCALITY_SCHEDULER,
+    PLUGIN_KEEPS_IMAGE_LOCALITY,
     ExtenderSpec,
     LeaderElectionSpec,
     PluginArgs,
@@ -267,19 +268,22 @@ def _testbed_plugin_args(spec: TestbedSchedulers) -> PluginArgs:
 
 def replay_plugin_profiles(spec: TestbedSchedulers, api_version: str) -> list[dict[str, Any]]:
     """The replay's plugin arms, as profiles of the plugin process: upstream's default
-    profile plus LayerLocality as an install renders it (PodTopologySpread's system
-    defaults on, so that a Deployment's replicas spread as the default profile spreads
-    them), under :data:`REPLAY_PLUGIN_SCHEDULER`; the same with ImageLocality disabled
-    under :data:`REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER`; and with ``strategy:
-    in-flight`` (``spec.pull_mode``) at :data:`IN_FLIGHT_WEIGHT` under
+    profile plus LayerLocality with ImageLocality kept (PodTopologySpread's system defaults
+    on, so that a Deployment's replicas spread as the default profile spreads them; the
+    install's profile until issue 43 replaced ImageLocality), under
+    :data:`REPLAY_PLUGIN_SCHEDULER`; the same with ImageLocality disabled, as an install
+    renders it now, under :data:`REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER`; and with
+    ``strategy: in-flight`` (``spec.pull_mode``) at :data:`IN_FLIGHT_WEIGHT`, ImageLocality
+    as the install has it (:data:`PLUGIN_KEEPS_IMAGE_LOCALITY`), under
     :data:`REPLAY_PLUGIN_INFLIGHT_SCHEDULER`, as the in-flight extender arm is built."""
     layer_locality = _testbed_plugin_args(spec)
     in_flight = replace(layer_locality, in_flight=InFlightArgs(pull_mode=spec.pull_mode))
     profiles = []
+    installed = PLUGIN_KEEPS_IMAGE_LOCALITY
     for name, args, weight, image_locality in (
         (REPLAY_PLUGIN_SCHEDULER, layer_locality, DEFAULT_WEIGHT, True),
         (REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER, layer_locality, DEFAULT_WEIGHT, False),
-        (REPLAY_PLUGIN_INFLIGHT_SCHEDULER, in_flight, IN_FLIGHT_WEIGHT, True),
+        (REPLAY_PLUGIN_INFLIGHT_SCHEDULER, in_flight, IN_FLIGHT_WEIGHT, installed),
     ):
         (profile,) = plugin_scheduler_config(
             args,

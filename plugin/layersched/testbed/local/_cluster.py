@@ -54,9 +54,10 @@ SCORE_SOURCES = {
     LAYER_LOCALITY_PLUGIN: "kube-scheduler LayerLocality plugin (layersched's build), "
     "from its -v=10 log (0-100)",
     REPLAY_PLUGIN_SCHEDULER: "kube-scheduler LayerLocality plugin in the default profile "
-    "as installed (ImageLocality kept), from its -v=10 log (0-100)",
+    "with ImageLocality kept (the install's profile before issue 43), from its -v=10 log "
+    "(0-100)",
     REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER: "kube-scheduler LayerLocality plugin in the "
-    "default profile with ImageLocality disabled, from its -v=10 log (0-100)",
+    "default profile with ImageLocality disabled (as installed), from its -v=10 log (0-100)",
 }
 #: The replay's plugin profiles (``layersched testbed up --replay-arms``): profiles of the
 #: plugin process, which the scenario may run too (issue 43: with and without

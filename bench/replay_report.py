@@ -81,6 +81,8 @@ BASELINE = "default-scheduler"
 #: The layer score the testbed's extender and plugin run: with spread, as installed
 #: (issue 45), the simulator's ``layer-locality+spread``.
 LAYER_LOCALITY = "layer-locality+spread"
+#: The same with spread off (``layer-locality-plugin-no-spread``, issue 42).
+LAYER_LOCALITY_NO_SPREAD = "layer-locality"
 #: Every arm, in the block's order (the testbed runs each with ``--replay-arms``).
 ARMS: tuple[Arm, ...] = (
     Arm(BASELINE, "default profile (the baseline)", kube.Profile(BASELINE)),
@@ -96,7 +98,7 @@ ARMS: tuple[Arm, ...] = (
     ),
     Arm(
         "layer-locality-plugin-replay",
-        "default plugins + LayerLocality plugin",
+        "default plugins + LayerLocality plugin beside ImageLocality",
         kube.Profile(
             "layer-locality-plugin-replay",
             strategy=LAYER_LOCALITY,
@@ -106,11 +108,23 @@ ARMS: tuple[Arm, ...] = (
     ),
     Arm(
         "layer-locality-plugin-no-imagelocality",
-        "default plugins + LayerLocality plugin, ImageLocality off",
+        "default plugins + LayerLocality plugin, ImageLocality off (as installed)",
         kube.Profile(
             "layer-locality-plugin-no-imagelocality",
             image_locality_weight=0,
             strategy=LAYER_LOCALITY,
+            knowledge="resolved",
+            image_quorum=1,
+        ),
+    ),
+    Arm(
+        "layer-locality-plugin-no-spread",
+        "default plugins + LayerLocality plugin as installed, spread off",
+        # the simulator's ``layer-locality`` is spread off (sim/settings.py)
+        kube.Profile(
+            "layer-locality-plugin-no-spread",
+            image_locality_weight=kube.IMAGE_LOCALITY_WEIGHT if PLUGIN_KEEPS_IMAGE_LOCALITY else 0,
+            strategy=LAYER_LOCALITY_NO_SPREAD,
             knowledge="resolved",
             image_quorum=1,
         ),

@@ -993,3 +993,11 @@ def test_every_plugin_arm_is_a_profile_the_testbed_runs() -> None:
     assert {"layer-locality-plugin-replay", "layer-locality-plugin-no-imagelocality"} < set(
         profiles
     )
+    # the spread-off arm (issue 42): spread off on the testbed and in the simulator, and
+    # ImageLocality as the testbed's profile has it
+    no_spread = report.arm("layer-locality-plugin-no-spread")
+    (args,) = [c["args"] for c in profiles[no_spread.key]["pluginConfig"]]
+    assert args["spread"] is False
+    assert no_spread.profile.strategy == "layer-locality"  # sim/settings.py: spread off
+    keeps = "disabled" not in profiles[no_spread.key]["plugins"]["score"]
+    assert (no_spread.profile.image_locality_weight > 0) is keeps

@@ -70,6 +70,7 @@ from layersched.testbed.scheduler_configs import (
     PULL_TIME_SCHEDULER,
     REPLAY_PLUGIN_INFLIGHT_SCHEDULER,
     REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
+    REPLAY_PLUGIN_NO_SPREAD_SCHEDULER,
     REPLAY_PLUGIN_SCHEDULER,
     TestbedSchedulers,
     for_process,
@@ -612,8 +613,9 @@ def test_the_replay_arms_are_install_profiles_in_the_plugin_process() -> None:
         REPLAY_PLUGIN_SCHEDULER,
         REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
         REPLAY_PLUGIN_INFLIGHT_SCHEDULER,
+        REPLAY_PLUGIN_NO_SPREAD_SCHEDULER,
     ]
-    with_il, without_il, in_flight = process["profiles"][1:]
+    with_il, without_il, in_flight, no_spread = process["profiles"][1:]
     for profile in (with_il, without_il):
         assert [c["name"] for c in profile["pluginConfig"]] == [LAYER_LOCALITY_PLUGIN]
         assert profile["plugins"]["score"]["enabled"] == [
@@ -630,6 +632,15 @@ def test_the_replay_arms_are_install_profiles_in_the_plugin_process() -> None:
     (args,) = [c["args"] for c in in_flight["pluginConfig"]]
     assert args["strategy"] == "in-flight"
     assert args["inFlight"]["pullMode"] == "serial"
+    # the spread-off arm (issue 42): the installed profile but for spread, which it turns off
+    (spread_args,) = [c["args"] for c in no_spread["pluginConfig"]]
+    (installed_args,) = [c["args"] for c in without_il["pluginConfig"]]
+    assert spread_args == {**installed_args, "spread": False}
+    assert installed_args["spread"] is True
+    assert (
+        no_spread["plugins"]
+        == (without_il if not PLUGIN_KEEPS_IMAGE_LOCALITY else with_il)["plugins"]
+    )
     # under parallel pulls it is told so; it resolves from the testbed's registry as the
     # other plugin profiles do (the burst's image is on no node)
     parallel = generate_testbed_configs(
@@ -653,6 +664,7 @@ def test_the_replay_arms_are_install_profiles_in_the_plugin_process() -> None:
         == REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER
     )
     assert shared["testbed_scheduler_replay_plugin_inflight"] == REPLAY_PLUGIN_INFLIGHT_SCHEDULER
+    assert shared["testbed_scheduler_replay_plugin_no_spread"] == REPLAY_PLUGIN_NO_SPREAD_SCHEDULER
     minor = ".".join(SPEC.kubernetes_version.lstrip("v").split(".")[:2])
     assert [p for p in config_problems(process, minor) if "but missing" not in p] == []
 

@@ -53,6 +53,9 @@ PULL_TIME_SCHEDULER = "pull-time"
 #: and without it.
 REPLAY_PLUGIN_SCHEDULER = "layer-locality-plugin-replay"
 REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER = "layer-locality-plugin-no-imagelocality"
+#: The same as the install renders it, but with ``spread: false`` (issue 42: whether spread
+#: blunts layer-locality on a small cluster, where a layer one node holds counts 1/n).
+REPLAY_PLUGIN_NO_SPREAD_SCHEDULER = "layer-locality-plugin-no-spread"
 #: The replay's in-flight plugin arm: the same install profile with LayerLocality under
 #: ``strategy: in-flight`` at its recommended weight, told the kubelets' pull mode.
 REPLAY_PLUGIN_INFLIGHT_SCHEDULER = "layer-locality-plugin-inflight"
@@ -275,15 +278,19 @@ def replay_plugin_profiles(spec: TestbedSchedulers, api_version: str) -> list[di
     renders it now, under :data:`REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER`; and with
     ``strategy: in-flight`` (``spec.pull_mode``) at :data:`IN_FLIGHT_WEIGHT`, ImageLocality
     as the install has it (:data:`PLUGIN_KEEPS_IMAGE_LOCALITY`), under
-    :data:`REPLAY_PLUGIN_INFLIGHT_SCHEDULER`, as the in-flight extender arm is built."""
+    :data:`REPLAY_PLUGIN_INFLIGHT_SCHEDULER`, as the in-flight extender arm is built; and
+    the install's profile with ``spread: false`` under
+    :data:`REPLAY_PLUGIN_NO_SPREAD_SCHEDULER`."""
     layer_locality = _testbed_plugin_args(spec)
     in_flight = replace(layer_locality, in_flight=InFlightArgs(pull_mode=spec.pull_mode))
+    no_spread = replace(layer_locality, spread=False)
     profiles = []
     installed = PLUGIN_KEEPS_IMAGE_LOCALITY
     for name, args, weight, image_locality in (
         (REPLAY_PLUGIN_SCHEDULER, layer_locality, DEFAULT_WEIGHT, True),
         (REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER, layer_locality, DEFAULT_WEIGHT, False),
         (REPLAY_PLUGIN_INFLIGHT_SCHEDULER, in_flight, IN_FLIGHT_WEIGHT, installed),
+        (REPLAY_PLUGIN_NO_SPREAD_SCHEDULER, no_spread, DEFAULT_WEIGHT, installed),
     ):
         (profile,) = plugin_scheduler_config(
             args,

@@ -41,6 +41,7 @@ from layersched.testbed.scheduler_configs import (
 )
 from layersched.testbed.scheduler_configs import (
     REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
+    REPLAY_PLUGIN_NO_SPREAD_SCHEDULER,
     REPLAY_PLUGIN_SCHEDULER,
 )
 
@@ -58,11 +59,17 @@ SCORE_SOURCES = {
     "(0-100)",
     REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER: "kube-scheduler LayerLocality plugin in the "
     "default profile with ImageLocality disabled (as installed), from its -v=10 log (0-100)",
+    REPLAY_PLUGIN_NO_SPREAD_SCHEDULER: "kube-scheduler LayerLocality plugin as installed but "
+    "with spread off, from its -v=10 log (0-100)",
 }
 #: The replay's plugin profiles (``layersched testbed up --replay-arms``): profiles of the
 #: plugin process, which the scenario may run too (issue 43: with and without
 #: ImageLocality).
-REPLAY_PLUGIN_STRATEGIES = (REPLAY_PLUGIN_SCHEDULER, REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER)
+REPLAY_PLUGIN_STRATEGIES = (
+    REPLAY_PLUGIN_SCHEDULER,
+    REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
+    REPLAY_PLUGIN_NO_SPREAD_SCHEDULER,
+)
 #: The strategies whose scores a kube-scheduler plugin logs, and that plugin's name.
 PLUGIN_OF_STRATEGY = {
     IMAGE_LOCALITY: IMAGE_LOCALITY_PLUGIN,

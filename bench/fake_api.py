@@ -34,6 +34,8 @@ PAGE = 500
 STREAM_POLL_S = 0.05
 #: Scripted events generated ahead of the watch (each may be 1 MiB: a few at a time).
 SCRIPT_AHEAD = 4
+#: How long stop() lets open connections finish before it stops the loop anyway.
+STOP_TIMEOUT_S = 5.0
 
 
 def _certificate(directory: Path, host: str) -> tuple[Path, Path]:
@@ -106,6 +108,7 @@ class FakeApi:
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
 
     def kubeconfig(self) -> Path:
         cert, _ = self.paths
@@ -231,12 +234,14 @@ class FakeApi:
         app = web.Application()
         app.router.add_get(NODES, self._list)
         app.router.add_get(LAYERS, self._list)
-        runner = web.AppRunner(app, access_log=None)
+        runner = self._runner = web.AppRunner(app, access_log=None)
         self._thread.start()
 
         async def serve() -> int:
             await runner.setup()
-            site = web.TCPSite(runner, self.host, 0, ssl_context=context)
+            site = web.TCPSite(
+                runner, self.host, 0, ssl_context=context, shutdown_timeout=STOP_TIMEOUT_S / 2
+            )
             await site.start()
             server = site._server
             assert server is not None
@@ -246,4 +251,22 @@ class FakeApi:
 
     def stop(self) -> None:
         self.streaming.clear()
+        # close the connections and their handlers first: stopping the loop under them
+        # leaves tasks pending, which asyncio reports at exit
+        if self._runner is not None and self._thread.is_alive():
+            done = asyncio.run_coroutine_threadsafe(_shutdown(self._runner), self._loop)
+            try:
+                done.result(timeout=STOP_TIMEOUT_S)
+            except TimeoutError:
+                done.cancel()
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+async def _shutdown(runner: web.AppRunner) -> None:
+    """Close the server, then cancel and finish the handlers still running (a watch that
+    streams until its deadline), so that none is left pending when the loop stops."""
+    await runner.cleanup()
+    running = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)

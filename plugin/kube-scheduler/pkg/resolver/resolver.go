@@ -1,6 +1,7 @@
 // Package resolver resolves pod images' layers in the background, for the LayerLocality
-// plugin: a scheduling cycle asks (Layers) and never waits. What is cached is answered at
-// once; what is not is queued (a bounded queue: full, the request is dropped and asked
+// plugin: a scheduling cycle asks (Layers) and never waits, except through Await, a wait
+// bounded by its caller's context for resolutions under way. What is cached is answered
+// at once; what is not is queued (a bounded queue: full, the request is dropped and asked
 // again by the next pod), each image once however many pods ask (in-flight names are
 // deduplicated), and a few workers resolve the queue through a Source (the registry).
 // The answer is there for the next pod of that image.
@@ -132,11 +133,11 @@ type Resolver struct {
 	cfg    Config
 	cache  *cache
 	queue  chan Key
-	// mu guards inFlight: the keys queued or being resolved (each once); idle is
-	// broadcast whenever one is done.
+	// mu guards inFlight: the keys queued or being resolved (each once), and their
+	// flights' abandoned marks; idle is broadcast whenever one is done.
 	mu       sync.Mutex
 	idle     *sync.Cond
-	inFlight map[Key]bool
+	inFlight map[Key]*flight
 	warnings *warnings
 }
 
@@ -148,7 +149,7 @@ func New(source Source, cfg Config) *Resolver {
 		cfg:      cfg,
 		cache:    newCache(cfg),
 		queue:    make(chan Key, cfg.QueueSize),
-		inFlight: map[Key]bool{},
+		inFlight: map[Key]*flight{},
 		warnings: &warnings{last: map[string]time.Time{}, now: cfg.Now},
 	}
 	r.idle = sync.NewCond(&r.mu)
@@ -188,7 +189,7 @@ func (r *Resolver) Layers(key Key) ([]layers.Layer, bool) {
 		return nil, false
 	}
 	if !found.found || found.stale {
-		r.enqueue(key)
+		r.enqueue(key, found.stale) // Layers never waits: its flight is not needed
 	}
 	return found.layers, found.found
 }
@@ -199,21 +200,104 @@ func (r *Resolver) Known(key Key) ([]layers.Layer, bool) {
 	return found, found != nil
 }
 
-// enqueue queues key unless it is queued or in flight already; a full queue drops it.
-func (r *Resolver) enqueue(key Key) {
+// flight is one key's resolution, queued or under way: done is closed when it ends;
+// abandoned (under Resolver.mu) says a caller's wait for it ended at its bound, so no
+// later caller waits for it again.
+type flight struct {
+	done      chan struct{}
+	abandoned bool
+}
+
+// enqueue queues key unless it is queued or in flight already, and returns its flight
+// and whether a caller may wait for it (not abandoned). Nothing is queued (nil) when a
+// full queue drops it, or when the caller found no answer (not revalidate) and one
+// landed since: a worker stores its answer before its flight ends, so each answer is
+// fetched once however the callers interleave.
+func (r *Resolver) enqueue(key Key, revalidate bool) (*flight, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.inFlight[key] {
-		return
+	if f, ok := r.inFlight[key]; ok {
+		return f, !f.abandoned
+	}
+	if !revalidate {
+		if found := r.cache.get(key); found.found || found.failed {
+			return nil, false
+		}
 	}
 	select {
 	case r.queue <- key:
-		r.inFlight[key] = true
+		f := &flight{done: make(chan struct{})}
+		r.inFlight[key] = f
+		return f, true
 	default:
 		if r.cfg.Hooks.Dropped != nil {
 			r.cfg.Hooks.Dropped(key)
 		}
+		return nil, false
 	}
+}
+
+// Waited is what Await did: nothing to wait for and no answer (NotWaited: each key
+// failed within the negative TTL, found the queue full, or its resolution had already
+// kept a caller waiting to its bound), nothing to wait for but some key answered
+// (Cached: an answer may have landed since the caller last asked), waited until the
+// resolutions ended (Answered), or until ctx ended first (Bounded).
+type Waited int
+
+const (
+	NotWaited Waited = iota
+	Cached
+	Answered
+	Bounded
+)
+
+// Await is Layers for keys, waiting until the resolutions of those not cached end or
+// ctx does (the caller's bound), whichever comes first; the answers are then read with
+// Layers. It queues each missing key (or joins its resolution under way: one
+// resolution a key, however many callers wait), and never waits for a key that is
+// cached (a stale one is revalidated in the background), failed within the negative
+// TTL, dropped by a full queue, or whose resolution already kept a caller waiting to
+// its bound: a slow or failing registry costs one bounded wait per resolution, not one
+// per pod.
+func (r *Resolver) Await(ctx context.Context, keys []Key) Waited {
+	var flights []*flight
+	answered := false
+	for _, key := range keys {
+		if len(key.Image) > MaxImageChars {
+			continue
+		}
+		found := r.cache.get(key)
+		answered = answered || found.found
+		if found.failed || (found.found && !found.stale) {
+			continue
+		}
+		f, wait := r.enqueue(key, found.stale) // a stale answer is revalidated without a wait
+		switch {
+		case wait && !found.found:
+			flights = append(flights, f)
+		case f == nil && !found.found:
+			answered = answered || r.cache.get(key).found // landed since the look above
+		}
+	}
+	if len(flights) == 0 {
+		if answered {
+			return Cached
+		}
+		return NotWaited
+	}
+	for i, f := range flights {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			r.mu.Lock()
+			for _, left := range flights[i:] {
+				left.abandoned = true
+			}
+			r.mu.Unlock()
+			return Bounded
+		}
+	}
+	return Answered
 }
 
 // Size is the cache's entries and estimated bytes.
@@ -255,6 +339,7 @@ func (r *Resolver) work(ctx context.Context) {
 		case key := <-r.queue:
 			r.resolve(ctx, key)
 			r.mu.Lock()
+			close(r.inFlight[key].done)
 			delete(r.inFlight, key)
 			r.idle.Broadcast()
 			r.mu.Unlock()

@@ -373,3 +373,141 @@ func TestStopAbandonsResolutionsUnderWay(t *testing.T) {
 		t.Fatalf("%d entries, %d outcomes after a stop", entries, resolved.Load())
 	}
 }
+
+// awaited runs Await in the background; the channel gets what it did.
+func awaited(r *Resolver, ctx context.Context, keys ...Key) <-chan Waited {
+	done := make(chan Waited, 1)
+	go func() { done <- r.Await(ctx, keys) }()
+	return done
+}
+
+func TestAwaitReturnsOnceTheResolutionLands(t *testing.T) {
+	source := newFakeSource()
+	source.set("reg/app:v1", Fetched{Layers: layersOf("a", "b")}, nil)
+	source.gate = make(chan struct{})
+	source.started = make(chan Key, 1)
+	r := started(t, source, Config{})
+	done := awaited(r, context.Background(), key("reg/app:v1"))
+	<-source.started // the fetch is under way and the caller waits for it
+	select {
+	case got := <-done:
+		t.Fatalf("Await returned (%v) before the registry answered", got)
+	default:
+	}
+	close(source.gate)
+	if got := <-done; got != Answered {
+		t.Fatalf("Await: %v, want Answered", got)
+	}
+	if found, ok := r.Layers(key("reg/app:v1")); !ok || len(found) != 2 {
+		t.Fatalf("after the wait: %v %v", found, ok)
+	}
+	// answered now: no wait (Cached: the caller reads the answer), no fetch
+	if got := r.Await(context.Background(), []Key{key("reg/app:v1")}); got != Cached || source.fetches.Load() != 1 {
+		t.Fatalf("a cached key: %v, %d fetches", got, source.fetches.Load())
+	}
+}
+
+func TestAwaitEndsAtItsBoundAndNoOneWaitsForThatResolutionAgain(t *testing.T) {
+	source := newFakeSource()
+	source.gate = make(chan struct{}) // the registry hangs until the test ends
+	source.started = make(chan Key, 1)
+	t.Cleanup(func() { close(source.gate) })
+	r := started(t, source, Config{})
+	bound, reached := context.WithCancel(context.Background())
+	done := awaited(r, bound, key("reg/slow:v1"))
+	<-source.started
+	reached() // the caller's bound (a timer in the plugin; the test's hand here)
+	if got := <-done; got != Bounded {
+		t.Fatalf("Await: %v, want Bounded", got)
+	}
+	// the resolution is still under way: the next caller does not wait for it (a context
+	// that never ends: were it to wait, the test would hang)
+	if got := r.Await(context.Background(), []Key{key("reg/slow:v1")}); got != NotWaited {
+		t.Fatalf("second Await: %v, want NotWaited", got)
+	}
+	if got := source.fetches.Load(); got != 1 {
+		t.Fatalf("%d fetches, want the one under way", got)
+	}
+}
+
+func TestAwaitWithATimerReturnsAtTheBound(t *testing.T) {
+	source := newFakeSource()
+	source.gate = make(chan struct{})
+	t.Cleanup(func() { close(source.gate) })
+	r := started(t, source, Config{})
+	const bound = 50 * time.Millisecond
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	if got := r.Await(ctx, []Key{key("reg/slow:v1")}); got != Bounded {
+		t.Fatalf("Await: %v, want Bounded", got)
+	}
+	// the slack is generous (a loaded 2-core machine): what is asserted is that the
+	// caller is not held for the registry's own deadline
+	if elapsed := time.Since(start); elapsed > bound+2*time.Second {
+		t.Fatalf("returned after %s for a %s bound", elapsed, bound)
+	}
+}
+
+func TestAFailedImageIsNotWaitedForAgainWithinTheNegativeTTL(t *testing.T) {
+	source := newFakeSource()
+	source.set("reg/gone:v1", Fetched{}, errors.New("reg: 404"))
+	now := &clock{now: time.Unix(1_700_000_000, 0)}
+	r := started(t, source, Config{Now: now.Now, NegativeTTL: 10 * time.Second})
+	if got := r.Await(context.Background(), []Key{key("reg/gone:v1")}); got != Answered {
+		t.Fatalf("first Await: %v, want Answered (with a failure)", got)
+	}
+	if _, ok := r.Layers(key("reg/gone:v1")); ok {
+		t.Fatal("a failure answered layers")
+	}
+	now.advance(9 * time.Second)
+	if got := r.Await(context.Background(), []Key{key("reg/gone:v1")}); got != NotWaited {
+		t.Fatalf("within the negative TTL: %v, want NotWaited", got)
+	}
+	if got := source.fetches.Load(); got != 1 {
+		t.Fatalf("%d fetches within the negative TTL, want 1", got)
+	}
+	// past it, the registry is asked again (and one caller may wait once more)
+	now.advance(2 * time.Second)
+	if got := r.Await(context.Background(), []Key{key("reg/gone:v1")}); got != Answered || source.fetches.Load() != 2 {
+		t.Fatalf("past the negative TTL: %v, %d fetches", got, source.fetches.Load())
+	}
+}
+
+func TestConcurrentAwaitsShareOneResolution(t *testing.T) {
+	source := newFakeSource()
+	source.set("reg/app:v1", Fetched{Layers: layersOf("a")}, nil)
+	source.set("reg/lib:v1", Fetched{Layers: layersOf("b")}, nil)
+	source.gate = make(chan struct{})
+	r := started(t, source, Config{})
+	var wg sync.WaitGroup
+	results := make(chan Waited, 32)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results <- r.Await(context.Background(), []Key{key("reg/app:v1"), key("reg/lib:v1")})
+		}()
+	}
+	// let the registry answer once every caller joined or returned: the pending count
+	// stays at the two keys however many callers wait for them
+	if pending := r.Pending(); pending > 2 {
+		t.Fatalf("%d resolutions pending for 2 images", pending)
+	}
+	close(source.gate)
+	wg.Wait()
+	close(results)
+	for got := range results {
+		if got == Bounded {
+			t.Fatal("a wait without a bound ended Bounded")
+		}
+	}
+	if got := source.fetches.Load(); got != 2 {
+		t.Fatalf("%d fetches for 2 images awaited by 32 callers, want 2", got)
+	}
+	for _, image := range []string{"reg/app:v1", "reg/lib:v1"} {
+		if _, ok := r.Layers(key(image)); !ok {
+			t.Fatalf("%s not answered after the waits", image)
+		}
+	}
+}

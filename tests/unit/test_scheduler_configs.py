@@ -49,6 +49,7 @@ from layersched.deploy import (
     webhook_dns_names,
 )
 from layersched.deploy._scheduler_config import PLUGIN_REGISTRY_BOUNDS
+from layersched.extender import DEFAULT_RESOLVE_TIMEOUT_S
 from layersched.extender._resolver import DEFAULT_WORKERS, MAX_PENDING
 from layersched.extender._votes import DEFAULT_IMAGE_QUORUM
 from layersched.registry import (
@@ -145,6 +146,8 @@ def test_the_plugin_profile_enables_layer_locality_at_prescore_and_score() -> No
                     "maxCachedBytes": 64 * 1024 * 1024,
                     "cacheTTLSeconds": 300,
                     "failureTTLSeconds": 10,
+                    # the first pod of an unresolved image waits as the extender does
+                    "resolveWaitMilliseconds": 200,
                 },
             },
         }
@@ -168,6 +171,7 @@ def test_the_plugins_registry_bounds_are_the_extenders() -> None:
         "maxCachedBytes": MAX_CACHED_BYTES,
         "cacheTTLSeconds": POSITIVE_TTL_S,
         "failureTTLSeconds": NEGATIVE_TTL_S,
+        "resolveWaitMilliseconds": round(DEFAULT_RESOLVE_TIMEOUT_S * 1000),
     }
     assert PluginRegistryArgs().allow_registries == DEFAULT_ALLOWED_REGISTRIES
     # omitted, the Go side makes no registry call (the testbed without a registry)

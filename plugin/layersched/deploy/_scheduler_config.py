@@ -103,8 +103,10 @@ DEFAULT_ALLOWED_REGISTRIES = ("docker.io", "registry.k8s.io", "ghcr.io", "quay.i
 #: default is the Python extender's (registry/_client.py DEFAULT_TIMEOUT_S,
 #: DEFAULT_DEADLINE_S, DEFAULT_RETRIES; registry/_cache.py MAX_CACHED_IMAGES,
 #: MAX_CACHED_BYTES, POSITIVE_TTL_S, NEGATIVE_TTL_S; extender/_resolver.py DEFAULT_WORKERS,
-#: MAX_PENDING), which a unit test holds these to (not imported, as rendering must not
-#: load the registry client); (least, most) bound each as the Go side does.
+#: MAX_PENDING; resolveWaitMilliseconds: extender/_server.py DEFAULT_RESOLVE_TIMEOUT_S,
+#: the first pod of an unresolved image's wait), which a unit test holds these to (not
+#: imported, as rendering must not load the registry client); (least, most) bound each
+#: as the Go side does.
 DEFAULT_REGISTRY_PLATFORM = "linux/amd64"
 PLUGIN_REGISTRY_BOUNDS: dict[str, tuple[int, int, int]] = {
     # field: (default, least, most)
@@ -117,6 +119,7 @@ PLUGIN_REGISTRY_BOUNDS: dict[str, tuple[int, int, int]] = {
     "maxCachedBytes": (64 * 1024 * 1024, 64 * 1024, 4 * 1024 * 1024 * 1024),
     "cacheTTLSeconds": (300, 1, 24 * 3600),
     "failureTTLSeconds": (10, 1, 3600),
+    "resolveWaitMilliseconds": (200, 0, 1000),
 }
 
 
@@ -325,6 +328,9 @@ class PluginRegistryArgs:
     max_cached_bytes: int = _registry_default("maxCachedBytes")
     cache_ttl_s: int = _registry_default("cacheTTLSeconds")
     failure_ttl_s: int = _registry_default("failureTTLSeconds")
+    #: How long a scheduling cycle waits for the registry's answer for the first pod of
+    #: an image no node publishes (0: never).
+    resolve_wait_ms: int = _registry_default("resolveWaitMilliseconds")
 
     def to_config(self) -> dict[str, Any]:
         """The ``registry`` mapping (the Go field names); lists only when not empty."""
@@ -338,6 +344,7 @@ class PluginRegistryArgs:
             "maxCachedBytes": self.max_cached_bytes,
             "cacheTTLSeconds": self.cache_ttl_s,
             "failureTTLSeconds": self.failure_ttl_s,
+            "resolveWaitMilliseconds": self.resolve_wait_ms,
         }
         for name, value in numbers.items():
             _, least, most = PLUGIN_REGISTRY_BOUNDS[name]

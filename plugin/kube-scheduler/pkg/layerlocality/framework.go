@@ -134,13 +134,14 @@ func (pl *LayerLocality) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFrag
 }
 
 // PreScore prepares the pod's layers once for every node (under in-flight, its score on
-// every candidate).
-func (pl *LayerLocality) PreScore(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+// every candidate), after a bounded wait for the registry's answers when the pod is the
+// first of an image nothing knows yet (registrySet.await; ctx ends it too).
+func (pl *LayerLocality) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	if pl.inFlight != nil {
-		state.Write(stateKey, pl.inFlight.prepare(pl.index, pod, pendingNodes(nodes), pl.now(), pl.maxAge))
+		state.Write(stateKey, pl.inFlight.prepare(pl.index, pod, pendingNodes(nodes), pl.now(), pl.maxAge, pl.awaitRegistry(ctx)))
 		return nil
 	}
-	prepared, err := pl.prepare(pod, pl.nodes, candidates(nodes))
+	prepared, err := pl.prepare(ctx, pod, pl.nodes, candidates(nodes))
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

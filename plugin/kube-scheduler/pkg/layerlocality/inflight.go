@@ -8,6 +8,7 @@ package layerlocality
 // link from its label.
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -395,13 +396,32 @@ type inFlightState struct {
 
 // prepare scores the pod on every candidate once (PreScore): its images' layers as
 // f.resolve answers them (an image it does not know counts neither as held nor as
-// needed), held and arriving as the index and the candidates' pods say at now.
-func (f *inFlight) prepare(index *layers.Index, pod *v1.Pod, nodes []pendingNode, now time.Time, maxAge time.Duration) *inFlightState {
+// needed; await, when not nil, may wait for the registry's answers for those first and
+// says whether it did), held and arriving as the index and the candidates' pods say at
+// now.
+func (f *inFlight) prepare(index *layers.Index, pod *v1.Pod, nodes []pendingNode, now time.Time, maxAge time.Duration,
+	await func(images []string) bool) *inFlightState {
+	images := appendPodImages(nil, pod)
+	terms, unknown := f.podLayers(images, now)
+	if len(unknown) > 0 && await != nil && await(unknown) {
+		terms, _ = f.podLayers(images, now)
+	}
+	terms.heldOf = func(digests []string, byNode map[string][]string) holdings {
+		return index.Held(digests, byNode, now, maxAge)
+	}
+	return &inFlightState{scores: f.scores(now, nodes, terms)}
+}
+
+// podLayers are images' distinct layers as f.resolve answers them, and the images it
+// does not know.
+func (f *inFlight) podLayers(images []string, now time.Time) (podTerms, []string) {
 	var terms podTerms
+	var unknown []string
 	seen := map[string]bool{}
-	for _, image := range appendPodImages(nil, pod) {
+	for _, image := range images {
 		found, known := f.resolve(image, now)
 		if !known {
+			unknown = append(unknown, image)
 			continue
 		}
 		for _, layer := range found {
@@ -412,10 +432,18 @@ func (f *inFlight) prepare(index *layers.Index, pod *v1.Pod, nodes []pendingNode
 			}
 		}
 	}
-	terms.heldOf = func(digests []string, byNode map[string][]string) holdings {
-		return index.Held(digests, byNode, now, maxAge)
+	return terms, unknown
+}
+
+// awaitRegistry is prepare's wait for the registry's answers for the pod's unknown
+// images, on the default platform the strategy resolves in (nil: no registry).
+func (pl *LayerLocality) awaitRegistry(ctx context.Context) func(images []string) bool {
+	if pl.registry == nil || pl.registry.wait <= 0 {
+		return nil
 	}
-	return &inFlightState{scores: f.scores(now, nodes, terms)}
+	return func(images []string) bool {
+		return pl.registry.await(ctx, images, []string{pl.registry.platforms.fallback})
+	}
 }
 
 // imageLayers is how the in-flight strategy resolves an image (the pod's and its

@@ -89,8 +89,8 @@ var imagesPool = sync.Pool{New: func() any { return new([]string) }}
 // published (and, with registry resolution, what the registry answered); a pod none of
 // whose layers is known is scored 0 everywhere. nodes is called only when the args ask
 // for the spread; candidates (the cycle's nodes; nil: unknown) only when the pod needed
-// the registry.
-func (s *scorer) prepare(pod *v1.Pod, nodes func() (nodeSet, error), candidates func() []*v1.Node) (*preScoreState, error) {
+// the registry; ctx ends a wait for the registry's answers (registrySet.await).
+func (s *scorer) prepare(ctx context.Context, pod *v1.Pod, nodes func() (nodeSet, error), candidates func() []*v1.Node) (*preScoreState, error) {
 	var spread *layers.Spread
 	if *s.args.Spread {
 		set, err := nodes()
@@ -106,7 +106,7 @@ func (s *scorer) prepare(pod *v1.Pod, nodes func() (nodeSet, error), candidates 
 	if s.registry == nil {
 		prepared = s.index.Prepare(images, spread, s.now(), s.maxAge)
 	} else {
-		prepared, byNode = s.registry.prepare(s.index, images, spread, s.now(), s.maxAge, candidates)
+		prepared, byNode = s.registry.prepare(ctx, s.index, images, spread, s.now(), s.maxAge, candidates)
 	}
 	clear(images) // the pool keeps no pod's strings
 	*buffer = images[:0]

@@ -19,8 +19,9 @@ import (
 )
 
 // Resolving pod images from their registry (RegistryArgs): one resolver per scheduler
-// and registry settings, shared by its profiles as the index is; PreScore asks it and
-// never waits (package resolver), and layers.PrepareFrom merges its answers with the
+// and registry settings, shared by its profiles as the index is; PreScore asks it, waits
+// at most resolveWaitMilliseconds for the answers of an image nothing knows yet (the
+// first pod of an image: await), and layers.PrepareFrom merges its answers with the
 // nodes' agreed ones as the extender does (extender/_pod_layers.py).
 
 // Outcome labels of layersched_layer_locality_registry_resolutions_total.
@@ -67,6 +68,20 @@ var (
 		Help:           "Pod images scored with the layers their registry gave, because no quorum of nodes agreed on some image of the pod.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	registryWaits = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "registry_waits_total",
+		Help:           "Scheduling cycles that waited, at most registry.resolveWaitMilliseconds, for the registry's answers for pod images neither a quorum of nodes nor an earlier answer knew (the first pod of an image); one wait per resolution under way, however many pods ask.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	registryWaitsBounded = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "registry_waits_bounded_total",
+		Help:           "Of registry_waits_total, the waits that reached their bound (or the cycle's end) before every answer came: the pod was scored without them, and no later pod waits for the same resolution.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	podImagesDisputed = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
@@ -79,7 +94,8 @@ var (
 
 func registerRegistry() {
 	registerRegistryMetrics.Do(func() {
-		legacyregistry.MustRegister(registryResolutions, registryQueueDrops, registryCacheEntries, registryCacheBytes, podImagesFromRegistry, podImagesDisputed)
+		legacyregistry.MustRegister(registryResolutions, registryQueueDrops, registryCacheEntries, registryCacheBytes, podImagesFromRegistry, podImagesDisputed,
+			registryWaits, registryWaitsBounded)
 	})
 }
 
@@ -142,8 +158,8 @@ func newResolver(ctx context.Context, args *RegistryArgs) (*resolver.Resolver, e
 		<-ctx.Done()
 		client.Close()
 	}()
-	klog.Infof("%s: resolving pod images no quorum of nodes publishes from their registry (allowed: %v; plain HTTP: %v; %d auth files; %d workers)",
-		Name, args.AllowRegistries, args.InsecureRegistries, len(args.AuthFiles), *args.Workers)
+	klog.Infof("%s: resolving pod images no quorum of nodes publishes from their registry (allowed: %v; plain HTTP: %v; %d auth files; %d workers; the first pod of an image waits at most %d ms)",
+		Name, args.AllowRegistries, args.InsecureRegistries, len(args.AuthFiles), *args.Workers, *args.ResolveWaitMilliseconds)
 	return r, nil
 }
 
@@ -213,10 +229,54 @@ func (p *platforms) key(node *v1.Node) string {
 }
 
 // registrySet is the plugin's registry resolution: the resolver (one per scheduler and
-// registry settings, shared by its profiles) and the node platforms it resolves for.
+// registry settings, shared by its profiles), the node platforms it resolves for, and
+// how long a cycle waits for an answer nothing has yet.
 type registrySet struct {
 	resolver  *resolver.Resolver
 	platforms *platforms
+	// wait bounds await (resolveWaitMilliseconds; 0: never wait, every pod scores at
+	// once with what is known).
+	wait time.Duration
+	// bound is the wait's context (nil: context.WithTimeout; tests end it themselves).
+	bound func(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc)
+}
+
+// await waits, at most r.wait and never past ctx, for the registry's answers for images
+// on platforms, and says whether some answer may have landed since the caller asked (it
+// waited, or found one: the caller then prepares again). Only what no answer, recent failure
+// or earlier bounded wait covers is waited for (resolver.Await): in practice the first
+// pod of an image no node publishes, whose answer decides where its pulls go, as the
+// extender's deadline lets it wait for the same answer. The resolution goes on after
+// the bound, for the next pod.
+func (r *registrySet) await(ctx context.Context, images, platforms []string) bool {
+	if r.wait <= 0 || len(images) == 0 {
+		return false
+	}
+	keys := make([]resolver.Key, 0, len(images)*len(platforms))
+	for _, platform := range platforms {
+		for _, image := range images {
+			keys = append(keys, resolver.Key{Platform: platform, Image: image})
+		}
+	}
+	bound := r.bound
+	if bound == nil {
+		bound = context.WithTimeout
+	}
+	bounded, cancel := bound(ctx, r.wait)
+	defer cancel()
+	switch r.resolver.Await(bounded, keys) {
+	case resolver.NotWaited:
+		return false
+	case resolver.Cached:
+		return true
+	case resolver.Bounded:
+		registryWaits.Inc()
+		registryWaitsBounded.Inc()
+		klog.V(2).Infof("%s: the registry did not answer for %v within %s: scoring without it (resolution goes on for the next pod)", Name, images, r.wait)
+	default:
+		registryWaits.Inc()
+	}
+	return true
 }
 
 // platformSource is the resolver as one platform's layers.ImageSource.
@@ -231,22 +291,33 @@ func (s platformSource) Layers(image string) ([]layers.Layer, bool) {
 
 // prepare is the pod's terms with the registry's answers merged (layers.PrepareFrom):
 // for the default platform's nodes, and byNode for the nodes of another platform when
-// the pod needed the registry at all and candidates has some (nil otherwise). Nothing
-// here waits: the resolver answers from its cache and queues the rest.
-func (r *registrySet) prepare(index *layers.Index, images []string, spread *layers.Spread, now time.Time, maxAge time.Duration,
+// the pod needed the registry at all and candidates has some (nil otherwise). The
+// resolver answers from its cache and queues the rest; when that leaves some image
+// unknown, the cycle waits for the answers (await, bounded) and prepares again.
+func (r *registrySet) prepare(ctx context.Context, index *layers.Index, images []string, spread *layers.Spread, now time.Time, maxAge time.Duration,
 	candidates func() []*v1.Node) (*layers.Prepared, map[string]*layers.Prepared) {
 	fallback := r.platforms.fallback
-	prepared := index.PrepareFrom(images, platformSource{r.resolver, fallback}, spread, now, maxAge)
-	countRegistry(prepared)
-	if !prepared.Consulted || candidates == nil {
-		return prepared, nil
-	}
-	groups := map[string][]string{}
-	for _, node := range candidates() {
-		if key := r.platforms.key(node); key != fallback {
-			groups[key] = append(groups[key], node.Name)
+	source := platformSource{r.resolver, fallback}
+	prepared := index.PrepareFrom(images, source, spread, now, maxAge)
+	var groups map[string][]string
+	if prepared.Consulted && candidates != nil {
+		groups = map[string][]string{}
+		for _, node := range candidates() {
+			if key := r.platforms.key(node); key != fallback {
+				groups[key] = append(groups[key], node.Name)
+			}
 		}
 	}
+	if len(prepared.Unknown) > 0 && r.wait > 0 {
+		platforms := []string{fallback}
+		for key := range groups {
+			platforms = append(platforms, key)
+		}
+		if r.await(ctx, images, platforms) {
+			prepared = index.PrepareFrom(images, source, spread, now, maxAge)
+		}
+	}
+	countRegistry(prepared)
 	if len(groups) == 0 {
 		return prepared, nil
 	}
@@ -302,7 +373,7 @@ func sharedRegistry(ctx context.Context, args *RegistryArgs) (*registrySet, erro
 	if err != nil {
 		return nil, err
 	}
-	set := &registrySet{resolver: r, platforms: newPlatforms(args.Platform)}
+	set := &registrySet{resolver: r, platforms: newPlatforms(args.Platform), wait: time.Duration(*args.ResolveWaitMilliseconds) * time.Millisecond}
 	resolvers[key] = set
 	go func() {
 		<-ctx.Done()

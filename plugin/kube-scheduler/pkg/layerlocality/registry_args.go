@@ -13,7 +13,7 @@ import (
 )
 
 // registryFields are RegistryArgs' fields, for the strict decoder's message.
-const registryFields = "{enabled, allowRegistries, insecureRegistries, tokenHosts, authFiles, platform, timeoutSeconds, deadlineSeconds, retries, workers, queueSize, maxCachedImages, maxCachedBytes, cacheTTLSeconds, failureTTLSeconds}"
+const registryFields = "{enabled, allowRegistries, insecureRegistries, tokenHosts, authFiles, platform, timeoutSeconds, deadlineSeconds, retries, workers, queueSize, maxCachedImages, maxCachedBytes, cacheTTLSeconds, failureTTLSeconds, resolveWaitMilliseconds}"
 
 // DefaultAllowRegistries are the registries resolved from when the args name none: the
 // public ones most images come from (deploy/'s --allow-registry default,
@@ -43,9 +43,16 @@ const (
 	MaxCacheTTLSeconds       int64 = 24 * 3600
 	DefaultFailureTTLSeconds int64 = int64(resolver.DefaultNegativeTTL / time.Second)
 	MaxFailureTTLSeconds     int64 = 3600
-	DefaultRegistryPlatform        = "linux/amd64"
-	maxRegistryListEntries         = 256
-	maxRegistryEntryChars          = 255
+	// DefaultResolveWaitMilliseconds is the extender's own wait for a pod's layers
+	// (extender/_server.py DEFAULT_RESOLVE_TIMEOUT_S, its --resolve-timeout-s);
+	// MaxResolveWaitMilliseconds is the extender's httpTimeout, what kube-scheduler
+	// gives an extender's whole answer (kube-scheduler schedules one pod at a time: a
+	// longer wait holds every pod behind this one).
+	DefaultResolveWaitMilliseconds int64 = 200
+	MaxResolveWaitMilliseconds     int64 = 1000
+	DefaultRegistryPlatform              = "linux/amd64"
+	maxRegistryListEntries               = 256
+	maxRegistryEntryChars                = 255
 )
 
 // registryDomain is a registry as image references write it: "host" or "host:port"
@@ -57,8 +64,9 @@ var registryDomain = regexp.MustCompile(`^(?:[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*|\
 // registry client (docs/registry.md): the allow-list, the address guard (a registry on
 // a cloud metadata address, a token realm or redirect target on an internal address the
 // registry is not on, are refused), pinned digests checked, bodies capped, a deadline
-// per attempt. A pod image no quorum of nodes publishes is resolved after its first
-// pod: that pod scores as before, the next pods of the image with its layers.
+// per attempt. The first pod of an image no quorum of nodes publishes waits at most
+// ResolveWaitMilliseconds for its registry's answer; one that does not come by then
+// lands for the next pods of the image.
 type RegistryArgs struct {
 	// Enabled turns resolution on. Default false: a configuration without it makes no
 	// registry call (layersched's generator renders true, with deploy/'s allow-list).
@@ -113,6 +121,14 @@ type RegistryArgs struct {
 	// FailureTTLSeconds: a failure is remembered this long (its registry is asked again
 	// by the first pod after it). Default 10.
 	FailureTTLSeconds *int64 `json:"failureTTLSeconds,omitempty"`
+	// ResolveWaitMilliseconds is how long a scheduling cycle waits for the registry's
+	// answer for a pod image no quorum of nodes publishes and the resolver has no answer
+	// for yet (the first pod of an image), so that its pulls go where its layers are,
+	// as the extender's deadline lets it wait. One wait per resolution, however many
+	// pods ask; a failure (for failureTTLSeconds) or a resolution that already kept a
+	// cycle waiting to this bound is not waited for again. 0: never wait (the first pod
+	// scores as if the image were unknown). Default 200, at most 1000.
+	ResolveWaitMilliseconds *int64 `json:"resolveWaitMilliseconds,omitempty"`
 }
 
 func defaultInt(value **int64, fallback int64) {
@@ -142,6 +158,7 @@ func (r *RegistryArgs) setDefaults() {
 	defaultInt(&r.MaxCachedBytes, DefaultMaxCachedBytes)
 	defaultInt(&r.CacheTTLSeconds, DefaultCacheTTLSeconds)
 	defaultInt(&r.FailureTTLSeconds, DefaultFailureTTLSeconds)
+	defaultInt(&r.ResolveWaitMilliseconds, DefaultResolveWaitMilliseconds)
 }
 
 func (r *RegistryArgs) validate(path *field.Path) field.ErrorList {
@@ -160,6 +177,12 @@ func (r *RegistryArgs) validate(path *field.Path) field.ErrorList {
 	within("maxCachedBytes", r.MaxCachedBytes, MinMaxCachedBytes, MaxMaxCachedBytes, "bytes")
 	within("cacheTTLSeconds", r.CacheTTLSeconds, 1, MaxCacheTTLSeconds, "seconds")
 	within("failureTTLSeconds", r.FailureTTLSeconds, 1, MaxFailureTTLSeconds, "seconds")
+	if wait := r.ResolveWaitMilliseconds; wait != nil && (*wait < 0 || *wait > MaxResolveWaitMilliseconds) {
+		errs = append(errs, field.Invalid(path.Child("resolveWaitMilliseconds"), *wait, fmt.Sprintf(
+			"must be between 0 (never wait: the first pod of an image scores without its layers) and %d milliseconds "+
+				"(kube-scheduler schedules one pod at a time: every pod behind this one waits too); default %d",
+			MaxResolveWaitMilliseconds, DefaultResolveWaitMilliseconds)))
+	}
 	domains := func(name string, entries []string) {
 		if len(entries) > maxRegistryListEntries {
 			errs = append(errs, field.TooMany(path.Child(name), len(entries), maxRegistryListEntries))

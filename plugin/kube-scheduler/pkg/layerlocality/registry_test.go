@@ -8,10 +8,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 
 	"layersched.io/kube-scheduler/pkg/layers"
 	"layersched.io/kube-scheduler/pkg/registry"
@@ -28,14 +31,15 @@ func TestRegistryArgs(t *testing.T) {
 		*args.Registry.TimeoutSeconds != 10 || *args.Registry.DeadlineSeconds != 30 || *args.Registry.Retries != 3 ||
 		*args.Registry.Workers != 4 || *args.Registry.QueueSize != 256 || *args.Registry.MaxCachedImages != 65_536 ||
 		*args.Registry.MaxCachedBytes != 64<<20 || *args.Registry.CacheTTLSeconds != 300 || *args.Registry.FailureTTLSeconds != 10 ||
-		args.Registry.Platform != "linux/amd64" {
+		*args.Registry.ResolveWaitMilliseconds != 200 || args.Registry.Platform != "linux/amd64" {
 		t.Fatalf("defaults: %+v %v", args.Registry, err)
 	}
 	args, err = decode(`{"registry": {"enabled": true, "allowRegistries": ["10.250.61.1:5000"], "insecureRegistries": ["10.250.61.1:5000"],
 		"tokenHosts": ["reg.example.com=auth.example.com"], "authFiles": ["/etc/layersched/registry/config.json"], "platform": "linux/arm64",
 		"timeoutSeconds": 2, "deadlineSeconds": 5, "retries": 0, "workers": 1, "queueSize": 16, "maxCachedImages": 100,
-		"maxCachedBytes": 1048576, "cacheTTLSeconds": 60, "failureTTLSeconds": 5}}`)
-	if err != nil || !args.Registry.on() || args.Registry.AllowRegistries[0] != "10.250.61.1:5000" || *args.Registry.Retries != 0 {
+		"maxCachedBytes": 1048576, "cacheTTLSeconds": 60, "failureTTLSeconds": 5, "resolveWaitMilliseconds": 0}}`)
+	if err != nil || !args.Registry.on() || args.Registry.AllowRegistries[0] != "10.250.61.1:5000" || *args.Registry.Retries != 0 ||
+		*args.Registry.ResolveWaitMilliseconds != 0 {
 		t.Fatalf("every field: %+v %v", args.Registry, err)
 	}
 	for _, tc := range []struct{ raw, message string }{
@@ -50,6 +54,9 @@ func TestRegistryArgs(t *testing.T) {
 		{`{"registry": {"workers": 65}}`, `between 1 and 64 workers`},
 		{`{"registry": {"maxCachedBytes": 1024}}`, `registry.maxCachedBytes`},
 		{`{"registry": {"retries": -1}}`, `registry.retries`},
+		{`{"registry": {"resolveWaitMilliseconds": 5000}}`, `registry.resolveWaitMilliseconds: Invalid value: 5000: must be between 0 (never wait`},
+		{`{"registry": {"resolveWaitMilliseconds": -1}}`, `and 1000 milliseconds`},
+		{`{"registry": {"resolveWait": 100}}`, `resolveWaitMilliseconds}`},
 	} {
 		if _, err := decode(tc.raw); err == nil || !strings.Contains(err.Error(), tc.message) {
 			t.Errorf("%s: error %v, want one saying %q", tc.raw, err, tc.message)
@@ -127,6 +134,7 @@ func registryPlugin(t *testing.T, source resolver.Source) (*LayerLocality, *reso
 func registryPluginWith(t *testing.T, rawArgs string, source resolver.Source) (*LayerLocality, *resolver.Resolver) {
 	t.Helper()
 	pl := plugin(t, rawArgs)
+	registerRegistry()
 	r := resolver.New(source, resolver.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -178,7 +186,7 @@ func TestNodesOfAnotherPlatformAreScoredWithItsLayers(t *testing.T) {
 	nodes := func() []*v1.Node { return []*v1.Node{amd, arm} }
 	p := pod(nil, "reg:5000/img3:1")
 	run := func() map[string]int64 {
-		state, err := pl.prepare(p, pl.nodes, nodes)
+		state, err := pl.prepare(context.Background(), p, pl.nodes, nodes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,4 +249,210 @@ func TestOutcomeLabels(t *testing.T) {
 			t.Errorf("%+v: %s, want %s", tc.outcome, got, tc.want)
 		}
 	}
+}
+
+// gatedSource is a tableSource whose fetches wait for gate (closed by the test, or when
+// it ends); started gets each key as its fetch begins.
+type gatedSource struct {
+	tableSource
+	gate    chan struct{}
+	started chan resolver.Key
+}
+
+func (s *gatedSource) Fetch(ctx context.Context, key resolver.Key) (resolver.Fetched, error) {
+	if s.started != nil {
+		s.started <- key
+	}
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return resolver.Fetched{}, ctx.Err()
+	}
+	return s.tableSource.Fetch(ctx, key)
+}
+
+// handBound is a wait bound the test ends by hand (reach), not a timer.
+type handBound struct {
+	reached chan struct{}
+	calls   int
+}
+
+func newHandBound() *handBound { return &handBound{reached: make(chan struct{})} }
+
+func (b *handBound) bound(ctx context.Context, _ time.Duration) (context.Context, context.CancelFunc) {
+	b.calls++
+	bounded, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-b.reached:
+			cancel()
+		case <-bounded.Done():
+		}
+	}()
+	return bounded, cancel
+}
+
+func counterValue(t *testing.T, counter metrics.CounterMetric) float64 {
+	t.Helper()
+	value, err := testutil.GetCounterMetricValue(counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return value
+}
+
+// img3 = L1 + L5 on no node, img1 agreed by N1 (the seed): a pod of both.
+func firstPodSource() (*gatedSource, *v1.Pod) {
+	l5 := layers.Layer{Digest: digest("L5"), SizeBytes: 10}
+	return &gatedSource{gate: make(chan struct{}), started: make(chan resolver.Key, 8), tableSource: tableSource{answers: map[resolver.Key][]layers.Layer{
+		{Platform: "linux/amd64", Image: "reg:5000/img3:1"}: {l1, l5},
+		{Platform: "linux/amd64", Image: "reg:5000/img1:1"}: {l1, l2, l3},
+	}}}, pod(nil, "reg:5000/img1:1", "reg:5000/img3:1")
+}
+
+// The burst's first replica: its image is on no node and the resolver has no answer
+// yet. With a wait, PreScore waits for the registry (answering here once the test lets
+// it, 50 ms after the fetch began) and the first pod scores as the next pods do (N1 90,
+// N2 70: the registry's L1 L2 L3 L5), not as without an answer (N1 100, N2 77).
+func TestTheFirstPodOfAnUnresolvedImageWaitsForTheRegistry(t *testing.T) {
+	source, p := firstPodSource()
+	pl, r := registryPlugin(t, source)
+	pl.registry.wait = time.Minute // the test's hand answers long before
+	waits, bounded := counterValue(t, registryWaits), counterValue(t, registryWaitsBounded)
+	go func() {
+		<-source.started
+		time.Sleep(50 * time.Millisecond) // the registry's round trip
+		close(source.gate)
+	}()
+	if got := score(t, pl, p, "N1", "N2", "N3"); got["N1"] != 90 || got["N2"] != 70 || got["N3"] != 0 {
+		t.Fatalf("first pod after the wait %v, want the registry's layers scored (N1 90, N2 70)", got)
+	}
+	if counterValue(t, registryWaits) != waits+1 || counterValue(t, registryWaitsBounded) != bounded {
+		t.Fatalf("waits counted %v (bounded %v), want one more, not bounded", counterValue(t, registryWaits)-waits, counterValue(t, registryWaitsBounded)-bounded)
+	}
+	// the next pod finds the answer: no wait
+	score(t, pl, p, "N1", "N2", "N3")
+	if counterValue(t, registryWaits) != waits+1 {
+		t.Fatal("the next pod of an answered image waited")
+	}
+	r.Wait()
+}
+
+// A registry slower than the bound: PreScore returns when the bound is reached (by the
+// test's hand here: no timer), the pod scores as without the answer, and the next pods
+// do not wait for the same resolution (which goes on and lands for them).
+func TestASlowRegistryCostsOneBoundedWait(t *testing.T) {
+	source, p := firstPodSource()
+	pl, r := registryPlugin(t, source)
+	hand := newHandBound()
+	pl.registry.wait, pl.registry.bound = time.Minute, hand.bound
+	waits, bounded := counterValue(t, registryWaits), counterValue(t, registryWaitsBounded)
+	go func() {
+		<-source.started
+		close(hand.reached)
+	}()
+	if got := score(t, pl, p, "N1", "N2", "N3"); got["N1"] != 100 || got["N2"] != 77 {
+		t.Fatalf("first pod at the bound %v, want img1 alone (N1 100, N2 77)", got)
+	}
+	if counterValue(t, registryWaits) != waits+1 || counterValue(t, registryWaitsBounded) != bounded+1 {
+		t.Fatal("a wait to the bound not counted as one")
+	}
+	// the resolution is still under way; a second pod with a bound that never comes
+	// returns at once (were it to wait, the test would hang), without counting a wait
+	pl.registry.bound = func(ctx context.Context, _ time.Duration) (context.Context, context.CancelFunc) {
+		return context.WithCancel(ctx)
+	}
+	if got := score(t, pl, p, "N1", "N2", "N3"); got["N1"] != 100 {
+		t.Fatalf("second pod %v", got)
+	}
+	if counterValue(t, registryWaits) != waits+1 {
+		t.Fatal("the second pod waited for a resolution that already kept one to its bound")
+	}
+	close(source.gate)
+	r.Wait()
+	if got := score(t, pl, p, "N1", "N2", "N3"); got["N1"] != 90 || got["N2"] != 70 {
+		t.Fatalf("once the registry answered %v", got)
+	}
+}
+
+// A failed image is remembered (failureTTLSeconds): its next pods do not wait.
+func TestAFailedImageDoesNotWaitTwice(t *testing.T) {
+	source := &gatedSource{gate: make(chan struct{}), started: make(chan resolver.Key, 8), tableSource: tableSource{answers: map[resolver.Key][]layers.Layer{}}} // every image 404s
+	pl, r := registryPlugin(t, source)
+	pl.registry.wait = time.Minute
+	waits := counterValue(t, registryWaits)
+	go func() {
+		<-source.started // the first pod waits for the fetch, which then fails
+		close(source.gate)
+	}()
+	p := pod(nil, "reg:5000/gone:1")
+	for range 5 {
+		if got := score(t, pl, p, "N1", "N2", "N3"); got["N1"] != 0 {
+			t.Fatalf("an image that failed scored %v", got)
+		}
+	}
+	if got := counterValue(t, registryWaits) - waits; got != 1 {
+		t.Fatalf("%v waits for one failing image and 5 pods, want 1", got)
+	}
+	if source.fetched() != 1 {
+		t.Fatalf("%d fetches, want 1", source.fetched())
+	}
+	r.Wait()
+}
+
+// Profiles' cycles asking for the same unresolved image at once share one resolution.
+func TestConcurrentFirstPodsShareOneResolution(t *testing.T) {
+	source, p := firstPodSource()
+	pl, r := registryPlugin(t, source)
+	pl.registry.wait = time.Minute
+	var wg sync.WaitGroup
+	scores := make(chan map[string]int64, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, message := cycle(pl, p, true, "N1", "N2")
+			if message != "" {
+				t.Error(message)
+			}
+			scores <- got
+		}()
+	}
+	<-source.started
+	<-source.started // img1 and img3, each once
+	close(source.gate)
+	wg.Wait()
+	close(scores)
+	for got := range scores {
+		if got["N1"] != 90 || got["N2"] != 70 {
+			t.Errorf("a concurrent first pod scored %v, want the registry's layers", got)
+		}
+	}
+	r.Wait()
+	if source.fetched() != 2 {
+		t.Fatalf("%d fetches for 2 images and 8 pods, want 2", source.fetched())
+	}
+}
+
+// Under in-flight, the burst's first replica waits for the registry too: with the
+// answer, its 60 bytes are scored on each idle node (76 s each: all alike, and not 0).
+func TestInFlightsFirstReplicaWaitsForTheRegistry(t *testing.T) {
+	l9 := layers.Layer{Digest: digest("L9"), SizeBytes: 60}
+	source := &gatedSource{gate: make(chan struct{}), started: make(chan resolver.Key, 8), tableSource: tableSource{answers: map[resolver.Key][]layers.Layer{
+		{Platform: "linux/amd64", Image: "reg:5000/img9:1"}: {l9},
+	}}}
+	pl, r := registryPluginWith(t, `{"strategy": "in-flight", "inFlight": {"defaultBandwidthBitsPerS": 8}}`, source)
+	pl.inFlight = newInFlight(pl.args.InFlight, pl.imageLayers)
+	pl.registry.wait = time.Minute
+	go func() {
+		<-source.started
+		close(source.gate)
+	}()
+	got := inFlightCycle(t, pl, pod(nil, "reg:5000/img9:1"), inFlightNode("N1"), inFlightNode("N2"), inFlightNode("N3"))
+	// every node idle: all cost the same 76 s now that the layers are known, each scored
+	// against the pod's 60 bytes rather than 0 everywhere
+	if got["N1"] == 0 || got["N1"] != got["N2"] {
+		t.Fatalf("first replica after the wait %v, want the layers' scores", got)
+	}
+	r.Wait()
 }

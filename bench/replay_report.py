@@ -102,7 +102,7 @@ ARMS: tuple[Arm, ...] = (
         kube.Profile(
             "layer-locality-plugin-replay",
             strategy=LAYER_LOCALITY,
-            knowledge="resolved",
+            knowledge="registry",
             image_quorum=1,
         ),
     ),
@@ -113,7 +113,7 @@ ARMS: tuple[Arm, ...] = (
             "layer-locality-plugin-no-imagelocality",
             image_locality_weight=0,
             strategy=LAYER_LOCALITY,
-            knowledge="resolved",
+            knowledge="registry",
             image_quorum=1,
         ),
     ),
@@ -125,7 +125,7 @@ ARMS: tuple[Arm, ...] = (
             "layer-locality-plugin-no-spread",
             image_locality_weight=kube.IMAGE_LOCALITY_WEIGHT if PLUGIN_KEEPS_IMAGE_LOCALITY else 0,
             strategy=LAYER_LOCALITY_NO_SPREAD,
-            knowledge="resolved",
+            knowledge="registry",
             image_quorum=1,
         ),
     ),
@@ -149,14 +149,14 @@ ARMS: tuple[Arm, ...] = (
         "default plugins + in-flight plugin",
         # the plugin process's profile (testbed/scheduler_configs.py): at the recommended
         # weight, ImageLocality as the install has it, its ties in node order, an image's
-        # layers known once an earlier pod of it was scored (the plugin's background
-        # registry resolution)
+        # layers known from the registry (the plugin waits for its first pod's answer,
+        # registry.resolveWaitMilliseconds; the testbed's registry answers within it)
         kube.Profile(
             "layer-locality-plugin-inflight",
             image_locality_weight=kube.IMAGE_LOCALITY_WEIGHT if PLUGIN_KEEPS_IMAGE_LOCALITY else 0,
             strategy="in-flight",
             weight=IN_FLIGHT_WEIGHT,
-            knowledge="resolved",
+            knowledge="registry",
             image_quorum=1,
         ),
         # told the kubelets' pull mode (the scheduler configuration's pullMode)

@@ -68,10 +68,11 @@ _RANDOMIZER_BOUND = 1 << 62
 #: extender of the process.
 Via = Literal["plugin", "extender"]
 #: What the layer score knows of a pod image's layers: ``registry`` (always: the
-#: extender resolves it from the registry within its deadline), ``published`` (only
+#: extender resolves it from the registry within its deadline, and the plugin waits for
+#: the first pod's answer up to ``registry.resolveWaitMilliseconds``), ``published`` (only
 #: once ``image_quorum`` nodes publish the image: the plugin without a registry) and
 #: ``resolved`` (also once an earlier pod of the image was scored: the plugin's background
-#: registry resolution, whose answer is ready for the next pod of that image).
+#: registry resolution without the wait, or a registry slower than it).
 Knowledge = Literal["registry", "published", "resolved"]
 
 

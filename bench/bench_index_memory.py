@@ -30,9 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layersched.builds import find_go, kubernetes_build
+from layersched.builds import kubernetes_build
 from layersched.evidence import provenance
 from layersched.evidence.results import write_json
+from layersched.testbed.builds import find_go
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "plugin/kube-scheduler/pkg/layers"

@@ -74,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scheduler_report as report
 from corpus import Workload, workload
 
-from layersched.builds import FALLBACK_GO, kubernetes_build
+from layersched.builds import kubernetes_build
 from layersched.core.errors import KubeError, LayerschedError, TestbedError
 from layersched.core.layerindex import NodeImage
 from layersched.core.nodelayers import build_document
@@ -92,6 +92,7 @@ from layersched.deploy import (
 from layersched.evidence import provenance
 from layersched.evidence.results import destination, write_json
 from layersched.kube import NODE_LAYERS_PATH, KubeClient, extender_rules, load_kubeconfig
+from layersched.testbed.builds import FALLBACK_GO
 from layersched.testbed.local import PLAYBOOKS_DIR, down, require_root, run_playbook
 from layersched.testbed.scheduler_configs import (
     batchable,

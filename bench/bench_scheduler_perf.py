@@ -42,10 +42,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scheduler_report
 
-from layersched.builds import REPO_ROOT, find_go, kubernetes_build
+from layersched.builds import REPO_ROOT, kubernetes_build
 from layersched.core.errors import InputError
 from layersched.evidence import provenance
 from layersched.evidence.results import destination, write_json
+from layersched.testbed.builds import find_go
 
 MODULE = REPO_ROOT / "plugin" / "kube-scheduler" / "perf"
 #: The committed results file (a run writes it under its run directory unless committing).

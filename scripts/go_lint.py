@@ -31,8 +31,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from layersched.builds import REPO_ROOT, find_go, kubernetes_build
+from layersched.builds import REPO_ROOT, kubernetes_build
 from layersched.core.errors import LayerschedError
+from layersched.testbed.builds import find_go
 
 #: The module the minors' modules compile against their release.
 MAIN_MODULE = "layersched.io/kube-scheduler"

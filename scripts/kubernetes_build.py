@@ -29,10 +29,10 @@ from layersched.builds import (
     IMAGE_ARCHES,
     KubernetesBuild,
     cache_root,
-    find_go,
     kubernetes_build,
 )
 from layersched.core.errors import LayerschedError
+from layersched.testbed.builds import find_go
 
 #: Compiler output quoted when a binary fails.
 TAIL_LINES = 30

@@ -1,5 +1,6 @@
-"""Builds cached outside the repository: the cache root, the Kubernetes build, the
-containerd 2.x download, the Go tools and CRI-O.
+"""The product's builds, cached outside the repository: the cache root, the image
+architectures and the Kubernetes build (the release its go.mod pins, the binaries its
+images package).
 
 ``make kubernetes`` builds Kubernetes from its Go modules, the way out-of-tree schedulers
 do: every component is a small main in layersched's Go module (``plugin/kube-scheduler``;
@@ -22,15 +23,9 @@ module that release's ``go.mod`` requires, with the versions that release requir
 file's ``minor_binaries`` there, from the same mains, into the same cache under the
 minor's own build ID (the release and the hash of both modules).
 
-``make containerd`` downloads Debian's containerd 2.x binary package (never installing
-it) and unpacks it under ``$LAYERSCHED_CACHE_DIR/containerd/<version>``; its identity is
-``containerd-download.yml`` beside this module, read here (the testbed's nodes and the
-integration tests) and by ``playbooks/vars/containerd.yml`` (the role that downloads it).
-
-``make tools`` (``go-tools.yml``) and ``make crio`` (``crio-build.yml``) build commands
-from their own Go modules with ``go install PACKAGE@VERSION`` (:class:`GoTool`), cached by
-version under ``$LAYERSCHED_CACHE_DIR/tools/NAME-VERSION/bin``, always with cgo off, so no
-C source fetched through the module proxy is ever compiled.
+The go command, the containerd 2.x download, the Go tools and CRI-O are the harness's
+builds (:mod:`layersched.testbed.builds`), cached under the same root; the product keeps
+the cache root, the image architectures and the Kubernetes build its images package.
 """
 
 from __future__ import annotations
@@ -39,8 +34,6 @@ import hashlib
 import os
 import platform
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -58,13 +51,6 @@ DEFAULT_CACHE_ROOT = Path("/var/cache/layersched")
 KUBERNETES_BUILD_FILE = "kubernetes-build.yml"
 #: What builds the cache (the README's set-up step).
 BUILD_COMMAND = "make kubernetes"
-#: The containerd 2.x download's data file, beside this module.
-CONTAINERD_DOWNLOAD_FILE = "containerd-download.yml"
-#: What downloads it.
-CONTAINERD_COMMAND = "make containerd"
-#: Inside a download's cache dir: the unpacked package, and the Debian version unpacked.
-CONTAINERD_TREE = "root"
-CONTAINERD_STAMP = ".stamp"
 #: The module path every Kubernetes release is required under.
 KUBERNETES_MODULE = "k8s.io/kubernetes"
 #: Inside a build's bin dir: the build ID the binaries were built for.
@@ -76,8 +62,6 @@ GO_MAINS = "cmd"
 GO_MINORS = "minors"
 _MODULE_DIRECTIVE = re.compile(r"^module\s+(\S+)\s*$", re.MULTILINE)
 _MINOR = re.compile(r"^1\.\d+$")
-#: The newer toolchain of this project's machines, tried when PATH's go is too old.
-FALLBACK_GO = Path("/usr/local/go/bin/go")
 _GO_DIRECTIVE = re.compile(r"^go\s+(\d+(?:\.\d+)*)\s*$", re.MULTILINE)
 #: The repository root (the plugin's sources are named relative to it).
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -302,49 +286,18 @@ class KubernetesBuild:
         return self.bin_dir(root)
 
 
-def _version_key(text: str) -> tuple[int, ...]:
+def version_key(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
-def _go_version(go: str) -> str:
-    try:
-        done = subprocess.run(
-            [go, "env", "GOVERSION"],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "GOTOOLCHAIN": "local"},
-        )
-    except OSError:
-        return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
-def find_go(needed: str) -> tuple[str, str]:
-    """A go command at least as new as ``needed`` (a go.mod's go line), and its version:
-    PATH's, else :data:`FALLBACK_GO`; an InputError naming what was found otherwise."""
-    tried = []
-    for candidate in (shutil.which("go"), str(FALLBACK_GO)):
-        if not candidate or not Path(candidate).is_file():
-            continue
-        version = _go_version(candidate)
-        tried.append(f"{candidate} ({version or 'no answer'})")
-        if version and _version_key(version) >= _version_key(needed):
-            return candidate, version
-    raise InputError(
-        f"the Kubernetes build needs Go {needed} or later; found {', '.join(tried) or 'no go'}:"
-        f" install Go {needed}+ (this project's machines have it at {FALLBACK_GO})"
-    )
-
-
-def _text(record: dict[str, Any], key: str, where: str = KUBERNETES_BUILD_FILE) -> str:
+def record_text(record: dict[str, Any], key: str, where: str = KUBERNETES_BUILD_FILE) -> str:
     value = record.get(key)
     if not isinstance(value, str) or not value:
         raise InputError(f"{where}: {key} must be a non-empty string")
     return value
 
 
-def _binaries(record: Any, where: str) -> tuple[str, ...]:
+def record_binaries(record: Any, where: str) -> tuple[str, ...]:
     """The record's ``binaries``, after checking it is a mapping with a list of names."""
     if not isinstance(record, dict):
         raise InputError(f"{where}: expected a mapping")
@@ -357,8 +310,8 @@ def _binaries(record: Any, where: str) -> tuple[str, ...]:
 def parse_kubernetes_build(record: Any, repo: Path = REPO_ROOT) -> KubernetesBuild:
     """Read ``kubernetes-build.yml``'s mapping; the release and the module's hash are read
     from the module in ``repo``."""
-    binaries = _binaries(record, KUBERNETES_BUILD_FILE)
-    module = _text(record, "module")
+    binaries = record_binaries(record, KUBERNETES_BUILD_FILE)
+    module = record_text(record, "module")
     directory = repo / module
     try:
         go_mod = (directory / "go.mod").read_text("utf-8")
@@ -395,9 +348,9 @@ def _check_mains(directory: Path, binaries: tuple[str, ...]) -> None:
 def supported_minors(record: Any, repo: Path = REPO_ROOT) -> tuple[str, ...]:
     """The older minors with a module under the build's ``minors/`` (``("1.35", "1.36")``),
     oldest first."""
-    directory = repo / _text(record, "module") / GO_MINORS
+    directory = repo / record_text(record, "module") / GO_MINORS
     found = [p.parent.name for p in directory.glob("*/go.mod") if _MINOR.match(p.parent.name)]
-    return tuple(sorted(found, key=_version_key))
+    return tuple(sorted(found, key=version_key))
 
 
 def parse_minor_build(record: Any, minor: str, repo: Path = REPO_ROOT) -> KubernetesBuild:
@@ -405,7 +358,7 @@ def parse_minor_build(record: Any, minor: str, repo: Path = REPO_ROOT) -> Kubern
     ``minor_binaries``, compiled in the module's ``minors/<minor>``; the release is the one
     that module replaces ``k8s.io/kubernetes`` with, and the build ID hashes both modules."""
     main = parse_kubernetes_build(record, repo)
-    binaries = _binaries({"binaries": record.get("minor_binaries")}, KUBERNETES_BUILD_FILE)
+    binaries = record_binaries({"binaries": record.get("minor_binaries")}, KUBERNETES_BUILD_FILE)
     _check_mains(main.directory(repo), binaries)
     module = f"{main.module}/{GO_MINORS}/{minor}"
     directory = repo / module
@@ -451,196 +404,3 @@ def kubernetes_build(minor: str | None = None) -> KubernetesBuild:
 def minor_builds() -> tuple[KubernetesBuild, ...]:
     """The build of every older minor with a module, oldest first."""
     return tuple(kubernetes_build(minor) for minor in supported_minors(_build_record()))
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerdDownload:
-    """What ``make containerd`` downloads and unpacks, and where."""
-
-    package: str
-    #: The upstream release (``2.1.9``); any Debian revision of it is taken.
-    version: str
-    suite: str
-    archive_codename: str
-    binaries: tuple[str, ...]
-
-    def cache_dir(self, root: Path | None = None) -> Path:
-        """``<cache root>/containerd/<version>``."""
-        return (root or cache_root()) / "containerd" / self.version
-
-    def tree_dir(self, root: Path | None = None) -> Path:
-        """The unpacked package (``usr/bin/containerd`` …)."""
-        return self.cache_dir(root) / CONTAINERD_TREE
-
-    def binary(self, name: str, root: Path | None = None) -> Path:
-        """The path of program ``name`` (``containerd``, ``ctr``)."""
-        return self.tree_dir(root) / "usr" / "bin" / name
-
-    def debian_version(self, root: Path | None = None) -> str | None:
-        """The Debian version unpacked (``2.1.9+ds1-5``), or None when nothing is."""
-        try:
-            text = (self.cache_dir(root) / CONTAINERD_STAMP).read_text("utf-8").strip()
-        except OSError:
-            return None
-        return text or None
-
-    def missing(self, root: Path | None = None) -> list[Path]:
-        """The binaries (and the stamp) that are not there."""
-        paths = [self.binary(name, root) for name in self.binaries]
-        absent = [path for path in paths if not path.is_file()]
-        if self.debian_version(root) is None:
-            absent.append(self.cache_dir(root) / CONTAINERD_STAMP)
-        return absent
-
-    def require(self, root: Path | None = None) -> Path:
-        """The ``containerd`` binary, once the download is complete; else an InputError
-        saying what is missing and how to get it."""
-        absent = self.missing(root)
-        if absent:
-            listed = ", ".join(str(path) for path in absent)
-            raise InputError(
-                f"containerd {self.version} (Debian {self.suite}) is not downloaded: {listed} "
-                f"missing: run `{CONTAINERD_COMMAND}` (caches under "
-                f"{self.cache_dir(root).parent}; {CACHE_DIR_ENV} moves it)"
-            )
-        return self.binary("containerd", root)
-
-
-def parse_containerd_download(record: Any) -> ContainerdDownload:
-    """Read ``containerd-download.yml``'s mapping."""
-    binaries = _binaries(record, CONTAINERD_DOWNLOAD_FILE)
-    if "containerd" not in binaries:
-        raise InputError(f"{CONTAINERD_DOWNLOAD_FILE}: binaries must name containerd")
-    fields = {
-        key: _text(record, key, CONTAINERD_DOWNLOAD_FILE)
-        for key in ("package", "version", "suite", "archive_codename")
-    }
-    return ContainerdDownload(binaries=binaries, **fields)
-
-
-@cache
-def containerd_download() -> ContainerdDownload:
-    """The containerd 2.x the integration tests run beside the system's 1.6."""
-    text = resources.files("layersched").joinpath(CONTAINERD_DOWNLOAD_FILE).read_text("utf-8")
-    return parse_containerd_download(yaml.safe_load(text))
-
-
-#: The Go tools' data file, beside this module, and what builds them.
-GO_TOOLS_FILE = "go-tools.yml"
-TOOLS_COMMAND = "make tools"
-
-
-@dataclass(frozen=True, slots=True)
-class GoTool:
-    """A command built from its Go module (``go install PACKAGE@VERSION``), cached by version."""
-
-    name: str
-    #: The main package's import path, e.g. ``helm.sh/helm/v3/cmd/helm``.
-    package: str
-    version: str
-    #: ``-X`` flags the tool's own build stamps (its version; helm's Kubernetes version).
-    ldflags: tuple[str, ...] = ()
-    #: Build tags (CRI-O's exclusions of what needs C libraries this machine lacks).
-    tags: tuple[str, ...] = ()
-    #: What builds it (named by :meth:`require`).
-    command: str = TOOLS_COMMAND
-    #: A Go module of ours (relative to the repository root) whose go.mod requires the
-    #: tool's module at ``version``: the package is built there with ``go build`` rather
-    #: than ``go install PACKAGE@VERSION`` (which reads the module's version list, and
-    #: the proxy refuses CRI-O's). Empty: ``go install``.
-    module: str = ""
-
-    def bin_dir(self, root: Path | None = None) -> Path:
-        """``<cache root>/tools/<name>-<version>/bin``: ``go install``'s GOBIN."""
-        return (root or cache_root()) / "tools" / f"{self.name}-{self.version}" / "bin"
-
-    def binary(self, root: Path | None = None) -> Path:
-        return self.bin_dir(root) / self.name
-
-    def require(self, root: Path | None = None) -> Path:
-        """The binary, once built; else an InputError saying how to build it."""
-        path = self.binary(root)
-        if not path.is_file():
-            raise InputError(
-                f"{self.name} {self.version} is not built ({path} missing): run "
-                f"`{self.command}` (go install {self.package}@{self.version}; {CACHE_DIR_ENV} "
-                "moves the cache)"
-            )
-        return path
-
-
-def _strings(fields: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = fields.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise InputError(f"{where}: {key} must be a list of strings")
-    return tuple(value)
-
-
-def parse_go_tools(
-    record: Any, file: str = GO_TOOLS_FILE, command: str = TOOLS_COMMAND
-) -> dict[str, GoTool]:
-    """``go-tools.yml`` (or ``crio-build.yml``, built by ``command``): ``NAME: {package,
-    version, ldflags, tags}`` per tool."""
-    if not isinstance(record, dict) or not record:
-        raise InputError(f"{file}: expected a mapping NAME: {{package, version}}")
-    tools = {}
-    for name, fields in record.items():
-        if not isinstance(fields, dict):
-            raise InputError(f"{file}: {name}: expected package and version")
-        where = f"{file}: {name}"
-        tools[str(name)] = GoTool(
-            str(name),
-            _text(fields, "package", where),
-            _text(fields, "version", where),
-            _strings(fields, "ldflags", where),
-            _strings(fields, "tags", where),
-            command,
-            str(fields.get("module") or ""),
-        )
-    return tools
-
-
-def _package_record(file: str) -> Any:
-    return yaml.safe_load(resources.files("layersched").joinpath(file).read_text("utf-8"))
-
-
-@cache
-def go_tools() -> dict[str, GoTool]:
-    """The Go tools of ``go-tools.yml`` (package data)."""
-    return parse_go_tools(_package_record(GO_TOOLS_FILE))
-
-
-def go_tool(name: str) -> GoTool:
-    """One tool of ``go-tools.yml`` by name (``helm``, ``actionlint``)."""
-    return go_tools()[name]
-
-
-#: CRI-O's build, beside this module, and what builds it (not CI: the live CRI-O tests
-#: and the testbed's CRI-O nodes need it).
-CRIO_BUILD_FILE = "crio-build.yml"
-CRIO_COMMAND = "make crio"
-CRIO = "crio"
-CRIO_MODULE = "github.com/cri-o/cri-o"
-
-
-@cache
-def crio_build() -> GoTool:
-    """CRI-O as ``crio-build.yml`` pins it: the release, the package, the build tags and
-    the module it is built in, whose go.mod must require that release."""
-    tools = parse_go_tools(_package_record(CRIO_BUILD_FILE), CRIO_BUILD_FILE, CRIO_COMMAND)
-    if CRIO not in tools:
-        raise InputError(f"{CRIO_BUILD_FILE}: expected a {CRIO} entry")
-    crio = tools[CRIO]
-    if crio.module:
-        go_mod = REPO_ROOT / crio.module / "go.mod"
-        try:
-            required = required_version(go_mod.read_text("utf-8"), CRIO_MODULE)
-        except OSError as err:
-            raise InputError(f"{CRIO_BUILD_FILE}: module {crio.module}: {err.strerror}") from err
-        if required != crio.version:
-            raise InputError(
-                f"{go_mod} requires {CRIO_MODULE} {required}, {CRIO_BUILD_FILE} says "
-                f"{crio.version}: make them agree (go get {CRIO_MODULE}@{crio.version} && "
-                "go mod tidy in that module)"
-            )
-    return crio

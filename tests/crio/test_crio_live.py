@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from layersched.agent import CrioStorageReader, build_node
-from layersched.builds import crio_build
 from layersched.cli.main import main as cli_main
 from layersched.core.layers import Layer
 from layersched.core.nodelayers import parse_document
@@ -37,6 +36,7 @@ from layersched.relay import (
     RelayOptions,
     parse_selectors,
 )
+from layersched.testbed.builds import crio_build
 from tests.fixtures.crio import CrioProcess
 from tests.fixtures.extender import make_pki
 from tests.fixtures.inventory_api import InventoryApi

@@ -16,14 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from layersched.builds import (
-    CACHE_DIR_ENV,
-    containerd_download,
-    crio_build,
-    go_sources_sha256,
-    kubernetes_build,
-    module_sha256,
-)
+from layersched.builds import CACHE_DIR_ENV, go_sources_sha256, kubernetes_build, module_sha256
+from layersched.testbed.builds import containerd_download, crio_build
 from tests.fixtures import prereq
 
 pytestmark = pytest.mark.infra
@@ -167,10 +161,10 @@ def _crio_paths() -> dict[str, object]:
         # plugin/layersched/kubernetes-build.yml: every role, and the CLI defaults, tests
         # and benchmarks
         ("kubernetes.yml", KUBERNETES_VARS, _kubernetes_paths),
-        # plugin/layersched/containerd-download.yml: make containerd, and the integration
+        # plugin/layersched/testbed/containerd-download.yml: make containerd, and the integration
         # tests' fixture
         ("containerd.yml", CONTAINERD_VARS, _containerd_paths),
-        # plugin/layersched/crio-build.yml: make crio, the testbed's CRI-O nodes, and the
+        # plugin/layersched/testbed/crio-build.yml: make crio, the testbed's CRI-O nodes, and the
         # live CRI-O tests' fixture
         ("crio.yml", CRIO_VARS, _crio_paths),
     ],

@@ -46,7 +46,6 @@ from layersched.builds import (
     PLUGIN_HASH_CHARS,
     REPO_ROOT,
     cache_root,
-    find_go,
     kubernetes_build,
     module_sha256,
     required_version,
@@ -61,6 +60,7 @@ from layersched.core.strategies.image_locality import (
     ImageLocality,
     format_kubernetes_minor,
 )
+from layersched.testbed.builds import find_go
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -23,14 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from layersched.builds import (
-    KUBERNETES_MODULE,
-    KubernetesBuild,
-    find_go,
-    kubernetes_build,
-    minor_builds,
-)
+from layersched.builds import KUBERNETES_MODULE, KubernetesBuild, kubernetes_build, minor_builds
 from layersched.core.errors import InputError
+from layersched.testbed.builds import find_go
 from layersched.testbed.scheduler_configs import (
     TestbedSchedulers,
 )

@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 import yaml
 
-from layersched.builds import find_go, kubernetes_build
+from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.inflight import PendingPull, bound_at_s, pending_images
 from layersched.core.layerindex import LayerIndex, NodeInfo
@@ -59,6 +59,7 @@ from layersched.deploy import (
     plugin_scheduler_config,
 )
 from layersched.extender._votes import DEFAULT_IMAGE_QUORUM, Ballot, ImageVotes, ballots
+from layersched.testbed.builds import find_go
 from layersched.testbed.scheduler_configs import (
     TestbedSchedulers,
 )

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from layersched import __version__
-from layersched.builds import find_go, kubernetes_build
+from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
 from layersched.images.build import (
     LAYERSCHED_BIN,
@@ -31,6 +31,7 @@ from layersched.images.build import (
     build_layersched_image,
     unpack,
 )
+from layersched.testbed.builds import find_go
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

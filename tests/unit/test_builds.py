@@ -1,7 +1,8 @@
 """The Kubernetes build's identity and paths: one source, read by everything.
 
 ``plugin/layersched/kubernetes-build.yml`` is the only place the build is named; the
-CLI, tests and benchmarks derive its paths through :mod:`layersched.builds`, and the
+CLI, tests and benchmarks derive its paths through :mod:`layersched.builds` (the harness's
+builds through :mod:`layersched.testbed.builds`), and the
 playbooks through ``playbooks/vars/kubernetes.yml`` (held equal to this module by
 ``tests/infra/test_playbooks_local.py``). A path spelled by hand is how a stale cache
 hid a broken deploy e2e once: this test fails on any.
@@ -20,19 +21,14 @@ import pytest
 from layersched.builds import (
     BUILD_STAMP,
     CACHE_DIR_ENV,
-    CONTAINERD_DOWNLOAD_FILE,
     DEFAULT_CACHE_ROOT,
     KUBERNETES_BUILD_FILE,
     PLUGIN_HASH_CHARS,
     KubernetesBuild,
     cache_root,
-    containerd_download,
-    crio_build,
     go_sources_sha256,
     kubernetes_build,
     module_sha256,
-    parse_containerd_download,
-    parse_go_tools,
     parse_kubernetes_build,
     parse_minor_build,
     pinned_version,
@@ -40,13 +36,21 @@ from layersched.builds import (
     supported_minors,
 )
 from layersched.core.errors import InputError
+from layersched.testbed.builds import (
+    CONTAINERD_DOWNLOAD_FILE,
+    containerd_download,
+    crio_build,
+    parse_containerd_download,
+    parse_go_tools,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "plugin" / "layersched" / KUBERNETES_BUILD_FILE
-CONTAINERD_SOURCE = REPO / "plugin" / "layersched" / CONTAINERD_DOWNLOAD_FILE
+CONTAINERD_SOURCE = REPO / "plugin" / "layersched" / "testbed" / CONTAINERD_DOWNLOAD_FILE
 #: Files allowed to derive the builds' paths: the module and the playbooks' vars files.
 DERIVERS = {
     REPO / "plugin" / "layersched" / "builds.py",
+    REPO / "plugin" / "layersched" / "testbed" / "builds.py",
     REPO / "playbooks" / "vars" / "kubernetes.yml",
     REPO / "playbooks" / "vars" / "containerd.yml",
 }

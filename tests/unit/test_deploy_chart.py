@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from layersched import __version__
-from layersched.builds import go_tool, parse_go_tools
 from layersched.cli.main import main
 from layersched.core.errors import InputError
 from layersched.deploy import (
@@ -40,6 +39,7 @@ from layersched.deploy import (
     stale_files,
 )
 from layersched.deploy._chart import VARIANTS, Variant, _condition, default_values
+from layersched.testbed.builds import go_tool, parse_go_tools
 from tests.fixtures import prereq
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

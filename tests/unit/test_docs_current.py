@@ -4,7 +4,7 @@
   history: every paragraph or table row that names it also dates it or calls it retired.
 * The README's Testbeds section names the release and the containerd the testbed runs,
   read from where the build pins them (``plugin/kube-scheduler/go.mod`` through
-  ``layersched.deploy``, ``containerd-download.yml`` through ``layersched.builds``).
+  ``layersched.deploy``, ``containerd-download.yml`` through ``layersched.testbed.builds``).
 * The README's repository layout lists every top-level folder (and each of ``plugin/``'s),
   each with one of the five parts, and names no folder that does not exist.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from layersched.builds import containerd_download
 from layersched.deploy import KUBERNETES_VERSION
+from layersched.testbed.builds import containerd_download
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"

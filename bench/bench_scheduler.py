@@ -75,7 +75,7 @@ import scheduler_report as report
 from corpus import Workload, workload
 
 from layersched.builds import kubernetes_build
-from layersched.core.errors import KubeError, LayerschedError, TestbedError
+from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.layerindex import NodeImage
 from layersched.core.nodelayers import build_document
 from layersched.core.reference import ImageReference
@@ -93,6 +93,7 @@ from layersched.evidence import provenance
 from layersched.evidence.results import destination, write_json
 from layersched.kube import NODE_LAYERS_PATH, KubeClient, extender_rules, load_kubeconfig
 from layersched.testbed.builds import FALLBACK_GO
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local import PLAYBOOKS_DIR, down, require_root, run_playbook
 from layersched.testbed.scheduler_configs import (
     batchable,

@@ -44,7 +44,7 @@ from replay_report import ARM_KEYS, BASELINE, FORMAT, MAX_PARALLEL_PULLS, MODES
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from layersched.core.errors import LayerschedError, TestbedError
+from layersched.core.errors import LayerschedError
 from layersched.core.quantity import parse_quantity
 from layersched.evidence import provenance
 from layersched.evidence.results import destination, write_json
@@ -63,6 +63,7 @@ from layersched.sim.trace import (
     write_trace,
 )
 from layersched.testbed.cluster import ClusterDriver
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.hosts import file_end, lines_since
 from layersched.testbed.local import default_state_dir, load_state, require_root
 from layersched.testbed.local._ansible import SETTINGS_FILE

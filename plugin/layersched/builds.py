@@ -63,7 +63,8 @@ GO_MINORS = "minors"
 _MODULE_DIRECTIVE = re.compile(r"^module\s+(\S+)\s*$", re.MULTILINE)
 _MINOR = re.compile(r"^1\.\d+$")
 _GO_DIRECTIVE = re.compile(r"^go\s+(\d+(?:\.\d+)*)\s*$", re.MULTILINE)
-#: The repository root (the plugin's sources are named relative to it).
+#: The repository root, the one definition: the plugin's sources, the images' recipes and the
+#: testbed's playbooks are named relative to it (a checkout's; a wheel has none).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Hex digits of the module's hash in the build ID.
 PLUGIN_HASH_CHARS = 12

@@ -12,10 +12,11 @@ from typing import Any, TypeVar
 import httpx
 import tenacity
 
-from layersched.core.errors import KubeError, TestbedError
+from layersched.core.errors import KubeError
 from layersched.kube import KubeClient, pod_path
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.cluster.driver import PodRun, scenario_pod
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local import TestbedState
 from layersched.testbed.local._cluster import LocalBackend
 

@@ -40,11 +40,11 @@ from typing import Any
 
 import pytest
 
-from layersched.core.errors import TestbedError
 from layersched.core.quantity import parse_quantity
 from layersched.kube import ALL_PODS_PATH, KubeClient, load_kubeconfig, node_path
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.cluster.driver import scenario_pod
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local import require_root
 from layersched.testbed.local._cluster import LocalBackend
 from layersched.testbed.scenario import ScenarioImages

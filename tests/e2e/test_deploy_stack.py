@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from layersched.core.errors import KubeError, TestbedError
+from layersched.core.errors import KubeError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
     AGENT_NAME,
@@ -71,6 +71,7 @@ from layersched.testbed.deploy_stack import (
     uninstall,
     wait_rollout,
 )
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local import (
     TestbedSettings,
     TestbedState,

@@ -28,7 +28,6 @@ import pytest
 import yaml
 
 from layersched.builds import kubernetes_build
-from layersched.core.errors import TestbedError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
     AGENT_NAME,
@@ -44,6 +43,7 @@ from layersched.testbed.deploy_stack import (
     wait_rollout,
     write_helm_post_renderer,
 )
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local import TestbedState, require_root
 from tests.e2e._checks import check_layer_locality
 from tests.e2e.test_deploy_stack import (

@@ -30,7 +30,7 @@ import pytest
 import tenacity
 import yaml
 
-from layersched.core.errors import KubeError, TestbedError
+from layersched.core.errors import KubeError
 from layersched.cri import CRIClient
 from layersched.kube import (
     NODE_LAYERS_PATH,
@@ -42,6 +42,7 @@ from layersched.kube import (
     pods_path,
 )
 from layersched.testbed.cluster import ClusterDriver
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local import TestbedState, require_root, up
 from layersched.testbed.local._agent_tokens import (
     token_lifetime,

@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import pytest
 
-from layersched.core.errors import KubeError, TestbedError
+from layersched.core.errors import KubeError
 from layersched.images.oci import push_image
 from layersched.kube import (
     NAMESPACES_PATH,
@@ -47,6 +47,7 @@ from layersched.kube import (
 from layersched.registry import RegistryClient
 from layersched.testbed.cluster import ClusterDriver
 from layersched.testbed.cluster.driver import scenario_pod
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local import TestbedState, require_root
 from layersched.testbed.local._cluster import LocalBackend
 from layersched.testbed.scenario_images import (

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from layersched.core.errors import TestbedError as BedError  # not a test class
+from layersched.testbed.errors import TestbedError as BedError  # not a test class
 from layersched.testbed.kind.driver import (
     image_locality_scores,
     pod_name,

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from layersched.core.errors import TestbedError
+from layersched.core.errors import ImageBuildError
 from layersched.images.build import Pin, fetch_debs
 from tests.fixtures import prereq
 from tests.fixtures.serving import serving
@@ -98,7 +98,7 @@ def test_a_file_that_is_not_the_locked_one_is_refused(apt_get: None, tmp_path: P
     pin = Pin(NAME, VERSION, hashlib.sha256(b"what the lock says").hexdigest())
     with serving(_server(CONTENT, []), "snapshot") as server:
         base = f"http://127.0.0.1:{server.server_address[1]}"
-        with pytest.raises(TestbedError) as caught:
+        with pytest.raises(ImageBuildError) as caught:
             fetch_debs([pin], tmp_path, snapshot=base)
     message = str(caught.value)
     assert "apt-get download" in message  # the mirrors' refusal comes first

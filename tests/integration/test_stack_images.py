@@ -20,11 +20,10 @@ from typing import Any
 import pytest
 
 from layersched import __version__
-from layersched.builds import kubernetes_build
+from layersched.builds import REPO_ROOT, kubernetes_build
 from layersched.core.errors import InputError
 from layersched.images.build import (
     LAYERSCHED_BIN,
-    REPO_ROOT,
     SITE_PACKAGES,
     build_kube_scheduler_image,
     build_kube_scheduler_index,

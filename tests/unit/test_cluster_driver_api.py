@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from layersched.core.errors import TestbedError
 from layersched.kube import (
     ALL_PODS_PATH,
     NAMESPACES_PATH,
@@ -33,6 +32,7 @@ from layersched.testbed.cluster.driver import (
     listed_repository,
     still_running,
 )
+from layersched.testbed.errors import TestbedError
 from tests.fixtures.kube_api import Answer, Request, StandInApi, items, ok, status
 
 NS = SCENARIO_NAMESPACE

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from layersched.core.errors import TestbedError
 from layersched.testbed.cluster import extender_decision, plugin_scores, scheduled_by
 from layersched.testbed.cluster.driver import PodRun
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.hosts import LocalHost
 from layersched.testbed.local._cluster import (
     LAYER_LOCALITY_PLUGIN,

@@ -19,8 +19,9 @@ import msgspec
 import pytest
 import yaml
 
-from layersched.core.errors import InputError, TestbedError
+from layersched.core.errors import InputError
 from layersched.testbed.cli.scenario import _cloud
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.hosts import LocalHost, SSHHost, SSHTarget
 from layersched.testbed.remote import (
     REMOTE_TESTBED_VERSION,

@@ -22,7 +22,7 @@ import replay as bench_replay  # noqa: E402
 import replay_report as report  # noqa: E402
 
 from layersched.builds import kubernetes_build  # noqa: E402
-from layersched.core.errors import InputError, TestbedError  # noqa: E402
+from layersched.core.errors import InputError  # noqa: E402
 from layersched.sim.engine import simulate  # noqa: E402
 from layersched.sim.settings import build_strategy  # noqa: E402
 from layersched.sim.trace import (  # noqa: E402
@@ -37,6 +37,7 @@ from layersched.sim.trace import (  # noqa: E402
     write_trace,
 )
 from layersched.testbed.cluster import pulled_bytes_by_repository  # noqa: E402
+from layersched.testbed.errors import TestbedError  # noqa: E402
 from layersched.testbed.replay import (  # noqa: E402
     Replay,
     TraceBuild,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from layersched.core.errors import TestbedError
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local import TestbedSettings
 from layersched.testbed.local._ansible import _check_addresses_free, check_socket_paths
 from layersched.testbed.local._listeners import foreign_listeners

@@ -18,8 +18,8 @@ import yaml
 
 from layersched.cli.main import build_parser
 from layersched.cli.main import main as cli_main
-from layersched.core import errors
 from layersched.core.errors import InputError
+from layersched.testbed import errors
 from layersched.testbed.cli.testbed import _mbit_to_bits, _pairs, layer_sizes
 from layersched.testbed.local import (
     TestbedSettings,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from layersched.core.errors import InputError, TestbedError
+from layersched.core.errors import InputError
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local._cluster import RegistryAccessLog
 from layersched.testbed.report import link_optimum_s, plot, print_table
 from layersched.testbed.scenario import (

@@ -48,7 +48,6 @@ class KubeError(LayerschedError):
         self.status = status
 
 
-class TestbedError(LayerschedError):
-    """The testbed could not be brought up, used or torn down."""
-
-    __test__ = False  # not a pytest test class despite the name
+class ImageBuildError(LayerschedError):
+    """An image could not be built: a command it runs failed, or a package it fetches was
+    refused or is not the one locked."""

@@ -58,8 +58,15 @@ from urllib.parse import quote
 import httpx
 
 from layersched import __version__
-from layersched.builds import CACHE_DIR_ENV, IMAGE_ARCHES, cache_root, check_arch, host_arch
-from layersched.core.errors import InputError, TestbedError
+from layersched.builds import (
+    CACHE_DIR_ENV,
+    IMAGE_ARCHES,
+    REPO_ROOT,
+    cache_root,
+    check_arch,
+    host_arch,
+)
+from layersched.core.errors import ImageBuildError, InputError
 from layersched.core.manifest import Platform, sha256_digest
 from layersched.images.binary import GoBuildInfo, elf_facts, go_build_info
 from layersched.images.oci import (
@@ -73,7 +80,6 @@ from layersched.images.oci import (
     build_index,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 IMAGES_DIR = REPO_ROOT / "images" / "layersched"
 DEBIAN_LOCK = IMAGES_DIR / "debian.lock"
 REQUIREMENTS_LOCK = IMAGES_DIR / "requirements.lock"
@@ -216,10 +222,10 @@ def _run(argv: Sequence[str], what: str, timeout_s: float, cwd: Path | None = No
             list(argv), capture_output=True, text=True, timeout=timeout_s, cwd=cwd, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise TestbedError(f"{what}: {err}") from err
+        raise ImageBuildError(f"{what}: {err}") from err
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-        raise TestbedError(f"{what} failed (exit {done.returncode}):\n{tail}")
+        raise ImageBuildError(f"{what} failed (exit {done.returncode}):\n{tail}")
     return done.stdout
 
 
@@ -253,7 +259,7 @@ def _compile_sources(sources: dict[str, bytes]) -> dict[str, bytes]:
             check=True,
         )
     except (OSError, subprocess.SubprocessError) as err:
-        raise TestbedError(f"compiling the image's Python bytecode: {err}") from err
+        raise ImageBuildError(f"compiling the image's Python bytecode: {err}") from err
     result: dict[str, bytes] = pickle.loads(done.stdout)  # noqa: S301 (our own child's output)
     return result
 
@@ -357,7 +363,7 @@ class TarTree:
         Sources that do not compile (test fixtures, Python 2 examples) are left as they are.
         """
         if sys.version_info[:2] != _IMAGE_PYTHON:
-            raise TestbedError(
+            raise ImageBuildError(
                 f"compiling the image's Python {PYTHON_VERSION} bytecode needs Python "
                 f"{PYTHON_VERSION}, not {sys.version.split()[0]}: run the build from the venv"
             )
@@ -435,7 +441,7 @@ class LayerCache:
             doc = {"digest": layer.digest, "diff_id": layer.diff_id}
             (self.root / f"{key}.json").write_text(json.dumps(doc))
         except OSError as err:
-            raise TestbedError(
+            raise ImageBuildError(
                 f"caching layer {key} under {self.root}: {err}; set {CACHE_DIR_ENV} to a "
                 "writable directory"
             ) from err
@@ -481,7 +487,7 @@ def snapshot_deb(pin: Pin, directory: Path, base: str) -> Path:
             doc = answer.json()
             found = [r["hash"] for r in doc["result"] if r["architecture"] in arches]
             if not found:
-                raise TestbedError(f"{where}: no {'/'.join(arches)} file listed")
+                raise ImageBuildError(f"{where}: no {'/'.join(arches)} file listed")
             sha1 = found[0]
             filename = Path(doc["fileinfo"][sha1][0]["name"]).name
             digest = hashlib.sha256()
@@ -492,18 +498,20 @@ def snapshot_deb(pin: Pin, directory: Path, base: str) -> Path:
                 for chunk in body.iter_bytes():
                     size += len(chunk)
                     if size > MAX_DEB_BYTES:
-                        raise TestbedError(f"{where}: more than {MAX_DEB_BYTES} bytes: no package")
+                        raise ImageBuildError(
+                            f"{where}: more than {MAX_DEB_BYTES} bytes: no package"
+                        )
                     digest.update(chunk)
                     chunks.append(chunk)
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as err:
-        raise TestbedError(f"fetching {where}: {err}") from err
+        raise ImageBuildError(f"fetching {where}: {err}") from err
     if digest.hexdigest() != pin.sha256:
-        raise TestbedError(
+        raise ImageBuildError(
             f"{where}: the file's sha256 is not the one in {DEBIAN_LOCK.name}; the lock or "
             "the archive is wrong: nothing was written"
         )
     if not filename.endswith(".deb") or "/" in filename:
-        raise TestbedError(f"{where}: {filename!r} is no package file name")
+        raise ImageBuildError(f"{where}: {filename!r} is no package file name")
     path = directory / filename
     path.write_bytes(b"".join(chunks))
     return path
@@ -527,7 +535,7 @@ PRIVATE_APT_DIR = ".apt"
 def _dpkg_arch() -> str | None:
     try:
         return _run(["dpkg", "--print-architecture"], "asking dpkg its architecture", 30).strip()
-    except TestbedError:
+    except ImageBuildError:
         return None
 
 
@@ -564,7 +572,7 @@ def private_apt_options(state: Path, arch: str) -> list[str]:
     (lists, cache, an empty dpkg status): this machine's apt configuration and dpkg
     database are never read or changed."""
     if not DEBIAN_KEYRING.is_file():
-        raise TestbedError(
+        raise ImageBuildError(
             f"{DEBIAN_KEYRING} is missing: the image's Debian packages for {arch} are checked "
             "against Debian's archive keyring: install the package debian-archive-keyring"
         )
@@ -574,7 +582,7 @@ def private_apt_options(state: Path, arch: str) -> list[str]:
         (state / "sources.list").write_text(debian_sources(), encoding="utf-8")
         (state / "status").touch()
     except OSError as err:
-        raise TestbedError(f"preparing a private apt state in {state}: {err}") from err
+        raise ImageBuildError(f"preparing a private apt state in {state}: {err}") from err
     options = {
         "Dir::Etc::SourceList": state / "sources.list",
         "Dir::Etc::SourceParts": "/dev/null",
@@ -626,13 +634,13 @@ def fetch_debs(
     if missing:
         try:
             _apt_download(missing, directory, arch)
-        except TestbedError as mirrors:
+        except ImageBuildError as mirrors:
             base = snapshot or snapshot_base()
             for pin in stale(present()):
                 try:
                     snapshot_deb(pin, directory, base)
-                except TestbedError as err:
-                    raise TestbedError(
+                except ImageBuildError as err:
+                    raise ImageBuildError(
                         f"{mirrors}\nthen, from Debian's snapshot archive: {err}"
                     ) from err
     have = present()
@@ -640,7 +648,7 @@ def fetch_debs(
     for pin in pins:
         path = have.get(pin.name)
         if path is None or _file_sha256(path) != pin.sha256:
-            raise TestbedError(
+            raise ImageBuildError(
                 f"{pin.name}={pin.version}: the downloaded package does not match the sha256 in "
                 f"{DEBIAN_LOCK.name}; the archive may have replaced it: update the lock file"
             )
@@ -657,7 +665,7 @@ def _deb_data(path: Path) -> tarfile.TarFile:
             check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError) as err:
-        raise TestbedError(f"reading {path} with dpkg-deb: {err}") from err
+        raise ImageBuildError(f"reading {path} with dpkg-deb: {err}") from err
     return tarfile.open(fileobj=io.BytesIO(data), mode="r:")
 
 

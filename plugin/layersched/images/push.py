@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layersched import __version__
+from layersched.builds import REPO_ROOT
 from layersched.deploy import (
     ADMISSION_PRIVATE_FILES,
     KUBERNETES_VERSION,
@@ -28,7 +29,6 @@ from layersched.deploy import (
     write_tree,
 )
 from layersched.images.build import (
-    REPO_ROOT,
     build_kube_scheduler_image,
     build_layersched_image,
     image_size_bytes,

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from layersched.core.errors import InputError, KubeError, TestbedError
+from layersched.core.errors import InputError, KubeError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
     ADMISSION_PRIVATE_FILES,
@@ -40,6 +40,7 @@ from layersched.kube import port_forward
 from layersched.testbed._patches import pod_template_patch
 from layersched.testbed.cluster._measure import plugin_scores
 from layersched.testbed.cluster.driver import NotYet, PodRun
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local import (
     LOCAL_PATCHES,
     LocalTestbedTarget,

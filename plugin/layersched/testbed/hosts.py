@@ -31,7 +31,7 @@ from typing import Protocol
 import msgspec
 import tenacity
 
-from layersched.core.errors import TestbedError
+from layersched.testbed.errors import TestbedError
 
 #: A command over an open master connection answers in milliseconds; the first one opens
 #: it (TCP, key exchange, auth): a slow uplink to a cloud region takes seconds.

@@ -19,9 +19,9 @@ from pathlib import Path
 import msgspec
 from rich.console import Console
 
-from layersched.core.errors import TestbedError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.hosts import SSHHost, SSHTarget
 from layersched.testbed.local._cluster import FileBackend, NodeAccess
 from layersched.testbed.scenario import ScenarioImages

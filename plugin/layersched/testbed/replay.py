@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
-from layersched.core.errors import KubeError, TestbedError
+from layersched.core.errors import KubeError
 from layersched.core.events import (
     PULLED_REASON,
     SCHEDULED_REASON,
@@ -66,6 +66,7 @@ from layersched.images.oci import (
 from layersched.registry import RegistryClient
 from layersched.testbed.cluster._measure import pulled_bytes_by_repository
 from layersched.testbed.cluster.driver import SCENARIO_LABEL, ClusterDriver, scenario_pod
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.idle_program import idle_program
 from layersched.testbed.scenario_images import ENTRYPOINT_PATH, TITLE_LABEL, WORKING_DIR
 

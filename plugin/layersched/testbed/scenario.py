@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from layersched.core.errors import InputError, TestbedError
+from layersched.core.errors import InputError
 from layersched.core.reference import ImageReference
+from layersched.testbed.errors import TestbedError
 
 #: Pod names, in the order the scenario submits them.
 P1 = "P1"

@@ -39,7 +39,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import tenacity
 
-from layersched.core.errors import KubeError, TestbedError
+from layersched.core.errors import KubeError
 from layersched.core.layerindex import LayerIndex
 from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
 from layersched.core.quantity import parse_quantity
@@ -72,6 +72,7 @@ from layersched.testbed.cluster._measure import (
     pull_event_for,
     scheduled_by,
 )
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.scenario import Placement, Pull, repository_of
 
 log = logging.getLogger(__name__)

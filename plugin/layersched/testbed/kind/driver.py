@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from layersched.core.errors import KubeError, TestbedError
+from layersched.core.errors import KubeError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import DEFAULT_SCHEDULER, LAYER_LOCALITY_SCHEDULER, NAMESPACE, labels
@@ -40,6 +40,7 @@ from layersched.testbed.cluster.driver import (
     scenario_pod,
     whole_node_requests,
 )
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.kind._cluster_config import CRIO_SOCKET
 
 __all__ = [

@@ -23,13 +23,10 @@ from typing import IO, Any
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from layersched.core.errors import TestbedError
+from layersched.builds import REPO_ROOT
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local._listeners import foreign_listeners
-from layersched.testbed.local._state import (
-    DEFAULT_STATE_DIR,
-    REPO_ROOT,
-    default_state_dir,
-)
+from layersched.testbed.local._state import DEFAULT_STATE_DIR, default_state_dir
 
 #: Where the testbed's playbooks live.
 PLAYBOOKS_DIR = REPO_ROOT / "playbooks"

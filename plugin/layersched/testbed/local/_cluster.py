@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import tenacity
 
-from layersched.core.errors import CRIError, TestbedError
+from layersched.core.errors import CRIError
 from layersched.core.strategies.image_locality import NAME as IMAGE_LOCALITY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.cri import CRIClient
@@ -32,6 +32,7 @@ from layersched.deploy import IMAGE_LOCALITY_PLUGIN
 from layersched.deploy import LAYER_LOCALITY_PLUGIN as LAYER_LOCALITY_PLUGIN_NAME
 from layersched.testbed.cluster._measure import extender_decision, plugin_scores
 from layersched.testbed.cluster.driver import NotYet, PodRun, listed_repository, wait_for
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.hosts import Host, LocalHost
 from layersched.testbed.hosts import file_end as file_end  # re-exported
 from layersched.testbed.hosts import lines_since as lines_since  # re-exported

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import msgspec
 
-from layersched.core.errors import TestbedError
+from layersched.builds import REPO_ROOT
+from layersched.testbed.errors import TestbedError
 
 #: Environment variable that moves the state dir (the playbooks read it too).
 STATE_DIR_ENV = "LAYERSCHED_TESTBED_DIR"
-#: The repository root: the playbooks and the default state dir live there.
-REPO_ROOT = Path(__file__).resolve().parents[4]
 #: Default state dir: ``.testbed/`` at the repository root (git-ignored).
 DEFAULT_STATE_DIR = REPO_ROOT / ".testbed"
 #: File name of the state inside the state dir.

@@ -11,9 +11,10 @@ from pathlib import Path
 import httpx
 
 from layersched import __version__
-from layersched.core.errors import CRIError, KubeError, TestbedError
+from layersched.core.errors import CRIError, KubeError
 from layersched.cri import CRIClient
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient, load_kubeconfig
+from layersched.testbed.errors import TestbedError
 from layersched.testbed.local._state import ClusterInfo, TestbedNode, TestbedState
 
 #: A healthy local daemon answers in milliseconds; don't hang a status call on a dead one.

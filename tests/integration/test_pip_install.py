@@ -2,7 +2,8 @@
 setuptools' own PEP 517 backend, each installed into a clean virtual environment (no
 checkout on its path), run as a user would: ``layersched --help``, ``estimate`` against a
 stand-in API server, ``deploy render``, and ``kubectl layersched`` through the kubectl of
-the Kubernetes build. The harness (testbeds, simulator) is not in the wheel.
+the Kubernetes build. What the wheel holds (the product only) is the unit suite's
+(tests/unit/test_wheel.py).
 
 The venv's dependencies come from the package index (pip's cache after ``make venv``):
 this is the one test that reads the index, as a user's ``pip install`` does.
@@ -13,35 +14,30 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from layersched.builds import kubernetes_build
-from layersched.cli.main import COMMAND_GROUP, COMMANDS
+from layersched.cli.main import COMMANDS
 from layersched.core.errors import InputError
 from tests.fixtures import prereq
 from tests.fixtures.kube_api import StandInApi, stand_in_api
+from tests.fixtures.wheel import build, copy_sources
 from tests.unit.test_cli_estimate import IMG1, IMG2, SIZES, L, _cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 #: Building both artifacts takes seconds; installing the wheel's dependencies into a new
 #: venv from pip's cache about a minute on 2 cores, from the index a few.
 INSTALL_TIMEOUT_S = 900
 RUN_TIMEOUT_S = 120
-HARNESS = ("layersched/testbed/", "layersched/sim/", "layersched/evidence/")
 #: The commands the harness's distribution adds (harness/pyproject.toml), through the
 #: entry-point group the product's CLI reads (layersched.cli.main.COMMAND_GROUP).
 HARNESS_COMMANDS = ("testbed", "scenario", "simulate")
-#: What an sdist is made of (pyproject's packages.find keeps the harness out of the wheel).
-SOURCES = ("pyproject.toml", "README.md", "plugin")
 
 
 def _run(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
@@ -60,26 +56,10 @@ def _run(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The sdist and the wheel of this checkout's tracked files (copied: the build leaves
-    nothing in the checkout), by setuptools' backend without build isolation (the
-    venv's setuptools, which pyproject's build-system names)."""
+    """The sdist and the wheel of this checkout's tracked files (tests/fixtures/wheel.py)."""
     src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist")
-    tracked = _run(["git", "-C", str(REPO), "ls-files", "-z", "--", *SOURCES]).split("\0")
-    for name in filter(None, tracked):
-        if (REPO / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(REPO / name, src / name)
-    built = {}
-    for kind in ("sdist", "wheel"):  # one process each: the backend keeps state
-        script = (
-            "import sys; from setuptools import build_meta as b; "
-            f"print('ARTIFACT', b.build_{kind}(sys.argv[1]))"
-        )
-        printed = _run([sys.executable, "-c", script, str(out)], cwd=src).splitlines()
-        built[kind] = out / next(
-            line.split()[1] for line in printed if line.startswith("ARTIFACT ")
-        )
-    sdist, wheel = built["sdist"], built["wheel"]
+    copy_sources(src)
+    sdist, wheel = build("sdist", src, out), build("wheel", src, out)
     assert sdist.is_file() and wheel.is_file(), sorted(out.iterdir())
     assert sdist.name.endswith(".tar.gz") and wheel.suffix == ".whl"
     return {"sdist": sdist, "wheel": wheel}
@@ -129,18 +109,6 @@ def _env(venv: Path, home: Path) -> dict[str, str]:
     of its own (no ~/.kube/config but the test's)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KUBECONFIG")}
     return {**env, "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", "HOME": str(home)}
-
-
-def test_the_wheel_holds_the_product_only(artifacts: dict[str, Path]) -> None:
-    with zipfile.ZipFile(artifacts["wheel"]) as wheel:
-        names = wheel.namelist()
-        entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-        scripts = wheel.read(entry_points).decode()
-    assert "layersched/cli/main.py" in names and "layersched/deploy/_stack.py" in names
-    assert [n for n in names if n.startswith(HARNESS)] == []
-    assert "layersched = layersched.cli.main:main" in scripts
-    assert "kubectl-layersched = layersched.cli.main:main" in scripts
-    assert f"[{COMMAND_GROUP}]" not in scripts  # the harness's commands are its own
 
 
 def test_installed_cli_runs_help_estimate_and_render(

@@ -64,8 +64,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import Workload, digest_reference, image_digest, workload
 from fake_api import FakeApi, Scripted
 
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayers import build_document
 from layersched.evidence import provenance
 from layersched.evidence.results import write_json

@@ -55,8 +55,8 @@ from bench_scheduler import ControlPlane, fake_node, untaint
 
 from layersched.builds import REPO_ROOT, KubernetesBuild, kubernetes_build, minor_builds
 from layersched.core.errors import KubeError, LayerschedError
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayers import build_document
 from layersched.deploy import LAYER_LOCALITY_PLUGIN
 from layersched.evidence import provenance

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.pod import PodImages
 from layersched.core.strategies import LayerLocalityArgs
 from layersched.core.strategies.layer_locality import LayerLocality

@@ -16,7 +16,7 @@ equal.
 
 The Python side is the core's ``LayerLocality`` over a ``LayerIndex`` of the parsed
 objects (``parse_document``). A pod image's layers are the extender's own rule
-(``extender/_votes.py``, used as is: each node's ``ballots`` into an ``ImageVotes`` of the
+(``core/votes.py``, used as is: each node's ``ballots`` into an ``ImageVotes`` of the
 case's quorum): nodes agreeing on one (digest, layers) under the image's lookup key (as
 kubelet normalises names) must be a quorum and a majority of those publishing under it
 (issue 30), and no other answer may pass too; for a digest-pinned image every publisher
@@ -42,8 +42,9 @@ import yaml
 from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.inflight import PendingPull, bound_at_s, pending_images
-from layersched.core.layerindex import LayerIndex, NodeInfo
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeInfo
 from layersched.core.nodelayers import API_VERSION, KIND, parse_document
 from layersched.core.objects import decode_bound_pod
 from layersched.core.pod import PodImages
@@ -51,6 +52,7 @@ from layersched.core.strategies.args import InFlightArgs, LayerLocalityArgs
 from layersched.core.strategies.base import resolve_pod_layers
 from layersched.core.strategies.in_flight import InFlight
 from layersched.core.strategies.layer_locality import LayerLocality
+from layersched.core.votes import DEFAULT_IMAGE_QUORUM, Ballot, ImageVotes, ballots
 from layersched.deploy import (
     IN_FLIGHT_WEIGHT,
     KUBE_SCHEDULER_CONFIG_V1,
@@ -58,7 +60,6 @@ from layersched.deploy import (
     plugin_readme_block,
     plugin_scheduler_config,
 )
-from layersched.extender._votes import DEFAULT_IMAGE_QUORUM, Ballot, ImageVotes, ballots
 from layersched.testbed.builds import find_go
 from layersched.testbed.scheduler_configs import (
     TestbedSchedulers,

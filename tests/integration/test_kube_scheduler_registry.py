@@ -37,8 +37,9 @@ import tenacity
 from rich.console import Console
 
 from layersched.builds import kubernetes_build
-from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
+from layersched.core.layerindex import LayerIndex
 from layersched.core.manifest import Platform
+from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.nodelayers import build_document, parse_document
 from layersched.core.pod import PodImages
 from layersched.core.reference import ImageName

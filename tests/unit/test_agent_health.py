@@ -33,8 +33,8 @@ from layersched.agent import (
 )
 from layersched.agent._health import HEALTH_MAX_CONNECTIONS
 from layersched.agent._publisher import PublishStats
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage
 from tests.fixtures.extender import free_port
 from tests.fixtures.inventory_api import InventoryApi
 from tests.fixtures.serving import http_get, running_app

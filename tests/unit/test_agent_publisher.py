@@ -32,8 +32,8 @@ from layersched.agent import (
 )
 from layersched.cli.main import main as cli_main
 from layersched.core.errors import KubeError
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayers import LIMITS, Limits, parse_document
 from tests.fixtures.inventory_api import InventoryApi
 

@@ -15,8 +15,8 @@ import pytest
 
 from layersched.agent import CrioStorageReader, NodeImagesReader, cri_images
 from layersched.core.errors import InputError
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayers import build_document
 from layersched.cri import CRIImage
 

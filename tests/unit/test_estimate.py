@@ -33,8 +33,8 @@ from layersched.core.estimate import (
     ran_images,
 )
 from layersched.core.events import PullEvent
-from layersched.core.layerindex import NodeImage, NodeInfo
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.objects import PlacedPod
 from layersched.core.strategies import InFlightArgs
 

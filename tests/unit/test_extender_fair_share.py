@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import tenacity
 
-from layersched.core.layerindex import NodeImage
+from layersched.core.budget import MIN_SHARE_BYTES, OBJECT_BYTES, IndexPools
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayers import parse_document
-from layersched.extender._pools import MIN_SHARE_BYTES, OBJECT_BYTES, IndexPools
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, layers, metric, node
 from tests.fixtures.fake_kube import started as start

@@ -26,7 +26,7 @@ from layersched.core.reference import ImageName
 from layersched.core.strategies import get_strategy
 from layersched.core.strategies.in_flight import InFlight
 from layersched.extender import StaticLayerIndexProvider, make_extender
-from layersched.extender._pending import PendingPods, PodParser
+from layersched.extender.watch._pending import PendingPods, PodParser
 from layersched.kube import ALL_PODS_PATH, NODE_LAYERS_PATH, NODES_PATH
 from tests.fixtures.fake_kube import (
     FakeApi,
@@ -217,7 +217,7 @@ def test_a_node_whose_agent_publishes_the_image_holds_it(loop: RunningLoop) -> N
     api.items[ALL_PODS_PATH] = [pod("q1", "n2", "reg/y:1", bound_at=BOUND_AT)]
     extender = _extender(loop, api, BOUND_S)
     _assert_scores(loop, extender, {"n1": 10, "n2": 5, "n3": 10})
-    from layersched.core.layerindex import NodeImage
+    from layersched.core.nodeimages import NodeImage
 
     held = NodeImage.held((IMAGE,), digest(100), (L1, L2))
     api.put(NODE_LAYERS_PATH, event("MODIFIED", layers("n2", held)))

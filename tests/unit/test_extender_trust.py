@@ -19,10 +19,10 @@ import pytest
 import tenacity
 
 from layersched.core.errors import LayerResolutionError
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.nodeimages import NodeImage
+from layersched.core.votes import PINNED_CACHE_SIZE, pinned
 from layersched.extender import WatchLayerIndexProvider, make_extender
-from layersched.extender._votes import PINNED_CACHE_SIZE, pinned
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH
 from tests.fixtures.fake_kube import (
     FakeApi,

@@ -16,8 +16,8 @@ import pytest
 import tenacity
 
 from layersched.core.errors import KubeError
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.nodeimages import NodeImage
 from layersched.extender import WatchLayerIndexProvider
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, Gone, WatchEvent
 from tests.fixtures.fake_kube import FakeApi, digest, layers, node, started

@@ -22,12 +22,12 @@ import pytest
 import tenacity
 
 from layersched.agent import DEFAULT_HEARTBEAT_S
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayers import LIMITS
 from layersched.extender import WatchLayerIndexProvider
 from layersched.extender import _memory as memory_module
-from layersched.extender._parse import (
+from layersched.extender.watch._parse import (
     AGENT_HEARTBEAT_S,
     DEFAULT_INVENTORY_MAX_AGE_S,
     MAX_OBJECT_BYTES,

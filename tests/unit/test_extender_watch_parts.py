@@ -8,11 +8,11 @@ import logging
 
 import pytest
 
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage
+from layersched.core.votes import ImageVotes
 from layersched.extender import _memory
-from layersched.extender._parse import IGNORED_LOG_PERIOD_S, IgnoredLog
-from layersched.extender._votes import ImageVotes
+from layersched.extender.watch._parse import IGNORED_LOG_PERIOD_S, IgnoredLog
 from tests.fixtures.fake_kube import digest
 
 NGINX = "nginx:1.25"

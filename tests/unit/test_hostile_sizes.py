@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import LayerschedError
-from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo, annotation_layers
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import MAX_SIZE_BYTES, Layer, StaticLayerSource, check_size
 from layersched.core.manifest import parse_manifest
+from layersched.core.nodeimages import NodeImage, NodeInfo, annotation_layers
 from layersched.core.nodelayers import build_document, parse_document
 from layersched.core.objects import decode_node, node_info
 from layersched.core.pod import PodImages

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
+from layersched.core.layerindex import LayerIndex
+from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.pod import PodImages
 from layersched.core.reference import normalized_image_name
 from layersched.core.strategies.args import ImageLocalityArgs

@@ -27,8 +27,9 @@ from layersched.core.inflight import (
     split_bytes,
     start_cost_s,
 )
-from layersched.core.layerindex import LayerIndex, NodeInfo
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeInfo
 from layersched.core.pod import PodImages
 from layersched.core.reference import ImageName
 from layersched.core.strategies import (

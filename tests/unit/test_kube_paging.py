@@ -29,10 +29,10 @@ import msgspec
 import pytest
 import tenacity
 
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage
 from layersched.extender import WatchLayerIndexProvider
-from layersched.extender._parse import MAX_OBJECT_BYTES
+from layersched.extender.watch._parse import MAX_OBJECT_BYTES
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient, KubeConfig, Oversize
 from layersched.kube._client import _skipped_page
 from tests.fixtures.fake_kube import RunningLoop, digest, layers, metric, node

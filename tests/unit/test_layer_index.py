@@ -15,15 +15,9 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.core.layerindex import (
-    COMPACT_SLACK,
-    LayerIndex,
-    LayerIndexBuilder,
-    NodeImage,
-    NodeInfo,
-    SlotCache,
-)
+from layersched.core.layerindex import COMPACT_SLACK, LayerIndex, LayerIndexBuilder, SlotCache
 from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.pod import PodImages
 from layersched.core.strategies import (
     LayerLocalityArgs,

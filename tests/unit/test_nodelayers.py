@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.nodelayers import build_document, content_hash, parse_document
 from layersched.kube import node_layers_crd
 

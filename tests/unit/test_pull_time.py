@@ -10,8 +10,9 @@ import pytest
 
 from layersched.cli.main import main
 from layersched.core.errors import InputError
-from layersched.core.layerindex import LayerIndex, NodeInfo
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.nodeimages import NodeInfo
 from layersched.core.pod import PodImages
 from layersched.core.strategies import (
     STRATEGY_NAMES,

@@ -21,6 +21,7 @@ from layersched.cli.deploy import PLUGIN_README_BLOCK, plugin_readme
 from layersched.cli.main import EXIT_USAGE, main
 from layersched.core.errors import InputError
 from layersched.core.strategies.args import InFlightArgs
+from layersched.core.votes import DEFAULT_IMAGE_QUORUM
 from layersched.deploy import (
     DEFAULT_ALLOWED_REGISTRIES,
     IMAGE_LOCALITY_PLUGIN,
@@ -51,7 +52,6 @@ from layersched.deploy import (
 from layersched.deploy._scheduler_config import PLUGIN_REGISTRY_BOUNDS
 from layersched.extender import DEFAULT_RESOLVE_TIMEOUT_S
 from layersched.extender._resolver import DEFAULT_WORKERS, MAX_PENDING
-from layersched.extender._votes import DEFAULT_IMAGE_QUORUM
 from layersched.registry import (
     DEFAULT_DEADLINE_S,
     DEFAULT_RETRIES,
@@ -232,7 +232,7 @@ def test_bad_registry_args_are_refused(make: Callable[[], object], message: str)
 
 def test_the_plugins_image_quorum_defaults_to_the_extenders() -> None:
     # one trust rule, two schedulers: the rendered plugin args resolve a pod image with the
-    # extender's quorum (extender/_votes.py), and a chosen quorum is rendered as given
+    # extender's quorum (core/votes.py), and a chosen quorum is rendered as given
     assert PluginArgs().to_config()["imageQuorum"] == DEFAULT_IMAGE_QUORUM == 2
     assert PluginArgs(image_quorum=3).to_config()["imageQuorum"] == 3
 

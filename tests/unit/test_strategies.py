@@ -7,8 +7,9 @@ import re
 import pytest
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer, StaticLayerSource
+from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.pod import PodImages
 from layersched.core.strategies import (
     STRATEGY_NAMES,

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from layersched.agent._readers import CRIImageLike
 from layersched.core.errors import InputError
-from layersched.core.layerindex import annotation_layers
+from layersched.core.nodeimages import annotation_layers
 from layersched.core.reference import ImageName
 
 #: kubelet's ``MaxNamesPerImageInNodeStatus``: names kept per image, so that a

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 from layersched.agent._health import AgentHealth
 from layersched.agent._readers import NodeRead
 from layersched.core.errors import KubeError, LayerschedError
-from layersched.core.layerindex import NodeImage
+from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayers import (
     DEFAULT_MAX_OBJECT_BYTES,
     Omission,

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.layerindex import NodeImage, annotation_layers
 from layersched.core.layers import Layer, LayerSource, check_digest, check_size
+from layersched.core.nodeimages import NodeImage, annotation_layers
 from layersched.core.nodelayers import shown
 from layersched.core.reference import ImageName, parse_or_none
 

@@ -57,9 +57,9 @@ from layersched.core.estimate import (
 )
 from layersched.core.events import PULLED_REASON
 from layersched.core.inflight import PULL_MODES, SERIAL
-from layersched.core.layerindex import NodeImage, NodeInfo, names_resolver
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.manifest import Platform
+from layersched.core.nodeimages import NodeImage, NodeInfo, names_resolver
 from layersched.core.objects import (
     SchedulableNode,
     decode_placed_pod,

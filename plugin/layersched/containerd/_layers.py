@@ -17,9 +17,9 @@ from collections import OrderedDict
 
 from layersched.containerd._client import ContainerdClient, ImageRecord
 from layersched.core.errors import CRIError, ManifestError
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
 from layersched.core.manifest import DEFAULT_PLATFORM, ImageIndex, Platform, parse_manifest
+from layersched.core.nodeimages import NodeImage
 from layersched.core.reference import ImageName
 
 log = logging.getLogger(__name__)

@@ -53,8 +53,9 @@ from layersched.core.events import (
     reporting_host,
 )
 from layersched.core.inflight import PendingPull, node_backlog, start_costs_s
-from layersched.core.layerindex import LayerIndex, NodeInfo
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeInfo
 from layersched.core.objects import (
     Affinity,
     NodeSelectorRequirement,

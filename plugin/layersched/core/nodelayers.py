@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from layersched.core.errors import InputError
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import MAX_SIZE_BYTES, Layer, check_digest, check_size, is_digest
+from layersched.core.nodeimages import NodeImage
 from layersched.core.reference import ImageName
 
 GROUP = "layersched.io"
@@ -361,7 +361,7 @@ def parse_document(
     ``check_size`` at ``layersched.core.layers.MAX_SIZE_BYTES``).
 
     ``intern`` shares image names. The watching extender shares layers and whole images
-    across objects in its own pools (``layersched.extender._pools``), and interns nothing
+    across objects in its own pools (``layersched.core.budget``), and interns nothing
     an object it may refuse names."""
     if not isinstance(document, dict):
         raise InputError(f"{origin}: expected a {KIND} object")

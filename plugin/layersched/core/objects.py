@@ -14,7 +14,7 @@ sizes, a patched kubelet's ``layers`` map, ``imageLayer.<digest>`` annotations, 
 containers and images. A Node's ``status.images`` entries stay :class:`ContainerImage`
 structs (hashable, so a builder interns the 25,000 entries of a request as the few
 thousand distinct ones) until :func:`describe_image` makes a
-:class:`~layersched.core.layerindex.NodeImage` of a distinct one.
+:class:`~layersched.core.nodeimages.NodeImage` of a distinct one.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ import msgspec
 import yaml
 
 from layersched.core.errors import InputError
-from layersched.core.layerindex import (
+from layersched.core.layerindex import LayerIndexBuilder
+from layersched.core.layers import Layer, check_digest, check_size
+from layersched.core.nodeimages import (
     LAYER_ANNOTATION_PREFIX,
-    LayerIndexBuilder,
     NodeImage,
     NodeInfo,
     annotation_layers,
     prefixed,
 )
-from layersched.core.layers import Layer, check_digest, check_size
 from layersched.core.pod import PodImages
 from layersched.core.reference import ImageName
 

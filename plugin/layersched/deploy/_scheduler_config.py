@@ -77,7 +77,7 @@ MAX_INVENTORY_MAX_AGE_S = 7 * 24 * 3600
 DEFAULT_INVENTORY_SYNC_TIMEOUT_S = 30
 MAX_INVENTORY_SYNC_TIMEOUT_S = 600
 #: Nodes that must publish the same layers for a pod image: the extender's
-#: ``--image-quorum`` default (extender/_votes.py DEFAULT_IMAGE_QUORUM, which a unit test
+#: ``--image-quorum`` default (core/votes.py DEFAULT_IMAGE_QUORUM, which a unit test
 #: holds this to; not imported, as rendering must not load the extender's server).
 DEFAULT_IMAGE_QUORUM = 2
 MAX_IMAGE_QUORUM = 100_000

@@ -11,6 +11,8 @@ and ``/debug/decisions`` (to local clients only, unless ``--debug-endpoints``).
 See ``docs/extender.md``.
 """
 
+from layersched.core.budget import DEFAULT_MAX_INVENTORY_BYTES
+from layersched.core.votes import DEFAULT_IMAGE_QUORUM
 from layersched.extender._memory import (
     ALLOCATORS,
     DEFAULT_RECYCLE_EXCESS_BYTES,
@@ -22,10 +24,8 @@ from layersched.extender._memory import (
     recycled_before,
 )
 from layersched.extender._metrics import LATENCY_BUCKETS_S
-from layersched.extender._parse import DEFAULT_INVENTORY_MAX_AGE_S
 from layersched.extender._platforms import Platforms
 from layersched.extender._pod_layers import registry_of
-from layersched.extender._pools import DEFAULT_MAX_INVENTORY_BYTES
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
 from layersched.extender._providers import (
     LayerIndexProvider,
@@ -56,9 +56,9 @@ from layersched.extender._server import (
     make_extender,
     serve,
 )
-from layersched.extender._votes import DEFAULT_IMAGE_QUORUM
-from layersched.extender._warmup import DEFAULT_AGENT_GRACE_S
 from layersched.extender._wire import MAX_EXTENDER_PRIORITY
+from layersched.extender.watch._parse import DEFAULT_INVENTORY_MAX_AGE_S
+from layersched.extender.watch._warmup import DEFAULT_AGENT_GRACE_S
 
 __all__ = [
     "ALLOCATORS",

@@ -26,7 +26,7 @@ Every platform has a layer source of its own (a registry client picks one platfo
 an index), made on first use by a factory, so caches are per (reference, platform).
 Inside one snapshot the images of a node of another platform than the default are told
 apart by a prefix on their names (``"linux/arm64 repo:tag"``,
-:func:`layersched.core.layerindex.prefixed`), which :class:`PlatformSource` strips to
+:func:`layersched.core.nodeimages.prefixed`), which :class:`PlatformSource` strips to
 dispatch to that platform's source. Offline sources (``--layers``) carry no platform:
 without a factory every node is scored in the default platform.
 """
@@ -41,9 +41,9 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.layerindex import PREFIX_SEPARATOR, NamesResolver, names_resolver
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.manifest import Platform
+from layersched.core.nodeimages import PREFIX_SEPARATOR, NamesResolver, names_resolver
 from layersched.core.objects import Node
 from layersched.core.reference import ImageName
 

@@ -10,15 +10,15 @@ import threading
 from collections.abc import Mapping, Sequence
 
 from layersched.core.errors import InputError
-from layersched.core.layerindex import prefixed_name
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import prefixed_name
 from layersched.core.reference import ImageName, ImageReference
+from layersched.core.votes import PINNED_CACHE_SIZE, pinned
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
 from layersched.extender._providers import LayerIndexProvider
 from layersched.extender._pull_secrets import PullSecrets
 from layersched.extender._resolver import DeadlineResolver
-from layersched.extender._votes import PINNED_CACHE_SIZE, pinned
 from layersched.registry import PullCredential
 
 
@@ -36,7 +36,7 @@ class PodLayers:
     """A :class:`DeadlineResolver` per platform (the default's given, the others' made on
     first use from it, each over its platform's layer source), and a pod's layers
     through them; also the status images of nodes without an agent, for the watch's
-    warm-up (a :class:`~layersched.extender._warmup.StatusImages`: the same resolvers,
+    warm-up (a :class:`~layersched.extender.watch._warmup.StatusImages`: the same resolvers,
     cache and TTLs)."""
 
     def __init__(
@@ -146,7 +146,7 @@ class PodLayers:
         digest names its content), the nodes' meanwhile (the source is asked in the
         background, never awaited). Issue 30: agreeing liars are outvoted by the registry;
         issue 44: the nodes' answer for a pinned image comes with no dissenting publisher
-        (:meth:`~layersched.extender._votes.ImageVotes.layers`), else the registry is
+        (:meth:`~layersched.core.votes.ImageVotes.layers`), else the registry is
         awaited like any unknown image's."""
         if agreed is None or not pinned(image):
             return agreed

@@ -22,7 +22,6 @@ from layersched.core.strategies import NodeScores, PlatformGroup, Strategy, pod_
 from layersched.core.strategies.base import MAX_NODE_SCORE
 from layersched.core.strategies.in_flight import InFlight
 from layersched.extender._metrics import ExtenderMetrics
-from layersched.extender._pending import PendingPods
 from layersched.extender._platforms import Platforms, PlatformSource
 from layersched.extender._pod_layers import PodLayers
 from layersched.extender._providers import LayerIndexProvider, request_index
@@ -37,6 +36,7 @@ from layersched.extender._wire import (
     NamesOnlyArgs,
     NodeNamesList,
 )
+from layersched.extender.watch._pending import PendingPods
 from layersched.registry import PullCredential
 
 log = logging.getLogger("layersched.extender")

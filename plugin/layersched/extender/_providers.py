@@ -22,13 +22,18 @@ from typing import Any, Protocol
 
 from prometheus_client.registry import Collector
 
+from layersched.core.budget import DEFAULT_MAX_INVENTORY_BYTES, IndexPools
 from layersched.core.errors import InputError, LayerschedError
-from layersched.core.layerindex import LayerIndex, LayerIndexBuilder, NodeInfo, SlotCache
+from layersched.core.layerindex import LayerIndex, LayerIndexBuilder, SlotCache
 from layersched.core.layers import Layer, LayerSource
+from layersched.core.nodeimages import NodeInfo
 from layersched.core.objects import Node, add_node_object, decode_node_list
 from layersched.core.reference import ImageName
+from layersched.core.votes import DEFAULT_IMAGE_QUORUM, ImageVotes
 from layersched.extender import _memory
-from layersched.extender._parse import (
+from layersched.extender._platforms import Platforms, PlatformSource
+from layersched.extender.watch._metrics import WatchMetrics
+from layersched.extender.watch._parse import (
     DEFAULT_INVENTORY_MAX_AGE_S,
     LAYERS,
     NODES,
@@ -37,7 +42,7 @@ from layersched.extender._parse import (
     ParsedNode,
     Parser,
 )
-from layersched.extender._pending import (
+from layersched.extender.watch._pending import (
     PENDING_PODS_SELECTOR,
     PODS,
     RETRY_PERIOD_S,
@@ -45,14 +50,10 @@ from layersched.extender._pending import (
     PodParser,
     pod_key,
 )
-from layersched.extender._platforms import Platforms, PlatformSource
-from layersched.extender._pools import DEFAULT_MAX_INVENTORY_BYTES, IndexPools
-from layersched.extender._store import Store
-from layersched.extender._timers import TimerHeap
-from layersched.extender._votes import DEFAULT_IMAGE_QUORUM, ImageVotes
-from layersched.extender._warmup import DEFAULT_AGENT_GRACE_S, StatusImages, Warmup
-from layersched.extender._watch import DEFAULT_UNREADY_AFTER_S, Watch
-from layersched.extender._watch_metrics import WatchMetrics
+from layersched.extender.watch._store import Store
+from layersched.extender.watch._timers import TimerHeap
+from layersched.extender.watch._warmup import DEFAULT_AGENT_GRACE_S, StatusImages, Warmup
+from layersched.extender.watch._watch import DEFAULT_UNREADY_AFTER_S, Watch
 from layersched.kube import ALL_PODS_PATH, NODE_LAYERS_PATH, NODES_PATH, KubeClient
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ log = logging.getLogger(__name__)
 #: :data:`~layersched.extender._memory.TRIM_PERIOD_S`.
 HOUSEKEEPING = "housekeeping"
 #: The pending pods' retry of layers not known yet (``in-flight``): every
-#: :data:`~layersched.extender._pending.RETRY_PERIOD_S`.
+#: :data:`~layersched.extender.watch._pending.RETRY_PERIOD_S`.
 PENDING_RETRY = "pending-retry"
 
 
@@ -241,16 +242,16 @@ class WatchLayerIndexProvider:
     """An :class:`LayerIndexProvider` kept current by the API: the live watch of Nodes and
     NodeLayerInventory objects (docs/inventory.md), in the parts the Go port has.
 
-    * :class:`~layersched.extender._watch.Watch`, the list/watch loop, one per collection
+    * :class:`~layersched.extender.watch._watch.Watch`, the list/watch loop, one per collection
       on a thread of its own;
-    * :class:`~layersched.extender._parse.Parser`, which parses each object on that
-      thread under the caps and the budget (:mod:`~layersched.extender._pools`);
-    * :class:`~layersched.extender._store.Store`, which applies it on the event loop (so a
+    * :class:`~layersched.extender.watch._parse.Parser`, which parses each object on that
+      thread under the caps and the budget (:mod:`~layersched.core.budget`);
+    * :class:`~layersched.extender.watch._store.Store`, which applies it on the event loop (so a
       scoring pass never sees a half-applied change), with expiry and orphans;
-    * :class:`~layersched.extender._votes.ImageVotes`, the nodes' votes on pod images;
-    * :class:`~layersched.extender._warmup.Warmup`, the registry's answers for nodes
+    * :class:`~layersched.core.votes.ImageVotes`, the nodes' votes on pod images;
+    * :class:`~layersched.extender.watch._warmup.Warmup`, the registry's answers for nodes
       without an agent, after their grace;
-    * :class:`~layersched.extender._watch_metrics.WatchMetrics`, its /metrics.
+    * :class:`~layersched.extender.watch._metrics.WatchMetrics`, its /metrics.
 
     Deadlines (agent grace, staleness, housekeeping) share one timer thread.
     """

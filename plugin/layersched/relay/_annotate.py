@@ -21,8 +21,8 @@ from typing import Protocol, cast
 
 from layersched.containerd import ContentStoreReader
 from layersched.core.errors import LayerResolutionError, LayerschedError
-from layersched.core.layerindex import LAYER_ANNOTATION_PREFIX, NodeImage
 from layersched.core.layers import Layer, LayerSource
+from layersched.core.nodeimages import LAYER_ANNOTATION_PREFIX, NodeImage
 from layersched.core.reference import ImageName
 from layersched.cri._gen import api_pb2
 from layersched.relay._metrics import RelayMetrics

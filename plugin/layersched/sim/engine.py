@@ -60,8 +60,9 @@ import numpy.typing as npt
 
 from layersched.core.errors import InputError
 from layersched.core.inflight import PendingPull, PendingPulls
-from layersched.core.layerindex import IndexArray, LayerIndex, LayerIndexView, NodeInfo
+from layersched.core.layerindex import IndexArray, LayerIndex, LayerIndexView
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeInfo
 from layersched.core.pod import PodImages
 from layersched.core.strategies import NodeScores, Strategy, get_strategy
 from layersched.core.strategies.base import InFlightAware, PerNodeStrategy, zeros

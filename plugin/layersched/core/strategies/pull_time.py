@@ -35,8 +35,9 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from layersched.core.layerindex import IndexArray, LayerIndexView, NodeInfo
+from layersched.core.layerindex import IndexArray, LayerIndexView
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeInfo
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import (
     DEFAULT_BANDWIDTH_BITS_PER_S,

@@ -26,12 +26,12 @@ from typing import Any, Protocol
 
 import msgspec
 
+from layersched.core.budget import NOTHING, Held, IndexPools
 from layersched.core.errors import InputError
-from layersched.core.layerindex import NodeImage, NodeInfo
+from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, LIMITS, parse_document
 from layersched.core.objects import decode_node, node_info
 from layersched.extender._platforms import Platforms
-from layersched.extender._pools import NOTHING, Held, IndexPools
 from layersched.kube import Oversize
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ answering meanwhile, and ``/readyz`` says so (:meth:`Watch.readiness`).
 
 **Memory is bounded by construction.** Lists are read in pages bounded in bytes, not
 only in objects, and a watch event's line is cut at :data:`~._parse.MAX_OBJECT_BYTES`
-as it arrives. Each object is parsed here (:class:`~layersched.extender._parse.Parser`)
+as it arrives. Each object is parsed here (:class:`~layersched.extender.watch._parse.Parser`)
 and posted to the event loop, where the store applies it
-(:class:`~layersched.extender._store.Store`): nothing of it stays on the watch thread.
+(:class:`~layersched.extender.watch._store.Store`): nothing of it stays on the watch thread.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any, Protocol
 import msgspec
 
 from layersched.core.errors import KubeError, LayerschedError
-from layersched.core.layerindex import NodeInfo
-from layersched.extender._parse import MAX_OBJECT_BYTES, Ignored, ParsedNode, object_name
+from layersched.core.nodeimages import NodeInfo
+from layersched.extender.watch._parse import MAX_OBJECT_BYTES, Ignored, ParsedNode, object_name
 from layersched.kube import Gone, KubeClient, Oversize, WatchEvent
 
 log = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayers import NodeLayerInventory
 
 #: Estimated bytes held for each distinct layer the pools keep, beyond its digest's

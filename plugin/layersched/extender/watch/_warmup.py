@@ -4,7 +4,7 @@ A node whose agent published nothing is scored from its ``status.images``, resol
 through the layer source (the registry) as in full-``Nodes`` mode. A new node's agent
 publishes within seconds of the node registering, so a node is given
 ``agent_grace_s`` first (one deadline on the shared
-:class:`~layersched.extender._timers.TimerHeap`); only then are its images resolved
+:class:`~layersched.extender.watch._timers.TimerHeap`); only then are its images resolved
 ("warm"). An object ignored because its Node did not exist yet is read again once the
 Node appears ("fetch"). Both jobs run on one daemon thread, each (job, node) queued once,
 and never on the event loop: the store finds their results there
@@ -34,11 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from layersched.core.errors import KubeError
-from layersched.core.layerindex import NodeInfo
 from layersched.core.layers import Layer, LayerSource
+from layersched.core.nodeimages import NodeInfo
 from layersched.core.reference import ImageName
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
-from layersched.extender._timers import TimerHeap
+from layersched.extender.watch._timers import TimerHeap
 from layersched.kube import KubeClient, node_layers_path
 
 log = logging.getLogger(__name__)

@@ -34,8 +34,8 @@ import functools
 import hashlib
 from collections.abc import Iterable
 
-from layersched.core.layerindex import NodeImage
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage
 from layersched.core.reference import ImageName, is_pinned, lookup_key
 
 #: Nodes that must publish the same layers for a pod image by default.

@@ -2,8 +2,8 @@
 
 The Go port's ``layerlocality/metrics.go`` counts what its watch did; this reports the
 same for the extender's two watches, from the parts that keep it: each
-:class:`~layersched.extender._watch.Watch`'s state, the
-:class:`~layersched.extender._store.Store`, the pools' charge, the votes, the warm-up's
+:class:`~layersched.extender.watch._watch.Watch`'s state, the
+:class:`~layersched.extender.watch._store.Store`, the pools' charge, the votes, the warm-up's
 registry calls and the allocator. Nothing is counted here: every value is read when
 ``/metrics`` is scraped.
 """
@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from layersched.core.budget import IndexPools
+from layersched.core.votes import ImageVotes
 from layersched.extender import _memory
-from layersched.extender._pools import IndexPools
-from layersched.extender._store import Store
-from layersched.extender._votes import ImageVotes
-from layersched.extender._warmup import Warmup
-from layersched.extender._watch import WatchState
+from layersched.extender.watch._store import Store
+from layersched.extender.watch._warmup import Warmup
+from layersched.extender.watch._watch import WatchState
 
 #: (name, help, value) of one unlabelled sample.
 _Sample = tuple[str, str, float]

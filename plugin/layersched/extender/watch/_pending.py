@@ -35,7 +35,7 @@ from layersched.core.inflight import PendingPull, PendingPulls, bound_at_s, pend
 from layersched.core.layers import Layer
 from layersched.core.objects import decode_bound_pod
 from layersched.core.reference import ImageName
-from layersched.extender._parse import MALFORMED, MAX_OBJECT_BYTES, TOO_LARGE, Ignored
+from layersched.extender.watch._parse import MALFORMED, MAX_OBJECT_BYTES, TOO_LARGE, Ignored
 from layersched.kube import Oversize
 
 log = logging.getLogger(__name__)

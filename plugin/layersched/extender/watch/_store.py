@@ -1,8 +1,8 @@
 """The store: parsed objects applied to the inventory on the event loop, under the budget.
 
 The Go port's ``store`` (inventorywatch/watch.go) applies what the list/watch loop reads
-to its ``layers.Index``; this applies what :mod:`~layersched.extender._watch` parsed
-(:mod:`~layersched.extender._parse`) to one
+to its ``layers.Index``; this applies what :mod:`~layersched.extender.watch._watch` parsed
+(:mod:`~layersched.extender.watch._parse`) to one
 :class:`~layersched.core.layerindex.LayerIndex`, node by node
 (:meth:`~LayerIndex.upsert_node`, :meth:`~LayerIndex.remove_node`), never by
 a rebuild, and always on the event loop's thread, so a scoring pass never sees a
@@ -10,16 +10,16 @@ half-applied change.
 
 A node's entry is its Node's facts with, when its agent's NodeLayerInventory is held and
 fresh, the layers it publishes; otherwise its status images, resolved through the layer
-source by the warm-up worker (:mod:`~layersched.extender._warmup`). It also holds:
+source by the warm-up worker (:mod:`~layersched.extender.watch._warmup`). It also holds:
 
 * **expiry**: a held object whose ``observedAt`` passes the maximum age goes stale (one
-  timer per node on the shared :class:`~layersched.extender._timers.TimerHeap`); its node
+  timer per node on the shared :class:`~layersched.extender.watch._timers.TimerHeap`); its node
   falls back;
 * **orphans**: the names of objects whose Node did not exist, so that the object is read
   again (one GET) if the Node appears, the least recent forgotten first;
 * **the budget's evictions**: an object condemned to make room for a smaller one is
   dropped here, where it is applied;
-* **the votes** (:class:`~layersched.extender._votes.ImageVotes`), which follow each
+* **the votes** (:class:`~layersched.core.votes.ImageVotes`), which follow each
   node's held object.
 """
 
@@ -33,10 +33,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from layersched.core.layerindex import LayerIndex, NodeImage, NodeInfo
+from layersched.core.budget import NOTHING, Held, IndexPools
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.reference import ImageName
-from layersched.extender._parse import (
+from layersched.core.votes import ImageVotes
+from layersched.extender._platforms import Platforms
+from layersched.extender.watch._parse import (
     IGNORED_REASONS,
     LAYERS,
     NODES,
@@ -51,11 +55,8 @@ from layersched.extender._parse import (
     over_budget,
     stale_message,
 )
-from layersched.extender._platforms import Platforms
-from layersched.extender._pools import NOTHING, Held, IndexPools
-from layersched.extender._timers import TimerHeap
-from layersched.extender._votes import ImageVotes
-from layersched.extender._warmup import FETCH, WARM
+from layersched.extender.watch._timers import TimerHeap
+from layersched.extender.watch._warmup import FETCH, WARM
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ MAX_ORPHANS = 10_000
 
 
 class Worker(Protocol):
-    """What the store asks of the warm-up worker (:class:`~layersched.extender._warmup.Warmup`)."""
+    """What the store asks of the warm-up worker (:class:`._warmup.Warmup`)."""
 
     def want(self, job: str, name: str) -> None: ...
 

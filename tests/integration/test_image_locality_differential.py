@@ -313,12 +313,12 @@ def _score_pods(
 
 
 def _port(
-    minor: tuple[int, int], pod: PodImages, inventory: LayerIndex, nodes: list[str]
+    minor: tuple[int, int], pod: PodImages, index: LayerIndex, nodes: list[str]
 ) -> dict[str, int]:
-    candidates, missing = inventory.indices_of(nodes)
+    candidates, missing = index.indices_of(nodes)
     assert not missing, f"the scheduler scored nodes the API does not list: {missing}"
     strategy = ImageLocality(ImageLocalityArgs(kubernetes_minor=minor))
-    return strategy.score(pod, (), inventory, candidates).as_dict(inventory)
+    return strategy.score(pod, (), index, candidates).as_dict(index)
 
 
 def _settle(core: KubeClient, log: Path, batch: Batch) -> int:

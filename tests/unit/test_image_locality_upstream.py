@@ -121,9 +121,9 @@ def _case_params() -> list[Any]:
     ]
 
 
-def worked(case: Case, port: ImageLocality, inventory: LayerIndex) -> str:
+def worked(case: Case, port: ImageLocality, index: LayerIndex) -> str:
     """The arithmetic behind each node's score, as upstream's comments spell it out."""
-    total = inventory.node_count
+    total = index.node_count
     threshold = MAX_CONTAINER_THRESHOLD_BYTES * max(port.threshold_count(case.pod), 1)
     lines = [f"{case.name} (Kubernetes {format_kubernetes_minor(port.kubernetes_minor)}):"]
     for node in case.nodes:
@@ -131,7 +131,7 @@ def worked(case: Case, port: ImageLocality, inventory: LayerIndex) -> str:
         terms = []
         for image in port.images(case.pod):
             name = normalized_image_name(image)
-            state = inventory.image_state(name)
+            state = index.image_state(name)
             if name in held and state is not None:
                 terms.append(f"{state[0] // MIB}M * {state[1]}/{total}")
         lines.append(

@@ -150,16 +150,14 @@ def _random_node(rng: random.Random, name: str) -> NodeInfo:
     return NodeInfo(name=name, images=tuple(images))
 
 
-def _view(inventory: LayerIndex) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+def _view(index: LayerIndex) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """Per layer and per image name, the names of the nodes holding it."""
-    names = [n.name for n in inventory.nodes]
+    names = [n.name for n in index.nodes]
     layers = {
-        digest(i): {names[j] for j in inventory.layer_holders(digest(i)).tolist()}
-        for i in range(1, 13)
+        digest(i): {names[j] for j in index.layer_holders(digest(i)).tolist()} for i in range(1, 13)
     }
     images = {
-        f"img{i}": {names[j] for j in inventory.image_holders(f"img{i}").tolist()}
-        for i in range(1, 7)
+        f"img{i}": {names[j] for j in index.image_holders(f"img{i}").tolist()} for i in range(1, 7)
     }
     return layers, images
 

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_table(
     result: NodeScores,
-    inventory: LayerIndex,
+    index: LayerIndex,
     strategy: Strategy,
     pod: str,
     output: str | None = None,
@@ -91,18 +91,18 @@ def _print_table(
     present_label = "held" if by_layer else "matched (scaled)"
     total_label = "needed" if by_layer else "upper threshold"
     rows = [
-        [inventory.nodes[int(idx)].name, size(int(present)), size(result.total_bytes)]
+        [index.nodes[int(idx)].name, size(int(present)), size(result.total_bytes)]
         for idx, present in zip(result.nodes, result.present_bytes, strict=True)
     ]
     headers = ["node", present_label, total_label]
     if isinstance(strategy, PullTime) and result.total_bytes > 0:
         # what the score is made of: each node's bandwidth and the pull it predicts there
         estimates_s = strategy.estimates_s(
-            inventory, result.nodes, result.present_bytes, result.total_bytes
+            index, result.nodes, result.present_bytes, result.total_bytes
         )
         default = strategy.default_bandwidth_bits_per_s
         for row, idx, estimate_s in zip(rows, result.nodes, estimates_s, strict=True):
-            node = inventory.nodes[int(idx)]
+            node = index.nodes[int(idx)]
             bandwidth = node_bandwidth_bits_per_s(node, default)
             row += [f"{bandwidth / BITS_PER_MEGABIT:.4g}", duration(float(estimate_s))]
         headers += ["Mbit/s", "est. pull"]
@@ -115,8 +115,8 @@ def _print_table(
     drop = (2, 3, 1) if len(headers) > 4 else (2, 1)
     title = f"{strategy.name} scores for pod {pod}"
     out.print(table(title, headers, rows, table_width(out, output), drop=drop))
-    if inventory.unresolved_images:
+    if index.unresolved_images:
         out.print(
-            f"[yellow]{inventory.unresolved_images} node image(s) ignored: their layers are "
+            f"[yellow]{index.unresolved_images} node image(s) ignored: their layers are "
             "unknown (each is named in a warning above)[/yellow]"
         )

@@ -869,14 +869,14 @@ class _Held:
     """Which nodes held a layer at one moment: those holding it now through an image not
     pulled since, and those where a running pod used it."""
 
-    inventory: LayerIndex
+    index: LayerIndex
     history: _History
     in_use: _InUse
     at_s: float
 
     def mask(self, digest: str) -> BoolArray:
-        held = np.zeros(self.inventory.node_count, dtype=bool)
-        held[self.inventory.layer_holders(digest)] = True
+        held = np.zeros(self.index.node_count, dtype=bool)
+        held[self.index.layer_holders(digest)] = True
         held[self.history.arrived_after(digest, self.at_s)] = False
         held[self.in_use.holders(digest)] = True
         return held

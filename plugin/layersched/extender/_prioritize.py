@@ -477,7 +477,7 @@ class Extender:
         self,
         pod: PodImages,
         layers: dict[str, tuple[Layer, ...]],
-        inventory: LayerIndex,
+        index: LayerIndex,
         candidates: IndexArray,
         groups: dict[str, IndexArray] | None,
     ) -> tuple[NodeScores, list[NodeScores], IndexArray]:
@@ -485,15 +485,13 @@ class Extender:
         per group), and per candidate the pod's bytes in its platform."""
         totals = np.full(len(candidates), 0, dtype=np.int64)
         if groups is None:
-            result = self.strategy.score(
-                pod, next(iter(layers.values()), ()), inventory, candidates
-            )
+            result = self.strategy.score(pod, next(iter(layers.values()), ()), index, candidates)
             totals[:] = min(result.total_bytes, _INT64_MAX)
             return result, [result], totals
         result, parts = self.strategy.score_groups(
             pod,
             [PlatformGroup(positions, layers[key]) for key, positions in groups.items()],
-            inventory,
+            index,
             candidates,
         )
         for positions, part in zip(groups.values(), parts, strict=True):
@@ -542,15 +540,15 @@ class Extender:
         mode = "Nodes" if args.Nodes is not None else "NodeNames"
         return self.decisions.record(meta, mode, answer, "overloaded")
 
-    def _indices(self, inventory: LayerIndex, names: list[str]) -> tuple[IndexArray, list[str]]:
+    def _indices(self, index: LayerIndex, names: list[str]) -> tuple[IndexArray, list[str]]:
         """``inventory.indices_of(names)``, remembered: kube-scheduler sends the same
         feasible-node list pod after pod, and comparing it costs a third of looking it up."""
         memo = self._indices_memo
-        membership = inventory.membership  # a live inventory's indices move when nodes go
-        if memo is not None and memo[0] is inventory and memo[4] == membership and memo[1] == names:
+        membership = index.membership  # a live inventory's indices move when nodes go
+        if memo is not None and memo[0] is index and memo[4] == membership and memo[1] == names:
             return memo[2], memo[3]
-        candidates, missing = inventory.indices_of(names)
-        self._indices_memo = (inventory, names, candidates, missing, membership)
+        candidates, missing = index.indices_of(names)
+        self._indices_memo = (index, names, candidates, missing, membership)
         return candidates, missing
 
     def _neutral(self, names: Sequence[str], reason: str, pod: PodImages) -> list[HostPriority]:
@@ -569,9 +567,9 @@ class Extender:
             if self._logged_unknown.first(name):
                 log.warning("node %r is not in the held inventory: scoring it 0", name)
 
-    def _log_decision(self, pod: PodImages, inventory: LayerIndex, result: NodeScores) -> None:
+    def _log_decision(self, pod: PodImages, index: LayerIndex, result: NodeScores) -> None:
         lines = [
-            f"  {inventory.nodes[int(i)].name}: present {int(p)} / total {result.total_bytes} "
+            f"  {index.nodes[int(i)].name}: present {int(p)} / total {result.total_bytes} "
             f"bytes -> {int(s)}/100 -> {int(s) // SCORE_DIVISOR}/10"
             for i, p, s in zip(result.nodes, result.present_bytes, result.scores, strict=True)
         ]
@@ -602,13 +600,13 @@ class Extender:
 
 
 def _answer(
-    names: Sequence[str], inventory: LayerIndex, result: NodeScores, has_missing: bool
+    names: Sequence[str], index: LayerIndex, result: NodeScores, has_missing: bool
 ) -> list[HostPriority]:
     scores = (result.scores // SCORE_DIVISOR).tolist()
     if not has_missing:
         return [HostPriority(n, s) for n, s in zip(names, scores, strict=True)]
     by_index = dict(zip(result.nodes.tolist(), scores, strict=True))
-    index_of = inventory.index_of
+    index_of = index.index_of
     answer = []
     for name in names:
         idx = index_of(name)
@@ -619,7 +617,7 @@ def _answer(
 def _held(
     strategy: str,
     names: Sequence[str],
-    inventory: LayerIndex,
+    index: LayerIndex,
     result: NodeScores,
     totals: IndexArray,
     missing: Sequence[str],
@@ -631,7 +629,7 @@ def _held(
         at = {idx: i for i, idx in enumerate(result.nodes.tolist())}
         present = np.zeros(len(names), dtype=np.int64)
         needed = np.zeros(len(names), dtype=np.int64)
-        for i, idx in enumerate(map(inventory.index_of, names)):
+        for i, idx in enumerate(map(index.index_of, names)):
             row = at.get(idx) if idx is not None else None
             if row is not None:
                 present[i], needed[i] = result.present_bytes[row], totals[row]

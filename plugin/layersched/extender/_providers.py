@@ -117,12 +117,12 @@ class LayerIndexProvider(Protocol):
         ...
 
 
-def held_images(inventory: LayerIndex | None, node: str) -> list[str] | None:
-    """The image names ``inventory`` holds for ``node`` (None: no inventory, unknown node)."""
-    idx = inventory.index_of(node) if inventory is not None else None
-    if inventory is None or idx is None:
+def held_images(index: LayerIndex | None, node: str) -> list[str] | None:
+    """The image names ``index`` holds for ``node`` (None: no inventory, unknown node)."""
+    idx = index.index_of(node) if index is not None else None
+    if index is None or idx is None:
         return None
-    return inventory.node_image_names(idx)
+    return index.node_image_names(idx)
 
 
 def request_index(
@@ -158,17 +158,17 @@ class StaticLayerIndexProvider:
         self._source = source
         #: Per-platform sources: each node's images are resolved for its platform.
         self.platforms = platforms if platforms is not None and platforms.enabled else None
-        self._inventory: LayerIndex | None = None
+        self._index: LayerIndex | None = None
         self.platform_keys: list[str] | None = None
 
     def current(self) -> LayerIndex | None:
-        return self._inventory
+        return self._index
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Nothing changes a file's inventory."""
 
     def ready(self) -> tuple[bool, str]:
-        if self._inventory is None:
+        if self._index is None:
             return False, "loading the node inventory"
         return True, "ok"
 
@@ -177,7 +177,7 @@ class StaticLayerIndexProvider:
         return None
 
     def held_images(self, node: str) -> list[str] | None:
-        return held_images(self._inventory, node)
+        return held_images(self._index, node)
 
     def collector(self) -> Collector | None:
         return None
@@ -194,7 +194,7 @@ class StaticLayerIndexProvider:
 
     def load(self) -> None:
         if self.path is None:
-            self._inventory = LayerIndexBuilder(self._source).build()
+            self._index = LayerIndexBuilder(self._source).build()
             return
         path = self.path
         try:
@@ -235,7 +235,7 @@ class StaticLayerIndexProvider:
             keys and platforms is not None and keys[0] != platforms.default_key
         ):
             self.platform_keys = keys
-        self._inventory = inventory
+        self._index = inventory
 
 
 class WatchLayerIndexProvider:
@@ -365,7 +365,7 @@ class WatchLayerIndexProvider:
         self._loop = loop
 
     def current(self) -> LayerIndex | None:
-        return self._store.inventory
+        return self._store.index
 
     def load(self) -> None:
         """List both collections page by page (retrying until the API answers), publish
@@ -399,7 +399,7 @@ class WatchLayerIndexProvider:
         )
         if self._pods_watch is not None:
             self._start_pods()
-        inventory = self._store.inventory
+        inventory = self._store.index
         assert inventory is not None
         log.info(
             "inventory listed: %d nodes, %d with published layers",
@@ -419,7 +419,7 @@ class WatchLayerIndexProvider:
         watch (in-flight) is said too, but never makes the extender unready: without it
         nodes are scored without pulls in flight."""
         readiness = [watch.readiness(self.unready_after_s) for watch in self._watches.values()]
-        ok = self._store.inventory is not None and all(ok for ok, _ in readiness)
+        ok = self._store.index is not None and all(ok for ok, _ in readiness)
         lines = [line for _, line in readiness]
         if self._pods_watch is not None:
             lines.append(self._pods_watch.readiness(self.unready_after_s)[1])
@@ -470,7 +470,7 @@ class WatchLayerIndexProvider:
             pods.node_changed(name)
 
         self._store.on_change = changed
-        if self._store.inventory is not None:  # loaded already: list the pods now
+        if self._store.index is not None:  # loaded already: list the pods now
             self._start_pods()
         return True
 
@@ -485,7 +485,7 @@ class WatchLayerIndexProvider:
 
     def held_images(self, node: str) -> list[str] | None:
         """The image names the inventory holds for ``node`` (None: unknown node)."""
-        return held_images(self._store.inventory, node)
+        return held_images(self._store.index, node)
 
     def tracked(self) -> dict[str, int]:
         """How many entries each piece of per-node and pooled state holds (for tests and

@@ -142,7 +142,7 @@ class RandomPlacement(PerNodeStrategy):
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)

@@ -48,9 +48,9 @@ class NodeScores:
     present_bytes: IndexArray
     total_bytes: int
 
-    def as_dict(self, inventory: LayerIndexView) -> dict[str, int]:
+    def as_dict(self, index: LayerIndexView) -> dict[str, int]:
         """``{node name: score}`` in candidate order."""
-        names = inventory.nodes
+        names = index.nodes
         return {names[int(i)].name: int(s) for i, s in zip(self.nodes, self.scores, strict=True)}
 
 
@@ -74,7 +74,7 @@ class Strategy(Protocol):
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         """Score ``candidates`` (node indices) for ``pod``, whose distinct layers are
@@ -85,7 +85,7 @@ class Strategy(Protocol):
         self,
         pod: PodImages,
         groups: Sequence[PlatformGroup],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> tuple[NodeScores, list[NodeScores]]:
         """Score candidates of several platforms, each group with its own layers: the
@@ -156,7 +156,7 @@ def per_node_groups(
     strategy: Strategy,
     pod: PodImages,
     groups: Sequence[PlatformGroup],
-    inventory: LayerIndexView,
+    index: LayerIndexView,
     candidates: IndexArray,
 ) -> tuple[NodeScores, list[NodeScores]]:
     """:meth:`Strategy.score_groups` of a strategy whose score of a node depends on that
@@ -165,7 +165,7 @@ def per_node_groups(
     present = zeros(candidates)
     parts = []
     for group in groups:
-        part = strategy.score(pod, group.layers, inventory, candidates[group.positions])
+        part = strategy.score(pod, group.layers, index, candidates[group.positions])
         scores[group.positions] = part.scores
         present[group.positions] = part.present_bytes
         parts.append(part)
@@ -185,7 +185,7 @@ class PerNodeStrategy(ABC):
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         """See :meth:`Strategy.score`."""
@@ -194,8 +194,8 @@ class PerNodeStrategy(ABC):
         self,
         pod: PodImages,
         groups: Sequence[PlatformGroup],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> tuple[NodeScores, list[NodeScores]]:
         """See :meth:`Strategy.score_groups`."""
-        return per_node_groups(self, pod, groups, inventory, candidates)
+        return per_node_groups(self, pod, groups, index, candidates)

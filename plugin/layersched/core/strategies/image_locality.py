@@ -161,10 +161,10 @@ class ImageLocality(PerNodeStrategy):
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
-        total_num_nodes = inventory.node_count
+        total_num_nodes = index.node_count
         sums = np.zeros(total_num_nodes, dtype=np.int64)
         images = self.images(pod)
         # a v1 Pod has at least one container; the guard only keeps the division defined
@@ -172,14 +172,14 @@ class ImageLocality(PerNodeStrategy):
         max_threshold = MAX_CONTAINER_THRESHOLD_BYTES * num_containers
         for image in images:
             name = normalized_image_name(image)
-            state = inventory.image_state(name)
+            state = index.image_state(name)
             if state is None:
                 continue
             size_bytes, num_nodes = state
             # each term and each running sum clamped at the upper threshold: the final
             # clamp gives the same score (terms are non-negative), and no sum can wrap
             term = min(_scaled_image_score(size_bytes, num_nodes, total_num_nodes), max_threshold)
-            holders = inventory.image_holders(name)
+            holders = index.image_holders(name)
             sums[holders] = np.minimum(sums[holders] + term, max_threshold)
         present = sums[candidates]
         return NodeScores(

@@ -45,11 +45,11 @@ from layersched.core.strategies.pull_time import (
 NAME = InFlightArgs.strategy
 
 
-def _holds(inventory: LayerIndexView, node: int) -> Callable[[str], bool]:
-    """Whether node ``node`` of ``inventory`` holds a layer (by digest)."""
+def _holds(index: LayerIndexView, node: int) -> Callable[[str], bool]:
+    """Whether node ``node`` of ``index`` holds a layer (by digest)."""
 
     def holds(digest: str) -> bool:
-        return inventory.node_holds_layer(node, digest)
+        return index.node_holds_layer(node, digest)
 
     return holds
 
@@ -76,18 +76,18 @@ class InFlight:
         #: The time the pending pulls' bind times are on.
         self.clock = clock
 
-    def refresh_node(self, name: str, inventory: LayerIndexView) -> None:
+    def refresh_node(self, name: str, index: LayerIndexView) -> None:
         """Sum node ``name``'s backlog now (after its pods or its layers changed), so that
         a request only reads it."""
-        idx = inventory.index_of(name)
+        idx = index.index_of(name)
         if idx is None:
             return
-        bits = bandwidths(inventory, float(self.args.default_bandwidth_bits_per_s))
+        bits = bandwidths(index, float(self.args.default_bandwidth_bits_per_s))
         rate = float(bits[idx]) / BITS_PER_BYTE
-        self.pending.backlog(name, _holds(inventory, idx), rate, self.clock())
+        self.pending.backlog(name, _holds(index, idx), rate, self.clock())
 
     def costs_s(
-        self, layers: Sequence[Layer], inventory: LayerIndexView, candidates: IndexArray
+        self, layers: Sequence[Layer], index: LayerIndexView, candidates: IndexArray
     ) -> tuple[FloatArray, IndexArray, int]:
         """Per candidate the cost in seconds (the module docstring), the bytes it holds,
         and the pod's total bytes (0: nothing to pull, every cost the overhead)."""
@@ -95,13 +95,13 @@ class InFlight:
         # sizes in units of 2**shift bytes (1 for any pod read through the capped readers)
         shift = overflow_shift(total_bytes)
         total_units = sum(layer.size_bytes >> shift for layer in layers)
-        held_units = present_units(inventory, layers, shift)
-        arriving_units, remaining, enqueued, pulls = self._in_flight(layers, inventory, shift)
+        held_units = present_units(index, layers, shift)
+        arriving_units, remaining, enqueued, pulls = self._in_flight(layers, index, shift)
         scale = float(1 << shift)
         held = held_units[candidates]
         own = (total_units - held - arriving_units[candidates]).astype(np.float64) * scale
         arriving = arriving_units[candidates].astype(np.float64) * scale
-        bits = bandwidths(inventory, float(self.args.default_bandwidth_bits_per_s))[candidates]
+        bits = bandwidths(index, float(self.args.default_bandwidth_bits_per_s))[candidates]
         _, cost = start_costs_s(
             own,
             arriving,
@@ -118,12 +118,12 @@ class InFlight:
     def _in_flight(
         self,
         layers: Sequence[Layer],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         shift: int,
     ) -> tuple[IndexArray, FloatArray, FloatArray, FloatArray]:
         """Per node of the inventory: the pod's arriving bytes (units), ``W(now)``, ``E``
         (bytes) and ``k`` (zeros on a node without pending pulls)."""
-        count = inventory.node_count
+        count = index.node_count
         arriving = np.zeros(count, dtype=np.int64)
         remaining = np.zeros(count, dtype=np.float64)
         enqueued = np.zeros(count, dtype=np.float64)
@@ -132,13 +132,13 @@ class InFlight:
         if not len(pending):
             return arriving, remaining, enqueued, pulls
         now_s = self.clock()
-        bits = bandwidths(inventory, float(self.args.default_bandwidth_bits_per_s))
+        bits = bandwidths(index, float(self.args.default_bandwidth_bits_per_s))
         for name in pending.nodes:
-            idx = inventory.index_of(name)
+            idx = index.index_of(name)
             if idx is None:
                 continue
             rate = float(bits[idx]) / BITS_PER_BYTE
-            backlog = pending.backlog(name, _holds(inventory, idx), rate, now_s)
+            backlog = pending.backlog(name, _holds(index, idx), rate, now_s)
             if backlog.pulls:
                 remaining[idx] = backlog.remaining_bytes(rate, now_s)
                 enqueued[idx] = float(backlog.enqueued_bytes)
@@ -147,13 +147,13 @@ class InFlight:
             nodes = pending.arriving_at(layer.digest)
             if not nodes:
                 continue
-            at = [i for i in map(inventory.index_of, nodes) if i is not None]
+            at = [i for i in map(index.index_of, nodes) if i is not None]
             if not at:
                 continue
             positions = np.asarray(at, dtype=np.int64)
             # a layer the node holds counts as held, even if its backlog still has it coming
             held = np.zeros(count, dtype=bool)
-            held[inventory.layer_holders(layer.digest)] = True
+            held[index.layer_holders(layer.digest)] = True
             positions = positions[~held[positions]]
             arriving[positions] += layer.size_bytes >> shift
         return arriving, remaining, enqueued, pulls
@@ -162,10 +162,10 @@ class InFlight:
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
-        cost, held, total_bytes = self.costs_s(layers, inventory, candidates)
+        cost, held, total_bytes = self.costs_s(layers, index, candidates)
         if total_bytes == 0:  # nothing to pull anywhere: no preference, as layer-locality
             return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
         return NodeScores(candidates, ratio_scores(cost), held, total_bytes)
@@ -174,7 +174,7 @@ class InFlight:
         self,
         pod: PodImages,
         groups: Sequence[PlatformGroup],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> tuple[NodeScores, list[NodeScores]]:
         """Each platform's candidates with that platform's layers; the cheapest cost over
@@ -183,7 +183,7 @@ class InFlight:
 
         def part_of(group: PlatformGroup) -> tuple[NodeScores, FloatArray]:
             nodes = candidates[group.positions]
-            cost, held, total = self.costs_s(group.layers, inventory, nodes)
+            cost, held, total = self.costs_s(group.layers, index, nodes)
             if total == 0:
                 return NodeScores(nodes, zeros(nodes), zeros(nodes), 0), cost
             return NodeScores(nodes, ratio_scores(cost), held, total), cost

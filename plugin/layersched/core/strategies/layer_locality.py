@@ -54,7 +54,7 @@ class LayerLocality(PerNodeStrategy):
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         # sizes in units of 2**shift bytes (1 for any pod read through the capped readers):
@@ -64,14 +64,14 @@ class LayerLocality(PerNodeStrategy):
         total_bytes = sum(sizes)
         if total_bytes == 0:
             return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
-        node_count = inventory.node_count
+        node_count = index.node_count
         if self.spread:
             # the score weighs each layer by how widespread it is; the bytes reported stay
             # the bytes the node really holds (what explain shows as held and missing)
             weighted = np.zeros(node_count, dtype=np.float64)
             held = np.zeros(node_count, dtype=np.int64)
             for layer, size in zip(layers, sizes, strict=True):
-                holders = inventory.layer_holders(layer.digest)
+                holders = index.layer_holders(layer.digest)
                 if len(holders):
                     weighted[holders] += size * len(holders) / node_count
                     held[holders] += size
@@ -81,7 +81,7 @@ class LayerLocality(PerNodeStrategy):
         else:
             acc = np.zeros(node_count, dtype=np.int64)
             for layer, size in zip(layers, sizes, strict=True):
-                acc[inventory.layer_holders(layer.digest)] += size
+                acc[index.layer_holders(layer.digest)] += size
             present = acc[candidates]
             scores = (MAX_NODE_SCORE * present) // total_bytes
         return NodeScores(candidates, scores, unshift(present, shift), total_bytes << shift)

@@ -114,31 +114,31 @@ def node_bandwidth_bits_per_s(node: NodeInfo, default_bits_per_s: float) -> floa
     return default_bits_per_s
 
 
-def bandwidths(inventory: LayerIndexView, default_bits_per_s: float) -> FloatArray:
+def bandwidths(index: LayerIndexView, default_bits_per_s: float) -> FloatArray:
     """Every node's bandwidth in bits per second, by node index (remembered per inventory
     until its nodes' facts change)."""
-    cached = _BANDWIDTH_CACHE.get(inventory)
-    count = inventory.node_count
+    cached = _BANDWIDTH_CACHE.get(index)
+    count = index.node_count
     # a live inventory changes in place: node_facts moves when labels may have changed
-    generation = (count, inventory.node_facts)
+    generation = (count, index.node_facts)
     if cached is not None and cached[0] == default_bits_per_s and cached[1] == generation:
         return cached[2]
-    nodes: Sequence[NodeInfo] = inventory.nodes
+    nodes: Sequence[NodeInfo] = index.nodes
     arr = np.fromiter(
         (node_bandwidth_bits_per_s(n, default_bits_per_s) for n in nodes),
         dtype=np.float64,
         count=count,
     )
-    _BANDWIDTH_CACHE[inventory] = (default_bits_per_s, generation, arr)
+    _BANDWIDTH_CACHE[index] = (default_bits_per_s, generation, arr)
     return arr
 
 
-def present_units(inventory: LayerIndexView, layers: Sequence[Layer], shift: int) -> IndexArray:
+def present_units(index: LayerIndexView, layers: Sequence[Layer], shift: int) -> IndexArray:
     """Bytes of ``layers`` each node (by index) already holds, in units of ``2**shift``
     bytes (see :func:`~layersched.core.strategies.base.overflow_shift`)."""
-    acc = np.zeros(inventory.node_count, dtype=np.int64)
+    acc = np.zeros(index.node_count, dtype=np.int64)
     for layer in layers:
-        acc[inventory.layer_holders(layer.digest)] += layer.size_bytes >> shift
+        acc[index.layer_holders(layer.digest)] += layer.size_bytes >> shift
     return acc
 
 
@@ -173,16 +173,16 @@ class PullTime:
         return self.args.overhead_s
 
     def estimates_s(
-        self, inventory: LayerIndexView, candidates: IndexArray, present: IndexArray, total: int
+        self, index: LayerIndexView, candidates: IndexArray, present: IndexArray, total: int
     ) -> FloatArray:
         """Estimated start time per candidate, given its present bytes of ``total``."""
         # in floats: a difference of byte counts never wraps, whatever their size
-        return self._estimates_s(inventory, candidates, float(total) - present.astype(np.float64))
+        return self._estimates_s(index, candidates, float(total) - present.astype(np.float64))
 
     def _estimates_s(
-        self, inventory: LayerIndexView, candidates: IndexArray, missing_bytes: FloatArray
+        self, index: LayerIndexView, candidates: IndexArray, missing_bytes: FloatArray
     ) -> FloatArray:
-        bandwidth = bandwidths(inventory, float(self.default_bandwidth_bits_per_s))[candidates]
+        bandwidth = bandwidths(index, float(self.default_bandwidth_bits_per_s))[candidates]
         estimate: FloatArray = missing_bytes * BITS_PER_BYTE / bandwidth + self.overhead_s
         return estimate
 
@@ -190,7 +190,7 @@ class PullTime:
         self,
         pod: PodImages,
         layers: Sequence[Layer],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> NodeScores:
         total_bytes = sum(layer.size_bytes for layer in layers)
@@ -198,9 +198,9 @@ class PullTime:
             return NodeScores(candidates, zeros(candidates), zeros(candidates), 0)
         shift = overflow_shift(total_bytes)  # 0 for sizes read through the capped readers
         total_units = sum(layer.size_bytes >> shift for layer in layers)
-        held_units = present_units(inventory, layers, shift)[candidates]
+        held_units = present_units(index, layers, shift)[candidates]
         missing_bytes = (total_units - held_units).astype(np.float64) * float(1 << shift)
-        estimate = self._estimates_s(inventory, candidates, missing_bytes)
+        estimate = self._estimates_s(index, candidates, missing_bytes)
         present = unshift(held_units, shift)
         return NodeScores(candidates, ratio_scores(estimate), present, total_bytes)
 
@@ -208,7 +208,7 @@ class PullTime:
         self,
         pod: PodImages,
         groups: Sequence[PlatformGroup],
-        inventory: LayerIndexView,
+        index: LayerIndexView,
         candidates: IndexArray,
     ) -> tuple[NodeScores, list[NodeScores]]:
         """Each platform's candidates with that platform's layers; the fastest estimate
@@ -216,10 +216,10 @@ class PullTime:
         across groups). A group with nothing to pull leaves every node at 0, as alone."""
 
         def part_of(group: PlatformGroup) -> tuple[NodeScores, FloatArray]:
-            part = self.score(pod, group.layers, inventory, candidates[group.positions])
+            part = self.score(pod, group.layers, index, candidates[group.positions])
             if part.total_bytes == 0:
                 return part, np.zeros(len(part.nodes), dtype=np.float64)
-            estimate = self.estimates_s(inventory, part.nodes, part.present_bytes, part.total_bytes)
+            estimate = self.estimates_s(index, part.nodes, part.present_bytes, part.total_bytes)
             return part, estimate
 
         return compare_across_groups(candidates, groups, part_of)

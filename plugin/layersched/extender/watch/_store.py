@@ -101,7 +101,7 @@ class Store:
         self._platforms = platforms
         #: How long an object may go without a new ``observedAt`` (for the warning).
         self.max_age_s = max_age_s
-        self.inventory: LayerIndex | None = None
+        self.index: LayerIndex | None = None
         #: Per node index, its platform key (None: every node is the default platform).
         self.platform_keys: list[str] | None = None
         self.nodes: dict[str, ParsedNode] = {}
@@ -134,11 +134,11 @@ class Store:
 
     def is_node(self, name: str) -> bool:
         """Whether Node ``name`` exists (as the first list, or the loop, last saw)."""
-        return name in (self.nodes if self.inventory is not None else self.listed_nodes)
+        return name in (self.nodes if self.index is not None else self.listed_nodes)
 
     def install(self, nodes: dict[str, Parsed], layers: dict[str, Parsed]) -> None:
         """On the loop: the first inventory, from both collections' first lists."""
-        self.inventory = LayerIndex()
+        self.index = LayerIndex()
         self.replace_all(NODES, nodes)
         self.replace_all(LAYERS, layers)
 
@@ -201,7 +201,7 @@ class Store:
 
     def refresh(self, name: str) -> None:
         """On the loop: node ``name``'s entry (and votes) from what is held for it now."""
-        inventory = self.inventory
+        inventory = self.index
         if inventory is None:
             return
         node = self.nodes.get(name)
@@ -331,7 +331,7 @@ class Store:
             self.orphans.popitem(last=False)
 
     def _reindex_keys(self) -> None:
-        inventory = self.inventory
+        inventory = self.index
         if self._platforms is None or inventory is None:
             self.platform_keys = None
             return

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.core.layerindex import COMPACT_SLACK, LayerIndex, LayerIndexBuilder, SlotCache
+from layersched.core.indexbuilder import LayerIndexBuilder, SlotCache
+from layersched.core.layerindex import COMPACT_SLACK, LayerIndex
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.pod import PodImages

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from layersched.core.errors import InputError
-from layersched.core.layerindex import LayerIndex, LayerIndexBuilder
+from layersched.core.indexbuilder import LayerIndexBuilder
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
 from layersched.core.objects import (
     add_node_object,

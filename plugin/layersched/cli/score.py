@@ -17,7 +17,8 @@ from layersched.cli._sources import (
 )
 from layersched.cli._tables import console, duration, size, table, table_width
 from layersched.core.errors import LayerResolutionError
-from layersched.core.layerindex import LayerIndex, LayerIndexBuilder
+from layersched.core.indexbuilder import LayerIndexBuilder
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import add_node_object, decode_node_list, decode_pod, pod_images
 from layersched.core.strategies import NodeScores, Strategy, resolve_pod_layers

@@ -21,43 +21,47 @@ it and the number of nodes reporting it.
 :meth:`~LayerIndex.upsert_node`, :meth:`~LayerIndex.remove_node`, and the
 layer- and name-level changes the simulator makes): each change costs the node's own size.
 Node ids and layer ids then live in sorted 32-bit id arrays, per node and per layer (4
-bytes an entry; a Python set spends about 60). Or in bulk (:class:`LayerIndexBuilder`): a
+bytes an entry; a Python set spends about 60). Or in bulk
+(:class:`~layersched.core.indexbuilder.LayerIndexBuilder`): a
 request's, a file's or a simulated cluster's nodes, every distinct ``status.images`` entry
 described and resolved once. A bulk-built inventory is *packed*: each distinct entry is
 interned once as a slot (names, size, layer ids), the nodes' images are two parallel arrays
 ``(node, slot)``, and a layer's holders are computed on first use (or for every layer at
 once, :meth:`~LayerIndex.index_layers`, for a long-lived one). Its first change
 unpacks it into the id arrays, once; both forms answer every query identically
-(``tests/unit/test_layer_index.py`` compares them on random clusters).
+(``tests/unit/test_layer_index.py`` compares them on random clusters). The two forms are
+:mod:`layersched.core.indexstorage`; the images a node holds, :mod:`layersched.core.nodeimages`.
 """
 
 from __future__ import annotations
 
 import logging
 from array import array
-from bisect import bisect_left
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from layersched.core.errors import InputError
+from layersched.core.indexstorage import (
+    EMPTY,
+    NO_IDS,
+    IndexArray,
+    Packed,
+    discard_id,
+    has_id,
+    ids,
+    insert_id,
+)
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.nodeimages import (
     NodeImage,
     NodeInfo,
-    names_resolver,
     resolve_node_image,
 )
 
 log = logging.getLogger(__name__)
-
-
-IndexArray = npt.NDArray[np.int64]
-_Int32Array = npt.NDArray[np.int32]
-_EMPTY = np.empty(0, dtype=np.int64)
 
 
 class LayerIndexView(Protocol):
@@ -101,179 +105,11 @@ class LayerIndexView(Protocol):
     def image_holders(self, name: str) -> IndexArray: ...
 
 
-# ------------------------------------------------------------------- id arrays
-
-#: Node and layer ids in the inventory's two-way maps: 32-bit, 4 bytes an entry (a Python
-#: set spends about 60 bytes an entry; at 5,000 nodes the maps held 108 MB as sets).
-_ID_TYPECODE = "i"
 #: A live inventory compacts its layer ids (and rebuilds the maps keyed by layer or
 #: name) once this many more entries were freed than are held: its tables then follow
 #: what its nodes hold now, not the most they ever held (Python lists and dicts never
 #: shrink by themselves). Amortised, each freed entry costs O(1).
 COMPACT_SLACK = 4_096
-
-
-def _ids(values: Iterable[int] = ()) -> array[int]:
-    """A sorted, duplicate-free array of ids."""
-    return array(_ID_TYPECODE, sorted(set(values)))
-
-
-#: The holders of a freed layer id (never changed: a reused id gets an array of its own).
-_NO_IDS = _ids()
-
-
-def _has(ids: array[int], value: int) -> bool:
-    at = bisect_left(ids, value)
-    return at < len(ids) and ids[at] == value
-
-
-def _insert(ids: array[int], value: int) -> bool:
-    """Insert ``value`` in order; False if it was there."""
-    if not ids or ids[-1] < value:  # a node being added has the highest index
-        ids.append(value)
-        return True
-    at = bisect_left(ids, value)
-    if at < len(ids) and ids[at] == value:
-        return False
-    ids.insert(at, value)
-    return True
-
-
-def _discard(ids: array[int], value: int) -> bool:
-    """Remove ``value``; False if it was not there."""
-    at = bisect_left(ids, value)
-    if at < len(ids) and ids[at] == value:
-        del ids[at]
-        return True
-    return False
-
-
-# ---------------------------------------------------------------- packed form
-
-
-def _csr(keys: _Int32Array, values: _Int32Array, key_count: int) -> tuple[IndexArray, IndexArray]:
-    """Group ``values`` by ``keys``: (offsets of length key_count + 1, values sorted by key)."""
-    order = np.argsort(keys, kind="stable")
-    offsets = np.zeros(key_count + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys, minlength=key_count), out=offsets[1:])
-    return offsets, values[order].astype(np.int64)
-
-
-def _dedupe_sorted(values: IndexArray) -> IndexArray:
-    """Drop consecutive repeats of a sorted array."""
-    if len(values) < 2:
-        return values
-    keep = np.empty(len(values), dtype=bool)
-    keep[0] = True
-    np.not_equal(values[1:], values[:-1], out=keep[1:])
-    return values[keep]
-
-
-class _Packed:
-    """A bulk-built inventory's images: interned slots and ``(node, slot)`` pairs.
-
-    ``layer_id``/``layer_size`` may be shared with a :class:`SlotCache` that grows after
-    the build: ids from ``layer_count`` on are not in this inventory.
-    """
-
-    def __init__(
-        self,
-        *,
-        pair_node: _Int32Array,
-        pair_slot: _Int32Array,
-        slot_names: list[tuple[str, ...]],
-        slot_size: list[int],
-        slot_lids: _Int32Array,
-        slot_offsets: IndexArray,
-        layer_id: dict[str, int],
-        layer_size: list[int],
-    ) -> None:
-        self.pair_node = pair_node
-        self.pair_slot = pair_slot
-        self.slot_names = slot_names
-        self.slot_size = slot_size
-        self.slot_offsets = slot_offsets
-        self.slot_lids = slot_lids
-        self.layer_id = layer_id
-        self.layer_size = layer_size
-        self.layer_count = len(layer_size)
-        slot_of_lid = np.repeat(np.arange(len(slot_size), dtype=np.int32), np.diff(slot_offsets))
-        # layer id -> slots containing it
-        self.lid_offsets, self.lid_slots = _csr(slot_lids, slot_of_lid, self.layer_count)
-        self.holders: dict[int, IndexArray] = {}
-        self.indexed: tuple[IndexArray, IndexArray] | None = None
-        self.name_slots: dict[str, list[int]] | None = None
-        self.name_states: dict[str, tuple[int, IndexArray] | None] = {}
-
-    def slots_of(self, node: int) -> _Int32Array:
-        lo, hi = np.searchsorted(self.pair_node, [node, node + 1])
-        return self.pair_slot[lo:hi]
-
-    def slot_layers(self, slot: int) -> _Int32Array:
-        return self.slot_lids[self.slot_offsets[slot] : self.slot_offsets[slot + 1]]
-
-    def nodes_with_slots(self, slots: IndexArray | Sequence[int]) -> tuple[IndexArray, int]:
-        """Sorted distinct nodes holding any of ``slots``, and the first such pair (or -1)."""
-        mask = np.zeros(len(self.slot_names), dtype=bool)
-        mask[slots] = True
-        selected = mask[self.pair_slot]
-        nodes = self.pair_node[selected].astype(np.int64)
-        first = int(np.argmax(selected)) if len(nodes) else -1
-        return _dedupe_sorted(nodes), first
-
-    def index_layers(self, node_count: int) -> None:
-        node_count = max(node_count, 1)
-        lens = np.diff(self.slot_offsets)[self.pair_slot]
-        total = int(lens.sum())
-        starts = np.repeat(self.slot_offsets[:-1][self.pair_slot] - np.cumsum(lens) + lens, lens)
-        lids = self.slot_lids[np.arange(total, dtype=np.int64) + starts]
-        keys = np.unique(lids.astype(np.int64) * node_count + np.repeat(self.pair_node, lens))
-        del lids, starts
-        layer_of_key = keys // node_count
-        offsets = np.searchsorted(layer_of_key, np.arange(self.layer_count + 1))
-        self.indexed = (offsets.astype(np.int64), keys % node_count)
-        self.holders.clear()
-
-    def lid(self, digest: str) -> int | None:
-        lid = self.layer_id.get(digest)
-        return None if lid is None or lid >= self.layer_count else lid
-
-    def layer_holders(self, digest: str) -> IndexArray:
-        lid = self.lid(digest)
-        if lid is None:
-            return _EMPTY
-        if self.indexed is not None:
-            offsets, holders = self.indexed
-            return holders[offsets[lid] : offsets[lid + 1]]
-        arr = self.holders.get(lid)
-        if arr is None:
-            slots = self.lid_slots[self.lid_offsets[lid] : self.lid_offsets[lid + 1]]
-            arr = self.holders[lid] = self.nodes_with_slots(slots)[0]
-        return arr
-
-    def node_lids(self, node: int) -> set[int]:
-        seen: set[int] = set()
-        for slot in self.slots_of(node):
-            seen.update(int(lid) for lid in self.slot_layers(int(slot)))
-        return seen
-
-    def name_state(self, name: str) -> tuple[int, IndexArray] | None:
-        if name in self.name_states:
-            return self.name_states[name]
-        if self.name_slots is None:
-            index: dict[str, list[int]] = {}
-            for slot, names in enumerate(self.slot_names):
-                for n in dict.fromkeys(names):
-                    index.setdefault(n, []).append(slot)
-            self.name_slots = index
-        slots = self.name_slots.get(name)
-        state = None
-        if slots:
-            holders, first = self.nodes_with_slots(slots)
-            if first >= 0:
-                state = (self.slot_size[int(self.pair_slot[first])], holders)
-        self.name_states[name] = state
-        return state
 
 
 # -------------------------------------------------------------------- the type
@@ -310,7 +146,7 @@ class LayerIndex:
         # resolution bookkeeping
         self._resolved: dict[str, tuple[Layer, ...] | None] = {}
         #: A bulk-built inventory's images until its first change (see the module docstring).
-        self._packed: _Packed | None = None
+        self._packed: Packed | None = None
         self.unresolved_images = 0
         self.warnings: list[str] = []
         #: Times the layer tables were compacted (see _compact_layers).
@@ -330,6 +166,10 @@ class LayerIndex:
         Without a source such images only contribute their names (all that
         image-locality reads) and are neither counted nor warned about.
         """
+        from layersched.core.indexbuilder import (
+            LayerIndexBuilder,  # the builder imports this module
+        )
+
         builder = LayerIndexBuilder(source)
         for node in nodes:
             builder.add_node_info(node)
@@ -340,7 +180,7 @@ class LayerIndex:
         cls,
         nodes: list[NodeInfo],
         node_index: dict[str, int],
-        packed: _Packed,
+        packed: Packed,
         unresolved_images: int,
         warnings: list[str],
     ) -> LayerIndex:
@@ -413,7 +253,7 @@ class LayerIndex:
         self._layer_id = {digest: lid for lid, digest in enumerate(digests)}
         self._layer_size = list(packed.layer_size[: packed.layer_count])
         self._layer_digest = digests
-        self._layer_holders = [_ids() for _ in digests]
+        self._layer_holders = [ids() for _ in digests]
         self._node_layers = []
         slot_images: list[NodeImage | None] = [None] * len(packed.slot_names)
         for idx, node in enumerate(self._nodes):
@@ -437,7 +277,7 @@ class LayerIndex:
                 node, images=tuple(images), annotation_layers=tuple(annotation)
             )
             held = packed.node_lids(idx)
-            self._node_layers.append(_ids(held))
+            self._node_layers.append(ids(held))
             for lid in held:
                 self._layer_holders[lid].append(idx)  # nodes in order: stays sorted
             for image in images:
@@ -456,7 +296,7 @@ class LayerIndex:
         idx = len(self._nodes)
         self._nodes.append(node)
         self._node_index[node.name] = idx
-        self._node_layers.append(_ids())
+        self._node_layers.append(ids())
         self.generation += 1
         self.membership += 1
         self.node_facts += 1
@@ -493,14 +333,14 @@ class LayerIndex:
         }
         held = set(self._node_layers[idx])
         for lid in held - new_layers:
-            _discard(self._layer_holders[lid], idx)
+            discard_id(self._layer_holders[lid], idx)
             self._layer_holders_arr.pop(lid, None)
             self._free_if_unheld(lid)
         for lid in new_layers - held:
-            _insert(self._layer_holders[lid], idx)
+            insert_id(self._layer_holders[lid], idx)
             self._layer_holders_arr.pop(lid, None)
         if held != new_layers:
-            self._node_layers[idx] = _ids(new_layers)
+            self._node_layers[idx] = ids(new_layers)
         old_names = {name for image in old.images for name in image.names}
         new_sizes = {name: image.size_bytes for image in node.images for name in image.names}
         for name in old_names - new_sizes.keys():
@@ -526,7 +366,7 @@ class LayerIndex:
         if idx is None:
             return False
         for lid in self._node_layers[idx]:
-            _discard(self._layer_holders[lid], idx)
+            discard_id(self._layer_holders[lid], idx)
             self._layer_holders_arr.pop(lid, None)
             self._free_if_unheld(lid)
         for image in self._nodes[idx].images:
@@ -537,8 +377,8 @@ class LayerIndex:
             moved = self._nodes[last]
             for lid in self._node_layers[last]:
                 holders = self._layer_holders[lid]
-                _discard(holders, last)
-                _insert(holders, idx)
+                discard_id(holders, last)
+                insert_id(holders, idx)
                 self._layer_holders_arr.pop(lid, None)
             for image in moved.images:
                 for image_name in image.names:
@@ -579,12 +419,12 @@ class LayerIndex:
                 lid = self._free_lids.pop()
                 self._layer_size[lid] = layer.size_bytes
                 self._layer_digest[lid] = layer.digest
-                self._layer_holders[lid] = _ids()
+                self._layer_holders[lid] = ids()
             else:
                 lid = len(self._layer_size)
                 self._layer_size.append(layer.size_bytes)
                 self._layer_digest.append(layer.digest)
-                self._layer_holders.append(_ids())
+                self._layer_holders.append(ids())
             self._layer_id[layer.digest] = lid
         return lid
 
@@ -595,7 +435,7 @@ class LayerIndex:
         del self._layer_id[self._layer_digest[lid]]
         self._layer_digest[lid] = ""
         self._layer_size[lid] = 0
-        self._layer_holders[lid] = _NO_IDS  # a fresh array when the id is reused
+        self._layer_holders[lid] = NO_IDS  # a fresh array when the id is reused
         self._layer_holders_arr.pop(lid, None)
         self._free_lids.append(lid)
 
@@ -620,7 +460,7 @@ class LayerIndex:
             digests[new], sizes[new], holders[new] = digests[old], sizes[old], holders[old]
             touched.update(holders[new])
         for node in touched:
-            self._node_layers[node] = _ids(mapping.get(lid, lid) for lid in self._node_layers[node])
+            self._node_layers[node] = ids(mapping.get(lid, lid) for lid in self._node_layers[node])
         self._layer_digest, self._layer_size = digests[:count], sizes[:count]
         self._layer_holders = holders[:count]
         self._layer_id = {digest: lid for lid, digest in enumerate(self._layer_digest)}
@@ -643,9 +483,9 @@ class LayerIndex:
         if not new:
             return
         # one sorted rebuild, not an insertion per layer (a node holds hundreds)
-        self._node_layers[node] = _ids((*held, *new))
+        self._node_layers[node] = ids((*held, *new))
         for lid in new:
-            _insert(self._layer_holders[lid], node)
+            insert_id(self._layer_holders[lid], node)
             self._layer_holders_arr.pop(lid, None)
 
     def remove_layers(self, node: int, digests: Iterable[str]) -> None:
@@ -654,8 +494,8 @@ class LayerIndex:
         held = self._node_layers[node]
         for digest in digests:
             lid = self._layer_id.get(digest)
-            if lid is not None and _discard(held, lid):
-                _discard(self._layer_holders[lid], node)
+            if lid is not None and discard_id(held, lid):
+                discard_id(self._layer_holders[lid], node)
                 self._free_if_unheld(lid)
                 self._layer_holders_arr.pop(lid, None)
         self._compact_layers()
@@ -704,7 +544,7 @@ class LayerIndex:
             return self._packed.layer_holders(digest)
         lid = self._layer_id.get(digest)
         if lid is None:
-            return _EMPTY
+            return EMPTY
         arr = self._layer_holders_arr.get(lid)
         if arr is None:
             # already sorted: one copy in C (a live inventory rebuilds these after every
@@ -720,7 +560,7 @@ class LayerIndex:
             pos = int(np.searchsorted(holders, node))
             return pos < len(holders) and int(holders[pos]) == node
         lid = self._layer_id.get(digest)
-        return lid is not None and _has(self._node_layers[node], lid)
+        return lid is not None and has_id(self._node_layers[node], lid)
 
     def node_layer_digests(self, node: int) -> Iterator[str]:
         """Digests of the layers node index ``node`` holds (unordered)."""
@@ -752,259 +592,9 @@ class LayerIndex:
         """Sorted node indices reporting image name ``name``."""
         if self._packed is not None:
             state = self._packed.name_state(name)
-            return _EMPTY if state is None else state[1]
+            return EMPTY if state is None else state[1]
         arr = self._name_holders_arr.get(name)
         if arr is None:
             arr = np.fromiter(sorted(self._name_holders.get(name, ())), dtype=np.int64)
             self._name_holders_arr[name] = arr
         return arr
-
-
-# -------------------------------------------------------------------- builder
-
-#: Key of the pseudo-image that carries a node's ``imageLayer.<digest>`` annotations.
-_ANNOTATIONS_KEY = "imageLayer annotations"
-
-
-def _same_image(key: Any) -> NodeImage:
-    image: NodeImage = key
-    return image
-
-
-class SlotCache:
-    """Image entries already described and resolved, shared by successive builds.
-
-    A server building an inventory per request sees the same few thousand
-    ``status.images`` entries every time; with this cache only new ones are
-    described and resolved. Layer ids become shared too, so an inventory's
-    :meth:`~LayerIndex.layer_size` is the size first seen by the cache.
-    Unresolved entries are kept only with ``keep_unresolved`` (an offline source,
-    whose answer cannot change; a registry may answer next time), together with
-    their warning, which every inventory using them still counts and lists.
-    One cache serves builders of one layer source (its answers are what is
-    cached). Call :meth:`reset` to forget everything (e.g. when tags may have
-    moved); entries beyond ``max_entries`` reset it too.
-    """
-
-    def __init__(self, max_entries: int, *, keep_unresolved: bool = False) -> None:
-        self.max_entries = max_entries
-        self.keep_unresolved = keep_unresolved
-        #: key -> (names, size in bytes, layer ids, the warning if unresolved)
-        self.entries: dict[Hashable, tuple[tuple[str, ...], int, list[int], str | None]] = {}
-        self.layer_id: dict[str, int] = {}
-        self.layer_size: list[int] = []
-
-    def reset(self) -> None:
-        """Forget every entry (inventories already built keep their own references)."""
-        self.entries = {}
-        self.layer_id = {}
-        self.layer_size = []
-
-    def trim(self) -> None:
-        """Reset if the cache has outgrown ``max_entries``."""
-        if len(self.entries) > self.max_entries:
-            self.reset()
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-
-class LayerIndexBuilder:
-    """Collects nodes, then :meth:`build` returns their (packed) :class:`LayerIndex`.
-
-    ``add_node`` takes each node's images as hashable *keys* plus a ``describe``
-    function turning a key seen for the first time into a :class:`NodeImage`:
-    a caller decoding wire objects interns them without converting the 25,000
-    entries of a request, only the few thousand distinct ones
-    (:meth:`add_node_object` does so for a decoded v1 Node). With ``skip_invalid``,
-    a key ``describe`` refuses (InputError) is held by nobody instead of failing the
-    build, and :meth:`invalid_images` names it per node.
-    """
-
-    def __init__(
-        self,
-        source: LayerSource | None = None,
-        cache: SlotCache | None = None,
-        *,
-        skip_invalid: bool = False,
-    ) -> None:
-        self._source = source
-        self._names_resolver = names_resolver(source) if source is not None else None
-        self._skip_invalid = skip_invalid
-        #: slot -> why ``describe`` refused its key
-        self._invalid: dict[int, str] = {}
-        self._nodes: list[NodeInfo] = []
-        self._node_index: dict[str, int] = {}
-        self._pair_slot: list[int] = []
-        self._pairs_per_node: list[int] = []
-        self._pairs_start: list[int] = []
-        self._slot_of: dict[Hashable, int] = {}
-        self._slot_names: list[tuple[str, ...]] = []
-        self._slot_size: list[int] = []
-        self._slot_lids: list[list[int]] = []
-        if cache is not None:
-            cache.trim()
-        self._cache = cache
-        self._layer_id: dict[str, int] = {} if cache is None else cache.layer_id
-        self._layer_size: list[int] = [] if cache is None else cache.layer_size
-        self._resolved: dict[str, tuple[Layer, ...] | None] = {}
-        self._resolved_warning: dict[str, str] = {}
-        self._unresolved = 0
-        self._warnings: list[str] = []
-
-    def add_node(
-        self,
-        name: str,
-        images: Iterable[Hashable] = (),
-        *,
-        describe: Callable[[Any], NodeImage] = _same_image,
-        annotation_layers: tuple[Layer, ...] = (),
-        labels: Mapping[str, str] | None = None,
-        annotations: Mapping[str, str] | None = None,
-        allocatable: Mapping[str, str] | None = None,
-    ) -> int:
-        """Add a node holding ``images`` (keys; ``describe`` makes a NodeImage of one)."""
-        if name in self._node_index:
-            raise InputError(f"node {name!r} appears twice: node names must be unique")
-        idx = len(self._nodes)
-        self._node_index[name] = idx
-        self._nodes.append(
-            NodeInfo(
-                name,
-                labels=labels or {},
-                annotations=annotations or {},
-                allocatable=allocatable or {},
-            )
-        )
-        get = self._slot_of.get
-        count = len(self._pair_slot)
-        append = self._pair_slot.append
-        for key in images:
-            slot = get(key)
-            append(self._new_slot(key, describe) if slot is None else slot)
-        if annotation_layers:
-            key = (_ANNOTATIONS_KEY, annotation_layers)
-            slot = get(key)
-            if slot is None:
-                slot = self._new_slot(key, lambda _: NodeImage((), 0, annotation_layers))
-            append(slot)
-        self._pairs_start.append(count)
-        self._pairs_per_node.append(len(self._pair_slot) - count)
-        return idx
-
-    def add_node_info(self, node: NodeInfo) -> int:
-        """Add a described :class:`NodeInfo` (its images are hashable keys already)."""
-        return self.add_node(
-            node.name,
-            node.images,
-            annotation_layers=node.annotation_layers,
-            labels=node.labels,
-            annotations=node.annotations,
-            allocatable=node.allocatable,
-        )
-
-    @property
-    def has_invalid(self) -> bool:
-        """Whether ``describe`` refused any key so far (see :meth:`invalid_images`)."""
-        return bool(self._invalid)
-
-    def invalid_images(self, node: int) -> list[str]:
-        """Why each image of node index ``node`` that ``describe`` refused was skipped."""
-        if not self._invalid:
-            return []
-        start = self._pairs_start[node]
-        slots = self._pair_slot[start : start + self._pairs_per_node[node]]
-        return [self._invalid[slot] for slot in dict.fromkeys(slots) if slot in self._invalid]
-
-    def _new_slot(self, key: Hashable, describe: Callable[[Any], NodeImage]) -> int:
-        entry = self._cache.entries.get(key) if self._cache is not None else None
-        if entry is not None and entry[3] is not None:
-            self._note_unresolved(entry[0][0], None, entry[3])
-        if entry is None:
-            try:
-                image = describe(key)
-            except InputError as err:
-                if not self._skip_invalid:
-                    raise
-                # never cached: the next build names the nodes listing it again
-                self._invalid[len(self._slot_names)] = str(err)
-                image = NodeImage((), 0)
-            layers = image.layers if image.layers is not None else self._resolve(image)
-            lids: dict[int, None] = {}
-            for layer in layers or ():
-                lid = self._layer_id.get(layer.digest)
-                if lid is None:
-                    lid = self._layer_id[layer.digest] = len(self._layer_size)
-                    self._layer_size.append(layer.size_bytes)
-                lids[lid] = None
-            unresolved = layers is None and bool(image.names) and self._source is not None
-            warning = self._resolved_warning.get(image.names[0]) if unresolved else None
-            entry = (image.names, image.size_bytes, list(lids), warning)
-            # an unresolved image is remembered only from an offline source: a registry
-            # may answer next time
-            if (
-                self._cache is not None
-                and (not unresolved or self._cache.keep_unresolved)
-                and len(self._slot_names) not in self._invalid
-            ):
-                self._cache.entries[key] = entry
-        slot = len(self._slot_names)
-        self._slot_of[key] = slot
-        self._slot_names.append(entry[0])
-        self._slot_size.append(entry[1])
-        self._slot_lids.append(entry[2])
-        return slot
-
-    def _resolve(self, image: NodeImage) -> tuple[Layer, ...] | None:
-        if not image.names:
-            return None
-        key = image.names[0]
-        if key in self._resolved:
-            return self._resolved[key]
-        layers, message = resolve_node_image(image, self._source, self._names_resolver)
-        self._note_unresolved(key, layers, message)
-        return layers
-
-    def _note_unresolved(
-        self, key: str, layers: tuple[Layer, ...] | None, message: str | None
-    ) -> None:
-        """Memoise the answer for first name ``key``; count and list it if unresolved."""
-        if key in self._resolved:
-            return
-        self._resolved[key] = layers
-        if message is not None:
-            self._unresolved += 1
-            self._warnings.append(message)
-            self._resolved_warning[key] = message
-
-    def build(self) -> LayerIndex:
-        """The inventory of every node added so far (packed)."""
-        node_count = len(self._nodes)
-        pair_node = np.repeat(
-            np.arange(node_count, dtype=np.int32),
-            np.asarray(self._pairs_per_node, dtype=np.int64),
-        )
-        pair_slot = np.asarray(self._pair_slot, dtype=np.int32)
-        slot_len = np.fromiter(
-            (len(lids) for lids in self._slot_lids), dtype=np.int64, count=len(self._slot_lids)
-        )
-        slot_offsets = np.zeros(len(slot_len) + 1, dtype=np.int64)
-        np.cumsum(slot_len, out=slot_offsets[1:])
-        slot_lids = np.fromiter(
-            (lid for lids in self._slot_lids for lid in lids),
-            dtype=np.int32,
-            count=int(slot_offsets[-1]),
-        )
-        packed = _Packed(
-            pair_node=pair_node,
-            pair_slot=pair_slot,
-            slot_names=self._slot_names,
-            slot_size=self._slot_size,
-            slot_lids=slot_lids,
-            slot_offsets=slot_offsets,
-            layer_id=self._layer_id,
-            layer_size=self._layer_size,
-        )
-        return LayerIndex._of_packed(
-            self._nodes, self._node_index, packed, self._unresolved, self._warnings
-        )

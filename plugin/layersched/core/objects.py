@@ -29,7 +29,7 @@ import msgspec
 import yaml
 
 from layersched.core.errors import InputError
-from layersched.core.layerindex import LayerIndexBuilder
+from layersched.core.indexbuilder import LayerIndexBuilder
 from layersched.core.layers import Layer, check_digest, check_size
 from layersched.core.nodeimages import (
     LAYER_ANNOTATION_PREFIX,

@@ -13,7 +13,9 @@ import msgspec
 import numpy as np
 
 from layersched.core.errors import InputError
-from layersched.core.layerindex import IndexArray, LayerIndex, SlotCache
+from layersched.core.indexbuilder import SlotCache
+from layersched.core.indexstorage import IndexArray
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.objects import Node, ObjectMeta, Pod, pod_images, pod_name
 from layersched.core.pod import PodImages

@@ -24,7 +24,8 @@ from prometheus_client.registry import Collector
 
 from layersched.core.budget import DEFAULT_MAX_INVENTORY_BYTES, IndexPools
 from layersched.core.errors import InputError, LayerschedError
-from layersched.core.layerindex import LayerIndex, LayerIndexBuilder, SlotCache
+from layersched.core.indexbuilder import LayerIndexBuilder, SlotCache
+from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.nodeimages import NodeInfo
 from layersched.core.objects import Node, add_node_object, decode_node_list

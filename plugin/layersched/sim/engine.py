@@ -59,8 +59,9 @@ import numpy as np
 import numpy.typing as npt
 
 from layersched.core.errors import InputError
+from layersched.core.indexstorage import IndexArray
 from layersched.core.inflight import PendingPull, PendingPulls
-from layersched.core.layerindex import IndexArray, LayerIndex, LayerIndexView
+from layersched.core.layerindex import LayerIndex, LayerIndexView
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeInfo
 from layersched.core.pod import PodImages

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from layersched.core.layerindex import LayerIndex, LayerIndexBuilder
+from layersched.core.indexbuilder import LayerIndexBuilder
+from layersched.core.layerindex import LayerIndex
 from layersched.core.nodeimages import NodeImage
 from layersched.core.pod import PodImages
 from layersched.core.strategies import resolve_pod_layers

@@ -19,8 +19,9 @@ from typing import ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from layersched.core.errors import LayerResolutionError
+from layersched.core.indexstorage import IndexArray
 from layersched.core.inflight import PendingPulls
-from layersched.core.layerindex import IndexArray, LayerIndexView
+from layersched.core.layerindex import LayerIndexView
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.pod import PodImages
 from layersched.core.reference import ImageName

@@ -42,7 +42,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from layersched.core.layerindex import IndexArray, LayerIndexView
+from layersched.core.indexstorage import IndexArray
+from layersched.core.layerindex import LayerIndexView
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.reference import normalized_image_name

@@ -22,8 +22,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from layersched.core.indexstorage import IndexArray
 from layersched.core.inflight import BITS_PER_BYTE, PendingPulls, start_costs_s
-from layersched.core.layerindex import IndexArray, LayerIndexView
+from layersched.core.layerindex import LayerIndexView
 from layersched.core.layers import Layer
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import InFlightArgs

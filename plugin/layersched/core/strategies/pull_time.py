@@ -35,7 +35,8 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from layersched.core.layerindex import IndexArray, LayerIndexView
+from layersched.core.indexstorage import IndexArray
+from layersched.core.layerindex import LayerIndexView
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeInfo
 from layersched.core.pod import PodImages

@@ -16,15 +16,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from layersched.core.estimate import (
+from layersched.core.estimate import SKIP_NODE_GONE, SKIP_PINNED, estimate
+from layersched.core.events import PullEvent
+from layersched.core.layers import Layer
+from layersched.core.nodeimages import NodeImage, NodeInfo
+from layersched.core.objects import PlacedPod
+from layersched.core.placementfacts import (
     MAX_MILLI_UNITS,
-    SKIP_NODE_GONE,
-    SKIP_PINNED,
     NodeFacts,
     PodFacts,
     PullFacts,
     effective_requests,
-    estimate,
     milli_units,
     node_admits,
     pod_facts,
@@ -32,10 +34,6 @@ from layersched.core.estimate import (
     ran_image,
     ran_images,
 )
-from layersched.core.events import PullEvent
-from layersched.core.layers import Layer
-from layersched.core.nodeimages import NodeImage, NodeInfo
-from layersched.core.objects import PlacedPod
 from layersched.core.strategies import InFlightArgs
 
 MB = 1024 * 1024

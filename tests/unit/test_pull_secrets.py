@@ -24,9 +24,9 @@ from rich.progress import Progress
 from layersched.cli._pull_secrets import UserPullSecrets
 from layersched.cli.estimate import PullSecretNames, _resolve_pods
 from layersched.core.errors import InputError, KubeError, LayerResolutionError
-from layersched.core.estimate import PodFacts
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.objects import LocalObjectReference, Pod, PodSpec
+from layersched.core.placementfacts import PodFacts
 from layersched.core.reference import ImageName, ImageReference
 from layersched.extender import (
     MAX_PULL_SECRETS_PER_POD,

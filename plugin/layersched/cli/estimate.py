@@ -42,19 +42,7 @@ from layersched.cli._sources import (
 )
 from layersched.cli._tables import console, duration, size, table, table_width
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.estimate import (
-    SKIP_UNRESOLVED,
-    Estimate,
-    NodeFacts,
-    PodFacts,
-    PullFacts,
-    estimate,
-    in_window,
-    node_facts,
-    pod_facts,
-    pull_facts,
-    ran_images,
-)
+from layersched.core.estimate import SKIP_UNRESOLVED, Estimate, estimate, in_window
 from layersched.core.events import PULLED_REASON
 from layersched.core.inflight import PULL_MODES, SERIAL
 from layersched.core.layers import Layer, LayerSource
@@ -65,6 +53,15 @@ from layersched.core.objects import (
     decode_placed_pod,
     decode_schedulable_node,
     node_info,
+)
+from layersched.core.placementfacts import (
+    NodeFacts,
+    PodFacts,
+    PullFacts,
+    node_facts,
+    pod_facts,
+    pull_facts,
+    ran_images,
 )
 from layersched.core.reference import ImageName
 from layersched.core.strategies.args import DEFAULT_BANDWIDTH_BITS_PER_S, InFlightArgs

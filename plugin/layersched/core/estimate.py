@@ -33,19 +33,18 @@ Each pod is weighed alone against the history that happened: moving one pod woul
 changed what later pods found, which no estimate from the past can know.
 
 The facts it weighs (pods, nodes, pulls) and the rule of which nodes admit a pod are
-:mod:`layersched.core.placementfacts`.
+:mod:`layersched.core.placementfacts`; the cluster's state through the window, as the sweep
+walks it, :mod:`layersched.core.placementstate`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
-from layersched.core.errors import InputError
 from layersched.core.inflight import PendingPull, node_backlog, start_costs_s
 from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
@@ -54,14 +53,20 @@ from layersched.core.placementfacts import (
     NodeFacts,
     PodFacts,
     PullFacts,
-    milli_units,
     node_admits,
+)
+from layersched.core.placementstate import (
+    BoolArray,
+    FloatArray,
+    History,
+    IntArray,
+    InUse,
+    Observed,
+    Usage,
+    observed_pulls,
 )
 from layersched.core.reference import (
     ImageName,
-    ImageReference,
-    listed_name_matches,
-    parse_or_none,
 )
 from layersched.core.strategies import InFlightArgs, pod_layers
 from layersched.core.strategies.base import MAX_NODE_SCORE
@@ -79,10 +84,6 @@ _LEAVE, _ARRIVE, _PULLED = 0, 1, 2
 SKIP_PINNED = "pinned to its node (DaemonSet or static pod): no scheduler chose it"
 SKIP_NODE_GONE = "its node is no longer in the cluster"
 SKIP_UNRESOLVED = "its layers are unknown"
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,178 +173,6 @@ class Estimate:
 
 
 @dataclass
-class _Observed:
-    """A pod's own Pulled events."""
-
-    seconds: float = 0.0
-    timed: bool = False
-    present: set[str] = field(default_factory=set)
-    #: When its last pull ended (0: none).
-    last_at_s: float = 0.0
-
-
-class _History:
-    """When layers arrived on nodes: for a (node, layer) held now only through images the
-    kubelet pulled in the window, the earliest time one of those images was last pulled.
-    Held at ``t`` when that time is before ``t``; layers held through another image are
-    held throughout."""
-
-    def __init__(
-        self, nodes: Sequence[NodeFacts], pulls: Sequence[PullFacts], index: Mapping[str, int]
-    ) -> None:
-        # node -> (registry, repository) -> [(reference, end of the pull)]
-        by_node: dict[int, dict[tuple[str, str], list[tuple[ImageReference, float]]]] = {}
-        for pull in pulls:
-            ref = parse_or_none(pull.event.image) if pull.event.pulled else None
-            if ref is not None and pull.node in index:
-                repos = by_node.setdefault(index[pull.node], {})
-                repos.setdefault((ref.domain, ref.path), []).append((ref, pull.at_s))
-        parsed: dict[str, ImageReference | None] = {}
-        since: dict[str, list[tuple[int, float]]] = {}
-        for idx, repos in by_node.items():
-            base: set[str] = set()
-            late: dict[str, float] = {}
-            for image in nodes[idx].info.images:
-                last = _last_pull(image.names, repos, parsed)
-                digests = {layer.digest for layer in image.layers or ()}
-                if last is None:
-                    base |= digests
-                    continue
-                for digest in digests:
-                    late[digest] = min(late.get(digest, last), last)
-            for digest, at in late.items():
-                if digest not in base:
-                    since.setdefault(digest, []).append((idx, at))
-        self._since = {
-            digest: (
-                np.fromiter((i for i, _ in entries), dtype=np.int64, count=len(entries)),
-                np.fromiter((t for _, t in entries), dtype=np.float64, count=len(entries)),
-            )
-            for digest, entries in since.items()
-        }
-
-    def arrived_after(self, digest: str, at_s: float) -> IntArray:
-        """The nodes holding ``digest`` now that did not hold it yet at ``at_s``."""
-        entry = self._since.get(digest)
-        if entry is None:
-            return np.empty(0, dtype=np.int64)
-        nodes, since = entry
-        return nodes[since >= at_s]
-
-
-def _last_pull(
-    names: Sequence[str],
-    repos: Mapping[tuple[str, str], Sequence[tuple[ImageReference, float]]],
-    parsed: dict[str, ImageReference | None],
-) -> float | None:
-    """When the kubelet last pulled the image listed as ``names`` (None: not in the
-    window); ``parsed`` remembers each name's parse (names repeat on every node)."""
-    last: float | None = None
-    for name in names:
-        if name not in parsed:
-            parsed[name] = parse_or_none(name)
-        have = parsed[name]
-        if have is None:
-            continue
-        for ref, at in repos.get((have.domain, have.path), ()):
-            if listed_name_matches(name, ref) and (last is None or at > last):
-                last = at
-    return last
-
-
-class _InUse:
-    """The layers of the images that weighed pods running on each node use: a running
-    container's image is never garbage-collected, so its layers are held meanwhile
-    (whatever a later ``imagePullPolicy: Always`` re-pull makes the history say)."""
-
-    def __init__(self, node_count: int) -> None:
-        self._count = node_count
-        #: layer digest -> node -> running pods using it
-        self._users: dict[str, dict[int, int]] = {}
-
-    def change(self, node: int, digests: Iterable[str], delta: int) -> None:
-        for digest in digests:
-            users = self._users.setdefault(digest, {})
-            users[node] = users.get(node, 0) + delta
-            if users[node] <= 0:
-                del users[node]
-
-    def holders(self, digest: str) -> IntArray:
-        users = self._users.get(digest)
-        if not users:
-            return np.empty(0, dtype=np.int64)
-        return np.fromiter(users, dtype=np.int64, count=len(users))
-
-
-class _Usage:
-    """Requests of the pods running on each node, as time moves forward."""
-
-    def __init__(self, nodes: Sequence[NodeFacts], resources: Sequence[str], problems: list[str]):
-        self.resources = list(resources)
-        self.row = {name: i for i, name in enumerate(self.resources)}
-        count = len(nodes)
-        self.allocatable = np.zeros((len(self.resources), count), dtype=np.int64)
-        #: Nodes that report no allocatable at all: not limited (nothing to compare with).
-        self.unlimited = np.zeros(count, dtype=bool)
-        for j, node in enumerate(nodes):
-            allocatable = node.info.allocatable
-            if not allocatable:
-                self.unlimited[j] = True
-                continue
-            for name, value in allocatable.items():
-                row = self.row.get(name)
-                if row is None:
-                    continue
-                try:
-                    self.allocatable[row, j] = milli_units(
-                        str(value), f"node {node.info.name!r} allocatable.{name}"
-                    )
-                except InputError as err:
-                    problems.append(str(err))
-                    self.unlimited[j] = True
-        self.used = np.zeros_like(self.allocatable)
-
-    def vector(self, requests: Mapping[str, int]) -> IntArray:
-        """The requests of the resources some node offers, as a vector."""
-        out = np.zeros(len(self.resources), dtype=np.int64)
-        for name, value in requests.items():
-            row = self.row.get(name)
-            if row is not None:
-                out[row] = value
-        return out
-
-    def offered(self, requests: Mapping[str, int]) -> bool:
-        """Whether some node offers every resource ``requests`` asks for (a pod asking
-        for one no node offers fits only where it ran, and on nodes reporting no
-        allocatable)."""
-        return all(value <= 0 or name in self.row for name, value in requests.items())
-
-    def fits(self, request: IntArray) -> BoolArray:
-        free = self.allocatable - self.used
-        fitting: BoolArray = np.all(free >= request[:, None], axis=0) | self.unlimited
-        return fitting
-
-    def add(self, node: int, request: IntArray, sign: int) -> None:
-        self.used[:, node] += sign * request
-
-
-def _observed(pods: Iterable[PodFacts], pulls: Iterable[PullFacts]) -> dict[str, _Observed]:
-    wanted = {pod.uid for pod in pods}
-    found: dict[str, _Observed] = {}
-    for pull in pulls:
-        if pull.pod_uid not in wanted:
-            continue
-        seen = found.setdefault(pull.pod_uid, _Observed())
-        seen.last_at_s = max(seen.last_at_s, pull.at_s)
-        if not pull.event.pulled:
-            seen.present.add(pull.event.image)
-        elif pull.event.seconds is not None:
-            seen.seconds += pull.event.seconds
-            seen.timed = True
-    return found
-
-
-@dataclass
 class _Row:
     """A weighed pod before its times are known (rates need every pod's bytes first)."""
 
@@ -353,7 +182,7 @@ class _Row:
     best: int
     best_pulled_bytes: int
     feasible: int
-    observed: _Observed | None
+    observed: Observed | None
 
 
 def estimate(
@@ -377,11 +206,11 @@ def estimate(
     index = {node.info.name: i for i, node in enumerate(nodes)}
     problems: list[str] = []
     window = [p for p in pods if in_window(p, since_s, until_s, namespaces)]
-    observed = _observed(window, pulls)
+    observed = observed_pulls(window, pulls)
     skipped = [(p.key, _skip_reason(p)) for p in window if _skip_reason(p) and p.node in index]
     skipped += [(p.key, SKIP_NODE_GONE) for p in window if p.node not in index]
     sweep = _Sweep(nodes, pods, index, window, observed, problems)
-    history = _History(nodes, pulls, index)
+    history = History(nodes, pulls, index)
     rows = sweep.run(history)
     # A pull far quicker than its bytes at the rate seen elsewhere moved nothing: the image
     # was there (imagePullPolicy: Always re-pulls on every start). Its pod's pull is then
@@ -389,7 +218,7 @@ def estimate(
     idle = _idle_pulls(rows)
     extra = list(notes)
     if idle:
-        history = _History(nodes, [p for p in pulls if p.pod_uid not in idle], index)
+        history = History(nodes, [p for p in pulls if p.pod_uid not in idle], index)
         rows = sweep.run(history)
         extra.append(
             f"{len(idle)} pod(s) pulled in under {IDLE_PULL_SHARE:.0%} of the time their "
@@ -424,7 +253,7 @@ class _Sweep:
         pods: Sequence[PodFacts],
         index: Mapping[str, int],
         window: Sequence[PodFacts],
-        observed: Mapping[str, _Observed],
+        observed: Mapping[str, Observed],
         problems: list[str],
     ) -> None:
         self.nodes, self.pods, self.index, self.observed = nodes, pods, index, observed
@@ -461,7 +290,7 @@ class _Sweep:
             )
         return static
 
-    def run(self, history: _History) -> list[_Row]:
+    def run(self, history: History) -> list[_Row]:
         """Every weighed pod's row, in the order they started."""
 
         def weigh(pod: PodFacts, node: int, feasible: BoolArray, held: _Held) -> _Row:
@@ -470,13 +299,13 @@ class _Sweep:
         return self.visit(history, weigh)
 
     def visit(
-        self, history: _History, weigh: Callable[[PodFacts, int, BoolArray, _Held], T]
+        self, history: History, weigh: Callable[[PodFacts, int, BoolArray, _Held], T]
     ) -> list[T]:
         """``weigh`` of every weighed pod (its node, the nodes it fitted on and what they
         held, at its start), in the order they started."""
         pods, index = self.pods, self.index
-        usage = _Usage(self.nodes, self.resources, self.problems)
-        in_use = _InUse(len(self.nodes))
+        usage = Usage(self.nodes, self.resources, self.problems)
+        in_use = InUse(len(self.nodes))
         requests = {i: usage.vector(pods[i].requests) for _, _, i in self.timeline}
         layers_of: dict[int, set[str]] = {}
         rows: list[T] = []
@@ -554,8 +383,8 @@ class _Held:
     pulled since, and those where a running pod used it."""
 
     index: LayerIndex
-    history: _History
-    in_use: _InUse
+    history: History
+    in_use: InUse
     at_s: float
 
     def mask(self, digest: str) -> BoolArray:
@@ -567,7 +396,7 @@ class _Held:
 
 
 def _weigh(
-    pod: PodFacts, own: int, feasible: BoolArray, held: _Held, seen: _Observed | None
+    pod: PodFacts, own: int, feasible: BoolArray, held: _Held, seen: Observed | None
 ) -> _Row:
     """What ``pod`` pulled on node ``own``, and what the best of the ``feasible`` nodes
     would have pulled: the node layer-locality, as installed (spread on), scores highest:
@@ -843,7 +672,7 @@ ALWAYS_APPROXIMATED = (
 
 def _approximations(
     window: Sequence[PodFacts],
-    observed: Mapping[str, _Observed],
+    observed: Mapping[str, Observed],
     rates: Sequence[NodeRate],
     notes: Sequence[str],
     problems: Sequence[str],

@@ -32,7 +32,8 @@ the rate observed over the whole cluster, else the default.
 Each pod is weighed alone against the history that happened: moving one pod would have
 changed what later pods found, which no estimate from the past can know.
 
-The facts it weighs (pods, nodes, pulls) and the rule of which nodes admit a pod are
+The in-flight what-if is :mod:`layersched.core.inflightwhatif`. The facts it weighs (pods,
+nodes, pulls) and the rule of which nodes admit a pod are
 :mod:`layersched.core.placementfacts`; the cluster's state through the window, as the sweep
 walks it, :mod:`layersched.core.placementstate`.
 """
@@ -41,13 +42,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
-from layersched.core.inflight import PendingPull, node_backlog, start_costs_s
+from layersched.core.inflightwhatif import InFlightWhatIf
 from layersched.core.layerindex import LayerIndex
-from layersched.core.layers import Layer
 from layersched.core.placementfacts import (
     PODS_RESOURCE,
     NodeFacts,
@@ -58,10 +58,13 @@ from layersched.core.placementfacts import (
 from layersched.core.placementstate import (
     BoolArray,
     FloatArray,
+    Held,
     History,
     IntArray,
     InUse,
+    NodeRate,
     Observed,
+    Row,
     Usage,
     observed_pulls,
 )
@@ -119,15 +122,6 @@ class PodEstimate:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeRate:
-    """A node's pull rate, and where it comes from (``observed``, ``label``,
-    ``cluster``, ``default``)."""
-
-    bytes_per_s: float
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
 class Totals:
     """The window's sums over the pods weighed."""
 
@@ -172,19 +166,6 @@ class Estimate:
 # -------------------------------------------------------------------- the what-if
 
 
-@dataclass
-class _Row:
-    """A weighed pod before its times are known (rates need every pod's bytes first)."""
-
-    pod: PodFacts
-    total_bytes: int
-    pulled_bytes: int
-    best: int
-    best_pulled_bytes: int
-    feasible: int
-    observed: Observed | None
-
-
 def estimate(
     nodes: Sequence[NodeFacts],
     pods: Sequence[PodFacts],
@@ -227,7 +208,7 @@ def estimate(
         )
     rates = _rates(nodes, index, rows, default_bits_per_s)
     estimates = [_timed(row, nodes, index, rates) for row in rows]
-    what_if = _InFlightWhatIf(nodes, index, rates, rows, in_flight or InFlightArgs())
+    what_if = InFlightWhatIf(nodes, index, rates, rows, in_flight or InFlightArgs())
     waits = sweep.visit(history, what_if)
     estimates = [replace(e, **w) for e, w in zip(estimates, waits, strict=True)]
     extra.append(IN_FLIGHT_APPROXIMATED)
@@ -290,16 +271,16 @@ class _Sweep:
             )
         return static
 
-    def run(self, history: History) -> list[_Row]:
+    def run(self, history: History) -> list[Row]:
         """Every weighed pod's row, in the order they started."""
 
-        def weigh(pod: PodFacts, node: int, feasible: BoolArray, held: _Held) -> _Row:
+        def weigh(pod: PodFacts, node: int, feasible: BoolArray, held: Held) -> Row:
             return _weigh(pod, node, feasible, held, self.observed.get(pod.uid))
 
         return self.visit(history, weigh)
 
     def visit(
-        self, history: History, weigh: Callable[[PodFacts, int, BoolArray, _Held], T]
+        self, history: History, weigh: Callable[[PodFacts, int, BoolArray, Held], T]
     ) -> list[T]:
         """``weigh`` of every weighed pod (its node, the nodes it fitted on and what they
         held, at its start), in the order they started."""
@@ -332,13 +313,13 @@ class _Sweep:
                     else:  # it asks for what no node offers: only unlimited nodes take it
                         feasible = static & usage.unlimited
                     feasible[node] = True  # it ran there
-                    held = _Held(self.inventory, history, in_use, at_s)
+                    held = Held(self.inventory, history, in_use, at_s)
                     rows.append(weigh(pod, node, feasible, held))
                 usage.add(node, requests[i], 1)
         return rows
 
 
-def _idle_pulls(rows: Sequence[_Row]) -> set[str]:
+def _idle_pulls(rows: Sequence[Row]) -> set[str]:
     """The pods (uids) whose timed pulls took under IDLE_PULL_SHARE of the time their
     bytes take at the rate observed on the other pods' pulls."""
     samples = [
@@ -377,27 +358,7 @@ def _skip_reason(pod: PodFacts) -> str:
     return ""
 
 
-@dataclass(frozen=True, slots=True)
-class _Held:
-    """Which nodes held a layer at one moment: those holding it now through an image not
-    pulled since, and those where a running pod used it."""
-
-    index: LayerIndex
-    history: History
-    in_use: InUse
-    at_s: float
-
-    def mask(self, digest: str) -> BoolArray:
-        held = np.zeros(self.index.node_count, dtype=bool)
-        held[self.index.layer_holders(digest)] = True
-        held[self.history.arrived_after(digest, self.at_s)] = False
-        held[self.in_use.holders(digest)] = True
-        return held
-
-
-def _weigh(
-    pod: PodFacts, own: int, feasible: BoolArray, held: _Held, seen: Observed | None
-) -> _Row:
+def _weigh(pod: PodFacts, own: int, feasible: BoolArray, held: Held, seen: Observed | None) -> Row:
     """What ``pod`` pulled on node ``own``, and what the best of the ``feasible`` nodes
     would have pulled: the node layer-locality, as installed (spread on), scores highest:
     each held layer weighed by how many nodes held it (issue 45), ties to the node missing
@@ -429,7 +390,7 @@ def _weigh(
             weighted[own] += layer.size_bytes * (int(masks[layer.digest].sum()) + 1) / len(feasible)
     candidates = np.flatnonzero(feasible)
     best = _layer_locality_pick(candidates, own, total, weighted, total - present)
-    return _Row(
+    return Row(
         pod=pod,
         total_bytes=total,
         pulled_bytes=pulled,
@@ -467,123 +428,10 @@ IN_FLIGHT_APPROXIMATED = (
 )
 
 
-class _InFlightWhatIf:
-    """The in-flight view of each weighed pod, visited in the order they started: the
-    pulls in flight then (the weighed pods before it whose pulls had not ended) give each
-    feasible node's backlog, and the rule its wait there."""
-
-    def __init__(
-        self,
-        nodes: Sequence[NodeFacts],
-        index: Mapping[str, int],
-        rates: Sequence[NodeRate],
-        rows: Sequence[_Row],
-        args: InFlightArgs,
-    ) -> None:
-        self.nodes, self.args = nodes, args
-        self.rates = np.fromiter((r.bytes_per_s for r in rates), np.float64, count=len(rates))
-        self.bits = self.rates * BITS_PER_BYTE
-        self.rows = {row.pod.uid: row for row in rows}
-        #: when each pod's pull ended: its last Pulled event, else its bytes at the rate
-        self.ends = {row.pod.uid: _pull_end(row, self.rates[index[row.pod.node]]) for row in rows}
-        #: node -> (pod, its layers, when its pull ends), for pulls maybe still in flight
-        self.pending: dict[int, list[tuple[PodFacts, tuple[Layer, ...], float]]] = {}
-
-    def __call__(
-        self, pod: PodFacts, node: int, feasible: BoolArray, held: _Held
-    ) -> dict[str, Any]:
-        at_s, row, count = pod.started_s, self.rows[pod.uid], len(self.nodes)
-        image_layers = pod.image_layers or {}
-        layers = pod_layers(pod.images, lambda image: image_layers.get(image, ()))
-        masks: dict[str, BoolArray] = {}
-
-        def mask(digest: str) -> BoolArray:
-            found = masks.get(digest)
-            if found is None:
-                found = masks[digest] = held.mask(digest)
-            return found
-
-        held_bytes = np.zeros(count, dtype=np.int64)
-        for layer in layers:
-            held_bytes[mask(layer.digest)] += layer.size_bytes
-        total = sum(layer.size_bytes for layer in layers)
-        backlog = np.zeros((4, count), dtype=np.float64)  # W(now), E, k, arriving
-        for at, entries in list(self.pending.items()):
-            live = [entry for entry in entries if entry[2] > at_s]
-            if not live:
-                del self.pending[at]
-                continue
-            self.pending[at] = live
-            summed = node_backlog(
-                [PendingPull(p.uid, p.started_s, p_layers) for p, p_layers, _ in live],
-                _holder(mask, at),
-                float(self.rates[at]),
-                at_s,
-                self.args.max_pending_age_s,
-            )
-            backlog[:, at] = (
-                summed.remaining_bytes(float(self.rates[at]), at_s),
-                summed.enqueued_bytes,
-                summed.pulls,
-                sum(
-                    layer.size_bytes
-                    for layer in layers
-                    if layer.digest in summed.arriving and not mask(layer.digest)[at]
-                ),
-            )
-        candidates = np.flatnonzero(feasible)
-        c = candidates
-        own = (total - held_bytes[c] - backlog[3, c]).astype(np.float64)
-        start, cost = start_costs_s(
-            own,
-            backlog[3, c],
-            backlog[0, c],
-            backlog[1, c],
-            backlog[2, c],
-            self.bits[c],
-            self.args.pull_mode,
-            self.args.overhead_s,
-            self.args.new_bytes_weight,
-        )
-        wait = start - self.args.overhead_s
-        here = int(np.searchsorted(candidates, node))
-        pick = int(np.argmin(cost)) if len(cost) else here
-        if cost[here] <= cost[pick]:  # a tie with where it ran: it ran on a best node
-            pick = here
-        layer_locality = int(np.searchsorted(candidates, row.best))
-        end = self.ends[pod.uid]
-        if row.pulled_bytes > 0 and end > at_s:
-            self.pending.setdefault(node, []).append((pod, layers, end))
-        return {
-            "wait_s": float(wait[here]),
-            "layer_locality_wait_s": float(wait[layer_locality]),
-            "in_flight_node": self.nodes[int(candidates[pick])].info.name,
-            "in_flight_wait_s": float(wait[pick]),
-        }
-
-
-def _holder(mask: Callable[[str], BoolArray], node: int) -> Callable[[str], bool]:
-    """Whether ``node`` held a layer (by digest) at the moment ``mask`` is of."""
-
-    def holds(digest: str) -> bool:
-        return bool(mask(digest)[node])
-
-    return holds
-
-
-def _pull_end(row: _Row, bytes_per_s: float) -> float:
-    """When ``row``'s pod's pull ended: its last Pulled event after its start, else its
-    bytes at its node's rate from its start."""
-    seen = row.observed
-    if seen is not None and seen.last_at_s > row.pod.started_s:
-        return seen.last_at_s
-    return row.pod.started_s + row.pulled_bytes / bytes_per_s
-
-
 def _rates(
     nodes: Sequence[NodeFacts],
     index: Mapping[str, int],
-    rows: Sequence[_Row],
+    rows: Sequence[Row],
     default_bits_per_s: float,
 ) -> list[NodeRate]:
     """Each node's pull rate (see the module docstring)."""
@@ -612,7 +460,7 @@ def _rates(
 
 
 def _timed(
-    row: _Row, nodes: Sequence[NodeFacts], index: Mapping[str, int], rates: Sequence[NodeRate]
+    row: Row, nodes: Sequence[NodeFacts], index: Mapping[str, int], rates: Sequence[NodeRate]
 ) -> PodEstimate:
     own = index[row.pod.node]
     seen = row.observed

@@ -1,7 +1,9 @@
 """The cluster's state through the window, as ``layersched estimate``'s sweep
 (:mod:`layersched.core.estimate`) walks it: the layers that arrived on each node and when
 (:class:`History`), the layers running pods use (:class:`InUse`), the resources the
-running pods request (:class:`Usage`), and each pod's own pulls (:class:`Observed`).
+running pods request (:class:`Usage`), each pod's own pulls (:class:`Observed`), a
+weighed pod's row (:class:`Row`) and which nodes held a layer at one moment
+(:class:`Held`), and a node's pull rate (:class:`NodeRate`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from layersched.core.errors import InputError
+from layersched.core.layerindex import LayerIndex
 from layersched.core.placementfacts import (
     NodeFacts,
     PodFacts,
@@ -200,3 +203,43 @@ def observed_pulls(pods: Iterable[PodFacts], pulls: Iterable[PullFacts]) -> dict
             seen.seconds += pull.event.seconds
             seen.timed = True
     return found
+
+
+@dataclass
+class Row:
+    """A weighed pod before its times are known (rates need every pod's bytes first)."""
+
+    pod: PodFacts
+    total_bytes: int
+    pulled_bytes: int
+    best: int
+    best_pulled_bytes: int
+    feasible: int
+    observed: Observed | None
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Which nodes held a layer at one moment: those holding it now through an image not
+    pulled since, and those where a running pod used it."""
+
+    index: LayerIndex
+    history: History
+    in_use: InUse
+    at_s: float
+
+    def mask(self, digest: str) -> BoolArray:
+        held = np.zeros(self.index.node_count, dtype=bool)
+        held[self.index.layer_holders(digest)] = True
+        held[self.history.arrived_after(digest, self.at_s)] = False
+        held[self.in_use.holders(digest)] = True
+        return held
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRate:
+    """A node's pull rate, and where it comes from (``observed``, ``label``,
+    ``cluster``, ``default``)."""
+
+    bytes_per_s: float
+    source: str

@@ -34,7 +34,7 @@ from layersched.extender import (
     create_app,
     make_extender,
 )
-from layersched.extender._prioritize import Decisions
+from layersched.extender._decisions import Decisions
 from layersched.extender._wire import ExtenderArgs, HostPriority
 from tests.fixtures.strategies import without_spread
 

@@ -22,9 +22,10 @@ from layersched.core.errors import InputError, LayerschedError
 from layersched.core.layers import LayerSource
 from layersched.core.strategies import Strategy
 from layersched.extender import _memory
+from layersched.extender._decisions import MAX_DECISIONS
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
-from layersched.extender._prioritize import MAX_DECISIONS, Extender
+from layersched.extender._prioritize import Extender
 from layersched.extender._providers import LayerIndexProvider, StaticLayerIndexProvider
 from layersched.extender._pull_secrets import PullSecrets
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver

@@ -56,7 +56,7 @@ type Layer struct {
 }
 
 // NodeImage is one image a node holds: its names, its manifest digest and its layers in
-// manifest order (the Python core's layersched.core.layerindex.NodeImage).
+// manifest order (the Python core's layersched.core.nodeimages.NodeImage).
 type NodeImage struct {
 	Names  []string
 	Digest string

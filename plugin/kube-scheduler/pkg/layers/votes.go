@@ -8,7 +8,7 @@ import (
 )
 
 // DefaultImageQuorum is how many distinct nodes must publish the same answer for a pod
-// image by default: the Python extender's DEFAULT_IMAGE_QUORUM (extender/_votes.py).
+// image by default: the Python core's DEFAULT_IMAGE_QUORUM (core/votes.py).
 const DefaultImageQuorum = 2
 
 // A node's NodeLayerInventory is trusted for what the node says about itself (the layers
@@ -16,7 +16,7 @@ const DefaultImageQuorum = 2
 // layers, and the plugin resolves a *pod's* images from that: a claim about an image any
 // node may run, so one node must not make it alone. A node publishing "nginx:1.25" as
 // one huge layer would otherwise make every nginx pod score it 100 and the real holders
-// 0 (issue 23). The rule is the Python extender's (extender/_votes.py, docs/inventory.md
+// 0 (issue 23). The rule is the Python core's (core/votes.py, docs/inventory.md
 // "Trust model"): a pod image is matched by its LookupKey (as kubelet normalises it), and
 // resolves to an answer (manifest digest, layers) only when the nodes giving that answer
 // are at least the quorum AND a strict majority of the nodes publishing anything under

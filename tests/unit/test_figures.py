@@ -79,6 +79,18 @@ def test_the_hop_is_the_difference_of_the_two_p50s() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("full_p50_ms", "said"),
+    [(1830.2, "1.83 s at p50, past kube-scheduler's"), (917.3, "0.92 s at p50, 92% of")],
+    ids=["past-the-timeout", "within-the-timeout"],
+)
+def test_the_full_nodes_hop_is_held_against_the_timeout(full_p50_ms: float, said: str) -> None:
+    # kube-scheduler's httpTimeout is 1 s: "past" only when the p50 is over it
+    hop = copy.deepcopy(json.loads((ROOT / figures.HOP_RESULTS).read_text()))
+    hop["full_nodes"]["across_nodes"]["p50_ms"] = full_p50_ms
+    assert said in figures.extender_hop_markdown(hop)
+
+
 def test_the_regeneration_writes_every_block(tmp_path: Path) -> None:
     # a copy of the documents with emptied blocks comes back equal to the committed ones
     for block in figures.BLOCKS:
@@ -182,6 +194,7 @@ def test_the_hostile_table_counts_failed_lists_and_the_honest_nodes() -> None:
     # failed Node lists are said beside its "never"
     hostile = json.loads((ROOT / figures.HOSTILE_RESULTS).read_text())
     hostile["hostile_node"]["old"]["list_failures"]["nodes"] = 8.0
+    hostile["hostile_node"]["old"]["ready_after_s"] = "never (>240 s)"
     hostile["hostile_inventories"]["new"]["nodes_with_layers"] = 990.0
     text = figures.extender_hostile_markdown(hostile)
     assert "never (>240 s); 8 failed lists" in text

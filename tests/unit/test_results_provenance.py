@@ -36,13 +36,6 @@ AWAITING = {
         "reports/scenario-crio.json on a RUNTIMES=containerd,containerd,crio testbed with the "
         "relay role (docs/testbed-local.md)"
     ),
-    "bench/results/extender_hop.json": (
-        "LAYERSCHED_RESULTS=commit python -m bench.bench_extender_hop --state-dir .testbed"
-    ),
-    "bench/results/extender_hostile.json": (
-        "LAYERSCHED_RESULTS=commit bench/bench_hostile.py --against <1e8b238 checkout> "
-        "--label-old 1e8b238 --nodes 1000"
-    ),
     "bench/results/relay.json": (
         "LAYERSCHED_RESULTS=commit bench/bench_relay.py --state-dir .testbed (relay role up)"
     ),

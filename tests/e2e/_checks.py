@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from layersched.core.layerindex import LayerIndex
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.pod import PodImages
@@ -246,7 +246,7 @@ def core_scores_t3(report: Mapping[str, Any], trial: Mapping[str, Any]) -> dict[
     held = {trial["placements"][P1]: ("Img1", img1), trial["placements"][P2]: ("Img2", img2)}
     scored = sorted(trial["scores_t3"])
     nodes = sorted(report_nodes(report) or {*scored, *held})
-    inventory = LayerIndex.build(
+    inventory = build_layer_index(
         NodeInfo(
             name=node,
             images=(NodeImage((held[node][0],), sum(x.size_bytes for x in held[node][1]),

@@ -19,7 +19,7 @@ import tenacity
 
 from layersched.agent import build_node
 from layersched.cli.main import main as cli_main
-from layersched.core.layerindex import LayerIndex
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.objects import decode_node, node_info
 from layersched.cri import CRIClient
 from layersched.images.oci import BuiltImage, build_image, push_image, random_layer
@@ -197,7 +197,7 @@ def test_agent_node_feeds_the_inventory(
         (pushed.digest_ref(pushed.img1, IMG1), pushed.img1),
         (pushed.digest_ref(pushed.img2, IMG2), pushed.img2),
     ]
-    inventory = LayerIndex.build([node])
+    inventory = build_layer_index([node])
     img1_size = node.images[0].size_bytes
     # upstream image states: every published name, with its size and 1 node holding it
     assert inventory.image_state(pushed.img1) == (img1_size, 1)

@@ -45,6 +45,7 @@ import tenacity
 
 from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layerindex import LayerIndex
 from layersched.core.objects import node_info, nodes_from_document
 from layersched.core.pod import PodImages
@@ -277,7 +278,7 @@ def _pod_body(batch: Batch, pod: PodImages) -> dict[str, Any]:
 def _node_list(core: KubeClient) -> LayerIndex:
     # the NodeList document itself, as the API sends it (one unpaged GET)
     origin = f"GET {NODES_PATH}"
-    return LayerIndex.build(
+    return build_layer_index(
         node_info(node, origin) for node in nodes_from_document(core.get(NODES_PATH), origin)
     )
 

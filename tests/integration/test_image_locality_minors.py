@@ -51,7 +51,7 @@ from layersched.builds import (
     required_version,
 )
 from layersched.core.errors import InputError
-from layersched.core.layerindex import LayerIndex
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import ImageLocalityArgs, KubernetesMinor
@@ -398,7 +398,7 @@ def port_scores(cases: list[Case], modes: tuple[KubernetesMinor, ...]) -> PortSc
     for case in cases:
         origin = f"case {case.name}"
         document = {"apiVersion": "v1", "kind": "NodeList", "items": case.nodes}
-        inventory = LayerIndex.build(
+        inventory = build_layer_index(
             node_info(node, origin) for node in nodes_from_document(document, origin)
         )
         candidates, missing = inventory.indices_of([n["metadata"]["name"] for n in case.nodes])

@@ -41,8 +41,8 @@ import yaml
 
 from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError, LayerResolutionError
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.inflight import PendingPull, bound_at_s, pending_images
-from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeInfo
 from layersched.core.nodelayers import API_VERSION, KIND, parse_document
@@ -241,7 +241,7 @@ def _python_scores(case: dict[str, Any]) -> dict[str, int]:
         cast[layers.node] = new
     published = _Agreed(votes)
     by_node = {layers.node: layers for layers in parsed}
-    inventory = LayerIndex.build(
+    inventory = build_layer_index(
         NodeInfo(name=node, images=by_node[node].node_images() if node in by_node else ())
         for node in case["nodes"]
     )
@@ -604,7 +604,7 @@ def _in_flight_python(case: dict[str, Any]) -> tuple[dict[str, float], dict[str,
         )
         for node in case["nodes"]
     ]
-    inventory = LayerIndex.build(nodes)
+    inventory = build_layer_index(nodes)
     candidates = np.arange(len(nodes), dtype=np.int64)
     args = InFlightArgs(
         pull_mode=case["mode"],

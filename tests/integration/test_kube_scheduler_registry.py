@@ -37,7 +37,7 @@ import tenacity
 from rich.console import Console
 
 from layersched.builds import kubernetes_build
-from layersched.core.layerindex import LayerIndex
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.manifest import Platform
 from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.nodelayers import build_document, parse_document
@@ -215,7 +215,7 @@ def _python_scores(documents: list[dict[str, Any]], image: str, registry: str) -
     """What layersched's Python core scores for a pod of ``image`` on the nodes, with the
     layers the Python registry client resolves (linux/amd64, as the plugin's default)."""
     parsed = {d.node: d for d in (parse_document(doc, "test") for doc in documents)}
-    inventory = LayerIndex.build(NodeInfo(name=n, images=parsed[n].node_images()) for n in NODES)
+    inventory = build_layer_index(NodeInfo(name=n, images=parsed[n].node_images()) for n in NODES)
     source = RegistryLayerSource(RegistryClient(insecure_hosts=(registry,), auth_files=()))
     pod = PodImages(name="p", init_containers=(), containers=(ImageName(image),))
     candidates = np.arange(len(NODES), dtype=np.int64)

@@ -8,7 +8,7 @@ import pytest
 
 from layersched.agent import build_node, node_status_images
 from layersched.core.errors import InputError
-from layersched.core.layerindex import LayerIndex
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layers import Layer
 from layersched.core.objects import decode_node, node_info
 from layersched.cri import CRIImage
@@ -211,7 +211,7 @@ def test_build_node_round_trips_through_the_inventory() -> None:
         ("pause:3.9",),
     ]
     assert node.images[0].layers == (Layer(l1, 20 * MIB), Layer(l3, 10 * MIB))
-    inventory = LayerIndex.build([node])
+    inventory = build_layer_index([node])
     # every published name is an upstream image state: (size, number of nodes)
     assert inventory.image_state("127.0.0.1:5000/img1:v1") == (30 * MIB, 1)
     assert inventory.image_state("pause:3.9") == (2 * MIB, 1)

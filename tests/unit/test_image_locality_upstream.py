@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layerindex import LayerIndex
 from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.pod import PodImages
@@ -145,7 +146,7 @@ def worked(case: Case, port: ImageLocality, index: LayerIndex) -> str:
 @pytest.mark.parametrize(("case", "minor"), _case_params())
 def test_upstream_table(case: Case, minor: KubernetesMinor) -> None:
     port = ImageLocality(ImageLocalityArgs(minor))
-    inventory = LayerIndex.build(case.nodes)
+    inventory = build_layer_index(case.nodes)
     candidates = inventory.indices_of([node.name for node in case.nodes])[0]
     got = port.score(case.pod, (), inventory, candidates).as_dict(inventory)
     assert got == case.expected, worked(case, port, inventory)
@@ -183,7 +184,7 @@ def test_the_init_container_case_needs_its_minor() -> None:
     # (gcr.io/30 is on node2 only: 30M * 1/2 = 15M < 23M -> 0 there in either minor)
     (table,) = (t for t in TABLES if t.minor == (1, 30))
     case = next(c for c in table.cases if c.pod.init_containers)
-    inventory = LayerIndex.build(case.nodes)
+    inventory = build_layer_index(case.nodes)
     candidates = inventory.indices_of([node.name for node in case.nodes])[0]
     port = ImageLocality(ImageLocalityArgs((1, 29)))
     before = port.score(case.pod, (), inventory, candidates).as_dict(inventory)

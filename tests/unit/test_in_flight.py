@@ -17,6 +17,7 @@ import pytest
 
 from layersched.cli.main import main
 from layersched.core.errors import InputError
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.inflight import (
     IDLE,
     MAX_LAYERS_PER_PENDING_POD,
@@ -27,7 +28,6 @@ from layersched.core.inflight import (
     split_bytes,
     start_cost_s,
 )
-from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeInfo
 from layersched.core.pod import PodImages
@@ -85,7 +85,7 @@ def _scores(
     layers: tuple[Layer, ...] = IMAGE,
     **options: object,
 ) -> tuple[dict[str, int], dict[str, float]]:
-    inventory = LayerIndex.build(nodes)
+    inventory = build_layer_index(nodes)
     candidates = inventory.indices_of([n.name for n in nodes])[0]
     strategy = _strategy(pending, **options)
     result = strategy.score(POD, layers, inventory, candidates)
@@ -239,7 +239,7 @@ def test_a_pod_with_no_bytes_scores_zero_everywhere() -> None:
 
 def test_without_pending_pulls_it_ranks_as_pull_time() -> None:
     nodes = [_node("a", (L1,)), _node("b"), _node("c", link="20000000")]
-    inventory = LayerIndex.build(nodes)
+    inventory = build_layer_index(nodes)
     candidates = inventory.indices_of(["a", "b", "c"])[0]
     ours = get_strategy("in-flight", InFlightArgs(new_bytes_weight=0.0))
     theirs = get_strategy("pull-time")
@@ -279,7 +279,7 @@ def test_the_strategy_computes_the_scalar_rule_bit_for_bit() -> None:
             for name in names
         }
         pod = _random_layers(rng, pool)
-        inventory = LayerIndex.build(nodes)
+        inventory = build_layer_index(nodes)
         candidates = inventory.indices_of(names)[0]
         strategy = _strategy(pending, pull_mode=mode, new_bytes_weight=weight)
         costs = strategy.costs_s(pod, inventory, candidates)[0]
@@ -401,7 +401,7 @@ def test_platform_groups_compare_costs_across_groups() -> None:
     # layers of the same size): the cheapest of all scores 100, the other floor(100/11) = 9
     other = (Layer(_digest("o1"), 40 * MB), Layer(_digest("o2"), 40 * MB))
     nodes = [_node("n1", IMAGE), _node("n2")]
-    inventory = LayerIndex.build(nodes)
+    inventory = build_layer_index(nodes)
     candidates = inventory.indices_of(["n1", "n2"])[0]
     strategy = _strategy({})
     groups = [

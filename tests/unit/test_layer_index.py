@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.core.indexbuilder import LayerIndexBuilder, SlotCache
+from layersched.core.indexbuilder import LayerIndexBuilder, SlotCache, build_layer_index
 from layersched.core.layerindex import COMPACT_SLACK, LayerIndex
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodeimages import NodeImage, NodeInfo
@@ -272,7 +272,7 @@ def test_a_change_unpacks_and_both_keep_answering_alike(seed: int) -> None:
 def test_interning_and_holders(
     nodes: list[NodeInfo], expected_slots: int, expected_holders: dict[str, list[int]]
 ) -> None:
-    snapshot = LayerIndex.build(nodes, SOURCE)
+    snapshot = build_layer_index(nodes, SOURCE)
     assert snapshot.packed
     assert snapshot.slot_count == expected_slots
     for digest, holders in expected_holders.items():
@@ -281,7 +281,7 @@ def test_interning_and_holders(
 
 def test_unresolvable_images_are_counted_not_fatal() -> None:
     # 'nope:1' is in no layer source: counted once, listed, and the node still scores 0
-    snapshot = LayerIndex.build(
+    snapshot = build_layer_index(
         [
             NodeInfo("n0", (NodeImage(("nope:1",), MB),)),
             NodeInfo("n1", (NodeImage(("nope:1",), MB),)),
@@ -427,7 +427,7 @@ def test_duplicate_node_names_are_rejected() -> None:
 
 def test_empty_snapshot() -> None:
     # no nodes: every query answers "nobody"
-    snapshot = LayerIndex.build([], SOURCE)
+    snapshot = build_layer_index([], SOURCE)
     snapshot.index_layers()
     assert snapshot.node_count == 0
     assert snapshot.layer_holders(L1.digest).tolist() == []

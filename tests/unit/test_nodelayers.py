@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import InputError
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage, NodeInfo
@@ -176,7 +177,7 @@ def test_upserts_and_removals_equal_a_rebuild(seed: int) -> None:
             node = _random_node(rng, name)
             live.upsert_node(node)
             nodes[name] = node
-    rebuilt = LayerIndex.build(nodes.values())
+    rebuilt = build_layer_index(nodes.values())
     assert live.node_count == rebuilt.node_count
     assert sorted(n.name for n in live.nodes) == sorted(nodes)
     assert _view(live) == _view(rebuilt)
@@ -200,7 +201,7 @@ def test_upserts_and_removals_equal_a_rebuild(seed: int) -> None:
 
 
 def test_removing_a_node_moves_the_last_into_its_index() -> None:
-    inventory = LayerIndex.build(
+    inventory = build_layer_index(
         [
             NodeInfo("a", (NodeImage(("x",), 1, (BASE,)),)),
             NodeInfo("b", ()),

@@ -10,7 +10,7 @@ import pytest
 
 from layersched.cli.main import main
 from layersched.core.errors import InputError
-from layersched.core.layerindex import LayerIndex
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodeimages import NodeInfo
 from layersched.core.pod import PodImages
@@ -49,7 +49,7 @@ def node(name: str, layers: tuple[Layer, ...] = (), bw: float | None = None, **k
 
 
 def scores(nodes: list[NodeInfo], pod: PodImages = POD, **opts: float) -> dict[str, int]:
-    inventory = LayerIndex.build(nodes)
+    inventory = build_layer_index(nodes)
     candidates = inventory.indices_of([n.name for n in nodes])[0]
     strategy = get_strategy("pull-time", strategy_args("pull-time", **opts))
     result = strategy.score(pod, resolve_pod_layers(pod, SOURCE), inventory, candidates)
@@ -150,7 +150,7 @@ def test_pod_without_bytes_has_no_preference() -> None:
 
 def test_bandwidth_cache_follows_added_nodes() -> None:
     # The per-inventory bandwidth cache is rebuilt when a node is appended.
-    inventory = LayerIndex.build([node("a", bw=100 * MBIT)])
+    inventory = build_layer_index([node("a", bw=100 * MBIT)])
     strategy = get_strategy("pull-time")
     layers = resolve_pod_layers(POD, SOURCE)
     first = strategy.score(POD, layers, inventory, inventory.indices_of(["a"])[0])

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from layersched.core.errors import InputError, LayerResolutionError
-from layersched.core.layerindex import LayerIndex
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.pod import PodImages
@@ -33,7 +33,7 @@ def node(name: str, *images: tuple[str, int]) -> NodeInfo:
 
 
 def scores(strategy: str, pod: PodImages, nodes: list[NodeInfo], source=None, **opts) -> dict:
-    inventory = LayerIndex.build(nodes, source)
+    inventory = build_layer_index(nodes, source)
     candidates = inventory.indices_of([n.name for n in nodes])[0]
     scorer = get_strategy(strategy, strategy_args(strategy, **opts))
     layers = resolve_pod_layers(pod, source) if scorer.needs_layers else ()
@@ -353,7 +353,7 @@ def test_spread_scales_the_score_but_reports_the_bytes_held() -> None:
     # holds L1 + L2 + L3 = 44M and n2 L1 + L2 = 40M: explain's held and missing bytes are
     # these, whatever the weighting (the deployed extender runs with spread on)
     pod, nodes = PodImages.of("img1:v1"), [N1, N2, N3]
-    inventory = LayerIndex.build(nodes, SCENARIO)
+    inventory = build_layer_index(nodes, SCENARIO)
     candidates = inventory.indices_of([n.name for n in nodes])[0]
     scorer = get_strategy("layer-locality", strategy_args("layer-locality", spread=True))
     result = scorer.score(pod, resolve_pod_layers(pod, SCENARIO), inventory, candidates)
@@ -377,7 +377,7 @@ def test_layer_locality_uses_ryax_layers_and_annotations_without_a_source() -> N
 
 
 def test_unresolvable_node_images_are_skipped_and_counted() -> None:
-    inventory = LayerIndex.build([node("a", ("mystery:1", 1)), N2], SCENARIO)
+    inventory = build_layer_index([node("a", ("mystery:1", 1)), N2], SCENARIO)
     assert inventory.unresolved_images == 1
     assert "mystery:1" in inventory.warnings[0]
     assert inventory.node_holds_layer(inventory.index_of("n2") or 0, L4.digest)
@@ -395,7 +395,7 @@ def test_unknown_strategy_lists_the_choices() -> None:
 
 
 def test_candidates_subset_and_unknown_names() -> None:
-    inventory = LayerIndex.build([N1, N2, N3], SCENARIO)
+    inventory = build_layer_index([N1, N2, N3], SCENARIO)
     idx, missing = inventory.indices_of(["n3", "ghost", "n2"])
     assert missing == ["ghost"]
     pod = PodImages.of("img1:v1")
@@ -407,7 +407,7 @@ def test_candidates_subset_and_unknown_names() -> None:
 
 
 def test_mutation_invalidates_cached_holders() -> None:
-    inventory = LayerIndex.build([N2, N3], SCENARIO)
+    inventory = build_layer_index([N2, N3], SCENARIO)
     n3 = inventory.index_of("n3")
     assert n3 is not None
     assert list(inventory.layer_holders(L1.digest)) == [0]

@@ -46,8 +46,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.inflightwhatif import InFlightWhatIf
-from layersched.core.layerindex import LayerIndex
 from layersched.core.placementfacts import (
     PODS_RESOURCE,
     NodeFacts,
@@ -238,7 +238,7 @@ class _Sweep:
         problems: list[str],
     ) -> None:
         self.nodes, self.pods, self.index, self.observed = nodes, pods, index, observed
-        self.inventory = LayerIndex.build(node.info for node in nodes)
+        self.inventory = build_layer_index(node.info for node in nodes)
         # the resources some node offers (bounded by the nodes, not by what pods ask for);
         # a pod asking for one no node offers fits only where it ran
         offered = {name for node in nodes for name in node.info.allocatable}

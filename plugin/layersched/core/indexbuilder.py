@@ -270,3 +270,15 @@ class LayerIndexBuilder:
         return LayerIndex._of_packed(
             self._nodes, self._node_index, packed, self._unresolved, self._warnings
         )
+
+
+def build_layer_index(nodes: Iterable[NodeInfo], source: LayerSource | None = None) -> LayerIndex:
+    """A (packed) index of ``nodes``; ``source`` resolves images lacking layer data.
+
+    Without a source such images only contribute their names (all that
+    image-locality reads) and are neither counted nor warned about.
+    """
+    builder = LayerIndexBuilder(source)
+    for node in nodes:
+        builder.add_node_info(node)
+    return builder.build()

@@ -159,22 +159,8 @@ class LayerIndex:
         self.node_facts = 0
 
     # ----------------------------------------------------------------- building
-    @classmethod
-    def build(cls, nodes: Iterable[NodeInfo], source: LayerSource | None = None) -> LayerIndex:
-        """A (packed) inventory of ``nodes``; ``source`` resolves images lacking layer data.
-
-        Without a source such images only contribute their names (all that
-        image-locality reads) and are neither counted nor warned about.
-        """
-        from layersched.core.indexbuilder import (
-            LayerIndexBuilder,  # the builder imports this module
-        )
-
-        builder = LayerIndexBuilder(source)
-        for node in nodes:
-            builder.add_node_info(node)
-        return builder.build()
-
+    # (in bulk: :func:`layersched.core.indexbuilder.build_layer_index`, which imports this
+    # module, and :class:`~layersched.core.indexbuilder.LayerIndexBuilder`)
     @classmethod
     def _of_packed(
         cls,

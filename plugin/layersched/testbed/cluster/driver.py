@@ -40,7 +40,7 @@ import numpy as np
 import tenacity
 
 from layersched.core.errors import KubeError
-from layersched.core.layerindex import LayerIndex
+from layersched.core.indexbuilder import build_layer_index
 from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
 from layersched.core.quantity import parse_quantity
 from layersched.core.reference import parse_or_none
@@ -369,7 +369,7 @@ def image_locality_scores(
     counts them all); ``candidates`` are the ones the pod fits.
     """
     origin = "node snapshot"
-    inventory = LayerIndex.build(
+    inventory = build_layer_index(
         node_info(node, f"{origin}: items[{i}]")
         for i, node in enumerate(nodes_from_document(list(nodes), origin))
     )

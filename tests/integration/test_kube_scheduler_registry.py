@@ -12,12 +12,13 @@ the pod image's three layers, ``b`` and ``c`` nothing of it.
 
 The pod image, a two-platform index pushed by the test, is published by no node, so:
 
-* the first pod scores 0 everywhere (the plugin never waits for the registry in a
-  scheduling cycle) and queues the image;
+* the first pod's cycle queues the image and waits for the answer, at most
+  ``registry.resolveWaitMilliseconds`` (issue 42; the metrics count one wait): answered
+  within it, the pod gets its layer score; bounded out (the metrics say so), 0 everywhere;
 * once the plugin's metrics count the resolution, the next pod of the image gets its
-  layer score: the linux/amd64 manifest's layers (the nodes say no platform), equal to
-  what layersched's Python core scores with the layers the Python registry client
-  resolves.
+  layer score without waiting: the linux/amd64 manifest's layers (the nodes say no
+  platform), equal to what layersched's Python core scores with the layers the Python
+  registry client resolves.
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ HTTP_TIMEOUT_S = 30.0
 _RESOLVED = re.compile(
     r'^layersched_layer_locality_registry_resolutions_total\{outcome="resolved"\} (?P<value>\S+)$',
     re.M,
+)
+#: The first pod's bounded wait for the registry (issue 42), and those that ran out.
+_WAITS = re.compile(r"^layersched_layer_locality_registry_waits_total (?P<value>\S+)$", re.M)
+_WAITS_BOUNDED = re.compile(
+    r"^layersched_layer_locality_registry_waits_bounded_total (?P<value>\S+)$", re.M
 )
 _INVENTORY_NODES = re.compile(r"^layersched_layer_locality_inventory_nodes (?P<value>\S+)$", re.M)
 
@@ -211,6 +217,12 @@ def _resolved(plane: ControlPlane) -> None:
     )
 
 
+def _counter(pattern: re.Pattern[str], metrics: str) -> float:
+    """A counter's value in kube-scheduler's ``/metrics`` (absent: never incremented)."""
+    found = pattern.search(metrics)
+    return float(found["value"]) if found else 0.0
+
+
 def _python_scores(documents: list[dict[str, Any]], image: str, registry: str) -> dict[str, int]:
     """What layersched's Python core scores for a pod of ``image`` on the nodes, with the
     layers the Python registry client resolves (linux/amd64, as the plugin's default)."""
@@ -256,19 +268,25 @@ def test_an_unpublished_image_scores_once_the_registry_answered(
     first = plugin_scores(
         log.read_text(errors="replace").splitlines(), LAYER_LOCALITY_PLUGIN, f"{NAMESPACE}/first"
     )
-    # no node publishes the image and the cycle never waits: 0 everywhere
-    assert first == dict.fromkeys(NODES, 0), first
-
+    # no node publishes the image: its cycle waited once for the registry, and scored with
+    # the answer unless the wait ran out (then 0 everywhere, and the metrics say so)
+    metrics = _metrics(control)
+    waits, bounded = (_counter(pattern, metrics) for pattern in (_WAITS, _WAITS_BOUNDED))
+    assert waits == 1, f"the first pod's cycle waited {waits} times for the registry"
     _resolved(control)
+    expected = _python_scores(documents, image, registry)
+    assert first == (dict.fromkeys(NODES, 0) if bounded else expected), (first, bounded)
+
     kube.create(pods_path(NAMESPACE), _pod("next", image, "20m"))
     _bound(kube, "next")
     scores = plugin_scores(
         log.read_text(errors="replace").splitlines(), LAYER_LOCALITY_PLUGIN, f"{NAMESPACE}/next"
     )
-    expected = _python_scores(documents, image, registry)
     # a holds L1 + L2 of the amd64 manifest's L1 L2 L3 (about 70 of 80 KiB compressed),
     # each held by 1 of the 3 nodes (spread): floor(100 * 70 / 3 / 80) = 29 or so; b and c
     # nothing; the arm64 entry's layer counts nowhere
     assert 25 <= expected["a"] < 34 and expected["b"] == expected["c"] == 0, expected
     assert scores == expected, (scores, expected)
+    # the next pod found the answer: no second wait
+    assert _counter(_WAITS, _metrics(control)) == 1
     print(f"first pod {first}; next pod {scores}; the Python core {expected}")

@@ -81,6 +81,8 @@ BASELINE = "default-scheduler"
 #: The layer score the testbed's extender and plugin run: with spread, as installed
 #: (issue 45), the simulator's ``layer-locality+spread``.
 LAYER_LOCALITY = "layer-locality+spread"
+#: ImageLocality's weight in the install's plugin profile (0: replaced by LayerLocality).
+INSTALLED_IMAGE_LOCALITY_WEIGHT = kube.IMAGE_LOCALITY_WEIGHT if PLUGIN_KEEPS_IMAGE_LOCALITY else 0
 #: The same with spread off (``layer-locality-plugin-no-spread``, issue 42).
 LAYER_LOCALITY_NO_SPREAD = "layer-locality"
 #: Every arm, in the block's order (the testbed runs each with ``--replay-arms``).
@@ -123,7 +125,7 @@ ARMS: tuple[Arm, ...] = (
         # the simulator's ``layer-locality`` is spread off (sim/settings.py)
         kube.Profile(
             "layer-locality-plugin-no-spread",
-            image_locality_weight=kube.IMAGE_LOCALITY_WEIGHT if PLUGIN_KEEPS_IMAGE_LOCALITY else 0,
+            image_locality_weight=INSTALLED_IMAGE_LOCALITY_WEIGHT,
             strategy=LAYER_LOCALITY_NO_SPREAD,
             knowledge="registry",
             image_quorum=1,
@@ -153,7 +155,7 @@ ARMS: tuple[Arm, ...] = (
         # registry.resolveWaitMilliseconds; the testbed's registry answers within it)
         kube.Profile(
             "layer-locality-plugin-inflight",
-            image_locality_weight=kube.IMAGE_LOCALITY_WEIGHT if PLUGIN_KEEPS_IMAGE_LOCALITY else 0,
+            image_locality_weight=INSTALLED_IMAGE_LOCALITY_WEIGHT,
             strategy="in-flight",
             weight=IN_FLIGHT_WEIGHT,
             knowledge="registry",

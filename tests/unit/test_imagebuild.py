@@ -20,7 +20,6 @@ from layersched.images.build import (
     DEBIAN_LOCK,
     REQUIREMENTS_LOCK,
     WHEEL_PLATFORMS,
-    LayerCache,
     TarTree,
     debian_pins,
     parse_debian_lock,
@@ -203,19 +202,3 @@ def test_debian_lock_errors_name_the_line(text: str, message: str) -> None:
 def test_requirements_lock_errors_name_the_line() -> None:
     with pytest.raises(InputError, match=r"req:2: 'numpy>=2' is not a pin"):
         parse_requirements_lock("# c\nnumpy>=2\n", "req")
-
-
-def test_layer_cache_round_trip_and_corruption(tmp_path: object) -> None:
-    from pathlib import Path
-
-    cache = LayerCache(Path(str(tmp_path)))
-    key = cache.key("python", ["a=1"])
-    # the key depends on the inputs
-    assert key != cache.key("python", ["a=2"])
-    built = _tree(["x"]).layer()
-    assert cache.layer(key, lambda: built) == built
-    # served from the cache now: the builder is not called
-    assert cache.layer(key, lambda: pytest.fail("rebuilt a cached layer")) == built
-    # a corrupted blob is rebuilt, never served
-    (cache.root / f"{key}.tar.gz").write_bytes(b"garbage")
-    assert cache.get(key) is None

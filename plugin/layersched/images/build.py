@@ -41,7 +41,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import os
 import pickle
 import re
@@ -50,7 +49,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -59,7 +58,6 @@ import httpx
 
 from layersched import __version__
 from layersched.builds import (
-    CACHE_DIR_ENV,
     IMAGE_ARCHES,
     REPO_ROOT,
     cache_root,
@@ -69,6 +67,7 @@ from layersched.builds import (
 from layersched.core.errors import ImageBuildError, InputError
 from layersched.core.manifest import Platform, sha256_digest
 from layersched.images.binary import GoBuildInfo, elf_facts, go_build_info
+from layersched.images.buildcache import BuiltLayers, build_lock
 from layersched.images.oci import (
     EXECUTABLE_MODE,
     FILE_MODE,
@@ -83,8 +82,6 @@ from layersched.images.oci import (
 IMAGES_DIR = REPO_ROOT / "images" / "layersched"
 DEBIAN_LOCK = IMAGES_DIR / "debian.lock"
 REQUIREMENTS_LOCK = IMAGES_DIR / "requirements.lock"
-#: Bump when a layer's recipe changes, so cached layers of the old recipe are not reused.
-RECIPE_VERSION = "3"
 
 #: The unprivileged user both images run as (distroless' "nonroot").
 NONROOT_UID = 65532
@@ -408,51 +405,6 @@ def _base_files(tree: TarTree) -> None:
     tree.add_file("etc/group", _GROUP.encode())
     tree.add_dir("tmp", TMP_MODE)
     tree.add_dir(NONROOT_HOME, 0o700, NONROOT_UID)
-
-
-class LayerCache:
-    """Built layers on disk, keyed by a hash of everything that went into them."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root / "images" / "layers"
-
-    @staticmethod
-    def key(kind: str, inputs: Iterable[str]) -> str:
-        digest = hashlib.sha256(f"{RECIPE_VERSION}\n{kind}\n".encode())
-        for item in inputs:
-            digest.update(item.encode() + b"\n")
-        return f"{kind}-{digest.hexdigest()[:32]}"
-
-    def get(self, key: str) -> LayerBlob | None:
-        meta, blob = self.root / f"{key}.json", self.root / f"{key}.tar.gz"
-        try:
-            doc = json.loads(meta.read_text())
-            data = blob.read_bytes()
-        except (OSError, ValueError):
-            return None
-        if sha256_digest(data) != doc.get("digest"):
-            return None
-        return LayerBlob(data, doc["digest"], doc["diff_id"])
-
-    def put(self, key: str, layer: LayerBlob) -> None:
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            (self.root / f"{key}.tar.gz").write_bytes(layer.blob)
-            doc = {"digest": layer.digest, "diff_id": layer.diff_id}
-            (self.root / f"{key}.json").write_text(json.dumps(doc))
-        except OSError as err:
-            raise ImageBuildError(
-                f"caching layer {key} under {self.root}: {err}; set {CACHE_DIR_ENV} to a "
-                "writable directory"
-            ) from err
-
-    def layer(self, key: str, build: Callable[[], LayerBlob]) -> LayerBlob:
-        cached = self.get(key)
-        if cached is not None:
-            return cached
-        built = build()
-        self.put(key, built)
-        return built
 
 
 #: Debian's archive of every package version it ever published. When the mirrors have
@@ -808,8 +760,15 @@ def build_layersched_image(
     Debian packages and wheels, the same product layer; layers come from the cache when
     they can."""
     say = progress or (lambda _message: None)
-    cache = LayerCache(root or cache_root())
-    downloads = (root or cache_root()) / "images"
+    with build_lock(root or cache_root(), say):
+        return _build_layersched_image(repo_root, root or cache_root(), say, arch)
+
+
+def _build_layersched_image(
+    repo_root: Path, root: Path, say: Callable[[str], None], arch: str
+) -> BuiltImage:
+    cache = BuiltLayers(root)
+    downloads = root / "images"
     suffix = _arch_suffix(check_arch(arch, "the image's architecture"))
     deb_pins = debian_pins(_read_lock(DEBIAN_LOCK, parse_debian_lock), arch, str(DEBIAN_LOCK))
     wheel_pins = _read_lock(REQUIREMENTS_LOCK, parse_requirements_lock)

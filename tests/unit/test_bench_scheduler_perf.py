@@ -14,6 +14,7 @@ import yaml
 from layersched.deploy import (
     DEFAULT_SCHEDULER,
     KUBE_SCHEDULER_CONFIG_V1,
+    PLUGIN_KEEPS_IMAGE_LOCALITY,
     PluginArgs,
     plugin_scheduler_config,
 )
@@ -232,3 +233,13 @@ def test_the_layer_locality_profiles_are_the_generators(
     (want,) = config["profiles"]
     (got,) = yaml.safe_load((PROFILES_DIR / f"{profile}.yaml").read_text())["profiles"]
     assert got == want
+
+
+def test_the_installed_profile_is_judged_first_against_the_default() -> None:
+    # the profile judged first is the one the install renders (issue 43 decided whether it
+    # keeps ImageLocality): its file disables ImageLocality exactly when the install does
+    profile, base = perf.TARGET_PAIRS[0]
+    assert (profile, base) == (perf.INSTALLED_PROFILE, perf.BASE_PROFILE)
+    (config,) = yaml.safe_load((PROFILES_DIR / f"{profile}.yaml").read_text())["profiles"]
+    disabled = config["plugins"]["score"].get("disabled", [])
+    assert ({"name": "ImageLocality"} not in disabled) is PLUGIN_KEEPS_IMAGE_LOCALITY

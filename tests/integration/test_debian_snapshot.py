@@ -20,7 +20,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from layersched.core.errors import ImageBuildError
-from layersched.images.build import Pin, fetch_debs
+from layersched.images.debian import fetch_debs
+from layersched.images.locks import Pin
 from tests.fixtures import prereq
 from tests.fixtures.serving import serving
 

@@ -25,14 +25,14 @@ from layersched import __version__
 from layersched.builds import kubernetes_build
 from layersched.images.binary import elf_facts, go_build_info
 from layersched.images.build import (
-    LAYERSCHED_BIN,
-    SITE_PACKAGES,
     build_kube_scheduler_image,
     build_kube_scheduler_index,
     build_layersched_index,
     unpack,
 )
 from layersched.images.oci import BuiltIndex
+from layersched.images.product import LAYERSCHED_BIN
+from layersched.images.wheels import SITE_PACKAGES
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -23,13 +23,13 @@ from layersched import __version__
 from layersched.builds import REPO_ROOT, kubernetes_build
 from layersched.core.errors import InputError
 from layersched.images.build import (
-    LAYERSCHED_BIN,
-    SITE_PACKAGES,
     build_kube_scheduler_image,
     build_kube_scheduler_index,
     build_layersched_image,
     unpack,
 )
+from layersched.images.product import LAYERSCHED_BIN
+from layersched.images.wheels import SITE_PACKAGES
 from layersched.testbed.builds import find_go
 from tests.fixtures import prereq
 

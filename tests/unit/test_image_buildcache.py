@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from layersched.core.errors import ImageBuildError
-from layersched.images.build import TarTree
 from layersched.images.buildcache import BUILD_LOCK, BuiltLayers, build_lock
 from layersched.images.oci import LayerBlob
+from layersched.images.rootfs import TarTree
 
 
 def _layer(name: str) -> LayerBlob:

@@ -15,17 +15,16 @@ import pytest
 from layersched.builds import IMAGE_ARCHES
 from layersched.core.errors import InputError
 from layersched.core.manifest import sha256_digest
-from layersched.images.build import (
-    DEBIAN_KEYRING,
+from layersched.images.debian import DEBIAN_KEYRING, private_apt_options
+from layersched.images.locks import (
     DEBIAN_LOCK,
     REQUIREMENTS_LOCK,
-    WHEEL_PLATFORMS,
-    TarTree,
     debian_pins,
     parse_debian_lock,
     parse_requirements_lock,
-    private_apt_options,
 )
+from layersched.images.rootfs import TarTree
+from layersched.images.wheels import WHEEL_PLATFORMS
 from tests.fixtures import prereq
 
 

@@ -38,7 +38,8 @@ from layersched.deploy import (
     stack_objects,
     stale_files,
 )
-from layersched.deploy._chart import VARIANTS, Variant, _condition, default_values
+from layersched.deploy._chart import VARIANTS, Variant, variants_condition
+from layersched.deploy._chart_values import default_values
 from layersched.testbed.builds import go_tool, parse_go_tools
 from tests.fixtures import prereq
 
@@ -134,7 +135,7 @@ def test_the_schema_holds_the_defaults_and_refuses_bad_values(files: dict[str, s
 def test_each_object_is_guarded_by_exactly_its_variants(
     variants: set[Variant], condition: str | None
 ) -> None:
-    assert _condition(frozenset(variants)) == condition
+    assert variants_condition(frozenset(variants)) == condition
 
 
 def test_chart_values_carry_a_specs_settings() -> None:

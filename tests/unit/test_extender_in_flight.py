@@ -323,7 +323,7 @@ def test_only_an_extender_scoring_in_flight_may_list_pods() -> None:
 
 
 def test_the_chart_grants_pods_only_with_in_flight() -> None:
-    from layersched.deploy._chart import templates
+    from layersched.deploy._chart_templates import templates
 
     rbac = templates()["templates/rbac.yaml"]
     guard = '{{- if and (eq $scheduler "extender") (eq .Values.extender.strategy "in-flight") }}'

@@ -27,13 +27,9 @@ from layersched.deploy._admission import (
     uses_policy,
     webhook_dns_names,
 )
-from layersched.deploy._chart import (
-    CHART_DIR,
-    CHART_MINORS,
-    CHART_OLDEST_MINOR,
-    chart_files,
-    chart_values,
-)
+from layersched.deploy._chart import CHART_DIR, CHART_MINORS, CHART_OLDEST_MINOR
+from layersched.deploy._chart_files import chart_files
+from layersched.deploy._chart_values import chart_values
 from layersched.deploy._network import (
     INTERNAL_IPV4,
     INTERNAL_IPV6,

@@ -27,6 +27,7 @@ from layersched.deploy._admission import (
     uses_policy,
     webhook_dns_names,
 )
+from layersched.deploy._agent_daemonset import AGENT_HEALTH_ARGS, agent_daemonset
 from layersched.deploy._chart import CHART_DIR, CHART_MINORS, CHART_OLDEST_MINOR
 from layersched.deploy._chart_files import chart_files
 from layersched.deploy._chart_values import chart_values
@@ -47,8 +48,10 @@ from layersched.deploy._published import (
     write_published_images,
 )
 from layersched.deploy._rbac import (
+    AGENT_RULES,
     AUTH_READER_NAMESPACE,
     AUTH_READER_ROLE,
+    EXTENDER_RULES,
     SCHEDULER_CLUSTER_ROLES,
     SCHEDULER_RULES,
     scheduler_rules,
@@ -77,6 +80,14 @@ from layersched.deploy._scheduler_config import (
     plugin_scheduler_config,
     scheduler_api_version_for,
 )
+from layersched.deploy._scheduler_deployment import (
+    CONFIG_CHECKSUM_ANNOTATION,
+    extender_args,
+    plugin_readme_block,
+    scheduler_config,
+    scheduler_container,
+    scheduler_deployment,
+)
 from layersched.deploy._spec import (
     CONTAINERD_SOCKET,
     DEFAULT_WEIGHT,
@@ -95,19 +106,7 @@ from layersched.deploy._spec import (
     StackSpec,
     stack_spec_for,
 )
-from layersched.deploy._stack import (
-    AGENT_HEALTH_ARGS,
-    AGENT_RULES,
-    CONFIG_CHECKSUM_ANNOTATION,
-    EXTENDER_RULES,
-    agent_daemonset,
-    extender_args,
-    plugin_readme_block,
-    scheduler_config,
-    scheduler_container,
-    scheduler_deployment,
-    stack_objects,
-)
+from layersched.deploy._stack import stack_objects
 from layersched.deploy._tls import WebhookTls, issue_webhook_tls, still_usable
 from layersched.deploy._tree import (
     ADMISSION_PRIVATE_FILES,

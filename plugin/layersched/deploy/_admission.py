@@ -84,6 +84,7 @@ from layersched.deploy._workloads import (
     NAMESPACE,
     NONROOT_UID,
     labels,
+    object_meta,
     one_pod_at_a_time,
     restricted,
     spread_over_nodes,
@@ -135,13 +136,6 @@ def uses_policy(kubernetes_version: str) -> bool:
 def webhook_dns_names(namespace: str) -> list[str]:
     """What the webhook's serving certificate names (the API server verifies the last)."""
     return [WEBHOOK_SERVICE, f"{WEBHOOK_SERVICE}.{namespace}", f"{WEBHOOK_SERVICE}.{namespace}.svc"]
-
-
-def _meta(name: str, component: str, namespace: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "labels": labels(component)}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    return meta
 
 
 def _agent_account(spec: StackSpec) -> str:
@@ -239,7 +233,7 @@ def policy_objects(spec: StackSpec) -> list[dict[str, Any]]:
         {
             "apiVersion": ADMISSION_API,
             "kind": "ValidatingAdmissionPolicy",
-            "metadata": _meta(name, AGENT_NAME),
+            "metadata": object_meta(name, AGENT_NAME),
             "spec": {
                 "failurePolicy": "Fail",
                 "matchConstraints": {"resourceRules": _resource_rules()},
@@ -249,7 +243,7 @@ def policy_objects(spec: StackSpec) -> list[dict[str, Any]]:
         {
             "apiVersion": ADMISSION_API,
             "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": _meta(name, AGENT_NAME),
+            "metadata": object_meta(name, AGENT_NAME),
             "spec": {"policyName": name, "validationActions": ["Deny"]},
         },
     ]
@@ -271,7 +265,7 @@ def webhook_configuration(spec: StackSpec, ca_bundle: str | None = None) -> dict
     return {
         "apiVersion": ADMISSION_API,
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": _meta(POLICY_NAME, WEBHOOK_SERVICE),
+        "metadata": object_meta(POLICY_NAME, WEBHOOK_SERVICE),
         "webhooks": [
             {
                 "name": WEBHOOK_NAME,
@@ -334,7 +328,7 @@ def webhook_deployment(spec: StackSpec, image: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
+        "metadata": object_meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
         "spec": {
             "replicas": WEBHOOK_REPLICAS,
             "selector": {"matchLabels": selector},
@@ -385,19 +379,19 @@ def webhook_objects(spec: StackSpec) -> list[dict[str, Any]]:
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": _meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
+            "metadata": object_meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
         },
         # Nodes: that the object's Node exists, and its uid.
         {
             "apiVersion": f"{RBAC_GROUP}/v1",
             "kind": "ClusterRole",
-            "metadata": _meta(role, WEBHOOK_SERVICE),
+            "metadata": object_meta(role, WEBHOOK_SERVICE),
             "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}],
         },
         {
             "apiVersion": f"{RBAC_GROUP}/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": _meta(role, WEBHOOK_SERVICE),
+            "metadata": object_meta(role, WEBHOOK_SERVICE),
             "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": role},
             "subjects": subject,
         },
@@ -405,13 +399,13 @@ def webhook_objects(spec: StackSpec) -> list[dict[str, Any]]:
         {
             "apiVersion": f"{RBAC_GROUP}/v1",
             "kind": "Role",
-            "metadata": _meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
+            "metadata": object_meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
         },
         {
             "apiVersion": f"{RBAC_GROUP}/v1",
             "kind": "RoleBinding",
-            "metadata": _meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
+            "metadata": object_meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
             "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": WEBHOOK_SERVICE},
             "subjects": subject,
         },
@@ -419,7 +413,7 @@ def webhook_objects(spec: StackSpec) -> list[dict[str, Any]]:
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": _meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
+            "metadata": object_meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
             "spec": {
                 "selector": selector,
                 "ports": [
@@ -435,13 +429,13 @@ def webhook_objects(spec: StackSpec) -> list[dict[str, Any]]:
         {
             "apiVersion": pdb_api_version(spec.kubernetes_version),
             "kind": "PodDisruptionBudget",
-            "metadata": _meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
+            "metadata": object_meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
             "spec": {"minAvailable": PDB_MIN_AVAILABLE, "selector": {"matchLabels": selector}},
         },
         {
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
-            "metadata": _meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
+            "metadata": object_meta(WEBHOOK_SERVICE, WEBHOOK_SERVICE, spec.namespace),
             "spec": {
                 "podSelector": {"matchLabels": selector},
                 "policyTypes": ["Ingress"],
@@ -482,7 +476,7 @@ def tls_secret(spec: StackSpec, tls: WebhookTls) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _meta(TLS_SECRET, WEBHOOK_SERVICE, spec.namespace),
+        "metadata": object_meta(TLS_SECRET, WEBHOOK_SERVICE, spec.namespace),
         "type": "kubernetes.io/tls",
         "data": {
             "tls.crt": _b64(tls.cert_pem),

@@ -24,14 +24,14 @@ from layersched.deploy._network import (
     EgressSpec,
     scheduler_egress,
 )
+from layersched.deploy._scheduler_deployment import (
+    config_checksum,
+)
 from layersched.deploy._spec import (
     KUBE_SCHEDULER_IMAGE,
     LAYERSCHED_IMAGE,
     SCHEDULER_EXTENDER,
     StackSpec,
-)
-from layersched.deploy._stack import (
-    config_checksum,
 )
 from layersched.deploy._versions import (
     NEWEST_PATCH,

@@ -41,16 +41,16 @@ from layersched.deploy._spec import (
     SCHEDULER_KINDS,
     StackSpec,
 )
-from layersched.deploy._stack import (
-    AGENT_RESOURCES,
-    EXTENDER_RESOURCES,
-    SCHEDULER_RESOURCES,
-)
 from layersched.deploy._versions import (
     NEWEST_MINOR,
     UPSTREAM_KUBE_SCHEDULER,
 )
-from layersched.deploy._workloads import NAMESPACE
+from layersched.deploy._workloads import (
+    AGENT_RESOURCES,
+    EXTENDER_RESOURCES,
+    NAMESPACE,
+    SCHEDULER_RESOURCES,
+)
 from layersched.deploy._yaml import to_yaml
 
 #: Where values.yaml's comments wrap.

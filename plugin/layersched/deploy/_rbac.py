@@ -1,5 +1,11 @@
-"""RBAC of the install's kube-scheduler, per Kubernetes minor, and of the kind stack's
-optional patched in-tree scheduler.
+"""RBAC of the install: its service accounts (the extender's with a token Secret of its
+own), roles and bindings; kube-scheduler's rules per Kubernetes minor, and the kind
+stack's optional patched in-tree scheduler's.
+
+**The agent's and the extender's rules** (:data:`AGENT_RULES`, :data:`EXTENDER_RULES`,
+and the pods an extender scoring in flight watches: :func:`pending_pods_rbac`) are
+:mod:`layersched.kube`'s, the same the testbeds grant; the scheduler elects its leader on
+a Lease its own Role covers (:func:`lease_role`).
 
 **The second scheduler's ClusterRole** (:func:`scheduler_rules`) is what upstream's
 bootstrap policy grants a kube-scheduler of that minor, with its default feature gates:
@@ -39,8 +45,8 @@ from typing import Any
 
 from layersched.deploy._spec import StackSpec
 from layersched.deploy._versions import parse_kubernetes_version
-from layersched.deploy._workloads import labels
-from layersched.kube import pull_secret_rbac
+from layersched.deploy._workloads import labels, object_meta
+from layersched.kube import agent_rules, extender_rules, pending_pod_rules, pull_secret_rbac
 
 #: Upstream's bootstrap ClusterRoles for a kube-scheduler.
 SCHEDULER_CLUSTER_ROLES = ("system:kube-scheduler", "system:volume-scheduler")
@@ -135,4 +141,104 @@ def pull_secret_roles(spec: StackSpec) -> list[dict[str, Any]]:
             spec.pull_secret_names,
             labels(spec.scheduler_name),
         )
+    ]
+
+
+#: The agent: its Node (for the object's owner reference) and the objects it applies
+#: server-side: the same rules the testbed's agents get (:mod:`layersched.kube`).
+AGENT_RULES: tuple[dict[str, Any], ...] = tuple(agent_rules())
+#: The extender's ``--watch``: list and watch Nodes and NodeLayerInventory objects (the
+#: same rules the testbed's extender gets), under its own service account.
+EXTENDER_RULES: tuple[dict[str, Any], ...] = tuple(extender_rules())
+
+
+#: An extender scoring in flight lists and watches the pods bound to nodes too.
+PENDING_POD_RULES: tuple[dict[str, Any], ...] = tuple(pending_pod_rules())
+
+
+def pending_pods_rbac(spec: StackSpec) -> list[dict[str, Any]]:
+    """The ClusterRole and binding that let the extender list and watch pods: only for an
+    extender that scores in flight (``spec.watches_pods``), under its own account."""
+    if not spec.watches_pods:
+        return []
+    role = f"layersched:{spec.scheduler_name}:pods"
+    account = spec.extender_account
+    return [
+        {
+            "apiVersion": f"{RBAC_GROUP}/v1",
+            "kind": "ClusterRole",
+            "metadata": object_meta(role, spec.scheduler_name),
+            "rules": list(PENDING_POD_RULES),
+        },
+        binding("ClusterRoleBinding", role, "ClusterRole", role, account, spec, None),
+    ]
+
+
+def lease_role(spec: StackSpec) -> dict[str, Any]:
+    """Create Leases, and read/renew only the scheduler's own."""
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "Role",
+        "metadata": object_meta(
+            f"{spec.scheduler_name}-leader-election", spec.scheduler_name, spec.namespace
+        ),
+        "rules": [
+            rule(["coordination.k8s.io"], ["leases"], ["create"]),
+            rule(
+                ["coordination.k8s.io"],
+                ["leases"],
+                ["get", "update"],
+                resourceNames=[spec.scheduler_name],
+            ),
+        ],
+    }
+
+
+def binding(
+    kind: str,
+    name: str,
+    role_kind: str,
+    role: str,
+    account: str,
+    spec: StackSpec,
+    namespace: str | None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": kind,
+        "metadata": object_meta(name, account, namespace),
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": role_kind, "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": spec.namespace}],
+    }
+
+
+def service_account(name: str, component: str, namespace: str, automount: bool) -> dict[str, Any]:
+    account: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": object_meta(name, component, namespace),
+    }
+    if not automount:
+        account["automountServiceAccountToken"] = False
+    return account
+
+
+def extender_credentials(spec: StackSpec) -> list[dict[str, Any]]:
+    """The extender's service account (never automounted: only its Secret's token is
+    used, by the extender's container) and that Secret, which the token controller fills
+    in with a token, the cluster's CA and the namespace. It is not listed in the account's
+    ``secrets``, so 1.29+'s cleaner of unused legacy tokens leaves it alone (it only
+    removes the auto-generated ones, listed there, and none a pod mounts)."""
+    account = spec.extender_account
+    return [
+        service_account(account, spec.scheduler_name, spec.namespace, automount=False),
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                **object_meta(spec.extender_token_secret, spec.scheduler_name, spec.namespace),
+                "annotations": {"kubernetes.io/service-account.name": account},
+            },
+            "type": "kubernetes.io/service-account-token",
+        },
     ]

@@ -15,18 +15,14 @@ overlays of ``deploy/``, its scheduler processes' configurations) is the harness
 from these public names (:mod:`layersched.testbed`), and never ships.
 """
 
-from layersched.deploy._admission import (
+from layersched.deploy._admission import admission_objects, admission_overlay, overlay_tls
+from layersched.deploy._admission_policy import (
     POLICY_NAME,
-    WEBHOOK_NAME,
-    WEBHOOK_SERVICE,
-    admission_objects,
-    admission_overlay,
-    overlay_tls,
     policy_expressions,
     policy_name,
     uses_policy,
-    webhook_dns_names,
 )
+from layersched.deploy._admission_webhook import WEBHOOK_NAME, WEBHOOK_SERVICE, webhook_dns_names
 from layersched.deploy._agent_daemonset import AGENT_HEALTH_ARGS, agent_daemonset
 from layersched.deploy._chart import CHART_DIR, CHART_MINORS, CHART_OLDEST_MINOR
 from layersched.deploy._chart_files import chart_files

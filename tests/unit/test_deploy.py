@@ -599,7 +599,7 @@ def test_a_missing_kube_scheduler_is_reported_before_any_image_is_built(
     def build_and_push(*_: object, **__: object) -> None:
         raise AssertionError("an image was built although the binary is missing")
 
-    monkeypatch.setattr("layersched.cli.deploy.build_and_push", build_and_push)
+    monkeypatch.setattr("layersched.cli._push.build_and_push", build_and_push)
     code = main(["deploy", "images", "--registry", "127.0.0.1:1", *argv])
     assert code == EXIT_USAGE
     assert re.search(message, capsys.readouterr().err)

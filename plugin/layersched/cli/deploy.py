@@ -25,77 +25,60 @@ same generator. See docs/deploy.md.
 from __future__ import annotations
 
 import argparse
-import ipaddress
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
-from layersched import __version__, generated
+from layersched import generated
 from layersched.builds import kubernetes_build
-from layersched.cli._kube import client_config
+from layersched.cli._install import (
+    add_images_record_option,
+    add_install_options,
+    install_for,
+    install_summary,
+    published_images,
+)
 from layersched.cli._output import JSON, YAML, add_output_option, print_document
-from layersched.core.errors import InputError, KubeError
+from layersched.cli._push import (
+    add_image_options,
+    describe_image,
+    print_described,
+    print_install,
+    print_pushed,
+    push_images,
+)
+from layersched.core.errors import InputError
 from layersched.deploy import (
-    AUTO,
     CHART_DIR,
     CHART_OLDEST_MINOR,
-    DEFAULT_ALLOWED_REGISTRIES,
-    DEFAULT_WEIGHT,
-    KUBERNETES_VERSION,
     NAMESPACE,
     NEWEST_MINOR,
-    OLDEST_MINOR,
     PLUGIN_RELEASES,
-    PUBLISHED_IMAGE,
     SCHEDULER_EXTENDER,
     SCHEDULER_KINDS,
     SCHEDULER_PLUGIN,
-    UPSTREAM_KUBE_SCHEDULER,
-    EgressPeer,
-    EgressSpec,
-    ImageRef,
-    KubernetesVersion,
-    PublishedImages,
     StackSpec,
     admission_objects,
     base_tree,
     chart_files,
-    default_published,
-    parse_image_ref,
     parse_kubernetes_version,
     plugin_readme_block,
-    read_published_images,
     stale_files,
     to_yaml_stream,
-    upstream_kube_scheduler,
     uses_policy,
     write_tree,
 )
 from layersched.images.push import (
     DEPLOY_DIR,
-    PushedImage,
-    PushedStack,
-    build_and_push,
     push_layersched_image,
     write_overlay,
 )
 from layersched.kube import (
-    VERSION_PATH,
-    KubeClient,
-    KubeConfig,
     checked_name,
-    namespace_path,
 )
 
 EXIT_OK = 0
 EXIT_STALE = 1
-KUBE_SCHEDULER = "kube-scheduler"
-#: The ``kubernetes`` Service in ``default``: its endpoints are the API server's addresses.
-API_SERVICE_NAMESPACE = "default"
-API_SERVICE = "kubernetes"
-HTTPS_PORT = 443
 #: The generated block of the plugin's README (its ready-to-use configuration).
 PLUGIN_README_BLOCK = "scheduler-config"
 
@@ -190,251 +173,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         q.set_defaults(handler=_overlay if name == "overlay" else _images)
 
 
-def add_images_record_option(q: argparse.ArgumentParser) -> None:
-    """``--images RECORD``: the published images' digests."""
-    q.add_argument(
-        "--images",
-        type=Path,
-        metavar="RECORD",
-        help="pin the images by the digests of a release's record (the images.json `make "
-        "images` writes; default: the release's tags, which no registry has before it)",
-    )
-
-
-def published_images(args: argparse.Namespace) -> PublishedImages:
-    """The record of ``--images`` (the minors it lists, nothing else: a minor it leaves out
-    was not published there); the release's tags without it."""
-    record: Path | None = getattr(args, "images", None)
-    return default_published() if record is None else read_published_images(record)
-
-
-def add_install_options(q: argparse.ArgumentParser) -> None:
-    """The Kubernetes version an install is rendered for, and what it may reach."""
-    q.add_argument(
-        "--kubernetes-version",
-        metavar="1.X[.Y]|auto",
-        help=f"render the install for this Kubernetes version (1.{OLDEST_MINOR}-1.{NEWEST_MINOR}; "
-        "without a patch, the newest we know of); 'auto' reads it from the cluster of "
-        f"--kubeconfig. Without it: deploy/, the install for {KUBERNETES_VERSION}",
-    )
-    q.add_argument(
-        "--kubeconfig",
-        type=Path,
-        help="the cluster --kubernetes-version auto reads (default: $KUBECONFIG's files "
-        "merged, else ~/.kube/config), as kubectl reads it: exec credential plugins too",
-    )
-    q.add_argument(
-        "--context", metavar="NAME", help="its kubeconfig context (default: its current-context)"
-    )
-    q.add_argument(
-        "-n",
-        "--namespace",
-        metavar="NS",
-        help=f"the namespace the install goes into (default: {NAMESPACE}, deploy/'s)",
-    )
-    q.add_argument(
-        "--weight",
-        type=int,
-        default=DEFAULT_WEIGHT,
-        metavar="N",
-        help="weight of the layer scores against the default plugins: the extender's "
-        "(its 0-10 score x 10 x N) or the plugin's (default and recommended: %(default)s, "
-        "docs/extender.md says why)",
-    )
-    q.add_argument(
-        "--image",
-        metavar="REPOSITORY[:TAG|@DIGEST]",
-        help=f"the layersched image the nodes pull (default: {PUBLISHED_IMAGE}:{__version__}, "
-        "what the release publishes and the chart's default; `deploy overlay` pins the image "
-        "it pushes instead)",
-    )
-    q.add_argument(
-        "--kube-scheduler-image",
-        metavar="REPOSITORY",
-        default=UPSTREAM_KUBE_SCHEDULER,
-        help="where the nodes pull kube-scheduler from: upstream's or a mirror of its tags "
-        "(default: %(default)s; the tag is the version's)",
-    )
-    q.add_argument(
-        "--allow-registry",
-        action="append",
-        metavar="HOST[:PORT]",
-        help="a registry the extender may resolve pod images from (repeatable; default: "
-        f"{' '.join(DEFAULT_ALLOWED_REGISTRIES)}); images from others get neutral scores",
-    )
-    q.add_argument(
-        "--pull-secret-namespace",
-        action="append",
-        default=[],
-        metavar="NAMESPACE",
-        help="let the extender read the pull secrets pods of NAMESPACE name (a Role granting "
-        "get on its secrets; repeatable; default: none: private images resolve only through "
-        "the nodes' agents)",
-    )
-    q.add_argument(
-        "--pull-secret-name",
-        action="append",
-        default=[],
-        metavar="SECRET",
-        help="with --pull-secret-namespace: only these secrets (the Roles' resourceNames; "
-        "repeatable; default: any secret a pod names)",
-    )
-    q.add_argument(
-        "--api-server",
-        action="append",
-        default=[],
-        metavar="ADDRESS:PORT",
-        help="the API server's address as the pods reach it, for the scheduler pods' egress "
-        "policy (repeatable; with --kubernetes-version auto: read from the cluster; "
-        "without either: any address on 443 and 6443)",
-    )
-    q.add_argument(
-        "--registry-address",
-        action="append",
-        default=[],
-        metavar="ADDRESS[/PREFIX]:PORT",
-        help="a registry on an internal address the extender must reach (repeatable; public "
-        "addresses on 443 are open anyway)",
-    )
-
-
-def add_image_options(q: argparse.ArgumentParser) -> None:
-    """How the images are built and pushed, and how the result is printed."""
-    q.add_argument(
-        "--kube-scheduler-bin",
-        type=Path,
-        help="the kube-scheduler binary to package (default: the one `make kubernetes` "
-        "built, in the build cache)",
-    )
-    q.add_argument(
-        "--secure-registry",
-        action="store_true",
-        help="push over HTTPS (default: plain HTTP, as testbed registries serve)",
-    )
-    add_output_option(q, outputs=(JSON, YAML), old="--json")
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterFacts:
-    """What ``--kubernetes-version auto`` reads from the cluster."""
-
-    version: KubernetesVersion
-    #: The API server's endpoints and the ``kubernetes`` Service's cluster IP on 443.
-    api_server: tuple[EgressPeer, ...]
-
-
-def _peer(address: str, port: int) -> EgressPeer:
-    network = ipaddress.ip_network(address)
-    return EgressPeer(str(network), port)
-
-
-def api_server_peers(endpoints: dict[str, Any], service: dict[str, Any]) -> tuple[EgressPeer, ...]:
-    """The addresses a pod reaches the API server at: ``default/kubernetes``' endpoints (its
-    ``https`` port) and, for network plugins that match before the Service is translated,
-    its cluster IP on 443."""
-    peers: list[EgressPeer] = []
-    try:
-        for subset in endpoints.get("subsets") or []:
-            ports = [p["port"] for p in subset.get("ports") or [] if p.get("name") == "https"]
-            for address in subset.get("addresses") or []:
-                peers += [_peer(address["ip"], int(port)) for port in ports]
-        cluster_ip = (service.get("spec") or {}).get("clusterIP")
-        if cluster_ip:
-            peers.append(_peer(cluster_ip, HTTPS_PORT))
-    except (KeyError, TypeError, ValueError) as err:
-        raise KubeError(
-            f"reading the API server's addresses from {API_SERVICE_NAMESPACE}/{API_SERVICE}: "
-            f"unexpected answer ({err}); pass --api-server ADDRESS:PORT instead"
-        ) from None
-    return tuple(dict.fromkeys(peers))
-
-
-def read_cluster(config: KubeConfig) -> ClusterFacts:
-    """The server's version (``/version``) and addresses, through ``config``."""
-    base = f"{namespace_path(API_SERVICE_NAMESPACE)}"
-    with KubeClient(config) as kube:
-        version = str(kube.get(VERSION_PATH).get("gitVersion", ""))
-        endpoints = kube.get(f"{base}/endpoints/{API_SERVICE}")
-        service = kube.get(f"{base}/services/{API_SERVICE}")
-    return ClusterFacts(
-        parse_kubernetes_version(version, f"the cluster's version ({config.origin})"),
-        api_server_peers(endpoints, service),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Install:
-    """An install for one Kubernetes version: its objects' spec and kube-scheduler's image."""
-
-    spec: StackSpec
-    kube_scheduler: ImageRef
-    layersched: ImageRef
-
-
-def install_for(args: argparse.Namespace) -> Install | None:
-    """The install the options ask for; None without ``--kubernetes-version`` (deploy/)."""
-    if args.kubernetes_version is None:
-        given = [
-            flag
-            for flag, value in (
-                ("--allow-registry", args.allow_registry),
-                ("--api-server", args.api_server),
-                ("--registry-address", args.registry_address),
-                ("--pull-secret-namespace", args.pull_secret_namespace),
-                ("--pull-secret-name", args.pull_secret_name),
-                ("--kubeconfig", args.kubeconfig),
-                ("--context", args.context),
-                ("--namespace", args.namespace),
-            )
-            if value
-        ]
-        if args.weight != DEFAULT_WEIGHT:
-            given.append("--weight")
-        if args.kube_scheduler_image != UPSTREAM_KUBE_SCHEDULER:
-            given.append("--kube-scheduler-image")
-        if getattr(args, "image", None):
-            given.append("--image")
-        if given:
-            raise InputError(
-                f"{', '.join(given)} shape an install for a Kubernetes version: pass "
-                "--kubernetes-version 1.X[.Y] or auto too (without it, deploy/ is rendered, "
-                "the local testbed's)"
-            )
-        return None
-    api_server = tuple(EgressPeer.parse(a, "--api-server") for a in args.api_server)
-    registries = tuple(EgressPeer.parse(a, "--registry-address") for a in args.registry_address)
-    if args.kubernetes_version == AUTO:
-        facts = read_cluster(client_config(args))
-        version = facts.version
-        api_server = api_server or facts.api_server
-    else:
-        version = parse_kubernetes_version(args.kubernetes_version)
-    allowed = tuple(args.allow_registry or DEFAULT_ALLOWED_REGISTRIES)
-    scheduler = getattr(args, "scheduler", SCHEDULER_EXTENDER)
-    spec = StackSpec(
-        allowed_registries=allowed,
-        egress=EgressSpec(api_server, registries),
-        weight=args.weight,
-        namespace=checked_name(args.namespace or NAMESPACE, "--namespace"),
-        scheduler=scheduler,
-        kubernetes_version=version.tag,
-        pull_secret_namespaces=tuple(dict.fromkeys(args.pull_secret_namespace)),
-        pull_secret_names=tuple(dict.fromkeys(args.pull_secret_name)),
-    ).for_version(version.tag)
-    published = published_images(args)
-    if scheduler == SCHEDULER_PLUGIN:
-        plugin = published.plugin_image(version.minor)
-        kube_scheduler = plugin.ref
-        if args.kube_scheduler_image != UPSTREAM_KUBE_SCHEDULER:  # a mirror of ours
-            kube_scheduler = ImageRef(args.kube_scheduler_image, tag=plugin.tag)
-    else:
-        kube_scheduler = upstream_kube_scheduler(version, args.kube_scheduler_image)
-    layersched = published.layersched.ref
-    if args.image:
-        layersched = parse_image_ref(args.image, "--image")
-    return Install(spec, kube_scheduler, layersched)
-
-
 def _render(args: argparse.Namespace) -> int:
     plugin = args.scheduler == SCHEDULER_PLUGIN
     install = install_for(args)
@@ -463,7 +201,7 @@ def _render(args: argparse.Namespace) -> int:
             layersched_image=install.layersched,
             kube_scheduler_image=install.kube_scheduler,
         )
-        print(f"Kubernetes {install.spec.kubernetes_version}: {_summary(install)}")
+        print(f"Kubernetes {install.spec.kubernetes_version}: {install_summary(install)}")
     # deploy/ and the plugin's README are rendered (and checked) together
     readme = plugin_readme() if install is None and args.images is None else None
     if args.check:
@@ -541,76 +279,6 @@ def _agent_guard(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _summary(install: Install) -> str:
-    spec = install.spec
-    ref = install.kube_scheduler
-    api = ", ".join(f"{p.cidr}:{p.port}" for p in spec.egress.api_server) or "any address"
-    return (
-        f"{spec.scheduler_api_version}, kube-scheduler {ref.name}:{ref.tag}, layersched "
-        f"{install.layersched.reference}, extender allowed "
-        f"{', '.join(spec.allowed_registries)}, API server egress to {api}"
-    )
-
-
-def _kube_scheduler_bin(args: argparse.Namespace) -> Path:
-    """The binary to package, checked before any image is built."""
-    given: Path | None = args.kube_scheduler_bin
-    if given is None:
-        return kubernetes_build().require(KUBE_SCHEDULER) / KUBE_SCHEDULER
-    if not given.is_file():
-        raise InputError(
-            f"--kube-scheduler-bin {given}: no such file: give the path of a kube-scheduler "
-            "binary, or drop the flag to package the one `make kubernetes` built"
-        )
-    return given
-
-
-def push_images(args: argparse.Namespace, registry: str) -> PushedStack:
-    """Build both images (progress on stderr) and push them to ``registry``."""
-    binary = _kube_scheduler_bin(args)
-    console = Console(stderr=True)
-    with console.status("building images") as status:
-        return build_and_push(
-            registry,
-            binary,
-            insecure=not args.secure_registry,
-            progress=lambda message: status.update(message),
-        )
-
-
-def _one(image: PushedImage) -> dict[str, object]:
-    return {
-        "image": f"{image.ref.name}@{image.ref.digest}",
-        "size_bytes": image.size_bytes,
-        "layer_sizes_bytes": list(image.layer_sizes_bytes),
-        "build_s": round(image.build_s, 2),
-    }
-
-
-def _describe(pushed: PushedStack) -> dict[str, dict[str, object]]:
-    return {"layersched": _one(pushed.layersched), "kube-scheduler": _one(pushed.kube_scheduler)}
-
-
-def _print_described(args: argparse.Namespace, described: dict[str, dict[str, object]]) -> None:
-    if args.output is not None:
-        print_document(described, args.output)
-        return
-    for name, image in described.items():
-        size = image.get("size_bytes")
-        pushed = f" ({size:,} B compressed)" if isinstance(size, int) else " (not built here)"
-        print(f"{name}: {image['image']}{pushed}")
-
-
-def print_pushed(args: argparse.Namespace, pushed: PushedStack) -> None:
-    """What was pushed: one line per image, or JSON/YAML with ``-o``."""
-    _print_described(args, _describe(pushed))
-
-
-def print_install(out: Path) -> None:
-    """How to apply and remove the overlay written to ``out``."""
-    print(f"install: kubectl apply -k {out}\nremove:  kubectl delete -k {out}")
-
-
 def _images(args: argparse.Namespace) -> int:
     print_pushed(args, push_images(args, args.registry))
     return EXIT_OK
@@ -652,10 +320,13 @@ def _overlay(args: argparse.Namespace) -> int:
         ),
     )
     ref = install.kube_scheduler
-    _print_described(
+    print_described(
         args,
-        {"layersched": _one(layersched), "kube-scheduler": {"image": f"{ref.name}:{ref.tag}"}},
+        {
+            "layersched": describe_image(layersched),
+            "kube-scheduler": {"image": f"{ref.name}:{ref.tag}"},
+        },
     )
-    print(f"Kubernetes {install.spec.kubernetes_version}: {_summary(install)}")
+    print(f"Kubernetes {install.spec.kubernetes_version}: {install_summary(install)}")
     print_install(args.out)
     return EXIT_OK

@@ -22,9 +22,9 @@ from types import FrameType
 from rich.console import Console
 
 from layersched.builds import kubernetes_build
+from layersched.cli._push import add_image_options as add_push_options
+from layersched.cli._push import print_install, print_pushed, push_images
 from layersched.cli._tables import size, table, terminal_width
-from layersched.cli.deploy import add_image_options as add_push_options
-from layersched.cli.deploy import print_install, print_pushed, push_images
 from layersched.core.errors import InputError
 from layersched.core.inflight import PULL_MODES, SERIAL
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform

@@ -85,9 +85,17 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The issue this replay answers (#36): the trace's seed.
 DEFAULT_SEED = 36
 DEFAULT_ROUNDS = 3
-#: Seeds of the simulator's prediction (its spread): an extender's random ties, and for
-#: every arm the start of kube-scheduler's node order (``sim.kube``).
-SIM_SEEDS = tuple(range(10))
+#: Seeds of the simulator's prediction (its spread) per node of the trace: an extender's
+#: random ties, and for every arm the start of kube-scheduler's node order (``sim.kube``:
+#: the seed modulo the nodes), so that every node starts the order equally often.
+SIM_SEEDS_PER_NODE = 2
+
+
+def sim_seeds(trace: Trace) -> tuple[int, ...]:
+    """The simulator's seeds for ``trace``: :data:`SIM_SEEDS_PER_NODE` per node."""
+    return tuple(range(SIM_SEEDS_PER_NODE * trace.cluster.nodes))
+
+
 #: The window ``layersched estimate`` looks back over, beyond the run itself.
 ESTIMATE_SLACK_S = 60
 ESTIMATE_TIMEOUT_S = 300.0
@@ -151,7 +159,8 @@ def simulation(
     kube-scheduler profile places pods) and tie-break seed (one for an arm whose ties
     fall in node order, from a start drawn per seed); with ``costs``, each mode's
     measured overheads."""
-    doc: dict[str, Any] = {"seeds_count": len(SIM_SEEDS)}
+    seeds = sim_seeds(trace)
+    doc: dict[str, Any] = {"seeds_count": len(seeds)}
     for mode in MODES:
         trace_runs, burst_runs = [], []
         overheads = (costs or {}).get(mode)
@@ -159,7 +168,6 @@ def simulation(
         profiles = {key: replay_report.arm(key).simulated(mode) for key in arms}
         for key in arms:
             profile = profiles[key]
-            seeds = SIM_SEEDS
             trace_runs += simulate_trace(
                 trace,
                 [profile],
@@ -189,18 +197,23 @@ def simulation(
 
 def calibrated(results: Mapping[str, Any], trace: Trace) -> dict[str, Any]:
     """The simulation again, each pull mode with the overheads its runs measured
-    (:func:`replay_report.overheads`: the same for every arm of the mode), where they
-    measured any."""
+    (:func:`replay_report.overheads`: the same for every arm of the mode, the slots
+    released as late after a pod's lifetime as the trace's lifetimes say they were), where
+    they measured any."""
     rates = results["testbed"]["link_rates_bits_per_s"]
+    lifetimes = {pod.name: pod.lifetime_s for pod in trace.pods}
     costs = {}
     for mode in MODES:
-        found = replay_report.overheads(results["runs"], mode, rates)
+        found = replay_report.overheads(
+            results["runs"], mode, rates, lifetimes, trace.cluster.containers_per_node
+        )
         if found["pull_request_delay_s"] is None:
             continue
         costs[mode] = Overheads(
             pull_request_delay_s=found["pull_request_delay_s"],
             start_overhead_s=found["start_overhead_s"],
             link_efficiency=found["link_efficiency"] or 1.0,
+            slot_release_s=found["slot_release_s"] or 0.0,
         )
     spec = results["burst"]
     burst = BurstParams(spec["replicas"], spec["slots_per_node"])
@@ -708,7 +721,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_resimulate(args: argparse.Namespace) -> int:
     """The simulator's columns of a results file again (a changed model, the same runs):
-    the nominal prediction and the calibrated one, written back in place."""
+    the nominal prediction and the calibrated one, written back in place with the
+    commit that computed them (``simulated_by``); the runs and their provenance
+    untouched."""
     path = Path(args.results)
     found = _load(path)
     if found is None or found.get("format") != FORMAT:
@@ -724,8 +739,10 @@ def cmd_resimulate(args: argparse.Namespace) -> int:
         _stored_resources(resources.get("burst")),
     )
     found["simulation_calibrated"] = calibrated(found, trace)
+    # the runs keep their provenance; the simulator's columns say what computed them
+    found[replay_report.SIMULATED_BY] = provenance.source()
     write_json(replay_report.DEFAULT_RESULTS, found, output=path)
-    print(f"{path}: simulator columns rewritten")
+    print(f"{path}: simulator columns rewritten at {found[replay_report.SIMULATED_BY]['commit']}")
     return 0
 
 

@@ -39,6 +39,9 @@ MODES = (SERIAL, PARALLEL)
 #: Each mode's pull queue in the simulator (``ClusterParams.max_parallel_pulls``); the
 #: testbed's parallel kubelets pull ``PARALLEL_IMAGE_PULLS`` at once.
 MAX_PARALLEL_PULLS = {SERIAL: 1, PARALLEL: 3}
+#: Where a results file says which commit computed its simulator columns when they were
+#: recomputed from its recorded runs (``bench/replay.py resimulate``).
+SIMULATED_BY = "simulated_by"
 #: A simulated start-up this far from the real one (either way) is a disagreement the
 #: closing note explains from the per-pod records.
 AGREEMENT = 0.10
@@ -431,8 +434,92 @@ def trimmed_mean(values: Sequence[float], cut: float = TRIM) -> float | None:
     return _round(np.mean(kept))
 
 
+#: A pod bound this long after its creation waited for room: binding alone takes tens of
+#: milliseconds on the testbed.
+SLOT_WAIT_MIN_S = 0.5
+
+
+def slot_release_lags(
+    pods: Sequence[Mapping[str, Any]], lifetimes: Mapping[str, float], slots: int
+) -> list[float]:
+    """For each pod of one run that waited for room (bound :data:`SLOT_WAIT_MIN_S` or more
+    after its creation), how long after a slot of its node was nominally free it was
+    bound. Of the pods bound to that node before it, all but ``slots - 1`` must have
+    ended by then; the last of those to end, by its container's start (the API's whole
+    second, taken at its middle) plus its trace lifetime, is the nominal end the
+    simulator frees the slot at. The lag is what the kubelet and kube-scheduler add: the
+    pod ended, reported terminal, the waiting pod retried and bound. A pod whose node
+    was not nominally full (none to wait for) gives none.
+
+    >>> run = [{"name": "a", "node": "n1", "created_wall_s": 0.0, "scheduled_at_s": 0.0,
+    ...         "started_at_s": 2.0},
+    ...        {"name": "b", "node": "n1", "created_wall_s": 1.0, "scheduled_at_s": 15.0,
+    ...         "started_at_s": 16.0}]
+    >>> slot_release_lags(run, {"a": 10.0, "b": 10.0}, 1)   # a ends at 12.5, b bound at 15
+    [2.5]
+    """
+    lags = []
+    for pod in pods:
+        created, bound = pod.get("created_wall_s"), pod.get("scheduled_at_s")
+        if created is None or bound is None or float(bound) - float(created) < SLOT_WAIT_MIN_S:
+            continue
+        ends = sorted(
+            float(other["started_at_s"]) + HALF_SECOND + float(lifetimes[str(other["name"])])
+            for other in pods
+            if other.get("node") == pod.get("node")
+            and other.get("scheduled_at_s") is not None
+            and float(other["scheduled_at_s"]) < float(bound)
+            and other.get("started_at_s") is not None
+            and str(other.get("name")) in lifetimes
+        )
+        must_have_ended = len(ends) - (slots - 1)
+        if must_have_ended > 0:
+            lags.append(float(bound) - ends[must_have_ended - 1])
+    return lags
+
+
+#: Two pulls of a node overlap only by more than this: the Pulled event's time is kept to
+#: the second, so back-to-back serial pulls can seem to overlap by up to a second.
+OVERLAP_RESOLUTION_S = 1.0
+
+
+def alone_on_the_link(pods: Sequence[Mapping[str, Any]]) -> list[bool]:
+    """For each pod of one run, whether its own pull ran alone on its node's link: no
+    other pull of the node (of at least :data:`CONCURRENT_PULL_MIN_S`) overlapped it by
+    more than :data:`OVERLAP_RESOLUTION_S`. Serial pulls always are; parallel ones that
+    shared the link moved at a share of its rate, which the simulator models itself.
+
+    >>> alone_on_the_link([
+    ...     {"node": "n1", "pulled": True, "pulled_at_s": 10.0, "pull_s": 4.0},
+    ...     {"node": "n1", "pulled": True, "pulled_at_s": 12.0, "pull_s": 4.0},
+    ...     {"node": "n1", "pulled": True, "pulled_at_s": 16.5, "pull_s": 4.0},
+    ...     {"node": "n2", "pulled": True, "pulled_at_s": 10.0, "pull_s": 4.0}])
+    [False, False, True, True]
+    """
+    intervals = [pull_interval(pod) for pod in pods]
+    flags = []
+    for i, (pod, mine) in enumerate(zip(pods, intervals, strict=True)):
+        if mine is None:
+            flags.append(False)
+            continue
+        shared = any(
+            other is not None
+            and j != i
+            and pods[j].get("node") == pod.get("node")
+            and other[1] - other[0] >= CONCURRENT_PULL_MIN_S
+            and min(mine[1], other[1]) - max(mine[0], other[0]) > OVERLAP_RESOLUTION_S
+            for j, other in enumerate(intervals)
+        )
+        flags.append(not shared)
+    return flags
+
+
 def overheads(
-    runs: Sequence[Mapping[str, Any]], mode: str, rates: Mapping[str, int]
+    runs: Sequence[Mapping[str, Any]],
+    mode: str,
+    rates: Mapping[str, int],
+    lifetimes: Mapping[str, float] | None = None,
+    slots: int = 1,
 ) -> dict[str, Any]:
     """What the calibrated simulator takes from the testbed, over every arm's replayed
     pods of ``mode``: how long after the create call kube-scheduler bound a pod (the
@@ -440,10 +527,14 @@ def overheads(
     the Scheduled event's microseconds); how long after binding its pull was asked for
     (the Pulled event's time less the pull with its wait: the sandbox) and how long after
     the pull its container started (:func:`trimmed_mean` of each, the API's whole seconds
-    taken at their middle); and the share of its node's link rate a pull achieved (the
+    taken at their middle); the share of its node's link rate a pull achieved (the
     median of bytes over the pull's own time, pulls of at least
-    :data:`EFFICIENCY_MIN_BYTES`). ``pull_request_delay_s`` is binding plus sandbox: the
-    simulator binds a pod the moment it has a slot.
+    :data:`EFFICIENCY_MIN_BYTES` that ran alone on the link, :func:`alone_on_the_link`:
+    the simulator shares the link between parallel pulls itself); and, given the trace's
+    ``lifetimes`` (pod name to seconds) and ``slots`` per node, how long after a pod's
+    nominal end its slot was taken again (the median of :func:`slot_release_lags`).
+    ``pull_request_delay_s`` is binding plus sandbox: the simulator binds a pod the moment
+    it has a slot.
 
     >>> pod = {"pulled": True, "node": "n1", "bytes": 8 * MIB, "pull_s": 8.0,
     ...        "pull_waited_s": 9.0, "created_wall_s": 0.0, "scheduled_at_s": 1.0,
@@ -451,13 +542,17 @@ def overheads(
     >>> overheads([{"mode": "serial", "pods": [pod]}], "serial", {"n1": 8 * MIB})
     ... # doctest: +NORMALIZE_WHITESPACE
     {'bound_after_s': 1.0, 'sandbox_s': 2.5, 'pull_request_delay_s': 3.5,
-     'start_overhead_s': 1.0, 'link_efficiency': 1.0, 'pods': 1}
+     'start_overhead_s': 1.0, 'link_efficiency': 1.0, 'slot_release_s': None,
+     'slot_waits': 0, 'pods': 1}
     """
-    bound, sandbox, start, efficiency = [], [], [], []
+    bound, sandbox, start, efficiency, released = [], [], [], [], []
     for run in runs:
         if run.get("mode") != mode:
             continue
-        for pod in run["pods"]:
+        if lifetimes is not None:
+            released += slot_release_lags(run["pods"], lifetimes, slots)
+        alone = alone_on_the_link(run["pods"])
+        for pod, by_itself in zip(run["pods"], alone, strict=True):
             created, scheduled = pod.get("created_wall_s"), pod.get("scheduled_at_s")
             if created is None or scheduled is None:
                 continue
@@ -471,7 +566,7 @@ def overheads(
                 start.append(float(pod["started_at_s"]) + HALF_SECOND - pulled_at)
             rate = rates.get(str(pod.get("node")))
             size, took = int(pod.get("bytes") or 0), float(pod.get("pull_s") or 0.0)
-            if rate and size >= EFFICIENCY_MIN_BYTES and took > 0:
+            if rate and by_itself and size >= EFFICIENCY_MIN_BYTES and took > 0:
                 efficiency.append(min(size * 8 / rate / took, 1.0))
     bound_s = _round(float(np.median(bound))) if bound else None
     sandbox_s = trimmed_mean(sandbox)
@@ -485,6 +580,8 @@ def overheads(
         ),
         "start_overhead_s": None if not start else max(trimmed_mean(start) or 0.0, 0.0),
         "link_efficiency": _round(float(np.median(efficiency))) if efficiency else None,
+        "slot_release_s": _round(max(float(np.median(released)), 0.0)) if released else None,
+        "slot_waits": len(released),
         "pods": len(bound),
     }
 
@@ -637,16 +734,33 @@ def overheads_sentence(results: Mapping[str, Any]) -> str:
     for mode in MODES:
         costs = (sim.get(mode) or {}).get("overheads")
         if costs:
+            # a file calibrated before the slot release was measured says nothing of it
+            released = (
+                ""
+                if costs.get("slot_release_s") is None
+                else f", a pod's slot taken again {costs['slot_release_s']:.1f} s after its "
+                "lifetime ended"
+            )
             parts.append(
                 f"{mode}: a pull asked for {costs['pull_request_delay_s']:.1f} s after the pod's "
                 f"creation, its container started {costs['start_overhead_s']:.1f} s after the "
-                f"pull, a pull moved {costs['link_efficiency']:.0%} of the link's rate"
+                f"pull, a pull moved {costs['link_efficiency']:.0%} of the link's rate{released}"
             )
+    by = results.get(SIMULATED_BY) or {}
+    again = (
+        f" They were recomputed from the recorded runs at commit `{str(by['commit'])[:12]}` "
+        f"on {by.get('date')} (`bench/replay.py resimulate`"
+        + (", with uncommitted changes" if by.get("dirty") else "")
+        + ")."
+        if by.get("commit")
+        else ""
+    )
     return (
         "The simulator columns take from the runs what the simulator does not model, "
         "the medians over every arm's pods of each pull mode ("
         + "; ".join(parts)
         + "); placement, the pull queue and the shared links are its own."
+        + again
     )
 
 

@@ -1002,3 +1002,121 @@ def test_every_plugin_arm_is_a_profile_the_testbed_runs() -> None:
     assert no_spread.profile.strategy == "layer-locality"  # sim/settings.py: spread off
     keeps = "disabled" not in profiles[no_spread.key]["plugins"]["score"]
     assert (no_spread.profile.image_locality_weight > 0) is keeps
+
+
+# ------------------------------------------------------------------ the calibration
+
+
+def _slot_pods(c_bound_s: float) -> list[dict[str, Any]]:
+    """Two pods fill n1's two slots at 0 s (started 2 s and 3 s: their nominal ends 2.5 s
+    and 3.5 s after those plus their lifetimes); c, created at 1 s, waits and is bound at
+    ``c_bound_s``; d, on n2, is bound at once."""
+
+    def pod(name: str, node: str, created: float, bound: float, started: float) -> dict[str, Any]:
+        return {
+            "name": name,
+            "node": node,
+            "created_wall_s": created,
+            "scheduled_at_s": bound,
+            "started_at_s": started,
+            "pulled": True,
+            "pulled_at_s": started,
+            "pull_waited_s": started - bound - 0.3,
+            "pull_s": 1.0,
+            "bytes": 2 * MIB,
+        }
+
+    return [
+        pod("a", "n1", 0.0, 0.0, 2.0),
+        pod("b", "n1", 0.0, 0.0, 3.0),
+        pod("c", "n1", 1.0, c_bound_s, c_bound_s + 1.0),
+        pod("d", "n2", 5.0, 5.01, 7.0),
+    ]
+
+
+def test_the_slot_release_is_the_bind_after_the_nominal_end_that_made_room() -> None:
+    # a ends at 2.5 + 10 = 12.5, b at 3.5 + 20 = 23.5: c needs one of them gone (2 slots,
+    # 2 bound before it): the earlier, 12.5; bound at 15: 2.5 s. d never waited.
+    lifetimes = {"a": 10.0, "b": 20.0, "c": 10.0, "d": 10.0}
+    pods = _slot_pods(15.0)
+    assert report.slot_release_lags(pods, lifetimes, 2) == [2.5]
+    # with three slots c had room: a wait for something else, not counted
+    assert report.slot_release_lags(pods, lifetimes, 3) == []
+    runs = [
+        {"mode": "serial", "pods": pods},
+        {"mode": "serial", "pods": _slot_pods(13.5)},  # 1.0 s
+        {"mode": "serial", "pods": _slot_pods(16.5)},  # 4.0 s
+        {"mode": "parallel", "pods": _slot_pods(30.0)},  # another mode's
+    ]
+    rates = {"n1": 20_000_000, "n2": 20_000_000}
+    found = report.overheads(runs, "serial", rates, lifetimes, 2)
+    # the median of the mode's lags, one value for every arm
+    assert (found["slot_release_s"], found["slot_waits"]) == (2.5, 3)
+    # without the trace's lifetimes nothing is measured: the simulator frees slots at once
+    assert report.overheads(runs, "serial", rates)["slot_release_s"] is None
+
+
+def test_resimulate_rewrites_the_simulator_columns_and_keeps_the_runs(tmp_path: Path) -> None:
+    trace = generate_trace(3, SMALL)
+    trace_path = tmp_path / "trace.json"
+    write_trace(trace, trace_path)
+    first, second, third = (pod.name for pod in trace.pods[:3])
+    lifetimes = {pod.name: pod.lifetime_s for pod in trace.pods}
+    pods = _slot_pods(0.0)
+    # the trace's first two pods fill n1; the third is bound 2 s after the first's end
+    for pod, name in zip(pods, (first, second, third, trace.pods[3].name), strict=True):
+        pod["name"] = name
+    ends = pods[0]["started_at_s"] + 0.5 + lifetimes[first]
+    pods[2]["scheduled_at_s"] = ends + 2.0
+    pods[2]["started_at_s"] = pods[2]["pulled_at_s"] = ends + 3.0
+    pods[2]["pull_waited_s"] = 0.7
+    record = {"commit": "0" * 40, "date": "2026-11-29T07:28:23+00:00"}
+    found = {
+        "format": report.FORMAT,
+        "trace": {"path": str(trace_path)},
+        "burst": {"replicas": 2, "slots_per_node": 4},
+        "plan": {"arms": [DEFAULT]},
+        "testbed": {"link_rates_bits_per_s": {"n1": 20_000_000, "n2": 5_000_000}},
+        "runs": [{"round": 1, "mode": "serial", "arm": DEFAULT, "pods": pods}],
+        "provenance": record,
+    }
+    results = tmp_path / "replay.json"
+    results.write_text(json.dumps(found), encoding="utf-8")
+    assert bench_replay.main(["resimulate", str(results)]) == 0
+    again = json.loads(results.read_text(encoding="utf-8"))
+    # the runs and their provenance untouched; the simulator's columns say what made them
+    assert again["runs"] == found["runs"] and again["provenance"] == record
+    assert len(again[report.SIMULATED_BY]["commit"] or "") == 40
+    # two seeds per node: every node starts kube-scheduler's order twice
+    assert again["simulation"]["seeds_count"] == 2 * SMALL.nodes
+    assert [run["seed"] for run in again["simulation"]["serial"]["trace"][DEFAULT]] == [0, 1, 2, 3]
+    costs = again["simulation_calibrated"]["serial"]["overheads"]
+    assert costs["slot_release_s"] == pytest.approx(2.0)
+    # no parallel run: no calibration for that mode
+    assert "overheads" not in again["simulation_calibrated"]["parallel"]
+    text = report.overheads_sentence(again)
+    assert "a pod's slot taken again 2.0 s after its lifetime ended" in text
+    assert "recomputed from the recorded runs at commit" in text
+
+
+def test_the_link_efficiency_counts_only_pulls_alone_on_the_link() -> None:
+    # parallel pulls: n1's two 8 MiB pulls shared its 8 MiB/s link (2 s each, 8..10 and
+    # 8.5..10.5), n2's ran alone at 90% of it; the simulator shares the link itself, so
+    # only n2's counts: 0.9, not the median of 0.5, 0.5 and 0.9
+    def pull(node: str, end: float, took: float) -> dict[str, Any]:
+        return {
+            "node": node,
+            "pulled": True,
+            "bytes": 8 * MIB,
+            "pull_s": took,
+            "pulled_at_s": end,
+            "pull_waited_s": took,
+            "created_wall_s": 0.0,
+            "scheduled_at_s": 0.0,
+        }
+
+    pods = [pull("n1", 10.0, 2.0), pull("n1", 10.5, 2.0), pull("n2", 20.0, 1.0 / 0.9)]
+    assert report.alone_on_the_link(pods) == [False, False, True]
+    rates = {"n1": 8 * MIB * 8, "n2": 8 * MIB * 8}
+    found = report.overheads([{"mode": "parallel", "pods": pods}], "parallel", rates)
+    assert found["link_efficiency"] == pytest.approx(0.9)

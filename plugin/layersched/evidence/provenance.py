@@ -262,18 +262,10 @@ class _CpuWatch:
 _WATCHES: dict[int, _CpuWatch] = {}
 
 
-def start(
-    kubernetes_version: str | None, root: Path = ROOT, own_commands: Sequence[str] = ()
-) -> dict[str, Any]:
-    """The provenance of a measurement starting now. ``own_commands``: substrings of the
-    command lines of processes the benchmark starts as daemons (outside its own process
-    tree: e.g. its state directory, which every such command names), counted as its own.
-
-    When the run writes the committed results (``LAYERSCHED_RESULTS=commit``, see
-    :mod:`layersched.evidence.results`), a tree with uncommitted changes is refused now,
-    before anything is measured (its file could name no commit), and a HEAD that is not on
-    ``main`` yet is warned about (a rebase would take the commit out of main's history)."""
-    commit = _git("rev-parse", "HEAD", root=root)
+def source(root: Path = ROOT) -> dict[str, Any]:
+    """The code now: its commit, whether the tree has changes outside the results
+    directories, and the date (what a computation over recorded measurements, not a
+    measurement, records of itself)."""
     dirty = bool(
         _git(
             "status",
@@ -285,6 +277,26 @@ def start(
             root=root,
         )
     )
+    return {
+        "commit": _git("rev-parse", "HEAD", root=root),
+        "dirty": dirty,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def start(
+    kubernetes_version: str | None, root: Path = ROOT, own_commands: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The provenance of a measurement starting now. ``own_commands``: substrings of the
+    command lines of processes the benchmark starts as daemons (outside its own process
+    tree: e.g. its state directory, which every such command names), counted as its own.
+
+    When the run writes the committed results (``LAYERSCHED_RESULTS=commit``, see
+    :mod:`layersched.evidence.results`), a tree with uncommitted changes is refused now,
+    before anything is measured (its file could name no commit), and a HEAD that is not on
+    ``main`` yet is warned about (a rebase would take the commit out of main's history)."""
+    code = source(root)
+    commit, dirty = code["commit"], bool(code["dirty"])
     if committing():
         _committable(commit, dirty, root)
     watch = _CpuWatch(own_commands)
@@ -292,7 +304,7 @@ def start(
     record = {
         "commit": commit,
         "dirty": dirty,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "date": code["date"],
         "machine": {
             "cpus": os.cpu_count(),
             "memory_gib": _memory_gib(),

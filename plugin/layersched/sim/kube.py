@@ -32,9 +32,10 @@ them. Read from the v1.37.2 module (``k8s.io/kubernetes/pkg/scheduler``):
   snapshot holds them in name order) their ``-v=10`` logs showed the nodes scored as a
   rotation of n1..n6 whose start moved now and then during a run (n6 first for most pods
   of one run, n1 for others), and neighbours swapped at times by the parallel filters. So
-  the simulator takes the nodes in name order from a start it draws per seed
-  (:attr:`Profile.rotate_node_order`): which node a tie goes to first is the real one's
-  family, not its exact draw.
+  the simulator takes the nodes in name order from a start set by the seed (the seed
+  modulo the nodes, :attr:`Profile.rotate_node_order`), and a prediction runs every start
+  equally often: which node a tie goes to first is the real one's family, not its exact
+  draw.
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ class Profile:
     knowledge: Knowledge = "registry"
     #: Nodes that must publish an image before ``published`` knowledge has its layers.
     image_quorum: int = 1
-    #: Start the node order at a node drawn per seed (kube-scheduler's start index over
-    #: the nodes in name order); False: n1 first.
+    #: Start the node order at the node the seed names, the seed modulo the nodes
+    #: (kube-scheduler's start index over the nodes in name order); False: n1 first.
     rotate_node_order: bool = True
 
     def __post_init__(self) -> None:

@@ -485,18 +485,22 @@ def simulator_inputs(
 class Overheads:
     """What the simulator takes as given rather than models: the time from a pod's
     creation to its pull request (scheduling and the sandbox), from its layers' arrival
-    to its container's start, and the share of a link's rate a pull achieves (transfer,
-    unpacking and the kubelet's bookkeeping): ``make replay`` measures each on the testbed
-    (the same for every arm of a pull mode)."""
+    to its container's start, the share of a link's rate a pull achieves (transfer,
+    unpacking and the kubelet's bookkeeping), and from a pod's end (its lifetime after its
+    start) to its slot taken again (the kubelet ending it, kube-scheduler retrying the pods
+    that waited): ``make replay`` measures each on the testbed (the same for every arm of
+    a pull mode)."""
 
     pull_request_delay_s: float = 0.0
     #: None: the trace's ``start_overhead_s``.
     start_overhead_s: float | None = None
     link_efficiency: float = 1.0
+    slot_release_s: float = 0.0
 
     def __post_init__(self) -> None:
         if (
             self.pull_request_delay_s < 0
+            or self.slot_release_s < 0
             or (self.start_overhead_s is not None and self.start_overhead_s < 0)
             or not 0 < self.link_efficiency <= 1
         ):
@@ -554,6 +558,7 @@ def _cluster(
             else costs.start_overhead_s
         ),
         pull_request_delay_s=costs.pull_request_delay_s,
+        slot_release_delay_s=costs.slot_release_s,
         max_parallel_pulls=max_parallel_pulls,
         node_allocatable=resources.allocatable if resources else None,
         pod_requests=resources.requests if resources else None,

@@ -20,7 +20,8 @@ import tenacity
 from layersched.agent import build_node
 from layersched.cli.main import main as cli_main
 from layersched.core.indexbuilder import build_layer_index
-from layersched.core.objects import decode_node, node_info
+from layersched.core.nodeindexing import node_info
+from layersched.core.objects import decode_node
 from layersched.cri import CRIClient
 from layersched.images.oci import BuiltImage, build_image, push_image, random_layer
 from layersched.registry import RegistryClient

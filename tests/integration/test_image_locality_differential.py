@@ -47,7 +47,8 @@ from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
 from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layerindex import LayerIndex
-from layersched.core.objects import node_info, nodes_from_document
+from layersched.core.nodeindexing import node_info
+from layersched.core.objects import nodes_from_document
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import ImageLocalityArgs
 from layersched.core.strategies.image_locality import ImageLocality

@@ -52,7 +52,8 @@ from layersched.builds import (
 )
 from layersched.core.errors import InputError
 from layersched.core.indexbuilder import build_layer_index
-from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
+from layersched.core.nodeindexing import node_info
+from layersched.core.objects import decode_pod, nodes_from_document, pod_images
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import ImageLocalityArgs, KubernetesMinor
 from layersched.core.strategies.image_locality import (

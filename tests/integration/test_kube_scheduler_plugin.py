@@ -40,13 +40,13 @@ import pytest
 import yaml
 
 from layersched.builds import kubernetes_build
+from layersched.core.boundpod import decode_bound_pod
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.indexbuilder import build_layer_index
 from layersched.core.inflight import PendingPull, bound_at_s, pending_images
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeInfo
 from layersched.core.nodelayers import API_VERSION, KIND, parse_document
-from layersched.core.objects import decode_bound_pod
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import InFlightArgs, LayerLocalityArgs
 from layersched.core.strategies.base import resolve_pod_layers

@@ -10,7 +10,8 @@ from layersched.agent import build_node, node_status_images
 from layersched.core.errors import InputError
 from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layers import Layer
-from layersched.core.objects import decode_node, node_info
+from layersched.core.nodeindexing import node_info
+from layersched.core.objects import decode_node
 from layersched.cri import CRIImage
 
 MIB = 1024 * 1024

@@ -20,7 +20,7 @@ from layersched.core.estimate import SKIP_NODE_GONE, SKIP_PINNED, estimate
 from layersched.core.events import PullEvent
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage, NodeInfo
-from layersched.core.objects import PlacedPod
+from layersched.core.placedobjects import PlacedPod
 from layersched.core.placementfacts import (
     MAX_MILLI_UNITS,
     NodeFacts,

@@ -18,10 +18,10 @@ import msgspec
 import pytest
 import tenacity
 
+from layersched.core.boundpod import decode_bound_pod
 from layersched.core.errors import KubeError
 from layersched.core.inflight import PendingPulls, bound_at_s, pending_images
 from layersched.core.layers import Layer, StaticLayerSource
-from layersched.core.objects import decode_bound_pod
 from layersched.core.reference import ImageName
 from layersched.core.strategies import get_strategy
 from layersched.core.strategies.in_flight import InFlight

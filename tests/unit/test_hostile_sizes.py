@@ -20,8 +20,9 @@ from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import MAX_SIZE_BYTES, Layer, StaticLayerSource, check_size
 from layersched.core.manifest import parse_manifest
 from layersched.core.nodeimages import NodeImage, NodeInfo, annotation_layers
+from layersched.core.nodeindexing import node_info
 from layersched.core.nodelayers import build_document, parse_document
-from layersched.core.objects import decode_node, node_info
+from layersched.core.objects import decode_node
 from layersched.core.pod import PodImages
 from layersched.core.strategies import STRATEGY_NAMES, Strategy, get_strategy
 from layersched.core.strategies.base import MAX_EXACT_SUM_BYTES, MAX_NODE_SCORE

@@ -17,12 +17,11 @@ from layersched.core.errors import InputError
 from layersched.core.indexbuilder import LayerIndexBuilder
 from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
+from layersched.core.nodeindexing import add_node_object, node_info
 from layersched.core.objects import (
-    add_node_object,
     decode_node,
     decode_node_list,
     decode_pod,
-    node_info,
     nodes_from_document,
     pod_images,
 )

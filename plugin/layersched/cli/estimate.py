@@ -48,11 +48,11 @@ from layersched.core.inflight import PULL_MODES, SERIAL
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.manifest import Platform
 from layersched.core.nodeimages import NodeImage, NodeInfo, names_resolver
-from layersched.core.objects import (
+from layersched.core.nodeindexing import node_info
+from layersched.core.placedobjects import (
     SchedulableNode,
     decode_placed_pod,
     decode_schedulable_node,
-    node_info,
 )
 from layersched.core.placementfacts import (
     NodeFacts,

@@ -20,7 +20,8 @@ from layersched.core.errors import LayerResolutionError
 from layersched.core.indexbuilder import LayerIndexBuilder
 from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer, LayerSource
-from layersched.core.objects import add_node_object, decode_node_list, decode_pod, pod_images
+from layersched.core.nodeindexing import add_node_object
+from layersched.core.objects import decode_node_list, decode_pod, pod_images
 from layersched.core.strategies import NodeScores, Strategy, resolve_pod_layers
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.core.strategies.pull_time import NAME as PULL_TIME

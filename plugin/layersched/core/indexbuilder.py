@@ -78,9 +78,9 @@ class LayerIndexBuilder:
     function turning a key seen for the first time into a :class:`NodeImage`:
     a caller decoding wire objects interns them without converting the 25,000
     entries of a request, only the few thousand distinct ones
-    (:meth:`add_node_object` does so for a decoded v1 Node). With ``skip_invalid``,
-    a key ``describe`` refuses (InputError) is held by nobody instead of failing the
-    build, and :meth:`invalid_images` names it per node.
+    (:func:`~layersched.core.nodeindexing.add_node_object` does so for a decoded v1
+    Node). With ``skip_invalid``, a key ``describe`` refuses (InputError) is held by
+    nobody instead of failing the build, and :meth:`invalid_images` names it per node.
     """
 
     def __init__(

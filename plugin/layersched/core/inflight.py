@@ -57,9 +57,9 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from layersched.core.boundpod import BoundPod, BoundPodStatus
 from layersched.core.events import parse_time_s
 from layersched.core.layers import Layer
-from layersched.core.objects import BoundPod, BoundPodStatus
 from layersched.core.reference import ImageName
 
 #: The kubelet's image pulls: one at a time (``serializeImagePulls: true``, its default)

@@ -24,13 +24,12 @@ from layersched.core.events import (
 )
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeInfo
-from layersched.core.objects import (
+from layersched.core.objects import pod_images, pod_name
+from layersched.core.placedobjects import (
     Affinity,
     NodeSelectorRequirement,
     PlacedPod,
     SchedulableNode,
-    pod_images,
-    pod_name,
 )
 from layersched.core.quantity import parse_quantity
 from layersched.core.reference import (

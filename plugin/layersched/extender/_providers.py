@@ -28,7 +28,8 @@ from layersched.core.indexbuilder import LayerIndexBuilder, SlotCache
 from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.nodeimages import NodeInfo
-from layersched.core.objects import Node, add_node_object, decode_node_list
+from layersched.core.nodeindexing import add_node_object
+from layersched.core.objects import Node, decode_node_list
 from layersched.core.reference import ImageName
 from layersched.core.votes import DEFAULT_IMAGE_QUORUM, ImageVotes
 from layersched.extender import _memory

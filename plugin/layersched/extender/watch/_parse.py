@@ -29,8 +29,9 @@ import msgspec
 from layersched.core.budget import NOTHING, Held, IndexPools
 from layersched.core.errors import InputError
 from layersched.core.nodeimages import NodeImage, NodeInfo
+from layersched.core.nodeindexing import node_info
 from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, LIMITS, parse_document
-from layersched.core.objects import decode_node, node_info
+from layersched.core.objects import decode_node
 from layersched.extender._platforms import Platforms
 from layersched.kube import Oversize
 

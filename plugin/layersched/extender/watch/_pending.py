@@ -30,10 +30,10 @@ from typing import Any
 import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from layersched.core.boundpod import decode_bound_pod
 from layersched.core.errors import InputError
 from layersched.core.inflight import PendingPull, PendingPulls, bound_at_s, pending_images
 from layersched.core.layers import Layer
-from layersched.core.objects import decode_bound_pod
 from layersched.core.reference import ImageName
 from layersched.extender.watch._parse import MALFORMED, MAX_OBJECT_BYTES, TOO_LARGE, Ignored
 from layersched.kube import Oversize

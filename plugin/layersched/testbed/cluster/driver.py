@@ -41,7 +41,8 @@ import tenacity
 
 from layersched.core.errors import KubeError
 from layersched.core.indexbuilder import build_layer_index
-from layersched.core.objects import decode_pod, node_info, nodes_from_document, pod_images
+from layersched.core.nodeindexing import node_info
+from layersched.core.objects import decode_pod, nodes_from_document, pod_images
 from layersched.core.quantity import parse_quantity
 from layersched.core.reference import parse_or_none
 from layersched.core.strategies import get_strategy

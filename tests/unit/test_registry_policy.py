@@ -18,7 +18,7 @@ from layersched.core.errors import LayerResolutionError, RegistryError, Registry
 from layersched.core.manifest import OCI_MANIFEST
 from layersched.core.reference import ImageReference
 from layersched.registry import RegistryClient, RegistryLayerSource
-from layersched.registry._client import _allowed
+from layersched.registry._hosts import allowlisted
 from layersched.registry._transport import MAX_ERROR_BODY_BYTES
 from tests.unit.test_registry_client import HOST, IMG, FakeRegistry, client_for
 
@@ -311,14 +311,13 @@ def test_default_transport_enforces_the_deadline() -> None:
 
 def test_environment_proxies_keep_the_deadline_and_caps(monkeypatch: pytest.MonkeyPatch) -> None:
     # HTTPS_PROXY and NO_PROXY are read as httpx reads them; the proxy transport is ours.
-    from layersched.registry._client import _proxy_mounts
-    from layersched.registry._transport import CappedTransport, DeadlineHTTPTransport
+    from layersched.registry._transport import CappedTransport, DeadlineHTTPTransport, proxy_mounts
 
     for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "https_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.lan:3128")
     monkeypatch.setenv("NO_PROXY", "reg.lan")
-    mounts = _proxy_mounts(1024)
+    mounts = proxy_mounts(1024)
     assert set(mounts) == {"https://", "all://*reg.lan"}
     proxied = mounts["https://"]
     assert isinstance(proxied, CappedTransport)
@@ -375,4 +374,4 @@ def test_a_head_answer_declaring_a_large_blob_is_not_a_large_body() -> None:
     ],
 )
 def test_a_bare_host_allows_its_default_port_only(domain: str, ok: bool) -> None:
-    assert _allowed(domain, ("ghcr.io", "reg.lan:5000")) is ok
+    assert allowlisted(domain, ("ghcr.io", "reg.lan:5000")) is ok

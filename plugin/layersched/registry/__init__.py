@@ -26,7 +26,6 @@ from layersched.registry._cache import (
     LayerCache,
 )
 from layersched.registry._client import (
-    BUILTIN_TOKEN_HOSTS,
     DEFAULT_DEADLINE_S,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_RETRIES,
@@ -36,6 +35,7 @@ from layersched.registry._client import (
     RegistryClient,
     ResolvedImage,
 )
+from layersched.registry._hosts import BUILTIN_TOKEN_HOSTS
 from layersched.registry._secrets import (
     DOCKER_CFG_TYPE,
     DOCKER_CONFIG_JSON_TYPE,

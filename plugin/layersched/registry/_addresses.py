@@ -244,3 +244,26 @@ class AddressGuard:
         if refusal is not None:
             raise InternalAddressError(refusal)
         return found
+
+
+def internal_target_refusal(registry: str, target: str) -> str | None:
+    """Why ``target`` (a hostname) must not be contacted on behalf of ``registry``, or None.
+
+    The early check, before any request and with any transport: a target on an
+    internal address (:func:`layersched.registry._addresses.classify`) is
+    refused unless the registry itself is on that host or address. The
+    client's own transport checks again at the connection, with the addresses
+    it then connects to (a name resolved twice may answer differently).
+    """
+    registry_host = host_of(registry)
+    if host_of(target) == registry_host:
+        return None
+    try:
+        found = resolve(target, 0)
+    except (OSError, UnicodeError):
+        return None  # the connection fails on its own
+    try:
+        allowed = frozenset(resolve(registry_host, 0))
+    except (OSError, UnicodeError):
+        allowed = frozenset()
+    return target_refusal(target, found, registry, allowed)

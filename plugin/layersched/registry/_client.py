@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import email.utils
-import ipaddress
-import json
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 import httpx
 import tenacity
-from httpx._utils import get_environment_proxies  # what httpx.Client(trust_env=True) reads
 
 from layersched import __version__
 from layersched.core.errors import (
@@ -42,10 +36,19 @@ from layersched.core.reference import DEFAULT_DOMAIN, ImageReference
 from layersched.registry._addresses import (
     AddressGuard,
     InternalAddressError,
-    host_of,
+    internal_target_refusal,
     origin,
-    resolve,
-    target_refusal,
+)
+from layersched.registry._answers import (
+    NOT_FOUND,
+    SERVER_ERROR_HINT,
+    STATUS_HINTS,
+    TRANSIENT_STATUSES,
+    DeadlineExceededError,
+    StatusError,
+    check_status,
+    is_transient,
+    retry_after_s,
 )
 from layersched.registry._auth import (
     DEFAULT_MAX_TOKEN_BYTES,
@@ -62,17 +65,25 @@ from layersched.registry._config import (
     helper_server,
     load_registry_config,
 )
+from layersched.registry._hosts import (
+    BUILTIN_TOKEN_HOSTS,
+    DOCKER_HUB_API_HOST,
+    LOOPBACK_HOSTS,
+    allowlisted,
+    hostname,
+    listed,
+)
+from layersched.registry._redirects import RedirectError, following
 from layersched.registry._transport import (
     BodyTooLargeError,
     CappedTransport,
     DeadlineHTTPTransport,
     deadline,
+    proxy_mounts,
 )
 
 T = TypeVar("T")
 
-# Docker Hub's API lives on another host than its reference domain.
-DOCKER_HUB_API_HOST = "registry-1.docker.io"
 # A manifest request should take well under a second; 10 s tolerates slow edge links.
 DEFAULT_TIMEOUT_S = 10.0
 # One attempt (a token request, up to MAX_REDIRECTS hops, a manifest of a few KB) takes well
@@ -96,154 +107,6 @@ DEFAULT_RETRY_BACKOFF_S = 0.2
 MAX_RETRY_BACKOFF_S = 5.0
 # A Retry-After longer than this is capped: the extender must never stall for minutes.
 DEFAULT_MAX_RETRY_AFTER_S = 10.0
-# registry.k8s.io answers with one redirect to a regional mirror and S3-backed
-# registries with one to storage; a chain longer than this is a loop or a misconfiguration.
-MAX_REDIRECTS = 5
-_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-# Error bodies are only read this far (they go into a message, not into memory).
-_ERROR_BODY_BYTES = 2048
-_TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
-# Token services on another host than their registry, known to be genuine. Anything else
-# must be allowed by the operator (token_hosts, --registry-token-host).
-BUILTIN_TOKEN_HOSTS: Mapping[str, tuple[str, ...]] = {
-    DEFAULT_DOMAIN: ("auth.docker.io",),
-    "registry.gitlab.com": ("gitlab.com",),
-}
-_STATUS_HINTS = {
-    400: "the registry rejected the request",
-    403: "the credentials have no access to this repository",
-    404: "is the image pushed?",
-    405: "the registry does not allow this operation",
-    429: "the registry rate-limits requests: wait, or authenticate for a higher limit",
-}
-_SERVER_ERROR_HINT = "the registry is failing: try again later"
-_OK_STATUSES = frozenset({200, 201, 202, 204})
-_NOT_FOUND = 404
-
-
-class _StatusError(Exception):
-    """A registry answered with a status we did not want (turned into RegistryError)."""
-
-    def __init__(self, response: httpx.Response, body: bytes) -> None:
-        super().__init__(f"HTTP {response.status_code}")
-        self.status = response.status_code
-        self.headers = response.headers
-        self.detail = _error_detail(body)
-
-
-class _DeadlineExceededError(Exception):
-    """An attempt ran past its whole-request deadline (not retried: a trickle would recur)."""
-
-
-class _RedirectError(Exception):
-    """A redirect chain that loops, runs too long or downgrades HTTPS to HTTP."""
-
-    def __init__(self, problem: str, chain: Sequence[httpx.URL], *, internal: bool = False) -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.chain = tuple(chain)
-        #: the target is on an internal (loopback, link-local) address
-        self.internal = internal
-
-
-def _error_detail(body: bytes) -> str:
-    """The ``errors[].message`` of an OCI error body, else the start of the body."""
-    try:
-        doc = json.loads(body)
-        messages = [e.get("message", "") for e in doc.get("errors", []) if isinstance(e, dict)]
-        return "; ".join(m for m in messages if m)
-    except (ValueError, AttributeError):
-        return body[:200].decode(errors="replace").strip()
-
-
-def _retry_after_s(headers: httpx.Headers) -> float | None:
-    """``Retry-After`` in seconds (delta-seconds or an HTTP date), if present."""
-    value = headers.get("Retry-After")
-    if not value:
-        return None
-    if value.strip().isdigit():
-        return float(value.strip())
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
-
-
-def _hostname(netloc: str) -> str:
-    """``h:5000`` -> ``h``; ``[::1]:5000`` and ``fe80::1`` -> the bare address, as
-    ``httpx.URL.host`` spells hosts."""
-    with contextlib.suppress(ValueError):
-        return str(ipaddress.ip_address(netloc.strip("[]")))
-    return httpx.URL(f"http://{netloc}").host
-
-
-def _listed(domain: str, entries: Sequence[str]) -> bool:
-    """``domain`` (``host`` or ``host:port``) is an entry, or its host without the port is."""
-    hostname = domain.rsplit(":", 1)[0] if not domain.endswith("]") else domain
-    return domain in entries or hostname in entries
-
-
-def _allowed(domain: str, entries: Sequence[str]) -> bool:
-    """``domain`` (``host`` or ``host:port``) is an ``--allow-registry`` entry, or it is
-    ``host:443`` and ``host`` is one: an entry without a port allows the registry's
-    default port only (issue 30: ``ghcr.io`` allowed ``ghcr.io:22``)."""
-    if domain in entries:
-        return True
-    hostname, sep, port = domain.rpartition(":")
-    if not sep or domain.endswith("]") or not port.isdigit():
-        return False  # no port (it would be an entry) or an IPv6 literal without one
-    return port == str(HTTPS_DEFAULT_PORT) and hostname in entries
-
-
-#: The port of a registry named without one (``--allow-registry ghcr.io``).
-HTTPS_DEFAULT_PORT = 443
-
-
-def _internal_target_refusal(registry: str, target: str) -> str | None:
-    """Why ``target`` (a hostname) must not be contacted on behalf of ``registry``, or None.
-
-    The early check, before any request and with any transport: a target on an
-    internal address (:func:`layersched.registry._addresses.classify`) is
-    refused unless the registry itself is on that host or address. The
-    client's own transport checks again at the connection, with the addresses
-    it then connects to (a name resolved twice may answer differently).
-    """
-    registry_host = host_of(registry)
-    if host_of(target) == registry_host:
-        return None
-    try:
-        found = resolve(target, 0)
-    except (OSError, UnicodeError):
-        return None  # the connection fails on its own
-    try:
-        allowed = frozenset(resolve(registry_host, 0))
-    except (OSError, UnicodeError):
-        allowed = frozenset()
-    return target_refusal(target, found, registry, allowed)
-
-
-def _proxy_mounts(max_body_bytes: int) -> dict[str, httpx.BaseTransport | None]:
-    """HTTP(S)_PROXY, ALL_PROXY and NO_PROXY, read as httpx reads them, on our transport.
-
-    httpx only reads them when it builds its own transports; ours carry the
-    deadline and the body caps, so the proxies are mounted here.
-    """
-    mounts: dict[str, httpx.BaseTransport | None] = {}
-    for pattern, proxy in get_environment_proxies().items():
-        mounts[pattern] = (
-            None
-            if proxy is None
-            else CappedTransport(DeadlineHTTPTransport(proxy=proxy), max_body_bytes)
-        )
-    return mounts
-
-
-def _is_transient(err: BaseException) -> bool:
-    if isinstance(err, _StatusError):
-        return err.status in _TRANSIENT_STATUSES
-    return isinstance(err, httpx.TransportError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +200,7 @@ class RegistryClient:
             for registry, hosts in table.items():
                 key = self.api_host(registry)
                 known = self.token_hosts.get(key, frozenset())
-                self.token_hosts[key] = known | {_hostname(h) for h in hosts}
+                self.token_hosts[key] = known | {hostname(h) for h in hosts}
         config = load_registry_config(default_auth_files() if auth_files is None else auth_files)
         static = {**config.credentials, **(credentials or {})}
         source = CredentialSource(
@@ -368,7 +231,7 @@ class RegistryClient:
             #: caller's transport, and through a proxy, which resolves names itself)
             self.checks_addresses = own.checks_addresses
             transport = own
-            mounts = _proxy_mounts(max_manifest_bytes)
+            mounts = proxy_mounts(max_manifest_bytes)
         else:
             self.enforces_deadline = False
             self.checks_addresses = False
@@ -379,7 +242,7 @@ class RegistryClient:
             mounts=mounts,
             event_hooks=dict(event_hooks or {}),
             headers={"User-Agent": f"layersched/{__version__}", "Accept-Encoding": "identity"},
-            # redirects are followed hop by hop in _following, where the auth flow
+            # redirects are followed hop by hop in _redirects.following, where the auth flow
             # sees each hop's host and the chain is bounded and checked
             follow_redirects=False,
         )
@@ -409,12 +272,12 @@ class RegistryClient:
 
     def scheme(self, domain: str) -> str:
         """``http`` for insecure and loopback registries, else ``https``."""
-        plain = _listed(domain, self.insecure_hosts) or _listed(domain, tuple(_LOOPBACK_HOSTS))
+        plain = listed(domain, self.insecure_hosts) or listed(domain, tuple(LOOPBACK_HOSTS))
         return "http" if plain else "https"
 
     def allows(self, domain: str) -> bool:
         """Whether ``allowed_registries`` (if any) lets the client contact ``domain``."""
-        return self.allowed_registries is None or _allowed(domain, self.allowed_registries)
+        return self.allowed_registries is None or allowlisted(domain, self.allowed_registries)
 
     def _check_realm(self, host: str, realm: httpx.URL) -> None:
         """Refuse a token realm that is not the registry's own token service (see the class)."""
@@ -425,17 +288,17 @@ class RegistryClient:
                 "itself plain HTTP: --insecure-registry or loopback)"
             )
         allowed = self.token_hosts.get(host, frozenset()) | self.token_hosts.get(
-            _hostname(host), frozenset()
+            hostname(host), frozenset()
         )
         # both sides normalised: an IPv6 realm may spell its address another way (::ffff:…)
-        realm_host = _hostname(realm.host)
-        if realm_host != _hostname(host) and realm_host not in allowed:
+        realm_host = hostname(realm.host)
+        if realm_host != hostname(host) and realm_host not in allowed:
             raise AuthRefusedError(
                 f"{host} names the token realm {realm}, on another host, and no request was "
                 f"sent there – if {realm.host} is {host}'s token service, allow it with "
                 f"--registry-token-host {host}={realm.host}"
             )
-        refusal = _internal_target_refusal(host, realm.host)
+        refusal = internal_target_refusal(host, realm.host)
         if refusal is not None:
             raise AuthRefusedError(
                 f"{host} names the token realm {realm}: {refusal}, so no request was sent "
@@ -451,8 +314,8 @@ class RegistryClient:
 
     def _wait_s(self, state: tenacity.RetryCallState) -> float:
         err = state.outcome.exception() if state.outcome else None
-        if isinstance(err, _StatusError):
-            after = _retry_after_s(err.headers)
+        if isinstance(err, StatusError):
+            after = retry_after_s(err.headers)
             if after is not None:
                 return min(after, self.max_retry_after_s)
         backoff = self.retry_backoff_s * 2 ** (state.attempt_number - 1)
@@ -479,7 +342,7 @@ class RegistryClient:
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.retries + 1),
             wait=self._wait_s,
-            retry=tenacity.retry_if_exception(_is_transient),
+            retry=tenacity.retry_if_exception(is_transient),
             reraise=True,
         )
 
@@ -492,14 +355,14 @@ class RegistryClient:
                         return attempt()
                     except httpx.TimeoutException as err:
                         if time.monotonic() >= ends_at:
-                            raise _DeadlineExceededError(str(err)) from err
+                            raise DeadlineExceededError(str(err)) from err
                         raise
 
         try:
             return retrying(timed)
-        except _StatusError as err:
+        except StatusError as err:
             self._raise_status(where, ref, err)
-        except _RedirectError as err:
+        except RedirectError as err:
             hops = " -> ".join(str(url) for url in err.chain)
             hint = (
                 "the registry tried to send the client to an internal address: treat it as hostile"
@@ -517,7 +380,7 @@ class RegistryClient:
                 f"{where}: {err}, so it was abandoned – a real token answer is a few KB; "
                 "the token service is broken or hostile"
             ) from err
-        except _DeadlineExceededError as err:
+        except DeadlineExceededError as err:
             raise RegistryError(
                 f"{where}: no complete answer within the {self.deadline_s} s request deadline "
                 f"({err}) – the registry is overloaded, or trickles bytes on purpose"
@@ -553,7 +416,7 @@ class RegistryClient:
                 f"after {self.retries + 1} attempts – {hint}"
             ) from err
 
-    def _raise_status(self, where: str, ref: ImageReference, err: _StatusError) -> NoReturn:
+    def _raise_status(self, where: str, ref: ImageReference, err: StatusError) -> NoReturn:
         detail = f" ({err.detail})" if err.detail else ""
         if err.status == httpx.codes.UNAUTHORIZED:
             if self.auth.has_credentials(self.api_host(ref.domain)):
@@ -566,54 +429,12 @@ class RegistryClient:
                     f"{ref.domain} needs credentials: add them to $REGISTRY_AUTH_FILE "
                     "or ~/.docker/config.json (docker login), or pass --registry-config"
                 )
-        elif err.status in _TRANSIENT_STATUSES:
-            hint = _STATUS_HINTS.get(err.status, _SERVER_ERROR_HINT)
+        elif err.status in TRANSIENT_STATUSES:
+            hint = STATUS_HINTS.get(err.status, SERVER_ERROR_HINT)
             hint = f"gave up after {self.retries + 1} attempts; {hint}"
         else:
-            hint = _STATUS_HINTS.get(err.status, "unexpected answer")
+            hint = STATUS_HINTS.get(err.status, "unexpected answer")
         raise RegistryError(f"{where}: {err.status}{detail} – {hint}") from err
-
-    @staticmethod
-    def _check(response: httpx.Response, ok: frozenset[int] = _OK_STATUSES) -> None:
-        if response.status_code not in ok:
-            body = b""
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) >= _ERROR_BODY_BYTES:
-                    break
-            raise _StatusError(response, body[:_ERROR_BODY_BYTES])
-
-    @contextlib.contextmanager
-    def _following(
-        self, method: str, url: str, headers: Mapping[str, str] | None = None
-    ) -> Iterator[httpx.Response]:
-        """Send a GET or HEAD, following at most MAX_REDIRECTS redirects; yield the last answer.
-
-        Each hop is a request of its own, so the auth flow sees the hop's host:
-        another host never gets this host's credentials or tokens, and a Bearer
-        challenge from the redirect target is answered with a token for it.
-        The response is streamed; the caller decides how much of it to read.
-        """
-        chain = [httpx.URL(url)]
-        while True:
-            with self._http.stream(method, chain[-1], headers=headers) as response:
-                location = response.headers.get("Location")
-                if response.status_code not in _REDIRECT_STATUSES or not location:
-                    yield response
-                    return
-            target = response.url.join(location)
-            if target in chain:
-                raise _RedirectError("redirect loop", [*chain, target])
-            if len(chain) > MAX_REDIRECTS:
-                raise _RedirectError(f"more than {MAX_REDIRECTS} redirects", [*chain, target])
-            if chain[-1].scheme == "https" and target.scheme != "https":
-                raise _RedirectError("redirect from HTTPS to plain HTTP refused", [*chain, target])
-            refusal = _internal_target_refusal(chain[0].netloc.decode(), target.host)
-            if refusal is not None:
-                raise _RedirectError(
-                    f"redirect refused: {refusal}", [*chain, target], internal=True
-                )
-            chain.append(target)
 
     # -- manifests -----------------------------------------------------------------------
 
@@ -634,8 +455,8 @@ class RegistryClient:
         )
 
         def attempt() -> tuple[bytes, str]:
-            with self._following("GET", url, {"Accept": MANIFEST_ACCEPT}) as response:
-                self._check(response)
+            with following(self._http, "GET", url, {"Accept": MANIFEST_ACCEPT}) as response:
+                check_status(response)
                 return response.read(), response.headers.get("Content-Type", "")
 
         doing = f"resolving manifest for {image or ref.canonical()!r}"
@@ -657,8 +478,8 @@ class RegistryClient:
         url = self._url(ref, "manifests", ref.reference)
 
         def attempt() -> str | None:
-            with self._following("HEAD", url, {"Accept": MANIFEST_ACCEPT}) as response:
-                self._check(response)
+            with following(self._http, "HEAD", url, {"Accept": MANIFEST_ACCEPT}) as response:
+                check_status(response)
                 digest = response.headers.get("Docker-Content-Digest")
                 return digest if digest and digest.startswith("sha256:") else None
 
@@ -690,10 +511,10 @@ class RegistryClient:
         url = self._url(ref, "blobs", digest)
 
         def attempt() -> bool:
-            with self._following("HEAD", url) as response:
-                if response.status_code == _NOT_FOUND:
+            with following(self._http, "HEAD", url) as response:
+                if response.status_code == NOT_FOUND:
                     return False
-                self._check(response)
+                check_status(response)
                 return True
 
         return self._call(f"checking blob {digest} in {ref.path!r}", ref, attempt)
@@ -712,7 +533,7 @@ class RegistryClient:
 
         def attempt() -> None:
             response = self._http.post(start, headers={"Content-Length": "0"})
-            self._check(response)
+            check_status(response)
             location = response.headers.get("Location")
             if not location:
                 raise RegistryError(
@@ -723,7 +544,7 @@ class RegistryClient:
             done = self._http.put(
                 url, content=data, headers={"Content-Type": "application/octet-stream"}
             )
-            self._check(done)
+            check_status(done)
 
         # an upload takes as long as the blob is big: per-operation timeouts only
         self._call(f"pushing blob {digest} to {ref.path!r}", ref, attempt, bounded=False)
@@ -738,7 +559,7 @@ class RegistryClient:
 
         def attempt() -> None:
             response = self._http.put(url, content=body, headers={"Content-Type": media_type})
-            self._check(response)
+            check_status(response)
 
         self._call(f"pushing manifest {ref.path}:{name}", ref, attempt)
         return sha256_digest(body)

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Iterator
 
 import httpcore
 import httpx
+from httpx._utils import get_environment_proxies  # what httpx.Client(trust_env=True) reads
 
 from layersched.registry._addresses import AddressGuard
 
@@ -252,3 +253,19 @@ class CappedTransport(httpx.BaseTransport):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def proxy_mounts(max_body_bytes: int) -> dict[str, httpx.BaseTransport | None]:
+    """HTTP(S)_PROXY, ALL_PROXY and NO_PROXY, read as httpx reads them, on our transport.
+
+    httpx only reads them when it builds its own transports; ours carry the
+    deadline and the body caps, so the proxies are mounted here.
+    """
+    mounts: dict[str, httpx.BaseTransport | None] = {}
+    for pattern, proxy in get_environment_proxies().items():
+        mounts[pattern] = (
+            None
+            if proxy is None
+            else CappedTransport(DeadlineHTTPTransport(proxy=proxy), max_body_bytes)
+        )
+    return mounts

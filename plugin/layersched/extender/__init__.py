@@ -45,9 +45,7 @@ from layersched.extender._pull_secrets import (
 from layersched.extender._resolver import DeadlineResolver
 from layersched.extender._server import (
     DEFAULT_RESOLVE_TIMEOUT_S,
-    MAX_CONCURRENT_REQUESTS,
     MAX_REQUEST_BYTES,
-    REQUEST_READ_TIMEOUT_S,
     SHUTDOWN_GRACE_S,
     ExtenderError,
     HealthListener,
@@ -56,6 +54,7 @@ from layersched.extender._server import (
     make_extender,
     serve,
 )
+from layersched.extender._verbs import MAX_CONCURRENT_REQUESTS, REQUEST_READ_TIMEOUT_S
 from layersched.extender._wire import MAX_EXTENDER_PRIORITY
 from layersched.extender.watch._parse import DEFAULT_INVENTORY_MAX_AGE_S
 from layersched.extender.watch._warmup import DEFAULT_AGENT_GRACE_S

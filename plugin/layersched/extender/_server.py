@@ -1,47 +1,43 @@
-"""The HTTP server: kube-scheduler's extender verbs, its debug endpoints, the inventory's
-loading and the memory recycle, in the service shell (:mod:`layersched.serving`: probes,
-metrics, TLS, listening and signals)."""
+"""The HTTP server: the extender's applications (its verbs, :mod:`._verbs`; its debug
+endpoints, :mod:`._debug`; health and metrics), the inventory's loading and the memory
+recycle, in the service shell (:mod:`layersched.serving`: probes, metrics, TLS, listening
+and signals)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import ipaddress
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import msgspec
 from aiohttp import web
 
-from layersched.core.errors import InputError, LayerschedError
 from layersched.core.layers import LayerSource
 from layersched.core.strategies import Strategy
 from layersched.extender import _memory
-from layersched.extender._decisions import MAX_DECISIONS
+from layersched.extender._debug import add_debug_routes
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import Platforms
 from layersched.extender._prioritize import Extender
 from layersched.extender._providers import LayerIndexProvider, StaticLayerIndexProvider
 from layersched.extender._pull_secrets import PullSecrets
 from layersched.extender._resolver import DEFAULT_WORKERS, DeadlineResolver
-from layersched.extender._wire import ErrorBody, ExtenderArgs, FilterArgs, NamesOnlyArgs
+from layersched.extender._verbs import (
+    EXTENDER_KEY,
+    GATE_KEY,
+    MAX_CONCURRENT_REQUESTS,
+    REQUEST_READ_TIMEOUT_S,
+    Gate,
+    add_verb_routes,
+)
 from layersched.registry import MemoryBudget
 from layersched.serving import (
     HEALTHZ_PATH,
-    HTTP_BAD_REQUEST,
-    HTTP_CLIENT_CLOSED,
-    HTTP_FORBIDDEN,
-    HTTP_NOT_FOUND,
-    HTTP_OK,
-    HTTP_REQUEST_TIMEOUT,
-    HTTP_SERVER_ERROR,
-    HTTP_TOO_LARGE,
-    HTTP_UNAVAILABLE,
     LIVEZ_PATH,
     READYZ_PATH,
     Listener,
@@ -50,8 +46,6 @@ from layersched.serving import (
     ServingError,
     add_health_routes,
     always_ok,
-    decode_json,
-    json_response,
 )
 from layersched.serving import serve as serve_listeners
 
@@ -65,16 +59,6 @@ log = logging.getLogger("layersched.extender")
 #: MB at 5,000 nodes of 50 images): such a deployment passes ``--max-request-bytes
 #: 67108864``. See docs/extender.md.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
-#: Requests worked on at once by default (``--max-concurrent-requests``): one
-#: kube-scheduler sends one at a time; more is another scheduler or a flood. Past the
-#: limit a request is answered at once without work (neutral scores, every node
-#: passing). Bodies are read before a request takes a place, and at most twice the limit
-#: are read at once; past that, 503 before reading (memory bound).
-MAX_CONCURRENT_REQUESTS = 4
-#: How long a request's body may take to arrive by default (``--request-read-timeout-s``):
-#: kube-scheduler writes its body at once, in milliseconds; a client that trickles it
-#: (a slow-loris) is answered 408 and cut off, and never holds a place meanwhile.
-REQUEST_READ_TIMEOUT_S = 5.0
 #: After answering a request whose body was not read to its end (413, 408, 503), the rest
 #: is read and dropped for at most this long, so that the client can read the answer;
 #: then the connection closes (aiohttp's default is 10 s).
@@ -91,220 +75,15 @@ DEFAULT_RESOLVE_TIMEOUT_S = 0.2
 #: young objects less often (request objects hold no cycles: reference counting
 #: frees them) and freeze what exists once the inventory is loaded.
 GC_THRESHOLDS = (50_000, 20, 100)
-#: Retry-After of a 503 answered to a flood, in seconds.
-OVERLOAD_RETRY_AFTER_S = 1
 #: Before re-executing, a request on a connection just accepted gets this long to reach
 #: its handler, ...
 RECYCLE_SETTLE_S = 0.05
 #: ... and the requests in flight this long to finish.
 RECYCLE_GRACE_S = 1.0
 
-_ARGS = msgspec.json.Decoder(ExtenderArgs)
-_FILTER_ARGS = msgspec.json.Decoder(FilterArgs)
-_NAMES_ARGS = msgspec.json.Decoder(NamesOnlyArgs)
-#: The key under which the app keeps its Extender.
-EXTENDER_KEY: web.AppKey[Extender] = web.AppKey("extender", Extender)
-
 
 class ExtenderError(ServingError):
     """The extender server could not start or keep running."""
-
-
-def _error(verb: str, message: str, status: int) -> web.Response:
-    return json_response(ErrorBody(f"{verb}: {message}"), status)
-
-
-class _Gate:
-    """How many verb requests are being read and answered, against the limits."""
-
-    def __init__(self, limit: int, read_timeout_s: float = REQUEST_READ_TIMEOUT_S) -> None:
-        self.limit = limit
-        #: Bodies being read (at most twice ``limit``): a request takes a place to be
-        #: worked on only once its body is in, so a slow client holds none.
-        self.reading = 0
-        self.read_timeout_s = read_timeout_s
-        #: Requests being worked on (at most ``limit``).
-        self.busy = 0
-        #: Requests being answered without work because ``busy`` was at the limit.
-        self.shedding = 0
-
-    @property
-    def read_limit(self) -> int:
-        return 2 * self.limit
-
-
-#: The key under which the app keeps its concurrency gate.
-GATE_KEY: web.AppKey[_Gate] = web.AppKey("gate", _Gate)
-
-Answer = Callable[[Extender, bytes], Awaitable[object]]
-
-
-def _verb(
-    name: str, answer: Answer, shed: Callable[[Extender, bytes], object]
-) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """A handler for extender verb ``name``: read the body (within the read deadline),
-    decode, answer, time, count, map errors to 4xx/5xx.
-
-    The body is read before the request takes a place: past twice the concurrency limit
-    of bodies being read, 503 before reading; a body not in within the deadline, 408 (and
-    the connection is closed). Then, past the concurrency limit, ``shed`` answers instead
-    (no resolution, no scoring: neutral scores or every node passing), counted as
-    overloaded.
-    """
-
-    async def handler(request: web.Request) -> web.Response:
-        extender = request.app[EXTENDER_KEY]
-        gate = request.app[GATE_KEY]
-        metrics = extender.metrics
-        started = time.perf_counter()
-        if gate.reading >= gate.read_limit:
-            metrics.overloaded.labels(name).inc()
-            response = _error(
-                name,
-                f"overloaded: {gate.reading} request bodies are being read; raise "
-                "--max-concurrent-requests if this is one scheduler",
-                HTTP_UNAVAILABLE,
-            )
-            response.headers["Retry-After"] = str(OVERLOAD_RETRY_AFTER_S)
-            metrics.requests.labels(name, str(response.status)).inc()
-            return response
-        body = await _read(name, request, gate)
-        if isinstance(body, web.Response):
-            response = body
-        else:
-            response = await _answer(name, extender, gate, body, answer, shed)
-        if response.status != HTTP_OK:
-            log.info("%s: %d %s", name, response.status, response.text)
-        metrics.latency_s.labels(name).observe(time.perf_counter() - started)
-        metrics.requests.labels(name, str(response.status)).inc()
-        return response
-
-    return handler
-
-
-async def _read(name: str, request: web.Request, gate: _Gate) -> bytes | web.Response:
-    """The request's body, read within the deadline while counted as being read; else the
-    answer to send: 408 (the connection then closes), 413, or the client's hang-up."""
-    gate.reading += 1
-    try:
-        return await asyncio.wait_for(request.read(), gate.read_timeout_s)
-    except TimeoutError:
-        response = _error(
-            name,
-            f"the request body did not arrive within {gate.read_timeout_s:g} s "
-            "(--request-read-timeout-s)",
-            HTTP_REQUEST_TIMEOUT,
-        )
-        response.force_close()
-        return response
-    except web.HTTPRequestEntityTooLarge as err:
-        return _error(
-            name,
-            f"request body too large ({(err.text or '').rstrip('.')}): send NodeNames "
-            "(nodeCacheCapable: true) instead of full Nodes, or raise --max-request-bytes",
-            HTTP_TOO_LARGE,
-        )
-    except ConnectionResetError:
-        # the client hung up before sending its whole body: nobody reads an answer
-        return _error(name, "the client closed the connection", HTTP_CLIENT_CLOSED)
-    finally:
-        gate.reading -= 1
-
-
-async def _answer(
-    name: str,
-    extender: Extender,
-    gate: _Gate,
-    body: bytes,
-    answer: Answer,
-    shed: Callable[[Extender, bytes], object],
-) -> web.Response:
-    """Work on a request whose body is in (or shed it past the concurrency limit)."""
-    overloaded = gate.busy >= gate.limit
-    if overloaded:
-        gate.shedding += 1
-    else:
-        gate.busy += 1
-    try:
-        if overloaded:
-            extender.metrics.overloaded.labels(name).inc()
-            return json_response(shed(extender, body))
-        return json_response(await answer(extender, body))
-    except msgspec.DecodeError as err:
-        return _error(name, f"malformed ExtenderArgs: {err}", HTTP_BAD_REQUEST)
-    except InputError as err:
-        return _error(name, str(err), HTTP_BAD_REQUEST)
-    except LayerschedError as err:
-        log.error("%s failed: %s", name, err)
-        return _error(name, str(err), HTTP_SERVER_ERROR)
-    except Exception as err:
-        # a bug: answered as JSON, counted and logged with its traceback (not aiohttp's
-        # bare 500, which the metrics never saw)
-        log.exception("%s failed unexpectedly (a bug: please report it with the traceback)", name)
-        return _error(name, f"internal error ({type(err).__name__})", HTTP_SERVER_ERROR)
-    finally:
-        if overloaded:
-            gate.shedding -= 1
-        else:
-            gate.busy -= 1
-
-
-async def _prioritize(extender: Extender, body: bytes) -> object:
-    return await extender.prioritize(decode_json(_ARGS, body))
-
-
-async def _filter(extender: Extender, body: bytes) -> object:
-    return extender.filter(decode_json(_FILTER_ARGS, body))
-
-
-def _shed_prioritize(extender: Extender, body: bytes) -> object:
-    return extender.overloaded(decode_json(_NAMES_ARGS, body))
-
-
-def _shed_filter(extender: Extender, body: bytes) -> object:
-    return extender.filter(decode_json(_FILTER_ARGS, body))
-
-
-async def _inventory(request: web.Request) -> web.Response:
-    """``/debug/inventory?node=NAME``: the image names the extender holds for a node
-    (what it scores with), for operators and the testbed's freshness measurement."""
-    provider = request.app[EXTENDER_KEY].provider
-    node = request.query.get("node", "")
-    names = provider.held_images(node)
-    if names is None:
-        return _error("inventory", f"node {node!r} is not in the inventory", HTTP_NOT_FOUND)
-    return json_response({"node": node, "images": names})
-
-
-async def _decisions(request: web.Request) -> web.Response:
-    """``/debug/decisions?pod=NAMESPACE/NAME``: the extender's latest answer for a pod
-    (its uid, when, the mode, why it was neutral if it was, each node's 0..10 score, and
-    the strategy with each node's held and needed bytes); without ``pod``, the pods it
-    remembers, most recent last."""
-    decisions = request.app[EXTENDER_KEY].decisions
-    pod = request.query.get("pod")
-    if pod is None:
-        return json_response({"pods": decisions.pods()})
-    decision = decisions.get(pod)
-    if decision is None:
-        return _error(
-            "decisions",
-            f"no answer for pod {pod!r} is remembered (give NAMESPACE/NAME; the latest "
-            f"{MAX_DECISIONS} pods are kept, fewer on large clusters)",
-            HTTP_NOT_FOUND,
-        )
-    return json_response(
-        {
-            "pod": decision.pod,
-            "uid": decision.uid,
-            "at_s": decision.at_s,
-            "mode": decision.mode,
-            "neutral": decision.neutral,
-            "scores": decision.scores(),
-            "strategy": decision.strategy,
-            "bytes": decision.held(),
-        }
-    )
 
 
 def make_extender(
@@ -352,14 +131,12 @@ def create_app(
     metrics, and ``/debug/*`` (to local clients only, unless ``debug_endpoints``)."""
     app = web.Application(client_max_size=max_request_bytes)
     app[EXTENDER_KEY] = extender
-    gate = _Gate(max_concurrent_requests, read_timeout_s)
-    app[GATE_KEY] = gate
+    gate = Gate(max_concurrent_requests, read_timeout_s)
     in_progress = extender.metrics.in_progress
     in_progress.labels("reading").set_function(lambda: gate.reading)
     in_progress.labels("working").set_function(lambda: gate.busy)
     in_progress.labels("shedding").set_function(lambda: gate.shedding)
-    app.router.add_post("/prioritize", _verb("prioritize", _prioritize, _shed_prioritize))
-    app.router.add_post("/filter", _verb("filter", _filter, _shed_filter))
+    add_verb_routes(app, gate)
     _add_health_routes(app, debug_endpoints)
     return app
 
@@ -385,53 +162,7 @@ def _add_health_routes(app: web.Application, debug_endpoints: bool) -> None:
         {HEALTHZ_PATH: provider.ready, LIVEZ_PATH: always_ok, READYZ_PATH: provider.ready},
         app[EXTENDER_KEY].metrics.registry,
     )
-    app.router.add_get("/debug/inventory", _debug(_inventory, debug_endpoints))
-    app.router.add_get("/debug/decisions", _debug(_decisions, debug_endpoints))
-
-
-Handler = Callable[[web.Request], Awaitable[web.Response]]
-
-
-def _debug(handler: Handler, open_to_all: bool) -> Handler:
-    """``handler`` for local clients only (unless ``open_to_all``): /debug/* tells which
-    images each node holds and what was answered for each pod."""
-    if open_to_all:
-        return handler
-
-    async def guarded(request: web.Request) -> web.Response:
-        if not is_local_client(request):
-            return _error(
-                request.path.removeprefix("/"),
-                "served to clients in the extender's own network namespace only (loopback, "
-                "kubectl port-forward, a sidecar): start the extender with --debug-endpoints "
-                "to serve it to others",
-                HTTP_FORBIDDEN,
-            )
-        return await handler(request)
-
-    return guarded
-
-
-def is_local_client(request: web.Request) -> bool:
-    """Whether the client is in the extender's own network namespace: it connected from
-    loopback, or from the very address it connected to (the kernel drops packets from
-    outside that claim a local source address, so no remote client can)."""
-    transport = request.transport
-    if transport is None:
-        return False
-    peer = transport.get_extra_info("peername")
-    local = transport.get_extra_info("sockname")
-    if not isinstance(peer, tuple) or not peer:
-        return False
-    try:
-        address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if address.is_loopback:
-        return True
-    return isinstance(local, tuple) and bool(local) and str(local[0]) == str(peer[0])
+    add_debug_routes(app, debug_endpoints)
 
 
 def _load_in_thread(provider: LayerIndexProvider) -> asyncio.Future[None]:
@@ -510,7 +241,7 @@ class HealthListener:
 async def _run(
     serving: Serving,
     extender: Extender,
-    gate: _Gate,
+    gate: Gate,
     recycler: _memory.Recycler | None,
     shutdown_grace_s: float,
 ) -> None:

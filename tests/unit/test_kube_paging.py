@@ -34,7 +34,7 @@ from layersched.core.nodeimages import NodeImage
 from layersched.extender import WatchLayerIndexProvider
 from layersched.extender.watch._parse import MAX_OBJECT_BYTES
 from layersched.kube import NODE_LAYERS_PATH, NODES_PATH, KubeClient, KubeConfig, Oversize
-from layersched.kube._client import _skipped_page
+from layersched.kube._stream import skipped_page
 from tests.fixtures.fake_kube import RunningLoop, digest, layers, metric, node
 from tests.fixtures.serving import serving
 
@@ -319,4 +319,4 @@ def test_a_hostile_node_neither_stops_the_list_nor_the_watch() -> None:
     ids=["compact", "spaced"],
 )
 def test_a_skipped_pages_head_gives_the_continue_token_and_the_name(head: bytes) -> None:
-    assert _skipped_page(head, "listing", 1) == ("7", "c1", "n1")
+    assert skipped_page(head, "listing", 1) == ("7", "c1", "n1")

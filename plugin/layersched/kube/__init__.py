@@ -11,16 +11,7 @@ plugins and all, as kubectl reads it), and only by :mod:`layersched.kube._config
 import-linter contract keeps the rest of the ``kubernetes`` package out.
 """
 
-from layersched.kube._client import (
-    DEFAULT_LOG_LIMIT_BYTES,
-    DEFAULT_TIMEOUT_S,
-    HTTP_CONFLICT,
-    HTTP_NOT_FOUND,
-    Gone,
-    KubeClient,
-    Oversize,
-    WatchEvent,
-)
+from layersched.kube._client import DEFAULT_LOG_LIMIT_BYTES, DEFAULT_TIMEOUT_S, KubeClient
 from layersched.kube._config import (
     DEFAULT_NAMESPACE,
     KubeConfig,
@@ -31,6 +22,7 @@ from layersched.kube._config import (
     load_kubeconfig,
 )
 from layersched.kube._crd import CRD_NAME, node_layers_crd
+from layersched.kube._failures import HTTP_CONFLICT, HTTP_NOT_FOUND, Gone
 from layersched.kube._paths import (
     ALL_EVENTS_PATH,
     ALL_PODS_PATH,
@@ -64,6 +56,7 @@ from layersched.kube._rbac import (
     pull_secret_rules,
     rbac_objects,
 )
+from layersched.kube._stream import Oversize, WatchEvent
 
 __all__ = [
     "AGENT_ROLE",

@@ -1,5 +1,6 @@
 """A small, synchronous Kubernetes API client: what layersched's components, testbeds
-and tests need, and nothing more.
+and tests need, and nothing more (what a refused call means is :mod:`._failures`';
+reading a watch or a list under a byte cap, :mod:`._stream`'s).
 
 Get, list (paged, with label and field selectors), watch (with resource versions,
 bookmarks, and 410 Gone surfaced as :class:`Gone` so the caller relists), create,
@@ -13,9 +14,7 @@ from __future__ import annotations
 
 import builtins
 import json
-import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -24,6 +23,18 @@ import msgspec
 
 from layersched.core.errors import KubeError
 from layersched.kube._config import KubeConfig, redacted_url
+from layersched.kube._failures import HTTP_NOT_FOUND, failure
+from layersched.kube._stream import (
+    HEAD_BYTES,
+    Cut,
+    Oversize,
+    RawList,
+    WatchEvent,
+    bounded_lines,
+    oversize_event,
+    parse_event,
+    skipped_page,
+)
 
 #: A request that is not a watch: the API answers in milliseconds; 30 s covers a
 #: loaded API server without hiding a dead one.
@@ -36,8 +47,6 @@ DEFAULT_PAGE_SIZE = 500
 #: A pod log is read up to this many bytes (the API's ``limitBytes``, and enforced here
 #: too): the scenario reads seconds of a sidecar's log, never megabytes.
 DEFAULT_LOG_LIMIT_BYTES = 16 * 1024 * 1024
-HTTP_UNAUTHORIZED = 401
-HTTP_FORBIDDEN = 403
 #: The largest list page :meth:`KubeClient.list_raw_pages` reads by default: an object
 #: may hold 1.5 MiB (etcd's default request limit), so counting objects alone does not
 #: bound a page (100 objects of 1 MiB are 100 MiB of JSON). 8 MiB holds one object of
@@ -46,90 +55,12 @@ DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
 #: The largest watch event line :meth:`KubeClient.watch` decodes by default (the page
 #: bound's reason holds here too); a longer one is skipped while it arrives, unparsed.
 DEFAULT_MAX_EVENT_BYTES = DEFAULT_MAX_PAGE_BYTES
-#: Of an object skipped for its size, the bytes kept to read its name and version from:
-#: the API server writes ``metadata`` first, and ``name`` and ``resourceVersion`` before
-#: any label or annotation (a list's own metadata, its ``continue`` token included, comes
-#: before its items).
-HEAD_BYTES = 64 * 1024
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
-HTTP_GONE = 410
-HTTP_UNPROCESSABLE = 422
-HTTP_TOO_MANY_REQUESTS = 429
-HTTP_SERVER_ERROR = 500
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 #: How OpenSSL says a server's certificate did not verify (a CA missing, not a dead server).
 _UNTRUSTED = "CERTIFICATE_VERIFY_FAILED"
 #: What a log read accepts: text, or the API's JSON Status when it refuses.
 _LOG_ACCEPT = "text/plain, application/json"
-#: What to check, by the API's answer (appended to the API's own message).
-_FIXES = {
-    HTTP_UNAUTHORIZED: "the credentials were refused: check the kubeconfig's certificate or token",
-    HTTP_FORBIDDEN: "this identity may not do that: grant it in RBAC (kubectl auth can-i)",
-    HTTP_NOT_FOUND: "no such object or resource: check its name, namespace and API version",
-    HTTP_CONFLICT: "it exists already, or changed since it was read: read it again",
-    HTTP_UNPROCESSABLE: "the API rejected the object: fix the field it names",
-    HTTP_TOO_MANY_REQUESTS: "the API server is throttling: retry later",
-}
-
-
-class Gone(KubeError):
-    """The resource version is too old (410): list again, then watch from the list's."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, HTTP_GONE)
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """One watch event: ADDED, MODIFIED, DELETED or BOOKMARK, and the object."""
-
-    type: str
-    object: dict[str, Any]
-    #: Length of the event's JSON line (0: not known), to skip objects over a size cap.
-    size_bytes: int = 0
-    #: The line was over the watch's byte cap and skipped unparsed: ``object`` holds
-    #: only the ``metadata.name`` and ``resourceVersion`` its head gave (either may be
-    #: missing), and ``size_bytes`` is how much of it was read before it was dropped.
-    oversize: bool = False
-
-    @property
-    def resource_version(self) -> str:
-        meta = self.object.get("metadata") or {}
-        return str(meta.get("resourceVersion") or "")
-
-
-@dataclass(frozen=True, slots=True)
-class Oversize:
-    """A listed object over the page bound, skipped unread: its name (from its head;
-    "" when the head did not say) and at least how many bytes it is."""
-
-    name: str
-    size_bytes: int
-
-
-def _status_message(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except (ValueError, UnicodeDecodeError):
-        return response.text[:200].strip() or response.reason_phrase
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return str(body["message"])
-    return response.reason_phrase
-
-
-def _failure(response: httpx.Response, what: str) -> KubeError:
-    """The error for a refused call (its body already read): the call, the API's status
-    and message, and what to check."""
-    status = response.status_code
-    fix = _FIXES.get(status)
-    if fix is None and status >= HTTP_SERVER_ERROR:
-        fix = "the API server failed: check its log, then retry"
-    message = f"{what}: {status} {_status_message(response)}" + (f" ({fix})" if fix else "")
-    if status == HTTP_GONE:
-        return Gone(message)
-    return KubeError(message, status)
 
 
 class KubeClient:
@@ -212,7 +143,7 @@ class KubeClient:
         except httpx.HTTPError as err:
             raise self._unreachable(what, err) from None
         if response.status_code >= 400:
-            raise _failure(response, what)
+            raise failure(response, what)
         try:
             answer = response.json()
         except ValueError:
@@ -304,14 +235,14 @@ class KubeClient:
                 if limit > 1:
                     limit = max(1, limit // 2)
                     continue
-                version, token, name = _skipped_page(head, what, max_page_bytes)
+                version, token, name = skipped_page(head, what, max_page_bytes)
                 yield [Oversize(name, max_page_bytes + 1)], version
                 if not token:
                     return
                 limit = page_size
                 continue
             try:
-                page = msgspec.json.decode(body, type=_RawList)
+                page = msgspec.json.decode(body, type=RawList)
             except msgspec.DecodeError as err:
                 raise KubeError(f"{what}: the API answered a malformed list ({err})") from None
             items: builtins.list[msgspec.Raw | Oversize] = list(page.items or [])
@@ -331,7 +262,7 @@ class KubeClient:
             with self._http.stream("GET", path, params=params, headers=self._headers()) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise _failure(response, what)
+                    raise failure(response, what)
                 body = bytearray()
                 for chunk in response.iter_bytes():
                     body += chunk
@@ -397,7 +328,7 @@ class KubeClient:
             ) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise _failure(response, what)
+                    raise failure(response, what)
                 for chunk in response.iter_bytes():
                     chunks.append(chunk[: limit_bytes - size_bytes])
                     size_bytes += len(chunks[-1])
@@ -456,123 +387,11 @@ class KubeClient:
             ) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise _failure(response, what)
-                for line in _bounded_lines(response.iter_bytes(), max_event_bytes):
-                    if isinstance(line, _Cut):
-                        yield _oversize_event(line, what)
+                    raise failure(response, what)
+                for line in bounded_lines(response.iter_bytes(), max_event_bytes):
+                    if isinstance(line, Cut):
+                        yield oversize_event(line, what)
                     else:
-                        yield _event(line, what)
+                        yield parse_event(line, what)
         except httpx.HTTPError as err:
             raise KubeError(f"{what}: the connection failed ({err})") from None
-
-
-@dataclass(slots=True)
-class _Cut:
-    """A line over the cap: its head, and how long it was."""
-
-    head: bytes
-    size_bytes: int
-
-
-def _bounded_lines(chunks: Iterator[bytes], max_bytes: int) -> Iterator[bytes | _Cut]:
-    """The non-blank lines of a byte stream; a line longer than ``max_bytes`` as a
-    :class:`_Cut` (its head kept, the rest dropped as it arrives: never held whole)."""
-    line = bytearray()
-    cut: _Cut | None = None
-    for chunk in chunks:
-        start = 0
-        while start <= len(chunk):
-            end = chunk.find(b"\n", start)
-            stop = len(chunk) if end < 0 else end
-            if cut is not None:
-                cut.size_bytes += stop - start
-            else:
-                line += chunk[start:stop]
-                if len(line) > max_bytes:
-                    cut = _Cut(bytes(line[:HEAD_BYTES]), len(line))
-                    line = bytearray()
-            if end < 0:
-                break
-            if cut is not None:
-                yield cut
-            elif line.strip():
-                yield bytes(line)
-            line, cut, start = bytearray(), None, end + 1
-    if cut is not None:
-        yield cut
-    elif line.strip():
-        yield bytes(line)
-
-
-#: What a skipped object's head says: the watch event's type, and the first name and
-#: resourceVersion of an object's metadata (Kubernetes names hold no quote).
-_HEAD_TYPE = re.compile(rb'^\s*\{\s*"type"\s*:\s*"([A-Z]+)"')
-_HEAD_NAME = re.compile(rb'"metadata"\s*:\s*\{\s*"name"\s*:\s*"([^"\\]{1,253})"')
-_HEAD_VERSION = re.compile(rb'"resourceVersion"\s*:\s*"([0-9]{1,32})"')
-_ITEMS_START = re.compile(rb'"items"\s*:\s*\[')
-
-
-def _head_field(pattern: re.Pattern[bytes], head: bytes) -> str:
-    found = pattern.search(head)
-    return found.group(1).decode("ascii", errors="replace") if found else ""
-
-
-def _oversize_event(cut: _Cut, what: str) -> WatchEvent:
-    """The stand-in for an event skipped unparsed: its type, name and version."""
-    kind = _head_field(_HEAD_TYPE, cut.head)
-    if kind in ("", "ERROR"):
-        raise KubeError(
-            f"{what}: a watch event of {cut.size_bytes}+ bytes that is not an object's event"
-        )
-    meta = {
-        "name": _head_field(_HEAD_NAME, cut.head),
-        "resourceVersion": _head_field(_HEAD_VERSION, cut.head),
-    }
-    return WatchEvent(kind, {"metadata": meta}, cut.size_bytes, oversize=True)
-
-
-def _skipped_page(head: bytes, what: str, max_bytes: int) -> tuple[str, str, str]:
-    """Of a one-object page over the bound: the list's resourceVersion and continue
-    token (its metadata comes before its items), and the object's name."""
-    found = _ITEMS_START.search(head)
-    at = found.start() if found else -1
-    try:
-        if at < 0:
-            raise msgspec.DecodeError("no items in the first bytes")
-        meta = msgspec.json.decode(head[:at] + b'"items":[]}', type=_RawList).metadata
-    except msgspec.DecodeError:
-        raise KubeError(
-            f"{what}: one object is larger than {max_bytes} bytes and the list's metadata "
-            "could not be read before it (is this a Kubernetes API server?)"
-        ) from None
-    return meta.resourceVersion, meta.continue_, _head_field(_HEAD_NAME, head[at:])
-
-
-def _event(line: bytes, what: str) -> WatchEvent:
-    try:
-        raw = json.loads(line)
-    except ValueError:
-        raise KubeError(f"{what}: a watch event is not JSON: {line[:120]!r}") from None
-    kind = raw.get("type") if isinstance(raw, dict) else None
-    obj = raw.get("object") if isinstance(raw, dict) else None
-    if not isinstance(kind, str) or not isinstance(obj, dict):
-        raise KubeError(f"{what}: a watch event lacks type or object: {line[:120]!r}")
-    if kind == "ERROR":
-        code = obj.get("code")
-        message = f"{what}: {obj.get('message') or obj.get('reason') or 'error event'}"
-        if code == HTTP_GONE:
-            raise Gone(message)
-        raise KubeError(message, int(code) if isinstance(code, int) else 0)
-    return WatchEvent(kind, obj, len(line))
-
-
-class _ListMeta(msgspec.Struct):
-    resourceVersion: str = ""
-    continue_: str = msgspec.field(default="", name="continue")
-
-
-class _RawList(msgspec.Struct):
-    """A list response with its items left undecoded."""
-
-    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
-    items: list[msgspec.Raw] | None = None

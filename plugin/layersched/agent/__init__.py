@@ -17,6 +17,17 @@ extension). ``layersched agent`` runs it against a CRI endpoint.
 """
 
 from layersched.agent._health import AgentHealth, health_app
+from layersched.agent._loop import (
+    BACKOFF_MAX_S,
+    DEFAULT_POLL_S,
+    DEFAULT_RESYNC_S,
+    Backoff,
+    ChangeSignal,
+    OwnObjectApi,
+    publish_loop,
+    watch_events,
+    watch_own_object,
+)
 from layersched.agent._metrics import AgentMetrics
 from layersched.agent._node import (
     DEFAULT_MAX_IMAGES,
@@ -27,22 +38,13 @@ from layersched.agent._node import (
     node_status_images,
 )
 from layersched.agent._publisher import (
-    BACKOFF_MAX_S,
     DEFAULT_HEARTBEAT_S,
-    DEFAULT_POLL_S,
-    DEFAULT_RESYNC_S,
     FIELD_MANAGER,
     REPAIR_BURST,
     REPAIR_CAUSES,
-    Backoff,
-    ChangeSignal,
     NodeLayerInventoryApi,
-    OwnObjectApi,
     Publisher,
     fingerprint,
-    publish_loop,
-    watch_events,
-    watch_own_object,
 )
 from layersched.agent._readers import (
     DEFAULT_CRIO_STORAGE,

@@ -20,18 +20,18 @@ from layersched.agent._health import (
     AgentHealth,
     health_app,
 )
-from layersched.agent._metrics import AgentMetrics
-from layersched.agent._publisher import (
+from layersched.agent._loop import (
     BACKOFF_MAX_S,
     DEFAULT_POLL_S,
     DEFAULT_RESYNC_S,
     ChangeSignal,
     OwnObjectApi,
-    Publisher,
     publish_loop,
     watch_events,
     watch_own_object,
 )
+from layersched.agent._metrics import AgentMetrics
+from layersched.agent._publisher import Publisher
 from layersched.agent._readers import NodeRead
 from layersched.serving import LIVEZ_PATH, READYZ_PATH, Listener, Serving
 from layersched.serving import serve as serve_listeners

@@ -22,8 +22,8 @@ from layersched.core.manifest import DEFAULT_PLATFORM, Platform
 from layersched.core.reference import ImageName
 from layersched.core.strategies import get_strategy
 from layersched.extender import Platforms, make_extender
-from layersched.extender._providers import WatchLayerIndexProvider
 from layersched.extender._wire import ExtenderArgs
+from layersched.extender.watch._provider import WatchLayerIndexProvider
 from layersched.kube import NODES_PATH
 from layersched.registry import MemoryBudget
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, started

@@ -23,7 +23,7 @@ from layersched.core.layers import Layer
 from layersched.core.reference import ImageName
 from layersched.core.strategies import get_strategy
 from layersched.extender import make_extender
-from layersched.extender._providers import WatchLayerIndexProvider
+from layersched.extender.watch._provider import WatchLayerIndexProvider
 from layersched.kube import NODES_PATH
 from layersched.registry import _cache
 from tests.fixtures.fake_kube import FakeApi, RunningLoop, digest, event, started

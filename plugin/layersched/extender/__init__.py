@@ -27,11 +27,7 @@ from layersched.extender._metrics import LATENCY_BUCKETS_S
 from layersched.extender._platforms import Platforms
 from layersched.extender._pod_layers import registry_of
 from layersched.extender._prioritize import SCORE_DIVISOR, Extender
-from layersched.extender._providers import (
-    LayerIndexProvider,
-    StaticLayerIndexProvider,
-    WatchLayerIndexProvider,
-)
+from layersched.extender._providers import LayerIndexProvider, StaticLayerIndexProvider
 from layersched.extender._pull_secrets import (
     CREDENTIAL_WORKERS,
     MAX_CACHED_SECRETS,
@@ -57,6 +53,7 @@ from layersched.extender._server import (
 from layersched.extender._verbs import MAX_CONCURRENT_REQUESTS, REQUEST_READ_TIMEOUT_S
 from layersched.extender._wire import MAX_EXTENDER_PRIORITY
 from layersched.extender.watch._parse import DEFAULT_INVENTORY_MAX_AGE_S
+from layersched.extender.watch._provider import WatchLayerIndexProvider
 from layersched.extender.watch._warmup import DEFAULT_AGENT_GRACE_S
 
 __all__ = [

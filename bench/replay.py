@@ -59,6 +59,7 @@ from layersched.sim.trace import (
     generate_trace,
     read_trace,
     simulate_burst,
+    simulate_placed,
     simulate_trace,
     write_trace,
 )
@@ -142,6 +143,7 @@ def _sim_runs(runs: Sequence[Any]) -> dict[str, list[dict[str, Any]]]:
                 "startup_s": list(run.startup_s),
                 "bytes_pulled": list(run.bytes_pulled),
                 "queue_s": [None if q != q else q for q in run.queue_s],  # NaN: no pull
+                "unfollowed": run.unfollowed,
             }
         )
     return out
@@ -154,11 +156,14 @@ def simulation(
     replay_resources: Resources | None = None,
     burst_resources: Resources | None = None,
     costs: Mapping[str, Overheads] | None = None,
+    placements: Mapping[str, Mapping[str, Sequence[Sequence[int]]]] | None = None,
 ) -> dict[str, Any]:
     """The simulator on ``trace`` and on the burst, per pull mode, per arm (as its
-    kube-scheduler profile places pods) and tie-break seed (one for an arm whose ties
-    fall in node order, from a start drawn per seed); with ``costs``, each mode's
-    measured overheads."""
+    kube-scheduler profile places pods) and tie-break seed (each node starting
+    kube-scheduler's node order equally often); with ``costs``, each mode's measured
+    overheads; with ``placements`` (mode, then arm: the real runs' nodes, an index per
+    pod in trace order), also the trace on those nodes (``placed``: the time model
+    alone)."""
     seeds = sim_seeds(trace)
     doc: dict[str, Any] = {"seeds_count": len(seeds)}
     for mode in MODES:
@@ -190,6 +195,23 @@ def simulation(
             "trace": _sim_runs(trace_runs),
             "burst": _sim_runs(burst_runs),
         }
+        placed = (placements or {}).get(mode) or {}
+        if placed:
+            doc[mode]["placed"] = _sim_runs(
+                [
+                    run
+                    for key, nodes in placed.items()
+                    if key in profiles
+                    for run in simulate_placed(
+                        trace,
+                        profiles[key],
+                        nodes,
+                        max_parallel_pulls=MAX_PARALLEL_PULLS[mode],
+                        overheads=overheads,
+                        resources=replay_resources,
+                    )
+                ]
+            )
         if overheads is not None:
             doc[mode]["overheads"] = asdict(overheads)
     return doc
@@ -225,7 +247,24 @@ def calibrated(results: Mapping[str, Any], trace: Trace) -> dict[str, Any]:
         _stored_resources(resources.get("replay")),
         _stored_resources(resources.get("burst")),
         costs,
+        real_placements(results, trace),
     )
+
+
+def real_placements(
+    results: Mapping[str, Any], trace: Trace
+) -> dict[str, dict[str, list[list[int]]]]:
+    """Per pull mode and arm, each run's nodes as the simulator numbers them (the testbed's
+    nodes in order), a node per trace pod; a run with a pod on no known node is left out."""
+    index = {name: i for i, name in enumerate((results.get("testbed") or {}).get("nodes") or [])}
+    found: dict[str, dict[str, list[list[int]]]] = {}
+    for run in results["runs"]:
+        nodes = {str(pod.get("name")): index.get(str(pod.get("node"))) for pod in run["pods"]}
+        placed = [nodes.get(pod.name) for pod in trace.pods]
+        if all(node is not None for node in placed):
+            by_arm = found.setdefault(run["mode"], {})
+            by_arm.setdefault(run["arm"], []).append([int(n) for n in placed if n is not None])
+    return found
 
 
 def _stored_resources(doc: Mapping[str, Any] | None) -> Resources | None:

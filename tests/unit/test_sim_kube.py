@@ -222,6 +222,21 @@ def test_in_flight_scoring_reads_the_bind_time_in_whole_seconds() -> None:
     assert seen == [2.0]
 
 
+def test_given_placements_are_followed_while_their_node_has_room() -> None:
+    # three nodes of one slot: the real run put pods on n3, n3, n1; the second finds n3
+    # full and goes where the default profile sends it (the emptiest, n1 first), which
+    # leaves the third's n1 full too: it goes to n2
+    cluster = _cluster(3, 80e6, slots=1)
+    corpus, workload = _corpus((BASE, A_TOP)), _workload([0.0, 0.1, 0.2], [0, 0, 0])
+    result = simulate(
+        corpus, workload, cluster, None, profile=_profile("default"), follow=[2, 2, 0]
+    )
+    assert result.pod_node.tolist() == [2, 0, 1]
+    assert result.unfollowed == 2
+    with pytest.raises(InputError, match="one node index"):
+        simulate(corpus, workload, cluster, None, profile=_profile("default"), follow=[0, 3, 0])
+
+
 def _placed(
     profile: kube.Profile, arrivals: list[float], images: list[int], seed: int = 0
 ) -> RunResult:

@@ -196,6 +196,9 @@ class RunResult:
     #: image was on the node when the pod asked).
     pod_queue_s: FloatArray = field(default_factory=lambda: np.zeros(0, np.float64))
     pod_pull_s: FloatArray = field(default_factory=lambda: np.zeros(0, np.float64))
+    #: Given placements to follow: the pods whose node had no free slot when the pod was
+    #: placed, and went where the scores sent it instead.
+    unfollowed: int = 0
 
 
 # --------------------------------------------------------------------- state
@@ -281,8 +284,12 @@ class _Simulation:
         seed: int,
         warmup_s: float,
         profile: kube.Profile | None = None,
+        follow: Sequence[int] | None = None,
     ) -> None:
         self.corpus = corpus
+        #: Each request's node, to place it there when that node has a free slot.
+        self.follow = None if follow is None else [int(node) for node in follow]
+        self.unfollowed = 0
         self.workload = workload
         self.cluster = cluster
         self.strategy = strategy
@@ -400,6 +407,12 @@ class _Simulation:
             self._schedule(self.queue.popleft())
 
     def _schedule(self, pod: _Pod) -> None:
+        if self.follow is not None:
+            wanted = self.follow[pod.request]
+            if self.free[wanted] > 0:
+                self._place(pod, self.nodes[wanted])
+                return
+            self.unfollowed += 1
         candidates = np.flatnonzero(self.free > 0)
         if self.profile is not None and self.first_node:
             # kube-scheduler filters nodes from its start index on (kube.py)
@@ -684,6 +697,7 @@ class _Simulation:
             pod_bytes=self.pod_bytes,
             pod_queue_s=self.pod_queue_s,
             pod_pull_s=self.pod_pull_s,
+            unfollowed=self.unfollowed,
         )
 
     def _label(self) -> str:
@@ -703,6 +717,7 @@ def simulate(
     warmup_s: float = 0.0,
     on_progress: Callable[[float], None] | None = None,
     profile: kube.Profile | None = None,
+    follow: Sequence[int] | None = None,
 ) -> RunResult:
     """Run ``workload`` on a fresh, empty ``cluster`` scheduled by ``strategy``, alone
     (ties at random) or, with ``profile``, inside that kube-scheduler profile (the
@@ -710,7 +725,10 @@ def simulate(
 
     Pods arriving before ``warmup_s`` run but are not measured (their caches
     warm the cluster). ``on_progress`` is called with the simulated time now
-    and then. The same seed gives the same result.
+    and then. The same seed gives the same result. ``follow`` (a node index per
+    request: where a real run placed it) places each pod on its node when that node has
+    a free slot, and where the scores say otherwise (``RunResult.unfollowed`` counts
+    them): the time model alone, without the placement model.
     """
     if cluster.nodes < 1 or cluster.containers_per_node < 1:
         raise InputError("a simulated cluster needs at least one node with one container slot")
@@ -727,6 +745,13 @@ def simulate(
         )
     if strategy is None and profile is None:
         raise InputError("simulate: give a strategy, a kube-scheduler profile, or both")
-    sim = _Simulation(corpus, workload, cluster, strategy, seed, warmup_s, profile)
+    if follow is not None and (
+        len(follow) != len(workload) or not all(0 <= int(n) < cluster.nodes for n in follow)
+    ):
+        raise InputError(
+            f"simulate: follow gives {len(follow)} placements for {len(workload)} pods: give "
+            f"one node index (0..{cluster.nodes - 1}) per pod"
+        )
+    sim = _Simulation(corpus, workload, cluster, strategy, seed, warmup_s, profile, follow)
     sim.run(on_progress)
     return sim.result()

@@ -579,6 +579,8 @@ class SimulatedPods:
     bytes_pulled: tuple[int, ...]
     queue_s: tuple[float, ...] = ()
     pull_s: tuple[float, ...] = ()
+    #: Given placements to follow (:func:`simulate_placed`): the pods that could not be.
+    unfollowed: int = 0
 
 
 def _per_pod(result: RunResult, label: str, seed: int) -> SimulatedPods:
@@ -590,16 +592,25 @@ def _per_pod(result: RunResult, label: str, seed: int) -> SimulatedPods:
         bytes_pulled=tuple(int(b) for b in result.pod_bytes),
         queue_s=tuple(_round(s, 4) for s in result.pod_queue_s),
         pull_s=tuple(_round(s, 4) for s in result.pod_pull_s),
+        unfollowed=result.unfollowed,
     )
 
 
 def _run(
-    corpus: Corpus, workload: Workload, cluster: ClusterParams, model: str | Profile, seed: int
+    corpus: Corpus,
+    workload: Workload,
+    cluster: ClusterParams,
+    model: str | Profile,
+    seed: int,
+    follow: Sequence[int] | None = None,
 ) -> SimulatedPods:
-    """One simulated run: a strategy alone (ties at random) or a kube-scheduler profile."""
+    """One simulated run: a strategy alone (ties at random) or a kube-scheduler profile,
+    following given placements where it can (``follow``)."""
     if isinstance(model, Profile):
         strategy = build_strategy(model.strategy) if model.strategy else None
-        result = simulate(corpus, workload, cluster, strategy, seed=seed, profile=model)
+        result = simulate(
+            corpus, workload, cluster, strategy, seed=seed, profile=model, follow=follow
+        )
         return _per_pod(result, model.name, seed)
     result = simulate(corpus, workload, cluster, build_strategy(model), seed=seed)
     return _per_pod(result, model, seed)
@@ -620,6 +631,26 @@ def simulate_trace(
     random ties; a profile without an extender ties in node order and gives one answer."""
     corpus, workload, cluster = simulator_inputs(trace, max_parallel_pulls, overheads, resources)
     return [_run(corpus, workload, cluster, model, seed) for model in models for seed in seeds]
+
+
+def simulate_placed(
+    trace: Trace,
+    model: Profile,
+    placements: Sequence[Sequence[int]],
+    *,
+    max_parallel_pulls: int | None = None,
+    overheads: Overheads | None = None,
+    resources: Resources | None = None,
+) -> list[SimulatedPods]:
+    """Simulate ``trace`` once per given placement (a node index per pod, in trace
+    order: where a real run put each pod), each pod on its node when that node has a free
+    slot, else where ``model`` sends it: the time model given reality's placement (the
+    run's seed is its position in ``placements``)."""
+    corpus, workload, cluster = simulator_inputs(trace, max_parallel_pulls, overheads, resources)
+    return [
+        _run(corpus, workload, cluster, model, seed, follow)
+        for seed, follow in enumerate(placements)
+    ]
 
 
 # ------------------------------------------------------------------ the burst

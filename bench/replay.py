@@ -761,8 +761,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_resimulate(args: argparse.Namespace) -> int:
     """The simulator's columns of a results file again (a changed model, the same runs):
     the nominal prediction and the calibrated one, written back in place with the
-    commit that computed them (``simulated_by``); the runs and their provenance
-    untouched."""
+    commit that computed them (``simulated_by``), and its plot drawn again; the runs and
+    their provenance untouched."""
     path = Path(args.results)
     found = _load(path)
     if found is None or found.get("format") != FORMAT:
@@ -781,6 +781,8 @@ def cmd_resimulate(args: argparse.Namespace) -> int:
     # the runs keep their provenance; the simulator's columns say what computed them
     found[replay_report.SIMULATED_BY] = provenance.source()
     write_json(replay_report.DEFAULT_RESULTS, found, output=path)
+    # the plot beside it draws the simulated distributions too
+    replay_report.plot(found, path.with_suffix(".png"))
     print(f"{path}: simulator columns rewritten at {found[replay_report.SIMULATED_BY]['commit']}")
     return 0
 

@@ -1112,6 +1112,8 @@ def test_resimulate_rewrites_the_simulator_columns_and_keeps_the_runs(tmp_path: 
     text = report.overheads_sentence(again)
     assert "a pod's slot taken again 2.0 s after its lifetime ended" in text
     assert "recomputed from the recorded runs at commit" in text
+    # its plot drawn again beside it
+    assert results.with_suffix(".png").stat().st_size > 0
 
 
 def test_the_link_efficiency_counts_only_pulls_alone_on_the_link() -> None:

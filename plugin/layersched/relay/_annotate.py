@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, cast
+
+from google.protobuf.message import DecodeError
 
 from layersched.containerd import ContentStoreReader
 from layersched.core.errors import LayerResolutionError, LayerschedError
@@ -25,6 +27,7 @@ from layersched.core.layers import Layer, LayerSource
 from layersched.core.nodeimages import LAYER_ANNOTATION_PREFIX, NodeImage
 from layersched.core.reference import ImageName
 from layersched.cri._gen import api_pb2
+from layersched.relay._methods import Method
 from layersched.relay._metrics import RelayMetrics
 
 _log = logging.getLogger(__name__)
@@ -90,6 +93,23 @@ class Annotator:
             self.metrics.annotated_images.inc()
             changed += 1
         return changed
+
+    async def answer(self, method: Method, response: bytes) -> bytes:
+        """The runtime's answer to ``method``, annotated where it lists images
+        (``ListImages``, ``ImageStatus``); any other answer, and one that does not parse,
+        unchanged."""
+        rewrite: Callable[[bytes], Awaitable[bytes]] | None = None
+        if method.is_image_call("ListImages"):
+            rewrite = self.list_images
+        elif method.is_image_call("ImageStatus"):
+            rewrite = self.image_status
+        if rewrite is None:
+            return response
+        try:
+            return await rewrite(response)
+        except DecodeError as err:
+            _log.warning("%s: answer does not parse (%s): passed on unchanged", method.path, err)
+            return response
 
     async def list_images(self, data: bytes) -> bytes:
         """A ``ListImagesResponse`` with annotations added."""

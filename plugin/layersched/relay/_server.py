@@ -21,12 +21,10 @@ carries any shape.
 from __future__ import annotations
 
 import asyncio
-import errno
 import itertools
 import logging
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,21 +32,19 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 from aiohttp import web
-from google.protobuf.message import DecodeError
 
 from layersched.core.errors import InputError
 from layersched.cri._client import MAX_RECEIVE_MESSAGE_BYTES, normalize_endpoint
-from layersched.cri._gen import api_pb2
 from layersched.relay._annotate import Annotator
-from layersched.relay._decode import decode
-from layersched.relay._dump import Dumper, DumpLevel
+from layersched.relay._dump import Dumper
 from layersched.relay._methods import Cardinality, Method, parse_method
 from layersched.relay._metrics import RelayMetrics
+from layersched.relay._pulls import PullTelemetry
+from layersched.relay._recording import CallRecorder
 from layersched.serving import HEALTHZ_PATH, Listener, Serving, add_health_routes, always_ok
 from layersched.serving import serve as serve_listeners
 
 _log = logging.getLogger(__name__)
-_pull_log = logging.getLogger("layersched.relay.pulls")
 
 #: Largest message either way: kubelet allows 16 MiB (ListImages, ListContainers
 #: on a busy node), so the relay must too.
@@ -66,8 +62,6 @@ _MESSAGE_OPTIONS = (
 )
 #: Request metadata not forwarded: gRPC sets these itself on the upstream call.
 _HOP_METADATA = ("user-agent", "te", "content-type")
-#: Deadline for the ImageStatus call that finds a pulled image's size for the pull log.
-PULL_LOG_STATUS_TIMEOUT_S = 10.0
 #: How long an unknown method's handler waits for a second request message before
 #: treating the call as client-streaming (a unary client's half-close comes with
 #: its one message, so this is only ever waited out by a real stream).
@@ -76,16 +70,6 @@ STREAM_PROBE_S = 0.05
 _END = object()
 #: How long :meth:`Relay.stop` lets calls in flight finish.
 DEFAULT_STOP_GRACE_S = 5.0
-#: A full disk fails every call's dump: one log line per this long, with the count.
-DUMP_FAILURE_LOG_INTERVAL_S = 60.0
-
-
-def _failure_label(err: Exception) -> str:
-    """A bounded metric label for a dump failure: the errno's name (``ENOSPC``) or
-    ``other``."""
-    if isinstance(err, OSError) and err.errno is not None:
-        return errno.errorcode.get(err.errno, "other")
-    return "other"
 
 
 def _forwarded(metadata: Any) -> tuple[tuple[str, Any], ...]:
@@ -132,12 +116,12 @@ class Relay:
         self.options = options or RelayOptions()
         self.metrics = metrics or RelayMetrics()
         self._ids = itertools.count(1)
-        self._dump_failures_lock = threading.Lock()
-        self._dump_failures_unlogged = 0
-        self._dump_failure_logged_at: float | None = None
+        self._recorder = CallRecorder(self.metrics, self.options.dumper)
         self._channel: grpc.aio.Channel | None = None
         self._server: grpc.aio.Server | None = None
-        self._background: set[asyncio.Task[None]] = set()
+        self._pulls = PullTelemetry(
+            self.metrics, self.options.log_pulls, self.options.node_name, lambda: self._channel
+        )
 
     @property
     def endpoint(self) -> str:
@@ -172,8 +156,7 @@ class Relay:
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None
-        for task in list(self._background):
-            task.cancel()
+        self._pulls.cancel()
         if self._channel is not None:
             await self._channel.close(None)
             self._channel = None
@@ -197,7 +180,7 @@ class Relay:
         """Forward one unary call."""
         call_id = next(self._ids)
         started = time.perf_counter()
-        level = self._dump_request(call_id, method, request)
+        level = self._recorder.request(call_id, method, request)
         code = grpc.StatusCode.OK
         details = ""
         response = b""
@@ -229,9 +212,11 @@ class Relay:
             total_s = time.perf_counter() - started
             relay_s = max(total_s - upstream_s, 0.0)
             self.metrics.overhead_s.observe(relay_s)
-            self._finished(call_id, level, method, code, details, total_s, response, relay_s)
+            self._recorder.finished(
+                call_id, level, method, code, details, total_s, response, relay_s
+            )
             if method.is_image_call("PullImage"):
-                self._pulled(method, request, response, code, total_s)
+                self._pulls.pulled(method, request, response, code, total_s)
         # recorded above before the caller learns the outcome, so metrics never lag it
         if failure is not None:
             await context.abort(code, details, _trailing(failure))
@@ -303,7 +288,7 @@ class Relay:
     ) -> AsyncIterator[bytes]:
         call_id = next(self._ids)
         started = time.perf_counter()
-        level = self._dump_request(call_id, method, request)
+        level = self._recorder.request(call_id, method, request)
         code, details = grpc.StatusCode.OK, ""
         failure: grpc.aio.AioRpcError | None = None
         self.metrics.in_flight.inc()
@@ -320,139 +305,14 @@ class Relay:
         finally:
             self.metrics.in_flight.dec()
             total_s = time.perf_counter() - started
-            self._finished(call_id, level, method, code, details, total_s, None)
+            self._recorder.finished(call_id, level, method, code, details, total_s, None)
         if failure is not None:
             await context.abort(code, details, _trailing(failure))
 
     # ------------------------------------------------------------ features
-    def _dump_failed(self, method: Method, err: Exception) -> None:
-        """Count a dump that could not be written; log it, at most once a minute."""
-        self.metrics.dump_failures.labels(_failure_label(err)).inc()
-        now = time.monotonic()
-        with self._dump_failures_lock:
-            self._dump_failures_unlogged += 1
-            logged_at = self._dump_failure_logged_at
-            if logged_at is not None and now - logged_at < DUMP_FAILURE_LOG_INTERVAL_S:
-                return
-            count, self._dump_failures_unlogged = self._dump_failures_unlogged, 0
-            self._dump_failure_logged_at = now
-        _log.warning(
-            "dumping %s: %s (%d dump write(s) failed since the last such line; the calls "
-            "themselves went through): free space for the dump file or choose another "
-            "--dump-file",
-            method.path,
-            err,
-            count,
-        )
-
-    def _dump_request(self, call_id: int, method: Method, request: bytes | None) -> DumpLevel:
-        dumper = self.options.dumper
-        if dumper is None:
-            return DumpLevel.OFF
-        level = dumper.level(method)
-        if level >= DumpLevel.FULL:
-            try:
-                message = decode(method, "Request", request) if request is not None else "(stream)"
-                dumper.request(call_id, method, message)
-            except Exception as err:  # noqa: BLE001 (a dump never fails the call it records)
-                self._dump_failed(method, err)
-        return level
-
-    def _finished(
-        self,
-        call_id: int,
-        level: DumpLevel,
-        method: Method,
-        code: grpc.StatusCode,
-        details: str,
-        total_s: float,
-        response: bytes | None,
-        relay_s: float | None = None,
-    ) -> None:
-        self.metrics.calls.labels(method.version, method.label, code.name).inc()
-        self.metrics.call_duration_s.labels(method.label).observe(total_s)
-        dumper = self.options.dumper
-        if dumper is None or level == DumpLevel.OFF:
-            return
-        try:
-            decoded = None
-            if level >= DumpLevel.FULL and code == grpc.StatusCode.OK:
-                decoded = (
-                    decode(method, "Response", response) if response is not None else "(stream)"
-                )
-            dumper.finished(call_id, level, method, code.name, total_s, decoded, details, relay_s)
-        except Exception as err:  # noqa: BLE001 (a dump never fails the call it records)
-            self._dump_failed(method, err)
-
     async def _rewrite(self, method: Method, response: bytes) -> bytes:
         annotator = self.options.annotator
-        if annotator is None:
-            return response
-        rewrite: Callable[[bytes], Awaitable[bytes]] | None = None
-        if method.is_image_call("ListImages"):
-            rewrite = annotator.list_images
-        elif method.is_image_call("ImageStatus"):
-            rewrite = annotator.image_status
-        if rewrite is None:
-            return response
-        try:
-            return await rewrite(response)
-        except DecodeError as err:
-            _log.warning("%s: answer does not parse (%s): passed on unchanged", method.path, err)
-            return response
-
-    def _pulled(
-        self,
-        method: Method,
-        request: bytes,
-        response: bytes,
-        code: grpc.StatusCode,
-        duration_s: float,
-    ) -> None:
-        result = "ok" if code == grpc.StatusCode.OK else "error"
-        self.metrics.pull_duration_s.labels(result).observe(duration_s)
-        self.metrics.pulls.labels(code.name.lower()).inc()
-        if not self.options.log_pulls:
-            return
-        try:
-            image = api_pb2.PullImageRequest.FromString(request).image.image
-            image_ref = api_pb2.PullImageResponse.FromString(response).image_ref if response else ""
-        except DecodeError:
-            image, image_ref = "?", ""
-        task = asyncio.get_running_loop().create_task(
-            self._log_pull(method, image, image_ref, code, duration_s)
-        )
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _log_pull(
-        self, method: Method, image: str, image_ref: str, code: grpc.StatusCode, duration_s: float
-    ) -> None:
-        size = "-"
-        if image_ref and self._channel is not None:
-            status_rpc = self._channel.unary_unary(
-                f"/{method.package}.{method.service}/ImageStatus",
-                request_serializer=api_pb2.ImageStatusRequest.SerializeToString,
-                response_deserializer=api_pb2.ImageStatusResponse.FromString,
-            )
-            try:
-                status = await status_rpc(
-                    api_pb2.ImageStatusRequest(image=api_pb2.ImageSpec(image=image_ref)),
-                    timeout=PULL_LOG_STATUS_TIMEOUT_S,
-                )
-                if status.HasField("image"):
-                    size = str(status.image.size)
-            except grpc.aio.AioRpcError:
-                size = "?"
-        _pull_log.info(
-            "pull image=%s node=%s result=%s duration_s=%.3f size_bytes=%s image_ref=%s",
-            image,
-            self.options.node_name or "-",
-            code.name.lower(),
-            duration_s,
-            size,
-            image_ref or "-",
-        )
+        return response if annotator is None else await annotator.answer(method, response)
 
 
 if TYPE_CHECKING:

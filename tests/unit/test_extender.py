@@ -30,7 +30,7 @@ from layersched.extender import (
     DeadlineResolver,
     Extender,
     StaticLayerIndexProvider,
-    _prioritize,
+    _request_indexes,
     create_app,
     make_extender,
 )
@@ -1148,7 +1148,7 @@ def test_a_full_warning_memory_forgets_the_oldest_not_the_newest(
     # With room for 2 remembered warnings, nodes X0, X1, X2 (one bad image each) are all
     # warned: a full memory drops its least recently seen entry (X0), it does not stop
     # warning. X2 again is still remembered (silent); X0 again was forgotten (warned again).
-    monkeypatch.setattr(_prioritize, "MAX_LOGGED_INVALID_NODE_DATA", 2)
+    monkeypatch.setattr(_request_indexes, "MAX_LOGGED_INVALID_NODE_DATA", 2)
     caplog.set_level(logging.WARNING, logger="layersched.extender")
     extender = _extender(tmp_path)
 

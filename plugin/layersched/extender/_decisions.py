@@ -1,6 +1,7 @@
 """``/debug/decisions``' memory: the latest answer the extender gave kube-scheduler for
 each of the most recently scored pods (:class:`Decisions`), kept as the JSON document sent,
-bounded in pods and in node scores.
+bounded in pods and in node scores; and what explains an answer (:func:`held_bytes`: per
+node the pod's bytes it held and needed).
 """
 
 from __future__ import annotations
@@ -8,10 +9,15 @@ from __future__ import annotations
 import time
 from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import msgspec
+import numpy as np
 
+from layersched.core.indexstorage import IndexArray
+from layersched.core.layerindex import LayerIndex
 from layersched.core.objects import ObjectMeta, pod_name
+from layersched.core.strategies import NodeScores
 from layersched.extender._wire import HostPriority
 
 #: Answers kept for ``/debug/decisions`` (the latest per pod; the oldest pods go first),
@@ -135,3 +141,28 @@ class Decisions:
     def pods(self) -> list[str]:
         """The pods held, most recent last."""
         return list(self._by_pod)
+
+
+def held_bytes(
+    strategy: str,
+    names: Sequence[str],
+    index: LayerIndex,
+    result: NodeScores,
+    totals: IndexArray,
+    missing: Sequence[str],
+) -> Held:
+    """Per node of the answer (``names``' order) the bytes held and needed, for
+    ``/debug/decisions``; a node unknown to the inventory holds nothing of nothing."""
+    present, needed = result.present_bytes, totals
+    if missing:
+        at = {idx: i for i, idx in enumerate(result.nodes.tolist())}
+        present = np.zeros(len(names), dtype=np.int64)
+        needed = np.zeros(len(names), dtype=np.int64)
+        for i, idx in enumerate(map(index.index_of, names)):
+            row = at.get(idx) if idx is not None else None
+            if row is not None:
+                present[i], needed[i] = result.present_bytes[row], totals[row]
+    held_bytes, total_bytes = array("q"), array("q")
+    held_bytes.frombytes(np.ascontiguousarray(present, dtype=np.int64).tobytes())
+    total_bytes.frombytes(np.ascontiguousarray(needed, dtype=np.int64).tobytes())
+    return strategy, held_bytes, total_bytes

@@ -4,31 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from array import array
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import msgspec
 import numpy as np
 
 from layersched.core.errors import InputError
-from layersched.core.indexbuilder import SlotCache
 from layersched.core.indexstorage import IndexArray
 from layersched.core.layerindex import LayerIndex
-from layersched.core.layers import Layer, LayerSource
-from layersched.core.objects import Node, Pod, pod_images, pod_name
+from layersched.core.layers import Layer
+from layersched.core.objects import Pod, pod_images, pod_name
 from layersched.core.pod import PodImages
 from layersched.core.reference import ImageName
 from layersched.core.strategies import NodeScores, PlatformGroup, Strategy, pod_layers
 from layersched.core.strategies.base import MAX_NODE_SCORE
 from layersched.core.strategies.in_flight import InFlight
-from layersched.extender._decisions import Decisions, Held
+from layersched.extender._decisions import Decisions, Held, held_bytes
 from layersched.extender._metrics import ExtenderMetrics
-from layersched.extender._platforms import Platforms, PlatformSource
+from layersched.extender._platforms import Platforms
 from layersched.extender._pod_layers import PodLayers
-from layersched.extender._providers import LayerIndexProvider, request_index
+from layersched.extender._providers import LayerIndexProvider
 from layersched.extender._pull_secrets import PullSecrets, pull_secret_names
-from layersched.extender._resolver import MAX_CACHED_IMAGES, DeadlineResolver
+from layersched.extender._request_indexes import LogOnce, RequestIndexes
+from layersched.extender._resolver import DeadlineResolver
 from layersched.extender._wire import (
     MAX_EXTENDER_PRIORITY,
     ExtenderArgs,
@@ -51,107 +49,6 @@ SCORE_DIVISOR = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY
 #: Unknown node names are logged once each; the least recently seen past this many
 #: are forgotten (and logged again if they come back).
 MAX_LOGGED_UNKNOWN_NODES = 10_000
-#: Distinct unresolvable node images logged, likewise.
-MAX_LOGGED_UNRESOLVED_IMAGES = 10_000
-#: Distinct (node, image) problems in request node data logged, likewise.
-MAX_LOGGED_INVALID_NODE_DATA = 10_000
-
-
-class _LogOnce:
-    """Which messages were logged already: the ``max_entries`` most recently seen.
-
-    Least recently seen first to go, so a full memory never silences a new
-    message; a forgotten one that comes back is logged again.
-    """
-
-    def __init__(self, max_entries: int) -> None:
-        self._max_entries = max_entries
-        self._seen: OrderedDict[str, None] = OrderedDict()
-
-    def first(self, message: str) -> bool:
-        """Whether ``message`` is new (it is remembered from now on)."""
-        if message in self._seen:
-            self._seen.move_to_end(message)
-            return False
-        self._seen[message] = None
-        if len(self._seen) > self._max_entries:
-            self._seen.popitem(last=False)
-        return True
-
-    def warn(self, warnings: Sequence[str]) -> None:
-        """Log each warning not logged recently."""
-        for warning in warnings:
-            if self.first(warning):
-                log.warning("%s", warning)
-
-
-class _RequestIndexes:
-    """The index of a full-Nodes request, built from the request's own Node objects
-    (a NodeNames request is scored in the provider's), over the node-image entries of
-    earlier requests: only new ones are resolved."""
-
-    def __init__(self, needs_layers: bool, pod_layers: PodLayers, metrics: ExtenderMetrics) -> None:
-        self._needs_layers = needs_layers
-        self._pod_layers = pod_layers
-        self._metrics = metrics
-        #: The default platform's resolver.
-        self._resolver = pod_layers.resolver(pod_layers.default_key)
-        self._logged_unresolved = _LogOnce(MAX_LOGGED_UNRESOLVED_IMAGES)
-        self._logged_invalid = _LogOnce(MAX_LOGGED_INVALID_NODE_DATA)
-        #: Image entries of earlier requests (an offline source's misses too: its answer
-        #: cannot change).
-        self._slots = SlotCache(MAX_CACHED_IMAGES, keep_unresolved=self._resolver.local)
-
-    def build(self, items: list[Node], node_keys: Sequence[str] | None) -> LayerIndex:
-        """The index of ``items`` (``node_keys``: each one's platform; None: all the
-        default's), its problems counted and logged once each."""
-        needs_layers = self._needs_layers
-        source: LayerSource | None = self._resolver.cached_source() if needs_layers else None
-        platform_keys: list[str | None] | None = None
-        if node_keys is not None:
-            default = self._pod_layers.default_key
-            if any(key != default for key in node_keys):
-                source = PlatformSource(
-                    lambda key: self._pod_layers.resolver(key).cached_source(), default
-                )
-                platform_keys = [None if key == default else key for key in node_keys]
-        if needs_layers and not self._resolver.local:
-            self._refresh_slots()
-        problems: list[str] = []
-        inventory = request_index(
-            items,
-            source,
-            "Nodes.items",
-            self._slots,
-            problems,
-            platform_keys,
-        )
-        if problems:
-            self._metrics.invalid_node_data.inc(len(problems))
-            self._logged_invalid.warn(problems)
-        if needs_layers and inventory.unresolved_images:
-            self._metrics.unresolved_node_images.inc(inventory.unresolved_images)
-            if not self._resolver.local:
-                # being resolved, or failed: the resolver logs the failure and its reason
-                log.debug("%d node images ignored for now", inventory.unresolved_images)
-                return inventory
-            self._logged_unresolved.warn(inventory.warnings)
-        return inventory
-
-    def _refresh_slots(self) -> None:
-        """Revalidate tags past their TTL in the background, and forget the slot-cache
-        entries of names whose layers changed (only those: the rest stay valid)."""
-        changed = self._pod_layers.changed()
-        if changed:
-            entries = self._slots.entries
-            stale = [key for key, entry in entries.items() if not changed.isdisjoint(entry[0])]
-            for key in stale:
-                del entries[key]
-            log.info(
-                "layers of %d images changed on revalidation: %d cached node image entries dropped",
-                len(changed),
-                len(stale),
-            )
 
 
 #: A request's nodes: names, the index (None for full Nodes, until the pod resolves),
@@ -189,8 +86,8 @@ class Extender:
         provider.use_resolvers(self.pod_layers)
         #: What was answered for recent pods (``/debug/decisions``).
         self.decisions = Decisions()
-        self._logged_unknown = _LogOnce(MAX_LOGGED_UNKNOWN_NODES)
-        self._request_indexes = _RequestIndexes(strategy.needs_layers, self.pod_layers, metrics)
+        self._logged_unknown = LogOnce(MAX_LOGGED_UNKNOWN_NODES)
+        self._request_indexes = RequestIndexes(strategy.needs_layers, self.pod_layers, metrics)
         self._indices_memo: tuple[LayerIndex, list[str], IndexArray, list[str], int] | None = None
         self._groups_memo: tuple[IndexArray, Sequence[str], dict[str, IndexArray] | None] | None = (
             None
@@ -294,7 +191,7 @@ class Extender:
             for part in parts:
                 self._log_decision(pod, inventory, part)
         answer = _answer(names, inventory, result, bool(missing))
-        return answer, "", _held(self.strategy.name, names, inventory, result, totals, missing)
+        return answer, "", held_bytes(self.strategy.name, names, inventory, result, totals, missing)
 
     def _nodes(self, args: ExtenderArgs) -> _Nodes | None:
         """The request's nodes: their names, the index to score them in (None for full
@@ -493,28 +390,3 @@ def _answer(
         idx = index_of(name)
         answer.append(HostPriority(name, 0 if idx is None else by_index[idx]))
     return answer
-
-
-def _held(
-    strategy: str,
-    names: Sequence[str],
-    index: LayerIndex,
-    result: NodeScores,
-    totals: IndexArray,
-    missing: Sequence[str],
-) -> Held:
-    """Per node of the answer (``names``' order) the bytes held and needed, for
-    ``/debug/decisions``; a node unknown to the inventory holds nothing of nothing."""
-    present, needed = result.present_bytes, totals
-    if missing:
-        at = {idx: i for i, idx in enumerate(result.nodes.tolist())}
-        present = np.zeros(len(names), dtype=np.int64)
-        needed = np.zeros(len(names), dtype=np.int64)
-        for i, idx in enumerate(map(index.index_of, names)):
-            row = at.get(idx) if idx is not None else None
-            if row is not None:
-                present[i], needed[i] = result.present_bytes[row], totals[row]
-    held_bytes, total_bytes = array("q"), array("q")
-    held_bytes.frombytes(np.ascontiguousarray(present, dtype=np.int64).tobytes())
-    total_bytes.frombytes(np.ascontiguousarray(needed, dtype=np.int64).tobytes())
-    return strategy, held_bytes, total_bytes

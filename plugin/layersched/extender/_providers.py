@@ -8,25 +8,24 @@ NodeLayerInventory objects (:class:`~layersched.extender.watch._provider.WatchLa
 in the parts of the Go port's watch: the list/watch loop, the parser, the store, the votes
 and the metrics).
 In full-``Nodes`` mode each request's nodes are built into an inventory of their own
-(:func:`request_index`).
+(:mod:`layersched.extender._request_indexes`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 from prometheus_client.registry import Collector
 
 from layersched.core.errors import InputError
-from layersched.core.indexbuilder import LayerIndexBuilder, SlotCache
+from layersched.core.indexbuilder import LayerIndexBuilder
 from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.nodeindexing import add_node_object
-from layersched.core.objects import Node, decode_node_list
+from layersched.core.objects import decode_node_list
 from layersched.core.reference import ImageName
 from layersched.extender._platforms import Platforms, PlatformSource
 from layersched.extender.watch._pending import (
@@ -94,24 +93,6 @@ def held_images(index: LayerIndex | None, node: str) -> list[str] | None:
     if index is None or idx is None:
         return None
     return index.node_image_names(idx)
-
-
-def request_index(
-    nodes: list[Node],
-    source: LayerSource | None,
-    where: str,
-    cache: SlotCache | None = None,
-    problems: list[str] | None = None,
-    platform_keys: Sequence[str | None] | None = None,
-) -> LayerIndex:
-    """The inventory of a request's ``Nodes.items`` (``cache``: entries seen by earlier
-    requests; ``problems``: collects malformed images and annotations, ignored, instead of
-    raising; ``platform_keys``: per node, its platform when not the default, else None)."""
-    builder = LayerIndexBuilder(source, cache, skip_invalid=problems is not None)
-    for i, node in enumerate(nodes):
-        key = platform_keys[i] if platform_keys is not None else None
-        add_node_object(builder, node, f"{where}[{i}]", problems, key)
-    return builder.build()
 
 
 class StaticLayerIndexProvider:

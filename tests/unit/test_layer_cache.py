@@ -15,7 +15,7 @@ from layersched.registry import (
     LayerCache,
     RegistryLayerSource,
 )
-from layersched.registry._cache import ENTRY_BYTES, EXPIRY_BYTES, LAYER_BYTES, LAYERS_BYTES
+from layersched.registry._entries import ENTRY_BYTES, EXPIRY_BYTES, LAYER_BYTES, LAYERS_BYTES
 from tests.unit.test_registry_client import HOST, IMG, INDEX, FakeRegistry, client_for
 
 

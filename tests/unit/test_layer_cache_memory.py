@@ -27,7 +27,7 @@ from layersched.registry import (
     MemoryBudget,
     RegistryLayerSource,
 )
-from layersched.registry._cache import MAX_ERROR_CHARS
+from layersched.registry._entries import MAX_ERROR_CHARS
 from tests.unit.test_registry_client import FakeRegistry, client_for
 
 #: Entries per measurement: right after the cache's dicts grew (a worst case: 5,500 is

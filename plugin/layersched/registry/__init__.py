@@ -16,13 +16,8 @@ from layersched.registry._budget import DEFAULT_BUDGET_BYTES, MemoryBudget
 from layersched.registry._cache import (
     MAX_CACHED_BYTES,
     MAX_CACHED_IMAGES,
-    MAX_ERROR_CHARS,
     NEGATIVE_TTL_S,
     POSITIVE_TTL_S,
-    CachedLayerSource,
-    DigestSource,
-    Entry,
-    Fetched,
     LayerCache,
 )
 from layersched.registry._client import (
@@ -35,6 +30,7 @@ from layersched.registry._client import (
     RegistryClient,
     ResolvedImage,
 )
+from layersched.registry._entries import MAX_ERROR_CHARS, DigestSource, Entry, Fetched
 from layersched.registry._hosts import BUILTIN_TOKEN_HOSTS
 from layersched.registry._secrets import (
     DOCKER_CFG_TYPE,
@@ -50,6 +46,7 @@ from layersched.registry._secrets import (
 )
 from layersched.registry._source import (
     MAX_REFUSED_REGISTRIES,
+    CachedLayerSource,
     RefusedRegistries,
     RegistryLayerSource,
 )

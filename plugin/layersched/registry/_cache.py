@@ -3,7 +3,7 @@
 Every caller that resolves images through a registry keeps its answers here: the
 extender's deadline resolver (:class:`~layersched.extender.DeadlineResolver`, which adds
 worker pools and deadlines around it), the agent's registry fallback and ``layersched
-score`` (:class:`CachedLayerSource`). The registry source itself
+score`` (:class:`~layersched.registry.CachedLayerSource`). The registry source itself
 (:class:`~layersched.registry.RegistryLayerSource`) is a plain fetcher.
 
 * A digest-pinned name (``repo@sha256:…``) names immutable content: its entry never
@@ -36,17 +36,24 @@ its caches.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from layersched.core.errors import ImageReferenceError, LayerResolutionError, LayerschedError
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.reference import ImageName, ImageReference, is_pinned
 from layersched.registry._budget import DEFAULT_BUDGET_BYTES, MemoryBudget
+from layersched.registry._entries import (
+    ENTRY_BYTES,
+    EXPIRY_BYTES,
+    DigestSource,
+    Entry,
+    Fetched,
+    SharedLayers,
+    entry_cost_bytes,
+    error_text,
+)
 
 #: Registry tags move; revalidate a tag's layers after this long (serving the old answer
 #: meanwhile). kubelet refreshes node images every ~30 s; a tag moving faster than 5 min
@@ -60,104 +67,9 @@ MAX_CACHED_IMAGES = 65_536
 #: What a cache's entries may cost when it has a budget of its own (the extender shares
 #: one between every platform's cache: ``DEFAULT_BUDGET_BYTES``).
 MAX_CACHED_BYTES = DEFAULT_BUDGET_BYTES
-#: A failure's reason is kept to this many characters (a registry's error body, a long
-#: name: the rest says nothing the first 300 characters did not).
-MAX_ERROR_CHARS = 300
 #: Expired failures dropped per insertion at most (the rest go with later insertions, or
 #: all at once with :meth:`LayerCache.due`).
 SWEEP_BATCH = 16
-#: What an entry costs beyond its strings, measured with tracemalloc on CPython 3.11
-#: (tests/unit/test_layer_cache_memory.py holds the charge to it): the Entry, its expiry,
-#: its slot in the cache's LRU dict. Measured at 180-200; charged with a margin, as the
-#: dicts grow in steps and a test suite's other allocations move the measure by ~2%.
-ENTRY_BYTES = 224
-#: ... while it waits in an expiry order (a tag, a failure): its slot there.
-EXPIRY_BYTES = 100
-#: ... for a layer tuple (its header), and per layer (the Layer, its size, its tuple slot)
-#: beyond its digest string.
-LAYERS_BYTES = 60
-LAYER_BYTES = 90
-#: ... for one digest's shared record (the dict slot and its list), beyond the tuple.
-SHARED_BYTES = 110
-
-
-def text_bytes(text: str) -> int:
-    """What ``text`` costs as a Python string (its object, every character included)."""
-    return sys.getsizeof(text)
-
-
-def layers_cost_bytes(layers: tuple[Layer, ...]) -> int:
-    """What a layer tuple costs, its Layers and their digests included."""
-    return LAYERS_BYTES + sum(LAYER_BYTES + text_bytes(layer.digest) for layer in layers)
-
-
-def error_text(error: BaseException | str | None) -> str:
-    """A failure as the cache keeps it: its message, cut to :data:`MAX_ERROR_CHARS` (never
-    the exception, which holds its cause, traceback and frames)."""
-    text = error if isinstance(error, str) else str(error) if error is not None else "failed"
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - 1] + "…"
-    return text
-
-
-@dataclass(frozen=True, slots=True)
-class Fetched:
-    """What a fetch found: the image's layers, and the manifest digest when known."""
-
-    layers: tuple[Layer, ...]
-    digest: str | None = None
-
-
-@runtime_checkable
-class DigestSource(Protocol):
-    """A layer source that also tells the digest a name points to, cheaply (a registry:
-    ``HEAD``), so that a tag is revalidated without fetching its manifest again."""
-
-    def fetch(self, ref: ImageReference) -> Fetched:
-        """The image's layers and manifest digest; LayschedError subclasses on failure."""
-        ...
-
-    def current_digest(self, ref: ImageReference) -> str | None:
-        """The digest ``ref`` points to now, or None if the registry does not say."""
-        ...
-
-
-class _Shared:
-    """One digest's layer tuple, shared by the entries of its tags (and its digest
-    reference), and how many share it."""
-
-    __slots__ = ("count", "digest", "layers")
-
-    def __init__(self, digest: str, layers: tuple[Layer, ...]) -> None:
-        self.digest = digest
-        self.layers = layers
-        self.count = 0
-
-    @property
-    def cost_bytes(self) -> int:
-        return SHARED_BYTES + text_bytes(self.digest) + layers_cost_bytes(self.layers)
-
-
-class Entry:
-    """One cached answer: layers (None: the last attempt failed), when it expires, why it
-    failed (text), the manifest digest when known, and whether its layers are the tuple
-    its digest's tags share (charged once, with that record)."""
-
-    __slots__ = ("digest", "error", "expires_at", "layers", "shared")
-
-    def __init__(
-        self,
-        layers: tuple[Layer, ...] | None,
-        expires_at: float,
-        error: str | None,
-        digest: str | None,
-        shared: bool = False,
-    ) -> None:
-        self.layers = layers
-        self.expires_at = expires_at
-        self.error = error
-        self.digest = digest
-        self.shared = shared
 
 
 class LayerCache:
@@ -192,7 +104,7 @@ class LayerCache:
         self.budget = budget if budget is not None else MemoryBudget(max_bytes)
         self._entries: OrderedDict[ImageName, Entry] = OrderedDict()
         #: digest -> the layer tuple the entries of that digest share
-        self._shared: dict[str, _Shared] = {}
+        self._shared: dict[str, SharedLayers] = {}
         self._bytes = 0
         self._lock = self.budget.lock
         #: Entries with layers and an expiry (tags; layers kept through a failed
@@ -397,19 +309,6 @@ class LayerCache:
                 self._drop(next(iter(self._entries)))
             self.budget.leave(self)
 
-    def entry_cost_bytes(self, image: ImageName, entry: Entry) -> int:
-        """What ``entry`` costs under ``image`` (its shared layers are charged with their
-        digest's record, once for every tag of it)."""
-        cost = ENTRY_BYTES + text_bytes(image)
-        if entry.error is not None:
-            cost += text_bytes(entry.error)
-        if not entry.shared:
-            if entry.layers is not None:
-                cost += layers_cost_bytes(entry.layers)
-            if entry.digest is not None:
-                cost += text_bytes(entry.digest)
-        return cost
-
     def _peek(self, image: ImageName) -> tuple[Entry | None, bool]:
         with self._lock:
             entry = self._entries.get(image)
@@ -443,7 +342,7 @@ class LayerCache:
             return Entry(fetched.layers, expires_at, None, None)
         record = self._shared.get(digest)
         if record is None:
-            record = self._shared[digest] = _Shared(digest, fetched.layers)
+            record = self._shared[digest] = SharedLayers(digest, fetched.layers)
             self._bytes += record.cost_bytes
             self.budget.charge(record.cost_bytes)
         elif record.layers != fetched.layers:
@@ -455,7 +354,7 @@ class LayerCache:
     def _put(self, image: ImageName, entry: Entry) -> None:
         self._drop(image)
         self._entries[image] = entry
-        cost = self.entry_cost_bytes(image, entry)
+        cost = entry_cost_bytes(image, entry)
         self._bytes += cost
         self.budget.charge(cost)
         self._schedule(image, entry)
@@ -480,7 +379,7 @@ class LayerCache:
         if entry is None:
             return
         self._unschedule(image, entry)
-        cost = self.entry_cost_bytes(image, entry)
+        cost = entry_cost_bytes(image, entry)
         if entry.shared:
             assert entry.digest is not None
             record = self._shared[entry.digest]
@@ -499,15 +398,3 @@ def _parsed(image: ImageName) -> tuple[ImageReference | None, LayerResolutionErr
         return ImageReference.parse(image), None
     except ImageReferenceError as err:
         return None, LayerResolutionError(f"resolving layers of {image!r}: {err}")
-
-
-class CachedLayerSource:
-    """A :class:`~layersched.core.layers.LayerSource` through a :class:`LayerCache`: for
-    callers that resolve inline (the agent's registry fallback, ``layersched score``)."""
-
-    def __init__(self, source: LayerSource, cache: LayerCache | None = None) -> None:
-        self.source = source
-        self.cache = cache if cache is not None else LayerCache()
-
-    def resolve(self, image: ImageName) -> tuple[Layer, ...]:
-        return self.cache.resolve(image, self.source)

@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 from layersched.core.errors import InputError, LayerResolutionError, LayerschedError
 from layersched.core.layers import Layer
 from layersched.core.reference import ImageName, ImageReference
-from layersched.registry._cache import Fetched
 from layersched.registry._config import Credentials, auth_key_host, decode_auth_entry
+from layersched.registry._entries import Fetched
 from layersched.registry._source import RegistryLayerSource
 
 T = TypeVar("T")

@@ -1,10 +1,12 @@
-"""A :class:`~layersched.core.layers.LayerSource` backed by a registry: a plain fetcher.
+"""A :class:`~layersched.core.layers.LayerSource` backed by a registry: a plain fetcher; and
+:class:`CachedLayerSource`, any source through the one cache, for callers that resolve
+inline.
 
 Each :meth:`RegistryLayerSource.resolve` or :meth:`~RegistryLayerSource.fetch` asks the
 registry (one manifest ``GET``, two for an index); :meth:`~RegistryLayerSource.
 current_digest` is one ``HEAD``. Caching is not this class's job: callers keep answers in
 the one :class:`~layersched.registry.LayerCache` (directly, through the extender's
-deadline resolver, or through :class:`~layersched.registry.CachedLayerSource`), which uses
+deadline resolver, or through :class:`CachedLayerSource`), which uses
 the ``HEAD`` to revalidate a tag without fetching its manifest again.
 """
 
@@ -25,11 +27,12 @@ from layersched.core.errors import (
     RegistryError,
     RegistryNotAllowedError,
 )
-from layersched.core.layers import Layer
+from layersched.core.layers import Layer, LayerSource
 from layersched.core.reference import ImageName, ImageReference
 from layersched.registry._budget import MemoryBudget
-from layersched.registry._cache import Fetched, text_bytes
+from layersched.registry._cache import LayerCache
 from layersched.registry._client import RegistryClient
+from layersched.registry._entries import Fetched, text_bytes
 
 log = logging.getLogger(__name__)
 
@@ -181,3 +184,15 @@ class RegistryLayerSource:
             with self._lock:
                 self.registry_errors += 1
             raise LayerResolutionError(str(err)) from err
+
+
+class CachedLayerSource:
+    """A :class:`~layersched.core.layers.LayerSource` through a :class:`LayerCache`: for
+    callers that resolve inline (the agent's registry fallback, ``layersched score``)."""
+
+    def __init__(self, source: LayerSource, cache: LayerCache | None = None) -> None:
+        self.source = source
+        self.cache = cache if cache is not None else LayerCache()
+
+    def resolve(self, image: ImageName) -> tuple[Layer, ...]:
+        return self.cache.resolve(image, self.source)

@@ -17,6 +17,7 @@ from layersched.admission._lookup import (
     ApiLookup,
     LookupStats,
 )
+from layersched.admission._metrics import AdmissionMetrics
 from layersched.admission._review import (
     ADMISSION_API_VERSION,
     ADMISSION_KIND,
@@ -46,7 +47,6 @@ from layersched.admission._server import (
     REVIEW_TIMEOUT_S,
     SHUTDOWN_GRACE_S,
     VALIDATE_PATH,
-    AdmissionMetrics,
     create_app,
     serve,
 )

@@ -403,9 +403,10 @@ def test_the_secret_cache_is_bounded_per_namespace_and_in_all() -> None:
 
 
 def _read_at(expires_at: float) -> Any:
-    from layersched.extender._pull_secrets import FOUND, _Read
+    from layersched.extender._pull_secrets import FOUND
+    from layersched.extender._secret_cache import SecretRead
 
-    return _Read({}, FOUND, expires_at)
+    return SecretRead({}, FOUND, expires_at)
 
 
 def test_credentials_past_the_bound_lose_their_resolver_and_its_answers() -> None:

@@ -30,15 +30,17 @@ from layersched.extender._prioritize import SCORE_DIVISOR, Extender
 from layersched.extender._providers import LayerIndexProvider, StaticLayerIndexProvider
 from layersched.extender._pull_secrets import (
     CREDENTIAL_WORKERS,
-    MAX_CACHED_SECRETS,
     MAX_CREDENTIALS,
     MAX_PULL_SECRETS_PER_POD,
-    MAX_SECRETS_PER_NAMESPACE,
     PullSecrets,
-    SecretCache,
     pull_secret_names,
 )
 from layersched.extender._resolver import DeadlineResolver
+from layersched.extender._secret_cache import (
+    MAX_CACHED_SECRETS,
+    MAX_SECRETS_PER_NAMESPACE,
+    SecretCache,
+)
 from layersched.extender._server import (
     DEFAULT_RESOLVE_TIMEOUT_S,
     MAX_REQUEST_BYTES,

@@ -18,10 +18,10 @@ An image is resolved with the first of the pod's secrets (in the pod's order) th
 its registry, else as any other pod's image.
 
 **Bounded by construction:** at most :data:`MAX_PULL_SECRETS_PER_POD` secrets of a pod
-count, :data:`MAX_SECRETS_PER_NAMESPACE` per namespace and :data:`MAX_CACHED_SECRETS` in
-all are remembered (least recently used first out), and at most :data:`MAX_CREDENTIALS`
-credentials have resolvers (the least recently used one's resolver is closed and its
-cache dropped).
+count, ``MAX_SECRETS_PER_NAMESPACE`` per namespace and ``MAX_CACHED_SECRETS`` in all
+are remembered (least recently used first out: :class:`SecretCache`), and at most
+:data:`MAX_CREDENTIALS` credentials have resolvers (the least recently used one's
+resolver is closed and its cache dropped).
 
 **Nothing of a secret is logged, counted or shown:** logs name the secret
 (``namespace/name``) and what happened; metrics count outcomes; ``/debug`` shows none of
@@ -38,7 +38,6 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -46,6 +45,7 @@ from prometheus_client.registry import Collector
 from layersched.core.errors import InputError, KubeError, LayerschedError
 from layersched.core.objects import Pod
 from layersched.extender._resolver import DeadlineResolver
+from layersched.extender._secret_cache import MAX_CACHED_SECRETS, SecretCache, SecretKey, SecretRead
 from layersched.kube import HTTP_NOT_FOUND, KubeClient, checked_name, secret_path
 from layersched.registry import PullCredential, pull_credentials
 
@@ -53,10 +53,6 @@ log = logging.getLogger(__name__)
 
 #: A pod's secrets read at most (kubelet reads every one; pods name one or two).
 MAX_PULL_SECRETS_PER_POD = 8
-#: Secrets of one namespace remembered at most (one namespace cannot take every slot).
-MAX_SECRETS_PER_NAMESPACE = 32
-#: Secrets remembered in all (their credentials, a few hundred bytes each).
-MAX_CACHED_SECRETS = 512
 #: Credentials with a resolver of their own at most (each a registry client, two worker
 #: threads at most, and its answers in the shared budget).
 MAX_CREDENTIALS = 64
@@ -84,8 +80,6 @@ FOUND, NOT_FOUND, FORBIDDEN, MALFORMED, FAILED = (
 OUTCOMES = (FOUND, NOT_FOUND, FORBIDDEN, MALFORMED, FAILED)
 HTTP_FORBIDDEN = 403
 
-SecretKey = tuple[str, str]
-
 
 def pull_secret_names(pod: Pod) -> tuple[str, ...]:
     """The pull secrets ``pod`` names, in its order, once each, at most
@@ -94,69 +88,6 @@ def pull_secret_names(pod: Pod) -> tuple[str, ...]:
     refs = (spec.imagePullSecrets if spec is not None else None) or ()
     names = dict.fromkeys(ref.name for ref in refs if valid_secret_name(ref.name))
     return tuple(names)[:MAX_PULL_SECRETS_PER_POD]
-
-
-@dataclass(frozen=True, slots=True)
-class _Read:
-    """What a secret held when read (empty: nothing usable), and until when it counts."""
-
-    credentials: Mapping[str, PullCredential]
-    outcome: str
-    expires_at: float
-
-
-class SecretCache:
-    """Secrets read, by (namespace, name), least recently used first out; bounded per
-    namespace and in all. Thread-safe."""
-
-    def __init__(
-        self,
-        max_entries: int = MAX_CACHED_SECRETS,
-        max_per_namespace: int = MAX_SECRETS_PER_NAMESPACE,
-    ) -> None:
-        self.max_entries = max_entries
-        self.max_per_namespace = max_per_namespace
-        self._entries: OrderedDict[SecretKey, _Read] = OrderedDict()
-        self._per_namespace: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        self.evictions = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: SecretKey, now: float) -> _Read | None:
-        """The read of ``key`` while it counts, else None."""
-        with self._lock:
-            read = self._entries.get(key)
-            if read is None:
-                return None
-            if now >= read.expires_at:
-                self._drop(key)
-                return None
-            self._entries.move_to_end(key)
-            return read
-
-    def put(self, key: SecretKey, read: _Read) -> None:
-        with self._lock:
-            if key in self._entries:
-                self._drop(key)
-            namespace = key[0]
-            if self._per_namespace[namespace] >= self.max_per_namespace:
-                oldest = next(k for k in self._entries if k[0] == namespace)
-                self._drop(oldest)
-                self.evictions += 1
-            while len(self._entries) >= self.max_entries:
-                self._drop(next(iter(self._entries)))
-                self.evictions += 1
-            self._entries[key] = read
-            self._per_namespace[namespace] += 1
-
-    def _drop(self, key: SecretKey) -> None:
-        del self._entries[key]
-        namespace = key[0]
-        self._per_namespace[namespace] -= 1
-        if not self._per_namespace[namespace]:
-            del self._per_namespace[namespace]
 
 
 class PullSecrets:
@@ -183,7 +114,7 @@ class PullSecrets:
         #: A key of this process: credential ids are HMACs under it.
         self._key = secrets.token_bytes(32)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._reading: dict[SecretKey, concurrent.futures.Future[_Read]] = {}
+        self._reading: dict[SecretKey, concurrent.futures.Future[SecretRead]] = {}
         self._resolvers: OrderedDict[tuple[str, str], DeadlineResolver] = OrderedDict()
         self._lock = threading.Lock()
         self._warned: dict[SecretKey, float] = {}
@@ -200,8 +131,8 @@ class PullSecrets:
         first secret naming a registry winning; None when a read did not end in time (the
         pod scores neutrally; the read goes on and warms the cache)."""
         now = self.clock()
-        reads: dict[SecretKey, _Read] = {}
-        waiting: dict[SecretKey, concurrent.futures.Future[_Read]] = {}
+        reads: dict[SecretKey, SecretRead] = {}
+        waiting: dict[SecretKey, concurrent.futures.Future[SecretRead]] = {}
         for name in names:
             key = (namespace, name)
             read = self.secrets.get(key, now)
@@ -229,7 +160,7 @@ class PullSecrets:
                 found.setdefault(registry, credential)
         return found
 
-    def _start(self, key: SecretKey) -> concurrent.futures.Future[_Read] | None:
+    def _start(self, key: SecretKey) -> concurrent.futures.Future[SecretRead] | None:
         with self._lock:
             future = self._reading.get(key)
             if future is not None:
@@ -246,7 +177,7 @@ class PullSecrets:
         future.add_done_callback(lambda f: self._finished(key, f))
         return future
 
-    def _finished(self, key: SecretKey, future: concurrent.futures.Future[_Read]) -> None:
+    def _finished(self, key: SecretKey, future: concurrent.futures.Future[SecretRead]) -> None:
         with self._lock:
             if self._reading.get(key) is future:
                 del self._reading[key]
@@ -257,7 +188,7 @@ class PullSecrets:
                 self._client = self._client_factory()
             return self._client
 
-    def _read(self, key: SecretKey) -> _Read:
+    def _read(self, key: SecretKey) -> SecretRead:
         """Read one secret now (a worker thread) and remember what it holds."""
         namespace, name = key
         where = f"{namespace}/{name}"
@@ -281,7 +212,7 @@ class PullSecrets:
             outcome = FAILED
             self._warn(key, outcome, f"unexpected {type(err).__name__}")
         ttl_s = SECRET_TTL_S if outcome == FOUND else SECRET_NEGATIVE_TTL_S
-        read = _Read(credentials, outcome, self.clock() + ttl_s)
+        read = SecretRead(credentials, outcome, self.clock() + ttl_s)
         self.secrets.put(key, read)
         with self._lock:
             self.reads[outcome] += 1

@@ -7,22 +7,20 @@ read their events and logs, and reach a pod's own port through ``kubectl port-fo
 (:func:`port_forward`). It is
 deliberately small (JSON over httpx, no generated client) so the images stay lean. Only
 a kubeconfig is read with the official client's loader (``kubernetes.config``, exec
-plugins and all, as kubectl reads it), and only by :mod:`layersched.kube._config`: an
+plugins and all, as kubectl reads it), and only by :mod:`layersched.kube._kubeconfig`: an
 import-linter contract keeps the rest of the ``kubernetes`` package out.
 """
 
 from layersched.kube._client import DEFAULT_LOG_LIMIT_BYTES, DEFAULT_TIMEOUT_S, KubeClient
-from layersched.kube._config import (
-    DEFAULT_NAMESPACE,
-    KubeConfig,
-    in_cluster_config,
+from layersched.kube._config import DEFAULT_NAMESPACE, KubeConfig, in_cluster_config
+from layersched.kube._crd import CRD_NAME, node_layers_crd
+from layersched.kube._failures import HTTP_CONFLICT, HTTP_NOT_FOUND, Gone
+from layersched.kube._kubeconfig import (
     kubeconfig_paths,
     load_client_config,
     load_config,
     load_kubeconfig,
 )
-from layersched.kube._crd import CRD_NAME, node_layers_crd
-from layersched.kube._failures import HTTP_CONFLICT, HTTP_NOT_FOUND, Gone
 from layersched.kube._paths import (
     ALL_EVENTS_PATH,
     ALL_PODS_PATH,

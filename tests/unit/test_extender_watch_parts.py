@@ -12,7 +12,7 @@ from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage
 from layersched.core.votes import ImageVotes
 from layersched.extender import _memory
-from layersched.extender.watch._parse import IGNORED_LOG_PERIOD_S, IgnoredLog
+from layersched.extender.watch._ignored import IGNORED_LOG_PERIOD_S, IgnoredLog
 from tests.fixtures.fake_kube import digest
 
 NGINX = "nginx:1.25"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +32,15 @@ from layersched.core.nodeindexing import node_info
 from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, LIMITS, parse_document
 from layersched.core.objects import decode_node
 from layersched.extender._platforms import Platforms
+from layersched.extender.watch._ignored import (
+    MALFORMED,
+    OVER_BUDGET,
+    STALE,
+    TOO_LARGE,
+    UNKNOWN_NODE,
+    Ignored,
+    IgnoredLog,
+)
 from layersched.kube import Oversize
 
 log = logging.getLogger(__name__)
@@ -74,23 +82,10 @@ MAX_STATUS_IMAGE_NAMES = 5
 KEPT_METADATA_PREFIX = "layersched.io/"
 #: Bytes a Node is charged per layer its annotation names (beside its kept metadata).
 ANNOTATION_LAYER_BYTES = 64
-#: Warnings about ignored objects: the first of each kind in this period is logged in
-#: full, the others are counted and summed up in one line when the period ends. A flood
-#: of hostile objects then costs a few log lines, and nothing is kept per message (a
-#: string kept per object would pin memory the objects' garbage is freed from).
-IGNORED_LOG_PERIOD_S = 60.0
 
 #: The two watched collections (the ``resource`` label of the watch's metrics).
 NODES = "nodes"
 LAYERS = "nodelayerinventories"
-
-#: Why an object is ignored (the ``reason`` label of the ignored-objects counter).
-MALFORMED = "malformed"
-TOO_LARGE = "too_large"
-OVER_BUDGET = "over_budget"
-UNKNOWN_NODE = "unknown_node"
-STALE = "stale"
-IGNORED_REASONS = (MALFORMED, TOO_LARGE, OVER_BUDGET, UNKNOWN_NODE, STALE)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -119,14 +114,6 @@ class HeldLayers:
     observed_at: str
 
 
-@dataclass(frozen=True, slots=True)
-class Ignored:
-    """Why an object is ignored (one of :data:`IGNORED_REASONS`), and the warning."""
-
-    reason: str
-    message: str
-
-
 #: What a watch thread hands the loop for one object.
 Parsed = ParsedNode | HeldLayers | Ignored
 
@@ -139,48 +126,6 @@ class _NameOnly(msgspec.Struct):
     """An object's name, read without decoding the rest (to skip one too large)."""
 
     metadata: _Meta = msgspec.field(default_factory=_Meta)
-
-
-class IgnoredLog:
-    """Warnings about ignored objects (or parts of objects), rate-limited: the first of
-    each kind per :data:`IGNORED_LOG_PERIOD_S` in full, the rest counted and summed up in
-    one line when the period ends (:meth:`flush`). Thread-safe."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._period_end_s = 0.0
-        #: kinds of warning logged in this period -> how many more were not
-        self._suppressed: dict[str, int] = {}
-
-    def warn(self, kind: str, message: str) -> None:
-        with self._lock:
-            if self._clock() >= self._period_end_s:
-                self._flush_locked()
-            if kind in self._suppressed:
-                self._suppressed[kind] += 1
-                return
-            self._suppressed[kind] = 0
-        log.warning("%s", message)
-
-    def flush(self) -> None:
-        """Sum up the warnings not logged, if their period ended."""
-        with self._lock:
-            if self._clock() >= self._period_end_s:
-                self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        more = {kind: count for kind, count in self._suppressed.items() if count}
-        if more:
-            log.warning(
-                "%d more objects (or parts of objects) ignored in the last %.0f s: %s (see "
-                "layersched_extender_watch_ignored_objects_total)",
-                sum(more.values()),
-                IGNORED_LOG_PERIOD_S,
-                ", ".join(f"{count} {kind}" for kind, count in sorted(more.items())),
-            )
-        self._suppressed = {}
-        self._period_end_s = self._clock() + IGNORED_LOG_PERIOD_S
 
 
 class Parser:

@@ -35,7 +35,8 @@ from layersched.core.errors import InputError
 from layersched.core.inflight import PendingPull, PendingPulls, bound_at_s, pending_images
 from layersched.core.layers import Layer
 from layersched.core.reference import ImageName
-from layersched.extender.watch._parse import MALFORMED, MAX_OBJECT_BYTES, TOO_LARGE, Ignored
+from layersched.extender.watch._ignored import MALFORMED, TOO_LARGE, Ignored
+from layersched.extender.watch._parse import MAX_OBJECT_BYTES
 from layersched.kube import Oversize
 
 log = logging.getLogger(__name__)

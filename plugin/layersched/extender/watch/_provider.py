@@ -26,13 +26,13 @@ from layersched.core.votes import DEFAULT_IMAGE_QUORUM, ImageVotes
 from layersched.extender import _memory
 from layersched.extender._platforms import Platforms
 from layersched.extender._providers import held_images
+from layersched.extender.watch._ignored import IgnoredLog
 from layersched.extender.watch._metrics import WatchMetrics
 from layersched.extender.watch._parse import (
     DEFAULT_INVENTORY_MAX_AGE_S,
     LAYERS,
     NODES,
     HeldLayers,
-    IgnoredLog,
     ParsedNode,
     Parser,
 )

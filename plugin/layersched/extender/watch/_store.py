@@ -40,16 +40,18 @@ from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.reference import ImageName
 from layersched.core.votes import ImageVotes
 from layersched.extender._platforms import Platforms
-from layersched.extender.watch._parse import (
+from layersched.extender.watch._ignored import (
     IGNORED_REASONS,
-    LAYERS,
-    NODES,
     OVER_BUDGET,
     STALE,
     UNKNOWN_NODE,
-    HeldLayers,
     Ignored,
     IgnoredLog,
+)
+from layersched.extender.watch._parse import (
+    LAYERS,
+    NODES,
+    HeldLayers,
     Parsed,
     ParsedNode,
     over_budget,

@@ -28,7 +28,8 @@ import msgspec
 
 from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.nodeimages import NodeInfo
-from layersched.extender.watch._parse import MAX_OBJECT_BYTES, Ignored, ParsedNode, object_name
+from layersched.extender.watch._ignored import Ignored
+from layersched.extender.watch._parse import MAX_OBJECT_BYTES, ParsedNode, object_name
 from layersched.kube import Gone, KubeClient, Oversize, WatchEvent
 
 log = logging.getLogger(__name__)

@@ -87,9 +87,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SEED = 36
 DEFAULT_ROUNDS = 3
 #: Seeds of the simulator's prediction (its spread) per node of the trace: an extender's
-#: random ties, and for every arm the start of kube-scheduler's node order (``sim.kube``:
-#: the seed modulo the nodes), so that every node starts the order equally often.
-SIM_SEEDS_PER_NODE = 2
+#: random ties, each pod's slot release drawn from the measured ones, and for every arm
+#: the start of kube-scheduler's node order (``sim.kube``: the seed modulo the nodes), so
+#: that every node starts the order equally often. Four: the draws' noise in an arm's mean
+#: start-up stays near a hundredth of it (two gave twice that on the committed replay).
+SIM_SEEDS_PER_NODE = 4
 
 
 def sim_seeds(trace: Trace) -> tuple[int, ...]:
@@ -236,6 +238,7 @@ def calibrated(results: Mapping[str, Any], trace: Trace) -> dict[str, Any]:
             start_overhead_s=found["start_overhead_s"],
             link_efficiency=found["link_efficiency"] or 1.0,
             slot_release_s=found["slot_release_s"] or 0.0,
+            slot_release_samples_s=tuple(found["slot_release_samples_s"]),
         )
     spec = results["burst"]
     burst = BurstParams(spec["replicas"], spec["slots_per_node"])

@@ -532,7 +532,8 @@ def overheads(
     :data:`EFFICIENCY_MIN_BYTES` that ran alone on the link, :func:`alone_on_the_link`:
     the simulator shares the link between parallel pulls itself); and, given the trace's
     ``lifetimes`` (pod name to seconds) and ``slots`` per node, how long after a pod's
-    nominal end its slot was taken again (the median of :func:`slot_release_lags`).
+    nominal end its slot was taken again (the median of :func:`slot_release_lags`, and
+    every one of them, for the simulator to draw each pod's from).
     ``pull_request_delay_s`` is binding plus sandbox: the simulator binds a pod the moment
     it has a slot.
 
@@ -543,7 +544,7 @@ def overheads(
     ... # doctest: +NORMALIZE_WHITESPACE
     {'bound_after_s': 1.0, 'sandbox_s': 2.5, 'pull_request_delay_s': 3.5,
      'start_overhead_s': 1.0, 'link_efficiency': 1.0, 'slot_release_s': None,
-     'slot_waits': 0, 'pods': 1}
+     'slot_release_samples_s': [], 'slot_waits': 0, 'pods': 1}
     """
     bound, sandbox, start, efficiency, released = [], [], [], [], []
     for run in runs:
@@ -581,6 +582,8 @@ def overheads(
         "start_overhead_s": None if not start else max(trimmed_mean(start) or 0.0, 0.0),
         "link_efficiency": _round(float(np.median(efficiency))) if efficiency else None,
         "slot_release_s": _round(max(float(np.median(released)), 0.0)) if released else None,
+        # every one measured, for the simulator to draw each pod's from
+        "slot_release_samples_s": sorted(_round(max(lag, 0.0)) for lag in released),
         "slot_waits": len(released),
         "pods": len(bound),
     }
@@ -740,6 +743,12 @@ def overheads_sentence(results: Mapping[str, Any]) -> str:
                 if costs.get("slot_release_s") is None
                 else f", a pod's slot taken again {costs['slot_release_s']:.1f} s after its "
                 "lifetime ended"
+                + (
+                    f" (the median; each simulated pod's drawn from the "
+                    f"{len(costs['slot_release_samples_s'])} measured)"
+                    if costs.get("slot_release_samples_s")
+                    else ""
+                )
             )
             parts.append(
                 f"{mode}: a pull asked for {costs['pull_request_delay_s']:.1f} s after the pod's "

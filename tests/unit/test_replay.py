@@ -1050,8 +1050,9 @@ def test_the_slot_release_is_the_bind_after_the_nominal_end_that_made_room() -> 
     ]
     rates = {"n1": 20_000_000, "n2": 20_000_000}
     found = report.overheads(runs, "serial", rates, lifetimes, 2)
-    # the median of the mode's lags, one value for every arm
+    # the median of the mode's lags, one value for every arm, and the lags themselves
     assert (found["slot_release_s"], found["slot_waits"]) == (2.5, 3)
+    assert found["slot_release_samples_s"] == [1.0, 2.5, 4.0]
     # without the trace's lifetimes nothing is measured: the simulator frees slots at once
     assert report.overheads(runs, "serial", rates)["slot_release_s"] is None
 
@@ -1094,11 +1095,14 @@ def test_resimulate_rewrites_the_simulator_columns_and_keeps_the_runs(tmp_path: 
     # the runs and their provenance untouched; the simulator's columns say what made them
     assert again["runs"] == found["runs"] and again["provenance"] == record
     assert len(again[report.SIMULATED_BY]["commit"] or "") == 40
-    # two seeds per node: every node starts kube-scheduler's order twice
-    assert again["simulation"]["seeds_count"] == 2 * SMALL.nodes
-    assert [run["seed"] for run in again["simulation"]["serial"]["trace"][DEFAULT]] == [0, 1, 2, 3]
+    # as many seeds per node: every node starts kube-scheduler's order as often
+    seeds = bench_replay.SIM_SEEDS_PER_NODE * SMALL.nodes
+    assert again["simulation"]["seeds_count"] == seeds
+    runs = again["simulation"]["serial"]["trace"][DEFAULT]
+    assert [run["seed"] for run in runs] == list(range(seeds))
     costs = again["simulation_calibrated"]["serial"]["overheads"]
     assert costs["slot_release_s"] == pytest.approx(2.0)
+    assert costs["slot_release_samples_s"] == [pytest.approx(2.0)]
     # no parallel run: no calibration for that mode
     assert "overheads" not in again["simulation_calibrated"]["parallel"]
     # the time model on the run's own nodes: one run, each pod where the run put it
@@ -1110,7 +1114,10 @@ def test_resimulate_rewrites_the_simulator_columns_and_keeps_the_runs(tmp_path: 
     assert elsewhere == placed["unfollowed"] < len(trace.pods) - 2
     assert "placed" not in again["simulation"]["serial"]
     text = report.overheads_sentence(again)
-    assert "a pod's slot taken again 2.0 s after its lifetime ended" in text
+    assert (
+        "a pod's slot taken again 2.0 s after its lifetime ended (the median; each "
+        "simulated pod's drawn from the 1 measured)" in text
+    )
     assert "recomputed from the recorded runs at commit" in text
     # its plot drawn again beside it
     assert results.with_suffix(".png").stat().st_size > 0

@@ -197,10 +197,39 @@ def test_a_slot_is_free_again_only_after_the_release_delay(
     assert result.pod_bytes.tolist() == [9 * MB, 0]
 
 
+def test_each_pods_release_is_drawn_from_the_measured_ones() -> None:
+    # as above, b waits for a's slot: released 0 s or 10 s after a's end, a draw per pod
+    cluster = replace(_cluster(1, 8e6, slots=1), slot_release_delays_s=(0.0, 10.0))
+    corpus, workload = _corpus((BASE, A_TOP)), _workload([0.0, 1.0], [0, 0], lifetime_s=10.0)
+    seen = set()
+    for seed in range(12):
+        once = simulate(corpus, workload, cluster, build_strategy("random"), seed=seed)
+        again = simulate(corpus, workload, cluster, build_strategy("random"), seed=seed)
+        assert once.pod_startup_s.tolist() == again.pod_startup_s.tolist()  # seeded
+        seen.add(float(once.pod_startup_s[1]))
+    assert seen == {18.0, 28.0}
+
+
+def test_the_release_draws_leave_the_tie_breaks_alone() -> None:
+    # an extender's random ties draw from the seed's own stream: drawing a release when
+    # the first pod starts (no pod waits for a slot here) leaves the second pod's tie (an
+    # image sharing no layer with the first's, between the two empty nodes) as it was
+    profile = _profile("ext", strategy="layer-locality", via="extender")
+    corpus, workload = _corpus((BASE, A_TOP), (B_TOP,)), _workload([0.0, 5.0], [0, 1])
+    for seed in range(6):
+        plain = simulate(corpus, workload, _cluster(3, 80e6), None, seed=seed, profile=profile)
+        drawn = replace(_cluster(3, 80e6), slot_release_delays_s=(1.0, 3.0))
+        placed = simulate(corpus, workload, drawn, None, seed=seed, profile=profile)
+        assert placed.pod_node.tolist() == plain.pod_node.tolist()
+
+
 def test_a_negative_release_delay_is_refused() -> None:
-    cluster = replace(_cluster(1, 8e6), slot_release_delay_s=-1.0)
-    with pytest.raises(InputError, match="slot_release_delay_s"):
-        simulate(_corpus((BASE,)), _workload([0.0], [0]), cluster, build_strategy("random"))
+    for cluster in (
+        replace(_cluster(1, 8e6), slot_release_delay_s=-1.0),
+        replace(_cluster(1, 8e6), slot_release_delays_s=(1.0, -1.0)),
+    ):
+        with pytest.raises(InputError, match="slot_release_delay"):
+            simulate(_corpus((BASE,)), _workload([0.0], [0]), cluster, build_strategy("random"))
 
 
 def test_in_flight_scoring_reads_the_bind_time_in_whole_seconds() -> None:

@@ -31,8 +31,11 @@ behind other pulls is the time its request spent queued.
 **Ends.** A pod holds its slot for its duration after it started, and then for
 ``slot_release_delay_s`` more: the time a real cluster takes from a pod's end to a pod
 waiting for room being bound there (the kubelet ending the pod, its container stopped, the
-pod reported terminal, kube-scheduler retrying the pods that waited). Its owner's
-PodTopologySpread count and its image's use last as long.
+pod reported terminal, kube-scheduler retrying the pods that waited). Given measured
+delays instead (``slot_release_delays_s``), each pod's is one of them drawn at random
+(seeded, a stream of its own beside the tie-breaks'): a queue's waits grow faster than its
+delays, so their spread matters, not only their middle. Its owner's PodTopologySpread
+count and its image's use last as long.
 
 **What the scheduler sees.** A layer enters the inventory when its pull
 completes; an image *name* (what ``image-locality`` uses) when every layer of the
@@ -134,6 +137,8 @@ class ClusterParams:
     #: From a pod's end (its duration after its start) to its slot being free for the
     #: scheduler again (see the module docstring: Ends).
     slot_release_delay_s: float = 0.0
+    #: Measured such delays, one drawn per pod (seeded); empty: ``slot_release_delay_s``.
+    slot_release_delays_s: tuple[float, ...] = ()
     #: A node's allocatable cpu and memory, and what each pod requests, in any one unit
     #: per resource (kube-scheduler's resource scores read them); empty: the node is
     #: ``containers_per_node`` units of each and a pod requests one.
@@ -300,6 +305,9 @@ class _Simulation:
             else None
         )
         self.rng = np.random.default_rng(seed)
+        #: The slots' release delays drawn per pod, from a stream the tie-breaks do not use.
+        self.release_rng = np.random.default_rng([seed, 1])
+        self.release_delays = np.asarray(cluster.slot_release_delays_s, dtype=np.float64)
         #: The node kube-scheduler's filtering starts from (its ``nextStartNodeIndex`` over
         #: the nodes in name order), when the profile says so: ``seed`` modulo the nodes,
         #: so that any run of as many seeds as nodes starts from each node once (a few
@@ -590,7 +598,13 @@ class _Simulation:
         if arrival_s >= self.warmup_s:
             self.wait_s.append(self.now - arrival_s)
         ends_s = ready_s + float(self.workload.pod_duration_s[pod.request])
-        self._push(ends_s + self.cluster.slot_release_delay_s, pod)
+        self._push(ends_s + self._release_delay_s(), pod)
+
+    def _release_delay_s(self) -> float:
+        """How long after a pod's end its slot is free again (see Ends)."""
+        if len(self.release_delays):
+            return float(self.release_delays[self.release_rng.integers(len(self.release_delays))])
+        return self.cluster.slot_release_delay_s
 
     def _finish(self, pod: _Pod) -> None:
         node = self.nodes[pod.node]
@@ -738,10 +752,11 @@ def simulate(
         cluster.max_parallel_pulls < 0
         or cluster.pull_request_delay_s < 0
         or cluster.slot_release_delay_s < 0
+        or any(not 0 <= d < math.inf for d in cluster.slot_release_delays_s)
     ):
         raise InputError(
             "max_parallel_pulls (0: no bound), pull_request_delay_s and slot_release_delay_s "
-            "must not be negative"
+            "(and every slot_release_delays_s) must not be negative"
         )
     if strategy is None and profile is None:
         raise InputError("simulate: give a strategy, a kube-scheduler profile, or both")

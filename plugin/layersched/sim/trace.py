@@ -496,11 +496,14 @@ class Overheads:
     start_overhead_s: float | None = None
     link_efficiency: float = 1.0
     slot_release_s: float = 0.0
+    #: The measured releases, each pod's drawn from them (empty: ``slot_release_s``).
+    slot_release_samples_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if (
             self.pull_request_delay_s < 0
             or self.slot_release_s < 0
+            or any(not 0 <= d < math.inf for d in self.slot_release_samples_s)
             or (self.start_overhead_s is not None and self.start_overhead_s < 0)
             or not 0 < self.link_efficiency <= 1
         ):
@@ -559,6 +562,7 @@ def _cluster(
         ),
         pull_request_delay_s=costs.pull_request_delay_s,
         slot_release_delay_s=costs.slot_release_s,
+        slot_release_delays_s=tuple(costs.slot_release_samples_s),
         max_parallel_pulls=max_parallel_pulls,
         node_allocatable=resources.allocatable if resources else None,
         pod_requests=resources.requests if resources else None,

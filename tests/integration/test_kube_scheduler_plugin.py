@@ -40,10 +40,10 @@ import pytest
 import yaml
 
 from layersched.builds import kubernetes_build
-from layersched.core.boundpod import decode_bound_pod
+from layersched.core.boundpod import bound_at_s, decode_bound_pod, pending_images
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.indexbuilder import build_layer_index
-from layersched.core.inflight import PendingPull, bound_at_s, pending_images
+from layersched.core.inflight import PendingPull
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeInfo
 from layersched.core.nodelayers import API_VERSION, KIND, parse_document
@@ -811,7 +811,7 @@ _PENDING_LINE = re.compile(r"pending pods parity: (?P<pods>\d+) pods, all equal"
 
 def test_go_and_the_python_core_agree_on_which_pods_are_pulling(tree: Path, tmp_path: Path) -> None:
     # which of a node's pods are pulls in flight, and since when: the extender reads
-    # watched pods (core.inflight.pending_images), the plugin its NodeInfos' v1.Pods
+    # watched pods (core.boundpod.pending_images), the plugin its NodeInfos' v1.Pods
     rng = random.Random(SEED * 11)
     cases = []
     for number in range(PENDING_PODS_CASES):

@@ -18,9 +18,9 @@ import msgspec
 import pytest
 import tenacity
 
-from layersched.core.boundpod import decode_bound_pod
+from layersched.core.boundpod import bound_at_s, decode_bound_pod, pending_images
 from layersched.core.errors import KubeError
-from layersched.core.inflight import PendingPulls, bound_at_s, pending_images
+from layersched.core.inflight import PendingPulls
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.reference import ImageName
 from layersched.core.strategies import get_strategy

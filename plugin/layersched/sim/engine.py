@@ -95,7 +95,7 @@ _DONE_EPSILON_BYTES = 1e-3
 _PROGRESS_EVERY = 2000
 #: An event version marking a pod's delayed pull request (not a node's pull progress).
 _ASK = -1
-#: The resolution of the bind time in-flight scoring reads (``core.inflight.bound_at_s``:
+#: The resolution of the bind time in-flight scoring reads (``core.boundpod.bound_at_s``:
 #: the ``PodScheduled`` condition's ``lastTransitionTime``, whole seconds).
 BIND_TIME_RESOLUTION_S = 1.0
 

@@ -41,7 +41,7 @@ const (
 )
 
 // pullFailures are the kubelet's waiting reasons for a failed pull: such a pod pulls
-// nothing meanwhile (the Python core's PULL_FAILURES).
+// nothing meanwhile (the Python core's PULL_FAILURES, core/boundpod.py).
 var pullFailures = map[string]bool{
 	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
 	"ErrImageNeverPull": true, "RegistryUnavailable": true, "SignatureValidationFailed": true,
@@ -112,7 +112,7 @@ func (a *InFlightArgs) validate(path *field.Path) field.ErrorList {
 // containers not created yet (no image ID, not running, not terminated; init containers
 // first) that no created container runs, and its image volumes while none is created;
 // none for a pod not bound, not Pending, or whose pull failed. The Python core's
-// pending_images (the same table in both languages' tests).
+// pending_images (core/boundpod.py; the same table in both languages' tests).
 func pendingImages(pod *v1.Pod) []string {
 	if pod.Spec.NodeName == "" || (pod.Status.Phase != "" && pod.Status.Phase != v1.PodPending) {
 		return nil

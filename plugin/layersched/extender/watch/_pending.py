@@ -5,7 +5,7 @@ With ``--strategy in-flight --watch`` the extender lists and watches the pods a 
 selector narrows to those bound and Pending (:data:`PENDING_PODS_SELECTOR`): a pod enters
 when it is bound, and the API server sends its deletion from the watch as soon as it
 leaves Pending. :class:`PodParser` reads each on the watch's thread
-(:func:`~layersched.core.inflight.pending_images`: the images it still waits for, and
+(:func:`~layersched.core.boundpod.pending_images`: the images it still waits for, and
 since when it is bound), and :class:`PendingPods` applies it on the event loop: the
 images' layers come from what the nodes agree on or the layer cache (never a registry
 call there: an image not cached yet is resolved in the background and the pod's layers
@@ -30,9 +30,9 @@ from typing import Any
 import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from layersched.core.boundpod import decode_bound_pod
+from layersched.core.boundpod import bound_at_s, decode_bound_pod, pending_images
 from layersched.core.errors import InputError
-from layersched.core.inflight import PendingPull, PendingPulls, bound_at_s, pending_images
+from layersched.core.inflight import PendingPull, PendingPulls
 from layersched.core.layers import Layer
 from layersched.core.reference import ImageName
 from layersched.extender.watch._ignored import MALFORMED, TOO_LARGE, Ignored

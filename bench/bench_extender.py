@@ -66,7 +66,7 @@ from fake_api import FakeApi, Scripted
 
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage
-from layersched.core.nodelayers import build_document
+from layersched.core.nodelayersbuilder import build_document
 from layersched.evidence import provenance
 from layersched.evidence.results import write_json
 

@@ -53,7 +53,7 @@ from fake_api import FakeApi
 from rich.console import Console
 from rich.progress import Progress
 
-from layersched.core.nodelayers import build_document
+from layersched.core.nodelayersbuilder import build_document
 from layersched.evidence import provenance
 from layersched.evidence.results import write_json
 

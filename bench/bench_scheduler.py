@@ -77,7 +77,7 @@ from corpus import Workload, workload
 from layersched.builds import kubernetes_build
 from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.nodeimages import NodeImage
-from layersched.core.nodelayers import build_document
+from layersched.core.nodelayersbuilder import build_document
 from layersched.core.reference import ImageReference
 from layersched.deploy import (
     DEFAULT_SCHEDULER,

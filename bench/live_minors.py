@@ -57,7 +57,7 @@ from layersched.builds import REPO_ROOT, KubernetesBuild, kubernetes_build, mino
 from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage
-from layersched.core.nodelayers import build_document
+from layersched.core.nodelayersbuilder import build_document
 from layersched.deploy import LAYER_LOCALITY_PLUGIN
 from layersched.evidence import provenance
 from layersched.evidence.results import write_json

@@ -19,7 +19,8 @@ import tenacity
 
 from layersched.agent import ChangeSignal, NodeImagesReader, Publisher, publish_loop, watch_events
 from layersched.containerd import ContainerdClient, ContentStoreReader
-from layersched.core.nodelayers import build_document, parse_document
+from layersched.core.nodelayers import parse_document
+from layersched.core.nodelayersbuilder import build_document
 from layersched.cri import CRIClient
 from tests.fixtures.containerd import RUNTIMES, ContainerdProcess
 from tests.fixtures.registry import RegistryProcess

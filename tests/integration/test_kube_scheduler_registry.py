@@ -41,7 +41,8 @@ from layersched.builds import kubernetes_build
 from layersched.core.indexbuilder import build_layer_index
 from layersched.core.manifest import Platform
 from layersched.core.nodeimages import NodeImage, NodeInfo
-from layersched.core.nodelayers import build_document, parse_document
+from layersched.core.nodelayers import parse_document
+from layersched.core.nodelayersbuilder import build_document
 from layersched.core.pod import PodImages
 from layersched.core.reference import ImageName
 from layersched.core.strategies.args import LayerLocalityArgs

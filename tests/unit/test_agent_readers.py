@@ -17,7 +17,7 @@ from layersched.agent import CrioStorageReader, NodeImagesReader, cri_images
 from layersched.core.errors import InputError
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.nodeimages import NodeImage
-from layersched.core.nodelayers import build_document
+from layersched.core.nodelayersbuilder import build_document
 from layersched.cri import CRIImage
 
 
@@ -176,7 +176,7 @@ def test_a_pull_between_the_store_read_and_the_cri_listing_is_published_once(
     # the store read finds manifest digest(90) as reg/old:1; before the CRI listing,
     # reg/old:1 goes and the same manifest is pulled as reg/new:1. No name is shared,
     # so the CRI image is read too: the read lists digest(90) twice, and the one
-    # writer of the object (core.nodelayers) publishes one entry, the store's names
+    # writer of the object (core.nodelayersbuilder) publishes one entry, the store's names
     # first (issue 31: the guard the two deduplications keep; see the agent's README)
     one_image_storage(tmp_path, "reg/old:1", digest(1), 100)
     pulled = CRIImage(

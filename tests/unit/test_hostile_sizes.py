@@ -21,7 +21,8 @@ from layersched.core.layers import MAX_SIZE_BYTES, Layer, StaticLayerSource, che
 from layersched.core.manifest import parse_manifest
 from layersched.core.nodeimages import NodeImage, NodeInfo, annotation_layers
 from layersched.core.nodeindexing import node_info
-from layersched.core.nodelayers import build_document, parse_document
+from layersched.core.nodelayers import parse_document
+from layersched.core.nodelayersbuilder import build_document
 from layersched.core.objects import decode_node
 from layersched.core.pod import PodImages
 from layersched.core.strategies import STRATEGY_NAMES, Strategy, get_strategy

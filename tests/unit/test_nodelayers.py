@@ -15,7 +15,8 @@ from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layerindex import LayerIndex
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage, NodeInfo
-from layersched.core.nodelayers import build_document, content_hash, parse_document
+from layersched.core.nodelayers import content_hash, parse_document
+from layersched.core.nodelayersbuilder import build_document
 from layersched.kube import node_layers_crd
 
 

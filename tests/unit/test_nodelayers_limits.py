@@ -19,7 +19,8 @@ import pytest
 
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage
-from layersched.core.nodelayers import LIMITS, OMIT_REASONS, Limits, build_document, build_inventory
+from layersched.core.nodelayers import LIMITS, OMIT_REASONS, Limits
+from layersched.core.nodelayersbuilder import build_document, build_inventory
 from layersched.kube._crd import CRD_DIGEST_MAX_CHARS, CRD_DIGEST_PATTERN
 from tests.fixtures.crd_schema import crd_errors, crd_schema
 

@@ -24,8 +24,9 @@ repairs within :data:`REPAIR_WINDOW_S`, each next one waits 1 s, doubling to
 :data:`REPAIR_HOLD_MAX_S`: two agents that disagree about a node cannot drive each other
 into a busy loop, and an administrator's occasional write is still repaired at once.
 
-The object is built within the CRD's limits (:func:`layersched.core.nodelayers.build_inventory`):
-an image past them is left out, and logged once when it first is, not on every resync.
+The object is built within the CRD's limits
+(:func:`layersched.core.nodelayersbuilder.build_inventory`): an image past them is left
+out, and logged once when it first is, not on every resync.
 The loop reports to :class:`~layersched.agent._health.AgentHealth` for the probes.
 """
 
@@ -44,12 +45,8 @@ from typing import Any, Protocol
 
 from layersched.core.errors import KubeError
 from layersched.core.nodeimages import NodeImage
-from layersched.core.nodelayers import (
-    DEFAULT_MAX_OBJECT_BYTES,
-    Omission,
-    build_inventory,
-    content_hash,
-)
+from layersched.core.nodelayers import DEFAULT_MAX_OBJECT_BYTES, content_hash
+from layersched.core.nodelayersbuilder import Omission, build_inventory
 from layersched.kube import (
     HTTP_NOT_FOUND,
     node_layers_path,

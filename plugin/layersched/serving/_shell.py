@@ -1,60 +1,28 @@
-"""The service shell every layersched server runs in: probes, metrics, TLS, listening, signals.
+"""The service shell every layersched server runs in: listening and signals.
 
-The extender, the admission webhook, the relay and the agent each bring their own routes
-and checks; this module gives them the rest, once (kube-scheduler's
-``newHealthEndpointsAndMetricsHandler`` is the model: one function installs the health
-and metrics handlers, each component adds only its checks):
-
-* :func:`add_health_routes`: each probe path answers its check, ``200`` or ``503`` with a
-  one-line plain-text body saying why; ``/metrics`` serves a Prometheus registry.
-* :func:`json_response` and :func:`decode_json`: JSON bodies out, and in with every
-  malformed body a :class:`msgspec.DecodeError` (the client's mistake, never a 500).
-* :class:`ReloadingTls`: a server TLS context (TLS 1.2 or later, optionally verifying
-  client certificates) whose certificate can be re-read when its files change.
-* :func:`serve`: bind every :class:`Listener` (or take over sockets already bound),
-  serve until SIGTERM/SIGINT, then stop taking connections and give requests in flight a
-  grace period. The component's own work runs meanwhile as its ``main``.
+:func:`serve` binds every :class:`Listener` (or takes over sockets already bound), serves
+until SIGTERM/SIGINT, then stops taking connections and gives requests in flight a grace
+period. The component's own work runs meanwhile as its ``main``; a listener's reloading
+certificate (:mod:`layersched.serving._tls`) is re-read while it serves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import signal
 import socket
-import ssl
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import msgspec
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from layersched.core.errors import LayerschedError
+from layersched.serving._http import ServingError
+from layersched.serving._tls import ReloadingTls, keep_reloading
 
 log = logging.getLogger("layersched.serving")
-
-HTTP_OK = 200
-HTTP_BAD_REQUEST = 400
-HTTP_UNAUTHORIZED = 401
-HTTP_FORBIDDEN = 403
-HTTP_NOT_FOUND = 404
-HTTP_REQUEST_TIMEOUT = 408
-HTTP_TOO_LARGE = 413
-HTTP_SERVER_ERROR = 500
-HTTP_UNAVAILABLE = 503
-#: Counted (never sent) when a client hangs up mid-body: nginx's "client closed request".
-HTTP_CLIENT_CLOSED = 499
-
-LIVEZ_PATH = "/livez"
-READYZ_PATH = "/readyz"
-#: Kept by the extender for probes and configurations written before /readyz.
-HEALTHZ_PATH = "/healthz"
-METRICS_PATH = "/metrics"
 
 #: Connections the kernel queues on a listening socket (aiohttp's default): they wait
 #: there while a process hands its sockets over (the extender's recycle).
@@ -69,161 +37,6 @@ DEFAULT_LINGERING_S = 10.0
 DEFAULT_KEEPALIVE_S = 3630.0
 #: How long SIGTERM waits for requests in flight by default.
 SHUTDOWN_GRACE_S = 5.0
-#: How often a reloading certificate's files are checked for a renewal.
-TLS_RELOAD_PERIOD_S = 60.0
-
-#: A probe's check: whether it passes, and the line saying why (``"ok"`` when it does).
-Check = Callable[[], tuple[bool, str]]
-
-_ENCODER = msgspec.json.Encoder()
-T = TypeVar("T")
-
-
-class ServingError(LayerschedError):
-    """A server could not start (a port, a certificate) or keep serving."""
-
-
-def always_ok() -> tuple[bool, str]:
-    """The check of a process that answers at all (an event loop that runs)."""
-    return True, "ok"
-
-
-# -- bodies -----------------------------------------------------------------------------
-
-
-def json_response(body: object, status: int = HTTP_OK) -> web.Response:
-    """``body`` encoded as JSON (msgspec: Structs, dicts, lists)."""
-    return web.Response(body=_ENCODER.encode(body), status=status, content_type="application/json")
-
-
-def decode_json(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
-    """``decoder.decode(body)``; every way a body can be malformed is a DecodeError.
-
-    msgspec raises two others, both the client's mistake, not a server error:
-    RecursionError when it skips an unknown field nested 100,000 levels deep, and
-    UnicodeDecodeError for a string that is not UTF-8.
-    """
-    try:
-        return decoder.decode(body)
-    except RecursionError:
-        raise msgspec.DecodeError("JSON nested too deeply") from None
-    except UnicodeDecodeError as err:
-        raise msgspec.DecodeError(f"a string is not valid UTF-8 ({err.reason})") from None
-
-
-# -- probes and metrics -------------------------------------------------------------------
-
-
-def _probe(check: Check) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handler(request: web.Request) -> web.Response:
-        ok, why = check()
-        return web.Response(status=HTTP_OK if ok else HTTP_UNAVAILABLE, text=f"{why}\n")
-
-    return handler
-
-
-def _metrics(registry: CollectorRegistry) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
-    return handler
-
-
-def add_health_routes(
-    app: web.Application,
-    checks: Mapping[str, Check],
-    registry: CollectorRegistry | None = None,
-) -> None:
-    """Serve each ``checks`` path (``GET``: 200 or 503, the check's line as the body) and,
-    given a ``registry``, ``/metrics``, read at scrape time."""
-    for path, check in checks.items():
-        app.router.add_get(path, _probe(check))
-    if registry is not None:
-        app.router.add_get(METRICS_PATH, _metrics(registry))
-
-
-# -- TLS ------------------------------------------------------------------------------------
-
-
-class ReloadingTls:
-    """A server TLS context (TLS 1.2 or later) whose certificate :meth:`reload` re-reads
-    when its files changed (:func:`serve` does so every ``reload_period_s``; None: never).
-
-    With ``client_ca_file``, client certificates that CA issued are asked for and verified:
-    required (``require_client_cert``: the handshake fails without one), or optional (the
-    component then refuses a caller without one, with a message). ``client`` names who
-    presents that certificate, and ``hint`` where the files come from, for the errors.
-    """
-
-    def __init__(
-        self,
-        cert_file: str,
-        key_file: str,
-        client_ca_file: str | None = None,
-        *,
-        require_client_cert: bool = True,
-        reload_period_s: float | None = TLS_RELOAD_PERIOD_S,
-        client: str = "the client",
-        hint: str = "",
-    ) -> None:
-        self.cert_file, self.key_file = cert_file, key_file
-        self.reload_period_s = reload_period_s
-        self._hint = f" ({hint})" if hint else ""
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        if client_ca_file is not None:
-            try:
-                self.context.load_verify_locations(cafile=client_ca_file)
-            except (OSError, ssl.SSLError) as err:
-                raise ServingError(
-                    f"loading the client CA {client_ca_file!r}: {err}: pass the PEM certificate "
-                    f"of the CA that issued {client}'s client certificate with "
-                    f"--client-ca-file{self._hint}"
-                ) from None
-            self.context.verify_mode = (
-                ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
-            )
-        self._fingerprint = ""
-        self.reload()
-
-    def _read_fingerprint(self) -> str:
-        digest = hashlib.sha256()
-        for path in (self.cert_file, self.key_file):
-            digest.update(Path(path).read_bytes())
-        return digest.hexdigest()
-
-    def reload(self) -> bool:
-        """Load the files if they changed; True when they were (re)loaded. Raises
-        :class:`ServingError` when they cannot be read or do not match."""
-        try:
-            fingerprint = self._read_fingerprint()
-            if fingerprint == self._fingerprint:
-                return False
-            self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as err:
-            raise ServingError(
-                f"loading the TLS certificate {self.cert_file!r} and key {self.key_file!r}: "
-                f"{err}: pass a PEM certificate (chain) with --tls-cert-file and its PEM "
-                f"private key with --tls-key-file{self._hint}"
-            ) from None
-        self._fingerprint = fingerprint
-        return True
-
-
-async def _keep_reloading(
-    tls: ReloadingTls, period_s: float, on_reload: Callable[[], None]
-) -> None:
-    while True:
-        await asyncio.sleep(period_s)
-        try:
-            if tls.reload():
-                on_reload()
-                log.info("serving certificate %s re-read (it changed)", tls.cert_file)
-        except ServingError as err:
-            # keep serving the certificate held: a half-written renewal fixes itself
-            log.error("%s", err)
 
 
 # -- listening ------------------------------------------------------------------------------
@@ -389,7 +202,7 @@ async def serve(
                 on_listening(listener.url + listener.label)
             tls = listener.tls
             if tls is not None and tls.reload_period_s is not None:
-                reloading = _keep_reloading(tls, tls.reload_period_s, listener.on_tls_reload)
+                reloading = keep_reloading(tls, tls.reload_period_s, listener.on_tls_reload)
                 tasks.append(asyncio.ensure_future(reloading))
         tasks += [asyncio.ensure_future(work()) for work in background]
         await main(serving)

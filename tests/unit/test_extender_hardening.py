@@ -30,7 +30,7 @@ from layersched.core.objects import Node
 from layersched.core.strategies import get_strategy
 from layersched.extender import Extender, Platforms, StaticLayerIndexProvider, make_extender
 from layersched.extender._platforms import MAX_PLATFORMS
-from layersched.extender._resolver import POSITIVE_TTL_S
+from layersched.registry import POSITIVE_TTL_S
 from tests.fixtures.strategies import without_spread
 from tests.unit.test_extender import (
     L1,

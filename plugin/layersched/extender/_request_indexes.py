@@ -18,7 +18,7 @@ from layersched.core.objects import Node
 from layersched.extender._metrics import ExtenderMetrics
 from layersched.extender._platforms import PlatformSource
 from layersched.extender._pod_layers import PodLayers
-from layersched.extender._resolver import MAX_CACHED_IMAGES
+from layersched.registry import MAX_CACHED_IMAGES
 
 log = logging.getLogger("layersched.extender")
 

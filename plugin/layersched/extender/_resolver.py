@@ -38,26 +38,13 @@ from collections.abc import Callable, Sequence
 
 from layersched.core.errors import LayerResolutionError, LayerschedError
 from layersched.core.layers import Layer, LayerSource, NoLayerSource, StaticLayerSource
-from layersched.core.reference import ImageName, is_pinned
-from layersched.registry import (
-    MAX_CACHED_BYTES,
-    MAX_CACHED_IMAGES,
-    NEGATIVE_TTL_S,
-    POSITIVE_TTL_S,
-    Entry,
-    LayerCache,
-    MemoryBudget,
-)
+from layersched.core.reference import ImageName
+from layersched.extender._cached_source import CachedSource, preferred_order
+from layersched.extender._failure_log import FailureLog
+from layersched.registry import Entry, LayerCache, MemoryBudget
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "MAX_CACHED_BYTES",
-    "MAX_CACHED_IMAGES",
-    "NEGATIVE_TTL_S",
-    "POSITIVE_TTL_S",
-    "DeadlineResolver",
-]
 #: Pod-image resolutions in flight or queued at most; beyond this a pod is
 #: answered neutrally without queueing more work (no unbounded queue).
 MAX_PENDING = 256
@@ -66,13 +53,6 @@ MAX_PENDING = 256
 MAX_WARMING = 1024
 #: Parallel registry conversations for pod images.
 DEFAULT_WORKERS = 4
-#: A failing pod image is logged at WARNING once per negative-cache period (it is
-#: retried no more often); a failing node image once per positive period, since
-#: thousands of them may fail together when a registry is down.
-POD_WARNING_PERIOD_S = NEGATIVE_TTL_S
-NODE_WARNING_PERIOD_S = POSITIVE_TTL_S
-#: Images whose last warning time is remembered; past this the memory starts over.
-MAX_WARNED_IMAGES = 10_000
 
 Future = concurrent.futures.Future[tuple[Layer, ...]]
 
@@ -84,102 +64,8 @@ def _retrieve(future: asyncio.Future[tuple[Layer, ...]]) -> None:
         future.exception()
 
 
-def preferred_name(names: Sequence[ImageName]) -> ImageName:
-    """The name to resolve a node image by: a digest reference (immutable, and one
-    manifest GET by digest) if kubelet reported one, else the first name."""
-    return next((n for n in names if is_pinned(n)), names[0])
-
-
-def preferred_order(names: Sequence[ImageName]) -> list[ImageName]:
-    """A node image's names in the order they are tried: digest references first (kubelet
-    lists them first anyway), then the others as listed."""
-    pinned = [name for name in names if is_pinned(name)]
-    return pinned + [name for name in names if name not in pinned] if pinned else list(names)
-
-
-class _WarningLog:
-    """Decides whether a failure is logged at WARNING (first in its period) or INFO."""
-
-    def __init__(self, period_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._period_s = period_s
-        self._clock = clock
-        self._last: dict[ImageName, float] = {}
-        self._lock = threading.Lock()
-
-    def level(self, image: ImageName) -> int:
-        now = self._clock()
-        with self._lock:
-            last = self._last.get(image)
-            if last is not None and now - last < self._period_s:
-                return logging.INFO
-            if len(self._last) >= MAX_WARNED_IMAGES:
-                self._last.clear()
-            self._last[image] = now
-            return logging.WARNING
-
-
-class _FailureLog:
-    """How a resolver's failures are logged: a pod image's at WARNING once per
-    POD_WARNING_PERIOD_S, a node image's once per NODE_WARNING_PERIOD_S, else INFO."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self.pods = _WarningLog(POD_WARNING_PERIOD_S, clock)
-        self.nodes = _WarningLog(NODE_WARNING_PERIOD_S, clock)
-
-    def pod_failed(
-        self, image: ImageName, err: BaseException | str | None, *, warning_only: bool = False
-    ) -> None:
-        """A pod image's failure (or nothing, with ``warning_only`` and no warning due: a
-        pod answered from the negative cache)."""
-        level = self.pods.level(image)
-        if warning_only and level != logging.WARNING:
-            return
-        log.log(
-            level,
-            "pod image %r: layers cannot be resolved, pods using it score 0 "
-            "(retried after %.0f s): %s",
-            image,
-            NEGATIVE_TTL_S,
-            err,
-        )
-
-    def node_failed(self, image: ImageName, err: LayerschedError) -> None:
-        level = self.nodes.level(image)
-        log.log(level, "node image %r: layers cannot be resolved, ignored: %s", image, err)
-
-    def kept(self, image: ImageName, err: LayerschedError) -> None:
-        """A failed revalidation that kept the last known layers."""
-        log.log(
-            self.nodes.level(image),
-            "image %r: revalidating its layers failed, keeping the last known ones "
-            "(retried after %.0f s): %s",
-            image,
-            NEGATIVE_TTL_S,
-            err,
-        )
-
-    def bug(self, image: ImageName, err: Exception, *, for_pod: bool) -> None:
-        """The layer source raised what it never should (a KeyError in a parser, say): its
-        traceback is in the operator's log once per period."""
-        warnings = self.pods if for_pod else self.nodes
-        if warnings.level(image) == logging.WARNING:
-            log.exception(
-                "%s image %r: the layer source failed unexpectedly (a bug: please report "
-                "it with this traceback); the image counts as unresolved, retried after %.0f s",
-                "pod" if for_pod else "node",
-                image,
-                NEGATIVE_TTL_S,
-            )
-        else:
-            log.info("image %r: the layer source failed unexpectedly again: %r", image, err)
-
-    def unknown_offline(self, image: ImageName, err: LayerschedError) -> None:
-        level = self.pods.level(image)
-        log.log(level, "pod image %r: layers unknown, pods using it score 0: %s", image, err)
-
-
 def _resolve_offline(
-    source: LayerSource, images: Sequence[ImageName], failures: _FailureLog
+    source: LayerSource, images: Sequence[ImageName], failures: FailureLog
 ) -> dict[ImageName, tuple[Layer, ...]] | None:
     """Layers of each of ``images`` from an offline source (inline), or None if any is
     unknown."""
@@ -232,7 +118,7 @@ class DeadlineResolver:
         self._warm_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._workers = workers
         self._warm_workers = warm_workers if warm_workers is not None else max(1, workers // 2)
-        self._failures = _FailureLog(clock)
+        self._failures = FailureLog(clock)
         #: Pods answered neutrally because resolution missed the deadline.
         self.timeouts = 0
         #: Pod images not queued because MAX_PENDING resolutions were already under way.
@@ -486,7 +372,7 @@ class DeadlineResolver:
 
         For a request's node images: thousands of them cannot wait for a registry.
         """
-        return self.source if self.local else _CachedOnly(self)
+        return self.source if self.local else CachedSource(self._lookup, self.warm)
 
     def close(self, *, forget: bool = False) -> None:
         """Stop the workers (running resolutions are abandoned); with ``forget``, also drop
@@ -497,38 +383,6 @@ class DeadlineResolver:
         self._pool = self._warm_pool = None
         if forget:
             self.cache.clear()
-
-
-class _CachedOnly:
-    """A LayerSource view of the resolver's cache for node images (a NodeImageSource)."""
-
-    def __init__(self, resolver: DeadlineResolver) -> None:
-        self._resolver = resolver
-
-    def resolve(self, image: ImageName) -> tuple[Layer, ...]:
-        return self.resolve_names((image,))
-
-    def resolve_names(self, names: Sequence[ImageName]) -> tuple[Layer, ...]:
-        """The cached layers of the first of ``names`` (a digest first) that has an answer
-        of its own; else warm the first name not tried yet and fail. A name answers only
-        for itself: another name's answer is never this one's (issue 44)."""
-        if not names:
-            raise LayerResolutionError("a node image without names cannot be resolved")
-        lookup = self._resolver._lookup
-        untried: ImageName | None = None
-        ordered = preferred_order(names)
-        for name in ordered:
-            entry = lookup(name)
-            if entry is None:
-                untried = untried or name
-            elif entry.layers is not None:
-                return entry.layers
-        if untried is None:
-            raise LayerResolutionError(
-                f"resolving {ordered[0]!r} failed recently; retried after {NEGATIVE_TTL_S:.0f} s"
-            )
-        self._resolver.warm(untried)
-        raise LayerResolutionError(f"layers of {untried!r} are not cached yet (being resolved)")
 
 
 def _until(expires_at: float, now: float) -> float | None:

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 from rich.progress import Progress
 
+from layersched.cli._estimate_cluster import PullSecretNames
+from layersched.cli._estimate_layers import resolve_pods
 from layersched.cli._pull_secrets import UserPullSecrets
-from layersched.cli.estimate import PullSecretNames, _resolve_pods
 from layersched.core.errors import InputError, KubeError, LayerResolutionError
 from layersched.core.layers import Layer, StaticLayerSource
 from layersched.core.objects import LocalObjectReference, Pod, PodSpec
@@ -511,7 +512,7 @@ def test_estimate_resolves_a_pods_private_image_with_its_secret_as_the_user_read
     users = UserPullSecrets(kube, make)  # type: ignore[arg-type]
     user = registry.source(None)  # the user's own source: anonymous here
     with Progress(disable=True) as progress:
-        out = _resolve_pods(pods, {p.uid: {} for p in pods}, CachedLayerSource(user), progress,
+        out = resolve_pods(pods, {p.uid: {} for p in pods}, CachedLayerSource(user), progress,
                             0.0, 200.0, None, pulling, users)  # fmt: skip
     by_name = {p.key.split("/")[1]: p for p in out}
     assert by_name["with"].image_layers == {IMAGE: LAYERS}

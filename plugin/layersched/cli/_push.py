@@ -12,11 +12,7 @@ from rich.console import Console
 from layersched.builds import kubernetes_build
 from layersched.cli._output import JSON, YAML, add_output_option, print_document
 from layersched.core.errors import InputError
-from layersched.images.push import (
-    PushedImage,
-    PushedStack,
-    build_and_push,
-)
+from layersched.images.push import PushedImage, PushedStack, build_and_push
 
 KUBE_SCHEDULER = "kube-scheduler"
 

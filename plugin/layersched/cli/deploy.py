@@ -68,14 +68,8 @@ from layersched.deploy import (
     uses_policy,
     write_tree,
 )
-from layersched.images.push import (
-    DEPLOY_DIR,
-    push_layersched_image,
-    write_overlay,
-)
-from layersched.kube import (
-    checked_name,
-)
+from layersched.images.push import DEPLOY_DIR, push_layersched_image, write_overlay
+from layersched.kube import checked_name
 
 EXIT_OK = 0
 EXIT_STALE = 1

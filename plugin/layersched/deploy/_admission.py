@@ -80,9 +80,7 @@ from layersched.deploy._admission_webhook import (
 )
 from layersched.deploy._spec import StackSpec
 from layersched.deploy._tls import WebhookTls, issue_webhook_tls, still_usable
-from layersched.deploy._workloads import (
-    object_meta,
-)
+from layersched.deploy._workloads import object_meta
 
 
 def admission_objects(spec: StackSpec) -> list[dict[str, Any]]:

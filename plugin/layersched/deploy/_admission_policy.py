@@ -19,11 +19,7 @@ from layersched.admission import (
 from layersched.core.nodelayers import GROUP, KIND, PLURAL
 from layersched.deploy._scheduler_config import kubernetes_minor
 from layersched.deploy._spec import StackSpec
-from layersched.deploy._workloads import (
-    AGENT_NAME,
-    NAMESPACE,
-    object_meta,
-)
+from layersched.deploy._workloads import AGENT_NAME, NAMESPACE, object_meta
 
 #: ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1) is GA, on by default, and
 #: tokens carry their node from this minor on.

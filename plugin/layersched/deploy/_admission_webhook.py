@@ -15,11 +15,7 @@ from layersched.admission import (
     READYZ_PATH,
     VALIDATE_PATH,
 )
-from layersched.deploy._admission_policy import (
-    ADMISSION_API,
-    POLICY_NAME,
-    resource_rules,
-)
+from layersched.deploy._admission_policy import ADMISSION_API, POLICY_NAME, resource_rules
 from layersched.deploy._network import HTTPS_PORT
 from layersched.deploy._rbac import RBAC_GROUP
 from layersched.deploy._spec import LAYERSCHED_IMAGE, StackSpec

@@ -15,9 +15,7 @@ from layersched.deploy._spec import (
     RUNTIME_CRIO,
     StackSpec,
 )
-from layersched.deploy._versions import (
-    recursive_read_only,
-)
+from layersched.deploy._versions import recursive_read_only
 from layersched.deploy._workloads import (
     AGENT_NAME,
     AGENT_RESOURCES,

@@ -6,23 +6,11 @@ from __future__ import annotations
 import json
 
 from layersched import __version__
-from layersched.deploy._chart import (
-    CHART_NAME,
-    CHART_OLDEST_MINOR,
-    HEADER,
-)
+from layersched.deploy._chart import CHART_NAME, CHART_OLDEST_MINOR, HEADER
 from layersched.deploy._chart_templates import helpers, templates
-from layersched.deploy._chart_values import (
-    values_schema,
-    values_yaml,
-)
-from layersched.deploy._published import (
-    PublishedImages,
-    default_published,
-)
-from layersched.deploy._versions import (
-    NEWEST_MINOR,
-)
+from layersched.deploy._chart_values import values_schema, values_yaml
+from layersched.deploy._published import PublishedImages, default_published
+from layersched.deploy._versions import NEWEST_MINOR
 from layersched.deploy._yaml import to_yaml
 
 

@@ -13,29 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
-from layersched.deploy._chart import (
-    Variant,
-)
-from layersched.deploy._chart_values import (
-    RESOURCES_KEYS,
-)
-from layersched.deploy._network import (
-    EgressPeer,
-    EgressSpec,
-    scheduler_egress,
-)
-from layersched.deploy._scheduler_deployment import (
-    config_checksum,
-)
+from layersched.deploy._chart import Variant
+from layersched.deploy._chart_values import RESOURCES_KEYS
+from layersched.deploy._network import EgressPeer, EgressSpec, scheduler_egress
+from layersched.deploy._scheduler_deployment import config_checksum
 from layersched.deploy._spec import (
     KUBE_SCHEDULER_IMAGE,
     LAYERSCHED_IMAGE,
     SCHEDULER_EXTENDER,
     StackSpec,
 )
-from layersched.deploy._versions import (
-    NEWEST_PATCH,
-)
+from layersched.deploy._versions import NEWEST_PATCH
 from layersched.deploy._yaml import to_yaml
 
 _NAMESPACE = "chart-sentinel-namespace"

@@ -11,20 +11,14 @@ from typing import Any
 from layersched import __version__
 from layersched.core.errors import InputError
 from layersched.core.strategies import STRATEGY_NAMES
-from layersched.deploy._chart import (
-    CHART_OLDEST_MINOR,
-    HEADER,
-)
+from layersched.deploy._chart import CHART_OLDEST_MINOR, HEADER
 from layersched.deploy._network import (
     API_SERVER_PORT,
     HTTPS_PORT,
     MAX_PORT,
     EgressPeer,
 )
-from layersched.deploy._published import (
-    PublishedImages,
-    default_published,
-)
+from layersched.deploy._published import PublishedImages, default_published
 from layersched.deploy._scheduler_config import (
     DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_IMAGE_QUORUM,
@@ -41,10 +35,7 @@ from layersched.deploy._spec import (
     SCHEDULER_KINDS,
     StackSpec,
 )
-from layersched.deploy._versions import (
-    NEWEST_MINOR,
-    UPSTREAM_KUBE_SCHEDULER,
-)
+from layersched.deploy._versions import NEWEST_MINOR, UPSTREAM_KUBE_SCHEDULER
 from layersched.deploy._workloads import (
     AGENT_RESOURCES,
     EXTENDER_RESOURCES,

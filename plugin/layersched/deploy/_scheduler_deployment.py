@@ -24,9 +24,7 @@ from layersched.deploy._spec import (
     SCHEDULER_PLUGIN,
     StackSpec,
 )
-from layersched.deploy._versions import (
-    scheduler_probe_paths,
-)
+from layersched.deploy._versions import scheduler_probe_paths
 from layersched.deploy._workloads import (
     CREDENTIAL_FILE_MODE,
     EXTENDER_HEALTH_PORT,

@@ -60,12 +60,8 @@ from layersched.deploy._rbac import (
     service_account,
 )
 from layersched.deploy._scheduler_deployment import scheduler_config_text, scheduler_deployment
-from layersched.deploy._spec import (
-    StackSpec,
-)
-from layersched.deploy._versions import (
-    pdb_api_version,
-)
+from layersched.deploy._spec import StackSpec
+from layersched.deploy._versions import pdb_api_version
 from layersched.deploy._workloads import (
     AGENT_NAME,
     SCHEDULER_CONFIG_FILE,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from layersched.cli import explain as explain_module
+from layersched.cli import _explain_extender
 from layersched.cli.main import main
 from tests.fixtures.kube_api import StandInApi, items, ok, status
 from tests.fixtures.serving import serving
@@ -240,7 +240,7 @@ def test_hostile_answers_print_as_text_and_are_bounded(
     code, out, _ = _explain(capsys, kube_api, "--extender-url", _url(extender))
     assert code == 0 and "[red]n9[/red]" in out
     # an answer past the cap is not read to its end
-    monkeypatch.setattr(explain_module, "MAX_ANSWER_BYTES", 1024)
+    monkeypatch.setattr(_explain_extender, "MAX_ANSWER_BYTES", 1024)
     _answer(extender, _decision(scores={f"n{i}": 0 for i in range(1000)}))
     explained = _json(capsys, kube_api, "--extender-url", _url(extender))
     assert explained["verdict"] == "no_answer"

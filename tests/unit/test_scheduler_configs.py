@@ -49,7 +49,7 @@ from layersched.deploy import (
     stack_objects,
     webhook_dns_names,
 )
-from layersched.deploy._scheduler_config import PLUGIN_REGISTRY_BOUNDS
+from layersched.deploy._plugin_config import PLUGIN_REGISTRY_BOUNDS
 from layersched.extender import DEFAULT_RESOLVE_TIMEOUT_S
 from layersched.extender._resolver import DEFAULT_WORKERS, MAX_PENDING
 from layersched.registry import (
@@ -61,9 +61,7 @@ from layersched.registry import (
     NEGATIVE_TTL_S,
     POSITIVE_TTL_S,
 )
-from layersched.testbed.local import (
-    local_testbed_overlay,
-)
+from layersched.testbed.local import local_testbed_overlay
 from layersched.testbed.scheduler_configs import (
     IMAGE_LOCALITY_SCHEDULER,
     INFLIGHT_SCHEDULER,

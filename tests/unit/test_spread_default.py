@@ -18,7 +18,7 @@ from layersched.core.errors import InputError
 from layersched.core.strategies import LayerLocalityArgs, get_strategy
 from layersched.core.strategies.layer_locality import LayerLocality
 from layersched.deploy import StackSpec, extender_args
-from layersched.deploy._scheduler_config import PluginArgs
+from layersched.deploy._plugin_config import PluginArgs
 from layersched.sim.settings import LAYER_LOCALITY, LAYER_LOCALITY_SPREAD, build_strategy
 from layersched.testbed.scheduler_configs import TestbedSchedulers, _testbed_plugin_args
 

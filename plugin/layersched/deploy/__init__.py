@@ -34,6 +34,16 @@ from layersched.deploy._network import (
     EgressSpec,
     network_policies,
 )
+from layersched.deploy._plugin_config import (
+    IMAGE_LOCALITY_PLUGIN,
+    LAYER_LOCALITY_PLUGIN,
+    PLUGIN_FRAMEWORK_SINCE_MINOR,
+    PLUGIN_KEEPS_IMAGE_LOCALITY,
+    PLUGIN_KUBERNETES_MINOR,
+    PluginArgs,
+    PluginRegistryArgs,
+    plugin_scheduler_config,
+)
 from layersched.deploy._published import (
     PUBLISHED_IMAGE,
     PublishedImage,
@@ -55,25 +65,17 @@ from layersched.deploy._rbac import (
 from layersched.deploy._scheduler_config import (
     DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_SCHEDULER,
-    IMAGE_LOCALITY_PLUGIN,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
     KUBE_SCHEDULER_CONFIG_V1BETA3,
-    LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_SCHEDULER,
-    PLUGIN_FRAMEWORK_SINCE_MINOR,
-    PLUGIN_KEEPS_IMAGE_LOCALITY,
-    PLUGIN_KUBERNETES_MINOR,
     ExtenderSpec,
     LeaderElectionSpec,
-    PluginArgs,
-    PluginRegistryArgs,
     default_scheduler_config,
     extender_scheduler_config,
     go_duration,
     kubernetes_minor,
-    plugin_scheduler_config,
     scheduler_api_version_for,
 )
 from layersched.deploy._scheduler_deployment import (

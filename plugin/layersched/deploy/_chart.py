@@ -47,7 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layersched.deploy._scheduler_config import PLUGIN_FRAMEWORK_SINCE_MINOR
+from layersched.deploy._plugin_config import PLUGIN_FRAMEWORK_SINCE_MINOR
 from layersched.deploy._spec import RUNTIMES, SCHEDULER_KINDS, SCHEDULER_PLUGIN
 from layersched.deploy._versions import NEWEST_MINOR
 

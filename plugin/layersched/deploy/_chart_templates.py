@@ -26,8 +26,8 @@ from layersched.deploy._chart_sentinels import (
     templated,
     with_sentinels,
 )
+from layersched.deploy._plugin_config import PLUGIN_FRAMEWORK_SINCE_MINOR
 from layersched.deploy._rbac import pending_pods_rbac
-from layersched.deploy._scheduler_config import PLUGIN_FRAMEWORK_SINCE_MINOR
 from layersched.deploy._stack import stack_objects
 from layersched.deploy._tree import FILE_ORDER
 from layersched.deploy._versions import NEWEST_MINOR, NEWEST_PATCH, UPSTREAM_KUBE_SCHEDULER

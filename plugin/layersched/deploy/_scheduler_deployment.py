@@ -10,13 +10,11 @@ import hashlib
 from typing import Any
 
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
+from layersched.deploy._plugin_config import PluginArgs, PluginRegistryArgs, plugin_scheduler_config
 from layersched.deploy._scheduler_config import (
     ExtenderSpec,
     LeaderElectionSpec,
-    PluginArgs,
-    PluginRegistryArgs,
     extender_scheduler_config,
-    plugin_scheduler_config,
 )
 from layersched.deploy._spec import (
     KUBE_SCHEDULER_IMAGE,

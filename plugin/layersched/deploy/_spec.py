@@ -16,16 +16,15 @@ from layersched.core.errors import InputError
 from layersched.core.strategies.in_flight import NAME as IN_FLIGHT_STRATEGY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy._network import EgressSpec
+from layersched.deploy._plugin_config import LAYER_LOCALITY_PLUGIN, PLUGIN_FRAMEWORK_SINCE_MINOR
 from layersched.deploy._scheduler_config import (
     DEFAULT_ALLOWED_REGISTRIES,
     DEFAULT_IMAGE_QUORUM,
     KUBE_SCHEDULER_CONFIG_V1,
-    LAYER_LOCALITY_PLUGIN,
     LAYER_LOCALITY_SCHEDULER,
     MAX_EXTENDER_WEIGHT,
     MAX_IMAGE_QUORUM,
     MIN_EXTENDER_WEIGHT,
-    PLUGIN_FRAMEWORK_SINCE_MINOR,
     kubernetes_minor,
     scheduler_api_version_for,
 )

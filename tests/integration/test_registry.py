@@ -26,8 +26,8 @@ from layersched.images.oci import (
     build_index,
     layer_bytes,
     push_image,
-    write_oci_layout,
 )
+from layersched.images.oci_layout import write_oci_layout
 from layersched.registry import CachedLayerSource, LayerCache, RegistryClient, RegistryLayerSource
 from tests.fixtures import prereq
 from tests.fixtures.registry import AccessLogEntry, RegistryProcess

@@ -21,7 +21,7 @@ import tenacity
 
 from layersched.cli.main import main as cli_main
 from layersched.core.manifest import OCI_INDEX
-from layersched.images.oci import write_oci_archive
+from layersched.images.oci_layout import write_oci_archive
 from layersched.testbed.idle_program import idle_program
 from layersched.testbed.pause_image import build_pause_image
 from layersched.testbed.scenario_images import (

@@ -21,16 +21,18 @@ from layersched.core.manifest import (
     sha256_digest,
 )
 from layersched.images.oci import (
-    CONTAINERD_IMAGE_NAME_ANNOTATION,
-    REF_NAME_ANNOTATION,
     LayerFile,
-    archive_name,
     build_image,
     build_index,
     layer_bytes,
     make_layer,
-    oci_archive,
     random_layer,
+)
+from layersched.images.oci_layout import (
+    CONTAINERD_IMAGE_NAME_ANNOTATION,
+    REF_NAME_ANNOTATION,
+    archive_name,
+    oci_archive,
     write_oci_archive,
     write_oci_layout,
 )

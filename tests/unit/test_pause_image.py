@@ -15,7 +15,7 @@ import yaml
 from layersched.cli.main import main as cli_main
 from layersched.core.errors import InputError
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform
-from layersched.images.oci import oci_archive
+from layersched.images.oci_layout import oci_archive
 from layersched.testbed.idle_program import idle_program
 from layersched.testbed.pause_image import (
     DEFAULT_PAUSE_IMAGE,

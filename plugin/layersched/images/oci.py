@@ -1,4 +1,5 @@
-"""Deterministic OCI images for tests and testbeds: build, lay out on disk, push.
+"""Deterministic OCI images for tests and testbeds: build and push (on disk:
+:mod:`layersched.images.oci_layout`).
 
 Every byte is a function of the inputs: layer content comes from a seeded
 generator, tars carry fixed owner/mode/mtime, gzip carries mtime 0, and JSON is
@@ -12,9 +13,9 @@ used in. A layer may carry further files given by path and mode (the scenario
 images' base layer adds their entrypoint program, the pause image is one
 executable); those are written first, in the order given.
 
-An image can be written as an OCI image layout directory
-(:func:`write_oci_layout`, for skopeo) or as an OCI archive, a tar of that
-layout named for ``ctr images import`` (:func:`write_oci_archive`).
+An image can be written as an OCI image layout directory (for skopeo) or as an
+OCI archive, a tar of that layout named for ``ctr images import``
+(:mod:`layersched.images.oci_layout`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import random
 import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.progress import (
@@ -49,7 +49,7 @@ from layersched.core.manifest import (
     Platform,
     sha256_digest,
 )
-from layersched.core.reference import DEFAULT_TAG, ImageReference
+from layersched.core.reference import ImageReference
 from layersched.registry import RegistryClient
 
 # Reproducible-build conventions: the epoch as every timestamp, root as every owner.
@@ -62,12 +62,6 @@ EXECUTABLE_MODE = 0o755
 GZIP_LEVEL = 1
 # Pushes smaller than this finish in a blink; a progress bar would only flicker.
 PROGRESS_MIN_BYTES = 8 * 1024 * 1024
-OCI_LAYOUT_VERSION = "1.0.0"
-# The annotation OCI layouts use to name a manifest (what `skopeo oci:DIR:TAG` reads).
-REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
-# The annotation containerd's importer takes an image's full name from, ahead of
-# REF_NAME_ANNOTATION (which ctr would prefix with "import-<date>" when it is a bare tag).
-CONTAINERD_IMAGE_NAME_ANNOTATION = "io.containerd.image.name"
 _FILE_NAME_DIGEST_CHARS = 16
 
 
@@ -78,7 +72,7 @@ def layer_bytes(seed: int, size_bytes: int) -> bytes:
     return random.Random(seed).randbytes(size_bytes)
 
 
-def _canonical_json(doc: Mapping[str, Any]) -> bytes:
+def canonical_json(doc: Mapping[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -229,7 +223,7 @@ def build_image(
     }
     if platform.variant:
         config["variant"] = platform.variant
-    config_bytes = _canonical_json(config)
+    config_bytes = canonical_json(config)
     manifest = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
@@ -239,7 +233,7 @@ def build_image(
     blobs = {b.digest: b.blob for b in built}
     blobs[sha256_digest(config_bytes)] = config_bytes
     return BuiltImage(
-        manifest_bytes=_canonical_json(manifest),
+        manifest_bytes=canonical_json(manifest),
         config_bytes=config_bytes,
         blobs=blobs,
         layers=tuple(b.layer for b in built),
@@ -267,133 +261,7 @@ def build_index(
     for image in images:
         blobs.update(image.blobs)
         blobs[image.digest] = image.manifest_bytes
-    return BuiltIndex(_canonical_json(index), tuple(images), blobs=blobs)
-
-
-def _layout_blobs(image: BuiltImage | BuiltIndex) -> tuple[bytes, dict[str, bytes]]:
-    """The top-level manifest or index, and every blob a layout of ``image`` holds."""
-    top = image.index_bytes if isinstance(image, BuiltIndex) else image.manifest_bytes
-    blobs = dict(image.blobs)
-    blobs[image.digest] = top
-    return top, blobs
-
-
-def _index_entry(
-    image: BuiltImage | BuiltIndex, top: bytes, annotations: Mapping[str, str]
-) -> dict[str, Any]:
-    entry = Descriptor(image.media_type, image.digest, len(top)).to_json()
-    entry["annotations"] = dict(annotations)
-    return entry
-
-
-def write_oci_layout(directory: Path, image: BuiltImage | BuiltIndex, tag: str) -> Path:
-    """Write an OCI image layout (``oci-layout``, ``index.json``, ``blobs/``) for ``tag``.
-
-    ``skopeo copy oci:DIR:TAG docker://…`` and ``umoci`` read it. Blobs already
-    in the directory are kept, so several images can share one layout.
-    """
-    blob_dir = directory / "blobs" / "sha256"
-    blob_dir.mkdir(parents=True, exist_ok=True)
-    (directory / "oci-layout").write_text(json.dumps({"imageLayoutVersion": OCI_LAYOUT_VERSION}))
-    top, blobs = _layout_blobs(image)
-    for digest, data in blobs.items():
-        path = blob_dir / digest.removeprefix("sha256:")
-        if not path.exists():
-            path.write_bytes(data)
-    index_path = directory / "index.json"
-    existing: list[dict[str, Any]] = []
-    if index_path.exists():
-        existing = json.loads(index_path.read_text()).get("manifests", [])
-    entry = _index_entry(image, top, {REF_NAME_ANNOTATION: tag})
-    kept = [m for m in existing if m.get("annotations", {}).get(REF_NAME_ANNOTATION) != tag]
-    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [*kept, entry]}
-    index_path.write_bytes(_canonical_json(index))
-    return directory
-
-
-def archive_name(name: str) -> ImageReference:
-    """Check that ``name`` is a full ``host/repository:tag`` name, as the CRI looks images up.
-
-    The CRI plugin normalises a pod's or kubelet's image name (``pause:3.2``
-    becomes ``docker.io/library/pause:3.2``) before it looks in the image
-    store, so an imported image is only found under its normalised name.
-    """
-    ref = ImageReference.parse(name)
-    if ref.digest is not None or ref.canonical() != name:
-        full = f"{ref.domain}/{ref.path}:{ref.tag or DEFAULT_TAG}"
-        raise InputError(
-            f"image name {name!r} for an OCI archive: give the full name with registry host "
-            f"and tag and no digest, e.g. {full!r}, since containerd's CRI plugin looks "
-            "images up by that normalised name"
-        )
-    return ref
-
-
-def _tar_member(tar: tarfile.TarFile, path: str, content: bytes | None) -> None:
-    """Add a regular file (``content``) or, for None, a directory, with fixed metadata."""
-    info = tarfile.TarInfo(path)
-    info.mtime = FIXED_MTIME
-    info.uid, info.gid = FIXED_UID, FIXED_GID
-    info.uname = info.gname = ""
-    if content is None:
-        info.type, info.mode = tarfile.DIRTYPE, EXECUTABLE_MODE
-        tar.addfile(info)
-        return
-    info.size, info.mode = len(content), FILE_MODE
-    tar.addfile(info, io.BytesIO(content))
-
-
-def oci_archive(image: BuiltImage | BuiltIndex, name: str) -> bytes:
-    """An OCI archive (a tar of an image layout) that ``ctr images import`` names ``name``.
-
-    ``name`` must be a full name (see :func:`archive_name`). Its index entry
-    carries ``io.containerd.image.name`` (the full name, which containerd's
-    importer uses as is) and ``org.opencontainers.image.ref.name`` (the tag,
-    as the OCI layout spec and ``docker save`` write it). The tar is
-    byte-for-byte reproducible: fixed metadata, members in sorted order.
-    """
-    ref = archive_name(name)
-    top, blobs = _layout_blobs(image)
-    annotations = {CONTAINERD_IMAGE_NAME_ANNOTATION: name, REF_NAME_ANNOTATION: ref.reference}
-    index = {
-        "schemaVersion": 2,
-        "mediaType": OCI_INDEX,
-        "manifests": [_index_entry(image, top, annotations)],
-    }
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        _tar_member(tar, "oci-layout", _canonical_json({"imageLayoutVersion": OCI_LAYOUT_VERSION}))
-        _tar_member(tar, "index.json", _canonical_json(index))
-        _tar_member(tar, "blobs/", None)
-        _tar_member(tar, "blobs/sha256/", None)
-        for digest in sorted(blobs):
-            _tar_member(tar, f"blobs/sha256/{digest.removeprefix('sha256:')}", blobs[digest])
-    return out.getvalue()
-
-
-def write_oci_archive(path: Path, image: BuiltImage | BuiltIndex, name: str) -> bool:
-    """Write :func:`oci_archive` to ``path``; False when ``path`` already holds exactly it.
-
-    The file is replaced atomically (written beside it, then renamed), so a
-    reader never sees half an archive.
-    """
-    data = oci_archive(image, name)
-    try:
-        if path.read_bytes() == data:
-            return False
-    except FileNotFoundError:
-        pass
-    except OSError as err:
-        raise InputError(f"reading {path} to compare the OCI archive: {err}") from err
-    partial = path.with_name(path.name + ".partial")
-    try:
-        partial.write_bytes(data)
-        partial.replace(path)
-    except OSError as err:
-        raise InputError(
-            f"writing the OCI archive {path}: {err}; is its directory there and writable?"
-        ) from err
-    return True
+    return BuiltIndex(canonical_json(index), tuple(images), blobs=blobs)
 
 
 def push_image(

@@ -36,7 +36,8 @@ from layersched.images.build import (
     build_layersched_index,
     image_size_bytes,
 )
-from layersched.images.oci import BuiltIndex, push_image, write_oci_layout
+from layersched.images.oci import BuiltIndex, push_image
+from layersched.images.oci_layout import write_oci_layout
 from layersched.registry import RegistryClient
 
 #: The images' one Go binary.

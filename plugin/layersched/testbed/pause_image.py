@@ -27,8 +27,8 @@ from layersched.images.oci import (
     LayerFile,
     build_image,
     files_layer,
-    write_oci_archive,
 )
+from layersched.images.oci_layout import write_oci_archive
 
 #: Where the binary sits in the image, and the image's entrypoint.
 PAUSE_PATH = "/pause"

@@ -46,9 +46,10 @@ docs/testbed-local.md), and users named ``layersched:agent:<node>`` in group
 ``layersched:agents`` (client certificates, as the cloud testbed's remote agents use),
 held to the node their name gives.
 
-The policy is named after the install's namespace (:func:`policy_name`), so that two
-installs in two namespaces (``deploy/`` beside the local testbed's own agents) each hold
-their own agents and neither removes the other's.
+The policy is named after the install's namespace
+(:func:`layersched.deploy.policy_name`), so that two installs in two namespaces
+(``deploy/`` beside the local testbed's own agents) each hold their own agents and neither
+removes the other's.
 
 This module gives the objects of a version (:func:`admission_objects`) and what an overlay
 adds (the webhook's TLS: :func:`overlay_tls`, :func:`admission_overlay`); the policy is

@@ -105,6 +105,15 @@ class LayerIndexView(Protocol):
     def image_holders(self, name: str) -> IndexArray: ...
 
 
+def held_image_names(index: LayerIndexView | None, node: str) -> list[str] | None:
+    """The image names ``index`` holds for node ``node`` (None: no index, or no such node):
+    what ``/debug/inventory`` shows."""
+    idx = index.index_of(node) if index is not None else None
+    if index is None or idx is None:
+        return None
+    return index.node_image_names(idx)
+
+
 #: A live inventory compacts its layer ids (and rebuilds the maps keyed by layer or
 #: name) once this many more entries were freed than are held: its tables then follow
 #: what its nodes hold now, not the most they ever held (Python lists and dicts never

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from layersched.core.errors import InputError
 from layersched.core.indexbuilder import LayerIndexBuilder
-from layersched.core.layerindex import LayerIndex
+from layersched.core.layerindex import LayerIndex, held_image_names
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.nodeindexing import add_node_object
 from layersched.core.objects import decode_node_list
@@ -87,14 +87,6 @@ class LayerIndexProvider(Protocol):
         ...
 
 
-def held_images(index: LayerIndex | None, node: str) -> list[str] | None:
-    """The image names ``index`` holds for ``node`` (None: no inventory, unknown node)."""
-    idx = index.index_of(node) if index is not None else None
-    if index is None or idx is None:
-        return None
-    return index.node_image_names(idx)
-
-
 class StaticLayerIndexProvider:
     """The inventory of a ``--nodes NODES.json`` file (a v1 NodeList), loaded once.
 
@@ -129,7 +121,7 @@ class StaticLayerIndexProvider:
         return None
 
     def held_images(self, node: str) -> list[str] | None:
-        return held_images(self._index, node)
+        return held_image_names(self._index, node)
 
     def collector(self) -> Collector | None:
         return None

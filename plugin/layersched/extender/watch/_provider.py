@@ -18,14 +18,13 @@ from prometheus_client.registry import Collector
 
 from layersched.core.budget import DEFAULT_MAX_INVENTORY_BYTES, IndexPools
 from layersched.core.errors import LayerschedError
-from layersched.core.layerindex import LayerIndex
+from layersched.core.layerindex import LayerIndex, held_image_names
 from layersched.core.layers import Layer, LayerSource
 from layersched.core.nodeimages import NodeInfo
 from layersched.core.reference import ImageName
 from layersched.core.votes import DEFAULT_IMAGE_QUORUM, ImageVotes
 from layersched.extender import _memory
 from layersched.extender._platforms import Platforms
-from layersched.extender._providers import held_images
 from layersched.extender.watch._ignored import IgnoredLog
 from layersched.extender.watch._metrics import WatchMetrics
 from layersched.extender.watch._parse import (
@@ -307,7 +306,7 @@ class WatchLayerIndexProvider:
 
     def held_images(self, node: str) -> list[str] | None:
         """The image names the inventory holds for ``node`` (None: unknown node)."""
-        return held_images(self._store.index, node)
+        return held_image_names(self._store.index, node)
 
     def tracked(self) -> dict[str, int]:
         """How many entries each piece of per-node and pooled state holds (for tests and

@@ -391,8 +391,11 @@ func TestAFailedImageDoesNotWaitTwice(t *testing.T) {
 			t.Fatalf("an image that failed scored %v", got)
 		}
 	}
-	if got := counterValue(t, registryWaits) - waits; got != 1 {
-		t.Fatalf("%v waits for one failing image and 5 pods, want 1", got)
+	// One wait at most: the first pod's, which joins the fetch under way. On a loaded
+	// machine the fetch may start (from the pod's own prepare), fail and be cached
+	// before the first pod's Await joins it; then that pod waits for nothing either.
+	if got := counterValue(t, registryWaits) - waits; got > 1 {
+		t.Fatalf("%v waits for one failing image and 5 pods, want at most 1", got)
 	}
 	if source.fetched() != 1 {
 		t.Fatalf("%d fetches, want 1", source.fetched())

@@ -30,16 +30,7 @@ RESULTS_DIRS = provenance.RESULTS_DIRS
 
 #: The files without usable provenance today, and the command (the lead's quiet run) that
 #: writes each again with its record; ``RESULTS=commit`` writes the committed file.
-AWAITING = {
-    "reports/scenario-crio.json": (
-        "LAYERSCHED_RESULTS=commit layersched scenario --pin P1=n1 --pin P2=n3 --report "
-        "reports/scenario-crio.json on a RUNTIMES=containerd,containerd,crio testbed with the "
-        "relay role (docs/testbed-local.md)"
-    ),
-    "bench/results/relay.json": (
-        "LAYERSCHED_RESULTS=commit bench/bench_relay.py --state-dir .testbed (relay role up)"
-    ),
-}
+AWAITING: dict[str, str] = {}
 
 
 def results_files() -> list[str]:

@@ -47,3 +47,15 @@ def test_testmain_alone_is_no_test() -> None:
     assert not go_lint._TEST_FUNC.search("func TestMain(m *testing.M) {\n")
     assert go_lint._TEST_FUNC.search("func TestScores(t *testing.T) {\n")
     assert not go_lint._TEST_FUNC.search("func BenchmarkPerfScheduling(b *testing.B) {\n")
+
+
+def test_the_plugins_packages_keep_tests_for_go_lint_to_race() -> None:
+    # make go-lint is where the plugin's Go tests run (the integration tests no longer run
+    # them a second time): each of these packages must keep a test for it to run
+    module = ROOT / "plugin" / "kube-scheduler"
+    for package in ("pkg/layers", "pkg/inventorywatch", "pkg/layerlocality", "pkg/resolver"):
+        tests = sorted((module / package).glob("*_test.go"))
+        assert any(go_lint._TEST_FUNC.search(f.read_text("utf-8")) for f in tests), package
+    # the index's race test: Score readers against the watch's writer
+    layers = "".join(f.read_text("utf-8") for f in (module / "pkg" / "layers").glob("*_test.go"))
+    assert "func TestScoresAreReadWhileEventsArrive(" in layers

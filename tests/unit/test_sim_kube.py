@@ -118,6 +118,8 @@ def _profile(name: str, **fields: Any) -> kube.Profile:
 BASE = Layer("sha256:" + "b" * 64, 8 * MB)
 A_TOP = Layer("sha256:" + "a" * 64, 1 * MB)
 B_TOP = Layer("sha256:" + "c" * 64, 1 * MB)
+A_TOP_9 = Layer("sha256:" + "d" * 64, 9 * MB)
+B_TOP_9 = Layer("sha256:" + "e" * 64, 9 * MB)
 
 
 def _corpus(*images: tuple[Layer, ...]) -> Corpus:
@@ -383,3 +385,31 @@ def test_plugin_ties_start_from_the_node_the_seed_names() -> None:
     for seed in range(12):
         nodes = set(_placed(alone, [0.0, 0.1, 0.2], [0, 0, 0], seed).pod_node.tolist())
         assert nodes == {seed % 3}
+
+
+def test_pulls_at_once_share_the_whole_link_a_lone_pull_does_not_fill() -> None:
+    # a lone pull moves 80% of the link (its own round trips and unpacking): the node's
+    # rate is 6.4 Mbit/s of an 8 Mbit/s link. a (9 MB) alone: 9 MB at 6.4 Mbit/s, 11.25 s.
+    # a and b (9 MB of their own, no shared layer) at once share the whole 8 Mbit/s, each
+    # 4 Mbit/s (under the lone rate): both end at 18 s, not at 22.5 s as two lone rates
+    # halved would give
+    corpus = _corpus((A_TOP_9,), (B_TOP_9,))
+    cluster = replace(_cluster(1, 6.4e6, parallel=3), lone_pull_efficiency=0.8)
+    alone = simulate(corpus, _workload([0.0], [0]), cluster, build_strategy("random"))
+    assert list(alone.pod_startup_s) == pytest.approx([11.25])
+    both = simulate(corpus, _workload([0.0, 0.0], [0, 1]), cluster, build_strategy("random"))
+    assert list(both.pod_startup_s) == pytest.approx([18.0, 18.0])
+    # serial pulls are never concurrent: the second waits, then pulls at the lone rate
+    serial = simulate(
+        corpus,
+        _workload([0.0, 0.0], [0, 1]),
+        replace(cluster, max_parallel_pulls=1),
+        build_strategy("random"),
+    )
+    assert list(serial.pod_startup_s) == pytest.approx([11.25, 22.5])
+
+
+def test_a_lone_pull_efficiency_outside_zero_to_one_is_refused() -> None:
+    cluster = replace(_cluster(1, 8e6), lone_pull_efficiency=1.5)
+    with pytest.raises(InputError, match="lone_pull_efficiency"):
+        simulate(_corpus((BASE, A_TOP)), _workload([0.0], [0]), cluster, build_strategy("random"))

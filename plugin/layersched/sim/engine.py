@@ -21,8 +21,10 @@ sandbox first). A pull fetches the layers of the image the node holds neither on
 nor in flight, as one job, and waits for those another pull is already fetching
 (containerd fetches a blob once). Concurrent jobs on one node share its link equally
 (processor sharing): two equal pulls that start together both finish after twice the
-time of one. ``max_parallel_pulls`` bounds the pulls a node runs at once, as the
-kubelet's pull queue does: 1 is its default ``serializeImagePulls`` (one pull at a
+time of one. A node's rate is what a pull alone achieves; given ``lone_pull_efficiency``
+(the measured share of the link a lone pull moves), pulls at once share the whole link,
+as the replay's parallel runs did. ``max_parallel_pulls`` bounds the pulls a node runs at
+once, as the kubelet's pull queue does: 1 is its default ``serializeImagePulls`` (one pull at a
 time, first come first served, and a pull queued behind another of the same image then
 finds it present), N its ``maxParallelImagePulls``, 0 no bound. A pulling pod's wait
 behind other pulls is the time its request spent queued.
@@ -132,6 +134,12 @@ class ClusterParams:
     #: N``; 0: no bound (every pull starts at once). Concurrent pulls share the link
     #: equally.
     max_parallel_pulls: int = 0
+    #: The share of its node's rate (``bandwidth_bits_per_s``) a pull alone on the link
+    #: moves: a node's rate is what a lone pull achieves (its own round trips and
+    #: unpacking), and two or more pulls at once share ``rate / lone_pull_efficiency``, the
+    #: whole link, each overlapping its fixed costs with the others' transfer. 1: a lone
+    #: pull fills the link.
+    lone_pull_efficiency: float = 1.0
     #: From binding to the pod's pull request (the kubelet creates the sandbox first).
     pull_request_delay_s: float = 0.0
     #: From a pod's end (its duration after its start) to its slot being free for the
@@ -618,16 +626,26 @@ class _Simulation:
         self._drain()
 
     # --------------------------------------------------------------- pulling
+    def _job_rate(self, node: _Node) -> float:
+        """Bytes a second each of the node's active jobs moves: a lone job the node's
+        rate, concurrent ones an equal share of the whole link (``lone_pull_efficiency``),
+        never more than a lone job."""
+        jobs = len(node.active)
+        if jobs <= 1:
+            return node.bytes_per_s
+        link = node.bytes_per_s / self.cluster.lone_pull_efficiency
+        return min(node.bytes_per_s, link / jobs)
+
     def _advance(self, node: _Node) -> None:
         if node.active:
-            node.vtime += (self.now - node.vtime_at_s) * node.bytes_per_s / len(node.active)
+            node.vtime += (self.now - node.vtime_at_s) * self._job_rate(node)
         node.vtime_at_s = self.now
 
     def _reschedule(self, node: _Node) -> None:
         node.version += 1
         if node.active:
             remaining = node.active[0][0] - node.vtime
-            at_s = self.now + max(remaining, 0.0) * len(node.active) / node.bytes_per_s
+            at_s = self.now + max(remaining, 0.0) / self._job_rate(node)
             self._push(at_s, node, node.version)
 
     def _start_job(self, node: _Node, job: _Job) -> None:
@@ -757,6 +775,11 @@ def simulate(
         raise InputError(
             "max_parallel_pulls (0: no bound), pull_request_delay_s and slot_release_delay_s "
             "(and every slot_release_delays_s) must not be negative"
+        )
+    if not 0 < cluster.lone_pull_efficiency <= 1:
+        raise InputError(
+            f"lone_pull_efficiency {cluster.lone_pull_efficiency}: give the share of the "
+            "link a lone pull moves, within (0, 1]"
         )
     if strategy is None and profile is None:
         raise InputError("simulate: give a strategy, a kube-scheduler profile, or both")

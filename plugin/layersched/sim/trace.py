@@ -564,6 +564,7 @@ def _cluster(
         slot_release_delay_s=costs.slot_release_s,
         slot_release_delays_s=tuple(costs.slot_release_samples_s),
         max_parallel_pulls=max_parallel_pulls,
+        lone_pull_efficiency=costs.link_efficiency,
         node_allocatable=resources.allocatable if resources else None,
         pod_requests=resources.requests if resources else None,
     )

@@ -109,15 +109,13 @@ def tree() -> Path:
 
 
 def _go_test(
-    module: Path, *args: str, race: bool = False, env: dict[str, str] | None = None
+    module: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     build = kubernetes_build()
     go, _ = find_go(build.go_version_needed())
     go_env = {**build.go_env(), **(env or {})}
-    if race:
-        go_env["CGO_ENABLED"] = "1"  # the race detector needs cgo
     # -trimpath, as make kubernetes compiles: the packages it compiled come from the cache
-    argv = [go, "test", "-trimpath", *(["-race"] if race else []), *args]
+    argv = [go, "test", "-trimpath", *args]
     print(f"$ {' '.join(argv)}  (in {module})")
     done = subprocess.run(
         argv,

@@ -79,11 +79,14 @@ from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayersbuilder import build_document
 from layersched.core.reference import ImageReference
+from layersched.core.strategies.args import InFlightArgs
+from layersched.core.strategies.in_flight import NAME as IN_FLIGHT_STRATEGY
 from layersched.deploy import (
     DEFAULT_SCHEDULER,
     PLUGIN_KEEPS_IMAGE_LOCALITY,
     ExtenderSpec,
     PluginArgs,
+    StackSpec,
     default_scheduler_config,
     extender_scheduler_config,
     plugin_scheduler_config,
@@ -138,14 +141,35 @@ SELF_SIGNED = False
 #: 5,000).
 DEFAULT_ROUNDS = {500: 5, 5000: 3}
 PLUGIN_NAME = report.PLUGIN_NAME
-#: The configurations of the kube-scheduler carrying LayerLocality, and whether each keeps
-#: upstream's ImageLocality: ``plugin`` keeps it (the install's profile until issue 43
-#: replaced it; committed results label their rows by these keys), and
-#: ``plugin-no-image-locality`` does not.
-PLUGIN_CONFIGURATIONS = {"plugin": True, "plugin-no-image-locality": False}
-#: The row that is the install's profile (:data:`PLUGIN_KEEPS_IMAGE_LOCALITY`).
+
+
+@dataclass(frozen=True)
+class PluginRow:
+    """How one configuration's kube-scheduler carries LayerLocality."""
+
+    #: Whether upstream's ImageLocality stays enabled beside it.
+    image_locality: bool
+    #: Whether LayerLocality scores with ``strategy: in-flight`` (else layer-locality).
+    in_flight: bool = False
+
+
+#: The configurations of the kube-scheduler carrying LayerLocality: ``plugin`` keeps
+#: ImageLocality (the install's profile until issue 43 replaced it; committed results
+#: label their rows by these keys), ``plugin-no-image-locality`` does not, and
+#: ``plugin-in-flight`` scores with the in-flight strategy, ImageLocality disabled.
+#: Nothing runs on the benchmark's nodes, so every pod bound stays a pull in flight for
+#: the in-flight row: it scores against a queue that grows through the drain.
+PLUGIN_CONFIGURATIONS = {
+    "plugin": PluginRow(image_locality=True),
+    "plugin-no-image-locality": PluginRow(image_locality=False),
+    "plugin-in-flight": PluginRow(image_locality=False, in_flight=True),
+}
+#: The row that is the install's profile (:data:`PLUGIN_KEEPS_IMAGE_LOCALITY` and the
+#: install's strategy).
 INSTALLED_PLUGIN_CONFIGURATION = next(
-    c for c, keeps in PLUGIN_CONFIGURATIONS.items() if keeps is PLUGIN_KEEPS_IMAGE_LOCALITY
+    c
+    for c, row in PLUGIN_CONFIGURATIONS.items()
+    if row == PluginRow(PLUGIN_KEEPS_IMAGE_LOCALITY, StackSpec().strategy == IN_FLIGHT_STRATEGY)
 )
 #: The configurations whose processes need the NodeLayerInventory objects.
 INVENTORY_CONFIGURATIONS = (*PLUGIN_CONFIGURATIONS, "extender-node-names")
@@ -615,11 +639,12 @@ class PluginUnavailable(BenchError):
 
 
 def plugin_config(
-    plane: ControlPlane, plugin_name: str = PLUGIN_NAME, image_locality: bool = True
+    plane: ControlPlane, plugin_name: str = PLUGIN_NAME, row: PluginRow = PluginRow(True)
 ) -> dict[str, Any]:
     """A plugin row's configuration, under the default scheduler's name (the benchmark's
-    pods name no scheduler), from the generator; without ``image_locality``, upstream's
-    ImageLocality disabled.
+    pods name no scheduler), from the generator; without ``row.image_locality``,
+    upstream's ImageLocality disabled; with ``row.in_flight``, the in-flight strategy (the
+    kubelet's default serial pulls).
 
     LayerLocality's is what the deploy generator renders for the plugin-built scheduler
     (``layersched.deploy.plugin_scheduler_config``, issue 24: the default plugins plus
@@ -637,13 +662,14 @@ def plugin_config(
         kubeconfig=str(plane.scheduler_kubeconfig),
         inventory_max_age_s=PLUGIN_INVENTORY_MAX_AGE_S,
         inventory_sync_timeout_s=PLUGIN_INVENTORY_SYNC_TIMEOUT_S,
+        in_flight=InFlightArgs() if row.in_flight else None,
     )
     return plugin_scheduler_config(
         args,
         scheduler_name=DEFAULT_SCHEDULER,
         api_version=api_version,
         kubernetes_version=version,
-        image_locality=image_locality,
+        image_locality=row.image_locality,
     )
 
 

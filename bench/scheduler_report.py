@@ -35,6 +35,7 @@ CONFIGURATIONS = (
     "default",
     "plugin",
     "plugin-no-image-locality",
+    "plugin-in-flight",
     "extender-node-names",
     "extender-noop",
     "extender-nodes",
@@ -45,6 +46,7 @@ LABELS = {
     "until issue 43)",
     "plugin-no-image-locality": "LayerLocality Score plugin, ImageLocality disabled (the "
     "install's profile)",
+    "plugin-in-flight": "LayerLocality Score plugin, in-flight strategy, ImageLocality disabled",
     "extender-node-names": "+ layersched extender, `NodeNames` + live watch",
     "extender-noop": "+ no-op extender (zeros at once), `NodeNames`",
     "extender-nodes": "+ layersched extender, full `Nodes`",
@@ -77,13 +79,14 @@ MIN_ROUNDS = 3
 #: round by round.
 CPU_PER_POD_RATIO_MAX = 1.1
 #: The configurations whose kube-scheduler carries LayerLocality.
-PLUGIN_CONFIGURATIONS = ("plugin", "plugin-no-image-locality")
+PLUGIN_CONFIGURATIONS = ("plugin", "plugin-no-image-locality", "plugin-in-flight")
 
 TARGETS = (
     # a native plugin runs in kube-scheduler's own Score workers: near the default (issue
     # 43: at least 0.97x per round, p99 at most 1.1x; issue 24 had 0.95x and 1.2x)
     Target("plugin", 0.97, 1.1),
     Target("plugin-no-image-locality", 0.97, 1.1),
+    Target("plugin-in-flight", 0.97, 1.1),
     # an HTTP hop and JSON per pod, serial after the plugins (measured after profiling)
     Target("extender-node-names", 0.8, 2.0),
 )

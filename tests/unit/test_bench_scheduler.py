@@ -1014,11 +1014,20 @@ def test_the_plugin_rows_render_the_generators_profile_with_and_without_image_lo
     tmp_path: Path,
 ) -> None:
     plane = _plane(tmp_path)
-    for config, keeps in bench.PLUGIN_CONFIGURATIONS.items():
+    for config, row in bench.PLUGIN_CONFIGURATIONS.items():
         (profile,) = bench.scheduler_config(plane, config)["profiles"]
         disabled = profile["plugins"]["score"].get("disabled", [])
-        assert ({"name": "ImageLocality"} not in disabled) is keeps
-    # one row is the install's profile, whichever way issue 43 decided it
+        assert ({"name": "ImageLocality"} not in disabled) is row.image_locality
+        (args,) = (c["args"] for c in profile["pluginConfig"] if c["name"] == "LayerLocality")
+        assert args["strategy"] == ("in-flight" if row.in_flight else "layer-locality")
+        assert ("inFlight" in args) is row.in_flight
+    # one row is the install's profile, whichever way issues 42 and 43 decided it
     installed = bench.INSTALLED_PLUGIN_CONFIGURATION
-    assert bench.PLUGIN_CONFIGURATIONS[installed] is deploy.PLUGIN_KEEPS_IMAGE_LOCALITY
+    assert bench.PLUGIN_CONFIGURATIONS[installed].image_locality is (
+        deploy.PLUGIN_KEEPS_IMAGE_LOCALITY
+    )
     assert installed == "plugin-no-image-locality"
+    installs = [
+        c for c, label in report.LABELS.items() if label.endswith("(the install's profile)")
+    ]
+    assert installs == [installed]

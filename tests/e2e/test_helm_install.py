@@ -33,6 +33,7 @@ from layersched.deploy import (
     AGENT_NAME,
     CHART_DIR,
     LAYER_LOCALITY_SCHEDULER,
+    LAYER_LOCALITY_WEIGHT,
     NAMESPACE,
     SCHEDULER_CONFIG_FILE,
     ImageRef,
@@ -295,8 +296,20 @@ def test_install_rolls_out_the_stack(installed: Installed) -> None:
     status = json.loads(installed.helm.run("status", RELEASE, "-o", "json"))
     assert status["info"]["status"] == "deployed" and status["version"] == 1
     _assert_stack_ready(installed)
-    # the chart's defaults: weight 1, the generator's resources
-    assert _scheduler_objects(installed.kubectl)[0] == 1
+    # the chart's defaults: layer-locality at its weight, 1 (issue 42: in-flight is asked
+    # for by name)
+    assert _scheduler_objects(installed.kubectl)[0] == LAYER_LOCALITY_WEIGHT == 1
+    deployment = json.loads(
+        installed.kubectl.run(
+            "-n", NAMESPACE, "get", "deployment", LAYER_LOCALITY_SCHEDULER, "-o", "json"
+        )
+    )
+    [sidecar] = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"
+    ]
+    args = sidecar["args"]
+    assert args[args.index("--strategy") + 1] == "layer-locality", args
+    assert "--spread" in args and "--pull-mode" not in args, args
 
 
 def test_the_scenarios_layer_locality_placement_holds(installed: Installed) -> None:

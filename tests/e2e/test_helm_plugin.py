@@ -5,7 +5,9 @@ CI cross-compiles nothing), their record written, the chart pinned to it with ``
 deploy chart --images`` (the release workflow's step), then ``helm install --set
 scheduler=plugin`` and nothing about images: the chart picks the kube-scheduler of the
 cluster's minor (helm's ``.Capabilities``) by digest. Then the seed scenario through it
-(placements, and the plugin's scores held to the Python core's), ``helm upgrade`` of the
+(placements, and the plugin's scores held to the Python core's layer-locality: the
+release says ``strategy: layer-locality``, the chart's default, by name, as the scores
+checked are that strategy's), ``helm upgrade`` of the
 weight alone, which rolls the scheduler by itself (its pod template hashes the config),
 and ``helm uninstall``, which leaves nothing.
 
@@ -36,6 +38,7 @@ from layersched import __version__
 from layersched.builds import kubernetes_build
 from layersched.cli.main import main as layersched_main
 from layersched.core.errors import InputError
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
     AGENT_NAME,
     CONFIG_CHECKSUM_ANNOTATION,
@@ -158,12 +161,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
             work / "post-render",
             bed.inventory,
             PushedStack(_pushed(layersched), _pushed(scheduler)),
-            StackSpec(scheduler=SCHEDULER_PLUGIN),
+            StackSpec(scheduler=SCHEDULER_PLUGIN, strategy=LAYER_LOCALITY),
             scheduler_verbosity=SCORES_VERBOSITY,
         )
         values = work / "values.json"
         # nothing about images: the chart's own (the record's digests) for the cluster's minor
-        values.write_text(json.dumps({"imageQuorum": 1, "crd": {"install": False}}))
+        values.write_text(
+            json.dumps({"strategy": LAYER_LOCALITY, "imageQuorum": 1, "crd": {"install": False}})
+        )
         args = ["--set", "scheduler=plugin", "-f", str(values)]
         measurements["kube_scheduler"] = scheduler.published().ref.reference
         yield undo.enter_context(

@@ -138,6 +138,18 @@ CASES = {
     ),
     # in-flight: the extender may list and watch pods (its own ClusterRole)
     "1.35-in-flight": Case(StackSpec(strategy="in-flight", weight=2).for_version("1.35")),
+    # layer-locality, at its own weight (1: the weight value left null), parallel pulls
+    # told to nothing (--pull-mode is in-flight's)
+    "1.37-layer-locality": Case(
+        StackSpec(strategy="layer-locality", pull_mode="parallel").for_version("1.37")
+    ),
+    # the plugin: layer-locality, then in-flight with parallel pulls
+    "1.37-plugin-layer-locality": Case(
+        StackSpec(scheduler=SCHEDULER_PLUGIN, strategy="layer-locality").for_version("1.37")
+    ),
+    "1.35-plugin-parallel": Case(
+        StackSpec(scheduler=SCHEDULER_PLUGIN, pull_mode="parallel", weight=4).for_version("1.35")
+    ),
     # no kubernetesVersion: the cluster's (helm's --kube-version stands for it)
     "cluster-version": Case(StackSpec().for_version("v1.33.5"), kube_version="v1.33.5"),
     # the API server's addresses and an internal registry narrow the scheduler's egress
@@ -216,7 +228,8 @@ def test_helm_lint(helm: list[str]) -> None:
         # the schema names the field
         (["--set", "weight=0"], "/weight"),
         (["--set", "runtime.kind=docker"], "/runtime/kind"),
-        (["--set", "extender.strategy=random"], "/extender/strategy"),
+        (["--set", "strategy=random"], "/strategy"),
+        (["--set", "pullMode=eager"], "/pullMode"),
         # the helpers name the version and what to do instead
         (["--set", "kubernetesVersion=1.29"], "the chart installs on 1.30 to 1.37"),
         (
@@ -232,12 +245,18 @@ def test_helm_lint(helm: list[str]) -> None:
             "1.37 only (kubeScheduler.plugin.images); set kubeScheduler.image to a build of "
             "your own for 1.36, or use scheduler: extender",
         ),
+        # the plugin scores two strategies: the others are the extender's
+        (
+            ["--set", "scheduler=plugin", "--set", "strategy=pull-time"],
+            "strategy: pull-time with scheduler: plugin: the LayerLocality plugin scores "
+            "layer-locality or in-flight; use scheduler: extender for the others",
+        ),
         # NetworkPolicy's ipBlock needs a prefix: the schema says so before the API does
         (["--set-json", 'egress.apiServer=[{"cidr":"10.0.0.5","port":6443}]'],
          "/egress/apiServer/0/cidr"),
     ],
-    ids=["weight", "runtime", "strategy", "old-minor", "plugin-before-1.35",
-         "plugin-minor-unpublished", "cidr-without-prefix"],
+    ids=["weight", "runtime", "strategy", "pull-mode", "old-minor", "plugin-before-1.35",
+         "plugin-minor-unpublished", "plugin-strategy", "cidr-without-prefix"],
 )  # fmt: skip
 def test_bad_values_are_refused_by_name(helm: list[str], values: list[str], message: str) -> None:
     done = _run([*helm, "template", "layersched", str(CHART), "--kube-version", "1.37.2",

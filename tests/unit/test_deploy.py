@@ -33,6 +33,7 @@ from layersched.deploy import (
     LeaderElectionSpec,
     StackSpec,
     base_tree,
+    extender_args,
     issue_webhook_tls,
     scheduler_api_version_for,
     scheduler_config,
@@ -692,7 +693,9 @@ def test_weight_and_quorum_reach_the_extender_and_the_plugin() -> None:
 def test_the_spread_is_on_by_default_in_the_extender_and_the_plugin(spread: bool) -> None:
     # issue 30: the spread bounds what an agent copying other nodes' layers gains; an
     # install has it on unless asked otherwise (before: off)
-    spec = StackSpec() if spread else StackSpec(spread=False)
+    # layer-locality's spread (in-flight, the install's default, has none)
+    ll = "layer-locality"
+    spec = StackSpec(strategy=ll) if spread else StackSpec(strategy=ll, spread=False)
     deployment = stack_objects(spec)["scheduler.yaml"][1]
     [sidecar] = [c for c in deployment["spec"]["template"]["spec"]["containers"]
                  if c["name"] == "extender"]  # fmt: skip
@@ -701,15 +704,58 @@ def test_the_spread_is_on_by_default_in_the_extender_and_the_plugin(spread: bool
     assert plugin["profiles"][0]["pluginConfig"][0]["args"]["spread"] is spread
 
 
+def test_each_strategy_installs_at_its_weight_for_the_extender_and_the_plugin() -> None:
+    # issue 42: layer-locality by default, at weight 1; in-flight (the replay's fastest
+    # start-up, the drain's slowest plugin) when asked, at weight 3, told the pull mode
+    spec = StackSpec()
+    assert (spec.strategy, spec.pull_mode, spec.weight, spec.score_weight) == (
+        "layer-locality",
+        "serial",
+        None,
+        1,
+    )
+    assert "--pull-mode" not in extender_args(spec)
+    assert scheduler_config(spec)["extenders"][0]["weight"] == 1
+    assert StackSpec(weight=4).score_weight == 4
+    # the extender: --strategy in-flight --pull-mode serial, weight 3
+    spec = StackSpec(strategy="in-flight")
+    assert spec.score_weight == 3
+    args = extender_args(spec)
+    assert args[args.index("--strategy") + 1] == "in-flight"
+    assert args[args.index("--pull-mode") + 1] == "serial"
+    assert "--spread" not in args and "--no-spread" not in args
+    assert scheduler_config(spec)["extenders"][0]["weight"] == 3
+    parallel = extender_args(StackSpec(strategy="in-flight", pull_mode="parallel"))
+    assert parallel[parallel.index("--pull-mode") + 1] == "parallel"
+    # the plugin: strategy in-flight with the kubelets' pull mode, weight 3
+    plugin = scheduler_config(
+        StackSpec(scheduler="plugin", strategy="in-flight", pull_mode="parallel")
+    )
+    profile = plugin["profiles"][0]
+    args_ = profile["pluginConfig"][0]["args"]
+    assert args_["strategy"] == "in-flight"
+    assert args_["inFlight"]["pullMode"] == "parallel"
+    assert profile["plugins"]["score"]["enabled"][0]["weight"] == 3
+    ll = scheduler_config(StackSpec(scheduler="plugin"))
+    ll_args = ll["profiles"][0]["pluginConfig"][0]["args"]
+    assert ll_args["strategy"] == "layer-locality" and "inFlight" not in ll_args
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
+        ({"pull_mode": "eager"}, "pull mode 'eager': choose serial or parallel"),
+        (
+            {"scheduler": "plugin", "strategy": "pull-time"},
+            "strategy 'pull-time' with scheduler 'plugin': the LayerLocality plugin scores "
+            "layer-locality or in-flight",
+        ),
         ({"weight": 0}, "weight 0: choose 1 to"),
         ({"image_quorum": 0}, "image quorum 0"),
         ({"runtime": "docker"}, "runtime 'docker': choose containerd or crio"),
         ({"containerd_socket": "run/k3s.sock"}, "absolute path on the node"),
     ],
-    ids=["weight", "quorum", "runtime", "relative-socket"],
+    ids=["pull-mode", "plugin-strategy", "weight", "quorum", "runtime", "relative-socket"],
 )
 def test_bad_install_options_are_named(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(InputError, match=re.escape(message)):

@@ -240,7 +240,7 @@ def test_render_takes_the_namespace_and_the_weight(
     # --weight is the extender's weight in the scheduler's configuration
     out = tmp_path / "install"
     argv = ["deploy", "render", "--kubernetes-version", "1.37", "--dir", str(out)]
-    assert main([*argv, "-n", "team-sched", "--weight", "3"]) == 0, capsys.readouterr().err
+    assert main([*argv, "-n", "team-sched", "--weight", "5"]) == 0, capsys.readouterr().err
     documents = [
         d for f in sorted(out.rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d
     ]
@@ -252,10 +252,51 @@ def test_render_takes_the_namespace_and_the_weight(
     assert [d["metadata"]["name"] for d in documents if d.get("kind") == "Namespace"] == [
         "team-sched"
     ]
-    assert "weight: 3" in "".join(f.read_text() for f in out.rglob("*.yaml"))
+    assert "weight: 5" in "".join(f.read_text() for f in out.rglob("*.yaml"))
     # without a version, deploy/ is rendered as it is: the flags are refused
     assert main(["deploy", "render", "-n", "x"]) == EXIT_USAGE
     assert "--namespace shape an install" in capsys.readouterr().err
+
+
+def _rendered_scheduler(out: Path) -> tuple[list[str], dict[str, Any]]:
+    """The extender's arguments and the scheduler's configuration of a rendered install."""
+    documents = [d for d in yaml.safe_load_all((out / "stack" / "scheduler.yaml").read_text()) if d]
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    args = next((c["args"] for c in containers if c["name"] == "extender"), [])
+    config_map = next(d for d in documents if d["kind"] == "ConfigMap")
+    return args, yaml.safe_load(next(iter(config_map["data"].values())))
+
+
+def test_render_takes_the_strategy_and_the_pull_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 42: layer-locality at weight 1 unless told otherwise; --strategy in-flight
+    # comes with its own weight, 3, and --pull-mode tells it how the kubelets pull
+    argv = ["deploy", "render", "--kubernetes-version", "1.37"]
+    assert main([*argv, "--dir", str(tmp_path / "a")]) == 0, capsys.readouterr().err
+    args, config = _rendered_scheduler(tmp_path / "a")
+    assert args[args.index("--strategy") + 1] == "layer-locality" and "--pull-mode" not in args
+    assert config["extenders"][0]["weight"] == 1
+    b = ["--dir", str(tmp_path / "b"), "--strategy", "in-flight"]
+    assert main([*argv, *b]) == 0, capsys.readouterr().err
+    args, config = _rendered_scheduler(tmp_path / "b")
+    assert args[args.index("--strategy") + 1] == "in-flight"
+    assert args[args.index("--pull-mode") + 1] == "serial"
+    assert config["extenders"][0]["weight"] == 3
+    c = ["--dir", str(tmp_path / "c"), "--scheduler", "plugin", "--strategy", "in-flight"]
+    c += ["--pull-mode", "parallel"]
+    assert main([*argv, *c]) == 0, capsys.readouterr().err
+    _, config = _rendered_scheduler(tmp_path / "c")
+    (plugin,) = config["profiles"][0]["pluginConfig"]
+    assert plugin["args"]["strategy"] == "in-flight"
+    assert plugin["args"]["inFlight"]["pullMode"] == "parallel"
+    # the plugin scores two strategies: another is refused by name, nothing written
+    d = ["--dir", str(tmp_path / "d"), "--scheduler", "plugin", "--strategy", "pull-time"]
+    assert main([*argv, *d]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "strategy 'pull-time' with scheduler 'plugin'" in err and "Traceback" not in err
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize(

@@ -315,7 +315,7 @@ def test_only_an_extender_scoring_in_flight_may_list_pods() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "layer-locality-extender", "namespace": "layersched"}
     ]
-    for spec in (StackSpec(), StackSpec(strategy="pull-time")):
+    for spec in (StackSpec(strategy="layer-locality"), StackSpec(strategy="pull-time")):
         assert _pod_rules(stack_objects(spec)["rbac.yaml"]) == []
     # the plugin reads kube-scheduler's own cache: no right of its own to list pods
     plugin = StackSpec(strategy="in-flight", scheduler="plugin").for_version("1.37.2")
@@ -326,7 +326,7 @@ def test_the_chart_grants_pods_only_with_in_flight() -> None:
     from layersched.deploy._chart_templates import templates
 
     rbac = templates()["templates/rbac.yaml"]
-    guard = '{{- if and (eq $scheduler "extender") (eq .Values.extender.strategy "in-flight") }}'
+    guard = '{{- if and (eq $scheduler "extender") (eq .Values.strategy "in-flight") }}'
     assert rbac.count(guard) == 2  # the ClusterRole and its binding
     assert rbac.count("layersched:layer-locality:pods") == 3
 

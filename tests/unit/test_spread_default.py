@@ -60,8 +60,8 @@ def test_off_is_said_explicitly() -> None:
     assert _cli_spread("--spread") is True
     assert build_strategy(LAYER_LOCALITY).spread is False  # type: ignore[attr-defined]
     # the install says it either way, never resting on the CLI's default
-    assert "--spread" in extender_args(StackSpec())
-    off = extender_args(StackSpec(spread=False))
+    assert "--spread" in extender_args(StackSpec(strategy="layer-locality"))
+    off = extender_args(StackSpec(strategy="layer-locality", spread=False))
     assert "--no-spread" in off and "--spread" not in off
     assert PluginArgs(spread=False).to_config()["spread"] is False
 

@@ -17,6 +17,9 @@
 {{- if and (eq .Values.scheduler "plugin") (lt $minor 35) -}}
 {{- fail (printf "scheduler: plugin on Kubernetes 1.%d: the LayerLocality plugin is built for kube-scheduler 1.35 and newer; use scheduler: extender" $minor) -}}
 {{- end -}}
+{{- if and (eq .Values.scheduler "plugin") (not (has .Values.strategy (list "layer-locality" "in-flight"))) -}}
+{{- fail (printf "strategy: %s with scheduler: plugin: the LayerLocality plugin scores layer-locality or in-flight; use scheduler: extender for the others" .Values.strategy) -}}
+{{- end -}}
 {{- $minor -}}
 {{- end -}}
 

@@ -15,14 +15,21 @@ from typing import Any
 from layersched import __version__
 from layersched.cli._kube import client_config
 from layersched.core.errors import InputError, KubeError
+from layersched.core.inflight import PULL_MODES, SERIAL
+from layersched.core.strategies import STRATEGY_NAMES
+from layersched.core.strategies.in_flight import NAME as IN_FLIGHT_STRATEGY
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy import (
     AUTO,
     DEFAULT_ALLOWED_REGISTRIES,
-    DEFAULT_WEIGHT,
+    DEFAULT_STRATEGY,
+    IN_FLIGHT_WEIGHT,
     KUBERNETES_VERSION,
+    LAYER_LOCALITY_WEIGHT,
     NAMESPACE,
     NEWEST_MINOR,
     OLDEST_MINOR,
+    PLUGIN_STRATEGIES,
     PUBLISHED_IMAGE,
     SCHEDULER_EXTENDER,
     SCHEDULER_PLUGIN,
@@ -96,13 +103,28 @@ def add_install_options(q: argparse.ArgumentParser) -> None:
         help=f"the namespace the install goes into (default: {NAMESPACE}, deploy/'s)",
     )
     q.add_argument(
+        "--strategy",
+        choices=STRATEGY_NAMES,
+        default=DEFAULT_STRATEGY,
+        help=f"how layers are scored, by the extender or the plugin (default: %(default)s, "
+        f"which counts the pulls in flight, docs/in-flight.md; {LAYER_LOCALITY_STRATEGY}: "
+        f"the bytes a node holds; the plugin scores {' and '.join(PLUGIN_STRATEGIES)})",
+    )
+    q.add_argument(
+        "--pull-mode",
+        choices=PULL_MODES,
+        default=SERIAL,
+        help=f"how the nodes' kubelets pull, for {IN_FLIGHT_STRATEGY} (default: %(default)s, "
+        "the kubelet's own; parallel where their serializeImagePulls is false)",
+    )
+    q.add_argument(
         "--weight",
         type=int,
-        default=DEFAULT_WEIGHT,
         metavar="N",
         help="weight of the layer scores against the default plugins: the extender's "
-        "(its 0-10 score x 10 x N) or the plugin's (default and recommended: %(default)s, "
-        "docs/extender.md says why)",
+        "(its 0-10 score x 10 x N) or the plugin's (default and recommended: "
+        f"{IN_FLIGHT_WEIGHT} for {IN_FLIGHT_STRATEGY}, docs/in-flight.md, "
+        f"{LAYER_LOCALITY_WEIGHT} for the others, docs/extender.md)",
     )
     q.add_argument(
         "--image",
@@ -235,8 +257,12 @@ def install_for(args: argparse.Namespace) -> Install | None:
             )
             if value
         ]
-        if args.weight != DEFAULT_WEIGHT:
+        if args.weight is not None:
             given.append("--weight")
+        if args.strategy != DEFAULT_STRATEGY:
+            given.append("--strategy")
+        if args.pull_mode != SERIAL:
+            given.append("--pull-mode")
         if args.kube_scheduler_image != UPSTREAM_KUBE_SCHEDULER:
             given.append("--kube-scheduler-image")
         if getattr(args, "image", None):
@@ -262,6 +288,8 @@ def install_for(args: argparse.Namespace) -> Install | None:
         allowed_registries=allowed,
         egress=EgressSpec(api_server, registries),
         weight=args.weight,
+        strategy=args.strategy,
+        pull_mode=args.pull_mode,
         namespace=checked_name(args.namespace or NAMESPACE, "--namespace"),
         scheduler=scheduler,
         kubernetes_version=version.tag,

@@ -12,13 +12,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from layersched.core.strategies.in_flight import NAME as IN_FLIGHT_STRATEGY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy._chart import Variant
 from layersched.deploy._chart_values import RESOURCES_KEYS
 from layersched.deploy._network import EgressPeer, EgressSpec, scheduler_egress
 from layersched.deploy._scheduler_deployment import config_checksum
 from layersched.deploy._spec import (
+    IN_FLIGHT_WEIGHT,
     KUBE_SCHEDULER_IMAGE,
+    LAYER_LOCALITY_WEIGHT,
     LAYERSCHED_IMAGE,
     SCHEDULER_EXTENDER,
     StackSpec,
@@ -60,22 +63,30 @@ _RESOURCES = {name: f"chart-sentinel-resources-{name}" for name in RESOURCES_KEY
 #: another.
 _SCALARS: tuple[tuple[str, str], ...] = (
     (_NAMESPACE, "{{ .Values.namespace }}"),
-    (_STRATEGY, "{{ .Values.extender.strategy | quote }}"),
+    (_STRATEGY, "{{ .Values.strategy | quote }}"),
     (_SOCKET, "{{ .Values.runtime.containerdSocket }}"),
     (_CRIO_STORAGE, "{{ .Values.runtime.crioStorage }}"),
     (f"'{_QUORUM}'", "{{ .Values.imageQuorum | quote }}"),
     (str(_QUORUM), "{{ int .Values.imageQuorum }}"),
-    (str(_WEIGHT), "{{ int .Values.weight }}"),
+    # a weight given, else the strategy's (recommended_weight)
+    (
+        str(_WEIGHT),
+        f"{{{{ .Values.weight | default (ternary {IN_FLIGHT_WEIGHT} {LAYER_LOCALITY_WEIGHT} "
+        f'(eq .Values.strategy "{IN_FLIGHT_STRATEGY}")) | int }}}}',
+    ),
     (_IMAGES[LAYERSCHED_IMAGE], '{{ include "layersched.image" . | quote }}'),
     (_IMAGES[KUBE_SCHEDULER_IMAGE], '{{ include "layersched.kubeSchedulerImage" . | quote }}'),
 )
 
 
 def sentinel_spec(variant: Variant) -> StackSpec:
+    """The variant's install with sentinel values. The extender's strategy is a sentinel
+    (an argument); the plugin's is in-flight, whose ``inFlight`` args the configuration's
+    template keeps for that strategy only (:func:`_plugin_strategy`)."""
     pulls = variant.scheduler == SCHEDULER_EXTENDER  # the plugin reads no pull secret
     return StackSpec(
         namespace=_NAMESPACE,
-        strategy=_STRATEGY,
+        strategy=_STRATEGY if pulls else IN_FLIGHT_STRATEGY,
         extender_args=(_EXTRA_ARG,),
         allowed_registries=(_REGISTRY,),
         scheduler=variant.scheduler,
@@ -157,10 +168,46 @@ def _ranged(pad: str, values: str, before: Sequence[str] = (), item: str = "quot
     ]
 
 
+_STRATEGY_ARG = re.compile(rf"^(?P<indent> *)strategy: {IN_FLIGHT_STRATEGY}$")
+_IN_FLIGHT_ARGS = re.compile(r"^(?P<indent> *)inFlight:$")
+_PULL_MODE_ARG = re.compile(r"^(?P<indent> *)pullMode: \S+$")
+
+
+def _plugin_strategy(lines: Sequence[str]) -> list[str]:
+    """The plugin's args (rendered for in-flight) for either strategy: ``strategy`` the
+    value's, and the ``inFlight`` block (its ``pullMode`` the value's) under a test of
+    in-flight. Lines of other objects pass as they are."""
+    out: list[str] = []
+    block: str | None = None  # the inFlight block's indent, while inside it
+    for line in lines:
+        if block is not None:
+            if line.startswith(block + " "):
+                mode = _PULL_MODE_ARG.match(line)
+                out.append(
+                    f"{mode['indent']}pullMode: {{{{ .Values.pullMode }}}}" if mode else line
+                )
+                continue
+            out.append(f"{block}{{{{- end }}}}")
+            block = None
+        arg = _STRATEGY_ARG.match(line)
+        if arg is not None:
+            out.append(f"{arg['indent']}strategy: {{{{ .Values.strategy }}}}")
+            continue
+        start = _IN_FLIGHT_ARGS.match(line)
+        if start is not None:
+            block = start["indent"]
+            out += [f'{block}{{{{- if eq .Values.strategy "{IN_FLIGHT_STRATEGY}" }}}}', line]
+            continue
+        out.append(line)
+    if block is not None:
+        out.append(f"{block}{{{{- end }}}}")
+    return out
+
+
 def templated(text: str, extra: Mapping[str, str] | None = None) -> str:
     """The YAML of one object with every sentinel replaced by its expression (``extra``:
     more substitutions, sentinel text to expression)."""
-    lines = text.splitlines()
+    lines = _plugin_strategy(text.splitlines())
     out: list[str] = []
     for number, line in enumerate(lines):
         item = _LIST_ITEM.match(line)
@@ -186,9 +233,14 @@ def templated(text: str, extra: Mapping[str, str] | None = None) -> str:
             pad = item["indent"]
             out += [
                 f"{pad}- {{{{ .Values.imageQuorum | quote }}}}",
-                f'{pad}{{{{- if eq .Values.extender.strategy "{LAYER_LOCALITY_STRATEGY}" }}}}',
+                f'{pad}{{{{- if eq .Values.strategy "{LAYER_LOCALITY_STRATEGY}" }}}}',
                 f"{pad}- {{{{ if .Values.extender.spread }}}}--spread"
                 "{{ else }}--no-spread{{ end }}",
+                f"{pad}{{{{- end }}}}",
+                # in-flight's --pull-mode (extender_args' rule)
+                f'{pad}{{{{- if eq .Values.strategy "{IN_FLIGHT_STRATEGY}" }}}}',
+                f"{pad}- --pull-mode",
+                f"{pad}- {{{{ .Values.pullMode | quote }}}}",
                 f"{pad}{{{{- end }}}}",
             ]
             continue
@@ -253,7 +305,7 @@ def config_template(config_text: str) -> tuple[str, ConfigTemplate]:
     named template."""
     checksum = config_checksum(config_text)
     lines: list[str] = []
-    for line in config_text.split("\n"):
+    for line in _plugin_strategy(config_text.split("\n")):
         item = _LIST_ITEM.match(line)
         if item is not None and item["value"] == _REGISTRY:
             # the plugin's registry.allowRegistries: one item per allowed registry

@@ -28,6 +28,7 @@ from layersched.deploy._chart_sentinels import (
 )
 from layersched.deploy._plugin_config import PLUGIN_FRAMEWORK_SINCE_MINOR
 from layersched.deploy._rbac import pending_pods_rbac
+from layersched.deploy._spec import PLUGIN_STRATEGIES
 from layersched.deploy._stack import stack_objects
 from layersched.deploy._tree import FILE_ORDER
 from layersched.deploy._versions import NEWEST_MINOR, NEWEST_PATCH, UPSTREAM_KUBE_SCHEDULER
@@ -97,7 +98,7 @@ def templates() -> dict[str, str]:
     """``templates/<file>``: every variant's objects, each distinct object once, in the
     order the variants first render them; the scheduler's configurations as named
     templates in its file; the objects one strategy needs under a test of
-    ``extender.strategy``."""
+    ``strategy``."""
     by_file: dict[str, dict[tuple[str, str | None], set[Variant]]] = {}
     configs: dict[str, ConfigTemplate] = {}
     for variant in VARIANTS:
@@ -115,7 +116,7 @@ def templates() -> dict[str, str]:
         }
 
         strategies = [
-            (name, f'(eq .Values.extender.strategy "{strategy}")', obj)
+            (name, f'(eq .Values.strategy "{strategy}")', obj)
             for name, strategy, render in _STRATEGY_OBJECTS
             for obj in render(replace(spec, strategy=strategy))
         ]
@@ -146,6 +147,8 @@ def helpers() -> str:
         "@PLUGIN@": str(PLUGIN_FRAMEWORK_SINCE_MINOR[1]),
         "@PATCHES@": " ".join(f'"{m}" "{NEWEST_PATCH[m]}"' for m in CHART_MINORS),
         "@UPSTREAM@": UPSTREAM_KUBE_SCHEDULER,
+        "@PLUGIN_STRATEGIES@": " ".join(f'"{name}"' for name in PLUGIN_STRATEGIES),
+        "@PLUGIN_STRATEGIES_TEXT@": " or ".join(PLUGIN_STRATEGIES),
     }
     for field, value in fields.items():
         text = text.replace(field, value)

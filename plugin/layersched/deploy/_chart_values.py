@@ -10,7 +10,10 @@ from typing import Any
 
 from layersched import __version__
 from layersched.core.errors import InputError
+from layersched.core.inflight import PULL_MODES
 from layersched.core.strategies import STRATEGY_NAMES
+from layersched.core.strategies.in_flight import NAME as IN_FLIGHT_STRATEGY
+from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy._chart import CHART_OLDEST_MINOR, HEADER
 from layersched.deploy._network import (
     API_SERVER_PORT,
@@ -28,7 +31,9 @@ from layersched.deploy._scheduler_config import (
 )
 from layersched.deploy._spec import (
     CONTAINERD_SOCKET,
-    DEFAULT_WEIGHT,
+    DEFAULT_STRATEGY,
+    IN_FLIGHT_WEIGHT,
+    LAYER_LOCALITY_WEIGHT,
     RUNTIME_CONTAINERD,
     RUNTIMES,
     SCHEDULER_EXTENDER,
@@ -88,10 +93,11 @@ def default_values(published: PublishedImages | None = None) -> dict[str, Any]:
             "image": {"repository": "", "tag": "", "digest": ""},
             "plugin": _plugin_values(published),
         },
-        "weight": DEFAULT_WEIGHT,
+        "strategy": StackSpec().strategy,
+        "pullMode": StackSpec().pull_mode,
+        "weight": None,
         "imageQuorum": DEFAULT_IMAGE_QUORUM,
         "extender": {
-            "strategy": StackSpec().strategy,
             "spread": StackSpec().spread,
             "allowedRegistries": list(DEFAULT_ALLOWED_REGISTRIES),
             "pullSecrets": {"namespaces": [], "names": []},
@@ -135,14 +141,25 @@ _VALUES_COMMENTS = {
         "release wrote it; a minor not listed is refused). Set image to a mirror or a build "
         "of your own instead."
     ),
+    "strategy": (
+        f"How layers are scored, by the extender or the plugin: {DEFAULT_STRATEGY} (each "
+        "node's estimated start of the pod, pulls in flight counted: docs/in-flight.md) or "
+        f"{LAYER_LOCALITY_STRATEGY} (the bytes of the pod's layers a node holds); the "
+        "extender serves the core's other strategies too."
+    ),
+    "pullMode": (
+        f"How the nodes' kubelets pull, for {IN_FLIGHT_STRATEGY}: serial (their default, "
+        "serializeImagePulls: true) or parallel (serializeImagePulls: false)."
+    ),
     "weight": (
-        "The weight of layer scores against the default plugins (docs/extender.md; 3 "
-        "with extender.strategy in-flight, docs/in-flight.md); a change rolls the scheduler "
-        "pods (their template hashes the config)."
+        "The weight of layer scores against the default plugins; null: the strategy's, "
+        f"{IN_FLIGHT_WEIGHT} for {IN_FLIGHT_STRATEGY} (docs/in-flight.md) and "
+        f"{LAYER_LOCALITY_WEIGHT} for the others (docs/extender.md); a change rolls the "
+        "scheduler pods (their template hashes the config)."
     ),
     "imageQuorum": "Nodes that must publish the same layers for a pod image.",
     "extender": (
-        "The extender's strategy, its spread (layer-locality's --spread, on by default), the "
+        "The extender's spread (layer-locality's --spread, on by default), the "
         "registries it may resolve images from, the namespaces whose pods' pull secrets it "
         "may read (pullSecrets.namespaces: a Role granting get on secrets in each, and "
         "--pull-secrets; pullSecrets.names: only those secrets; default: none), and extra "
@@ -233,15 +250,16 @@ def values_schema() -> dict[str, Any]:
                         ),
                     }
                 ),
+                "strategy": {"enum": list(STRATEGY_NAMES)},
+                "pullMode": {"enum": list(PULL_MODES)},
                 "weight": {
-                    "type": "integer",
+                    "type": ["integer", "null"],
                     "minimum": MIN_EXTENDER_WEIGHT,
                     "maximum": MAX_EXTENDER_WEIGHT,
                 },
                 "imageQuorum": {"type": "integer", "minimum": 1, "maximum": MAX_IMAGE_QUORUM},
                 "extender": _object_schema(
                     {
-                        "strategy": {"enum": list(STRATEGY_NAMES)},
                         "spread": {"type": "boolean"},
                         "allowedRegistries": {
                             "type": "array",
@@ -302,11 +320,12 @@ def chart_values(spec: StackSpec, **images: Mapping[str, str]) -> dict[str, Any]
         namespace=spec.namespace,
         kubernetesVersion=spec.kubernetes_version,
         scheduler=spec.scheduler,
+        strategy=spec.strategy,
+        pullMode=spec.pull_mode,
         weight=spec.weight,
         imageQuorum=spec.image_quorum,
     )
     values["extender"] = {
-        "strategy": spec.strategy,
         "spread": spec.spread,
         "allowedRegistries": list(spec.allowed_registries),
         "pullSecrets": {

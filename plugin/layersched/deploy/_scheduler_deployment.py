@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from layersched.core.strategies.args import InFlightArgs
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy._plugin_config import PluginArgs, PluginRegistryArgs, plugin_scheduler_config
 from layersched.deploy._scheduler_config import (
@@ -72,15 +73,16 @@ def scheduler_config(spec: StackSpec) -> dict[str, Any]:
             PluginArgs(
                 image_quorum=spec.image_quorum,
                 spread=spec.spread,
+                in_flight=InFlightArgs(pull_mode=spec.pull_mode) if spec.in_flight else None,
                 registry=PluginRegistryArgs(allow_registries=spec.allowed_registries),
             ),
             scheduler_name=spec.scheduler_name,
-            weight=spec.weight,
+            weight=spec.score_weight,
             api_version=spec.scheduler_api_version,
             leader_election=LeaderElectionSpec(spec.scheduler_name, spec.namespace),
         )
     return extender_scheduler_config(
-        ExtenderSpec(EXTENDER_URL, weight=spec.weight, node_cache_capable=True),
+        ExtenderSpec(EXTENDER_URL, weight=spec.score_weight, node_cache_capable=True),
         scheduler_name=spec.scheduler_name,
         api_version=spec.scheduler_api_version,
         leader_election=LeaderElectionSpec(spec.scheduler_name, spec.namespace),
@@ -159,6 +161,8 @@ def extender_args(spec: StackSpec) -> list[str]:
     if spec.strategy == LAYER_LOCALITY_STRATEGY:
         # said either way, so that the install never rests on the CLI's default
         argv += ["--spread" if spec.spread else "--no-spread"]
+    if spec.in_flight:
+        argv += ["--pull-mode", spec.pull_mode]
     for registry in spec.allowed_registries:
         argv += ["--allow-registry", registry]
     if spec.pull_secret_namespaces:

@@ -13,6 +13,7 @@ from typing import Any
 
 from layersched.agent import DEFAULT_CRIO_STORAGE
 from layersched.core.errors import InputError
+from layersched.core.inflight import PULL_MODES, SERIAL, PullMode
 from layersched.core.strategies.in_flight import NAME as IN_FLIGHT_STRATEGY
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY_STRATEGY
 from layersched.deploy._network import EgressSpec
@@ -52,14 +53,33 @@ RKE2_CONTAINERD_SOCKET = K3S_CONTAINERD_SOCKET
 RUNTIME_CONTAINERD = "containerd"
 RUNTIME_CRIO = "crio"
 RUNTIMES = (RUNTIME_CONTAINERD, RUNTIME_CRIO)
-#: The recommended weight of layer scores against the default plugins (one setting: the
-#: extender's ``weight``, or the plugin's score weight); docs/extender.md explains it.
-DEFAULT_WEIGHT = 1
+#: The recommended weight of ``layer-locality`` scores against the default plugins (one
+#: setting: the extender's ``weight``, or the plugin's score weight); docs/extender.md
+#: explains it.
+LAYER_LOCALITY_WEIGHT = 1
 #: The recommended weight of ``in-flight`` scores (docs/in-flight.md, "How it combines"):
 #: at 3 (TaintToleration's, the default profile's largest) a node that would start the
 #: pod four times later loses 240 points, more than PodTopologySpread's largest penalty
 #: (200), while between nodes of equal links (20 points a replica) spreading still wins.
 IN_FLIGHT_WEIGHT = 3
+#: The install's strategy, for the extender and the plugin alike, unless asked otherwise
+#: (the chart's ``strategy``, ``deploy render --strategy``): ``layer-locality``.
+#: ``in-flight`` started the replay's pods faster (1.45-1.57x the default profile's with
+#: serial pulls, 1.30-1.38x with parallel ones, against layer-locality's 1.27-1.34x and
+#: 0.94-1.19x: docs/replay.md), but the plugin's drain of 2,000 queued pods on 500 nodes
+#: ran at 0.3-0.45x the default profile's rate under it, where layer-locality keeps
+#: 0.84x (docs/bench-scheduler.md; issue 42): so it is the documented choice for
+#: start-up, not yet the default.
+DEFAULT_STRATEGY = LAYER_LOCALITY_STRATEGY
+#: The strategies the plugin implements (the extender serves every one of the core's).
+PLUGIN_STRATEGIES = (LAYER_LOCALITY_STRATEGY, IN_FLIGHT_STRATEGY)
+
+
+def recommended_weight(strategy: str) -> int:
+    """The weight an install of ``strategy`` gets when none is given."""
+    return IN_FLIGHT_WEIGHT if strategy == IN_FLIGHT_STRATEGY else LAYER_LOCALITY_WEIGHT
+
+
 SCHEDULER_REPLICAS = 2
 #: How the second scheduler scores layers: the extender sidecar (every version), or the
 #: LayerLocality plugin built into layersched's kube-scheduler (1.35 and newer).
@@ -78,8 +98,12 @@ class StackSpec:
     scheduler_name: str = LAYER_LOCALITY_SCHEDULER
     scheduler_api_version: str = KUBE_SCHEDULER_CONFIG_V1
     replicas: int = SCHEDULER_REPLICAS
-    #: ``--strategy`` of the extender.
-    strategy: str = LAYER_LOCALITY_STRATEGY
+    #: How layers are scored: the extender's ``--strategy``, or the plugin's ``strategy``
+    #: (one of :data:`PLUGIN_STRATEGIES`).
+    strategy: str = DEFAULT_STRATEGY
+    #: How the nodes' kubelets pull, for ``in-flight``: ``serial`` (the kubelet's default,
+    #: ``serializeImagePulls: true``) or ``parallel``.
+    pull_mode: PullMode = SERIAL
     #: Extra extender arguments (e.g. ``--insecure-registry HOST:PORT``).
     extender_args: tuple[str, ...] = ()
     scheduler_verbosity: int = 2
@@ -95,8 +119,8 @@ class StackSpec:
     #: ``extender`` (a sidecar) or ``plugin`` (LayerLocality in kube-scheduler; 1.35+).
     scheduler: str = SCHEDULER_EXTENDER
     #: The weight of layer scores: the extender's (its 0-10 score x10 x weight) or the
-    #: plugin's score weight.
-    weight: int = DEFAULT_WEIGHT
+    #: plugin's score weight; None: the strategy's (:func:`recommended_weight`).
+    weight: int | None = None
     #: Nodes that must publish the same layers for a pod image (``--image-quorum``).
     image_quorum: int = DEFAULT_IMAGE_QUORUM
     #: Layer-locality's spread factor (the extender's ``--spread``, the plugin's
@@ -141,10 +165,17 @@ class StackSpec:
             raise InputError(f"scheduler {self.scheduler!r}: choose {' or '.join(SCHEDULER_KINDS)}")
         if self.runtime not in RUNTIMES:
             raise InputError(f"runtime {self.runtime!r}: choose {' or '.join(RUNTIMES)}")
-        if not MIN_EXTENDER_WEIGHT <= self.weight <= MAX_EXTENDER_WEIGHT:
+        weight = self.weight
+        if weight is not None and not MIN_EXTENDER_WEIGHT <= weight <= MAX_EXTENDER_WEIGHT:
             raise InputError(
                 f"weight {self.weight}: choose {MIN_EXTENDER_WEIGHT} to {MAX_EXTENDER_WEIGHT} "
-                f"(recommended: {DEFAULT_WEIGHT}, docs/extender.md)"
+                f"(recommended: {recommended_weight(self.strategy)} with strategy "
+                f"{self.strategy}, docs/extender.md)"
+            )
+        if self.pull_mode not in PULL_MODES:
+            raise InputError(
+                f"pull mode {self.pull_mode!r}: choose {' or '.join(PULL_MODES)} (the nodes' "
+                "kubelets pull serially unless their serializeImagePulls is false)"
             )
         if not 1 <= self.image_quorum <= MAX_IMAGE_QUORUM:
             raise InputError(
@@ -157,6 +188,12 @@ class StackSpec:
             if not path.startswith("/"):
                 raise InputError(f"{what} {path!r}: give the absolute path on the node")
         self._check_pull_secrets()
+        if self.scheduler == SCHEDULER_PLUGIN and self.strategy not in PLUGIN_STRATEGIES:
+            raise InputError(
+                f"strategy {self.strategy!r} with scheduler {SCHEDULER_PLUGIN!r}: the "
+                f"{LAYER_LOCALITY_PLUGIN} plugin scores {' or '.join(PLUGIN_STRATEGIES)}; "
+                f"use {SCHEDULER_EXTENDER!r} for the others"
+            )
         minor = kubernetes_minor(self.kubernetes_version)
         if self.scheduler == SCHEDULER_PLUGIN and minor < PLUGIN_FRAMEWORK_SINCE_MINOR:
             since = ".".join(map(str, PLUGIN_FRAMEWORK_SINCE_MINOR))
@@ -198,10 +235,20 @@ class StackSpec:
         return self.scheduler == SCHEDULER_PLUGIN
 
     @property
+    def score_weight(self) -> int:
+        """The weight the install renders: the one given, else the strategy's."""
+        return recommended_weight(self.strategy) if self.weight is None else self.weight
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether the install scores with ``in-flight``."""
+        return self.strategy == IN_FLIGHT_STRATEGY
+
+    @property
     def watches_pods(self) -> bool:
         """Whether the extender watches the pods bound to nodes (``in-flight``), and may
         list and watch pods."""
-        return not self.plugin and self.strategy == IN_FLIGHT_STRATEGY
+        return not self.plugin and self.in_flight
 
 
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")

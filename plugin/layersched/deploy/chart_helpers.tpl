@@ -16,6 +16,9 @@
 {{- if and (eq .Values.scheduler "plugin") (lt $minor @PLUGIN@) -}}
 {{- fail (printf "scheduler: plugin on Kubernetes 1.%d: the LayerLocality plugin is built for kube-scheduler 1.@PLUGIN@ and newer; use scheduler: extender" $minor) -}}
 {{- end -}}
+{{- if and (eq .Values.scheduler "plugin") (not (has .Values.strategy (list @PLUGIN_STRATEGIES@))) -}}
+{{- fail (printf "strategy: %s with scheduler: plugin: the LayerLocality plugin scores @PLUGIN_STRATEGIES_TEXT@; use scheduler: extender for the others" .Values.strategy) -}}
+{{- end -}}
 {{- $minor -}}
 {{- end -}}
 

@@ -203,7 +203,7 @@ def uninstall(kubectl: Kubectl, overlay: Path) -> float:
 #: Where the deployed stack's scores come from on the local testbed, and their scale.
 DEPLOYED_SCORE_SOURCE = (
     "deployed layersched extender (sidecar): its answer to kube-scheduler for the pod, "
-    "from its /debug/decisions (0-10, weight 1: x10)"
+    "from its /debug/decisions (0-10, before kube-scheduler's x10 and the install's weight)"
 )
 #: The extender answers /debug/decisions from memory.
 DECISIONS_TIMEOUT_S = 5.0

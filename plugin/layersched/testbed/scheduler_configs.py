@@ -20,13 +20,13 @@ from layersched.core.inflight import SERIAL, PullMode
 from layersched.core.strategies.args import InFlightArgs
 from layersched.deploy import (
     DEFAULT_SCHEDULER,
-    DEFAULT_WEIGHT,
     IMAGE_LOCALITY_PLUGIN,
     IN_FLIGHT_WEIGHT,
     KUBE_SCHEDULER_CONFIG_V1,
     KUBE_SCHEDULER_CONFIG_V1BETA1,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
     LAYER_LOCALITY_SCHEDULER,
+    LAYER_LOCALITY_WEIGHT,
     PLUGIN_KEEPS_IMAGE_LOCALITY,
     ExtenderSpec,
     LeaderElectionSpec,
@@ -236,7 +236,7 @@ def testbed_scheduler_configs(spec: TestbedSchedulers) -> dict[str, dict[str, An
             spec.pull_time_extender_url,
             spec.pull_time,
             spec.pull_time_bind,
-            DEFAULT_WEIGHT,
+            LAYER_LOCALITY_WEIGHT,
         ),
         # in-flight at its recommended weight (docs/in-flight.md, "How it combines")
         (
@@ -287,10 +287,10 @@ def replay_plugin_profiles(spec: TestbedSchedulers, api_version: str) -> list[di
     profiles = []
     installed = PLUGIN_KEEPS_IMAGE_LOCALITY
     for name, args, weight, image_locality in (
-        (REPLAY_PLUGIN_SCHEDULER, layer_locality, DEFAULT_WEIGHT, True),
-        (REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER, layer_locality, DEFAULT_WEIGHT, False),
+        (REPLAY_PLUGIN_SCHEDULER, layer_locality, LAYER_LOCALITY_WEIGHT, True),
+        (REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER, layer_locality, LAYER_LOCALITY_WEIGHT, False),
         (REPLAY_PLUGIN_INFLIGHT_SCHEDULER, in_flight, IN_FLIGHT_WEIGHT, installed),
-        (REPLAY_PLUGIN_NO_SPREAD_SCHEDULER, no_spread, DEFAULT_WEIGHT, installed),
+        (REPLAY_PLUGIN_NO_SPREAD_SCHEDULER, no_spread, LAYER_LOCALITY_WEIGHT, installed),
     ):
         (profile,) = plugin_scheduler_config(
             args,

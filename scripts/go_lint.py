@@ -7,14 +7,18 @@ Every ``go.mod`` git tracks is a module (:func:`modules`), none is left out:
   module's packages against its release (``layersched.io/kube-scheduler/pkg/...``); a
   module with neither (``plugin/crio``: it only requires the CRI-O release it builds) has
   nothing to check, and says so;
-* ``go vet -trimpath`` on every package, with the Kubernetes build's toolchain, caches and
-  cgo off, as ``make kubernetes`` compiles: the same compile cache entries, so what the
-  build compiled is not compiled again;
+* ``go vet -trimpath`` on every package, with the Kubernetes build's toolchain and caches;
 * ``go test -race -trimpath -count=1`` on every package with tests (``go list``'s
-  ``TestGoFiles``/``XTestGoFiles`` holding a ``func Test``): the race detector needs cgo,
-  so these compile apart (cold on a fresh machine: minutes per Kubernetes release). A
-  package whose tests are benchmarks only (``plugin/kube-scheduler/perf``:
-  ``BenchmarkPerfScheduling``, run by make bench-perf) has no test to run under it.
+  ``TestGoFiles``/``XTestGoFiles`` holding a ``func Test``). A package whose tests are
+  benchmarks only (``plugin/kube-scheduler/perf``: ``BenchmarkPerfScheduling``, run by
+  make bench-perf) has no test to run under it.
+
+The race detector needs cgo and compiles every dependency apart from a plain build (cold on
+a fresh machine: minutes per Kubernetes release). So a module that race-tests is vetted
+with ``-race`` too (cgo on): vet type-checks against the race build's compile, which the
+tests then reuse, one compile of the release instead of two. A module with nothing to
+race-test, or ``--no-race``, is vetted as ``make kubernetes`` compiles (cgo off), sharing
+that build's cache entries.
 
 Prints a line per module and step with its duration; exits 1 naming every failure, with
 go's last lines. ``--module DIR`` (repeatable) checks only those; ``--no-race`` vets only.
@@ -136,17 +140,16 @@ def check(go: str, module: Module, race: bool) -> list[str]:
         print(f"{module.name}: nothing to check: {module.why_none}", flush=True)
         return []
     failures = []
+    tested = tested_packages(go, module) if race else []
+    if race and not tested:
+        print(f"{module.name}: go test -race: no package with a Test function", flush=True)
+    # with race tests to run, vet against their compile (see the module's docstring)
+    flags = ["-race"] if tested else []
     steps: list[tuple[str, list[str], bool]] = [
-        ("go vet", ["vet", "-trimpath", *module.packages], False)
+        (" ".join(["go vet", *flags]), ["vet", "-trimpath", *flags, *module.packages], bool(tested))
     ]
-    if race:
-        tested = tested_packages(go, module)
-        if tested:
-            steps.append(
-                ("go test -race", ["test", "-trimpath", "-race", "-count=1", *tested], True)
-            )
-        else:
-            print(f"{module.name}: go test -race: no package with a Test function", flush=True)
+    if tested:
+        steps.append(("go test -race", ["test", "-trimpath", "-race", "-count=1", *tested], True))
     for label, args, with_race in steps:
         started = time.monotonic()
         done = _go(go, module, *args, race=with_race)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -59,3 +62,48 @@ def test_the_plugins_packages_keep_tests_for_go_lint_to_race() -> None:
     # the index's race test: Score readers against the watch's writer
     layers = "".join(f.read_text("utf-8") for f in (module / "pkg" / "layers").glob("*_test.go"))
     assert "func TestScoresAreReadWhileEventsArrive(" in layers
+
+
+def test_a_module_that_race_tests_is_vetted_against_the_race_build(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # one compile of a release per module: vet -race type-checks against the race build
+    # the tests then reuse (go vet without it compiled every dependency a second time)
+    calls: list[tuple[tuple[str, ...], bool]] = []
+
+    def go(_go: str, _module: object, *args: str, race: bool = False) -> Any:
+        calls.append((args, race))
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(go_lint, "_go", go)
+    module = go_lint.Module(ROOT / "plugin" / "kube-scheduler", ("./...",))
+    monkeypatch.setattr(go_lint, "tested_packages", lambda _go, _m: ["x/pkg/layers"])
+    assert go_lint.check("go", module, race=True) == []
+    assert calls == [
+        (("vet", "-trimpath", "-race", "./..."), True),
+        (("test", "-trimpath", "-race", "-count=1", "x/pkg/layers"), True),
+    ]
+    # nothing to race-test, or --no-race: vetted as make kubernetes compiles (cgo off)
+    calls.clear()
+    monkeypatch.setattr(go_lint, "tested_packages", lambda _go, _m: [])
+    assert go_lint.check("go", module, race=True) == []
+    assert go_lint.check("go", module, race=False) == []
+    assert calls == [(("vet", "-trimpath", "./..."), False)] * 2
+    out = capsys.readouterr().out
+    assert "go vet -race: ok" in out or "go vet: ok" in out
+
+
+def test_go_lint_runs_the_go_tests_the_integration_stage_no_longer_runs() -> None:
+    # the reference harness, its per-minor programs and the plugin's per-minor modules:
+    # their vet and tests are go-lint's alone (tests/integration/test_image_locality_minors.py
+    # and test_kube_scheduler_minors.py keep what only they check)
+    found = {m.name: m for m in go_lint.modules()}
+    reference = [n for n in found if n.startswith("plugin/imagelocality-reference/minors/")]
+    plugin = [n for n in found if n.startswith("plugin/kube-scheduler/minors/")]
+    assert len(reference) >= 2 and len(plugin) >= 2, sorted(found)
+    for name in [*reference, *plugin, "plugin/imagelocality-reference"]:
+        assert found[name].packages, name
+    integration = ROOT / "tests" / "integration"
+    for name in ("test_image_locality_minors.py", "test_kube_scheduler_minors.py"):
+        text = (integration / name).read_text("utf-8")
+        assert '"vet"' not in text, name

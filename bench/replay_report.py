@@ -98,12 +98,12 @@ ARMS: tuple[Arm, ...] = (
     ),
     Arm(
         "layer-locality",
-        "default plugins + layersched extender",
+        "default plugins + layer-locality extender (as installed)",
         kube.Profile("layer-locality", strategy=LAYER_LOCALITY, via="extender"),
     ),
     Arm(
         "layer-locality-plugin-replay",
-        "default plugins + LayerLocality plugin beside ImageLocality",
+        "default plugins + layer-locality plugin beside ImageLocality",
         kube.Profile(
             "layer-locality-plugin-replay",
             strategy=LAYER_LOCALITY,
@@ -113,7 +113,7 @@ ARMS: tuple[Arm, ...] = (
     ),
     Arm(
         "layer-locality-plugin-no-imagelocality",
-        "default plugins + LayerLocality plugin, ImageLocality off (as installed)",
+        "default plugins + layer-locality plugin, ImageLocality off (as installed)",
         kube.Profile(
             "layer-locality-plugin-no-imagelocality",
             image_locality_weight=0,
@@ -124,7 +124,7 @@ ARMS: tuple[Arm, ...] = (
     ),
     Arm(
         "layer-locality-plugin-no-spread",
-        "default plugins + LayerLocality plugin as installed, spread off",
+        "default plugins + layer-locality plugin, ImageLocality off, spread off",
         # the simulator's ``layer-locality`` is spread off (sim/settings.py)
         kube.Profile(
             "layer-locality-plugin-no-spread",

@@ -46,7 +46,8 @@ LABELS = {
     "until issue 43)",
     "plugin-no-image-locality": "LayerLocality Score plugin, ImageLocality disabled (the "
     "install's profile)",
-    "plugin-in-flight": "LayerLocality Score plugin, in-flight strategy, ImageLocality disabled",
+    "plugin-in-flight": "LayerLocality Score plugin, in-flight strategy, ImageLocality "
+    "disabled (the install's with strategy in-flight)",
     "extender-node-names": "+ layersched extender, `NodeNames` + live watch",
     "extender-noop": "+ no-op extender (zeros at once), `NodeNames`",
     "extender-nodes": "+ layersched extender, full `Nodes`",

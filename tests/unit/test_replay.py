@@ -600,7 +600,7 @@ def test_the_block_gives_real_and_simulated_figures_with_their_ranges() -> None:
     row = next(
         line
         for line in serial.splitlines()
-        if line.startswith("| default plugins + layersched extender | 3.0")
+        if line.startswith("| default plugins + layer-locality extender (as installed) | 3.0")
     )
     # mean start-up 3.0 over rounds of 2.0 and 4.0; speedup 1.75 (1.50-2.00); the
     # simulator's 2.0 s, 4/2 = 2x; simulated over real 2.0 / 3.0 = 0.67: flagged
@@ -609,13 +609,16 @@ def test_the_block_gives_real_and_simulated_figures_with_their_ranges() -> None:
     assert row.endswith("| 2.0 | 2.00× | 0.67 **off** | - |")
     assert "differ by more than 10% for: default profile (the baseline); default plugins" in serial
     # the parallel mode's own table: 8 s against 4 s
-    assert "| default plugins + layersched extender | 4.0 | 4.0 | 4.0 | 2.00×" in parallel
+    assert (
+        "| default plugins + layer-locality extender (as installed) | 4.0 | 4.0 | 4.0 | 2.00×"
+        in parallel
+    )
     # 2 of the 3 rounds asked ran: said in bold
     assert "**3 were asked; the others did not run**" in text
     # the estimate after round 1's default-profile run: 8 MiB avoidable; the extender
     # pulled 20 - 10 MiB = 10 MiB less
     assert "called 8 MiB of that run's pulls avoidable" in text
-    assert "default plugins + layersched extender pulled 10 MiB less" in text
+    assert "default plugins + layer-locality extender (as installed) pulled 10 MiB less" in text
     # the burst: 40 s against 20 s, one node against two; the simulator's last start 36 s
     burst = next(
         line
@@ -623,7 +626,9 @@ def test_the_block_gives_real_and_simulated_figures_with_their_ranges() -> None:
         if line.startswith("| default profile (the baseline) | 40.0")
     )
     assert burst.endswith("| 36.0 | - |")
-    assert "| default plugins + layersched extender | 20.0 | 2.00× | 1.0 |" in text
+    assert (
+        "| default plugins + layer-locality extender (as installed) | 20.0 | 2.00× | 1.0 |" in text
+    )
     # no run finished: the simulator columns say they are the nominal prediction
     assert "no measured overheads calibrate it" in text
     assert "1.4–2.3×" in text

@@ -178,7 +178,7 @@ _SCHEDULER_TEXT = {
     "layer-locality-plugin-no-imagelocality": "default profile + LayerLocality, "
     "ImageLocality disabled",
     "layer-locality-plugin-inflight": "default profile + LayerLocality, strategy in-flight",
-    "layer-locality-plugin-no-spread": "default profile + LayerLocality as installed, spread off",
+    "layer-locality-plugin-no-spread": "default profile + LayerLocality, layer-locality, no spread",
 }
 #: What the e2e allows P1-again (L3 only) over the link-limited time: 1.15x + 1 s.
 _BOUND_FACTOR = 1.15

@@ -14,11 +14,13 @@ Every ``go.mod`` git tracks is a module (:func:`modules`), none is left out:
   make bench-perf) has no test to run under it.
 
 The race detector needs cgo and compiles every dependency apart from a plain build (cold on
-a fresh machine: minutes per Kubernetes release). So a module that race-tests is vetted
-with ``-race`` too (cgo on): vet type-checks against the race build's compile, which the
-tests then reuse, one compile of the release instead of two. A module with nothing to
-race-test, or ``--no-race``, is vetted as ``make kubernetes`` compiles (cgo off), sharing
-that build's cache entries.
+a fresh machine: minutes per Kubernetes release). So the packages that are race-tested are
+vetted with ``-race`` too (cgo on): vet type-checks against the race build's compile, which
+the tests then reuse, one compile of the release instead of two. The other packages (the
+control plane's mains in ``plugin/kube-scheduler/cmd``), and every package with
+``--no-race``, are vetted as ``make kubernetes`` compiles them (cgo off), sharing that
+build's cache entries: vetting those with ``-race`` would compile all of Kubernetes again
+for the race detector.
 
 Prints a line per module and step with its duration; exits 1 naming every failure, with
 go's last lines. ``--module DIR`` (repeatable) checks only those; ``--no-race`` vets only.
@@ -115,23 +117,25 @@ def _go(
     )
 
 
-def tested_packages(go: str, module: Module) -> list[str]:
-    """The module's packages that hold a ``func Test`` in their test files."""
+def split_packages(go: str, module: Module) -> tuple[list[str], list[str]]:
+    """The module's packages that hold a ``func Test`` in their test files, and the others."""
     listed = _go(
         go, module, "list", "-json=ImportPath,Dir,TestGoFiles,XTestGoFiles", *module.packages
     )
     if listed.returncode != 0:
         raise LayerschedError(f"go list in {module.name}: {listed.stderr[-TAIL_CHARS:]}")
-    decoder, text, at, tested = json.JSONDecoder(), listed.stdout, 0, []
+    decoder, text, at = json.JSONDecoder(), listed.stdout, 0
+    tested: list[str] = []
+    untested: list[str] = []
     while at < len(text):
         package, at = decoder.raw_decode(text, at)
         while at < len(text) and text[at].isspace():
             at += 1
         files = [*package.get("TestGoFiles", []), *package.get("XTestGoFiles", [])]
         directory = Path(package["Dir"])
-        if any(_TEST_FUNC.search((directory / f).read_text("utf-8")) for f in files):
-            tested.append(package["ImportPath"])
-    return tested
+        has_tests = any(_TEST_FUNC.search((directory / f).read_text("utf-8")) for f in files)
+        (tested if has_tests else untested).append(package["ImportPath"])
+    return tested, untested
 
 
 def check(go: str, module: Module, race: bool) -> list[str]:
@@ -140,16 +144,19 @@ def check(go: str, module: Module, race: bool) -> list[str]:
         print(f"{module.name}: nothing to check: {module.why_none}", flush=True)
         return []
     failures = []
-    tested = tested_packages(go, module) if race else []
+    tested, untested = split_packages(go, module) if race else ([], [])
     if race and not tested:
         print(f"{module.name}: go test -race: no package with a Test function", flush=True)
-    # with race tests to run, vet against their compile (see the module's docstring)
-    flags = ["-race"] if tested else []
-    steps: list[tuple[str, list[str], bool]] = [
-        (" ".join(["go vet", *flags]), ["vet", "-trimpath", *flags, *module.packages], bool(tested))
-    ]
+    # the packages race-tested are vetted against the race build their tests reuse; the
+    # others (the control plane's mains) as make kubernetes compiles them (the docstring)
+    steps: list[tuple[str, list[str], bool]] = []
     if tested:
+        steps.append(("go vet -race", ["vet", "-trimpath", "-race", *tested], True))
+        if untested:
+            steps.append(("go vet", ["vet", "-trimpath", *untested], False))
         steps.append(("go test -race", ["test", "-trimpath", "-race", "-count=1", *tested], True))
+    else:
+        steps.append(("go vet", ["vet", "-trimpath", *module.packages], False))
     for label, args, with_race in steps:
         started = time.monotonic()
         done = _go(go, module, *args, race=with_race)

@@ -196,6 +196,28 @@ type nodeFacts struct {
 	// pull whose images were not all known makes the entry be made again next cycle.
 	pulls    []layers.PendingPull
 	complete bool
+	// kept is the node's backlog as last computed (nil: none), with what it rests on
+	// (under inFlight.mu): see keptBacklog.
+	kept *keptBacklog
+}
+
+// keptBacklog is a node's backlog (layers.NodeBacklog) kept between cycles. It holds
+// while the node's facts are the same (its NodeInfo generation), the index's epoch is
+// the same (the layers the node holds), the earliest pull it counted still counts
+// (later ones count as long, and an expired one never again), and the node's inventory,
+// when fresh, still is (a stale one stays so within the epoch). The rule's result is
+// then what NodeBacklog would give again: only the time it is read at moves, and that
+// only through Backlog.Remaining, computed each cycle.
+type keptBacklog struct {
+	backlog layers.Backlog
+	epoch   uint64
+	// earliest is the earliest counted pull's bind time; counted is false when none
+	// counted (nothing pending counts again within the facts).
+	earliest float64
+	counted  bool
+	// observed is the node's inventory's observed time, when fresh was true.
+	observed int64
+	fresh    bool
 }
 
 type resolvedImage struct {
@@ -235,11 +257,53 @@ func newInFlight(args *InFlightArgs, resolve func(string, time.Time) ([]layers.L
 	}
 }
 
+// factsAndBacklog are node's facts (facts) and its kept backlog when it still holds at
+// now for the index's epoch (nil otherwise).
+func (f *inFlight) factsAndBacklog(node pendingNode, now time.Time, epoch uint64, indexMaxAge time.Duration) (*nodeFacts, *layers.Backlog) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	facts := f.factsLocked(node, now)
+	kept := facts.kept
+	if kept == nil || kept.epoch != epoch {
+		return facts, nil
+	}
+	if kept.counted && !(unixSeconds(now)-kept.earliest <= f.maxAge) {
+		return facts, nil
+	}
+	if kept.fresh && !layers.StillFresh(kept.observed, now, indexMaxAge) {
+		return facts, nil
+	}
+	return facts, &kept.backlog
+}
+
+// keep keeps backlog, computed at nowS from held, as node facts' (unless a pull was bound
+// after nowS: its bind time then moves with the clock, so the backlog is not kept).
+func (f *inFlight) keep(facts *nodeFacts, node string, backlog layers.Backlog, held holdings, nowS float64) {
+	kept := &keptBacklog{backlog: backlog, epoch: held.Epoch()}
+	for _, pull := range facts.pulls {
+		if pull.BoundAt > nowS {
+			return
+		}
+		if nowS-pull.BoundAt <= f.maxAge && (!kept.counted || pull.BoundAt < kept.earliest) {
+			kept.earliest, kept.counted = pull.BoundAt, true
+		}
+	}
+	kept.observed, kept.fresh = held.Observed(node)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	facts.kept = kept
+}
+
 // facts are node's link and pending pulls: kept while its NodeInfo's generation is the
 // same (a pod added, changed or removed, or the Node changed, moves it).
 func (f *inFlight) facts(node pendingNode, now time.Time) *nodeFacts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.factsLocked(node, now)
+}
+
+// factsLocked is facts, called with f.mu held.
+func (f *inFlight) factsLocked(node pendingNode, now time.Time) *nodeFacts {
 	if kept, ok := f.nodes[node.name]; ok && kept.generation == node.generation && kept.complete {
 		return kept
 	}
@@ -323,6 +387,10 @@ type podTerms struct {
 	layers []layers.Layer
 	total  int64
 	heldOf func(digests []string, byNode map[string][]string) holdings
+	// epoch is the index's change count now (nil: no backlog is kept between cycles);
+	// maxAge its inventories' age bound.
+	epoch  func() uint64
+	maxAge time.Duration
 }
 
 // holdings say which nodes hold which layers (layers.Held).
@@ -330,6 +398,10 @@ type holdings interface {
 	Holds(node, digest string) bool
 	// Mask: bit i for the i-th distinct digest asked of every node (the first 64).
 	Mask(node string) uint64
+	// Epoch is the index's change count they were read at.
+	Epoch() uint64
+	// Observed: a node asked its own digests, its inventory's observed time when fresh.
+	Observed(node string) (int64, bool)
 }
 
 // scores are the candidates' in-flight scores, by name (the rule: layers.NodeBacklog,
@@ -341,16 +413,41 @@ func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[
 	for _, layer := range pod.layers {
 		digests = append(digests, layer.Digest)
 	}
+	// a node's pending layers are asked of the index only when its backlog is not kept
+	caching := pod.epoch != nil
+	var epoch uint64
+	if caching {
+		epoch = pod.epoch()
+	}
+	kept := make([]*layers.Backlog, len(nodes))
 	pending := map[string][]string{}
-	for i, node := range nodes {
-		facts[i] = f.facts(node, now)
+	ask := func(i int) {
 		for _, pull := range facts[i].pulls {
 			for _, layer := range pull.Layers {
-				pending[node.name] = append(pending[node.name], layer.Digest)
+				pending[nodes[i].name] = append(pending[nodes[i].name], layer.Digest)
 			}
 		}
 	}
+	for i, node := range nodes {
+		if caching {
+			facts[i], kept[i] = f.factsAndBacklog(node, now, epoch, pod.maxAge)
+		} else {
+			facts[i] = f.facts(node, now)
+		}
+		if kept[i] == nil {
+			ask(i)
+		}
+	}
 	holds := pod.heldOf(digests, pending)
+	if caching && holds.Epoch() != epoch {
+		// the index changed meanwhile: nothing kept holds; every node's from this Held
+		clear(pending)
+		for i := range nodes {
+			kept[i] = nil
+			ask(i)
+		}
+		holds = pod.heldOf(digests, pending)
+	}
 	costs := make([]float64, len(nodes))
 	var name string
 	nodeHolds := func(digest string) bool { return holds.Holds(name, digest) }
@@ -373,8 +470,14 @@ func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[
 		}
 		rate := facts[i].bitsPerS / layers.BitsPerByte
 		backlog := layers.Idle
-		if len(facts[i].pulls) > 0 {
+		switch {
+		case kept[i] != nil:
+			backlog = *kept[i]
+		case len(facts[i].pulls) > 0:
 			backlog = layers.NodeBacklog(facts[i].pulls, nodeHolds, rate, nowS, f.maxAge)
+			if caching {
+				f.keep(facts[i], name, backlog, holds, nowS)
+			}
 		}
 		held, arriving, total := layers.SplitBytes(pod.layers, nodeHolds, &backlog)
 		remaining := backlog.Remaining(rate, nowS)
@@ -409,6 +512,7 @@ func (f *inFlight) prepare(index *layers.Index, pod *v1.Pod, nodes []pendingNode
 	terms.heldOf = func(digests []string, byNode map[string][]string) holdings {
 		return index.Held(digests, byNode, now, maxAge)
 	}
+	terms.epoch, terms.maxAge = index.Epoch, maxAge
 	return &inFlightState{scores: f.scores(now, nodes, terms)}
 }
 

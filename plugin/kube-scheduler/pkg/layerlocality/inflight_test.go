@@ -141,8 +141,10 @@ func fakeNode(name string, generation int64, pods ...*v1.Pod) pendingNode {
 // holdsNothing: no node holds any layer.
 type holdsNothing struct{}
 
-func (holdsNothing) Holds(string, string) bool { return false }
-func (holdsNothing) Mask(string) uint64        { return 0 }
+func (holdsNothing) Holds(string, string) bool     { return false }
+func (holdsNothing) Mask(string) uint64            { return 0 }
+func (holdsNothing) Epoch() uint64                 { return 0 }
+func (holdsNothing) Observed(string) (int64, bool) { return 0, false }
 
 // podList lists fixed pods.
 type podList []*v1.Pod
@@ -205,6 +207,8 @@ type holdsSet struct {
 }
 
 func (h holdsSet) Holds(node, digest string) bool { return h.pairs[[2]string{node, digest}] }
+func (h holdsSet) Epoch() uint64                  { return 0 }
+func (h holdsSet) Observed(string) (int64, bool)  { return 0, false }
 func (h holdsSet) Mask(node string) uint64 {
 	var mask uint64
 	for i, digest := range h.digests {
@@ -306,4 +310,126 @@ func TestPendingPodsParityWithThePythonCore(t *testing.T) {
 		t.Fatalf("%d of %d pods differ", differing, len(file.Cases))
 	}
 	t.Logf("pending pods parity: %d pods, all equal", len(file.Cases))
+}
+
+// Backlogs kept between cycles score as computed afresh: one inFlight kept across cycles
+// against a new one each cycle, on a real index, while the clock crosses pulls' expiry
+// and inventories' age bound, inventories are replaced (the index's epoch), nodes' pods
+// change (their generation), and a pull's bind time lies ahead of the clock.
+func TestKeptBacklogsScoreAsComputedAgain(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20261129, 42))
+	const nodeCount, imageCount = 12, 8
+	images := map[string][]layers.Layer{}
+	var catalogue []layers.NodeImage
+	for i := 0; i < imageCount; i++ {
+		var imageLayers []layers.Layer
+		for j := 0; j < 1+rng.IntN(4); j++ {
+			// shared bases (b0-b2) and layers of their own
+			label := fmt.Sprintf("own-%d-%d", i, j)
+			if j == 0 {
+				label = fmt.Sprintf("base-%d", rng.IntN(3))
+			}
+			imageLayers = append(imageLayers, layers.Layer{Digest: digest(label), SizeBytes: 1_000_000 + int64(len(label))*7_000_000})
+		}
+		name := fmt.Sprintf("reg/app%d:1", i)
+		images[name] = imageLayers
+		catalogue = append(catalogue, layers.NodeImage{Names: []string{name}, Digest: digest("manifest-" + name), Layers: imageLayers})
+	}
+	resolve := func(image string, _ time.Time) ([]layers.Layer, bool) {
+		found, ok := images[image]
+		return found, ok
+	}
+	args := &InFlightArgs{PullMode: string(layers.Serial)}
+	args.setDefaults()
+	index := layers.NewIndex(1)
+	now := time.Date(2027, 1, 15, 8, 0, 0, 0, time.UTC)
+	inventoryAge := 300 * time.Second
+	upsert := func(node string) {
+		var held []layers.NodeImage
+		for _, image := range catalogue {
+			if rng.IntN(3) == 0 {
+				held = append(held, image)
+			}
+		}
+		observed := now.Add(-time.Duration(rng.IntN(400)) * time.Second)
+		index.Upsert(&layers.NodeLayerInventory{Node: node, Images: held, ObservedAt: observed})
+	}
+	nodes := make([]pendingNode, nodeCount)
+	pods := make([][]*v1.Pod, nodeCount)
+	for n := range nodes {
+		name := fmt.Sprintf("n%02d", n)
+		upsert(name)
+		nodes[n] = pendingNode{name: name, generation: 1, pods: podList(nil),
+			labels: map[string]string{layers.BandwidthKey: fmt.Sprint(10_000_000 * (1 + rng.IntN(8)))}}
+	}
+	kept := newInFlight(args, resolve)
+	hits := 0
+	for cycle := 0; cycle < 400; cycle++ {
+		now = now.Add(time.Duration(rng.IntN(90_000)) * time.Millisecond)
+		switch rng.IntN(6) {
+		case 0: // an inventory replaced: the epoch moves
+			upsert(nodes[rng.IntN(nodeCount)].name)
+		case 1, 2: // a pod bound, up to 15 min ago or (rarely) ahead of the clock
+			n := rng.IntN(nodeCount)
+			bound := now.Add(-time.Duration(rng.IntN(900)) * time.Second)
+			if rng.IntN(8) == 0 {
+				bound = now.Add(time.Duration(1+rng.IntN(5)) * time.Second)
+			}
+			image := catalogue[rng.IntN(imageCount)].Names[0]
+			pods[n] = append(pods[n], replica(fmt.Sprint(cycle), nodes[n].name, bound, image))
+			nodes[n].generation++
+			nodes[n].pods = podList(append([]*v1.Pod(nil), pods[n]...))
+		case 3: // a node's pods started
+			n := rng.IntN(nodeCount)
+			pods[n] = nil
+			nodes[n].generation++
+			nodes[n].pods = podList(nil)
+		}
+		p := pod(nil, catalogue[rng.IntN(imageCount)].Names[0])
+		before := 0
+		for _, facts := range kept.nodes {
+			if facts.kept != nil {
+				before++
+			}
+		}
+		got := kept.prepare(index, p, nodes, now, inventoryAge, nil).scores
+		want := newInFlight(args, resolve).prepare(index, p, nodes, now, inventoryAge, nil).scores
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("cycle %d at %s: kept %v, afresh %v", cycle, now, got, want)
+		}
+		hits += before
+	}
+	// the backlogs were kept and used, not recomputed every cycle
+	if hits == 0 {
+		t.Fatal("no backlog was kept between cycles")
+	}
+}
+
+// The index's epoch moves with every change, and a Held says which epoch it was built at
+// and which asked nodes were fresh.
+func TestTheIndexEpochMovesWithEveryChange(t *testing.T) {
+	index := layers.NewIndex(1)
+	now := time.Date(2027, 1, 15, 8, 0, 0, 0, time.UTC)
+	start := index.Epoch()
+	index.Upsert(&layers.NodeLayerInventory{Node: "a", Images: []layers.NodeImage{img1}, ObservedAt: now})
+	index.Upsert(&layers.NodeLayerInventory{Node: "b", Images: []layers.NodeImage{img2}, ObservedAt: now.Add(-time.Hour)})
+	index.Remove("missing")
+	if got := index.Epoch(); got != start+3 {
+		t.Fatalf("epoch %d after three changes from %d", got, start)
+	}
+	held := index.Held([]string{l1.Digest}, map[string][]string{"a": {l3.Digest}, "b": {l4.Digest}}, now, 30*time.Minute)
+	if held.Epoch() != index.Epoch() {
+		t.Errorf("held at epoch %d, index at %d", held.Epoch(), index.Epoch())
+	}
+	if observed, fresh := held.Observed("a"); !fresh || !layers.StillFresh(observed, now.Add(29*time.Minute), 30*time.Minute) ||
+		layers.StillFresh(observed, now.Add(31*time.Minute), 30*time.Minute) {
+		t.Errorf("a: fresh %v until about 30 min on", fresh)
+	}
+	if _, fresh := held.Observed("b"); fresh {
+		t.Error("b's hour-old inventory counted as fresh")
+	}
+	index.Replace(nil)
+	if index.Epoch() != start+4 {
+		t.Errorf("Replace did not move the epoch")
+	}
 }

@@ -20,6 +20,12 @@ type Held struct {
 	// pairs are the (node, digest) pairs it holds of those asked of one node, and of the
 	// pod's layers past the 64th.
 	pairs map[nodeDigest]struct{}
+	// epoch is the index's change count when it was built.
+	epoch uint64
+	// fresh are the nodes asked their own digests whose inventory was fresh (their
+	// observed time, in the index's nanoseconds); a node absent was not fresh, and stays
+	// so while the epoch is the same (time only ages an inventory).
+	fresh map[string]int64
 }
 
 // MaskedLayers is how many of the digests asked of every node Mask answers for.
@@ -41,7 +47,10 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 		observed := ix.observed[node]
 		return observed >= cutoff && (maxAge <= 0 || observed != undatedNanos) && ix.nodes[node].live
 	}
-	held := &Held{layer: make(map[string]int, len(digests)), byNode: map[string]uint64{}, pairs: map[nodeDigest]struct{}{}}
+	held := &Held{
+		layer: make(map[string]int, len(digests)), byNode: map[string]uint64{}, pairs: map[nodeDigest]struct{}{},
+		epoch: ix.epoch, fresh: make(map[string]int64, len(byNode)),
+	}
 	for _, digest := range digests {
 		if _, ok := held.layer[digest]; ok {
 			continue
@@ -69,6 +78,7 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 		if !ok || !fresh(node) {
 			continue
 		}
+		held.fresh[name] = ix.observed[node]
 		for _, digest := range asked {
 			if id, ok := ix.layerID[digest]; ok {
 				if _, found := slices.BinarySearch(ix.nodes[node].layers, id); found {
@@ -78,6 +88,25 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 		}
 	}
 	return held
+}
+
+// Epoch is the index's change count when h was built (Index.Epoch).
+func (h *Held) Epoch() uint64 {
+	return h.epoch
+}
+
+// Observed is, for a node asked its own digests, its inventory's observed time (the
+// index's nanoseconds) when the inventory was fresh; false when it was not, which it
+// stays while the index's epoch is the same (time only ages an inventory).
+func (h *Held) Observed(node string) (int64, bool) {
+	observed, ok := h.fresh[node]
+	return observed, ok
+}
+
+// StillFresh says whether an inventory observed at observed (Observed's) is still fresh
+// at now within maxAge (0: no bound), by Held's own rule.
+func StillFresh(observed int64, now time.Time, maxAge time.Duration) bool {
+	return maxAge <= 0 || observed >= clampedNanos(now.Add(-maxAge))
 }
 
 // Holds says whether node holds digest (false for a digest Held was not asked about, for

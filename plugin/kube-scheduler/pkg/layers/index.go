@@ -55,6 +55,18 @@ type Index struct {
 	namesMu      sync.Mutex
 	names        *nodeNames
 	members      *spreadMembers
+
+	// epoch counts every change (Upsert, Remove, Replace; under the write lock): what a
+	// reader derived from the index at one epoch holds while the epoch is the same (the
+	// in-flight strategy's per-node backlogs, held.go).
+	epoch uint64
+}
+
+// Epoch is the index's change count (see Index.epoch).
+func (ix *Index) Epoch() uint64 {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.epoch
 }
 
 type nodeEntry struct {
@@ -118,6 +130,7 @@ func (ix *Index) Nodes() int {
 func (ix *Index) Upsert(inventory *NodeLayerInventory) []Refusal {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.epoch++
 	return ix.upsert(inventory)
 }
 
@@ -126,6 +139,7 @@ func (ix *Index) Upsert(inventory *NodeLayerInventory) []Refusal {
 func (ix *Index) Remove(node string) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.epoch++
 	ix.unrefuse(node)
 	return ix.remove(node)
 }
@@ -135,6 +149,7 @@ func (ix *Index) Remove(node string) bool {
 func (ix *Index) Replace(inventories []*NodeLayerInventory) []Refusal {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.epoch++
 	listed := make(map[string]bool, len(inventories))
 	for _, inventory := range inventories {
 		listed[inventory.Node] = true

@@ -14,13 +14,21 @@ Every ``go.mod`` git tracks is a module (:func:`modules`), none is left out:
   make bench-perf) has no test to run under it.
 
 The race detector needs cgo and compiles every dependency apart from a plain build (cold on
-a fresh machine: minutes per Kubernetes release). So the packages that are race-tested are
-vetted with ``-race`` too (cgo on): vet type-checks against the race build's compile, which
-the tests then reuse, one compile of the release instead of two. The other packages (the
-control plane's mains in ``plugin/kube-scheduler/cmd``), and every package with
-``--no-race``, are vetted as ``make kubernetes`` compiles them (cgo off), sharing that
-build's cache entries: vetting those with ``-race`` would compile all of Kubernetes again
-for the race detector.
+a fresh machine: minutes per Kubernetes release), and ``go vet`` type-checks every
+dependency of what it vets, once per build mode, for its analyzers' facts. So each module
+is vetted against a compile that exists anyway:
+
+* at the Kubernetes build's release (``plugin/kube-scheduler``, its ``perf``, the
+  reference's minor of that release): every package plainly (cgo off), on ``make
+  kubernetes``'s compile, one set of facts for all of them; the race tests then compile
+  the race build, and nothing type-checks it again;
+* at an older release, which nothing else compiles plainly: the race-tested packages with
+  ``-race`` (cgo on), type-checked against the race build the tests reuse, one compile of
+  the release instead of two; the others plainly.
+
+``go test`` runs with ``-vet=off``: its vet is a subset of the ``go vet`` just run on the
+same packages and their test files, and under ``-race`` it would type-check every
+dependency a second time.
 
 Prints a line per module and step with its duration; exits 1 naming every failure, with
 go's last lines. ``--module DIR`` (repeatable) checks only those; ``--no-race`` vets only.
@@ -37,7 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from layersched.builds import REPO_ROOT, kubernetes_build
+from layersched.builds import REPO_ROOT, kubernetes_build, pinned_version
 from layersched.core.errors import LayerschedError
 from layersched.testbed.builds import find_go
 
@@ -59,6 +67,8 @@ class Module:
     packages: tuple[str, ...]
     #: Why nothing is checked, when ``packages`` is empty.
     why_none: str = ""
+    #: The Kubernetes release its ``go.mod`` compiles (``v1.37.2``), if it requires one.
+    release: str | None = None
 
     @property
     def name(self) -> str:
@@ -80,11 +90,13 @@ def modules(root: Path = REPO_ROOT) -> list[Module]:
     found = []
     for relative in sorted(listed):
         directory = (root / relative).parent
+        go_mod = (directory / "go.mod").read_text("utf-8")
+        release = pinned_version(go_mod)
         own = [p for p in directory.rglob("*.go") if not _in_nested_module(p, directory)]
         if own:
-            found.append(Module(directory, ("./...",)))
-        elif _replaces_main((directory / "go.mod").read_text("utf-8")):
-            found.append(Module(directory, (MAIN_PACKAGES,)))
+            found.append(Module(directory, ("./...",), release=release))
+        elif _replaces_main(go_mod):
+            found.append(Module(directory, (MAIN_PACKAGES,), release=release))
         else:
             found.append(Module(directory, (), "no Go package of its own (it builds a tool)"))
     return found
@@ -138,7 +150,24 @@ def split_packages(go: str, module: Module) -> tuple[list[str], list[str]]:
     return tested, untested
 
 
-def check(go: str, module: Module, race: bool) -> list[str]:
+def steps(
+    module: Module, tested: list[str], untested: list[str], race: bool, built_release: str
+) -> list[tuple[str, list[str], bool]]:
+    """What is run in ``module``: ``(label, go's arguments, with the race detector)``, in
+    order. ``built_release`` is the release ``make kubernetes`` compiles (the docstring)."""
+    vet_all = ("go vet", ["vet", "-trimpath", *module.packages], False)
+    if not race or not tested:
+        return [vet_all]
+    test = ("go test -race", ["test", "-trimpath", "-race", "-vet=off", "-count=1", *tested], True)
+    if module.release == built_release:
+        return [vet_all, test]
+    vetted = [("go vet -race", ["vet", "-trimpath", "-race", *tested], True)]
+    if untested:
+        vetted.append(("go vet", ["vet", "-trimpath", *untested], False))
+    return [*vetted, test]
+
+
+def check(go: str, module: Module, race: bool, built_release: str) -> list[str]:
     """Vet, then race-test, one module; the failures, each with go's last output."""
     if not module.packages:
         print(f"{module.name}: nothing to check: {module.why_none}", flush=True)
@@ -147,17 +176,7 @@ def check(go: str, module: Module, race: bool) -> list[str]:
     tested, untested = split_packages(go, module) if race else ([], [])
     if race and not tested:
         print(f"{module.name}: go test -race: no package with a Test function", flush=True)
-    # the packages race-tested are vetted against the race build their tests reuse; the
-    # others (the control plane's mains) as make kubernetes compiles them (the docstring)
-    steps: list[tuple[str, list[str], bool]] = []
-    if tested:
-        steps.append(("go vet -race", ["vet", "-trimpath", "-race", *tested], True))
-        if untested:
-            steps.append(("go vet", ["vet", "-trimpath", *untested], False))
-        steps.append(("go test -race", ["test", "-trimpath", "-race", "-count=1", *tested], True))
-    else:
-        steps.append(("go vet", ["vet", "-trimpath", *module.packages], False))
-    for label, args, with_race in steps:
+    for label, args, with_race in steps(module, tested, untested, race, built_release):
         started = time.monotonic()
         done = _go(go, module, *args, race=with_race)
         took = time.monotonic() - started
@@ -176,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-race", action="store_true", help="go vet only")
     args = parser.parse_args(argv)
     try:
-        go, _ = find_go(kubernetes_build().go_version_needed())
+        built = kubernetes_build()
+        go, _ = find_go(built.go_version_needed())
     except LayerschedError as err:
         print(f"go-lint: {err}", file=sys.stderr)
         return 1
@@ -191,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     for module in chosen:
         try:
-            failures += check(go, module, race=not args.no_race)
+            failures += check(go, module, race=not args.no_race, built_release=built.version)
         except (LayerschedError, subprocess.TimeoutExpired) as err:
             failures.append(f"{module.name}: {err}")
     for failure in failures:

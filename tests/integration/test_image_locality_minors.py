@@ -128,10 +128,10 @@ def _module(minor: KubernetesMinor) -> Path:
     return REFERENCE / "minors" / format_kubernetes_minor(minor)
 
 
-#: How the programs are built: with the race detector, as make go-lint vets and tests the
-#: same modules (``go vet -race``, ``go test -race``: scripts/go_lint.py), so that a
-#: release's packages compile once for both (a plain build compiled them a second time);
-#: part of the cache key.
+#: How the programs are built: with the race detector, as make go-lint race-tests the
+#: same modules (``go test -race``: scripts/go_lint.py), so that a release's packages
+#: compile once for both (a plain build compiled them a second time); part of the cache
+#: key.
 PROGRAM_BUILD_FLAGS = "-trimpath -race"
 
 

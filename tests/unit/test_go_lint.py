@@ -16,6 +16,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import go_lint  # noqa: E402
 
+from layersched.builds import kubernetes_build  # noqa: E402
+
 
 def test_every_tracked_module_is_checked_or_says_why_not() -> None:
     tracked = subprocess.run(
@@ -64,35 +66,81 @@ def test_the_plugins_packages_keep_tests_for_go_lint_to_race() -> None:
     assert "func TestScoresAreReadWhileEventsArrive(" in layers
 
 
-def test_race_tested_packages_are_vetted_against_the_race_build(
+BUILT = "v1.37.2"
+
+
+def _module(release: str) -> Any:
+    return go_lint.Module(ROOT / "plugin" / "kube-scheduler", ("./...",), release=release)
+
+
+def test_each_module_is_vetted_against_a_compile_that_exists() -> None:
+    tested, untested = ["x/pkg/layers"], ["x/cmd/kube-apiserver"]
+    race_test = (
+        "go test -race",
+        ["test", "-trimpath", "-race", "-vet=off", "-count=1", *tested],
+        True,
+    )
+    # at make kubernetes's release: everything vetted plainly, on that build's compile
+    # (vetting the control plane's mains with -race would compile all of Kubernetes
+    # again); the race test then compiles only the race build, and does not vet again
+    assert go_lint.steps(_module(BUILT), tested, untested, True, BUILT) == [
+        ("go vet", ["vet", "-trimpath", "./..."], False),
+        race_test,
+    ]
+    # an older release: the race-tested packages type-checked against the race build the
+    # tests reuse (one compile of the release), the others plainly
+    assert go_lint.steps(_module("v1.35.4"), tested, untested, True, BUILT) == [
+        ("go vet -race", ["vet", "-trimpath", "-race", *tested], True),
+        ("go vet", ["vet", "-trimpath", *untested], False),
+        race_test,
+    ]
+    assert go_lint.steps(_module("v1.35.4"), tested, [], True, BUILT) == [
+        ("go vet -race", ["vet", "-trimpath", "-race", *tested], True),
+        race_test,
+    ]
+    # nothing to race-test, or --no-race: every package vetted plainly
+    for release in (BUILT, "v1.35.4"):
+        assert go_lint.steps(_module(release), [], untested, True, BUILT) == [
+            ("go vet", ["vet", "-trimpath", "./..."], False)
+        ]
+        assert go_lint.steps(_module(release), tested, untested, False, BUILT) == [
+            ("go vet", ["vet", "-trimpath", "./..."], False)
+        ]
+
+
+def test_check_runs_the_steps_and_names_a_failure(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # one compile of a release per module: vet -race type-checks the race-tested packages
-    # against the race build their tests then reuse; the others (the control plane's
-    # mains) are vetted as make kubernetes compiles them, not compiled again with -race
     calls: list[tuple[tuple[str, ...], bool]] = []
 
     def go(_go: str, _module: object, *args: str, race: bool = False) -> Any:
         calls.append((args, race))
-        return subprocess.CompletedProcess(args, 0, "", "")
+        failed = args[0] == "test"
+        return subprocess.CompletedProcess(
+            args, int(failed), "", "--- FAIL: TestX" if failed else ""
+        )
 
     monkeypatch.setattr(go_lint, "_go", go)
-    module = go_lint.Module(ROOT / "plugin" / "kube-scheduler", ("./...",))
-    split = (["x/pkg/layers"], ["x/cmd/kube-apiserver"])
-    monkeypatch.setattr(go_lint, "split_packages", lambda _go, _m: split)
-    assert go_lint.check("go", module, race=True) == []
-    assert calls == [
-        (("vet", "-trimpath", "-race", "x/pkg/layers"), True),
-        (("vet", "-trimpath", "x/cmd/kube-apiserver"), False),
-        (("test", "-trimpath", "-race", "-count=1", "x/pkg/layers"), True),
-    ]
-    # nothing to race-test, or --no-race: every package vetted as make kubernetes compiles
-    calls.clear()
-    monkeypatch.setattr(go_lint, "split_packages", lambda _go, _m: ([], ["x/cmd/a"]))
-    assert go_lint.check("go", module, race=True) == []
-    assert go_lint.check("go", module, race=False) == []
-    assert calls == [(("vet", "-trimpath", "./..."), False)] * 2
-    assert "go vet: ok" in capsys.readouterr().out
+    monkeypatch.setattr(go_lint, "split_packages", lambda _go, _m: (["x/a"], []))
+    failures = go_lint.check("go", _module(BUILT), race=True, built_release=BUILT)
+    assert [race for _args, race in calls] == [False, True]
+    assert len(failures) == 1 and "plugin/kube-scheduler: go test" in failures[0]
+    assert "--- FAIL: TestX" in failures[0]
+    out = capsys.readouterr().out
+    assert "go vet: ok" in out and "go test -race: FAILED (exit 1)" in out
+
+
+def test_modules_know_their_release() -> None:
+    # the modules at the Kubernetes build's release share its compile; the older minors'
+    # modules compile their own
+    built = kubernetes_build().version
+    found = {m.name: m for m in go_lint.modules()}
+    for name in ("plugin/kube-scheduler", "plugin/kube-scheduler/perf"):
+        assert found[name].release == built, name
+    minors = [m for n, m in found.items() if n.startswith("plugin/kube-scheduler/minors/")]
+    assert minors and all(m.release and m.release != built for m in minors)
+    for module in minors:
+        assert module.release.startswith(f"v{module.directory.name}."), module.name
 
 
 def test_go_lint_runs_the_go_tests_the_integration_stage_no_longer_runs() -> None:

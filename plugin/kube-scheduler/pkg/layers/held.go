@@ -8,15 +8,18 @@ import (
 
 // Held is which nodes hold which layers, as the index was at one moment: the in-flight
 // strategy's held and arriving bytes. The pod's own layers are asked of every node (each
-// layer's holders walked: the cost is the sum of their holders, as Prepare's); the
-// layers of a node's pending pods of that node alone (a binary search among its layer
-// ids each: a popular base layer's thousands of holders are never walked for them).
-// Built under one read lock; never modified once built, read without a lock.
+// layer's holders walked: the cost is the sum of their holders, as Prepare's, in node
+// ids, with no name hashed); the layers of a node's pending pods of that node alone (a
+// binary search among its layer ids each: a popular base layer's thousands of holders
+// are never walked for them). Built under one read lock; never modified once built, read
+// without a lock.
 type Held struct {
 	layer map[string]int
-	// byNode is, for each node with a fresh inventory holding any of the pod's first
-	// 64 layers, which of them (bit i: the layer at position i): no allocation a node.
-	byNode map[string]uint64
+	// names is the index's name table the ids come from (shared with Prepare: rebuilt
+	// only when a node comes or goes), masks by node id which of the pod's first 64
+	// layers each node with a fresh inventory holds (bit i: the layer at position i).
+	names *nodeNames
+	masks []uint64
 	// pairs are the (node, digest) pairs it holds of those asked of one node, and of the
 	// pod's layers past the 64th.
 	pairs map[nodeDigest]struct{}
@@ -48,8 +51,8 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 		return observed >= cutoff && (maxAge <= 0 || observed != undatedNanos) && ix.nodes[node].live
 	}
 	held := &Held{
-		layer: make(map[string]int, len(digests)), byNode: map[string]uint64{}, pairs: map[nodeDigest]struct{}{},
-		epoch: ix.epoch, fresh: make(map[string]int64, len(byNode)),
+		layer: make(map[string]int, len(digests)), names: ix.nameTable(), masks: make([]uint64, len(ix.nodes)),
+		pairs: map[nodeDigest]struct{}{}, epoch: ix.epoch, fresh: make(map[string]int64, len(byNode)),
 	}
 	for _, digest := range digests {
 		if _, ok := held.layer[digest]; ok {
@@ -65,11 +68,10 @@ func (ix *Index) Held(digests []string, byNode map[string][]string, now time.Tim
 			if !fresh(node) {
 				continue
 			}
-			name := ix.nodes[node].name
 			if position < MaskedLayers {
-				held.byNode[name] |= 1 << position
+				held.masks[node] |= 1 << position
 			} else {
-				held.pairs[nodeDigest{name, digest}] = struct{}{}
+				held.pairs[nodeDigest{ix.nodes[node].name, digest}] = struct{}{}
 			}
 		}
 	}
@@ -113,7 +115,7 @@ func StillFresh(observed int64, now time.Time, maxAge time.Duration) bool {
 // every node or for this one).
 func (h *Held) Holds(node, digest string) bool {
 	if position, ok := h.layer[digest]; ok && position < MaskedLayers {
-		return h.byNode[node]&(1<<position) != 0
+		return h.Mask(node)&(1<<position) != 0
 	}
 	_, ok := h.pairs[nodeDigest{node, digest}]
 	return ok
@@ -122,5 +124,9 @@ func (h *Held) Holds(node, digest string) bool {
 // Mask has bit i set when node holds the i-th distinct digest asked of every node, for
 // the first MaskedLayers of them: one lookup a node instead of one a layer.
 func (h *Held) Mask(node string) uint64 {
-	return h.byNode[node]
+	id, ok := h.names.ids[node]
+	if !ok || id == refusedNode {
+		return 0
+	}
+	return h.masks[id]
 }

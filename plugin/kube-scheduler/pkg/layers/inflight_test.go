@@ -188,6 +188,34 @@ func TestHeldFollowsTheInventoriesAndTheirAge(t *testing.T) {
 	}
 }
 
+// Held walks holders by node id: a Held built before a node left keeps answering as the
+// index was, and one built after answers for the node now holding the freed id.
+func TestHeldAnswersByNameAcrossNodesComingAndGoing(t *testing.T) {
+	ix := seedIndex() // N1 holds Img1 (L1 L2 L3), N2 Img2 (L1 L2 L4), N3 nothing
+	digests := []string{l1.Digest, l3.Digest, l4.Digest}
+	before := ix.Held(digests, nil, observed, 0)
+	ix.Remove("N1")
+	ix.Upsert(&NodeLayerInventory{Node: "N4", Images: []NodeImage{img2}, ObservedAt: observed}) // N1's id, freed
+	after := ix.Held(digests, nil, observed, 0)
+	for _, c := range []struct {
+		held         *Held
+		node, digest string
+		want         bool
+	}{
+		{before, "N1", l3.Digest, true}, {before, "N4", l4.Digest, false}, {before, "N2", l4.Digest, true},
+		{after, "N1", l3.Digest, false}, {after, "N1", l1.Digest, false},
+		{after, "N4", l4.Digest, true}, {after, "N4", l3.Digest, false}, {after, "N2", l1.Digest, true},
+		{after, "nowhere", l1.Digest, false},
+	} {
+		if got := c.held.Holds(c.node, c.digest); got != c.want {
+			t.Errorf("%s holds %s: %v", c.node, c.digest, got)
+		}
+	}
+	if before.Mask("N1") != 0b011 || after.Mask("N1") != 0 || after.Mask("N4") != 0b101 {
+		t.Errorf("masks: N1 %b then %b, N4 %b", before.Mask("N1"), after.Mask("N1"), after.Mask("N4"))
+	}
+}
+
 func TestHeldPastTheSixtyFourthLayer(t *testing.T) {
 	// a pod of 70 layers: N1 holds every one, N2 the even ones; the first 64 are bits,
 	// the rest pairs

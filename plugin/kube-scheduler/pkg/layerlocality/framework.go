@@ -9,6 +9,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"layersched.io/kube-scheduler/pkg/layers"
 )
 
 // stateKey is where PreScore leaves the pod's prepared layers for Score.
@@ -28,8 +30,11 @@ type LayerLocality struct {
 	scorer
 	// inFlight is the in-flight strategy's state (inflight.go); nil under layer-locality.
 	inFlight *inFlight
-	// nodes is the scheduler's snapshot of the cluster's nodes (the spread's node count).
-	nodes func() (nodeSet, error)
+	// snapshot reads the scheduler's snapshot of the cluster's nodes (the spread's node
+	// count, and the NodeInfos slots places).
+	snapshot func() (snapshotView, error)
+	// slots places the snapshot's NodeInfos for Score (slotTable).
+	slots slotCache
 }
 
 var (
@@ -52,7 +57,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	if err != nil {
 		return nil, err
 	}
-	pl := &LayerLocality{scorer: newScorer(args, index), nodes: snapshotNodes(handle)}
+	pl := &LayerLocality{scorer: newScorer(args, index), snapshot: snapshotNodes(handle)}
 	if pl.registry, err = sharedRegistry(ctx, args.Registry); err != nil {
 		return nil, err
 	}
@@ -62,20 +67,86 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	return pl, nil
 }
 
+// snapshotView is the scheduler's snapshot of this cycle: its nodes as the spread reads
+// them, its NodeInfos in the snapshot's order, and the identity of that list.
+type snapshotView struct {
+	set     nodeSet
+	infos   []fwk.NodeInfo
+	version *snapshotVersion
+}
+
 // snapshotNodes reads the scheduler's snapshot of this cycle.
-func snapshotNodes(handle fwk.Handle) func() (nodeSet, error) {
+func snapshotNodes(handle fwk.Handle) func() (snapshotView, error) {
 	var identity snapshotIdentity
-	return func() (nodeSet, error) {
+	return func() (snapshotView, error) {
 		lister := handle.SnapshotSharedLister().NodeInfos()
 		all, err := lister.List()
 		if err != nil {
-			return nodeSet{}, err
+			return snapshotView{}, err
 		}
-		return nodeSet{count: len(all), version: identity.of(all), contains: func(node string) bool {
-			_, err := lister.Get(node)
-			return err == nil
-		}}, nil
+		version := identity.of(all)
+		return snapshotView{
+			set: nodeSet{count: len(all), version: version, contains: func(node string) bool {
+				_, err := lister.Get(node)
+				return err == nil
+			}},
+			infos:   all,
+			version: version,
+		}, nil
 	}
+}
+
+// nodeSet is the snapshot as the spread reads it.
+func (pl *LayerLocality) nodeSet() (nodeSet, error) {
+	view, err := pl.snapshot()
+	return view.set, err
+}
+
+// slotTable places the snapshot's NodeInfos: each one's slot (its position in the
+// snapshot's list) and its id in one of the index's name tables. kube-scheduler calls
+// Score once per candidate and pod on 16 goroutines; with the table, Score finds the
+// node's answer by the NodeInfo (one pointer hashed) instead of by its name (a string
+// hashed and compared, in a table of every node's name). kube-scheduler's snapshot keeps
+// one NodeInfo per node, updated in place, so the table holds while the snapshot's list
+// (snapshotIdentity) and the index's nodes (its name table, ==) are the same. Never
+// modified once built.
+type slotTable struct {
+	version *snapshotVersion
+	names   *layers.NameTable
+	slot    map[fwk.NodeInfo]int32
+	// ids are the nodes' ids in names, by slot.
+	ids []layers.NodeID
+}
+
+// slotCache keeps the last slotTable.
+type slotCache struct {
+	mu    sync.Mutex
+	table *slotTable
+}
+
+// of is the table of view's NodeInfos with their ids in names: the last one while both
+// are the same, else built again (a name lookup a node, once). nil for a snapshot
+// without an identity.
+func (c *slotCache) of(view snapshotView, names *layers.NameTable) *slotTable {
+	if view.version == nil || names == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.table; t != nil && t.version == view.version && t.names == names {
+		return t
+	}
+	t := &slotTable{version: view.version, names: names,
+		slot: make(map[fwk.NodeInfo]int32, len(view.infos)), ids: make([]layers.NodeID, len(view.infos))}
+	for i, info := range view.infos {
+		t.ids[i] = layers.NoNode
+		if node := info.Node(); node != nil {
+			t.slot[info] = int32(i)
+			t.ids[i] = names.ID(node.Name)
+		}
+	}
+	c.table = t
+	return t
 }
 
 // snapshotIdentity names a snapshot's node list: the same version while the list holds
@@ -137,13 +208,24 @@ func (pl *LayerLocality) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFrag
 // every candidate), after a bounded wait for the registry's answers when the pod is the
 // first of an image nothing knows yet (registrySet.await; ctx ends it too).
 func (pl *LayerLocality) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	view, viewErr := pl.snapshot()
 	if pl.inFlight != nil {
-		state.Write(stateKey, pl.inFlight.prepare(pl.index, pod, pendingNodes(nodes), pl.now(), pl.maxAge, pl.awaitRegistry(ctx)))
+		var slots *slotTable
+		if viewErr == nil {
+			slots = pl.slots.of(view, pl.index.NameTable())
+		}
+		pending := pendingNodes(nodes, slots)
+		scores := pl.inFlight.prepare(pl.index, pod, pending, slots.placement(), pl.now(), pl.maxAge, pl.awaitRegistry(ctx))
+		state.Write(stateKey, newInFlightState(pending, slots, scores))
 		return nil
 	}
-	prepared, err := pl.prepare(ctx, pod, pl.nodes, candidates(nodes))
+	prepared, err := pl.prepare(ctx, pod, func() (nodeSet, error) { return view.set, viewErr }, candidates(nodes))
 	if err != nil {
 		return fwk.AsStatus(err)
+	}
+	if viewErr == nil && prepared.byNode == nil {
+		// the registry's other platforms are scored by name (their own name tables)
+		prepared.slots = pl.slots.of(view, prepared.prepared.Names())
 	}
 	state.Write(stateKey, prepared)
 	return nil
@@ -171,18 +253,24 @@ func (pl *LayerLocality) Score(_ context.Context, state fwk.CycleState, _ *v1.Po
 	}
 	switch prepared := data.(type) {
 	case *preScoreState:
+		if slots, ok := prepared.slots.(*slotTable); ok {
+			if slot, ok := slots.slot[nodeInfo]; ok {
+				return pl.scoreByID(prepared, slots.ids[slot]), nil
+			}
+		}
 		return pl.score(prepared, nodeInfo.Node().Name), nil
 	case *inFlightState:
-		return prepared.scores[nodeInfo.Node().Name], nil
+		return prepared.score(nodeInfo), nil
 	}
 	return 0, fwk.AsStatus(noStateError(fmt.Errorf("state of type %T", data)))
 }
 
-// pendingNodes are the candidates as the in-flight strategy reads them: name,
-// generation, link labels and pods (assumed and bound), from kube-scheduler's NodeInfos.
-// One allocation for all of them: each node's pods are read through a pointer into one
-// slice of NodeInfos.
-func pendingNodes(infos []fwk.NodeInfo) []pendingNode {
+// pendingNodes are the candidates as the in-flight strategy reads them, from
+// kube-scheduler's NodeInfos: the Node's metadata (read when needed), generation, pods
+// (assumed and bound), and, when slots places the NodeInfo, its slot and its id in
+// slots' name table. One allocation for all of them: each node's pods are read through
+// a pointer into one slice of NodeInfos.
+func pendingNodes(infos []fwk.NodeInfo, slots *slotTable) []pendingNode {
 	nodes := make([]pendingNode, 0, len(infos))
 	lists := make([]nodeInfoPods, len(infos))
 	for i, info := range infos {
@@ -191,15 +279,62 @@ func pendingNodes(infos []fwk.NodeInfo) []pendingNode {
 			continue
 		}
 		lists[i].info = info
-		nodes = append(nodes, pendingNode{
-			name:        node.Name,
-			generation:  info.GetGeneration(),
-			labels:      node.Labels,
-			annotations: node.Annotations,
-			pods:        &lists[i],
-		})
+		pending := pendingNode{meta: &node.ObjectMeta, slot: -1, generation: info.GetGeneration(), pods: &lists[i]}
+		if slots != nil {
+			if at, ok := slots.slot[info]; ok {
+				pending.slot, pending.id, pending.placed = at, slots.ids[at], true
+			}
+		}
+		nodes = append(nodes, pending)
 	}
 	return nodes
+}
+
+// placement is where t places nodes (the zero placement for no table).
+func (t *slotTable) placement() placement {
+	if t == nil {
+		return placement{}
+	}
+	return placement{names: t.names, version: t, slots: len(t.ids)}
+}
+
+// inFlightState is what PreScore leaves for Score under the in-flight strategy: every
+// candidate's score, by its slot in slots (bySlot), or by name for a candidate the
+// table does not place (byName; nil when every one is); never modified after PreScore.
+type inFlightState struct {
+	slots  *slotTable
+	bySlot []int64
+	byName map[string]int64
+}
+
+// newInFlightState keeps scores (by candidate, as nodes) by slot (the placed nodes') or
+// by name.
+func newInFlightState(nodes []pendingNode, slots *slotTable, scores []int64) *inFlightState {
+	state := &inFlightState{slots: slots}
+	if slots != nil {
+		state.bySlot = make([]int64, len(slots.ids))
+	}
+	for i := range nodes {
+		if nodes[i].placed {
+			state.bySlot[nodes[i].slot] = scores[i]
+			continue
+		}
+		if state.byName == nil {
+			state.byName = map[string]int64{}
+		}
+		state.byName[nodes[i].name()] = scores[i]
+	}
+	return state
+}
+
+// score is the NodeInfo's score: a read by its slot, else a lookup by name.
+func (s *inFlightState) score(info fwk.NodeInfo) int64 {
+	if s.slots != nil {
+		if slot, ok := s.slots.slot[info]; ok {
+			return s.bySlot[slot]
+		}
+	}
+	return s.byName[info.Node().Name]
 }
 
 // nodeInfoPods lists a NodeInfo's pods.

@@ -34,6 +34,17 @@ func cycle(pl *LayerLocality, pod *v1.Pod, preScore bool, nodes ...string) (map[
 			return nil, status.Message()
 		}
 	}
+	// a node of the snapshot is scored twice: through its own NodeInfo (read by slot and
+	// id when PreScore placed it) and through another NodeInfo of the same node (looked
+	// up by name); the two must agree
+	view, err := pl.snapshot()
+	if err != nil {
+		return nil, err.Error()
+	}
+	own := map[string]fwk.NodeInfo{}
+	for _, info := range view.infos {
+		own[info.Node().Name] = info
+	}
 	got := map[string]int64{}
 	for _, node := range nodes {
 		info := framework.NewNodeInfo()
@@ -41,6 +52,15 @@ func cycle(pl *LayerLocality, pod *v1.Pod, preScore bool, nodes ...string) (map[
 		value, status := pl.Score(context.Background(), state, pod, info)
 		if !status.IsSuccess() {
 			return nil, status.Message()
+		}
+		if info, ok := own[node]; ok {
+			bySlot, status := pl.Score(context.Background(), state, pod, info)
+			if !status.IsSuccess() {
+				return nil, status.Message()
+			}
+			if bySlot != value {
+				return nil, fmt.Sprintf("%s: %d through the snapshot's NodeInfo, %d by name", node, bySlot, value)
+			}
 		}
 		got[node] = value
 	}
@@ -140,7 +160,7 @@ func TestTheSpreadFollowsTheSchedulersSnapshot(t *testing.T) {
 	pl := plugin(t, `{"spread": true}`)
 	all := infosOf("N1", "N2", "N3", "N4", "old")
 	handle := &snapshotHandle{lister: newSnapshotLister(all)}
-	pl.nodes = snapshotNodes(handle)
+	pl.snapshot = snapshotNodes(handle)
 	// as TestScores' spread: 5 nodes, L1 and L2 on N1 and N2 -> N2 31
 	if got := score(t, pl, pod(nil, "reg:5000/img1:1"), "N2"); got["N2"] != 31 {
 		t.Fatalf("N2 %d, want 31", got["N2"])
@@ -294,5 +314,89 @@ func TestInFlightReadsTheRegistrysLayers(t *testing.T) {
 	pl.now = func() time.Time { return now.Add(missTTL) }
 	if want, got := map[string]int64{"N1": 73, "N2": 100, "N3": 73}, inFlightCycle(t, pl, newPod, nodes()...); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("once the registry answered: %v, want %v", got, want)
+	}
+}
+
+// Score reads a node of the snapshot by its slot and id, in the table of the index's
+// nodes PreScore scored against: a node that comes into the index is placed anew, and
+// scores as by name.
+func TestScoreReadsTheSnapshotsNodesByIDAsTheIndexChanges(t *testing.T) {
+	pl := plugin(t, `{"spread": false}`)
+	view, err := pl.snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := map[string]fwk.NodeInfo{}
+	for _, info := range view.infos {
+		own[info.Node().Name] = info
+	}
+	run := func() (map[string]int64, *slotTable) {
+		state := framework.NewCycleState()
+		p := pod(nil, "reg:5000/img1:1")
+		if status := pl.PreScore(context.Background(), state, p, nil); !status.IsSuccess() {
+			t.Fatal(status.Message())
+		}
+		data, err := state.Read(stateKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots, _ := data.(*preScoreState).slots.(*slotTable)
+		got := map[string]int64{}
+		for name, info := range own {
+			got[name], _ = pl.Score(context.Background(), state, p, info)
+		}
+		return got, slots
+	}
+	before, first := run()
+	if first == nil {
+		t.Fatal("PreScore placed no node of the snapshot")
+	}
+	if want := map[string]int64{"N1": 100, "N2": 77, "N3": 0, "N4": 0, "old": 0}; fmt.Sprint(before) != fmt.Sprint(want) {
+		t.Fatalf("by slot %v, want %v", before, want)
+	}
+	if _, again := run(); again != first {
+		t.Error("the table was built again while the snapshot and the index's nodes stayed")
+	}
+	// N4 publishes Img1: the index's nodes change, so does the table
+	pl.index.Upsert(&layers.NodeLayerInventory{Node: "N4", Images: []layers.NodeImage{img1}, ObservedAt: now})
+	after, second := run()
+	if second == first {
+		t.Error("the table was kept across a new node in the index")
+	}
+	if after["N4"] != 100 || after["N1"] != 100 {
+		t.Errorf("after N4 published Img1: %v, want N1 and N4 100", after)
+	}
+}
+
+// In flight, candidates that are the snapshot's own NodeInfos are read by slot and id
+// (no name looked up for an idle node, nor for Score), and score as those looked up by
+// name (TestInFlightThroughTheFramework's case).
+func TestInFlightReadsTheSnapshotsNodesBySlot(t *testing.T) {
+	pl := plugin(t, `{"strategy": "in-flight", "inFlight": {"defaultBandwidthBitsPerS": 8}}`)
+	pl.inFlight = newInFlight(pl.args.InFlight, pl.imageLayers)
+	all := []fwk.NodeInfo{inFlightNode("N1"), inFlightNode("N2"), inFlightNode("N3", replicaOn("N3", "reg:5000/img1:1"))}
+	pl.snapshot = snapshotNodes(&snapshotHandle{lister: newSnapshotLister(all)})
+	newPod := pod(nil, "reg:5000/img1:1")
+	state := framework.NewCycleState()
+	if status := pl.PreScore(context.Background(), state, newPod, all); !status.IsSuccess() {
+		t.Fatal(status.Message())
+	}
+	data, err := state.Read(stateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept := data.(*inFlightState); kept.slots == nil || kept.byName != nil {
+		t.Fatalf("candidates of the snapshot kept by name: %+v", kept)
+	}
+	got := map[string]int64{}
+	for _, info := range all {
+		got[info.Node().Name], _ = pl.Score(context.Background(), state, newPod, info)
+	}
+	if want := map[string]int64{"N1": 100, "N2": 3, "N3": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("by slot %v, want %v", got, want)
+	}
+	byName := inFlightCycle(t, pl, newPod, inFlightNode("N1"), inFlightNode("N2"), inFlightNode("N3", replicaOn("N3", "reg:5000/img1:1")))
+	if fmt.Sprint(byName) != fmt.Sprint(got) {
+		t.Errorf("by name %v, by slot %v", byName, got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"layersched.io/kube-scheduler/pkg/layers"
@@ -172,15 +173,36 @@ func boundAt(pod *v1.Pod) (float64, bool) {
 }
 
 // pendingNode is what the in-flight strategy reads of a candidate node: kube-scheduler's
-// NodeInfo, through the framework's adapter.
+// NodeInfo, through the framework's adapter. The Node's metadata (name, link labels) is
+// read only when needed: an idle node the caller places is scored without it (its
+// object is one more cache line a candidate, on every cycle).
 type pendingNode struct {
-	name        string
-	generation  int64
-	labels      map[string]string
-	annotations map[string]string
+	meta *metav1.ObjectMeta
+	// placed: the caller places the node (slot, id), for the placement it gives scores;
+	// not placed: the node is looked up by name.
+	placed bool
+	// slot is the node's place in the caller's node list (its facts are kept by it), id
+	// its id in the placement's name table.
+	slot       int32
+	id         layers.NodeID
+	generation int64
 	// pods lists the node's pods (assumed and bound), read only when its facts are made
 	// again (a pointer in an interface: no allocation per node and cycle).
 	pods podLister
+}
+
+// name is the node's name.
+func (n *pendingNode) name() string {
+	return n.meta.Name
+}
+
+// placement is where the caller's placed nodes are: their ids' name table, the identity
+// of their slots (equal, with ==, while the slots are the same) and how many there are.
+// The zero placement places none.
+type placement struct {
+	names   *layers.NameTable
+	version any
+	slots   int
 }
 
 // podLister lists a node's pods.
@@ -239,6 +261,11 @@ type inFlight struct {
 	nodes     map[string]*nodeFacts
 	firstSeen map[string]float64
 	images    map[string]resolvedImage
+	// bySlot are the facts of the placed nodes, by slot, for one placement's slots
+	// (slotsVersion): dropped when they change (at most maxInFlightNodes of them; past it,
+	// the nodes are kept by name).
+	bySlot       []*nodeFacts
+	slotsVersion any
 }
 
 func newInFlight(args *InFlightArgs, resolve func(string, time.Time) ([]layers.Layer, bool)) *inFlight {
@@ -257,11 +284,9 @@ func newInFlight(args *InFlightArgs, resolve func(string, time.Time) ([]layers.L
 	}
 }
 
-// factsAndBacklog are node's facts (facts) and its kept backlog when it still holds at
-// now for the index's epoch (nil otherwise).
-func (f *inFlight) factsAndBacklog(node pendingNode, now time.Time, epoch uint64, indexMaxAge time.Duration) (*nodeFacts, *layers.Backlog) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// factsAndBacklogLocked are node's facts (facts) and its kept backlog when it still
+// holds at now for the index's epoch (nil otherwise); called with f.mu held.
+func (f *inFlight) factsAndBacklogLocked(node *pendingNode, now time.Time, epoch uint64, indexMaxAge time.Duration) (*nodeFacts, *layers.Backlog) {
 	facts := f.factsLocked(node, now)
 	kept := facts.kept
 	if kept == nil || kept.epoch != epoch {
@@ -294,22 +319,23 @@ func (f *inFlight) keep(facts *nodeFacts, node string, backlog layers.Backlog, h
 	facts.kept = kept
 }
 
-// facts are node's link and pending pulls: kept while its NodeInfo's generation is the
-// same (a pod added, changed or removed, or the Node changed, moves it).
-func (f *inFlight) facts(node pendingNode, now time.Time) *nodeFacts {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.factsLocked(node, now)
-}
-
-// factsLocked is facts, called with f.mu held.
-func (f *inFlight) factsLocked(node pendingNode, now time.Time) *nodeFacts {
-	if kept, ok := f.nodes[node.name]; ok && kept.generation == node.generation && kept.complete {
+// factsLocked are node's link and pending pulls: kept while its NodeInfo's generation
+// is the same (a pod added, changed or removed, or the Node changed, moves it); called
+// with f.mu held.
+func (f *inFlight) factsLocked(node *pendingNode, now time.Time) *nodeFacts {
+	bySlot := node.placed && f.bySlot != nil
+	var kept *nodeFacts
+	if bySlot {
+		kept = f.bySlot[node.slot]
+	} else {
+		kept = f.nodes[node.name()]
+	}
+	if kept != nil && kept.generation == node.generation && kept.complete {
 		return kept
 	}
 	facts := &nodeFacts{
 		generation: node.generation,
-		bitsPerS:   layers.Bandwidth(node.labels, node.annotations, f.defaultBits),
+		bitsPerS:   layers.Bandwidth(node.meta.Labels, node.meta.Annotations, f.defaultBits),
 		complete:   true,
 	}
 	nowS := unixSeconds(now)
@@ -340,11 +366,25 @@ func (f *inFlight) factsLocked(node pendingNode, now time.Time) *nodeFacts {
 		}
 		facts.pulls = append(facts.pulls, layers.PendingPull{Key: key, BoundAt: bound, Layers: podLayers})
 	}
-	if _, kept := f.nodes[node.name]; !kept && len(f.nodes) >= maxInFlightNodes {
+	if bySlot {
+		f.bySlot[node.slot] = facts
+		return facts
+	}
+	if _, kept := f.nodes[node.name()]; !kept && len(f.nodes) >= maxInFlightNodes {
 		clear(f.nodes)
 	}
-	f.nodes[node.name] = facts
+	f.nodes[node.name()] = facts
 	return facts
+}
+
+// place readies the facts by slot for at's slots (called with f.mu held).
+func (f *inFlight) place(at placement) {
+	switch {
+	case at.version == nil || at.slots > maxInFlightNodes:
+		f.bySlot, f.slotsVersion = nil, nil
+	case at.version != f.slotsVersion || len(f.bySlot) != at.slots:
+		f.bySlot, f.slotsVersion = make([]*nodeFacts, at.slots), at.version
+	}
 }
 
 // seen is when pod key was first seen without a bind time (called with f.mu held).
@@ -398,15 +438,20 @@ type holdings interface {
 	Holds(node, digest string) bool
 	// Mask: bit i for the i-th distinct digest asked of every node (the first 64).
 	Mask(node string) uint64
+	// MaskByID is Mask for a node's id in Names (==) only.
+	MaskByID(id layers.NodeID) uint64
+	Names() *layers.NameTable
 	// Epoch is the index's change count they were read at.
 	Epoch() uint64
 	// Observed: a node asked its own digests, its inventory's observed time when fresh.
 	Observed(node string) (int64, bool)
 }
 
-// scores are the candidates' in-flight scores, by name (the rule: layers.NodeBacklog,
-// SplitBytes, StartCost, ScoreCosts; the Python core's InFlight.score).
-func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[string]int64 {
+// scores are the candidates' in-flight scores, as nodes lists them (the rule:
+// layers.NodeBacklog, SplitBytes, StartCost, ScoreCosts; the Python core's
+// InFlight.score). at is where the placed nodes are (their facts kept by slot, their
+// held layers read by id); the others are looked up by name.
+func (f *inFlight) scores(now time.Time, nodes []pendingNode, at placement, pod podTerms) []int64 {
 	nowS := unixSeconds(now)
 	facts := make([]*nodeFacts, len(nodes))
 	digests := make([]string, 0, len(pod.layers))
@@ -423,17 +468,23 @@ func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[
 	pending := map[string][]string{}
 	ask := func(i int) {
 		for _, pull := range facts[i].pulls {
+			name := nodes[i].name()
 			for _, layer := range pull.Layers {
-				pending[nodes[i].name] = append(pending[nodes[i].name], layer.Digest)
+				pending[name] = append(pending[name], layer.Digest)
 			}
 		}
 	}
-	for i, node := range nodes {
+	f.mu.Lock()
+	f.place(at)
+	for i := range nodes {
 		if caching {
-			facts[i], kept[i] = f.factsAndBacklog(node, now, epoch, pod.maxAge)
+			facts[i], kept[i] = f.factsAndBacklogLocked(&nodes[i], now, epoch, pod.maxAge)
 		} else {
-			facts[i] = f.facts(node, now)
+			facts[i] = f.factsLocked(&nodes[i], now)
 		}
+	}
+	f.mu.Unlock()
+	for i := range nodes {
 		if kept[i] == nil {
 			ask(i)
 		}
@@ -452,12 +503,18 @@ func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[
 	var name string
 	nodeHolds := func(digest string) bool { return holds.Holds(name, digest) }
 	masked := len(pod.layers) <= layers.MaskedLayers
-	for i, node := range nodes {
-		name = node.name
+	byID := at.names != nil && holds.Names() == at.names
+	for i := range nodes {
+		node := &nodes[i]
 		if masked && len(facts[i].pulls) == 0 {
-			// an idle node (most of them): the held bytes from one lookup, nothing arriving
-			// nor queued (SplitBytes and StartCost with layers.Idle)
-			mask := holds.Mask(name)
+			// an idle node (most of them): the held bytes from one read (by id, else one
+			// lookup), nothing arriving nor queued (SplitBytes and StartCost with layers.Idle)
+			var mask uint64
+			if byID && node.placed {
+				mask = holds.MaskByID(node.id)
+			} else {
+				mask = holds.Mask(node.name())
+			}
 			var held, total int64
 			for j, layer := range pod.layers {
 				total += layer.SizeBytes
@@ -468,6 +525,7 @@ func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[
 			costs[i] = layers.StartCost(held, 0, total, 0, 0, 0, facts[i].bitsPerS, f.args)
 			continue
 		}
+		name = node.name()
 		rate := facts[i].bitsPerS / layers.BitsPerByte
 		backlog := layers.Idle
 		switch {
@@ -483,27 +541,16 @@ func (f *inFlight) scores(now time.Time, nodes []pendingNode, pod podTerms) map[
 		remaining := backlog.Remaining(rate, nowS)
 		costs[i] = layers.StartCost(held, arriving, total, remaining, backlog.EnqueuedBytes, backlog.Pulls, facts[i].bitsPerS, f.args)
 	}
-	scores := layers.ScoreCosts(costs, pod.total)
-	byName := make(map[string]int64, len(nodes))
-	for i, node := range nodes {
-		byName[node.name] = scores[i]
-	}
-	return byName
+	return layers.ScoreCosts(costs, pod.total)
 }
 
-// inFlightState is what PreScore leaves for Score under the in-flight strategy: every
-// candidate's score, never modified after PreScore.
-type inFlightState struct {
-	scores map[string]int64
-}
-
-// prepare scores the pod on every candidate once (PreScore): its images' layers as
-// f.resolve answers them (an image it does not know counts neither as held nor as
-// needed; await, when not nil, may wait for the registry's answers for those first and
-// says whether it did), held and arriving as the index and the candidates' pods say at
-// now.
-func (f *inFlight) prepare(index *layers.Index, pod *v1.Pod, nodes []pendingNode, now time.Time, maxAge time.Duration,
-	await func(images []string) bool) *inFlightState {
+// prepare scores the pod on every candidate once (PreScore), as nodes lists them (the
+// placed ones where at says): its images' layers as f.resolve answers them (an image it
+// does not know counts neither as held nor as needed; await, when not nil, may wait for
+// the registry's answers for those first and says whether it did), held and arriving
+// as the index and the candidates' pods say at now.
+func (f *inFlight) prepare(index *layers.Index, pod *v1.Pod, nodes []pendingNode, at placement, now time.Time, maxAge time.Duration,
+	await func(images []string) bool) []int64 {
 	images := appendPodImages(nil, pod)
 	terms, unknown := f.podLayers(images, now)
 	if len(unknown) > 0 && await != nil && await(unknown) {
@@ -513,7 +560,7 @@ func (f *inFlight) prepare(index *layers.Index, pod *v1.Pod, nodes []pendingNode
 		return index.Held(digests, byNode, now, maxAge)
 	}
 	terms.epoch, terms.maxAge = index.Epoch, maxAge
-	return &inFlightState{scores: f.scores(now, nodes, terms)}
+	return f.scores(now, nodes, at, terms)
 }
 
 // podLayers are images' distinct layers as f.resolve answers them, and the images it

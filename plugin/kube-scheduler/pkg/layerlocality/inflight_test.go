@@ -132,9 +132,9 @@ func TestInFlightArgs(t *testing.T) {
 // fakeNode is a candidate node of the worked case: 80 Mbit/s, its pods.
 func fakeNode(name string, generation int64, pods ...*v1.Pod) pendingNode {
 	return pendingNode{
-		name: name, generation: generation,
-		labels: map[string]string{layers.BandwidthKey: "80000000"},
-		pods:   podList(pods),
+		meta:       &metav1.ObjectMeta{Name: name, Labels: map[string]string{layers.BandwidthKey: "80000000"}},
+		generation: generation,
+		pods:       podList(pods),
 	}
 }
 
@@ -145,6 +145,17 @@ func (holdsNothing) Holds(string, string) bool     { return false }
 func (holdsNothing) Mask(string) uint64            { return 0 }
 func (holdsNothing) Epoch() uint64                 { return 0 }
 func (holdsNothing) Observed(string) (int64, bool) { return 0, false }
+func (holdsNothing) MaskByID(layers.NodeID) uint64 { return 0 }
+func (holdsNothing) Names() *layers.NameTable      { return nil }
+
+// byName are scores (as nodes lists them) by node name.
+func byName(nodes []pendingNode, scores []int64) map[string]int64 {
+	named := make(map[string]int64, len(nodes))
+	for i, node := range nodes {
+		named[node.name()] = scores[i]
+	}
+	return named
+}
 
 // podList lists fixed pods.
 type podList []*v1.Pod
@@ -184,18 +195,18 @@ func TestInFlightScoresFromTheNodesPods(t *testing.T) {
 	nothing := func([]string, map[string][]string) holdings { return holdsNothing{} }
 	pod := podTerms{layers: []layers.Layer{l1, l2}, total: 80 * mb, heldOf: nothing}
 	want := map[string]int64{"idle": 45, "half": 100, "fresh": 55, "other": 26}
-	if got := f.scores(now, nodes, pod); !reflect.DeepEqual(got, want) {
+	if got := byName(nodes, f.scores(now, nodes, placement{}, pod)); !reflect.DeepEqual(got, want) {
 		t.Errorf("scores %v, want %v", got, want)
 	}
 	// the same generations again: nothing read or resolved again
 	before := asked
-	f.scores(now, nodes, pod)
+	f.scores(now, nodes, placement{}, pod)
 	if asked != before {
 		t.Errorf("resolved %d images again for unchanged nodes", asked-before)
 	}
 	// the half-way replica started (a new generation): that node is idle again
 	nodes[1] = fakeNode("half", 2)
-	if got := f.scores(now, nodes, pod)["half"]; got != 81 { // 9 s (fresh) / 11 s
+	if got := byName(nodes, f.scores(now, nodes, placement{}, pod))["half"]; got != 81 { // 9 s (fresh) / 11 s
 		t.Errorf("half after its replica started: %d, want 81", got)
 	}
 }
@@ -209,6 +220,8 @@ type holdsSet struct {
 func (h holdsSet) Holds(node, digest string) bool { return h.pairs[[2]string{node, digest}] }
 func (h holdsSet) Epoch() uint64                  { return 0 }
 func (h holdsSet) Observed(string) (int64, bool)  { return 0, false }
+func (h holdsSet) MaskByID(layers.NodeID) uint64  { return 0 }
+func (h holdsSet) Names() *layers.NameTable       { return nil }
 func (h holdsSet) Mask(node string) uint64 {
 	var mask uint64
 	for i, digest := range h.digests {
@@ -242,8 +255,8 @@ func TestInFlightIdleNodesScoreAsTheRule(t *testing.T) {
 			var nodes []pendingNode
 			for n := 0; n < 20; n++ {
 				name := fmt.Sprintf("n%d", n)
-				node := pendingNode{name: name, generation: int64(round), pods: podList(nil),
-					labels: map[string]string{layers.BandwidthKey: fmt.Sprint(1 + rng.IntN(1_000_000_000))}}
+				node := pendingNode{generation: int64(round), pods: podList(nil), meta: &metav1.ObjectMeta{Name: name,
+					Labels: map[string]string{layers.BandwidthKey: fmt.Sprint(1 + rng.IntN(1_000_000_000))}}}
 				nodes = append(nodes, node)
 				for _, layer := range pod.layers {
 					if rng.IntN(2) == 0 {
@@ -252,18 +265,18 @@ func TestInFlightIdleNodesScoreAsTheRule(t *testing.T) {
 				}
 			}
 			pod.heldOf = func([]string, map[string][]string) holdings { return held }
-			got := f.scores(now, nodes, pod)
+			got := byName(nodes, f.scores(now, nodes, placement{}, pod))
 			costs := make([]float64, len(nodes))
 			for i, node := range nodes {
-				holds := func(digest string) bool { return held.Holds(node.name, digest) }
+				holds := func(digest string) bool { return held.Holds(node.name(), digest) }
 				h, a, total := layers.SplitBytes(pod.layers, holds, &layers.Idle)
-				bits := layers.Bandwidth(node.labels, nil, 0)
+				bits := layers.Bandwidth(node.meta.Labels, nil, 0)
 				costs[i] = layers.StartCost(h, a, total, 0, 0, 0, bits, f.args)
 			}
 			for i, score := range layers.ScoreCosts(costs, pod.total) {
-				if got[nodes[i].name] != score {
+				if got[nodes[i].name()] != score {
 					t.Fatalf("%s round %d node %s: %d, the rule %d (%d layers)",
-						mode, round, nodes[i].name, got[nodes[i].name], score, len(pod.layers))
+						mode, round, nodes[i].name(), got[nodes[i].name()], score, len(pod.layers))
 				}
 			}
 		}
@@ -359,8 +372,8 @@ func TestKeptBacklogsScoreAsComputedAgain(t *testing.T) {
 	for n := range nodes {
 		name := fmt.Sprintf("n%02d", n)
 		upsert(name)
-		nodes[n] = pendingNode{name: name, generation: 1, pods: podList(nil),
-			labels: map[string]string{layers.BandwidthKey: fmt.Sprint(10_000_000 * (1 + rng.IntN(8)))}}
+		nodes[n] = pendingNode{generation: 1, pods: podList(nil), meta: &metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{layers.BandwidthKey: fmt.Sprint(10_000_000 * (1 + rng.IntN(8)))}}}
 	}
 	kept := newInFlight(args, resolve)
 	hits := 0
@@ -368,7 +381,7 @@ func TestKeptBacklogsScoreAsComputedAgain(t *testing.T) {
 		now = now.Add(time.Duration(rng.IntN(90_000)) * time.Millisecond)
 		switch rng.IntN(6) {
 		case 0: // an inventory replaced: the epoch moves
-			upsert(nodes[rng.IntN(nodeCount)].name)
+			upsert(nodes[rng.IntN(nodeCount)].name())
 		case 1, 2: // a pod bound, up to 15 min ago or (rarely) ahead of the clock
 			n := rng.IntN(nodeCount)
 			bound := now.Add(-time.Duration(rng.IntN(900)) * time.Second)
@@ -376,7 +389,7 @@ func TestKeptBacklogsScoreAsComputedAgain(t *testing.T) {
 				bound = now.Add(time.Duration(1+rng.IntN(5)) * time.Second)
 			}
 			image := catalogue[rng.IntN(imageCount)].Names[0]
-			pods[n] = append(pods[n], replica(fmt.Sprint(cycle), nodes[n].name, bound, image))
+			pods[n] = append(pods[n], replica(fmt.Sprint(cycle), nodes[n].name(), bound, image))
 			nodes[n].generation++
 			nodes[n].pods = podList(append([]*v1.Pod(nil), pods[n]...))
 		case 3: // a node's pods started
@@ -387,13 +400,21 @@ func TestKeptBacklogsScoreAsComputedAgain(t *testing.T) {
 		}
 		p := pod(nil, catalogue[rng.IntN(imageCount)].Names[0])
 		before := 0
-		for _, facts := range kept.nodes {
-			if facts.kept != nil {
+		for _, facts := range kept.bySlot {
+			if facts != nil && facts.kept != nil {
 				before++
 			}
 		}
-		got := kept.prepare(index, p, nodes, now, inventoryAge, nil).scores
-		want := newInFlight(args, resolve).prepare(index, p, nodes, now, inventoryAge, nil).scores
+		// kept backlogs, nodes placed (facts by slot, idle ones read by id); against
+		// afresh, every node by name
+		names := index.NameTable()
+		placed := make([]pendingNode, len(nodes))
+		for n := range nodes {
+			placed[n] = nodes[n]
+			placed[n].slot, placed[n].id, placed[n].placed = int32(n), names.ID(nodes[n].name()), true
+		}
+		got := kept.prepare(index, p, placed, placement{names: names, version: names, slots: len(nodes)}, now, inventoryAge, nil)
+		want := newInFlight(args, resolve).prepare(index, p, nodes, placement{}, now, inventoryAge, nil)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("cycle %d at %s: kept %v, afresh %v", cycle, now, got, want)
 		}

@@ -70,6 +70,10 @@ type preScoreState struct {
 	// byNode are the terms of the nodes of another platform than the registry's default
 	// (registry.go), when the pod needed the registry; nil otherwise.
 	byNode map[string]*layers.Prepared
+	// slots, when not nil, is the framework adapter's placement of the snapshot's nodes
+	// (framework.go's slotTable) with their ids in prepared's name table: Score reads
+	// them by id (scoreByID). nil when byNode is not (those are read by name).
+	slots any
 }
 
 // nodeSet is what the spread needs of the scheduler's snapshot: how many nodes it holds,
@@ -136,6 +140,16 @@ func (s *scorer) score(state *preScoreState, nodeName string) int64 {
 		prepared = other
 	}
 	score, why := prepared.Score(nodeName)
+	if why != layers.Scored {
+		s.withoutInventory[why].Inc()
+	}
+	return score
+}
+
+// scoreByID is score for the node of id in state.prepared's name table, when byNode is
+// nil: a read, no lookup.
+func (s *scorer) scoreByID(state *preScoreState, id layers.NodeID) int64 {
+	score, why := state.prepared.ScoreByID(id)
 	if why != layers.Scored {
 		s.withoutInventory[why].Inc()
 	}

@@ -95,7 +95,7 @@ func benchCluster(b *testing.B, rawArgs string, pending pendingShape) (*LayerLoc
 	for i := range pods {
 		pods[i] = pod(nil, images[zipf.Uint64()].Names[1])
 	}
-	pl := &LayerLocality{scorer: newScorer(args, index), nodes: snapshotNodes(&snapshotHandle{lister: newSnapshotLister(infos)})}
+	pl := &LayerLocality{scorer: newScorer(args, index), snapshot: snapshotNodes(&snapshotHandle{lister: newSnapshotLister(infos)})}
 	pl.now = func() time.Time { return now }
 	if args.Strategy == StrategyInFlight {
 		pl.inFlight = newInFlight(args.InFlight, pl.imageLayers)
@@ -119,7 +119,8 @@ type pendingShape struct{ every, perNode int }
 
 // BenchmarkPreScoreScoreInFlight is the same cycle under strategy: in-flight, a tenth
 // of the nodes pulling a replica (their facts kept between cycles, as their NodeInfos'
-// generations do not move; Score reads PreScore's map: no lock, no allocation).
+// generations do not move; Score reads PreScore's scores by the NodeInfo's place: no lock,
+// no allocation).
 func BenchmarkPreScoreScoreInFlight(b *testing.B) {
 	benchmarkCycle(b, `{"strategy": "in-flight"}`, pendingShape{every: benchPendingEvery, perNode: 1})
 }

@@ -186,7 +186,7 @@ func TestNodesOfAnotherPlatformAreScoredWithItsLayers(t *testing.T) {
 	nodes := func() []*v1.Node { return []*v1.Node{amd, arm} }
 	p := pod(nil, "reg:5000/img3:1")
 	run := func() map[string]int64 {
-		state, err := pl.prepare(context.Background(), p, pl.nodes, nodes)
+		state, err := pl.prepare(context.Background(), p, pl.nodeSet, nodes)
 		if err != nil {
 			t.Fatal(err)
 		}

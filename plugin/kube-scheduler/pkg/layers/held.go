@@ -18,7 +18,7 @@ type Held struct {
 	// names is the index's name table the ids come from (shared with Prepare: rebuilt
 	// only when a node comes or goes), masks by node id which of the pod's first 64
 	// layers each node with a fresh inventory holds (bit i: the layer at position i).
-	names *nodeNames
+	names *NameTable
 	masks []uint64
 	// pairs are the (node, digest) pairs it holds of those asked of one node, and of the
 	// pod's layers past the 64th.
@@ -124,8 +124,17 @@ func (h *Held) Holds(node, digest string) bool {
 // Mask has bit i set when node holds the i-th distinct digest asked of every node, for
 // the first MaskedLayers of them: one lookup a node instead of one a layer.
 func (h *Held) Mask(node string) uint64 {
-	id, ok := h.names.ids[node]
-	if !ok || id == refusedNode {
+	return h.MaskByID(h.names.ID(node))
+}
+
+// Names is the name table h's ids come from: MaskByID reads ids of this table (==) only.
+func (h *Held) Names() *NameTable {
+	return h.names
+}
+
+// MaskByID is Mask for the node of id in h's name table (Names): a read, no lookup.
+func (h *Held) MaskByID(id NodeID) uint64 {
+	if id < 0 || int(id) >= len(h.masks) {
 		return 0
 	}
 	return h.masks[id]

@@ -53,7 +53,7 @@ type Index struct {
 	// (prepare.go), both rebuilt by readers under namesMu when out of date.
 	namesVersion uint64
 	namesMu      sync.Mutex
-	names        *nodeNames
+	names        *NameTable
 	members      *spreadMembers
 
 	// epoch counts every change (Upsert, Remove, Replace; under the write lock): what a

@@ -69,17 +69,42 @@ type Prepared struct {
 	FromSource int
 	Disputed   int
 
-	names      *nodeNames
+	names      *NameTable
 	terms      []Terms
 	totalBytes int64
 	spread     bool
 }
 
-// nodeNames is the index's node names as of one version: each node's id, or
-// refusedNode. It is never modified once built (Prepared shares it without a lock).
-type nodeNames struct {
+// NameTable is the index's node names as of one version: each node's id, or
+// refusedNode. It is never modified once built (Prepared and Held share it without a
+// lock), and the index keeps it while its nodes are the same, so a caller may resolve
+// names to ids once (NodeID) and read a Prepared or a Held built on the same table
+// (==) by id: no name hashed per node.
+type NameTable struct {
 	version uint64
 	ids     map[string]int32
+}
+
+// NodeID is a node's id in one NameTable: NoNode for a name the table does not hold.
+type NodeID int32
+
+// NoNode is the id of a name a NameTable does not hold (a node without an inventory).
+const NoNode NodeID = -2
+
+// ID is node's id in the table (NoNode: not there; a refused node's is refusedNode).
+func (t *NameTable) ID(node string) NodeID {
+	if id, ok := t.ids[node]; ok {
+		return NodeID(id)
+	}
+	return NoNode
+}
+
+// NameTable is the name table of the index's current nodes (the one a Prepare or Held
+// built now reads by), taken under the read lock.
+func (ix *Index) NameTable() *NameTable {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.nameTable()
 }
 
 // spreadMembers is, by node id, whether Spread.Counts counts the node, for one
@@ -131,12 +156,22 @@ func (p *Prepared) TotalBytes() int64 {
 	return p.totalBytes
 }
 
+// Names is the name table p's ids come from: NodeByID and ScoreByID read ids of this
+// table (==) only.
+func (p *Prepared) Names() *NameTable {
+	return p.names
+}
+
 // Node is what the cycle knows of node, and whether its inventory counts: a lookup, safe
 // on any number of goroutines, with no lock and no allocation.
 func (p *Prepared) Node(node string) (Terms, NodeState) {
-	id, ok := p.names.ids[node]
+	return p.NodeByID(p.names.ID(node))
+}
+
+// NodeByID is Node for the node of id in p's name table (Names): a read, no lookup.
+func (p *Prepared) NodeByID(id NodeID) (Terms, NodeState) {
 	switch {
-	case !ok:
+	case id == NoNode || id < refusedNode || int(id) >= len(p.terms):
 		return Terms{}, NoInventory
 	case id == refusedNode:
 		return Terms{}, OverBudget
@@ -151,7 +186,12 @@ func (p *Prepared) Node(node string) (Terms, NodeState) {
 // Score is the node's layer-locality score 0..100 for the pod. A node without a usable
 // inventory scores 0 and says why.
 func (p *Prepared) Score(node string) (int64, NodeState) {
-	terms, state := p.Node(node)
+	return p.ScoreByID(p.names.ID(node))
+}
+
+// ScoreByID is Score for the node of id in p's name table (Names): a read, no lookup.
+func (p *Prepared) ScoreByID(id NodeID) (int64, NodeState) {
+	terms, state := p.NodeByID(id)
 	if state != Scored || p.Skip() {
 		return 0, state
 	}
@@ -288,7 +328,7 @@ func observedNanos(observedAt time.Time) int64 {
 
 // nameTable is the name table of the index's current nodes, rebuilt when they changed
 // since the last one (a node came, went, or was refused): called under the read lock.
-func (ix *Index) nameTable() *nodeNames {
+func (ix *Index) nameTable() *NameTable {
 	ix.namesMu.Lock()
 	defer ix.namesMu.Unlock()
 	if ix.names != nil && ix.names.version == ix.namesVersion {
@@ -301,14 +341,14 @@ func (ix *Index) nameTable() *nodeNames {
 	for name := range ix.refused {
 		ids[name] = refusedNode
 	}
-	ix.names = &nodeNames{version: ix.namesVersion, ids: ids}
+	ix.names = &NameTable{version: ix.namesVersion, ids: ids}
 	return ix.names
 }
 
 // spreadCounts is, by node id, whether spread.Counts counts each node: kept while the
 // snapshot (CountsVersion) and the index's nodes are the same. Called under the read
 // lock.
-func (ix *Index) spreadCounts(spread *Spread, names *nodeNames) []bool {
+func (ix *Index) spreadCounts(spread *Spread, names *NameTable) []bool {
 	ix.namesMu.Lock()
 	defer ix.namesMu.Unlock()
 	if cached := ix.members; spread.CountsVersion != nil && cached != nil &&

@@ -506,22 +506,21 @@ func (f *inFlight) scores(now time.Time, nodes []pendingNode, at placement, pod 
 	byID := at.names != nil && holds.Names() == at.names
 	for i := range nodes {
 		node := &nodes[i]
-		if masked && len(facts[i].pulls) == 0 {
-			// an idle node (most of them): the held bytes from one read (by id, else one
-			// lookup), nothing arriving nor queued (SplitBytes and StartCost with layers.Idle)
-			var mask uint64
+		// the pod's own layers the node holds: one mask, read by id (else looked up by
+		// name), when the pod has at most MaskedLayers of them (Held.Holds answers them
+		// from the same mask)
+		var mask uint64
+		if masked {
 			if byID && node.placed {
 				mask = holds.MaskByID(node.id)
 			} else {
 				mask = holds.Mask(node.name())
 			}
-			var held, total int64
-			for j, layer := range pod.layers {
-				total += layer.SizeBytes
-				if mask&(1<<j) != 0 {
-					held += layer.SizeBytes
-				}
-			}
+		}
+		if masked && len(facts[i].pulls) == 0 {
+			// an idle node (most of them): nothing arriving nor queued (SplitBytes and
+			// StartCost with layers.Idle)
+			held, _, total := layers.SplitMasked(pod.layers, mask, &layers.Idle)
 			costs[i] = layers.StartCost(held, 0, total, 0, 0, 0, facts[i].bitsPerS, f.args)
 			continue
 		}
@@ -537,7 +536,12 @@ func (f *inFlight) scores(now time.Time, nodes []pendingNode, at placement, pod 
 				f.keep(facts[i], name, backlog, holds, nowS)
 			}
 		}
-		held, arriving, total := layers.SplitBytes(pod.layers, nodeHolds, &backlog)
+		var held, arriving, total int64
+		if masked {
+			held, arriving, total = layers.SplitMasked(pod.layers, mask, &backlog)
+		} else {
+			held, arriving, total = layers.SplitBytes(pod.layers, nodeHolds, &backlog)
+		}
 		remaining := backlog.Remaining(rate, nowS)
 		costs[i] = layers.StartCost(held, arriving, total, remaining, backlog.EnqueuedBytes, backlog.Pulls, facts[i].bitsPerS, f.args)
 	}

@@ -152,6 +152,22 @@ func NodeBacklog(pulls []PendingPull, holds func(digest string) bool, bytesPerS,
 	}
 }
 
+// SplitMasked is SplitBytes for a pod of at most MaskedLayers distinct layers whose
+// holding on the node is the mask held (bit i: the node holds layers[i], as Held.Mask
+// answers): one mask for the node instead of a lookup a layer; the arriving ones are
+// looked up among those not held only.
+func SplitMasked(layers []Layer, held uint64, b *Backlog) (heldBytes, arriving, total int64) {
+	for i, layer := range layers {
+		total += layer.SizeBytes
+		if i < MaskedLayers && held&(1<<i) != 0 {
+			heldBytes += layer.SizeBytes
+		} else if _, ok := b.Arriving[layer.Digest]; ok {
+			arriving += layer.SizeBytes
+		}
+	}
+	return heldBytes, arriving, total
+}
+
 // SplitBytes are the held, arriving and total bytes of a pod's distinct layers on a node.
 func SplitBytes(layers []Layer, holds func(digest string) bool, b *Backlog) (held, arriving, total int64) {
 	for _, layer := range layers {

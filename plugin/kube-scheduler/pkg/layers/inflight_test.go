@@ -3,6 +3,7 @@ package layers
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -235,6 +236,37 @@ func TestHeldPastTheSixtyFourthLayer(t *testing.T) {
 	for i, d := range digests {
 		if !held.Holds("N1", d) || held.Holds("N2", d) != (i%2 == 0) || held.Holds("N3", d) {
 			t.Errorf("layer %d: N1 %v, N2 %v, N3 %v", i, held.Holds("N1", d), held.Holds("N2", d), held.Holds("N3", d))
+		}
+	}
+}
+
+// SplitMasked, given the mask of the layers the node holds, splits as SplitBytes does
+// with the lookup, on random pods, holdings and arriving layers (a pod past
+// MaskedLayers included: its later layers are never held by the mask).
+func TestSplitMaskedIsSplitBytes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 29))
+	for round := 0; round < 500; round++ {
+		var pod []Layer
+		set := map[string]bool{}
+		var mask uint64
+		backlog := Backlog{Arriving: map[string]int64{}}
+		for i := 0; i < 1+rng.IntN(MaskedLayers+6); i++ {
+			layer := Layer{Digest: fmt.Sprintf("sha256:%d-%d", round, i), SizeBytes: 1 + rng.Int64N(1<<30)}
+			pod = append(pod, layer)
+			switch rng.IntN(3) {
+			case 0:
+				if i < MaskedLayers {
+					set[layer.Digest] = true
+					mask |= 1 << i
+				}
+			case 1:
+				backlog.Arriving[layer.Digest] = layer.SizeBytes
+			}
+		}
+		h, a, total := SplitBytes(pod, func(digest string) bool { return set[digest] }, &backlog)
+		mh, ma, mtotal := SplitMasked(pod, mask, &backlog)
+		if h != mh || a != ma || total != mtotal {
+			t.Fatalf("round %d: SplitBytes %d %d %d, SplitMasked %d %d %d", round, h, a, total, mh, ma, mtotal)
 		}
 	}
 }

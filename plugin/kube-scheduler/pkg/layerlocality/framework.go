@@ -96,12 +96,6 @@ func snapshotNodes(handle fwk.Handle) func() (snapshotView, error) {
 	}
 }
 
-// nodeSet is the snapshot as the spread reads it.
-func (pl *LayerLocality) nodeSet() (nodeSet, error) {
-	view, err := pl.snapshot()
-	return view.set, err
-}
-
 // slotTable places the snapshot's NodeInfos: each one's slot (its position in the
 // snapshot's list) and its id in one of the index's name tables. kube-scheduler calls
 // Score once per candidate and pod on 16 goroutines; with the table, Score finds the

@@ -186,7 +186,7 @@ func TestNodesOfAnotherPlatformAreScoredWithItsLayers(t *testing.T) {
 	nodes := func() []*v1.Node { return []*v1.Node{amd, arm} }
 	p := pod(nil, "reg:5000/img3:1")
 	run := func() map[string]int64 {
-		state, err := pl.prepare(context.Background(), p, pl.nodeSet, nodes)
+		state, err := pl.prepare(context.Background(), p, snapshotSet(pl), nodes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -458,4 +458,12 @@ func TestInFlightsFirstReplicaWaitsForTheRegistry(t *testing.T) {
 		t.Fatalf("first replica after the wait %v, want the layers' scores", got)
 	}
 	r.Wait()
+}
+
+// snapshotSet is pl's snapshot as the spread reads it.
+func snapshotSet(pl *LayerLocality) func() (nodeSet, error) {
+	return func() (nodeSet, error) {
+		view, err := pl.snapshot()
+		return view.set, err
+	}
 }

@@ -24,13 +24,13 @@ $(VENV)/.installed: pyproject.toml harness/pyproject.toml
 kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release plugin/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: minutes; cached: seconds; a changed plugin: a relink)
 	@$(PY) scripts/kubernetes_build.py
 
-tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (plugin/layersched/testbed/go-tools.yml; cold: minutes; cached: seconds)
+tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (harness/layersched_harness/testbed/go-tools.yml; cold: minutes; cached: seconds)
 	@$(PY) scripts/go_tools.py
 
 images: venv ## The release's images, built without Docker: layersched and layersched's kube-scheduler for 1.35, 1.36, 1.37, each for amd64 and arm64 in one multi-arch OCI index (kube-scheduler cross-compiled with CGO_ENABLED=0, cached by build ID and arch; OCI layouts and images.json under the cache; IMAGES_ARGS='--minor 37 --arch amd64' narrows it; not in CI: cold, six kube-scheduler compiles of minutes each; cached, seconds)
 	@$(PY) scripts/images.py $(IMAGES_ARGS)
 
-crio: venv ## Build (or find cached) CRI-O from its Go module, cgo off (plugin/layersched/testbed/crio-build.yml; not in CI: the testbed's CRI-O nodes and make crio-live need it)
+crio: venv ## Build (or find cached) CRI-O from its Go module, cgo off (harness/layersched_harness/testbed/crio-build.yml; not in CI: the testbed's CRI-O nodes and make crio-live need it)
 	@$(PY) scripts/go_tools.py --crio
 
 crio-live: crio ## The live CRI-O tests (root; not in CI): the agent on CRI-O's real storage (overlay, vfs) against the manifests, its verbose ImageStatus, the relay in front of it; with LAYERSCHED_TESTBED_RUNTIMES naming crio, the testbed's CRI-O node (its published inventory, the relay role, Guaranteed and BestEffort pods Running through the runc wrapper)
@@ -39,7 +39,7 @@ crio-live: crio ## The live CRI-O tests (root; not in CI): the agent on CRI-O's 
 containerd: venv ## Download (or find cached) containerd 2.x, the testbed nodes' runtime (never installed)
 	@scripts/containerd.sh
 
-lint: venv ## ruff, mypy --strict on plugin/, import-linter, test modules collect, ansible-lint, and go-lint
+lint: venv ## ruff, mypy --strict on src/ and harness/, import-linter, test modules collect, ansible-lint, and go-lint
 	@scripts/lint.sh
 
 go-lint: venv ## go vet and go test -race in every Go module (the build's toolchain and caches; cold: minutes per Kubernetes release)

@@ -48,8 +48,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from layersched.evidence import provenance
-from layersched.evidence.results import write_json
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import write_json
 
 #: Where a comparison goes when committed (LAYERSCHED_RESULTS=commit; name it with
 #: --output, e.g. bench/results/extender_against_issue31.json).
@@ -60,13 +60,19 @@ DEFAULT_REQUESTS = 1000
 NEW, OLD = "new", "old"
 
 
+def product_root(tree: Path) -> Path:
+    """Where a checkout keeps the layersched package: ``src/`` (``plugin/`` before the
+    product got a root of its own)."""
+    return tree / "src" if (tree / "src" / "layersched").is_dir() else tree / "plugin"
+
+
 @contextlib.contextmanager
 def _python_path(tree: Path | None) -> Iterator[None]:
-    """Children started in the block import layersched from ``tree/plugin`` (None: the
-    venv's own, this checkout's)."""
+    """Children started in the block import layersched from ``tree``'s product root (None:
+    the venv's own, this checkout's)."""
     before = os.environ.get("PYTHONPATH")
     if tree is not None:
-        os.environ["PYTHONPATH"] = str(tree / "plugin")
+        os.environ["PYTHONPATH"] = str(product_root(tree))
     try:
         yield
     finally:
@@ -152,8 +158,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     old_tree = args.against.resolve()
-    if not (old_tree / "plugin" / "layersched" / "__init__.py").is_file():
-        parser.error(f"--against {old_tree}: no plugin/layersched there: give a checkout")
+    if not (product_root(old_tree) / "layersched" / "__init__.py").is_file():
+        parser.error(f"--against {old_tree}: no layersched package there: give a checkout")
     console = Console(stderr=True)
     load = workload(IMAGES)
     pod_json = [msgspec.json.encode(p) for p in load.pods(PODS)]

@@ -67,8 +67,8 @@ from fake_api import FakeApi, Scripted
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayersbuilder import build_document
-from layersched.evidence import provenance
-from layersched.evidence.results import write_json
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import write_json
 
 #: ``--max-request-bytes`` of the full-``Nodes`` case, as a full-``Nodes`` deployment sets it
 #: (docs/extender.md, Limits; bench/figures.py's FULL_NODES_MAX_REQUEST_BYTES).

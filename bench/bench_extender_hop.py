@@ -34,9 +34,9 @@ import msgspec
 import tenacity
 
 from bench.corpus import workload
-from layersched.evidence import provenance
-from layersched.evidence.results import write_json
-from layersched.testbed.local import load_state
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import write_json
+from layersched_harness.testbed.local import load_state
 
 #: The committed results file (a run writes it under its run directory unless committing).
 RESULTS = "bench/results/extender_hop.json"

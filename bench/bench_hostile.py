@@ -54,8 +54,8 @@ from rich.console import Console
 from rich.progress import Progress
 
 from layersched.core.nodelayersbuilder import build_document
-from layersched.evidence import provenance
-from layersched.evidence.results import write_json
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import write_json
 
 #: The committed results file (a run writes it under its run directory unless committing).
 HOSTILE_RESULTS = "bench/results/extender_hostile.json"

@@ -40,10 +40,10 @@ from bench_extender import (
 from rich.console import Console
 from rich.progress import Progress
 
-from layersched.evidence import provenance, results
+from layersched_harness.evidence import provenance, results
 
 #: The committed home of the results (a run writes under runs/ unless
-#: LAYERSCHED_RESULTS=commit: layersched.evidence.results).
+#: LAYERSCHED_RESULTS=commit: layersched_harness.evidence.results).
 HOSTILE_PODS_RESULTS = "bench/results/extender_hostile_pods.json"
 #: The issue's stream: pods, and distinct refused images per pod.
 PODS = 4_000

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from layersched.builds import kubernetes_build
-from layersched.evidence import provenance
-from layersched.evidence.results import write_json
-from layersched.testbed.builds import find_go
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import write_json
+from layersched_harness.testbed.builds import find_go
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "plugin/kube-scheduler/pkg/layers"

@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from layersched.cri import CRIClient
-from layersched.evidence import provenance
-from layersched.evidence.results import write_json
-from layersched.testbed.local import load_state
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import write_json
+from layersched_harness.testbed.local import load_state
 
 #: The committed results file (a run writes it under its run directory unless committing).
 RESULTS = "bench/results/relay.json"

@@ -92,13 +92,13 @@ from layersched.deploy import (
     plugin_scheduler_config,
     scheduler_api_version_for,
 )
-from layersched.evidence import provenance
-from layersched.evidence.results import destination, write_json
 from layersched.kube import NODE_LAYERS_PATH, KubeClient, extender_rules, load_kubeconfig
-from layersched.testbed.builds import FALLBACK_GO
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.local import PLAYBOOKS_DIR, down, require_root, run_playbook
-from layersched.testbed.scheduler_configs import (
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import destination, write_json
+from layersched_harness.testbed.builds import FALLBACK_GO
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.local import PLAYBOOKS_DIR, down, require_root, run_playbook
+from layersched_harness.testbed.scheduler_configs import (
     batchable,
     for_process,
     score_plugin_scheduler_config,
@@ -651,7 +651,7 @@ def plugin_config(
     LayerLocality at preScore and score, with its args), watching the inventories with the
     scheduler's own kubeconfig. A stand-in plugin (``--plugin-name``) is the default
     plugins plus that one at score
-    (``layersched.testbed.scheduler_configs.score_plugin_scheduler_config``)."""
+    (``layersched_harness.testbed.scheduler_configs.score_plugin_scheduler_config``)."""
     version = kubernetes_build().version
     api_version = scheduler_api_version_for(version)
     if plugin_name != PLUGIN_NAME:
@@ -679,7 +679,7 @@ def scheduler_config(
     """The KubeSchedulerConfiguration of one configuration, from layersched's generator
     (``layersched.deploy``): upstream's default profile, the plugin's profile or the
     extender's, under the default scheduler's name, for a process (its kubeconfig and
-    client rate: ``layersched.testbed.scheduler_configs.for_process``). Every row's profile
+    client rate: ``layersched_harness.testbed.scheduler_configs.for_process``). Every row's profile
     has PodTopologySpread's system default constraints off (``batchable``, upstream's
     batching configuration): with them, 1.35+ signs no pod and opportunistic batching
     (KEP-5598) never runs, in any row."""

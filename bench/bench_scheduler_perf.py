@@ -44,9 +44,9 @@ import scheduler_report
 
 from layersched.builds import REPO_ROOT, kubernetes_build
 from layersched.core.errors import InputError
-from layersched.evidence import provenance
-from layersched.evidence.results import destination, write_json
-from layersched.testbed.builds import find_go
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import destination, write_json
+from layersched_harness.testbed.builds import find_go
 
 MODULE = REPO_ROOT / "plugin" / "kube-scheduler" / "perf"
 #: The committed results file (a run writes it under its run directory unless committing).

@@ -1,6 +1,6 @@
 """Nodes and pods for the extender benchmarks, drawn from the simulator's image corpus.
 
-The images come from :func:`layersched.sim.corpus.generate_corpus` (≈2,000 images
+The images come from :func:`layersched_harness.sim.corpus.generate_corpus` (≈2,000 images
 of 3–11 layers on shared OS/runtime bases, Zipf popularity). This module only
 places them: every node holds ``images_per_node`` distinct images drawn by
 popularity, reported the way kubelet does (``names = [repo@digest, repo:tag]``,
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from layersched.sim.corpus import Corpus, CorpusImage, generate_corpus
+from layersched_harness.sim.corpus import Corpus, CorpusImage, generate_corpus
 
 #: Containers per pod, as the issue fixes them.
 MIN_CONTAINERS, MAX_CONTAINERS = 1, 3

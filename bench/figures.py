@@ -10,10 +10,10 @@ listed here so that one command rewrites every block and one test holds them all
 
 ``tests/unit/test_figures.py`` fails when a block differs from its results file. Every block
 names its results file's commit: where its renderer does not, :func:`render` ends it with
-the file's provenance (``layersched.evidence.provenance``: commit, date, machine, load),
+the file's provenance (``layersched_harness.evidence.provenance``: commit, date, machine, load),
 so a reader sees which commit and day each figure is from, or that the file records none.
 ``make figures`` also prints each file's commit against HEAD. Only ``make figures`` writes
-the blocks: a run writes results files (``layersched.evidence.results``), never a
+the blocks: a run writes results files (``layersched_harness.evidence.results``), never a
 document. Sizes read from ``/proc`` (VmRSS, VmHWM: KiB / 1024) are MiB, and are written
 as MiB.
 """
@@ -34,9 +34,9 @@ import scheduler_report
 
 from layersched import generated
 from layersched.core.errors import InputError
-from layersched.evidence import provenance
-from layersched.sim import report as sim_report
-from layersched.testbed import report as scenario_report
+from layersched_harness.evidence import provenance
+from layersched_harness.sim import report as sim_report
+from layersched_harness.testbed import report as scenario_report
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTENDER_RESULTS = "bench/results/extender.json"

@@ -59,12 +59,12 @@ from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayersbuilder import build_document
 from layersched.deploy import LAYER_LOCALITY_PLUGIN
-from layersched.evidence import provenance
-from layersched.evidence.results import write_json
 from layersched.kube import KubeClient, node_layers_path, node_path, pod_path, pods_path
-from layersched.testbed.cluster import plugin_scores
-from layersched.testbed.deploy_stack import Kubectl
-from layersched.testbed.local import PLAYBOOKS_DIR, down, run_playbook
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import write_json
+from layersched_harness.testbed.cluster import plugin_scores
+from layersched_harness.testbed.deploy_stack import Kubectl
+from layersched_harness.testbed.local import PLAYBOOKS_DIR, down, run_playbook
 
 PLAYBOOK = PLAYBOOKS_DIR / "bench-control-plane.yml"
 BUILDER = REPO_ROOT / "scripts" / "kubernetes_build.py"

@@ -8,8 +8,8 @@ under the kubelets' serial and parallel pulls, and the burst case (issue 42).
     python3 bench/replay.py run        # the live replay (root; the testbed up, its nodes
                                        # and links as the trace says): replay.json
 
-``run`` builds the trace's images (seeded layers, :mod:`layersched.testbed.replay`), then
-runs the plan (:func:`~layersched.testbed.replay.plan_steps`): ``--rounds`` rounds, each
+``run`` builds the trace's images (seeded layers, :mod:`layersched_harness.testbed.replay`), then
+runs the plan (:func:`~layersched_harness.testbed.replay.plan_steps`): ``--rounds`` rounds, each
 running every pull mode once (the testbed's kubelets switched between them by ``layersched
 testbed up [--parallel-pulls]``, their running configuration checked through ``/configz``),
 and within a mode every arm's replay of the trace, then every arm's burst (a Deployment of
@@ -21,7 +21,7 @@ image or layer on any node; the registry warm). After each default-profile repla
 The results file is rewritten after every step. A ``run`` that finds its results file
 holding an unfinished run of the same plan, trace and commit continues it (``--fresh``
 starts over): a crash loses the step it was in, not the rounds before. It records its
-provenance (``layersched.evidence.provenance``, one record per invocation, merged) and the
+provenance (``layersched_harness.evidence.provenance``, one record per invocation, merged) and the
 simulator's prediction for the same trace and burst, per arm and pull mode.
 ``make figures`` renders the blocks from it; the plot is ``replay.png`` beside it.
 """
@@ -46,9 +46,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from layersched.core.errors import LayerschedError
 from layersched.core.quantity import parse_quantity
-from layersched.evidence import provenance
-from layersched.evidence.results import destination, write_json
-from layersched.sim.trace import (
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import destination, write_json
+from layersched_harness.sim.trace import (
     DEFAULT_TRACE,
     BurstParams,
     Overheads,
@@ -63,13 +63,13 @@ from layersched.sim.trace import (
     simulate_trace,
     write_trace,
 )
-from layersched.testbed.cluster import ClusterDriver
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.hosts import file_end, lines_since
-from layersched.testbed.local import default_state_dir, load_state, require_root
-from layersched.testbed.local._ansible import SETTINGS_FILE
-from layersched.testbed.local._cluster import LocalBackend
-from layersched.testbed.replay import (
+from layersched_harness.testbed.cluster import ClusterDriver
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.hosts import file_end, lines_since
+from layersched_harness.testbed.local import default_state_dir, load_state, require_root
+from layersched_harness.testbed.local._ansible import SETTINGS_FILE
+from layersched_harness.testbed.local._cluster import LocalBackend
+from layersched_harness.testbed.replay import (
     BURST,
     REPLAY,
     REPLAY_NAMESPACE,
@@ -423,7 +423,7 @@ def restart_schedulers(state_dir: Path, console: Console) -> None:
     by ``testbed up`` before the kubelets registered, each process took them in
     registration order, which differs from one bring-up (and one process) to the next;
     started once every node exists, each holds them in name order (the API's), as the
-    simulator does (from a start it draws per seed: ``layersched.sim.kube``)."""
+    simulator does (from a start it draws per seed: ``layersched_harness.sim.kube``)."""
     inventory = load_state(state_dir)
     for daemon in inventory.cluster.control_plane:
         if not daemon.name.startswith("scheduler-"):

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from layersched.deploy import IN_FLIGHT_WEIGHT, PLUGIN_KEEPS_IMAGE_LOCALITY
-from layersched.evidence import provenance
-from layersched.evidence.results import plot_metadata
-from layersched.sim import kube
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import plot_metadata
+from layersched_harness.sim import kube
 
 #: The committed results, their plot, and the block generated from them.
 DEFAULT_RESULTS = "bench/results/replay.json"
@@ -953,7 +953,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         "(1 s resolution); each cell is the mean over the rounds (their range); speedups "
         "are the default profile's figure over the arm's, round by round. The waits are the "
         "kubelet's own (its Pulled event: the pull with and without its wait in the pull "
-        "queue). The simulator columns are `layersched.sim` on the same trace, each arm as "
+        "queue). The simulator columns are `layersched_harness.sim` on the same trace, each arm as "
         f"its kube-scheduler profile places pods, {sim_seeds} tie-break seeds.",
         "",
     ]

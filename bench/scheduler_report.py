@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from layersched.evidence import provenance
-from layersched.evidence.results import plot_metadata
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import plot_metadata
 
 #: The README block this module writes (``<!-- scheduler:begin -->``), and the block of
 #: ``docs/bench-scheduler.md`` holding the extender's profile.

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from layersched.builds import REPO_ROOT, kubernetes_build, pinned_version
 from layersched.core.errors import LayerschedError
-from layersched.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go
 
 #: The module the minors' modules compile against their release.
 MAIN_MODULE = "layersched.io/kube-scheduler"

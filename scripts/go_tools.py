@@ -1,11 +1,12 @@
-"""make tools: build (or find cached) the Go tools of plugin/layersched/testbed/go-tools.yml;
-make crio (``--crio``): CRI-O, as plugin/layersched/testbed/crio-build.yml pins it.
+"""make tools: build (or find cached) the Go tools of
+harness/layersched_harness/testbed/go-tools.yml; make crio (``--crio``): CRI-O, as
+harness/layersched_harness/testbed/crio-build.yml pins it.
 
 Each is ``go install -tags TAGS -ldflags LDFLAGS PACKAGE@VERSION`` from its Go module (the
 module proxy), or ``go build -o BIN PACKAGE`` in a module of ours that requires it (CRI-O:
 plugin/crio), with GOBIN ``$LAYERSCHED_CACHE_DIR/tools/NAME-VERSION/bin``, the Kubernetes
-build's Go module and build caches and cgo off (layersched.testbed.builds.GoTool). A tool already
-there is not built again. Prints a line per tool with the command and its duration; a
+build's Go module and build caches and cgo off (layersched_harness.testbed.builds.GoTool).
+A tool already there is not built again. Prints a line per tool with the command and its duration; a
 failure names the tool and ends with go's last lines.
 """
 
@@ -18,7 +19,7 @@ import time
 
 from layersched.builds import REPO_ROOT, kubernetes_build
 from layersched.core.errors import LayerschedError
-from layersched.testbed.builds import GoTool, crio_build, find_go, go_tools
+from layersched_harness.testbed.builds import GoTool, crio_build, find_go, go_tools
 
 #: go's output quoted when a tool fails.
 TAIL_LINES = 30

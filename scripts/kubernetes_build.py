@@ -1,6 +1,6 @@
 """make kubernetes: build (or find cached) Kubernetes from its Go modules.
 
-Every binary of ``plugin/layersched/kubernetes-build.yml`` is ``go build``-t from
+Every binary of ``src/layersched/kubernetes-build.yml`` is ``go build``-t from
 layersched's Go module (``cmd/<name>``), against the release its ``go.mod`` pins, into
 ``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin`` (layersched.builds.KubernetesBuild). The
 Go module and build caches live under ``$LAYERSCHED_CACHE_DIR/go``, outside the
@@ -32,7 +32,7 @@ from layersched.builds import (
     kubernetes_build,
 )
 from layersched.core.errors import LayerschedError
-from layersched.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go
 
 #: Compiler output quoted when a binary fails.
 TAIL_LINES = 30

@@ -8,8 +8,8 @@ set -o errexit -o nounset -o pipefail
 bin=${VENV:-.venv}/bin
 started=$SECONDS
 lint() {
-  echo "== ruff"; "$bin/ruff" check plugin tests bench infra playbooks/tools scripts
-  echo "== ruff format"; "$bin/ruff" format --check plugin tests bench infra playbooks/tools scripts
+  echo "== ruff"; "$bin/ruff" check src harness tests bench infra playbooks/tools scripts
+  echo "== ruff format"; "$bin/ruff" format --check src harness tests bench infra playbooks/tools scripts
   echo "== mypy --strict"; "$bin/mypy"
   echo "== import-linter"; "$bin/lint-imports"
   # every test module imports: a renamed module fails here in seconds, not after the

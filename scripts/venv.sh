@@ -12,9 +12,9 @@ fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 echo "installing layersched (editable) and its dev/infra/sim/deploy extras into $venv ..."
 "$venv/bin/python" -m pip install --quiet --editable '.[dev,infra,sim,deploy]'
-# the harness's commands (testbed, scenario, simulate) join the CLI through its own
-# distribution's entry points: the product's wheel has none (harness/pyproject.toml)
-echo "installing the harness's commands (layersched-harness) ..."
-"$venv/bin/python" -m pip install --quiet ./harness
+# the harness (its packages, and its commands testbed, scenario, simulate, which join the
+# CLI through its entry points): a distribution of its own (harness/pyproject.toml)
+echo "installing the harness (layersched-harness, editable) ..."
+"$venv/bin/python" -m pip install --quiet --editable ./harness
 touch "$venv/.installed"
 echo "ready: $venv/bin/layersched"

@@ -12,7 +12,7 @@ from cloudbed import ClusterMachines, ClusterNetwork, Settings
 from cloudbed.machines import CONTROL_PLANE_NAME
 
 from layersched.core.errors import InputError
-from layersched.testbed.cloud import Machine, ansible_inventory
+from layersched_harness.testbed.cloud import Machine, ansible_inventory
 
 try:
     settings = Settings.from_config(pulumi.Config(), pulumi.get_stack())

@@ -23,7 +23,7 @@ from kindbed import (
 
 from layersched.core.errors import InputError
 from layersched.deploy import DEFAULT_SCHEDULER
-from layersched.testbed.kind import ClusterSpec, intree_scheduler_config
+from layersched_harness.testbed.kind import ClusterSpec, intree_scheduler_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

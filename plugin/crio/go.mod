@@ -2,7 +2,7 @@ module layersched.io/crio
 
 go 1.26.3
 
-// CRI-O, built from its module as `make crio` does (plugin/layersched/testbed/crio-build.yml):
+// CRI-O, built from its module as `make crio` does (harness/layersched_harness/testbed/crio-build.yml):
 // `go install PACKAGE@VERSION` cannot, since the module proxy refuses CRI-O's version
 // list, which go install reads for deprecations. This module only requires the release;
 // the build compiles its cmd/crio, cgo off.

@@ -36,7 +36,7 @@ from layersched.relay import (
     RelayOptions,
     parse_selectors,
 )
-from layersched.testbed.builds import crio_build
+from layersched_harness.testbed.builds import crio_build
 from tests.fixtures.crio import CrioProcess
 from tests.fixtures.extender import make_pki
 from tests.fixtures.inventory_api import InventoryApi

@@ -60,9 +60,9 @@ from layersched.kube import (
     pods_path,
 )
 from layersched.registry import RegistryClient
-from layersched.testbed.builds import crio_build
-from layersched.testbed.local import TestbedState
-from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE
+from layersched_harness.testbed.builds import crio_build
+from layersched_harness.testbed.local import TestbedState
+from layersched_harness.testbed.pause_image import DEFAULT_PAUSE_IMAGE
 from tests.crio.test_crio_live import manifest_layers
 from tests.fixtures import prereq
 from tests.fixtures.crio import require_crio

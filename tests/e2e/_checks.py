@@ -1,7 +1,7 @@
 """The seed scenario's assertions on a ``scenario.json`` report, for every driver.
 
 The local e2e (real containerd nodes) and the kind e2e (kube-scheduler + CRI-O) produce
-the same report schema (``layersched.testbed.scenario.report``); both check it here, so
+the same report schema (``layersched_harness.testbed.scenario.report``); both check it here, so
 neither can drift weaker than the other. Sizes come from the report's ``layers``
 (blob bytes as pushed); Img1 = L1+L2+L3 and Img2 = L1+L2+L4. The local testbed runs
 layer-locality twice, through the extender and through the LayerLocality plugin
@@ -22,8 +22,8 @@ from layersched.core.nodeimages import NodeImage, NodeInfo
 from layersched.core.pod import PodImages
 from layersched.core.strategies import LayerLocalityArgs
 from layersched.core.strategies.layer_locality import LayerLocality
-from layersched.testbed.scenario import P1, P1_AGAIN, P2
-from layersched.testbed.scheduler_configs import (
+from layersched_harness.testbed.scenario import P1, P1_AGAIN, P2
+from layersched_harness.testbed.scheduler_configs import (
     LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN,
 )
 

@@ -14,11 +14,11 @@ import tenacity
 
 from layersched.core.errors import KubeError
 from layersched.kube import KubeClient, pod_path
-from layersched.testbed.cluster import ClusterDriver
-from layersched.testbed.cluster.driver import PodRun, scenario_pod
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.local import TestbedState
-from layersched.testbed.local._cluster import LocalBackend
+from layersched_harness.testbed.cluster import ClusterDriver
+from layersched_harness.testbed.cluster.driver import PodRun, scenario_pod
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.local import TestbedState
+from layersched_harness.testbed.local._cluster import LocalBackend
 
 #: What an ordinary test pod asks: a little, so that it fits anywhere but a full node.
 SMALL = {"cpu": "10m", "memory": "16Mi"}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from layersched.testbed.report import print_table
+from layersched_harness.testbed.report import print_table
 from tests.fixtures.testbed import down_shared
 
 #: Overrides the temp dir the e2e writes its scenario.json and scenario.png to.

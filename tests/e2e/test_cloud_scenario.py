@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from layersched.testbed.remote import load_remote_testbed
+from layersched_harness.testbed.remote import load_remote_testbed
 from tests.e2e._checks import (
     check_image_locality_tie,
     check_layer_locality,

@@ -42,14 +42,14 @@ import pytest
 
 from layersched.core.quantity import parse_quantity
 from layersched.kube import ALL_PODS_PATH, KubeClient, load_kubeconfig, node_path
-from layersched.testbed.cluster import ClusterDriver
-from layersched.testbed.cluster.driver import scenario_pod
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.local import require_root
-from layersched.testbed.local._cluster import LocalBackend
-from layersched.testbed.scenario import ScenarioImages
-from layersched.testbed.scenario_images import build_and_push_scenario
-from layersched.testbed.scheduler_configs import (
+from layersched_harness.testbed.cluster import ClusterDriver
+from layersched_harness.testbed.cluster.driver import scenario_pod
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.local import require_root
+from layersched_harness.testbed.local._cluster import LocalBackend
+from layersched_harness.testbed.scenario import ScenarioImages
+from layersched_harness.testbed.scenario_images import build_and_push_scenario
+from layersched_harness.testbed.scheduler_configs import (
     LAYER_LOCALITY_PLUGIN_SCHEDULER as LAYER_LOCALITY_PLUGIN,
 )
 from tests.e2e._checks import LAYER_LOCALITY

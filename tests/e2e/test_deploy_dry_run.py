@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from layersched.deploy import KUBERNETES_VERSION, NAMESPACE, base_tree, stack_objects
-from layersched.testbed.deploy_stack import Kubectl
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.local import require_root
+from layersched_harness.testbed.deploy_stack import Kubectl
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.local import require_root
 from tests.fixtures import prereq
 from tests.fixtures.testbed import testbed_settings, testbed_up
 

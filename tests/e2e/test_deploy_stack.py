@@ -60,8 +60,8 @@ from layersched.kube import (
     node_layers_path,
     pod_path,
 )
-from layersched.testbed.cluster.driver import ClusterDriver
-from layersched.testbed.deploy_stack import (
+from layersched_harness.testbed.cluster.driver import ClusterDriver
+from layersched_harness.testbed.deploy_stack import (
     DEPLOYED_PLUGIN_SCORE_SOURCE,
     DEPLOYED_SCORE_SOURCE,
     DeployedBackend,
@@ -71,17 +71,17 @@ from layersched.testbed.deploy_stack import (
     uninstall,
     wait_rollout,
 )
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.local import (
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.local import (
     TestbedSettings,
     TestbedState,
     require_root,
 )
-from layersched.testbed.local._cluster import extender_requests
-from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE
-from layersched.testbed.scenario import report, run_scenario
-from layersched.testbed.scenario_images import build_and_push_scenario
-from layersched.testbed.scheduler_configs import LAYER_LOCALITY_PLUGIN_SCHEDULER
+from layersched_harness.testbed.local._cluster import extender_requests
+from layersched_harness.testbed.pause_image import DEFAULT_PAUSE_IMAGE
+from layersched_harness.testbed.scenario import report, run_scenario
+from layersched_harness.testbed.scenario_images import build_and_push_scenario
+from layersched_harness.testbed.scheduler_configs import LAYER_LOCALITY_PLUGIN_SCHEDULER
 from tests.e2e._checks import check_layer_locality
 from tests.fixtures import prereq
 from tests.fixtures.testbed import NOTHING_LEFT, leftovers, testbed_settings, testbed_up

@@ -5,7 +5,7 @@ helm is the one ``make tools`` builds from its Go module. The images are the ins
 own, built without Docker and pushed to the testbed's registry (as the deploy/ e2e does);
 the chart takes them by digest (``image``, ``kubeScheduler.image``). The testbed's nodes are
 network namespaces on one host, so a post-renderer applies the same patches as its
-overlay of deploy/ (``layersched.testbed.deploy_stack.write_helm_post_renderer``); the
+overlay of deploy/ (``layersched_harness.testbed.deploy_stack.write_helm_post_renderer``); the
 testbed holds the CRD already (``crd.install=false``). The testbed's own host-side
 ``layer-locality`` scheduler is paused while the chart's serves that name.
 ``LAYERSCHED_E2E_HELM_TRIALS`` sets the scenario's trials (default 1).
@@ -39,13 +39,13 @@ from layersched.deploy import (
     ImageRef,
 )
 from layersched.images.push import build_and_push
-from layersched.testbed.deploy_stack import (
+from layersched_harness.testbed.deploy_stack import (
     Kubectl,
     wait_rollout,
     write_helm_post_renderer,
 )
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.local import TestbedState, require_root
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.local import TestbedState, require_root
 from tests.e2e._checks import check_layer_locality
 from tests.e2e.test_deploy_stack import (
     _deployed_scenario,

@@ -58,11 +58,11 @@ from layersched.images.release import (
     published_record,
     push_release,
 )
-from layersched.testbed.deploy_stack import (
+from layersched_harness.testbed.deploy_stack import (
     Kubectl,
     write_helm_post_renderer,
 )
-from layersched.testbed.scheduler_configs import (
+from layersched_harness.testbed.scheduler_configs import (
     LAYER_LOCALITY_PLUGIN_SCHEDULER as PLUGIN_STRATEGY,
 )
 from tests.e2e._checks import check_layer_locality, check_plugin_scores_are_the_cores

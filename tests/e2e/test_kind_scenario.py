@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from layersched.testbed.scenario import ScenarioImages, report, run_scenario
+from layersched_harness.testbed.scenario import ScenarioImages, report, run_scenario
 from tests.e2e._checks import (
     STRATEGIES,
     check_image_locality_tie,
@@ -177,9 +177,9 @@ def kind_run(
     record_scenario_report: Callable[[Path, Mapping[str, Any]], None],
 ) -> tuple[dict[str, Any], int]:
     """(report, trials per strategy) of the scenario run through the Kubernetes API."""
-    from layersched.testbed.kind.driver import SCORE_SOURCES, KindTestbed, kind_driver
-    from layersched.testbed.report import plot
-    from layersched.testbed.scenario_images import build_and_push_scenario
+    from layersched_harness.testbed.kind.driver import SCORE_SOURCES, KindTestbed, kind_driver
+    from layersched_harness.testbed.report import plot
+    from layersched_harness.testbed.scenario_images import build_and_push_scenario
 
     tools, outputs = testbed
     trials = trials_from_env()

@@ -41,17 +41,17 @@ from layersched.kube import (
     pod_path,
     pods_path,
 )
-from layersched.testbed.cluster import ClusterDriver
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.local import TestbedState, require_root, up
-from layersched.testbed.local._agent_tokens import (
+from layersched_harness.testbed.cluster import ClusterDriver
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.local import TestbedState, require_root, up
+from layersched_harness.testbed.local._agent_tokens import (
     token_lifetime,
     token_request,
     token_request_path,
 )
-from layersched.testbed.local._cluster import LocalBackend
-from layersched.testbed.pause_image import DEFAULT_PAUSE_IMAGE
-from layersched.testbed.scenario import P1_AGAIN, P2, ScenarioImages, run_trial
+from layersched_harness.testbed.local._cluster import LocalBackend
+from layersched_harness.testbed.pause_image import DEFAULT_PAUSE_IMAGE
+from layersched_harness.testbed.scenario import P1_AGAIN, P2, ScenarioImages, run_trial
 from tests.e2e import _checks as checks
 from tests.e2e._checks import (
     LAYER_LOCALITY,

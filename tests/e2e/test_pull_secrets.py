@@ -45,12 +45,12 @@ from layersched.kube import (
     pull_secret_rbac,
 )
 from layersched.registry import RegistryClient
-from layersched.testbed.cluster import ClusterDriver
-from layersched.testbed.cluster.driver import scenario_pod
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.local import TestbedState, require_root
-from layersched.testbed.local._cluster import LocalBackend
-from layersched.testbed.scenario_images import (
+from layersched_harness.testbed.cluster import ClusterDriver
+from layersched_harness.testbed.cluster.driver import scenario_pod
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.local import TestbedState, require_root
+from layersched_harness.testbed.local._cluster import LocalBackend
+from layersched_harness.testbed.scenario_images import (
     IMG1,
     build_and_push_scenario,
     build_scenario,

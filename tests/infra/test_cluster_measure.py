@@ -1,4 +1,5 @@
-"""The cluster drivers' measurements (layersched.testbed.cluster._measure), on recorded text.
+"""The cluster drivers' measurements (layersched_harness.testbed.cluster._measure), on
+recorded text.
 
 Event messages and access-log lines below are in the exact formats the kubelet
 and the distribution registry print; the drivers never see anything else.
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.testbed.cluster import (
+from layersched_harness.testbed.cluster import (
     go_duration_seconds,
     node_reports_image,
     parse_pull_event,

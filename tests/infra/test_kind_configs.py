@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from layersched.core.errors import InputError
-from layersched.testbed.kind import (
+from layersched_harness.testbed.kind import (
     CRIO_SOCKET,
     KIND_API_VERSION,
     KUBE_SCHEDULER_CONFIG_V1,
@@ -35,7 +35,7 @@ from layersched.testbed.kind import (
     tbf_command,
     to_yaml,
 )
-from layersched.testbed.kind._shaping import MIN_BURST_BYTES, tbf_burst_bytes
+from layersched_harness.testbed.kind._shaping import MIN_BURST_BYTES, tbf_burst_bytes
 from tests.infra._kind_schemas import (
     KIND_CLUSTER,
     KIND_MOUNT,

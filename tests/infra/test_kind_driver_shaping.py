@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from layersched.testbed.errors import TestbedError as BedError  # not a test class
-from layersched.testbed.kind.driver import (
+from layersched_harness.testbed.errors import TestbedError as BedError  # not a test class
+from layersched_harness.testbed.kind.driver import (
     image_locality_scores,
     pod_name,
     scenario_pod,

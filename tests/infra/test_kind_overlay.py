@@ -21,7 +21,7 @@ from layersched.deploy import (
     uses_policy,
     write_tree,
 )
-from layersched.testbed.kind import (
+from layersched_harness.testbed.kind import (
     KindTarget,
     kind_overlay,
 )

@@ -26,7 +26,7 @@ from layersched.deploy import (
     stack_objects,
     stack_spec_for,
 )
-from layersched.testbed.kind import (
+from layersched_harness.testbed.kind import (
     CRIO_SOCKET,
     KIND_KUBERNETES_VERSION,
     REGISTRIES_DROPIN_NODE_PATH,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from layersched.builds import CACHE_DIR_ENV, go_sources_sha256, kubernetes_build, module_sha256
-from layersched.testbed.builds import containerd_download, crio_build
+from layersched_harness.testbed.builds import containerd_download, crio_build
 from tests.fixtures import prereq
 
 pytestmark = pytest.mark.infra
@@ -158,14 +158,14 @@ def _crio_paths() -> dict[str, object]:
 @pytest.mark.parametrize(
     ("vars_file", "expression", "python_paths"),
     [
-        # plugin/layersched/kubernetes-build.yml: every role, and the CLI defaults, tests
+        # src/layersched/kubernetes-build.yml: every role, and the CLI defaults, tests
         # and benchmarks
         ("kubernetes.yml", KUBERNETES_VARS, _kubernetes_paths),
-        # plugin/layersched/testbed/containerd-download.yml: make containerd, and the integration
-        # tests' fixture
+        # harness/layersched_harness/testbed/containerd-download.yml: make containerd, and
+        # the integration tests' fixture
         ("containerd.yml", CONTAINERD_VARS, _containerd_paths),
-        # plugin/layersched/testbed/crio-build.yml: make crio, the testbed's CRI-O nodes, and the
-        # live CRI-O tests' fixture
+        # harness/layersched_harness/testbed/crio-build.yml: make crio, the testbed's CRI-O
+        # nodes, and the live CRI-O tests' fixture
         ("crio.yml", CRIO_VARS, _crio_paths),
     ],
     ids=["kubernetes", "containerd", "crio"],

@@ -52,8 +52,6 @@ from layersched.core.objects import nodes_from_document
 from layersched.core.pod import PodImages
 from layersched.core.strategies.args import ImageLocalityArgs
 from layersched.core.strategies.image_locality import ImageLocality
-from layersched.evidence import provenance
-from layersched.evidence.results import write_json
 from layersched.kube import (
     NODES_PATH,
     KubeClient,
@@ -62,15 +60,17 @@ from layersched.kube import (
     pod_path,
     pods_path,
 )
-from layersched.testbed.cluster._measure import plugin_scores
-from layersched.testbed.local import (
+from layersched_harness.evidence import provenance
+from layersched_harness.evidence.results import write_json
+from layersched_harness.testbed.cluster._measure import plugin_scores
+from layersched_harness.testbed.local import (
     TestbedSettings,
     TestbedState,
     down,
     load_state,
     up,
 )
-from layersched.testbed.local._cluster import file_end, lines_since
+from layersched_harness.testbed.local._cluster import file_end, lines_since
 from tests.fixtures import prereq
 from tests.fixtures.testbed import testbed_skip_reason
 

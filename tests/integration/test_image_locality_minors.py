@@ -63,7 +63,7 @@ from layersched.core.strategies.image_locality import (
     ImageLocality,
     format_kubernetes_minor,
 )
-from layersched.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

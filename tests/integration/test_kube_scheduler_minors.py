@@ -28,11 +28,11 @@ import pytest
 from layersched.builds import KUBERNETES_MODULE, KubernetesBuild, kubernetes_build, minor_builds
 from layersched.core.errors import InputError
 from layersched.deploy import SCHEDULER_PLUGIN, StackSpec, scheduler_config
-from layersched.testbed.builds import find_go
-from layersched.testbed.scheduler_configs import (
+from layersched_harness.testbed.builds import find_go
+from layersched_harness.testbed.scheduler_configs import (
     TestbedSchedulers,
 )
-from layersched.testbed.scheduler_configs import (
+from layersched_harness.testbed.scheduler_configs import (
     testbed_scheduler_configs as generate_testbed_configs,
 )
 from tests.fixtures import prereq

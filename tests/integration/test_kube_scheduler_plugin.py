@@ -66,11 +66,11 @@ from layersched.deploy import (
     plugin_readme_block,
     plugin_scheduler_config,
 )
-from layersched.testbed.builds import find_go
-from layersched.testbed.scheduler_configs import (
+from layersched_harness.testbed.builds import find_go
+from layersched_harness.testbed.scheduler_configs import (
     TestbedSchedulers,
 )
-from layersched.testbed.scheduler_configs import (
+from layersched_harness.testbed.scheduler_configs import (
     testbed_scheduler_configs as generate_testbed_configs,
 )
 from tests.fixtures import prereq

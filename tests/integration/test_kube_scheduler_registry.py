@@ -52,8 +52,8 @@ from layersched.deploy import LAYER_LOCALITY_PLUGIN
 from layersched.images.oci import build_image, build_index, layer_bytes, push_image
 from layersched.kube import KubeClient, node_layers_path, pod_path, pods_path
 from layersched.registry import RegistryClient, RegistryLayerSource
-from layersched.testbed.cluster import plugin_scores
-from layersched.testbed.local import PLAYBOOKS_DIR, down, run_playbook
+from layersched_harness.testbed.cluster import plugin_scores
+from layersched_harness.testbed.local import PLAYBOOKS_DIR, down, run_playbook
 from tests.fixtures import prereq
 from tests.fixtures.registry import RegistryProcess
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import tenacity
 
-from layersched.testbed.local._state import TestbedNode
-from layersched.testbed.local._status import kubelet_cri_path
+from layersched_harness.testbed.local._state import TestbedNode
+from layersched_harness.testbed.local._status import kubelet_cri_path
 
 pytestmark = pytest.mark.integration
 

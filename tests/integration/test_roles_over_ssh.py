@@ -38,16 +38,16 @@ import pytest
 import tenacity
 import yaml
 
-from layersched.testbed.hosts import SSHTarget
-from layersched.testbed.local import TestbedSettings, TestbedState, down, load_state, up
-from layersched.testbed.remote import (
+from layersched_harness.testbed.hosts import SSHTarget
+from layersched_harness.testbed.local import TestbedSettings, TestbedState, down, load_state, up
+from layersched_harness.testbed.remote import (
     REMOTE_TESTBED_VERSION,
     RemoteNode,
     RemoteScheduler,
     RemoteTestbed,
     remote_testbed_path,
 )
-from layersched.testbed.scenario_images import build_and_push_scenario
+from layersched_harness.testbed.scenario_images import build_and_push_scenario
 from tests.e2e._checks import (
     check_image_locality_tie,
     check_layer_locality,

@@ -30,7 +30,7 @@ from layersched.images.build import (
 )
 from layersched.images.product import LAYERSCHED_BIN
 from layersched.images.wheels import SITE_PACKAGES
-from layersched.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -22,9 +22,9 @@ import tenacity
 from layersched.cli.main import main as cli_main
 from layersched.core.manifest import OCI_INDEX
 from layersched.images.oci_layout import write_oci_archive
-from layersched.testbed.idle_program import idle_program
-from layersched.testbed.pause_image import build_pause_image
-from layersched.testbed.scenario_images import (
+from layersched_harness.testbed.idle_program import idle_program
+from layersched_harness.testbed.pause_image import build_pause_image
+from layersched_harness.testbed.scenario_images import (
     IMG1,
     IMG2,
     ScenarioSpec,

@@ -25,7 +25,7 @@ import pytest
 import tenacity
 
 from layersched.cri import CRIClient
-from layersched.testbed.local import (
+from layersched_harness.testbed.local import (
     TestbedSettings,
     TestbedState,
     down,
@@ -35,7 +35,7 @@ from layersched.testbed.local import (
     tbf_rate_bits_per_s,
     up,
 )
-from layersched.testbed.scenario_images import build_and_push_scenario
+from layersched_harness.testbed.scenario_images import build_and_push_scenario
 from tests.fixtures import prereq
 from tests.fixtures.testbed import NOTHING_LEFT, leftovers, live_processes, testbed_skip_reason
 

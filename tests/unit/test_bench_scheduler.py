@@ -25,7 +25,7 @@ from corpus import workload  # noqa: E402
 
 from layersched import deploy, generated  # noqa: E402
 from layersched.core.nodelayers import parse_document  # noqa: E402
-from layersched.testbed.scheduler_configs import batchable  # noqa: E402
+from layersched_harness.testbed.scheduler_configs import batchable  # noqa: E402
 
 # Buckets 0.1, 0.2, 0.4, +Inf with 10 observations: 4 under 0.1, 4 in (0.1, 0.2], 2 in
 # (0.2, 0.4], none beyond.

@@ -18,7 +18,7 @@ from layersched.deploy import (
     PluginArgs,
     plugin_scheduler_config,
 )
-from layersched.testbed.scheduler_configs import batchable
+from layersched_harness.testbed.scheduler_configs import batchable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))

@@ -1,8 +1,8 @@
 """The Kubernetes build's identity and paths: one source, read by everything.
 
-``plugin/layersched/kubernetes-build.yml`` is the only place the build is named; the
+``src/layersched/kubernetes-build.yml`` is the only place the build is named; the
 CLI, tests and benchmarks derive its paths through :mod:`layersched.builds` (the harness's
-builds through :mod:`layersched.testbed.builds`), and the
+builds through :mod:`layersched_harness.testbed.builds`), and the
 playbooks through ``playbooks/vars/kubernetes.yml`` (held equal to this module by
 ``tests/infra/test_playbooks_local.py``). A path spelled by hand is how a stale cache
 hid a broken deploy e2e once: this test fails on any.
@@ -36,7 +36,7 @@ from layersched.builds import (
     supported_minors,
 )
 from layersched.core.errors import InputError
-from layersched.testbed.builds import (
+from layersched_harness.testbed.builds import (
     CONTAINERD_DOWNLOAD_FILE,
     containerd_download,
     crio_build,
@@ -45,12 +45,12 @@ from layersched.testbed.builds import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCE = REPO / "plugin" / "layersched" / KUBERNETES_BUILD_FILE
-CONTAINERD_SOURCE = REPO / "plugin" / "layersched" / "testbed" / CONTAINERD_DOWNLOAD_FILE
+SOURCE = REPO / "src" / "layersched" / KUBERNETES_BUILD_FILE
+CONTAINERD_SOURCE = REPO / "harness" / "layersched_harness" / "testbed" / CONTAINERD_DOWNLOAD_FILE
 #: Files allowed to derive the builds' paths: the module and the playbooks' vars files.
 DERIVERS = {
-    REPO / "plugin" / "layersched" / "builds.py",
-    REPO / "plugin" / "layersched" / "testbed" / "builds.py",
+    REPO / "src" / "layersched" / "builds.py",
+    REPO / "harness" / "layersched_harness" / "testbed" / "builds.py",
     REPO / "playbooks" / "vars" / "kubernetes.yml",
     REPO / "playbooks" / "vars" / "containerd.yml",
 }

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from layersched.evidence import provenance, results
-from layersched.testbed.cli.scenario import write_report
-from layersched.testbed.report import DEFAULT_REPORT
+from layersched_harness.evidence import provenance, results
+from layersched_harness.testbed.cli.scenario import write_report
+from layersched_harness.testbed.report import DEFAULT_REPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from layersched.core.errors import InputError
-from layersched.testbed.cloud import (
+from layersched_harness.testbed.cloud import (
     Machine,
     ansible_inventory,
     check_operator_cidr,

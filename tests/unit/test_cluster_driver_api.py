@@ -23,7 +23,7 @@ from layersched.kube import (
     pod_path,
     pods_path,
 )
-from layersched.testbed.cluster.driver import (
+from layersched_harness.testbed.cluster.driver import (
     SCENARIO_NAMESPACE,
     ClusterDriver,
     PodRun,
@@ -32,7 +32,7 @@ from layersched.testbed.cluster.driver import (
     listed_repository,
     still_running,
 )
-from layersched.testbed.errors import TestbedError
+from layersched_harness.testbed.errors import TestbedError
 from tests.fixtures.kube_api import Answer, Request, StandInApi, items, ok, status
 
 NS = SCENARIO_NAMESPACE
@@ -223,7 +223,7 @@ def test_settle_waits_for_status_images_only_where_the_strategy_reads_it(
     api: StandInApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # w2 never lists the image in status.images (a kubelet that lags)
-    monkeypatch.setattr("layersched.testbed.cluster.driver.IMAGE_LISTED_TIMEOUT_S", 3.0)
+    monkeypatch.setattr("layersched_harness.testbed.cluster.driver.IMAGE_LISTED_TIMEOUT_S", 3.0)
     _bound_on_w2(api, "p1")
     driver = _driver(api)
     driver.schedule("P1", IMAGE, SCHEDULER)
@@ -409,7 +409,7 @@ def _terminating(*states: str) -> dict[str, Any]:
 def test_a_deleted_pod_whose_containers_stopped_is_not_waited_for(
     states: tuple[str, ...], api: StandInApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("layersched.testbed.cluster.driver.DELETE_TIMEOUT_S", 2.0)
+    monkeypatch.setattr("layersched_harness.testbed.cluster.driver.DELETE_TIMEOUT_S", 2.0)
     deleted: list[str] = []
 
     def delete(request: Request) -> Answer:
@@ -470,7 +470,7 @@ def test_reset_waits_until_no_agent_lists_a_scenario_layer(
 ) -> None:
     # a container created from the image while it was removed pins its layers: the reset
     # fails, naming the node and the layers, rather than let the next pull skip them
-    monkeypatch.setattr("layersched.testbed.cluster.driver.IMAGE_GONE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr("layersched_harness.testbed.cluster.driver.IMAGE_GONE_TIMEOUT_S", 1.0)
     api.route("GET", pods_path(NS), items([]))
     api.route("GET", NODES_PATH, items([_node("w1", "10.0.0.1")]))
     api.route("GET", NODE_LAYERS_PATH, items([_inventory("w1", L3)]))

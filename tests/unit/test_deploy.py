@@ -43,7 +43,7 @@ from layersched.deploy import (
     webhook_dns_names,
 )
 from layersched.kube import node_layers_crd
-from layersched.testbed.local import (
+from layersched_harness.testbed.local import (
     LocalTestbedTarget,
     local_testbed_overlay,
 )

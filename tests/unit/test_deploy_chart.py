@@ -40,7 +40,7 @@ from layersched.deploy import (
 )
 from layersched.deploy._chart import VARIANTS, Variant, variants_condition
 from layersched.deploy._chart_values import default_values
-from layersched.testbed.builds import go_tool, parse_go_tools
+from layersched_harness.testbed.builds import go_tool, parse_go_tools
 from tests.fixtures import prereq
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

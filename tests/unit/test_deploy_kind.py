@@ -26,7 +26,7 @@ from layersched.deploy import (
     stack_spec_for,
     webhook_dns_names,
 )
-from layersched.testbed.kind import (
+from layersched_harness.testbed.kind import (
     KindTarget,
     kind_overlay,
     version_patches,

@@ -4,7 +4,7 @@
   history: every paragraph or table row that names it also dates it or calls it retired.
 * The README's Testbeds section names the release and the containerd the testbed runs,
   read from where the build pins them (``plugin/kube-scheduler/go.mod`` through
-  ``layersched.deploy``, ``containerd-download.yml`` through ``layersched.testbed.builds``).
+  ``layersched.deploy``, ``containerd-download.yml`` through ``layersched_harness.testbed.builds``).
 * The README's repository layout lists every top-level folder (and each of ``plugin/``'s),
   each with one of the five parts, and names no folder that does not exist.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from layersched.deploy import KUBERNETES_VERSION
-from layersched.testbed.builds import containerd_download
+from layersched_harness.testbed.builds import containerd_download
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -106,6 +106,10 @@ def test_the_readme_names_what_the_testbed_runs() -> None:
     assert RETIRED_RELEASE not in testbeds
 
 
+#: Top-level folders the layout lists by their children (each child is a root of its own).
+EXPANDED = ("plugin", "src")
+
+
 def test_the_layout_lists_every_folder_with_its_part() -> None:
     layout = section(README.read_text(), "Repository layout")
     rows = {m["folder"]: m["parts"] for m in LAYOUT_ROW.finditer(layout)}
@@ -114,20 +118,22 @@ def test_the_layout_lists_every_folder_with_its_part() -> None:
         for path in REPO.iterdir()
         if path.is_dir() and not path.name.startswith(".") and not ignored(path)
     }
-    plugin = {
-        f"plugin/{path.name}"
-        for path in (REPO / "plugin").iterdir()
+    children = {
+        f"{folder}/{path.name}"
+        for folder in EXPANDED
+        for path in (REPO / folder).iterdir()
         if path.is_dir() and not ignored(path)
     }
-    assert set(rows) == (top - {"plugin"}) | plugin, "the layout's folders are not the tree's"
+    assert set(rows) == (top - set(EXPANDED)) | children, "the layout's folders are not the tree's"
     for folder, parts in rows.items():
         named = {part.strip() for part in parts.split(",")}
         assert named and named <= PARTS, f"{folder}: parts {named}, expected some of {PARTS}"
 
 
-def test_the_layout_names_the_harness_inside_the_product() -> None:
+def test_the_harness_python_is_a_root_of_its_own() -> None:
+    # the product's package holds no harness package, and the layout names where they went
     layout = section(README.read_text(), "Repository layout")
-    inside = re.findall(r"`((?:plugin/layersched/)?[a-z_-]+/)`", layout)
-    for name in ("testbed/", "sim/", "evidence/"):
-        assert name in inside, f"the layout does not say {name} lives in plugin/layersched"
-        assert (REPO / "plugin" / "layersched" / name).is_dir()
+    for name in ("testbed", "sim", "evidence"):
+        assert not (REPO / "src" / "layersched" / name).exists(), f"src/layersched/{name}"
+        assert (REPO / "harness" / "layersched_harness" / name).is_dir()
+        assert f"`{name}/`" in layout, f"the layout does not say where {name}/ lives"

@@ -1,4 +1,4 @@
-"""Where a run writes its results (layersched.evidence.results): a run directory by
+"""Where a run writes its results (layersched_harness.evidence.results): a run directory by
 default, the committed file only when asked, and a plot that names the JSON's commit."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.evidence import provenance, results
+from layersched_harness.evidence import provenance, results
 from tests.fixtures import prereq
 
 RECORD = {"commit": "a" * 40, "date": "2026-11-28T20:00:00+00:00"}

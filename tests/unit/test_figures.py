@@ -277,6 +277,8 @@ DOCUMENTS = sorted(
     [
         ROOT / "README.md",
         *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "src").rglob("README.md"),
+        *(ROOT / "harness" / "layersched_harness").rglob("README.md"),
         *(ROOT / "plugin").rglob("README.md"),
         *(ROOT / "images").rglob("README.md"),
     ]

@@ -21,7 +21,7 @@ import tenacity
 
 from layersched.core.errors import InputError
 from layersched.core.manifest import Platform, sha256_digest
-from layersched.testbed.idle_program import LOAD_ADDRESS, idle_program
+from layersched_harness.testbed.idle_program import LOAD_ADDRESS, idle_program
 from tests.fixtures import prereq
 
 # Pinned: the program is a pure function of this module, so every machine builds these bytes.

@@ -42,10 +42,10 @@ from layersched.core.strategies import (
 from layersched.core.strategies.base import InFlightAware
 from layersched.core.strategies.in_flight import InFlight, _holds
 from layersched.core.strategies.pull_time import BANDWIDTH_KEY
-from layersched.sim.corpus import Corpus, CorpusImage, CorpusParams, zipf_weights
-from layersched.sim.engine import ClusterParams, RunResult, simulate
-from layersched.sim.settings import build_strategy
-from layersched.sim.workload import Workload, WorkloadParams
+from layersched_harness.sim.corpus import Corpus, CorpusImage, CorpusParams, zipf_weights
+from layersched_harness.sim.engine import ClusterParams, RunResult, simulate
+from layersched_harness.sim.settings import build_strategy
+from layersched_harness.sim.workload import Workload, WorkloadParams
 
 MB = 1_000_000
 LINK = "80000000"  # bits per second: 10 MB/s

@@ -12,8 +12,8 @@ import pytest
 from layersched.core.errors import KubeError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.kube import pod_log_path, pods_path
-from layersched.testbed.cluster.driver import NotYet, PodRun
-from layersched.testbed.kind.driver import KindBackend, KindTestbed
+from layersched_harness.testbed.cluster.driver import NotYet, PodRun
+from layersched_harness.testbed.kind.driver import KindBackend, KindTestbed
 from tests.fixtures.kube_api import HANG_UP, Answer, StandInApi, items, status
 
 #: Where deploy/'s scheduler pods run.

@@ -13,7 +13,8 @@ import pytest
 from layersched.generated import read_block
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE_DIR = REPO / "plugin" / "layersched"
+PACKAGE_DIR = REPO / "src" / "layersched"
+HARNESS_DIR = REPO / "harness" / "layersched_harness"
 BLOCK = "layering"
 
 
@@ -35,21 +36,34 @@ def _layers() -> list[list[str]]:
     return [[m.strip() for m in spec.replace("|", ":").split(":")] for spec in _layer_specs()]
 
 
+def _root(module: str) -> Path:
+    """The folder of the module's root package: the product's or the harness's."""
+    return HARNESS_DIR if module.startswith("layersched_harness.") else PACKAGE_DIR
+
+
+def _path(module: str) -> Path:
+    return _root(module) / _short(module)
+
+
 def _link(module: str) -> str:
     name = _short(module)
-    target = f"{name}/" if (PACKAGE_DIR / name).is_dir() else f"{name}.py"
-    return f"[`{name}`](plugin/layersched/{target})"
+    target = f"{name}/" if _path(module).is_dir() else f"{name}.py"
+    return f"[`{name}`]({_root(module).relative_to(REPO).as_posix()}/{target})"
 
 
 def _short(module: str) -> str:
-    return module.removeprefix("layersched.")
+    return module.removeprefix("layersched_harness.").removeprefix("layersched.")
 
 
 def _forbidden(module: str) -> list[str]:
+    """What a contract forbids the module to import: one that names it, or one that names a
+    package it is in and has no exceptions (which may be the module's)."""
     found: list[str] = []
     for contract in _contracts():
-        if contract["type"] == "forbidden" and module in contract["source_modules"]:
-            found += contract["forbidden_modules"]
+        sources = contract["source_modules"] if contract["type"] == "forbidden" else []
+        inherited = any(module.startswith(f"{s}.") for s in sources)
+        if module in sources or (inherited and not contract.get("ignore_imports")):
+            found += [m for m in contract["forbidden_modules"] if m not in found]
     return found
 
 
@@ -71,7 +85,7 @@ def package_block(module: str) -> str:
         relation = "never imported by it" if independent else "which it may import"
         lines.append(f"Beside it, {relation}: {listed}.")
     if forbidden:
-        lines.append(f"Never imports: {', '.join(f'`{_short(m)}`' for m in forbidden)}.")
+        lines.append(f"Never imports: {', '.join(f'`{m}`' for m in forbidden)}.")
     return "\n".join(lines)
 
 
@@ -86,14 +100,12 @@ def readme_block() -> str:
     return "\n".join(rows)
 
 
-PACKAGES = [
-    module for layer in _layers() for module in layer if (PACKAGE_DIR / _short(module)).is_dir()
-]
+PACKAGES = [module for layer in _layers() for module in layer if _path(module).is_dir()]
 
 
 @pytest.mark.parametrize("module", PACKAGES, ids=[_short(m) for m in PACKAGES])
 def test_each_package_readme_says_what_it_may_import(module: str) -> None:
-    readme = PACKAGE_DIR / _short(module) / "README.md"
+    readme = _path(module) / "README.md"
     assert readme.is_file(), f"{readme} is missing: every package has a README"
     want = package_block(module)
     assert read_block(readme, BLOCK) == want, f"{readme}: the layering block should read:\n{want}"
@@ -107,5 +119,6 @@ def test_the_readme_table_is_the_contracts() -> None:
 def test_every_package_is_in_the_layers() -> None:
     # a new package must take its place in the contract (and so in the docs)
     listed = {_short(m) for layer in _layers() for m in layer}
-    packages = {p.name for p in PACKAGE_DIR.iterdir() if (p / "__init__.py").is_file()}
-    assert packages <= listed, packages - listed
+    for root in (PACKAGE_DIR, HARNESS_DIR):
+        packages = {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+        assert packages <= listed, packages - listed

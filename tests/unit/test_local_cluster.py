@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from layersched.testbed.cluster import extender_decision, plugin_scores, scheduled_by
-from layersched.testbed.cluster.driver import PodRun
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.hosts import LocalHost
-from layersched.testbed.local._cluster import (
+from layersched_harness.testbed.cluster import extender_decision, plugin_scores, scheduled_by
+from layersched_harness.testbed.cluster.driver import PodRun
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.hosts import LocalHost
+from layersched_harness.testbed.local._cluster import (
     LAYER_LOCALITY_PLUGIN,
     FileBackend,
     RegistryAccessLog,

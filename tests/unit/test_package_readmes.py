@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 import layersched
+import layersched_harness
 
-ROOT = Path(layersched.__file__).resolve().parent
-READMES = sorted(ROOT.glob("*/README.md"))
+#: The product's package and the harness's: each package of either has a README.
+ROOTS = [Path(root.__file__).resolve().parent for root in (layersched, layersched_harness)]
+READMES = sorted(readme for root in ROOTS for readme in root.glob("*/README.md"))
 #: A row of a README's module table: ``| `_name.py` |`` or ``| `local/_state.py` |``.
 ROW = re.compile(r"^\| `([A-Za-z0-9_/]+\.py)` \|", re.MULTILINE)
 
@@ -30,8 +32,8 @@ def owned_modules(package: Path) -> list[str]:
 
 
 def test_every_package_has_a_readme() -> None:
-    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
-    assert [r.parent.name for r in READMES] == packages, "a package has no README.md"
+    packages = sorted(p.parent for root in ROOTS for p in root.glob("*/__init__.py"))
+    assert [r.parent for r in READMES] == packages, "a package has no README.md"
 
 
 @pytest.mark.parametrize("readme", READMES, ids=lambda readme: readme.parent.name)

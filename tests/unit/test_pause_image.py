@@ -16,8 +16,8 @@ from layersched.cli.main import main as cli_main
 from layersched.core.errors import InputError
 from layersched.core.manifest import DEFAULT_PLATFORM, Platform
 from layersched.images.oci_layout import oci_archive
-from layersched.testbed.idle_program import idle_program
-from layersched.testbed.pause_image import (
+from layersched_harness.testbed.idle_program import idle_program
+from layersched_harness.testbed.pause_image import (
     DEFAULT_PAUSE_IMAGE,
     build_pause_image,
     check_static_executable,

@@ -1,5 +1,6 @@
-"""What every results file records of where it comes from (layersched.evidence.provenance), and what
-is said of a file measured on another commit or on a machine busier than its cores."""
+"""What every results file records of where it comes from
+(layersched_harness.evidence.provenance), and what is said of a file measured on another
+commit or on a machine busier than its cores."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.evidence import provenance
+from layersched_harness.evidence import provenance
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from layersched.deploy import CHART_DIR, PUBLISHED_IMAGE, PUBLISHED_KUBE_SCHEDULER
-from layersched.testbed.builds import FALLBACK_GO, go_tool
+from layersched_harness.testbed.builds import FALLBACK_GO, go_tool
 from tests.fixtures import prereq
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 from layersched.core.errors import InputError
-from layersched.testbed.cli.scenario import _cloud
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.hosts import LocalHost, SSHHost, SSHTarget
-from layersched.testbed.remote import (
+from layersched_harness.testbed.cli.scenario import _cloud
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.hosts import LocalHost, SSHHost, SSHTarget
+from layersched_harness.testbed.remote import (
     REMOTE_TESTBED_VERSION,
     RemoteNode,
     RemoteScheduler,

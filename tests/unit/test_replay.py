@@ -23,9 +23,9 @@ import replay_report as report  # noqa: E402
 
 from layersched.builds import kubernetes_build  # noqa: E402
 from layersched.core.errors import InputError  # noqa: E402
-from layersched.sim.engine import simulate  # noqa: E402
-from layersched.sim.settings import build_strategy  # noqa: E402
-from layersched.sim.trace import (  # noqa: E402
+from layersched_harness.sim.engine import simulate  # noqa: E402
+from layersched_harness.sim.settings import build_strategy  # noqa: E402
+from layersched_harness.sim.trace import (  # noqa: E402
     DEFAULT_TRACE,
     TraceParams,
     generate_trace,
@@ -36,9 +36,9 @@ from layersched.sim.trace import (  # noqa: E402
     trace_document,
     write_trace,
 )
-from layersched.testbed.cluster import pulled_bytes_by_repository  # noqa: E402
-from layersched.testbed.errors import TestbedError  # noqa: E402
-from layersched.testbed.replay import (  # noqa: E402
+from layersched_harness.testbed.cluster import pulled_bytes_by_repository  # noqa: E402
+from layersched_harness.testbed.errors import TestbedError  # noqa: E402
+from layersched_harness.testbed.replay import (  # noqa: E402
     Replay,
     TraceBuild,
     deadline_s,
@@ -47,12 +47,12 @@ from layersched.testbed.replay import (  # noqa: E402
     plan_steps,
     slot_requests,
 )
-from layersched.testbed.scheduler_configs import (  # noqa: E402
+from layersched_harness.testbed.scheduler_configs import (  # noqa: E402
     LAYER_LOCALITY_PLUGIN_SCHEDULER,
     REPLAY_PLUGIN_INFLIGHT_SCHEDULER,
     TestbedSchedulers,
 )
-from layersched.testbed.scheduler_configs import (  # noqa: E402
+from layersched_harness.testbed.scheduler_configs import (  # noqa: E402
     testbed_scheduler_configs as generate_testbed_configs,  # not test_-collected by name
 )
 from tests.fixtures import prereq  # noqa: E402

@@ -1,6 +1,6 @@
 """Every results file under bench/results/ and reports/ says where it comes from (issue 46).
 
-A JSON results file holds a ``provenance`` record as ``layersched.evidence.provenance``
+A JSON results file holds a ``provenance`` record as ``layersched_harness.evidence.provenance``
 writes it (the full commit of a clean tree, an ISO 8601 date, the machine, the loads and
 other processes' cores: ``provenance.problems`` lists what is missing), its commit is in
 this checkout's history (a commit of a branch rebased since, or typed by hand, is not),
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from layersched.evidence import provenance, results
+from layersched_harness.evidence import provenance, results
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIRS = provenance.RESULTS_DIRS

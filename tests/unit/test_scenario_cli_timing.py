@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.testbed.cli.scenario import make_testbed_s
+from layersched_harness.testbed.cli.scenario import make_testbed_s
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import tarfile
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.testbed.idle_program import idle_program
-from layersched.testbed.scenario_images import (
+from layersched_harness.testbed.idle_program import idle_program
+from layersched_harness.testbed.scenario_images import (
     ENTRYPOINT_PATH,
     IMG1,
     IMG2,

@@ -9,7 +9,7 @@ import pytest
 
 from layersched.builds import kubernetes_build
 from layersched.cli.main import main
-from layersched.testbed.report import markdown, nodes_markdown, per_node
+from layersched_harness.testbed.report import markdown, nodes_markdown, per_node
 
 MIB = 1 << 20
 

@@ -8,9 +8,15 @@ from pathlib import Path
 import pytest
 
 from layersched.cli.main import main
-from layersched.sim.report import BEGIN_MARKER, END_MARKER, markdown, read_report, write_report
-from layersched.sim.runner import run_setting
-from layersched.sim.settings import SMOKE
+from layersched_harness.sim.report import (
+    BEGIN_MARKER,
+    END_MARKER,
+    markdown,
+    read_report,
+    write_report,
+)
+from layersched_harness.sim.runner import run_setting
+from layersched_harness.sim.settings import SMOKE
 
 #: EXIT_USAGE of layersched.cli.main: bad input.
 EXIT_USAGE = 2

@@ -9,7 +9,7 @@ import pytest
 
 from layersched.core.errors import InputError
 from layersched.core.layers import check_digest
-from layersched.sim.corpus import MIB, Corpus, CorpusParams, generate_corpus, zipf_weights
+from layersched_harness.sim.corpus import MIB, Corpus, CorpusParams, generate_corpus, zipf_weights
 
 #: Small enough to generate in milliseconds, large enough for stable statistics.
 N_IMAGES = 500

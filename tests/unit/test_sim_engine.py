@@ -9,17 +9,23 @@ import pytest
 
 from layersched.core.errors import InputError
 from layersched.core.layers import Layer
-from layersched.sim.corpus import Corpus, CorpusImage, CorpusParams, generate_corpus, zipf_weights
-from layersched.sim.engine import (
+from layersched_harness.sim.corpus import (
+    Corpus,
+    CorpusImage,
+    CorpusParams,
+    generate_corpus,
+    zipf_weights,
+)
+from layersched_harness.sim.engine import (
     ClusterParams,
     RandomPlacement,
     RunResult,
     node_bandwidths,
     simulate,
 )
-from layersched.sim.runner import run_setting
-from layersched.sim.settings import SMOKE, build_strategy
-from layersched.sim.workload import Workload, WorkloadParams, generate_workload
+from layersched_harness.sim.runner import run_setting
+from layersched_harness.sim.settings import SMOKE, build_strategy
+from layersched_harness.sim.workload import Workload, WorkloadParams, generate_workload
 
 MB = 1_000_000
 #: 80 Mbit/s = 10 MB/s: a 10 MB layer takes exactly 1 s alone.

@@ -1,4 +1,4 @@
-"""The simulator's kube-scheduler (``layersched.sim.kube``: the default profile's scores,
+"""The simulator's kube-scheduler (``layersched_harness.sim.kube``: the default profile's scores,
 extender scaling, the heap's tie-break) and the kubelet's pull queue in the engine,
 worked by hand from the v1.37.2 sources they port."""
 
@@ -14,12 +14,12 @@ from layersched.core.errors import InputError
 from layersched.core.layers import Layer
 from layersched.core.reference import ImageName
 from layersched.core.strategies.base import InFlightAware
-from layersched.sim import kube
-from layersched.sim.corpus import Corpus, CorpusImage, CorpusParams
-from layersched.sim.engine import ClusterParams, RunResult, simulate
-from layersched.sim.settings import build_strategy
-from layersched.sim.trace import BurstParams, burst_image, generate_trace, simulate_burst
-from layersched.sim.workload import Workload, WorkloadParams
+from layersched_harness.sim import kube
+from layersched_harness.sim.corpus import Corpus, CorpusImage, CorpusParams
+from layersched_harness.sim.engine import ClusterParams, RunResult, simulate
+from layersched_harness.sim.settings import build_strategy
+from layersched_harness.sim.trace import BurstParams, burst_image, generate_trace, simulate_burst
+from layersched_harness.sim.workload import Workload, WorkloadParams
 
 MB = 1_000_000
 

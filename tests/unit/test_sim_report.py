@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.sim.report import (
+from layersched_harness.sim.report import (
     BEGIN_MARKER,
     END_MARKER,
     markdown,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.sim.corpus import Corpus, CorpusParams, generate_corpus
-from layersched.sim.workload import WorkloadParams, generate_workload
+from layersched_harness.sim.corpus import Corpus, CorpusParams, generate_corpus
+from layersched_harness.sim.workload import WorkloadParams, generate_workload
 
 #: 100 req/s over 200 s: 20,000 arrivals, enough for tight statistical bounds.
 PARAMS = WorkloadParams(rate_per_s=100.0, window_s=200.0)

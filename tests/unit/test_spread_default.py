@@ -19,8 +19,8 @@ from layersched.core.strategies import LayerLocalityArgs, get_strategy
 from layersched.core.strategies.layer_locality import LayerLocality
 from layersched.deploy import StackSpec, extender_args
 from layersched.deploy._plugin_config import PluginArgs
-from layersched.sim.settings import LAYER_LOCALITY, LAYER_LOCALITY_SPREAD, build_strategy
-from layersched.testbed.scheduler_configs import TestbedSchedulers, _testbed_plugin_args
+from layersched_harness.sim.settings import LAYER_LOCALITY, LAYER_LOCALITY_SPREAD, build_strategy
+from layersched_harness.testbed.scheduler_configs import TestbedSchedulers, _testbed_plugin_args
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GO_ARGS = REPO_ROOT / "plugin" / "kube-scheduler" / "pkg" / "layerlocality" / "args.go"

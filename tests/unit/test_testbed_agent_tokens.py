@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from layersched.core.errors import InputError, KubeError
-from layersched.testbed.local._agent_tokens import (
+from layersched_harness.testbed.local._agent_tokens import (
     AgentTokens,
     NodeToken,
     parse_node_tokens,

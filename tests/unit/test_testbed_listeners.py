@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.local import TestbedSettings
-from layersched.testbed.local._ansible import _check_addresses_free, check_socket_paths
-from layersched.testbed.local._listeners import foreign_listeners
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.local import TestbedSettings
+from layersched_harness.testbed.local._ansible import _check_addresses_free, check_socket_paths
+from layersched_harness.testbed.local._listeners import foreign_listeners
 
 
 @pytest.fixture

@@ -19,23 +19,27 @@ import yaml
 from layersched.cli.main import build_parser
 from layersched.cli.main import main as cli_main
 from layersched.core.errors import InputError
-from layersched.testbed import errors
-from layersched.testbed.cli.testbed import _mbit_to_bits, _pairs, layer_sizes
-from layersched.testbed.local import (
+from layersched_harness.testbed import errors
+from layersched_harness.testbed.cli.testbed import _mbit_to_bits, _pairs, layer_sizes
+from layersched_harness.testbed.local import (
     TestbedSettings,
     parse_runtimes,
     parse_state,
     tbf_rate_bits_per_s,
 )
-from layersched.testbed.local._ansible import (
+from layersched_harness.testbed.local._ansible import (
     SETTINGS_FILE,
     _check_recorded_settings,
     _Watch,
     recorded_prefix,
 )
-from layersched.testbed.local._cluster import PLUGIN_OF_STRATEGY, SCORE_SOURCES, LocalBackend
-from layersched.testbed.scenario_images import DEFAULT_SPEC_PATH, load_spec, parse_spec
-from layersched.testbed.scheduler_configs import (
+from layersched_harness.testbed.local._cluster import (
+    PLUGIN_OF_STRATEGY,
+    SCORE_SOURCES,
+    LocalBackend,
+)
+from layersched_harness.testbed.scenario_images import DEFAULT_SPEC_PATH, load_spec, parse_spec
+from layersched_harness.testbed.scheduler_configs import (
     REPLAY_PLUGIN_NO_IMAGE_LOCALITY_SCHEDULER,
     REPLAY_PLUGIN_SCHEDULER,
 )
@@ -539,7 +543,7 @@ def test_teardown_matches_the_extender_command_the_scenario_runs() -> None:
 def test_a_long_task_shows_the_last_line_of_its_log(tmp_path: Path) -> None:
     # The Kubernetes build names its log in the task; the spinner follows it (Ansible's
     # async polling prints a line every 15 s, and each line refreshes the spinner).
-    from layersched.testbed.local._ansible import _followed_log
+    from layersched_harness.testbed.local._ansible import _followed_log
 
     log = tmp_path / "build.log"
     log.write_text("+++ Building go targets for linux/amd64:\n    cmd/kube-apiserver\n\n")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from layersched.core.errors import InputError
-from layersched.testbed.errors import TestbedError
-from layersched.testbed.local._cluster import RegistryAccessLog
-from layersched.testbed.report import link_optimum_s, plot, print_table
-from layersched.testbed.scenario import (
+from layersched_harness.testbed.errors import TestbedError
+from layersched_harness.testbed.local._cluster import RegistryAccessLog
+from layersched_harness.testbed.report import link_optimum_s, plot, print_table
+from layersched_harness.testbed.scenario import (
     PHASES,
     Placement,
     Pull,

@@ -9,10 +9,10 @@ import pytest
 
 from layersched import __version__
 from layersched.cli.main import main
-from layersched.testbed.cli import testbed as testbed_cli
-from layersched.testbed.local import TestbedState, state_path
-from layersched.testbed.local._state import ClusterInfo, DaemonInfo, ExtenderInfo
-from layersched.testbed.local._status import (
+from layersched_harness.testbed.cli import testbed as testbed_cli
+from layersched_harness.testbed.local import TestbedState, state_path
+from layersched_harness.testbed.local._state import ClusterInfo, DaemonInfo, ExtenderInfo
+from layersched_harness.testbed.local._status import (
     ComponentStatus,
     TestbedNodeStatus,
     TestbedStatus,

@@ -1,6 +1,7 @@
 """The wheel carries the product only: every file under ``layersched/`` (but its metadata),
-none of the harness's packages, no sibling of ``plugin/`` that namespace discovery would
-find (``kube-scheduler/hack/pin_kubernetes.py`` once shipped so). The wheel is built from
+none of the harness's (``layersched_harness``, a root of its own), nothing of the Go
+modules that namespace discovery once found (``kube-scheduler/hack/pin_kubernetes.py``
+shipped so). The wheel is built from
 the checkout's tracked files as a release builds it (tests/fixtures/wheel.py); installing
 it is the integration suite's (tests/integration/test_pip_install.py)."""
 
@@ -44,9 +45,10 @@ def test_the_wheel_has_the_products_commands_not_the_harness(wheel: Path) -> Non
     [
         "kube-scheduler/hack/pin_kubernetes.py",
         "crio/README.md",
-        "layersched/testbed/builds.py",
-        "layersched/sim/engine.py",
-        "layersched/evidence/results.py",
+        "layersched_harness/testbed/builds.py",
+        "layersched_harness/sim/engine.py",
+        "layersched_harness/evidence/results.py",
+        "layersched_harness-0-py3-none-any.whl",
     ],
 )
 def test_the_check_refuses_what_is_not_the_product(name: str) -> None:

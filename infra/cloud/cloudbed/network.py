@@ -17,7 +17,7 @@ import pulumi
 import pulumi_aws as aws
 
 from cloudbed.settings import Settings
-from layersched.testbed.cloud import API_SERVER_PORT, SSH_PORT
+from layersched_harness.testbed.cloud import API_SERVER_PORT, SSH_PORT
 
 TYPE = "layersched:cloud:Network"
 #: Every protocol, in the security-group API's spelling.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pulumi
 
 from layersched.core.errors import InputError
-from layersched.testbed.cloud import (
+from layersched_harness.testbed.cloud import (
     check_operator_cidr,
     check_ssh_public_key,
     check_subnet,

@@ -15,7 +15,7 @@ import pulumi_kubernetes as k8s
 from pulumi_command import local
 
 from kindbed._shell import require_kind_version, sh
-from layersched.testbed.kind import ClusterSpec, kind_cluster_config, node_names, to_yaml
+from layersched_harness.testbed.kind import ClusterSpec, kind_cluster_config, node_names, to_yaml
 
 TYPE = "layersched:kind:Cluster"
 #: kind waits this long for the control plane to be Ready before giving up.

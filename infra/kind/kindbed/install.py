@@ -1,7 +1,7 @@
 """layersched installed from ``deploy/``: the kind overlay, applied by ``kustomize.Directory``.
 
-The overlay (:func:`layersched.testbed.kind.kind_overlay`) is written under the stack's state
-directory on every run (preview included: it is a pure function of the stack config)
+The overlay (:func:`layersched_harness.testbed.kind.kind_overlay`) is written under the
+stack's state directory on every run (preview included: it is a pure function of the stack config)
 and names ``deploy/`` by a relative path, so the objects Pulumi creates are the ones
 ``kubectl apply -k`` of the same overlay would, and ``pulumi destroy`` removes them.
 
@@ -28,7 +28,7 @@ from layersched.deploy import (
     stack_spec_for,
     write_tree,
 )
-from layersched.testbed.kind import KindTarget, kind_overlay
+from layersched_harness.testbed.kind import KindTarget, kind_overlay
 
 TYPE = "layersched:kind:Install"
 #: pulumi-kubernetes: create the object, do not wait for readiness (deploy.yml does).

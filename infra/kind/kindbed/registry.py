@@ -12,7 +12,7 @@ import pulumi
 from pulumi_command import local
 
 from kindbed._shell import sh
-from layersched.testbed.kind import registries_dropin, tbf_command
+from layersched_harness.testbed.kind import registries_dropin, tbf_command
 
 TRUST_TYPE = "layersched:kind:RegistryTrust"
 REGISTRY_TYPE = "layersched:kind:TestbedRegistry"

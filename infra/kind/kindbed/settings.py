@@ -13,7 +13,7 @@ import pulumi
 from layersched.core.errors import ImageReferenceError, InputError
 from layersched.core.reference import ImageReference
 from layersched.deploy import ImageRef
-from layersched.testbed.kind import (
+from layersched_harness.testbed.kind import (
     KIND_KUBERNETES_VERSION,
     KUBE_SCHEDULER_CONFIG_V1BETA2,
     KindTarget,
@@ -54,7 +54,7 @@ REMOVED_KEYS = {
     "extenderTimeoutS": "deploy/'s scheduler gives its extender sidecar 1 s",
     "extenderArgs": "the extender's arguments are deploy/'s plus --insecure-registry",
     "agent": "deploy/ always installs the agent (on CRI-O's storage and socket)",
-    "agentArgs": "the agent's arguments come from layersched.testbed.kind.kind_overlay",
+    "agentArgs": "the agent's arguments come from layersched_harness.testbed.kind.kind_overlay",
     "schedulerApiVersion": "the config API follows kubernetesVersion",
 }
 

@@ -17,8 +17,8 @@ import (
 )
 
 // The custom resource the layersched node agents publish, one per node, named after it
-// (plugin/layersched/core/nodelayersbuilder.py writes it, plugin/layersched/kube/_crd.py
-// defines it, plugin/layersched/core/nodelayers.py reads it as this file does).
+// (src/layersched/core/nodelayersbuilder.py writes it, src/layersched/kube/_crd.py
+// defines it, src/layersched/core/nodelayers.py reads it as this file does).
 const (
 	Group    = "layersched.io"
 	Version  = "v1alpha1"

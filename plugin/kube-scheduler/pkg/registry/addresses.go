@@ -13,7 +13,7 @@ import (
 // A pod's image names a registry, and that registry names token realms and redirect
 // targets: hosts chosen by whoever wrote the pod or runs the registry. Some addresses
 // must never be reached that way (server-side request forgery). The rules are the Python
-// client's (plugin/layersched/registry/_addresses.py), per connection:
+// client's (src/layersched/registry/_addresses.py), per connection:
 //
 //   - a connection to the registry the request is for (the origin) is refused only on a
 //     cloud metadata address: a registry on loopback or a private address is a test's or

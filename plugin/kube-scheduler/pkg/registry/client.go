@@ -1,6 +1,6 @@
 // Package registry resolves image references to their layers over the OCI distribution
 // API, for the LayerLocality plugin's background resolver. It follows the rules of
-// layersched's Python registry client (plugin/layersched/registry, docs/registry.md),
+// layersched's Python registry client (src/layersched/registry, docs/registry.md),
 // which the extender resolves pod images with:
 //
 //   - an allow-list: only the registries named (host, or host:port; a host alone allows

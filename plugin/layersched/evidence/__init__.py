@@ -1,8 +1,0 @@
-"""Evidence (harness): where every results file comes from and where a run writes it.
-
-:mod:`~layersched.evidence.provenance` records the commit, date, machine, load and other
-processes' cores of a measurement; :mod:`~layersched.evidence.results` writes a run's
-results under a run directory, or over the committed files under ``bench/results/`` and
-``reports/`` only when asked (``LAYERSCHED_RESULTS=commit``), and marks plots with the
-commit they draw. Not part of the production wheel or image.
-"""

@@ -7,6 +7,8 @@
   ``layersched.deploy``, ``containerd-download.yml`` through ``layersched_harness.testbed.builds``).
 * The README's repository layout lists every top-level folder (and each of ``plugin/``'s),
   each with one of the five parts, and names no folder that does not exist.
+* Every relative link of the README, the docs and the READMEs resolves: a moved file
+  leaves no link behind.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ HISTORY = re.compile(r"2026-11-2\d|retired")
 PARTS = frozenset({"product", "harness", "install", "tests", "docs"})
 #: Folders a checkout may hold that git ignores (.gitignore): not the tree's.
 IGNORED = frozenset({"runs", "build", "dist", "__pycache__"})
+#: A Markdown link's target: ``](path)`` or ``](path#anchor)``.
+LINK = re.compile(r"\]\((?P<target>[^)\s#]+)(?:#[^)]*)?\)")
+#: A fenced code block: its text is not Markdown, so no link.
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+#: A target with a scheme (``https:``, ``mailto:``) is no file of the tree.
+SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:")
 #: A row of the layout table: ``| `folder/` | part[, part] | what |``.
 LAYOUT_ROW = re.compile(r"^\| `(?P<folder>[^`]+)/` \| (?P<parts>[a-z, ]+) \|", re.MULTILINE)
 
@@ -137,3 +145,25 @@ def test_the_harness_python_is_a_root_of_its_own() -> None:
         assert not (REPO / "src" / "layersched" / name).exists(), f"src/layersched/{name}"
         assert (REPO / "harness" / "layersched_harness" / name).is_dir()
         assert f"`{name}/`" in layout, f"the layout does not say where {name}/ lives"
+
+
+def broken_links(doc: Path) -> list[str]:
+    """The relative link targets of ``doc`` that name no file or folder of the tree."""
+    text = FENCE.sub("", doc.read_text(encoding="utf-8"))
+    targets = (m["target"] for m in LINK.finditer(text))
+    return [t for t in targets if not SCHEME.match(t) and not (doc.parent / t).exists()]
+
+
+@pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_relative_link_resolves(doc: Path) -> None:
+    assert broken_links(doc) == [], f"{doc.relative_to(REPO)}: links to nothing"
+
+
+def test_the_link_check_finds_a_broken_link(tmp_path: Path) -> None:
+    doc = tmp_path / "README.md"
+    (tmp_path / "there.md").write_text("x")
+    doc.write_text(
+        "[ok](there.md#a) [gone](gone/x.md) [web](https://example.com/y)\n"
+        "```\n[fenced](nowhere.md)\n```\n"
+    )
+    assert broken_links(doc) == ["gone/x.md"]

@@ -12,7 +12,7 @@ module and build caches under ``$LAYERSCHED_CACHE_DIR/go``. The build's identity
 itself: the release is read from its ``go.mod`` and the build ID hashes its ``go.mod``,
 ``go.sum`` and sources, so a changed plugin or a new pin never reuses an old binary. The
 CLI's defaults, the tests and the benchmarks take it and its paths from here, and
-``playbooks/vars/kubernetes.yml`` derives the same paths from the same files
+``harness/playbooks/vars/kubernetes.yml`` derives the same paths from the same files
 (``tests/infra/test_playbooks_local.py`` holds the two derivations equal).
 
 The older supported minors have a Go module each under the module's ``minors/<minor>``
@@ -107,7 +107,7 @@ def cache_root() -> Path:
 def go_sources_sha256(directory: Path) -> str:
     """The hash of a Go module's sources: one line ``<relative path> <sha256 of the file>``
     per ``.go`` file that is no test (nor under ``testdata/``), sorted by path, each ending
-    in a newline, hashed (``playbooks/vars/kubernetes.yml`` computes the same)."""
+    in a newline, hashed (``harness/playbooks/vars/kubernetes.yml`` computes the same)."""
     lines = []
     for path in directory.rglob(f"*{GO_SOURCE_SUFFIX}"):
         relative = path.relative_to(directory).as_posix()
@@ -239,7 +239,7 @@ class KubernetesBuild:
         """Binary ``name`` compiled for ``linux/<arch>`` (``GOARCH``, cgo off), the images'
         input: ``<cache dir>/linux-<arch>/<name>``, keyed like :meth:`bin_dir` by the build
         ID and by the architecture. Written under a temporary name and renamed, so a file
-        there is a whole build (``scripts/kubernetes_build.py --arch``)."""
+        there is a whole build (``harness/scripts/kubernetes_build.py --arch``)."""
         return self.cache_dir(root) / f"{PLATFORM_DIR_PREFIX}{check_arch(arch)}" / name
 
     def require_platform(self, name: str, arch: str, root: Path | None = None) -> Path:
@@ -250,7 +250,8 @@ class KubernetesBuild:
             minor = f" --minor {Path(self.module).name}" if older else ""
             raise InputError(
                 f"{name} of Kubernetes {self.version} for linux/{arch} (build {self.build_id}) "
-                f"is not built: {path} missing: run `.venv/bin/python scripts/kubernetes_build.py "
+                f"is not built: {path} missing: run `.venv/bin/python "
+                "harness/scripts/kubernetes_build.py "
                 f"--arch {arch} --binary {name}{minor}` or `make images` (caches under "
                 f"{self.cache_dir(root).parent}; {CACHE_DIR_ENV} moves it)"
             )

@@ -4,11 +4,11 @@
 * the NodeLayerInventory the node's agent published to the testbed's API server, read back
   from the cluster, holds every layer of the seed's Img1 and Img2 as CRI-O pulled them
   over the node's link, with the pushed manifests' digests and sizes, byte for byte;
-* the testbed's relay role (``playbooks/testbed-relay.yml``) puts the relay between that
+* the testbed's relay role (``harness/playbooks/testbed-relay.yml``) puts the relay between that
   node's kubelet and CRI-O, with its dump and ``imageLayer.*`` annotations taken from
   CRI-O's storage, and takes it out again;
 * a Guaranteed and a BestEffort pod reach Running on that node: CRI-O runs runc through
-  our wrapper (``playbooks/tools/runc_wrapper.py``), which raises the Guaranteed
+  our wrapper (``harness/playbooks/tools/runc_wrapper.py``), which raises the Guaranteed
   container's ``oom_score_adj`` to its own and drops the hugepage limits this host has no
   hugetlb cgroup for, and says so in the node's ``runc-wrapper.log``;
 * the agent's storage mounts as the generator renders them for CRI-O keep every running
@@ -168,7 +168,11 @@ def test_the_testbeds_object_matches_the_manifests_byte_for_byte(
 
 def _playbook(testbed: TestbedState, playbook: str, *extra: str) -> None:
     argv = [str(Path(sys.executable).with_name("ansible-playbook"))]
-    argv += ["-i", str(REPO / "playbooks/inventory/local.yml"), str(REPO / "playbooks" / playbook)]
+    argv += [
+        "-i",
+        str(REPO / "harness/playbooks/inventory/local.yml"),
+        str(REPO / "harness" / "playbooks" / playbook),
+    ]
     argv += ["-e", f"testbed_state_dir={testbed.state_dir}", *extra]
     done = subprocess.run(argv, cwd=REPO, timeout=PLAYBOOK_TIMEOUT_S, check=False)
     assert done.returncode == 0, f"{playbook} failed (its output is above)"

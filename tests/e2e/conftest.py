@@ -1,8 +1,8 @@
 """Where the e2e scenario reports go, and their tables printed at the end of the run.
 
-The e2e never writes the committed ``reports/scenario.json``/``.png`` (``make testbed``
+The e2e never writes the committed ``harness/results/scenario.json``/``.png`` (``make testbed``
 does): each run writes under pytest's temp dir, or under ``$LAYERSCHED_E2E_REPORT_DIR``
-when that is set (``infra/kind/kind.sh up`` can point it at ``reports/``).
+when that is set (``harness/infra/kind/kind.sh up`` can point it at ``harness/results/``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The seed's scenario on cloud nodes (``make testbed DRIVER=cloud``): AWS VMs from
-``infra/cloud``, made a cluster over SSH by ``playbooks/testbed-cloud.yml``.
+``harness/infra/cloud``, made a cluster over SSH by ``harness/playbooks/testbed-cloud.yml``.
 
 Without the pulumi CLI, AWS credentials or the stack's config this skips with the same
-one-line message ``infra/cloud/cloud.sh`` stops with (``infra/cloud/cloud.sh check``), so CI,
+one-line message ``harness/infra/cloud/cloud.sh`` stops with (``harness/infra/cloud/cloud.sh
+check``), so CI,
 which has none of them, always skips it and says why.
 
 With them, the scenario runs through the shared cluster driver and its SSH backend
@@ -42,7 +43,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.cloud]
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK_TIMEOUT_S = 120
-#: infra/cloud/cloud.sh sets these; the defaults are its own.
+#: harness/infra/cloud/cloud.sh sets these; the defaults are its own.
 STACK_ENV = "LAYERSCHED_CLOUD_STACK"
 STATE_DIR_ENV = "LAYERSCHED_CLOUD_STATE_DIR"
 #: K trials x 2 strategies over a WAN-free VPC; each reset waits for a kubelet refresh.
@@ -50,9 +51,10 @@ SCENARIO_TIMEOUT_S = 60 * 60
 
 
 def _precondition_message() -> str | None:
-    """``infra/cloud/cloud.sh check``'s one line when a precondition is missing, else None."""
+    """``harness/infra/cloud/cloud.sh check``'s one line when a precondition is missing, else
+    None."""
     done = subprocess.run(
-        ["bash", str(REPO / "infra" / "cloud" / "cloud.sh"), "check"],
+        ["bash", str(REPO / "harness" / "infra" / "cloud" / "cloud.sh"), "check"],
         capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False, cwd=REPO,
     )  # fmt: skip
     if done.returncode == 0:

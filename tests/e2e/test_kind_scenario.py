@@ -1,6 +1,6 @@
 """The seed's scenario on the kind + CRI-O testbed, through the Kubernetes API.
 
-Same steps, assertions and ``reports/scenario.json`` schema as the local
+Same steps, assertions and ``harness/results/scenario.json`` schema as the local
 driver, with ``"driver": "kind"``: here kube-scheduler (default vs.
 ``layer-locality`` with the layersched extender) really schedules and CRI-O
 really pulls through the rate-limited registry.
@@ -8,15 +8,15 @@ really pulls through the rate-limited registry.
 Needs Docker, kind, kubectl and the pulumi CLI (a Docker+internet machine).
 Without them it skips, saying which are missing. The testbed comes from the
 Pulumi stack ``$LAYERSCHED_KIND_STACK`` (default ``dev``); if that stack is not
-up, the test provisions it with ``infra/kind/kind.sh provision`` and tears it down
+up, the test provisions it with ``harness/infra/kind/kind.sh provision`` and tears it down
 afterwards (logs exported first) unless ``LAYERSCHED_KEEP_TESTBED=1``. The test
 never creates a cluster by itself: when the stack has outputs but its kind cluster
 is gone, it fails saying how to recover.
 
 The assertions are the local driver's (``tests/e2e/_checks.py``), with
 ``LAYERSCHED_E2E_TRIALS`` trials per strategy (default 5). The report and plot go
-to a temp dir or ``$LAYERSCHED_E2E_REPORT_DIR`` (see conftest.py; infra/kind/kind.sh up
-points it at reports/).
+to a temp dir or ``$LAYERSCHED_E2E_REPORT_DIR`` (see conftest.py; harness/infra/kind/kind.sh up
+points it at harness/results/).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from tests.fixtures import prereq
 pytestmark = [pytest.mark.e2e, pytest.mark.kind]
 
 REPO = Path(__file__).resolve().parents[2]
-PROGRAM_DIR = REPO / "infra" / "kind"
+PROGRAM_DIR = REPO / "harness" / "infra" / "kind"
 #: pulumi up of the whole testbed (node image build, cluster, deploy) on a laptop.
 PROVISION_TIMEOUT_S = 45 * 60
 #: Short CLI calls (docker info, pulumi stack output).
@@ -93,7 +93,7 @@ def testbed() -> Iterator[tuple[dict[str, Path], dict[str, Any]]]:
     created = False
     if not outputs.get("kubeconfig_path"):
         subprocess.run(
-            [str(REPO / "infra" / "kind" / "kind.sh"), "provision"],
+            [str(REPO / "harness" / "infra" / "kind" / "kind.sh"), "provision"],
             cwd=REPO,
             check=True,
             timeout=PROVISION_TIMEOUT_S,
@@ -112,7 +112,7 @@ def testbed() -> Iterator[tuple[dict[str, Path], dict[str, Any]]]:
                     str(tools["kind"]),
                     "export",
                     "logs",
-                    str(REPO / "reports" / "kind-logs"),
+                    str(REPO / "harness" / "results" / "kind-logs"),
                     "--name",
                     outputs["cluster_name"],
                 ],
@@ -121,7 +121,9 @@ def testbed() -> Iterator[tuple[dict[str, Path], dict[str, Any]]]:
             )
         if created and os.environ.get("LAYERSCHED_KEEP_TESTBED") != "1":
             subprocess.run(
-                [str(REPO / "infra" / "kind" / "kind.sh"), "down"], cwd=REPO, check=False
+                [str(REPO / "harness" / "infra" / "kind" / "kind.sh"), "down"],
+                cwd=REPO,
+                check=False,
             )
 
 
@@ -140,7 +142,7 @@ def _require_cluster(tools: dict[str, Path], stack: str, outputs: dict[str, Any]
     if name not in listed.stdout.split():
         pytest.fail(
             f"Pulumi stack {stack!r} describes kind cluster {name!r}, but `kind get clusters` "
-            "does not list it: the stack is stale. Run `infra/kind/kind.sh down` and then "
+            "does not list it: the stack is stale. Run `harness/infra/kind/kind.sh down` and then "
             "`make testbed DRIVER=kind` (this test never creates a cluster itself).",
             pytrace=False,
         )

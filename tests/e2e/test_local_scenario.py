@@ -6,7 +6,7 @@ image-locality, the default plugins plus the layersched extender, and the defaul
 plus layersched's LayerLocality score plugin) and real kubelets; nothing is simulated. Needs
 root on Linux, else it skips with the reason. ``LAYERSCHED_E2E_TRIALS`` sets the trials
 per strategy (default 5). The report and plot go to a temp dir (see conftest.py), never
-over the committed ``reports/``; the table is printed at the end of the run.
+over the committed ``harness/results/``; the table is printed at the end of the run.
 """
 
 from __future__ import annotations

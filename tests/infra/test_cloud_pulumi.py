@@ -1,4 +1,4 @@
-"""The Pulumi program of the cloud testbed (``infra/cloud``), run against Pulumi's mocks.
+"""The Pulumi program of the cloud testbed (``harness/infra/cloud``), run against Pulumi's mocks.
 
 No CLI, no engine, no AWS account: the mocks answer every registration (instances get
 addresses from TEST-NET and the subnet) and the AMI lookup, and the tests read back the
@@ -20,7 +20,7 @@ from tests.infra._pulumi_mocks import Graph, program_on_path, run_program
 
 pytestmark = pytest.mark.infra
 
-PROGRAM_DIR = Path(__file__).resolve().parents[2] / "infra" / "cloud"
+PROGRAM_DIR = Path(__file__).resolve().parents[2] / "harness" / "infra" / "cloud"
 PROJECT = "layersched-cloud"
 STACK = "test"
 OPERATOR = "203.0.113.7/32"

@@ -58,7 +58,7 @@ def _run(
     key = tmp_path / "id_ed25519"
     key.write_text("private\n")
     done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "testbed.sh"), action],
+        ["bash", str(REPO / "harness" / "scripts" / "testbed.sh"), action],
         capture_output=True,
         text=True,
         timeout=SCRIPT_TIMEOUT_S,
@@ -90,12 +90,17 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "sec
         # A key id without its secret is no credential either.
         (True, {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE"}, "no AWS credentials"),
         # Credentials, but no stack yet.
-        (True, CREDENTIALS, "no Pulumi stack dev: run pulumi --cwd infra/cloud stack init dev"),
+        (
+            True,
+            CREDENTIALS,
+            "no Pulumi stack dev: run pulumi --cwd harness/infra/cloud stack init dev",
+        ),
         # A stack missing two keys: both named, with the command that sets them.
         (
             True,
             CREDENTIALS | {"FAKE_STACK": "1", "FAKE_CONFIG": "region=eu-west-1"},
-            "stack dev lacks operatorCidr sshPublicKey: set each with pulumi --cwd infra/cloud "
+            "stack dev lacks operatorCidr sshPublicKey: set each with pulumi --cwd "
+            "harness/infra/cloud "
             "config set KEY VALUE",
         ),
         # Everything set but the private key Ansible logs in with.
@@ -133,7 +138,7 @@ def test_failed_up_prints_the_teardown_command(tmp_path: Path) -> None:
                          "LAYERSCHED_SKIP_KUBERNETES_BUILD": "1"}  # fmt: skip
     done, calls = _run(tmp_path, env)
     assert done.returncode != 0
-    assert any(c.startswith("pulumi --cwd infra/cloud up --stack dev --yes") for c in calls)
+    assert any(c.startswith("pulumi --cwd harness/infra/cloud up --stack dev --yes") for c in calls)
     assert (
         "tear down with make testbed-down DRIVER=cloud LAYERSCHED_CLOUD_STACK=dev"
         in (done.stderr.splitlines()[-1])
@@ -143,7 +148,7 @@ def test_failed_up_prints_the_teardown_command(tmp_path: Path) -> None:
 def test_down_destroys_the_stack(tmp_path: Path) -> None:
     done, calls = _run(tmp_path, CREDENTIALS | {"FAKE_STACK": "1"}, action="down")
     assert done.returncode == 0, done.stderr
-    assert "pulumi --cwd infra/cloud destroy --stack dev --yes" in calls
+    assert "pulumi --cwd harness/infra/cloud destroy --stack dev --yes" in calls
 
 
 def test_down_without_a_stack_is_a_no_op(tmp_path: Path) -> None:

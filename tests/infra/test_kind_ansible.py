@@ -23,7 +23,7 @@ from tests.fixtures import prereq
 pytestmark = pytest.mark.infra
 
 REPO = Path(__file__).resolve().parents[2]
-PLAYBOOKS = REPO / "playbooks"
+PLAYBOOKS = REPO / "harness" / "playbooks"
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 #: A playbook run here takes a few seconds; a minute means something hangs.
 PLAYBOOK_TIMEOUT_S = 120

@@ -38,7 +38,7 @@ from tests.infra._pulumi_mocks import run_program as _run
 
 pytestmark = pytest.mark.infra
 
-PROGRAM_DIR = Path(__file__).resolve().parents[2] / "infra" / "kind"
+PROGRAM_DIR = Path(__file__).resolve().parents[2] / "harness" / "infra" / "kind"
 PROJECT = "layersched-kind"
 STACK = "test"
 
@@ -77,7 +77,7 @@ class _Answer(pulumi.runtime.Mocks):
 
 
 def run_program(config: dict[str, str], tmp_path: Path) -> Graph:
-    """``infra/kind/__main__.py`` under mocks with this stack config."""
+    """``harness/infra/kind/__main__.py`` under mocks with this stack config."""
     return _run(PROGRAM_DIR, PROJECT, STACK, _Answer(), {"stateDir": str(tmp_path)} | config)
 
 
@@ -199,7 +199,7 @@ def test_install_is_deploy_with_the_kind_overlay(tmp_path: Path) -> None:
     # The overlay names deploy/ relatively, as `kubectl apply -k` users write it.
     kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
     [base] = kustomization["bases"]
-    assert (overlay / base).resolve() == PROGRAM_DIR.parents[1] / "deploy"
+    assert (overlay / base).resolve() == PROGRAM_DIR.parents[2] / "deploy"
     installed = {
         (urn.split("::")[2].split("$")[-1].rsplit(":", 1)[-1], urn.split("::")[3])
         for urn in graph.resources

@@ -1,4 +1,5 @@
-"""``infra/kind/kind.sh`` really run, with stand-in ``pulumi``/``ansible-playbook`` that log calls.
+"""``harness/infra/kind/kind.sh`` really run, with stand-in ``pulumi``/``ansible-playbook`` that
+log calls.
 
 What is checked is the script's own decision: side-loading the patched (1.22)
 kubelet into nodes of another Kubernetes minor is refused *before* ``pulumi up``
@@ -52,7 +53,7 @@ def _run(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProce
     log = tmp_path / "calls.log"
     log.touch()
     done = subprocess.run(
-        ["bash", str(REPO / "infra" / "kind" / "kind.sh"), "provision"],
+        ["bash", str(REPO / "harness" / "infra" / "kind" / "kind.sh"), "provision"],
         capture_output=True,
         text=True,
         timeout=SCRIPT_TIMEOUT_S,
@@ -107,7 +108,9 @@ def test_sideload_needs_the_patched_minor(
     env: dict[str, str], refused: bool, sideloaded: bool, tmp_path: Path
 ) -> None:
     done, calls = _run(tmp_path, env)
-    ran_up = any(line.startswith("pulumi --cwd infra/kind up") for line in calls.splitlines())
+    ran_up = any(
+        line.startswith("pulumi --cwd harness/infra/kind up") for line in calls.splitlines()
+    )
     ran_sideload = "sideload.yml" in calls
     if refused:
         assert done.returncode == 1
@@ -126,7 +129,7 @@ def test_missing_tools_are_named(tmp_path: Path) -> None:
     if Path("/usr/bin/pulumi").exists() or Path("/bin/pulumi").exists():
         prereq.unavailable("a pulumi CLI is installed system-wide: cannot show it missing")
     done = subprocess.run(
-        ["bash", str(REPO / "infra" / "kind" / "kind.sh"), "provision"],
+        ["bash", str(REPO / "harness" / "infra" / "kind" / "kind.sh"), "provision"],
         capture_output=True,
         text=True,
         timeout=SCRIPT_TIMEOUT_S,

@@ -96,7 +96,7 @@ def _sideload(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], int, in
     done = subprocess.run(
         [
             str(ANSIBLE_PLAYBOOK),
-            str(REPO / "playbooks" / "sideload.yml"),
+            str(REPO / "harness" / "playbooks" / "sideload.yml"),
             "--extra-vars",
             json.dumps(extra_vars),
         ],

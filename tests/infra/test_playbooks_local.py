@@ -22,7 +22,7 @@ from tests.fixtures import prereq
 
 pytestmark = pytest.mark.infra
 
-PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "harness" / "playbooks"
 
 
 def _ansible_playbook() -> str:
@@ -65,14 +65,14 @@ def test_syntax_check(playbook: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-#: What playbooks/vars/kubernetes.yml derives, as one JSON object.
+#: What harness/playbooks/vars/kubernetes.yml derives, as one JSON object.
 KUBERNETES_VARS = (
     "{{ {'id': kubernetes_build_id, 'version': kubernetes_version, "
     "'minor': kubernetes_minor | int, "
     "'binaries': kubernetes_binaries, 'bin_dir': kubernetes_bin_dir, "
     "'cache_dir': kubernetes_cache_dir, 'module_sha256': kubernetes_module_sha256} | to_json }}"
 )
-#: What playbooks/vars/containerd.yml derives.
+#: What harness/playbooks/vars/containerd.yml derives.
 CONTAINERD_VARS = (
     "{{ {'version': containerd_version, 'suite': containerd_suite, "
     "'codename': containerd_archive_codename, 'binaries': containerd_binaries, "
@@ -80,7 +80,7 @@ CONTAINERD_VARS = (
     "'containerd': containerd_bin_dir ~ '/containerd'} | to_json }}"
 )
 
-#: What playbooks/vars/crio.yml derives.
+#: What harness/playbooks/vars/crio.yml derives.
 CRIO_VARS = "{{ {'version': crio_version, 'crio': crio_binary} | to_json }}"
 
 
@@ -90,7 +90,7 @@ def _playbook_vars(
     expression: str = KUBERNETES_VARS,
     *extra: str,
 ) -> dict[str, object]:
-    """What ``playbooks/vars/<vars_file>`` evaluates to, as Ansible itself templates it."""
+    """What ``harness/playbooks/vars/<vars_file>`` evaluates to, as Ansible itself templates it."""
     env = {k: v for k, v in os.environ.items() if k != CACHE_DIR_ENV}
     if cache_dir is not None:
         env[CACHE_DIR_ENV] = cache_dir

@@ -26,7 +26,7 @@ with init containers show the version setting matters: from 1.30 they count, and
 1.29-mode port (init containers ignored) disagrees with the real scheduler on them.
 
 The counts are printed, and written with their provenance to the test's own temporary
-directory. The committed ``reports/image-locality-differential.json`` is rewritten only
+directory. The committed ``harness/results/image-locality-differential.json`` is rewritten only
 when asked (``LAYERSCHED_RESULTS=commit``, from a clean tree): a test run never changes a
 committed file.
 """
@@ -106,7 +106,7 @@ SCORES_TIMEOUT_S = 120.0
 SETTLE_TIMEOUT_S = 30.0
 POLL_S = 0.5
 #: The committed report (rewritten with LAYERSCHED_RESULTS=commit only).
-REPORT = "reports/image-locality-differential.json"
+REPORT = "harness/results/image-locality-differential.json"
 #: Generous capacity: the pods request nothing, but a node needs allocatable pods.
 CAPACITY = {"cpu": "64", "memory": "256Gi", "pods": "250"}
 

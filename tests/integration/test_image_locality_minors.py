@@ -1,6 +1,6 @@
 """The image-locality port against upstream's compiled ImageLocality, per supported minor.
 
-``plugin/imagelocality-reference`` is a small Go harness around upstream kube-scheduler's
+``harness/imagelocality-reference`` is a small Go harness around upstream kube-scheduler's
 own ``imagelocality`` plugin and scheduler cache, one program per minor
 (``minors/<minor>``, each pinned to the newest patch the Go module proxy serves). Per
 minor the test builds the program (``go build -race``, as go-lint compiles the same
@@ -24,7 +24,7 @@ tell the minors apart, and each program is the release it says).
 
 Also here: that each program selects every dependency at the version its release's go.mod
 requires. The Go tests of the harness and of each minor's program are ``make go-lint``'s
-(``go vet`` and ``go test -race`` in every module: ``scripts/go_lint.py``).
+(``go vet`` and ``go test -race`` in every module: ``harness/scripts/go_lint.py``).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from tests.fixtures import prereq
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 #: The harness module, and one program (module) per minor under it.
-REFERENCE = REPO_ROOT / "plugin" / "imagelocality-reference"
+REFERENCE = REPO_ROOT / "harness" / "imagelocality-reference"
 MINORS: tuple[KubernetesMinor, ...] = ((1, 35), (1, 36), (1, 37))
 #: The port's modes each minor is also compared with: they must disagree somewhere.
 OTHER_MODES: tuple[KubernetesMinor, ...] = ((1, 20), *MINORS)
@@ -129,7 +129,7 @@ def _module(minor: KubernetesMinor) -> Path:
 
 
 #: How the programs are built: with the race detector, as make go-lint race-tests the
-#: same modules (``go test -race``: scripts/go_lint.py), so that a release's packages
+#: same modules (``go test -race``: harness/scripts/go_lint.py), so that a release's packages
 #: compile once for both (a plain build compiled them a second time); part of the cache
 #: key.
 PROGRAM_BUILD_FLAGS = "-trimpath -race"

@@ -6,14 +6,14 @@ Each minor has a Go module of its own (``plugin/kube-scheduler/minors/<minor>``)
 requires layersched's module and replaces the release, and every module that release's
 ``go.mod`` requires, with the version it requires (``hack/pin_kubernetes.py
 --as-released``). ``make go-lint`` vets and race-tests the plugin's packages
-(``layersched.io/kube-scheduler/pkg/...``) in each of those modules (``scripts/go_lint.py``;
+(``layersched.io/kube-scheduler/pkg/...``) in each of those modules (``harness/scripts/go_lint.py``;
 held by ``tests/unit/test_go_lint.py``). Here, per minor: the generator's plugin
 configurations for that minor (the testbed's, and the install's under in-flight) decoded by
 that minor's scheduler scheme, and the module selecting exactly the release's own
 dependencies.
 
 The decoding test compiles with ``-race`` (cgo on), as go-lint's race tests of the same
-packages do: CI runs it after go-lint (``scripts/ci-beside.sh``), so it links from their
+packages do: CI runs it after go-lint (``harness/scripts/ci-beside.sh``), so it links from their
 compile instead of compiling the release's scheduler framework a second time.
 """
 

@@ -2,7 +2,7 @@
 docker-registry, inside the REAL kube-scheduler it is built into (``make kubernetes``'s
 release).
 
-A loopback control plane of its own (``playbooks/bench-control-plane.yml``: etcd,
+A loopback control plane of its own (``harness/playbooks/bench-control-plane.yml``: etcd,
 kube-apiserver and the plugin's kube-scheduler at ``-v=10``, which logs every node's
 score), its scheduler configuration rendered by layersched's generator for the testbed,
 with the test's docker-registry as the one registry the plugin may contact
@@ -58,7 +58,7 @@ from tests.fixtures import prereq
 from tests.fixtures.registry import RegistryProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "harness" / "bench"))
 from bench_scheduler import ControlPlane, fake_node, untaint  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -7,7 +7,7 @@ programs run with the unpacked image as their root prefix, no binfmt registratio
 CI cross-compiles no kube-scheduler (docs/deploy.md, "What CI checks of the images"): it
 cross-compiles the testbed's ``pause`` for arm64 through the same path instead (seconds),
 and the arm64 kube-scheduler tests skip, saying so, unless ``make images`` (or
-``scripts/kubernetes_build.py --arch arm64``) cached it.
+``harness/scripts/kubernetes_build.py --arch arm64``) cached it.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ QEMU_AARCH64 = ("qemu-aarch64-static", "qemu-aarch64")
 QEMU_TIMEOUT_S = 180
 PYTHON = "usr/bin/python3.11"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-KUBERNETES_BUILD = REPO_ROOT / "scripts" / "kubernetes_build.py"
+KUBERNETES_BUILD = REPO_ROOT / "harness" / "scripts" / "kubernetes_build.py"
 #: A cold cross-compile of pause (the Go runtime for arm64, one small main) takes seconds of
 #: CPU; a loaded machine stretches them.
 CROSS_COMPILE_TIMEOUT_S = 900
@@ -162,7 +162,8 @@ def arm64_kube_scheduler() -> Path:
     if not path.is_file():
         pytest.skip(
             f"no arm64 kube-scheduler cached at {path}: CI cross-compiles none (minutes of "
-            "two cores); `make images` (or scripts/kubernetes_build.py --arch arm64) builds it"
+            "two cores); `make images` (or harness/scripts/kubernetes_build.py --arch arm64) "
+            "builds it"
         )
     return path
 

@@ -1,4 +1,4 @@
-"""The testbed's pinns stand-in (``playbooks/tools/pinns.py``), which CRI-O runs to make a
+"""The testbed's pinns stand-in (``harness/playbooks/tools/pinns.py``), which CRI-O runs to make a
 pod's namespaces: real namespaces, pinned by bind mounts, as root on Linux.
 
 The refusals are checked in process (they happen before anything is unshared); the

@@ -1,4 +1,4 @@
-"""The cloud registry's link shaping (``playbooks/tools/remote_link_shaping.py``) on a real
+"""The cloud registry's link shaping (``harness/playbooks/tools/remote_link_shaping.py``) on a real
 interface: a veth pair whose far end is in a network namespace of its own stands in for
 the registry VM's NIC and one worker. The tool finds the interface by the worker's
 address, builds the htb, leaves it alone on a second run, really slows traffic to the
@@ -24,7 +24,7 @@ from tests.fixtures import prereq
 pytestmark = [pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[2]
-TOOL = REPO / "playbooks" / "tools" / "remote_link_shaping.py"
+TOOL = REPO / "harness" / "playbooks" / "tools" / "remote_link_shaping.py"
 NETNS = "lsrls-w1"
 HOST_LINK, NODE_LINK = "lsrls0", "lsrls1"
 HOST_ADDRESS, NODE_ADDRESS = "10.250.66.1", "10.250.66.2"

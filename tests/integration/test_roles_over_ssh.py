@@ -3,7 +3,7 @@
 A local testbed of our own (prefix ``lssh``, 10.250.61.0/24) brings up the registry, the
 control plane and three nodes. Each node's network namespace then gets an sshd of its own,
 listening only on the node's address; the nodes' local containerd, kubelet and agent are
-stopped, and ``playbooks/testbed-nodes.yml`` runs the node roles against ``n1``..``n3``
+stopped, and ``harness/playbooks/testbed-nodes.yml`` runs the node roles against ``n1``..``n3``
 **over SSH** (ansible_connection ssh, key auth, ``ansible_host`` the node's address):
 containerd, the kubelet, and layersched's agent from the controller's wheels in a venv.
 
@@ -62,8 +62,8 @@ from tests.fixtures import testbed as testbed_fixtures
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK = REPO / "playbooks" / "testbed-nodes.yml"
-DAEMON = REPO / "playbooks" / "tools" / "local_testbed_daemon.py"
+PLAYBOOK = REPO / "harness" / "playbooks" / "testbed-nodes.yml"
+DAEMON = REPO / "harness" / "playbooks" / "tools" / "local_testbed_daemon.py"
 #: Our own prefix and /24 (the default testbed is lstb on 10.250.50.0/24).
 PREFIX = "lssh"
 NET_BASE = "10.250.61"

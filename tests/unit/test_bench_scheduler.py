@@ -1,6 +1,7 @@
-"""The scheduler benchmark's pure parts (bench/scheduler_report.py, bench/bench_scheduler.py),
-the no-op extender (bench/noop_extender.py, in process), and the README and docs blocks
-generated from the committed bench/results/scheduler.json."""
+"""The scheduler benchmark's pure parts (harness/bench/scheduler_report.py,
+harness/bench/bench_scheduler.py),
+the no-op extender (harness/bench/noop_extender.py, in process), and the README and docs blocks
+generated from the committed harness/results/scheduler.json."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "harness" / "bench"))
 
 import bench_scheduler as bench  # noqa: E402
 import noop_extender as noop  # noqa: E402
@@ -875,9 +876,9 @@ def test_noop_extender_rejects_a_wrong_shape() -> None:
 
 
 def test_readme_block_is_generated_from_the_committed_results() -> None:
-    # `make bench-scheduler` writes bench/results/scheduler.json and this block together;
+    # `make bench-scheduler` writes harness/results/scheduler.json and this block together;
     # editing either by hand fails here
-    results = json.loads((ROOT / "bench" / "results" / "scheduler.json").read_text())
+    results = json.loads((ROOT / "harness" / "results" / "scheduler.json").read_text())
     assert generated.read_block(ROOT / "README.md", report.BLOCK) == report.markdown(results)
     for n in results["node_counts"]:
         for config in report.CONFIGURATIONS:
@@ -890,7 +891,7 @@ def test_readme_block_is_generated_from_the_committed_results() -> None:
 
 def test_the_results_hold_every_configuration_at_every_node_count() -> None:
     """A row that did not run says why (never a silent gap)."""
-    results = json.loads((ROOT / "bench" / "results" / "scheduler.json").read_text())
+    results = json.loads((ROOT / "harness" / "results" / "scheduler.json").read_text())
     # the configurations the run asked for (runs before issue 43 recorded none: every
     # configuration but the one it added)
     asked = results["settings"].get(

@@ -1,4 +1,4 @@
-"""The scheduler_perf driver's pure parts (bench/bench_scheduler_perf.py): upstream's data
+"""The scheduler_perf driver's pure parts (harness/bench/bench_scheduler_perf.py): upstream's data
 items read per workload and profile, rounds summarised, ratios to the default of the same
 round, and the docs block's honesty about load."""
 
@@ -21,7 +21,7 @@ from layersched.deploy import (
 from layersched_harness.testbed.scheduler_configs import batchable
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "harness" / "bench"))
 
 import bench_scheduler_perf as perf  # noqa: E402
 

@@ -3,7 +3,7 @@
 ``src/layersched/kubernetes-build.yml`` is the only place the build is named; the
 CLI, tests and benchmarks derive its paths through :mod:`layersched.builds` (the harness's
 builds through :mod:`layersched_harness.testbed.builds`), and the
-playbooks through ``playbooks/vars/kubernetes.yml`` (held equal to this module by
+playbooks through ``harness/playbooks/vars/kubernetes.yml`` (held equal to this module by
 ``tests/infra/test_playbooks_local.py``). A path spelled by hand is how a stale cache
 hid a broken deploy e2e once: this test fails on any.
 """
@@ -51,8 +51,8 @@ CONTAINERD_SOURCE = REPO / "harness" / "layersched_harness" / "testbed" / CONTAI
 DERIVERS = {
     REPO / "src" / "layersched" / "builds.py",
     REPO / "harness" / "layersched_harness" / "testbed" / "builds.py",
-    REPO / "playbooks" / "vars" / "kubernetes.yml",
-    REPO / "playbooks" / "vars" / "containerd.yml",
+    REPO / "harness" / "playbooks" / "vars" / "kubernetes.yml",
+    REPO / "harness" / "playbooks" / "vars" / "containerd.yml",
 }
 #: Text files worth reading (code, configuration, docs); data and binaries are not.
 TEXT_SUFFIXES = {".py", ".sh", ".yml", ".yaml", ".j2", ".md", ".toml", ".cfg", ".go", ".txt"}
@@ -430,8 +430,8 @@ def test_crio_is_built_without_c() -> None:
     assert not {"seccomp", "selinux", "apparmor", "libsubid"} & set(crio.tags)
     # and the build never turns cgo on: no C fetched through the proxy is compiled
     assert kubernetes_build().go_env()["CGO_ENABLED"] == "0"
-    # built in our module plugin/crio, whose go.mod requires that very release
-    assert crio.module == "plugin/crio"
+    # built in our module harness/crio, whose go.mod requires that very release
+    assert crio.module == "harness/crio"
     go_mod = (REPO / crio.module / "go.mod").read_text()
     assert required_version(go_mod, "github.com/cri-o/cri-o") == crio.version
     assert "\ntool github.com/cri-o/cri-o/cmd/crio\n" in go_mod

@@ -1,6 +1,6 @@
 """A user's run leaves the clone as it found it (issue 46): after ``make testbed`` a fresh
 clone's ``git status`` once showed README.md, docs/kube-scheduler-plugin.md and
-reports/scenario.{json,png} modified. The scenario's report step (what ``make testbed``
+harness/results/scenario.{json,png} modified. The scenario's report step (what ``make testbed``
 runs after the trials) now writes under the run's directory, which git ignores, and no
 document: ``make figures`` alone rewrites the blocks."""
 

@@ -115,7 +115,7 @@ def test_the_readme_names_what_the_testbed_runs() -> None:
 
 
 #: Top-level folders the layout lists by their children (each child is a root of its own).
-EXPANDED = ("plugin", "src")
+EXPANDED = ("plugin", "src", "harness")
 
 
 def test_the_layout_lists_every_folder_with_its_part() -> None:

@@ -26,40 +26,40 @@ def _fresh_run(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_run_writes_under_its_own_directory_mirroring_the_committed_path(
     tmp_path: Path,
 ) -> None:
-    # runs/<UTC time>/reports/scenario.json: the committed reports/ is left alone
-    path = results.destination("reports/scenario.json", root=tmp_path)
+    # runs/<UTC time>/harness/results/scenario.json: the committed harness/results/ is left alone
+    path = results.destination("harness/results/scenario.json", root=tmp_path)
     relative = path.relative_to(tmp_path).as_posix()
-    assert re.fullmatch(r"runs/\d{8}T\d{6}Z/reports/scenario\.json", relative)
-    assert path.parent.is_dir() and not (tmp_path / "reports").exists()
+    assert re.fullmatch(r"runs/\d{8}T\d{6}Z/harness/results/scenario\.json", relative)
+    assert path.parent.is_dir() and not (tmp_path / "harness").exists()
     # one run, one directory: the plot goes beside its JSON
-    assert results.destination("reports/scenario.png", root=tmp_path).parent == path.parent
+    assert results.destination("harness/results/scenario.png", root=tmp_path).parent == path.parent
 
 
 def test_commit_writes_the_committed_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(provenance.RESULTS_ENV, provenance.COMMIT)
-    assert results.destination("bench/results/x.json", root=tmp_path) == (
-        tmp_path / "bench/results/x.json"
+    assert results.destination("harness/results/x.json", root=tmp_path) == (
+        tmp_path / "harness/results/x.json"
     )
 
 
 def test_the_run_directory_can_be_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # make testbed's steps (bring-up, scenario) share the directory scripts/testbed.sh names
+    # make testbed's steps (bring-up, scenario) share the directory harness/scripts/testbed.sh names
     monkeypatch.setenv(results.RUN_DIR_ENV, str(tmp_path / "mine"))
-    assert results.destination("reports/a.json") == tmp_path / "mine/reports/a.json"
+    assert results.destination("harness/results/a.json") == tmp_path / "mine/harness/results/a.json"
     with pytest.raises(InputError, match="relative to the checkout"):
-        results.destination(tmp_path / "reports/a.json")
+        results.destination(tmp_path / "harness/results/a.json")
 
 
 def test_a_document_without_provenance_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"x\.json: the results document has no provenance"):
-        results.write_json("reports/x.json", {"figures": 1}, root=tmp_path)
+        results.write_json("harness/results/x.json", {"figures": 1}, root=tmp_path)
 
 
 def test_the_writer_says_what_keeps_a_file_from_being_committed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = results.write_json(
-        "reports/x.json", {"provenance": RECORD, "v": 1}, output=tmp_path / "x.json"
+        "harness/results/x.json", {"provenance": RECORD, "v": 1}, output=tmp_path / "x.json"
     )
     assert json.loads(path.read_text()) == {"provenance": RECORD, "v": 1}
     assert "not committable as results (dirty is None" in capsys.readouterr().err

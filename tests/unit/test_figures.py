@@ -1,5 +1,5 @@
 """Every measured figure in README.md and docs/*.md is a generated block, held equal to its
-results file here (bench/figures.py lists them all and rewrites them)."""
+results file here (harness/bench/figures.py lists them all and rewrites them)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "harness" / "bench"))
 
 import figures  # noqa: E402
 
@@ -131,7 +131,7 @@ def test_make_figures_names_a_results_file_that_records_no_commit(
 def test_make_figures_reads_a_commit_kept_at_the_top_level(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # reports/live-minors.json keeps its commit beside its figures, not under
+    # harness/results/live-minors.json keeps its commit beside its figures, not under
     # "provenance": make figures once said it "records no commit"
     head = figures.provenance._git("rev-parse", "HEAD", root=ROOT)
     (tmp_path / "minors.json").write_text(json.dumps({"commit": head, "minors": {}}))

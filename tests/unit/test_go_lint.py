@@ -1,4 +1,4 @@
-"""make go-lint covers every Go module of the repository (scripts/go_lint.py): a module
+"""make go-lint covers every Go module of the repository (harness/scripts/go_lint.py): a module
 added later is vetted and race-tested without anyone listing it, and one with nothing of
 its own to check says why."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "harness" / "scripts"))
 
 import go_lint  # noqa: E402
 
@@ -28,13 +28,13 @@ def test_every_tracked_module_is_checked_or_says_why_not() -> None:
     for module in found.values():
         assert module.packages or module.why_none, module.name
     assert found["plugin/kube-scheduler"].packages == ("./...",)
-    assert found["plugin/imagelocality-reference"].packages == ("./...",)
+    assert found["harness/imagelocality-reference"].packages == ("./...",)
     # a minor's module has no Go file of its own: it checks the plugin's packages against
     # its release
     minors = [m for name, m in found.items() if name.startswith("plugin/kube-scheduler/minors/")]
     assert minors and all(m.packages == (go_lint.MAIN_PACKAGES,) for m in minors)
     # CRI-O's module only builds the release's binary
-    assert found["plugin/crio"].packages == () and "tool" in found["plugin/crio"].why_none
+    assert found["harness/crio"].packages == () and "tool" in found["harness/crio"].why_none
 
 
 def test_a_nested_modules_files_are_not_its_parents(tmp_path: Path) -> None:
@@ -148,10 +148,10 @@ def test_go_lint_runs_the_go_tests_the_integration_stage_no_longer_runs() -> Non
     # their vet and tests are go-lint's alone (tests/integration/test_image_locality_minors.py
     # and test_kube_scheduler_minors.py keep what only they check)
     found = {m.name: m for m in go_lint.modules()}
-    reference = [n for n in found if n.startswith("plugin/imagelocality-reference/minors/")]
+    reference = [n for n in found if n.startswith("harness/imagelocality-reference/minors/")]
     plugin = [n for n in found if n.startswith("plugin/kube-scheduler/minors/")]
     assert len(reference) >= 2 and len(plugin) >= 2, sorted(found)
-    for name in [*reference, *plugin, "plugin/imagelocality-reference"]:
+    for name in [*reference, *plugin, "harness/imagelocality-reference"]:
         assert found[name].packages, name
     integration = ROOT / "tests" / "integration"
     for name in ("test_image_locality_minors.py", "test_kube_scheduler_minors.py"):

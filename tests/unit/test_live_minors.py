@@ -1,6 +1,6 @@
 """``make live-minors``'s pure parts: the bring-up's variables, the scenario's objects,
 the trial and batching verdicts, and the docs block rendered from the results
-(``tests/unit/test_figures.py`` holds the committed block to ``reports/live-minors.json``).
+(``tests/unit/test_figures.py`` holds the committed block to ``harness/results/live-minors.json``).
 The run itself needs the minors' builds and a control plane: ``make live-minors``.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "harness" / "bench"))
 
 import live_minors as live  # noqa: E402
 import live_minors_report as report  # noqa: E402

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _help(capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as done:
-        runpy.run_path(str(REPO / "scripts" / "help.py"), run_name="__main__")
+        runpy.run_path(str(REPO / "harness" / "scripts" / "help.py"), run_name="__main__")
     assert done.value.code == 0
     return capsys.readouterr().out
 
@@ -39,9 +39,9 @@ def test_measured_durations_come_from_the_results_files(
 ) -> None:
     out = _help(capsys)
     line = next(line for line in out.splitlines() if line.split()[0] == "bench-scheduler")
-    recorded = json.loads((REPO / "bench/results/scheduler.json").read_text()).get("run_time_s")
+    recorded = json.loads((REPO / "harness/results/scheduler.json").read_text()).get("run_time_s")
     if recorded is None:
         assert "no run recorded yet" in line
     else:
         minutes = round(float(recorded) / 60)
-        assert f"bench/results/scheduler.json, last run {minutes} min" in line
+        assert f"harness/results/scheduler.json, last run {minutes} min" in line

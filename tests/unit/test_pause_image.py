@@ -138,6 +138,8 @@ def test_cli_errors_are_one_line(
 
 def test_the_default_name_is_the_local_testbeds_sandbox_image() -> None:
     # the e2e tests start pods of it, which must find it on every node, imported
-    vars_file = Path(__file__).resolve().parents[2] / "playbooks" / "vars" / "testbed-local.yml"
+    vars_file = (
+        Path(__file__).resolve().parents[2] / "harness" / "playbooks" / "vars" / "testbed-local.yml"
+    )
     settings = yaml.safe_load(vars_file.read_text())
     assert settings["testbed_pause_image"] == DEFAULT_PAUSE_IMAGE

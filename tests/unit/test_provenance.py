@@ -314,7 +314,7 @@ def test_problems_names_what_a_record_lacks(
 
 
 def test_a_commit_kept_at_the_top_level_is_the_files_record() -> None:
-    # reports/live-minors.json kept its commit beside its figures: make figures once said
+    # harness/results/live-minors.json kept its commit beside its figures: make figures once said
     # it "records no commit"
     legacy = {"commit": "385bf2a651481f45b2bd770fad8c216be7ea2e49", "date": "d", "minors": {}}
     assert provenance.record_of(legacy) == {"commit": legacy["commit"], "date": "d"}
@@ -329,15 +329,15 @@ def test_committing_refuses_a_dirty_tree_before_measuring(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(provenance.RESULTS_ENV, provenance.COMMIT)
-    (repo / "reports").mkdir()
-    (repo / "reports" / "r.json").write_text("{}")
-    _git(repo, "add", "reports/r.json")
+    (repo / "harness" / "results").mkdir(parents=True)
+    (repo / "harness" / "results" / "r.json").write_text("{}")
+    _git(repo, "add", "harness/results/r.json")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "r")
     # an earlier result of the same run is no uncommitted code
-    (repo / "reports" / "r.json").write_text('{"new": 1}')
+    (repo / "harness" / "results" / "r.json").write_text('{"new": 1}')
     assert provenance.start(None, root=repo)["dirty"] is False
     (repo / "f").write_text("edited")
-    with pytest.raises(InputError, match=r"uncommitted changes outside bench/results and reports"):
+    with pytest.raises(InputError, match=r"uncommitted changes outside harness/results \("):
         provenance.start(None, root=repo)
     monkeypatch.setenv(provenance.RESULTS_ENV, "commits")
     with pytest.raises(InputError, match=r"LAYERSCHED_RESULTS='commits': expected 'commit'"):

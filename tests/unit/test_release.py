@@ -48,7 +48,7 @@ def test_it_runs_on_tags_and_publishes_wheel_images_and_chart() -> None:
     assert isinstance(jobs, dict) and set(jobs) == {"wheel", "images", "chart"}
     text = WORKFLOW.read_text()
     # the images: the Docker-free builder's, pushed as built, digests checked
-    assert "python scripts/images.py --out dist/images --record dist/images.json" in text
+    assert "python harness/scripts/images.py --out dist/images --record dist/images.json" in text
     assert "skopeo copy --all --preserve-digests" in text
     assert "docker/build-push-action" not in text
     # the chart and deploy/ pinned to those digests

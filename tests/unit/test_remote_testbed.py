@@ -1,6 +1,6 @@
 """The remote (cloud) testbed's description and the cluster backend's host seam.
 
-``remote-testbed.json`` is what ``playbooks/testbed-cloud.yml`` writes for the SSH
+``remote-testbed.json`` is what ``harness/playbooks/testbed-cloud.yml`` writes for the SSH
 backend; a missing, malformed or incomplete one stops with the file and the fix. The
 local host reads files from an offset as the SSH host does with ``stat``/``tail``
 (that one is exercised over real SSH in tests/integration/test_roles_over_ssh.py).
@@ -33,7 +33,7 @@ from layersched_harness.testbed.remote import (
     remote_testbed_path,
 )
 
-CLOUD_PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks" / "testbed-cloud.yml"
+CLOUD_PLAYBOOK = Path(__file__).resolve().parents[2] / "harness" / "playbooks" / "testbed-cloud.yml"
 TARGET = SSHTarget(host="203.0.113.7", user="admin", key_file="/k", known_hosts="/kh", become=True)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "harness" / "bench"))
 
 import replay as bench_replay  # noqa: E402
 import replay_report as report  # noqa: E402
@@ -84,7 +84,7 @@ def test_the_committed_trace_is_the_one_its_seed_generates() -> None:
     regenerated = trace_document(generate_trace(committed["seed"], TraceParams()))
     assert committed == json.loads(json.dumps(regenerated)), (
         f"{DEFAULT_TRACE} is not what seed {committed['seed']} generates: "
-        "python3 bench/replay.py trace"
+        "python3 harness/bench/replay.py trace"
     )
 
 
@@ -187,7 +187,7 @@ def test_a_rate_per_node_is_asked_of_the_params() -> None:
 
 
 def test_an_unreadable_trace_says_how_to_make_one(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"bench/replay\.py trace"):
+    with pytest.raises(InputError, match=r"harness/bench/replay\.py trace"):
         read_trace(tmp_path / "absent.json")
     (tmp_path / "bad.json").write_text("{", encoding="utf-8")
     with pytest.raises(InputError, match="not JSON"):
@@ -560,7 +560,7 @@ def _results() -> dict[str, Any]:
     return {
         "format": report.FORMAT,
         "trace": {
-            "path": "bench/replay/trace.json",
+            "path": "harness/bench/replay/trace.json",
             "seed": 36,
             "pods": 2,
             "images": 2,

@@ -1,4 +1,4 @@
-"""Every results file under bench/results/ and reports/ says where it comes from (issue 46).
+"""Every results file under harness/results/ says where it comes from (issue 46).
 
 A JSON results file holds a ``provenance`` record as ``layersched_harness.evidence.provenance``
 writes it (the full commit of a clean tree, an ISO 8601 date, the machine, the loads and

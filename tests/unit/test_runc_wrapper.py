@@ -1,4 +1,4 @@
-"""The CRI-O nodes' wrapper in front of runc (``playbooks/tools/runc_wrapper.py``), on
+"""The CRI-O nodes' wrapper in front of runc (``harness/playbooks/tools/runc_wrapper.py``), on
 bundles of its own: which verb and bundle it finds in runc's arguments, containerd's
 oom_score_adj rule, the hugetlb check on mount tables, the rewrite of config.json, and
 what it hands to runc. The live proof (pods Running on a CRI-O node) is

@@ -1,5 +1,5 @@
 """`layersched scenario` records how long the whole `make testbed` took (bring-up
-included), from the start time scripts/testbed.sh exports; `make help` shows it."""
+included), from the start time harness/scripts/testbed.sh exports; `make help` shows it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from layersched_harness.testbed.cli.scenario import make_testbed_s
 @pytest.mark.parametrize(
     ("started", "expected"),
     [
-        # not run by scripts/testbed.sh: the report records the scenario's time only
+        # not run by harness/scripts/testbed.sh: the report records the scenario's time only
         (None, None),
         # make testbed started 9 min 30 s before the report was written
         ("999430", 570.0),

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_committed_report_comes_from_the_real_cluster() -> None:
     # The README's claims are about real kube-schedulers and kubelets: the report says
     # which versions ran it and which scheduler bound every pod.
-    report = json.loads((ROOT / "reports/scenario.json").read_text())
+    report = json.loads((ROOT / "harness/results/scenario.json").read_text())
     assert report["driver"] == "local"
     # the build the testbed runs (plugin/kube-scheduler/go.mod pins it), on containerd 2.x
     assert report["components"]["kubernetes"] == kubernetes_build().version
@@ -35,8 +35,8 @@ def test_a_saved_report_prints_without_root_or_a_testbed(
 ) -> None:
     # `scenario --from-report` reads the file only: the committed report's table, its
     # P1-again row per strategy (layer-locality on P2's node in 5 of 5 trials)
-    report = json.loads((ROOT / "reports/scenario.json").read_text())
-    assert main(["scenario", "--from-report", str(ROOT / "reports/scenario.json")]) == 0
+    report = json.loads((ROOT / "harness/results/scenario.json").read_text())
+    assert main(["scenario", "--from-report", str(ROOT / "harness/results/scenario.json")]) == 0
     out = capsys.readouterr().out
     runs = report["strategies"]["layer-locality"]["trials"]
     same = sum(t["placements"]["P1-again"] == t["placements"]["P2"] for t in runs)
@@ -109,7 +109,7 @@ def test_a_bad_pin_is_refused_before_anything_runs(
 
 def test_pins_are_said_in_the_block() -> None:
     # a report of a run with --pin P1=n1 --pin P2=n3 says so under the table
-    report = json.loads((ROOT / "reports/scenario.json").read_text())
+    report = json.loads((ROOT / "harness/results/scenario.json").read_text())
     assert "Pinned" not in markdown(report)
     pinned = markdown(report | {"pins": {"P1": "n1", "P2": "n3"}})
     assert "- Pinned (`layersched scenario --pin`" in pinned

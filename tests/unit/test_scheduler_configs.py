@@ -82,7 +82,7 @@ from tests.fixtures.kube_scheduler_fields import config_problems
 from tests.unit.test_deploy import _target
 from tests.unit.test_deploy_versions import built_release
 
-ROLE = Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "k8s_control_plane"
+ROLE = Path(__file__).resolve().parents[2] / "harness" / "playbooks" / "roles" / "k8s_control_plane"
 KUBECONFIG = "/state/control-plane/kube-scheduler.kubeconfig"
 #: The testbed's processes as the build runs them (its release: v1 configurations, no
 #: plain-HTTP port) and, for the generator's older branch, as 1.20 ran them.

@@ -47,7 +47,7 @@ from tests.fixtures.playbook_tools import load_tool
 from tests.unit._testbed_docs import inventory_doc
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ROOT / "playbooks" / "tools"
+TOOLS = ROOT / "harness" / "playbooks" / "tools"
 MIB = 1 << 20
 
 
@@ -101,7 +101,7 @@ def test_settings_check(changes: dict[str, Any], error: str | None, tmp_path: Pa
 
 
 def test_settings_extra_vars_name_the_playbook_variables(tmp_path: Path) -> None:
-    # Every key must be a variable of playbooks/vars/testbed-local.yml, and the state dir
+    # Every key must be a variable of harness/playbooks/vars/testbed-local.yml, and the state dir
     # absolute: the playbook refuses a relative one.
     settings = TestbedSettings(state_dir=tmp_path / "tb", node_rate_bits_per_s={"n2": 1_000_000})
     extra = settings.extra_vars()
@@ -524,13 +524,15 @@ def test_teardown_matches_the_extender_command_the_scenario_runs() -> None:
     # text it matches must be in the testbed's own extender (layersched_extender role)
     # and in any `python -m layersched.cli.main extender` recorded there.
     tasks = yaml.safe_load(
-        (ROOT / "playbooks/roles/local_testbed_teardown/tasks/main.yml").read_text()
+        (ROOT / "harness/playbooks/roles/local_testbed_teardown/tasks/main.yml").read_text()
     )
     stop = next(t for t in tasks if t["name"] == "Stop the extenders")
     match = next(a for a in stop["ansible.builtin.command"]["argv"] if a.startswith("--match="))
     text = match.removeprefix("--match=")
     assert text in "-m layersched.cli.main extender"
-    role = yaml.safe_load((ROOT / "playbooks/roles/layersched_extender/tasks/main.yml").read_text())
+    role = yaml.safe_load(
+        (ROOT / "harness/playbooks/roles/layersched_extender/tasks/main.yml").read_text()
+    )
     describe = next(t for t in role if t["name"] == "Describe the extender's command")
     command = describe["ansible.builtin.set_fact"]["layersched_extender_command"]
     assert text in " ".join(str(a) for a in command)

@@ -47,9 +47,9 @@ from typing import Any
 from layersched.core.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[3]
-#: Where committed results live (relative to the checkout): a tree whose only changes are
-#: here (the run's own earlier results) is not dirty.
-RESULTS_DIRS = ("bench/results", "reports")
+#: Where committed results live (relative to the checkout), all in one place: a tree whose
+#: only changes are here (the run's own earlier results) is not dirty.
+RESULTS_DIRS = ("harness/results",)
 KIB_PER_GIB = 1024 * 1024
 LOAD_DIGITS = 2
 #: Cores that processes outside the benchmark may use on average before a run is
@@ -334,8 +334,9 @@ def committing() -> bool:
     value = os.environ.get(RESULTS_ENV, "") or RUN
     if value not in (COMMIT, RUN):
         raise InputError(
-            f"{RESULTS_ENV}={value!r}: expected {COMMIT!r} (write bench/results/ and "
-            f"reports/, to be committed) or {RUN!r} (the default: a run directory under runs/)"
+            f"{RESULTS_ENV}={value!r}: expected {COMMIT!r} (write harness/results/ and "
+            f"harness/results/, to be committed) or {RUN!r} (the default: a run directory under "
+            "runs/)"
         )
     return value == COMMIT
 

@@ -1,11 +1,11 @@
 """Where a run's results go: a run directory, or the committed results files when asked.
 
-Every results file has a committed home under ``bench/results/`` or ``reports/`` (the
+Every results file has a committed home under ``harness/results/`` (the
 figures in README.md and docs/ are generated from those by ``make figures``). A user's
 run (``make testbed``, ``make replay``, ``make simulate``, the benchmarks) must leave a
 clone as it found it, so by default it writes the same relative path under a run
 directory instead, ``runs/<UTC time>/`` in the checkout (git-ignored): e.g.
-``runs/20261128T200102Z/reports/scenario.json``. ``LAYERSCHED_RESULTS=commit``
+``runs/20261128T200102Z/harness/results/scenario.json``. ``LAYERSCHED_RESULTS=commit``
 (``make testbed RESULTS=commit``) writes the committed file itself, to be committed
 with the commit it names (:func:`layersched_harness.evidence.provenance.start` refuses a dirty
 tree then, before measuring). ``LAYERSCHED_RUN_DIR`` names the run directory, so that

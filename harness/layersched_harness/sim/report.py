@@ -1,4 +1,4 @@
-"""``reports/simulation.json``: writing, reading, the Markdown results snippet, and
+"""``harness/results/simulation.json``: writing, reading, the Markdown results snippet, and
 putting that snippet into documents between markers.
 
 The README and ``docs/simulator.md`` carry the snippet between
@@ -23,7 +23,7 @@ GB = 1e9
 BLOCK = "simulation"
 BEGIN_MARKER, END_MARKER = generated.markers(BLOCK)
 #: The report path the committed documents are generated from.
-DEFAULT_REPORT = "reports/simulation.json"
+DEFAULT_REPORT = "harness/results/simulation.json"
 
 #: Per-strategy maps every simulated setting carries (what :func:`markdown` reads).
 _SETTING_MAPS = (

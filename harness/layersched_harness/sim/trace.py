@@ -1,5 +1,5 @@
 """A replay trace: one seeded workload, kept as a file, that the testbed replays and the
-simulator reads (``make replay``, ``bench/replay/trace.json``).
+simulator reads (``make replay``, ``harness/bench/replay/trace.json``).
 
 The trace is drawn by the simulator's own generators, scaled to what one 2-core machine
 holds: :func:`~layersched_harness.sim.corpus.generate_corpus` (a few OS bases, runtimes on them,
@@ -51,7 +51,7 @@ from layersched_harness.sim.workload import Workload, WorkloadParams, generate_w
 
 FORMAT = "layersched-replay-trace/1"
 #: The committed trace ``make replay`` replays.
-DEFAULT_TRACE = "bench/replay/trace.json"
+DEFAULT_TRACE = "harness/bench/replay/trace.json"
 #: The testbed never evicts (its kubelets' image GC is off): the simulated store is
 #: unbounded too.
 UNBOUNDED_STORE_BYTES = 1 << 50
@@ -308,7 +308,7 @@ def _field(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         raise InputError(
             f"{where}.{key}: expected {getattr(kind, '__name__', 'a number')}, got "
-            f"{type(value).__name__}; regenerate the trace (python3 bench/replay.py trace)"
+            f"{type(value).__name__}; regenerate the trace (python3 harness/bench/replay.py trace)"
         )
     return value
 
@@ -333,7 +333,8 @@ def _link_rates(cluster_doc: Mapping[str, Any], nodes: int, where: str) -> tuple
     ):
         raise InputError(
             f"{where}.link_rates_bits_per_s: expected {nodes} positive whole bit rates, one "
-            f"per node, got {rates!r:.200}; regenerate the trace (python3 bench/replay.py trace)"
+            f"per node, got {rates!r:.200}; regenerate the trace (python3 harness/bench/replay.py "
+            "trace)"
         )
     return tuple(rates)
 
@@ -343,7 +344,7 @@ def parse_trace(doc: Any, where: str) -> Trace:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InputError(
             f"{where}: not a replay trace (expected format {FORMAT!r}); "
-            "regenerate it with python3 bench/replay.py trace"
+            "regenerate it with python3 harness/bench/replay.py trace"
         )
     number = (int, float)
     cluster_doc = _field(doc, "cluster", dict, where)
@@ -432,7 +433,7 @@ def read_trace(path: Path) -> Trace:
     except OSError as err:
         raise InputError(
             f"reading the replay trace {path}: {err.strerror}: generate it with "
-            "python3 bench/replay.py trace"
+            "python3 harness/bench/replay.py trace"
         ) from err
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: not a replay trace (not JSON: {err})") from err

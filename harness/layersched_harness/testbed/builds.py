@@ -6,7 +6,7 @@ integration tests, CI's linters and ``make crio`` use them.
 ``make containerd`` downloads Debian's containerd 2.x binary package (never installing
 it) and unpacks it under ``$LAYERSCHED_CACHE_DIR/containerd/<version>``; its identity is
 ``containerd-download.yml`` beside this module, read here (the testbed's nodes and the
-integration tests) and by ``playbooks/vars/containerd.yml`` (the role that downloads it).
+integration tests) and by ``harness/playbooks/vars/containerd.yml`` (the role that downloads it).
 
 ``make tools`` (``go-tools.yml``) and ``make crio`` (``crio-build.yml``) build commands
 from their own Go modules with ``go install PACKAGE@VERSION`` (:class:`GoTool`), cached by

@@ -1,6 +1,7 @@
 """The cloud testbed's pure parts: checks of the stack's settings and the Ansible inventory.
 
-``infra/cloud`` (the Pulumi program) and ``infra/cloud/cloud.sh`` use these; nothing here
+``harness/infra/cloud`` (the Pulumi program) and ``harness/infra/cloud/cloud.sh`` use these;
+nothing here
 talks to a cloud. See docs/cloud.md.
 """
 
@@ -95,7 +96,7 @@ def ansible_inventory(
     ssh_user: str,
     extra_vars: Mapping[str, str] | None = None,
 ) -> str:
-    """The YAML inventory ``playbooks/testbed-cloud.yml`` runs against.
+    """The YAML inventory ``harness/playbooks/testbed-cloud.yml`` runs against.
 
     Ansible connects to ``ansible_host`` (the public address, which only the operator
     may reach on port 22); ``testbed_node_address`` is the private address the

@@ -33,7 +33,7 @@ from layersched.images.oci_layout import write_oci_archive
 #: Where the binary sits in the image, and the image's entrypoint.
 PAUSE_PATH = "/pause"
 #: The local testbed's sandbox image (``testbed_pause_image`` in
-#: playbooks/vars/testbed-local.yml, held equal by tests/unit/test_pause_image.py): every
+#: harness/playbooks/vars/testbed-local.yml, held equal by tests/unit/test_pause_image.py): every
 #: node holds it, imported, so a pod of it starts with nothing to pull.
 DEFAULT_PAUSE_IMAGE = "layersched.local/pause:1"
 

@@ -1,6 +1,6 @@
 """A testbed on other machines, reached over SSH: the cloud's VMs (``DRIVER=cloud``).
 
-``playbooks/testbed-cloud.yml`` writes ``STATE/remote-testbed.json`` (a
+``harness/playbooks/testbed-cloud.yml`` writes ``STATE/remote-testbed.json`` (a
 :class:`RemoteTestbed`): how to log in to the control-plane host and to each node, where
 the registry's access log, the schedulers' logs and the extender's log are **on the
 control-plane host**, where each node's containerd socket is **on the node**, and the
@@ -91,7 +91,7 @@ def load_remote_testbed(state_dir: Path) -> RemoteTestbed:
     except FileNotFoundError:
         raise TestbedError(
             f"{path}: no remote testbed: bring it up first (make testbed DRIVER=cloud; "
-            "playbooks/testbed-cloud.yml writes this file)"
+            "harness/playbooks/testbed-cloud.yml writes this file)"
         ) from None
     except OSError as err:
         raise TestbedError(f"{path}: unreadable remote testbed ({err})") from err
@@ -99,12 +99,12 @@ def load_remote_testbed(state_dir: Path) -> RemoteTestbed:
         testbed = msgspec.json.decode(raw, type=RemoteTestbed)
     except msgspec.DecodeError as err:
         raise TestbedError(
-            f"{path}: malformed remote testbed ({err}); re-run playbooks/testbed-cloud.yml"
+            f"{path}: malformed remote testbed ({err}); re-run harness/playbooks/testbed-cloud.yml"
         ) from err
     if testbed.version != REMOTE_TESTBED_VERSION:
         raise TestbedError(
             f"{path}: remote testbed version {testbed.version}, expected "
-            f"{REMOTE_TESTBED_VERSION}: re-run playbooks/testbed-cloud.yml"
+            f"{REMOTE_TESTBED_VERSION}: re-run harness/playbooks/testbed-cloud.yml"
         )
     missing = {LAYER_LOCALITY, IMAGE_LOCALITY} - set(testbed.schedulers)
     if missing:

@@ -1,4 +1,4 @@
-"""Presenting ``reports/scenario.json``: a printed table and a comparison plot."""
+"""Presenting ``harness/results/scenario.json``: a printed table and a comparison plot."""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ def plot(report: Mapping[str, Any], path: Path) -> None:
 
 #: The README's generated scenario block (``<!-- scenario:begin -->``).
 BLOCK = "scenario"
-DEFAULT_REPORT = "reports/scenario.json"
+DEFAULT_REPORT = "harness/results/scenario.json"
 #: How the README names each strategy's scheduler.
 _SCHEDULER_TEXT = {
     "layer-locality": "default plugins + layersched extender",

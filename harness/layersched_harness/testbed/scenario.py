@@ -16,7 +16,7 @@ to notice what was removed.
 
 A :class:`Driver` plays kube-scheduler and kubelet for its testbed; this
 module only sequences the steps and shapes the report
-(``reports/scenario.json``).
+(``harness/results/scenario.json``).
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def report(
     components: Mapping[str, str] | None = None,
     score_sources: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The ``reports/scenario.json`` document.
+    """The ``harness/results/scenario.json`` document.
 
     ``link_rate_bits_per_s`` is the slowest node link (the scenario's nodes are meant
     to be identical); ``node_rates_bits_per_s``, when the driver knows them, records

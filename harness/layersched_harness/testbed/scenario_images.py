@@ -1,6 +1,6 @@
 """The seed's scenario images, built deterministically and pushed to a testbed registry.
 
-``images/scenario/scenario.yml`` names four layers (seed, size) and two images:
+``harness/images/scenario/scenario.yml`` names four layers (seed, size) and two images:
 Img1 = L1, L2, L3 and Img2 = L1, L2, L4. Each layer is one file of seeded
 incompressible bytes (:func:`layersched.images.oci.random_layer`), so
 every build of the same spec yields the same digests and a registry stores L1
@@ -38,8 +38,10 @@ from layersched.registry import RegistryClient
 from layersched_harness.testbed.idle_program import idle_program
 from layersched_harness.testbed.scenario import ScenarioImages
 
-#: The spec in the repository (``images/scenario/scenario.yml``).
-DEFAULT_SPEC_PATH = Path(__file__).resolve().parents[3] / "images" / "scenario" / "scenario.yml"
+#: The spec in the repository (``harness/images/scenario/scenario.yml``).
+DEFAULT_SPEC_PATH = (
+    Path(__file__).resolve().parents[3] / "harness" / "images" / "scenario" / "scenario.yml"
+)
 #: The scenario's image labels, as the seed names them.
 IMG1 = "Img1"
 IMG2 = "Img2"
@@ -118,7 +120,7 @@ def parse_spec(doc: Any, where: str) -> ScenarioSpec:
     except (KeyError, TypeError, ValueError) as err:
         raise InputError(
             f"{where}: malformed scenario spec ({type(err).__name__}: {err}); "
-            "see images/scenario/README.md for its shape"
+            "see harness/images/scenario/README.md for its shape"
         ) from err
     if set(images) != {IMG1, IMG2}:
         raise InputError(f"{where}: the scenario needs exactly images {IMG1} and {IMG2}")
@@ -130,12 +132,12 @@ def parse_spec(doc: Any, where: str) -> ScenarioSpec:
 
 
 def load_spec(path: Path = DEFAULT_SPEC_PATH) -> ScenarioSpec:
-    """Read and check the scenario spec (default: ``images/scenario/scenario.yml``)."""
+    """Read and check the scenario spec (default: ``harness/images/scenario/scenario.yml``)."""
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(
-            f"{path}: no scenario spec; pass the path of images/scenario/scenario.yml"
+            f"{path}: no scenario spec; pass the path of harness/images/scenario/scenario.yml"
         ) from None
     except (OSError, yaml.YAMLError) as err:
         raise InputError(f"{path}: unreadable scenario spec ({err})") from err

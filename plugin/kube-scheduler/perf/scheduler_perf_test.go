@@ -9,7 +9,7 @@
 // profile of config/profiles/: the benchmark writes one test case per (workload's test
 // case, profile) into a temporary file, the workloads and their templates unchanged, the
 // profile as the test case's schedulerConfigPath. Run it through `make bench-perf`
-// (bench/bench_scheduler_perf.py: etcd from `make kubernetes` on PATH, the rounds, the
+// (harness/bench/bench_scheduler_perf.py: etcd from `make kubernetes` on PATH, the rounds, the
 // ratios); by hand:
 //
 //	PATH=<build's bin dir>:$PATH go test -run '^$' -bench . -benchtime 1x \

@@ -47,7 +47,7 @@ NODE_UID_KEY = "authentication.kubernetes.io/node-uid"
 #: How the API server names a service account (k8s.io/apiserver serviceaccount.MakeUsername).
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 #: The local testbed's agents: client certificates ``CN=layersched:agent:<node>``,
-#: ``O=layersched:agents`` (playbooks/roles/k8s_control_plane).
+#: ``O=layersched:agents`` (harness/playbooks/roles/k8s_control_plane).
 AGENT_GROUP = "layersched:agents"
 AGENT_USER_PREFIX = "layersched:agent:"
 #: The operations the rule covers. An agent may not delete (RBAC), so DELETE is not sent

@@ -56,7 +56,7 @@ IMAGE_LOCALITY_PLUGIN = "ImageLocality"
 #: whatever the image's name, and with ``spread`` scales them as ImageLocality scales
 #: images: what ImageLocality rewards (the whole image present) it rewards too, and a node
 #: holding part of the image as well. ImageLocality only added its own weight to the same
-#: signal, at 10-13% of kube-scheduler's CPU. The replay (bench/results/replay.json, a7dc206,
+#: signal, at 10-13% of kube-scheduler's CPU. The replay (harness/results/replay.json, a7dc206,
 #: 2 quiet rounds) placed better without it: 0.97x the default profile's mean start-up
 #: against 0.87x with it, p95 1.00x against 0.72x; the seed scenario cannot differ
 #: (ImageLocality scores 0 on every node there). docs/kube-scheduler-plugin.md says so.

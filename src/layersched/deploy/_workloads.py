@@ -37,7 +37,7 @@ SCHEDULER_LIVENESS_DELAY_S = 15
 #: and the testbed's own pods must not be what decides where they fit.
 SMALL_CPU = "50m"
 SMALL_MEMORY = "64Mi"
-# Resources, from bench/results/extender.json (2 cores): with --watch the extender's
+# Resources, from harness/results/extender.json (2 cores): with --watch the extender's
 # resident memory is 299 MB (peak 337 MB) holding 5,000 nodes' inventories while 47
 # updates/s stream in, and a NodeNames call takes p50 1.9 ms, p99 4.4 ms there; small
 # clusters need a fraction of that. kube-scheduler and the agent are not benchmarked:

@@ -16,12 +16,12 @@ anywhere in a heap: :func:`exec_with_glibc_malloc` re-executes the process with
 ``PYTHONMALLOC=malloc`` and ``MALLOC_ARENA_MAX=2`` unless ``PYTHONMALLOC`` is set
 already. It is not the default: every small allocation of a request then costs more, and
 a ``NodeNames`` request at 5,000 nodes took about twice as long (p50 1.79 against 0.95 ms,
-``bench/bench_against.py``), while after a hostile flood and its deletion neither
+``harness/bench/bench_against.py``), while after a hostile flood and its deletion neither
 allocator alone comes back within 10 % of its baseline (docs/inventory.md).
 :func:`limit_malloc_arenas` caps glibc's heaps in either case (CPython takes objects over
 512 bytes from glibc even under pymalloc), and :func:`trim` (``malloc_trim(0)``) returns
 free pages after a burst. All are no-ops where glibc is
-absent (musl, macOS). ``bench/bench_extender.py``'s ``watch_memory_hostile`` case
+absent (musl, macOS). ``harness/bench/bench_extender.py``'s ``watch_memory_hostile`` case
 measures the effect.
 
 Neither allocator gives back everything: what was allocated while a flood was held and
@@ -31,7 +31,7 @@ outlived it pins the memory around it (a pymalloc arena, a glibc page). So a
 handed over open, so kube-scheduler's connections wait in their backlog rather than being
 refused). The fresh process answers neutral scores until it has listed the inventory
 again, then holds only what a fresh process holds: after the hostile flood, 0.974 × the
-baseline, with 8.4 s of neutral answers (``bench/results/extender_memory.json``).
+baseline, with 8.4 s of neutral answers (``harness/results/extender_memory.json``).
 """
 
 from __future__ import annotations

@@ -233,7 +233,7 @@ def build_kube_scheduler_image(
     if facts.machine != check_arch(arch, "the image's architecture"):
         raise InputError(
             f"{what} is built for {facts.machine}, not {arch}: build it with GOARCH={arch} "
-            f"(.venv/bin/python scripts/kubernetes_build.py --arch {arch})"
+            f"(.venv/bin/python harness/scripts/kubernetes_build.py --arch {arch})"
         )
     if not facts.static:
         raise InputError(

@@ -1,7 +1,7 @@
 """The release's images: layersched's, and its kube-scheduler for every supported minor,
 each one multi-arch OCI index, laid out on disk, pushed, and recorded.
 
-``make images`` (``scripts/images.py``) compiles each minor's kube-scheduler for each
+``make images`` (``harness/scripts/images.py``) compiles each minor's kube-scheduler for each
 architecture (:data:`layersched.builds.IMAGE_ARCHES`) from its Go module, then calls
 :func:`release_images` here: every image is built without Docker
 (:mod:`layersched.images.build`), reproducibly, so its digest is known before any push.

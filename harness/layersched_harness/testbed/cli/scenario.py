@@ -1,6 +1,6 @@
 """``layersched scenario``: run the seed's two-image, three-node scenario on the local
 testbed's real cluster for each strategy, write ``scenario.json`` and ``scenario.png``
-under the run's directory (``runs/<UTC time>/reports/``; ``reports/`` itself with
+under the run's directory (``runs/<UTC time>/harness/results/``; ``harness/results/`` itself with
 ``LAYERSCHED_RESULTS=commit``, or ``--report``), and print the comparison table. The
 README's block changes only through ``make figures``, from the committed report.
 
@@ -71,8 +71,8 @@ LOCAL, CLOUD = "local", "cloud"
 DEFAULT_TRIALS = 3
 #: Those of these the testbed runs (a testbed brought up before the plugin has two).
 DEFAULT_STRATEGIES = (LAYER_LOCALITY, LAYER_LOCALITY_PLUGIN, IMAGE_LOCALITY)
-DEFAULT_REPORT = Path("reports/scenario.json")
-#: Set by ``scripts/testbed.sh up`` (Unix seconds) before the testbed comes up: the report
+DEFAULT_REPORT = Path("harness/results/scenario.json")
+#: Set by ``harness/scripts/testbed.sh up`` (Unix seconds) before the testbed comes up: the report
 #: then records the whole ``make testbed`` (``make_testbed_s``), bring-up included.
 STARTED_ENV = "LAYERSCHED_TESTBED_STARTED_S"
 #: A make testbed lasting longer than this is a stale or mistyped start time.
@@ -135,7 +135,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--from-report",
         type=Path,
         metavar="REPORT.json",
-        help="print the table of a saved report (e.g. reports/scenario.json) and stop: "
+        help="print the table of a saved report (e.g. harness/results/scenario.json) and stop: "
         "no root, no testbed",
     )
     add_image_options(p)
@@ -393,5 +393,5 @@ def print_saved(path: Path, console: Console) -> None:
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise InputError(
             f"{path}: not a scenario report ({type(err).__name__}: {err}): give the JSON "
-            "`layersched scenario --report` wrote, e.g. reports/scenario.json"
+            "`layersched scenario --report` wrote, e.g. harness/results/scenario.json"
         ) from None

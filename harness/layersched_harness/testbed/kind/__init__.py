@@ -2,7 +2,7 @@
 itself is installed from ``deploy/`` through its overlay, :func:`kind_overlay`; the
 names and scheduler configs it shares with :mod:`layersched.deploy` and
 :mod:`layersched_harness.testbed.scheduler_configs` are re-exported here for the Pulumi program
-in ``infra/kind/`` and the tests), and the kind scenario driver
+in ``harness/infra/kind/`` and the tests), and the kind scenario driver
 (:mod:`layersched_harness.testbed.kind.driver`, which talks to the cluster through
 :mod:`layersched.kube`)."""
 

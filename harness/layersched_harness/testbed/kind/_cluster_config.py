@@ -39,7 +39,7 @@ class ClusterSpec:
 
     #: kind cluster name; nodes are ``<name>-control-plane``, ``<name>-worker``, ``<name>-worker2``…
     name: str
-    #: Node image with CRI-O inside (built from infra/kind/node-image or prebuilt).
+    #: Node image with CRI-O inside (built from harness/infra/kind/node-image or prebuilt).
     node_image: str
     #: Absolute host path of the registries.conf.d drop-in to mount into every node.
     registries_dropin_host_path: str

@@ -1,6 +1,6 @@
 """The Docker-free local testbed: a real registry and containerd nodes on this host.
 
-Ansible (``playbooks/testbed-local.yml``) provisions it: docker-registry on a host
+Ansible (``harness/playbooks/testbed-local.yml``) provisions it: docker-registry on a host
 bridge, and one containerd per node inside its own network namespace, behind a veth
 whose host end carries a ``tbf`` rate limit (the registry-to-node direction). This
 package runs the playbooks with progress (:func:`up`, :func:`down`), reads the

@@ -29,14 +29,14 @@ from layersched_harness.testbed.local._listeners import foreign_listeners
 from layersched_harness.testbed.local._state import DEFAULT_STATE_DIR, default_state_dir
 
 #: Where the testbed's playbooks live.
-PLAYBOOKS_DIR = REPO_ROOT / "playbooks"
+PLAYBOOKS_DIR = REPO_ROOT / "harness" / "playbooks"
 UP_PLAYBOOK = PLAYBOOKS_DIR / "testbed-local.yml"
 DOWN_PLAYBOOK = PLAYBOOKS_DIR / "testbed-local-down.yml"
 LOCAL_INVENTORY = PLAYBOOKS_DIR / "inventory" / "local.yml"
 #: What every bring-up records first in the state dir (prefix, net base), for teardown.
 SETTINGS_FILE = "settings.json"
 
-#: Defaults, the same as playbooks/vars/testbed-local.yml (which the playbooks use when
+#: Defaults, the same as harness/playbooks/vars/testbed-local.yml (which the playbooks use when
 #: run by hand); the CLI always passes them explicitly.
 DEFAULT_NODE_COUNT = 3
 DEFAULT_RATE_BITS_PER_S = 20_000_000
@@ -54,7 +54,7 @@ RUNTIMES_ENV = "LAYERSCHED_TESTBED_RUNTIMES"
 #: (``make crio``).
 RUNTIMES = ("containerd", "crio")
 #: ``maxParallelImagePulls`` of a testbed brought up with parallel pulls (issue 42's
-#: setting); the same as playbooks/vars/testbed-local.yml's.
+#: setting); the same as harness/playbooks/vars/testbed-local.yml's.
 PARALLEL_IMAGE_PULLS = 3
 
 
@@ -165,7 +165,7 @@ class TestbedSettings:
             raise TestbedError(f"net base {self.net_base!r}: expected three octets, e.g. 10.250.50")
 
     def extra_vars(self) -> dict[str, Any]:
-        """The playbook variables (see playbooks/vars/testbed-local.yml)."""
+        """The playbook variables (see harness/playbooks/vars/testbed-local.yml)."""
         return {
             "testbed_state_dir": str(self.state_dir.resolve()),
             "testbed_node_count": self.node_count,

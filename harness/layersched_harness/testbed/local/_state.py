@@ -2,7 +2,7 @@
 
 The file keeps its name, ``inventory.json``, which users and the playbooks know.
 
-The playbook ``playbooks/testbed-local.yml`` writes it; everything that drives the
+The playbook ``harness/playbooks/testbed-local.yml`` writes it; everything that drives the
 testbed (the cluster driver, CLI, tests) reads it here instead of guessing paths.
 """
 

@@ -18,7 +18,7 @@ import (
 	"layersched.io/kube-scheduler/pkg/layers"
 )
 
-// The cluster the benchmark scores: the extender benchmark's shape (bench/corpus.py, and
+// The cluster the benchmark scores: the extender benchmark's shape (harness/bench/corpus.py, and
 // pkg/layers' memory measurement): 5,000 nodes of 50 images each, drawn by Zipf
 // popularity from 2,000 images of 3 to 11 layers on 40 shared bases, every node with a
 // fresh inventory and in the scheduler's snapshot, the plugin's default args (spread,

@@ -21,8 +21,8 @@ import "fmt"
 // A refused node scores as if it had no agent (OverBudget), until its next object fits.
 //
 // The constants below estimate each entry's heap bytes on amd64 (Go 1.26: a map slot,
-// the struct, the slice it owns), from above: bench/bench_index_memory.py measures the
-// heap really held against the charge (bench/results/index_memory.json).
+// the struct, the slice it owns), from above: harness/bench/bench_index_memory.py measures the
+// heap really held against the charge (harness/results/index_memory.json).
 const (
 	mib = 1 << 20
 	// MaxIndexBytes is the index's budget: 5,000 nodes of the benchmark's shape (50

@@ -15,7 +15,7 @@ import (
 )
 
 // IndexMemoryEnv names the JSON file BenchmarkIndexMemoryUnderHostileObjects writes its
-// figures to (bench/bench_index_memory.py sets it, runs the benchmark once on this tree and
+// figures to (harness/bench/bench_index_memory.py sets it, runs the benchmark once on this tree and
 // on an older one, and records both). The benchmark uses the package's exported API only
 // (DecodeNodeLayerInventory, NewIndex, Upsert, Remove), so the same file measures any version.
 const IndexMemoryEnv = "LAYERSCHED_INDEX_MEMORY_OUT"
@@ -26,7 +26,7 @@ const IndexMemoryEnv = "LAYERSCHED_INDEX_MEMORY_OUT"
 const IndexFloodEnv = "LAYERSCHED_INDEX_MEMORY_FLOOD"
 
 // The honest cluster the hostile objects arrive in: the extender benchmark's shape
-// (bench/corpus.py): 5,000 nodes of 50 images each, drawn by Zipf popularity from
+// (harness/bench/corpus.py): 5,000 nodes of 50 images each, drawn by Zipf popularity from
 // 2,000 images of 3 to 11 layers on shared bases.
 const (
 	honestNodes         = 5_000

@@ -31,7 +31,7 @@ account: ``tests/unit/upstream/`` and ``tests/unit/test_image_locality_upstream.
 does upstream's compiled code: a live kube-scheduler
 (``tests/integration/test_image_locality_differential.py``), and the ``imagelocality``
 plugin and scheduler cache of v1.35.4, v1.36.3 and v1.37.2 in process, with no API server
-(``plugin/imagelocality-reference``, ``tests/integration/test_image_locality_minors.py``:
+(``harness/imagelocality-reference``, ``tests/integration/test_image_locality_minors.py``:
 every score of 1,289 generated pods equal in each minor).
 """
 

@@ -21,7 +21,7 @@ venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI
 $(VENV)/.installed: pyproject.toml harness/pyproject.toml
 	@harness/scripts/venv.sh $(VENV)
 
-kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release plugin/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: minutes; cached: seconds; a changed plugin: a relink)
+kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release src/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: minutes; cached: seconds; a changed plugin: a relink)
 	@$(PY) harness/scripts/kubernetes_build.py
 
 tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (harness/layersched_harness/testbed/go-tools.yml; cold: minutes; cached: seconds)

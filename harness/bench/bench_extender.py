@@ -95,7 +95,7 @@ WATCH_UPDATES_PER_S = 50.0
 #: Images per node for the object-size table.
 OBJECT_SIZE_IMAGES = (50, 100, 300, 500, 1000)
 KB_PER_MB = 1024
-#: The memory case: deploy/'s limit on the extender container, how close to its baseline
+#: The memory case: install/kustomize/'s limit on the extender container, how close to its baseline
 #: its RSS must come back, and the hostile objects (issue 23).
 CONTAINER_LIMIT_MIB = 512
 RETURN_TOLERANCE = 0.10

@@ -1,7 +1,7 @@
 """Sidecar or Service? The extender's /prioritize latency over loopback vs across nodes.
 
 In full-``Nodes`` mode kube-scheduler sends the extender the pod and every candidate Node
-in full; in ``NodeNames`` mode (``nodeCacheCapable: true``, what deploy/ uses, with the
+in full; in ``NodeNames`` mode (``nodeCacheCapable: true``, what install/kustomize/ uses, with the
 extender's ``--watch`` inventory) only their names. This measures one call of each (500
 nodes × 50 images, the bench corpus; the NodeNames extender holds the same nodes from a
 ``--nodes`` file, which answers like a ``--watch`` inventory) where kube-scheduler would

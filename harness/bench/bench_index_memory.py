@@ -1,6 +1,6 @@
 """Memory of the Go plugin's layer index under issue 30's hostile objects, before and after.
 
-Runs ``BenchmarkIndexMemoryUnderHostileObjects`` once (``plugin/kube-scheduler/pkg/layers/
+Runs ``BenchmarkIndexMemoryUnderHostileObjects`` once (``src/kube-scheduler/pkg/layers/
 memory_bench_test.go``, ``-benchtime 1x``) on this tree ("after") and on the package as it was at
 ``--before`` (default 2de96fd, the commit the issue's review measured; its ``pkg/layers``
 imports the standard library only, so it is copied into a scratch module with the same
@@ -36,7 +36,7 @@ from layersched_harness.evidence.results import write_json
 from layersched_harness.testbed.builds import find_go
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = "plugin/kube-scheduler/pkg/layers"
+PACKAGE = "src/kube-scheduler/pkg/layers"
 MEASUREMENT = f"{PACKAGE}/memory_bench_test.go"
 #: What the measurement calls by a name issue 31 gave it, and the name before (an older
 #: commit's package is measured by the same file, under its own names).
@@ -127,7 +127,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="layersched-index-memory-") as tmp:
         before = _before_module(args.before, Path(tmp) / "before")
-        after = ROOT / "plugin/kube-scheduler"
+        after = ROOT / "src/kube-scheduler"
         for repeat in range(args.repeats):
             for side, module, flood in (
                 ("before", before, BEFORE_FLOOD),

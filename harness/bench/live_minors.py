@@ -1,6 +1,6 @@
 """make live-minors: the LayerLocality plugin live on the older supported minors.
 
-For each older minor with a module under ``plugin/kube-scheduler/minors`` (1.35, 1.36):
+For each older minor with a module under ``src/kube-scheduler/minors`` (1.35, 1.36):
 
 1. build etcd, kube-apiserver and kube-scheduler (LayerLocality registered) from that
    minor's module (``harness/scripts/kubernetes_build.py --minor``; cached by build ID beside the

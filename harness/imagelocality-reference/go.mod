@@ -3,7 +3,7 @@
 // pins the oldest minor under test, so that each program under minors/ (one module per
 // minor, requiring this one) selects its own, newer release without overriding it. The
 // replace block is generated from the release's own go.mod by
-// plugin/kube-scheduler/hack/pin_kubernetes.py (never edited by hand).
+// src/kube-scheduler/hack/pin_kubernetes.py (never edited by hand).
 module layersched.io/imagelocality-reference
 
 go 1.26.0

@@ -3,14 +3,14 @@
 Every ``go.mod`` git tracks is a module (:func:`modules`), none is left out:
 
 * its packages are its own (``./...``); a module with no Go file of its own that replaces
-  ``layersched.io/kube-scheduler`` (``plugin/kube-scheduler/minors/<minor>``) checks that
+  ``layersched.io/kube-scheduler`` (``src/kube-scheduler/minors/<minor>``) checks that
   module's packages against its release (``layersched.io/kube-scheduler/pkg/...``); a
   module with neither (``harness/crio``: it only requires the CRI-O release it builds) has
   nothing to check, and says so;
 * ``go vet -trimpath`` on every package, with the Kubernetes build's toolchain and caches;
 * ``go test -race -trimpath -count=1`` on every package with tests (``go list``'s
   ``TestGoFiles``/``XTestGoFiles`` holding a ``func Test``). A package whose tests are
-  benchmarks only (``plugin/kube-scheduler/perf``: ``BenchmarkPerfScheduling``, run by
+  benchmarks only (``src/kube-scheduler/perf``: ``BenchmarkPerfScheduling``, run by
   make bench-perf) has no test to run under it.
 
 The race detector needs cgo and compiles every dependency apart from a plain build (cold on
@@ -18,7 +18,7 @@ a fresh machine: minutes per Kubernetes release), and ``go vet`` type-checks eve
 dependency of what it vets, once per build mode, for its analyzers' facts. So each module
 is vetted against a compile that exists anyway:
 
-* at the Kubernetes build's release (``plugin/kube-scheduler``, its ``perf``, the
+* at the Kubernetes build's release (``src/kube-scheduler``, its ``perf``, the
   reference's minor of that release): every package plainly (cgo off), on ``make
   kubernetes``'s compile, one set of facts for all of them; the race tests then compile
   the race build, and nothing type-checks it again;

@@ -3,7 +3,7 @@ architectures and the Kubernetes build (the release its go.mod pins, the binarie
 images package).
 
 ``make kubernetes`` builds Kubernetes from its Go modules, the way out-of-tree schedulers
-do: every component is a small main in layersched's Go module (``plugin/kube-scheduler``;
+do: every component is a small main in layersched's Go module (``src/kube-scheduler``;
 upstream's command unchanged, the scheduler with the LayerLocality plugin registered),
 compiled with the go command against the release that module's ``go.mod`` pins. The
 binaries are cached under ``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin`` and Go's

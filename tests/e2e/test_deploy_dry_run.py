@@ -1,4 +1,5 @@
-"""``deploy/`` (exactly as committed, rendered for the release ``make kubernetes`` builds)
+"""``install/kustomize/`` (exactly as committed, rendered for the release ``make kubernetes``
+builds)
 applied to the local testbed's real API server of that release as a server-side dry run:
 every object is decoded, defaulted, validated and admitted, and nothing is stored.
 
@@ -28,7 +29,7 @@ from tests.fixtures.testbed import testbed_settings, testbed_up
 
 pytestmark = [pytest.mark.e2e]
 
-DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY_DIR = Path(__file__).resolve().parents[2] / "install" / "kustomize"
 DRY_RUN = ("--server-side", "--dry-run=server", "--field-manager=layersched-dry-run")
 
 
@@ -67,7 +68,7 @@ def test_deploy_is_what_the_generator_writes() -> None:
 
 def test_deploys_render_passes_a_server_side_dry_run(kubectl: Kubectl, namespace: str) -> None:
     version = json.loads(kubectl.run("version", "-o", "json"))["serverVersion"]["gitVersion"]
-    # deploy/ is rendered for the testbed's own release
+    # install/kustomize/ is rendered for the testbed's own release
     assert version == KUBERNETES_VERSION, version
     out = kubectl.run("apply", "-k", str(DEPLOY_DIR), *DRY_RUN, "-o", "json")
     applied = json.loads(out)

@@ -1,4 +1,5 @@
-"""deploy/ on the local testbed's real cluster: install, the seed scenario, failover, removal.
+"""install/kustomize/ on the local testbed's real cluster: install, the seed scenario, failover,
+removal.
 
 Seed 003's "install, health-check and remove cleanly", through the exact commands of
 docs/deploy.md: ``layersched testbed overlay --out DIR`` (builds the
@@ -234,7 +235,7 @@ def deployed_stack(
     *,
     share_testbed: bool = False,
 ) -> Iterator[Stack]:
-    """deploy/ installed on the testbed of ``settings`` (brought up unless it is up).
+    """install/kustomize/ installed on the testbed of ``settings`` (brought up unless it is up).
 
     Every step's undo is registered the moment the step has happened, so whatever fails
     and wherever (the overlay's build, the install, the rollout, a test) the host

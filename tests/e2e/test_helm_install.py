@@ -1,11 +1,12 @@
-"""charts/layersched on the local testbed's real Kubernetes 1.37: helm install, the seed
+"""install/charts/layersched on the local testbed's real Kubernetes 1.37: helm install, the seed
 scenario's layer-locality placement, upgrade, rollback, uninstall (nothing left).
 
 helm is the one ``make tools`` builds from its Go module. The images are the install's
-own, built without Docker and pushed to the testbed's registry (as the deploy/ e2e does);
+own, built without Docker and pushed to the testbed's registry (as the install/kustomize/ e2e does);
 the chart takes them by digest (``image``, ``kubeScheduler.image``). The testbed's nodes are
 network namespaces on one host, so a post-renderer applies the same patches as its
-overlay of deploy/ (``layersched_harness.testbed.deploy_stack.write_helm_post_renderer``); the
+overlay of install/kustomize/
+(``layersched_harness.testbed.deploy_stack.write_helm_post_renderer``); the
 testbed holds the CRD already (``crd.install=false``). The testbed's own host-side
 ``layer-locality`` scheduler is paused while the chart's serves that name.
 ``LAYERSCHED_E2E_HELM_TRIALS`` sets the scenario's trials (default 1).

@@ -1,4 +1,4 @@
-"""charts/layersched in plugin mode on the local testbed's real Kubernetes 1.37, the way a
+"""install/charts/layersched in plugin mode on the local testbed's real Kubernetes 1.37, the way a
 release installs: the images built and pushed as ``make images`` does (the layersched
 index; layersched's kube-scheduler 1.37 index, of the binary ``make kubernetes`` built:
 CI cross-compiles nothing), their record written, the chart pinned to it with ``layersched

@@ -737,7 +737,7 @@ def _assert_in(path: Path, text: str) -> None:
 
 
 # ------------------------------------------- the per-node guard and repairs (issue 35)
-# The testbed runs deploy/'s per-node guard (the ValidatingAdmissionPolicy, generated for
+# The testbed runs install/kustomize/'s per-node guard (the ValidatingAdmissionPolicy, generated for
 # the host agents' namespace) and its agents authenticate with tokens bound to their Node
 # (docs/testbed-local.md). These need the cluster, not the scenario's report: run alone,
 # on a testbed that is up, they bring nothing up.

@@ -1,4 +1,4 @@
-"""The kind overlay of ``deploy/``, rendered by the real ``kubectl kustomize`` (v1.20's).
+"""The kind overlay of ``install/kustomize/``, rendered by the real ``kubectl kustomize`` (v1.20's).
 
 What it must render: the generator's install for the kind cluster's Kubernetes version
 (``stack_objects(stack_spec_for(version))``), object for object, except for the kind
@@ -30,7 +30,7 @@ from tests.infra import _kustomize
 
 pytestmark = pytest.mark.infra
 
-DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY_DIR = Path(__file__).resolve().parents[2] / "install" / "kustomize"
 TARGET = KindTarget("kind-registry:5000", ImageRef("kind-registry:5000/layersched", tag="dev"))
 #: Objects the kind testbed patches beyond the version (checked on their own below).
 KIND_PATCHED = {("Deployment", "layer-locality"), ("DaemonSet", "layersched-agent")}
@@ -110,6 +110,6 @@ def test_agent_mounts_crio_not_containerd(tmp_path: Path) -> None:
         "/var/lib/containers/storage/overlay-layers",
         "/var/run/crio/crio.sock",
     ]
-    # Still the hardened container deploy/ defines: no capabilities, read-only root.
+    # Still the hardened container install/kustomize/ defines: no capabilities, read-only root.
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True

@@ -5,7 +5,7 @@ resource registration, and the tests read back the resource graph the real
 ``pulumi up`` would create: types, parents (URNs), inputs, registered outputs.
 The ``kustomize.Directory`` invoke is answered by rendering the overlay the program
 wrote with the real ``kubectl kustomize`` (v1.20's), so the installed objects checked
-here are what ``deploy/`` and the kind overlay really produce.
+here are what ``install/kustomize/`` and the kind overlay really produce.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def _program_on_path() -> Iterator[None]:
     reason = _kustomize.skip_reason()
     if reason is not None:
         prereq.missing(
-            f"the kind program renders deploy/'s overlay with kubectl kustomize: {reason}"
+            "the kind program renders install/kustomize/'s overlay with kubectl kustomize: "
+            f"{reason}"
         )
     with program_on_path(PROGRAM_DIR, "kindbed"):
         yield
@@ -124,7 +125,7 @@ def test_every_child_is_parented_to_its_component(graph: Graph) -> None:
         for urn in graph.resources
         if urn.split("::")[2].split("$")[-1].startswith("layersched:kind:")
     }
-    # Default stack: no patched scheduler; layersched is one Install of deploy/.
+    # Default stack: no patched scheduler; layersched is one Install of install/kustomize/.
     assert components == {
         "layersched:kind:CrioNodeImage",
         "layersched:kind:RegistryTrust",
@@ -191,15 +192,16 @@ def test_link_rate_zero_leaves_link_unshaped(tmp_path: Path) -> None:
 
 def test_install_is_deploy_with_the_kind_overlay(tmp_path: Path) -> None:
     """The program installs exactly what the overlay it wrote renders: every object of
-    deploy/ (same kinds and names as the generator's), nothing of a parallel definition."""
+    install/kustomize/ (same kinds and names as the generator's), nothing of a parallel
+    definition."""
     answer = _Answer()
     graph = _run(PROGRAM_DIR, PROJECT, STACK, answer, {"stateDir": str(tmp_path)})
     overlay = tmp_path / "deploy-overlay"
     assert answer.kustomized == [str(overlay)]
-    # The overlay names deploy/ relatively, as `kubectl apply -k` users write it.
+    # The overlay names install/kustomize/ relatively, as `kubectl apply -k` users write it.
     kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
     [base] = kustomization["bases"]
-    assert (overlay / base).resolve() == PROGRAM_DIR.parents[2] / "deploy"
+    assert (overlay / base).resolve() == PROGRAM_DIR.parents[2] / "install" / "kustomize"
     installed = {
         (urn.split("::")[2].split("$")[-1].rsplit(":", 1)[-1], urn.split("::")[3])
         for urn in graph.resources
@@ -226,7 +228,7 @@ def test_install_is_deploy_with_the_kind_overlay(tmp_path: Path) -> None:
 
 def test_scheduler_config_is_deploys_on_kubernetes_1_30(graph: Graph) -> None:
     config = _scheduler_config(graph)
-    # kube-scheduler 1.30 reads the GA API (deploy/ itself holds v1beta1, for 1.20).
+    # kube-scheduler 1.30 reads the GA API (install/kustomize/ itself holds v1beta1, for 1.20).
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["profiles"] == [{"schedulerName": "layer-locality"}]
     # Leader election stays on, on the scheduler's own Lease.
@@ -286,7 +288,7 @@ def test_workloads_run_kind_images_and_crio(graph: Graph) -> None:
 def test_rbac_and_pdb_follow_kubernetes_1_30(graph: Graph) -> None:
     roles = graph.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
     scheduler = roles["layersched:layer-locality"]["rules"]
-    # deploy/'s v1.20 rules, plus what kube-scheduler 1.30 watches besides.
+    # install/kustomize/'s v1.20 rules, plus what kube-scheduler 1.30 watches besides.
     assert scheduler[: len(SCHEDULER_RULES)] == list(SCHEDULER_RULES)
     added = {r for rule in scheduler[len(SCHEDULER_RULES) :] for r in rule["resources"]}
     assert added == {"namespaces", "csidrivers", "csistoragecapacities"}
@@ -314,7 +316,7 @@ def test_patched_scheduler_is_a_third_profile(tmp_path: Path) -> None:
     assert container["image"] == "kind-registry:5000/patched/kube-scheduler:latest"
     # That image is pushed by sideload.yml after `pulumi up`: waiting for it would time out.
     assert deployment["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
-    # It lives in deploy/'s namespace, so it is created after the install.
+    # It lives in install/kustomize/'s namespace, so it is created after the install.
     assert deployment["metadata"]["namespace"] == "layersched"
     assert graph.exports["scheduler_names"] == [
         "default-scheduler", "layer-locality", "layer-locality-intree"
@@ -424,10 +426,10 @@ def test_second_scheduler_api_follows_kubernetes_version(
         # A key of the stack's former parallel extender: set, it must not be ignored.
         (
             {"extenderWeight": "7"},
-            "extenderWeight is no longer read: the stack installs deploy/ .*"
+            "extenderWeight is no longer read: the stack installs install/kustomize/ .*"
             "pulumi config rm extenderWeight",
         ),
-        ({"agent": "true"}, "agent is no longer read: the stack installs deploy/"),
+        ({"agent": "true"}, "agent is no longer read: the stack installs install/kustomize/"),
     ],
     ids=[
         "kind-version",

@@ -143,7 +143,7 @@ def test_verbs_on_loopback_health_and_metrics_on_their_own_port(
 def test_debug_endpoints_answer_local_clients_only(
     files: dict[str, Path], peer: str, tmp_path: Path, flag: tuple[str, ...], peer_status: int
 ) -> None:
-    # the extender listens on every address (as deploy/ had it before issue 23): the
+    # the extender listens on every address (as install/kustomize/ had it before issue 23): the
     # peer reaches the verbs, and /debug/* only with --debug-endpoints
     health_port = free_port()
     extra = (*_common(files), "--host", "0.0.0.0", "--health-port", str(health_port), *flag)

@@ -1,4 +1,5 @@
-"""charts/layersched with a real helm (built from its Go module by ``make tools``): it lints,
+"""install/charts/layersched with a real helm (built from its Go module by ``make tools``): it
+lints,
 and ``helm template`` gives, object for object, what ``kubectl kustomize`` gives of
 ``layersched deploy render``'s tree for the same settings, on several minors, both
 scheduler kinds and both runtimes. Bad values are refused with the field named.

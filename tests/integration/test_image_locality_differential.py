@@ -81,7 +81,7 @@ PREFIX = "ldif"
 NET_BASE = "10.250.52"
 SEED = 20_261_122
 MB = 1024 * 1024
-#: The minor the testbed's kube-scheduler is (the release plugin/kube-scheduler/go.mod pins).
+#: The minor the testbed's kube-scheduler is (the release src/kube-scheduler/go.mod pins).
 MINOR_UNDER_TEST = kubernetes_build().minor
 #: The mode that differs: init containers count from 1.30, not in 1.29.
 INIT_IGNORING_MINOR = (1, 29)

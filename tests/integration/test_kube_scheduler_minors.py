@@ -2,7 +2,7 @@
 tested against Kubernetes 1.35 and 1.36 as released (1.37, the build's own release, is
 ``test_kube_scheduler_plugin.py``'s).
 
-Each minor has a Go module of its own (``plugin/kube-scheduler/minors/<minor>``) that
+Each minor has a Go module of its own (``src/kube-scheduler/minors/<minor>``) that
 requires layersched's module and replaces the release, and every module that release's
 ``go.mod`` requires, with the version it requires (``hack/pin_kubernetes.py
 --as-released``). ``make go-lint`` vets and race-tests the plugin's packages

@@ -1,4 +1,4 @@
-"""The LayerLocality kube-scheduler plugin (``plugin/kube-scheduler``) against layersched's
+"""The LayerLocality kube-scheduler plugin (``src/kube-scheduler``) against layersched's
 Python core: the configurations the generator writes, decoded in Go, and differential tests.
 
 The module's own Go tests run in ``make lint`` (``make go-lint``: ``go vet`` and ``go test

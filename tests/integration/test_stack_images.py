@@ -35,7 +35,7 @@ from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-DOCKERFILE = REPO_ROOT / "images" / "layersched" / "Containerfile"
+DOCKERFILE = REPO_ROOT / "install" / "images" / "layersched" / "Containerfile"
 #: A build from a warm cache takes seconds; a cold one downloads ~45 MB.
 RUN_TIMEOUT_S = 60
 

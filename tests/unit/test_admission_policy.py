@@ -1,7 +1,7 @@
 """The ValidatingAdmissionPolicy of Kubernetes 1.30+, as far as it can be checked without a
 1.30 API server (none can run here: Debian builds no newer control plane).
 
-* Its CEL, the very strings ``deploy/`` renders, is compiled and evaluated by cel-cpp
+* Its CEL, the very strings ``install/kustomize/`` renders, is compiled and evaluated by cel-cpp
   (PyPI ``cel-expr-python``, Google's CEL implementation; Kubernetes runs cel-go, and
   both pass CEL's conformance suite) against the AdmissionRequests of
   :mod:`tests.fixtures.admission`, the same table the webhook is held to, in the API

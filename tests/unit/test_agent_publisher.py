@@ -501,7 +501,7 @@ def test_an_object_the_api_refuses_says_which_crd_to_apply(
     # the API's own reasons reach the log, with the fix
     [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert "images: " in record.getMessage()
-    assert "apply this version's deploy/crd.yaml" in record.getMessage()
+    assert "apply this version's install/kustomize/crd.yaml" in record.getMessage()
     assert publisher.stats.api_failures == 1
 
 

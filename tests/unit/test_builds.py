@@ -298,7 +298,7 @@ def test_a_missing_binary_says_how_to_build_it(tmp_path: Path) -> None:
     assert build.missing("kube-scheduler", "kubectl", root=tmp_path) == [bin_dir / "kubectl"]
 
 
-_GOOD = {"binaries": ["kube-scheduler"], "module": "plugin/kube-scheduler"}
+_GOOD = {"binaries": ["kube-scheduler"], "module": "src/kube-scheduler"}
 
 
 @pytest.mark.parametrize(

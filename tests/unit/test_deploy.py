@@ -1,4 +1,4 @@
-"""deploy/: generated from layersched.deploy, least privilege, hardened, HA-ready.
+"""install/kustomize/: generated from layersched.deploy, least privilege, hardened, HA-ready.
 
 Regenerate after changing the generator: ``.venv/bin/layersched deploy render``.
 """
@@ -50,12 +50,13 @@ from layersched_harness.testbed.local import (
 from tests.fixtures.rbac import Grant, grants
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEPLOY_DIR = REPO_ROOT / "deploy"
+DEPLOY_DIR = REPO_ROOT / "install" / "kustomize"
 #: layersched's Go module: its go.mod pins the Kubernetes release ``make kubernetes`` builds.
-GO_MOD = REPO_ROOT / "plugin" / "kube-scheduler" / "go.mod"
+GO_MOD = REPO_ROOT / "src" / "kube-scheduler" / "go.mod"
 EXTENDER_ACCOUNT = f"{LAYER_LOCALITY_SCHEDULER}-extender"
 #: The newest minor whose install holds per-node write authority with the admission
-#: webhook (its own account, roles and bindings); from 1.30, deploy/'s included, a policy.
+#: webhook (its own account, roles and bindings); from 1.30, install/kustomize/'s included, a
+#: policy.
 WEBHOOK_VERSION = "1.29"
 #: Kinds that grant a role to subjects (a ValidatingAdmissionPolicyBinding binds a policy).
 RBAC_BINDINGS = ("RoleBinding", "ClusterRoleBinding")
@@ -152,9 +153,11 @@ def _pod_specs() -> dict[str, dict[str, Any]]:
 def test_deploy_dir_is_generated() -> None:
     # the files on disk are exactly what the generator writes today
     stale = stale_files(DEPLOY_DIR, base_tree())
-    assert not stale, f"deploy/{stale} stale: run .venv/bin/layersched deploy render"
+    assert not stale, f"install/kustomize/{stale} stale: run .venv/bin/layersched deploy render"
     on_disk = {p.relative_to(DEPLOY_DIR).as_posix() for p in DEPLOY_DIR.rglob("*") if p.is_file()}
-    assert on_disk == set(base_tree()), "deploy/ holds files the generator does not write"
+    assert on_disk == set(base_tree()), (
+        "install/kustomize/ holds files the generator does not write"
+    )
 
 
 def test_kustomization_lists_every_object_file_and_both_images() -> None:
@@ -175,8 +178,8 @@ def test_kustomization_lists_every_object_file_and_both_images() -> None:
 
 
 def test_deploys_version_is_the_release_the_testbed_builds() -> None:
-    # deploy/ is the local testbed's install: the Kubernetes release `make kubernetes`
-    # builds from plugin/kube-scheduler/go.mod, whose kube-scheduler deploy/ runs
+    # install/kustomize/ is the local testbed's install: the Kubernetes release `make kubernetes`
+    # builds from src/kube-scheduler/go.mod, whose kube-scheduler install/kustomize/ runs
     built = required_version(GO_MOD.read_text("utf-8"))
     assert built is not None, f"{GO_MOD} pins no k8s.io/kubernetes"
     assert built == KUBERNETES_VERSION
@@ -191,7 +194,7 @@ def test_the_crd_is_the_kube_modules() -> None:
 
 def test_scheduler_config_leader_election_on_its_own_lease() -> None:
     config = scheduler_config(StackSpec())
-    # the newest API deploy/'s kube-scheduler reads (v1 for 1.37)
+    # the newest API install/kustomize/'s kube-scheduler reads (v1 for 1.37)
     assert config["apiVersion"] == scheduler_api_version_for(KUBERNETES_VERSION)
     assert config["leaderElection"] == {
         "leaderElect": True,
@@ -383,7 +386,7 @@ def test_each_container_mounts_only_its_own_credential() -> None:
 
 @pytest.mark.parametrize(
     "spec",
-    # deploy/'s install, and one with the admission webhook (its account and roles)
+    # install/kustomize/'s install, and one with the admission webhook (its account and roles)
     [StackSpec(), stack_spec_for(WEBHOOK_VERSION)],
     ids=["deploy", f"webhook-{WEBHOOK_VERSION}"],
 )
@@ -502,11 +505,11 @@ def _target() -> LocalTestbedTarget:
 
 
 def test_local_testbed_overlay() -> None:
-    # deploy/'s version holds per-node write authority as a policy: no TLS to give
-    files = local_testbed_overlay(_target(), "../../deploy")
+    # install/kustomize/'s version holds per-node write authority as a policy: no TLS to give
+    files = local_testbed_overlay(_target(), "../../install/kustomize")
     kustomization = yaml.safe_load(files["kustomization.yaml"])
     # the stack without the CRD: the testbed applies the CRD itself
-    assert kustomization["bases"] == ["../../deploy/stack"]
+    assert kustomization["bases"] == ["../../install/kustomize/stack"]
     # overlay images match the stack's placeholders, and pin the digest when given one
     assert kustomization["images"] == [
         {
@@ -548,7 +551,7 @@ def test_the_local_testbed_overlay_before_1_30_runs_the_webhook_on_the_nodes_net
     # an install rendered for 1.29 (`layersched deploy render --kubernetes-version 1.29`)
     spec = stack_spec_for(WEBHOOK_VERSION)
     tls = issue_webhook_tls(webhook_dns_names(NAMESPACE))
-    files = local_testbed_overlay(_target(), "../../deploy", spec, tls)
+    files = local_testbed_overlay(_target(), "../../install/kustomize", spec, tls)
     kustomization = yaml.safe_load(files["kustomization.yaml"])
     _, _, admission = yaml.safe_load_all(files["local-testbed.yaml"])
     # the admission webhook: its TLS Secret and caBundle, on the node's network
@@ -563,7 +566,7 @@ def test_the_local_testbed_overlay_before_1_30_runs_the_webhook_on_the_nodes_net
     assert admission["metadata"]["name"] == "layersched-admission"
     assert admission["spec"]["template"]["spec"]["hostNetwork"] is True
     with pytest.raises(InputError, match="the admission webhook needs its TLS"):
-        local_testbed_overlay(_target(), "../../deploy", spec)
+        local_testbed_overlay(_target(), "../../install/kustomize", spec)
 
 
 @pytest.mark.parametrize(

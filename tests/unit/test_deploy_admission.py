@@ -1,5 +1,5 @@
-"""deploy/'s per-node write authority: the objects per Kubernetes version, the agent's
-bound token, least privilege of the webhook (before 1.30: deploy/'s 1.37 holds the rule
+"""install/kustomize/'s per-node write authority: the objects per Kubernetes version, the agent's
+bound token, least privilege of the webhook (before 1.30: install/kustomize/'s 1.37 holds the rule
 as a policy), and the TLS an overlay issues for it (kept while good, renewed with the old
 CA still trusted, its key written 0600)."""
 
@@ -59,7 +59,7 @@ def _by_kind(objects: list[dict]) -> dict[str, list[dict]]:
         # 1.20 to 1.29: the webhook and what it needs
         ("v1.20.2", {"ValidatingWebhookConfiguration", "Deployment", "Service"}),
         ("1.29", {"ValidatingWebhookConfiguration", "Deployment", "Service"}),
-        # 1.30+ (deploy/'s 1.37 too): the policy alone, nothing runs
+        # 1.30+ (install/kustomize/'s 1.37 too): the policy alone, nothing runs
         ("1.30", {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}),
         ("1.36", {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}),
         (KUBERNETES_VERSION, {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}),
@@ -197,7 +197,8 @@ def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
 
 
 def test_deploys_overlay_names_the_pushed_images_and_carries_no_tls(tmp_path: Path) -> None:
-    # deploy/'s version holds the rule as a policy: the overlay is its kustomization alone
+    # install/kustomize/'s version holds the rule as a policy: the overlay is its kustomization
+    # alone
     out = tmp_path / "overlay"
     assert write_overlay(out, _pushed(), base=tmp_path / "deploy") == ["kustomization.yaml"]
     kustomization = yaml.safe_load((out / "kustomization.yaml").read_text())
@@ -228,9 +229,9 @@ def test_the_secret_in_the_overlay_is_the_issued_tls(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------- agent-guard
 def test_each_namespaces_agents_have_a_policy_of_their_own() -> None:
-    # deploy/'s install and the local testbed's host agents side by side: two policies,
+    # install/kustomize/'s install and the local testbed's host agents side by side: two policies,
     # each naming its own namespace's account, neither overwriting (or uninstalling) the
-    # other; deploy/'s keeps the name it always had
+    # other; install/kustomize/'s keeps the name it always had
     names = {}
     for namespace in (NAMESPACE, "layersched-testbed"):
         [policy, binding] = admission_objects(StackSpec(namespace=namespace))

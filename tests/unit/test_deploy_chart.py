@@ -1,4 +1,5 @@
-"""charts/layersched: generated from layersched.deploy, like deploy/ (a real helm checks
+"""install/charts/layersched: generated from layersched.deploy, like install/kustomize/ (a real
+helm checks
 its objects against ``deploy render``'s in tests/integration/test_helm_chart.py).
 
 Regenerate after changing the generator: ``.venv/bin/layersched deploy chart``.
@@ -247,9 +248,9 @@ def test_a_releases_record_pins_deploy(tmp_path: Path) -> None:
         {"name": "kube-scheduler", "newName": PUBLISHED_KUBE_SCHEDULER,
          "digest": "sha256:" + "7" * 64},
     ]  # fmt: skip
-    # the objects are deploy/'s
+    # the objects are install/kustomize/'s
     assert (tmp_path / "d" / "stack" / "scheduler.yaml").read_text() == (
-        REPO_ROOT / "deploy" / "stack" / "scheduler.yaml"
+        REPO_ROOT / "install" / "kustomize" / "stack" / "scheduler.yaml"
     ).read_text()
 
 

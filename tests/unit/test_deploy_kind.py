@@ -1,4 +1,4 @@
-"""The install across Kubernetes versions, and the kind overlay of ``deploy/`` (pure)."""
+"""The install across Kubernetes versions, and the kind overlay of ``install/kustomize/`` (pure)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ def test_scheduler_rules_follow_the_version(version: str, added: set[str]) -> No
 
 
 def test_the_default_spec_is_deploys_version() -> None:
-    # deploy/ is the KUBERNETES_VERSION render: stack_spec_for of that version changes nothing
+    # install/kustomize/ is the KUBERNETES_VERSION render: stack_spec_for of that version changes
+    # nothing
     assert StackSpec().kubernetes_version == KUBERNETES_VERSION
     assert stack_spec_for(KUBERNETES_VERSION) == StackSpec()
     assert StackSpec().scheduler_api_version == scheduler_api_version_for(KUBERNETES_VERSION)
@@ -93,7 +94,7 @@ def test_no_patches_for_deploys_own_version() -> None:
 
 
 def test_version_patches_for_1_30() -> None:
-    # kind's default: 1.30 reads v1 and policy/v1 as deploy/'s 1.37 does, but its
+    # kind's default: 1.30 reads v1 and policy/v1 as install/kustomize/'s 1.37 does, but its
     # kube-scheduler watches less and serves /healthz only
     merges, json_patches = version_patches(StackSpec(), "v1.30.0")
     # Named by the base's apiVersion, as a strategic-merge patch must match its target.
@@ -121,7 +122,7 @@ def test_version_patches_for_1_20() -> None:
     assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1BETA1
     # Only the changed field travels: the ConfigMap's data, not its metadata's labels.
     assert set(configmap) == {"apiVersion", "kind", "metadata", "data"}
-    # A changed apiVersion is a JSON patch, named by the base's (deploy/'s policy/v1).
+    # A changed apiVersion is a JSON patch, named by the base's (install/kustomize/'s policy/v1).
     [pdb] = [p for p in json_patches if p["target"]["kind"] == "PodDisruptionBudget"]
     assert pdb["target"] == {
         "group": "policy", "version": "v1", "kind": "PodDisruptionBudget",
@@ -138,18 +139,18 @@ def test_version_patches_reject_a_bad_version() -> None:
 
 
 def test_kind_overlay_files() -> None:
-    files = kind_overlay(TARGET, "../../deploy")
+    files = kind_overlay(TARGET, "../../install/kustomize")
     assert set(files) == {
         "kustomization.yaml", "kind.yaml", "kubernetes-version.yaml", "json-patch-0.yaml",
     }  # fmt: skip
     kustomization = yaml.safe_load(files["kustomization.yaml"])
-    # kind's 1.30 holds per-node write authority as a policy, as deploy/'s 1.37 does:
+    # kind's 1.30 holds per-node write authority as a policy, as install/kustomize/'s 1.37 does:
     # nothing added, nothing deleted
     assert "resources" not in kustomization
     [role] = yaml.safe_load_all(files["kubernetes-version.yaml"])
     assert role["kind"] == "ClusterRole" and "$patch" not in role
-    # The whole of deploy/ (the CRD too: nothing else installs it on kind).
-    assert kustomization["bases"] == ["../../deploy"]
+    # The whole of install/kustomize/ (the CRD too: nothing else installs it on kind).
+    assert kustomization["bases"] == ["../../install/kustomize"]
     assert kustomization["images"] == [
         {"name": "localhost:5000/layersched/layersched",
          "newName": "kind-registry:5000/layersched", "newTag": "dev"},
@@ -170,7 +171,7 @@ def test_kind_overlay_for_deploys_version_has_no_version_patches() -> None:
     target = KindTarget(
         TARGET.registry, TARGET.layersched_image, kubernetes_version=KUBERNETES_VERSION
     )
-    # the policy, as in deploy/: no TLS to give
+    # the policy, as in install/kustomize/: no TLS to give
     files = kind_overlay(target, "../deploy")
     assert set(files) == {"kustomization.yaml", "kind.yaml"}
     kustomization = yaml.safe_load(files["kustomization.yaml"])
@@ -199,13 +200,13 @@ def test_a_kind_cluster_before_1_30_runs_the_webhook_instead_of_the_policy() -> 
     assert kustomization["patchesJson6902"][-1]["target"]["kind"] == (
         "ValidatingWebhookConfiguration"
     )
-    # ... and deploy/'s policy and its binding deleted
+    # ... and install/kustomize/'s policy and its binding deleted
     deleted = [
         p["kind"] for p in yaml.safe_load_all(files["kubernetes-version.yaml"])
         if p.get("$patch") == "delete"
     ]  # fmt: skip
     assert deleted == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
-    # the webhook's image placeholder, which deploy/ resolves for its own objects only,
+    # the webhook's image placeholder, which install/kustomize/ resolves for its own objects only,
     # is the testbed's layersched image too
     [webhook] = [o for o in added if o["kind"] == "Deployment"]
     assert webhook["spec"]["template"]["spec"]["containers"][0]["image"] == LAYERSCHED_IMAGE
@@ -236,7 +237,8 @@ def test_kind_patches_agent_reads_crio_only() -> None:
 
 
 def test_a_workloads_version_difference_is_a_json_patch_field_by_field() -> None:
-    # before 1.31 kube-scheduler's probes ask /healthz, deploy/'s 1.37 /livez and /readyz:
+    # before 1.31 kube-scheduler's probes ask /healthz, install/kustomize/'s 1.37 /livez and
+    # /readyz:
     # the Deployment's patch names those fields only, so kind's own strategic-merge patch
     # of the same Deployment (the extender's args) does not conflict with it in kustomize
     merges, json_patches = version_patches(StackSpec(), "v1.30.0")

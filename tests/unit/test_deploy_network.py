@@ -253,7 +253,7 @@ def test_render_takes_the_namespace_and_the_weight(
         "team-sched"
     ]
     assert "weight: 5" in "".join(f.read_text() for f in out.rglob("*.yaml"))
-    # without a version, deploy/ is rendered as it is: the flags are refused
+    # without a version, install/kustomize/ is rendered as it is: the flags are refused
     assert main(["deploy", "render", "-n", "x"]) == EXIT_USAGE
     assert "--namespace shape an install" in capsys.readouterr().err
 
@@ -321,9 +321,9 @@ def test_render_refuses_a_patch_that_is_no_release(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        # install options shape a version's install, never deploy/
+        # install options shape a version's install, never install/kustomize/
         (("--allow-registry", "ghcr.io"), "--allow-registry shape an install"),
-        # a version's install goes where the user says, never over deploy/
+        # a version's install goes where the user says, never over install/kustomize/
         (("--kubernetes-version", "1.30"), "give its directory with --dir"),
         (("--kubernetes-version", "1.30", "--dir", "x", "--api-server", "nope"), "--api-server"),
     ],

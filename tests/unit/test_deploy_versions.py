@@ -93,7 +93,7 @@ LEADER_ELECTION_RESOURCES = {
 API_PREFERENCE = ("v1", "v1beta3", "v1beta2", "v1beta1")
 #: layersched's Go module: the k8s.io/kubernetes release its go.mod pins is the one
 #: layersched builds and runs (layersched.builds reads it there as the build's version).
-GO_MOD = REPO_ROOT / "plugin" / "kube-scheduler" / "go.mod"
+GO_MOD = REPO_ROOT / "src" / "kube-scheduler" / "go.mod"
 
 
 def built_release() -> str:
@@ -389,7 +389,7 @@ def test_the_range_ends_where_the_checks_end() -> None:
 
 
 def test_the_newest_minors_default_patch_is_the_release_layersched_builds() -> None:
-    # `--kubernetes-version 1.37` renders for the release plugin/kube-scheduler/go.mod pins
+    # `--kubernetes-version 1.37` renders for the release src/kube-scheduler/go.mod pins
     # (what `make kubernetes-modules` builds and the testbeds run): v1.37.2 both
     built = built_release()
     newest = parse_kubernetes_version(f"1.{NEWEST_MINOR}")

@@ -3,10 +3,11 @@
 * The testbed's retired release (Kubernetes v1.20.2, until 2026-11-26) appears only as
   history: every paragraph or table row that names it also dates it or calls it retired.
 * The README's Testbeds section names the release and the containerd the testbed runs,
-  read from where the build pins them (``plugin/kube-scheduler/go.mod`` through
+  read from where the build pins them (``src/kube-scheduler/go.mod`` through
   ``layersched.deploy``, ``containerd-download.yml`` through ``layersched_harness.testbed.builds``).
-* The README's repository layout lists every top-level folder (and each of ``plugin/``'s),
-  each with one of the five parts, and names no folder that does not exist.
+* The README's repository layout lists every top-level folder (each of ``src/``'s,
+  ``install/``'s and ``harness/``'s), each with one of the five parts, and names no folder
+  that does not exist.
 * Every relative link of the README, the docs and the READMEs resolves: a moved file
   leaves no link behind.
 """
@@ -115,7 +116,7 @@ def test_the_readme_names_what_the_testbed_runs() -> None:
 
 
 #: Top-level folders the layout lists by their children (each child is a root of its own).
-EXPANDED = ("plugin", "src", "harness")
+EXPANDED = ("src", "install", "harness")
 
 
 def test_the_layout_lists_every_folder_with_its_part() -> None:

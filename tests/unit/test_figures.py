@@ -277,10 +277,11 @@ DOCUMENTS = sorted(
     [
         ROOT / "README.md",
         *(ROOT / "docs").glob("*.md"),
-        *(ROOT / "src").rglob("README.md"),
-        *(ROOT / "harness" / "layersched_harness").rglob("README.md"),
-        *(ROOT / "plugin").rglob("README.md"),
-        *(ROOT / "images").rglob("README.md"),
+        *(
+            readme
+            for root in ("src", "install", "harness")
+            for readme in (ROOT / root).rglob("README.md")
+        ),
     ]
 )
 _BEGIN = re.compile(r"<!-- (\S+):begin -->")

@@ -27,18 +27,18 @@ def test_every_tracked_module_is_checked_or_says_why_not() -> None:
     assert sorted(found) == sorted(str(Path(t).parent) for t in tracked)
     for module in found.values():
         assert module.packages or module.why_none, module.name
-    assert found["plugin/kube-scheduler"].packages == ("./...",)
+    assert found["src/kube-scheduler"].packages == ("./...",)
     assert found["harness/imagelocality-reference"].packages == ("./...",)
     # a minor's module has no Go file of its own: it checks the plugin's packages against
     # its release
-    minors = [m for name, m in found.items() if name.startswith("plugin/kube-scheduler/minors/")]
+    minors = [m for name, m in found.items() if name.startswith("src/kube-scheduler/minors/")]
     assert minors and all(m.packages == (go_lint.MAIN_PACKAGES,) for m in minors)
     # CRI-O's module only builds the release's binary
     assert found["harness/crio"].packages == () and "tool" in found["harness/crio"].why_none
 
 
 def test_a_nested_modules_files_are_not_its_parents(tmp_path: Path) -> None:
-    # plugin/kube-scheduler/minors/1.35 is its own module, not plugin/kube-scheduler's
+    # src/kube-scheduler/minors/1.35 is its own module, not src/kube-scheduler's
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / "a" / "b" / "go.mod").write_text("module b\n")
     (tmp_path / "a" / "b" / "x.go").write_text("package b\n")
@@ -48,7 +48,7 @@ def test_a_nested_modules_files_are_not_its_parents(tmp_path: Path) -> None:
 
 
 def test_testmain_alone_is_no_test() -> None:
-    # plugin/kube-scheduler/perf holds TestMain and a benchmark: nothing to race-test
+    # src/kube-scheduler/perf holds TestMain and a benchmark: nothing to race-test
     assert not go_lint._TEST_FUNC.search("func TestMain(m *testing.M) {\n")
     assert go_lint._TEST_FUNC.search("func TestScores(t *testing.T) {\n")
     assert not go_lint._TEST_FUNC.search("func BenchmarkPerfScheduling(b *testing.B) {\n")
@@ -57,7 +57,7 @@ def test_testmain_alone_is_no_test() -> None:
 def test_the_plugins_packages_keep_tests_for_go_lint_to_race() -> None:
     # make go-lint is where the plugin's Go tests run (the integration tests no longer run
     # them a second time): each of these packages must keep a test for it to run
-    module = ROOT / "plugin" / "kube-scheduler"
+    module = ROOT / "src" / "kube-scheduler"
     for package in ("pkg/layers", "pkg/inventorywatch", "pkg/layerlocality", "pkg/resolver"):
         tests = sorted((module / package).glob("*_test.go"))
         assert any(go_lint._TEST_FUNC.search(f.read_text("utf-8")) for f in tests), package
@@ -70,7 +70,7 @@ BUILT = "v1.37.2"
 
 
 def _module(release: str) -> Any:
-    return go_lint.Module(ROOT / "plugin" / "kube-scheduler", ("./...",), release=release)
+    return go_lint.Module(ROOT / "src" / "kube-scheduler", ("./...",), release=release)
 
 
 def test_each_module_is_vetted_against_a_compile_that_exists() -> None:
@@ -124,7 +124,7 @@ def test_check_runs_the_steps_and_names_a_failure(
     monkeypatch.setattr(go_lint, "split_packages", lambda _go, _m: (["x/a"], []))
     failures = go_lint.check("go", _module(BUILT), race=True, built_release=BUILT)
     assert [race for _args, race in calls] == [False, True]
-    assert len(failures) == 1 and "plugin/kube-scheduler: go test" in failures[0]
+    assert len(failures) == 1 and "src/kube-scheduler: go test" in failures[0]
     assert "--- FAIL: TestX" in failures[0]
     out = capsys.readouterr().out
     assert "go vet: ok" in out and "go test -race: FAILED (exit 1)" in out
@@ -135,9 +135,9 @@ def test_modules_know_their_release() -> None:
     # modules compile their own
     built = kubernetes_build().version
     found = {m.name: m for m in go_lint.modules()}
-    for name in ("plugin/kube-scheduler", "plugin/kube-scheduler/perf"):
+    for name in ("src/kube-scheduler", "src/kube-scheduler/perf"):
         assert found[name].release == built, name
-    minors = [m for n, m in found.items() if n.startswith("plugin/kube-scheduler/minors/")]
+    minors = [m for n, m in found.items() if n.startswith("src/kube-scheduler/minors/")]
     assert minors and all(m.release and m.release != built for m in minors)
     for module in minors:
         assert module.release.startswith(f"v{module.directory.name}."), module.name
@@ -149,7 +149,7 @@ def test_go_lint_runs_the_go_tests_the_integration_stage_no_longer_runs() -> Non
     # and test_kube_scheduler_minors.py keep what only they check)
     found = {m.name: m for m in go_lint.modules()}
     reference = [n for n in found if n.startswith("harness/imagelocality-reference/minors/")]
-    plugin = [n for n in found if n.startswith("plugin/kube-scheduler/minors/")]
+    plugin = [n for n in found if n.startswith("src/kube-scheduler/minors/")]
     assert len(reference) >= 2 and len(plugin) >= 2, sorted(found)
     for name in [*reference, *plugin, "harness/imagelocality-reference"]:
         assert found[name].packages, name

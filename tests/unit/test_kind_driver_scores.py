@@ -16,7 +16,7 @@ from layersched_harness.testbed.cluster.driver import NotYet, PodRun
 from layersched_harness.testbed.kind.driver import KindBackend, KindTestbed
 from tests.fixtures.kube_api import HANG_UP, Answer, StandInApi, items, status
 
-#: Where deploy/'s scheduler pods run.
+#: Where install/kustomize/'s scheduler pods run.
 NAMESPACE = "layersched"
 #: What the extender logs at debug level for one decision (layersched.extender._prioritize).
 DECISION = """\
@@ -45,7 +45,7 @@ class _Pod:
 
 
 def _backend(api: StandInApi, pods: list[_Pod]) -> KindBackend:
-    """A kind backend whose API holds ``pods`` in deploy/'s namespace."""
+    """A kind backend whose API holds ``pods`` in install/kustomize/'s namespace."""
     listed = [{"metadata": {"name": p.name}, "status": {"phase": p.phase}} for p in pods]
     api.route("GET", pods_path(NAMESPACE), items(listed))
     for pod in pods:

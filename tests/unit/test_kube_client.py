@@ -73,7 +73,7 @@ def test_a_bad_name_never_reaches_a_url(name: str, kube_api: StandInApi, kube: K
 @pytest.mark.parametrize(
     ("terms", "expected"),
     [
-        # labels as deploy/ sets them, in order
+        # labels as install/kustomize/ sets them, in order
         (
             {"app.kubernetes.io/name": "x", "app.kubernetes.io/part-of": "y"},
             "app.kubernetes.io/name=x,app.kubernetes.io/part-of=y",

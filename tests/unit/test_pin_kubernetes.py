@@ -1,4 +1,4 @@
-"""``plugin/kube-scheduler/hack/pin_kubernetes.py``'s reading of a release's go.mod: the
+"""``src/kube-scheduler/hack/pin_kubernetes.py``'s reading of a release's go.mod: the
 staging modules it replaces, and (``--as-released``) every module it requires, with the
 version it requires. The go commands it runs are exercised by pinning the real modules
 (``tests/integration/test_kube_scheduler_minors.py`` checks what a minor's module selects).
@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "plugin" / "kube-scheduler" / "hack"
+SCRIPT = Path(__file__).resolve().parents[2] / "src" / "kube-scheduler" / "hack"
 UPSTREAM_GO_MOD = """\
 module k8s.io/kubernetes
 

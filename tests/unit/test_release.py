@@ -51,7 +51,7 @@ def test_it_runs_on_tags_and_publishes_wheel_images_and_chart() -> None:
     assert "python harness/scripts/images.py --out dist/images --record dist/images.json" in text
     assert "skopeo copy --all --preserve-digests" in text
     assert "docker/build-push-action" not in text
-    # the chart and deploy/ pinned to those digests
+    # the chart and install/kustomize/ pinned to those digests
     assert "layersched deploy chart --images dist/images.json" in text
     assert "layersched deploy render --images dist/images.json" in text
     assert f"helm lint --strict {CHART_DIR}" in text

@@ -21,7 +21,7 @@ def test_the_committed_report_comes_from_the_real_cluster() -> None:
     # which versions ran it and which scheduler bound every pod.
     report = json.loads((ROOT / "harness/results/scenario.json").read_text())
     assert report["driver"] == "local"
-    # the build the testbed runs (plugin/kube-scheduler/go.mod pins it), on containerd 2.x
+    # the build the testbed runs (src/kube-scheduler/go.mod pins it), on containerd 2.x
     assert report["components"]["kubernetes"] == kubernetes_build().version
     assert report["components"]["kubelet"] == kubernetes_build().version
     assert report["components"]["containerd"].startswith("2.")

@@ -118,7 +118,7 @@ def test_the_plugin_profile_enables_layer_locality_at_prescore_and_score() -> No
             "disabled": [{"name": IMAGE_LOCALITY_PLUGIN}],
         },
     }
-    # the Go field names (plugin/kube-scheduler/pkg/layerlocality/args.go), every field
+    # the Go field names (src/kube-scheduler/pkg/layerlocality/args.go), every field
     assert profile["pluginConfig"] == [
         {
             "name": LAYER_LOCALITY_PLUGIN,
@@ -199,7 +199,7 @@ def test_the_plugins_in_flight_args_are_the_cores() -> None:
 
 
 def test_the_install_and_the_testbed_allow_their_own_registries() -> None:
-    # deploy/'s plugin mode allows what the extender would (--allow-registry)
+    # install/kustomize/'s plugin mode allows what the extender would (--allow-registry)
     spec = StackSpec(scheduler=SCHEDULER_PLUGIN, allowed_registries=("reg.corp:5000",))
     args = scheduler_config(spec)["profiles"][0]["pluginConfig"][0]["args"]
     assert args["registry"]["allowRegistries"] == ["reg.corp:5000"]
@@ -344,7 +344,7 @@ def test_the_plugin_profile_can_replace_image_locality(minor: str) -> None:
 
 
 def test_the_module_builds_release_is_one_the_plugin_config_is_rendered_for() -> None:
-    # plugin/kube-scheduler/go.mod pins the release `make kubernetes-modules` builds the
+    # src/kube-scheduler/go.mod pins the release `make kubernetes-modules` builds the
     # plugin into (v1.37.2); the generator renders its configuration, and without a
     # version v1 stands for that build
     built = built_release()
@@ -399,7 +399,7 @@ def test_the_testbeds_three_processes(spec: TestbedSchedulers) -> None:
     args = _profile(plugin, LAYER_LOCALITY_PLUGIN_SCHEDULER)["pluginConfig"][0]["args"]
     assert args["kubeConfigPath"] == KUBECONFIG
     # quorum 1 on the testbed only: the seed scenario's Img1 is on one node when P1-again
-    # is scheduled, and the plugin has no registry to fall back on (deploy/ keeps 2)
+    # is scheduled, and the plugin has no registry to fall back on (install/kustomize/ keeps 2)
     assert args["imageQuorum"] == 1 != PluginArgs().image_quorum
     binds = [c.get("healthzBindAddress") for c in configs.values()]
     if spec is SPEC_1_20:
@@ -500,7 +500,7 @@ def test_the_install_renders_the_plugin_on_deploys_version() -> None:
     [configmap] = [o for o in objects["scheduler.yaml"] if o["kind"] == "ConfigMap"]
     config = yaml.safe_load(configmap["data"]["scheduler-config.yaml"])
     assert config == scheduler_config(spec)
-    # what the 1.35+ build of deploy/'s release reads: v1, every field one it declares
+    # what the 1.35+ build of install/kustomize/'s release reads: v1, every field one it declares
     assert config["apiVersion"] == KUBE_SCHEDULER_CONFIG_V1
     minor = ".".join(KUBERNETES_VERSION.lstrip("v").split(".")[:2])
     assert config_problems(config, minor) == []
@@ -530,7 +530,7 @@ def test_the_install_renders_the_plugin_on_deploys_version() -> None:
 def test_the_local_testbed_overlay_of_the_plugin_install_patches_no_sidecar() -> None:
     tls = issue_webhook_tls(webhook_dns_names(NAMESPACE))
     spec = StackSpec(scheduler=SCHEDULER_PLUGIN)
-    files = local_testbed_overlay(_target(), "../../deploy", spec, tls)
+    files = local_testbed_overlay(_target(), "../../install/kustomize", spec, tls)
     [scheduler] = [
         d for d in yaml.safe_load_all(files["local-testbed.yaml"]) if d["kind"] == "Deployment"
         and d["metadata"]["name"] == spec.scheduler_name

@@ -1,6 +1,6 @@
 """One default for layer-locality's spread, on, in every place that has one (issue 45).
 
-The install turns it on (the chart, ``deploy/``, the plugin's ``DefaultSpread``); the
+The install turns it on (the chart, ``install/kustomize/``, the plugin's ``DefaultSpread``); the
 library, ``layersched score``, the extender's CLI and the testbed must predict that
 scheduler, so each default is read here and compared, not assumed.
 """
@@ -23,7 +23,7 @@ from layersched_harness.sim.settings import LAYER_LOCALITY, LAYER_LOCALITY_SPREA
 from layersched_harness.testbed.scheduler_configs import TestbedSchedulers, _testbed_plugin_args
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GO_ARGS = REPO_ROOT / "plugin" / "kube-scheduler" / "pkg" / "layerlocality" / "args.go"
+GO_ARGS = REPO_ROOT / "src" / "kube-scheduler" / "pkg" / "layerlocality" / "args.go"
 
 
 def _go_default_spread() -> bool:

@@ -1,8 +1,8 @@
 """The kind + CRI-O testbed: read config, build the components, export what the rest needs.
 
 Order: node image and registry trust -> cluster -> registry container (on the
-network kind created) and its link rate -> layersched, installed from deploy/ through
-the kind overlay (+ the patched in-tree scheduler, which is no part of deploy/).
+network kind created) and its link rate -> layersched, installed from install/kustomize/ through
+the kind overlay (+ the patched in-tree scheduler, which is no part of install/kustomize/).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ in_cluster = pulumi.ResourceOptions(providers=[cluster.provider])
 install = LayerschedInstall(
     "layersched",
     target=settings.kind_target,
-    deploy_dir=REPO_ROOT / "deploy",
+    deploy_dir=REPO_ROOT / "install" / "kustomize",
     overlay_dir=settings.state_dir / "deploy-overlay",
     opts=in_cluster,
 )

@@ -1,4 +1,5 @@
-"""Strategic-merge patches of ``deploy/``'s workloads, as the testbeds' overlays write them."""
+"""Strategic-merge patches of ``install/kustomize/``'s workloads, as the testbeds' overlays write
+them."""
 
 from __future__ import annotations
 

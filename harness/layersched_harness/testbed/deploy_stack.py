@@ -1,7 +1,7 @@
-"""``deploy/`` on the local testbed: its overlay, apply, wait, remove, and its scores.
+"""``install/kustomize/`` on the local testbed: its overlay, apply, wait, remove, and its scores.
 
 The install is ``kubectl apply -k DIR`` and the removal ``kubectl delete -k DIR``, where
-``DIR`` is an overlay of ``deploy/`` naming the images by the digests just pushed
+``DIR`` is an overlay of ``install/kustomize/`` naming the images by the digests just pushed
 (:mod:`layersched.images.push`) and carrying the testbed's patches
 (:func:`layersched_harness.testbed.local.local_testbed_overlay`, written by ``layersched testbed
 overlay``). The e2e test and docs/deploy.md run exactly these commands.
@@ -101,7 +101,7 @@ def write_helm_post_renderer(
     scheduler_verbosity: int | None = None,
 ) -> Path:
     """A ``helm --post-renderer`` that adapts the chart to the local testbed: the same
-    patches as the testbed's overlay of ``deploy/`` (:func:`local_testbed_overlay`: the
+    patches as the testbed's overlay of ``install/kustomize/`` (:func:`local_testbed_overlay`: the
     node's network, the API server's address, each node's own containerd socket), applied
     with the cluster's own ``kubectl kustomize`` to what helm rendered; with
     ``scheduler_verbosity``, kube-scheduler's ``--v`` too (10: it logs each plugin's scores,
@@ -210,7 +210,7 @@ DECISIONS_TIMEOUT_S = 5.0
 
 
 class DeployedBackend(LocalBackend):
-    """The local testbed with ``deploy/`` installed: ``layer-locality`` is the deployed
+    """The local testbed with ``install/kustomize/`` installed: ``layer-locality`` is the deployed
     scheduler, and its scores are what the deployed extender answered kube-scheduler.
 
     The extender's ``/debug/decisions`` keeps its latest answer per pod, with the pod's

@@ -173,7 +173,7 @@ class TestbedSchedulers:
     inflight_extender_url: str | None = None
     inflight_bind: str | None = None
     inflight: str = INFLIGHT_SCHEDULER
-    #: The plugin's imageQuorum on the testbed: 1, not deploy/'s 2. The seed scenario's
+    #: The plugin's imageQuorum on the testbed: 1, not install/kustomize/'s 2. The seed scenario's
     #: Img1 is held by one node only (P1's) when P1-again is scheduled, and the plugin has
     #: no registry to fall back on as the extender has, so at 2 P1-again would score 0
     #: everywhere and the plugin's column would measure nothing. The testbed's agents are

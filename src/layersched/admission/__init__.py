@@ -6,7 +6,7 @@ model). Kubernetes before 1.30 cannot say this with a ValidatingAdmissionPolicy 
 API is GA from 1.30, and service-account tokens carry their node's name from 1.30), so
 ``layersched admission`` serves it as a webhook: it reads the agent pod that a bound
 token names (:class:`ApiLookup`) and compares the pod's node with the object. From 1.30
-``deploy/`` installs the policy instead (:mod:`layersched.deploy`); this package is
+``install/kustomize/`` installs the policy instead (:mod:`layersched.deploy`); this package is
 then not deployed.
 """
 

@@ -201,7 +201,7 @@ def _agent_node(
                 "unbound-token",
                 f"{who} is a layersched agent, but its token is not bound to a pod (no "
                 f"{POD_NAME_KEY} and {POD_UID_KEY} in its user info): mount the token as a "
-                "projected serviceAccountToken volume (deploy/'s agent DaemonSet does), "
+                "projected serviceAccountToken volume (install/kustomize/'s agent DaemonSet does), "
                 "not a legacy token Secret",
             )
         try:

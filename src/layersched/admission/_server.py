@@ -10,7 +10,7 @@ applies the webhook's ``failurePolicy``), and a review's lookups must finish wit
 ``review_timeout_s`` (else the write is refused as unchecked).
 
 **The caller is authenticated** when a client CA is given (``--client-ca-file``, which
-deploy/ sets): ``/validate`` answers only a client whose certificate that CA issued, with
+install/kustomize/ sets): ``/validate`` answers only a client whose certificate that CA issued, with
 the common name ``--client-name`` (the API server's, from its admission configuration's
 kubeconfig); any other caller gets 401 before its body is read. The probes and
 ``/metrics`` need no certificate (kubelet's probes present none).
@@ -66,7 +66,7 @@ from layersched.serving import serve as serve_listeners
 log = logging.getLogger("layersched.admission")
 
 #: The common name of the API server's client certificate (``--client-name``'s default;
-#: deploy/ issues it so).
+#: install/kustomize/ issues it so).
 CLIENT_COMMON_NAME = "layersched-admission-apiserver"
 #: The path the ValidatingWebhookConfiguration calls.
 VALIDATE_PATH = "/validate"
@@ -78,7 +78,7 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 #: Reviews worked on at once (``--max-concurrent-reviews``): each may wait on two API
 #: lookups; agents write a few times a minute each, and most lookups are cached.
 MAX_CONCURRENT_REVIEWS = 8
-#: The API server calls with ``timeoutSeconds`` (deploy/: 5 s); answer well before it.
+#: The API server calls with ``timeoutSeconds`` (install/kustomize/: 5 s); answer well before it.
 REVIEW_TIMEOUT_S = 3.0
 BODY_TIMEOUT_S = 2.0
 #: How long SIGTERM waits for reviews in flight.

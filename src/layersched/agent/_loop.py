@@ -217,7 +217,7 @@ def _log_api_failure(node: str, err: KubeError, pause_s: float) -> None:
     if err.status == HTTP_UNPROCESSABLE:
         log.error(
             "publishing node %s: the API refused the object: %s: is the CRD installed the "
-            "one this agent was built with? apply this version's deploy/crd.yaml "
+            "one this agent was built with? apply this version's install/kustomize/crd.yaml "
             "(`layersched inventory manifests`); retrying in %.1f s",
             node,
             err,

@@ -85,7 +85,7 @@ def add_install_options(q: argparse.ArgumentParser) -> None:
         metavar="1.X[.Y]|auto",
         help=f"render the install for this Kubernetes version (1.{OLDEST_MINOR}-1.{NEWEST_MINOR}; "
         "without a patch, the newest we know of); 'auto' reads it from the cluster of "
-        f"--kubeconfig. Without it: deploy/, the install for {KUBERNETES_VERSION}",
+        f"--kubeconfig. Without it: install/kustomize/, the install for {KUBERNETES_VERSION}",
     )
     q.add_argument(
         "--kubeconfig",
@@ -100,7 +100,7 @@ def add_install_options(q: argparse.ArgumentParser) -> None:
         "-n",
         "--namespace",
         metavar="NS",
-        help=f"the namespace the install goes into (default: {NAMESPACE}, deploy/'s)",
+        help=f"the namespace the install goes into (default: {NAMESPACE}, install/kustomize/'s)",
     )
     q.add_argument(
         "--strategy",
@@ -241,7 +241,8 @@ class Install:
 
 
 def install_for(args: argparse.Namespace) -> Install | None:
-    """The install the options ask for; None without ``--kubernetes-version`` (deploy/)."""
+    """The install the options ask for; None without ``--kubernetes-version``
+    (install/kustomize/)."""
     if args.kubernetes_version is None:
         given = [
             flag
@@ -270,7 +271,8 @@ def install_for(args: argparse.Namespace) -> Install | None:
         if given:
             raise InputError(
                 f"{', '.join(given)} shape an install for a Kubernetes version: pass "
-                "--kubernetes-version 1.X[.Y] or auto too (without it, deploy/ is rendered, "
+                "--kubernetes-version 1.X[.Y] or auto too (without it, install/kustomize/ is "
+                "rendered, "
                 "the local testbed's)"
             )
         return None

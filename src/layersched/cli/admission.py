@@ -1,6 +1,6 @@
 """``layersched admission``: the validating webhook holding each agent to its own node.
 
-Deployed by ``deploy/`` on Kubernetes before 1.30 (from 1.30 a ValidatingAdmissionPolicy
+Deployed by ``install/kustomize/`` on Kubernetes before 1.30 (from 1.30 a ValidatingAdmissionPolicy
 does the same in the API server). See docs/inventory.md (trust model) and docs/deploy.md.
 """
 
@@ -36,7 +36,7 @@ MIN_REQUEST_BYTES = 16 * 1024
 #: Each API lookup of a review gets this long (two at most per review, both cached).
 LOOKUP_TIMEOUT_S = 1.0
 #: Where the certificate files come from, for their errors.
-ADMISSION_TLS_HINT = "deploy/ mounts them from the Secret layersched-admission-tls"
+ADMISSION_TLS_HINT = "install/kustomize/ mounts them from the Secret layersched-admission-tls"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -82,7 +82,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--client-ca-file",
         metavar="CA.pem",
         help="answer /validate only for clients whose certificate this CA issued (the API "
-        "server's, from its admission configuration; deploy/ sets it); default: any caller",
+        "server's, from its admission configuration; install/kustomize/ sets it); default: any "
+        "caller",
     )
     p.add_argument(
         "--client-name",

@@ -1,11 +1,12 @@
-"""``layersched deploy``: write ``deploy/`` or an install for a Kubernetes version, build and
+"""``layersched deploy``: write ``install/kustomize/`` or an install for a Kubernetes version,
+build and
 push its images, write an install to apply.
 
-``render`` writes (or with ``--check`` compares) ``deploy/``, the install for the
+``render`` writes (or with ``--check`` compares) ``install/kustomize/``, the install for the
 Kubernetes release the project builds (``layersched.deploy.KUBERNETES_VERSION``); with
 ``--kubernetes-version 1.X[.Y]|auto`` it writes the install for that minor into ``--dir``.
 ``images`` builds the layersched and kube-scheduler images without Docker and pushes them;
-``overlay`` does that too and writes an overlay of ``deploy/`` that pins them by digest;
+``overlay`` does that too and writes an overlay of ``install/kustomize/`` that pins them by digest;
 with ``--kubernetes-version`` it builds and pushes the layersched image only
 (kube-scheduler is upstream's) and writes that minor's install, pinned, into ``--out``.
 Either way ``kubectl apply -k DIR`` installs and ``kubectl delete -k DIR`` removes. (The
@@ -18,7 +19,7 @@ the kube-scheduler the release publishes for that minor (layersched's build, wit
 digests a release recorded (``make images`` writes the record; the release workflow runs
 both). ``agent-guard`` prints the per-node guard (the
 ValidatingAdmissionPolicy) for the agents of a namespace (the role installs it for the
-testbed's host agents); ``chart`` writes the Helm chart (``charts/layersched``) from the
+testbed's host agents); ``chart`` writes the Helm chart (``install/charts/layersched``) from the
 same generator. See docs/deploy.md.
 """
 
@@ -30,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 
 from layersched import generated
-from layersched.builds import kubernetes_build
+from layersched.builds import REPO_ROOT, kubernetes_build
 from layersched.cli._install import (
     add_images_record_option,
     add_install_options,
@@ -81,19 +82,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``deploy`` subcommand and its actions."""
     p = sub.add_parser(
         "deploy",
-        help="the install: deploy/ and per-version installs (kustomize), images (no Docker)",
-        description="Generate deploy/ or a Kubernetes version's install, build and push its "
-        "images, write an install to apply.",
+        help="the install: install/kustomize/ and per-version installs (kustomize), images "
+        "(no Docker)",
+        description="Generate install/kustomize/ or a Kubernetes version's install, build and "
+        "push its images, write an install to apply.",
     )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     p_render = actions.add_parser(
-        "render", help="write deploy/, or with --kubernetes-version that version's install"
+        "render",
+        help="write install/kustomize/, or with --kubernetes-version that version's install",
     )
     p_render.add_argument(
         "--dir",
         type=Path,
-        help="where to write (default: deploy/; required with --kubernetes-version)",
+        help="where to write (default: install/kustomize/; required with --kubernetes-version)",
     )
     p_render.add_argument(
         "--check", action="store_true", help="only compare; exit 1 if a file is stale"
@@ -106,7 +109,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="how the second scheduler scores layers: the extender sidecar (default, every "
         "Kubernetes version) or the LayerLocality plugin (layersched's kube-scheduler build, "
         f"Kubernetes 1.{min(PLUGIN_RELEASES)} to 1.{max(PLUGIN_RELEASES)}, the image the "
-        "release publishes for the minor; write it to a --dir of its own: deploy/ holds the "
+        "release publishes for the minor; write it to a --dir of its own: install/kustomize/ holds "
+        "the "
         "extender's)",
     )
     add_images_record_option(p_render)
@@ -114,8 +118,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p_chart = actions.add_parser(
         "chart",
-        help=f"write the Helm chart ({CHART_DIR}): deploy/'s objects, with values",
-        description="Write the Helm chart from the same generator as deploy/: every object "
+        help=f"write the Helm chart ({CHART_DIR}): install/kustomize/'s objects, with values",
+        description="Write the Helm chart from the same generator as install/kustomize/: "
+        "every object "
         f"of Kubernetes 1.{CHART_OLDEST_MINOR} to 1.{NEWEST_MINOR}'s install, with values "
         "(docs/deploy.md).",
     )
@@ -131,15 +136,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_guard = actions.add_parser(
         "agent-guard",
         help="print the per-node guard of the agents of a namespace (Kubernetes 1.30+: the "
-        "ValidatingAdmissionPolicy deploy/ holds, named for that namespace)",
+        "ValidatingAdmissionPolicy install/kustomize/ holds, named for that namespace)",
         description="The ValidatingAdmissionPolicy and binding that hold each layersched "
-        "agent of a namespace to its own node's NodeLayerInventory, as deploy/ installs "
+        "agent of a namespace to its own node's NodeLayerInventory, as install/kustomize/ installs "
         "them for its namespace (the local testbed installs them for its host agents).",
     )
     p_guard.add_argument(
         "--namespace",
         default=NAMESPACE,
-        help="the namespace of the agents' service account (default: %(default)s, deploy/'s)",
+        help="the namespace of the agents' service account (default: %(default)s, "
+        "install/kustomize/'s)",
     )
     p_guard.add_argument(
         "--kubernetes-version",
@@ -176,7 +182,7 @@ def _render(args: argparse.Namespace) -> int:
         directory: Path = args.dir or DEPLOY_DIR
         if args.images is None:
             files = base_tree()
-        else:  # deploy/, its images by the digests a release recorded
+        else:  # install/kustomize/, its images by the digests a release recorded
             published = published_images(args)
             files = base_tree(
                 StackSpec(),
@@ -187,7 +193,7 @@ def _render(args: argparse.Namespace) -> int:
         if args.dir is None or (plugin and args.dir.resolve() == DEPLOY_DIR.resolve()):
             raise InputError(
                 "--kubernetes-version renders an install of your own: give its directory "
-                "with --dir (deploy/ is the local testbed's)"
+                "with --dir (install/kustomize/ is the local testbed's)"
             )
         directory = args.dir
         files = base_tree(
@@ -196,7 +202,7 @@ def _render(args: argparse.Namespace) -> int:
             kube_scheduler_image=install.kube_scheduler,
         )
         print(f"Kubernetes {install.spec.kubernetes_version}: {install_summary(install)}")
-    # deploy/ and the plugin's README are rendered (and checked) together
+    # install/kustomize/ and the plugin's README are rendered (and checked) together
     readme = plugin_readme() if install is None and args.images is None else None
     if args.check:
         stale = [str(directory / name) for name in stale_files(directory, files)]
@@ -218,7 +224,7 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _chart(args: argparse.Namespace) -> int:
-    directory: Path = args.out or DEPLOY_DIR.parent / CHART_DIR
+    directory: Path = args.out or REPO_ROOT / CHART_DIR
     files = chart_files(published_images(args) if args.images is not None else None)
     if args.check:
         stale = stale_files(directory, files)
@@ -231,7 +237,8 @@ def _chart(args: argparse.Namespace) -> int:
 
 
 def _render_plugin(args: argparse.Namespace) -> int:
-    """``--scheduler plugin`` without ``--kubernetes-version``: deploy/'s install (the local
+    """``--scheduler plugin`` without ``--kubernetes-version``: install/kustomize/'s install (the
+    local
     testbed's images) with LayerLocality in its kube-scheduler, into a ``--dir`` of its own."""
     if args.dir is None or args.dir.resolve() == DEPLOY_DIR.resolve():
         raise InputError(
@@ -261,7 +268,7 @@ def _agent_guard(args: argparse.Namespace) -> int:
     if not uses_policy(version):
         raise InputError(
             f"Kubernetes {version}: before 1.30 the per-node guard is the admission webhook, "
-            "a Deployment with its TLS, not a policy to print: install it with deploy/ "
+            "a Deployment with its TLS, not a policy to print: install it with install/kustomize/ "
             f"(layersched deploy render --kubernetes-version {version} --dir DIR)"
         )
     spec = StackSpec(namespace=namespace).for_version(version)

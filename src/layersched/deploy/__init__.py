@@ -4,14 +4,14 @@ Pure generators (no API access): the ``KubeSchedulerConfiguration`` of the secon
 scheduler (:func:`extender_scheduler_config`, with leader election on its own Lease),
 and the whole install (:func:`stack_objects`) for any Kubernetes minor from 1.20 to 1.37
 (:meth:`StackSpec.for_version`, what each minor changes in
-:mod:`layersched.deploy._versions`), as a kustomization (:func:`base_tree`): ``deploy/``
+:mod:`layersched.deploy._versions`), as a kustomization (:func:`base_tree`): ``install/kustomize/``
 is the local testbed's (:data:`KUBERNETES_VERSION`, v1.37.2), written by ``layersched
-deploy render`` and held equal by a test. ``deploy/`` and every testbed build their
+deploy render`` and held equal by a test. ``install/kustomize/`` and every testbed build their
 objects here, per-node write authority included (a ValidatingAdmissionPolicy from
 Kubernetes 1.30, the ``layersched admission`` webhook before: :func:`admission_objects`,
-whose TLS an overlay issues: :func:`overlay_tls`). The Helm chart (``charts/layersched``,
+whose TLS an overlay issues: :func:`overlay_tls`). The Helm chart (``install/charts/layersched``,
 :func:`chart_files`) is these objects too, with values. What only a testbed needs (its
-overlays of ``deploy/``, its scheduler processes' configurations) is the harness's, built
+overlays of ``install/kustomize/``, its scheduler processes' configurations) is the harness's, built
 from these public names (:mod:`layersched_harness.testbed`), and never ships.
 """
 

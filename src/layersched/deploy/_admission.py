@@ -20,7 +20,7 @@ agent's node decides the design:
   1.20's tokens carry the pod's name and uid only, so the webhook reads the pod (its
   ``spec.nodeName``) and the Node (that it exists, and its uid for the ownerReference).
   It may get pods in the agents' namespace and Nodes, nothing else. Its TLS (a CA and a
-  serving certificate) is issued when an overlay is written (:mod:`._tls`): ``deploy/``
+  serving certificate) is issued when an overlay is written (:mod:`._tls`): ``install/kustomize/``
   carries the configuration without a ``caBundle`` and the Deployment without its Secret,
   so the base alone is not an install (as its image names are not).
 
@@ -48,7 +48,8 @@ held to the node their name gives.
 
 The policy is named after the install's namespace
 (:func:`layersched.deploy.policy_name`), so that two installs in two namespaces
-(``deploy/`` beside the local testbed's own agents) each hold their own agents and neither
+(``install/kustomize/`` beside the local testbed's own agents) each hold their own agents and
+neither
 removes the other's.
 
 This module gives the objects of a version (:func:`admission_objects`) and what an overlay
@@ -86,7 +87,7 @@ from layersched.deploy._workloads import object_meta
 
 def admission_objects(spec: StackSpec) -> list[dict[str, Any]]:
     """Per-node write authority for ``spec.kubernetes_version``: the policy from 1.30,
-    the webhook before (``deploy/``'s ``admission.yaml``)."""
+    the webhook before (``install/kustomize/``'s ``admission.yaml``)."""
     if uses_policy(spec.kubernetes_version):
         return policy_objects(spec)
     return webhook_objects(spec)

@@ -32,7 +32,7 @@ def policy_name(namespace: str) -> str:
     return f"{namespace}-agent-node"
 
 
-#: The policy and its binding of ``deploy/`` (namespace ``layersched``), and the webhook
+#: The policy and its binding of ``install/kustomize/`` (namespace ``layersched``), and the webhook
 #: configuration (cluster-scoped).
 POLICY_NAME = policy_name(NAMESPACE)
 

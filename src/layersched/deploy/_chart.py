@@ -1,4 +1,4 @@
-"""The Helm chart: the same objects as ``deploy/``, from the same generator, with values.
+"""The Helm chart: the same objects as ``install/kustomize/``, from the same generator, with values.
 
 This module owns what the chart is and covers: its name and directory, the header of its
 generated files, and its variants (the installs it renders) with the template test that
@@ -6,8 +6,8 @@ picks a set of them. The rest, one module each: the values and their schema
 (:mod:`._chart_values`), the sentinels and their substitution (:mod:`._chart_sentinels`),
 the templates (:mod:`._chart_templates`) and the chart's files (:mod:`._chart_files`).
 
-``layersched deploy chart`` writes ``charts/layersched`` (a test holds the directory to
-:func:`layersched.deploy.chart_files`, as ``deploy/`` is held to
+``layersched deploy chart`` writes ``install/charts/layersched`` (a test holds the directory to
+:func:`layersched.deploy.chart_files`, as ``install/kustomize/`` is held to
 :func:`layersched.deploy.base_tree`). Nothing in
 the chart is written by hand: every object is :func:`layersched.deploy.stack_objects`'
 for one variant of the install, with the settings a value changes replaced by template
@@ -53,7 +53,7 @@ from layersched.deploy._versions import NEWEST_MINOR
 
 CHART_NAME = "layersched"
 #: Where the chart is committed (``layersched deploy chart`` writes it there by default).
-CHART_DIR = "charts/layersched"
+CHART_DIR = "install/charts/layersched"
 #: The first minor whose install needs nothing issued at install time (a policy, no
 #: webhook TLS); older clusters install with ``layersched deploy overlay``.
 CHART_OLDEST_MINOR = 30

@@ -21,7 +21,7 @@ def chart_yaml() -> str:
             "name": CHART_NAME,
             "description": (
                 "A container-layer-aware second scheduler: kube-scheduler scores the "
-                "layers each node already holds (the same install as deploy/)"
+                "layers each node already holds (the same install as install/kustomize/)"
             ),
             "type": "application",
             "version": __version__,
@@ -52,7 +52,7 @@ def chart_readme() -> str:
 A container-layer-aware second scheduler (`schedulerName: layer-locality`) for Kubernetes
 1.{CHART_OLDEST_MINOR} to 1.{NEWEST_MINOR}: kube-scheduler sends a pod to the node that
 already holds the most bytes of its image's layers, which a node agent publishes as a
-`NodeLayerInventory`. The same install as the repository's `deploy/`, from the same
+`NodeLayerInventory`. The same install as the repository's `install/kustomize/`, from the same
 generator (`layersched deploy chart`).
 
 ```sh

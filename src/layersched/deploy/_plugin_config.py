@@ -1,5 +1,5 @@
 """``KubeSchedulerConfiguration`` for layersched's kube-scheduler builds with the
-LayerLocality score plugin (1.20, and 1.35 and later; ``plugin/kube-scheduler``): the
+LayerLocality score plugin (1.20, and 1.35 and later; ``src/kube-scheduler``): the
 plugin in the profile (upstream's ImageLocality off at score), and its args (inventory
 age and quorum, the in-flight strategy, registry resolution), bounded as the Go side
 bounds them; which builds carry it."""
@@ -26,7 +26,7 @@ from layersched.deploy._scheduler_config import (
 )
 from layersched.deploy._versions import NEWEST_MINOR
 
-#: layersched's score plugin (plugin/kube-scheduler/pkg/layerlocality: ``Name``).
+#: layersched's score plugin (src/kube-scheduler/pkg/layerlocality: ``Name``).
 LAYER_LOCALITY_PLUGIN = "LayerLocality"
 #: The kube-scheduler minor of the plugin's first build, v1.20.2, which reads ``v1beta1``
 #: (its adapter and ``k8s120`` build tag went with the local testbed's 1.20 build);
@@ -36,12 +36,12 @@ LAYER_LOCALITY_PLUGIN = "LayerLocality"
 PLUGIN_KUBERNETES_MINOR = (1, 20)
 #: The first minor whose scheduler framework (``k8s.io/kube-scheduler/framework``, Score
 #: with a NodeInfo, SignPod) the plugin's other adapter is written for. layersched builds
-#: it into kube-scheduler from Go modules at the release plugin/kube-scheduler/go.mod pins
+#: it into kube-scheduler from Go modules at the release src/kube-scheduler/go.mod pins
 #: (``layersched.builds.kubernetes_build()``, v1.37.2; another 1.35+ release is a re-pin
 #: with hack/pin_kubernetes.py), which reads ``v1``. 1.21 to 1.34 have no build of the
 #: plugin: the extender serves them.
 PLUGIN_FRAMEWORK_SINCE_MINOR = (1, 35)
-#: The plugin's args, as plugin/kube-scheduler/pkg/layerlocality/args.go bounds them.
+#: The plugin's args, as src/kube-scheduler/pkg/layerlocality/args.go bounds them.
 PLUGIN_STRATEGY = "layer-locality"
 DEFAULT_INVENTORY_MAX_AGE_S = 1800
 MAX_INVENTORY_MAX_AGE_S = 7 * 24 * 3600

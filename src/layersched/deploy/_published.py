@@ -14,7 +14,7 @@ it pushed in a JSON file (``make images`` writes it: ``layersched.images.release
 
 ``layersched deploy chart --images FILE`` and ``layersched deploy render --images FILE``
 read it and pin the chart's values and the kustomization's ``images:`` to those digests.
-Without a record (the committed chart and deploy/) the same images are named by tag
+Without a record (the committed chart and install/kustomize/) the same images are named by tag
 (:func:`default_published`): what a release will publish, which no registry has before it.
 """
 

@@ -33,7 +33,7 @@ mint tokens for each pod's account (``create`` on ``serviceaccounts/token``, eve
 account of the namespace), more than reading the secrets the kubelet itself reads
 (docs/extender.md, "Pull secrets").
 
-The kind stack's in-tree scheduler (no part of ``deploy/``) binds upstream's own roles
+The kind stack's in-tree scheduler (no part of ``install/kustomize/``) binds upstream's own roles
 (:data:`SCHEDULER_CLUSTER_ROLES`) and may read the authentication ConfigMap in
 ``kube-system``, exactly what kubeadm grants the default scheduler.
 """

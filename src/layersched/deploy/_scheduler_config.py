@@ -1,12 +1,12 @@
 """``KubeSchedulerConfiguration`` for the second scheduler.
 
-The one generator of these files: ``deploy/`` (the install), the plugin's README and the
+The one generator of these files: ``install/kustomize/`` (the install), the plugin's README and the
 docs' examples use it, and so do the testbeds' and benchmarks' configurations, built from
 it where they live (:mod:`layersched_harness.testbed.scheduler_configs`, which the wheel does not
 carry). The default scheduler stays untouched: it is the ImageLocality baseline. The
 second scheduler (``layer-locality``) is the same kube-scheduler with one profile and the
 layersched extender; or a layersched-built kube-scheduler (1.20, or 1.35 and later) with
-the LayerLocality score plugin in its profile instead (``plugin/kube-scheduler``; that
+the LayerLocality score plugin in its profile instead (``src/kube-scheduler``; that
 profile and the plugin's args are :mod:`layersched.deploy._plugin_config`'s, built on this
 module's base: the config API a version reads, leader election, the scheduler's name).
 

@@ -38,7 +38,8 @@ KUBE_SCHEDULER_IMAGE = "kube-scheduler"
 #: What the base kustomization points them at (``layersched deploy images`` pushes them).
 DEFAULT_LAYERSCHED_IMAGE = "localhost:5000/layersched/layersched"
 DEFAULT_KUBE_SCHEDULER_IMAGE = "localhost:5000/layersched/kube-scheduler"
-#: ``deploy/``'s version: the local testbed's (the release ``make kubernetes`` builds, held
+#: ``install/kustomize/``'s version: the local testbed's (the release ``make kubernetes`` builds,
+#: held
 #: equal to it by tests/unit/test_deploy.py), the one version checked live.
 KUBERNETES_VERSION = "v1.37.2"
 #: containerd's socket on a node (its default ``grpc.address``); the agent reads its

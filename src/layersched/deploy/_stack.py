@@ -1,4 +1,4 @@
-"""The install: every Kubernetes object of ``deploy/``, as plain object bodies, per
+"""The install: every Kubernetes object of ``install/kustomize/``, as plain object bodies, per
 Kubernetes version.
 
 One namespace (``layersched``) holds the stack:
@@ -29,12 +29,12 @@ One namespace (``layersched``) holds the stack:
   agent; only kube-scheduler's authenticated metrics port is open on the scheduler pods,
   which may connect to DNS, the API server and registries only.
 
-This module gathers them into ``deploy/``'s files; each kind of object is built where it
+This module gathers them into ``install/kustomize/``'s files; each kind of object is built where it
 is owned: the scheduler's Deployment (:mod:`._scheduler_deployment`), the agent's
 DaemonSet (:mod:`._agent_daemonset`), accounts and RBAC (:mod:`._rbac`), per-node write
 authority (:mod:`._admission`), NetworkPolicies (:mod:`._network`).
 
-Pure data: tests check it without a cluster, ``deploy/`` is written from it
+Pure data: tests check it without a cluster, ``install/kustomize/`` is written from it
 (:mod:`layersched.deploy._tree`) and held equal to it by a test.
 """
 
@@ -76,7 +76,7 @@ PDB_MIN_AVAILABLE = 1
 
 
 def stack_objects(spec: StackSpec | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Every object of the install, grouped by the ``deploy/`` file it goes into."""
+    """Every object of the install, grouped by the ``install/kustomize/`` file it goes into."""
     spec = spec or StackSpec()
     name, namespace = spec.scheduler_name, spec.namespace
     cluster_role = f"layersched:{name}"

@@ -1,8 +1,8 @@
-"""``deploy/`` as files: the kustomization the install command applies, and overlays.
+"""``install/kustomize/`` as files: the kustomization the install command applies, and overlays.
 
-:func:`base_tree` is what ``deploy/`` holds (``layersched deploy render`` writes it and
+:func:`base_tree` is what ``install/kustomize/`` holds (``layersched deploy render`` writes it and
 a test holds the directory to it), and, for another :class:`StackSpec` and images, the
-install for another Kubernetes version. A tree for 1.21 or newer (``deploy/``'s 1.37
+install for another Kubernetes version. A tree for 1.21 or newer (``install/kustomize/``'s 1.37
 included) lists ``stack/`` under ``resources:`` (kustomize v5 warns on ``bases:``); 1.20's
 is kustomize v2.0.3 syntax, the version built into kubectl 1.20 (``kubectl apply -k``),
 which lists it under ``bases:``.
@@ -138,7 +138,7 @@ def base_tree(
 ) -> dict[str, str]:
     """The install as a kustomization: the CRD and ``stack/`` (everything else, one file per
     group of objects, itself a kustomization), with the images' references. Keys are
-    paths in the tree. Without arguments: ``deploy/`` (the local testbed's
+    paths in the tree. Without arguments: ``install/kustomize/`` (the local testbed's
     :data:`KUBERNETES_VERSION`, images pushed by ``layersched deploy images`` to
     ``localhost:5000``)."""
     spec = spec or StackSpec()
@@ -167,8 +167,9 @@ def base_tree(
 def overlay_images(
     layersched: ImageRef, kube_scheduler: ImageRef, *, of_stack: bool = False
 ) -> list[dict[str, str]]:
-    """An overlay's ``images:``. Over ``deploy/`` it matches the names the base already set;
-    over ``deploy/stack`` (``of_stack``) the placeholders."""
+    """An overlay's ``images:``. Over ``install/kustomize/`` it matches the names the base already
+    set;
+    over ``install/kustomize/stack`` (``of_stack``) the placeholders."""
     default_layersched, default_scheduler = DEFAULT_IMAGES
     if of_stack:
         return [

@@ -9,7 +9,7 @@ chooses (docs/deploy.md has the matrix):
 * the PodDisruptionBudget API: ``policy/v1`` from 1.21 (:func:`pdb_api_version`);
 * kube-scheduler's image: upstream's ``registry.k8s.io/kube-scheduler:v1.X.Y`` (or a
   mirror of it); the local testbed's is built from layersched's Go module
-  (``plugin/kube-scheduler``) at v1.37.2, with the LayerLocality plugin;
+  (``src/kube-scheduler``) at v1.37.2, with the LayerLocality plugin;
 * kube-scheduler's RBAC: upstream's bootstrap policy of that minor
   (:mod:`layersched.deploy._rbac`);
 * kube-scheduler's probes: ``/healthz`` up to 1.30; ``/livez`` and ``/readyz`` from 1.31
@@ -39,7 +39,7 @@ SUPPORTED_MINORS = tuple(range(OLDEST_MINOR, NEWEST_MINOR + 1))
 #: from). A version given without a patch (``1.30``) gets this one; a patch past it is no
 #: release (yet) and is refused. The newest minor's is the release layersched builds and
 #: runs from Go modules (``make kubernetes``: ``layersched.builds.kubernetes_build().version``,
-#: v1.37.2, what plugin/kube-scheduler/go.mod pins): a unit test holds the two equal.
+#: v1.37.2, what src/kube-scheduler/go.mod pins): a unit test holds the two equal.
 NEWEST_PATCH: dict[int, int] = {
     20: 15, 21: 14, 22: 17, 23: 17, 24: 17, 25: 16, 26: 15, 27: 16, 28: 15,
     29: 15, 30: 14, 31: 14, 32: 13, 33: 13, 34: 10, 35: 7, 36: 3, 37: 2,
@@ -64,7 +64,7 @@ UPSTREAM_KUBE_SCHEDULER = "registry.k8s.io/kube-scheduler"
 #: LayerLocality plugin), one multi-arch image per supported minor.
 PUBLISHED_KUBE_SCHEDULER = "ghcr.io/layersched/kube-scheduler"
 #: The Kubernetes release each of those images is built from: the release that minor's Go
-#: module compiles (``plugin/kube-scheduler``'s go.mod for the newest, ``minors/1.X``'s
+#: module compiles (``src/kube-scheduler``'s go.mod for the newest, ``minors/1.X``'s
 #: replace for the older ones; tests/unit/test_published.py holds the two equal). Installed
 #: packages read it here, without the Go module.
 PLUGIN_RELEASES: dict[int, str] = {35: "v1.35.4", 36: "v1.36.3", 37: "v1.37.2"}

@@ -1,10 +1,10 @@
 """The names, ports and paths of the install, its containers' resources and probe timings,
 object metadata, the restricted ``securityContext``, and the patched in-tree scheduler's
-Deployment (the kind stack's optional third scheduler, no part of ``deploy/``), as plain
+Deployment (the kind stack's optional third scheduler, no part of ``install/kustomize/``), as plain
 Kubernetes object bodies.
 
 The install itself (the second scheduler with its extender sidecar, the agent) is
-:mod:`layersched.deploy._stack`'s; the kind stack installs it through ``deploy/``.
+:mod:`layersched.deploy._stack`'s; the kind stack installs it through ``install/kustomize/``.
 """
 
 from __future__ import annotations

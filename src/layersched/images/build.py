@@ -6,15 +6,15 @@ Two images, each a stack of gzipped tar layers assembled in Python
 * ``layersched`` (the extender and the agent), three layers, each a module of its own:
 
   1. **debian** (:mod:`layersched.images.debian`): the Debian bookworm packages of
-     ``images/layersched/debian.lock`` (:mod:`layersched.images.locks`), and
+     ``install/images/layersched/debian.lock`` (:mod:`layersched.images.locks`), and
      ``/etc/passwd``/``/etc/group`` naming the unprivileged user 65532, and ``/tmp``.
   2. **python** (:mod:`layersched.images.wheels`): the wheels of
-     ``images/layersched/requirements.lock``, installed into Debian Python's
+     ``install/images/layersched/requirements.lock``, installed into Debian Python's
      dist-packages.
   3. **layersched** (:mod:`layersched.images.product`): a wheel of this repository (its
      git-tracked product files) installed the same way, and ``/usr/local/bin/layersched``.
 
-  The config matches ``images/layersched/Containerfile``: entrypoint ``layersched``,
+  The config matches ``install/images/layersched/Containerfile``: entrypoint ``layersched``,
   command ``extender --port 8888``, user ``65532:65532``, ``PYTHONDONTWRITEBYTECODE``
   and ``PYTHONUNBUFFERED``.
 

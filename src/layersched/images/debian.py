@@ -1,5 +1,5 @@
 """The layersched image's Debian layer: the files of the Debian bookworm packages in
-``images/layersched/debian.lock`` (Python 3.11 and the C libraries it and the wheels
+``install/images/layersched/debian.lock`` (Python 3.11 and the C libraries it and the wheels
 load), fetched with ``apt-get download`` (apt checks them against the signed archive
 index: this machine's apt, or a private one for another architecture or a host that is no
 bookworm), or from Debian's snapshot archive once the mirrors dropped the version

@@ -1,4 +1,4 @@
-"""The layersched image's lock files: ``images/layersched/debian.lock`` (every Debian
+"""The layersched image's lock files: ``install/images/layersched/debian.lock`` (every Debian
 package, per architecture, by sha256) and ``requirements.lock`` (every wheel, by its
 hashes), parsed into :class:`Pin`s with errors that name the file and line."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from layersched.builds import REPO_ROOT
 from layersched.core.errors import InputError
 
-IMAGES_DIR = REPO_ROOT / "images" / "layersched"
+IMAGES_DIR = REPO_ROOT / "install" / "images" / "layersched"
 DEBIAN_LOCK = IMAGES_DIR / "debian.lock"
 REQUIREMENTS_LOCK = IMAGES_DIR / "requirements.lock"
 

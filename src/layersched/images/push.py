@@ -1,7 +1,7 @@
-"""Pushing the install's images and pinning them in an overlay of ``deploy/``.
+"""Pushing the install's images and pinning them in an overlay of ``install/kustomize/``.
 
 :func:`build_and_push` builds both images (:mod:`layersched.images.build`) and pushes them
-to a registry; :func:`write_overlay` writes an overlay of ``deploy/`` naming them by the
+to a registry; :func:`write_overlay` writes an overlay of ``install/kustomize/`` naming them by the
 digests just pushed, so that ``kubectl apply -k DIR`` installs exactly these bytes and
 ``kubectl delete -k DIR`` removes them. ``layersched deploy images|overlay`` run these.
 """
@@ -36,7 +36,7 @@ from layersched.images.build import (
 from layersched.images.oci import BuiltImage, push_image
 from layersched.registry import RegistryClient
 
-DEPLOY_DIR = REPO_ROOT / "deploy"
+DEPLOY_DIR = REPO_ROOT / "install" / "kustomize"
 LAYERSCHED_REPOSITORY = "layersched/layersched"
 KUBE_SCHEDULER_REPOSITORY = "layersched/kube-scheduler"
 

@@ -9,7 +9,7 @@ architecture (:data:`layersched.builds.IMAGE_ARCHES`) from its Go module, then c
 image: what ``skopeo copy --all --preserve-digests oci:DIR:TAG docker://…`` pushes, as the
 release workflow does), :func:`push_release` pushes them with layersched's registry
 client (a testbed's registry), and :func:`published_record` is the record the chart and
-``deploy/`` are pinned from by digest (:mod:`layersched.deploy._published`).
+``install/kustomize/`` are pinned from by digest (:mod:`layersched.deploy._published`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The layersched image's Python layer: the wheels of ``images/layersched/requirements.lock``
+"""The layersched image's Python layer: the wheels of
+``install/images/layersched/requirements.lock``
 (pinned, hash-checked by ``pip download --require-hashes``, each architecture's by its
 manylinux tags), installed with ``pip install --target`` into
 ``/usr/local/lib/python3.11/dist-packages``, a directory Debian's Python searches."""

@@ -16,7 +16,7 @@ a namespace, the extender may ``get`` (never list or watch) its secrets, to read
 secrets its pods name (:func:`pull_secret_rbac`; ``--pull-secrets``); the agent never
 reads Pods. Kubernetes RBAC cannot confine an agent to its own node's object
 (``resourceNames`` would need a role per node): admission does
-(:mod:`layersched.admission`, installed by ``deploy/``; docs/inventory.md, trust model).
+(:mod:`layersched.admission`, installed by ``install/kustomize/``; docs/inventory.md, trust model).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 // upstream ImageLocality as compiled from Kubernetes 1.36: the reference harness (../..)
 // built against the release pinned below. The replace block for the release's staging
-// modules is generated from its own go.mod by plugin/kube-scheduler/hack/pin_kubernetes.py
+// modules is generated from its own go.mod by src/kube-scheduler/hack/pin_kubernetes.py
 // (never edited by hand).
 module layersched.io/imagelocality-reference/minors/1.36
 

@@ -2,7 +2,7 @@
 
 Each component is a ``ComponentResource`` whose children are parented to it;
 the file contents come from :mod:`layersched_harness.testbed.kind`, and layersched itself is
-installed from ``deploy/`` through the kind overlay
+installed from ``install/kustomize/`` through the kind overlay
 (:func:`layersched_harness.testbed.kind.kind_overlay`), so the tests can check them
 without Pulumi, and the mock tests check the graph.
 """

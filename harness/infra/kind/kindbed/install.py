@@ -1,8 +1,9 @@
-"""layersched installed from ``deploy/``: the kind overlay, applied by ``kustomize.Directory``.
+"""layersched installed from ``install/kustomize/``: the kind overlay, applied by
+``kustomize.Directory``.
 
 The overlay (:func:`layersched_harness.testbed.kind.kind_overlay`) is written under the
 stack's state directory on every run (preview included: it is a pure function of the stack config)
-and names ``deploy/`` by a relative path, so the objects Pulumi creates are the ones
+and names ``install/kustomize/`` by a relative path, so the objects Pulumi creates are the ones
 ``kubectl apply -k`` of the same overlay would, and ``pulumi destroy`` removes them.
 
 The layersched image is built and pushed by ``harness/playbooks/deploy.yml`` after ``pulumi up``:
@@ -50,7 +51,7 @@ def skip_await_for_layersched(obj: dict[str, Any], opts: pulumi.ResourceOptions)
 
 
 class LayerschedInstall(pulumi.ComponentResource):
-    """``deploy/`` with the kind overlay: the CRD, the ``layer-locality`` scheduler with
+    """``install/kustomize/`` with the kind overlay: the CRD, the ``layer-locality`` scheduler with
     its extender sidecar, the agent, RBAC, PDB and NetworkPolicies, in ``layersched``."""
 
     overlay_dir: Path

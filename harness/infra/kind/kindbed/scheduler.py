@@ -1,6 +1,6 @@
 """The patched in-tree kube-scheduler (a third scheduler) as an in-cluster Deployment.
 
-The second scheduler, ``layer-locality``, is ``deploy/``'s (:mod:`kindbed.install`);
+The second scheduler, ``layer-locality``, is ``install/kustomize/``'s (:mod:`kindbed.install`);
 this one is no part of the install: it runs only with the patched kube-scheduler
 (``patchedScheduler``), with leader election off.
 

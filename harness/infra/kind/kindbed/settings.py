@@ -48,12 +48,12 @@ REGISTRY_PORT = 5000
 LAYERSCHED_REPOSITORY = "layersched"
 LAYERSCHED_TAG = "dev"
 #: Keys of the parallel extender/scheduler/agent definitions the stack had before it
-#: installed deploy/, and what replaced them (a set key must not be silently ignored).
+#: installed install/kustomize/, and what replaced them (a set key must not be silently ignored).
 REMOVED_KEYS = {
-    "extenderWeight": "deploy/'s scheduler calls its extender sidecar with weight 1",
-    "extenderTimeoutS": "deploy/'s scheduler gives its extender sidecar 1 s",
-    "extenderArgs": "the extender's arguments are deploy/'s plus --insecure-registry",
-    "agent": "deploy/ always installs the agent (on CRI-O's storage and socket)",
+    "extenderWeight": "install/kustomize/'s scheduler calls its extender sidecar with weight 1",
+    "extenderTimeoutS": "install/kustomize/'s scheduler gives its extender sidecar 1 s",
+    "extenderArgs": "the extender's arguments are install/kustomize/'s plus --insecure-registry",
+    "agent": "install/kustomize/ always installs the agent (on CRI-O's storage and socket)",
     "agentArgs": "the agent's arguments come from layersched_harness.testbed.kind.kind_overlay",
     "schedulerApiVersion": "the config API follows kubernetesVersion",
 }
@@ -131,7 +131,8 @@ class Settings:
 
     @property
     def kind_target(self) -> KindTarget:
-        """What the kind overlay of ``deploy/`` needs: the registry, the layersched image,
+        """What the kind overlay of ``install/kustomize/`` needs: the registry, the layersched
+        image,
         the nodes' Kubernetes version (kube-scheduler's image tag and config API)."""
         return KindTarget(
             registry=self.registry_address,
@@ -174,7 +175,7 @@ class Settings:
         for key, instead in REMOVED_KEYS.items():
             if config.get(key) is not None:
                 raise InputError(
-                    f"{key} is no longer read: the stack installs deploy/ ({instead}); "
+                    f"{key} is no longer read: the stack installs install/kustomize/ ({instead}); "
                     f"remove it with `pulumi config rm {key}` (docs/kind.md)"
                 )
         kubernetes_version = text("kubernetesVersion", defaults.kubernetes_version)
@@ -182,7 +183,7 @@ class Settings:
         kind_node_image = text("kindNodeImage", defaults.kind_node_image)
         if not prebuilt:  # a prebuilt image's version is what kubernetesVersion says
             check_node_image_version(kind_node_image, kubernetes_version)
-        # deploy/'s scheduler must read a config API of that version (1.19 or newer).
+        # install/kustomize/'s scheduler must read a config API of that version (1.19 or newer).
         scheduler_api_version_for(kubernetes_version)
         return cls(
             stack=stack,

@@ -3,7 +3,7 @@
 ``images`` pushes the scenario images to the registry; ``pause-image`` writes
 the sandbox image as an OCI archive for ``ctr images import`` on each node; ``overlay``
 builds and pushes the install's images to the testbed's registry and writes the testbed's
-overlay of ``deploy/`` (docs/deploy.md); ``agent-tokens`` issues and refreshes the host
+overlay of ``install/kustomize/`` (docs/deploy.md); ``agent-tokens`` issues and refreshes the host
 agents' node-bound tokens (the kubelet's part for a pod: docs/testbed-local.md);
 ``scheduler-configs`` prints its three kube-scheduler processes' configurations (the
 ``k8s_control_plane`` role writes them).
@@ -177,10 +177,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p_overlay = actions.add_parser(
         "overlay",
-        help="push the install's images to the testbed's registry and write its deploy/ overlay",
+        help="push the install's images to the testbed's registry and write its overlay of "
+        "install/kustomize/",
         description=(
             "Build the layersched and kube-scheduler images (no Docker), push them to the "
-            "testbed's registry, and write an overlay of deploy/ with the testbed's patches "
+            "testbed's registry, and write an overlay of install/kustomize/ with the testbed's "
+            "patches "
             "(host network, its API server and runtime sockets): kubectl apply -k DIR."
         ),
     )
@@ -527,7 +529,7 @@ def run_agent_tokens(args: argparse.Namespace) -> int:
 
 
 def run_overlay(args: argparse.Namespace) -> int:
-    """Push the install's images to the testbed's registry; write its deploy/ overlay."""
+    """Push the install's images to the testbed's registry; write its install/kustomize/ overlay."""
     inventory = load_state(args.state_dir)
     pushed = push_images(args, f"{inventory.registry.address}:{inventory.registry.port}")
     write_local_overlay(args.out, inventory, pushed)

@@ -1,5 +1,5 @@
 """The kind + CRI-O testbed: pure generators for its configuration files (layersched
-itself is installed from ``deploy/`` through its overlay, :func:`kind_overlay`; the
+itself is installed from ``install/kustomize/`` through its overlay, :func:`kind_overlay`; the
 names and scheduler configs it shares with :mod:`layersched.deploy` and
 :mod:`layersched_harness.testbed.scheduler_configs` are re-exported here for the Pulumi program
 in ``harness/infra/kind/`` and the tests), and the kind scenario driver

@@ -8,7 +8,7 @@ cluster uses. What only a kind testbed can see comes from Docker:
   the node's IP.
 * **Emptying a node's cache**: ``crictl rmi`` inside the node container.
 * **Scores**: for ``layer-locality``, the decision the extender logged for the pod: the
-  extender is the sidecar of ``deploy/``'s scheduler pods, its log read through the API
+  extender is the sidecar of ``install/kustomize/``'s scheduler pods, its log read through the API
   (``kubectl logs -c extender``) from the pod's mark on; for ``image-locality``, the
   core's port of upstream ImageLocality on the Node snapshot the scheduler saw (0..100:
   kind's scheduler does not log its plugin scores).
@@ -87,7 +87,7 @@ class KindTestbed:
         }
     )
     namespace: str = SCENARIO_NAMESPACE
-    #: Where deploy/'s scheduler pods run, and the name of their extender sidecar.
+    #: Where install/kustomize/'s scheduler pods run, and the name of their extender sidecar.
     scheduler_namespace: str = NAMESPACE
     scheduler_deployment: str = LAYER_LOCALITY_SCHEDULER
     extender_container: str = "extender"

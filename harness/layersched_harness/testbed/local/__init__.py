@@ -6,7 +6,7 @@ whose host end carries a ``tbf`` rate limit (the registry-to-node direction). Th
 package runs the playbooks with progress (:func:`up`, :func:`down`), reads the
 inventory file they write (:func:`load_state`), probes health (:func:`probe`)
 reads the link counters pulls are measured with (:func:`link_tx_bytes`), and writes its
-overlay of ``deploy/`` (:func:`local_testbed_overlay`).
+overlay of ``install/kustomize/`` (:func:`local_testbed_overlay`).
 See ``docs/testbed-local.md``.
 """
 

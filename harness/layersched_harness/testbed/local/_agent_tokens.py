@@ -3,7 +3,8 @@
 In a cluster the agent runs as a DaemonSet pod, and the kubelet gives it a token bound to
 its pod, which carries the pod's node (``userInfo.extra['authentication.kubernetes.io/
 node-name']`` and ``…/node-uid``): the per-node guard (the ValidatingAdmissionPolicy
-``deploy/`` installs) holds it to that node's ``NodeLayerInventory``. The testbed's agents
+``install/kustomize/`` installs) holds it to that node's ``NodeLayerInventory``. The testbed's
+agents
 are host processes, with no pod to bind a token to. They get what the policy judges the
 same way: a token of the testbed's agent service account bound to the **Node object
 itself** (TokenRequest with ``boundObjectRef`` kind Node: ServiceAccountTokenNodeBinding,

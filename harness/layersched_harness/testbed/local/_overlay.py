@@ -1,4 +1,4 @@
-"""The local testbed's overlay of ``deploy/`` (harness only: built from
+"""The local testbed's overlay of ``install/kustomize/`` (harness only: built from
 :mod:`layersched.deploy`'s public generators, never shipped).
 
 :func:`local_testbed_overlay` adapts the install to the Docker-free local testbed, whose
@@ -64,8 +64,9 @@ def local_testbed_overlay(
     spec: StackSpec | None = None,
     tls: WebhookTls | None = None,
 ) -> dict[str, str]:
-    """An overlay of ``base`` (the path of ``deploy/`` relative to the overlay) for one local
-    testbed. It installs ``deploy/stack`` only: the testbed applies the CRD itself.
+    """An overlay of ``base`` (the path of ``install/kustomize/`` relative to the overlay) for one
+    local
+    testbed. It installs ``install/kustomize/stack`` only: the testbed applies the CRD itself.
 
     Before Kubernetes 1.30 ``tls`` is the admission webhook's (:func:`overlay_tls`); its
     pods use the node's network too, and the testbed's API server reaches them through

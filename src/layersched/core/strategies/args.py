@@ -7,7 +7,7 @@ plugin), a strategy here is built from its :class:`StrategyArgs` by
 entry point (the CLI's flags, the simulator's settings, the testbed) fills these objects
 and nothing else checks their values; an invalid value is an InputError naming the
 strategy, the field and the allowed range. The native Go plugin's arguments mirror
-:class:`LayerLocalityArgs` (plugin/kube-scheduler).
+:class:`LayerLocalityArgs` (src/kube-scheduler).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class LayerLocalityArgs:
 
     strategy: ClassVar[str] = "layer-locality"
     #: Scale each present layer by (nodes holding it / all nodes) against node heating.
-    #: On, as everything installed runs it (the chart, ``deploy/``, the Go plugin's
+    #: On, as everything installed runs it (the chart, ``install/kustomize/``, the Go plugin's
     #: ``DefaultSpread``), so that ``score``, the simulator and the testbed predict the
     #: scheduler a user installs (issue 45); a caller that wants it off says so.
     spread: bool = True

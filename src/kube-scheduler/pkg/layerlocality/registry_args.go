@@ -16,7 +16,7 @@ import (
 const registryFields = "{enabled, allowRegistries, insecureRegistries, tokenHosts, authFiles, platform, timeoutSeconds, deadlineSeconds, retries, workers, queueSize, maxCachedImages, maxCachedBytes, cacheTTLSeconds, failureTTLSeconds, resolveWaitMilliseconds}"
 
 // DefaultAllowRegistries are the registries resolved from when the args name none: the
-// public ones most images come from (deploy/'s --allow-registry default,
+// public ones most images come from (install/kustomize/'s --allow-registry default,
 // layersched.deploy DEFAULT_ALLOWED_REGISTRIES).
 var DefaultAllowRegistries = []string{"docker.io", "registry.k8s.io", "ghcr.io", "quay.io"}
 
@@ -69,7 +69,7 @@ var registryDomain = regexp.MustCompile(`^(?:[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*|\
 // lands for the next pods of the image.
 type RegistryArgs struct {
 	// Enabled turns resolution on. Default false: a configuration without it makes no
-	// registry call (layersched's generator renders true, with deploy/'s allow-list).
+	// registry call (layersched's generator renders true, with install/kustomize/'s allow-list).
 	Enabled *bool `json:"enabled,omitempty"`
 	// AllowRegistries are the only registries contacted, "host" or "host:port" as image
 	// references write them ("docker.io", "10.0.0.5:5000"); a host alone allows its port

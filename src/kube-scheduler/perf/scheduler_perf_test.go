@@ -57,8 +57,8 @@ var (
 		"comma-separated profiles (config/profiles/NAME.yaml), each run on every workload")
 	upstreamDir = flag.String("upstream-dir", "",
 		"k8s.io/kubernetes's module directory (default: `go list -m` in this module)")
-	crdPath = flag.String("crd", "../../../deploy/crd.yaml",
-		"the NodeLayerInventory CRD (layersched's generated deploy/crd.yaml), created before each workload")
+	crdPath = flag.String("crd", "../../../install/kustomize/crd.yaml",
+		"the NodeLayerInventory CRD (layersched's generated install/kustomize/crd.yaml), created before each workload")
 )
 
 func TestMain(m *testing.M) {

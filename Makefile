@@ -16,6 +16,8 @@ endif
 help: ## List the targets, what they write and how long they last took
 	@python3 harness/scripts/help.py
 
+##@ The product: build it, install it
+
 venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI: .venv/bin/layersched)
 
 $(VENV)/.installed: pyproject.toml harness/pyproject.toml
@@ -24,20 +26,16 @@ $(VENV)/.installed: pyproject.toml harness/pyproject.toml
 kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release src/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: minutes; cached: seconds; a changed plugin: a relink)
 	@$(PY) harness/scripts/kubernetes_build.py
 
-tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (harness/layersched_harness/testbed/go-tools.yml; cold: minutes; cached: seconds)
-	@$(PY) harness/scripts/go_tools.py
-
 images: venv ## The release's images, built without Docker: layersched and layersched's kube-scheduler for 1.35, 1.36, 1.37, each for amd64 and arm64 in one multi-arch OCI index (kube-scheduler cross-compiled with CGO_ENABLED=0, cached by build ID and arch; OCI layouts and images.json under the cache; IMAGES_ARGS='--minor 37 --arch amd64' narrows it; not in CI: cold, six kube-scheduler compiles of minutes each; cached, seconds)
 	@$(PY) harness/scripts/images.py $(IMAGES_ARGS)
 
-crio: venv ## Build (or find cached) CRI-O from its Go module, cgo off (harness/layersched_harness/testbed/crio-build.yml; not in CI: the testbed's CRI-O nodes and make crio-live need it)
-	@$(PY) harness/scripts/go_tools.py --crio
+proto: venv ## Regenerate the gRPC message code: CRI (cri/api.proto) and containerd (containerd/protos/)
+	@harness/scripts/proto.sh
 
-crio-live: crio ## The live CRI-O tests (root; not in CI): the agent on CRI-O's real storage (overlay, vfs) against the manifests, its verbose ImageStatus, the relay in front of it; with LAYERSCHED_TESTBED_RUNTIMES naming crio, the testbed's CRI-O node (its published inventory, the relay role, Guaranteed and BestEffort pods Running through the runc wrapper)
-	@harness/scripts/crio-live.sh
+clean: ## Remove the venv and caches (not the testbed: use testbed-down)
+	@rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
 
-containerd: venv ## Download (or find cached) containerd 2.x, the testbed nodes' runtime (never installed)
-	@harness/scripts/containerd.sh
+##@ CI: what `make test` runs, and its rehearsal
 
 lint: venv ## ruff, mypy --strict on src/ and harness/, import-linter, test modules collect, ansible-lint, and go-lint
 	@harness/scripts/lint.sh
@@ -62,6 +60,26 @@ test: lint unit integration infra e2e ## Everything CI runs: lint, unit, integra
 ci-fresh: ## Rehearse CI on a fresh machine: clone HEAD, empty caches, new venv, .ci/run
 	@harness/scripts/ci-fresh.sh
 
+##@ The harness: testbeds, benchmarks, results
+
+containerd: venv ## Download (or find cached) containerd 2.x, the testbed nodes' runtime (never installed)
+	@harness/scripts/containerd.sh
+
+tools: venv ## Build (or find cached) the Go tools the tests run, from their Go modules: helm, actionlint (harness/layersched_harness/testbed/go-tools.yml; cold: minutes; cached: seconds)
+	@$(PY) harness/scripts/go_tools.py
+
+crio: venv ## Build (or find cached) CRI-O from its Go module, cgo off (harness/layersched_harness/testbed/crio-build.yml; not in CI: the testbed's CRI-O nodes and make crio-live need it)
+	@$(PY) harness/scripts/go_tools.py --crio
+
+crio-live: crio ## The live CRI-O tests (root; not in CI): the agent on CRI-O's real storage (overlay, vfs) against the manifests, its verbose ImageStatus, the relay in front of it; with LAYERSCHED_TESTBED_RUNTIMES naming crio, the testbed's CRI-O node (its published inventory, the relay role, Guaranteed and BestEffort pods Running through the runc wrapper)
+	@harness/scripts/crio-live.sh
+
+testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table: runs/<time>/harness/results/scenario.json, .png (RESULTS=commit: harness/results/); no tracked file changes {last: harness/results/scenario.json#make_testbed_s}
+	@harness/scripts/testbed.sh up
+
+testbed-down: venv ## DRIVER=local (default), kind or cloud: tear the testbed down (safe to run twice)
+	@harness/scripts/testbed.sh down
+
 bench: venv ## The extender's benchmarks (latency, memory, watch): runs/<time>/harness/results/extender.json (RESULTS=commit: harness/results/) {last: harness/results/extender.json#run_time_s}
 	@harness/scripts/bench.sh
 
@@ -77,20 +95,8 @@ live-minors: venv ## The plugin live on the older minors (1.35, 1.36; not in CI)
 replay: venv ## Replay harness/bench/replay/trace.json (50 pods, 6 nodes) and the 20-replica burst through every arm's kube-scheduler against the default profile, serial and parallel pulls, 3 alternated rounds from a clean state, resumable (root; not in CI; REPLAY_ARGS="--rounds 1"): runs/<time>/harness/results/replay.json, .png (RESULTS=commit: harness/results/) {last: harness/results/replay.json#run_time_s}
 	@harness/scripts/replay.sh
 
-testbed: venv ## DRIVER=local (default), kind or cloud: bring the testbed up, run the seed scenario, print the table: runs/<time>/harness/results/scenario.json, .png (RESULTS=commit: harness/results/); no tracked file changes {last: harness/results/scenario.json#make_testbed_s}
-	@harness/scripts/testbed.sh up
-
-testbed-down: venv ## DRIVER=local (default), kind or cloud: tear the testbed down (safe to run twice)
-	@harness/scripts/testbed.sh down
-
 simulate: venv ## Scale simulation: runs/<time>/harness/results/simulation.json and plots (RESULTS=commit: harness/results/) {last: harness/results/simulation.json#run_time_s}
 	@harness/scripts/simulate.sh
 
 figures: venv ## Rewrite every measured figure in README.md and docs/ from harness/results/ (runs nothing; the only writer of those blocks)
 	@$(PY) harness/bench/figures.py
-
-proto: venv ## Regenerate the gRPC message code: CRI (cri/api.proto) and containerd (containerd/protos/)
-	@harness/scripts/proto.sh
-
-clean: ## Remove the venv and caches (not the testbed: use testbed-down)
-	@rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

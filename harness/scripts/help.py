@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""make help: every target with its ``## `` comment, aligned, and how long it last took.
+"""make help: every target with its ``## `` comment, aligned, and how long it last took,
+under the heading of its group (a ``##@ `` line of the Makefile: the product, CI, the
+harness).
 
 A comment may end with ``{last: FILE#KEY}``: the results file that target writes and the
 key recording how long its last run took (seconds); the line then says so ("last run 18
@@ -16,6 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = re.compile(r"^([a-zA-Z0-9_-]+):[^#]*## (.*)$")
+GROUP = re.compile(r"^##@ (.*)$")
 LAST = re.compile(r"\s*\{last: ([^#}]+)#([^}]+)\}\s*$")
 SECONDS_PER_MINUTE = 60
 
@@ -38,8 +41,12 @@ def last_run(path: str, key: str) -> str:
 
 
 def main() -> int:
-    rows = []
+    rows: list[tuple[str, str]] = []  # (target, text), or ("", heading) for a group
     for line in (REPO / "Makefile").read_text(encoding="utf-8").splitlines():
+        group = GROUP.match(line)
+        if group is not None:
+            rows.append(("", group.group(1)))
+            continue
         match = TARGET.match(line)
         if match is None:
             continue
@@ -51,6 +58,9 @@ def main() -> int:
     width = max(len(target) for target, _ in rows) + 2
     color = sys.stdout.isatty()
     for target, text in rows:
+        if not target:
+            print(f"\n\033[1m{text}\033[0m" if color else f"\n{text}")
+            continue
         name = f"\033[36m{target:<{width}}\033[0m" if color else f"{target:<{width}}"
         print(f"  {name}{text}")
     return 0

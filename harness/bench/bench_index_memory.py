@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layersched.builds import kubernetes_build
+from layersched.builds import REPO_ROOT, kubernetes_build
 from layersched_harness.evidence import provenance
 from layersched_harness.evidence.results import write_json
 from layersched_harness.testbed.builds import find_go
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 PACKAGE = "src/kube-scheduler/pkg/layers"
 MEASUREMENT = f"{PACKAGE}/memory_bench_test.go"
 #: What the measurement calls by a name issue 31 gave it, and the name before (an older

@@ -74,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scheduler_report as report
 from corpus import Workload, workload
 
-from layersched.builds import kubernetes_build
+from layersched.builds import REPO_ROOT, kubernetes_build
 from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayersbuilder import build_document
@@ -104,7 +104,7 @@ from layersched_harness.testbed.scheduler_configs import (
     score_plugin_scheduler_config,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 #: The committed results file (a run writes it under its run directory unless committing).
 RESULTS = "harness/results/scheduler.json"
 PLAYBOOK = PLAYBOOKS_DIR / "bench-control-plane.yml"

@@ -33,12 +33,13 @@ import replay_report
 import scheduler_report
 
 from layersched import generated
+from layersched.builds import REPO_ROOT
 from layersched.core.errors import InputError
 from layersched_harness.evidence import provenance
 from layersched_harness.sim import report as sim_report
 from layersched_harness.testbed import report as scenario_report
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 EXTENDER_RESULTS = "harness/results/extender.json"
 HOP_RESULTS = "harness/results/extender_hop.json"
 HOSTILE_RESULTS = "harness/results/extender_hostile.json"

@@ -45,6 +45,7 @@ from replay_report import ARM_KEYS, BASELINE, FORMAT, MAX_PARALLEL_PULLS, MODES
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from layersched.builds import REPO_ROOT
 from layersched.core.errors import LayerschedError
 from layersched.core.quantity import parse_quantity
 from layersched_harness.evidence import provenance
@@ -83,7 +84,7 @@ from layersched_harness.testbed.replay import (
     slot_requests,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 #: The issue this replay answers (#36): the trace's seed.
 DEFAULT_SEED = 36
 DEFAULT_ROUNDS = 3

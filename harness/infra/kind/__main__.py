@@ -7,8 +7,6 @@ the kind overlay (+ the patched in-tree scheduler, which is no part of install/k
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pulumi
 from kindbed import (
     CrioNodeImage,
@@ -21,11 +19,10 @@ from kindbed import (
     TestbedRegistry,
 )
 
+from layersched.builds import REPO_ROOT
 from layersched.core.errors import InputError
 from layersched.deploy import DEFAULT_SCHEDULER
 from layersched_harness.testbed.kind import ClusterSpec, intree_scheduler_config
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 try:
     settings = Settings.from_config(pulumi.Config(), pulumi.get_stack(), REPO_ROOT)

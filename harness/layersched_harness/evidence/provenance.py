@@ -44,9 +44,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from layersched.builds import REPO_ROOT
 from layersched.core.errors import InputError
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = REPO_ROOT
 #: Where committed results live (relative to the checkout), all in one place: a tree whose
 #: only changes are here (the run's own earlier results) is not dirty.
 RESULTS_DIRS = ("harness/results",)

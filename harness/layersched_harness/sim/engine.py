@@ -353,11 +353,11 @@ class _Simulation:
         self.allocatable, self.requests = cluster.allocatable_and_requests()
         # nodes
         bandwidths = node_bandwidths(cluster, seed)
-        self.inventory = LayerIndex()
+        self.layer_index = LayerIndex()
         self.nodes: list[_Node] = []
         for i, bits in enumerate(bandwidths):
             info = NodeInfo(f"node-{i:05d}", labels={BANDWIDTH_KEY: f"{bits:.0f}"})
-            self.inventory.add_node(info)
+            self.layer_index.add_node(info)
             self.nodes.append(_Node(i, float(bits) / BITS_PER_BYTE))
         self.free = np.full(cluster.nodes, cluster.containers_per_node, dtype=np.int64)
         self.total_free = cluster.nodes * cluster.containers_per_node
@@ -437,7 +437,7 @@ class _Simulation:
         if self.profile is None:
             assert self.strategy is not None  # simulate() checks
             result = self.strategy.score(
-                self.pods[pod.image], self.pod_layers[pod.image], self.inventory, candidates
+                self.pods[pod.image], self.pod_layers[pod.image], self.layer_index, candidates
             )
             scores = result.scores
             best = np.flatnonzero(scores == scores.max())
@@ -477,13 +477,13 @@ class _Simulation:
                 totals[k] += profile.topology_spread_weight * score
         if self.image_locality is not None:
             located = self.image_locality.score(
-                self.pods[pod.image], (), self.inventory, candidates
+                self.pods[pod.image], (), self.layer_index, candidates
             )
             for k, score in enumerate(located.scores):
                 totals[k] += profile.image_locality_weight * int(score)
         if self.strategy is not None and self._knows(pod.image):
             layered = self.strategy.score(
-                self.pods[pod.image], self.pod_layers[pod.image], self.inventory, candidates
+                self.pods[pod.image], self.pod_layers[pod.image], self.layer_index, candidates
             )
             for k, score in enumerate(layered.scores):
                 totals[k] += (
@@ -521,7 +521,7 @@ class _Simulation:
         entry.uses += 1
         entry.last_used_s = self.now
         if self.pending is not None:  # bound, not started: what in-flight scoring counts
-            name = self.inventory.nodes[node.index].name
+            name = self.layer_index.nodes[node.index].name
             bound_s = math.floor(self.now / BIND_TIME_RESOLUTION_S) * BIND_TIME_RESOLUTION_S
             pull = PendingPull(f"pod-{pod.request}", bound_s, self.pod_layers[pod.image])
             self.pending.put(name, pull)
@@ -597,7 +597,7 @@ class _Simulation:
         if not entry.present:
             entry.present = True
             self.holders[pod.image] += 1
-            self.inventory.add_image_name(
+            self.layer_index.add_image_name(
                 node.index, self.image_name[pod.image], self.image_size[pod.image]
             )
         ready_s = self.now + self.cluster.start_overhead_s
@@ -664,9 +664,9 @@ class _Simulation:
             for lid in job.layers:
                 del node.inflight[lid]
                 node.present.add(lid)
-            self.inventory.add_layers(node.index, [self.layers[lid] for lid in job.layers])
+            self.layer_index.add_layers(node.index, [self.layers[lid] for lid in job.layers])
             if self.pending is not None:
-                self.pending.node_changed(self.inventory.nodes[node.index].name)
+                self.pending.node_changed(self.layer_index.nodes[node.index].name)
             for pod in job.waiters:
                 pod.pending -= 1
                 if pod.pending == 0:
@@ -695,7 +695,7 @@ class _Simulation:
         if entry.present:
             self.holders[img] -= 1
         self.evicted += 1
-        self.inventory.remove_image_name(node.index, self.image_name[img])
+        self.layer_index.remove_image_name(node.index, self.image_name[img])
         freed = []
         for lid in self.image_layers[img]:
             left = node.refs[lid] - 1
@@ -707,9 +707,9 @@ class _Simulation:
             node.used_bytes -= self.layers[lid].size_bytes
             freed.append(self.layers[lid].digest)
         if freed:
-            self.inventory.remove_layers(node.index, freed)
+            self.layer_index.remove_layers(node.index, freed)
             if self.pending is not None:
-                self.pending.node_changed(self.inventory.nodes[node.index].name)
+                self.pending.node_changed(self.layer_index.nodes[node.index].name)
 
     def result(self) -> RunResult:
         wait_s = np.asarray(self.wait_s, dtype=np.float64)

@@ -54,11 +54,11 @@ class _SourceCollector(Collector):
         self,
         source: LayerSource,
         resolver: DeadlineResolver,
-        inventory: Callable[[], LayerIndexView | None],
+        index: Callable[[], LayerIndexView | None],
     ) -> None:
         self._source = source
         self._resolver = resolver
-        self._inventory = inventory
+        self._index = index
 
     def collect(self) -> Iterator[Metric]:
         for attribute, name, documentation in SOURCE_COUNTERS:
@@ -124,19 +124,19 @@ class _SourceCollector(Collector):
             "Tag entries answered again by the layer source after their TTL (default platform).",
             self._resolver.revalidations,
         )
-        inventory = self._inventory()
-        if inventory is not None:
+        index = self._index()
+        if index is not None:
             yield _one(
                 GaugeMetricFamily,
                 "layersched_extender_inventory_nodes",
                 "Nodes in the held inventory.",
-                inventory.node_count,
+                index.node_count,
             )
             yield _one(
                 GaugeMetricFamily,
                 "layersched_extender_inventory_unresolved_node_images",
                 "Images of the held inventory whose layers are unknown (ignored).",
-                inventory.unresolved_images,
+                index.unresolved_images,
             )
 
 
@@ -178,7 +178,7 @@ class ExtenderMetrics:
         self,
         source: LayerSource,
         resolver: DeadlineResolver,
-        inventory: Callable[[], LayerIndexView | None],
+        index: Callable[[], LayerIndexView | None],
     ) -> None:
         self.registry = process_registry()
         self.in_progress = Gauge(
@@ -232,7 +232,7 @@ class ExtenderMetrics:
             "Digest-pinned pod images whose layers the nodes agreed on but the registry "
             "gave otherwise (the registry's answer is used): lying nodes show here.",
         )
-        self.registry.register(_SourceCollector(source, resolver, inventory))
+        self.registry.register(_SourceCollector(source, resolver, index))
 
     def _counter(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> Counter:
         return Counter(name, documentation, labels, registry=self.registry)

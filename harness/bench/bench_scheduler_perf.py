@@ -1,6 +1,6 @@
 """kube-scheduler with LayerLocality measured by upstream's scheduler_perf, in rounds.
 
-The Go benchmark (``src/kube-scheduler/perf``, its own module) runs upstream's
+The Go benchmark (``harness/scheduler-perf``, its own module) runs upstream's
 ``RunBenchmarkPerfScheduling`` with LayerLocality in the out-of-tree registry: upstream's
 SchedulingBasic workloads as they are (read from the module cache) and layersched's
 SharedLayers (nodes holding images whose layers others share, a NodeLayerInventory per
@@ -49,7 +49,7 @@ from layersched_harness.evidence import provenance
 from layersched_harness.evidence.results import destination, write_json
 from layersched_harness.testbed.builds import find_go
 
-MODULE = REPO_ROOT / "src" / "kube-scheduler" / "perf"
+MODULE = REPO_ROOT / "harness" / "scheduler-perf"
 #: The committed results file (a run writes it under its run directory unless committing).
 RESULTS = "harness/results/scheduler_perf.json"
 #: The SharedLayers workloads of 5,000 measured pods: the ones issue 43's spread target is

@@ -10,7 +10,7 @@ Every ``go.mod`` git tracks is a module (:func:`modules`), none is left out:
 * ``go vet -trimpath`` on every package, with the Kubernetes build's toolchain and caches;
 * ``go test -race -trimpath -count=1`` on every package with tests (``go list``'s
   ``TestGoFiles``/``XTestGoFiles`` holding a ``func Test``). A package whose tests are
-  benchmarks only (``src/kube-scheduler/perf``: ``BenchmarkPerfScheduling``, run by
+  benchmarks only (``harness/scheduler-perf``: ``BenchmarkPerfScheduling``, run by
   make bench-perf) has no test to run under it.
 
 The race detector needs cgo and compiles every dependency apart from a plain build (cold on
@@ -18,7 +18,7 @@ a fresh machine: minutes per Kubernetes release), and ``go vet`` type-checks eve
 dependency of what it vets, once per build mode, for its analyzers' facts. So each module
 is vetted against a compile that exists anyway:
 
-* at the Kubernetes build's release (``src/kube-scheduler``, its ``perf``, the
+* at the Kubernetes build's release (``src/kube-scheduler``, ``harness/scheduler-perf``, the
   reference's minor of that release): every package plainly (cgo off), on ``make
   kubernetes``'s compile, one set of facts for all of them; the race tests then compile
   the race build, and nothing type-checks it again;
@@ -103,7 +103,7 @@ def modules(root: Path = REPO_ROOT) -> list[Module]:
 
 
 def _in_nested_module(path: Path, module: Path) -> bool:
-    """Whether ``path`` belongs to a module nested under ``module`` (minors/, perf/)."""
+    """Whether ``path`` belongs to a module nested under ``module`` (minors/)."""
     parent = path.parent
     while parent != module:
         if (parent / "go.mod").is_file():

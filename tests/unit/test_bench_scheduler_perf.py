@@ -203,7 +203,7 @@ def test_the_block_ends_with_the_verdicts() -> None:
     assert "**missed**" in text.splitlines()[-1]
 
 
-PROFILES_DIR = ROOT / "src/kube-scheduler/perf/config/profiles"
+PROFILES_DIR = ROOT / "harness/scheduler-perf/config/profiles"
 
 
 @pytest.mark.parametrize(

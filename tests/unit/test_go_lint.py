@@ -48,7 +48,7 @@ def test_a_nested_modules_files_are_not_its_parents(tmp_path: Path) -> None:
 
 
 def test_testmain_alone_is_no_test() -> None:
-    # src/kube-scheduler/perf holds TestMain and a benchmark: nothing to race-test
+    # harness/scheduler-perf holds TestMain and a benchmark: nothing to race-test
     assert not go_lint._TEST_FUNC.search("func TestMain(m *testing.M) {\n")
     assert go_lint._TEST_FUNC.search("func TestScores(t *testing.T) {\n")
     assert not go_lint._TEST_FUNC.search("func BenchmarkPerfScheduling(b *testing.B) {\n")
@@ -135,7 +135,7 @@ def test_modules_know_their_release() -> None:
     # modules compile their own
     built = kubernetes_build().version
     found = {m.name: m for m in go_lint.modules()}
-    for name in ("src/kube-scheduler", "src/kube-scheduler/perf"):
+    for name in ("src/kube-scheduler", "harness/scheduler-perf"):
         assert found[name].release == built, name
     minors = [m for n, m in found.items() if n.startswith("src/kube-scheduler/minors/")]
     assert minors and all(m.release and m.release != built for m in minors)

@@ -57,7 +57,7 @@ var (
 		"comma-separated profiles (config/profiles/NAME.yaml), each run on every workload")
 	upstreamDir = flag.String("upstream-dir", "",
 		"k8s.io/kubernetes's module directory (default: `go list -m` in this module)")
-	crdPath = flag.String("crd", "../../../install/kustomize/crd.yaml",
+	crdPath = flag.String("crd", "../../install/kustomize/crd.yaml",
 		"the NodeLayerInventory CRD (layersched's generated install/kustomize/crd.yaml), created before each workload")
 )
 

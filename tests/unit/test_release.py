@@ -3,6 +3,7 @@ pulls, the builder that makes them, one helm, one Go."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -55,3 +56,17 @@ def test_it_runs_on_tags_and_publishes_wheel_images_and_chart() -> None:
     assert "layersched deploy chart --images dist/images.json" in text
     assert "layersched deploy render --images dist/images.json" in text
     assert f"helm lint --strict {CHART_DIR}" in text
+
+
+def test_every_checkout_path_the_workflow_names_exists() -> None:
+    # a moved folder (deploy/ became install/kustomize/) must not leave the release
+    # archiving or linting a path that is gone: each tracked path it names, and the
+    # archived kustomize install (`tar ... -C DIR NAME`), exists
+    text = WORKFLOW.read_text()
+    named = set(re.findall(r"(?<![\w./-])((?:src|install|harness)/[\w./-]*[\w/])", text))
+    assert named, "the workflow names no checkout path"
+    assert [p for p in sorted(named) if not (REPO_ROOT / p).exists()] == []
+    gone = r"(?<![\w./-])(?:plugin|bench|scripts|playbooks|infra|charts|deploy|images|reports)/"
+    assert re.findall(gone + r"\S*", text) == [], "a path of the layout before issue 47"
+    [(parent, name)] = re.findall(r"tar -czf \S+ -C (\S+) (\S+)", text)
+    assert (REPO_ROOT / parent / name / "kustomization.yaml").is_file()

@@ -11,6 +11,7 @@ import pytest
 
 from layersched.core.errors import InputError
 from layersched_harness.evidence import provenance, results
+from layersched_harness.testbed.report import DEFAULT_REPORT
 from tests.fixtures import prereq
 
 RECORD = {"commit": "a" * 40, "date": "2026-11-28T20:00:00+00:00"}
@@ -82,3 +83,13 @@ def test_a_plot_carries_the_commit_of_its_json(tmp_path: Path) -> None:
     (tmp_path / "no.png").write_text("x")
     with pytest.raises(InputError, match="not a PNG"):
         results.png_provenance(tmp_path / "no.png")
+
+
+@pytest.mark.parametrize("script", ["harness/infra/kind/kind.sh", "harness/infra/cloud/cloud.sh"])
+def test_the_shell_drivers_write_the_scenario_where_the_testbed_does(script: str) -> None:
+    # kind.sh and cloud.sh pick the report's directory themselves: the committed one with
+    # RESULTS=commit, else the same relative path under a run directory (as destination())
+    text = (Path(__file__).resolve().parents[2] / script).read_text()
+    [committed] = re.findall(r"then report_dir=(\S+)", text)
+    [run] = re.findall(r"else report_dir=runs/\$\(date[^)]*\)/(\S+?);", text)
+    assert committed == run == Path(DEFAULT_REPORT).parent.as_posix(), script

@@ -78,8 +78,8 @@ case "$action" in
     check_config
     provision
     # a run's report goes under runs/ (git-ignored); RESULTS=commit writes harness/results/
-    if [ "${LAYERSCHED_RESULTS:-}" = commit ]; then report_dir=reports
-    else report_dir=runs/$(date -u +%Y%m%dT%H%M%SZ)/reports; fi
+    if [ "${LAYERSCHED_RESULTS:-}" = commit ]; then report_dir=harness/results
+    else report_dir=runs/$(date -u +%Y%m%dT%H%M%SZ)/harness/results; fi
     report_dir=${LAYERSCHED_E2E_REPORT_DIR:-$report_dir}
     echo "== scenario ($report_dir/scenario.json)" >&2
     LAYERSCHED_CLOUD_STACK=$stack LAYERSCHED_CLOUD_STATE_DIR=$state_dir LAYERSCHED_KEEP_TESTBED=1 \

@@ -48,6 +48,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from layersched.builds import REPO_ROOT
 from layersched_harness.evidence import provenance
 from layersched_harness.evidence.results import write_json
 
@@ -213,7 +214,7 @@ def main() -> int:
         # what was compared: kept apart from the two sides' statistics ("new", "old"),
         # which would otherwise overwrite it
         "compared": {
-            NEW: {"commit": commit(Path(__file__).resolve().parents[2])},
+            NEW: {"commit": commit(REPO_ROOT)},
             OLD: {"tree": str(old_tree), "commit": commit(old_tree)},
         },
         "order": "ABBA by round (new first in even rounds)",

@@ -53,6 +53,7 @@ from fake_api import FakeApi
 from rich.console import Console
 from rich.progress import Progress
 
+from layersched.builds import REPO_ROOT
 from layersched.core.nodelayersbuilder import build_document
 from layersched_harness.evidence import provenance
 from layersched_harness.evidence.results import write_json
@@ -188,7 +189,7 @@ def main() -> int:
     record = provenance.start(None)
     results: dict[str, Any] = {
         "provenance": record,
-        "commit_new": args.label_new or commit(args.new or Path(__file__).resolve().parents[2]),
+        "commit_new": args.label_new or commit(args.new or REPO_ROOT),
         "commit_old": args.label_old or (commit(args.against) if args.against else None),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),

@@ -40,6 +40,7 @@ from bench_extender import (
 from rich.console import Console
 from rich.progress import Progress
 
+from layersched.builds import REPO_ROOT
 from layersched_harness.evidence import provenance, results
 
 #: The committed home of the results (a run writes under runs/ unless
@@ -156,7 +157,7 @@ def main() -> int:
     record = provenance.start(None)
     found: dict[str, Any] = {
         "compared": {
-            "new": args.label_new or commit(args.new or Path(__file__).resolve().parents[2]),
+            "new": args.label_new or commit(args.new or REPO_ROOT),
             "old": args.label_old or (commit(args.against) if args.against else None),
         },
         "workload": {

@@ -24,6 +24,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from layersched.builds import REPO_ROOT
 from layersched.core.errors import InputError
 from layersched.images.oci import (
     EXECUTABLE_MODE,
@@ -39,9 +40,7 @@ from layersched_harness.testbed.idle_program import idle_program
 from layersched_harness.testbed.scenario import ScenarioImages
 
 #: The spec in the repository (``harness/images/scenario/scenario.yml``).
-DEFAULT_SPEC_PATH = (
-    Path(__file__).resolve().parents[3] / "harness" / "images" / "scenario" / "scenario.yml"
-)
+DEFAULT_SPEC_PATH = REPO_ROOT / "harness" / "images" / "scenario" / "scenario.yml"
 #: The scenario's image labels, as the seed names them.
 IMG1 = "Img1"
 IMG2 = "Img2"

@@ -23,7 +23,7 @@ venv: $(VENV)/.installed ## Create .venv with layersched installed editable (CLI
 $(VENV)/.installed: pyproject.toml harness/pyproject.toml
 	@harness/scripts/venv.sh $(VENV)
 
-kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release src/kube-scheduler/go.mod pins: etcd, control plane, kubelet, kubectl, pause (cold: minutes; cached: seconds; a changed plugin: a relink)
+kubernetes: venv ## Build (or find cached) Kubernetes from its Go modules, the release src/kube-scheduler/go.mod pins: layersched's kube-scheduler (src/kube-scheduler), then the testbed's etcd, control plane, kubelet, kubectl and pause (harness/control-plane) (cold: minutes; cached: seconds; a changed plugin: a relink)
 	@$(PY) harness/scripts/kubernetes_build.py
 
 images: venv ## The release's images, built without Docker: layersched and layersched's kube-scheduler for 1.35, 1.36, 1.37, each for amd64 and arm64 in one multi-arch OCI index (kube-scheduler cross-compiled with CGO_ENABLED=0, cached by build ID and arch; OCI layouts and images.json under the cache; IMAGES_ARGS='--minor 37 --arch amd64' narrows it; not in CI: cold, six kube-scheduler compiles of minutes each; cached, seconds)

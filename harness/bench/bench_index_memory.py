@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layersched.builds import REPO_ROOT, kubernetes_build
+from layersched.builds import REPO_ROOT
 from layersched_harness.evidence import provenance
 from layersched_harness.evidence.results import write_json
-from layersched_harness.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go, kubernetes_build
 
 ROOT = REPO_ROOT
 PACKAGE = "src/kube-scheduler/pkg/layers"

@@ -74,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scheduler_report as report
 from corpus import Workload, workload
 
-from layersched.builds import REPO_ROOT, kubernetes_build
+from layersched.builds import REPO_ROOT
 from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.nodeimages import NodeImage
 from layersched.core.nodelayersbuilder import build_document
@@ -95,7 +95,7 @@ from layersched.deploy import (
 from layersched.kube import NODE_LAYERS_PATH, KubeClient, extender_rules, load_kubeconfig
 from layersched_harness.evidence import provenance
 from layersched_harness.evidence.results import destination, write_json
-from layersched_harness.testbed.builds import FALLBACK_GO
+from layersched_harness.testbed.builds import FALLBACK_GO, kubernetes_build
 from layersched_harness.testbed.errors import TestbedError
 from layersched_harness.testbed.local import PLAYBOOKS_DIR, down, require_root, run_playbook
 from layersched_harness.testbed.scheduler_configs import (

@@ -43,11 +43,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scheduler_report
 
-from layersched.builds import REPO_ROOT, kubernetes_build
+from layersched.builds import REPO_ROOT
 from layersched.core.errors import InputError
 from layersched_harness.evidence import provenance
 from layersched_harness.evidence.results import destination, write_json
-from layersched_harness.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go, kubernetes_build
 
 MODULE = REPO_ROOT / "harness" / "scheduler-perf"
 #: The committed results file (a run writes it under its run directory unless committing).

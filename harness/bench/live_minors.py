@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import live_minors_report as report
 from bench_scheduler import ControlPlane, fake_node, untaint
 
-from layersched.builds import REPO_ROOT, KubernetesBuild, kubernetes_build, minor_builds
+from layersched.builds import REPO_ROOT, KubernetesBuild
 from layersched.core.errors import KubeError, LayerschedError
 from layersched.core.layers import Layer
 from layersched.core.nodeimages import NodeImage
@@ -62,6 +62,7 @@ from layersched.deploy import LAYER_LOCALITY_PLUGIN
 from layersched.kube import KubeClient, node_layers_path, node_path, pod_path, pods_path
 from layersched_harness.evidence import provenance
 from layersched_harness.evidence.results import write_json
+from layersched_harness.testbed.builds import kubernetes_build, minor_builds
 from layersched_harness.testbed.cluster import plugin_scores
 from layersched_harness.testbed.deploy_stack import Kubectl
 from layersched_harness.testbed.local import PLAYBOOKS_DIR, down, run_playbook

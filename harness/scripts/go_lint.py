@@ -45,9 +45,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from layersched.builds import REPO_ROOT, kubernetes_build, pinned_version
+from layersched.builds import REPO_ROOT, pinned_version
 from layersched.core.errors import LayerschedError
-from layersched_harness.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go, kubernetes_build
 
 #: The module the minors' modules compile against their release.
 MAIN_MODULE = "layersched.io/kube-scheduler"

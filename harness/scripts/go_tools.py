@@ -17,9 +17,15 @@ import subprocess
 import sys
 import time
 
-from layersched.builds import REPO_ROOT, kubernetes_build
+from layersched.builds import REPO_ROOT
 from layersched.core.errors import LayerschedError
-from layersched_harness.testbed.builds import GoTool, crio_build, find_go, go_tools
+from layersched_harness.testbed.builds import (
+    GoTool,
+    crio_build,
+    find_go,
+    go_tools,
+    kubernetes_build,
+)
 
 #: go's output quoted when a tool fails.
 TAIL_LINES = 30

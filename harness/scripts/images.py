@@ -26,7 +26,7 @@ from pathlib import Path
 from kubernetes_build import build_platform
 
 from layersched import __version__
-from layersched.builds import IMAGE_ARCHES, cache_root, kubernetes_build, minor_builds
+from layersched.builds import IMAGE_ARCHES, cache_root, scheduler_build, scheduler_minor_builds
 from layersched.core.errors import LayerschedError
 from layersched.deploy import PLUGIN_RELEASES, write_published_images
 from layersched.images.release import (
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out or cache_root() / "images" / "release" / __version__
     started = time.monotonic()
     try:
-        builds = [b for b in (*minor_builds(), kubernetes_build()) if b.minor[1] in wanted]
+        builds = [b for b in (*scheduler_minor_builds(), scheduler_build()) if b.minor[1] in wanted]
         for build in builds:
             for arch in arches:
                 if build_platform(build, KUBE_SCHEDULER, arch) != 0:

@@ -1,38 +1,39 @@
-"""make kubernetes: build (or find cached) Kubernetes from its Go modules.
+"""make kubernetes: build (or find cached) the testbed's Kubernetes from its Go modules.
 
-Every binary of ``src/layersched/kubernetes-build.yml`` is ``go build``-t from
-layersched's Go module (``cmd/<name>``), against the release its ``go.mod`` pins, into
-``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin`` (layersched.builds.KubernetesBuild). The
-Go module and build caches live under ``$LAYERSCHED_CACHE_DIR/go``, outside the
-repository. With every binary there and stamped with the build ID nothing runs; a changed
-plugin recompiles only what changed (warm: well under a minute). With ``--minor 1.35``
-it builds that older minor's ``minor_binaries`` from its module under ``minors/``
-(``make live-minors``), under that minor's own build ID. With ``--arch amd64|arm64`` it
-compiles ``--binary`` (default: kube-scheduler, the images' one binary) for
-``linux/<arch>`` into the build's ``linux-<arch>/`` (``GOARCH``, cgo off: a static
-binary; without a VCS stamp, so that it is a function of the build ID and the
-architecture only; the host's own architecture is a relink from Go's build cache), for
-``make images``. Prints a line per binary with its duration; a failure names
-the binary and ends with the compiler's last lines.
+First layersched's kube-scheduler (``src/layersched/kubernetes-build.yml``: ``go build``
+of ``cmd/kube-scheduler`` in layersched's Go module, against the release its ``go.mod``
+pins) into ``$LAYERSCHED_CACHE_DIR/kubernetes/<its build ID>/bin``; then the testbed's
+control plane (``harness/layersched_harness/testbed/control-plane-build.yml``: each
+``cmd/<name>`` of the harness's ``harness/control-plane`` module, pinned to the same
+release) into the testbed build's ``bin``, beside a hard link to that kube-scheduler
+(``layersched_harness.testbed.builds.kubernetes_build``). The Go module and build caches
+live under ``$LAYERSCHED_CACHE_DIR/go``, outside the repository. With every binary there
+and stamped with the build ID nothing runs; a changed plugin recompiles only what changed
+(warm: well under a minute). With ``--minor 1.35`` it builds that older minor's binaries
+from each module's ``minors/1.35`` (``make live-minors``), under that minor's own build
+IDs. With ``--arch amd64|arm64`` it compiles ``--binary`` (default: kube-scheduler, the
+images' one binary, under the kube-scheduler build's ID) for ``linux/<arch>`` into the
+build's ``linux-<arch>/`` (``GOARCH``, cgo off: a static binary; without a VCS stamp, so
+that it is a function of the build ID and the architecture only; the host's own
+architecture is a relink from Go's build cache), for ``make images``. Prints a line per
+binary with its duration; a failure names the binary and ends with the compiler's last
+lines.
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
+import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from layersched.builds import (
-    BUILD_STAMP,
-    IMAGE_ARCHES,
-    KubernetesBuild,
-    cache_root,
-    kubernetes_build,
-)
+from layersched.builds import BUILD_STAMP, IMAGE_ARCHES, KubernetesBuild, cache_root
 from layersched.core.errors import LayerschedError
-from layersched_harness.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go, kubernetes_build
 
 #: Compiler output quoted when a binary fails.
 TAIL_LINES = 30
@@ -53,7 +54,25 @@ def ldflags(build: KubernetesBuild) -> str:
     return f"-s -w {flags}"
 
 
+def _take(source: Path, target: Path) -> None:
+    """``target`` becomes the built ``source``: a hard link, else a copy (another file
+    system), replacing whatever was there."""
+    partial = target.with_name(f"{target.name}.partial")
+    partial.unlink(missing_ok=True)
+    try:
+        os.link(source, partial)
+    except OSError:
+        shutil.copy2(source, partial)
+    partial.replace(target)
+
+
 def build_all(build: KubernetesBuild) -> int:
+    """Every binary of ``build`` into its bin dir (an included build's first, then
+    taken as built), unless they are there and stamped."""
+    if build.includes is not None:
+        status = build_all(build.includes)
+        if status != 0:
+            return status
     module = build.directory()
     go, go_version = find_go(build.go_version_needed())
     bin_dir = build.bin_dir()
@@ -73,6 +92,11 @@ def build_all(build: KubernetesBuild) -> int:
         started = time.monotonic()
         (bin_dir / BUILD_STAMP).unlink(missing_ok=True)
         for name in build.binaries:
+            if name not in build.own_binaries:
+                assert build.includes is not None
+                _take(build.includes.binary(name), bin_dir / name)
+                print(f"  {name}: from build {build.includes.build_id}", flush=True)
+                continue
             began = time.monotonic()
             argv = [go, "build", "-trimpath", "-ldflags", ldflags(build)]
             argv += ["-o", str(bin_dir / name), build.main_package(name)]
@@ -95,7 +119,11 @@ IMAGE_BINARY = "kube-scheduler"
 
 def build_platform(build: KubernetesBuild, name: str, arch: str) -> int:
     """Binary ``name`` of ``build`` for ``linux/<arch>`` into its cache path
-    (:meth:`KubernetesBuild.platform_binary`), unless it is there."""
+    (:meth:`KubernetesBuild.platform_binary`), unless it is there; a binary ``build`` takes
+    from another build is that build's (the images' kube-scheduler is keyed by
+    layersched's module alone)."""
+    if build.includes is not None and name not in build.own_binaries:
+        return build_platform(build.includes, name, arch)
     target = build.platform_binary(name, arch)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{name}.partial")

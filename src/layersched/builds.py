@@ -1,31 +1,31 @@
-"""The product's builds, cached outside the repository: the cache root, the image
-architectures and the Kubernetes build (the release its go.mod pins, the binaries its
-images package).
+"""The product's build, cached outside the repository: the cache root, the image
+architectures, the release layersched's Go module pins, and its kube-scheduler (the
+binary its images package).
 
-``make kubernetes`` builds Kubernetes from its Go modules, the way out-of-tree schedulers
-do: every component is a small main in layersched's Go module (``src/kube-scheduler``;
-upstream's command unchanged, the scheduler with the LayerLocality plugin registered),
-compiled with the go command against the release that module's ``go.mod`` pins. The
-binaries are cached under ``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin`` and Go's
-module and build caches under ``$LAYERSCHED_CACHE_DIR/go``. The build's identity is
-``kubernetes-build.yml`` beside this module (the module and the binaries) plus the module
-itself: the release is read from its ``go.mod`` and the build ID hashes its ``go.mod``,
-``go.sum`` and sources, so a changed plugin or a new pin never reuses an old binary. The
-CLI's defaults, the tests and the benchmarks take it and its paths from here, and
-``harness/playbooks/vars/kubernetes.yml`` derives the same paths from the same files
-(``tests/infra/test_playbooks_local.py`` holds the two derivations equal).
+layersched's kube-scheduler is built from its Go module (``src/kube-scheduler``:
+upstream's command with the LayerLocality plugin registered out of tree), the way
+out-of-tree schedulers are, with the go command against the release that module's
+``go.mod`` pins (:func:`scheduler_build`). The binary is cached under
+``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin`` and Go's module and build caches under
+``$LAYERSCHED_CACHE_DIR/go``. The build's identity is ``kubernetes-build.yml`` beside this
+module (the module and its binaries) plus the module itself: the release is read from its
+``go.mod`` and the build ID hashes its ``go.mod``, ``go.sum`` and sources, so a changed
+plugin or a new pin never reuses an old binary.
 
 The older supported minors have a Go module each under the module's ``minors/<minor>``
 (``minors/1.35``): it requires layersched's module and replaces the release, and every
 module that release's ``go.mod`` requires, with the versions that release requires
 (``hack/pin_kubernetes.py --as-released``). The plugin's tests run there
-(``tests/integration/test_kube_scheduler_minors.py``), and ``make live-minors`` builds the
-file's ``minor_binaries`` there, from the same mains, into the same cache under the
-minor's own build ID (the release and the hash of both modules).
+(``tests/integration/test_kube_scheduler_minors.py``), and the release's images build
+that minor's kube-scheduler there, under the minor's own build ID (the release and the
+hash of both modules).
 
-The go command, the containerd 2.x download, the Go tools and CRI-O are the harness's
-builds (:mod:`layersched_harness.testbed.builds`), cached under the same root; the product keeps
-the cache root, the image architectures and the Kubernetes build its images package.
+:class:`KubernetesBuild` and the record's parsing serve the harness too: the testbed's
+Kubernetes (its control plane, nodes and kubectl, from the harness's own Go module,
+``harness/control-plane``) is one build over both modules, which takes this build's
+kube-scheduler as built (:mod:`layersched_harness.testbed.builds`). The machinery that
+runs the go command is the harness's (``harness/scripts/kubernetes_build.py``, ``make
+kubernetes``); so are the go command, the containerd 2.x download, the Go tools and CRI-O.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ DEFAULT_CACHE_ROOT = Path("/var/cache/layersched")
 KUBERNETES_BUILD_FILE = "kubernetes-build.yml"
 #: What builds the cache (the README's set-up step).
 BUILD_COMMAND = "make kubernetes"
+#: What pins a Go module to a release (``--module-dir`` names any module of the repository).
+PIN_SCRIPT = "src/kube-scheduler/hack/pin_kubernetes.py"
 #: The module path every Kubernetes release is required under.
 KUBERNETES_MODULE = "k8s.io/kubernetes"
 #: Inside a build's bin dir: the build ID the binaries were built for.
@@ -163,8 +165,10 @@ def _module_path(go_mod: str, where: Path) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KubernetesBuild:
-    """What ``make kubernetes`` builds from layersched's Go module, and where it caches it;
-    or what ``make live-minors`` builds for an older minor, from that minor's module."""
+    """Binaries built from one Go module's mains against the release it pins, and where
+    they are cached: layersched's kube-scheduler (:func:`scheduler_build`), or an older
+    minor's from that minor's module; or the testbed's Kubernetes, which takes another
+    build's binaries as built (:attr:`includes`)."""
 
     #: The directory the go commands run in, relative to the repository root: the module,
     #: or a minor's module under it.
@@ -178,6 +182,16 @@ class KubernetesBuild:
     #: The import path of the package holding the mains (``layersched.io/kube-scheduler``):
     #: a main is ``<mains>/cmd/<name>``, in the module and in a minor's module alike.
     mains: str = ""
+    #: A build whose binaries this one takes as built, into its own bin dir (the testbed's
+    #: Kubernetes takes layersched's kube-scheduler); its hash is part of
+    #: :attr:`module_sha256`.
+    includes: KubernetesBuild | None = None
+
+    @property
+    def own_binaries(self) -> tuple[str, ...]:
+        """The binaries compiled from this build's own module (not :attr:`includes`')."""
+        taken = self.includes.binaries if self.includes else ()
+        return tuple(name for name in self.binaries if name not in taken)
 
     def directory(self, repo: Path = REPO_ROOT) -> Path:
         """Where the module is in this checkout."""
@@ -309,26 +323,29 @@ def record_binaries(record: Any, where: str) -> tuple[str, ...]:
     return tuple(binaries)
 
 
-def parse_kubernetes_build(record: Any, repo: Path = REPO_ROOT) -> KubernetesBuild:
-    """Read ``kubernetes-build.yml``'s mapping; the release and the module's hash are read
+def parse_kubernetes_build(
+    record: Any, repo: Path = REPO_ROOT, where: str = KUBERNETES_BUILD_FILE
+) -> KubernetesBuild:
+    """Read a build record's mapping (``kubernetes-build.yml``; the harness's control
+    plane has one of the same shape, ``where``); the release and the module's hash are read
     from the module in ``repo``."""
-    binaries = record_binaries(record, KUBERNETES_BUILD_FILE)
-    module = record_text(record, "module")
+    binaries = record_binaries(record, where)
+    module = record_text(record, "module", where)
     directory = repo / module
     try:
         go_mod = (directory / "go.mod").read_text("utf-8")
     except OSError as err:
         raise InputError(
-            f"{KUBERNETES_BUILD_FILE}: module {module!r}: no go.mod at {directory} ({err}): "
+            f"{where}: module {module!r}: no go.mod at {directory} ({err}): "
             "the build's identity hashes the module, so run from a checkout of the repository"
         ) from err
     version = required_version(go_mod)
     if version is None:
         raise InputError(
             f"{directory / 'go.mod'} requires no {KUBERNETES_MODULE}: pin a release with "
-            f"`python3 {module}/hack/pin_kubernetes.py v1.MINOR.PATCH`"
+            f"`python3 {PIN_SCRIPT} v1.MINOR.PATCH --module-dir {module}`"
         )
-    _check_mains(directory, binaries)
+    _check_mains(directory, binaries, where)
     return KubernetesBuild(
         module=module,
         version=version,
@@ -338,11 +355,11 @@ def parse_kubernetes_build(record: Any, repo: Path = REPO_ROOT) -> KubernetesBui
     )
 
 
-def _check_mains(directory: Path, binaries: tuple[str, ...]) -> None:
+def _check_mains(directory: Path, binaries: tuple[str, ...], where: str) -> None:
     for name in binaries:
         if not (directory / GO_MAINS / name).is_dir():
             raise InputError(
-                f"{KUBERNETES_BUILD_FILE}: binary {name!r} has no main at "
+                f"{where}: binary {name!r} has no main at "
                 f"{directory / GO_MAINS / name}: add cmd/{name}/main.go or drop the name"
             )
 
@@ -355,13 +372,15 @@ def supported_minors(record: Any, repo: Path = REPO_ROOT) -> tuple[str, ...]:
     return tuple(sorted(found, key=version_key))
 
 
-def parse_minor_build(record: Any, minor: str, repo: Path = REPO_ROOT) -> KubernetesBuild:
-    """The build of ``minor`` (``"1.35"``) from ``kubernetes-build.yml``'s mapping: its
+def parse_minor_build(
+    record: Any, minor: str, repo: Path = REPO_ROOT, where: str = KUBERNETES_BUILD_FILE
+) -> KubernetesBuild:
+    """The build of ``minor`` (``"1.35"``) from a build record's mapping: its
     ``minor_binaries``, compiled in the module's ``minors/<minor>``; the release is the one
     that module replaces ``k8s.io/kubernetes`` with, and the build ID hashes both modules."""
-    main = parse_kubernetes_build(record, repo)
-    binaries = record_binaries({"binaries": record.get("minor_binaries")}, KUBERNETES_BUILD_FILE)
-    _check_mains(main.directory(repo), binaries)
+    main = parse_kubernetes_build(record, repo, where)
+    binaries = record_binaries({"binaries": record.get("minor_binaries")}, where)
+    _check_mains(main.directory(repo), binaries, where)
     module = f"{main.module}/{GO_MINORS}/{minor}"
     directory = repo / module
     try:
@@ -376,7 +395,7 @@ def parse_minor_build(record: Any, minor: str, repo: Path = REPO_ROOT) -> Kubern
     if version is None or not version.startswith(f"v{minor}."):
         raise InputError(
             f"{directory / 'go.mod'} pins {KUBERNETES_MODULE} {version}, not a {minor} "
-            f"release: run `python3 {main.module}/hack/pin_kubernetes.py v{minor}.PATCH "
+            f"release: run `python3 {PIN_SCRIPT} v{minor}.PATCH "
             f"--as-released --module-dir {module}`"
         )
     both = f"{main.module_sha256}\n{module_sha256(directory)}\n"
@@ -395,14 +414,20 @@ def _build_record() -> Any:
 
 
 @cache
-def kubernetes_build(minor: str | None = None) -> KubernetesBuild:
-    """The Kubernetes build this checkout (or installed package) runs; with ``minor``
-    (``"1.35"``), that older minor's build (``make live-minors``)."""
+def scheduler_build(minor: str | None = None) -> KubernetesBuild:
+    """layersched's kube-scheduler build in this checkout (its release is the one
+    layersched supports and deploys by default); with ``minor`` (``"1.35"``), that older
+    minor's (the release's images)."""
     if minor is None:
         return parse_kubernetes_build(_build_record())
     return parse_minor_build(_build_record(), minor)
 
 
-def minor_builds() -> tuple[KubernetesBuild, ...]:
-    """The build of every older minor with a module, oldest first."""
-    return tuple(kubernetes_build(minor) for minor in supported_minors(_build_record()))
+def supported_scheduler_minors() -> tuple[str, ...]:
+    """The older minors layersched's module has a module for (``("1.35", "1.36")``)."""
+    return supported_minors(_build_record())
+
+
+def scheduler_minor_builds() -> tuple[KubernetesBuild, ...]:
+    """The kube-scheduler build of every older minor with a module, oldest first."""
+    return tuple(scheduler_build(minor) for minor in supported_scheduler_minors())

@@ -39,7 +39,6 @@ import pytest
 import tenacity
 
 from layersched.agent import DEFAULT_CRIO_STORAGE as CRIO_STORAGE_MOUNT
-from layersched.builds import kubernetes_build
 from layersched.core.nodelayers import parse_document
 from layersched.cri import CRIClient
 from layersched.deploy import RUNTIME_CRIO, agent_daemonset, stack_spec_for
@@ -60,7 +59,7 @@ from layersched.kube import (
     pods_path,
 )
 from layersched.registry import RegistryClient
-from layersched_harness.testbed.builds import crio_build
+from layersched_harness.testbed.builds import crio_build, kubernetes_build
 from layersched_harness.testbed.local import TestbedState
 from layersched_harness.testbed.pause_image import DEFAULT_PAUSE_IMAGE
 from tests.crio.test_crio_live import manifest_layers

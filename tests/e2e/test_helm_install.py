@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 import yaml
 
-from layersched.builds import kubernetes_build
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
 from layersched.deploy import (
     AGENT_NAME,
@@ -40,6 +39,7 @@ from layersched.deploy import (
     ImageRef,
 )
 from layersched.images.push import build_and_push
+from layersched_harness.testbed.builds import kubernetes_build
 from layersched_harness.testbed.deploy_stack import (
     Kubectl,
     wait_rollout,

@@ -35,7 +35,6 @@ import tenacity
 import yaml
 
 from layersched import __version__
-from layersched.builds import kubernetes_build
 from layersched.cli.main import main as layersched_main
 from layersched.core.errors import InputError
 from layersched.core.strategies.layer_locality import NAME as LAYER_LOCALITY
@@ -58,6 +57,7 @@ from layersched.images.release import (
     published_record,
     push_release,
 )
+from layersched_harness.testbed.builds import kubernetes_build
 from layersched_harness.testbed.deploy_stack import (
     Kubectl,
     write_helm_post_renderer,

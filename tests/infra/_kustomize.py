@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
+from layersched_harness.testbed.builds import kubernetes_build
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: A kustomization of a dozen objects renders in well under a second.

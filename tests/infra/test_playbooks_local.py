@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from layersched.builds import CACHE_DIR_ENV, go_sources_sha256, kubernetes_build, module_sha256
-from layersched_harness.testbed.builds import containerd_download, crio_build
+from layersched.builds import CACHE_DIR_ENV, go_sources_sha256, module_sha256
+from layersched_harness.testbed.builds import containerd_download, crio_build, kubernetes_build
 from tests.fixtures import prereq
 
 pytestmark = pytest.mark.infra
@@ -70,7 +70,7 @@ KUBERNETES_VARS = (
     "{{ {'id': kubernetes_build_id, 'version': kubernetes_version, "
     "'minor': kubernetes_minor | int, "
     "'binaries': kubernetes_binaries, 'bin_dir': kubernetes_bin_dir, "
-    "'cache_dir': kubernetes_cache_dir, 'module_sha256': kubernetes_module_sha256} | to_json }}"
+    "'cache_dir': kubernetes_cache_dir, 'module_sha256': kubernetes_build_sha256} | to_json }}"
 )
 #: What harness/playbooks/vars/containerd.yml derives.
 CONTAINERD_VARS = (

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import yaml
 
-from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
 from layersched.deploy import (
     CHART_DIR,
@@ -39,6 +38,7 @@ from layersched.deploy import (
     upstream_kube_scheduler,
     write_tree,
 )
+from layersched_harness.testbed.builds import kubernetes_build
 from tests.fixtures import prereq
 from tests.fixtures.go_tools import tool
 

@@ -43,7 +43,6 @@ from typing import Any
 import pytest
 import tenacity
 
-from layersched.builds import kubernetes_build
 from layersched.core.errors import InputError
 from layersched.core.indexbuilder import build_layer_index
 from layersched.core.layerindex import LayerIndex
@@ -62,6 +61,7 @@ from layersched.kube import (
 )
 from layersched_harness.evidence import provenance
 from layersched_harness.evidence.results import write_json
+from layersched_harness.testbed.builds import kubernetes_build
 from layersched_harness.testbed.cluster._measure import plugin_scores
 from layersched_harness.testbed.local import (
     TestbedSettings,

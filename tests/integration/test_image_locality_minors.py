@@ -48,7 +48,6 @@ from layersched.builds import (
     PLUGIN_HASH_CHARS,
     REPO_ROOT,
     cache_root,
-    kubernetes_build,
     module_sha256,
     required_version,
 )
@@ -63,7 +62,7 @@ from layersched.core.strategies.image_locality import (
     ImageLocality,
     format_kubernetes_minor,
 )
-from layersched_harness.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go, kubernetes_build
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -45,7 +45,6 @@ import numpy as np
 import pytest
 import yaml
 
-from layersched.builds import kubernetes_build
 from layersched.core.boundpod import bound_at_s, decode_bound_pod, pending_images
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.indexbuilder import build_layer_index
@@ -66,7 +65,7 @@ from layersched.deploy import (
     plugin_readme_block,
     plugin_scheduler_config,
 )
-from layersched_harness.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go, kubernetes_build
 from layersched_harness.testbed.scheduler_configs import (
     TestbedSchedulers,
 )

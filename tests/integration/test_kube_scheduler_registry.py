@@ -37,7 +37,6 @@ import pytest
 import tenacity
 from rich.console import Console
 
-from layersched.builds import kubernetes_build
 from layersched.core.indexbuilder import build_layer_index
 from layersched.core.manifest import Platform
 from layersched.core.nodeimages import NodeImage, NodeInfo
@@ -52,6 +51,7 @@ from layersched.deploy import LAYER_LOCALITY_PLUGIN
 from layersched.images.oci import build_image, build_index, layer_bytes, push_image
 from layersched.kube import KubeClient, node_layers_path, pod_path, pods_path
 from layersched.registry import RegistryClient, RegistryLayerSource
+from layersched_harness.testbed.builds import kubernetes_build
 from layersched_harness.testbed.cluster import plugin_scores
 from layersched_harness.testbed.local import PLAYBOOKS_DIR, down, run_playbook
 from tests.fixtures import prereq

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from layersched import __version__
-from layersched.builds import kubernetes_build
+from layersched.builds import scheduler_build
 from layersched.images.binary import elf_facts, go_build_info
 from layersched.images.build import (
     build_kube_scheduler_image,
@@ -33,6 +33,7 @@ from layersched.images.build import (
 from layersched.images.oci import BuiltIndex
 from layersched.images.product import LAYERSCHED_BIN
 from layersched.images.wheels import SITE_PACKAGES
+from layersched_harness.testbed.builds import kubernetes_build
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -157,7 +158,7 @@ def test_an_arm64_binary_is_cross_compiled_static_and_runs_under_qemu(tmp_path: 
 
 @pytest.fixture(scope="module")
 def arm64_kube_scheduler() -> Path:
-    build = kubernetes_build()
+    build = scheduler_build()
     path = build.platform_binary("kube-scheduler", "arm64")
     if not path.is_file():
         pytest.skip(
@@ -174,7 +175,7 @@ def test_the_arm64_kube_scheduler_is_a_static_arm64_binary(arm64_kube_scheduler:
 
 
 def test_the_kube_scheduler_index_lists_both_platforms(arm64_kube_scheduler: Path) -> None:
-    build = kubernetes_build()
+    build = scheduler_build()
     amd64_binary = build.platform_binary("kube-scheduler", "amd64")
     if not amd64_binary.is_file():
         amd64_binary = build.require("kube-scheduler") / "kube-scheduler"

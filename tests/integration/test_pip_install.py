@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from layersched.builds import kubernetes_build
 from layersched.cli.main import COMMANDS
 from layersched.core.errors import InputError
+from layersched_harness.testbed.builds import kubernetes_build
 from tests.fixtures import prereq
 from tests.fixtures.kube_api import StandInApi, stand_in_api
 from tests.fixtures.wheel import build, copy_sources

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from layersched import __version__
-from layersched.builds import REPO_ROOT, kubernetes_build
+from layersched.builds import REPO_ROOT
 from layersched.core.errors import InputError
 from layersched.images.build import (
     build_kube_scheduler_image,
@@ -30,7 +30,7 @@ from layersched.images.build import (
 )
 from layersched.images.product import LAYERSCHED_BIN
 from layersched.images.wheels import SITE_PACKAGES
-from layersched_harness.testbed.builds import find_go
+from layersched_harness.testbed.builds import find_go, kubernetes_build
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -27,12 +27,12 @@ from layersched.builds import (
     KubernetesBuild,
     cache_root,
     go_sources_sha256,
-    kubernetes_build,
     module_sha256,
     parse_kubernetes_build,
     parse_minor_build,
     pinned_version,
     required_version,
+    scheduler_build,
     supported_minors,
 )
 from layersched.core.errors import InputError
@@ -40,6 +40,8 @@ from layersched_harness.testbed.builds import (
     CONTAINERD_DOWNLOAD_FILE,
     containerd_download,
     crio_build,
+    join_builds,
+    kubernetes_build,
     parse_containerd_download,
     parse_go_tools,
 )
@@ -77,7 +79,7 @@ def _files() -> Iterator[Path]:
 
 
 def test_the_build_id_is_the_pinned_release_and_the_modules_hash() -> None:
-    build = kubernetes_build()
+    build = scheduler_build()
     module = build.directory()
     go_mod = (module / "go.mod").read_text()
     # the release is go.mod's require, nowhere else
@@ -85,11 +87,48 @@ def test_the_build_id_is_the_pinned_release_and_the_modules_hash() -> None:
     assert re.fullmatch(r"v1\.\d+\.\d+", build.version)
     assert build.build_id == f"{build.version}+src.{module_sha256(module)[:PLUGIN_HASH_CHARS]}"
     assert build.minor == tuple(int(p) for p in build.version[1:].split(".")[:2])
-    # every binary is a main of the module: the scheduler (with the plugin) among them
-    for name in ("kube-scheduler", "kubelet", "kubectl", "etcd", "pause"):
-        assert name in build.binaries
-        assert (module / "cmd" / name / "main.go").is_file()
+    # the product's module builds the scheduler (with the plugin) and nothing else: the
+    # testbed's control plane is the harness's module
+    assert build.binaries == ("kube-scheduler",)
+    assert sorted(p.name for p in (module / "cmd").iterdir()) == ["kube-scheduler"]
     assert (module / "go.sum").is_file()
+
+
+def test_the_testbed_build_is_one_build_over_both_modules() -> None:
+    build, scheduler = kubernetes_build(), scheduler_build()
+    control_plane = build.directory()
+    assert build.module == "harness/control-plane"
+    # the control plane's module pins the release the product's module pins
+    assert required_version((control_plane / "go.mod").read_text()) == scheduler.version
+    assert build.version == scheduler.version
+    # one bin dir: the control plane's mains, and the scheduler taken as built
+    assert build.includes == scheduler
+    assert build.own_binaries == (
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kubectl",
+        "kubelet",
+        "pause",
+    )
+    assert build.binaries == tuple(sorted((*build.own_binaries, "kube-scheduler")))
+    for name in build.own_binaries:
+        assert (control_plane / "cmd" / name / "main.go").is_file()
+        assert build.main_package(name) == f"layersched.io/control-plane/cmd/{name}"
+    # the ID hashes both modules, the scheduler's first: a changed plugin is a new testbed
+    both = f"{module_sha256(scheduler.directory())}\n{module_sha256(control_plane)}\n"
+    digest = hashlib.sha256(both.encode()).hexdigest()
+    assert build.build_id == f"{build.version}+src.{digest[:PLUGIN_HASH_CHARS]}"
+    assert build.bin_dir() != scheduler.bin_dir()
+
+
+def test_the_testbed_build_refuses_two_releases() -> None:
+    scheduler = scheduler_build()
+    other = KubernetesBuild("harness/control-plane", "v1.37.9", ("kubelet",), "0" * 64)
+    with pytest.raises(
+        InputError, match=r"pins Kubernetes v1\.37\.9 but .*pin_kubernetes\.py v1\.37\.2"
+    ):
+        join_builds(scheduler, other)
 
 
 def _module(root: Path, files: dict[str, str]) -> Path:
@@ -258,13 +297,20 @@ def test_a_minor_without_its_module_says_how(
 
 
 def test_the_minors_of_this_checkout_are_the_older_supported_ones() -> None:
-    main = kubernetes_build()
+    main = scheduler_build()
     for minor in ("1.35", "1.36"):
+        scheduler = scheduler_build(minor)
+        assert scheduler.version.startswith(f"v{minor}.")
+        assert scheduler.mains == main.mains == "layersched.io/kube-scheduler"
+        assert scheduler.binaries == ("kube-scheduler",)
+        assert scheduler.bin_dir() != main.bin_dir()
+        # the live minor's control plane: that release's etcd and kube-apiserver from the
+        # harness's module, beside the minor's kube-scheduler
         build = kubernetes_build(minor)
-        assert build.version.startswith(f"v{minor}.")
-        assert build.mains == main.mains == "layersched.io/kube-scheduler"
-        assert {"kube-apiserver", "kube-scheduler", "etcd"} <= set(build.binaries)
-        assert build.bin_dir() != main.bin_dir()
+        assert (build.version, build.includes) == (scheduler.version, scheduler)
+        assert build.module == f"harness/control-plane/minors/{minor}"
+        assert build.mains == "layersched.io/control-plane"
+        assert build.binaries == ("etcd", "kube-apiserver", "kube-scheduler")
 
 
 def test_paths_follow_the_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "harness" / "scripts"))
 
 import go_lint  # noqa: E402
 
-from layersched.builds import kubernetes_build  # noqa: E402
+from layersched_harness.testbed.builds import kubernetes_build  # noqa: E402
 
 
 def test_every_tracked_module_is_checked_or_says_why_not() -> None:

@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT / "harness" / "bench"))
 import live_minors as live  # noqa: E402
 import live_minors_report as report  # noqa: E402
 
-from layersched.builds import kubernetes_build, minor_builds  # noqa: E402
 from layersched.core.nodelayers import parse_document  # noqa: E402
+from layersched_harness.testbed.builds import kubernetes_build, minor_builds  # noqa: E402
 
 P2_NODE = "t1-n2"
 

@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 
-from layersched.builds import kubernetes_build
 from layersched.cli.main import build_parser
 from layersched.cli.relay import build_relay
 from layersched.core.errors import InputError
@@ -46,6 +45,7 @@ from layersched.relay import (
 )
 from layersched.relay._decode import decode
 from layersched.relay._redact import RULES, UNREADABLE, Action, Shape
+from layersched_harness.testbed.builds import kubernetes_build
 from tests.fixtures import prereq
 from tests.fixtures.cri_messages import TYPES, VERSIONS, assert_no_secret, hostile_secrets
 from tests.unit.test_relay import IMG_ID, IMG_TAG, _harness

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from layersched import __version__
-from layersched.builds import CACHE_DIR_ENV, kubernetes_build, minor_builds
+from layersched.builds import CACHE_DIR_ENV, scheduler_build, scheduler_minor_builds
 from layersched.core.errors import InputError
 from layersched.deploy import (
     PLUGIN_RELEASES,
@@ -109,7 +109,7 @@ def cached_binaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The 1.37 build's binaries for both architectures, as `kubernetes_build.py --arch`
     caches them, under a cache root of the test's own."""
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
-    build = kubernetes_build()
+    build = scheduler_build()
     for arch, machine in (("amd64", EM_X86_64), ("arm64", EM_AARCH64)):
         path = build.platform_binary("kube-scheduler", arch)
         path.parent.mkdir(parents=True)
@@ -118,7 +118,7 @@ def cached_binaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_release_image_of_a_minor(cached_binaries: Path) -> None:
-    build = kubernetes_build()
+    build = scheduler_build()
     image = kube_scheduler_release(build, prefix="registry.example/ls")
     assert image.repository == "registry.example/ls/kube-scheduler"
     # k3s's convention: the Kubernetes release, then layersched's
@@ -135,11 +135,11 @@ def test_a_missing_binary_says_how_to_build_it(
 ) -> None:
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
     with pytest.raises(InputError, match=r"kubernetes_build\.py --arch arm64 --binary"):
-        kube_scheduler_release(kubernetes_build(), arches=("arm64",))
+        kube_scheduler_release(scheduler_build(), arches=("arm64",))
 
 
 def test_layouts_and_the_record_name_each_image_by_digest(cached_binaries: Path) -> None:
-    scheduler = kube_scheduler_release(kubernetes_build(), prefix="r.example/ls")
+    scheduler = kube_scheduler_release(scheduler_build(), prefix="r.example/ls")
     app = build_image([b"app"])
     layersched = ReleaseImage("r.example/ls/layersched", __version__, build_index([app]))
     out = cached_binaries / "out"
@@ -201,5 +201,5 @@ def test_a_bad_record_names_the_field(doc: object, message: str) -> None:
 
 def test_the_plugin_releases_are_the_ones_the_go_modules_compile() -> None:
     # installed packages read the releases from the table; checkouts compile them
-    builds = {b.minor[1]: b.version for b in (*minor_builds(), kubernetes_build())}
+    builds = {b.minor[1]: b.version for b in (*scheduler_minor_builds(), scheduler_build())}
     assert builds == PLUGIN_RELEASES

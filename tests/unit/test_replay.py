@@ -21,7 +21,6 @@ sys.path.insert(0, str(ROOT / "harness" / "bench"))
 import replay as bench_replay  # noqa: E402
 import replay_report as report  # noqa: E402
 
-from layersched.builds import kubernetes_build  # noqa: E402
 from layersched.core.errors import InputError  # noqa: E402
 from layersched_harness.sim.engine import simulate  # noqa: E402
 from layersched_harness.sim.settings import build_strategy  # noqa: E402
@@ -36,6 +35,7 @@ from layersched_harness.sim.trace import (  # noqa: E402
     trace_document,
     write_trace,
 )
+from layersched_harness.testbed.builds import kubernetes_build  # noqa: E402
 from layersched_harness.testbed.cluster import pulled_bytes_by_repository  # noqa: E402
 from layersched_harness.testbed.errors import TestbedError  # noqa: E402
 from layersched_harness.testbed.replay import (  # noqa: E402

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from layersched.builds import kubernetes_build
 from layersched.cli.main import main
+from layersched_harness.testbed.builds import kubernetes_build
 from layersched_harness.testbed.report import markdown, nodes_markdown, per_node
 
 MIB = 1 << 20

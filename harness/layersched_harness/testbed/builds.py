@@ -1,7 +1,16 @@
-"""The harness's builds, cached outside the repository beside the product's Kubernetes
-build (:mod:`layersched.builds`): the go command, the containerd 2.x download, the Go
-tools and CRI-O. None of them is part of a deployment: the testbed's nodes, the
-integration tests, CI's linters and ``make crio`` use them.
+"""The harness's builds, cached outside the repository beside the product's kube-scheduler
+build (:mod:`layersched.builds`): the testbed's Kubernetes, the go command, the containerd
+2.x download, the Go tools and CRI-O. None of them is part of a deployment: the testbed's
+control plane and nodes, the integration tests, CI's linters and ``make crio`` use them.
+
+``make kubernetes`` builds the testbed's Kubernetes (:func:`kubernetes_build`) from two Go
+modules: etcd, kube-apiserver, kube-controller-manager, kubelet, kubectl and pause from
+the harness's ``harness/control-plane`` (``control-plane-build.yml`` beside this module),
+and layersched's kube-scheduler from the product's module (:func:`layersched.builds.
+scheduler_build`), taken as built. Both modules pin the same release; the build ID is that
+release and the hash of both modules, and the binaries are cached together under
+``$LAYERSCHED_CACHE_DIR/kubernetes/<build ID>/bin``. The older minors' control planes
+(``make live-minors``) are the same over each module's ``minors/<minor>``.
 
 ``make containerd`` downloads Debian's containerd 2.x binary package (never installing
 it) and unpacks it under ``$LAYERSCHED_CACHE_DIR/containerd/<version>``; its identity is
@@ -18,6 +27,7 @@ C source fetched through the module proxy is ever compiled.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -31,11 +41,17 @@ import yaml
 
 from layersched.builds import (
     CACHE_DIR_ENV,
+    PIN_SCRIPT,
     REPO_ROOT,
+    KubernetesBuild,
     cache_root,
+    parse_kubernetes_build,
+    parse_minor_build,
     record_binaries,
     record_text,
     required_version,
+    scheduler_build,
+    supported_scheduler_minors,
     version_key,
 )
 from layersched.core.errors import InputError
@@ -273,3 +289,47 @@ def crio_build() -> GoTool:
                 "go mod tidy in that module)"
             )
     return crio
+
+
+#: The testbed's control plane, beside this module: its Go module and binaries.
+CONTROL_PLANE_BUILD_FILE = "control-plane-build.yml"
+
+
+def join_builds(scheduler: KubernetesBuild, control_plane: KubernetesBuild) -> KubernetesBuild:
+    """One build of both: ``control_plane``'s binaries compiled in its module and
+    ``scheduler``'s taken as built (:attr:`KubernetesBuild.includes`), in one bin dir under
+    a build ID over both modules; an InputError when the two pin different releases."""
+    if control_plane.version != scheduler.version:
+        raise InputError(
+            f"{control_plane.module}/go.mod pins Kubernetes {control_plane.version} but "
+            f"{scheduler.module} pins {scheduler.version}: the testbed runs one release; "
+            f"re-pin with `python3 {PIN_SCRIPT} {scheduler.version} --module-dir "
+            f"{control_plane.module}`"
+            + (" --as-released" if "/minors/" in scheduler.module else "")
+        )
+    both = f"{scheduler.module_sha256}\n{control_plane.module_sha256}\n"
+    return KubernetesBuild(
+        module=control_plane.module,
+        version=scheduler.version,
+        binaries=tuple(sorted((*control_plane.binaries, *scheduler.binaries))),
+        module_sha256=hashlib.sha256(both.encode()).hexdigest(),
+        mains=control_plane.mains,
+        includes=scheduler,
+    )
+
+
+@cache
+def kubernetes_build(minor: str | None = None) -> KubernetesBuild:
+    """The testbed's Kubernetes in this checkout (``make kubernetes``); with ``minor``
+    (``"1.35"``), that older minor's live control plane (``make live-minors``)."""
+    record = _package_record(CONTROL_PLANE_BUILD_FILE)
+    if minor is None:
+        control_plane = parse_kubernetes_build(record, where=CONTROL_PLANE_BUILD_FILE)
+    else:
+        control_plane = parse_minor_build(record, minor, where=CONTROL_PLANE_BUILD_FILE)
+    return join_builds(scheduler_build(minor), control_plane)
+
+
+def minor_builds() -> tuple[KubernetesBuild, ...]:
+    """The testbed build of every older minor layersched's module supports, oldest first."""
+    return tuple(kubernetes_build(minor) for minor in supported_scheduler_minors())

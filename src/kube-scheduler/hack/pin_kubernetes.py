@@ -9,7 +9,10 @@ of the module does not have (golang/go#44840). A consumer therefore requires
 release's own ``go.mod`` here, never kept by hand:
 
     python3 hack/pin_kubernetes.py v1.37.2            # the module this file lives in
-    python3 hack/pin_kubernetes.py v1.35.4 --module-dir compat/k8s-1.35
+    python3 hack/pin_kubernetes.py v1.37.2 --module-dir ../../harness/control-plane
+
+The testbed's control plane (the harness's module ``harness/control-plane``) is pinned to
+the same release as this module; its builder refuses two.
 
 A module that requires another module pinned to a *newer* release (``minors/1.35``
 requires this module, pinned to 1.37) would have Go's minimal version selection lift the

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from layersched.builds import kubernetes_build
+from layersched.builds import scheduler_build
 from layersched.cli._output import JSON, YAML, add_output_option, print_document
 from layersched.core.errors import InputError
 from layersched.images.push import PushedImage, PushedStack, build_and_push
@@ -37,7 +37,7 @@ def _kube_scheduler_bin(args: argparse.Namespace) -> Path:
     """The binary to package, checked before any image is built."""
     given: Path | None = args.kube_scheduler_bin
     if given is None:
-        return kubernetes_build().require(KUBE_SCHEDULER) / KUBE_SCHEDULER
+        return scheduler_build().require(KUBE_SCHEDULER) / KUBE_SCHEDULER
     if not given.is_file():
         raise InputError(
             f"--kube-scheduler-bin {given}: no such file: give the path of a kube-scheduler "

@@ -31,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 
 from layersched import generated
-from layersched.builds import REPO_ROOT, kubernetes_build
+from layersched.builds import REPO_ROOT, scheduler_build
 from layersched.cli._install import (
     add_images_record_option,
     add_install_options,
@@ -258,11 +258,11 @@ def _render_plugin(args: argparse.Namespace) -> int:
 
 def plugin_readme() -> Path:
     """The LayerLocality plugin's README (beside its Go module)."""
-    return kubernetes_build().directory() / "README.md"
+    return scheduler_build().directory() / "README.md"
 
 
 def _agent_guard(args: argparse.Namespace) -> int:
-    version = args.kubernetes_version or kubernetes_build().version
+    version = args.kubernetes_version or scheduler_build().version
     parse_kubernetes_version(version, "--kubernetes-version")
     namespace = checked_name(args.namespace, "--namespace")
     if not uses_policy(version):

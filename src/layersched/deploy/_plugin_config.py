@@ -37,7 +37,7 @@ PLUGIN_KUBERNETES_MINOR = (1, 20)
 #: The first minor whose scheduler framework (``k8s.io/kube-scheduler/framework``, Score
 #: with a NodeInfo, SignPod) the plugin's other adapter is written for. layersched builds
 #: it into kube-scheduler from Go modules at the release src/kube-scheduler/go.mod pins
-#: (``layersched.builds.kubernetes_build()``, v1.37.2; another 1.35+ release is a re-pin
+#: (``layersched.builds.scheduler_build()``, v1.37.2; another 1.35+ release is a re-pin
 #: with hack/pin_kubernetes.py), which reads ``v1``. 1.21 to 1.34 have no build of the
 #: plugin: the extender serves them.
 PLUGIN_FRAMEWORK_SINCE_MINOR = (1, 35)

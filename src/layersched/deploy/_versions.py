@@ -38,7 +38,7 @@ SUPPORTED_MINORS = tuple(range(OLDEST_MINOR, NEWEST_MINOR + 1))
 #: 2026-11-25; the same tags tests/fixtures/kube_scheduler_config_fields.json was read
 #: from). A version given without a patch (``1.30``) gets this one; a patch past it is no
 #: release (yet) and is refused. The newest minor's is the release layersched builds and
-#: runs from Go modules (``make kubernetes``: ``layersched.builds.kubernetes_build().version``,
+#: runs from Go modules (``make kubernetes``: ``layersched.builds.scheduler_build().version``,
 #: v1.37.2, what src/kube-scheduler/go.mod pins): a unit test holds the two equal.
 NEWEST_PATCH: dict[int, int] = {
     20: 15, 21: 14, 22: 17, 23: 17, 24: 17, 25: 16, 26: 15, 27: 16, 28: 15,

@@ -21,7 +21,6 @@ from types import FrameType
 
 from rich.console import Console
 
-from layersched.builds import kubernetes_build
 from layersched.cli._push import add_image_options as add_push_options
 from layersched.cli._push import print_install, print_pushed, push_images
 from layersched.cli._tables import size, table, terminal_width
@@ -31,6 +30,7 @@ from layersched.core.manifest import DEFAULT_PLATFORM, Platform
 from layersched.core.quantity import parse_quantity
 from layersched.deploy import to_yaml
 from layersched.kube import KubeClient, load_kubeconfig
+from layersched_harness.testbed.builds import kubernetes_build
 from layersched_harness.testbed.deploy_stack import write_local_overlay
 from layersched_harness.testbed.local import (
     DEFAULT_NET_BASE,

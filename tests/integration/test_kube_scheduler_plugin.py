@@ -45,6 +45,7 @@ import numpy as np
 import pytest
 import yaml
 
+from layersched.builds import scheduler_build
 from layersched.core.boundpod import bound_at_s, decode_bound_pod, pending_images
 from layersched.core.errors import InputError, LayerResolutionError
 from layersched.core.indexbuilder import build_layer_index
@@ -98,8 +99,8 @@ def _package(relative: str) -> str:
 
 @pytest.fixture(scope="module")
 def tree() -> Path:
-    """The Go module, once a go command new enough for it is found."""
-    build = kubernetes_build()
+    """layersched's Go module, once a go command new enough for it is found."""
+    build = scheduler_build()
     try:
         find_go(build.go_version_needed())
     except InputError as err:
@@ -110,7 +111,7 @@ def tree() -> Path:
 def _go_test(
     module: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    build = kubernetes_build()
+    build = scheduler_build()
     go, _ = find_go(build.go_version_needed())
     go_env = {**build.go_env(), **(env or {})}
     # -trimpath, as make kubernetes compiles: the packages it compiled come from the cache

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from layersched import __version__
-from layersched.builds import REPO_ROOT
+from layersched.builds import REPO_ROOT, scheduler_build
 from layersched.core.errors import InputError
 from layersched.images.build import (
     build_kube_scheduler_image,
@@ -30,7 +30,7 @@ from layersched.images.build import (
 )
 from layersched.images.product import LAYERSCHED_BIN
 from layersched.images.wheels import SITE_PACKAGES
-from layersched_harness.testbed.builds import find_go, kubernetes_build
+from layersched_harness.testbed.builds import find_go
 from tests.fixtures import prereq
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -127,7 +127,7 @@ def test_contents_run_as_the_images_user(layersched_image: Any, tmp_path: Path) 
 
 def test_kube_scheduler_image(tmp_path: Path) -> None:
     # CI's kube-scheduler image: 1.37's, for amd64, from the binary make kubernetes built
-    build = kubernetes_build()
+    build = scheduler_build()
     try:
         kube_scheduler = build.require("kube-scheduler") / "kube-scheduler"
     except InputError as err:

@@ -691,6 +691,16 @@ def _free_port_outside_the_ephemeral_range() -> int:
     raise AssertionError(f"no free loopback port below {low}")
 
 
+def _exec_done(pid: int, marker: str, limit_s: float = 30.0) -> None:
+    """Wait until ``pid``'s command line shows ``marker``. Popen returns once the child's
+    exec closed the error pipe, a moment before the kernel fills in the new command line:
+    on a loaded machine a scan in that moment reads an empty one."""
+    deadline = time.monotonic() + limit_s
+    while marker not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+        assert time.monotonic() < deadline, f"pid {pid} never showed {marker} in its cmdline"
+        time.sleep(0.01)
+
+
 def test_start_replaces_a_daemon_that_is_shutting_down(tmp_path: Path) -> None:
     # The e2e's API server restart: SIGTERM, then `testbed up`. The old kube-apiserver
     # still ran (draining, its port closed), `start` took it for the running daemon,
@@ -706,6 +716,7 @@ def test_start_replaces_a_daemon_that_is_shutting_down(tmp_path: Path) -> None:
         [sys.executable, "-c", "import time, sys; time.sleep(1.0)", marker],
         start_new_session=True,
     )
+    _exec_done(dying.pid, marker)
     pidfile.write_text(f"{dying.pid}\n")
     server = (
         "import socket, sys, time\n"
@@ -741,6 +752,7 @@ def test_start_gives_up_on_a_live_daemon_that_never_becomes_ready(
     stuck = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)", marker], start_new_session=True
     )
+    _exec_done(stuck.pid, marker)
     pidfile.write_text(f"{stuck.pid}\n")
     args = ["start", "--name", "d", "--match", marker, "--pidfile", str(pidfile),
             "--log", str(log), "--ready-tcp", "127.0.0.1:9", "--ready-timeout-s", "0.5",

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import tenacity
 import yaml
 
 from layersched.cli.main import build_parser
@@ -691,14 +692,19 @@ def _free_port_outside_the_ephemeral_range() -> int:
     raise AssertionError(f"no free loopback port below {low}")
 
 
-def _exec_done(pid: int, marker: str, limit_s: float = 30.0) -> None:
-    """Wait until ``pid``'s command line shows ``marker``. Popen returns once the child's
-    exec closed the error pipe, a moment before the kernel fills in the new command line:
-    on a loaded machine a scan in that moment reads an empty one."""
-    deadline = time.monotonic() + limit_s
-    while marker not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-        assert time.monotonic() < deadline, f"pid {pid} never showed {marker} in its cmdline"
-        time.sleep(0.01)
+#: How long a stand-in daemon may take to show its command line after Popen returned.
+EXEC_TIMEOUT_S = 30.0
+
+
+@tenacity.retry(
+    stop=tenacity.stop_after_delay(EXEC_TIMEOUT_S), wait=tenacity.wait_fixed(0.01), reraise=True
+)
+def _exec_done(pid: int, marker: str) -> None:
+    """``pid``'s command line shows ``marker``. Popen returns once the child's exec closed
+    the error pipe, a moment before the kernel fills in the new command line: on a loaded
+    machine a scan in that moment reads an empty one."""
+    shown = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    assert marker in shown, f"pid {pid} does not show {marker} in its cmdline yet"
 
 
 def test_start_replaces_a_daemon_that_is_shutting_down(tmp_path: Path) -> None:

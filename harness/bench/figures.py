@@ -509,6 +509,10 @@ def _sim_full(report: Mapping[str, Any]) -> str:
     return sim_report.markdown(dict(report), sim_report.DEFAULT_REPORT)
 
 
+def _replay_arms(results: Mapping[str, Any]) -> str:
+    return replay_report.markdown(results, source=replay_report.ARMS_RESULTS)
+
+
 BLOCKS = (
     Block("README.md", "testbed-time", scenario_report.DEFAULT_REPORT, testbed_time_markdown),
     Block("README.md", "extender-cost", EXTENDER_RESULTS, extender_cost_markdown),
@@ -551,6 +555,12 @@ BLOCKS = (
         replay_report.BLOCK,
         replay_report.DEFAULT_RESULTS,
         replay_report.markdown,
+    ),
+    Block(
+        "docs/replay.md",
+        replay_report.ARMS_BLOCK,
+        replay_report.ARMS_RESULTS,
+        _replay_arms,
     ),
     Block("docs/simulator.md", sim_report.BLOCK, sim_report.DEFAULT_REPORT, _sim_full),
     Block(

@@ -772,7 +772,14 @@ def cmd_resimulate(args: argparse.Namespace) -> int:
     found = _load(path)
     if found is None or found.get("format") != FORMAT:
         raise TestbedError(f"{path}: not a {FORMAT} results file (make replay writes one)")
-    trace = read_trace(ROOT / found["trace"]["path"])
+    trace_path = ROOT / replay_report.trace_file(found["trace"]["path"])
+    trace = read_trace(trace_path)
+    recorded_sha = found["trace"].get("sha256")
+    if recorded_sha and hashlib.sha256(trace_path.read_bytes()).hexdigest() != recorded_sha:
+        raise TestbedError(
+            f"{path}: its runs replayed another trace than {trace_path} holds now (sha256 "
+            f"differs): check out the commit the file records to resimulate it"
+        )
     spec = found["burst"]
     resources = found.get("resources") or {}
     found["simulation"] = simulation(

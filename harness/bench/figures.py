@@ -509,8 +509,13 @@ def _sim_full(report: Mapping[str, Any]) -> str:
     return sim_report.markdown(dict(report), sim_report.DEFAULT_REPORT)
 
 
-def _replay_arms(results: Mapping[str, Any]) -> str:
-    return replay_report.markdown(results, source=replay_report.ARMS_RESULTS)
+def _replay_from(source: str) -> Render:
+    """The replay block of a further run's results, naming its file."""
+
+    def render(results: Mapping[str, Any]) -> str:
+        return replay_report.markdown(results, source=source)
+
+    return render
 
 
 BLOCKS = (
@@ -556,11 +561,9 @@ BLOCKS = (
         replay_report.DEFAULT_RESULTS,
         replay_report.markdown,
     ),
-    Block(
-        "docs/replay.md",
-        replay_report.ARMS_BLOCK,
-        replay_report.ARMS_RESULTS,
-        _replay_arms,
+    *(
+        Block("docs/replay.md", replay_report.block_of(source), source, _replay_from(source))
+        for source in replay_report.FURTHER_RUNS
     ),
     Block("docs/simulator.md", sim_report.BLOCK, sim_report.DEFAULT_REPORT, _sim_full),
     Block(

@@ -29,10 +29,19 @@ from layersched_harness.sim import kube
 DEFAULT_RESULTS = "harness/results/replay.json"
 DEFAULT_PLOT = "harness/results/replay.png"
 BLOCK = "replay"
-#: A second run of the same trace, for arms the main run leaves out (its own default-profile
-#: row, so that its speedups are taken against the default in its own rounds), and its block.
+#: Further runs of the same trace, each with its own default-profile row, so that its
+#: speedups are taken against the default in its own rounds: the arms the main run left out,
+#: and the main run's serial arms again. Each is a block of docs/replay.md, named as the file.
 ARMS_RESULTS = "harness/results/replay-arms.json"
-ARMS_BLOCK = "replay-arms"
+SERIAL_RESULTS = "harness/results/replay-serial.json"
+FURTHER_RUNS = (ARMS_RESULTS, SERIAL_RESULTS)
+
+
+def block_of(results_file: str) -> str:
+    """The block a further run renders in: its file's name (``replay-arms``)."""
+    return Path(results_file).stem
+
+
 REGENERATE = "make figures"
 #: Where the benchmarks were before issue 47 gave the harness one root, and where they are
 #: now: results recorded before then name the trace ``bench/replay/trace.json``.

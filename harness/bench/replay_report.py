@@ -1014,6 +1014,18 @@ def markdown(results: Mapping[str, Any], source: str = DEFAULT_RESULTS) -> str:
     return "\n".join(lines)
 
 
+def plotted_modes(results: Mapping[str, Any]) -> list[str]:
+    """The pull modes the file ran, a panel each (a serial-only run draws one); both when
+    it ran none yet."""
+    ran = [m for m in MODES if any(run.get("mode") == m for run in results["runs"])]
+    return ran or list(MODES)
+
+
+def plot_size(results: Mapping[str, Any]) -> tuple[float, float]:
+    """The figure's size in inches: 6 wide a panel."""
+    return (6.0 * len(plotted_modes(results)), 4.6)
+
+
 def plot(results: Mapping[str, Any], path: Path) -> None:
     """The start-up distributions (CDF) per pull mode, real (pooled over the rounds) and
     simulated."""
@@ -1022,8 +1034,10 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(MODES), figsize=(12, 4.6), sharey=True)
-    for ax, mode in zip(axes, MODES, strict=True):
+    modes = plotted_modes(results)
+    fig, grid = plt.subplots(1, len(modes), figsize=plot_size(results), sharey=True)
+    axes = np.atleast_1d(grid)
+    for ax, mode in zip(axes, modes, strict=True):
         colours = {}
         runs = [run for run in results["runs"] if run.get("mode") == mode]
         for key in dict.fromkeys(run["arm"] for run in runs):

@@ -690,6 +690,23 @@ def test_the_plot_is_drawn(tmp_path: Path) -> None:
     assert (tmp_path / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_serial_only_run_is_drawn_in_one_panel(tmp_path: Path) -> None:
+    prereq.module("matplotlib", "matplotlib (layersched[sim]) draws the plot")
+
+    def width(results: dict[str, Any], name: str) -> int:
+        report.plot(results, tmp_path / name)
+        # the PNG's IHDR chunk: its width in pixels, big-endian, at byte 16
+        return int.from_bytes((tmp_path / name).read_bytes()[16:20], "big")
+
+    results = _results()
+    both = width(results, "both.png")
+    results["runs"] = [run for run in results["runs"] if run["mode"] == report.SERIAL]
+    assert results["runs"]
+    assert report.plotted_modes(results) == [report.SERIAL]
+    # half the width of the two-mode plot: no empty panel for the mode it did not run
+    assert width(results, "serial.png") * 2 == both
+
+
 @pytest.mark.parametrize(
     ("serial", "expected"),
     [

@@ -31,10 +31,12 @@ DEFAULT_PLOT = "harness/results/replay.png"
 BLOCK = "replay"
 #: Further runs of the same trace, each with its own default-profile row, so that its
 #: speedups are taken against the default in its own rounds: the arms the main run left out,
-#: and the main run's serial arms again. Each is a block of docs/replay.md, named as the file.
+#: and the main run's layer-aware arms again, serial and parallel. Each is a block of
+#: docs/replay.md, named as the file.
 ARMS_RESULTS = "harness/results/replay-arms.json"
 SERIAL_RESULTS = "harness/results/replay-serial.json"
-FURTHER_RUNS = (ARMS_RESULTS, SERIAL_RESULTS)
+PARALLEL_RESULTS = "harness/results/replay-parallel.json"
+FURTHER_RUNS = (ARMS_RESULTS, SERIAL_RESULTS, PARALLEL_RESULTS)
 
 
 def block_of(results_file: str) -> str:

@@ -574,6 +574,7 @@ def _write(results: dict[str, Any], path: Path, segment: Mapping[str, Any], begu
         replay_report.DEFAULT_RESULTS,
         {k: v for k, v in results.items() if k != "segments_done"},
         output=path,
+        compact=True,
     )
 
 
@@ -792,7 +793,7 @@ def cmd_resimulate(args: argparse.Namespace) -> int:
     found["simulation_calibrated"] = calibrated(found, trace)
     # the runs keep their provenance; the simulator's columns say what computed them
     found[replay_report.SIMULATED_BY] = provenance.source()
-    write_json(replay_report.DEFAULT_RESULTS, found, output=path)
+    write_json(replay_report.DEFAULT_RESULTS, found, output=path, compact=True)
     # the plot beside it draws the simulated distributions too
     replay_report.plot(found, path.with_suffix(".png"))
     print(f"{path}: simulator columns rewritten at {found[replay_report.SIMULATED_BY]['commit']}")

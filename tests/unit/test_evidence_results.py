@@ -66,6 +66,16 @@ def test_the_writer_says_what_keeps_a_file_from_being_committed(
     assert "not committable as results (dirty is None" in capsys.readouterr().err
 
 
+def test_a_compact_file_holds_the_same_document_in_one_line(tmp_path: Path) -> None:
+    pod = {"node": "n1", "startup_s": 1.5, "pull_s": 0.5, "bytes": 10, "pulled": True}
+    document = {"provenance": RECORD, "runs": [{"round": 1, "pods": [pod] * 50}] * 4}
+    wide = results.write_json("x.json", document, output=tmp_path / "wide.json")
+    narrow = results.write_json("x.json", document, output=tmp_path / "narrow.json", compact=True)
+    assert json.loads(narrow.read_text()) == json.loads(wide.read_text()) == document
+    assert narrow.read_text().count("\n") == 1
+    assert narrow.stat().st_size < wide.stat().st_size / 2
+
+
 def test_a_plot_carries_the_commit_of_its_json(tmp_path: Path) -> None:
     matplotlib = prereq.module("matplotlib", "the plots need layersched[sim]")
     matplotlib.use("Agg")

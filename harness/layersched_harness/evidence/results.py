@@ -71,11 +71,13 @@ def write_json(
     *,
     output: Path | None = None,
     root: Path = ROOT,
+    compact: bool = False,
 ) -> Path:
     """Write ``document`` (which must hold its ``provenance`` record, from
     :func:`~layersched_harness.evidence.provenance.start`/``finish``) to ``output`` or to
     :func:`destination` of ``committed``; return the path, and say on stderr what the
-    record lacks to pass the committed files' test, if anything."""
+    record lacks to pass the committed files' test, if anything. ``compact`` writes it
+    without indentation or spaces (a file of per-pod records, a third of the size)."""
     record = document.get("provenance")
     if not isinstance(record, Mapping):
         raise InputError(
@@ -84,7 +86,10 @@ def write_json(
         )
     path = output if output is not None else destination(committed, root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    text = (
+        json.dumps(document, separators=(",", ":")) if compact else json.dumps(document, indent=2)
+    )
+    path.write_text(text + "\n", encoding="utf-8")
     lacking = provenance.problems(record)
     if lacking:
         print(

@@ -14,7 +14,8 @@ runs the plan (:func:`~layersched_harness.testbed.replay.plan_steps`): ``--round
 running every pull mode once (the testbed's kubelets switched between them by ``layersched
 testbed up [--parallel-pulls]``, their running configuration checked through ``/configz``),
 and within a mode every arm's replay of the trace, then every arm's burst (a Deployment of
-20 replicas of the trace's largest image), the arms' order rotated each round. Each step
+20 replicas of the trace's largest image), the arms' order rotated each round
+(``--no-burst`` leaves the bursts out, ``--bursts-only`` the replays). Each step
 pushes its images under a tag of its own and starts from a clean state (no pod, no trace
 image or layer on any node; the registry warm). After each default-profile replay it asks
 ``layersched estimate`` what that run could have saved.
@@ -369,8 +370,11 @@ def cmd_up_args(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace, arms: Sequence[str]) -> tuple[dict[str, Any], list[Step]]:
     modes = list(dict.fromkeys(args.mode or MODES))
-    plan = {"rounds": args.rounds, "modes": modes, "arms": list(arms), "burst": not args.no_burst}
-    return plan, plan_steps(arms, modes, args.rounds, burst=not args.no_burst)
+    burst, replays = not args.no_burst, not args.bursts_only
+    plan = {"rounds": args.rounds, "modes": modes, "arms": list(arms), "burst": burst}
+    if not replays:
+        plan["replays"] = False  # absent: the replays ran (every plan before --bursts-only)
+    return plan, plan_steps(arms, modes, args.rounds, burst=burst, replay=replays)
 
 
 def _switches(steps: Sequence[Step], mode: str | None) -> int:
@@ -843,7 +847,9 @@ def main(argv: list[str] | None = None) -> int:
             help="repeatable; default: every arm (the testbed must run it)",
         )
         run.add_argument("--mode", action="append", choices=MODES, help="repeatable; default: both")
-        run.add_argument("--no-burst", action="store_true", help="replays only")
+        only = run.add_mutually_exclusive_group()
+        only.add_argument("--no-burst", action="store_true", help="replays only")
+        only.add_argument("--bursts-only", action="store_true", help="bursts only, no replay")
         run.set_defaults(handler=handler)
         if name == "run":
             run.add_argument("--state-dir", type=Path, default=None)

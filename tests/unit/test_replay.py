@@ -690,6 +690,26 @@ def test_the_plot_is_drawn(tmp_path: Path) -> None:
     assert (tmp_path / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_bursts_only_file_shows_its_bursts_and_says_it_replayed_nothing(
+    tmp_path: Path,
+) -> None:
+    results = _results()
+    results["runs"] = []
+    results["plan"] = {"rounds": 1, "burst": True, "replays": False}
+    text = report.markdown(results)
+    # one round ran (the bursts'), as asked: no "did not run"
+    assert "1 round, every arm once a round" in text
+    assert "did not run" not in text
+    assert "its burst only (the trace not replayed)" in text
+    assert "**Serial pulls" not in text and "**Parallel pulls" not in text
+    assert "| default profile (the baseline) | 40.0 |" in text
+    assert "this run had none" in text
+    prereq.module("matplotlib", "matplotlib (layersched[sim]) draws the plot")
+    assert report.plotted_modes(results) == [report.SERIAL]
+    report.plot(results, tmp_path / "burst.png")
+    assert (tmp_path / "burst.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_a_serial_only_run_is_drawn_in_one_panel(tmp_path: Path) -> None:
     prereq.module("matplotlib", "matplotlib (layersched[sim]) draws the plot")
 
@@ -818,6 +838,32 @@ def test_every_step_runs_once_and_the_kubelets_switch_once_a_round() -> None:
     assert bench_replay.duration_s(steps, None) == pytest.approx(
         18 * bench_replay.REPLAY_STEP_S + 18 * bench_replay.BURST_STEP_S + 4 * bench_replay.SWITCH_S
     )
+
+
+def test_a_bursts_only_plan_runs_every_burst_and_no_replay() -> None:
+    arms = ["default-scheduler", "layer-locality"]
+    steps = plan_steps(arms, ["serial", "parallel"], 3, replay=False)
+    assert {step.kind for step in steps} == {"burst"}
+    # the same bursts, in the same order, as the full plan's
+    full = [step for step in plan_steps(arms, ["serial", "parallel"], 3) if step.kind == "burst"]
+    assert steps == full
+    assert bench_replay.duration_s(steps, None) == pytest.approx(
+        12 * bench_replay.BURST_STEP_S + 4 * bench_replay.SWITCH_S
+    )
+    with pytest.raises(TestbedError, match="neither replays nor bursts"):
+        plan_steps(arms, ["serial"], 1, burst=False, replay=False)
+
+
+def test_estimate_takes_bursts_only_and_refuses_it_with_no_burst(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert bench_replay.main(["estimate", "--rounds", "3", "--bursts-only"]) == 0
+    out = capsys.readouterr().out
+    steps = 6 * len(report.ARM_KEYS)
+    assert out.startswith(f"{steps} steps (0 replays, {steps} bursts")
+    with pytest.raises(SystemExit):
+        bench_replay.main(["estimate", "--bursts-only", "--no-burst"])
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 PLAN = {"rounds": 3, "modes": ["serial", "parallel"], "arms": ["a"], "burst": True}

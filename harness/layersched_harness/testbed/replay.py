@@ -666,12 +666,18 @@ class Step:
 
 
 def plan_steps(
-    arms: Sequence[str], modes: Sequence[str], rounds: int, *, burst: bool = True
+    arms: Sequence[str],
+    modes: Sequence[str],
+    rounds: int,
+    *,
+    burst: bool = True,
+    replay: bool = True,
 ) -> list[Step]:
     """Every step in run order. Each round runs every pull mode once, their order
     alternating round by round (serial, parallel; then parallel, serial; ...), so that the
     kubelets switch mode once a round; within a mode, every arm's replay, then every arm's
-    burst, the arms' order rotated by one each round (:func:`plan_runs`).
+    burst, the arms' order rotated by one each round (:func:`plan_runs`). ``burst=False``
+    leaves the bursts out, ``replay=False`` the replays.
 
     >>> [(s.kind[0], s.round, s.mode[0], s.arm) for s in plan_steps(["a", "b"], ["S", "P"], 2)]
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -682,12 +688,15 @@ def plan_steps(
     """
     if not modes:
         raise TestbedError("a replay needs at least one pull mode")
+    if not (burst or replay):
+        raise TestbedError("a plan with neither replays nor bursts has no step to run")
     orders = plan_runs(arms, rounds)
     steps = []
     for r in range(1, rounds + 1):
         order = [arm for number, arm in orders if number == r]
         for mode in modes if r % 2 else modes[::-1]:
-            steps += [Step(REPLAY, r, mode, arm) for arm in order]
+            if replay:
+                steps += [Step(REPLAY, r, mode, arm) for arm in order]
             if burst:
                 steps += [Step(BURST, r, mode, arm) for arm in order]
     return steps

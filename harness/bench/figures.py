@@ -29,6 +29,7 @@ from typing import Any
 
 import bench_scheduler_perf
 import live_minors_report
+import replay_pooled
 import replay_report
 import scheduler_report
 
@@ -71,6 +72,9 @@ class Block:
     name: str
     results: str
     render: Render
+    #: Further files the block reads: ``render`` then gets every file's document by its
+    #: path, ``results`` first, and ``results`` is still the one whose commit it names.
+    also: tuple[str, ...] = ()
 
 
 #: kube-scheduler's default extender ``httpTimeout`` (1 s), what the hop is held against.
@@ -565,6 +569,13 @@ BLOCKS = (
         Block("docs/replay.md", replay_report.block_of(source), source, _replay_from(source))
         for source in replay_report.FURTHER_RUNS
     ),
+    Block(
+        "docs/replay.md",
+        replay_pooled.BLOCK,
+        replay_pooled.SOURCES[0],
+        replay_pooled.markdown,
+        also=(*replay_pooled.SOURCES[1:], replay_pooled.TRACE),
+    ),
     Block("docs/simulator.md", sim_report.BLOCK, sim_report.DEFAULT_REPORT, _sim_full),
     Block(
         "docs/simulator.md",
@@ -614,7 +625,12 @@ def render(block: Block, root: Path = ROOT) -> str:
     (:func:`provenance.describe`: commit, date, machine, load), so that every block says
     which commit and day its figures are from (or that the file records none)."""
     results = read_results(root / block.results)
-    text = block.render(results)
+    if block.also:
+        documents = {block.results: results}
+        documents |= {path: read_results(root / path) for path in block.also}
+        text = block.render(documents)
+    else:
+        text = block.render(results)
     record = provenance.record_of(results)
     commit = (record or {}).get("commit")
     if not commit or f"`{commit[:12]}`" not in text:

@@ -94,7 +94,7 @@ def test_the_full_nodes_hop_is_held_against_the_timeout(full_p50_ms: float, said
 def test_the_regeneration_writes_every_block(tmp_path: Path) -> None:
     # a copy of the documents with emptied blocks comes back equal to the committed ones
     for block in figures.BLOCKS:
-        for rel in (block.document, block.results):
+        for rel in (block.document, block.results, *block.also):
             target = tmp_path / rel
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -347,4 +347,4 @@ def markdown(documents: Mapping[str, Mapping[str, Any]]) -> str:
             *burst_lines,
             "",
         ]
-    return "\n".join(lines).rstrip() + "\n"
+    return "\n".join(lines).rstrip()

@@ -31,12 +31,14 @@ DEFAULT_PLOT = "harness/results/replay.png"
 BLOCK = "replay"
 #: Further runs of the same trace, each with its own default-profile row, so that its
 #: speedups are taken against the default in its own rounds: the arms the main run left out,
-#: and the main run's layer-aware arms again, serial and parallel. Each is a block of
-#: docs/replay.md, named as the file.
+#: the main run's layer-aware arms again, serial and parallel, and its burst again. Each is
+#: a block of docs/replay.md, named as the file.
 ARMS_RESULTS = "harness/results/replay-arms.json"
 SERIAL_RESULTS = "harness/results/replay-serial.json"
 PARALLEL_RESULTS = "harness/results/replay-parallel.json"
-FURTHER_RUNS = (ARMS_RESULTS, SERIAL_RESULTS, PARALLEL_RESULTS)
+#: The burst again, three rounds, the replays left out (``--bursts-only``).
+BURST_RESULTS = "harness/results/replay-burst.json"
+FURTHER_RUNS = (ARMS_RESULTS, SERIAL_RESULTS, PARALLEL_RESULTS, BURST_RESULTS)
 
 
 def block_of(results_file: str) -> str:
@@ -984,12 +986,19 @@ def markdown(results: Mapping[str, Any], source: str = DEFAULT_RESULTS) -> str:
         f"{links_text(cluster)}), {done} round{'s' if done != 1 else ''}, every arm once a "
         "round in each pull mode, the order rotated each round"
         + (f" (**{asked} were asked; the others did not run**)" if asked and done < asked else "")
-        + ". Start-up is pod creation to container start from the API's timestamps "
-        "(1 s resolution); each cell is the mean over the rounds (their range); speedups "
-        "are the default profile's figure over the arm's, round by round. The waits are the "
-        "kubelet's own (its Pulled event: the pull with and without its wait in the pull "
-        "queue). The simulator columns are `layersched_harness.sim` on the same trace, each arm as "
-        f"its kube-scheduler profile places pods, {sim_seeds} tie-break seeds.",
+        + (
+            ". Start-up is pod creation to container start from the API's timestamps "
+            "(1 s resolution); each cell is the mean over the rounds (their range); speedups "
+            "are the default profile's figure over the arm's, round by round. The waits are "
+            "the kubelet's own (its Pulled event: the pull with and without its wait in the "
+            "pull queue). The simulator columns are `layersched_harness.sim` on the same "
+            "trace, each arm as its kube-scheduler profile places pods, "
+            f"{sim_seeds} tie-break seeds."
+            if results["runs"]
+            else ". Speedups are the default profile's time over the arm's, round by round. "
+            "The simulator columns are `layersched_harness.sim` on the same burst, each arm "
+            f"as its kube-scheduler profile places pods, {sim_seeds} tie-break seeds."
+        ),
         "",
     ]
     lines += [overheads_sentence(results), ""]

@@ -258,7 +258,12 @@ def markdown(documents: Mapping[str, Mapping[str, Any]]) -> str:
     named = []
     for source, results in files.items():
         record = results.get("provenance") or {}
-        rounds = len({int(step["round"]) for step in [*results["runs"], *results["bursts"]]})
+        rounds = len(
+            {
+                int(step["round"])
+                for step in [*(results.get("runs") or []), *(results.get("bursts") or [])]
+            }
+        )
         named.append(
             f"`{source}` ({rounds} rounds, at `{str(record.get('commit') or 'unknown')[:12]}`)"
         )

@@ -55,47 +55,41 @@ def trace_lifetimes(
 
 
 def round_ratios(results: Mapping[str, Any], mode: str) -> list[dict[str, Any]]:
-    """Each arm's speedup in each round of ``mode`` (the default profile's mean and p95
-    start-up in that round over the arm's), with both seconds."""
+    """Each arm's speedup in each round of ``mode``
+    (:func:`replay_report.round_ratio` of its mean and p95 start-up), with the default's
+    mean start-up in that round."""
     nothing_below = int(results["trace"].get("smallest_layer_bytes") or report.NOTHING_BYTES)
-    by_round = report._by_round(
+    by_round = report.by_round_of(
         results["runs"], mode, lambda run: report.run_figures(run["pods"], nothing_below)
     )
     rows = []
     for number, arms in sorted(by_round.items()):
-        base = arms.get(report.BASELINE)
-        if not base or not base["mean_startup_s"]:
-            continue
-        for key, figures in arms.items():
-            if not figures["mean_startup_s"] or not figures["p95_startup_s"]:
-                continue
-            rows.append(
-                {
-                    "round": number,
-                    "arm": key,
-                    "mean_startup_s": figures["mean_startup_s"],
-                    "default_mean_startup_s": base["mean_startup_s"],
-                    "speedup": base["mean_startup_s"] / figures["mean_startup_s"],
-                    "p95_speedup": base["p95_startup_s"] / figures["p95_startup_s"],
-                }
-            )
+        for key in arms:
+            speedup = report.round_ratio(arms, key, "mean_startup_s")
+            p95 = report.round_ratio(arms, key, "p95_startup_s")
+            if speedup is not None and p95 is not None:
+                rows.append(
+                    {
+                        "round": number,
+                        "arm": key,
+                        "default_mean_startup_s": arms[report.BASELINE]["mean_startup_s"],
+                        "speedup": speedup,
+                        "p95_speedup": p95,
+                    }
+                )
     return rows
 
 
 def burst_ratios(results: Mapping[str, Any], mode: str) -> list[dict[str, Any]]:
-    """Each arm's burst speedup in each round of ``mode``: the default profile's time to
-    all Ready over the arm's."""
-    by_round = report._by_round(results.get("bursts") or [], mode, lambda burst: burst)
-    rows = []
-    for number, arms in sorted(by_round.items()):
-        base = (arms.get(report.BASELINE) or {}).get("all_ready_s")
-        for key, burst in arms.items():
-            own = burst.get("all_ready_s")
-            if base and own:
-                rows.append(
-                    {"round": number, "arm": key, "all_ready_s": own, "speedup": base / own}
-                )
-    return rows
+    """Each arm's burst speedup in each round of ``mode``
+    (:func:`replay_report.round_ratio` of the time until all replicas were Ready), by arm."""
+    by_round = report.by_round_of(results.get("bursts") or [], mode, lambda burst: burst)
+    return [
+        {"arm": key, "speedup": ratio}
+        for _, arms in sorted(by_round.items())
+        for key in arms
+        if (ratio := report.round_ratio(arms, key, "all_ready_s")) is not None
+    ]
 
 
 def placements(
@@ -281,7 +275,7 @@ def markdown(documents: Mapping[str, Mapping[str, Any]]) -> str:
         if not arms:
             continue
         lines += [
-            f"**{report._mode_sentence(mode)[:1].upper()}{report._mode_sentence(mode)[1:]}**",
+            f"**{report.mode_sentence(mode)[:1].upper()}{report.mode_sentence(mode)[1:]}**",
             "",
             "| arm | rounds | speedup vs default (mean) | speedup (p95) "
             "| the default's mean start-up in those rounds (s) |",

@@ -366,7 +366,7 @@ FIGURES = (
 )
 
 
-def _by_round(
+def by_round_of(
     runs: Sequence[Mapping[str, Any]], mode: str, figures_of: Any
 ) -> dict[int, dict[str, Any]]:
     rounds: dict[int, dict[str, Any]] = {}
@@ -374,6 +374,21 @@ def _by_round(
         if run.get("mode") == mode:
             rounds.setdefault(int(run["round"]), {})[run["arm"]] = figures_of(run)
     return rounds
+
+
+def round_ratio(arms: Mapping[str, Mapping[str, Any]], key: str, figure: str) -> float | None:
+    """In one round (``arms``: each arm's figures), the default profile's ``figure`` over
+    arm ``key``'s: the one rule every speedup here is taken by, never across rounds; None
+    when either is unknown or zero.
+
+    >>> round_ratio({BASELINE: {"s": 6.0}, "a": {"s": 3.0}, "b": {"s": None}}, "a", "s")
+    2.0
+    >>> round_ratio({BASELINE: {"s": 6.0}, "b": {"s": None}}, "b", "s") is None
+    True
+    """
+    base = (arms.get(BASELINE) or {}).get(figure)
+    mine = (arms.get(key) or {}).get(figure)
+    return float(base) / float(mine) if base and mine else None
 
 
 def summarise(
@@ -385,7 +400,7 @@ def summarise(
     """Per arm of ``mode``, every figure over its rounds (:func:`spread`), and the speedup
     against the default profile, round by round (the baseline's mean start-up in that
     round over the arm's), then over the rounds; likewise for p95."""
-    by_round = _by_round(runs, mode, lambda run: run_figures(run["pods"], nothing_below, nodes))
+    by_round = by_round_of(runs, mode, lambda run: run_figures(run["pods"], nothing_below, nodes))
     arms = list(dict.fromkeys(run["arm"] for run in runs if run.get("mode") == mode))
     summary: dict[str, Any] = {}
     for key in arms:
@@ -395,13 +410,7 @@ def summarise(
         for name in FIGURES:
             entry[name] = spread([f[name] for f in figures])
         for name, figure in (("speedup", "mean_startup_s"), ("p95_speedup", "p95_startup_s")):
-            ratios = []
-            for r in rounds:
-                base = by_round[r].get(BASELINE, {}).get(figure)
-                mine = by_round[r][key][figure]
-                if base and mine:
-                    ratios.append(base / mine)
-            entry[name] = spread(ratios)
+            entry[name] = spread([round_ratio(by_round[r], key, figure) for r in rounds])
         summary[key] = entry
     return summary
 
@@ -410,18 +419,13 @@ def summarise_bursts(bursts: Sequence[Mapping[str, Any]], mode: str) -> dict[str
     """Per arm of ``mode``: the time until all replicas were Ready over the rounds, the
     same as seen here, the speedup against the default profile round by round, the bytes
     pulled and the replicas per node."""
-    by_round = _by_round(bursts, mode, lambda burst: burst)
+    by_round = by_round_of(bursts, mode, lambda burst: burst)
     arms = list(dict.fromkeys(b["arm"] for b in bursts if b.get("mode") == mode))
     summary: dict[str, Any] = {}
     for key in arms:
         rounds = [r for r in sorted(by_round) if key in by_round[r]]
         mine = [by_round[r][key] for r in rounds]
-        ratios = []
-        for r in rounds:
-            base = by_round[r].get(BASELINE, {}).get("all_ready_s")
-            own = by_round[r][key].get("all_ready_s")
-            if base and own:
-                ratios.append(base / own)
+        ratios = [round_ratio(by_round[r], key, "all_ready_s") for r in rounds]
         placed = [pods_per_node(b["pods"], ()) for b in mine]
         summary[key] = {
             "rounds": len(rounds),
@@ -817,7 +821,7 @@ def _legacy(results: Mapping[str, Any]) -> str:
     )
 
 
-def _mode_sentence(mode: str) -> str:
+def mode_sentence(mode: str) -> str:
     if mode == SERIAL:
         return "serial pulls (the kubelet's default, `serializeImagePulls: true`)"
     return (
@@ -841,7 +845,7 @@ def mode_tables(results: Mapping[str, Any], mode: str) -> list[str]:
     placed = (_simulation(results).get(mode) or {}).get("placed") or {}
     on_real_nodes = agreement(summary, simulation_summary(placed, nothing_below))
     lines = [
-        f"**{_mode_sentence(mode)[:1].upper()}{_mode_sentence(mode)[1:]}**",
+        f"**{mode_sentence(mode)[:1].upper()}{mode_sentence(mode)[1:]}**",
         "",
         "| arm | mean start-up (s) | p50 (s) | p95 (s) | speedup vs default (mean) "
         "| speedup (p95) | pulled (MiB) | simulator: mean (s) | simulator: speedup "

@@ -113,6 +113,9 @@ type spreadMembers struct {
 	countsVersion any
 	namesVersion  uint64
 	counts        []bool
+	// all: every live node counts (a layer's counted holders are then all its holders,
+	// when no inventory is stale).
+	all bool
 }
 
 // layerRef is one layer of an answer, by the index's id.
@@ -215,7 +218,7 @@ func (ix *Index) PrepareFrom(images []string, source ImageSource, spread *Spread
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	p := &Prepared{names: ix.nameTable(), spread: spread != nil, terms: make([]Terms, len(ix.nodes))}
-	ix.markStale(p.terms, now, maxAge)
+	staleNodes := ix.markStale(p.terms, now, maxAge)
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 	s.reset(len(ix.layers))
@@ -261,9 +264,14 @@ func (ix *Index) PrepareFrom(images []string, source ImageSource, spread *Spread
 	}
 	p.totalBytes = int64(total)
 	var counts []bool
+	allCounted := true
 	if spread != nil && spread.Counts != nil && spread.Nodes > 0 {
-		counts = ix.spreadCounts(spread, p.names)
+		counts, allCounted = ix.spreadCounts(spread, p.names)
 	}
+	// holders are live nodes only (remove drops a node from them): with no live node
+	// stale and every one counted, a layer's counted holders are all of them, and the
+	// pass that counts them (the larger part of Prepare on a large cluster) is skipped
+	everyHolderCounts := staleNodes == 0 && allCounted
 	for _, ref := range s.layers {
 		if ref.id == absentLayer {
 			continue
@@ -271,11 +279,9 @@ func (ix *Index) PrepareFrom(images []string, source ImageSource, spread *Spread
 		holders := ix.layers[ref.id].holders
 		weight := 0.0
 		if spread != nil && spread.Nodes > 0 {
-			counted := 0
-			for _, holder := range holders {
-				if p.terms[holder].PresentBytes != staleNode && (counts == nil || counts[holder]) {
-					counted++
-				}
+			counted := len(holders)
+			if !everyHolderCounts {
+				counted = countedHolders(holders, p.terms, counts)
 			}
 			weight = spreadWeight(ref.sizeBytes, counted, spread.Nodes)
 		}
@@ -291,19 +297,38 @@ func (ix *Index) PrepareFrom(images []string, source ImageSource, spread *Spread
 	return p
 }
 
+// countedHolders is how many of holders count for the spread: fresh at the cycle's time
+// (not marked stale in terms) and, with counts, in the scheduler's snapshot.
+func countedHolders(holders []int32, terms []Terms, counts []bool) int {
+	counted := 0
+	for _, holder := range holders {
+		if terms[holder].PresentBytes != staleNode && (counts == nil || counts[holder]) {
+			counted++
+		}
+	}
+	return counted
+}
+
 // markStale marks, in terms by node id, the nodes whose inventory does not count at now
-// (observed longer than maxAge ago, or undated, under a bound; a free id always).
-func (ix *Index) markStale(terms []Terms, now time.Time, maxAge time.Duration) {
+// (observed longer than maxAge ago, or undated, under a bound; a free id always), and
+// says how many live nodes it marked.
+func (ix *Index) markStale(terms []Terms, now time.Time, maxAge time.Duration) int {
 	cutoff := int64(math.MinInt64)
 	if maxAge > 0 {
 		// now - observed <= maxAge, as nodeEntry.fresh says, is observed >= now - maxAge
 		cutoff = clampedNanos(now.Add(-maxAge))
 	}
+	marked := 0
 	for id, observed := range ix.observed {
-		if observed < cutoff || (maxAge > 0 && observed == undatedNanos) || !ix.nodes[id].live {
+		live := ix.nodes[id].live
+		if observed < cutoff || (maxAge > 0 && observed == undatedNanos) || !live {
 			terms[id].PresentBytes = staleNode
+			if live {
+				marked++
+			}
 		}
 	}
+	return marked
 }
 
 // clampedNanos is t in Unix nanoseconds, held within int64 (past 2262 or before 1678,
@@ -345,24 +370,26 @@ func (ix *Index) nameTable() *NameTable {
 	return ix.names
 }
 
-// spreadCounts is, by node id, whether spread.Counts counts each node: kept while the
+// spreadCounts is, by node id, whether spread.Counts counts each node, and whether it
+// counts every live one: kept while the
 // snapshot (CountsVersion) and the index's nodes are the same. Called under the read
 // lock.
-func (ix *Index) spreadCounts(spread *Spread, names *NameTable) []bool {
+func (ix *Index) spreadCounts(spread *Spread, names *NameTable) (counts []bool, all bool) {
 	ix.namesMu.Lock()
 	defer ix.namesMu.Unlock()
 	if cached := ix.members; spread.CountsVersion != nil && cached != nil &&
 		cached.countsVersion == spread.CountsVersion && cached.namesVersion == names.version {
-		return cached.counts
+		return cached.counts, cached.all
 	}
-	counts := make([]bool, len(ix.nodes))
+	counts, all = make([]bool, len(ix.nodes)), true
 	for id := range ix.nodes {
 		if node := &ix.nodes[id]; node.live {
 			counts[id] = spread.Counts(node.name)
+			all = all && counts[id]
 		}
 	}
 	if spread.CountsVersion != nil {
-		ix.members = &spreadMembers{countsVersion: spread.CountsVersion, namesVersion: names.version, counts: counts}
+		ix.members = &spreadMembers{countsVersion: spread.CountsVersion, namesVersion: names.version, counts: counts, all: all}
 	}
-	return counts
+	return counts, all
 }

@@ -113,6 +113,11 @@ func TestPrepareGivesTheNodeByNodeScores(t *testing.T) {
 		for n := 0; n < 40; n += 7 {
 			ix.Remove(fmt.Sprint("n", n))
 		}
+		// a node taking a removed node's id: a removed node must leave every holders
+		// list, or the pass that skips counting holders (every node fresh and counted:
+		// the odd rounds without an age bound) would count it
+		nodes = append(nodes, "reused")
+		ix.Upsert(&NodeLayerInventory{Node: "reused", Images: []NodeImage{images[random.IntN(len(images))]}, ObservedAt: observed})
 		outside := map[string]bool{"n3": true, "n11": random.IntN(2) == 0}
 		var spread *Spread
 		switch round % 3 {

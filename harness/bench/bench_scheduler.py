@@ -85,6 +85,7 @@ from layersched.deploy import (
     DEFAULT_SCHEDULER,
     PLUGIN_KEEPS_IMAGE_LOCALITY,
     ExtenderSpec,
+    LeaderElectionSpec,
     PluginArgs,
     StackSpec,
     default_scheduler_config,
@@ -179,6 +180,9 @@ PLUGIN_READER = "layersched-bench-plugin-inventory-reader"
 SCHEDULER_USER = "system:kube-scheduler"
 #: A drain rate spans the first and the last binding: it needs two pods.
 MIN_DRAIN_PODS = 2
+#: The drain's pods (issue 43's third round: 5,000, up from 2,000, so that one round's
+#: drain lasts two and a half times as long and a short stall weighs less in its rate).
+DRAIN_PODS = 5000
 #: Pods placed and deleted before the steady phase: informers settled after the drain's
 #: deletions, caches warm.
 WARMUP_PODS = 20
@@ -188,7 +192,7 @@ HTTP_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 180.0
 #: The extender's --watch lists 5,000 nodes and their inventories (~40 kB each) first.
 EXTENDER_READY_TIMEOUT_S = 600.0
-#: Deleting 2,000 pods and seeing the list empty.
+#: Deleting a drain's pods and seeing the list empty.
 DELETE_TIMEOUT_S = 300.0
 #: kube-scheduler posts its events asynchronously after each binding: how long the last
 #: ones may take to be listed once every pod is seen bound.
@@ -673,8 +677,106 @@ def plugin_config(
     )
 
 
+# ---------------------------------------------------------------- the held start
+#: How a drain starts (``--start``). ``held``: kube-scheduler starts while the benchmark
+#: holds its Lease, so it lists the nodes, the pods and (the plugin) the inventories but
+#: binds nothing; once its CPU and the API server's have settled, the benchmark releases
+#: the Lease and the drain is the scheduling alone, as on a cluster whose scheduler has
+#: been up for a while. ``cold``: the drain starts with the process (the results before
+#: issue 43's third round), its start-up's after-effects inside the drain.
+HELD_START, COLD_START = "held", "cold"
+STARTS = (HELD_START, COLD_START)
+#: The Lease kube-scheduler elects its leader on: upstream's default name, which the
+#: built-in system:kube-scheduler role may get and update.
+LEASE_NAMESPACE, LEASE_NAME = "kube-system", "kube-scheduler"
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
+#: The holder the benchmark writes, with a duration no drain's start-up reaches.
+LEASE_HOLDER, LEASE_HELD_S = "layersched-bench-hold", 3600
+#: The leader election kube-scheduler runs under a held start: it takes the released
+#: Lease within a retry period (client-go jitters it by up to 1.2x).
+HELD_LEADER_ELECTION = LeaderElectionSpec(
+    LEASE_NAME, LEASE_NAMESPACE, lease_duration_s=15.0, renew_deadline_s=10.0, retry_period_s=0.5
+)
+#: Settled: over SETTLE_WINDOW_S, kube-scheduler and kube-apiserver each used less than
+#: SETTLE_MAX_CORES; checked every SETTLE_POLL_S, for at most SETTLE_TIMEOUT_S (then the
+#: drain starts anyway and the row says it had not settled).
+SETTLE_WINDOW_S, SETTLE_MAX_CORES, SETTLE_POLL_S, SETTLE_TIMEOUT_S = 2.0, 0.1, 0.25, 240.0
+SETTLE_WATCHED = ("kube-scheduler", "kube-apiserver")
+
+
+def _micro_time(at: float) -> str:
+    """A ``MicroTime`` (the Lease's times) for the Unix time ``at``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1e6):06d}Z"
+
+
+def hold_leadership(api: httpx.Client, now: float | None = None) -> None:
+    """Write kube-scheduler's Lease as held by the benchmark (replacing the one a stopped
+    scheduler left): a scheduler started now waits, not leading, until it is released."""
+    release_leadership(api)
+    at = _micro_time(time.time() if now is None else now)
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE_NAME, "namespace": LEASE_NAMESPACE},
+        "spec": {
+            "holderIdentity": LEASE_HOLDER,
+            "leaseDurationSeconds": LEASE_HELD_S,
+            "acquireTime": at,
+            "renewTime": at,
+        },
+    }
+    _check(
+        api.post(LEASE_PATH, content=msgspec.json.encode(lease)), "holding kube-scheduler's Lease"
+    )
+
+
+def release_leadership(api: httpx.Client) -> None:
+    """Delete kube-scheduler's Lease (none there is fine): a waiting scheduler takes it."""
+    response = api.delete(f"{LEASE_PATH}/{LEASE_NAME}")
+    if response.status_code != httpx.codes.NOT_FOUND:
+        _check(response, "releasing kube-scheduler's Lease")
+
+
+def settle(
+    pids: Mapping[str, int],
+    timeout_s: float = SETTLE_TIMEOUT_S,
+    read_cpu_s: Callable[[int], float] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Wait until each of :data:`SETTLE_WATCHED` used less than :data:`SETTLE_MAX_CORES`
+    over the last :data:`SETTLE_WINDOW_S`, or ``timeout_s``: how long it took, whether it
+    settled, and the CPU seconds each used meanwhile (the start-up's cost)."""
+    read = read_cpu_s or cpu_s
+    watched = {name: pids[name] for name in SETTLE_WATCHED if name in pids}
+    began = clock()
+    first = {name: read(pid) for name, pid in watched.items()}
+    samples: list[tuple[float, dict[str, float]]] = [(began, first)]
+    settled = False
+    while True:
+        now = clock()
+        used = {name: read(pid) for name, pid in watched.items()}
+        samples.append((now, used))
+        # the newest sample at least a window old
+        old = [sample for sample in samples if now - sample[0] >= SETTLE_WINDOW_S]
+        if old:
+            at, then = old[-1]
+            samples = samples[samples.index(old[-1]) :]
+            if all((used[k] - then[k]) / (now - at) < SETTLE_MAX_CORES for k in watched):
+                settled = True
+                break
+        if now - began >= timeout_s:
+            break
+        sleep(SETTLE_POLL_S)
+    return {
+        "settled": settled,
+        "s": round(now - began, 2),
+        "cpu_s": {name: round(used[name] - first[name], 2) for name in watched},
+    }
+
+
 def scheduler_config(
-    plane: ControlPlane, config: str, plugin_name: str = PLUGIN_NAME
+    plane: ControlPlane, config: str, plugin_name: str = PLUGIN_NAME, start: str = COLD_START
 ) -> dict[str, Any]:
     """The KubeSchedulerConfiguration of one configuration, from layersched's generator
     (``layersched.deploy``): upstream's default profile, the plugin's profile or the
@@ -682,7 +784,8 @@ def scheduler_config(
     client rate: ``layersched_harness.testbed.scheduler_configs.for_process``). Every row's profile
     has PodTopologySpread's system default constraints off (``batchable``, upstream's
     batching configuration): with them, 1.35+ signs no pod and opportunistic batching
-    (KEP-5598) never runs, in any row."""
+    (KEP-5598) never runs, in any row. A ``held`` start elects the leader on upstream's
+    Lease (:data:`HELD_LEADER_ELECTION`), which the benchmark holds until the drain."""
     version = kubernetes_build().version
     api_version = scheduler_api_version_for(version)
     if config in PLUGIN_CONFIGURATIONS:
@@ -696,9 +799,12 @@ def scheduler_config(
         doc = extender_scheduler_config(extender, DEFAULT_SCHEDULER, api_version)
     else:
         doc = default_scheduler_config(DEFAULT_SCHEDULER, api_version)
-    return for_process(
+    doc = for_process(
         batchable(doc), str(plane.scheduler_kubeconfig), client_qps=SCHEDULER_CLIENT_QPS
     )
+    if start == HELD_START:
+        doc["leaderElection"] = HELD_LEADER_ELECTION.to_config()
+    return doc
 
 
 def scheduler_argv(
@@ -1018,6 +1124,9 @@ class Context:
     #: The kube-scheduler of the ``plugin`` row, and the plugin's registered name.
     plugin_binary: Path
     plugin_name: str = PLUGIN_NAME
+    #: The drain's start: ``held`` (kube-scheduler starts without the leadership, settles,
+    #: then gets it) or ``cold`` (it schedules as soon as its informers have synced).
+    start: str = HELD_START
 
 
 @dataclass
@@ -1054,7 +1163,7 @@ def measure(ctx: Context, run: Run) -> dict[str, Any]:
     tag = f"{config}-{n}-r{run.round_}" + ("-profiled" if profile else "")
     config_path = ctx.log_dir / f"scheduler-{tag}.yaml"
     config_path.write_text(
-        yaml.safe_dump(scheduler_config(plane, config, ctx.plugin_name), sort_keys=False)
+        yaml.safe_dump(scheduler_config(plane, config, ctx.plugin_name, ctx.start), sort_keys=False)
     )
     plugin = config in PLUGIN_CONFIGURATIONS
     binary = ctx.plugin_binary if plugin else plane.bin_dir / "kube-scheduler"
@@ -1105,7 +1214,11 @@ def measure(ctx: Context, run: Run) -> dict[str, Any]:
             stack.callback(profiler.close)  # also when kube-scheduler fails to start
         ctx.console.log(f"{n} nodes, {config}: draining {len(pods)} queued pods")
         pids["bench-client"] = os.getpid()
-        # from kube-scheduler's start (its informers' sync included) to the last binding
+        held = ctx.start == HELD_START
+        if held:
+            hold_leadership(ctx.api)
+        # from kube-scheduler's start (its informers' sync included) to the last binding;
+        # under a held start, the start-up's own, then the drain's from the release
         usage = Usage(pids)
         started_at_s = time.time()
         pids["kube-scheduler"] = stack.enter_context(
@@ -1117,6 +1230,23 @@ def measure(ctx: Context, run: Run) -> dict[str, Any]:
             )
         )
         usage.add_started("kube-scheduler", pids["kube-scheduler"])
+        start_up: dict[str, Any] | None = None
+        if held:
+            ctx.console.log(f"{n} nodes, {config}: started, not leading; waiting to settle")
+            settled = settle(pids)
+            start_up = {
+                "settled": settled["settled"],
+                "s": round(time.time() - started_at_s, 2),
+                "resources": usage.result(),
+            }
+            if not settled["settled"]:
+                ctx.console.log(
+                    f"[yellow]{n} nodes, {config}: not settled after {settled['s']:g} s; "
+                    "draining anyway (the row says so)[/yellow]"
+                )
+            usage = Usage(pids)
+            started_at_s = time.time()
+            release_leadership(ctx.api)
         names = list(all_pods)
         go_profile = None
         # from the first binding: its start-up (listing 5,000 nodes) is not the drain
@@ -1149,6 +1279,8 @@ def measure(ctx: Context, run: Run) -> dict[str, Any]:
                 ),
             },
         }
+        if start_up is not None:
+            result["start_up"] = start_up
         delete_pods(ctx.api)
         delete_events(ctx.api)
         if go_profile is not None:
@@ -1358,10 +1490,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--drain-pods",
         type=int,
-        default=2000,
-        help="pods queued before kube-scheduler starts, then drained (throughput)",
+        default=DRAIN_PODS,
+        help="pods queued before kube-scheduler starts, then drained (throughput; "
+        "default: %(default)s)",
     )
     parser.add_argument("--steady-pods", type=int, default=500, help="pods at --steady-rate")
+    parser.add_argument(
+        "--start",
+        choices=STARTS,
+        default=HELD_START,
+        help="held: kube-scheduler starts without its Lease and drains once it and the API "
+        "server have settled (its start-up measured apart); cold: it drains as soon as its "
+        "informers have synced, the start-up's after-effects inside the drain "
+        "(default: %(default)s)",
+    )
     parser.add_argument(
         "--rounds",
         default=",".join(f"{n}={r}" for n, r in DEFAULT_ROUNDS.items()),
@@ -1540,6 +1682,7 @@ def run(
             "images": len(load.corpus.images),
             "images_per_node": IMAGES_PER_NODE,
             "drain_pods": args.drain_pods,
+            "start": args.start,
             "steady_pods": args.steady_pods,
             "steady_rate_pods_per_s": args.steady_rate,
             "warmup_pods": WARMUP_PODS,
@@ -1602,7 +1745,7 @@ def run(
                 ctx = Context(
                     plane, api, load, layers_path, args.log_dir, node_sets, counts,
                     args.drain_pods, args.steady_pods, args.steady_rate, args.phase_timeout_s,
-                    console, progress, plugin_binary, args.plugin_name,
+                    console, progress, plugin_binary, args.plugin_name, args.start,
                 )  # fmt: skip
                 seed = 10 * (i + 1)  # the same pods for every configuration at one N
                 measured: dict[str, list[dict[str, Any]]] = {config: [] for config in configs}

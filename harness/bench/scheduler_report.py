@@ -353,6 +353,7 @@ def summarise_rounds(measured: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     "p99_ms",
                     "scheduler_cpu_ms_per_pod",
                     "load_average_1m",
+                    "start_up",
                     "skipped",
                 )
                 if key in r
@@ -808,6 +809,62 @@ def _answer_mean_ms(row: Mapping[str, Any]) -> float | None:
     return (requests.get("prioritize") or {}).get("mean_ms")
 
 
+def start_text(start: str | None) -> str:
+    """How the drain started (``bench_scheduler.py --start``); results from before the
+    option started cold."""
+    if start == "held":
+        return (
+            "The drain starts held: kube-scheduler starts while the benchmark holds its "
+            "Lease, lists the nodes, the pods and (the plugin) the inventories, and binds "
+            "nothing; once its CPU and the API server's have settled, the Lease is released, "
+            "so the drain is the scheduling alone, as on a cluster whose scheduler has been up "
+            "a while (its start-up is measured apart, below)."
+        )
+    return (
+        "The drain starts cold: kube-scheduler schedules as soon as its informers have "
+        "synced, so the after-effects of its start-up (the plugin's: listing every "
+        "inventory) fall inside the drain."
+    )
+
+
+def start_up_text(n: int, rows: Mapping[str, Any]) -> str | None:
+    """One line on each configuration's start-up under a held start (medians of rounds):
+    from the process's start until it and the API server settled, and kube-scheduler's and
+    kube-apiserver's CPU seconds meanwhile; None when no row has one."""
+    parts = []
+    for config in CONFIGURATIONS:
+        row = rows.get(config)
+        ups = [
+            r["start_up"]
+            for r in (row or {}).get("rounds", [])
+            if isinstance(r.get("start_up"), dict)
+        ]
+        if not ups:
+            continue
+
+        def med(values: Sequence[float]) -> float:
+            return float(np.median(values))
+
+        seconds = med([u["s"] for u in ups])
+        cpu = {
+            proc: med([u["resources"].get(proc, {}).get("cpu_s", 0.0) for u in ups])
+            for proc in ("kube-scheduler", "kube-apiserver")
+        }
+        unsettled = sum(1 for u in ups if not u.get("settled"))
+        parts.append(
+            f"{LABELS[config]} {seconds:.1f} s (CPU: kube-scheduler {cpu['kube-scheduler']:.1f} s, "
+            f"kube-apiserver {cpu['kube-apiserver']:.1f} s"
+            + (f"; {unsettled} of {len(ups)} rounds had not settled" if unsettled else "")
+            + ")"
+        )
+    if not parts:
+        return None
+    return (
+        f"- **{n:,} nodes, start-up** (process start until it and the API server settled, "
+        f"median of rounds; not in the drain): " + "; ".join(parts) + "."
+    )
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     """The README block: one row per N and configuration, generated from the results."""
     settings = results["settings"]
@@ -830,7 +887,8 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"kubelets, fake Ready nodes with {settings['images_per_node']} corpus images each. "
         f"Throughput: {settings['drain_pods']:,} pods queued before kube-scheduler starts, "
         f"drained (pods/s between the first and the last binding, from kube-scheduler's "
-        f"`Scheduled` events). Latency: {settings['steady_pods']:,} pods at "
+        f"`Scheduled` events). {start_text(settings.get('start'))} "
+        f"Latency: {settings['steady_pods']:,} pods at "
         f"{settings['steady_rate_pods_per_s']:g} pods/s (creation to binding, seen by a "
         f"watch). {_rounds_text(results, rounds)} per configuration (every configuration "
         "once per round, the order rotated each round). Two kinds of figure: *median of "
@@ -919,6 +977,10 @@ def markdown(results: Mapping[str, Any]) -> str:
                 f"{MS_PER_S / base['pods_per_s']:.2f} ms; the plugin "
                 f"{_cost_text(cost_ms(row, base), 'the default')}."
             )
+    for n in results["node_counts"]:
+        line = start_up_text(n, results[str(n)])
+        if line:
+            lines.append(line)
     for n in results["node_counts"]:
         split = hop_split_ms(results[str(n)])
         if split:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import numpy as np
 import pytest
@@ -1032,3 +1033,128 @@ def test_the_plugin_rows_render_the_generators_profile_with_and_without_image_lo
         c for c, label in report.LABELS.items() if label.endswith("(the install's profile)")
     ]
     assert installs == [installed]
+
+
+# ---------------------------------------------------------------- the held start (issue 43)
+
+
+def test_a_held_start_elects_the_leader_on_upstreams_lease(tmp_path: Path) -> None:
+    plane = _plane(tmp_path)
+    cold = bench.scheduler_config(plane, "plugin-no-image-locality")
+    held = bench.scheduler_config(plane, "plugin-no-image-locality", start=bench.HELD_START)
+    assert cold["leaderElection"] == {"leaderElect": False}
+    election = held["leaderElection"]
+    assert election["leaderElect"] is True
+    assert (election["resourceNamespace"], election["resourceName"]) == (
+        "kube-system",
+        "kube-scheduler",
+    )
+    assert election["resourceLock"] == "leases"
+    # it takes a released Lease within its retry period, not a lease duration
+    assert election["retryPeriod"] == "500ms"
+    # everything else is the cold configuration's
+    assert {k: v for k, v in held.items() if k != "leaderElection"} == {
+        k: v for k, v in cold.items() if k != "leaderElection"
+    }
+
+
+def test_the_lease_is_held_then_released() -> None:
+    requests: list[tuple[str, str, Any]] = []
+    present = {"lease": True}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        requests.append((request.method, request.url.path, body))
+        if request.method == "DELETE":
+            found, present["lease"] = present["lease"], False
+            return httpx.Response(200 if found else 404, json={})
+        present["lease"] = True
+        return httpx.Response(201, json=body)
+
+    api = httpx.Client(transport=httpx.MockTransport(handler), base_url="https://api")
+    bench.hold_leadership(api, now=1_764_000_000.25)
+    bench.release_leadership(api)
+    bench.release_leadership(api)  # none left: not an error
+    path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+    methods = [(method, url) for method, url, _ in requests]
+    # a stopped scheduler's Lease is replaced, then released; twice is harmless
+    assert methods == [
+        ("DELETE", f"{path}/kube-scheduler"),
+        ("POST", path),
+        ("DELETE", f"{path}/kube-scheduler"),
+        ("DELETE", f"{path}/kube-scheduler"),
+    ]
+    spec = requests[1][2]["spec"]
+    assert spec["holderIdentity"] == bench.LEASE_HOLDER
+    assert spec["leaseDurationSeconds"] == bench.LEASE_HELD_S
+    assert spec["renewTime"] == "2025-11-24T16:00:00.250000Z"
+
+
+def test_a_lease_that_cannot_be_held_is_a_clear_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            return httpx.Response(404, json={})
+        return httpx.Response(403, text="leases is forbidden")
+
+    api = httpx.Client(transport=httpx.MockTransport(handler), base_url="https://api")
+    with pytest.raises(bench.BenchError, match="holding kube-scheduler's Lease: HTTP 403"):
+        bench.hold_leadership(api)
+
+
+class _Clock:
+    """A clock the settle loop's sleeps advance, and processes using CPU at set rates."""
+
+    def __init__(self, rates: dict[int, list[tuple[float, float]]]) -> None:
+        # by pid: (from time, cores used from then on)
+        self.now, self.rates = 0.0, rates
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def cpu_s(self, pid: int) -> float:
+        used, steps = 0.0, self.rates[pid]
+        for i, (since, cores) in enumerate(steps):
+            until = steps[i + 1][0] if i + 1 < len(steps) else float("inf")
+            used += cores * max(0.0, min(self.now, until) - since)
+        return used
+
+
+def test_settle_waits_until_the_scheduler_and_the_api_server_are_quiet() -> None:
+    # kube-scheduler busy for 5 s (listing), the API server for 3 s, both quiet then
+    clock = _Clock({1: [(0.0, 1.0), (5.0, 0.02)], 2: [(0.0, 0.8), (3.0, 0.05)], 3: [(0.0, 1.0)]})
+    pids = {"kube-scheduler": 1, "kube-apiserver": 2, "etcd": 3}  # etcd is not watched
+    result = bench.settle(pids, read_cpu_s=clock.cpu_s, clock=lambda: clock.now, sleep=clock.sleep)
+    assert result["settled"] is True
+    # quiet over a whole window after 5 s: settled at 7 s, not before
+    assert 7.0 <= result["s"] <= 7.0 + bench.SETTLE_POLL_S
+    assert result["cpu_s"]["kube-scheduler"] == pytest.approx(5.04, abs=0.02)
+    assert "etcd" not in result["cpu_s"]
+
+
+def test_settle_gives_up_after_its_timeout_and_says_so() -> None:
+    clock = _Clock({1: [(0.0, 0.5)], 2: [(0.0, 0.0)]})
+    pids = {"kube-scheduler": 1, "kube-apiserver": 2}
+    result = bench.settle(
+        pids, timeout_s=10.0, read_cpu_s=clock.cpu_s, clock=lambda: clock.now, sleep=clock.sleep
+    )
+    assert result["settled"] is False
+    assert result["s"] == pytest.approx(10.0, abs=bench.SETTLE_POLL_S)
+
+
+def test_the_block_says_how_the_drain_started_and_gives_the_start_up() -> None:
+    assert "starts held" in report.start_text("held")
+    assert "starts cold" in report.start_text(None)  # files from before the option
+    up = {"settled": True, "s": 30.0, "resources": {"kube-scheduler": {"cpu_s": 26.0}}}
+    rows = {
+        "default": {"rounds": [{"start_up": {**up, "s": 2.0}}]},
+        "plugin-no-image-locality": {
+            "rounds": [{"start_up": up}, {"start_up": {**up, "s": 40.0, "settled": False}}]
+        },
+    }
+    line = report.start_up_text(5000, rows)
+    assert line is not None
+    assert "default profile 2.0 s" in line or "2.0 s" in line
+    assert "35.0 s" in line  # the median of 30 and 40
+    assert "kube-scheduler 26.0 s" in line
+    assert "1 of 2 rounds had not settled" in line
+    assert report.start_up_text(500, {"default": {"rounds": [{"round": 0}]}}) is None

@@ -827,6 +827,16 @@ def start_text(start: str | None) -> str:
     )
 
 
+def etcd_text(filesystem: str | None) -> str:
+    """Where etcd kept its data (every binding is a write to it); nothing for results
+    from before it was recorded."""
+    if filesystem is None:
+        return ""
+    if filesystem == "tmpfs":
+        return " etcd's data is in memory (tmpfs), so no binding waits on a disk's fsync."
+    return f" etcd's data is on disk ({filesystem}): a binding may wait on its fsync."
+
+
 def start_up_text(n: int, rows: Mapping[str, Any]) -> str | None:
     """One line on each configuration's start-up under a held start (medians of rounds):
     from the process's start until it and the API server settled, and kube-scheduler's and
@@ -887,7 +897,8 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"kubelets, fake Ready nodes with {settings['images_per_node']} corpus images each. "
         f"Throughput: {settings['drain_pods']:,} pods queued before kube-scheduler starts, "
         f"drained (pods/s between the first and the last binding, from kube-scheduler's "
-        f"`Scheduled` events). {start_text(settings.get('start'))} "
+        f"`Scheduled` events). {start_text(settings.get('start'))}"
+        f"{etcd_text(settings.get('etcd_filesystem'))} "
         f"Latency: {settings['steady_pods']:,} pods at "
         f"{settings['steady_rate_pods_per_s']:g} pods/s (creation to binding, seen by a "
         f"watch). {_rounds_text(results, rounds)} per configuration (every configuration "

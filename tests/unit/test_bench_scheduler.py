@@ -1158,3 +1158,27 @@ def test_the_block_says_how_the_drain_started_and_gives_the_start_up() -> None:
     assert "kube-scheduler 26.0 s" in line
     assert "1 of 2 rounds had not settled" in line
     assert report.start_up_text(500, {"default": {"rounds": [{"round": 0}]}}) is None
+
+
+MOUNTS = """\
+/dev/vda / ext4 rw,relatime 0 0
+tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0
+tmpfs /tmp/a\\040b tmpfs rw 0 0
+"""
+
+
+def test_the_state_dir_goes_to_memory_when_the_machine_has_a_tmpfs() -> None:
+    assert bench.filesystem_of(Path("/dev/shm/lsbn-state"), MOUNTS) == "tmpfs"
+    assert bench.filesystem_of(Path("/tmp/lsbn-state"), MOUNTS) == "ext4"
+    # the longest mount point above the path, its escaped space read back
+    assert bench.filesystem_of(Path("/tmp/a b/x"), MOUNTS) == "tmpfs"
+    assert bench.default_state_dir(MOUNTS) == Path("/dev/shm/lsbn-state")
+    without = "/dev/vda / ext4 rw 0 0\n"
+    assert bench.default_state_dir(without) == Path("/tmp/lsbn-state")
+    assert bench.filesystem_of(Path("/x"), "") is None
+
+
+def test_the_block_says_where_etcd_kept_its_data() -> None:
+    assert "in memory (tmpfs)" in report.etcd_text("tmpfs")
+    assert "on disk (ext4)" in report.etcd_text("ext4")
+    assert report.etcd_text(None) == ""  # results from before it was recorded

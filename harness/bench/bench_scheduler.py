@@ -111,41 +111,13 @@ RESULTS = "harness/results/scheduler.json"
 PLAYBOOK = PLAYBOOKS_DIR / "bench-control-plane.yml"
 NOOP_EXTENDER = Path(__file__).resolve().parent / "noop_extender.py"
 
-#: Where the state dir goes by default: memory (tmpfs) when the machine has it, so that
-#: etcd, whose data lives there, never waits on a disk's fsync (issue 43's third round:
-#: every binding is an etcd write, and a shared disk's write latency moved the default
-#: profile's own drain rate between rounds); else /tmp.
-MEMORY_DIR, DISK_DIR = Path("/dev/shm"), Path("/tmp")
-
-
-def filesystem_of(path: Path, mounts: str | None = None) -> str | None:
-    """The type of the filesystem ``path`` is on (``/proc/mounts``' longest mount point
-    above it: ``tmpfs``, ``ext4``...), or None when unknown."""
-    try:
-        text = mounts if mounts is not None else Path("/proc/mounts").read_text()
-    except OSError:
-        return None
-    resolved = path.resolve() if mounts is None else path
-    best, kind = -1, None
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        point = Path(fields[1].replace("\\040", " "))
-        if (resolved == point or point in resolved.parents) and len(str(point)) > best:
-            best, kind = len(str(point)), fields[2]
-    return kind
-
-
-def default_state_dir(mounts: str | None = None) -> Path:
-    """``lsbn-state`` in memory when :data:`MEMORY_DIR` is a tmpfs, else under /tmp."""
-    base = MEMORY_DIR if filesystem_of(MEMORY_DIR, mounts) == "tmpfs" else DISK_DIR
-    return base / "lsbn-state"
-
-
 #: The benchmark's own testbed name, /24 and state dir (never the main testbeds').
 DEFAULT_PREFIX, DEFAULT_NET_BASE = "lsbn", "10.250.63"
-DEFAULT_STATE_DIR = default_state_dir()
+#: In memory when the machine has a tmpfs (``provenance.memory_backed``): etcd, whose
+#: data lives there, then never waits on a disk's fsync (issue 43's third round: every
+#: binding is an etcd write, and the shared disk's write latency moved the default
+#: profile's own drain rate between rounds).
+DEFAULT_STATE_DIR = provenance.memory_backed("lsbn-state")
 DEFAULT_LOG_DIR = Path("/tmp/lsbn-logs")
 #: Ports on the benchmark bridge address for the scheduler's metrics and the extender.
 SCHEDULER_METRICS_PORT, EXTENDER_PORT = 10451, 10452
@@ -1721,7 +1693,7 @@ def run(
             "images_per_node": IMAGES_PER_NODE,
             "drain_pods": args.drain_pods,
             "start": args.start,
-            "etcd_filesystem": filesystem_of(args.state_dir.parent),
+            "etcd_filesystem": provenance.filesystem_of(args.state_dir.parent),
             "steady_pods": args.steady_pods,
             "steady_rate_pods_per_s": args.steady_rate,
             "warmup_pods": WARMUP_PODS,

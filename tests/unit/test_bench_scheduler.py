@@ -27,6 +27,7 @@ from corpus import workload  # noqa: E402
 
 from layersched import deploy, generated  # noqa: E402
 from layersched.core.nodelayers import parse_document  # noqa: E402
+from layersched_harness.evidence import provenance  # noqa: E402
 from layersched_harness.testbed.scheduler_configs import batchable  # noqa: E402
 
 # Buckets 0.1, 0.2, 0.4, +Inf with 10 observations: 4 under 0.1, 4 in (0.1, 0.2], 2 in
@@ -1168,14 +1169,14 @@ tmpfs /tmp/a\\040b tmpfs rw 0 0
 
 
 def test_the_state_dir_goes_to_memory_when_the_machine_has_a_tmpfs() -> None:
-    assert bench.filesystem_of(Path("/dev/shm/lsbn-state"), MOUNTS) == "tmpfs"
-    assert bench.filesystem_of(Path("/tmp/lsbn-state"), MOUNTS) == "ext4"
+    assert provenance.filesystem_of(Path("/dev/shm/lsbn-state"), MOUNTS) == "tmpfs"
+    assert provenance.filesystem_of(Path("/tmp/lsbn-state"), MOUNTS) == "ext4"
     # the longest mount point above the path, its escaped space read back
-    assert bench.filesystem_of(Path("/tmp/a b/x"), MOUNTS) == "tmpfs"
-    assert bench.default_state_dir(MOUNTS) == Path("/dev/shm/lsbn-state")
+    assert provenance.filesystem_of(Path("/tmp/a b/x"), MOUNTS) == "tmpfs"
+    assert provenance.memory_backed("lsbn-state", MOUNTS) == Path("/dev/shm/lsbn-state")
     without = "/dev/vda / ext4 rw 0 0\n"
-    assert bench.default_state_dir(without) == Path("/tmp/lsbn-state")
-    assert bench.filesystem_of(Path("/x"), "") is None
+    assert provenance.memory_backed("lsbn-state", without) == provenance.DISK_DIR / "lsbn-state"
+    assert provenance.filesystem_of(Path("/x"), "") is None
 
 
 def test_the_block_says_where_etcd_kept_its_data() -> None:

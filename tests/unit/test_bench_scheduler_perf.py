@@ -243,3 +243,54 @@ def test_the_installed_profile_is_judged_first_against_the_default() -> None:
     (config,) = yaml.safe_load((PROFILES_DIR / f"{profile}.yaml").read_text())["profiles"]
     disabled = config["plugins"]["score"].get("disabled", [])
     assert ({"name": "ImageLocality"} not in disabled) is PLUGIN_KEEPS_IMAGE_LOCALITY
+
+
+def test_the_block_says_where_etcd_kept_its_data() -> None:
+    assert "etcd beside it, its data in memory (tmpfs))" in perf.markdown(
+        _results(1.5) | {"etcd_filesystem": "tmpfs"}
+    )
+    assert "its data on disk (ext4)" in perf.markdown(_results(1.5) | {"etcd_filesystem": "ext4"})
+    # results from before it was recorded say nothing of it
+    assert "etcd beside it), " in perf.markdown(_results(1.5))
+
+
+class _Build:
+    """The Kubernetes build as run_round reads it."""
+
+    def __init__(self, bin_dir: Path) -> None:
+        self.bin_dir = bin_dir
+
+    def require(self, _name: str) -> Path:
+        return self.bin_dir
+
+    def go_version_needed(self) -> str:
+        return "1.25"
+
+    def go_env(self) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin"}
+
+
+def test_each_round_gives_etcd_a_temporary_directory_in_etcd_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a stand-in for the test binary: it records its TMPDIR (where upstream's framework
+    # makes etcd's data dir) and whether it exists, then writes one data file
+    seen = tmp_path / "seen"
+    binary = tmp_path / "scheduler_perf.test"
+    binary.write_text(
+        "#!/bin/sh\n"
+        f'test -d "$TMPDIR" && echo "$TMPDIR" > {seen}\n'
+        'while [ "$1" != "-data-items-dir" ]; do shift; done\n'
+        'echo \'{"version": "v1", "dataItems": []}\' > "$2/items.json"\n'
+    )
+    binary.chmod(0o755)
+    etcd_in = tmp_path / "memory"
+    etcd_in.mkdir()
+    monkeypatch.setattr(perf, "ETCD_IN", etcd_in)
+    monkeypatch.setattr(perf, "kubernetes_build", lambda: _Build(tmp_path))
+    monkeypatch.setattr(perf, "find_go", lambda _version: ("/usr/bin/go", "go1.25"))
+    doc = perf.run_round(binary, ["W"], ["default"], tmp_path / "data", tmp_path / "log")
+    assert doc == {"version": "v1", "dataItems": []}
+    used = Path(seen.read_text().strip())
+    assert used.parent == etcd_in and used.name.startswith("layersched-perf-etcd-")
+    assert not used.exists()  # removed with the round

@@ -37,6 +37,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
@@ -67,6 +68,43 @@ _INIT = 1
 #: Processes at this niceness or above get CPU only when the benchmark leaves a core idle
 #: (CFS weighs nice 19 at 15 against nice 0's 1024): recorded, but they do not decide.
 LOW_PRIORITY_NICE = 10
+
+
+#: Memory (a tmpfs on most Linux machines) and the disk fallback for a benchmark's etcd.
+#: Names under either are the benchmark's fixed ones, as they were under /tmp before.
+MEMORY_DIR = Path("/dev/shm")  # noqa: S108 - the tmpfs itself, not a file in it
+DISK_DIR = Path(tempfile.gettempdir())
+
+
+def filesystem_of(path: Path, mounts: str | None = None) -> str | None:
+    """The type of the filesystem ``path`` is on (the longest mount point above it in
+    ``mounts``, default ``/proc/mounts``: ``tmpfs``, ``ext4``...), or None when unknown."""
+    try:
+        text = mounts if mounts is not None else Path("/proc/mounts").read_text()
+    except OSError:
+        return None
+    resolved = path.resolve() if mounts is None else path
+    best, kind = -1, None
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = Path(fields[1].replace("\\040", " "))
+        if (resolved == point or point in resolved.parents) and len(str(point)) > best:
+            best, kind = len(str(point)), fields[2]
+    return kind
+
+
+def memory_dir(mounts: str | None = None) -> Path:
+    """:data:`MEMORY_DIR` when it is a tmpfs, else the temporary directory: where a
+    benchmark keeps etcd's data, so that no write waits on a disk's fsync (whose latency
+    on a shared virtual disk is noise in a scheduling benchmark)."""
+    return MEMORY_DIR if filesystem_of(MEMORY_DIR, mounts) == "tmpfs" else DISK_DIR
+
+
+def memory_backed(name: str, mounts: str | None = None) -> Path:
+    """``name`` in :func:`memory_dir`."""
+    return memory_dir(mounts) / name
 
 
 def _git(*args: str, root: Path = ROOT) -> str | None:

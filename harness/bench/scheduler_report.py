@@ -354,6 +354,7 @@ def summarise_rounds(measured: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     "scheduler_cpu_ms_per_pod",
                     "load_average_1m",
                     "start_up",
+                    "rejected_429",
                     "skipped",
                 )
                 if key in r
@@ -837,6 +838,29 @@ def etcd_text(filesystem: str | None) -> str:
     return f" etcd's data is on disk ({filesystem}): a binding may wait on its fsync."
 
 
+def rejections_text(n: int, rows: Mapping[str, Any]) -> str | None:
+    """One line on the requests the API server rejected with 429 from each kube-scheduler's
+    start to its drain's end, summed over the rounds (kube-scheduler is exempt from API
+    Priority and Fairness in the benchmark, so none is expected); None for results from
+    before they were counted."""
+    counted = {
+        config: [r["rejected_429"] for r in rows[config].get("rounds", []) if "rejected_429" in r]
+        for config in CONFIGURATIONS
+        if config in rows
+    }
+    counted = {config: values for config, values in counted.items() if values}
+    if not counted:
+        return None
+    parts = [
+        f"{LABELS[config]} {sum(values):,} in {len(values)} rounds"
+        for config, values in counted.items()
+    ]
+    return (
+        f"- **{n:,} nodes, requests the API server rejected with 429** (too many; "
+        f"kube-scheduler is exempt from API Priority and Fairness here): " + "; ".join(parts) + "."
+    )
+
+
 def start_up_text(n: int, rows: Mapping[str, Any]) -> str | None:
     """One line on each configuration's start-up under a held start (medians of rounds):
     from the process's start until it and the API server settled, and kube-scheduler's and
@@ -989,9 +1013,9 @@ def markdown(results: Mapping[str, Any]) -> str:
                 f"{_cost_text(cost_ms(row, base), 'the default')}."
             )
     for n in results["node_counts"]:
-        line = start_up_text(n, results[str(n)])
-        if line:
-            lines.append(line)
+        for line in (start_up_text(n, results[str(n)]), rejections_text(n, results[str(n)])):
+            if line:
+                lines.append(line)
     for n in results["node_counts"]:
         split = hop_split_ms(results[str(n)])
         if split:

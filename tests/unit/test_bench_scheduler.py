@@ -1183,3 +1183,42 @@ def test_the_block_says_where_etcd_kept_its_data() -> None:
     assert "in memory (tmpfs)" in report.etcd_text("tmpfs")
     assert "on disk (ext4)" in report.etcd_text("ext4")
     assert report.etcd_text(None) == ""  # results from before it was recorded
+
+
+def test_kube_scheduler_is_exempt_from_flow_control_and_rejections_are_counted() -> None:
+    posted: list[dict[str, Any]] = []
+    metrics = (
+        "# TYPE apiserver_request_total counter\n"
+        'apiserver_request_total{code="201",resource="pods",subresource="binding"} 900\n'
+        'apiserver_request_total{code="429",resource="pods",subresource="binding"} 12\n'
+        'apiserver_request_total{code="429",group="events.k8s.io",resource="events"} 3\n'
+        'apiserver_flowcontrol_rejected_requests_total{reason="queue-full"} 15\n'
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posted.append(json.loads(request.content))
+            return httpx.Response(201, json=posted[-1])
+        return httpx.Response(200, text=metrics)
+
+    api = httpx.Client(transport=httpx.MockTransport(handler), base_url="https://api")
+    bench.exempt_scheduler_from_flow_control(api)
+    (schema,) = posted
+    assert schema["spec"]["priorityLevelConfiguration"] == {"name": "exempt"}
+    # ahead of the built-in kube-scheduler schema, behind the mandatory exempt one
+    assert 2 < schema["spec"]["matchingPrecedence"] < 100
+    (rule,) = schema["spec"]["rules"]
+    assert rule["subjects"] == [{"kind": "User", "user": {"name": "system:kube-scheduler"}}]
+    # only the 429 answers, of every resource
+    assert bench.rejected_requests(api) == 15
+
+
+def test_the_block_counts_the_rejections_left() -> None:
+    rows = {
+        "default": {"rounds": [{"rejected_429": 0}, {"rejected_429": 2}]},
+        "plugin-no-image-locality": {"rounds": [{"rejected_429": 0}, {"rejected_429": 0}]},
+    }
+    line = report.rejections_text(500, rows)
+    assert line is not None
+    assert "2 in 2 rounds" in line and "0 in 2 rounds" in line
+    assert report.rejections_text(500, {"default": {"rounds": [{"round": 0}]}}) is None

@@ -748,8 +748,8 @@ def settle(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Wait until each of :data:`SETTLE_WATCHED` used less than :data:`SETTLE_MAX_CORES`
-    over the last :data:`SETTLE_WINDOW_S`, or ``timeout_s``: how long it took, whether it
-    settled, and the CPU seconds each used meanwhile (the start-up's cost)."""
+    over the last :data:`SETTLE_WINDOW_S`, or ``timeout_s``: whether it settled, and how
+    long it took (the start-up's CPU is the caller's ``Usage``)."""
     read = read_cpu_s or cpu_s
     watched = {name: pids[name] for name in SETTLE_WATCHED if name in pids}
     began = clock()
@@ -771,11 +771,7 @@ def settle(
         if now - began >= timeout_s:
             break
         sleep(SETTLE_POLL_S)
-    return {
-        "settled": settled,
-        "s": round(now - began, 2),
-        "cpu_s": {name: round(used[name] - first[name], 2) for name in watched},
-    }
+    return {"settled": settled, "s": round(now - began, 2)}
 
 
 def scheduler_config(
@@ -1523,11 +1519,8 @@ def rejected_requests(api: httpx.Client) -> int:
     """Requests the API server has answered 429 (too many) so far, from its /metrics."""
     response = api.get("/metrics")
     _check(response, "reading the API server's metrics")
-    total = 0.0
-    for line in response.text.splitlines():
-        if line.startswith("apiserver_request_total{") and 'code="429"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+    series = report.counters(response.text, "apiserver_request")
+    return int(sum(value for labels, value in series.items() if ("code", "429") in labels))
 
 
 def _csv(text: str) -> list[str]:

@@ -304,14 +304,9 @@ def _verdict_lines(results: Mapping[str, Any]) -> list[str]:
 
 
 def _etcd_text(filesystem: str | None) -> str:
-    """Where etcd kept its data; nothing for results from before it was recorded."""
-    if filesystem is None:
-        return ""
-    return (
-        ", its data in memory (tmpfs)"
-        if filesystem == "tmpfs"
-        else f", its data on disk ({filesystem})"
-    )
+    """Where etcd kept its data (``scheduler_report.etcd_place``), as a clause."""
+    place = scheduler_report.etcd_place(filesystem)
+    return f", its data {place}" if place else ""
 
 
 def markdown(results: Mapping[str, Any]) -> str:

@@ -828,14 +828,22 @@ def start_text(start: str | None) -> str:
     )
 
 
-def etcd_text(filesystem: str | None) -> str:
-    """Where etcd kept its data (every binding is a write to it); nothing for results
-    from before it was recorded."""
+def etcd_place(filesystem: str | None) -> str | None:
+    """Where a benchmark's etcd kept its data, from its recorded filesystem (both benches'
+    blocks say it); None for results from before it was recorded."""
     if filesystem is None:
+        return None
+    return "in memory (tmpfs)" if filesystem == "tmpfs" else f"on disk ({filesystem})"
+
+
+def etcd_text(filesystem: str | None) -> str:
+    """The block's sentence on :func:`etcd_place` (every binding is a write to etcd)."""
+    place = etcd_place(filesystem)
+    if place is None:
         return ""
     if filesystem == "tmpfs":
-        return " etcd's data is in memory (tmpfs), so no binding waits on a disk's fsync."
-    return f" etcd's data is on disk ({filesystem}): a binding may wait on its fsync."
+        return f" etcd's data is {place}, so no binding waits on a disk's fsync."
+    return f" etcd's data is {place}: a binding may wait on its fsync."
 
 
 def rejections_text(n: int, rows: Mapping[str, Any]) -> str | None:
@@ -875,13 +883,9 @@ def start_up_text(n: int, rows: Mapping[str, Any]) -> str | None:
         ]
         if not ups:
             continue
-
-        def med(values: Sequence[float]) -> float:
-            return float(np.median(values))
-
-        seconds = med([u["s"] for u in ups])
+        seconds = float(np.median([u["s"] for u in ups]))
         cpu = {
-            proc: med([u["resources"].get(proc, {}).get("cpu_s", 0.0) for u in ups])
+            proc: float(np.median([u["resources"].get(proc, {}).get("cpu_s", 0.0) for u in ups]))
             for proc in ("kube-scheduler", "kube-apiserver")
         }
         unsettled = sum(1 for u in ups if not u.get("settled"))

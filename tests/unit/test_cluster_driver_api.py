@@ -23,6 +23,7 @@ from layersched.kube import (
     pod_path,
     pods_path,
 )
+from layersched_harness.testbed.cluster import driver as driver_module
 from layersched_harness.testbed.cluster.driver import (
     SCENARIO_NAMESPACE,
     ClusterDriver,
@@ -92,9 +93,14 @@ class RecordingBackend:
         return {"etcd": "3.4.23"}
 
 
+#: The namespace's default ServiceAccount, which the driver waits for.
+ACCOUNT_PATH = f"{NAMESPACES_PATH}/{NS}/serviceaccounts/default"
+
+
 @pytest.fixture
 def api(kube_api: StandInApi) -> StandInApi:
     kube_api.route("POST", NAMESPACES_PATH, ok({"metadata": {"name": NS}}))
+    kube_api.route("GET", ACCOUNT_PATH, ok({"metadata": {"name": "default", "namespace": NS}}))
     return kube_api
 
 
@@ -117,6 +123,42 @@ def test_the_scenario_namespace_is_made_sure_of(answer: Answer, api: StandInApi)
 def test_a_namespace_refused_is_a_testbed_error_saying_why(api: StandInApi) -> None:
     api.route("POST", NAMESPACES_PATH, status(403, "Forbidden", "user cannot create"))
     with pytest.raises(TestbedError, match=rf"creating namespace {NS}: .*403 user cannot create"):
+        _driver(api)
+
+
+def test_the_driver_waits_for_the_namespaces_default_service_account(
+    api: StandInApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the controller-manager makes it a moment after the namespace; until then the API
+    # refuses every pod there (the CI failure of a5f2fc1)
+    monkeypatch.setattr(driver_module, "STOP_POLL_S", 0.01)
+    reads = []
+
+    def account(request: Request) -> Answer:
+        reads.append(request)
+        if len(reads) < 3:
+            return status(404, "NotFound", 'serviceaccounts "default" not found')
+        return ok({"metadata": {"name": "default", "namespace": NS}})
+
+    api.route("GET", ACCOUNT_PATH, account)
+    _driver(api)
+    assert len(reads) == 3
+
+
+def test_a_namespace_with_no_default_service_account_is_an_error_naming_the_controller(
+    api: StandInApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(driver_module, "STOP_POLL_S", 0.01)
+    monkeypatch.setattr(driver_module, "DEFAULT_ACCOUNT_TIMEOUT_S", 0.1)
+    api.route("GET", ACCOUNT_PATH, status(404, "NotFound", "not found"))
+    with pytest.raises(TestbedError, match=rf"namespace {NS} has no ServiceAccount 'default'.*"
+                       r"kube-controller-manager runs"):  # fmt: skip
+        _driver(api)
+
+
+def test_an_unreadable_default_service_account_is_an_error_saying_why(api: StandInApi) -> None:
+    api.route("GET", ACCOUNT_PATH, status(403, "Forbidden", "user cannot get"))
+    with pytest.raises(TestbedError, match=rf"reading {ACCOUNT_PATH}: .*403 user cannot get"):
         _driver(api)
 
 

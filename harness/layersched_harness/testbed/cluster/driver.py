@@ -122,6 +122,12 @@ LOG_SETTLE_TIMEOUT_S = 10.0
 #: The scheduler's score lines and Scheduled event trail the binding slightly.
 SCORES_TIMEOUT_S = 15.0
 
+#: The ServiceAccount the controller-manager makes in every namespace; pods that name
+#: none run as it, and are refused until it exists.
+DEFAULT_ACCOUNT = "default"
+#: The serviceaccount controller makes it within a second or two of the namespace.
+DEFAULT_ACCOUNT_TIMEOUT_S = 60.0
+
 _T = TypeVar("_T")
 
 
@@ -437,6 +443,29 @@ class ClusterDriver:
         except KubeError as err:
             if err.status != HTTP_CONFLICT:  # it exists already, which is fine
                 raise TestbedError(f"creating namespace {self.namespace}: {err}") from err
+        self._wait_default_account()
+
+    def _wait_default_account(self) -> None:
+        """Wait until the namespace's ``default`` ServiceAccount exists. The controller-
+        manager's serviceaccount controller makes it a moment after the namespace, and
+        until then the ServiceAccount admission plugin refuses every pod there (403
+        "error looking up service account")."""
+        path = f"{NAMESPACES_PATH}/{self.namespace}/serviceaccounts/{DEFAULT_ACCOUNT}"
+
+        def made() -> None:
+            try:
+                self._kube.get(path)
+            except KubeError as err:
+                if err.status != HTTP_NOT_FOUND:
+                    raise TestbedError(f"reading {path}: {err}") from err
+                raise NotYet(
+                    f"namespace {self.namespace} has no ServiceAccount {DEFAULT_ACCOUNT!r} "
+                    f"after {DEFAULT_ACCOUNT_TIMEOUT_S:.0f} s: the controller-manager's "
+                    "serviceaccount controller makes it; check that kube-controller-manager "
+                    "runs (its log, or kubectl get pods -n kube-system)"
+                ) from err
+
+        wait_for(made, DEFAULT_ACCOUNT_TIMEOUT_S, STOP_POLL_S)
 
     def _nodes(self) -> list[dict[str, Any]]:
         return self._kube.list(NODES_PATH)[0]

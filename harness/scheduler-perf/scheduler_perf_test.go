@@ -5,10 +5,11 @@
 //
 // The workloads are upstream's own, read from the module cache as they are (SchedulingBasic
 // in test/integration/scheduler_perf/misc/performance-config.yaml), and layersched's
-// SharedLayers (config/layer-locality.yaml, the same format). Each runs under every
-// profile of config/profiles/: the benchmark writes one test case per (workload's test
-// case, profile) into a temporary file, the workloads and their templates unchanged, the
-// profile as the test case's schedulerConfigPath. Run it through `make bench-perf`
+// SharedLayers and SharedLayersQueued (config/layer-locality.yaml, the same format). Each
+// runs under every profile asked of config/profiles/: the benchmark writes one test case
+// per (workload's test case, profile) into a temporary file, the workloads and their
+// templates unchanged, the profile as the test case's schedulerConfigPath (for
+// SharedLayersQueued a copy with the hold plugin at PreEnqueue: package hold). Run it through `make bench-perf`
 // (harness/bench/bench_scheduler_perf.py: etcd from `make kubernetes` on PATH, the rounds, the
 // ratios); by hand:
 //
@@ -39,6 +40,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"layersched.io/kube-scheduler/pkg/layerlocality"
+	"layersched.io/scheduler-perf/hold"
 )
 
 // upstreamConfig is upstream's workload file, relative to k8s.io/kubernetes's module root.
@@ -47,13 +49,17 @@ const upstreamConfig = "test/integration/scheduler_perf/misc/performance-config.
 // topic names the run in upstream's data items file.
 const topic = "layersched"
 
+// heldTestCases are the test cases whose measured pods wait for each other (hold): each
+// of their profiles gets the hold plugin at PreEnqueue, in a derived copy of the file.
+var heldTestCases = map[string]bool{"SharedLayersQueued": true}
+
 // crdEstablishedTimeout bounds the wait for the NodeLayerInventory CRD to be served.
 const crdEstablishedTimeout = time.Minute
 
 var (
-	workloads = flag.String("workloads", "SchedulingBasic/500Nodes,SchedulingBasic/5000Nodes,SharedLayers/500Nodes_5000Pods,SharedLayers/5000Nodes_5000Pods",
+	workloads = flag.String("workloads", "SchedulingBasic/500Nodes,SchedulingBasic/5000Nodes,SharedLayersQueued/500Nodes_5000Pods,SharedLayersQueued/5000Nodes_5000Pods",
 		"comma-separated TESTCASE/WORKLOAD to run, from upstream's misc/performance-config.yaml and config/layer-locality.yaml")
-	profiles = flag.String("profiles", "default,no-image-locality,no-image-locality-layer-locality,layer-locality,batching,batching-layer-locality",
+	profiles = flag.String("profiles", "default,default-again,no-image-locality,no-image-locality-layer-locality,layer-locality",
 		"comma-separated profiles (config/profiles/NAME.yaml), each run on every workload")
 	upstreamDir = flag.String("upstream-dir", "",
 		"k8s.io/kubernetes's module directory (default: `go list -m` in this module)")
@@ -80,7 +86,7 @@ func BenchmarkPerfScheduling(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	registry := frameworkruntime.Registry{layerlocality.Name: layerlocality.New}
+	registry := frameworkruntime.Registry{layerlocality.Name: layerlocality.New, hold.Name: hold.New}
 	benchmark.RunBenchmarkPerfScheduling(b, config, topic, registry,
 		benchmark.WithPrepareFn(func(tCtx ktesting.TContext) error { return createCRD(tCtx, crd) }))
 }
@@ -142,7 +148,7 @@ func derivedConfig(dir string) (string, error) {
 					continue
 				}
 				found[name+"/"+workloadName] = true
-				if name == "SharedLayers" {
+				if strings.HasPrefix(name, "SharedLayers") {
 					workload["params"].(map[string]any)["observedAt"] = observedAt
 				}
 				// the label filter belongs to upstream's CI; the workloads are chosen here
@@ -162,6 +168,13 @@ func derivedConfig(dir string) (string, error) {
 				}
 				derived["name"] = name + "_" + profile
 				derived["schedulerConfigPath"] = path
+				if heldTestCases[name] {
+					held, err := hold.WriteProfile(path, filepath.Join(dir, profile+"-held.yaml"))
+					if err != nil {
+						return "", err
+					}
+					derived["schedulerConfigPath"] = held
+				}
 				derived["workloads"] = kept
 				delete(derived, "labels")
 				out = append(out, derived)

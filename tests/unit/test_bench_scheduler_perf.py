@@ -294,3 +294,96 @@ def test_each_round_gives_etcd_a_temporary_directory_in_etcd_in(
     used = Path(seen.read_text().strip())
     assert used.parent == etcd_in and used.name.startswith("layersched-perf-etcd-")
     assert not used.exists()  # removed with the round
+
+
+def _large_results(control: list[float], plugin: list[float]) -> dict[str, Any]:
+    """Rounds of the first large workload: the default at 200 pods/s, its second run
+    (the control) and the installed profile at the rates given, p99 alike."""
+    workload = perf.LARGE_WORKLOADS[0]
+    rounds = []
+    for again, mine in zip(control, plugin, strict=True):
+        rows = {
+            perf.BASE_PROFILE: {"pods_per_s": 200.0, "attempt_p99_ms": 10.0},
+            perf.CONTROL_PROFILE: {"pods_per_s": again, "attempt_p99_ms": 10.0},
+            perf.INSTALLED_PROFILE: {"pods_per_s": mine, "attempt_p99_ms": 10.0},
+        }
+        rounds.append({workload: rows})
+    profiles = [perf.BASE_PROFILE, perf.CONTROL_PROFILE, perf.INSTALLED_PROFILE]
+    return {
+        "provenance": {"machine": {"cpus": 2}, "other_processes_cores": 0.01},
+        "rounds": len(rounds),
+        "workloads": perf.summarise(rounds, [workload], profiles),
+    }
+
+
+def test_the_default_against_itself_is_the_noise_floor_each_verdict_cites() -> None:
+    # the control's ratios 0.9, 1.0, 1.1: spread 20%; the plugin's 0.98, 1.0, 1.1 (every
+    # round over 0.97x) spread 12%: not resolved, and the floor says why
+    results = _large_results([180.0, 200.0, 220.0], [196.0, 200.0, 220.0])
+    rows = results["workloads"][perf.LARGE_WORKLOADS[0]]
+    assert perf.noise_floor(rows) == 0.2
+    ((_, profile, _, verdict),) = perf.verdicts(results)
+    assert (profile, verdict["verdict"]) == (perf.INSTALLED_PROFILE, "inconclusive")
+    assert verdict["why"].endswith("the default against itself spread 20.0% in the same rounds")
+    text = perf.markdown(results)
+    assert (
+        f"- {perf.LARGE_WORKLOADS[0]}: `default-again` against `default` (the same profile "
+        "run twice in each round): 0.9-1.1x, spread 20.0%, so no profile's spread can come "
+        "under 5% in this run."
+    ) in text
+    # the noise lines come before the verdicts
+    assert text.index("The machine's own noise") < text.index("Targets (issues 33 and 43)")
+
+
+def test_a_quiet_control_claims_nothing_and_lets_a_tight_pair_be_met() -> None:
+    results = _large_results([199.0, 200.0, 201.0], [196.0, 198.0, 200.0])
+    ((_, _, _, verdict),) = perf.verdicts(results)
+    assert verdict["verdict"] == "met"
+    assert "no profile's spread can come under" not in perf.markdown(results)
+    # without the control there is no floor and no line of it
+    del results["workloads"][perf.LARGE_WORKLOADS[0]][perf.CONTROL_PROFILE]
+    assert perf.noise_floor(results["workloads"][perf.LARGE_WORKLOADS[0]]) is None
+    assert "The machine's own noise" not in perf.markdown(results)
+
+
+def test_the_control_profile_is_the_default_profile() -> None:
+    def profiles(name: str) -> Any:
+        return yaml.safe_load((PROFILES_DIR / f"{name}.yaml").read_text())["profiles"]
+
+    assert profiles(perf.CONTROL_PROFILE) == profiles(perf.BASE_PROFILE)
+    assert perf.PROFILES[:2] == (perf.BASE_PROFILE, perf.CONTROL_PROFILE)
+
+
+PERF_CONFIG = ROOT / "harness/scheduler-perf/config/layer-locality.yaml"
+#: The label the benchmark's hold plugin (harness/scheduler-perf/hold) gates pods on.
+HOLD_LABEL = "layersched.io/bench-hold-until"
+
+
+def test_the_hold_plugin_gates_on_the_templates_label() -> None:
+    source = (ROOT / "harness/scheduler-perf/hold/hold.go").read_text()
+    assert f'const CountLabel = "{HOLD_LABEL}"' in source
+
+
+def test_the_large_workloads_hold_their_measured_pods_until_all_exist() -> None:
+    # issue 43: the measured pods wait in the queue (the hold plugin's label, its value
+    # the op's count), so the measurement is the scheduler's drain alone
+    test_cases = {case["name"]: case for case in yaml.safe_load(PERF_CONFIG.read_text())}
+    for workload in perf.LARGE_WORKLOADS:
+        case_name, name = workload.split("/")
+        case = test_cases[case_name]
+        params = next(w["params"] for w in case["workloads"] if w["name"] == name)
+        assert params["measurePods"] == 5000
+        (measured,) = [op for op in case["workloadTemplate"] if op.get("collectMetrics")]
+        template = PERF_CONFIG.parent / measured["podTemplatePath"]
+        pod = yaml.safe_load(template.read_text())
+        assert pod["metadata"]["labels"] == {HOLD_LABEL: "{{.Count}}"}
+        # the same pod as SharedLayers' otherwise
+        plain = yaml.safe_load((PERF_CONFIG.parent / case["defaultPodTemplatePath"]).read_text())
+        assert pod["spec"] == plain["spec"]
+    assert set(perf.LARGE_WORKLOADS) <= set(perf.WORKLOADS)
+
+
+def test_the_go_benchmarks_defaults_are_the_drivers() -> None:
+    source = (ROOT / "harness/scheduler-perf/scheduler_perf_test.go").read_text()
+    assert f'flag.String("workloads", "{",".join(perf.WORKLOADS)}"' in source
+    assert f'flag.String("profiles", "{",".join(perf.PROFILES)}"' in source

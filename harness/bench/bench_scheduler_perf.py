@@ -260,27 +260,54 @@ def _rounds_text(results: Mapping[str, Any]) -> str:
     return f"{done} of the {asked} rounds asked (the run was stopped after them)"
 
 
+def _pair_ratios(rows: Mapping[str, Any], profile: str, base: str) -> dict[str, list[float]]:
+    """Per-round ratios of ``profile`` to ``base`` (pods/s and the attempt's p99)."""
+    mine, theirs = rows[profile]["rounds"], rows[base]["rounds"]
+    return {
+        key: [
+            m[key] / b[key]
+            for m, b in zip(mine, theirs, strict=False)
+            if m.get(key) is not None and b.get(key)
+        ]
+        for key in ("pods_per_s", "attempt_p99_ms")
+    }
+
+
 def verdicts(results: Mapping[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]:
     """``(workload, profile, base, verdict)`` for each target pair that ran, from the
-    per-round ratios of pods/s and the attempt's p99 to the base of the same round."""
+    per-round ratios of pods/s and the attempt's p99 to the base of the same round.
+
+    Where the control ran (:data:`CONTROL_PROFILE`, the default against itself), it is
+    judged on the same target first: when two identical runs do not meet it, no profile's
+    met or missed against the default means anything, and each is inconclusive saying so."""
     busy = provenance.why_overloaded(results.get("provenance"))
     out = []
     for workload, rows in results["workloads"].items():
+        control = None
+        if CONTROL_PROFILE in rows and BASE_PROFILE in rows:
+            ratios = _pair_ratios(rows, CONTROL_PROFILE, BASE_PROFILE)
+            control = scheduler_report.judge(
+                ratios["pods_per_s"], ratios["attempt_p99_ms"], PLUGIN_TARGET, busy
+            )
         for profile, base in TARGET_PAIRS:
             if profile not in rows or base not in rows:
                 continue
-            mine, theirs = rows[profile]["rounds"], rows[base]["rounds"]
-            ratios = {
-                key: [
-                    m[key] / b[key]
-                    for m, b in zip(mine, theirs, strict=False)
-                    if m.get(key) is not None and b.get(key)
-                ]
-                for key in ("pods_per_s", "attempt_p99_ms")
-            }
+            ratios = _pair_ratios(rows, profile, base)
             verdict = scheduler_report.judge(
                 ratios["pods_per_s"], ratios["attempt_p99_ms"], PLUGIN_TARGET, busy
             )
+            if (
+                base == BASE_PROFILE
+                and control is not None
+                and control["verdict"] != "met"
+                and verdict["verdict"] in ("met", "missed")
+            ):
+                verdict["verdict"] = "inconclusive"
+                verdict["why"] = (
+                    f"the default against itself was {control['verdict']} on this target in "
+                    f"the same rounds (pods/s {_span(control, 'throughput_ratio')}, attempt "
+                    f"p99 {_span(control, 'p99_ratio')}): the rounds do not resolve it"
+                )
             spread = ratio_spread(ratios["pods_per_s"])
             if workload in LARGE_WORKLOADS and spread is not None:
                 verdict["ratio_spread"] = spread
@@ -297,6 +324,12 @@ def verdicts(results: Mapping[str, Any]) -> list[tuple[str, str, str, dict[str, 
                         )
             out.append((workload, profile, base, verdict))
     return out
+
+
+def _span(verdict: Mapping[str, Any], key: str) -> str:
+    """A judged ratio's rounds as ``low-highx`` (``-`` when none was judged)."""
+    bounds = verdict.get(f"{key}_range")
+    return f"{bounds[0]:g}-{bounds[1]:g}x" if bounds else "-"
 
 
 def noise_floor(rows: Mapping[str, Any]) -> float | None:

@@ -324,7 +324,11 @@ def test_the_default_against_itself_is_the_noise_floor_each_verdict_cites() -> N
     assert perf.noise_floor(rows) == 0.2
     ((_, profile, _, verdict),) = perf.verdicts(results)
     assert (profile, verdict["verdict"]) == (perf.INSTALLED_PROFILE, "inconclusive")
-    assert verdict["why"].endswith("the default against itself spread 20.0% in the same rounds")
+    # the control straddles the target itself, which comes first
+    assert verdict["why"] == (
+        "the default against itself was inconclusive on this target in the same rounds "
+        "(pods/s 0.9-1.1x, attempt p99 1-1x): the rounds do not resolve it"
+    )
     text = perf.markdown(results)
     assert (
         f"- {perf.LARGE_WORKLOADS[0]}: `default-again` against `default` (the same profile "
@@ -333,6 +337,30 @@ def test_the_default_against_itself_is_the_noise_floor_each_verdict_cites() -> N
     ) in text
     # the noise lines come before the verdicts
     assert text.index("The machine's own noise") < text.index("Targets (issues 33 and 43)")
+
+
+def test_a_met_pair_wider_than_five_percent_cites_the_floor() -> None:
+    # the control meets the target (0.98-1.08x) but spreads 10%; the plugin's rounds
+    # (0.98-1.1x) meet it too, spread 12%: not resolved, and the floor is cited
+    results = _large_results([196.0, 200.0, 216.0], [196.0, 200.0, 220.0])
+    ((_, _, _, verdict),) = perf.verdicts(results)
+    assert verdict["verdict"] == "inconclusive"
+    assert verdict["why"] == (
+        "the per-round ratios spread 12.0%, not under 5%: the rounds do not resolve the "
+        "effect; the default against itself spread 10.0% in the same rounds"
+    )
+
+
+def test_a_missed_pair_is_inconclusive_when_the_control_misses_too() -> None:
+    # identical runs 0.9-0.95x of each other: the plugin's 0.9-0.94x says nothing
+    results = _large_results([180.0, 186.0, 190.0], [180.0, 184.0, 188.0])
+    ((_, _, _, verdict),) = perf.verdicts(results)
+    assert verdict["verdict"] == "inconclusive"
+    assert verdict["why"].startswith("the default against itself was missed on this target")
+    # without the control, the same rounds are a miss
+    del results["workloads"][perf.LARGE_WORKLOADS[0]][perf.CONTROL_PROFILE]
+    ((_, _, _, alone),) = perf.verdicts(results)
+    assert alone["verdict"] == "missed"
 
 
 def test_a_quiet_control_claims_nothing_and_lets_a_tight_pair_be_met() -> None:

@@ -5,11 +5,12 @@ The Go benchmark (``harness/scheduler-perf``, its own module) runs upstream's
 SchedulingBasic workloads as they are (read from the module cache) and layersched's
 SharedLayers and SharedLayersQueued (nodes holding images whose layers others share, a
 NodeLayerInventory per node; in the second the measured pods wait in the queue until all
-exist), each under every profile asked of ``perf/config/profiles``. This script builds the
-benchmark once, runs it ``--rounds`` times (every profile of every workload once per
-round; the profiles' order rotates each round), with the ``etcd`` of ``make kubernetes``
-on PATH, reads upstream's data items (pods/s: ``SchedulingThroughput``; the scheduling
-attempt's p99: ``scheduler_scheduling_attempt_duration_seconds{result=scheduled}``) and
+exist), each under every profile asked of ``harness/scheduler-perf/config/profiles``.
+This script builds the benchmark once, runs it ``--rounds`` times (every profile of every
+workload once per round; the profiles' order rotates each round), with the ``etcd`` of
+``make kubernetes`` on PATH, reads upstream's data items (pods/s:
+``SchedulingThroughput``; the scheduling attempt's p99:
+``scheduler_scheduling_attempt_duration_seconds{result=scheduled}``) and
 writes ``harness/results/scheduler_perf.json``: per workload and profile the median and
 range over the rounds, and each round's ratio to the default profile of the same round,
 with those ratios' spread.
@@ -67,10 +68,11 @@ LARGE_WORKLOADS = (
     "SharedLayersQueued/5000Nodes_5000Pods",
 )
 WORKLOADS = ("SchedulingBasic/500Nodes", "SchedulingBasic/5000Nodes", *LARGE_WORKLOADS)
-#: The profiles run by default (``perf/config/profiles/NAME.yaml``); the first is every
-#: ratio's base. Upstream's batching configuration and LayerLocality in it (issue 33's
-#: pair: ``--profiles default,batching,batching-layer-locality``) are not among them: a
-#: round of every profile at 5,000 nodes takes minutes, and issue 43 judges the others.
+#: The profiles run by default (``harness/scheduler-perf/config/profiles/NAME.yaml``);
+#: the first is every ratio's base. Upstream's batching configuration and LayerLocality
+#: in it (issue 33's pair: ``--profiles default,batching,batching-layer-locality``) are
+#: not among them: a round of every profile at 5,000 nodes takes minutes, and issue 43
+#: judges the others.
 PROFILES = (
     "default",
     "default-again",

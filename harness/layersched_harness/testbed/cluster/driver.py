@@ -60,6 +60,7 @@ from layersched.kube import (
     deployments_path,
     events_path,
     load_kubeconfig,
+    namespace_path,
     node_path,
     pod_path,
     pods_path,
@@ -450,7 +451,7 @@ class ClusterDriver:
         manager's serviceaccount controller makes it a moment after the namespace, and
         until then the ServiceAccount admission plugin refuses every pod there (403
         "error looking up service account")."""
-        path = f"{NAMESPACES_PATH}/{self.namespace}/serviceaccounts/{DEFAULT_ACCOUNT}"
+        path = f"{namespace_path(self.namespace)}/serviceaccounts/{DEFAULT_ACCOUNT}"
 
         def made() -> None:
             try:
